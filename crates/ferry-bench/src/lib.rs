@@ -1,0 +1,1 @@
+//! ferry benchmark suites (filled in by the bench harness).

@@ -1,0 +1,207 @@
+//! Errors a caller can act on: one enum per family of operations.
+//!
+//! Each variant names a situation (the peer is dead, the queue is full, the
+//! message was malformed and why); an `std::io::Error` appears only as the
+//! cause of [`SendError::Io`] and friends, for failures ferry cannot classify.
+
+use std::fmt;
+use std::io;
+
+/// Why a received message was rejected. Every descriptor that came with it
+/// has already been closed when the caller sees one of these.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WireError {
+    /// Fewer bytes than the fixed header (or than the header says follow).
+    Truncated {
+        /// Bytes needed.
+        need: usize,
+        /// Bytes present.
+        got: usize,
+    },
+    /// The first four bytes are not ferry's magic number.
+    BadMagic(u32),
+    /// A version this implementation does not speak.
+    UnknownVersion(u8),
+    /// A reserved field or flag bit is not zero.
+    ReservedNotZero,
+    /// The declared inline length and item count do not add up to the
+    /// datagram's length.
+    LengthMismatch {
+        /// Length the header implies.
+        declared: usize,
+        /// Length received.
+        actual: usize,
+    },
+    /// More items than [`crate::message::MAX_ITEMS`].
+    TooManyItems(usize),
+    /// More inline bytes than [`crate::message::MAX_INLINE`].
+    InlineTooLarge(usize),
+    /// The header's descriptor count, or the items' counts, disagree with the
+    /// descriptors the kernel delivered.
+    FdCountMismatch {
+        /// Descriptors the message declares.
+        declared: usize,
+        /// Descriptors that arrived.
+        received: usize,
+    },
+    /// The kernel dropped descriptors (more than it passes at once, or the
+    /// receiver is out of descriptors).
+    FdsTruncated,
+    /// The datagram was larger than any valid message.
+    Oversized,
+    /// An item kind this implementation does not know.
+    UnknownItemKind(u8),
+    /// An item declares a descriptor count its kind does not allow.
+    BadItemFdCount {
+        /// Index of the item.
+        item: usize,
+        /// Descriptors it declared.
+        count: usize,
+    },
+    /// A descriptor declared as a right is not a ferry port socket.
+    NotAPort {
+        /// Index of the item.
+        item: usize,
+    },
+    /// The reply flag is set but item 0 is not a send or send-once right.
+    BadReplyRight,
+    /// A receive right for the very port the message arrived on.
+    ReceiveRightToSelf,
+    /// An out-of-line region's descriptor or description is invalid.
+    BadRegion {
+        /// Index of the item.
+        item: usize,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A region sent by value is missing the seals that make it immutable.
+    NotSealed {
+        /// Index of the item.
+        item: usize,
+    },
+}
+
+impl fmt::Display for WireError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use WireError::*;
+        match self {
+            Truncated { need, got } => write!(f, "message truncated: need {need} bytes, got {got}"),
+            BadMagic(m) => write!(f, "not a ferry message (magic {m:#010x})"),
+            UnknownVersion(v) => write!(f, "unknown wire-format version {v}"),
+            ReservedNotZero => write!(f, "reserved header field or flag bit is set"),
+            LengthMismatch { declared, actual } => {
+                write!(f, "header declares {declared} bytes but the message has {actual}")
+            }
+            TooManyItems(n) => write!(f, "{n} items exceed the limit of {}", crate::message::MAX_ITEMS),
+            InlineTooLarge(n) => write!(f, "{n} inline bytes exceed the limit of {}", crate::message::MAX_INLINE),
+            FdCountMismatch { declared, received } => {
+                write!(f, "message declares {declared} descriptors but {received} arrived")
+            }
+            FdsTruncated => write!(f, "the kernel dropped descriptors (too many, or the receiver is out of descriptors)"),
+            Oversized => write!(f, "datagram larger than any valid ferry message"),
+            UnknownItemKind(k) => write!(f, "unknown item kind {k}"),
+            BadItemFdCount { item, count } => write!(f, "item {item} declares {count} descriptors, not allowed for its kind"),
+            NotAPort { item } => write!(f, "item {item} claims to be a port right but its descriptor is not a port"),
+            BadReplyRight => write!(f, "reply flag set but item 0 is not a send or send-once right"),
+            ReceiveRightToSelf => write!(f, "message carries the receive right of the port it arrived on"),
+            BadRegion { item, reason } => write!(f, "item {item}: bad out-of-line region: {reason}"),
+            NotSealed { item } => write!(f, "item {item}: region sent by value is not sealed against writes"),
+        }
+    }
+}
+
+impl std::error::Error for WireError {}
+
+/// Why a send failed. On every error the message's rights and regions are
+/// dropped (closed) in the sending process, as if it had been sent and lost,
+/// unless the variant says otherwise.
+#[derive(Debug)]
+pub enum SendError {
+    /// The receive right is gone: the port is a dead name.
+    PeerDead,
+    /// The queue is full and the timeout was zero.
+    QueueFull,
+    /// The queue stayed full until the timeout expired.
+    Timeout,
+    /// The message breaks a limit of the wire format (too many items, too
+    /// many inline bytes, too many descriptors).
+    TooLarge(String),
+    /// A send-once right that was already used, or a message that tries to
+    /// send a port's receive right to that same port.
+    Invalid(&'static str),
+    /// The kernel refused for another reason.
+    Io(io::Error),
+}
+
+impl fmt::Display for SendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SendError::PeerDead => write!(f, "the port's receiver is gone (dead name)"),
+            SendError::QueueFull => write!(f, "the port's queue is full; retry or send with a timeout"),
+            SendError::Timeout => write!(f, "the port's queue stayed full until the timeout"),
+            SendError::TooLarge(why) => write!(f, "message too large: {why}"),
+            SendError::Invalid(why) => write!(f, "invalid send: {why}"),
+            SendError::Io(e) => write!(f, "send failed: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for SendError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            SendError::Io(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// Why a receive failed.
+#[derive(Debug)]
+pub enum RecvError {
+    /// Every send right is gone and the queue is empty: nothing can ever
+    /// arrive through the port's send rights again (Mach's no-senders).
+    NoSenders,
+    /// The only way a message could still come was a send-once right, and it
+    /// was destroyed unused (its holder dropped it or died).
+    SendOnceDropped,
+    /// Nothing arrived before the timeout (or the queue was empty and the
+    /// timeout was zero).
+    Timeout,
+    /// A message arrived but was malformed; it was discarded and every
+    /// descriptor it carried was closed. The port remains usable.
+    BadMessage(WireError),
+    /// The kernel refused for another reason.
+    Io(io::Error),
+}
+
+impl fmt::Display for RecvError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RecvError::NoSenders => write!(f, "no senders: every send right to this port is gone"),
+            RecvError::SendOnceDropped => write!(f, "a send-once right to this port was destroyed unused"),
+            RecvError::Timeout => write!(f, "no message before the timeout"),
+            RecvError::BadMessage(w) => write!(f, "malformed message discarded: {w}"),
+            RecvError::Io(e) => write!(f, "receive failed: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for RecvError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            RecvError::BadMessage(w) => Some(w),
+            RecvError::Io(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<WireError> for RecvError {
+    fn from(w: WireError) -> Self {
+        RecvError::BadMessage(w)
+    }
+}
+
+pub(crate) fn io_err(e: rustix::io::Errno) -> io::Error {
+    io::Error::from_raw_os_error(e.raw_os_error())
+}

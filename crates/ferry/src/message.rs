@@ -1,0 +1,316 @@
+//! Messages: a header (operation id, optional reply right), inline bytes and
+//! typed items (rights and out-of-line regions), sent by value.
+//!
+//! Sending lowers a [`Message`] to wire bytes plus a descriptor list; receiving
+//! goes the other way in two phases, following the rule *validate first, then
+//! act*: [`crate::wire::parse`] and the descriptor checks here examine the
+//! whole message, and only when all of it is sound are descriptors turned
+//! into rights and regions, a step that cannot fail. A rejected message's
+//! descriptors are closed when the error is returned.
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+use crate::error::{SendError, WireError};
+use crate::port::{ReceiveRight, SendOnceRight, SendRight};
+use crate::sys::socket::{self, Cred, Datagram};
+use crate::wire::{self, ItemDesc};
+
+pub use crate::wire::{MAX_FDS, MAX_INLINE, MAX_ITEMS};
+
+/// Who sent a message, as the kernel recorded it at send time (never taken
+/// from the message itself).
+pub type Credentials = Cred;
+
+/// A typed item carried by a message.
+#[derive(Debug)]
+pub enum Item {
+    /// A send right, moved to the receiver (clone it first to keep a copy).
+    Send(SendRight),
+    /// A send-once right, moved to the receiver.
+    SendOnce(SendOnceRight),
+    /// A port's receive right, moved to the receiver with every send-once
+    /// right still outstanding on it.
+    Receive(ReceiveRight),
+}
+
+impl From<SendRight> for Item {
+    fn from(r: SendRight) -> Item {
+        Item::Send(r)
+    }
+}
+impl From<SendOnceRight> for Item {
+    fn from(r: SendOnceRight) -> Item {
+        Item::SendOnce(r)
+    }
+}
+impl From<ReceiveRight> for Item {
+    fn from(r: ReceiveRight) -> Item {
+        Item::Receive(r)
+    }
+}
+
+/// The right a reply should be sent through.
+#[derive(Debug)]
+pub enum Reply {
+    /// A send right (the receiver may reply many times, or keep it).
+    Send(SendRight),
+    /// A send-once right (exactly one reply; the usual case).
+    SendOnce(SendOnceRight),
+}
+
+impl Reply {
+    /// Sends `msg` through this reply right, consuming it.
+    pub fn send(self, msg: Message, timeout: crate::Timeout) -> Result<(), SendError> {
+        match self {
+            Reply::Send(r) => r.send(msg, timeout),
+            Reply::SendOnce(r) => r.send(msg, timeout),
+        }
+    }
+}
+
+impl From<SendRight> for Reply {
+    fn from(r: SendRight) -> Reply {
+        Reply::Send(r)
+    }
+}
+impl From<SendOnceRight> for Reply {
+    fn from(r: SendOnceRight) -> Reply {
+        Reply::SendOnce(r)
+    }
+}
+
+/// A message: build it, send it, receive it.
+///
+/// ```
+/// use ferry::{Message, Timeout};
+/// let (mut server, to_server) = ferry::port().unwrap();
+/// let (mut client, _keep) = ferry::port().unwrap();
+/// let reply = client.make_send_once().unwrap();
+/// to_server.send(Message::new(1).with_body(*b"ping").with_reply(reply), Timeout::Infinite).unwrap();
+/// let mut req = server.recv(Timeout::Infinite).unwrap();
+/// req.take_reply().unwrap().send(Message::new(2).with_body(*b"pong"), Timeout::Infinite).unwrap();
+/// assert_eq!(client.recv(Timeout::Infinite).unwrap().body(), b"pong");
+/// ```
+#[derive(Debug, Default)]
+pub struct Message {
+    op: u32,
+    body: Vec<u8>,
+    items: Vec<Item>,
+    reply: Option<Reply>,
+    sender: Option<Credentials>,
+    via_send_once: bool,
+}
+
+impl Message {
+    /// An empty message with operation id `op`.
+    pub fn new(op: u32) -> Message {
+        Message { op, ..Default::default() }
+    }
+
+    /// Sets the inline bytes (at most [`MAX_INLINE`]; they are copied into
+    /// the kernel's queue and out again).
+    pub fn with_body(mut self, body: impl Into<Vec<u8>>) -> Message {
+        self.body = body.into();
+        self
+    }
+
+    /// Appends an item.
+    pub fn with_item(mut self, item: impl Into<Item>) -> Message {
+        self.items.push(item.into());
+        self
+    }
+
+    /// Sets the right the receiver should reply through.
+    pub fn with_reply(mut self, reply: impl Into<Reply>) -> Message {
+        self.reply = Some(reply.into());
+        self
+    }
+
+    /// The operation id.
+    pub fn op(&self) -> u32 {
+        self.op
+    }
+
+    /// The inline bytes.
+    pub fn body(&self) -> &[u8] {
+        &self.body
+    }
+
+    /// The inline bytes, mutably.
+    pub fn body_mut(&mut self) -> &mut Vec<u8> {
+        &mut self.body
+    }
+
+    /// The items, in order.
+    pub fn items(&self) -> &[Item] {
+        &self.items
+    }
+
+    /// Takes the items out of the message.
+    pub fn take_items(&mut self) -> Vec<Item> {
+        std::mem::take(&mut self.items)
+    }
+
+    /// Takes the reply right, if the sender supplied one.
+    pub fn take_reply(&mut self) -> Option<Reply> {
+        self.reply.take()
+    }
+
+    /// Who sent this message (pid, uid, gid), for a received message.
+    pub fn sender(&self) -> Option<Credentials> {
+        self.sender
+    }
+
+    /// Whether the message arrived through a send-once right.
+    pub fn via_send_once(&self) -> bool {
+        self.via_send_once
+    }
+
+    /// Checks the limits and produces the wire bytes and the items whose
+    /// descriptors travel beside them.
+    pub(crate) fn lower(self) -> Result<Lowered, SendError> {
+        let mut items = self.items;
+        let mut flags = 0u8;
+        if let Some(r) = self.reply {
+            flags |= wire::FLAG_REPLY;
+            items.insert(
+                0,
+                match r {
+                    Reply::Send(s) => Item::Send(s),
+                    Reply::SendOnce(s) => Item::SendOnce(s),
+                },
+            );
+        }
+        if items.len() > MAX_ITEMS {
+            return Err(SendError::TooLarge(format!("{} items, the limit is {MAX_ITEMS}", items.len())));
+        }
+        if self.body.len() > MAX_INLINE {
+            return Err(SendError::TooLarge(format!(
+                "{} inline bytes, the limit is {MAX_INLINE}; send large data out of line",
+                self.body.len()
+            )));
+        }
+        let descs: Vec<ItemDesc> = items.iter().map(describe).collect();
+        let nfds: usize = descs.iter().map(|d| d.fds as usize).sum();
+        if nfds > MAX_FDS {
+            return Err(SendError::TooLarge(format!("{nfds} descriptors, the limit is {MAX_FDS}")));
+        }
+        let mut bytes = Vec::with_capacity(wire::HEADER_LEN + descs.len() * wire::ITEM_LEN + self.body.len());
+        wire::encode(&mut bytes, self.op, flags, &descs, &self.body);
+        Ok(Lowered { bytes, items })
+    }
+
+    /// Builds a received message from a datagram read into `buf`, after
+    /// checking all of it. `port` is the identity of the receiving port's
+    /// socket, to refuse its own receive right.
+    pub(crate) fn from_datagram(buf: &[u8], dg: Datagram, port: (u64, u64), via_send_once: bool) -> Result<Message, WireError> {
+        if dg.truncated {
+            return Err(WireError::Oversized);
+        }
+        if dg.fds_truncated {
+            return Err(WireError::FdsTruncated);
+        }
+        let bytes = &buf[..dg.len];
+        let parsed = wire::parse(bytes, dg.fds.len())?;
+        // Check every descriptor before converting any.
+        let mut at = 0;
+        let mut idents = Vec::with_capacity(parsed.items.len());
+        for (i, d) in parsed.items.iter().enumerate() {
+            let fds = &dg.fds[at..at + d.fds as usize];
+            at += d.fds as usize;
+            match d.kind {
+                wire::KIND_SEND | wire::KIND_SEND_ONCE | wire::KIND_RECEIVE => {
+                    if !fds.iter().all(|f| socket::is_unix_seqpacket(f.as_fd())) {
+                        return Err(WireError::NotAPort { item: i });
+                    }
+                    let ident = if d.kind == wire::KIND_RECEIVE {
+                        let id = socket::identity(fds[0].as_fd()).map_err(|_| WireError::NotAPort { item: i })?;
+                        if id == port {
+                            return Err(WireError::ReceiveRightToSelf);
+                        }
+                        id
+                    } else {
+                        (0, 0)
+                    };
+                    idents.push(ident);
+                }
+                wire::KIND_REGION => {
+                    return Err(WireError::BadRegion {
+                        item: i,
+                        reason: "out-of-line regions are not accepted by this port".into(),
+                    })
+                }
+                _ => unreachable!("wire::parse rejects unknown kinds"),
+            }
+        }
+        // Act: nothing below can fail.
+        let mut fds = dg.fds.into_iter();
+        let mut items = Vec::with_capacity(parsed.items.len());
+        for (d, ident) in parsed.items.iter().zip(idents) {
+            let mine: Vec<OwnedFd> = fds.by_ref().take(d.fds as usize).collect();
+            items.push(raise(d, mine, ident));
+        }
+        let reply = if parsed.flags & wire::FLAG_REPLY != 0 {
+            match items.remove(0) {
+                Item::Send(s) => Some(Reply::Send(s)),
+                Item::SendOnce(s) => Some(Reply::SendOnce(s)),
+                Item::Receive(_) => unreachable!("wire::parse checks the reply item's kind"),
+            }
+        } else {
+            None
+        };
+        Ok(Message { op: parsed.op, body: bytes[parsed.inline].to_vec(), items, reply, sender: dg.cred, via_send_once })
+    }
+}
+
+fn describe(item: &Item) -> ItemDesc {
+    match item {
+        Item::Send(_) => ItemDesc { kind: wire::KIND_SEND, fds: 1, ..Default::default() },
+        Item::SendOnce(_) => ItemDesc { kind: wire::KIND_SEND_ONCE, fds: 1, ..Default::default() },
+        Item::Receive(r) => ItemDesc { kind: wire::KIND_RECEIVE, fds: 1 + r.send_once_outstanding() as u16, ..Default::default() },
+    }
+}
+
+/// Turns checked descriptors into an item. Cannot fail.
+fn raise(d: &ItemDesc, mut fds: Vec<OwnedFd>, ident: (u64, u64)) -> Item {
+    match d.kind {
+        wire::KIND_SEND => Item::Send(SendRight::from_fd(fds.remove(0))),
+        wire::KIND_SEND_ONCE => Item::SendOnce(SendOnceRight::from_fd(fds.remove(0))),
+        wire::KIND_RECEIVE => {
+            let main = fds.remove(0);
+            Item::Receive(ReceiveRight::from_checked(main, fds, ident))
+        }
+        _ => unreachable!("checked before raising"),
+    }
+}
+
+/// A message ready to go: its bytes, and the items that own the descriptors
+/// listed beside them.
+pub(crate) struct Lowered {
+    bytes: Vec<u8>,
+    items: Vec<Item>,
+}
+
+impl Lowered {
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// The descriptors to pass, in item order.
+    pub(crate) fn fds(&self) -> Vec<BorrowedFd<'_>> {
+        let mut v = Vec::new();
+        for it in &self.items {
+            match it {
+                Item::Send(s) => v.push(s.sock.as_fd()),
+                Item::SendOnce(s) => v.push(s.sock.as_fd()),
+                Item::Receive(r) => v.extend(r.sources_all()),
+            }
+        }
+        v
+    }
+
+    /// The kernel has taken its references: release ours.
+    pub(crate) fn sent(self) {
+        drop(self.items);
+    }
+}

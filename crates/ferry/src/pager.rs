@@ -1,0 +1,1 @@
+//! Memory objects backed by user-level pagers (userfaultfd).

@@ -1,0 +1,413 @@
+//! Ports and the rights that name them.
+//!
+//! A port is a kernel `SOCK_SEQPACKET` socket pair. The **receive right** owns
+//! one end; every **send right** is a descriptor for the other end, so the
+//! kernel itself enforces who may send and tells both sides when the other
+//! is gone: when the last send right closes, the receive end reads
+//! end-of-file (no-senders); when the receive right closes, send rights see a
+//! hang-up (dead name). Rights exist only as descriptors the kernel passed, so
+//! they cannot be forged.
+//!
+//! A **send-once right** is its own tiny socket pair whose receiving end the
+//! receive right keeps beside its main socket: exactly one message can come
+//! through it, after which the receiver closes that end, and if the right is
+//! destroyed unused the receiver learns so ([`RecvError::SendOnceDropped`]).
+//!
+//! The queue of a port is bounded in bytes by the kernel's send buffer of the
+//! socket that all send rights share; see [`SendRight::set_queue_limit`].
+
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::time::Instant;
+
+use rustix::io::Errno;
+
+use crate::error::{io_err, RecvError, SendError};
+use crate::message::Message;
+use crate::sys::socket;
+use crate::sys::wait::{self, Interest};
+use crate::timeout::Timeout;
+
+/// Options for a new port.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PortOptions {
+    /// Bound on queued bytes as the kernel counts them (each message costs
+    /// its size plus roughly 700 bytes of bookkeeping). `None` keeps the
+    /// system default (`net.core.wmem_default`, about 200 KiB: some 270
+    /// small messages).
+    pub queue_limit: Option<usize>,
+}
+
+/// Creates a port with default options and returns its receive right and a
+/// first send right. More send rights are made with [`SendRight::try_clone`].
+pub fn port() -> io::Result<(ReceiveRight, SendRight)> {
+    port_with(PortOptions::default())
+}
+
+/// Creates a port with the given options.
+pub fn port_with(opts: PortOptions) -> io::Result<(ReceiveRight, SendRight)> {
+    let (rx, tx) = socket::seqpacket_pair().map_err(io_err)?;
+    if let Some(n) = opts.queue_limit {
+        socket::set_send_buffer(tx.as_fd(), n).map_err(io_err)?;
+    }
+    Ok((ReceiveRight::from_parts(rx, Vec::new()).map_err(io_err)?, SendRight { sock: tx }))
+}
+
+/// The right to receive from a port. There is exactly one per port; it can
+/// be moved to another process inside a message.
+#[derive(Debug)]
+pub struct ReceiveRight {
+    sock: OwnedFd,
+    once: Vec<OwnedFd>,
+    identity: (u64, u64),
+    /// Every send right is gone; only send-once rights can still deliver.
+    senders_gone: bool,
+    /// Bumped whenever the set of descriptors to wait on changes.
+    generation: u64,
+    buf: Vec<u8>,
+}
+
+impl ReceiveRight {
+    pub(crate) fn from_parts(sock: OwnedFd, once: Vec<OwnedFd>) -> rustix::io::Result<Self> {
+        let identity = socket::identity(sock.as_fd())?;
+        Ok(ReceiveRight::from_checked(sock, once, identity))
+    }
+
+    /// Builds a receive right from descriptors already checked to be port
+    /// sockets, whose identity is known. Cannot fail.
+    pub(crate) fn from_checked(sock: OwnedFd, once: Vec<OwnedFd>, identity: (u64, u64)) -> Self {
+        ReceiveRight { sock, once, identity, senders_gone: false, generation: 0, buf: vec![0; crate::wire::MAX_MESSAGE + 1] }
+    }
+
+    /// Every descriptor that makes up this right, main socket first, for
+    /// moving it inside a message.
+    pub(crate) fn sources_all(&self) -> impl Iterator<Item = BorrowedFd<'_>> {
+        std::iter::once(self.sock.as_fd()).chain(self.once.iter().map(|f| f.as_fd()))
+    }
+
+    pub(crate) fn identity(&self) -> (u64, u64) {
+        self.identity
+    }
+
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Receives the next message, waiting as `timeout` allows.
+    ///
+    /// # Errors
+    /// [`RecvError::Timeout`] when nothing arrived in time;
+    /// [`RecvError::NoSenders`] when every send right is gone and no send-once
+    /// right is outstanding, so nothing can ever arrive;
+    /// [`RecvError::SendOnceDropped`] when an outstanding send-once right was
+    /// destroyed unused; [`RecvError::BadMessage`] when a malformed message
+    /// arrived (it is discarded, its descriptors closed, and the port stays
+    /// usable).
+    ///
+    /// ```
+    /// let (mut rx, tx) = ferry::port().unwrap();
+    /// tx.send(ferry::Message::new(7).with_body(*b"hello"), ferry::Timeout::Infinite).unwrap();
+    /// let m = rx.recv(ferry::Timeout::Infinite).unwrap();
+    /// assert_eq!((m.op(), m.body()), (7, &b"hello"[..]));
+    /// ```
+    pub fn recv(&mut self, timeout: Timeout) -> Result<Message, RecvError> {
+        let deadline = timeout.deadline();
+        loop {
+            if self.once.is_empty() {
+                if self.senders_gone {
+                    return Err(RecvError::NoSenders);
+                }
+                // Fast path: one socket, let the kernel block for us.
+                return match recv_on(self.sock.as_fd(), &mut self.buf, self.identity, timeout, false)? {
+                    Some(m) => Ok(m),
+                    None => {
+                        self.senders_gone = true;
+                        self.generation += 1;
+                        Err(RecvError::NoSenders)
+                    }
+                };
+            }
+            if let Some(r) = self.try_recv_any() {
+                return r;
+            }
+            if past(deadline) {
+                return Err(RecvError::Timeout);
+            }
+            let mut fds: Vec<(BorrowedFd<'_>, Interest)> = Vec::with_capacity(self.once.len() + 1);
+            if !self.senders_gone {
+                fds.push((self.sock.as_fd(), Interest::Readable));
+            }
+            fds.extend(self.once.iter().map(|f| (f.as_fd(), Interest::Readable)));
+            let ready = wait::poll_many(&fds, deadline).map_err(|e| RecvError::Io(io_err(e)))?;
+            if !ready.iter().any(|r| r.any()) {
+                return Err(RecvError::Timeout);
+            }
+        }
+    }
+
+    /// Receives a message if one is queued now.
+    pub fn try_recv(&mut self) -> Result<Message, RecvError> {
+        self.recv(Timeout::Zero)
+    }
+
+    /// One non-blocking pass over every source; `None` when none had anything.
+    pub(crate) fn try_recv_any(&mut self) -> Option<Result<Message, RecvError>> {
+        let mut i = 0;
+        while i < self.once.len() {
+            match self.recv_once(i) {
+                Some(r) => return Some(r),
+                None => i += 1,
+            }
+        }
+        if !self.senders_gone {
+            if let Some(r) = self.recv_main(false) {
+                return Some(r);
+            }
+        }
+        if self.once.is_empty() && self.senders_gone {
+            return Some(Err(RecvError::NoSenders));
+        }
+        None
+    }
+
+    /// Receives from the main socket; `None` when nothing is queued.
+    fn recv_main(&mut self, wait: bool) -> Option<Result<Message, RecvError>> {
+        let dg = match socket::recv(self.sock.as_fd(), &mut self.buf, wait) {
+            Ok(dg) => dg,
+            Err(Errno::AGAIN) | Err(Errno::INTR) => return None,
+            Err(e) => return Some(Err(RecvError::Io(io_err(e)))),
+        };
+        if dg.len == 0 && dg.fds.is_empty() && !dg.truncated {
+            self.senders_gone = true;
+            self.generation += 1;
+            if self.once.is_empty() {
+                return Some(Err(RecvError::NoSenders));
+            }
+            return None;
+        }
+        Some(Message::from_datagram(&self.buf, dg, self.identity, false).map_err(RecvError::from))
+    }
+
+    /// Receives from send-once socket `i`, closing it after one message or
+    /// end-of-file; `None` when it has nothing yet.
+    fn recv_once(&mut self, i: usize) -> Option<Result<Message, RecvError>> {
+        let dg = match socket::recv(self.once[i].as_fd(), &mut self.buf, false) {
+            Ok(dg) => dg,
+            Err(Errno::AGAIN) | Err(Errno::INTR) => return None,
+            Err(e) => return Some(Err(RecvError::Io(io_err(e)))),
+        };
+        // One message or end-of-file: either way this right is used up.
+        drop(self.once.swap_remove(i));
+        self.generation += 1;
+        if dg.len == 0 && dg.fds.is_empty() && !dg.truncated {
+            return Some(Err(RecvError::SendOnceDropped));
+        }
+        Some(Message::from_datagram(&self.buf, dg, self.identity, true).map_err(RecvError::from))
+    }
+
+    /// Makes a send-once right to this port: whoever holds it can send exactly
+    /// one message here (typically a reply). If it is destroyed unused, this
+    /// port's [`recv`](Self::recv) reports [`RecvError::SendOnceDropped`].
+    pub fn make_send_once(&mut self) -> io::Result<SendOnceRight> {
+        let (rx, tx) = socket::seqpacket_pair().map_err(io_err)?;
+        self.once.push(rx);
+        self.generation += 1;
+        Ok(SendOnceRight { sock: tx })
+    }
+
+    /// Number of send-once rights made here and not yet used or destroyed.
+    pub fn send_once_outstanding(&self) -> usize {
+        self.once.len()
+    }
+
+    /// Whether every send right is known to be gone (send-once rights may
+    /// still deliver).
+    pub fn senders_gone(&self) -> bool {
+        self.senders_gone
+    }
+
+    /// Descriptors a port set must watch for this port, main socket first.
+    pub(crate) fn sources(&self) -> Vec<BorrowedFd<'_>> {
+        let mut v = Vec::with_capacity(self.once.len() + 1);
+        if !self.senders_gone {
+            v.push(self.sock.as_fd());
+        }
+        v.extend(self.once.iter().map(|f| f.as_fd()));
+        v
+    }
+
+    pub(crate) fn main_fd(&self) -> BorrowedFd<'_> {
+        self.sock.as_fd()
+    }
+}
+
+fn past(deadline: Option<Instant>) -> bool {
+    deadline.is_some_and(|d| Instant::now() >= d)
+}
+
+/// The right to send to a port. Clone it with [`try_clone`](Self::try_clone);
+/// send it to another process inside a message ([`crate::Item::Send`]).
+#[derive(Debug)]
+pub struct SendRight {
+    pub(crate) sock: OwnedFd,
+}
+
+impl SendRight {
+    /// Sends `msg`, waiting for queue space as `timeout` allows. The rights
+    /// and regions in `msg` are moved to the receiver: on success this
+    /// process no longer holds them.
+    ///
+    /// # Errors
+    /// [`SendError::PeerDead`] if the receive right is gone;
+    /// [`SendError::QueueFull`] if the queue is full and `timeout` is zero;
+    /// [`SendError::Timeout`] if it stayed full; [`SendError::TooLarge`] if the
+    /// message breaks a wire-format limit. On error the message is dropped.
+    pub fn send(&self, msg: Message, timeout: Timeout) -> Result<(), SendError> {
+        send_on(self.sock.as_fd(), msg, timeout)
+    }
+
+    /// Makes another send right to the same port.
+    pub fn try_clone(&self) -> io::Result<SendRight> {
+        Ok(SendRight { sock: socket::dup(self.sock.as_fd()).map_err(io_err)? })
+    }
+
+    /// Whether the port's receive right is gone (a dead name), without
+    /// waiting.
+    pub fn is_dead(&self) -> bool {
+        self.wait_dead(Timeout::Zero)
+    }
+
+    /// Waits until the port's receive right is gone or the timeout passes;
+    /// returns whether it is gone. This is the dead-name notification as an
+    /// event; [`crate::PortSet::watch_dead_name`] delivers it among other
+    /// events.
+    pub fn wait_dead(&self, timeout: Timeout) -> bool {
+        matches!(wait::poll_one(self.sock.as_fd(), Interest::HangUp, timeout.deadline()), Ok(r) if r.hangup)
+    }
+
+    /// Sets the bound on this port's queue in bytes as the kernel counts them
+    /// (see [`PortOptions::queue_limit`]). It applies to all send rights of
+    /// the port, which share one kernel socket.
+    pub fn set_queue_limit(&self, bytes: usize) -> io::Result<()> {
+        socket::set_send_buffer(self.sock.as_fd(), bytes).map_err(io_err)
+    }
+
+    /// The current queue bound in bytes (as the kernel reports it).
+    pub fn queue_limit(&self) -> io::Result<usize> {
+        socket::send_buffer(self.sock.as_fd()).map_err(io_err)
+    }
+
+    /// Bytes queued at the port and not yet received (kernel accounting,
+    /// including per-message overhead): the port's queue depth.
+    pub fn queued_bytes(&self) -> io::Result<usize> {
+        socket::queued_bytes(self.sock.as_fd()).map_err(io_err)
+    }
+
+    pub(crate) fn from_fd(sock: OwnedFd) -> SendRight {
+        SendRight { sock }
+    }
+}
+
+impl AsFd for SendRight {
+    /// The socket behind the right, to wait on it in an external event loop.
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.sock.as_fd()
+    }
+}
+
+/// The right to send exactly one message to a port. Using it consumes it;
+/// dropping it unused tells the receiver ([`RecvError::SendOnceDropped`]).
+#[derive(Debug)]
+pub struct SendOnceRight {
+    pub(crate) sock: OwnedFd,
+}
+
+impl SendOnceRight {
+    /// Sends the one message this right allows.
+    ///
+    /// # Errors
+    /// As [`SendRight::send`]; the right is consumed either way.
+    pub fn send(self, msg: Message, timeout: Timeout) -> Result<(), SendError> {
+        send_on(self.sock.as_fd(), msg, timeout)
+    }
+
+    /// Whether the receiving port is gone.
+    pub fn is_dead(&self) -> bool {
+        matches!(wait::poll_one(self.sock.as_fd(), Interest::HangUp, Timeout::Zero.deadline()), Ok(r) if r.hangup)
+    }
+
+    pub(crate) fn from_fd(sock: OwnedFd) -> SendOnceRight {
+        SendOnceRight { sock }
+    }
+}
+
+/// Receives one message from a single socket, waiting as `timeout` allows.
+/// `Ok(None)` is end-of-file: every peer descriptor is closed.
+pub(crate) fn recv_on(
+    sock: BorrowedFd<'_>,
+    buf: &mut [u8],
+    identity: (u64, u64),
+    timeout: Timeout,
+    via_send_once: bool,
+) -> Result<Option<Message>, RecvError> {
+    let deadline = timeout.deadline();
+    loop {
+        let wait = matches!(timeout, Timeout::Infinite);
+        if !wait && !matches!(timeout, Timeout::Zero) {
+            let ready = wait::poll_one(sock, Interest::Readable, deadline).map_err(|e| RecvError::Io(io_err(e)))?;
+            if !ready.any() {
+                return Err(RecvError::Timeout);
+            }
+        }
+        let dg = match socket::recv(sock, buf, wait) {
+            Ok(dg) => dg,
+            Err(Errno::AGAIN) | Err(Errno::INTR) => {
+                if past(deadline) {
+                    return Err(RecvError::Timeout);
+                }
+                continue;
+            }
+            Err(e) => return Err(RecvError::Io(io_err(e))),
+        };
+        if dg.len == 0 && dg.fds.is_empty() && !dg.truncated {
+            return Ok(None);
+        }
+        return Message::from_datagram(buf, dg, identity, via_send_once).map(Some).map_err(RecvError::from);
+    }
+}
+
+/// Encodes and sends one message on `sock`.
+pub(crate) fn send_on(sock: BorrowedFd<'_>, msg: Message, timeout: Timeout) -> Result<(), SendError> {
+    let lowered = msg.lower()?;
+    let deadline = timeout.deadline();
+    let fds = lowered.fds();
+    loop {
+        let wait = matches!(timeout, Timeout::Infinite);
+        match socket::send(sock, &[io::IoSlice::new(lowered.bytes())], &fds, wait) {
+            Ok(_) => {
+                drop(fds);
+                lowered.sent();
+                return Ok(());
+            }
+            Err(Errno::INTR) => continue,
+            Err(Errno::PIPE) | Err(Errno::CONNRESET) | Err(Errno::NOTCONN) => return Err(SendError::PeerDead),
+            Err(Errno::MSGSIZE) => {
+                return Err(SendError::TooLarge("the message is larger than the port's queue limit".into()))
+            }
+            Err(Errno::TOOMANYREFS) => return Err(SendError::TooLarge("too many descriptors in flight".into())),
+            Err(Errno::AGAIN) => {
+                if matches!(timeout, Timeout::Zero) {
+                    return Err(SendError::QueueFull);
+                }
+                if past(deadline) {
+                    return Err(SendError::Timeout);
+                }
+                let r = wait::poll_one(sock, Interest::Writable, deadline).map_err(|e| SendError::Io(io_err(e)))?;
+                if r.hangup && !r.writable {
+                    return Err(SendError::PeerDead);
+                }
+            }
+            Err(e) => return Err(SendError::Io(io_err(e))),
+        }
+    }
+}

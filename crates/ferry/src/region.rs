@@ -1,0 +1,1 @@
+//! Out-of-line memory regions sent by value (see docs/regions.md).

@@ -1,0 +1,1 @@
+//! Futex wait and wake on shared memory.

@@ -1,0 +1,13 @@
+//! The only layer of ferry that talks to the kernel.
+//!
+//! Each file wraps one family of system calls in owned, typed handles:
+//! descriptors become `OwnedFd` in exactly one place, and nothing here
+//! interprets ferry's message format. Most calls go through `rustix`; the few
+//! it does not cover use `libc` in small `unsafe` blocks that say why they hold.
+
+pub mod futex;
+pub mod lock;
+pub mod mem;
+pub mod socket;
+pub mod uffd;
+pub mod wait;

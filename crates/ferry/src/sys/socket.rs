@@ -1,0 +1,206 @@
+//! Unix sequenced-packet sockets: the kernel object behind every port.
+//!
+//! Everything here is safe `rustix` except [`queued_bytes`], which needs an
+//! `ioctl` rustix does not wrap. File descriptors become [`OwnedFd`] the moment
+//! the kernel hands them over (in `recvmsg`'s control buffer), so nothing above
+//! this module ever sees a raw descriptor number.
+
+use std::io::{IoSlice, IoSliceMut};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::path::Path;
+
+use rustix::io::Errno;
+use rustix::net::{
+    self, AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, ReturnFlags,
+    SendAncillaryBuffer, SendAncillaryMessage, SendFlags, SocketAddrUnix, SocketFlags, SocketType,
+};
+
+/// Most file descriptors the kernel passes in one message (`SCM_MAX_FD`).
+pub const MAX_FDS: usize = 253;
+
+/// Credentials of a sending process as the kernel recorded them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cred {
+    /// Process id of the sender.
+    pub pid: i32,
+    /// Real user id of the sender.
+    pub uid: u32,
+    /// Real group id of the sender.
+    pub gid: u32,
+}
+
+impl From<net::UCred> for Cred {
+    fn from(c: net::UCred) -> Self {
+        Cred { pid: c.pid.as_raw_nonzero().get(), uid: c.uid.as_raw(), gid: c.gid.as_raw() }
+    }
+}
+
+/// A datagram as `recvmsg` delivered it.
+#[derive(Debug)]
+pub struct Datagram {
+    /// Bytes written into the caller's buffer.
+    pub len: usize,
+    /// The datagram was longer than the buffer (`MSG_TRUNC`).
+    pub truncated: bool,
+    /// Some descriptors were dropped by the kernel (`MSG_CTRUNC`).
+    pub fds_truncated: bool,
+    /// Descriptors that arrived with the datagram, in order.
+    pub fds: Vec<OwnedFd>,
+    /// The sender's credentials, when `SO_PASSCRED` is on.
+    pub cred: Option<Cred>,
+}
+
+/// Creates a connected pair of close-on-exec `SOCK_SEQPACKET` sockets and
+/// turns on credential passing for both ends.
+pub fn seqpacket_pair() -> rustix::io::Result<(OwnedFd, OwnedFd)> {
+    let (a, b) = net::socketpair(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC,
+        None,
+    )?;
+    net::sockopt::set_socket_passcred(&a, true)?;
+    net::sockopt::set_socket_passcred(&b, true)?;
+    Ok((a, b))
+}
+
+/// Sends one datagram carrying `fds`. `wait == false` fails with `EAGAIN`
+/// instead of blocking on a full queue. Never raises `SIGPIPE`.
+pub fn send(
+    sock: BorrowedFd<'_>,
+    parts: &[IoSlice<'_>],
+    fds: &[BorrowedFd<'_>],
+    wait: bool,
+) -> rustix::io::Result<usize> {
+    let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    if !fds.is_empty() && !control.push(SendAncillaryMessage::ScmRights(fds)) {
+        return Err(Errno::TOOMANYREFS);
+    }
+    let mut flags = SendFlags::NOSIGNAL;
+    if !wait {
+        flags |= SendFlags::DONTWAIT;
+    }
+    net::sendmsg(sock, parts, &mut control, flags)
+}
+
+/// Receives one datagram into `buf`, with any descriptors and credentials.
+/// `wait == false` fails with `EAGAIN` when the queue is empty. A zero-length
+/// result with no descriptors is end-of-file: every peer socket is closed.
+pub fn recv(sock: BorrowedFd<'_>, buf: &mut [u8], wait: bool) -> rustix::io::Result<Datagram> {
+    let mut space = [MaybeUninit::<u8>::uninit();
+        rustix::cmsg_space!(ScmRights(MAX_FDS), ScmCredentials(1))];
+    let mut control = RecvAncillaryBuffer::new(&mut space);
+    let mut flags = RecvFlags::CMSG_CLOEXEC;
+    if !wait {
+        flags |= RecvFlags::DONTWAIT;
+    }
+    let mut iov = [IoSliceMut::new(buf)];
+    let got = net::recvmsg(sock, &mut iov, &mut control, flags)?;
+    let mut fds = Vec::new();
+    let mut cred = None;
+    for msg in control.drain() {
+        match msg {
+            RecvAncillaryMessage::ScmRights(iter) => fds.extend(iter),
+            RecvAncillaryMessage::ScmCredentials(c) => cred = Some(Cred::from(c)),
+            _ => {}
+        }
+    }
+    Ok(Datagram {
+        len: got.bytes.min(iov[0].len()),
+        truncated: got.flags.contains(ReturnFlags::TRUNC),
+        fds_truncated: got.flags.contains(ReturnFlags::CTRUNC),
+        fds,
+        cred,
+    })
+}
+
+/// Sets the kernel's send-buffer size of a socket (the byte bound of the
+/// queue that all holders of this socket share). Uses the privileged variant
+/// when the caller may exceed `net.core.wmem_max`.
+pub fn set_send_buffer(sock: BorrowedFd<'_>, bytes: usize) -> rustix::io::Result<()> {
+    match net::sockopt::set_socket_send_buffer_size_force(sock, bytes) {
+        Ok(()) => Ok(()),
+        Err(Errno::PERM) => net::sockopt::set_socket_send_buffer_size(sock, bytes),
+        Err(e) => Err(e),
+    }
+}
+
+/// The kernel's send-buffer size of a socket, as it reports it (doubled for
+/// bookkeeping).
+pub fn send_buffer(sock: BorrowedFd<'_>) -> rustix::io::Result<usize> {
+    net::sockopt::socket_send_buffer_size(sock)
+}
+
+/// Bytes sent on this socket and not yet received by the peer (`SIOCOUTQ`),
+/// counted as the kernel charges them (each datagram costs its buffer's size).
+pub fn queued_bytes(sock: BorrowedFd<'_>) -> rustix::io::Result<usize> {
+    let mut n: libc::c_int = 0;
+    // SAFETY: SIOCOUTQ writes one c_int through the pointer, which points to a
+    // live, properly aligned c_int; the fd is borrowed and valid for the call.
+    let rc = unsafe { libc::ioctl(sock.as_raw_fd(), libc::TIOCOUTQ, &mut n as *mut libc::c_int) };
+    if rc < 0 {
+        return Err(Errno::from_raw_os_error(std::io::Error::last_os_error().raw_os_error().unwrap_or(0)));
+    }
+    Ok(n.max(0) as usize)
+}
+
+/// Credentials of the process that created the other end of a connected
+/// socket (`SO_PEERCRED`).
+pub fn peer_cred(sock: BorrowedFd<'_>) -> rustix::io::Result<Cred> {
+    net::sockopt::socket_peercred(sock).map(Cred::from)
+}
+
+/// Binds a listening `SOCK_SEQPACKET` socket at `path`.
+pub fn listen_at(path: &Path, backlog: i32) -> rustix::io::Result<OwnedFd> {
+    let sock = net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC,
+        None,
+    )?;
+    net::sockopt::set_socket_passcred(&sock, true)?;
+    let addr = SocketAddrUnix::new(path)?;
+    net::bind(&sock, &addr)?;
+    net::listen(&sock, backlog)?;
+    Ok(sock)
+}
+
+/// Accepts one connection from a listening socket, with credential passing on.
+pub fn accept(listener: BorrowedFd<'_>) -> rustix::io::Result<OwnedFd> {
+    let s = net::accept_with(listener, SocketFlags::CLOEXEC)?;
+    net::sockopt::set_socket_passcred(&s, true)?;
+    Ok(s)
+}
+
+/// Connects a `SOCK_SEQPACKET` socket to `path`.
+pub fn connect_to(path: &Path) -> rustix::io::Result<OwnedFd> {
+    let sock = net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC,
+        None,
+    )?;
+    net::sockopt::set_socket_passcred(&sock, true)?;
+    let addr = SocketAddrUnix::new(path)?;
+    net::connect(&sock, &addr)?;
+    Ok(sock)
+}
+
+/// Identity of the kernel object behind a descriptor: (device, inode).
+pub fn identity(fd: BorrowedFd<'_>) -> rustix::io::Result<(u64, u64)> {
+    let st = rustix::fs::fstat(fd)?;
+    Ok((st.st_dev as u64, st.st_ino as u64))
+}
+
+/// Whether `fd` refers to a socket of type `SOCK_SEQPACKET` in the Unix family.
+pub fn is_unix_seqpacket(fd: BorrowedFd<'_>) -> bool {
+    matches!(net::sockopt::socket_type(fd), Ok(SocketType::SEQPACKET))
+        && matches!(net::sockopt::socket_domain(fd), Ok(AddressFamily::UNIX))
+}
+
+/// Duplicates a descriptor (close-on-exec).
+pub fn dup(fd: BorrowedFd<'_>) -> rustix::io::Result<OwnedFd> {
+    rustix::io::fcntl_dupfd_cloexec(fd, 0)
+}

@@ -1,0 +1,1 @@
+//! userfaultfd: registering ranges and resolving their faults.

@@ -1,0 +1,41 @@
+//! `ferry-peer`: the other process in ferry's multi-process tests.
+//!
+//! Usage: `ferry-peer ROLE [ARGS...]`. Each role finds its counterpart
+//! through the name service (`FERRY_BOOTSTRAP` is set by the test), does one
+//! job, prints what it observed on standard output, and exits 0 on success.
+//! It asks the kernel to kill it if the test process dies, so a failed test
+//! never leaves peers behind.
+
+mod core;
+mod pager;
+mod regions;
+mod rpc;
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let _ = rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL));
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some((role, rest)) = args.split_first() else {
+        eprintln!("usage: ferry-peer ROLE [ARGS...]");
+        return ExitCode::from(2);
+    };
+    let outcome = core::run(role, rest)
+        .or_else(|| regions::run(role, rest))
+        .or_else(|| rpc::run(role, rest))
+        .or_else(|| pager::run(role, rest));
+    match outcome {
+        Some(Ok(())) => ExitCode::SUCCESS,
+        Some(Err(e)) => {
+            eprintln!("ferry-peer {role}: {e}");
+            ExitCode::from(1)
+        }
+        None => {
+            eprintln!("ferry-peer: unknown role {role:?}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// What a role returns: `None` from a module that does not know the role.
+pub type Outcome = Option<Result<(), Box<dyn std::error::Error>>>;

@@ -1,0 +1,66 @@
+#![allow(dead_code)]
+//! Shared helpers for ferry's integration tests: spawning peer processes,
+//! a watchdog that turns a deadlock into a failure, and descriptor counting.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+/// Fails the whole test process (with a message naming the test) if `f`
+/// does not return within `limit`. Tests never assert timings; this only
+/// turns a hang into a failure.
+pub fn watchdog<T>(name: &str, limit: Duration, f: impl FnOnce() -> T) -> T {
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let label = name.to_owned();
+    std::thread::spawn(move || {
+        if rx.recv_timeout(limit) == Err(std::sync::mpsc::RecvTimeoutError::Timeout) {
+            eprintln!("watchdog: test {label} still running after {limit:?}: deadlock; aborting");
+            std::process::abort();
+        }
+    });
+    let out = f();
+    let _ = tx.send(());
+    out
+}
+
+/// A fresh, private name-service path for one test, so tests running in
+/// parallel never share registrations. Also points this process's
+/// `FERRY_BOOTSTRAP` at it.
+pub fn private_bootstrap(test: &str) -> PathBuf {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let dir = std::env::temp_dir().join(format!("ferry-test-{}-{}-{}", std::process::id(), test, N.fetch_add(1, Ordering::Relaxed)));
+    std::fs::create_dir_all(&dir).expect("create test dir");
+    dir.join("bootstrap")
+}
+
+/// Starts the peer program in `role` with `args`, pointed at `bootstrap`.
+pub fn spawn_peer(bootstrap: &std::path::Path, role: &str, args: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_ferry-peer"))
+        .arg(role)
+        .args(args)
+        .env("FERRY_BOOTSTRAP", bootstrap)
+        .env("FERRY_NO_EMBED", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn ferry-peer")
+}
+
+/// Waits for a peer and returns its standard output, panicking if it failed.
+pub fn finish(child: Child) -> String {
+    let out = child.wait_with_output().expect("wait for peer");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "peer failed with {}; stdout:\n{stdout}", out.status);
+    stdout
+}
+
+/// Number of descriptors open in this process.
+pub fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0)
+}
+
+/// Sleeps briefly; for polling loops that wait for another process.
+pub fn nap() {
+    std::thread::sleep(Duration::from_millis(5));
+}

@@ -1,0 +1,1 @@
+//! `ferry probe`: measures this machine's IPC primitives.

@@ -117,6 +117,17 @@ impl NameServer {
         }
     }
 
+    /// Serves on a background thread of this process (named `ferry-names`)
+    /// for as long as the process lives.
+    pub fn spawn(self) -> io::Result<()> {
+        std::thread::Builder::new().name("ferry-names".into()).spawn(move || {
+            if let Err(e) = self.serve() {
+                eprintln!("ferry: embedded name server stopped: {e}");
+            }
+        })?;
+        Ok(())
+    }
+
     /// Handles whatever is ready, waiting up to `deadline`.
     fn turn(&mut self, deadline: Option<std::time::Instant>) -> io::Result<()> {
         for (key, ready) in self.epoll.wait(32, deadline).map_err(io_err)? {
@@ -267,10 +278,5 @@ pub(crate) fn start_embedded(path: &Path, started: &OnceLock<PathBuf>) -> io::Re
         Err(e) => return Err(e),
     };
     let _ = started.set(path.to_owned());
-    std::thread::Builder::new().name("ferry-names".into()).spawn(move || {
-        if let Err(e) = server.serve() {
-            eprintln!("ferry: embedded name server stopped: {e}");
-        }
-    })?;
-    Ok(())
+    server.spawn()
 }

@@ -24,14 +24,33 @@ pub fn watchdog<T>(name: &str, limit: Duration, f: impl FnOnce() -> T) -> T {
     out
 }
 
-/// A fresh, private name-service path for one test, so tests running in
-/// parallel never share registrations. Also points this process's
-/// `FERRY_BOOTSTRAP` at it.
+/// Starts a private name server for one test on a thread of this process
+/// and returns its path, so tests running in parallel never share
+/// registrations. Peers spawned with [`spawn_peer`] are pointed at it.
 pub fn private_bootstrap(test: &str) -> PathBuf {
     static N: AtomicU32 = AtomicU32::new(0);
     let dir = std::env::temp_dir().join(format!("ferry-test-{}-{}-{}", std::process::id(), test, N.fetch_add(1, Ordering::Relaxed)));
     std::fs::create_dir_all(&dir).expect("create test dir");
-    dir.join("bootstrap")
+    let path = dir.join("bootstrap");
+    ferry::NameServer::bind(&path).expect("bind name server").spawn().expect("start name server");
+    path
+}
+
+/// Connects to the name server at `path`.
+pub fn names(path: &std::path::Path) -> ferry::Bootstrap {
+    ferry::Bootstrap::connect_to(path).expect("connect to name server")
+}
+
+/// Looks `name` up, retrying while the peer that registers it starts.
+pub fn lookup_retry(bs: &mut ferry::Bootstrap, name: &str) -> ferry::SendRight {
+    for _ in 0..2000 {
+        match bs.lookup(name) {
+            Ok(r) => return r,
+            Err(ferry::NameError::NotFound) => nap(),
+            Err(e) => panic!("lookup {name}: {e}"),
+        }
+    }
+    panic!("{name} never registered");
 }
 
 /// Starts the peer program in `role` with `args`, pointed at `bootstrap`.
@@ -63,4 +82,11 @@ pub fn open_fds() -> usize {
 /// Sleeps briefly; for polling loops that wait for another process.
 pub fn nap() {
     std::thread::sleep(Duration::from_millis(5));
+}
+
+/// Serialises the tests of one test binary that count descriptors: the
+/// count is process-wide, so such tests must not overlap with others.
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|p| p.into_inner())
 }

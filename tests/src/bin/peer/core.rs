@@ -1,10 +1,170 @@
-//! Peer roles for the core tests.
+//! Peer roles for the port, right and name-service tests.
+//!
+//! Protocol conventions shared with `tests/tests/processes.rs`: op 99 asks a
+//! role to stop; bodies carrying numbers are little-endian `u64`s.
+
+use ferry::{Bootstrap, Item, Message, RecvError, SendError, Timeout};
 
 use crate::Outcome;
 
 /// Runs `role` if this module knows it.
-pub fn run(role: &str, _args: &[String]) -> Outcome {
-    match role {
-        _ => None,
+pub fn run(role: &str, args: &[String]) -> Outcome {
+    let arg = |i: usize| args.get(i).cloned().unwrap_or_default();
+    Some(match role {
+        "server" => server(&arg(0)),
+        "hold-receive" => hold_receive(&arg(0)),
+        "take-receive" => take_receive(&arg(0)),
+        "flood" => flood(&arg(0), arg(1).parse().unwrap_or(0), arg(2).parse().unwrap_or(0), &arg(3)),
+        "register" => register(&arg(0)),
+        "lookup" => lookup(&arg(0)),
+        "send-forever" => send_forever(&arg(0)),
+        _ => return None,
+    })
+}
+
+type R = Result<(), Box<dyn std::error::Error>>;
+
+fn lookup_retry(bs: &mut Bootstrap, name: &str) -> Result<ferry::SendRight, Box<dyn std::error::Error>> {
+    for _ in 0..2000 {
+        match bs.lookup(name) {
+            Ok(r) => return Ok(r),
+            Err(ferry::NameError::NotFound) => std::thread::sleep(std::time::Duration::from_millis(5)),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(format!("{name} never registered").into())
+}
+
+/// Registers a port under `name` and answers requests: replies through the
+/// reply right with the body reversed and op + 1, and greets every send right
+/// a request carries. Stops on op 99.
+fn server(name: &str) -> R {
+    let (mut rx, tx) = ferry::port()?;
+    Bootstrap::connect()?.register(name, &tx)?;
+    drop(tx);
+    loop {
+        let mut m = rx.recv(Timeout::Infinite)?;
+        if m.op() == 99 {
+            println!("server: stop");
+            return Ok(());
+        }
+        let who = m.sender().ok_or("no credentials")?;
+        println!("server: op {} from pid {} ({} bytes, {} items)", m.op(), who.pid, m.body().len(), m.items().len());
+        for it in m.take_items() {
+            if let Item::Send(s) = it {
+                s.send(Message::new(7).with_body(format!("hello from server {}", std::process::id())), Timeout::Infinite)?;
+            }
+        }
+        if let Some(reply) = m.take_reply() {
+            let mut body = m.body().to_vec();
+            body.reverse();
+            reply.send(Message::new(m.op() + 1).with_body(body), Timeout::Infinite)?;
+        }
+    }
+}
+
+/// Gives the test a send right to a fresh port, then blocks receiving on it
+/// until killed.
+fn hold_receive(name: &str) -> R {
+    let mut bs = Bootstrap::connect()?;
+    let to_test = lookup_retry(&mut bs, name)?;
+    let (mut rx, tx) = ferry::port()?;
+    to_test.send(Message::new(1).with_item(tx), Timeout::Infinite)?;
+    println!("holding");
+    loop {
+        match rx.recv(Timeout::Infinite) {
+            Ok(m) if m.op() == 99 => return Ok(()),
+            Ok(_) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Sends the test a send right to its own port, receives a receive right
+/// through it, then prints every message received on that right until op 99.
+fn take_receive(name: &str) -> R {
+    let mut bs = Bootstrap::connect()?;
+    let to_test = lookup_retry(&mut bs, name)?;
+    let (mut mine, tx) = ferry::port()?;
+    to_test.send(Message::new(1).with_item(tx), Timeout::Infinite)?;
+    let mut m = mine.recv(Timeout::Infinite)?;
+    let Some(Item::Receive(mut taken)) = m.take_items().pop() else { return Err("expected a receive right".into()) };
+    println!("took receive right, {} send-once outstanding", taken.send_once_outstanding());
+    loop {
+        match taken.recv(Timeout::Infinite) {
+            Ok(m) if m.op() == 99 => return Ok(()),
+            Ok(m) => println!("got {} {}", m.op(), String::from_utf8_lossy(m.body())),
+            Err(RecvError::SendOnceDropped) => println!("send-once dropped"),
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Sends `count` numbered messages (body: id, seq) to `name`, blocking or
+/// with a short timeout, and prints the outcome of each.
+fn flood(name: &str, count: u64, id: u64, mode: &str) -> R {
+    let mut bs = Bootstrap::connect()?;
+    let to = lookup_retry(&mut bs, name)?;
+    let timeout = if mode == "timed" { Timeout::millis(2) } else { Timeout::Infinite };
+    for seq in 0..count {
+        let mut body = id.to_le_bytes().to_vec();
+        body.extend_from_slice(&seq.to_le_bytes());
+        match to.send(Message::new(2).with_body(body), timeout) {
+            Ok(()) => println!("ok {seq}"),
+            Err(SendError::Timeout) => println!("timeout {seq}"),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// Registers a fresh port under `name`, says so, and waits (op 99 stops).
+fn register(name: &str) -> R {
+    let (mut rx, tx) = ferry::port()?;
+    let mut bs = Bootstrap::connect()?;
+    match bs.register(name, &tx) {
+        Ok(()) => println!("registered"),
+        Err(ferry::NameError::Taken) => {
+            println!("taken");
+            return Ok(());
+        }
+        Err(e) => return Err(e.into()),
+    }
+    drop(tx);
+    loop {
+        match rx.recv(Timeout::Infinite) {
+            Ok(m) if m.op() == 99 => return Ok(()),
+            Ok(_) => {}
+            Err(RecvError::NoSenders) => return Ok(()),
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Looks `name` up once and prints `found` or `notfound`.
+fn lookup(name: &str) -> R {
+    match Bootstrap::connect()?.lookup(name) {
+        Ok(_) => println!("found"),
+        Err(ferry::NameError::NotFound) => println!("notfound"),
+        Err(e) => return Err(e.into()),
+    }
+    Ok(())
+}
+
+/// Sends to `name` in a loop until the port dies or the process is killed.
+fn send_forever(name: &str) -> R {
+    let mut bs = Bootstrap::connect()?;
+    let to = lookup_retry(&mut bs, name)?;
+    println!("sending");
+    let mut seq = 0u64;
+    loop {
+        match to.send(Message::new(3).with_body(seq.to_le_bytes()), Timeout::Infinite) {
+            Ok(()) => seq += 1,
+            Err(SendError::PeerDead) => {
+                println!("dead name after {seq}");
+                return Ok(());
+            }
+            Err(e) => return Err(e.into()),
+        }
     }
 }

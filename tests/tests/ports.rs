@@ -1,0 +1,242 @@
+//! Port and right semantics within one process (the kernel objects are real;
+//! only the processes are not). Multi-process behaviour is in processes.rs.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{open_fds, watchdog};
+use ferry::{Event, Item, Message, PortOptions, PortSet, RecvError, SendError, Timeout};
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+#[test]
+fn message_carries_op_body_and_kernel_credentials() {
+    let _serial = common::serial();
+    let (mut rx, tx) = ferry::port().unwrap();
+    tx.send(Message::new(42).with_body(vec![1, 2, 3]), Timeout::Infinite).unwrap();
+    let m = rx.recv(Timeout::Infinite).unwrap();
+    assert_eq!(m.op(), 42);
+    assert_eq!(m.body(), &[1, 2, 3]);
+    let c = m.sender().expect("credentials");
+    assert_eq!(c.pid as u32, std::process::id());
+    assert_eq!(c.uid, rustix::process::getuid().as_raw());
+    assert_eq!(c.gid, rustix::process::getgid().as_raw());
+    assert!(!m.via_send_once());
+}
+
+#[test]
+fn no_senders_after_queue_drains() {
+    let _serial = common::serial();
+    watchdog("no_senders", LIMIT, || {
+        let (mut rx, tx) = ferry::port().unwrap();
+        let tx2 = tx.try_clone().unwrap();
+        tx.send(Message::new(1), Timeout::Infinite).unwrap();
+        tx2.send(Message::new(2), Timeout::Infinite).unwrap();
+        drop(tx);
+        assert!(matches!(rx.recv(Timeout::Zero), Ok(m) if m.op() == 1));
+        drop(tx2);
+        // Queued messages still arrive before the notification.
+        assert!(matches!(rx.recv(Timeout::Infinite), Ok(m) if m.op() == 2));
+        assert!(matches!(rx.recv(Timeout::Infinite), Err(RecvError::NoSenders)));
+        // It stays true.
+        assert!(matches!(rx.recv(Timeout::Zero), Err(RecvError::NoSenders)));
+        assert!(rx.senders_gone());
+    });
+}
+
+#[test]
+fn dead_name_when_receive_right_dropped() {
+    let _serial = common::serial();
+    let (rx, tx) = ferry::port().unwrap();
+    assert!(!tx.is_dead());
+    assert!(!tx.wait_dead(Timeout::millis(5)));
+    drop(rx);
+    assert!(tx.is_dead());
+    assert!(tx.wait_dead(Timeout::Infinite));
+    assert!(matches!(tx.send(Message::new(1), Timeout::Infinite), Err(SendError::PeerDead)));
+}
+
+#[test]
+fn timeouts_zero_and_finite() {
+    let _serial = common::serial();
+    let (mut rx, _tx) = ferry::port().unwrap();
+    assert!(matches!(rx.recv(Timeout::Zero), Err(RecvError::Timeout)));
+    assert!(matches!(rx.recv(Timeout::millis(10)), Err(RecvError::Timeout)));
+    assert!(matches!(rx.try_recv(), Err(RecvError::Timeout)));
+}
+
+#[test]
+fn send_once_delivers_once_and_reports_drop() {
+    let _serial = common::serial();
+    watchdog("send_once", LIMIT, || {
+        let (mut rx, tx) = ferry::port().unwrap();
+        let once = rx.make_send_once().unwrap();
+        let unused = rx.make_send_once().unwrap();
+        assert_eq!(rx.send_once_outstanding(), 2);
+        // The reply-port pattern: the only send right is dropped, yet the
+        // port waits for its send-once rights instead of reporting no-senders.
+        drop(tx);
+        once.send(Message::new(5).with_body(*b"reply"), Timeout::Infinite).unwrap();
+        let m = rx.recv(Timeout::Infinite).unwrap();
+        assert_eq!((m.op(), m.via_send_once()), (5, true));
+        drop(unused);
+        assert!(matches!(rx.recv(Timeout::Infinite), Err(RecvError::SendOnceDropped)));
+        assert_eq!(rx.send_once_outstanding(), 0);
+        assert!(matches!(rx.recv(Timeout::Infinite), Err(RecvError::NoSenders)));
+    });
+}
+
+#[test]
+fn reply_right_travels_in_header() {
+    let _serial = common::serial();
+    let (mut server, to_server) = ferry::port().unwrap();
+    let (mut client, _keep) = ferry::port().unwrap();
+    let reply = client.make_send_once().unwrap();
+    to_server.send(Message::new(1).with_reply(reply).with_body(*b"q"), Timeout::Infinite).unwrap();
+    let mut req = server.recv(Timeout::Infinite).unwrap();
+    assert!(req.items().is_empty(), "the reply right is not an ordinary item");
+    req.take_reply().unwrap().send(Message::new(2), Timeout::Infinite).unwrap();
+    assert_eq!(client.recv(Timeout::Infinite).unwrap().op(), 2);
+}
+
+#[test]
+fn rights_move_inside_messages() {
+    let _serial = common::serial();
+    watchdog("rights_move", LIMIT, || {
+        let (mut a, to_a) = ferry::port().unwrap();
+        let (b, to_b) = ferry::port().unwrap();
+        // Queue two messages on b, then move b's receive right (with one
+        // outstanding send-once right) and a send right to b through a.
+        let mut b = b;
+        let once_b = b.make_send_once().unwrap();
+        to_b.send(Message::new(10), Timeout::Infinite).unwrap();
+        to_b.send(Message::new(11), Timeout::Infinite).unwrap();
+        let copy = to_b.try_clone().unwrap();
+        to_a.send(Message::new(1).with_item(b).with_item(copy), Timeout::Infinite).unwrap();
+        let mut m = a.recv(Timeout::Infinite).unwrap();
+        let mut items = m.take_items().into_iter();
+        let (Some(Item::Receive(mut b2)), Some(Item::Send(s2)), None) = (items.next(), items.next(), items.next()) else {
+            panic!("unexpected items");
+        };
+        assert_eq!(b2.send_once_outstanding(), 1);
+        assert_eq!(b2.recv(Timeout::Infinite).unwrap().op(), 10);
+        assert_eq!(b2.recv(Timeout::Infinite).unwrap().op(), 11);
+        s2.send(Message::new(12), Timeout::Infinite).unwrap();
+        once_b.send(Message::new(13), Timeout::Infinite).unwrap();
+        let mut ops = vec![b2.recv(Timeout::Infinite).unwrap().op(), b2.recv(Timeout::Infinite).unwrap().op()];
+        ops.sort();
+        assert_eq!(ops, vec![12, 13]);
+    });
+}
+
+#[test]
+fn limits_are_enforced_on_send() {
+    let _serial = common::serial();
+    let (_rx, tx) = ferry::port().unwrap();
+    let big = vec![0u8; ferry::message::MAX_INLINE + 1];
+    assert!(matches!(tx.send(Message::new(1).with_body(big), Timeout::Zero), Err(SendError::TooLarge(_))));
+    let mut m = Message::new(1);
+    for _ in 0..=ferry::message::MAX_ITEMS {
+        m = m.with_item(tx.try_clone().unwrap());
+    }
+    assert!(matches!(tx.send(m, Timeout::Zero), Err(SendError::TooLarge(_))));
+}
+
+#[test]
+fn full_queue_fails_now_times_out_or_blocks() {
+    let _serial = common::serial();
+    watchdog("full_queue", LIMIT, || {
+        let (mut rx, tx) = ferry::port_with(PortOptions { queue_limit: Some(4096) }).unwrap();
+        let mut queued = 0u64;
+        loop {
+            match tx.send(Message::new(1).with_body(queued.to_le_bytes()), Timeout::Zero) {
+                Ok(()) => queued += 1,
+                Err(SendError::QueueFull) => break,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert!(queued > 0, "a 4 KiB queue holds at least one small message");
+        assert!(tx.queued_bytes().unwrap() > 0);
+        assert!(matches!(tx.send(Message::new(1), Timeout::millis(20)), Err(SendError::Timeout)));
+        // A blocking sender waits until the receiver makes room.
+        let tx2 = tx.try_clone().unwrap();
+        let t = std::thread::spawn(move || tx2.send(Message::new(2).with_body(u64::MAX.to_le_bytes()), Timeout::Infinite));
+        let mut seen = Vec::new();
+        while seen.len() as u64 <= queued {
+            let m = rx.recv(Timeout::Infinite).unwrap();
+            seen.push(u64::from_le_bytes(m.body().try_into().unwrap()));
+        }
+        t.join().unwrap().unwrap();
+        let mut expect: Vec<u64> = (0..queued).collect();
+        expect.push(u64::MAX);
+        assert_eq!(seen, expect, "nothing lost, duplicated or reordered");
+    });
+}
+
+#[test]
+fn queue_limit_is_adjustable() {
+    let _serial = common::serial();
+    let (_rx, tx) = ferry::port().unwrap();
+    tx.set_queue_limit(8192).unwrap();
+    let small = tx.queue_limit().unwrap();
+    tx.set_queue_limit(1 << 20).unwrap();
+    assert!(tx.queue_limit().unwrap() > small);
+}
+
+#[test]
+fn port_set_delivers_messages_and_notifications() {
+    let _serial = common::serial();
+    watchdog("port_set", LIMIT, || {
+        let mut set = PortSet::new().unwrap();
+        let (a, to_a) = ferry::port().unwrap();
+        let (b, to_b) = ferry::port().unwrap();
+        let (c_rx, c_tx) = ferry::port().unwrap();
+        let ia = set.insert(a);
+        let ib = set.insert(b);
+        let wc = set.watch_dead_name(&c_tx).unwrap();
+        to_a.send(Message::new(1), Timeout::Infinite).unwrap();
+        to_b.send(Message::new(2), Timeout::Infinite).unwrap();
+        let mut got = Vec::new();
+        for _ in 0..2 {
+            match set.wait(Timeout::Infinite).unwrap() {
+                Event::Message(id, m) => got.push((id, m.op())),
+                e => panic!("unexpected {e:?}"),
+            }
+        }
+        got.sort();
+        assert_eq!(got, vec![(ia, 1), (ib, 2)]);
+        assert!(matches!(set.wait(Timeout::Zero), Err(RecvError::Timeout)));
+        // A send-once right made while the port is in the set is watched too.
+        let once = set.port_mut(ia).unwrap().make_send_once().unwrap();
+        once.send(Message::new(3), Timeout::Infinite).unwrap();
+        assert!(matches!(set.wait(Timeout::Infinite).unwrap(), Event::Message(id, m) if id == ia && m.via_send_once()));
+        drop(to_b);
+        assert!(matches!(set.wait(Timeout::Infinite).unwrap(), Event::NoSenders(id) if id == ib));
+        drop(c_rx);
+        assert!(matches!(set.wait(Timeout::Infinite).unwrap(), Event::DeadName(id) if id == wc));
+        // Notifications are reported once, not forever.
+        assert!(matches!(set.wait(Timeout::millis(10)), Err(RecvError::Timeout)));
+        let back = set.remove(ia).unwrap();
+        drop(back);
+        assert!(to_a.is_dead());
+    });
+}
+
+#[test]
+fn dropping_everything_leaks_no_descriptor() {
+    let _serial = common::serial();
+    let before = open_fds();
+    {
+        let (mut rx, tx) = ferry::port().unwrap();
+        let once = rx.make_send_once().unwrap();
+        let (r2, t2) = ferry::port().unwrap();
+        tx.send(Message::new(1).with_item(r2).with_item(t2.try_clone().unwrap()).with_reply(once), Timeout::Infinite).unwrap();
+        let _unread = tx.try_clone().unwrap().send(Message::new(2).with_item(t2), Timeout::Infinite);
+        let m = rx.recv(Timeout::Infinite).unwrap();
+        drop(m);
+        // One message stays queued with a right inside; dropping the port
+        // must release it too.
+    }
+    assert_eq!(open_fds(), before);
+}

@@ -1,9 +1,253 @@
-//! `ferry demo`.
+//! `ferry demo`: ferry's main job in one command.
+//!
+//! The demo starts an embedded name service, then a server and two clients
+//! as separate processes (this same program, re-executed with a hidden
+//! role). Client A hands the server a send right to its own inbox and a
+//! send-once reply right; the server answers through the send-once right
+//! with a send right to a private session port. A's note to B travels
+//! through the server carrying a send right to a fresh port of A's, so B can
+//! then talk to A directly. When the clients exit, the server sees a
+//! dead-name notification for each inbox and a no-senders notification for
+//! each session port. Every line says which process did what, and which
+//! rights crossed which process boundary.
 
-use std::process::ExitCode;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode};
+use std::time::Duration;
 
-/// Runs `ferry demo` with its arguments.
-pub fn main(_args: &[String]) -> ExitCode {
-    eprintln!("ferry demo: not built yet");
-    ExitCode::from(1)
+use ferry::{Bootstrap, Event, Item, Message, MemberId, PortSet, RecvError, SendRight, Timeout};
+
+const HELLO: u32 = 1;
+const WELCOME: u32 = 2;
+const NOTE: u32 = 3;
+const DIRECT: u32 = 4;
+const STOP: u32 = 99;
+
+type Res<T = ()> = Result<T, Box<dyn std::error::Error>>;
+
+/// Runs `ferry demo`, or one of its roles when re-executed.
+pub fn main(args: &[String]) -> ExitCode {
+    let result = match args.first().map(String::as_str) {
+        Some("--role") => match args.get(1).map(String::as_str) {
+            Some("server") => server(),
+            Some("client-a") => client_a(),
+            Some("client-b") => client_b(),
+            other => Err(format!("unknown demo role {other:?}").into()),
+        },
+        Some("-h") | Some("--help") => {
+            println!("usage: ferry demo\n\nRuns a server and two clients as separate processes that exchange ports\nthrough an embedded name service, and narrates what crossed each boundary.");
+            return ExitCode::SUCCESS;
+        }
+        None => orchestrate(),
+        Some(other) => Err(format!("unknown argument {other:?}").into()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ferry demo: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn say(role: &str, what: impl std::fmt::Display) {
+    println!("[{role:<8} pid {:>6}] {what}", std::process::id());
+}
+
+fn spawn_role(path: &Path, role: &str) -> Res<Child> {
+    Ok(Command::new(std::env::current_exe()?)
+        .args(["demo", "--role", role])
+        .env("FERRY_BOOTSTRAP", path)
+        .env("FERRY_NO_EMBED", "1")
+        .spawn()?)
+}
+
+fn wait_ok(mut c: Child, role: &str) -> Res {
+    let st = c.wait()?;
+    if st.success() {
+        Ok(())
+    } else {
+        Err(format!("{role} failed: {st}").into())
+    }
+}
+
+fn lookup_retry(bs: &mut Bootstrap, name: &str) -> Res<SendRight> {
+    for _ in 0..1000 {
+        match bs.lookup(name) {
+            Ok(r) => return Ok(r),
+            Err(ferry::NameError::NotFound) => std::thread::sleep(Duration::from_millis(5)),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(format!("{name} was never registered").into())
+}
+
+fn orchestrate() -> Res {
+    let dir: PathBuf = std::env::temp_dir().join(format!("ferry-demo-{}", std::process::id()));
+    let path = dir.join("bootstrap");
+    ferry::NameServer::bind(&path)?.spawn()?;
+    say("demo", format_args!("embedded name service listening at {}", path.display()));
+    let server = spawn_role(&path, "server")?;
+    let mut bs = Bootstrap::connect_to(&path)?;
+    let to_server = lookup_retry(&mut bs, "demo.server")?;
+    let b = spawn_role(&path, "client-b")?;
+    let a = spawn_role(&path, "client-a")?;
+    wait_ok(a, "client A")?;
+    wait_ok(b, "client B")?;
+    // Give the server a moment to report the notifications, then stop it.
+    to_server.send(Message::new(STOP), Timeout::Infinite)?;
+    wait_ok(server, "server")?;
+    drop(bs);
+    let _ = std::fs::remove_dir_all(&dir);
+    println!();
+    println!("What crossed which boundary:");
+    println!("  client A -> server   : send right to A's inbox, send-once reply right (in the header)");
+    println!("  server   -> client A : send right to a session port, through the send-once right");
+    println!("  client A -> server   : a note carrying a send right to A's direct port");
+    println!("  server   -> client B : the same note and right, forwarded (the right crossed two boundaries)");
+    println!("  client B -> client A : a message through that right, with no server in between");
+    println!("  on exit              : the server saw dead names (inboxes) and no-senders (session ports)");
+    Ok(())
+}
+
+/// The server: a port set holding its service port and one session port per
+/// client, plus dead-name watches on the clients' inboxes.
+fn server() -> Res {
+    let role = "server";
+    let (service_rx, service_tx) = ferry::port()?;
+    Bootstrap::connect()?.register("demo.server", &service_tx)?;
+    drop(service_tx);
+    say(role, "registered a send right to its service port as \"demo.server\"");
+    let mut set = PortSet::new()?;
+    let service = set.insert(service_rx);
+    let mut sessions: HashMap<MemberId, String> = HashMap::new();
+    let mut watches: HashMap<MemberId, String> = HashMap::new();
+    let mut inboxes: HashMap<String, SendRight> = HashMap::new();
+    let mut pending: Vec<(String, Message)> = Vec::new();
+    let mut stopping = false;
+    loop {
+        // Once asked to stop, finish reporting the clients' notifications
+        // (bounded, in case a client is stuck) before exiting.
+        if stopping && sessions.is_empty() && watches.is_empty() {
+            say(role, "stopping");
+            return Ok(());
+        }
+        let wait = if stopping { Timeout::After(Duration::from_secs(5)) } else { Timeout::Infinite };
+        let event = match set.wait(wait) {
+            Err(RecvError::Timeout) => {
+                say(role, "stopping with notifications still outstanding");
+                return Ok(());
+            }
+            other => other?,
+        };
+        match event {
+            Event::Message(id, mut m) if id == service => match m.op() {
+                HELLO => {
+                    let who = String::from_utf8_lossy(m.body()).into_owned();
+                    let cred = m.sender().ok_or("no credentials")?;
+                    let reply = m.take_reply().ok_or("hello without a reply right")?;
+                    let Some(Item::Send(inbox)) = m.take_items().pop() else { return Err("hello without an inbox".into()) };
+                    say(role, format_args!("<- {who} (pid {}, uid {}): send right to its inbox + send-once reply right", cred.pid, cred.uid));
+                    watches.insert(set.watch_dead_name(&inbox)?, who.clone());
+                    let (session_rx, session_tx) = ferry::port()?;
+                    sessions.insert(set.insert(session_rx), who.clone());
+                    reply.send(Message::new(WELCOME).with_item(session_tx), Timeout::Infinite)?;
+                    say(role, format_args!("-> {who}: send right to a new session port, through the send-once right"));
+                    let (ready, wait): (Vec<_>, Vec<_>) = pending.drain(..).partition(|(to, _)| *to == who);
+                    pending = wait;
+                    for (_, note) in ready {
+                        inbox.send(note, Timeout::Infinite)?;
+                        say(role, format_args!("-> {who}: forwarded a held note with its send right"));
+                    }
+                    inboxes.insert(who, inbox);
+                }
+                STOP => stopping = true,
+                op => say(role, format_args!("ignored op {op} on the service port")),
+            },
+            Event::Message(id, mut m) => {
+                let who = sessions.get(&id).cloned().unwrap_or_default();
+                if m.op() != NOTE {
+                    say(role, format_args!("ignored op {} from {who}", m.op()));
+                    continue;
+                }
+                let to = String::from_utf8_lossy(m.body()).into_owned();
+                let items = m.take_items();
+                say(role, format_args!("<- {who}: a note for {to} carrying {} right(s)", items.len()));
+                let mut note = Message::new(NOTE).with_body(who.clone());
+                for it in items {
+                    note = note.with_item(it);
+                }
+                match inboxes.get(&to) {
+                    Some(inbox) => {
+                        inbox.send(note, Timeout::Infinite)?;
+                        say(role, format_args!("-> {to}: forwarded the note and its right"));
+                    }
+                    None => {
+                        say(role, format_args!("holding the note until {to} says hello"));
+                        pending.push((to, note));
+                    }
+                }
+            }
+            Event::DeadName(id) => {
+                let who = watches.remove(&id).unwrap_or_default();
+                inboxes.remove(&who);
+                say(role, format_args!("dead-name notification: {who}'s inbox is gone"));
+            }
+            Event::NoSenders(id) => {
+                let who = sessions.remove(&id).unwrap_or_default();
+                drop(set.remove(id));
+                say(role, format_args!("no-senders notification: nobody can reach {who}'s session port any more"));
+            }
+            Event::SendOnceDropped(_) => {}
+            Event::BadMessage(_, e) => say(role, format_args!("discarded a malformed message: {e}")),
+        }
+    }
+}
+
+/// Says hello to the server, getting a session port through a send-once
+/// reply right.
+fn hello(role: &str, to_server: &SendRight) -> Res<(ferry::ReceiveRight, SendRight)> {
+    let (mut inbox, inbox_tx) = ferry::port()?;
+    let reply = inbox.make_send_once()?;
+    to_server.send(Message::new(HELLO).with_body(role).with_item(inbox_tx).with_reply(reply), Timeout::Infinite)?;
+    say(role, "-> server: hello, with a send right to my inbox and a send-once reply right");
+    let mut welcome = inbox.recv(Timeout::Infinite)?;
+    let Some(Item::Send(session)) = welcome.take_items().pop() else { return Err("welcome without a session right".into()) };
+    say(role, format_args!("<- server: send right to my session port (arrived via send-once: {})", welcome.via_send_once()));
+    Ok((inbox, session))
+}
+
+fn client_a() -> Res {
+    let role = "client-a";
+    let mut bs = Bootstrap::connect()?;
+    let to_server = lookup_retry(&mut bs, "demo.server")?;
+    say(role, "looked up \"demo.server\" and got a send right");
+    let (_inbox, session) = hello(role, &to_server)?;
+    let (mut direct, direct_tx) = ferry::port()?;
+    session.send(Message::new(NOTE).with_body("client-b").with_item(direct_tx), Timeout::Infinite)?;
+    say(role, "-> server: a note for client-b carrying a send right to my direct port");
+    let m = direct.recv(Timeout::Infinite)?;
+    let from = m.sender().ok_or("no credentials")?;
+    say(role, format_args!("<- pid {} directly: {:?}", from.pid, String::from_utf8_lossy(m.body())));
+    match direct.recv(Timeout::Infinite) {
+        Err(RecvError::NoSenders) => say(role, "no-senders on my direct port: client-b let go of its right"),
+        other => return Err(format!("expected no-senders, got {other:?}").into()),
+    }
+    Ok(())
+}
+
+fn client_b() -> Res {
+    let role = "client-b";
+    let mut bs = Bootstrap::connect()?;
+    let to_server = lookup_retry(&mut bs, "demo.server")?;
+    say(role, "looked up \"demo.server\" and got a send right");
+    let (mut inbox, _session) = hello(role, &to_server)?;
+    let mut note = inbox.recv(Timeout::Infinite)?;
+    let from = String::from_utf8_lossy(note.body()).into_owned();
+    let Some(Item::Send(to_a)) = note.take_items().pop() else { return Err("note without a right".into()) };
+    say(role, format_args!("<- server: a note from {from} with a send right to {from}'s direct port"));
+    to_a.send(Message::new(DIRECT).with_body("hello from client-b, no server in between"), Timeout::Infinite)?;
+    say(role, format_args!("-> {from} directly, through the right that crossed two boundaries"));
+    Ok(())
 }

@@ -64,7 +64,18 @@ pub struct ReceiveRight {
     senders_gone: bool,
     /// Bumped whenever the set of descriptors to wait on changes.
     generation: u64,
-    buf: Vec<u8>,
+}
+
+thread_local! {
+    /// One receive buffer per thread, large enough for any valid message
+    /// plus one byte (to detect oversized datagrams); messages copy their
+    /// inline bytes out of it, so ports need no buffer of their own.
+    static RECV_BUF: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![0; crate::wire::MAX_MESSAGE + 1]);
+}
+
+/// Runs `f` with this thread's receive buffer.
+fn with_buf<R>(f: impl FnOnce(&mut [u8]) -> R) -> R {
+    RECV_BUF.with(|b| f(&mut b.borrow_mut()))
 }
 
 impl ReceiveRight {
@@ -76,7 +87,7 @@ impl ReceiveRight {
     /// Builds a receive right from descriptors already checked to be port
     /// sockets, whose identity is known. Cannot fail.
     pub(crate) fn from_checked(sock: OwnedFd, once: Vec<OwnedFd>, identity: (u64, u64)) -> Self {
-        ReceiveRight { sock, once, identity, senders_gone: false, generation: 0, buf: vec![0; crate::wire::MAX_MESSAGE + 1] }
+        ReceiveRight { sock, once, identity, senders_gone: false, generation: 0 }
     }
 
     /// Every descriptor that makes up this right, main socket first, for
@@ -118,7 +129,7 @@ impl ReceiveRight {
                     return Err(RecvError::NoSenders);
                 }
                 // Fast path: one socket, let the kernel block for us.
-                return match recv_on(self.sock.as_fd(), &mut self.buf, self.identity, timeout, false)? {
+                return match with_buf(|buf| recv_on(self.sock.as_fd(), buf, self.identity, timeout, false))? {
                     Some(m) => Ok(m),
                     None => {
                         self.senders_gone = true;
@@ -172,37 +183,38 @@ impl ReceiveRight {
 
     /// Receives from the main socket; `None` when nothing is queued.
     fn recv_main(&mut self, wait: bool) -> Option<Result<Message, RecvError>> {
-        let dg = match socket::recv(self.sock.as_fd(), &mut self.buf, wait) {
-            Ok(dg) => dg,
-            Err(Errno::AGAIN) | Err(Errno::INTR) => return None,
-            Err(e) => return Some(Err(RecvError::Io(io_err(e)))),
-        };
-        if dg.len == 0 && dg.fds.is_empty() && !dg.truncated {
-            self.senders_gone = true;
-            self.generation += 1;
-            if self.once.is_empty() {
-                return Some(Err(RecvError::NoSenders));
+        let got = with_buf(|buf| match socket::recv(self.sock.as_fd(), buf, wait) {
+            Ok(dg) if dg.len == 0 && dg.fds.is_empty() && !dg.truncated => Some(None),
+            Ok(dg) => Some(Some(Message::from_datagram(buf, dg, self.identity, false).map_err(RecvError::from))),
+            Err(Errno::AGAIN) | Err(Errno::INTR) => None,
+            Err(e) => Some(Some(Err(RecvError::Io(io_err(e))))),
+        })?;
+        match got {
+            Some(r) => Some(r),
+            None => {
+                // End-of-file: every send right is gone.
+                self.senders_gone = true;
+                self.generation += 1;
+                self.once.is_empty().then_some(Err(RecvError::NoSenders))
             }
-            return None;
         }
-        Some(Message::from_datagram(&self.buf, dg, self.identity, false).map_err(RecvError::from))
     }
 
     /// Receives from send-once socket `i`, closing it after one message or
     /// end-of-file; `None` when it has nothing yet.
     fn recv_once(&mut self, i: usize) -> Option<Result<Message, RecvError>> {
-        let dg = match socket::recv(self.once[i].as_fd(), &mut self.buf, false) {
-            Ok(dg) => dg,
-            Err(Errno::AGAIN) | Err(Errno::INTR) => return None,
-            Err(e) => return Some(Err(RecvError::Io(io_err(e)))),
-        };
+        let sock = self.once[i].as_fd();
+        let identity = self.identity;
+        let got = with_buf(|buf| match socket::recv(sock, buf, false) {
+            Ok(dg) if dg.len == 0 && dg.fds.is_empty() && !dg.truncated => Some(Err(RecvError::SendOnceDropped)),
+            Ok(dg) => Some(Message::from_datagram(buf, dg, identity, true).map_err(RecvError::from)),
+            Err(Errno::AGAIN) | Err(Errno::INTR) => None,
+            Err(e) => Some(Err(RecvError::Io(io_err(e)))),
+        })?;
         // One message or end-of-file: either way this right is used up.
         drop(self.once.swap_remove(i));
         self.generation += 1;
-        if dg.len == 0 && dg.fds.is_empty() && !dg.truncated {
-            return Some(Err(RecvError::SendOnceDropped));
-        }
-        Some(Message::from_datagram(&self.buf, dg, self.identity, true).map_err(RecvError::from))
+        Some(got)
     }
 
     /// Makes a send-once right to this port: whoever holds it can send exactly

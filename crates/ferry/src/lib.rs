@@ -34,6 +34,7 @@
 #![deny(missing_docs)]
 
 pub mod bootstrap;
+pub mod counters;
 pub mod error;
 pub mod message;
 pub mod nameserver;
@@ -53,4 +54,5 @@ pub use message::{Credentials, Item, Message, Reply};
 pub use nameserver::NameServer;
 pub use port::{port, port_with, PortOptions, ReceiveRight, SendOnceRight, SendRight};
 pub use portset::{Event, MemberId, PortSet};
+pub use region::{LendPool, MapOptions, MappedRegion, Region, RegionError, RegionItem};
 pub use timeout::Timeout;

@@ -14,7 +14,7 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use common::{finish, open_fds, spawn_peer, watchdog};
-use ferry::region::{auto, MapOptions, Mode, Region, RegionError, RegionItem};
+use ferry::region::{auto, LendPool, MapOptions, Mode, Region, RegionError, RegionItem};
 use ferry::{counters, Bootstrap, Item, Message, ReceiveRight, RecvError, SendRight, Timeout, WireError};
 
 fn serial() -> MutexGuard<'static, ()> {
@@ -331,6 +331,37 @@ fn killed_receiver_frees_everything() {
         let slack = 32 * 1024;
         assert!(eventually(|| shmem_kib() <= base + slack), "shmem {} KiB after the receiver died, baseline {base} KiB", shmem_kib());
         assert!(to.wait_dead(Timeout::Zero));
+    });
+}
+
+#[test]
+fn lent_region_returns_when_the_borrower_is_killed() {
+    let _s = serial();
+    watchdog("lent_region_returns", Duration::from_secs(60), || {
+        let path = bootstrap();
+        let mut peer = spawn_peer(&path, "region-sink", &["regions-borrower"]);
+        let mut lines = BufReader::new(peer.stdout.take().unwrap()).lines();
+        let mut b = Bootstrap::connect_to(&path).unwrap();
+        let mut found = None;
+        assert!(eventually(|| {
+            found = b.lookup("regions-borrower").ok();
+            found.is_some()
+        }));
+        let to = found.unwrap();
+        let pool = LendPool::new(1, 1 << 20).unwrap();
+        let mut lease = pool.acquire(T).unwrap();
+        lease.as_mut_slice()[0] = 9;
+        to.send(Message::new(1).with_item(lease.lend().unwrap()), T).unwrap();
+        assert_eq!(lines.next().unwrap().unwrap(), format!("mapped {}", 1 << 20));
+        // The borrower holds the only region: none to lease.
+        assert!(matches!(pool.acquire(Timeout::Zero), Err(RegionError::PoolExhausted)));
+        peer.kill().unwrap();
+        peer.wait().unwrap();
+        let lease = pool.acquire(T).expect("the region came back when its borrower died");
+        assert_eq!(lease.as_slice()[0], 9);
+        assert_eq!(pool.available(), 0);
+        drop(lease);
+        assert_eq!(pool.available(), 1);
     });
 }
 

@@ -35,6 +35,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         *w = i as u64;
     }
     let filled = t.elapsed();
+    let huge_after_fill = r.huge_bytes_mapped();
     let t = Instant::now();
     let before = ferry::counters::snapshot();
     to_child.send(Message::new(1).with_item(r.by_copy()?), Timeout::Infinite)?;
@@ -47,7 +48,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let d = ferry::counters::snapshot().since(&before);
     println!("parent: filled {} MiB in {filled:?}; send took {sent:?}; reply after {round:?}", LEN >> 20);
     println!("child: {}", String::from_utf8_lossy(reply.body()));
-    println!("parent: bytes copied by ferry: {}; huge pages: policy {:?}, {} bytes mapped huge", d.bytes_copied, ferry::region::shmem_huge_pages(), r.huge_bytes_mapped());
+    println!(
+        "parent: bytes copied by ferry: {}; shmem huge-page policy {:?}; {} MiB mapped with huge pages after filling",
+        d.bytes_copied,
+        ferry::region::shmem_huge_pages(),
+        huge_after_fill >> 20
+    );
     std::fs::remove_dir_all(&dir).ok();
     Ok(())
 }
@@ -64,7 +70,12 @@ fn child() -> Result<(), Box<dyn std::error::Error>> {
     let ok = words.iter().enumerate().all(|(i, &w)| w == i as u64);
     let checked = t.elapsed();
     v.as_mut_slice_of::<u64>().expect("by-value regions map writable")[1] = 0; // copies one page, privately
-    let msg = format!("mapped {} MiB, every word {} (read in {checked:?})", v.len() >> 20, if ok { "intact" } else { "WRONG" });
+    let msg = format!(
+        "mapped {} MiB, every word {} (read in {checked:?}; {} MiB mapped with huge pages)",
+        v.len() >> 20,
+        if ok { "intact" } else { "WRONG" },
+        v.huge_bytes_mapped() >> 20
+    );
     parent.send(Message::new(2).with_body(msg), Timeout::Infinite)?;
     if ok { Ok(()) } else { Err("corrupt region".into()) }
 }

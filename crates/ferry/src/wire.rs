@@ -259,7 +259,8 @@ mod tests {
     #[test]
     fn bad_region_items_are_rejected() {
         let mut v = Vec::new();
-        let cases: Vec<(ItemDesc, usize, fn(&WireError) -> bool)> = vec![
+        type Case = (ItemDesc, usize, fn(&WireError) -> bool);
+        let cases: Vec<Case> = vec![
             (region(0, 1), 1, |e| matches!(e, WireError::BadRegion { item: 0, .. })),
             (region(9, 1), 1, |e| matches!(e, WireError::BadRegion { item: 0, .. })),
             (region(MODE_COPY, 2), 2, |e| matches!(e, WireError::BadItemFdCount { item: 0, count: 2 })),

@@ -220,7 +220,7 @@ fn check_inner(item: usize, d: &ItemDesc, fds: &[OwnedFd]) -> Result<(), WireErr
     let bad = |reason: String| WireError::BadRegion { item, reason };
     let mode = Mode::from_wire(d.mode).ok_or_else(|| bad(format!("unknown mode {}", d.mode)))?;
     let fd = fds[0].as_fd();
-    if !mem::is_shmem(fd) {
+    if !mem::is_shmem(fd) || !mem::is_memfd(fd) {
         return Err(bad("descriptor is not a memfd".into()));
     }
     let seals = mem::seals(fd).map_err(|e| bad(format!("cannot read seals: {e}")))?;

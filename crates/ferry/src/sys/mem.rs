@@ -43,6 +43,7 @@ const TMPFS_MAGIC: i64 = 0x0102_1994;
 
 /// Whether `fd` is a file on tmpfs/shmem (where memfds live; hugetlbfs
 /// memfds and ordinary files are not).
+#[allow(clippy::unnecessary_cast)] // f_type's type differs between architectures
 pub fn is_shmem(fd: BorrowedFd<'_>) -> bool {
     matches!(rustix::fs::fstatfs(fd), Ok(st) if st.f_type as i64 == TMPFS_MAGIC)
         && matches!(rustix::fs::fstat(fd), Ok(st) if rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile)

@@ -202,8 +202,10 @@ fn share_mode_is_opt_in_and_mutual() {
         let Some(Item::Region(r)) = items.pop() else { panic!("no region") };
         let err = r.map(MapOptions::lazy()).unwrap_err();
         assert!(matches!(err.error, RegionError::SenderMayWrite(Mode::Share)));
-        let v = err.region.map(MapOptions::lazy().allow_sender_writes()).unwrap();
+        let mut v = err.region.map(MapOptions::lazy().allow_sender_writes()).unwrap();
         assert!(v.is_writable());
+        assert!(v.as_mut_slice().is_none(), "shared memory must not be handed out as &mut");
+        assert!(v.write_at(0, b"hi"));
         v.as_atomic_u64()[1].store(41, SeqCst);
         back.send(Message::new(1), T).unwrap();
         rx.recv(T).unwrap();
@@ -408,4 +410,20 @@ fn region_api_in_process() {
     let before = counters::snapshot();
     drop(r.by_copy().unwrap());
     assert_eq!(counters::snapshot().since(&before).bytes_copied, 0);
+}
+
+#[test]
+fn many_gigabyte_region_costs_only_touched_pages() {
+    let _s = serial();
+    const LEN: usize = 8 << 30;
+    let base = shmem_kib();
+    let mut r = Region::new(LEN).unwrap();
+    r.as_mut_slice()[0] = 1;
+    r.as_mut_slice()[LEN - 1] = 2;
+    let (mut rx, tx) = ferry::port().unwrap();
+    tx.send(Message::new(1).with_item(r.by_copy().unwrap()), T).unwrap();
+    let mut m = rx.recv(T).unwrap();
+    let v = region_of(&mut m).map(MapOptions::lazy().read_only()).unwrap();
+    assert_eq!((v.len(), v[0], v[LEN - 1], v[LEN / 2]), (LEN, 1, 2, 0));
+    assert!(shmem_kib() < base + 64 * 1024, "an 8 GiB region with three pages touched used {} KiB", shmem_kib() - base);
 }

@@ -353,10 +353,28 @@ impl MappedRegion {
     }
 
     /// The bytes, writable; `None` when mapped read-only (always for lent
-    /// regions). For a by-value region, writes stay in this process.
+    /// regions) and for shared regions, which another process writes
+    /// concurrently (use [`write_at`](Self::write_at) or the atomics). For a
+    /// by-value region, writes stay in this process.
     pub fn as_mut_slice(&mut self) -> Option<&mut [u8]> {
+        if self.mode == Mode::Share {
+            return None;
+        }
         let len = self.len;
         self.map.as_mut_slice().map(|s| &mut s[..len])
+    }
+
+    /// Copies bytes at `offset` into `out` without forming a reference to
+    /// memory another process may be writing; false if out of range.
+    pub fn read_at(&self, offset: usize, out: &mut [u8]) -> bool {
+        offset.checked_add(out.len()).is_some_and(|e| e <= self.len) && self.map.copy_out_racy(offset, out)
+    }
+
+    /// Copies `src` into the mapping at `offset` (shared regions: the sender
+    /// sees it; by-value regions: only this process does); false if out of
+    /// range or mapped read-only.
+    pub fn write_at(&mut self, offset: usize, src: &[u8]) -> bool {
+        offset.checked_add(src.len()).is_some_and(|e| e <= self.len) && self.map.copy_in_racy(offset, src)
     }
 
     /// The bytes viewed as `T`s.
@@ -364,8 +382,12 @@ impl MappedRegion {
         self.map.as_typed(self.len)
     }
 
-    /// The bytes viewed as mutable `T`s; `None` when mapped read-only.
+    /// The bytes viewed as mutable `T`s; `None` when mapped read-only or
+    /// shared.
     pub fn as_mut_slice_of<T: Plain>(&mut self) -> Option<&mut [T]> {
+        if self.mode == Mode::Share {
+            return None;
+        }
         self.map.as_typed_mut(self.len)
     }
 

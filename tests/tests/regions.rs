@@ -410,6 +410,15 @@ fn region_api_in_process() {
     let before = counters::snapshot();
     drop(r.by_copy().unwrap());
     assert_eq!(counters::snapshot().since(&before).bytes_copied, 0);
+    // Ordinary memory costs one copy, and has no sender address to keep.
+    let before = counters::snapshot();
+    tx.send(Message::new(3).with_item(RegionItem::copied_from(&[5u8; 5000]).unwrap()), T).unwrap();
+    let mut m = rx.recv(T).unwrap();
+    let d = counters::snapshot().since(&before);
+    assert_eq!((d.bytes_copied, d.messages_sent, d.messages_received, d.regions_sent_move, d.regions_received_move), (5000, 1, 1, 1, 1));
+    let err = region_of(&mut m).map(MapOptions::lazy().at_sender_address()).unwrap_err();
+    assert!(matches!(err.error, RegionError::NoSenderAddress));
+    assert_eq!(err.region.copy_out().unwrap(), vec![5u8; 5000]);
 }
 
 #[test]

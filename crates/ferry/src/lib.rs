@@ -6,7 +6,9 @@
 //! [`SendRight`]s, and [`SendOnceRight`]s for a single reply. Rights travel
 //! inside [`Message`]s, which carry an operation id, inline bytes and typed
 //! [`Item`]s. [`PortSet`] receives from many ports at once; [`Bootstrap`]
-//! reaches the name service of `ferryd` (or an embedded one).
+//! reaches the name service of `ferryd` (or an embedded one). Large data
+//! travels out of line, by value and without copying, in a [`Region`]
+//! (see [`region`]); [`counters`] tells what ferry did.
 //!
 //! The shortest useful program, a request and its reply through a
 //! send-once right:

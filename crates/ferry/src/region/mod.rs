@@ -31,10 +31,12 @@ use crate::sys::mem::{self, Mapping, Place, Share};
 pub mod auto;
 mod item;
 mod lend;
+mod map;
 mod share;
 
 pub use crate::sys::mem::Plain;
-pub use item::{MapError, MapOptions, MappedRegion, RegionItem};
+pub use item::RegionItem;
+pub use map::{MapError, MapOptions, MappedRegion};
 pub use lend::{LendPool, Lease};
 pub use share::SharedRegion;
 

@@ -289,8 +289,10 @@ fn thousands_of_sends_return_their_memory() {
         }
         drop(held);
         assert!(peak >= base + 48 * 1024, "shmem did not show 64 live regions: base {base} KiB, peak {peak} KiB");
-        // Every region is gone from both sides (the peer is still alive).
-        let slack = 32 * 1024;
+        // Every region is gone from both sides (the peer is still alive). The
+        // slack absorbs other processes' shmem use; a leak of even a tenth of
+        // the 3000 MiB that went through would exceed it.
+        let slack = 256 * 1024;
         assert!(eventually(|| shmem_kib() <= base + slack), "shmem {} KiB, baseline {base} KiB after {N} regions", shmem_kib());
         back.send(Message::new(0), T).unwrap();
         drop(back);
@@ -303,7 +305,7 @@ fn thousands_of_sends_return_their_memory() {
 fn killed_receiver_frees_everything() {
     let _s = serial();
     watchdog("killed_receiver", Duration::from_secs(120), || {
-        const SIZE: usize = 64 << 20;
+        const SIZE: usize = 128 << 20;
         let path = bootstrap();
         let base = shmem_kib();
         let mut peer = spawn_peer(&path, "region-sink", &["regions-sink"]);
@@ -330,7 +332,8 @@ fn killed_receiver_frees_everything() {
         assert!(shmem_kib() >= base + 3 * (SIZE as u64 >> 10), "regions in flight not visible in shmem");
         peer.kill().unwrap();
         peer.wait().unwrap();
-        let slack = 32 * 1024;
+        // Slack for other processes' shmem use: under one of the four regions.
+        let slack = 96 * 1024;
         assert!(eventually(|| shmem_kib() <= base + slack), "shmem {} KiB after the receiver died, baseline {base} KiB", shmem_kib());
         assert!(to.wait_dead(Timeout::Zero));
     });

@@ -6,7 +6,9 @@
 //! [`SendRight`]s, and [`SendOnceRight`]s for a single reply. Rights travel
 //! inside [`Message`]s, which carry an operation id, inline bytes and typed
 //! [`Item`]s. [`PortSet`] receives from many ports at once; [`Bootstrap`]
-//! reaches the name service of `ferryd` (or an embedded one).
+//! reaches the name service of `ferryd` (or an embedded one). Large data
+//! travels out of line, by value and without copying, in a [`Region`]
+//! (see [`region`]); [`counters`] tells what ferry did.
 //!
 //! The shortest useful program, a request and its reply through a
 //! send-once right:
@@ -34,6 +36,7 @@
 #![deny(missing_docs)]
 
 pub mod bootstrap;
+pub mod counters;
 pub mod error;
 pub mod message;
 pub mod nameserver;
@@ -53,4 +56,5 @@ pub use message::{Credentials, Item, Message, Reply};
 pub use nameserver::NameServer;
 pub use port::{port, port_with, PortOptions, ReceiveRight, SendOnceRight, SendRight};
 pub use portset::{Event, MemberId, PortSet};
+pub use region::{LendPool, MapOptions, MappedRegion, Region, RegionError, RegionItem};
 pub use timeout::Timeout;

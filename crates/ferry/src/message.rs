@@ -11,7 +11,9 @@
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use crate::error::{SendError, WireError};
+use crate::counters;
 use crate::port::{ReceiveRight, SendOnceRight, SendRight};
+use crate::region::{self, RegionItem};
 use crate::sys::socket::{self, Cred, Datagram};
 use crate::wire::{self, ItemDesc};
 
@@ -31,6 +33,15 @@ pub enum Item {
     /// A port's receive right, moved to the receiver with every send-once
     /// right still outstanding on it.
     Receive(ReceiveRight),
+    /// An out-of-line memory region (see [`crate::region`]); a received one
+    /// has been validated (seals, size) before the message was delivered.
+    Region(RegionItem),
+}
+
+impl From<RegionItem> for Item {
+    fn from(r: RegionItem) -> Item {
+        Item::Region(r)
+    }
 }
 
 impl From<SendRight> for Item {
@@ -197,7 +208,7 @@ impl Message {
         }
         let mut bytes = Vec::with_capacity(wire::HEADER_LEN + descs.len() * wire::ITEM_LEN + self.body.len());
         wire::encode(&mut bytes, self.op, flags, &descs, &self.body);
-        Ok(Lowered { bytes, items })
+        Ok(Lowered { bytes, items, inline_len: self.body.len() })
     }
 
     /// Builds a received message from a datagram read into `buf`, after
@@ -235,10 +246,8 @@ impl Message {
                     idents.push(ident);
                 }
                 wire::KIND_REGION => {
-                    return Err(WireError::BadRegion {
-                        item: i,
-                        reason: "out-of-line regions are not accepted by this port".into(),
-                    })
+                    region::check(i, d, fds)?;
+                    idents.push((0, 0));
                 }
                 _ => unreachable!("wire::parse rejects unknown kinds"),
             }
@@ -254,11 +263,13 @@ impl Message {
             match items.remove(0) {
                 Item::Send(s) => Some(Reply::Send(s)),
                 Item::SendOnce(s) => Some(Reply::SendOnce(s)),
-                Item::Receive(_) => unreachable!("wire::parse checks the reply item's kind"),
+                Item::Receive(_) | Item::Region(_) => unreachable!("wire::parse checks the reply item's kind"),
             }
         } else {
             None
         };
+        counters::add(&counters::MESSAGES_RECEIVED, 1);
+        counters::add(&counters::BYTES_INLINE_RECEIVED, parsed.inline.len() as u64);
         Ok(Message { op: parsed.op, body: bytes[parsed.inline].to_vec(), items, reply, sender: dg.cred, via_send_once })
     }
 }
@@ -268,6 +279,7 @@ fn describe(item: &Item) -> ItemDesc {
         Item::Send(_) => ItemDesc { kind: wire::KIND_SEND, fds: 1, ..Default::default() },
         Item::SendOnce(_) => ItemDesc { kind: wire::KIND_SEND_ONCE, fds: 1, ..Default::default() },
         Item::Receive(r) => ItemDesc { kind: wire::KIND_RECEIVE, fds: 1 + r.send_once_outstanding() as u16, ..Default::default() },
+        Item::Region(r) => r.describe(),
     }
 }
 
@@ -280,6 +292,7 @@ fn raise(d: &ItemDesc, mut fds: Vec<OwnedFd>, ident: (u64, u64)) -> Item {
             let main = fds.remove(0);
             Item::Receive(ReceiveRight::from_checked(main, fds, ident))
         }
+        wire::KIND_REGION => Item::Region(region::raise(d, fds)),
         _ => unreachable!("checked before raising"),
     }
 }
@@ -289,6 +302,7 @@ fn raise(d: &ItemDesc, mut fds: Vec<OwnedFd>, ident: (u64, u64)) -> Item {
 pub(crate) struct Lowered {
     bytes: Vec<u8>,
     items: Vec<Item>,
+    inline_len: usize,
 }
 
 impl Lowered {
@@ -304,6 +318,7 @@ impl Lowered {
                 Item::Send(s) => v.push(s.sock.as_fd()),
                 Item::SendOnce(s) => v.push(s.sock.as_fd()),
                 Item::Receive(r) => v.extend(r.sources_all()),
+                Item::Region(r) => v.extend(r.fds()),
             }
         }
         v
@@ -311,6 +326,12 @@ impl Lowered {
 
     /// The kernel has taken its references: release ours.
     pub(crate) fn sent(self) {
-        drop(self.items);
+        counters::add(&counters::MESSAGES_SENT, 1);
+        counters::add(&counters::BYTES_INLINE_SENT, self.inline_len as u64);
+        for it in self.items {
+            if let Item::Region(r) = it {
+                r.sent();
+            }
+        }
     }
 }

@@ -34,8 +34,26 @@ pub const KIND_SEND: u8 = 1;
 pub const KIND_SEND_ONCE: u8 = 2;
 /// Item kind: a receive right (1 + outstanding send-once sockets).
 pub const KIND_RECEIVE: u8 = 3;
-/// Item kind: an out-of-line memory region (one memfd).
+/// Item kind: an out-of-line memory region (one memfd; a lent region also
+/// carries a send-once right for its return).
 pub const KIND_REGION: u8 = 4;
+
+/// Region mode: by value, copy-on-write (the sender keeps its copy).
+pub const MODE_COPY: u8 = 1;
+/// Region mode: by value, the sender gave its copy up.
+pub const MODE_MOVE: u8 = 2;
+/// Region mode: lent from the sender's pool, read-only, returned on drop.
+pub const MODE_LEND: u8 = 3;
+/// Region mode: explicitly shared mutable memory.
+pub const MODE_SHARE: u8 = 4;
+
+/// Region flag: the sender advised huge pages; the receiver should too.
+pub const REGION_FLAG_HUGE: u32 = 0x1;
+/// Region flag: the region holds a payload placed by the automatic
+/// inline-or-region choice (`ferry::region::auto`).
+pub const REGION_FLAG_AUTO: u32 = 0x2;
+/// Every region flag this version knows.
+pub const REGION_FLAGS: u32 = REGION_FLAG_HUGE | REGION_FLAG_AUTO;
 
 /// One item descriptor as it appears on the wire.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -149,8 +167,25 @@ pub fn parse(b: &[u8], nfds: usize) -> Result<Parsed, WireError> {
                 }
             }
             KIND_REGION => {
-                if fds != 1 {
+                let want = match d.mode {
+                    MODE_COPY | MODE_MOVE | MODE_SHARE => 1,
+                    MODE_LEND => 2,
+                    m => return Err(WireError::BadRegion { item: i, reason: format!("unknown transfer mode {m}") }),
+                };
+                if fds != want {
                     return Err(WireError::BadItemFdCount { item: i, count: fds });
+                }
+                if d.flags & !REGION_FLAGS != 0 || (d.mode != MODE_LEND && d.aux != 0) {
+                    return Err(WireError::ReservedNotZero);
+                }
+                if d.len == 0 {
+                    return Err(WireError::BadRegion { item: i, reason: "zero length".into() });
+                }
+                if d.len > isize::MAX as u64 {
+                    return Err(WireError::BadRegion { item: i, reason: format!("length {} exceeds the address space", d.len) });
+                }
+                if d.addr % 4096 != 0 || d.addr.checked_add(d.len).is_none() {
+                    return Err(WireError::BadRegion { item: i, reason: format!("sender address {:#x} is not page aligned or wraps", d.addr) });
                 }
             }
             k => return Err(WireError::UnknownItemKind(k)),
@@ -205,6 +240,43 @@ mod tests {
         assert_eq!(p.op, 7);
         assert_eq!(p.items, items);
         assert_eq!(&v[p.inline], b"hi");
+    }
+
+    fn region(mode: u8, fds: u16) -> ItemDesc {
+        ItemDesc { kind: KIND_REGION, mode, fds, len: 8192, addr: 0x7f00_0000_0000, ..Default::default() }
+    }
+
+    #[test]
+    fn region_items_by_mode() {
+        let mut v = Vec::new();
+        for (mode, fds) in [(MODE_COPY, 1), (MODE_MOVE, 1), (MODE_SHARE, 1), (MODE_LEND, 2)] {
+            let d = ItemDesc { aux: if mode == MODE_LEND { 3 } else { 0 }, flags: REGION_FLAG_HUGE, ..region(mode, fds) };
+            encode(&mut v, 1, 0, &[d], b"");
+            assert_eq!(parse(&v, fds as usize).unwrap().items, vec![d]);
+        }
+    }
+
+    #[test]
+    fn bad_region_items_are_rejected() {
+        let mut v = Vec::new();
+        type Case = (ItemDesc, usize, fn(&WireError) -> bool);
+        let cases: Vec<Case> = vec![
+            (region(0, 1), 1, |e| matches!(e, WireError::BadRegion { item: 0, .. })),
+            (region(9, 1), 1, |e| matches!(e, WireError::BadRegion { item: 0, .. })),
+            (region(MODE_COPY, 2), 2, |e| matches!(e, WireError::BadItemFdCount { item: 0, count: 2 })),
+            (region(MODE_LEND, 1), 1, |e| matches!(e, WireError::BadItemFdCount { item: 0, count: 1 })),
+            (region(MODE_SHARE, 0), 0, |e| matches!(e, WireError::BadItemFdCount { item: 0, count: 0 })),
+            (ItemDesc { len: 0, ..region(MODE_COPY, 1) }, 1, |e| matches!(e, WireError::BadRegion { .. })),
+            (ItemDesc { len: u64::MAX, ..region(MODE_COPY, 1) }, 1, |e| matches!(e, WireError::BadRegion { .. })),
+            (ItemDesc { addr: 0x1001, ..region(MODE_MOVE, 1) }, 1, |e| matches!(e, WireError::BadRegion { .. })),
+            (ItemDesc { flags: 0x80, ..region(MODE_COPY, 1) }, 1, |e| *e == WireError::ReservedNotZero),
+            (ItemDesc { aux: 1, ..region(MODE_COPY, 1) }, 1, |e| *e == WireError::ReservedNotZero),
+        ];
+        for (d, nfds, ok) in cases {
+            encode(&mut v, 1, 0, &[d], b"");
+            let e = parse(&v, nfds).unwrap_err();
+            assert!(ok(&e), "{d:?} gave {e:?}");
+        }
     }
 
     #[test]

@@ -10,7 +10,7 @@
 //! they cannot, which is what the by-value regions build on.
 
 use std::ffi::c_void;
-use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::ptr::NonNull;
 
 use rustix::fs::{MemfdFlags, SealFlags};
@@ -38,6 +38,121 @@ pub fn memfd(name: &str, len: u64) -> rustix::io::Result<OwnedFd> {
     Ok(fd)
 }
 
+/// `statfs` magic of tmpfs/shmem, the file system memfds live on.
+const TMPFS_MAGIC: i64 = 0x0102_1994;
+
+/// Whether `fd` is a file on tmpfs/shmem (where memfds live; hugetlbfs
+/// memfds and ordinary files are not).
+#[allow(clippy::unnecessary_cast)] // f_type's type differs between architectures
+pub fn is_shmem(fd: BorrowedFd<'_>) -> bool {
+    matches!(rustix::fs::fstatfs(fd), Ok(st) if st.f_type as i64 == TMPFS_MAGIC)
+        && matches!(rustix::fs::fstat(fd), Ok(st) if rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile)
+}
+
+/// Writes all of `bytes` into `fd` at `offset` (`pwrite`, retried on short
+/// writes and `EINTR`).
+pub fn pwrite_all(fd: BorrowedFd<'_>, mut bytes: &[u8], mut offset: u64) -> rustix::io::Result<()> {
+    while !bytes.is_empty() {
+        match rustix::io::pwrite(fd, bytes, offset) {
+            Ok(0) => return Err(rustix::io::Errno::IO),
+            Ok(n) => {
+                bytes = &bytes[n..];
+                offset += n as u64;
+            }
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Reads exactly `buf.len()` bytes from `fd` at `offset` (`pread`); a file
+/// that ends early is `EIO`.
+pub fn pread_exact(fd: BorrowedFd<'_>, buf: &mut [u8], mut offset: u64) -> rustix::io::Result<()> {
+    let mut at = 0;
+    while at < buf.len() {
+        match rustix::io::pread(fd, &mut buf[at..], offset) {
+            Ok(0) => return Err(rustix::io::Errno::IO),
+            Ok(n) => {
+                at += n;
+                offset += n as u64;
+            }
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Opens a new, read-only file description of the same file as `fd`
+/// (through `/proc/self/fd`), so a holder of the result can neither write to
+/// it nor map it writable and shared.
+pub fn reopen_read_only(fd: BorrowedFd<'_>) -> rustix::io::Result<OwnedFd> {
+    let path = format!("/proc/self/fd/{}", fd.as_raw_fd());
+    rustix::fs::open(path.as_str(), rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC, rustix::fs::Mode::empty())
+}
+
+/// Whether `fd` was opened for writing (its access mode is not read-only).
+pub fn is_writable_fd(fd: BorrowedFd<'_>) -> bool {
+    matches!(rustix::fs::fcntl_getfl(fd), Ok(fl) if fl & rustix::fs::OFlags::RWMODE != rustix::fs::OFlags::RDONLY)
+}
+
+/// Minor page faults this process has taken so far (`getrusage`); the
+/// kernel counts copy-on-write faults, first touches of mapped file pages
+/// and anonymous first touches alike.
+pub fn minor_faults() -> u64 {
+    let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage writes one `struct rusage` through the pointer, which
+    // points to zeroed memory of exactly that type; on error nothing is read.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, ru.as_mut_ptr()) };
+    if rc != 0 {
+        return 0;
+    }
+    // SAFETY: getrusage succeeded and filled the struct (it was zeroed
+    // before, so every field is initialised either way).
+    let ru = unsafe { ru.assume_init() };
+    ru.ru_minflt as u64
+}
+
+/// The system's shmem transparent-huge-page policy, the bracketed word of
+/// `/sys/kernel/mm/transparent_hugepage/shmem_enabled` (`never`, `advise`,
+/// `always`, `within_size`, `deny`, `force`), or `None` when the kernel has
+/// no THP.
+pub fn shmem_thp_policy() -> Option<String> {
+    let s = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/shmem_enabled").ok()?;
+    let start = s.find('[')?;
+    let end = s[start..].find(']')? + start;
+    Some(s[start + 1..end].to_owned())
+}
+
+/// Bytes of the mapping starting at `addr` that the kernel maps with huge
+/// (PMD) pages right now, from `/proc/self/smaps` (`ShmemPmdMapped` plus
+/// `FilePmdMapped`); `None` if the mapping or the file cannot be read.
+pub fn pmd_mapped_bytes(addr: usize) -> Option<u64> {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
+    let mut inside = false;
+    let mut total = 0u64;
+    let mut found = false;
+    for line in smaps.lines() {
+        let first = line.split_whitespace().next().unwrap_or("");
+        if let Some((lo, _hi)) = first.split_once('-') {
+            if lo.chars().all(|c| c.is_ascii_hexdigit()) && !first.ends_with(':') {
+                if inside {
+                    break;
+                }
+                inside = usize::from_str_radix(lo, 16).ok() == Some(addr);
+                found |= inside;
+                continue;
+            }
+        }
+        if inside && (line.starts_with("ShmemPmdMapped:") || line.starts_with("FilePmdMapped:")) {
+            let kb: u64 = line.split_whitespace().nth(1).and_then(|v| v.parse().ok()).unwrap_or(0);
+            total += kb * 1024;
+        }
+    }
+    found.then_some(total)
+}
+
 /// Size in bytes of the file behind `fd`.
 pub fn file_size(fd: BorrowedFd<'_>) -> rustix::io::Result<u64> {
     Ok(rustix::fs::fstat(fd)?.st_size as u64)
@@ -60,6 +175,26 @@ pub fn seals(fd: BorrowedFd<'_>) -> rustix::io::Result<SealFlags> {
 pub fn add_seals(fd: BorrowedFd<'_>, seals: SealFlags) -> rustix::io::Result<()> {
     rustix::fs::fcntl_add_seals(fd, seals)
 }
+
+/// Element types that may be viewed directly in mapped memory: every bit
+/// pattern is a valid value and there is no padding or interior pointer.
+///
+/// # Safety
+/// Implement only for types for which any sequence of `size_of::<T>()`
+/// initialised bytes is a valid value, with no padding bytes, and whose
+/// alignment divides the page size.
+pub unsafe trait Plain: Copy + 'static {}
+
+macro_rules! plain {
+    ($($t:ty),*) => {
+        $(
+            // SAFETY: primitive integers and floats accept every bit pattern,
+            // have no padding, and are at most 16-byte aligned.
+            unsafe impl Plain for $t {}
+        )*
+    };
+}
+plain!(u8, u16, u32, u64, u128, usize, i8, i16, i32, i64, i128, isize, f32, f64);
 
 /// How a mapping is shared.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -196,6 +331,67 @@ impl Mapping {
         // SAFETY: mapped writable for `len` bytes; `&mut self` makes this the
         // only live reference into the range.
         Some(unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) })
+    }
+
+    /// The first `len` bytes viewed as `T`s (`len` rounded down to whole
+    /// elements). Mappings are page aligned, so every [`Plain`] type fits.
+    pub fn as_typed<T: Plain>(&self, len: usize) -> &[T] {
+        let n = len.min(self.len) / std::mem::size_of::<T>().max(1);
+        // SAFETY: the range is mapped readable (module invariant), page
+        // aligned (so aligned for T, whose alignment divides the page size
+        // by the Plain contract), holds n*size_of::<T>() <= len bytes, and
+        // any bytes are a valid T (Plain).
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().cast::<T>(), n) }
+    }
+
+    /// The first `len` bytes viewed as mutable `T`s; `None` for a
+    /// read-only mapping.
+    pub fn as_typed_mut<T: Plain>(&mut self, len: usize) -> Option<&mut [T]> {
+        if !self.writable {
+            return None;
+        }
+        let n = len.min(self.len) / std::mem::size_of::<T>().max(1);
+        // SAFETY: as in `as_typed`, and the mapping is writable; `&mut self`
+        // makes this the only live reference into the range.
+        Some(unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr().cast::<T>(), n) })
+    }
+
+    /// The first `n` 64-bit words as atomics, for memory shared with another
+    /// process that writes it concurrently.
+    pub fn as_atomic_u64(&self, len: usize) -> &[std::sync::atomic::AtomicU64] {
+        let n = len.min(self.len) / 8;
+        // SAFETY: the range is mapped (readable; atomics are only usable for
+        // writing when it is writable, which callers check), page aligned,
+        // and AtomicU64 has the size and alignment of u64 with every bit
+        // pattern valid; concurrent access through atomics is race-free.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().cast::<std::sync::atomic::AtomicU64>(), n) }
+    }
+
+    /// Copies `out.len()` bytes at `offset` out of a mapping that another
+    /// process may be writing concurrently, without forming a reference to
+    /// the shared bytes. Returns false if the range is out of bounds.
+    pub fn copy_out_racy(&self, offset: usize, out: &mut [u8]) -> bool {
+        if offset.checked_add(out.len()).is_none_or(|end| end > self.len) {
+            return false;
+        }
+        // SAFETY: the source range is inside the mapping (checked), readable
+        // while self lives; `out` is a distinct, exclusively borrowed buffer.
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(offset), out.as_mut_ptr(), out.len()) };
+        true
+    }
+
+    /// Copies `src` into the mapping at `offset`, without forming a
+    /// reference to the shared bytes. Returns false if out of bounds or the
+    /// mapping is read-only.
+    pub fn copy_in_racy(&self, offset: usize, src: &[u8]) -> bool {
+        if !self.writable || offset.checked_add(src.len()).is_none_or(|end| end > self.len) {
+            return false;
+        }
+        // SAFETY: the destination is inside a writable mapping (checked); no
+        // Rust reference into it exists (shared mappings hand out none), and
+        // `src` is a distinct buffer.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(offset), src.len()) };
+        true
     }
 
     /// Asks the kernel to back this range with huge pages where it can

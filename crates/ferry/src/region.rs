@@ -1,1 +1,0 @@
-//! Out-of-line memory regions sent by value (see docs/regions.md).

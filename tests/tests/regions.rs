@@ -1,0 +1,441 @@
+//! Out-of-line regions between real processes: every transfer mode,
+//! same-address placement, copy-on-write isolation both ways, a hostile
+//! sender, reclamation through thousands of sends and a killed receiver,
+//! and lend-pool reuse.
+//!
+//! The tests of this file run one at a time (a lock) because they measure
+//! process-wide things: open descriptors and the system's shmem use.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
+
+use common::{finish, open_fds, spawn_peer, watchdog};
+use ferry::region::{auto, LendPool, MapOptions, Mode, Region, RegionError, RegionItem};
+use ferry::{counters, Bootstrap, Item, Message, ReceiveRight, RecvError, SendRight, Timeout, WireError};
+
+fn serial() -> MutexGuard<'static, ()> {
+    static L: Mutex<()> = Mutex::new(());
+    L.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// One private name service for this test binary (the embedded server is
+/// one per process).
+fn bootstrap() -> PathBuf {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| {
+        let p = common::private_bootstrap("regions");
+        std::env::set_var("FERRY_BOOTSTRAP", &p);
+        Bootstrap::connect().expect("embedded name server");
+        p
+    })
+    .clone()
+}
+
+/// A port registered under `name`.
+fn listen(name: &str) -> (ReceiveRight, SendRight) {
+    let path = bootstrap();
+    let (rx, tx) = ferry::port().unwrap();
+    Bootstrap::connect_to(&path).unwrap().register(name, &tx).unwrap();
+    (rx, tx)
+}
+
+const T: Timeout = Timeout::After(Duration::from_secs(30));
+
+fn region_of(m: &mut Message) -> RegionItem {
+    match m.take_items().into_iter().find_map(|i| if let Item::Region(r) = i { Some(r) } else { None }) {
+        Some(r) => r,
+        None => panic!("message {} carries no region", m.op()),
+    }
+}
+
+fn shmem_kib() -> u64 {
+    let s = std::fs::read_to_string("/proc/meminfo").unwrap();
+    s.lines().find(|l| l.starts_with("Shmem:")).and_then(|l| l.split_whitespace().nth(1)).unwrap().parse().unwrap()
+}
+
+fn memfds_open() -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter(|l| l.to_string_lossy().starts_with("/memfd:"))
+        .count()
+}
+
+/// Open descriptors once the embedded name server has closed connections
+/// that just ended (it does so on its own thread).
+fn settled_fds() -> usize {
+    let mut last = open_fds();
+    let mut same = 0;
+    while same < 5 {
+        std::thread::sleep(Duration::from_millis(10));
+        let now = open_fds();
+        if now == last {
+            same += 1;
+        } else {
+            (last, same) = (now, 0);
+        }
+    }
+    last
+}
+
+/// Waits (bounded) for `f` to hold; returns whether it did.
+fn eventually(mut f: impl FnMut() -> bool) -> bool {
+    for _ in 0..2000 {
+        if f() {
+            return true;
+        }
+        common::nap();
+    }
+    f()
+}
+
+#[test]
+fn copy_mode_isolates_both_ways() {
+    let _s = serial();
+    watchdog("copy_mode_isolates_both_ways", Duration::from_secs(60), || {
+        let (mut rx, _tx) = listen("regions-copy");
+        let peer = spawn_peer(&bootstrap(), "region-copy", &["regions-copy"]);
+        let mut m = rx.recv(T).unwrap();
+        let mut items = m.take_items();
+        let Some(Item::Send(back)) = items.pop() else { panic!("no reply right") };
+        let Some(Item::Region(r)) = items.pop() else { panic!("no region") };
+        assert_eq!((r.mode(), r.len()), (Mode::Copy, 1 << 20));
+        let mut v = r.map(MapOptions::lazy()).unwrap();
+        // The sender overwrites its copy with 'B' and then tells us.
+        assert_eq!(rx.recv(T).unwrap().op(), 2);
+        assert!(v.iter().all(|&b| b == b'A'), "the sender's later writes reached the receiver");
+        v.as_mut_slice().unwrap().iter_mut().for_each(|b| *b = b'C');
+        assert!(v.iter().all(|&b| b == b'C'));
+        back.send(Message::new(3), T).unwrap();
+        // A second send by copy carries what the sender wrote meanwhile.
+        let mut m = rx.recv(T).unwrap();
+        let again = region_of(&mut m).copy_out().unwrap();
+        assert!(again.iter().all(|&b| b == b'B'));
+        assert!(v.iter().all(|&b| b == b'C'), "our private copy changed");
+        let out = finish(peer);
+        assert!(out.contains("sender-ok resend_copied=1048576"), "{out}");
+    });
+}
+
+#[test]
+fn move_mode_and_same_address_placement() {
+    let _s = serial();
+    watchdog("move_mode_and_same_address_placement", Duration::from_secs(60), || {
+        let (mut rx, _tx) = listen("regions-move");
+        let peer = spawn_peer(&bootstrap(), "region-move", &["regions-move"]);
+        let mut first = rx.recv(T).unwrap();
+        let addr = usize::from_le_bytes(first.body().try_into().unwrap());
+        let r1 = region_of(&mut first);
+        assert_eq!((r1.mode(), r1.sender_address()), (Mode::Copy, Some(addr)));
+        let before = counters::snapshot();
+        let v1 = r1.map(MapOptions::immediate().at_sender_address().read_only()).unwrap();
+        assert_eq!(v1.addr(), addr);
+        assert!(!v1.is_writable());
+        assert!(counters::snapshot().since(&before).pages_populated >= 64);
+        let mut second = rx.recv(T).unwrap();
+        let r2 = region_of(&mut second);
+        assert_eq!((r2.mode(), r2.sender_address()), (Mode::Move, Some(addr)));
+        // The range is taken by the first mapping: a clear error, and the
+        // region comes back to be mapped elsewhere.
+        let err = r2.map(MapOptions::lazy().at_sender_address()).unwrap_err();
+        assert!(matches!(err.error, RegionError::AddressTaken { addr: a, .. } if a == addr), "{err}");
+        let mut v2 = err.region.map(MapOptions::lazy()).unwrap();
+        assert_ne!(v2.addr(), addr);
+        for (i, (a, b)) in v1.iter().zip(v2.iter()).enumerate() {
+            assert_eq!((*a, *b), ((i % 251) as u8, (i % 251) as u8), "byte {i}");
+        }
+        v2.as_mut_slice().unwrap()[0] = 0xff;
+        assert_eq!(v1[0], 0, "a private write leaked into another mapping");
+        let words = v2.as_slice_of::<u64>();
+        assert_eq!(words.len(), (256 << 10) / 8);
+        finish(peer);
+    });
+}
+
+#[test]
+fn lend_pool_reuses_its_regions() {
+    let _s = serial();
+    watchdog("lend_pool_reuses_its_regions", Duration::from_secs(120), || {
+        const FRAMES: usize = 300;
+        let (mut rx, _tx) = listen("regions-lend");
+        let peer = spawn_peer(&bootstrap(), "region-lend", &["regions-lend", &FRAMES.to_string(), "3"]);
+        for i in 0..FRAMES {
+            let mut m = rx.recv(T).unwrap();
+            assert_eq!(m.op() as usize, i);
+            let r = region_of(&mut m);
+            assert_eq!((r.mode(), r.len()), (Mode::Lend, 32 << 10));
+            assert!(r.lend_slot().unwrap() < 3);
+            if i == 0 {
+                // Not by value: refused unless the receiver opts in.
+                let err = r.map(MapOptions::lazy()).unwrap_err();
+                assert!(matches!(err.error, RegionError::SenderMayWrite(Mode::Lend)), "{err}");
+                let bytes = err.region.copy_out().unwrap();
+                assert_eq!(&bytes[..8], &0u64.to_le_bytes());
+                continue;
+            }
+            let mut v = r.map(MapOptions::lazy().allow_sender_writes()).unwrap();
+            assert!(v.as_mut_slice().is_none(), "a lent region must map read-only");
+            assert_eq!(&v[..8], &(i as u64).to_le_bytes());
+            assert!(v[8..].iter().all(|&b| b == i as u8), "frame {i} corrupt");
+            // Dropping `v` returns the slot to the lender's pool.
+        }
+        let out = finish(peer);
+        assert!(out.contains("allocated=3 slots=3"), "pool allocated more than its regions: {out}");
+        assert!(out.contains(&format!("lent={FRAMES}")), "{out}");
+    });
+}
+
+#[test]
+fn share_mode_is_opt_in_and_mutual() {
+    let _s = serial();
+    watchdog("share_mode_is_opt_in_and_mutual", Duration::from_secs(60), || {
+        use std::sync::atomic::Ordering::SeqCst;
+        let (mut rx, _tx) = listen("regions-share");
+        let peer = spawn_peer(&bootstrap(), "region-share", &["regions-share"]);
+        let mut m = rx.recv(T).unwrap();
+        let mut items = m.take_items();
+        let Some(Item::Send(back)) = items.pop() else { panic!("no reply right") };
+        let Some(Item::Region(r)) = items.pop() else { panic!("no region") };
+        let err = r.map(MapOptions::lazy()).unwrap_err();
+        assert!(matches!(err.error, RegionError::SenderMayWrite(Mode::Share)));
+        let mut v = err.region.map(MapOptions::lazy().allow_sender_writes()).unwrap();
+        assert!(v.is_writable());
+        assert!(v.as_mut_slice().is_none(), "shared memory must not be handed out as &mut");
+        assert!(v.write_at(0, b"hi"));
+        v.as_atomic_u64()[1].store(41, SeqCst);
+        back.send(Message::new(1), T).unwrap();
+        rx.recv(T).unwrap();
+        assert_eq!(v.as_atomic_u64()[2].load(SeqCst), 42, "the sharer's write is not visible");
+        assert!(finish(peer).contains("saw=41"));
+    });
+}
+
+#[test]
+fn hostile_sender_cannot_change_what_the_receiver_sees() {
+    let _s = serial();
+    watchdog("hostile_sender", Duration::from_secs(60), || {
+        let (mut rx, _tx) = listen("regions-hostile");
+        let fds_before = settled_fds();
+        let memfds_before = memfds_open();
+        let rejected_before = counters::snapshot().regions_rejected;
+        let peer = spawn_peer(&bootstrap(), "region-hostile", &["regions-hostile"]);
+        let expect = |e: RecvError, op: u32| match (op, e) {
+            (1..=4, RecvError::BadMessage(WireError::NotSealed { item: 0 })) => {}
+            (5 | 6 | 8 | 9, RecvError::BadMessage(WireError::BadRegion { item: 0, .. })) => {}
+            (7, RecvError::BadMessage(WireError::NotAPort { item: 0 })) => {}
+            (10, RecvError::BadMessage(WireError::BadItemFdCount { item: 0, count: 2 })) => {}
+            (op, e) => panic!("message {op}: unexpected {e:?}"),
+        };
+        for op in 1..=10 {
+            expect(rx.recv(T).unwrap_err(), op);
+        }
+        let mut m = rx.recv(T).unwrap();
+        assert_eq!(m.op(), 11);
+        let mut items = m.take_items();
+        let Some(Item::Send(back)) = items.pop() else { panic!("no right") };
+        let Some(Item::Region(r)) = items.pop() else { panic!("no region") };
+        let v = r.map(MapOptions::immediate()).unwrap();
+        assert!(v.iter().all(|&b| b == 0x5a));
+        back.send(Message::new(0), T).unwrap();
+        let report = rx.recv(T).unwrap();
+        assert_eq!(report.op(), 12);
+        assert!(report.body().is_empty(), "the kernel allowed: {}", String::from_utf8_lossy(report.body()));
+        assert!(v.iter().all(|&b| b == 0x5a), "the hostile sender changed the receiver's bytes");
+        // Still serving.
+        let mut m = rx.recv(T).unwrap();
+        assert_eq!(m.op(), 13);
+        assert!(region_of(&mut m).copy_out().unwrap().iter().all(|&b| b == 0x13));
+        let out = finish(peer);
+        assert!(out.contains("seal-with-shared-mapping=refused"), "{out}");
+        assert!(counters::snapshot().regions_rejected - rejected_before >= 8);
+        drop((v, back, m));
+        assert_eq!(memfds_open(), memfds_before, "memfd leaked");
+        assert!(eventually(|| open_fds() <= fds_before), "descriptor leak: {} before, {} after", fds_before, open_fds());
+    });
+}
+
+#[test]
+fn thousands_of_sends_return_their_memory() {
+    let _s = serial();
+    watchdog("thousands_of_sends", Duration::from_secs(300), || {
+        const N: usize = 3000;
+        const SIZE: usize = 1 << 20;
+        let (mut rx, _tx) = listen("regions-flood");
+        let fds_before = settled_fds();
+        let base = shmem_kib();
+        let peer = spawn_peer(&bootstrap(), "region-flood", &["regions-flood", &N.to_string(), &SIZE.to_string()]);
+        let mut first = rx.recv(T).unwrap();
+        let Some(Item::Send(back)) = first.take_items().pop() else { panic!("no right") };
+        let mut held = Vec::new();
+        let mut peak = 0;
+        for i in 0..N {
+            let mut m = rx.recv(T).unwrap();
+            let v = region_of(&mut m).map(MapOptions::lazy()).unwrap();
+            // Touch every page.
+            let sum: u64 = v.iter().step_by(4096).map(|&b| b as u64).sum();
+            std::hint::black_box(sum);
+            held.push(v);
+            // Hold 64 at a time, so the measurement is shown to see them.
+            if held.len() == 64 {
+                if i < 64 {
+                    peak = shmem_kib();
+                }
+                held.clear();
+            }
+        }
+        drop(held);
+        assert!(peak >= base + 48 * 1024, "shmem did not show 64 live regions: base {base} KiB, peak {peak} KiB");
+        // Every region is gone from both sides (the peer is still alive). The
+        // slack absorbs other processes' shmem use; a leak of even a tenth of
+        // the 3000 MiB that went through would exceed it.
+        let slack = 256 * 1024;
+        assert!(eventually(|| shmem_kib() <= base + slack), "shmem {} KiB, baseline {base} KiB after {N} regions", shmem_kib());
+        back.send(Message::new(0), T).unwrap();
+        drop(back);
+        finish(peer);
+        assert!(eventually(|| open_fds() <= fds_before), "descriptor leak: {} before, {} after", fds_before, open_fds());
+    });
+}
+
+#[test]
+fn killed_receiver_frees_everything() {
+    let _s = serial();
+    watchdog("killed_receiver", Duration::from_secs(120), || {
+        const SIZE: usize = 128 << 20;
+        let path = bootstrap();
+        let base = shmem_kib();
+        let mut peer = spawn_peer(&path, "region-sink", &["regions-sink"]);
+        let mut lines = BufReader::new(peer.stdout.take().unwrap()).lines();
+        let to = {
+            let mut b = Bootstrap::connect_to(&path).unwrap();
+            let mut found = None;
+            assert!(eventually(|| {
+                found = b.lookup("regions-sink").ok();
+                found.is_some()
+            }));
+            found.unwrap()
+        };
+        // One region it maps and holds, three more still queued when it dies.
+        for i in 0..4 {
+            let mut r = Region::new(SIZE).unwrap();
+            r.as_mut_slice().iter_mut().step_by(4096).for_each(|b| *b = i + 1);
+            to.send(Message::new(1).with_item(r.by_copy().unwrap()), T).unwrap();
+            if i == 0 {
+                assert_eq!(lines.next().unwrap().unwrap(), format!("mapped {SIZE}"));
+            }
+        }
+        // Our copies are gone; the peer holds one mapping and the queue three.
+        assert!(shmem_kib() >= base + 3 * (SIZE as u64 >> 10), "regions in flight not visible in shmem");
+        peer.kill().unwrap();
+        peer.wait().unwrap();
+        // Slack for other processes' shmem use: under one of the four regions.
+        let slack = 96 * 1024;
+        assert!(eventually(|| shmem_kib() <= base + slack), "shmem {} KiB after the receiver died, baseline {base} KiB", shmem_kib());
+        assert!(to.wait_dead(Timeout::Zero));
+    });
+}
+
+#[test]
+fn lent_region_returns_when_the_borrower_is_killed() {
+    let _s = serial();
+    watchdog("lent_region_returns", Duration::from_secs(60), || {
+        let path = bootstrap();
+        let mut peer = spawn_peer(&path, "region-sink", &["regions-borrower"]);
+        let mut lines = BufReader::new(peer.stdout.take().unwrap()).lines();
+        let mut b = Bootstrap::connect_to(&path).unwrap();
+        let mut found = None;
+        assert!(eventually(|| {
+            found = b.lookup("regions-borrower").ok();
+            found.is_some()
+        }));
+        let to = found.unwrap();
+        let pool = LendPool::new(1, 1 << 20).unwrap();
+        let mut lease = pool.acquire(T).unwrap();
+        lease.as_mut_slice()[0] = 9;
+        to.send(Message::new(1).with_item(lease.lend().unwrap()), T).unwrap();
+        assert_eq!(lines.next().unwrap().unwrap(), format!("mapped {}", 1 << 20));
+        // The borrower holds the only region: none to lease.
+        assert!(matches!(pool.acquire(Timeout::Zero), Err(RegionError::PoolExhausted)));
+        peer.kill().unwrap();
+        peer.wait().unwrap();
+        let lease = pool.acquire(T).expect("the region came back when its borrower died");
+        assert_eq!(lease.as_slice()[0], 9);
+        assert_eq!(pool.available(), 0);
+        drop(lease);
+        assert_eq!(pool.available(), 1);
+    });
+}
+
+#[test]
+fn auto_payload_goes_inline_or_by_region() {
+    let _s = serial();
+    watchdog("auto_payload", Duration::from_secs(60), || {
+        let crossover = auto::crossover();
+        assert!(crossover > 0);
+        let (mut rx, tx) = ferry::port().unwrap();
+        let small = vec![1u8; 100.min(crossover - 1)];
+        let big = vec![2u8; crossover.max(256 << 10)];
+        for data in [&small, &big] {
+            let m = auto::attach(Message::new(5).with_item(ferry::port().unwrap().1), data).unwrap();
+            let regions = m.items().iter().filter(|i| matches!(i, Item::Region(_))).count();
+            assert_eq!(regions, usize::from(data.len() >= crossover));
+            tx.send(m, T).unwrap();
+            let mut got = rx.recv(T).unwrap();
+            let payload = auto::take(&mut got).unwrap();
+            assert_eq!(&payload[..], &data[..]);
+            assert_eq!(got.items().len(), 1, "other items must stay");
+        }
+    });
+}
+
+#[test]
+fn region_api_in_process() {
+    let _s = serial();
+    let mut r = Region::new(10_000).unwrap();
+    assert_eq!(r.len(), 10_000);
+    r.as_mut_slice_of::<u32>()[5] = 0xdead_beef;
+    assert_eq!(r.as_slice_of::<u32>().len(), 2500);
+    let (mut rx, tx) = ferry::port().unwrap();
+    tx.send(Message::new(1).with_item(r.by_copy().unwrap()), T).unwrap();
+    let mut m = rx.recv(T).unwrap();
+    let item = region_of(&mut m);
+    // Forwarded as it is, without mapping.
+    tx.send(Message::new(2).with_item(item), T).unwrap();
+    let mut m = rx.recv(T).unwrap();
+    let v = region_of(&mut m).map(MapOptions::lazy()).unwrap();
+    assert_eq!(v.as_slice_of::<u32>()[5], 0xdead_beef);
+    assert_eq!(v.len(), 10_000);
+    // Sending by copy again without writing costs no copy.
+    let before = counters::snapshot();
+    drop(r.by_copy().unwrap());
+    assert_eq!(counters::snapshot().since(&before).bytes_copied, 0);
+    // Ordinary memory costs one copy, and has no sender address to keep.
+    let before = counters::snapshot();
+    tx.send(Message::new(3).with_item(RegionItem::copied_from(&[5u8; 5000]).unwrap()), T).unwrap();
+    let mut m = rx.recv(T).unwrap();
+    let d = counters::snapshot().since(&before);
+    assert_eq!((d.bytes_copied, d.messages_sent, d.messages_received, d.regions_sent_move, d.regions_received_move), (5000, 1, 1, 1, 1));
+    let err = region_of(&mut m).map(MapOptions::lazy().at_sender_address()).unwrap_err();
+    assert!(matches!(err.error, RegionError::NoSenderAddress));
+    assert_eq!(err.region.copy_out().unwrap(), vec![5u8; 5000]);
+}
+
+#[test]
+fn many_gigabyte_region_costs_only_touched_pages() {
+    let _s = serial();
+    const LEN: usize = 8 << 30;
+    let base = shmem_kib();
+    let mut r = Region::new(LEN).unwrap();
+    r.as_mut_slice()[0] = 1;
+    r.as_mut_slice()[LEN - 1] = 2;
+    let (mut rx, tx) = ferry::port().unwrap();
+    tx.send(Message::new(1).with_item(r.by_copy().unwrap()), T).unwrap();
+    let mut m = rx.recv(T).unwrap();
+    let v = region_of(&mut m).map(MapOptions::lazy().read_only()).unwrap();
+    assert_eq!((v.len(), v[0], v[LEN - 1], v[LEN / 2]), (LEN, 1, 2, 0));
+    assert!(shmem_kib() < base + 64 * 1024, "an 8 GiB region with three pages touched used {} KiB", shmem_kib() - base);
+}

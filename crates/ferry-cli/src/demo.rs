@@ -6,7 +6,8 @@
 //! send-once reply right; the server answers through the send-once right
 //! with a send right to a private session port. A's note to B travels
 //! through the server carrying a send right to a fresh port of A's, so B can
-//! then talk to A directly. When the clients exit, the server sees a
+//! then talk to A directly; the same note carries a 64 MiB region by value,
+//! which B maps copy-on-write while A's later writes stay A's own. When the clients exit, the server sees a
 //! dead-name notification for each inbox and a no-senders notification for
 //! each session port. Every line says which process did what, and which
 //! rights crossed which process boundary.
@@ -16,6 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode};
 use std::time::Duration;
 
+use ferry::region::{MapOptions, Region};
 use ferry::{Bootstrap, Event, Item, Message, MemberId, PortSet, RecvError, SendRight, Timeout};
 
 const HELLO: u32 = 1;
@@ -23,6 +25,14 @@ const WELCOME: u32 = 2;
 const NOTE: u32 = 3;
 const DIRECT: u32 = 4;
 const STOP: u32 = 99;
+
+/// Size of the region client A sends by value through the server to B.
+const REGION_LEN: usize = 64 << 20;
+
+/// A checksum of a region's 64-bit words (position-sensitive).
+fn checksum(words: &[u64]) -> u64 {
+    words.iter().enumerate().fold(0u64, |acc, (i, w)| acc.wrapping_mul(31).wrapping_add(w ^ i as u64))
+}
 
 type Res<T = ()> = Result<T, Box<dyn std::error::Error>>;
 
@@ -105,7 +115,8 @@ fn orchestrate() -> Res {
     println!("  client A -> server   : send right to A's inbox, send-once reply right (in the header)");
     println!("  server   -> client A : send right to a session port, through the send-once right");
     println!("  client A -> server   : a note carrying a send right to A's direct port");
-    println!("  server   -> client B : the same note and right, forwarded (the right crossed two boundaries)");
+    println!("  client A -> server   : ... and a 64 MiB region by value: a sealed memfd, not its bytes");
+    println!("  server   -> client B : the same note, right and region, forwarded (each crossed two boundaries)");
     println!("  client B -> client A : a message through that right, with no server in between");
     println!("  on exit              : the server saw dead names (inboxes) and no-senders (session ports)");
     Ok(())
@@ -173,7 +184,13 @@ fn server() -> Res {
                 }
                 let to = String::from_utf8_lossy(m.body()).into_owned();
                 let items = m.take_items();
-                say(role, format_args!("<- {who}: a note for {to} carrying {} right(s)", items.len()));
+                let regions: Vec<usize> = items.iter().filter_map(|i| if let Item::Region(r) = i { Some(r.len()) } else { None }).collect();
+                say(role, format_args!(
+                    "<- {who}: a note for {to} carrying {} right(s) and {} by-value region(s) of {} MiB, not mapped here",
+                    items.len() - regions.len(),
+                    regions.len(),
+                    regions.iter().sum::<usize>() >> 20
+                ));
                 let mut note = Message::new(NOTE).with_body(who.clone());
                 for it in items {
                     note = note.with_item(it);
@@ -181,7 +198,7 @@ fn server() -> Res {
                 match inboxes.get(&to) {
                     Some(inbox) => {
                         inbox.send(note, Timeout::Infinite)?;
-                        say(role, format_args!("-> {to}: forwarded the note and its right"));
+                        say(role, format_args!("-> {to}: forwarded the note, its right and its region, untouched"));
                     }
                     None => {
                         say(role, format_args!("holding the note until {to} says hello"));
@@ -225,11 +242,31 @@ fn client_a() -> Res {
     say(role, "looked up \"demo.server\" and got a send right");
     let (_inbox, session) = hello(role, &to_server)?;
     let (mut direct, direct_tx) = ferry::port()?;
-    session.send(Message::new(NOTE).with_body("client-b").with_item(direct_tx), Timeout::Infinite)?;
-    say(role, "-> server: a note for client-b carrying a send right to my direct port");
+    let mut region = Region::new(REGION_LEN)?;
+    for (i, w) in region.as_mut_slice_of::<u64>().iter_mut().enumerate() {
+        *w = (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+    let sum = checksum(region.as_slice_of::<u64>());
+    let before = ferry::counters::snapshot();
+    let item = region.by_copy()?;
+    session.send(Message::new(NOTE).with_body("client-b").with_item(direct_tx).with_item(item), Timeout::Infinite)?;
+    let sent = ferry::counters::snapshot().since(&before);
+    say(role, format_args!(
+        "-> server: a note for client-b carrying a send right to my direct port and {} MiB by value (sealed memfd; bytes copied: {})",
+        REGION_LEN >> 20,
+        sent.bytes_copied
+    ));
+    // By value: what we write now is ours alone.
+    region.as_mut_slice_of::<u64>()[0] = u64::MAX;
+    say(role, "overwrote the first word of my copy after sending it");
     let m = direct.recv(Timeout::Infinite)?;
     let from = m.sender().ok_or("no credentials")?;
     say(role, format_args!("<- pid {} directly: {:?}", from.pid, String::from_utf8_lossy(m.body())));
+    let reported: u64 = String::from_utf8_lossy(m.body()).rsplit(' ').next().and_then(|s| s.parse().ok()).ok_or("no checksum in the reply")?;
+    if reported != sum {
+        return Err(format!("client-b saw checksum {reported}, the data sent had {sum}").into());
+    }
+    say(role, "client-b's checksum matches what I sent, not what I wrote afterwards: the region crossed by value");
     match direct.recv(Timeout::Infinite) {
         Err(RecvError::NoSenders) => say(role, "no-senders on my direct port: client-b let go of its right"),
         other => return Err(format!("expected no-senders, got {other:?}").into()),
@@ -245,9 +282,15 @@ fn client_b() -> Res {
     let (mut inbox, _session) = hello(role, &to_server)?;
     let mut note = inbox.recv(Timeout::Infinite)?;
     let from = String::from_utf8_lossy(note.body()).into_owned();
-    let Some(Item::Send(to_a)) = note.take_items().pop() else { return Err("note without a right".into()) };
-    say(role, format_args!("<- server: a note from {from} with a send right to {from}'s direct port"));
-    to_a.send(Message::new(DIRECT).with_body("hello from client-b, no server in between"), Timeout::Infinite)?;
+    let mut items = note.take_items().into_iter();
+    let (Some(Item::Send(to_a)), Some(Item::Region(region))) = (items.next(), items.next()) else {
+        return Err("note without a right and a region".into());
+    };
+    say(role, format_args!("<- server: a note from {from} with a send right to {from}'s direct port and {} MiB by value", region.len() >> 20));
+    let mapped = region.map(MapOptions::lazy())?;
+    let sum = checksum(mapped.as_slice_of::<u64>());
+    say(role, format_args!("mapped the region copy-on-write and read all of it; first word {}", mapped.as_slice_of::<u64>()[0]));
+    to_a.send(Message::new(DIRECT).with_body(format!("hello from client-b, no server in between; checksum {sum}")), Timeout::Infinite)?;
     say(role, format_args!("-> {from} directly, through the right that crossed two boundaries"));
     Ok(())
 }

@@ -1,0 +1,179 @@
+//! The machine a probe ran on, and which of the facilities ferry can use it
+//! offers: shmem transparent huge pages and userfaultfd (with the features
+//! its `UFFDIO_API` handshake reports).
+
+use std::fs;
+
+use super::sys::Uffd;
+use super::Json;
+
+/// Feature bits of `UFFDIO_API` the probe reports, by name.
+pub const UFFD_FEATURES: &[(&str, u64)] = &[
+    ("pagefault_flag_wp", 1 << 0),
+    ("event_fork", 1 << 1),
+    ("event_remap", 1 << 2),
+    ("event_remove", 1 << 3),
+    ("missing_hugetlbfs", 1 << 4),
+    ("missing_shmem", 1 << 5),
+    ("event_unmap", 1 << 6),
+    ("sigbus", 1 << 7),
+    ("thread_id", 1 << 8),
+    ("minor_hugetlbfs", 1 << 9),
+    ("minor_shmem", 1 << 10),
+    ("exact_address", 1 << 11),
+    ("wp_hugetlbfs_shmem", 1 << 12),
+    ("wp_unpopulated", 1 << 13),
+    ("poison", 1 << 14),
+    ("wp_async", 1 << 15),
+    ("move", 1 << 16),
+];
+
+/// What userfaultfd offers here.
+#[derive(Clone, Debug, PartialEq)]
+pub struct UffdInfo {
+    /// `/proc/sys/vm/unprivileged_userfaultfd`, if readable.
+    pub unprivileged_sysctl: Option<String>,
+    /// Whether the system call and the API handshake worked for this process.
+    pub works: bool,
+    /// Why not, when it did not.
+    pub error: Option<String>,
+    /// Whether only `UFFD_USER_MODE_ONLY` descriptors could be had.
+    pub user_mode_only: bool,
+    /// Raw feature bits.
+    pub features: u64,
+}
+
+impl UffdInfo {
+    /// Whether the kernel reported feature `name` (see [`UFFD_FEATURES`]).
+    pub fn has(&self, name: &str) -> bool {
+        UFFD_FEATURES.iter().any(|(n, bit)| *n == name && self.features & bit != 0)
+    }
+}
+
+/// Shmem transparent huge pages.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ThpInfo {
+    /// Selected value of `/sys/kernel/mm/transparent_hugepage/enabled`.
+    pub enabled: Option<String>,
+    /// Selected value of `.../transparent_hugepage/shmem_enabled`.
+    pub shmem_enabled: Option<String>,
+}
+
+impl ThpInfo {
+    /// Whether a memfd can get huge pages: `shmem_enabled` is `always`,
+    /// `within_size`, `advise` (with `MADV_HUGEPAGE`) or `force`.
+    pub fn shmem_available(&self) -> bool {
+        matches!(self.shmem_enabled.as_deref(), Some("always" | "within_size" | "advise" | "force"))
+    }
+}
+
+/// The machine and its facilities.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Machine {
+    /// CPU model name from `/proc/cpuinfo`.
+    pub cpu_model: String,
+    /// CPUs online.
+    pub cpus_online: usize,
+    /// CPUs this process may run on.
+    pub cpus_allowed: usize,
+    /// Kernel release.
+    pub kernel: String,
+    /// Base page size in bytes.
+    pub page_size: usize,
+    /// Transparent huge pages.
+    pub thp: ThpInfo,
+    /// userfaultfd.
+    pub uffd: UffdInfo,
+}
+
+/// The bracketed choice in a sysfs file like `always [madvise] never`.
+fn selected(path: &str) -> Option<String> {
+    let s = fs::read_to_string(path).ok()?;
+    let start = s.find('[')?;
+    let end = s[start..].find(']')? + start;
+    Some(s[start + 1..end].to_string())
+}
+
+impl Machine {
+    /// Looks at this machine.
+    pub fn detect() -> Machine {
+        let cpu_model = fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("model name") || l.starts_with("Model"))
+                    .and_then(|l| l.split_once(':'))
+                    .map(|(_, v)| v.trim().to_string())
+            })
+            .unwrap_or_else(|| "unknown".into());
+        let uname = rustix::system::uname();
+        let uffd = match Uffd::open() {
+            Ok(u) => UffdInfo {
+                unprivileged_sysctl: None,
+                works: true,
+                error: None,
+                user_mode_only: u.user_mode_only,
+                features: u.features,
+            },
+            Err(e) => UffdInfo {
+                unprivileged_sysctl: None,
+                works: false,
+                error: Some(e.to_string()),
+                user_mode_only: false,
+                features: 0,
+            },
+        };
+        Machine {
+            cpu_model,
+            cpus_online: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            cpus_allowed: super::measure::allowed_cpus().len(),
+            kernel: uname.release().to_string_lossy().into_owned(),
+            page_size: rustix::param::page_size(),
+            thp: ThpInfo {
+                enabled: selected("/sys/kernel/mm/transparent_hugepage/enabled"),
+                shmem_enabled: selected("/sys/kernel/mm/transparent_hugepage/shmem_enabled"),
+            },
+            uffd: UffdInfo {
+                unprivileged_sysctl: fs::read_to_string("/proc/sys/vm/unprivileged_userfaultfd")
+                    .ok()
+                    .map(|s| s.trim().to_string()),
+                ..uffd
+            },
+        }
+    }
+
+    /// As JSON, for the sidecar file.
+    pub fn to_json(&self) -> Json {
+        let opt = |o: &Option<String>| o.clone().map(Json::Str).unwrap_or(Json::Null);
+        let features = UFFD_FEATURES
+            .iter()
+            .map(|(n, bit)| (n.to_string(), Json::Bool(self.uffd.features & bit != 0)))
+            .collect();
+        Json::Obj(vec![
+            ("cpu_model".into(), self.cpu_model.as_str().into()),
+            ("cpus_online".into(), self.cpus_online.into()),
+            ("cpus_allowed".into(), self.cpus_allowed.into()),
+            ("kernel".into(), self.kernel.as_str().into()),
+            ("page_size".into(), self.page_size.into()),
+            (
+                "thp".into(),
+                Json::Obj(vec![
+                    ("enabled".into(), opt(&self.thp.enabled)),
+                    ("shmem_enabled".into(), opt(&self.thp.shmem_enabled)),
+                    ("shmem_available".into(), self.thp.shmem_available().into()),
+                ]),
+            ),
+            (
+                "userfaultfd".into(),
+                Json::Obj(vec![
+                    ("unprivileged_userfaultfd".into(), opt(&self.uffd.unprivileged_sysctl)),
+                    ("works".into(), self.uffd.works.into()),
+                    ("error".into(), opt(&self.uffd.error)),
+                    ("user_mode_only".into(), self.uffd.user_mode_only.into()),
+                    ("features_raw".into(), format!("{:#x}", self.uffd.features).into()),
+                    ("features".into(), Json::Obj(features)),
+                ]),
+            ),
+        ])
+    }
+}

@@ -299,16 +299,23 @@ const PRIMITIVES: &[(&[(&str, Placement)], PrimitiveFn)] = &[
     (&[("shmem-alloc-fault-per-page", Placement::SameCore)], mem::shmem_alloc_fault),
     (&[("seal", Placement::SameCore), ("seal-per-page", Placement::SameCore)], mem::seal),
     (&[("fd-pass", Placement::SameCore), ("seqpacket-message", Placement::SameCore)], mem::fd_pass),
-    (&[("uffd-fault", Placement::CrossCore)], uffd::fault_copy),
+    (&[("uffd-fault", Placement::SameCore)], uffd::fault_copy_same_core),
+    (&[("uffd-fault", Placement::CrossCore)], uffd::fault_copy_cross_core),
     (&[("uffd-fault-zeropage", Placement::CrossCore)], uffd::fault_zeropage),
 ];
 
-/// The names of every primitive record the probe produces (crossover
+/// The names of every primitive record the probe produces, sorted (crossover
 /// records, case `crossover`, come on top).
 pub fn primitive_cases() -> Vec<&'static str> {
     let mut v: Vec<&str> = PRIMITIVES.iter().flat_map(|(c, _)| c.iter().map(|(n, _)| *n)).collect();
+    v.sort_unstable();
     v.dedup();
     v
+}
+
+/// How many measurements [`run`] makes (how often it calls `progress`).
+pub fn steps() -> usize {
+    PRIMITIVES.len()
 }
 
 /// Everything one probe run found.
@@ -324,8 +331,8 @@ pub struct Probe {
     pub quick: bool,
 }
 
-/// Measures every primitive, calling `progress` with each primitive's name
-/// before it starts. The calling thread is pinned to one CPU while the probe
+/// Measures every primitive, calling `progress` with each measurement's
+/// name and placement before it starts. The calling thread is pinned to one CPU while the probe
 /// runs and its affinity is restored afterwards.
 pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> Probe {
     let machine = Machine::detect();
@@ -334,7 +341,7 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> Probe {
     let cx = Ctx { budget: opts.budget, cpus, page: rustix::param::page_size() };
     let mut records = Vec::new();
     for (cases, f) in PRIMITIVES {
-        progress(cases[0].0);
+        progress(&format!("{} {}", cases[0].0, cases[0].1.as_str()));
         match f(&cx) {
             Ok(rs) => records.extend(rs),
             Err(e) => records.extend(cases.iter().map(|(c, p)| Record::skipped(c, *p, &e))),

@@ -50,7 +50,7 @@ pub fn main(args: &[String]) -> ExitCode {
     }
     let opts = if quick { Options::quick() } else { Options::full() };
     let tty = std::io::stderr().is_terminal();
-    let total = probe::primitive_cases().len();
+    let total = probe::steps();
     let mut done = 0;
     let result = probe::run(&opts, |name| {
         done += 1;

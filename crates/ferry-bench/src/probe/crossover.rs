@@ -188,8 +188,8 @@ fn solve(touch: Touch, page: u64, fixed: f64, per_page: f64, copies: &[(u64, f64
         copy_per_page_ns: copy,
         reason: found.is_none().then(|| {
             format!(
-                "remapping never beats copying up to {} MiB: it costs {:.0} ns per page against {:.0} ns for two copies",
-                MAX_PAGES * page >> 20,
+                "remapping never beats copying up to {}: it costs {:.0} ns per page against {:.0} ns for two copies",
+                super::report::fmt_bytes(MAX_PAGES * page),
                 per_page,
                 copy
             )

@@ -2,9 +2,9 @@
 //! Accent's port-backed memory objects and Mach's external pagers.
 //!
 //! The probe thread touches each page of a fresh anonymous range registered
-//! for missing-page faults; a server thread on another CPU (when there is
-//! one) reads each fault from the userfaultfd and resolves it with
-//! `UFFDIO_COPY` (a page of data) or `UFFDIO_ZEROPAGE`.
+//! for missing-page faults; a server thread, on the same CPU or on another,
+//! reads each fault from the userfaultfd and resolves it with `UFFDIO_COPY`
+//! (a page of data) or `UFFDIO_ZEROPAGE`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -17,30 +17,41 @@ use super::{Ctx, Placement, ProbeError, Record, Touch};
 /// fault-around).
 const PAGES: usize = 64;
 
-/// Fault resolved with `UFFDIO_COPY`.
-pub fn fault_copy(cx: &Ctx) -> Result<Vec<Record>, ProbeError> {
-    fault(cx, true)
+/// Fault resolved with `UFFDIO_COPY` by a server on the same CPU.
+pub fn fault_copy_same_core(cx: &Ctx) -> Result<Vec<Record>, ProbeError> {
+    fault(cx, true, false)
 }
 
-/// Fault resolved with `UFFDIO_ZEROPAGE`.
+/// Fault resolved with `UFFDIO_COPY` by a server on another CPU.
+pub fn fault_copy_cross_core(cx: &Ctx) -> Result<Vec<Record>, ProbeError> {
+    fault(cx, true, true)
+}
+
+/// Fault resolved with `UFFDIO_ZEROPAGE` by a server on another CPU.
 pub fn fault_zeropage(cx: &Ctx) -> Result<Vec<Record>, ProbeError> {
-    fault(cx, false)
+    fault(cx, false, true)
 }
 
-fn fault(cx: &Ctx, copy: bool) -> Result<Vec<Record>, ProbeError> {
+fn fault(cx: &Ctx, copy: bool, cross: bool) -> Result<Vec<Record>, ProbeError> {
     let case = if copy { "uffd-fault" } else { "uffd-fault-zeropage" };
     let uffd = Uffd::open().map_err(|e| ProbeError::Unavailable {
         reason: format!("userfaultfd unavailable ({e}); vm.unprivileged_userfaultfd=0 needs CAP_SYS_PTRACE or /dev/userfaultfd"),
     })?;
     let src = Map::anon(cx.page).map_err(ProbeError::sys("mmap"))?;
     src.touch_write(cx.page, 0x77);
-    let server_cpu = cx.cpus.get(1).copied();
-    let placement = if server_cpu.is_some() { Placement::CrossCore } else { Placement::SameCore };
+    let server_cpu = if cross {
+        Some(*cx.cpus.get(1).ok_or_else(|| ProbeError::Unavailable {
+            reason: "needs two CPUs; this process may use only one".into(),
+        })?)
+    } else {
+        cx.cpus.first().copied()
+    };
+    let placement = if cross { Placement::CrossCore } else { Placement::SameCore };
     let stop = AtomicBool::new(false);
     let served = std::sync::atomic::AtomicU64::new(0);
     let result = std::thread::scope(|sc| {
         let server = sc.spawn(|| -> Result<(), ProbeError> {
-            let old = match server_cpu.or(cx.cpus.first().copied()) {
+            let old = match server_cpu {
                 Some(c) => measure::pin(c).ok(),
                 None => None,
             };

@@ -152,7 +152,10 @@ impl Record {
             p99_ns: Some(s.p99_ns),
             min_ns: Some(s.min_ns),
             gbps: None,
-            extra: vec![("samples".into(), Json::Num(s.samples as f64))],
+            extra: vec![
+                ("unit".into(), Json::Str(unit_of(case).into())),
+                ("samples".into(), Json::Num(s.samples as f64)),
+            ],
         }
     }
 
@@ -209,6 +212,25 @@ impl Record {
             Some(Json::Str(s)) => Some(s),
             _ => None,
         }
+    }
+}
+
+/// What one operation of a primitive is: the unit of its `*_ns` fields.
+pub fn unit_of(case: &str) -> &'static str {
+    match case {
+        c if c.ends_with("-per-page") => "ns per page",
+        "null-syscall" => "ns per system call",
+        "trap" => "ns per trap (fault delivered to the handler and back)",
+        "pte-change" | "pte-change-shootdown" => "ns per mprotect call",
+        "context-switch" => "ns per switch",
+        "futex-roundtrip" | "spin-roundtrip" => "ns per round trip",
+        "memcpy" => "ns per copy of `bytes` bytes",
+        "mmap-munmap" => "ns per mmap and munmap pair",
+        "seal" => "ns per F_ADD_SEALS call",
+        "fd-pass" => "ns per message carrying one fd",
+        "seqpacket-message" => "ns per message",
+        c if c.starts_with("uffd-fault") => "ns per fault (one page)",
+        _ => "ns per operation",
     }
 }
 

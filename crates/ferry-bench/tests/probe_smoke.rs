@@ -46,6 +46,10 @@ fn check_record(r: &Record) {
             assert!(min <= m && m <= p99, "{}: min {min} median {m} p99 {p99} out of order", r.case);
             assert!(r.iters > 0, "{}: no iterations", r.case);
             assert!(r.skip_reason().is_none(), "{}: measured but also skipped", r.case);
+            match r.get_extra("unit") {
+                Some(Json::Str(u)) => assert!(u.starts_with("ns per"), "{}: unit {u:?}", r.case),
+                other => panic!("{}: no unit ({other:?})", r.case),
+            }
         }
     }
 }

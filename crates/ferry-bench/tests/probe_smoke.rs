@@ -223,3 +223,47 @@ fn json_writer_escapes_strings() {
     valid_json(&t);
     assert_eq!(t, r#"{"a\"b":"line\nbreak \\ tab\t ctrl\u0001","n":null,"x":[1.5,2,null,true]}"#);
 }
+
+fn rec(case: &str, bytes: u64, median: f64) -> Record {
+    let st = probe::Stats { median_ns: median, p99_ns: median, min_ns: median, iters: 1, samples: 1 };
+    Record::measured(case, Placement::SameCore, st).bytes(bytes)
+}
+
+#[test]
+fn crossover_model_solves_known_costs() {
+    // copy: 2 × 100 ns per page; remap fixed: 3000 (mmap) + 2000 (seal) +
+    // 1500 (fd-pass 4000 − message 2500) = 6500 ns; per page untouched 10 ns
+    // (no mmap growth), so remap wins once 6500 + 10 N < 200 N: N = 35.
+    // Read adds 200 + 100 ns per page: 310 > 200, never.
+    // Written adds 20 + 30 ns: 6500 + 60 N < 200 N from N = 47.
+    let rs = vec![
+        rec("memcpy", 4096, 100.0),
+        rec("mmap-munmap", 4096, 3000.0),
+        rec("mmap-munmap", 16 << 20, 3000.0),
+        rec("seal", 4096, 2000.0),
+        rec("seal-per-page", 1 << 20, 10.0),
+        rec("fd-pass", 0, 4000.0),
+        rec("seqpacket-message", 1, 2500.0),
+        rec("read-fault-per-page", 1 << 20, 200.0),
+        rec("munmap-read-per-page", 1 << 20, 100.0),
+        rec("cow-fault-per-page", 1 << 20, 20.0),
+        rec("munmap-cow-per-page", 1 << 20, 30.0),
+    ];
+    let xs = probe::crossover::compute(&rs, 4096);
+    assert_eq!(xs.len(), 3);
+    assert_eq!(xs[0].pages, Some(35));
+    assert_eq!(xs[0].bytes(), Some(35 * 4096));
+    assert_eq!(xs[0].fixed_ns, 6500.0);
+    assert_eq!(xs[1].pages, None);
+    assert!(xs[1].reason.as_deref().unwrap().contains("never"));
+    assert_eq!(xs[2].pages, Some(47));
+    // As records: a found crossover carries its size and cost, a missing one a reason.
+    let r0 = xs[0].record();
+    assert_eq!((r0.case.as_str(), r0.bytes, r0.touch), ("crossover", 35 * 4096, Touch::None));
+    assert_eq!(r0.median_ns, Some(6500.0 + 35.0 * 10.0));
+    assert!(xs[1].record().skip_reason().is_some());
+
+    // Without the inputs there is no crossover, and the reason names what is missing.
+    let xs = probe::crossover::compute(&rs[..1], 4096);
+    assert!(xs.iter().all(|c| c.pages.is_none() && c.reason.as_deref().unwrap().contains("mmap-munmap")));
+}

@@ -29,7 +29,7 @@ const FAULT_PAGES: usize = 256;
 
 /// `memcpy` of cache-warm buffers of several sizes, in GB/s.
 pub fn memcpy(cx: &Ctx) -> Result<Vec<Record>, ProbeError> {
-    let sizes: &[usize] = &[4 << 10, 64 << 10, 1 << 20, 16 << 20];
+    let sizes: &[usize] = &[4 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20];
     let mut out = Vec::new();
     for &n in sizes {
         let src: Vec<u8> = (0..n).map(|i| (i * 7 + 1) as u8).collect();

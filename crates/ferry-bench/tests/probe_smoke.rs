@@ -255,13 +255,24 @@ fn crossover_model_solves_known_costs() {
     assert_eq!(xs[0].bytes(), Some(35 * 4096));
     assert_eq!(xs[0].fixed_ns, 6500.0);
     assert_eq!(xs[1].pages, None);
-    assert!(xs[1].reason.as_deref().unwrap().contains("never"));
+    assert!(xs[1].reason.as_deref().unwrap().contains("does not beat"));
     assert_eq!(xs[2].pages, Some(47));
     // As records: a found crossover carries its size and cost, a missing one a reason.
     let r0 = xs[0].record();
     assert_eq!((r0.case.as_str(), r0.bytes, r0.touch), ("crossover", 35 * 4096, Touch::None));
     assert_eq!(r0.median_ns, Some(6500.0 + 35.0 * 10.0));
     assert!(xs[1].record().skip_reason().is_some());
+
+    // Copying that is cheap per page at 256 KiB (64 pages) but dear again
+    // from 1 MiB: remapping wins at 35..63 pages, loses at 64..255 and wins
+    // from 256 on; the crossover is where it wins for good.
+    let mut bumpy = rs.clone();
+    bumpy.push(rec("memcpy", 256 << 10, 64.0 * 5.0));
+    bumpy.push(rec("memcpy", 1 << 20, 256.0 * 100.0));
+    assert_eq!(probe::crossover::compute(&bumpy, 4096)[0].pages, Some(256));
+    // And when copying stays cheaper at the largest size, there is none.
+    bumpy.push(rec("memcpy", 4 << 20, 1024.0 * 4.0));
+    assert_eq!(probe::crossover::compute(&bumpy, 4096)[0].pages, None);
 
     // Without the inputs there is no crossover, and the reason names what is missing.
     let xs = probe::crossover::compute(&rs[..1], 4096);

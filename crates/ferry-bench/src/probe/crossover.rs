@@ -17,6 +17,10 @@
 //!   - `per_page(read) = per_page(none) + read-fault-per-page + munmap-read-per-page`;
 //!   - `per_page(write) = per_page(none) + cow-fault-per-page + munmap-cow-per-page`.
 //!
+//! The crossover is the smallest N from which remap is cheaper at every
+//! larger size up to 1 GiB (measured copy costs are not monotone in size,
+//! so the first N where remap wins is not enough).
+//!
 //! The message itself is common to both paths and cancels. The copy path's
 //! receiver touching its own copy is free (the data is in its cache), so
 //! the copy side does not depend on the touch. Not modelled: the sender
@@ -34,8 +38,9 @@ pub const MAX_PAGES: u64 = 1 << 18;
 pub struct Crossover {
     /// What the receiver does with the pages.
     pub touch: Touch,
-    /// Smallest payload, in pages, at which remapping is cheaper; `None` if
-    /// it never is up to [`MAX_PAGES`] or the inputs are missing.
+    /// Smallest payload, in pages, from which remapping is cheaper at every
+    /// size up to [`MAX_PAGES`]; `None` if it is not cheaper at
+    /// `MAX_PAGES` or the inputs are missing.
     pub pages: Option<u64>,
     /// Page size used.
     pub page: u64,
@@ -176,7 +181,15 @@ fn copy_pp(copies: &[(u64, f64)], pages: u64, page: u64) -> f64 {
 }
 
 fn solve(touch: Touch, page: u64, fixed: f64, per_page: f64, copies: &[(u64, f64)]) -> Crossover {
-    let found = (1..=MAX_PAGES).find(|&n| fixed + n as f64 * per_page < n as f64 * copy_pp(copies, n, page));
+    // The copy cost per page is not monotone in size (caches, noise), so
+    // remapping may win at some size and lose again at a larger one: the
+    // crossover is the size from which it wins at every larger size too.
+    let wins = |n: u64| fixed + n as f64 * per_page < n as f64 * copy_pp(copies, n, page);
+    let found = match (1..=MAX_PAGES).rev().find(|&n| !wins(n)) {
+        None => Some(1),
+        Some(MAX_PAGES) => None,
+        Some(last_loss) => Some(last_loss + 1),
+    };
     let at = found.unwrap_or(MAX_PAGES);
     let copy = copy_pp(copies, at, page);
     Crossover {
@@ -188,7 +201,7 @@ fn solve(touch: Touch, page: u64, fixed: f64, per_page: f64, copies: &[(u64, f64
         copy_per_page_ns: copy,
         reason: found.is_none().then(|| {
             format!(
-                "remapping never beats copying up to {}: it costs {:.0} ns per page against {:.0} ns for two copies",
+                "remapping does not beat copying up to {}: it costs {:.0} ns per page against {:.0} ns for two copies",
                 super::report::fmt_bytes(MAX_PAGES * page),
                 per_page,
                 copy

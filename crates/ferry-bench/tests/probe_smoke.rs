@@ -200,7 +200,7 @@ fn quick_probe_records_are_well_formed() {
     assert_eq!(text.lines().filter(|l| l.starts_with("  {")).count(), p.records.len());
     let meta = p.meta_json();
     valid_json(&meta);
-    for key in ["\"shmem_enabled\"", "\"userfaultfd\"", "\"minor_shmem\"", "\"move\"", "\"pagefault_flag_wp\"", "\"kernel\""] {
+    for key in ["\"shmem_enabled\"", "\"shmem_huge_mapped_in_test\"", "\"userfaultfd\"", "\"minor_shmem\"", "\"move\"", "\"pagefault_flag_wp\"", "\"kernel\""] {
         assert!(meta.contains(key), "meta lacks {key}: {meta}");
     }
 

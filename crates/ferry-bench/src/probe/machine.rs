@@ -4,7 +4,7 @@
 
 use std::fs;
 
-use super::sys::Uffd;
+use super::sys::{Map, Uffd};
 use super::Json;
 
 /// Feature bits of `UFFDIO_API` the probe reports, by name.
@@ -57,6 +57,10 @@ pub struct ThpInfo {
     pub enabled: Option<String>,
     /// Selected value of `.../transparent_hugepage/shmem_enabled`.
     pub shmem_enabled: Option<String>,
+    /// Whether a 4 MiB memfd mapped with `MADV_HUGEPAGE` and written really
+    /// got huge-page mappings (`ShmemPmdMapped`/`FilePmdMapped` in
+    /// `/proc/self/smaps`); `Err` says why the test could not run.
+    pub shmem_test: Result<bool, String>,
 }
 
 impl ThpInfo {
@@ -92,6 +96,42 @@ fn selected(path: &str) -> Option<String> {
     let start = s.find('[')?;
     let end = s[start..].find(']')? + start;
     Some(s[start + 1..end].to_string())
+}
+
+/// Maps a 4 MiB memfd shared with `MADV_HUGEPAGE`, writes every page, and
+/// reads back from `/proc/self/smaps` how much of it was mapped with huge
+/// pages.
+fn shmem_huge_test() -> Result<bool, String> {
+    use std::os::fd::AsFd;
+    const LEN: usize = 4 << 20;
+    let fd = rustix::fs::memfd_create("ferry-probe-thp", rustix::fs::MemfdFlags::CLOEXEC)
+        .map_err(|e| format!("memfd_create: {e}"))?;
+    rustix::fs::ftruncate(&fd, LEN as u64).map_err(|e| format!("ftruncate: {e}"))?;
+    let map = Map::file(fd.as_fd(), LEN, true, true).map_err(|e| format!("mmap: {e}"))?;
+    let _ = map.advise_huge();
+    map.touch_write(rustix::param::page_size(), 1);
+    let smaps = fs::read_to_string("/proc/self/smaps").map_err(|e| format!("/proc/self/smaps: {e}"))?;
+    let head = format!("{:x}-", map.addr());
+    let Some(at) = smaps.lines().position(|l| l.starts_with(&head)) else {
+        return Err("mapping not found in /proc/self/smaps".into());
+    };
+    // The entry's field lines follow its header, up to the next header
+    // (a line whose first word is an address range, not a `Key:`).
+    let fields: Vec<(&str, u64)> = smaps
+        .lines()
+        .skip(at + 1)
+        .take_while(|l| l.split_whitespace().next().is_some_and(|w| w.ends_with(':')))
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            Some((w.next()?, w.next()?.parse::<u64>().ok()?))
+        })
+        .collect();
+    let kb = |key: &str| fields.iter().filter(|(k, _)| *k == key).map(|(_, v)| *v).sum::<u64>();
+    if kb("Size:") != (LEN >> 10) as u64 {
+        return Err(format!("unexpected smaps entry for the test mapping (Size: {} kB)", kb("Size:")));
+    }
+    let huge_kb = kb("ShmemPmdMapped:") + kb("FilePmdMapped:");
+    Ok(huge_kb > 0)
 }
 
 impl Machine {
@@ -132,6 +172,7 @@ impl Machine {
             thp: ThpInfo {
                 enabled: selected("/sys/kernel/mm/transparent_hugepage/enabled"),
                 shmem_enabled: selected("/sys/kernel/mm/transparent_hugepage/shmem_enabled"),
+                shmem_test: shmem_huge_test(),
             },
             uffd: UffdInfo {
                 unprivileged_sysctl: fs::read_to_string("/proc/sys/vm/unprivileged_userfaultfd")
@@ -161,6 +202,20 @@ impl Machine {
                     ("enabled".into(), opt(&self.thp.enabled)),
                     ("shmem_enabled".into(), opt(&self.thp.shmem_enabled)),
                     ("shmem_available".into(), self.thp.shmem_available().into()),
+                    (
+                        "shmem_huge_mapped_in_test".into(),
+                        match &self.thp.shmem_test {
+                            Ok(b) => Json::Bool(*b),
+                            Err(_) => Json::Null,
+                        },
+                    ),
+                    (
+                        "shmem_test_error".into(),
+                        match &self.thp.shmem_test {
+                            Ok(_) => Json::Null,
+                            Err(e) => e.as_str().into(),
+                        },
+                    ),
                 ]),
             ),
             (

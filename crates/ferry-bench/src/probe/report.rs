@@ -278,10 +278,15 @@ pub fn table(p: &Probe) -> String {
     let thp = &m.thp;
     let _ = writeln!(
         o,
-        "  shmem huge pages: {} (shmem_enabled = {}, enabled = {})",
+        "  shmem huge pages: {} (shmem_enabled = {}, enabled = {}); a 4 MiB memfd with MADV_HUGEPAGE {}",
         if thp.shmem_available() { "available" } else { "not available" },
         thp.shmem_enabled.as_deref().unwrap_or("unreadable"),
         thp.enabled.as_deref().unwrap_or("unreadable"),
+        match &thp.shmem_test {
+            Ok(true) => "got huge pages".to_string(),
+            Ok(false) => "got none".to_string(),
+            Err(e) => format!("could not be tested: {e}"),
+        }
     );
     let u = &m.uffd;
     if u.works {

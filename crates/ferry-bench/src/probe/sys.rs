@@ -141,6 +141,12 @@ impl Map {
         protect_raw(self.addr(), self.len, writable, readable)
     }
 
+    /// Asks for huge pages on this range (`MADV_HUGEPAGE`).
+    pub fn advise_huge(&self) -> rustix::io::Result<()> {
+        // SAFETY: advice on a range we own changes no memory contents.
+        unsafe { rustix::mm::madvise(self.ptr.as_ptr().cast(), self.len, rustix::mm::Advice::LinuxHugepage) }
+    }
+
     /// Unmaps now (so the caller can time it).
     pub fn unmap(self) -> rustix::io::Result<()> {
         let me = std::mem::ManuallyDrop::new(self);

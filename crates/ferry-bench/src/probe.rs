@@ -254,6 +254,11 @@ pub enum ProbeError {
         /// Which measurement.
         what: &'static str,
     },
+    /// The sampling budget allowed no sample at all.
+    NoSamples {
+        /// Which measurement.
+        what: &'static str,
+    },
 }
 
 impl ProbeError {
@@ -275,6 +280,9 @@ impl fmt::Display for ProbeError {
                 f,
                 "{what}: the peer stopped answering; the machine may be overloaded, run the probe again"
             ),
+            ProbeError::NoSamples { what } => {
+                write!(f, "{what}: the sampling budget allows no sample; give it min_samples of at least 1")
+            }
         }
     }
 }

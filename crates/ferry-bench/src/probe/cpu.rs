@@ -25,7 +25,7 @@ pub fn null_syscall(cx: &Ctx) -> Result<Vec<Record>, ProbeError> {
         }
         s.push_dur(t.elapsed(), batch);
     }
-    let st = s.stats().ok_or(ProbeError::PeerLost { what: "null-syscall" })?;
+    let st = s.stats().ok_or(ProbeError::NoSamples { what: "null-syscall" })?;
     Ok(vec![Record::measured("null-syscall", Placement::SameCore, st)
         .extra("method", "getppid() in a loop, timed in batches")
         .extra("batch", batch)])
@@ -59,7 +59,7 @@ pub fn trap(cx: &Ctx) -> Result<Vec<Record>, ProbeError> {
         total.push(t as f64, batch);
     }
     drop(page);
-    let st = both.stats().ok_or(ProbeError::PeerLost { what: "trap" })?;
+    let st = both.stats().ok_or(ProbeError::NoSamples { what: "trap" })?;
     let med = |s: &Samples| s.stats().map(|s| s.median_ns).unwrap_or(0.0);
     // The protect-before-each-trap mprotect is outside every interval.
     Ok(vec![Record::measured("trap", Placement::SameCore, st)
@@ -75,7 +75,7 @@ pub fn pte_change(cx: &Ctx) -> Result<Vec<Record>, ProbeError> {
     let map = Map::anon(cx.page).map_err(ProbeError::sys("mmap"))?;
     map.write(0, 1);
     let s = protect_loop(cx, &map)?;
-    let st = s.stats().ok_or(ProbeError::PeerLost { what: "pte-change" })?;
+    let st = s.stats().ok_or(ProbeError::NoSamples { what: "pte-change" })?;
     Ok(vec![Record::measured("pte-change", Placement::SameCore, st)
         .bytes(cx.page as u64)
         .extra("method", "mprotect of one touched page, alternating PROT_READ and PROT_READ|PROT_WRITE; no other thread")])
@@ -113,7 +113,7 @@ pub fn pte_change_shootdown(cx: &Ctx) -> Result<Vec<Record>, ProbeError> {
         let _ = h.join();
         r
     })?;
-    let st = s.stats().ok_or(ProbeError::PeerLost { what: "pte-change-shootdown" })?;
+    let st = s.stats().ok_or(ProbeError::NoSamples { what: "pte-change-shootdown" })?;
     Ok(vec![Record::measured("pte-change-shootdown", Placement::CrossCore, st)
         .bytes(cx.page as u64)
         .extra("method", "mprotect of one page while a second thread reads it in a loop on another CPU (TLB shootdown IPI)")])
@@ -153,7 +153,10 @@ fn pingpong(cx: &Ctx, mode: WaitMode, cross: bool, batch: u64) -> Result<Samples
     let mut k = 0u32;
     let round = |k: &mut u32| -> Result<(), ProbeError> {
         sys::signal(turn, *k + 1, mode).map_err(ProbeError::sys("futex_wake"))?;
-        sys::wait_for(turn, *k + 2, stop, mode, limit).map_err(|_| ProbeError::PeerLost { what })?;
+        sys::wait_for(turn, *k + 2, stop, mode, limit).map_err(|e| match e {
+            rustix::io::Errno::TIMEDOUT | rustix::io::Errno::PIPE => ProbeError::PeerLost { what },
+            errno => ProbeError::Sys { what: "futex_wait", errno },
+        })?;
         *k += 2;
         Ok(())
     };
@@ -189,8 +192,8 @@ const FUTEX_METHOD: &str = "two processes ping-pong on a shared word with futex_
 /// between address spaces).
 pub fn futex_same_core(cx: &Ctx) -> Result<Vec<Record>, ProbeError> {
     let s = pingpong(cx, WaitMode::Futex, false, cx.budget.batch(200))?;
-    let st = s.stats().ok_or(ProbeError::PeerLost { what: "futex-roundtrip" })?;
-    let cs = s.scaled(0.5).stats().ok_or(ProbeError::PeerLost { what: "context-switch" })?;
+    let st = s.stats().ok_or(ProbeError::NoSamples { what: "futex-roundtrip" })?;
+    let cs = s.scaled(0.5).stats().ok_or(ProbeError::NoSamples { what: "context-switch" })?;
     Ok(vec![
         Record::measured("futex-roundtrip", Placement::SameCore, st).extra("method", FUTEX_METHOD),
         Record::measured("context-switch", Placement::SameCore, cs)
@@ -202,7 +205,7 @@ pub fn futex_same_core(cx: &Ctx) -> Result<Vec<Record>, ProbeError> {
 /// Futex round trip with the processes on two CPUs.
 pub fn futex_cross_core(cx: &Ctx) -> Result<Vec<Record>, ProbeError> {
     let s = pingpong(cx, WaitMode::Futex, true, cx.budget.batch(200))?;
-    let st = s.stats().ok_or(ProbeError::PeerLost { what: "futex-roundtrip" })?;
+    let st = s.stats().ok_or(ProbeError::NoSamples { what: "futex-roundtrip" })?;
     Ok(vec![Record::measured("futex-roundtrip", Placement::CrossCore, st).extra("method", FUTEX_METHOD)])
 }
 
@@ -211,7 +214,7 @@ pub fn futex_cross_core(cx: &Ctx) -> Result<Vec<Record>, ProbeError> {
 /// core).
 pub fn spin_same_core(cx: &Ctx) -> Result<Vec<Record>, ProbeError> {
     let s = pingpong(cx, WaitMode::Spin { yield_every: 1 }, false, cx.budget.batch(200))?;
-    let st = s.stats().ok_or(ProbeError::PeerLost { what: "spin-roundtrip" })?;
+    let st = s.stats().ok_or(ProbeError::NoSamples { what: "spin-roundtrip" })?;
     Ok(vec![Record::measured("spin-roundtrip", Placement::SameCore, st)
         .extra("method", "two processes poll a shared word on one CPU, calling sched_yield after every poll")
         .extra("yield_every", 1)])
@@ -221,7 +224,7 @@ pub fn spin_same_core(cx: &Ctx) -> Result<Vec<Record>, ProbeError> {
 pub fn spin_cross_core(cx: &Ctx) -> Result<Vec<Record>, ProbeError> {
     let every = 1 << 14;
     let s = pingpong(cx, WaitMode::Spin { yield_every: every }, true, cx.budget.batch(2000))?;
-    let st = s.stats().ok_or(ProbeError::PeerLost { what: "spin-roundtrip" })?;
+    let st = s.stats().ok_or(ProbeError::NoSamples { what: "spin-roundtrip" })?;
     Ok(vec![Record::measured("spin-roundtrip", Placement::CrossCore, st)
         .extra("method", "two processes on two CPUs poll a shared word (one cache line there and back per round trip)")
         .extra("yield_every", Json::Num(every as f64))])

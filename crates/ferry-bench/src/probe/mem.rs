@@ -46,7 +46,7 @@ pub fn memcpy(cx: &Ctx) -> Result<Vec<Record>, ProbeError> {
             }
             s.push_dur(t.elapsed(), batch);
         }
-        let st = s.stats().ok_or(ProbeError::PeerLost { what: "memcpy" })?;
+        let st = s.stats().ok_or(ProbeError::NoSamples { what: "memcpy" })?;
         out.push(
             Record::measured("memcpy", SameCore, st)
                 .bytes(n as u64)
@@ -98,7 +98,7 @@ pub fn mmap_munmap(cx: &Ctx) -> Result<Vec<Record>, ProbeError> {
             }
             s.push_dur(t.elapsed(), batch);
         }
-        let st = s.stats().ok_or(ProbeError::PeerLost { what: "mmap-munmap" })?;
+        let st = s.stats().ok_or(ProbeError::NoSamples { what: "mmap-munmap" })?;
         out.push(
             Record::measured("mmap-munmap", SameCore, st)
                 .bytes(len as u64)
@@ -145,8 +145,8 @@ fn fault_records(cx: &Ctx, write: bool) -> Result<Vec<Record>, ProbeError> {
         ("read-fault-per-page", "munmap-read-per-page", Touch::Read, "read one byte per page: page-cache pages mapped (with fault-around)")
     };
     let bytes = (FAULT_PAGES * cx.page) as u64;
-    let st = touch.stats().ok_or(ProbeError::PeerLost { what: case })?;
-    let ust = unmap.stats().ok_or(ProbeError::PeerLost { what: ucase })?;
+    let st = touch.stats().ok_or(ProbeError::NoSamples { what: case })?;
+    let ust = unmap.stats().ok_or(ProbeError::NoSamples { what: ucase })?;
     Ok(vec![
         Record::measured(case, SameCore, st)
             .bytes(bytes)
@@ -185,7 +185,7 @@ pub fn shmem_alloc_fault(cx: &Ctx) -> Result<Vec<Record>, ProbeError> {
         m.touch_write(cx.page, 1);
         s.push_dur(t.elapsed(), FAULT_PAGES as u64);
     }
-    let st = s.stats().ok_or(ProbeError::PeerLost { what: "shmem-alloc-fault-per-page" })?;
+    let st = s.stats().ok_or(ProbeError::NoSamples { what: "shmem-alloc-fault-per-page" })?;
     Ok(vec![Record::measured("shmem-alloc-fault-per-page", SameCore, st)
         .bytes(len as u64)
         .touch(Touch::Write)
@@ -210,8 +210,8 @@ pub fn seal(cx: &Ctx) -> Result<Vec<Record>, ProbeError> {
         one.push_dur(t1 - t0, 1);
         many.push_dur(t2 - t1, FAULT_PAGES as u64);
     }
-    let s1 = one.stats().ok_or(ProbeError::PeerLost { what: "seal" })?;
-    let sn = many.stats().ok_or(ProbeError::PeerLost { what: "seal-per-page" })?;
+    let s1 = one.stats().ok_or(ProbeError::NoSamples { what: "seal" })?;
+    let sn = many.stats().ok_or(ProbeError::NoSamples { what: "seal-per-page" })?;
     Ok(vec![
         Record::measured("seal", SameCore, s1)
             .bytes(cx.page as u64)
@@ -272,8 +272,8 @@ pub fn fd_pass(cx: &Ctx) -> Result<Vec<Record>, ProbeError> {
         with.push_dur(t1 - t0, batch);
         without.push_dur(t2 - t1, batch);
     }
-    let sw = with.stats().ok_or(ProbeError::PeerLost { what: "fd-pass" })?;
-    let so = without.stats().ok_or(ProbeError::PeerLost { what: "seqpacket-message" })?;
+    let sw = with.stats().ok_or(ProbeError::NoSamples { what: "fd-pass" })?;
+    let so = without.stats().ok_or(ProbeError::NoSamples { what: "seqpacket-message" })?;
     Ok(vec![
         Record::measured("fd-pass", SameCore, sw)
             .extra("method", "sendmsg of 1 byte + SCM_RIGHTS(memfd), recvmsg, close the received fd; one thread, no wakeup")

@@ -105,7 +105,7 @@ fn fault(cx: &Ctx, copy: bool, cross: bool) -> Result<Vec<Record>, ProbeError> {
         let sr = server.join().unwrap_or(Err(ProbeError::PeerLost { what: "uffd server" }));
         r.and_then(|s| sr.map(|()| s))
     })?;
-    let st = result.stats().ok_or(ProbeError::PeerLost { what: case })?;
+    let st = result.stats().ok_or(ProbeError::NoSamples { what: case })?;
     let how = if copy { "UFFDIO_COPY of one page of data" } else { "UFFDIO_ZEROPAGE" };
     Ok(vec![Record::measured(case, placement, st)
         .bytes((PAGES * cx.page) as u64)

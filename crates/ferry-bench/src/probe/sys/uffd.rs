@@ -84,7 +84,7 @@ const UFFDIO_REGISTER_MODE_MISSING: u64 = 1;
 const UFFD_USER_MODE_ONLY: u32 = 1;
 
 fn ioctl<T>(fd: BorrowedFd<'_>, req: u64, arg: &mut T) -> rustix::io::Result<()> {
-    // SAFETY: every request used with this helper takes a pointer to a
+    // SAFETY: every request passed to this function takes a pointer to a
     // `#[repr(C)]` struct of exactly `T`'s layout (encoded in `req`), which
     // lives across the call.
     let rc = unsafe { libc::ioctl(fd.as_raw_fd(), req as _, arg as *mut T) };

@@ -4,6 +4,7 @@ mod bench;
 mod demo;
 mod names;
 mod probe;
+mod stat;
 
 use std::process::ExitCode;
 
@@ -14,6 +15,7 @@ commands:
   names           what is registered with the name service
   bench SUITE     run benchmarks (see `ferry bench --help`)
   probe           measure this machine's IPC primitives
+  stat [PID|NAME] live counters of running ferry processes
 ";
 
 fn main() -> ExitCode {
@@ -27,6 +29,7 @@ fn main() -> ExitCode {
         "names" => names::main(rest),
         "bench" => bench::main(rest),
         "probe" => probe::main(rest),
+        "stat" => stat::main(rest),
         "-h" | "--help" | "help" => {
             print!("{USAGE}");
             ExitCode::SUCCESS

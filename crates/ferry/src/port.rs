@@ -46,6 +46,7 @@ pub fn port() -> io::Result<(ReceiveRight, SendRight)> {
 
 /// Creates a port with the given options.
 pub fn port_with(opts: PortOptions) -> io::Result<(ReceiveRight, SendRight)> {
+    crate::counters::publish();
     let (rx, tx) = socket::seqpacket_pair().map_err(io_err)?;
     if let Some(n) = opts.queue_limit {
         socket::set_send_buffer(tx.as_fd(), n).map_err(io_err)?;

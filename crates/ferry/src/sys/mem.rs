@@ -409,3 +409,22 @@ impl Drop for Mapping {
     }
 }
 
+
+/// Reads `out.len()` 64-bit words at `addr` in process `pid`
+/// (`process_vm_readv`), for inspecting another process's counters.
+pub fn read_other_process(pid: i32, addr: usize, out: &mut [u64]) -> rustix::io::Result<()> {
+    let len = std::mem::size_of_val(out);
+    let local = libc::iovec { iov_base: out.as_mut_ptr().cast(), iov_len: len };
+    let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: len };
+    // SAFETY: `local` describes `out`, which we own mutably for the call; the
+    // kernel checks the remote range and our right to read it, and writes at
+    // most `len` bytes into `out`. Any bit pattern is a valid u64.
+    let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
+    if n < 0 {
+        return Err(rustix::io::Errno::from_raw_os_error(std::io::Error::last_os_error().raw_os_error().unwrap_or(0)));
+    }
+    if n as usize != len {
+        return Err(rustix::io::Errno::FAULT);
+    }
+    Ok(())
+}

@@ -1,0 +1,104 @@
+//! `ferry stat`: the live counters of running ferry processes.
+//!
+//! Every process that creates a port publishes where its counter block lives
+//! (see `ferry::counters`); this command reads the block from outside with
+//! `process_vm_readv`, so the observed process does nothing and pays nothing.
+
+use std::process::ExitCode;
+
+use ferry::counters::{self, Published};
+
+const HELP: &str = "usage: ferry stat [PID|NAME] [--json]
+
+Without an argument, lists every process using ferry that you may inspect,
+with its message and region totals. With a PID, or a NAME registered with
+the name service, prints all of that process's counters.";
+
+/// Runs `ferry stat`.
+pub fn main(args: &[String]) -> ExitCode {
+    let mut json = false;
+    let mut target = None;
+    for a in args {
+        match a.as_str() {
+            "--json" => json = true,
+            "-h" | "--help" => {
+                println!("{HELP}");
+                return ExitCode::SUCCESS;
+            }
+            other if target.is_none() && !other.starts_with('-') => target = Some(other.to_owned()),
+            other => {
+                eprintln!("ferry stat: unexpected argument {other:?}\n{HELP}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let Some(target) = target else { return list(json) };
+    let pid = match target.parse::<i32>() {
+        Ok(pid) => pid,
+        Err(_) => match owner_of(&target) {
+            Ok(pid) => pid,
+            Err(e) => {
+                eprintln!("ferry stat: {e}");
+                return ExitCode::from(1);
+            }
+        },
+    };
+    let Some(p) = counters::find(pid) else {
+        eprintln!("ferry stat: process {pid} has published no ferry counters (not running, not using ferry, or not yours)");
+        return ExitCode::from(1);
+    };
+    match counters::read(&p) {
+        Ok(c) => {
+            if json {
+                let body: Vec<String> = c.fields().iter().map(|(k, v)| format!("\"{k}\": {v}")).collect();
+                println!("{{\"pid\": {}, \"command\": {:?}, {}}}", p.pid, p.command, body.join(", "));
+            } else {
+                println!("pid {} ({})", p.pid, p.command);
+                for (k, v) in c.fields() {
+                    println!("  {k:<24} {v:>16}");
+                }
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("ferry stat: cannot read the counters of {pid}: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// The pid that registered `name` with the name service.
+fn owner_of(name: &str) -> Result<i32, String> {
+    let mut bs = ferry::Bootstrap::connect_to(&ferry::bootstrap::default_path()).map_err(|e| format!("{name:?} is not a pid and the name service is unreachable: {e}"))?;
+    let entries = bs.list().map_err(|e| e.to_string())?;
+    entries.iter().find(|e| e.name == name).map(|e| e.owner_pid).ok_or_else(|| format!("no name {name:?} registered"))
+}
+
+fn list(json: bool) -> ExitCode {
+    let found: Vec<(Published, ferry::counters::Counters)> =
+        counters::discover().into_iter().filter_map(|p| counters::read(&p).ok().map(|c| (p, c))).collect();
+    if json {
+        let rows: Vec<String> = found
+            .iter()
+            .map(|(p, c)| {
+                let body: Vec<String> = c.fields().iter().map(|(k, v)| format!("\"{k}\": {v}")).collect();
+                format!("{{\"pid\": {}, \"command\": {:?}, {}}}", p.pid, p.command, body.join(", "))
+            })
+            .collect();
+        println!("[{}]", rows.join(",\n "));
+        return ExitCode::SUCCESS;
+    }
+    println!("{:>7} {:<16} {:>10} {:>10} {:>8} {:>8} {:>14} {:>14}", "PID", "COMMAND", "MSG SENT", "MSG RECV", "RGN OUT", "RGN IN", "BYTES MAPPED", "BYTES COPIED");
+    for (p, c) in &found {
+        let out = c.regions_sent_copy + c.regions_sent_move + c.regions_sent_lend + c.regions_sent_share;
+        let inn = c.regions_received_copy + c.regions_received_move + c.regions_received_lend + c.regions_received_share;
+        println!(
+            "{:>7} {:<16} {:>10} {:>10} {:>8} {:>8} {:>14} {:>14}",
+            p.pid, p.command, c.messages_sent, c.messages_received, out, inn, c.bytes_mapped, c.bytes_copied
+        );
+    }
+    if found.is_empty() {
+        println!("(no process using ferry found)");
+    }
+    ExitCode::SUCCESS
+}

@@ -177,7 +177,7 @@ impl ReceiveRight {
             Err(Errno::AGAIN) | Err(Errno::INTR) => return None,
             Err(e) => return Some(Err(RecvError::Io(io_err(e)))),
         };
-        if dg.len == 0 && dg.fds.is_empty() && !dg.truncated {
+        if dg.is_eof() {
             self.senders_gone = true;
             self.generation += 1;
             if self.once.is_empty() {
@@ -199,7 +199,7 @@ impl ReceiveRight {
         // One message or end-of-file: either way this right is used up.
         drop(self.once.swap_remove(i));
         self.generation += 1;
-        if dg.len == 0 && dg.fds.is_empty() && !dg.truncated {
+        if dg.is_eof() {
             return Some(Err(RecvError::SendOnceDropped));
         }
         Some(Message::from_datagram(&self.buf, dg, self.identity, true).map_err(RecvError::from))
@@ -369,7 +369,7 @@ pub(crate) fn recv_on(
             }
             Err(e) => return Err(RecvError::Io(io_err(e))),
         };
-        if dg.len == 0 && dg.fds.is_empty() && !dg.truncated {
+        if dg.is_eof() {
             return Ok(None);
         }
         return Message::from_datagram(buf, dg, identity, via_send_once).map(Some).map_err(RecvError::from);

@@ -129,7 +129,7 @@ fn still_serves(rx: &mut ReceiveRight, tx: &SendRight) {
 }
 
 /// Builds a receive right and a send right over sockets this test also
-/// holds by hand, by passing them to a helper port as hand-written items.
+/// holds by hand, by passing them through a go-between port as hand-written items.
 fn smuggled_port() -> (ReceiveRight, SendRight, OwnedFd, OwnedFd) {
     let (a, b) = seqpacket_pair();
     let (mut via_rx, via_tx) = ferry::port().expect("port");

@@ -6,6 +6,10 @@ were made and can regenerate them byte for byte:
 
     python3 tests/vectors/gen.py            # rewrite the vectors
     python3 tests/vectors/gen.py --check    # fail if a file would change
+    python3 tests/vectors/gen.py --corpus DIR   # seed a fuzzing corpus
+
+A corpus file is one byte (the descriptor count) followed by the datagram,
+the input format of the `parse` fuzz target in fuzz/.
 
 Each vector is NAME.hex: hexadecimal bytes, whitespace ignored, `#` starts a
 comment that runs to the end of the line. vectors.txt lists one vector per
@@ -284,6 +288,14 @@ def main():
     width = max(len(n) for n in names)
     files["vectors.txt"] = MANIFEST_HEAD + "".join(
         f"{n:<{width}}  {f:>3}  {e}\n" for n, d, f, e, w in VECTORS)
+    if "--corpus" in sys.argv[1:]:
+        out = sys.argv[sys.argv.index("--corpus") + 1]
+        os.makedirs(out, exist_ok=True)
+        for n, d, f, e, w in VECTORS:
+            with open(os.path.join(out, n), "wb") as fh:
+                fh.write(bytes([f & 0xFF]) + d)
+        print(f"{len(VECTORS)} corpus files written to {out}")
+        return
     check = "--check" in sys.argv[1:]
     stale = []
     for fname, text in sorted(files.items()):

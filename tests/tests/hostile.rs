@@ -69,6 +69,27 @@ fn fd_list() -> String {
     v.join(" ")
 }
 
+/// The one name-service connection of this test process, to a private
+/// name server embedded here. It stays open for the whole run, so the
+/// server never closes a connection of a finished case while another case
+/// counts descriptors.
+fn names() -> std::sync::MutexGuard<'static, Bootstrap> {
+    static NAMES: std::sync::OnceLock<(std::path::PathBuf, Mutex<Bootstrap>)> = std::sync::OnceLock::new();
+    let (_, b) = NAMES.get_or_init(|| {
+        let path = common::private_bootstrap("hostile");
+        std::env::set_var("FERRY_BOOTSTRAP", &path);
+        let mut b = Bootstrap::connect().expect("bootstrap");
+        // A round trip: the server has accepted this connection.
+        b.list().expect("list");
+        (path, Mutex::new(b))
+    });
+    b.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn names_path() -> std::path::PathBuf {
+    names().path().to_owned()
+}
+
 /// Sends one datagram with `fds` beside it, straight through the kernel.
 fn send_raw(sock: BorrowedFd<'_>, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> rustix::io::Result<usize> {
     let mut space = vec![MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(300))];
@@ -481,12 +502,8 @@ fn receiver_out_of_descriptors() {
 #[test]
 fn name_server_survives_garbage() {
     let _one = serial();
-    let path = common::private_bootstrap("hostile_names");
-    std::env::set_var("FERRY_BOOTSTRAP", &path);
-    let mut names = Bootstrap::connect().expect("bootstrap");
-    // A round trip: the server has accepted this connection before the
-    // descriptors are counted.
-    names.list().expect("list");
+    let path = names_path();
+    let mut names = names();
     counted("name_server_garbage", || {
         let conn = rustix::net::socket_with(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None).unwrap();
         rustix::net::sockopt::set_socket_passcred(&conn, true).unwrap();
@@ -522,9 +539,8 @@ fn name_server_survives_garbage() {
 #[test]
 fn flood_from_another_process() {
     let _one = serial();
-    let path = common::private_bootstrap("hostile_flood");
-    std::env::set_var("FERRY_BOOTSTRAP", &path);
-    let mut names = Bootstrap::connect().expect("bootstrap");
+    let path = names_path();
+    let mut names = names();
     common::watchdog("flood", Duration::from_secs(120), || {
         let (mut rx, tx) = ferry::port().unwrap();
         names.register("flood-target", &tx).unwrap();

@@ -36,6 +36,9 @@ pub enum WireError {
     TooManyItems(usize),
     /// More inline bytes than [`crate::message::MAX_INLINE`].
     InlineTooLarge(usize),
+    /// The header declares more descriptors than [`crate::message::MAX_FDS`]
+    /// (the most the kernel passes with one message).
+    TooManyFds(usize),
     /// The header's descriptor count, or the items' counts, disagree with the
     /// descriptors the kernel delivered.
     FdCountMismatch {
@@ -94,6 +97,7 @@ impl fmt::Display for WireError {
             }
             TooManyItems(n) => write!(f, "{n} items exceed the limit of {}", crate::message::MAX_ITEMS),
             InlineTooLarge(n) => write!(f, "{n} inline bytes exceed the limit of {}", crate::message::MAX_INLINE),
+            TooManyFds(n) => write!(f, "{n} descriptors exceed the limit of {}", crate::message::MAX_FDS),
             FdCountMismatch { declared, received } => {
                 write!(f, "message declares {declared} descriptors but {received} arrived")
             }

@@ -235,11 +235,17 @@ impl Message {
                         return Err(WireError::NotAPort { item: i });
                     }
                     let ident = if d.kind == wire::KIND_RECEIVE {
-                        let id = socket::identity(fds[0].as_fd()).map_err(|_| WireError::NotAPort { item: i })?;
-                        if id == port {
+                        // The port's own socket may hide among the send-once
+                        // sockets of a receive right too.
+                        let ids = fds
+                            .iter()
+                            .map(|f| socket::identity(f.as_fd()))
+                            .collect::<Result<Vec<_>, _>>()
+                            .map_err(|_| WireError::NotAPort { item: i })?;
+                        if ids.contains(&port) {
                             return Err(WireError::ReceiveRightToSelf);
                         }
-                        id
+                        ids[0]
                     } else {
                         (0, 0)
                     };

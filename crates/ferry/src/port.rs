@@ -185,7 +185,7 @@ impl ReceiveRight {
     /// Receives from the main socket; `None` when nothing is queued.
     fn recv_main(&mut self, wait: bool) -> Option<Result<Message, RecvError>> {
         let got = with_buf(|buf| match socket::recv(self.sock.as_fd(), buf, wait) {
-            Ok(dg) if dg.len == 0 && dg.fds.is_empty() && !dg.truncated => Some(None),
+            Ok(dg) if dg.is_eof() => Some(None),
             Ok(dg) => Some(Some(Message::from_datagram(buf, dg, self.identity, false).map_err(RecvError::from))),
             Err(Errno::AGAIN) | Err(Errno::INTR) => None,
             Err(e) => Some(Some(Err(RecvError::Io(io_err(e))))),
@@ -207,7 +207,7 @@ impl ReceiveRight {
         let sock = self.once[i].as_fd();
         let identity = self.identity;
         let got = with_buf(|buf| match socket::recv(sock, buf, false) {
-            Ok(dg) if dg.len == 0 && dg.fds.is_empty() && !dg.truncated => Some(Err(RecvError::SendOnceDropped)),
+            Ok(dg) if dg.is_eof() => Some(Err(RecvError::SendOnceDropped)),
             Ok(dg) => Some(Message::from_datagram(buf, dg, identity, true).map_err(RecvError::from)),
             Err(Errno::AGAIN) | Err(Errno::INTR) => None,
             Err(e) => Some(Err(RecvError::Io(io_err(e)))),
@@ -382,7 +382,7 @@ pub(crate) fn recv_on(
             }
             Err(e) => return Err(RecvError::Io(io_err(e))),
         };
-        if dg.len == 0 && dg.fds.is_empty() && !dg.truncated {
+        if dg.is_eof() {
             return Ok(None);
         }
         return Message::from_datagram(buf, dg, identity, via_send_once).map(Some).map_err(RecvError::from);

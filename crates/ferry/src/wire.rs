@@ -125,6 +125,9 @@ pub fn parse(b: &[u8], nfds: usize) -> Result<Parsed, WireError> {
         return Err(WireError::InlineTooLarge(inline_len));
     }
     let declared_fds = u16_at(b, 16) as usize;
+    if declared_fds > MAX_FDS {
+        return Err(WireError::TooManyFds(declared_fds));
+    }
     let total = HEADER_LEN + count * ITEM_LEN + inline_len;
     if b.len() < total {
         return Err(WireError::Truncated { need: total, got: b.len() });

@@ -51,6 +51,17 @@ pub struct Datagram {
     pub cred: Option<Cred>,
 }
 
+impl Datagram {
+    /// Whether this is end-of-file (every peer socket closed and the queue
+    /// empty) rather than a datagram. A peer can send a zero-length datagram,
+    /// which also reads as zero bytes; it still carries the sender's
+    /// credentials (every ferry socket has `SO_PASSCRED` on), end-of-file
+    /// carries nothing.
+    pub fn is_eof(&self) -> bool {
+        self.len == 0 && self.fds.is_empty() && !self.truncated && !self.fds_truncated && self.cred.is_none()
+    }
+}
+
 /// Creates a connected pair of close-on-exec `SOCK_SEQPACKET` sockets and
 /// turns on credential passing for both ends.
 pub fn seqpacket_pair() -> rustix::io::Result<(OwnedFd, OwnedFd)> {

@@ -7,6 +7,7 @@
 //! never leaves peers behind.
 
 mod core;
+mod hostile;
 mod pager;
 mod regions;
 mod rpc;
@@ -23,7 +24,8 @@ fn main() -> ExitCode {
     let outcome = core::run(role, rest)
         .or_else(|| regions::run(role, rest))
         .or_else(|| rpc::run(role, rest))
-        .or_else(|| pager::run(role, rest));
+        .or_else(|| pager::run(role, rest))
+        .or_else(|| hostile::run(role, rest));
     match outcome {
         Some(Ok(())) => ExitCode::SUCCESS,
         Some(Err(e)) => {

@@ -101,6 +101,10 @@ fn send_raw(sock: BorrowedFd<'_>, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> rusti
 }
 
 fn desc(kind: u8, fds: u16) -> ItemDesc {
+    if kind == wire::KIND_REGION {
+        // A region by copy of one page: only the descriptor count may be wrong.
+        return ItemDesc { kind, fds, mode: wire::MODE_COPY, len: 4096, ..Default::default() };
+    }
     ItemDesc { kind, fds, ..Default::default() }
 }
 

@@ -285,9 +285,10 @@ static PUBLISHED: std::sync::OnceLock<Option<std::os::fd::OwnedFd>> = std::sync:
 
 /// Makes this process's counters findable by `ferry stat`: an empty memfd
 /// (no pages) named after the block's address stays open for the life of the
-/// process. Called when the process first creates a port; idempotent and
-/// cheap after the first call.
-pub(crate) fn publish() {
+/// process. ferry calls it when the process first creates a port; call it
+/// earlier to be visible before that. Idempotent and cheap after the first
+/// call; it holds one descriptor for the life of the process.
+pub fn publish() {
     PUBLISHED.get_or_init(|| {
         let name = format!("{PUBLISH_PREFIX}{:x}", &BLOCK as *const Block as usize);
         crate::sys::mem::memfd(&name, 0).ok()

@@ -31,6 +31,10 @@ pub enum Item {
     /// A port's receive right, moved to the receiver with every send-once
     /// right still outstanding on it.
     Receive(ReceiveRight),
+    /// A descriptor of the memory-object protocol (a userfaultfd handed to a
+    /// pager, or a pager's page cache handed to a client); see
+    /// [`crate::pager`].
+    Pager(crate::pager::PagerFd),
 }
 
 impl From<SendRight> for Item {
@@ -234,6 +238,10 @@ impl Message {
                     };
                     idents.push(ident);
                 }
+                wire::KIND_PAGER => {
+                    crate::pager::PagerFd::check(d, fds[0].as_fd(), i)?;
+                    idents.push((0, 0));
+                }
                 wire::KIND_REGION => {
                     return Err(WireError::BadRegion {
                         item: i,
@@ -254,7 +262,7 @@ impl Message {
             match items.remove(0) {
                 Item::Send(s) => Some(Reply::Send(s)),
                 Item::SendOnce(s) => Some(Reply::SendOnce(s)),
-                Item::Receive(_) => unreachable!("wire::parse checks the reply item's kind"),
+                Item::Receive(_) | Item::Pager(_) => unreachable!("wire::parse checks the reply item's kind"),
             }
         } else {
             None
@@ -268,6 +276,7 @@ fn describe(item: &Item) -> ItemDesc {
         Item::Send(_) => ItemDesc { kind: wire::KIND_SEND, fds: 1, ..Default::default() },
         Item::SendOnce(_) => ItemDesc { kind: wire::KIND_SEND_ONCE, fds: 1, ..Default::default() },
         Item::Receive(r) => ItemDesc { kind: wire::KIND_RECEIVE, fds: 1 + r.send_once_outstanding() as u16, ..Default::default() },
+        Item::Pager(p) => p.describe(),
     }
 }
 
@@ -280,6 +289,7 @@ fn raise(d: &ItemDesc, mut fds: Vec<OwnedFd>, ident: (u64, u64)) -> Item {
             let main = fds.remove(0);
             Item::Receive(ReceiveRight::from_checked(main, fds, ident))
         }
+        wire::KIND_PAGER => Item::Pager(crate::pager::PagerFd::raise(d, fds.remove(0))),
         _ => unreachable!("checked before raising"),
     }
 }
@@ -304,6 +314,7 @@ impl Lowered {
                 Item::Send(s) => v.push(s.sock.as_fd()),
                 Item::SendOnce(s) => v.push(s.sock.as_fd()),
                 Item::Receive(r) => v.extend(r.sources_all()),
+                Item::Pager(p) => v.push(p.as_fd()),
             }
         }
         v

@@ -36,6 +36,9 @@ pub const KIND_SEND_ONCE: u8 = 2;
 pub const KIND_RECEIVE: u8 = 3;
 /// Item kind: an out-of-line memory region (one memfd).
 pub const KIND_REGION: u8 = 4;
+/// Item kind: a descriptor of the memory-object protocol (one descriptor;
+/// `mode` says which: see [`crate::pager`] and `docs/pager.md`).
+pub const KIND_PAGER: u8 = 5;
 
 /// One item descriptor as it appears on the wire.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -151,6 +154,14 @@ pub fn parse(b: &[u8], nfds: usize) -> Result<Parsed, WireError> {
             KIND_REGION => {
                 if fds != 1 {
                     return Err(WireError::BadItemFdCount { item: i, count: fds });
+                }
+            }
+            KIND_PAGER => {
+                if fds != 1 {
+                    return Err(WireError::BadItemFdCount { item: i, count: fds });
+                }
+                if d.flags != 0 || d.aux != 0 {
+                    return Err(WireError::ReservedNotZero);
                 }
             }
             k => return Err(WireError::UnknownItemKind(k)),

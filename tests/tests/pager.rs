@@ -269,6 +269,39 @@ fn revoking_a_live_pager_stops_waiting_for_it() {
     });
 }
 
+#[test]
+fn dirty_pages_are_tracked_and_returned_on_clean() {
+    common::watchdog("dirty_pages_are_tracked_and_returned_on_clean", Duration::from_secs(60), || {
+        let bs = names("pager-dirty");
+        let pager = PagerPeer::start(&bs, "obj", &["pages=8", "cluster=2", "dirty=1"]);
+        let obj = object(&bs, "obj");
+        let mut m = obj.map().unwrap();
+        check_page(&m, 0);
+        assert_eq!(obj.stats().unwrap().pages_dirtied, 0, "reading dirties nothing");
+        m.as_mut_slice()[2 * PAGE..2 * PAGE + 5].copy_from_slice(b"hello");
+        m.as_mut_slice()[2 * PAGE + 100] = 1;
+        m.as_mut_slice()[5 * PAGE] = 7;
+        assert_eq!(obj.stats().unwrap().pages_dirtied, 2, "one report per page, the first write only");
+        assert_eq!(obj.clean().unwrap(), 2);
+        while obj.stats().unwrap().pages_returned < 2 {
+            common::nap();
+        }
+        // The pager took the pages back: a new mapping (here, in another
+        // process) reads what this one wrote.
+        let other = common::spawn_peer(&bs, "pager-client", &["obj", "1", "2", "5"]);
+        let sum2: u64 = (2 * PAGE..3 * PAGE).map(|i| m.as_slice()[i] as u64).sum();
+        let sum5: u64 = (5 * PAGE..6 * PAGE).map(|i| m.as_slice()[i] as u64).sum();
+        assert_eq!(common::finish(other), format!("page 2 sum {sum2}\npage 5 sum {sum5}\n"));
+        // Returned pages are protected again: the next write is reported anew.
+        m.as_mut_slice()[2 * PAGE] = b'j';
+        assert_eq!(obj.stats().unwrap().pages_dirtied, 3);
+        assert_eq!(obj.clean().unwrap(), 1);
+        assert_eq!(&m.as_slice()[2 * PAGE..2 * PAGE + 5], b"jello");
+        drop(m);
+        pager.kill();
+    });
+}
+
 fn libc_sigbus() -> i32 {
     rustix::process::Signal::BUS.as_raw()
 }

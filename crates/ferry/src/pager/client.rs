@@ -80,7 +80,7 @@ impl MemoryObject {
     /// The object's counters at its server.
     pub fn stats(&self) -> Result<ObjectStats, PagerError> {
         let r = self.call(Message::new(proto::STATS).with_body(proto::body(&[self.id])))?;
-        let w = expect(&r, proto::STATS_REPLY, 8)?;
+        let w = expect(&r, proto::STATS_REPLY, 10)?;
         Ok(ObjectStats {
             faults: w[0],
             requests: w[1],
@@ -90,7 +90,18 @@ impl MemoryObject {
             pages_continued: w[5],
             pages_shadowed: w[6],
             clients: w[7],
+            pages_dirtied: w[8],
+            pages_returned: w[9],
         })
+    }
+
+    /// Asks the object's clients to return the pages they dirtied (Mach's
+    /// `lock_request`), as the object's owner; the pager receives them
+    /// shortly after, in [`super::Pager::data_return`]. Returns how many
+    /// pages were asked for.
+    pub fn clean(&self) -> Result<u64, PagerError> {
+        let r = self.call(Message::new(proto::CLEAN_REQUEST).with_body(proto::body(&[self.id])))?;
+        Ok(expect(&r, proto::CLEANING, 1)?[0])
     }
 
     /// Changes bytes of the object at `offset`, as its owner (checked by the
@@ -113,8 +124,8 @@ impl MemoryObject {
     /// kernel lacks a feature the object needs (poisoning, shmem faults).
     pub fn map(&self) -> Result<MappedObject, PagerError> {
         let mut opened = self.call(Message::new(proto::OPEN).with_body(proto::body(&[self.id])))?;
-        let w = expect(&opened, proto::OPENED, 4)?;
-        let (size, mode, policy) = (w[0], w[1], w[3]);
+        let w = expect(&opened, proto::OPENED, 5)?;
+        let (size, mode, policy, track_dirty) = (w[0], w[1], w[3], w[4] == 1);
         let mode = match mode {
             0 => SupplyMode::Copy,
             1 => SupplyMode::ZeroCopy,
@@ -146,6 +157,10 @@ impl MemoryObject {
             features |= uffd::FEATURE_MISSING_SHMEM | uffd::FEATURE_MINOR_SHMEM;
             modes |= uffd::MODE_MINOR;
         }
+        if track_dirty {
+            features |= uffd::FEATURE_PAGEFAULT_FLAG_WP;
+            modes |= uffd::MODE_WP;
+        }
         uffd.api(features).map_err(|e| PagerError::Unsupported(format!("userfaultfd features {features:#x}: {e}")))?;
         uffd.register(mapping.addr(), len, modes).map_err(io)?;
         let theirs = Uffd::from_fd(socket::dup(uffd.as_fd()).map_err(io)?);
@@ -161,6 +176,8 @@ impl MemoryObject {
             uffd,
             base: mapping.addr(),
             len,
+            size,
+            id: self.id,
             policy,
             state: AtomicU8::new(LIVE),
             changed: (Mutex::new(()), Condvar::new()),
@@ -207,6 +224,8 @@ struct Shared {
     uffd: Uffd,
     base: usize,
     len: usize,
+    size: u64,
+    id: ObjectId,
     policy: DeathPolicy,
     state: AtomicU8,
     changed: (Mutex<()>, Condvar),
@@ -242,17 +261,56 @@ impl Shared {
     }
 }
 
-fn guard(s: Arc<Shared>, server: SendRight, stop: OwnedFd, _lifeline: crate::ReceiveRight) {
+fn guard(s: Arc<Shared>, server: SendRight, stop: OwnedFd, mut lifeline: crate::ReceiveRight) {
+    let mut listening = true;
     loop {
-        let fds = [(server.as_fd(), Interest::HangUp), (stop.as_fd(), Interest::Readable)];
+        let mut fds = vec![(server.as_fd(), Interest::HangUp), (stop.as_fd(), Interest::Readable)];
+        if listening {
+            fds.push((lifeline.main_fd(), Interest::Readable));
+        }
         let Ok(ready) = wait::poll_many(&fds, None) else { return };
         if ready[1].any() {
             return;
+        }
+        if listening && ready[2].any() {
+            match lifeline.recv(Timeout::Zero) {
+                Ok(m) if m.op() == proto::CLEAN => return_dirty(&s, &server, &m),
+                Ok(_) | Err(crate::RecvError::Timeout) | Err(crate::RecvError::BadMessage(_)) => {}
+                // The pager let go of us: only its death is left to watch.
+                Err(_) => listening = false,
+            }
+            continue;
         }
         if ready[0].hangup {
             s.end(PAGER_DEAD);
             // Nothing more to watch but the stop signal.
             let _ = wait::poll_one(stop.as_fd(), Interest::Readable, None);
+            return;
+        }
+    }
+}
+
+/// Answers a `CLEAN`: write-protects each named page again (so the next
+/// write is reported anew), then sends its bytes to the pager. The bytes are
+/// read through the kernel, since the mapping's owner may be writing them.
+fn return_dirty(s: &Shared, server: &SendRight, m: &Message) {
+    let page = mem::page_size();
+    let mut f = Fields::new(m.body());
+    if f.u64() != Some(s.id) {
+        return;
+    }
+    while let Some(p) = f.u64() {
+        let off = (p as usize).saturating_mul(page);
+        if p as usize >= s.len / page || s.uffd.writeprotect(s.base + off, page, true, false).is_err() {
+            continue;
+        }
+        let mut body = proto::body(&[s.id, off as u64]);
+        let n = page.min(s.size as usize - off);
+        let at = body.len();
+        body.resize(at + n, 0);
+        if uffd::read_own(s.base + off, &mut body[at..]).is_ok_and(|got| got == n)
+            && server.send(Message::new(proto::DIRTY).with_body(body), Timeout::Infinite).is_err()
+        {
             return;
         }
     }

@@ -143,11 +143,16 @@ pub struct ObjectConfig {
     pub mode: SupplyMode,
     /// What clients' faults become if this pager dies.
     pub on_death: DeathPolicy,
+    /// Track which pages clients write (pages are installed write-protected
+    /// and the first write to each is reported to the pager), so the owner
+    /// can ask for them back ([`ObjectServer::clean`], Mach's
+    /// `lock_request`). Copy mode only.
+    pub track_dirty: bool,
 }
 
 impl Default for ObjectConfig {
     fn default() -> Self {
-        ObjectConfig { cluster: 16, mode: SupplyMode::Copy, on_death: DeathPolicy::Sigbus }
+        ObjectConfig { cluster: 16, mode: SupplyMode::Copy, on_death: DeathPolicy::Sigbus, track_dirty: false }
     }
 }
 
@@ -171,6 +176,10 @@ pub struct ObjectStats {
     pub pages_shadowed: u64,
     /// Clients currently attached.
     pub clients: u64,
+    /// First writes by clients to tracked pages (write-protect faults).
+    pub pages_dirtied: u64,
+    /// Dirty pages clients returned and the pager accepted.
+    pub pages_returned: u64,
 }
 
 /// Errors of mapping and managing memory objects.

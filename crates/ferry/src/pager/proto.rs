@@ -6,7 +6,7 @@
 
 /// Client → server: open object `id`. Reply: `OPENED` or `ERROR`.
 pub const OPEN: u32 = 0x7061_0001;
-/// Server → client: `size, mode, cluster, on_death` (+ page-cache item for
+/// Server → client: `size, mode, cluster, on_death, track_dirty` (+ page-cache item for
 /// zero-copy objects).
 pub const OPENED: u32 = 0x7061_0002;
 /// Client → server: attach `id, wp`; items: the userfaultfd and the
@@ -33,6 +33,11 @@ pub const CLEAN: u32 = 0x7061_000b;
 /// Client's guardian → server (on the lifeline's reply right): one page
 /// `offset` + its bytes (Mach's `data_return`).
 pub const DIRTY: u32 = 0x7061_000c;
+/// Owner → server: ask the clients of `id` to return their dirty pages.
+/// Reply: `CLEANING n` (pages asked for).
+pub const CLEAN_REQUEST: u32 = 0x7061_000d;
+/// Server → owner: how many pages were asked back.
+pub const CLEANING: u32 = 0x7061_000e;
 /// Server → client: `code` + reason.
 pub const ERROR: u32 = 0x7061_00ff;
 

@@ -69,6 +69,8 @@ struct Client {
     len: usize,
     lifeline: SendRight,
     supplied: Vec<bool>,
+    dirty: Vec<bool>,
+    pid: Option<i32>,
 }
 
 /// Hosts memory objects and serves their pages to clients in other
@@ -152,6 +154,9 @@ impl ObjectServer {
     fn insert(&mut self, size: u64, source: Source, config: ObjectConfig, owner: u32) -> Result<ObjectId, PagerError> {
         if size == 0 || config.cluster == 0 || size > isize::MAX as u64 {
             return Err(PagerError::BadRequest("an object needs a size and a cluster of at least one page".into()));
+        }
+        if config.track_dirty && config.mode == SupplyMode::ZeroCopy {
+            return Err(PagerError::Unsupported("dirty tracking needs copy mode".into()));
         }
         let cache = match config.mode {
             SupplyMode::Copy => None,
@@ -299,6 +304,11 @@ impl ObjectServer {
             proto::COPY => self.req_copy(&m),
             proto::STATS => self.req_stats(&m),
             proto::WRITE => self.req_write(&m, uid),
+            proto::CLEAN_REQUEST => self.req_clean(&m, uid),
+            proto::DIRTY => {
+                self.data_return(&m);
+                return;
+            }
             _ => Err((proto::E_BAD_REQUEST, format!("unknown operation {:#x}", m.op()))),
         };
         let msg = match answer {
@@ -335,7 +345,7 @@ impl ObjectServer {
             super::DeathPolicy::Sigbus => 0,
             super::DeathPolicy::ZeroFill => 1,
         };
-        let mut reply = Message::new(proto::OPENED).with_body(proto::body(&[o.size, mode, o.config.cluster as u64, death]));
+        let mut reply = Message::new(proto::OPENED).with_body(proto::body(&[o.size, mode, o.config.cluster as u64, death, o.config.track_dirty as u64]));
         if let Some(c) = &o.cache {
             let view = crate::sys::socket::dup(c.view.as_fd()).map_err(|e| (proto::E_UNSUPPORTED, e.to_string()))?;
             reply = reply.with_item(Item::Pager(PagerFd::cache(view, o.size)));
@@ -357,7 +367,17 @@ impl ObjectServer {
         }
         let slot = self.clients.iter().position(Option::is_none).unwrap_or(self.clients.len());
         let pages = (len as usize) / mem::page_size();
-        let client = Client { object: id, uffd, base: addr as usize, len: len as usize, lifeline, supplied: vec![false; pages] };
+        let pid = m.sender().map(|c| c.pid);
+        let client = Client {
+            object: id,
+            uffd,
+            base: addr as usize,
+            len: len as usize,
+            lifeline,
+            supplied: vec![false; pages],
+            dirty: vec![false; pages],
+            pid,
+        };
         let watched = self
             .epoll
             .add(client.uffd.as_fd(), Interest::Readable, key_uffd(slot))
@@ -392,6 +412,8 @@ impl ObjectServer {
             s.pages_continued,
             s.pages_shadowed,
             s.clients,
+            s.pages_dirtied,
+            s.pages_returned,
         ])))
     }
 
@@ -407,6 +429,64 @@ impl ObjectServer {
             Ok(()) => Ok(Message::new(proto::WRITTEN)),
             Err(PagerError::BadRequest(w)) => Err((proto::E_BAD_REQUEST, w)),
             Err(e) => Err((proto::E_UNSUPPORTED, e.to_string())),
+        }
+    }
+
+    fn req_clean(&mut self, m: &Message, uid: Option<u32>) -> Result<Message, (u64, String)> {
+        let id = self.object_of(&mut Fields::new(m.body()))?;
+        if uid != Some(self.objects[&id].owner) {
+            return Err((proto::E_DENIED, "only the object's owner may ask for dirty pages".into()));
+        }
+        let n = self.clean(id).map_err(|e| (proto::E_UNSUPPORTED, e.to_string()))?;
+        Ok(Message::new(proto::CLEANING).with_body(proto::body(&[n as u64])))
+    }
+
+    /// Asks every client of `id` to return the pages it dirtied since they
+    /// were last returned (Mach's `lock_request` with clean): each client
+    /// write-protects them again, then sends their bytes back, and the pager
+    /// receives them in [`Pager::data_return`] as they arrive. Returns how
+    /// many pages were asked for.
+    ///
+    /// # Errors
+    /// [`PagerError::NoSuchObject`]; [`PagerError::Unsupported`] if the
+    /// object does not track dirty pages.
+    pub fn clean(&mut self, id: ObjectId) -> Result<usize, PagerError> {
+        let o = self.objects.get(&id).ok_or(PagerError::NoSuchObject(id))?;
+        if !o.config.track_dirty {
+            return Err(PagerError::Unsupported("the object does not track dirty pages".into()));
+        }
+        let mut asked = 0;
+        for c in self.clients.iter_mut().flatten().filter(|c| c.object == id) {
+            let pages: Vec<u64> = c.dirty.iter().enumerate().filter(|(_, d)| **d).map(|(p, _)| p as u64).collect();
+            for chunk in pages.chunks(crate::message::MAX_INLINE / 8 - 1) {
+                let mut words = vec![id];
+                words.extend_from_slice(chunk);
+                if c.lifeline.send(Message::new(proto::CLEAN).with_body(proto::body(&words)), Timeout::Zero).is_ok() {
+                    chunk.iter().for_each(|&p| c.dirty[p as usize] = false);
+                    asked += chunk.len();
+                }
+            }
+        }
+        Ok(asked)
+    }
+
+    /// A returned dirty page: accepted only from a process attached to the
+    /// object, for a whole page inside it.
+    fn data_return(&mut self, m: &Message) {
+        let mut f = Fields::new(m.body());
+        let (Some(id), Some(offset)) = (f.u64(), f.u64()) else { return self.stats.rejected += 1 };
+        let pid = m.sender().map(|c| c.pid);
+        let attached = self.clients.iter().flatten().any(|c| c.object == id && c.pid.is_some() && c.pid == pid);
+        let page = mem::page_size() as u64;
+        let Some(o) = self.objects.get_mut(&id) else { return self.stats.rejected += 1 };
+        let data = f.rest();
+        let whole = offset % page == 0 && offset < o.size && data.len() as u64 == page.min(o.size - offset);
+        match (&mut o.source, attached && whole) {
+            (Source::Pager(p), true) => {
+                p.data_return(offset, data);
+                o.stats.pages_returned += 1;
+            }
+            _ => self.stats.rejected += 1,
         }
     }
 
@@ -427,13 +507,33 @@ impl ObjectServer {
                 Err(_) => return self.detach(slot),
             };
             for ev in events {
-                if let Event::PageFault { addr, .. } = ev {
-                    if self.resolve(slot, addr).is_err() {
-                        return self.detach(slot);
-                    }
+                let r = match ev {
+                    Event::PageFault { addr, wp: true, .. } => self.dirtied(slot, addr),
+                    Event::PageFault { addr, .. } => self.resolve(slot, addr),
+                    _ => Ok(()),
+                };
+                if r.is_err() {
+                    return self.detach(slot);
                 }
             }
         }
+    }
+
+    /// A first write to a write-protected page: note it dirty and let the
+    /// write proceed.
+    fn dirtied(&mut self, slot: usize, addr: u64) -> Result<(), Errno> {
+        let page = mem::page_size();
+        let c = self.clients[slot].as_mut().expect("live slot");
+        let addr = addr as usize;
+        if addr < c.base || addr >= c.base + c.len {
+            return Ok(());
+        }
+        let p = (addr - c.base) / page;
+        c.dirty[p] = true;
+        c.uffd.writeprotect(c.base + p * page, page, false, true)?;
+        let id = c.object;
+        self.stat(id, |s| s.pages_dirtied += 1);
+        Ok(())
     }
 
     /// Supplies the cluster around a fault at `addr` in client `slot`.
@@ -453,6 +553,7 @@ impl ObjectServer {
         obj.stats.faults += 1;
         let cluster = obj.config.cluster;
         let mode = obj.config.mode;
+        let wp = obj.config.track_dirty;
         let mut end = first + 1;
         while end < pages && end < first + cluster && !c.supplied[end] {
             end += 1;
@@ -465,6 +566,14 @@ impl ObjectServer {
                 let mut buf = vec![0u8; n];
                 let clip = (size - (first * page) as u64).min(n as u64) as usize;
                 match read_object(&mut self.objects, id, first as u64, &mut buf[..clip]) {
+                    // Tracked pages are installed write-protected; there is
+                    // no write-protected zero page, so zeros are copied.
+                    Ok(Supply::Provided) | Ok(Supply::Unavailable) if wp => {
+                        let c = self.clients[slot].as_ref().expect("live slot");
+                        let r = fill(n, |at, _| c.uffd.copy(dst + at, &buf[at..], true, true));
+                        self.stat(id, |s| s.pages_copied += (n / page) as u64);
+                        r
+                    }
                     Ok(Supply::Provided) => {
                         let c = self.clients[slot].as_ref().expect("live slot");
                         let r = fill(n, |at, _| c.uffd.copy(dst + at, &buf[at..], true, false));

@@ -356,9 +356,12 @@ impl Uffd {
 
     /// `UFFDIO_WRITEPROTECT`: sets (`protect`) or clears write protection
     /// on `[start, start+len)` of a range registered with [`MODE_WP`].
+    /// `wake` matters only when clearing (waking the writers that waited);
+    /// the kernel refuses `DONTWAKE` together with protecting, so it is not
+    /// passed then.
     pub fn writeprotect(&self, start: usize, len: usize, protect: bool, wake: bool) -> rustix::io::Result<()> {
         let mut mode = if protect { WRITEPROTECT_MODE_WP } else { 0 };
-        if !wake {
+        if !wake && !protect {
             mode |= WRITEPROTECT_MODE_DONTWAKE;
         }
         let mut w = WriteProtectArg { range: Range { start: start as u64, len: len as u64 }, mode };
@@ -433,6 +436,23 @@ fn last_errno() -> Errno {
 impl AsFd for Uffd {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
+    }
+}
+
+/// Copies `buf.len()` bytes of this process's memory at `addr` into `buf`
+/// through the kernel (`process_vm_readv` on ourselves), for memory another
+/// thread may be writing: no Rust reference to the source is ever made, and
+/// an unmapped source fails with `EFAULT` instead of crashing.
+pub fn read_own(addr: usize, buf: &mut [u8]) -> rustix::io::Result<usize> {
+    let local = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    let remote = libc::iovec { iov_base: addr as *mut c_void, iov_len: buf.len() };
+    // SAFETY: `local` describes `buf`, live and writable for its length; the
+    // kernel checks `remote` against our own address space and only reads it.
+    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    if n < 0 {
+        Err(last_errno())
+    } else {
+        Ok(n as usize)
     }
 }
 
@@ -634,6 +654,50 @@ mod tests {
         });
         assert_eq!(m.as_slice()[p + 1], 0x77);
         assert!(h.join().unwrap(), "a page present in the page cache faults as minor");
+    }
+
+    #[test]
+    fn write_protect_reports_the_first_write() {
+        let (u, _) = Uffd::new().unwrap();
+        u.api(FEATURE_PAGEFAULT_FLAG_WP).unwrap();
+        let p = page_size();
+        let mut m = ObjectMapping::new(p, Backing::Anonymous).unwrap();
+        u.register(m.addr(), p, MODE_MISSING | MODE_WP).unwrap();
+        u.copy(m.addr(), &vec![3u8; p], true, true).unwrap();
+        let u = Arc::new(u);
+        let u2 = u.clone();
+        let h = std::thread::spawn(move || loop {
+            let _ = rustix::event::poll(&mut [rustix::event::PollFd::new(&*u2, rustix::event::PollFlags::IN)], None);
+            if let Some(ev @ Event::PageFault { addr, .. }) = u2.read_events(1).unwrap().first().copied() {
+                u2.writeprotect(addr as usize & !(p - 1), p, false, true).unwrap();
+                return ev;
+            }
+        });
+        assert_eq!(m.as_slice()[0], 3, "reading a protected page does not fault");
+        m.as_mut_slice()[0] = 4;
+        assert!(matches!(h.join().unwrap(), Event::PageFault { wp: true, write: true, .. }));
+        // Protecting again is allowed only with wake (the kernel refuses
+        // DONTWAKE with protection; the wrapper never passes it then).
+        u.writeprotect(m.addr(), p, true, false).unwrap();
+    }
+
+    /// What the kernel does when the last descriptor of a userfaultfd goes
+    /// (a pager holding the only copy dies): threads waiting in faults are
+    /// woken, the range is no longer registered, and they fault it in as
+    /// ordinary memory, zeros here. This is why clients keep their own copy.
+    #[test]
+    fn releasing_the_last_descriptor_turns_the_range_into_ordinary_memory() {
+        let (u, _) = Uffd::new().unwrap();
+        u.api(0).unwrap();
+        let p = page_size();
+        let m = Arc::new(ObjectMapping::new(p, Backing::Anonymous).unwrap());
+        u.register(m.addr(), p, MODE_MISSING).unwrap();
+        let m2 = m.clone();
+        let reader = std::thread::spawn(move || m2.as_slice()[10]);
+        // Wait until the reader is stuck in its fault (the event is queued).
+        let _ = rustix::event::poll(&mut [rustix::event::PollFd::new(&u, rustix::event::PollFlags::IN)], None);
+        drop(u);
+        assert_eq!(reader.join().unwrap(), 0);
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //!   Keys: `pages=N` (size in pages, default 64), `extra=N` (bytes past the
 //!   last whole page), `cluster=N`, `mode=copy|zerocopy`,
 //!   `policy=sigbus|zero`, `holes=1` (odd pages are unavailable: zeros),
-//!   `hang=P` (the pager never answers for page P: it stops answering).
+//!   `hang=P` (the pager never answers for page P: it stops answering),
+//!   `dirty=1` (track dirty pages; returned pages become the object's).
 //! - `pager-client NAME ID PAGE...`: maps object ID, prints `page P sum S`
 //!   for each page touched, and exits (detaching by dying).
 //! - `pager-outlive NAME ID TOUCH`: maps object ID, touches page 0, prints
@@ -41,6 +42,8 @@ pub fn pattern(at: usize) -> u8 {
 struct TestPager {
     holes: bool,
     hang: Option<u64>,
+    /// Pages clients returned (dirty tracking): served from here after.
+    returned: std::collections::HashMap<u64, Vec<u8>>,
 }
 
 impl Pager for TestPager {
@@ -53,13 +56,31 @@ impl Pager for TestPager {
                 }
             }
         }
+        for (i, chunk) in buf.chunks_mut(page as usize).enumerate() {
+            if let Some(r) = self.returned.get(&(offset + i as u64 * page)) {
+                chunk.copy_from_slice(&r[..chunk.len()]);
+            } else {
+                fill_pattern(offset + i as u64 * page, chunk);
+            }
+        }
+        if !self.holes && !self.returned.is_empty() {
+            return Ok(Supply::Provided);
+        }
         if self.holes && (offset / page) % 2 == 1 {
             return Ok(Supply::Unavailable);
         }
-        for (i, b) in buf.iter_mut().enumerate() {
-            *b = pattern(offset as usize + i);
-        }
+        fill_pattern(offset, buf);
         Ok(Supply::Provided)
+    }
+
+    fn data_return(&mut self, offset: Offset, data: &[u8]) {
+        self.returned.insert(offset, data.to_vec());
+    }
+}
+
+fn fill_pattern(offset: u64, buf: &mut [u8]) {
+    for (i, b) in buf.iter_mut().enumerate() {
+        *b = pattern(offset as usize + i);
     }
 }
 
@@ -68,7 +89,7 @@ fn serve(args: &[String]) -> Res {
     let mut pages = 64u64;
     let mut extra = 0u64;
     let mut config = ObjectConfig::default();
-    let mut pager = TestPager { holes: false, hang: None };
+    let mut pager = TestPager { holes: false, hang: None, returned: Default::default() };
     for kv in &args[1..] {
         let (k, v) = kv.split_once('=').ok_or("KEY=VALUE")?;
         match k {
@@ -79,6 +100,7 @@ fn serve(args: &[String]) -> Res {
             "policy" => config.on_death = if v == "zero" { DeathPolicy::ZeroFill } else { DeathPolicy::Sigbus },
             "holes" => pager.holes = v == "1",
             "hang" => pager.hang = Some(v.parse()?),
+            "dirty" => config.track_dirty = v == "1",
             _ => return Err(format!("unknown key {k}").into()),
         }
     }

@@ -302,6 +302,58 @@ fn dirty_pages_are_tracked_and_returned_on_clean() {
     });
 }
 
+#[test]
+fn the_file_server_hands_out_snapshots_read_lazily() {
+    use ferry::fileserver::FileClient;
+    use std::os::unix::fs::PermissionsExt;
+    common::watchdog("the_file_server_hands_out_snapshots_read_lazily", Duration::from_secs(60), || {
+        let bs = names("fileserver");
+        let root = bs.parent().unwrap().join("files");
+        std::fs::create_dir_all(&root).unwrap();
+        let size = 40 * PAGE + 123;
+        let original: Vec<u8> = (0..size).map(pattern).collect();
+        std::fs::write(root.join("README"), &original).unwrap();
+        std::fs::write(root.join("empty"), b"").unwrap();
+        std::fs::write(root.join("secret"), b"not for you").unwrap();
+        std::fs::set_permissions(root.join("secret"), std::fs::Permissions::from_mode(0o600)).unwrap();
+        rustix::fs::chown(&root.join("secret"), Some(rustix::fs::Uid::from_raw(12345)), None).unwrap();
+
+        let mut child = common::spawn_peer(&bs, "file-serve", &["files", root.to_str().unwrap()]);
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        assert_eq!(read_line(&mut out), "ready\n");
+        let fs = FileClient::new(Bootstrap::connect_to(&bs).unwrap().lookup("files").unwrap());
+
+        let mut snap = fs.open("README").unwrap();
+        assert_eq!(snap.as_slice().len(), size);
+        assert_eq!(fs.stats(snap.version()).unwrap().pages_requested, 0, "opening reads nothing");
+        assert_eq!(&snap.as_slice()[10 * PAGE..10 * PAGE + 64], &original[10 * PAGE..10 * PAGE + 64]);
+        assert_eq!(fs.stats(snap.version()).unwrap().pages_requested, 4, "one cluster read from disk");
+        // Our writes stay ours.
+        snap.as_mut_slice()[0..5].copy_from_slice(b"mine!");
+        assert_eq!(std::fs::read(root.join("README")).unwrap(), original);
+
+        // Writing back replaces the file in one message; the old snapshot
+        // keeps the old contents, even in pages it had not read yet.
+        fs.write("README", b"brand new contents").unwrap();
+        assert_eq!(std::fs::read(root.join("README")).unwrap(), b"brand new contents");
+        assert_eq!(&snap.as_slice()[30 * PAGE..31 * PAGE], &original[30 * PAGE..31 * PAGE]);
+        assert_eq!(&snap.as_slice()[size - 123..], &original[size - 123..]);
+        assert_eq!(&snap.as_slice()[0..5], b"mine!");
+        let fresh = fs.open("README").unwrap();
+        assert_eq!(fresh.as_slice(), b"brand new contents");
+
+        assert_eq!(fs.open("empty").unwrap().as_slice(), b"");
+        assert!(matches!(fs.open("secret"), Err(PagerError::Denied(_))), "mode 0600 of another user");
+        assert!(matches!(fs.write("secret", b"x"), Err(PagerError::Denied(_))));
+        assert!(matches!(fs.open("../bootstrap"), Err(PagerError::Denied(_))), "no escaping the root");
+        assert!(matches!(fs.open("/etc/passwd"), Err(PagerError::Denied(_))));
+        assert!(matches!(fs.open("missing"), Err(PagerError::BadRequest(_))));
+        drop((snap, fresh));
+        child.kill().unwrap();
+        child.wait().unwrap();
+    });
+}
+
 fn libc_sigbus() -> i32 {
     rustix::process::Signal::BUS.as_raw()
 }

@@ -35,6 +35,7 @@
 
 pub mod bootstrap;
 pub mod error;
+pub mod fileserver;
 pub mod message;
 pub mod nameserver;
 pub mod pager;

@@ -33,7 +33,7 @@
 //! mapping side); `proto` holds the message layouts.
 
 mod client;
-mod proto;
+pub(crate) mod proto;
 mod server;
 
 use std::fmt;
@@ -46,7 +46,7 @@ use crate::sys::uffd::{self, Uffd};
 use crate::wire::{self, ItemDesc};
 
 pub use client::{MappedObject, MemoryObject, ObjectState};
-pub use server::{ObjectServer, ServerStats};
+pub use server::{Answer, Extension, ObjectServer, ServerStats};
 
 /// The offset of a byte within a memory object.
 pub type Offset = u64;

@@ -60,7 +60,19 @@ struct Object {
     copies: Vec<ObjectId>,
     cache: Option<Cache>,
     stats: ObjectStats,
+    /// Removed once a client has attached and the last one detached.
+    ephemeral: bool,
+    attached_once: bool,
 }
+
+/// What an extension's handler answers for a request the object server
+/// does not know: a reply, or an error code and reason (sent as `ERROR`).
+pub type Answer = Result<Message, (u64, String)>;
+
+/// Handles requests for operations the object server does not know, with
+/// access to the server (to add objects). Returns `None` to let the server
+/// answer "unknown operation".
+pub type Extension<'a> = &'a mut dyn FnMut(&mut ObjectServer, &mut Message) -> Option<Answer>;
 
 struct Client {
     object: ObjectId,
@@ -165,8 +177,45 @@ impl ObjectServer {
         let id = self.next_id;
         self.next_id += 1;
         let stats = ObjectStats::default();
-        self.objects.insert(id, Object { size, config, owner, source, pages: BTreeMap::new(), copies: Vec::new(), cache, stats });
+        self.objects.insert(
+            id,
+            Object {
+                size,
+                config,
+                owner,
+                source,
+                pages: BTreeMap::new(),
+                copies: Vec::new(),
+                cache,
+                stats,
+                ephemeral: false,
+                attached_once: false,
+            },
+        );
         Ok(id)
+    }
+
+    /// Marks object `id` to be removed when, after a first client attached,
+    /// the last one detaches and no copy of it exists (for objects made per
+    /// request, such as the file server's snapshots).
+    pub fn set_ephemeral(&mut self, id: ObjectId) -> Result<(), PagerError> {
+        self.objects.get_mut(&id).ok_or(PagerError::NoSuchObject(id))?.ephemeral = true;
+        Ok(())
+    }
+
+    /// Retires object `id`: it is removed as soon as no client maps it and
+    /// no copy of it remains (now, if that is already so).
+    pub fn retire(&mut self, id: ObjectId) {
+        if let Some(o) = self.objects.get_mut(&id) {
+            o.ephemeral = true;
+            o.attached_once = true;
+        }
+        self.reclaim(id);
+    }
+
+    /// Whether object `id` exists.
+    pub fn contains(&self, id: ObjectId) -> bool {
+        self.objects.contains_key(&id)
     }
 
     /// Sets the user allowed to change object `id` by message.
@@ -257,6 +306,13 @@ impl ObjectServer {
     /// Only failures of the server's own descriptors ([`PagerError::Io`]);
     /// anything a client does is handled and counted.
     pub fn serve(&mut self, timeout: Timeout) -> Result<usize, PagerError> {
+        self.serve_with(timeout, &mut |_, _| None)
+    }
+
+    /// As [`serve`](Self::serve), passing requests for operations the
+    /// object server does not know to `ext` (how the file server adds its
+    /// own requests on the same port).
+    pub fn serve_with(&mut self, timeout: Timeout, ext: Extension<'_>) -> Result<usize, PagerError> {
         let deadline = match timeout {
             Timeout::Zero => Some(Instant::now()),
             Timeout::After(d) => Some(Instant::now() + d),
@@ -265,7 +321,7 @@ impl ObjectServer {
         let events = self.epoll.wait(64, deadline).map_err(|e| PagerError::Io(errno(e)))?;
         for &(key, ready) in &events {
             if key == KEY_PORT {
-                self.drain_port();
+                self.drain_port(ext);
             } else if key % 2 == 0 {
                 self.drain_faults(((key - 2) / 2) as usize);
             } else if ready.hangup {
@@ -275,10 +331,10 @@ impl ObjectServer {
         Ok(events.len())
     }
 
-    fn drain_port(&mut self) {
+    fn drain_port(&mut self, ext: Extension<'_>) {
         loop {
             match self.port.recv(Timeout::Zero) {
-                Ok(m) => self.handle(m),
+                Ok(m) => self.handle(m, ext),
                 Err(RecvError::Timeout) => return,
                 Err(RecvError::BadMessage(_)) => self.stats.malformed += 1,
                 Err(RecvError::NoSenders) => {
@@ -295,7 +351,7 @@ impl ObjectServer {
         }
     }
 
-    fn handle(&mut self, mut m: Message) {
+    fn handle(&mut self, mut m: Message, ext: Extension<'_>) {
         let reply = m.take_reply();
         let uid = m.sender().map(|c| c.uid);
         let answer = match m.op() {
@@ -309,7 +365,7 @@ impl ObjectServer {
                 self.data_return(&m);
                 return;
             }
-            _ => Err((proto::E_BAD_REQUEST, format!("unknown operation {:#x}", m.op()))),
+            op => ext(self, &mut m).unwrap_or_else(|| Err((proto::E_BAD_REQUEST, format!("unknown operation {op:#x}")))),
         };
         let msg = match answer {
             Ok(msg) => msg,
@@ -386,6 +442,7 @@ impl ObjectServer {
             let _ = self.epoll.remove(client.uffd.as_fd());
             return Err((proto::E_UNSUPPORTED, format!("cannot watch the client: {e}")));
         }
+        self.objects.get_mut(&id).expect("checked above").attached_once = true;
         if slot == self.clients.len() {
             self.clients.push(Some(client));
         } else {
@@ -495,7 +552,30 @@ impl ObjectServer {
             let _ = self.epoll.remove(c.uffd.as_fd());
             let _ = self.epoll.remove(c.lifeline.as_fd());
             self.stats.detached += 1;
+            self.reclaim(c.object);
         }
+    }
+
+    /// Removes an ephemeral object nobody uses any more.
+    fn reclaim(&mut self, id: ObjectId) {
+        let unused = self.objects.get(&id).is_some_and(|o| o.ephemeral && o.attached_once && o.copies.is_empty())
+            && !self.clients.iter().flatten().any(|c| c.object == id);
+        if !unused {
+            return;
+        }
+        if let Some(o) = self.objects.remove(&id) {
+            if let Source::CopyOf(parent) = o.source {
+                if let Some(p) = self.objects.get_mut(&parent) {
+                    p.copies.retain(|&c| c != id);
+                }
+                self.reclaim(parent);
+            }
+        }
+    }
+
+    /// Number of objects hosted.
+    pub fn object_count(&self) -> usize {
+        self.objects.len()
     }
 
     fn drain_faults(&mut self, slot: usize) {

@@ -7,6 +7,8 @@
 //!   `policy=sigbus|zero`, `holes=1` (odd pages are unavailable: zeros),
 //!   `hang=P` (the pager never answers for page P: it stops answering),
 //!   `dirty=1` (track dirty pages; returned pages become the object's).
+//! - `file-serve NAME ROOT`: a file server for the files beneath ROOT
+//!   (cluster 4), registered under NAME; prints `ready` and serves.
 //! - `pager-client NAME ID PAGE...`: maps object ID, prints `page P sum S`
 //!   for each page touched, and exits (detaching by dying).
 //! - `pager-outlive NAME ID TOUCH`: maps object ID, touches page 0, prints
@@ -28,6 +30,7 @@ pub fn run(role: &str, args: &[String]) -> Outcome {
         "pager-serve" => Some(serve(args)),
         "pager-client" => Some(client(args)),
         "pager-outlive" => Some(outlive(args)),
+        "file-serve" => Some(file_serve(args)),
         _ => None,
     }
 }
@@ -153,4 +156,16 @@ fn outlive(args: &[String]) -> Res {
     let last = std::hint::black_box(m.as_slice())[m.len() - 1];
     println!("last {last}");
     Ok(())
+}
+
+fn file_serve(args: &[String]) -> Res {
+    let (Some(name), Some(root)) = (args.first(), args.get(1)) else { return Err("usage: file-serve NAME ROOT".into()) };
+    let config = ObjectConfig { cluster: 4, ..ObjectConfig::default() };
+    let (mut server, right) = ferry::fileserver::FileServer::new(std::path::Path::new(root), config)?;
+    Bootstrap::connect()?.register(name, &right)?;
+    println!("ready");
+    std::io::stdout().flush()?;
+    loop {
+        server.serve(Timeout::Infinite)?;
+    }
 }

@@ -354,6 +354,20 @@ fn the_file_server_hands_out_snapshots_read_lazily() {
     });
 }
 
+#[test]
+fn unprivileged_processes_get_user_mode_only_handling() {
+    common::watchdog("unprivileged_processes_get_user_mode_only_handling", Duration::from_secs(60), || {
+        let bs = names("pager-unpriv");
+        let out = common::finish(common::spawn_peer(&bs, "pager-unprivileged", &[]));
+        let knob = std::fs::read_to_string("/proc/sys/vm/unprivileged_userfaultfd").unwrap_or_default();
+        if knob.trim() == "0" {
+            assert_eq!(out, "full=false poison=true\nuser_mode_only=true byte=true\nsyscall=Err(Os { code: 14, kind: Uncategorized, message: \"Bad address\" })\n");
+        } else {
+            assert!(out.contains("byte=true"), "{out}");
+        }
+    });
+}
+
 fn libc_sigbus() -> i32 {
     rustix::process::Signal::BUS.as_raw()
 }

@@ -257,6 +257,38 @@ impl From<RecvError> for PagerError {
     }
 }
 
+/// What this kernel and this process's privileges allow, for choosing an
+/// object's configuration or explaining a failure before mapping.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelSupport {
+    /// Faults from system calls are handled too (not user-mode-only): a
+    /// `write(2)` from a mapped object waits for the pager instead of
+    /// failing with `EFAULT`.
+    pub full_handling: bool,
+    /// `UFFDIO_POISON` (Linux 6.6): needed by every mapping, for the
+    /// `Sigbus` death policy and pager errors.
+    pub poison: bool,
+    /// Minor faults on shmem (Linux 5.14): needed for zero-copy objects.
+    pub zero_copy: bool,
+    /// Write-protect faults (Linux 5.7): needed for dirty tracking.
+    pub dirty_tracking: bool,
+}
+
+/// Probes what this kernel and process allow.
+///
+/// # Errors
+/// [`PagerError::UserfaultfdUnavailable`] when this process may not create
+/// a userfaultfd at all (not even user-mode-only).
+pub fn probe() -> Result<KernelSupport, PagerError> {
+    let (f, origin) = Uffd::probe_features().map_err(|e| PagerError::UserfaultfdUnavailable(errno(e)))?;
+    Ok(KernelSupport {
+        full_handling: origin == uffd::Origin::Full,
+        poison: f & uffd::FEATURE_POISON != 0,
+        zero_copy: f & uffd::FEATURE_MINOR_SHMEM != 0 && f & uffd::FEATURE_MISSING_SHMEM != 0,
+        dirty_tracking: f & uffd::FEATURE_PAGEFAULT_FLAG_WP != 0,
+    })
+}
+
 fn errno(e: rustix::io::Errno) -> io::Error {
     io::Error::from_raw_os_error(e.raw_os_error())
 }

@@ -14,9 +14,10 @@
 //! registered, and only pages that are missing there (the kernel answers
 //! `EEXIST` for a page already present), so they never change bytes that
 //! anyone could already have read. That is why they are safe functions here.
-//! The one ioctl that can take a present page away (`UFFDIO_MOVE`) is not
-//! wrapped, and ferry never enables `UFFD_FEATURE_MOVE` on the descriptors
-//! it creates, so a pager handed one cannot move a client's pages either.
+//! The one ioctl that can take a present page away (`UFFDIO_MOVE`, feature
+//! bit `1 << 16`, Linux 6.8) is not wrapped, and ferry never enables that
+//! feature on the descriptors it creates, so a pager handed one cannot move
+//! a client's pages either.
 //! [`ObjectMapping`] owns the range it maps (returned by `mmap`, unmapped
 //! once in `Drop`), like [`crate::sys::mem::Mapping`].
 
@@ -38,24 +39,10 @@ pub const UFFD_USER_MODE_ONLY: u32 = 1;
 pub const FEATURE_PAGEFAULT_FLAG_WP: u64 = 1 << 0;
 /// Feature: missing faults on shmem (Linux 4.11).
 pub const FEATURE_MISSING_SHMEM: u64 = 1 << 5;
-/// Feature: `UNMAP` events when the registered range is unmapped (4.11).
-pub const FEATURE_EVENT_UNMAP: u64 = 1 << 6;
-/// Feature: `REMOVE` events on `MADV_DONTNEED` (4.11).
-pub const FEATURE_EVENT_REMOVE: u64 = 1 << 3;
-/// Feature: SIGBUS instead of fault events (4.14). Not used by ferry.
-pub const FEATURE_SIGBUS: u64 = 1 << 7;
-/// Feature: fault messages carry the faulting thread id (4.14).
-pub const FEATURE_THREAD_ID: u64 = 1 << 8;
 /// Feature: minor faults on shmem, resolved with `UFFDIO_CONTINUE` (5.14).
 pub const FEATURE_MINOR_SHMEM: u64 = 1 << 10;
-/// Feature: write-protect on shmem and hugetlbfs (5.19).
-pub const FEATURE_WP_HUGETLBFS_SHMEM: u64 = 1 << 12;
-/// Feature: write-protect also pages never populated (6.2).
-pub const FEATURE_WP_UNPOPULATED: u64 = 1 << 13;
 /// Feature: `UFFDIO_POISON`, a page that raises SIGBUS when touched (6.6).
 pub const FEATURE_POISON: u64 = 1 << 14;
-/// Feature: `UFFDIO_MOVE` (6.8). Never requested by ferry (see module doc).
-pub const FEATURE_MOVE: u64 = 1 << 16;
 
 /// Register mode: report faults on missing pages.
 pub const MODE_MISSING: u64 = 1;
@@ -294,10 +281,11 @@ impl Uffd {
         Ok(a.features)
     }
 
-    /// The features the kernel offers, probed on a throw-away descriptor.
-    pub fn probe_features() -> rustix::io::Result<u64> {
-        let (u, _) = Uffd::new()?;
-        u.api(0)
+    /// The features the kernel offers and the kind of descriptor this
+    /// process gets, probed on a throw-away descriptor.
+    pub fn probe_features() -> rustix::io::Result<(u64, Origin)> {
+        let (u, origin) = Uffd::new()?;
+        Ok((u.api(0)?, origin))
     }
 
     /// Registers `[start, start+len)` for the given `MODE_*` bits; returns
@@ -513,16 +501,6 @@ impl ObjectMapping {
         self.ptr.as_ptr() as usize
     }
 
-    /// Length in bytes.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Never empty.
-    pub fn is_empty(&self) -> bool {
-        false
-    }
-
     /// The mapped bytes. Touching a page that is not present faults to
     /// whoever handles the range's userfaultfd.
     pub fn as_slice(&self) -> &[u8] {
@@ -537,14 +515,6 @@ impl ObjectMapping {
         // SAFETY: mapped writable for `len` bytes; `&mut self` makes this the
         // only live reference into the range.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
-    }
-
-    /// Drops every page of the range (`MADV_DONTNEED`) so the next touch
-    /// faults again (for a shmem mapping: refetches the file's page).
-    pub fn discard(&mut self) -> rustix::io::Result<()> {
-        // SAFETY: advice on a range we own; `&mut self` means no borrow of
-        // its bytes is alive while they revert.
-        unsafe { rustix::mm::madvise(self.ptr.as_ptr().cast(), self.len, rustix::mm::Advice::LinuxDontNeed) }
     }
 }
 

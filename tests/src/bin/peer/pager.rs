@@ -9,6 +9,9 @@
 //!   `dirty=1` (track dirty pages; returned pages become the object's).
 //! - `file-serve NAME ROOT`: a file server for the files beneath ROOT
 //!   (cluster 4), registered under NAME; prints `ready` and serves.
+//! - `pager-unprivileged`: drops to uid/gid 65534 (while still one thread),
+//!   then serves and maps an object inside this process and prints what
+//!   the kernel allowed.
 //! - `pager-client NAME ID PAGE...`: maps object ID, prints `page P sum S`
 //!   for each page touched, and exits (detaching by dying).
 //! - `pager-outlive NAME ID TOUCH`: maps object ID, touches page 0, prints
@@ -31,6 +34,7 @@ pub fn run(role: &str, args: &[String]) -> Outcome {
         "pager-client" => Some(client(args)),
         "pager-outlive" => Some(outlive(args)),
         "file-serve" => Some(file_serve(args)),
+        "pager-unprivileged" => Some(unprivileged()),
         _ => None,
     }
 }
@@ -168,4 +172,31 @@ fn file_serve(args: &[String]) -> Res {
     loop {
         server.serve(Timeout::Infinite)?;
     }
+}
+
+fn unprivileged() -> Res {
+    use rustix::thread::{set_thread_groups, set_thread_res_gid, set_thread_res_uid};
+    use rustix::process::{Gid, Uid};
+    let (g, u) = (Gid::from_raw(65534), Uid::from_raw(65534));
+    set_thread_groups(&[])?;
+    set_thread_res_gid(g, g, g)?;
+    set_thread_res_uid(u, u, u)?;
+    let support = ferry::pager::probe()?;
+    println!("full={} poison={}", support.full_handling, support.poison);
+    let (mut server, right) = ObjectServer::new()?;
+    let config = ObjectConfig { cluster: 1, ..ObjectConfig::default() };
+    let id = server.add_object(8 * 4096, Box::new(TestPager { holes: false, hang: None, returned: Default::default() }), config)?;
+    std::thread::spawn(move || loop {
+        if server.serve(Timeout::Infinite).is_err() {
+            return;
+        }
+    });
+    let m = MemoryObject::new(right, id).map()?;
+    println!("user_mode_only={} byte={}", m.user_mode_only(), m.as_slice()[4096 + 3] == pattern(4096 + 3));
+    // A system call reading a page never touched cannot wait for the pager
+    // under user-mode-only handling: it fails with EFAULT.
+    let sink = rustix::fs::memfd_create("sink", rustix::fs::MemfdFlags::CLOEXEC)?;
+    let r = rustix::io::write(&sink, &m.as_slice()[5 * 4096..6 * 4096]);
+    println!("syscall={r:?}");
+    Ok(())
 }

@@ -316,7 +316,7 @@ fn the_file_server_hands_out_snapshots_read_lazily() {
         std::fs::write(root.join("empty"), b"").unwrap();
         std::fs::write(root.join("secret"), b"not for you").unwrap();
         std::fs::set_permissions(root.join("secret"), std::fs::Permissions::from_mode(0o600)).unwrap();
-        rustix::fs::chown(&root.join("secret"), Some(rustix::fs::Uid::from_raw(12345)), None).unwrap();
+        rustix::fs::chown(root.join("secret"), Some(rustix::fs::Uid::from_raw(12345)), None).unwrap();
 
         let mut child = common::spawn_peer(&bs, "file-serve", &["files", root.to_str().unwrap()]);
         let mut out = BufReader::new(child.stdout.take().unwrap());

@@ -261,7 +261,7 @@ impl ObjectServer {
             let p = at / page;
             let copies = self.objects[&id].copies.clone();
             for c in copies {
-                if !self.objects.get(&c).is_some_and(|o| !o.pages.contains_key(&p)) {
+                if self.objects.get(&c).is_none_or(|o| o.pages.contains_key(&p)) {
                     continue;
                 }
                 let old = self.page_of(id, p)?;

@@ -566,7 +566,7 @@ mod tests {
         u.api(0).unwrap();
         let p = page_size();
         let m = ObjectMapping::new(4 * p, Backing::Anonymous).unwrap();
-        u.register(m.addr(), m.len(), MODE_MISSING).unwrap();
+        u.register(m.addr(), m.as_slice().len(), MODE_MISSING).unwrap();
         let u = Arc::new(u);
         let h = serve(u.clone(), 1, 0x5a);
         assert_eq!(m.as_slice()[p + 7], 0x5a);
@@ -591,7 +591,7 @@ mod tests {
         assert!(feats & FEATURE_POISON != 0);
         let p = page_size();
         let m = ObjectMapping::new(2 * p, Backing::Anonymous).unwrap();
-        u.register(m.addr(), m.len(), MODE_MISSING).unwrap();
+        u.register(m.addr(), m.as_slice().len(), MODE_MISSING).unwrap();
         u.copy(m.addr(), &vec![9u8; p], true, false).unwrap();
         // Poisoning stops at the present page.
         assert_eq!(u.poison(m.addr(), 2 * p, true), Err((0, Errno::EXIST)));
@@ -606,7 +606,7 @@ mod tests {
         let p = page_size();
         let fd = crate::sys::mem::memfd("uffd-test", 2 * p as u64).unwrap();
         let m = ObjectMapping::new(2 * p, Backing::Shmem(fd.as_fd())).unwrap();
-        u.register(m.addr(), m.len(), MODE_MISSING | MODE_MINOR).unwrap();
+        u.register(m.addr(), m.as_slice().len(), MODE_MISSING | MODE_MINOR).unwrap();
         // The "pager" fills page 1 of the file through its own mapping.
         let mut w = crate::sys::mem::Mapping::map(
             fd.as_fd(), 2 * p, true, crate::sys::mem::Share::Shared, crate::sys::mem::Place::Anywhere, false,

@@ -348,7 +348,16 @@ fn the_file_server_hands_out_snapshots_read_lazily() {
         assert!(matches!(fs.open("../bootstrap"), Err(PagerError::Denied(_))), "no escaping the root");
         assert!(matches!(fs.open("/etc/passwd"), Err(PagerError::Denied(_))));
         assert!(matches!(fs.open("missing"), Err(PagerError::BadRequest(_))));
-        drop((snap, fresh));
+        // Unused snapshots, and old versions nobody holds, are reclaimed.
+        let (snap_id, old_version) = (snap.object().unwrap().id(), snap.version());
+        drop(snap);
+        for id in [snap_id, old_version] {
+            while !matches!(fs.stats(id), Err(PagerError::NoSuchObject(_))) {
+                common::nap();
+            }
+        }
+        assert!(fs.stats(fresh.version()).is_ok(), "the current version stays");
+        drop(fresh);
         child.kill().unwrap();
         child.wait().unwrap();
     });
@@ -365,6 +374,22 @@ fn unprivileged_processes_get_user_mode_only_handling() {
         } else {
             assert!(out.contains("byte=true"), "{out}");
         }
+    });
+}
+
+#[test]
+fn mapping_and_unmapping_leaks_nothing() {
+    common::watchdog("mapping_and_unmapping_leaks_nothing", Duration::from_secs(60), || {
+        let bs = names("pager-churn");
+        let pager = PagerPeer::start(&bs, "obj", &["pages=16", "cluster=4"]);
+        let out = common::finish(common::spawn_peer(&bs, "pager-churn", &["obj", "1", "50"]));
+        assert_eq!(out, "fds +0 threads +0\n");
+        let obj = object(&bs, "obj");
+        while obj.stats().unwrap().clients != 0 {
+            common::nap();
+        }
+        assert!(obj.stats().unwrap().faults >= 50);
+        pager.kill();
     });
 }
 
@@ -442,6 +467,12 @@ fn garbage_from_clients_never_crashes_the_pager() {
         send_raw(&right, &raw_item(OPEN, 5, 1, 100, 0x10001), &[memfd.as_fd()]);
         // Garbage bytes with no header at all.
         send_raw(&right, b"not a ferry message", &[]);
+        // A forged "dirty page" from a process not attached to the object
+        // (and for an object that does not track dirty pages) is ignored.
+        let mut dirty = 1u64.to_le_bytes().to_vec();
+        dirty.extend_from_slice(&0u64.to_le_bytes());
+        dirty.extend_from_slice(&[0xaa; PAGE]);
+        right.send(Message::new(0x7061_000c).with_body(dirty), Timeout::Infinite).unwrap();
         // A client that attaches and dies is detached.
         let quitter = common::spawn_peer(&bs, "pager-client", &["obj", "1", "0"]);
         common::finish(quitter);
@@ -453,6 +484,7 @@ fn garbage_from_clients_never_crashes_the_pager() {
         assert!(pager.alive());
         let m = obj.map().unwrap();
         check_page(&m, 6);
+        check_page(&m, 0);
         assert_eq!(obj.stats().unwrap().clients, 1);
         assert!(matches!(MemoryObject::new(right.try_clone().unwrap(), 42).map(), Err(PagerError::NoSuchObject(42))));
         drop(m);

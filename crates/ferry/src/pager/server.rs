@@ -527,8 +527,8 @@ impl ObjectServer {
         Ok(asked)
     }
 
-    /// A returned dirty page: accepted only from a process attached to the
-    /// object, for a whole page inside it.
+    /// A returned dirty page: accepted only for an object that tracks dirty
+    /// pages, from a process attached to it, for a whole page inside it.
     fn data_return(&mut self, m: &Message) {
         let mut f = Fields::new(m.body());
         let (Some(id), Some(offset)) = (f.u64(), f.u64()) else { return self.stats.rejected += 1 };
@@ -538,7 +538,7 @@ impl ObjectServer {
         let Some(o) = self.objects.get_mut(&id) else { return self.stats.rejected += 1 };
         let data = f.rest();
         let whole = offset % page == 0 && offset < o.size && data.len() as u64 == page.min(o.size - offset);
-        match (&mut o.source, attached && whole) {
+        match (&mut o.source, attached && whole && o.config.track_dirty) {
             (Source::Pager(p), true) => {
                 p.data_return(offset, data);
                 o.stats.pages_returned += 1;

@@ -14,6 +14,8 @@
 //!   the kernel allowed.
 //! - `pager-client NAME ID PAGE...`: maps object ID, prints `page P sum S`
 //!   for each page touched, and exits (detaching by dying).
+//! - `pager-churn NAME ID N`: maps object ID, touches it and unmaps it N
+//!   times; prints how many descriptors and threads it gained.
 //! - `pager-outlive NAME ID TOUCH`: maps object ID, touches page 0, prints
 //!   `touching TOUCH`, touches page TOUCH (which may wait on a hung pager),
 //!   prints the byte read and the object's state, then waits for the pager
@@ -33,6 +35,7 @@ pub fn run(role: &str, args: &[String]) -> Outcome {
         "pager-serve" => Some(serve(args)),
         "pager-client" => Some(client(args)),
         "pager-outlive" => Some(outlive(args)),
+        "pager-churn" => Some(churn(args)),
         "file-serve" => Some(file_serve(args)),
         "pager-unprivileged" => Some(unprivileged()),
         _ => None,
@@ -198,5 +201,24 @@ fn unprivileged() -> Res {
     let sink = rustix::fs::memfd_create("sink", rustix::fs::MemfdFlags::CLOEXEC)?;
     let r = rustix::io::write(&sink, &m.as_slice()[5 * 4096..6 * 4096]);
     println!("syscall={r:?}");
+    Ok(())
+}
+
+fn count(dir: &str) -> usize {
+    std::fs::read_dir(dir).map(|d| d.count()).unwrap_or(0)
+}
+
+fn churn(args: &[String]) -> Res {
+    let (obj, n) = open(args)?;
+    let n = *n.first().ok_or("N")?;
+    let (fds, threads) = (count("/proc/self/fd"), count("/proc/self/task"));
+    for i in 0..n {
+        let m = obj.map()?;
+        let at = (i * 4096 + 7) % m.len();
+        if m.as_slice()[at] != pattern(at) {
+            return Err(format!("wrong byte at {at}").into());
+        }
+    }
+    println!("fds +{} threads +{}", count("/proc/self/fd") - fds, count("/proc/self/task") - threads);
     Ok(())
 }

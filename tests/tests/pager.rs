@@ -230,7 +230,11 @@ fn a_fault_waiting_on_a_hung_pager_ends_when_the_pager_is_killed() {
         // The client is stuck in the fault, since the pager does not answer.
         std::thread::sleep(Duration::from_millis(100));
         assert!(client.try_wait().unwrap().is_none(), "the client waits for the pager");
+        // Requests to the stuck pager give up after their timeout.
+        let stuck = object(&bs, "obj").with_timeout(Timeout::millis(200));
+        assert!(matches!(stuck.stats(), Err(PagerError::Timeout)));
         pager.kill();
+        assert!(matches!(stuck.stats(), Err(PagerError::PagerDead)));
         let status = client.wait().unwrap();
         assert_eq!(status.signal(), Some(libc_sigbus()), "{status}");
     });

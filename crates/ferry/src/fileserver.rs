@@ -246,6 +246,7 @@ fn write_back(srv: &mut ObjectServer, root: &OwnedFd, versions: &mut HashMap<Str
 #[derive(Debug)]
 pub struct FileClient {
     server: SendRight,
+    timeout: Timeout,
 }
 
 /// A snapshot of a file, mapped copy-on-write.
@@ -287,27 +288,18 @@ impl FileSnapshot {
 impl FileClient {
     /// A client of the file server reached through `server`.
     pub fn new(server: SendRight) -> FileClient {
-        FileClient { server }
+        FileClient { server, timeout: crate::pager::DEFAULT_TIMEOUT }
     }
 
     fn call(&self, msg: Message) -> Result<Message, PagerError> {
-        let (mut rx, tx) = crate::port().map_err(PagerError::Io)?;
-        drop(tx);
-        let once = rx.make_send_once().map_err(PagerError::Io)?;
-        self.server.send(msg.with_reply(once), Timeout::Infinite)?;
-        let reply = rx.recv(Timeout::Infinite)?;
-        if reply.op() == proto::ERROR {
-            let mut f = Fields::new(reply.body());
-            let code = f.u64().unwrap_or(0);
-            let why = String::from_utf8_lossy(f.rest()).into_owned();
-            return Err(match code {
-                proto::E_DENIED => PagerError::Denied(why),
-                proto::E_UNSUPPORTED => PagerError::Unsupported(why),
-                proto::E_NO_OBJECT => PagerError::BadRequest(why),
-                _ => PagerError::BadRequest(why),
-            });
-        }
-        Ok(reply)
+        crate::pager::call(&self.server, msg, self.timeout, PagerError::BadRequest)
+    }
+
+    /// Sets how long requests wait for the server's reply (default
+    /// [`crate::pager::DEFAULT_TIMEOUT`]).
+    pub fn with_timeout(mut self, timeout: Timeout) -> FileClient {
+        self.timeout = timeout;
+        self
     }
 
     /// Opens `name` as a snapshot: mapped copy-on-write, read from disk
@@ -327,7 +319,7 @@ impl FileClient {
         if id == 0 {
             return Ok(FileSnapshot { mapped: None, object: None, version });
         }
-        let object = MemoryObject::new(self.server.try_clone().map_err(PagerError::Io)?, id);
+        let object = MemoryObject::new(self.server.try_clone().map_err(PagerError::Io)?, id).with_timeout(self.timeout);
         let mapped = object.map()?;
         Ok(FileSnapshot { mapped: Some(mapped), object: Some(object), version })
     }
@@ -353,6 +345,6 @@ impl FileClient {
     /// Counters of object `id` at the file server (e.g. a snapshot's
     /// [`FileSnapshot::version`], to see how many pages came from disk).
     pub fn stats(&self, id: ObjectId) -> Result<crate::pager::ObjectStats, PagerError> {
-        MemoryObject::new(self.server.try_clone().map_err(PagerError::Io)?, id).stats()
+        MemoryObject::new(self.server.try_clone().map_err(PagerError::Io)?, id).with_timeout(self.timeout).stats()
     }
 }

@@ -32,12 +32,58 @@ use crate::timeout::Timeout;
 pub struct MemoryObject {
     server: SendRight,
     id: ObjectId,
+    timeout: Timeout,
+}
+
+/// How long requests wait for the pager's reply unless told otherwise.
+pub const DEFAULT_TIMEOUT: Timeout = Timeout::After(Duration::from_secs(30));
+
+/// Sends a request to a pager's port and waits for the reply; `ERROR`
+/// replies become errors (`no_object` makes the one for "no such object").
+pub(crate) fn call(
+    server: &SendRight,
+    msg: Message,
+    timeout: Timeout,
+    no_object: impl FnOnce(String) -> PagerError,
+) -> Result<Message, PagerError> {
+    let (mut rx, tx) = crate::port().map_err(PagerError::Io)?;
+    drop(tx);
+    let once = rx.make_send_once().map_err(PagerError::Io)?;
+    server.send(msg.with_reply(once), timeout).map_err(|e| match e {
+        crate::SendError::Timeout | crate::SendError::QueueFull => PagerError::Timeout,
+        e => PagerError::from(e),
+    })?;
+    let reply = rx.recv(timeout).map_err(|e| match e {
+        crate::RecvError::Timeout => PagerError::Timeout,
+        e => PagerError::from(e),
+    })?;
+    if reply.op() == proto::ERROR {
+        let mut f = Fields::new(reply.body());
+        let code = f.u64().unwrap_or(0);
+        let why = String::from_utf8_lossy(f.rest()).into_owned();
+        return Err(match code {
+            proto::E_NO_OBJECT => no_object(why),
+            proto::E_DENIED => PagerError::Denied(why),
+            proto::E_UNSUPPORTED => PagerError::Unsupported(why),
+            _ => PagerError::BadRequest(why),
+        });
+    }
+    Ok(reply)
 }
 
 impl MemoryObject {
     /// Names object `id` of the server reached through `server`.
     pub fn new(server: SendRight, id: ObjectId) -> MemoryObject {
-        MemoryObject { server, id }
+        MemoryObject { server, id, timeout: DEFAULT_TIMEOUT }
+    }
+
+    /// Sets how long requests (open, attach, copy, stats, write, clean) wait
+    /// for the pager's reply before failing with [`PagerError::Timeout`]
+    /// (default [`DEFAULT_TIMEOUT`]). Faults are not requests: see
+    /// [`MappedObject::revoke`] for a pager that stops answering them.
+    pub fn with_timeout(mut self, timeout: Timeout) -> MemoryObject {
+        self.timeout = timeout;
+        self
     }
 
     /// The object's id at its server.
@@ -45,27 +91,9 @@ impl MemoryObject {
         self.id
     }
 
-    /// Sends a request and waits for the reply; `ERROR` replies become
-    /// errors. A pager that dies before replying gives
-    /// [`PagerError::PagerDead`].
     fn call(&self, msg: Message) -> Result<Message, PagerError> {
-        let (mut rx, tx) = crate::port().map_err(PagerError::Io)?;
-        drop(tx);
-        let once = rx.make_send_once().map_err(PagerError::Io)?;
-        self.server.send(msg.with_reply(once), Timeout::Infinite)?;
-        let reply = rx.recv(Timeout::Infinite)?;
-        if reply.op() == proto::ERROR {
-            let mut f = Fields::new(reply.body());
-            let code = f.u64().unwrap_or(0);
-            let why = String::from_utf8_lossy(f.rest()).into_owned();
-            return Err(match code {
-                proto::E_NO_OBJECT => PagerError::NoSuchObject(self.id),
-                proto::E_DENIED => PagerError::Denied(why),
-                proto::E_UNSUPPORTED => PagerError::Unsupported(why),
-                _ => PagerError::BadRequest(why),
-            });
-        }
-        Ok(reply)
+        let id = self.id;
+        call(&self.server, msg, self.timeout, |_| PagerError::NoSuchObject(id))
     }
 
     /// Makes a copy-on-write copy of the object at its server (Accent's
@@ -74,7 +102,7 @@ impl MemoryObject {
     pub fn copy(&self) -> Result<MemoryObject, PagerError> {
         let r = self.call(Message::new(proto::COPY).with_body(proto::body(&[self.id])))?;
         let id = expect(&r, proto::COPIED, 1)?[0];
-        Ok(MemoryObject { server: self.server.try_clone().map_err(PagerError::Io)?, id })
+        Ok(MemoryObject { server: self.server.try_clone().map_err(PagerError::Io)?, id, timeout: self.timeout })
     }
 
     /// The object's counters at its server.

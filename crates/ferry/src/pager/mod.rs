@@ -45,7 +45,8 @@ use crate::sys::mem;
 use crate::sys::uffd::{self, Uffd};
 use crate::wire::{self, ItemDesc};
 
-pub use client::{MappedObject, MemoryObject, ObjectState};
+pub(crate) use client::call;
+pub use client::{MappedObject, MemoryObject, ObjectState, DEFAULT_TIMEOUT};
 pub use server::{Answer, Extension, ObjectServer, ServerStats};
 
 /// The offset of a byte within a memory object.
@@ -191,6 +192,9 @@ pub enum PagerError {
     NoSuchObject(ObjectId),
     /// The server rejected the request as malformed.
     BadRequest(String),
+    /// The pager did not answer a request in time (it is alive but busy or
+    /// stuck); the request may still take effect later.
+    Timeout,
     /// The server refused: the sender's credentials do not allow it.
     Denied(String),
     /// The request is valid but this object or kernel does not support it.
@@ -213,6 +217,7 @@ impl fmt::Display for PagerError {
             PagerError::PagerDead => write!(f, "the object's pager is gone; open the object again from a live server"),
             PagerError::NoSuchObject(id) => write!(f, "the pager has no object {id}"),
             PagerError::BadRequest(w) => write!(f, "the pager rejected the request: {w}"),
+            PagerError::Timeout => write!(f, "the pager did not answer in time; retry with a longer timeout, or give up on it"),
             PagerError::Denied(w) => write!(f, "permission denied by the pager: {w}"),
             PagerError::Unsupported(w) => write!(f, "not supported: {w}"),
             PagerError::UserfaultfdUnavailable(e) => write!(

@@ -651,20 +651,26 @@ impl ObjectServer {
                     Ok(Supply::Provided) | Ok(Supply::Unavailable) if wp => {
                         let c = self.clients[slot].as_ref().expect("live slot");
                         let r = fill(n, |at, _| c.uffd.copy(dst + at, &buf[at..], true, true));
-                        self.stat(id, |s| s.pages_copied += (n / page) as u64);
-                        r
+                        r.map(|f| {
+                            self.stat(id, |s| s.pages_copied += f.pages);
+                            f.first_skipped
+                        })
                     }
                     Ok(Supply::Provided) => {
                         let c = self.clients[slot].as_ref().expect("live slot");
                         let r = fill(n, |at, _| c.uffd.copy(dst + at, &buf[at..], true, false));
-                        self.stat(id, |s| s.pages_copied += (n / page) as u64);
-                        r
+                        r.map(|f| {
+                            self.stat(id, |s| s.pages_copied += f.pages);
+                            f.first_skipped
+                        })
                     }
                     Ok(Supply::Unavailable) => {
                         let c = self.clients[slot].as_ref().expect("live slot");
                         let r = fill(n, |at, left| c.uffd.zeropage(dst + at, left, true));
-                        self.stat(id, |s| s.pages_zeroed += (n / page) as u64);
-                        r
+                        r.map(|f| {
+                            self.stat(id, |s| s.pages_zeroed += f.pages);
+                            f.first_skipped
+                        })
                     }
                     Err(_) => self.poison(slot, dst),
                 }
@@ -673,8 +679,10 @@ impl ObjectServer {
                 Ok(()) => {
                     let c = self.clients[slot].as_ref().expect("live slot");
                     let r = fill(n, |at, left| c.uffd.continue_(dst + at, left, true));
-                    self.stat(id, |s| s.pages_continued += (n / page) as u64);
-                    r
+                    r.map(|f| {
+                        self.stat(id, |s| s.pages_continued += f.pages);
+                        f.first_skipped
+                    })
                 }
                 Err(_) => self.poison(slot, dst),
             },
@@ -704,17 +712,25 @@ impl ObjectServer {
     }
 }
 
+/// What a fill did: whether the first (faulting) page was already present,
+/// and how many pages it installed.
+struct Filled {
+    first_skipped: bool,
+    pages: u64,
+}
+
 /// Runs a fill ioctl over `len` bytes until done, stepping over pages that
-/// are already present. Returns whether the first page was one of them.
-fn fill(len: usize, mut op: impl FnMut(usize, usize) -> Result<usize, Partial>) -> Result<bool, Errno> {
+/// are already present.
+fn fill(len: usize, mut op: impl FnMut(usize, usize) -> Result<usize, Partial>) -> Result<Filled, Errno> {
     let page = mem::page_size();
-    let (mut at, mut stalls, mut first_skipped) = (0, 0, false);
+    let (mut at, mut stalls, mut skipped, mut first_skipped) = (0, 0, 0, false);
     while at < len {
         match op(at, len - at) {
             Ok(n) => at += n.max(page),
             Err((n, Errno::AGAIN)) if n > 0 => at += n,
             Err((0, Errno::EXIST)) => {
                 first_skipped |= at == 0;
+                skipped += 1;
                 at += page;
             }
             Err((n, Errno::EXIST)) => at += n,
@@ -722,7 +738,7 @@ fn fill(len: usize, mut op: impl FnMut(usize, usize) -> Result<usize, Partial>) 
             Err((_, e)) => return Err(e),
         }
     }
-    Ok(first_skipped)
+    Ok(Filled { first_skipped, pages: (len.div_ceil(page) - skipped) as u64 })
 }
 
 fn make_cache(size: u64) -> rustix::io::Result<Cache> {

@@ -28,13 +28,15 @@
 //!    supplied according to the object's [`DeathPolicy`], so no thread
 //!    waits forever; [`MappedObject::state`] says why.
 //!
-//! The module has three parts: this file (the trait, the descriptor item,
-//! errors and statistics), `server` (the pager side) and `client` (the
-//! mapping side); `proto` holds the message layouts.
+//! The module's parts: this file (the trait, the descriptor item, errors
+//! and statistics), `server` (the pager side's event loop and requests),
+//! `store` (the objects, their shadow pages and page caches), `client` (the
+//! mapping side) and `proto` (the message layouts).
 
 mod client;
 pub(crate) mod proto;
 mod server;
+mod store;
 
 use std::fmt;
 use std::io;

@@ -8,20 +8,21 @@
 //! address space has gone or whose registration is wrong is detached.
 
 use std::collections::BTreeMap;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::AsFd;
 use std::time::Instant;
 
 use rustix::io::Errno;
 
 use super::proto::{self, Fields};
+use super::store::{fill_cache, make_cache, read_object, write_object, Object, Source};
 use super::{
-    errno, Inner, ObjectConfig, ObjectId, ObjectStats, Offset, Pager, PagerError, PagerFault, PagerFd, Supply,
+    errno, Inner, ObjectConfig, ObjectId, ObjectStats, Offset, Pager, PagerError, PagerFd, Supply,
     SupplyMode,
 };
 use crate::error::RecvError;
 use crate::message::{Item, Message};
 use crate::port::{ReceiveRight, SendRight};
-use crate::sys::mem::{self, Mapping, Place, Share};
+use crate::sys::mem;
 use crate::sys::uffd::{Event, Partial, Uffd};
 use crate::sys::wait::{Epoll, Interest};
 use crate::timeout::Timeout;
@@ -35,34 +36,6 @@ pub struct ServerStats {
     pub malformed: u64,
     /// Clients detached because they died, unmapped, or broke the protocol.
     pub detached: u64,
-}
-
-enum Source {
-    Pager(Box<dyn Pager>),
-    CopyOf(ObjectId),
-}
-
-struct Cache {
-    fd: OwnedFd,
-    view: OwnedFd,
-    map: Mapping,
-    filled: Vec<bool>,
-}
-
-struct Object {
-    size: u64,
-    config: ObjectConfig,
-    owner: u32,
-    source: Source,
-    /// Pages held by the object itself: the owner's writes, or (for a copy)
-    /// the old pages pushed into it before its original changed.
-    pages: BTreeMap<u64, Box<[u8]>>,
-    copies: Vec<ObjectId>,
-    cache: Option<Cache>,
-    stats: ObjectStats,
-    /// Removed once a client has attached and the last one detached.
-    ephemeral: bool,
-    attached_once: bool,
 }
 
 /// What an extension's handler answers for a request the object server
@@ -247,43 +220,7 @@ impl ObjectServer {
     /// (copies are values); [`PagerError::Protocol`] if the pager failed to
     /// supply a page being changed.
     pub fn write(&mut self, id: ObjectId, offset: Offset, data: &[u8]) -> Result<(), PagerError> {
-        let o = self.objects.get(&id).ok_or(PagerError::NoSuchObject(id))?;
-        if offset.checked_add(data.len() as u64).is_none_or(|end| end > o.size) {
-            return Err(PagerError::BadRequest("the write leaves the object".into()));
-        }
-        if o.config.mode == SupplyMode::ZeroCopy || matches!(o.source, Source::CopyOf(_)) {
-            return Err(PagerError::Unsupported("zero-copy objects and copies cannot change".into()));
-        }
-        let page = mem::page_size() as u64;
-        let mut at = offset;
-        let end = offset + data.len() as u64;
-        while at < end {
-            let p = at / page;
-            let copies = self.objects[&id].copies.clone();
-            for c in copies {
-                if self.objects.get(&c).is_none_or(|o| o.pages.contains_key(&p)) {
-                    continue;
-                }
-                let old = self.page_of(id, p)?;
-                let co = self.objects.get_mut(&c).expect("checked above");
-                co.pages.insert(p, old);
-                co.stats.pages_shadowed += 1;
-            }
-            let mut cur = self.page_of(id, p)?;
-            let from = (at - p * page) as usize;
-            let n = ((page - from as u64).min(end - at)) as usize;
-            let src = (at - offset) as usize;
-            cur[from..from + n].copy_from_slice(&data[src..src + n]);
-            self.objects.get_mut(&id).expect("checked above").pages.insert(p, cur);
-            at += n as u64;
-        }
-        Ok(())
-    }
-
-    fn page_of(&mut self, id: ObjectId, p: u64) -> Result<Box<[u8]>, PagerError> {
-        let mut buf = vec![0u8; mem::page_size()].into_boxed_slice();
-        read_object(&mut self.objects, id, p, &mut buf).map_err(|f| PagerError::Protocol(f.0))?;
-        Ok(buf)
+        write_object(&mut self.objects, id, offset, data)
     }
 
     /// Counters of object `id`.
@@ -739,102 +676,4 @@ fn fill(len: usize, mut op: impl FnMut(usize, usize) -> Result<usize, Partial>) 
         }
     }
     Ok(Filled { first_skipped, pages: (len.div_ceil(page) - skipped) as u64 })
-}
-
-fn make_cache(size: u64) -> rustix::io::Result<Cache> {
-    use rustix::fs::SealFlags;
-    let len = mem::page_round_up(size as usize);
-    let fd = mem::memfd("ferry-object", len as u64)?;
-    let map = Mapping::map(fd.as_fd(), len, true, Share::Shared, Place::Anywhere, false)?;
-    // Our shared writable mapping stays usable; nobody can make another,
-    // write(2) to it, or change its size.
-    mem::add_seals(fd.as_fd(), SealFlags::SHRINK | SealFlags::GROW | SealFlags::FUTURE_WRITE)?;
-    // Clients get a read-only open file description of it.
-    let view = rustix::fs::open(
-        format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&fd)),
-        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
-        rustix::fs::Mode::empty(),
-    )?;
-    Ok(Cache { fd, view, map, filled: vec![false; len / mem::page_size()] })
-}
-
-/// Makes pages `[first, end)` of a zero-copy object's page cache present,
-/// asking the pager for those not yet there.
-fn fill_cache(objects: &mut BTreeMap<ObjectId, Object>, id: ObjectId, first: usize, end: usize) -> Result<(), PagerFault> {
-    let page = mem::page_size();
-    let mut p = first;
-    while p < end {
-        let filled = |o: &Object, p: usize| o.cache.as_ref().is_none_or(|c| c.filled[p]);
-        if filled(&objects[&id], p) {
-            p += 1;
-            continue;
-        }
-        let mut q = p + 1;
-        while q < end && !filled(&objects[&id], q) {
-            q += 1;
-        }
-        // The pager writes straight into the page cache: no staging copy.
-        let mut cache = objects.get_mut(&id).expect("live object").cache.take().expect("zero-copy object");
-        let size = objects[&id].size as usize;
-        let stop = (q * page).min(size);
-        let buf = &mut cache.map.as_mut_slice().expect("writable cache")[p * page..stop];
-        let r = read_object(objects, id, p as u64, buf);
-        // Make every page of the run present: pages the pager did not write
-        // (an unavailable range) are allocated as zeros; written ones stay.
-        let present = r.is_ok()
-            && rustix::fs::fallocate(&cache.fd, rustix::fs::FallocateFlags::KEEP_SIZE, (p * page) as u64, ((q - p) * page) as u64)
-                .is_ok();
-        if present {
-            cache.filled[p..q].iter_mut().for_each(|f| *f = true);
-        }
-        objects.get_mut(&id).expect("live object").cache = Some(cache);
-        if !present {
-            return Err(r.err().unwrap_or_else(|| PagerFault("the page cache could not be allocated".into())));
-        }
-        p = q;
-    }
-    Ok(())
-}
-
-/// Reads object `id`'s bytes from page `first` into `buf` (which may end
-/// mid-page at the object's end): its own pages first, the rest from its
-/// source (its pager, or the object it is a copy of).
-fn read_object(objects: &mut BTreeMap<ObjectId, Object>, id: ObjectId, first: u64, buf: &mut [u8]) -> Result<Supply, PagerFault> {
-    let page = mem::page_size();
-    let npages = buf.len().div_ceil(page);
-    let mut provided = false;
-    let mut i = 0;
-    while i < npages {
-        let o = objects.get(&id).ok_or_else(|| PagerFault(format!("object {id} is gone")))?;
-        if let Some(own) = o.pages.get(&(first + i as u64)) {
-            let to = ((i + 1) * page).min(buf.len());
-            buf[i * page..to].copy_from_slice(&own[..to - i * page]);
-            provided = true;
-            i += 1;
-            continue;
-        }
-        let mut j = i + 1;
-        while j < npages && !o.pages.contains_key(&(first + j as u64)) {
-            j += 1;
-        }
-        let to = (j * page).min(buf.len());
-        let run = &mut buf[i * page..to];
-        let offset = (first + i as u64) * page as u64;
-        let got = match &o.source {
-            Source::CopyOf(parent) => {
-                let parent = *parent;
-                read_object(objects, parent, first + i as u64, run)?
-            }
-            Source::Pager(_) => {
-                let o = objects.get_mut(&id).expect("live object");
-                o.stats.requests += 1;
-                o.stats.pages_requested += (j - i) as u64;
-                let Source::Pager(p) = &mut o.source else { unreachable!("matched above") };
-                p.data_request(offset, run)?
-            }
-        };
-        provided |= got == Supply::Provided;
-        i = j;
-    }
-    Ok(if provided { Supply::Provided } else { Supply::Unavailable })
 }

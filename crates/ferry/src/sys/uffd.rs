@@ -506,7 +506,10 @@ impl ObjectMapping {
     pub fn as_slice(&self) -> &[u8] {
         // SAFETY: mapped readable for `len` bytes while self lives. Pages of
         // a registered range are only ever filled where missing (module
-        // doc), so bytes already read do not change under a shared borrow.
+        // doc), so bytes already read do not change under a shared borrow;
+        // the one exception, a shmem backing whose owner writes the file
+        // after supplying a page, is the trust a zero-copy client places in
+        // its pager (docs/pager.md, "Whom to trust").
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
 

@@ -14,6 +14,7 @@ use ferry::pager::{MappedObject, MemoryObject, ObjectState, PagerError, SupplyMo
 use ferry::{Bootstrap, Message, Timeout};
 
 const PAGE: usize = 4096;
+const KIND_PAGER: u8 = ferry::wire::KIND_PAGER;
 
 fn pattern(at: usize) -> u8 {
     ((at / 4096 + at) % 251) as u8
@@ -465,10 +466,10 @@ fn garbage_from_clients_never_crashes_the_pager() {
         // Forged memory-object items: a memfd posing as a userfaultfd, an
         // unknown item mode, an unaligned range. The port rejects them.
         let memfd = rustix::fs::memfd_create("fake", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
-        send_raw(&right, &raw_item(ATTACH, 5, 1, PAGE as u64 * 8, 0x10000), &[memfd.as_fd()]);
-        send_raw(&right, &raw_item(ATTACH, 5, 9, PAGE as u64 * 8, 0x10000), &[memfd.as_fd()]);
-        send_raw(&right, &raw_item(ATTACH, 5, 2, PAGE as u64 * 8, 0), &[memfd.as_fd()]);
-        send_raw(&right, &raw_item(OPEN, 5, 1, 100, 0x10001), &[memfd.as_fd()]);
+        send_raw(&right, &raw_item(ATTACH, KIND_PAGER, 1, PAGE as u64 * 8, 0x10000), &[memfd.as_fd()]);
+        send_raw(&right, &raw_item(ATTACH, KIND_PAGER, 9, PAGE as u64 * 8, 0x10000), &[memfd.as_fd()]);
+        send_raw(&right, &raw_item(ATTACH, KIND_PAGER, 2, PAGE as u64 * 8, 0), &[memfd.as_fd()]);
+        send_raw(&right, &raw_item(OPEN, KIND_PAGER, 1, 100, 0x10001), &[memfd.as_fd()]);
         // Garbage bytes with no header at all.
         send_raw(&right, b"not a ferry message", &[]);
         // A forged "dirty page" from a process not attached to the object

@@ -37,8 +37,9 @@ pub const KIND_RECEIVE: u8 = 3;
 /// Item kind: an out-of-line memory region (one memfd).
 pub const KIND_REGION: u8 = 4;
 /// Item kind: a descriptor of the memory-object protocol (one descriptor;
-/// `mode` says which: see [`crate::pager`] and `docs/pager.md`).
-pub const KIND_PAGER: u8 = 5;
+/// `mode` says which: see [`crate::pager`] and `docs/pager.md`). Numbered
+/// apart from the core kinds so that the core can grow without a clash.
+pub const KIND_PAGER: u8 = 16;
 
 /// One item descriptor as it appears on the wire.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]

@@ -464,3 +464,42 @@ mod tests {
         h.join().unwrap();
     }
 }
+
+#[cfg(test)]
+mod item_tests {
+    use super::*;
+    use crate::error::RecvError;
+    use crate::Timeout;
+
+    fn send(tx: &crate::SendRight, mode: u8, len: u64, addr: u64, fd: BorrowedFd<'_>) {
+        let mut bytes = Vec::new();
+        let d = ItemDesc { kind: wire::KIND_PAGER, mode, fds: 1, len, addr, ..Default::default() };
+        wire::encode(&mut bytes, 1, 0, &[d], b"");
+        crate::sys::socket::send(tx.as_fd(), &[io::IoSlice::new(&bytes)], &[fd], true).unwrap();
+    }
+
+    #[test]
+    fn forged_pager_items_are_rejected() {
+        let (mut rx, tx) = crate::port().unwrap();
+        let page = mem::page_size() as u64;
+        let memfd = mem::memfd("not-a-uffd", page).unwrap();
+        let (uffd, _) = Uffd::new().unwrap();
+        let cases: [(u8, u64, u64, BorrowedFd<'_>); 5] = [
+            (FD_USERFAULT, 8 * page, 0x10000, memfd.as_fd()), // not a userfaultfd
+            (9, page, 0, memfd.as_fd()),                     // unknown mode
+            (FD_CACHE, page, 0, memfd.as_fd()),              // cache without seals
+            (FD_USERFAULT, 100, 0x10000, uffd.as_fd()),      // unaligned length
+            (FD_USERFAULT, 2 * page, u64::MAX - page + 1, uffd.as_fd()), // wraps
+        ];
+        for (i, (mode, len, addr, fd)) in cases.into_iter().enumerate() {
+            send(&tx, mode, len, addr, fd);
+            match rx.recv(Timeout::Zero) {
+                Err(RecvError::BadMessage(WireError::BadPagerItem { item: 0, .. })) => {}
+                other => panic!("case {i}: {other:?}"),
+            }
+        }
+        send(&tx, FD_USERFAULT, 2 * page, 0x10000, uffd.as_fd());
+        let mut m = rx.recv(Timeout::Zero).unwrap();
+        assert!(matches!(m.take_items().pop(), Some(crate::Item::Pager(PagerFd { inner: Inner::UserFault { len, .. } })) if len == 2 * page));
+    }
+}

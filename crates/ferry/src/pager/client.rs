@@ -234,6 +234,7 @@ fn expect(m: &Message, op: u32, words: usize) -> Result<Vec<u64>, PagerError> {
 const LIVE: u8 = 0;
 const PAGER_DEAD: u8 = 1;
 const REVOKED: u8 = 2;
+const DETACHED: u8 = 3;
 
 /// Whether a mapped object's pager still serves it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -246,6 +247,9 @@ pub enum ObjectState {
     /// This client revoked the pager ([`MappedObject::revoke`]) with the
     /// same effect.
     Revoked,
+    /// The pager, still alive, stopped serving this mapping (it found the
+    /// mapping's registration broken), with the same effect.
+    Detached,
 }
 
 struct Shared {
@@ -304,8 +308,16 @@ fn guard(s: Arc<Shared>, server: SendRight, stop: OwnedFd, mut lifeline: crate::
             match lifeline.recv(Timeout::Zero) {
                 Ok(m) if m.op() == proto::CLEAN => return_dirty(&s, &server, &m),
                 Ok(_) | Err(crate::RecvError::Timeout) | Err(crate::RecvError::BadMessage(_)) => {}
-                // The pager let go of us: only its death is left to watch.
-                Err(_) => listening = false,
+                // The server let go of this mapping: it died, or it found
+                // the mapping's registration broken and detached it. Either
+                // way nobody will answer its faults any more. (A dying
+                // process closes its descriptors one by one: give its port
+                // a moment to hang up too, to report the right reason.)
+                Err(_) => {
+                    listening = false;
+                    let dead = server.wait_dead(Timeout::millis(100));
+                    s.end(if dead { PAGER_DEAD } else { DETACHED });
+                }
             }
             continue;
         }
@@ -411,7 +423,8 @@ impl MappedObject {
         match self.shared.state.load(Ordering::Acquire) {
             LIVE => ObjectState::Live,
             PAGER_DEAD => ObjectState::PagerDead,
-            _ => ObjectState::Revoked,
+            REVOKED => ObjectState::Revoked,
+            _ => ObjectState::Detached,
         }
     }
 

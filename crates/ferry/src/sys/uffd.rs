@@ -674,6 +674,20 @@ mod tests {
     }
 
     #[test]
+    fn the_device_makes_working_descriptors_where_it_may_be_opened() {
+        let flags = UserfaultfdFlags::CLOEXEC | UserfaultfdFlags::NONBLOCK;
+        match Uffd::from_device(flags) {
+            Ok(fd) => {
+                assert!(is_userfaultfd(fd.as_fd()));
+                let u = Uffd::from_fd(fd);
+                assert!(u.api(0).is_ok());
+            }
+            // No device, or no permission to open it: `new` falls back.
+            Err(e) => assert!(matches!(e, Errno::NOENT | Errno::ACCESS | Errno::PERM), "{e}"),
+        }
+    }
+
+    #[test]
     fn descriptors_are_recognised() {
         let (u, _) = Uffd::new().unwrap();
         assert!(is_userfaultfd(u.as_fd()));

@@ -82,6 +82,14 @@ pub enum WireError {
         /// Index of the item.
         item: usize,
     },
+    /// A memory-object item (a userfaultfd or a pager's page cache) whose
+    /// descriptor or description is invalid.
+    BadPagerItem {
+        /// Index of the item.
+        item: usize,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
 }
 
 impl fmt::Display for WireError {
@@ -110,6 +118,7 @@ impl fmt::Display for WireError {
             ReceiveRightToSelf => write!(f, "message carries the receive right of the port it arrived on"),
             BadRegion { item, reason } => write!(f, "item {item}: bad out-of-line region: {reason}"),
             NotSealed { item } => write!(f, "item {item}: region sent by value is not sealed against writes"),
+            BadPagerItem { item, reason } => write!(f, "item {item}: bad memory-object item: {reason}"),
         }
     }
 }

@@ -38,6 +38,7 @@
 pub mod bootstrap;
 pub mod counters;
 pub mod error;
+pub mod fileserver;
 pub mod message;
 pub mod nameserver;
 pub mod pager;

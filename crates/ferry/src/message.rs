@@ -36,6 +36,10 @@ pub enum Item {
     /// An out-of-line memory region (see [`crate::region`]); a received one
     /// has been validated (seals, size) before the message was delivered.
     Region(RegionItem),
+    /// A descriptor of the memory-object protocol (a userfaultfd handed to a
+    /// pager, or a pager's page cache handed to a client); see
+    /// [`crate::pager`].
+    Pager(crate::pager::PagerFd),
 }
 
 impl From<RegionItem> for Item {
@@ -251,6 +255,10 @@ impl Message {
                     };
                     idents.push(ident);
                 }
+                wire::KIND_PAGER => {
+                    crate::pager::PagerFd::check(d, fds[0].as_fd(), i)?;
+                    idents.push((0, 0));
+                }
                 wire::KIND_REGION => {
                     region::check(i, d, fds)?;
                     idents.push((0, 0));
@@ -269,7 +277,7 @@ impl Message {
             match items.remove(0) {
                 Item::Send(s) => Some(Reply::Send(s)),
                 Item::SendOnce(s) => Some(Reply::SendOnce(s)),
-                Item::Receive(_) | Item::Region(_) => unreachable!("wire::parse checks the reply item's kind"),
+                Item::Receive(_) | Item::Region(_) | Item::Pager(_) => unreachable!("wire::parse checks the reply item's kind"),
             }
         } else {
             None
@@ -286,6 +294,7 @@ fn describe(item: &Item) -> ItemDesc {
         Item::SendOnce(_) => ItemDesc { kind: wire::KIND_SEND_ONCE, fds: 1, ..Default::default() },
         Item::Receive(r) => ItemDesc { kind: wire::KIND_RECEIVE, fds: 1 + r.send_once_outstanding() as u16, ..Default::default() },
         Item::Region(r) => r.describe(),
+        Item::Pager(p) => p.describe(),
     }
 }
 
@@ -299,6 +308,7 @@ fn raise(d: &ItemDesc, mut fds: Vec<OwnedFd>, ident: (u64, u64)) -> Item {
             Item::Receive(ReceiveRight::from_checked(main, fds, ident))
         }
         wire::KIND_REGION => Item::Region(region::raise(d, fds)),
+        wire::KIND_PAGER => Item::Pager(crate::pager::PagerFd::raise(d, fds.remove(0))),
         _ => unreachable!("checked before raising"),
     }
 }
@@ -325,6 +335,7 @@ impl Lowered {
                 Item::SendOnce(s) => v.push(s.sock.as_fd()),
                 Item::Receive(r) => v.extend(r.sources_all()),
                 Item::Region(r) => v.extend(r.fds()),
+                Item::Pager(p) => v.push(p.as_fd()),
             }
         }
         v

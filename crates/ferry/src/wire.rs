@@ -37,6 +37,10 @@ pub const KIND_RECEIVE: u8 = 3;
 /// Item kind: an out-of-line memory region (one memfd; a lent region also
 /// carries a send-once right for its return).
 pub const KIND_REGION: u8 = 4;
+/// Item kind: a descriptor of the memory-object protocol (one descriptor;
+/// `mode` says which: see [`crate::pager`] and `docs/pager.md`). Numbered
+/// apart from the core kinds so that the core can grow without a clash.
+pub const KIND_PAGER: u8 = 16;
 
 /// Region mode: by value, copy-on-write (the sender keeps its copy).
 pub const MODE_COPY: u8 = 1;
@@ -189,6 +193,14 @@ pub fn parse(b: &[u8], nfds: usize) -> Result<Parsed, WireError> {
                 }
                 if d.addr % 4096 != 0 || d.addr.checked_add(d.len).is_none() {
                     return Err(WireError::BadRegion { item: i, reason: format!("sender address {:#x} is not page aligned or wraps", d.addr) });
+                }
+            }
+            KIND_PAGER => {
+                if fds != 1 {
+                    return Err(WireError::BadItemFdCount { item: i, count: fds });
+                }
+                if d.flags != 0 || d.aux != 0 {
+                    return Err(WireError::ReservedNotZero);
                 }
             }
             k => return Err(WireError::UnknownItemKind(k)),

@@ -1,10 +1,224 @@
 //! Peer roles for the pager tests.
+//!
+//! - `pager-serve NAME KEY=VALUE...`: hosts one object (id 1) and registers
+//!   the server's port under NAME; prints `ready` and serves until killed.
+//!   Keys: `pages=N` (size in pages, default 64), `extra=N` (bytes past the
+//!   last whole page), `cluster=N`, `mode=copy|zerocopy`,
+//!   `policy=sigbus|zero`, `holes=1` (odd pages are unavailable: zeros),
+//!   `hang=P` (the pager never answers for page P: it stops answering),
+//!   `dirty=1` (track dirty pages; returned pages become the object's).
+//! - `file-serve NAME ROOT`: a file server for the files beneath ROOT
+//!   (cluster 4), registered under NAME; prints `ready` and serves.
+//! - `pager-unprivileged`: drops to uid/gid 65534 (while still one thread),
+//!   then serves and maps an object inside this process and prints what
+//!   the kernel allowed.
+//! - `pager-client NAME ID PAGE...`: maps object ID, prints `page P sum S`
+//!   for each page touched, and exits (detaching by dying).
+//! - `pager-churn NAME ID N`: maps object ID, touches it and unmaps it N
+//!   times; prints how many descriptors and threads it gained.
+//! - `pager-outlive NAME ID TOUCH`: maps object ID, touches page 0, prints
+//!   `touching TOUCH`, touches page TOUCH (which may wait on a hung pager),
+//!   prints the byte read and the object's state, then waits for the pager
+//!   to end and prints `state=...`, then touches the last page.
+
+use std::io::Write;
+use std::time::Duration;
+
+use ferry::pager::{DeathPolicy, MemoryObject, ObjectConfig, ObjectServer, Offset, Pager, PagerFault, Supply, SupplyMode};
+use ferry::{Bootstrap, Timeout};
 
 use crate::Outcome;
 
 /// Runs `role` if this module knows it.
-pub fn run(role: &str, _args: &[String]) -> Outcome {
+pub fn run(role: &str, args: &[String]) -> Outcome {
     match role {
+        "pager-serve" => Some(serve(args)),
+        "pager-client" => Some(client(args)),
+        "pager-outlive" => Some(outlive(args)),
+        "pager-churn" => Some(churn(args)),
+        "file-serve" => Some(file_serve(args)),
+        "pager-unprivileged" => Some(unprivileged()),
         _ => None,
     }
+}
+
+type Res = Result<(), Box<dyn std::error::Error>>;
+
+/// The test pattern: byte at offset `i` is `(i / 4096 + i) % 251`.
+pub fn pattern(at: usize) -> u8 {
+    ((at / 4096 + at) % 251) as u8
+}
+
+struct TestPager {
+    holes: bool,
+    hang: Option<u64>,
+    /// Pages clients returned (dirty tracking): served from here after.
+    returned: std::collections::HashMap<u64, Vec<u8>>,
+}
+
+impl Pager for TestPager {
+    fn data_request(&mut self, offset: Offset, buf: &mut [u8]) -> Result<Supply, PagerFault> {
+        let page = 4096u64;
+        if let Some(h) = self.hang {
+            if (offset..offset + buf.len() as u64).contains(&(h * page)) {
+                loop {
+                    std::thread::sleep(Duration::from_secs(3600));
+                }
+            }
+        }
+        for (i, chunk) in buf.chunks_mut(page as usize).enumerate() {
+            if let Some(r) = self.returned.get(&(offset + i as u64 * page)) {
+                chunk.copy_from_slice(&r[..chunk.len()]);
+            } else {
+                fill_pattern(offset + i as u64 * page, chunk);
+            }
+        }
+        if !self.holes && !self.returned.is_empty() {
+            return Ok(Supply::Provided);
+        }
+        if self.holes && (offset / page) % 2 == 1 {
+            return Ok(Supply::Unavailable);
+        }
+        fill_pattern(offset, buf);
+        Ok(Supply::Provided)
+    }
+
+    fn data_return(&mut self, offset: Offset, data: &[u8]) {
+        self.returned.insert(offset, data.to_vec());
+    }
+}
+
+fn fill_pattern(offset: u64, buf: &mut [u8]) {
+    for (i, b) in buf.iter_mut().enumerate() {
+        *b = pattern(offset as usize + i);
+    }
+}
+
+fn serve(args: &[String]) -> Res {
+    let name = args.first().ok_or("usage: pager-serve NAME KEY=VALUE...")?;
+    let mut pages = 64u64;
+    let mut extra = 0u64;
+    let mut config = ObjectConfig::default();
+    let mut pager = TestPager { holes: false, hang: None, returned: Default::default() };
+    for kv in &args[1..] {
+        let (k, v) = kv.split_once('=').ok_or("KEY=VALUE")?;
+        match k {
+            "pages" => pages = v.parse()?,
+            "extra" => extra = v.parse()?,
+            "cluster" => config.cluster = v.parse()?,
+            "mode" => config.mode = if v == "zerocopy" { SupplyMode::ZeroCopy } else { SupplyMode::Copy },
+            "policy" => config.on_death = if v == "zero" { DeathPolicy::ZeroFill } else { DeathPolicy::Sigbus },
+            "holes" => pager.holes = v == "1",
+            "hang" => pager.hang = Some(v.parse()?),
+            "dirty" => config.track_dirty = v == "1",
+            _ => return Err(format!("unknown key {k}").into()),
+        }
+    }
+    let (mut server, right) = ObjectServer::new()?;
+    let id = server.add_object(pages * 4096 + extra, Box::new(pager), config)?;
+    let mut bs = Bootstrap::connect()?;
+    bs.register(name, &right)?;
+    println!("ready id={id}");
+    std::io::stdout().flush()?;
+    loop {
+        server.serve(Timeout::Infinite)?;
+    }
+}
+
+fn open(args: &[String]) -> Result<(MemoryObject, Vec<usize>), Box<dyn std::error::Error>> {
+    let name = args.first().ok_or("NAME")?;
+    let id: u64 = args.get(1).ok_or("ID")?.parse()?;
+    let right = Bootstrap::connect()?.lookup(name)?;
+    let rest = args[2..].iter().map(|a| a.parse()).collect::<Result<Vec<usize>, _>>()?;
+    Ok((MemoryObject::new(right, id), rest))
+}
+
+fn client(args: &[String]) -> Res {
+    let (obj, pages) = open(args)?;
+    let m = obj.map()?;
+    let s = m.as_slice();
+    for p in pages {
+        let sum: u64 = s[p * 4096..((p + 1) * 4096).min(s.len())].iter().map(|&b| b as u64).sum();
+        println!("page {p} sum {sum}");
+    }
+    std::io::stdout().flush()?;
+    std::mem::forget(m);
+    Ok(())
+}
+
+fn outlive(args: &[String]) -> Res {
+    let (obj, touch) = open(args)?;
+    let t = *touch.first().ok_or("TOUCH")?;
+    let m = obj.map()?;
+    let first = m.as_slice()[0];
+    println!("first {first}");
+    println!("touching {t}");
+    std::io::stdout().flush()?;
+    let v = std::hint::black_box(m.as_slice())[t * 4096 + 1];
+    println!("value {v} state {:?}", m.state());
+    std::io::stdout().flush()?;
+    let st = m.wait_until_ended(Duration::from_secs(60));
+    println!("state={st:?}");
+    std::io::stdout().flush()?;
+    let last = std::hint::black_box(m.as_slice())[m.len() - 1];
+    println!("last {last}");
+    Ok(())
+}
+
+fn file_serve(args: &[String]) -> Res {
+    let (Some(name), Some(root)) = (args.first(), args.get(1)) else { return Err("usage: file-serve NAME ROOT".into()) };
+    let config = ObjectConfig { cluster: 4, ..ObjectConfig::default() };
+    let (mut server, right) = ferry::fileserver::FileServer::new(std::path::Path::new(root), config)?;
+    Bootstrap::connect()?.register(name, &right)?;
+    println!("ready");
+    std::io::stdout().flush()?;
+    loop {
+        server.serve(Timeout::Infinite)?;
+    }
+}
+
+fn unprivileged() -> Res {
+    use rustix::thread::{set_thread_groups, set_thread_res_gid, set_thread_res_uid};
+    use rustix::process::{Gid, Uid};
+    let (g, u) = (Gid::from_raw(65534), Uid::from_raw(65534));
+    set_thread_groups(&[])?;
+    set_thread_res_gid(g, g, g)?;
+    set_thread_res_uid(u, u, u)?;
+    let support = ferry::pager::probe()?;
+    println!("full={} poison={}", support.full_handling, support.poison);
+    let (mut server, right) = ObjectServer::new()?;
+    let config = ObjectConfig { cluster: 1, ..ObjectConfig::default() };
+    let id = server.add_object(8 * 4096, Box::new(TestPager { holes: false, hang: None, returned: Default::default() }), config)?;
+    std::thread::spawn(move || loop {
+        if server.serve(Timeout::Infinite).is_err() {
+            return;
+        }
+    });
+    let m = MemoryObject::new(right, id).map()?;
+    println!("user_mode_only={} byte={}", m.user_mode_only(), m.as_slice()[4096 + 3] == pattern(4096 + 3));
+    // A system call reading a page never touched cannot wait for the pager
+    // under user-mode-only handling: it fails with EFAULT.
+    let sink = rustix::fs::memfd_create("sink", rustix::fs::MemfdFlags::CLOEXEC)?;
+    let r = rustix::io::write(&sink, &m.as_slice()[5 * 4096..6 * 4096]);
+    println!("syscall={r:?}");
+    Ok(())
+}
+
+fn count(dir: &str) -> usize {
+    std::fs::read_dir(dir).map(|d| d.count()).unwrap_or(0)
+}
+
+fn churn(args: &[String]) -> Res {
+    let (obj, n) = open(args)?;
+    let n = *n.first().ok_or("N")?;
+    let (fds, threads) = (count("/proc/self/fd"), count("/proc/self/task"));
+    for i in 0..n {
+        let m = obj.map()?;
+        let at = (i * 4096 + 7) % m.len();
+        if m.as_slice()[at] != pattern(at) {
+            return Err(format!("wrong byte at {at}").into());
+        }
+    }
+    println!("fds +{} threads +{}", count("/proc/self/fd") - fds, count("/proc/self/task") - threads);
+    Ok(())
 }

@@ -1,1 +1,0 @@
-//! Memory objects backed by user-level pagers (userfaultfd).

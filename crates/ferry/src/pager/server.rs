@@ -1,0 +1,679 @@
+//! The pager side: an [`ObjectServer`] hosts memory objects behind one port,
+//! answers `open`/`attach`/`copy`/`write`/`stats` requests, and resolves the
+//! faults of every attached client from one event loop.
+//!
+//! Nothing a client sends can crash the server: every request is checked
+//! completely before anything is changed, a malformed one is answered with
+//! an `ERROR` reply (or dropped if it has no reply right), and a client whose
+//! address space has gone or whose registration is wrong is detached.
+
+use std::collections::BTreeMap;
+use std::os::fd::AsFd;
+use std::time::Instant;
+
+use rustix::io::Errno;
+
+use super::proto::{self, Fields};
+use super::store::{fill_cache, make_cache, read_object, write_object, Object, Source};
+use super::{
+    errno, Inner, ObjectConfig, ObjectId, ObjectStats, Offset, Pager, PagerError, PagerFd, Supply,
+    SupplyMode,
+};
+use crate::error::RecvError;
+use crate::message::{Item, Message};
+use crate::port::{ReceiveRight, SendRight};
+use crate::sys::mem;
+use crate::sys::uffd::{Event, Partial, Uffd};
+use crate::sys::wait::{Epoll, Interest};
+use crate::timeout::Timeout;
+
+/// Counters of the server as a whole.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ServerStats {
+    /// Requests answered with an error (malformed, unknown object, denied).
+    pub rejected: u64,
+    /// Messages the port discarded as malformed before they reached us.
+    pub malformed: u64,
+    /// Clients detached because they died, unmapped, or broke the protocol.
+    pub detached: u64,
+}
+
+/// What an extension's handler answers for a request the object server
+/// does not know: a reply, or an error code and reason (sent as `ERROR`).
+pub type Answer = Result<Message, (u64, String)>;
+
+/// Handles requests for operations the object server does not know, with
+/// access to the server (to add objects). Returns `None` to let the server
+/// answer "unknown operation".
+pub type Extension<'a> = &'a mut dyn FnMut(&mut ObjectServer, &mut Message) -> Option<Answer>;
+
+struct Client {
+    object: ObjectId,
+    uffd: Uffd,
+    base: usize,
+    len: usize,
+    lifeline: SendRight,
+    supplied: Vec<bool>,
+    dirty: Vec<bool>,
+    pid: Option<i32>,
+}
+
+/// Hosts memory objects and serves their pages to clients in other
+/// processes (or threads).
+///
+/// ```no_run
+/// use ferry::pager::{ObjectServer, ObjectConfig, Pager, Supply, PagerFault};
+/// struct Squares;
+/// impl Pager for Squares {
+///     fn data_request(&mut self, offset: u64, buf: &mut [u8]) -> Result<Supply, PagerFault> {
+///         for (i, b) in buf.iter_mut().enumerate() { *b = ((offset as usize + i) % 251) as u8; }
+///         Ok(Supply::Provided)
+///     }
+/// }
+/// let (mut server, right) = ObjectServer::new()?;
+/// let id = server.add_object(1 << 20, Box::new(Squares), ObjectConfig::default())?;
+/// // hand `right` and `id` to clients (e.g. through the name service), then:
+/// loop { server.serve(ferry::Timeout::Infinite)?; }
+/// # Ok::<(), ferry::pager::PagerError>(())
+/// ```
+pub struct ObjectServer {
+    port: ReceiveRight,
+    port_open: bool,
+    epoll: Epoll,
+    objects: BTreeMap<ObjectId, Object>,
+    next_id: ObjectId,
+    clients: Vec<Option<Client>>,
+    stats: ServerStats,
+}
+
+impl std::fmt::Debug for ObjectServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ObjectServer").field("objects", &self.objects.len()).field("stats", &self.stats).finish()
+    }
+}
+
+const KEY_PORT: u64 = 0;
+
+fn key_uffd(slot: usize) -> u64 {
+    2 * slot as u64 + 2
+}
+
+fn key_lifeline(slot: usize) -> u64 {
+    2 * slot as u64 + 3
+}
+
+impl ObjectServer {
+    /// Creates a server with a fresh port; returns it and a first send right
+    /// to give to clients.
+    pub fn new() -> Result<(ObjectServer, SendRight), PagerError> {
+        let (port, right) = crate::port().map_err(PagerError::Io)?;
+        Ok((ObjectServer::with_port(port)?, right))
+    }
+
+    /// Creates a server receiving on an existing port.
+    pub fn with_port(port: ReceiveRight) -> Result<ObjectServer, PagerError> {
+        let epoll = Epoll::new().map_err(|e| PagerError::Io(errno(e)))?;
+        epoll.add(port.main_fd(), Interest::Readable, KEY_PORT).map_err(|e| PagerError::Io(errno(e)))?;
+        Ok(ObjectServer {
+            port,
+            port_open: true,
+            epoll,
+            objects: BTreeMap::new(),
+            next_id: 1,
+            clients: Vec::new(),
+            stats: ServerStats::default(),
+        })
+    }
+
+    /// Adds an object of `size` bytes whose pages `pager` supplies; its
+    /// owner (who may change it with [`write`](Self::write) requests) is
+    /// this process's user.
+    ///
+    /// # Errors
+    /// [`PagerError::BadRequest`] for a zero size or a zero cluster;
+    /// [`PagerError::Io`] if a zero-copy object's page cache cannot be made.
+    pub fn add_object(&mut self, size: u64, pager: Box<dyn Pager>, config: ObjectConfig) -> Result<ObjectId, PagerError> {
+        self.insert(size, Source::Pager(pager), config, rustix::process::getuid().as_raw())
+    }
+
+    fn insert(&mut self, size: u64, source: Source, config: ObjectConfig, owner: u32) -> Result<ObjectId, PagerError> {
+        if size == 0 || config.cluster == 0 || size > isize::MAX as u64 {
+            return Err(PagerError::BadRequest("an object needs a size and a cluster of at least one page".into()));
+        }
+        if config.track_dirty && config.mode == SupplyMode::ZeroCopy {
+            return Err(PagerError::Unsupported("dirty tracking needs copy mode".into()));
+        }
+        let cache = match config.mode {
+            SupplyMode::Copy => None,
+            SupplyMode::ZeroCopy => Some(make_cache(size).map_err(|e| PagerError::Io(errno(e)))?),
+        };
+        let id = self.next_id;
+        self.next_id += 1;
+        let stats = ObjectStats::default();
+        self.objects.insert(
+            id,
+            Object {
+                size,
+                config,
+                owner,
+                source,
+                pages: BTreeMap::new(),
+                copies: Vec::new(),
+                cache,
+                stats,
+                ephemeral: false,
+                attached_once: false,
+            },
+        );
+        Ok(id)
+    }
+
+    /// Marks object `id` to be removed when, after a first client attached,
+    /// the last one detaches and no copy of it exists (for objects made per
+    /// request, such as the file server's snapshots).
+    pub fn set_ephemeral(&mut self, id: ObjectId) -> Result<(), PagerError> {
+        self.objects.get_mut(&id).ok_or(PagerError::NoSuchObject(id))?.ephemeral = true;
+        Ok(())
+    }
+
+    /// Retires object `id`: it is removed as soon as no client maps it and
+    /// no copy of it remains (now, if that is already so).
+    pub fn retire(&mut self, id: ObjectId) {
+        if let Some(o) = self.objects.get_mut(&id) {
+            o.ephemeral = true;
+            o.attached_once = true;
+        }
+        self.reclaim(id);
+    }
+
+    /// Whether object `id` exists.
+    pub fn contains(&self, id: ObjectId) -> bool {
+        self.objects.contains_key(&id)
+    }
+
+    /// Sets the user allowed to change object `id` by message.
+    pub fn set_owner(&mut self, id: ObjectId, uid: u32) -> Result<(), PagerError> {
+        self.objects.get_mut(&id).ok_or(PagerError::NoSuchObject(id))?.owner = uid;
+        Ok(())
+    }
+
+    /// Makes a copy-on-write copy of `id` (Accent's shadow object): it keeps
+    /// the contents `id` has now, whatever the owner later writes to `id`;
+    /// only pages the owner changes are duplicated, when they change.
+    pub fn copy_object(&mut self, id: ObjectId) -> Result<ObjectId, PagerError> {
+        let o = self.objects.get(&id).ok_or(PagerError::NoSuchObject(id))?;
+        let (size, config, owner) = (o.size, o.config, o.owner);
+        let copy = self.insert(size, Source::CopyOf(id), config, owner)?;
+        self.objects.get_mut(&id).expect("checked above").copies.push(copy);
+        Ok(copy)
+    }
+
+    /// Changes `data.len()` bytes of object `id` at `offset`, as its owner.
+    /// Copies made earlier keep the old bytes (the old pages are pushed into
+    /// them first); clients mapping `id` itself see the new bytes in pages
+    /// they have not touched yet, as with a shared file mapping.
+    ///
+    /// # Errors
+    /// [`PagerError::NoSuchObject`]; [`PagerError::BadRequest`] if the range
+    /// leaves the object; [`PagerError::Unsupported`] for a zero-copy object
+    /// (its pages are shared by every client and cannot change) or a copy
+    /// (copies are values); [`PagerError::Protocol`] if the pager failed to
+    /// supply a page being changed.
+    pub fn write(&mut self, id: ObjectId, offset: Offset, data: &[u8]) -> Result<(), PagerError> {
+        write_object(&mut self.objects, id, offset, data)
+    }
+
+    /// Counters of object `id`.
+    pub fn object_stats(&self, id: ObjectId) -> Option<ObjectStats> {
+        let o = self.objects.get(&id)?;
+        let mut s = o.stats;
+        s.clients = self.clients.iter().flatten().filter(|c| c.object == id).count() as u64;
+        Some(s)
+    }
+
+    /// Counters of the server.
+    pub fn stats(&self) -> ServerStats {
+        self.stats
+    }
+
+    /// Handles requests and faults until `timeout` passes with nothing to
+    /// do; returns how many events were handled (0 on a timeout).
+    ///
+    /// # Errors
+    /// Only failures of the server's own descriptors ([`PagerError::Io`]);
+    /// anything a client does is handled and counted.
+    pub fn serve(&mut self, timeout: Timeout) -> Result<usize, PagerError> {
+        self.serve_with(timeout, &mut |_, _| None)
+    }
+
+    /// As [`serve`](Self::serve), passing requests for operations the
+    /// object server does not know to `ext` (how the file server adds its
+    /// own requests on the same port).
+    pub fn serve_with(&mut self, timeout: Timeout, ext: Extension<'_>) -> Result<usize, PagerError> {
+        let deadline = match timeout {
+            Timeout::Zero => Some(Instant::now()),
+            Timeout::After(d) => Some(Instant::now() + d),
+            Timeout::Infinite => None,
+        };
+        let events = self.epoll.wait(64, deadline).map_err(|e| PagerError::Io(errno(e)))?;
+        for &(key, ready) in &events {
+            if key == KEY_PORT {
+                self.drain_port(ext);
+            } else if key % 2 == 0 {
+                self.drain_faults(((key - 2) / 2) as usize);
+            } else if ready.hangup {
+                self.detach(((key - 3) / 2) as usize);
+            }
+        }
+        Ok(events.len())
+    }
+
+    fn drain_port(&mut self, ext: Extension<'_>) {
+        loop {
+            match self.port.recv(Timeout::Zero) {
+                Ok(m) => self.handle(m, ext),
+                Err(RecvError::Timeout) => return,
+                Err(RecvError::BadMessage(_)) => self.stats.malformed += 1,
+                Err(RecvError::NoSenders) => {
+                    // Nobody can send any more: stop watching the port so
+                    // its end-of-file does not spin the loop.
+                    if self.port_open {
+                        let _ = self.epoll.remove(self.port.main_fd());
+                        self.port_open = false;
+                    }
+                    return;
+                }
+                Err(_) => return,
+            }
+        }
+    }
+
+    fn handle(&mut self, mut m: Message, ext: Extension<'_>) {
+        let reply = m.take_reply();
+        let uid = m.sender().map(|c| c.uid);
+        let answer = match m.op() {
+            proto::OPEN => self.open(&m),
+            proto::ATTACH => self.attach(&mut m),
+            proto::COPY => self.req_copy(&m),
+            proto::STATS => self.req_stats(&m),
+            proto::WRITE => self.req_write(&m, uid),
+            proto::CLEAN_REQUEST => self.req_clean(&m, uid),
+            proto::DIRTY => {
+                self.data_return(&m);
+                return;
+            }
+            op => ext(self, &mut m).unwrap_or_else(|| Err((proto::E_BAD_REQUEST, format!("unknown operation {op:#x}")))),
+        };
+        let msg = match answer {
+            Ok(msg) => msg,
+            Err((code, why)) => {
+                self.stats.rejected += 1;
+                let mut b = proto::body(&[code]);
+                b.extend_from_slice(why.as_bytes());
+                Message::new(proto::ERROR).with_body(b)
+            }
+        };
+        if let Some(r) = reply {
+            let _ = r.send(msg, Timeout::Zero);
+        }
+    }
+
+    fn object_of(&self, f: &mut Fields<'_>) -> Result<ObjectId, (u64, String)> {
+        let id = f.u64().ok_or((proto::E_BAD_REQUEST, "body too short for an object id".into()))?;
+        if self.objects.contains_key(&id) {
+            Ok(id)
+        } else {
+            Err((proto::E_NO_OBJECT, format!("no object {id}")))
+        }
+    }
+
+    fn open(&mut self, m: &Message) -> Result<Message, (u64, String)> {
+        let id = self.object_of(&mut Fields::new(m.body()))?;
+        let o = &self.objects[&id];
+        let mode = match o.config.mode {
+            SupplyMode::Copy => 0,
+            SupplyMode::ZeroCopy => 1,
+        };
+        let death = match o.config.on_death {
+            super::DeathPolicy::Sigbus => 0,
+            super::DeathPolicy::ZeroFill => 1,
+        };
+        let mut reply = Message::new(proto::OPENED).with_body(proto::body(&[o.size, mode, o.config.cluster as u64, death, o.config.track_dirty as u64]));
+        if let Some(c) = &o.cache {
+            let view = crate::sys::socket::dup(c.view.as_fd()).map_err(|e| (proto::E_UNSUPPORTED, e.to_string()))?;
+            reply = reply.with_item(Item::Pager(PagerFd::cache(view, o.size)));
+        }
+        Ok(reply)
+    }
+
+    fn attach(&mut self, m: &mut Message) -> Result<Message, (u64, String)> {
+        let id = self.object_of(&mut Fields::new(m.body()))?;
+        let mut items = m.take_items().into_iter();
+        let (Some(Item::Pager(PagerFd { inner: Inner::UserFault { uffd, addr, len } })), Some(Item::Send(lifeline)), None) =
+            (items.next(), items.next(), items.next())
+        else {
+            return Err((proto::E_BAD_REQUEST, "attach carries a userfaultfd and a lifeline send right, nothing else".into()));
+        };
+        let size = self.objects[&id].size;
+        if len != mem::page_round_up(size as usize) as u64 {
+            return Err((proto::E_BAD_REQUEST, format!("registered {len} bytes for an object of {size}")));
+        }
+        let slot = self.clients.iter().position(Option::is_none).unwrap_or(self.clients.len());
+        let pages = (len as usize) / mem::page_size();
+        let pid = m.sender().map(|c| c.pid);
+        let client = Client {
+            object: id,
+            uffd,
+            base: addr as usize,
+            len: len as usize,
+            lifeline,
+            supplied: vec![false; pages],
+            dirty: vec![false; pages],
+            pid,
+        };
+        let watched = self
+            .epoll
+            .add(client.uffd.as_fd(), Interest::Readable, key_uffd(slot))
+            .and_then(|()| self.epoll.add(client.lifeline.as_fd(), Interest::HangUp, key_lifeline(slot)));
+        if let Err(e) = watched {
+            let _ = self.epoll.remove(client.uffd.as_fd());
+            return Err((proto::E_UNSUPPORTED, format!("cannot watch the client: {e}")));
+        }
+        self.objects.get_mut(&id).expect("checked above").attached_once = true;
+        if slot == self.clients.len() {
+            self.clients.push(Some(client));
+        } else {
+            self.clients[slot] = Some(client);
+        }
+        Ok(Message::new(proto::ATTACHED))
+    }
+
+    fn req_copy(&mut self, m: &Message) -> Result<Message, (u64, String)> {
+        let id = self.object_of(&mut Fields::new(m.body()))?;
+        let copy = self.copy_object(id).map_err(|e| (proto::E_UNSUPPORTED, e.to_string()))?;
+        Ok(Message::new(proto::COPIED).with_body(proto::body(&[copy])))
+    }
+
+    fn req_stats(&mut self, m: &Message) -> Result<Message, (u64, String)> {
+        let id = self.object_of(&mut Fields::new(m.body()))?;
+        let s = self.object_stats(id).expect("checked above");
+        Ok(Message::new(proto::STATS_REPLY).with_body(proto::body(&[
+            s.faults,
+            s.requests,
+            s.pages_requested,
+            s.pages_copied,
+            s.pages_zeroed,
+            s.pages_continued,
+            s.pages_shadowed,
+            s.clients,
+            s.pages_dirtied,
+            s.pages_returned,
+        ])))
+    }
+
+    fn req_write(&mut self, m: &Message, uid: Option<u32>) -> Result<Message, (u64, String)> {
+        let mut f = Fields::new(m.body());
+        let id = self.object_of(&mut f)?;
+        let offset = f.u64().ok_or((proto::E_BAD_REQUEST, "body too short for an offset".into()))?;
+        if uid != Some(self.objects[&id].owner) {
+            return Err((proto::E_DENIED, "only the object's owner may change it".into()));
+        }
+        let data = f.rest().to_vec();
+        match self.write(id, offset, &data) {
+            Ok(()) => Ok(Message::new(proto::WRITTEN)),
+            Err(PagerError::BadRequest(w)) => Err((proto::E_BAD_REQUEST, w)),
+            Err(e) => Err((proto::E_UNSUPPORTED, e.to_string())),
+        }
+    }
+
+    fn req_clean(&mut self, m: &Message, uid: Option<u32>) -> Result<Message, (u64, String)> {
+        let id = self.object_of(&mut Fields::new(m.body()))?;
+        if uid != Some(self.objects[&id].owner) {
+            return Err((proto::E_DENIED, "only the object's owner may ask for dirty pages".into()));
+        }
+        let n = self.clean(id).map_err(|e| (proto::E_UNSUPPORTED, e.to_string()))?;
+        Ok(Message::new(proto::CLEANING).with_body(proto::body(&[n as u64])))
+    }
+
+    /// Asks every client of `id` to return the pages it dirtied since they
+    /// were last returned (Mach's `lock_request` with clean): each client
+    /// write-protects them again, then sends their bytes back, and the pager
+    /// receives them in [`Pager::data_return`] as they arrive. Returns how
+    /// many pages were asked for.
+    ///
+    /// # Errors
+    /// [`PagerError::NoSuchObject`]; [`PagerError::Unsupported`] if the
+    /// object does not track dirty pages.
+    pub fn clean(&mut self, id: ObjectId) -> Result<usize, PagerError> {
+        let o = self.objects.get(&id).ok_or(PagerError::NoSuchObject(id))?;
+        if !o.config.track_dirty {
+            return Err(PagerError::Unsupported("the object does not track dirty pages".into()));
+        }
+        let mut asked = 0;
+        for c in self.clients.iter_mut().flatten().filter(|c| c.object == id) {
+            let pages: Vec<u64> = c.dirty.iter().enumerate().filter(|(_, d)| **d).map(|(p, _)| p as u64).collect();
+            for chunk in pages.chunks(crate::message::MAX_INLINE / 8 - 1) {
+                let mut words = vec![id];
+                words.extend_from_slice(chunk);
+                if c.lifeline.send(Message::new(proto::CLEAN).with_body(proto::body(&words)), Timeout::Zero).is_ok() {
+                    chunk.iter().for_each(|&p| c.dirty[p as usize] = false);
+                    asked += chunk.len();
+                }
+            }
+        }
+        Ok(asked)
+    }
+
+    /// A returned dirty page: accepted only for an object that tracks dirty
+    /// pages, from a process attached to it, for a whole page inside it.
+    fn data_return(&mut self, m: &Message) {
+        let mut f = Fields::new(m.body());
+        let (Some(id), Some(offset)) = (f.u64(), f.u64()) else { return self.stats.rejected += 1 };
+        let pid = m.sender().map(|c| c.pid);
+        let attached = self.clients.iter().flatten().any(|c| c.object == id && c.pid.is_some() && c.pid == pid);
+        let page = mem::page_size() as u64;
+        let Some(o) = self.objects.get_mut(&id) else { return self.stats.rejected += 1 };
+        let data = f.rest();
+        let whole = offset % page == 0 && offset < o.size && data.len() as u64 == page.min(o.size - offset);
+        match (&mut o.source, attached && whole && o.config.track_dirty) {
+            (Source::Pager(p), true) => {
+                p.data_return(offset, data);
+                o.stats.pages_returned += 1;
+            }
+            _ => self.stats.rejected += 1,
+        }
+    }
+
+    fn detach(&mut self, slot: usize) {
+        if let Some(c) = self.clients.get_mut(slot).and_then(Option::take) {
+            let _ = self.epoll.remove(c.uffd.as_fd());
+            let _ = self.epoll.remove(c.lifeline.as_fd());
+            self.stats.detached += 1;
+            self.reclaim(c.object);
+        }
+    }
+
+    /// Removes an ephemeral object nobody uses any more.
+    fn reclaim(&mut self, id: ObjectId) {
+        let unused = self.objects.get(&id).is_some_and(|o| o.ephemeral && o.attached_once && o.copies.is_empty())
+            && !self.clients.iter().flatten().any(|c| c.object == id);
+        if !unused {
+            return;
+        }
+        if let Some(o) = self.objects.remove(&id) {
+            if let Source::CopyOf(parent) = o.source {
+                if let Some(p) = self.objects.get_mut(&parent) {
+                    p.copies.retain(|&c| c != id);
+                }
+                self.reclaim(parent);
+            }
+        }
+    }
+
+    /// Number of objects hosted.
+    pub fn object_count(&self) -> usize {
+        self.objects.len()
+    }
+
+    fn drain_faults(&mut self, slot: usize) {
+        loop {
+            let Some(c) = self.clients.get(slot).and_then(Option::as_ref) else { return };
+            let events = match c.uffd.read_events(32) {
+                Ok(ev) if ev.is_empty() => return,
+                Ok(ev) => ev,
+                Err(_) => return self.detach(slot),
+            };
+            for ev in events {
+                let r = match ev {
+                    Event::PageFault { addr, wp: true, .. } => self.dirtied(slot, addr),
+                    Event::PageFault { addr, .. } => self.resolve(slot, addr),
+                    _ => Ok(()),
+                };
+                if r.is_err() {
+                    return self.detach(slot);
+                }
+            }
+        }
+    }
+
+    /// A first write to a write-protected page: note it dirty and let the
+    /// write proceed.
+    fn dirtied(&mut self, slot: usize, addr: u64) -> Result<(), Errno> {
+        let page = mem::page_size();
+        let c = self.clients[slot].as_mut().expect("live slot");
+        let addr = addr as usize;
+        if addr < c.base || addr >= c.base + c.len {
+            return Ok(());
+        }
+        let p = (addr - c.base) / page;
+        c.dirty[p] = true;
+        c.uffd.writeprotect(c.base + p * page, page, false, true)?;
+        let id = c.object;
+        self.stat(id, |s| s.pages_dirtied += 1);
+        Ok(())
+    }
+
+    /// Supplies the cluster around a fault at `addr` in client `slot`.
+    /// An error means the client's range is gone: detach it.
+    fn resolve(&mut self, slot: usize, addr: u64) -> Result<(), Errno> {
+        let page = mem::page_size();
+        let c = self.clients[slot].as_ref().expect("live slot");
+        let (base, len, id) = (c.base, c.len, c.object);
+        let addr = addr as usize;
+        if addr < base || addr >= base + len {
+            // The client registered more than it attached: not ours to serve.
+            return Ok(());
+        }
+        let first = (addr - base) / page;
+        let pages = len / page;
+        let obj = self.objects.get_mut(&id).ok_or(Errno::NOENT)?;
+        obj.stats.faults += 1;
+        let cluster = obj.config.cluster;
+        let mode = obj.config.mode;
+        let wp = obj.config.track_dirty;
+        let mut end = first + 1;
+        while end < pages && end < first + cluster && !c.supplied[end] {
+            end += 1;
+        }
+        let dst = base + first * page;
+        let n = (end - first) * page;
+        let size = obj.size;
+        let outcome = match mode {
+            SupplyMode::Copy => {
+                let mut buf = vec![0u8; n];
+                let clip = (size - (first * page) as u64).min(n as u64) as usize;
+                match read_object(&mut self.objects, id, first as u64, &mut buf[..clip]) {
+                    // Tracked pages are installed write-protected; there is
+                    // no write-protected zero page, so zeros are copied.
+                    Ok(Supply::Provided) | Ok(Supply::Unavailable) if wp => {
+                        let c = self.clients[slot].as_ref().expect("live slot");
+                        let r = fill(n, |at, _| c.uffd.copy(dst + at, &buf[at..], true, true));
+                        r.map(|f| {
+                            self.stat(id, |s| s.pages_copied += f.pages);
+                            f.first_skipped
+                        })
+                    }
+                    Ok(Supply::Provided) => {
+                        let c = self.clients[slot].as_ref().expect("live slot");
+                        let r = fill(n, |at, _| c.uffd.copy(dst + at, &buf[at..], true, false));
+                        r.map(|f| {
+                            self.stat(id, |s| s.pages_copied += f.pages);
+                            f.first_skipped
+                        })
+                    }
+                    Ok(Supply::Unavailable) => {
+                        let c = self.clients[slot].as_ref().expect("live slot");
+                        let r = fill(n, |at, left| c.uffd.zeropage(dst + at, left, true));
+                        r.map(|f| {
+                            self.stat(id, |s| s.pages_zeroed += f.pages);
+                            f.first_skipped
+                        })
+                    }
+                    Err(_) => self.poison(slot, dst),
+                }
+            }
+            SupplyMode::ZeroCopy => match fill_cache(&mut self.objects, id, first, end) {
+                Ok(()) => {
+                    let c = self.clients[slot].as_ref().expect("live slot");
+                    let r = fill(n, |at, left| c.uffd.continue_(dst + at, left, true));
+                    r.map(|f| {
+                        self.stat(id, |s| s.pages_continued += f.pages);
+                        f.first_skipped
+                    })
+                }
+                Err(_) => self.poison(slot, dst),
+            },
+        };
+        let first_skipped = outcome?;
+        let c = self.clients[slot].as_mut().expect("live slot");
+        c.supplied[first..end].iter_mut().for_each(|s| *s = true);
+        if first_skipped {
+            // Another fault already filled the page: wake this one too.
+            c.uffd.wake(dst, page)?;
+        }
+        Ok(())
+    }
+
+    fn poison(&mut self, slot: usize, dst: usize) -> Result<bool, Errno> {
+        let c = self.clients[slot].as_ref().expect("live slot");
+        match c.uffd.poison(dst, mem::page_size(), true) {
+            Ok(_) | Err((_, Errno::EXIST)) => Ok(true),
+            Err((_, e)) => Err(e),
+        }
+    }
+
+    fn stat(&mut self, id: ObjectId, f: impl FnOnce(&mut ObjectStats)) {
+        if let Some(o) = self.objects.get_mut(&id) {
+            f(&mut o.stats);
+        }
+    }
+}
+
+/// What a fill did: whether the first (faulting) page was already present,
+/// and how many pages it installed.
+struct Filled {
+    first_skipped: bool,
+    pages: u64,
+}
+
+/// Runs a fill ioctl over `len` bytes until done, stepping over pages that
+/// are already present.
+fn fill(len: usize, mut op: impl FnMut(usize, usize) -> Result<usize, Partial>) -> Result<Filled, Errno> {
+    let page = mem::page_size();
+    let (mut at, mut stalls, mut skipped, mut first_skipped) = (0, 0, 0, false);
+    while at < len {
+        match op(at, len - at) {
+            Ok(n) => at += n.max(page),
+            Err((n, Errno::AGAIN)) if n > 0 => at += n,
+            Err((0, Errno::EXIST)) => {
+                first_skipped |= at == 0;
+                skipped += 1;
+                at += page;
+            }
+            Err((n, Errno::EXIST)) => at += n,
+            Err((_, Errno::AGAIN)) if stalls < 64 => stalls += 1,
+            Err((_, e)) => return Err(e),
+        }
+    }
+    Ok(Filled { first_skipped, pages: (len.div_ceil(page) - skipped) as u64 })
+}

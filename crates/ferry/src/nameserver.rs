@@ -23,6 +23,9 @@ use crate::sys::wait::{Epoll, Interest};
 use crate::timeout::Timeout;
 
 const KEY_LISTENER: u64 = 0;
+
+/// The scope of names every user can look up (shown as this uid by `list`).
+pub const SYSTEM_UID: u32 = u32::MAX;
 const KEY_CONN: u64 = 1 << 32;
 const KEY_WATCH: u64 = 2 << 32;
 
@@ -91,6 +94,31 @@ impl NameServer {
             buf: vec![0; crate::wire::MAX_MESSAGE + 1],
             log: false,
         })
+    }
+
+    /// Registers `right` under `name` in the system scope, which every user's
+    /// lookups fall back to when their own scope has no such name: how the
+    /// daemon publishes its system servers (the file server, for one). The
+    /// registration lasts while the port lives.
+    ///
+    /// # Errors
+    /// `InvalidInput` for a bad name, `AlreadyExists` if the system scope
+    /// already holds a live registration of it.
+    pub fn add_system_name(&mut self, name: &str, right: SendRight) -> io::Result<()> {
+        if !valid_name(name.as_bytes()) {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("invalid name {name:?}")));
+        }
+        let key = (SYSTEM_UID, name.to_owned());
+        if self.names.get(&key).is_some_and(|e| !e.right.is_dead()) {
+            return Err(io::Error::new(io::ErrorKind::AlreadyExists, format!("system name {name:?} is taken")));
+        }
+        self.next += 1;
+        let watch = self.next;
+        self.epoll.add(right.as_fd(), Interest::HangUp, KEY_WATCH | watch as u64).map_err(io_err)?;
+        self.say(format_args!("registered system name {name:?}"));
+        self.watches.insert(watch, key.clone());
+        self.names.insert(key, Entry { right, owner_pid: std::process::id() as i32, watch });
+        Ok(())
     }
 
     /// Prints one line per event on standard error (for `ferryd`).
@@ -218,9 +246,11 @@ impl NameServer {
                 if !valid_name(&name) {
                     return Message::new(ST_INVALID);
                 }
-                let key = (cred.uid, String::from_utf8(name).expect("valid_name checks UTF-8"));
-                match self.names.get(&key) {
-                    Some(e) if !e.right.is_dead() => match e.right.try_clone() {
+                let name = String::from_utf8(name).expect("valid_name checks UTF-8");
+                let live = |k: &(u32, String)| self.names.get(k).filter(|e| !e.right.is_dead());
+                let found = live(&(cred.uid, name.clone())).or_else(|| live(&(SYSTEM_UID, name)));
+                match found {
+                    Some(e) => match e.right.try_clone() {
                         Ok(copy) => Message::new(ST_OK).with_item(copy),
                         Err(_) => Message::new(ST_BAD_REQUEST),
                     },
@@ -240,7 +270,8 @@ impl NameServer {
             }
             OP_LIST => {
                 let mut out = String::new();
-                let mut rows: Vec<_> = self.names.iter().filter(|((uid, _), _)| cred.uid == 0 || *uid == cred.uid).collect();
+                let mut rows: Vec<_> =
+                    self.names.iter().filter(|((uid, _), _)| cred.uid == 0 || *uid == cred.uid || *uid == SYSTEM_UID).collect();
                 rows.sort_by(|a, b| a.0.cmp(b.0));
                 for ((uid, name), e) in rows {
                     if e.right.is_dead() {

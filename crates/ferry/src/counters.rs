@@ -60,8 +60,8 @@ pub struct Counters {
     /// Calls made through the RPC fast path (not counted by this module;
     /// the RPC layer adds to it).
     pub rpc_calls: u64,
-    /// Page faults a pager served (not counted by this module; the pager
-    /// layer adds to it).
+    /// Page faults the pagers of this process served (one per fault
+    /// resolved, however many pages read-ahead supplied with it).
     pub pager_faults: u64,
 }
 
@@ -181,7 +181,6 @@ pub(crate) static PAGES_POPULATED: &AtomicU64 = &BLOCK.pages_populated;
 #[allow(dead_code)]
 pub(crate) static RPC_CALLS: &AtomicU64 = &BLOCK.rpc_calls;
 /// Faults served by pagers in this process.
-#[allow(dead_code)]
 pub(crate) static PAGER_FAULTS: &AtomicU64 = &BLOCK.pager_faults;
 
 /// Adds `n` to a counter (relaxed).

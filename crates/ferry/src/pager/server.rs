@@ -568,6 +568,7 @@ impl ObjectServer {
         let pages = len / page;
         let obj = self.objects.get_mut(&id).ok_or(Errno::NOENT)?;
         obj.stats.faults += 1;
+        crate::counters::add(crate::counters::PAGER_FAULTS, 1);
         let cluster = obj.config.cluster;
         let mode = obj.config.mode;
         let wp = obj.config.track_dirty;

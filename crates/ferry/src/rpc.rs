@@ -76,7 +76,7 @@ use crate::message::Message;
 use crate::timeout::Timeout;
 
 pub use client::{ConnectOptions, Connection, SocketConnection};
-pub use policy::{pin_current_thread, stats, Policy, RpcStats, ADAPTIVE_SPIN, LIVENESS_INTERVAL};
+pub use policy::{pin_current_thread, stats, Policy, RpcStats, ADAPTIVE_SPIN, LIVENESS_INTERVAL, WAKE_GRACE};
 pub use probe::CallProbe;
 pub use server::{ConnId, RpcServer};
 pub use slot::{SLOT_INLINE, SLOT_SIZE};

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use super::frame::{self, Incoming};
-use super::policy::{self, Policy, ADAPTIVE_SPIN, LIVENESS_INTERVAL, SPINS_PER_CLOCK};
+use super::policy::{self, Budget, Policy, LIVENESS_INTERVAL, SPINS_PER_CLOCK};
 use super::probe::{self, CallProbe, ClientStamps};
 use super::slot::{self, Slot, SLOT_INLINE};
 use super::{RpcError, Transport, RPC_CONNECT};
@@ -206,11 +206,12 @@ impl Inner {
         slot.put_request(seq, req.op(), req.body());
         drop(req);
         st.published = probe::now();
-        if slot.word(slot::OFF_SERVER_SLEEPING).load(Ordering::SeqCst) != 0 {
+        let rang = slot.word(slot::OFF_SERVER_SLEEPING).load(Ordering::SeqCst) != 0;
+        if rang {
             frame::ring(self.sock())?;
         }
         st.woken = probe::now();
-        self.wait_slot(seq, deadline)?;
+        self.wait_slot(seq, deadline, rang)?;
         st.seen = probe::now();
         let slot = &self.slot.as_ref().expect("slot path needs a slot").0;
         let copied = slot.take_reply().map_err(RpcError::protocol)?;
@@ -223,7 +224,8 @@ impl Inner {
     }
 
     /// Waits until the slot's `rep_seq` is `seq`, as the policy says.
-    fn wait_slot(&self, seq: u32, deadline: Option<Instant>) -> Result<(), RpcError> {
+    /// `rang`: the server was asleep and its doorbell was just rung.
+    fn wait_slot(&self, seq: u32, deadline: Option<Instant>, rang: bool) -> Result<(), RpcError> {
         let slot = &self.slot.as_ref().expect("slot path needs a slot").0;
         let rep = slot.word(slot::OFF_REP_SEQ);
         let server_sleeping = slot.word(slot::OFF_SERVER_SLEEPING);
@@ -231,6 +233,7 @@ impl Inner {
         let start = Instant::now();
         let mut last_check = start;
         let mut spins = 0u32;
+        let mut budget = Budget::new(rang);
         loop {
             let seen = rep.load(Ordering::Acquire);
             if seen == seq {
@@ -239,7 +242,7 @@ impl Inner {
             let spin = match self.policy {
                 Policy::Poll => true,
                 Policy::Block => false,
-                Policy::Adaptive => server_sleeping.load(Ordering::Relaxed) == 0 && start.elapsed() < ADAPTIVE_SPIN,
+                Policy::Adaptive => budget.spin(server_sleeping.load(Ordering::Relaxed) != 0),
             };
             if spin {
                 std::hint::spin_loop();

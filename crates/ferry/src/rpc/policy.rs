@@ -8,7 +8,7 @@
 //! sleeps, so the peer issues a wake-up only when somebody really sleeps.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::error::io_err;
 
@@ -31,7 +31,44 @@ pub enum Policy {
 /// Longest an adaptive waiter spins before it sleeps. A little less than
 /// one sleep/wake cycle on a small virtual machine, so spinning never costs
 /// more than the sleep it tries to avoid.
-pub const ADAPTIVE_SPIN: Duration = Duration::from_micros(20);
+pub const ADAPTIVE_SPIN: Duration = Duration::from_micros(50);
+
+/// Longest an adaptive waiter that has just woken its sleeping peer spins
+/// while that peer is being scheduled (it sees the peer clear its sleeping
+/// flag); once the peer runs, the ordinary [`ADAPTIVE_SPIN`] budget starts.
+/// Without this grace, a pair whose wake-up latency exceeds the spin budget
+/// would fall into a rhythm where both sides sleep on every call.
+pub const WAKE_GRACE: Duration = Duration::from_micros(200);
+
+/// The adaptive spin budget of one wait.
+#[derive(Debug)]
+pub(crate) struct Budget {
+    start: Instant,
+    from: Instant,
+    waking: bool,
+}
+
+impl Budget {
+    /// A budget starting now; `peer_waking` says this side just woke its peer.
+    pub(crate) fn new(peer_waking: bool) -> Budget {
+        let now = Instant::now();
+        Budget { start: now, from: now, waking: peer_waking }
+    }
+
+    /// Whether to spin once more, given whether the peer (still) sleeps.
+    pub(crate) fn spin(&mut self, peer_asleep: bool) -> bool {
+        let now = Instant::now();
+        if self.waking {
+            if !peer_asleep {
+                self.waking = false;
+                self.from = now;
+                return true;
+            }
+            return now.duration_since(self.start) < WAKE_GRACE;
+        }
+        !peer_asleep && now.duration_since(self.from) < ADAPTIVE_SPIN
+    }
+}
 
 /// How often a waiter that has not been answered checks whether its peer is
 /// still alive (the connection socket's hang-up), and how often a busy

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use super::frame::{self, Incoming};
-use super::policy::{self, Policy, ADAPTIVE_SPIN, LIVENESS_INTERVAL, SPINS_PER_CLOCK};
+use super::policy::{self, Budget, Policy, LIVENESS_INTERVAL, SPINS_PER_CLOCK};
 use super::probe;
 use super::slot::{self, Slot, SLOT_INLINE};
 use super::{RpcError, RPC_CONNECT, RPC_SOCKET_REPLY};
@@ -53,6 +53,8 @@ pub struct RpcServer {
     last_look: Instant,
     ready: VecDeque<(ConnId, Message)>,
     buf: Vec<u8>,
+    /// The connection whose sleeping client the last reply woke.
+    woke: Option<u64>,
 }
 
 #[derive(Debug)]
@@ -89,6 +91,7 @@ impl RpcServer {
             last_look: Instant::now(),
             ready: VecDeque::new(),
             buf: vec![0; crate::wire::MAX_MESSAGE + 1],
+            woke: None,
         })
     }
 
@@ -111,6 +114,7 @@ impl RpcServer {
             last_look: Instant::now(),
             ready: VecDeque::new(),
             buf: vec![0; crate::wire::MAX_MESSAGE + 1],
+            woke: None,
         })
     }
 
@@ -120,7 +124,7 @@ impl RpcServer {
     }
 
     /// Changes how this server thread waits: [`Policy::Adaptive`] spins for
-    /// at most [`ADAPTIVE_SPIN`] after its last request before sleeping,
+    /// at most [`ADAPTIVE_SPIN`](super::ADAPTIVE_SPIN) after its last request before sleeping,
     /// [`Policy::Poll`] never sleeps, [`Policy::Block`] never spins.
     pub fn set_policy(&mut self, policy: Policy) {
         self.policy = policy;
@@ -170,6 +174,10 @@ impl RpcServer {
             return Err(RpcError::Io(io::Error::new(io::ErrorKind::InvalidInput, "no request is waiting for a reply on this connection")));
         };
         let out = send_reply(c, seq, via_slot, msg);
+        if let Ok(true) = out {
+            self.woke = Some(id.0);
+        }
+        let out = out.map(|_| ());
         if matches!(out, Err(RpcError::PeerDead) | Err(RpcError::Protocol { .. })) {
             c.dead = true;
             self.reap();
@@ -188,9 +196,10 @@ impl RpcServer {
 
     fn wait(&mut self, timeout: Timeout) -> Result<(ConnId, Message), RpcError> {
         let deadline = timeout.deadline();
-        let start = Instant::now();
         let mut looked = false;
         let mut spins = 0u32;
+        let waking = self.woke.take();
+        let mut budget = Budget::new(waking.is_some());
         loop {
             if let Some(r) = self.ready.pop_front() {
                 return Ok(r);
@@ -205,7 +214,7 @@ impl RpcServer {
             let spin = match self.policy {
                 Policy::Poll => true,
                 Policy::Block => false,
-                Policy::Adaptive => start.elapsed() < ADAPTIVE_SPIN,
+                Policy::Adaptive => budget.spin(waking.is_some_and(|id| self.client_asleep(id))),
             };
             if now_due || (!spin && !looked && deadline.is_some_and(|d| Instant::now() >= d)) {
                 // Housekeeping while busy, or the one look a zero timeout gets.
@@ -243,6 +252,14 @@ impl RpcServer {
         out
     }
 
+    /// Whether the client of connection `id` still sleeps (false once it is
+    /// gone).
+    fn client_asleep(&self, id: u64) -> bool {
+        self.conns.iter().find(|c| c.id == id).and_then(|c| c.slot.as_ref()).is_some_and(|s| {
+            s.word(slot::OFF_CLIENT_SLEEPING).load(Ordering::Relaxed) != 0
+        })
+    }
+
     fn set_sleeping(&self, v: u32) {
         for c in &self.conns {
             if let (Some(s), None) = (&c.slot, c.busy) {
@@ -252,8 +269,8 @@ impl RpcServer {
     }
 
     /// One pass over the idle connections, round-robin: a pending socket
-    /// request, or a new request in the slot. A slot holding garbage costs
-    /// its connection, nothing else.
+    /// request in the slot, or a request that came over the socket. A slot
+    /// holding garbage costs its connection, nothing else.
     fn scan(&mut self) -> Option<(ConnId, Message)> {
         let n = self.conns.len();
         let mut found = None;
@@ -263,39 +280,34 @@ impl RpcServer {
             if c.dead || c.busy.is_some() {
                 continue;
             }
+            if let Some(slot) = &c.slot {
+                let seq = slot.request_seq();
+                if seq != c.last_req {
+                    c.last_req = seq;
+                    match slot.take_request(seq) {
+                        Ok(Some(req)) => {
+                            probe::server_stamp(slot, 0);
+                            c.busy = Some((seq, true));
+                            found = Some((i, Message::new(req.op).with_body(req.body)));
+                            break;
+                        }
+                        Ok(None) => {}
+                        Err(_garbage) => {
+                            c.dead = true;
+                            continue;
+                        }
+                    }
+                }
+                let sock_seq = slot.word(slot::OFF_REQ_SOCK).load(Ordering::Relaxed);
+                if sock_seq != c.last_sock {
+                    c.last_sock = sock_seq;
+                    drain(c, &mut self.buf);
+                }
+            }
             if let Some((seq, m)) = c.pending.take() {
                 c.busy = Some((seq, false));
                 found = Some((i, m));
                 break;
-            }
-            let Some((sock_seq, seq)) =
-                c.slot.as_ref().map(|s| (s.word(slot::OFF_REQ_SOCK).load(Ordering::Relaxed), s.request_seq()))
-            else {
-                continue;
-            };
-            if sock_seq != c.last_sock {
-                c.last_sock = sock_seq;
-                drain(c, &mut self.buf);
-                if let Some((seq, m)) = c.pending.take() {
-                    c.busy = Some((seq, false));
-                    found = Some((i, m));
-                    break;
-                }
-            }
-            if seq == c.last_req || c.dead {
-                continue;
-            }
-            c.last_req = seq;
-            let slot = c.slot.as_ref().expect("checked above");
-            match slot.take_request(seq) {
-                Ok(Some(req)) => {
-                    probe::server_stamp(slot, 0);
-                    c.busy = Some((seq, true));
-                    found = Some((i, Message::new(req.op).with_body(req.body)));
-                    break;
-                }
-                Ok(None) => {}
-                Err(_garbage) => c.dead = true,
             }
         }
         let r = found.map(|(i, m)| {
@@ -361,9 +373,10 @@ impl RpcServer {
         if frame::send_ack(sock.as_fd()).is_err() || self.epoll.add(sock.as_fd(), Interest::Readable, id).is_err() {
             return;
         }
-        let last_req = slot.as_ref().map_or(0, |s| s.request_seq());
+        // Sequence numbers start at 0 and a client's first call is 1; the
+        // client may already have published it, since it saw the ack.
         let identity = frame::identity_of(&sock);
-        self.conns.push(Conn { id, sock, identity, slot, last_req, last_sock: 0, busy: None, pending: None, dead: false });
+        self.conns.push(Conn { id, sock, identity, slot, last_req: 0, last_sock: 0, busy: None, pending: None, dead: false });
     }
 
     /// Forgets dead connections (closing their sockets and unmapping their
@@ -399,8 +412,8 @@ fn drain(c: &mut Conn, buf: &mut [u8]) {
 
 /// Sends one reply through the slot when it fits, else over the socket
 /// (leaving a note in the slot for a slot request), and wakes the client if
-/// it sleeps.
-fn send_reply(c: &mut Conn, seq: u32, via_slot: bool, mut msg: Message) -> Result<(), RpcError> {
+/// it sleeps; says whether it did.
+fn send_reply(c: &mut Conn, seq: u32, via_slot: bool, mut msg: Message) -> Result<bool, RpcError> {
     let reply_right = msg.take_reply();
     let fits = reply_right.is_none() && msg.items().is_empty() && msg.body().len() <= SLOT_INLINE;
     if let Some(r) = reply_right {
@@ -408,7 +421,7 @@ fn send_reply(c: &mut Conn, seq: u32, via_slot: bool, mut msg: Message) -> Resul
     }
     let slot = match (&c.slot, via_slot) {
         (Some(s), true) => s,
-        _ => return frame::send_framed(c.sock.as_fd(), RPC_SOCKET_REPLY, seq, msg),
+        _ => return frame::send_framed(c.sock.as_fd(), RPC_SOCKET_REPLY, seq, msg).map(|_| false),
     };
     if fits {
         probe::server_stamp(slot, 1);
@@ -420,6 +433,7 @@ fn send_reply(c: &mut Conn, seq: u32, via_slot: bool, mut msg: Message) -> Resul
     if slot.word(slot::OFF_CLIENT_SLEEPING).load(Ordering::SeqCst) != 0 {
         policy::count_wake();
         futex::wake(slot.word(slot::OFF_REP_SEQ)).map_err(|e| RpcError::Io(io_err(e)))?;
+        return Ok(true);
     }
-    Ok(())
+    Ok(false)
 }

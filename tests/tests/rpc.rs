@@ -444,3 +444,22 @@ fn in_process_server_interleaves_connections() {
         assert_eq!(server.join().unwrap(), 3 * 101);
     })
 }
+
+/// A reply too large for any path closes the connection: the call fails
+/// with `PeerDead` instead of waiting for a reply that cannot come, and the
+/// server goes on serving.
+#[test]
+fn oversized_reply_fails_the_call() {
+    common::watchdog("oversized_reply", LIMIT, || {
+        let server = start_server("oversized-reply", "adaptive", 1);
+        let mut c = Connection::connect(&server.to, opts(Policy::Adaptive)).unwrap();
+        let too_big = (ferry::message::MAX_INLINE as u32) + 1;
+        match c.call(Message::new(OP_BIG).with_body(too_big.to_le_bytes()), Timeout::Infinite) {
+            Err(RpcError::PeerDead) => {}
+            other => panic!("expected PeerDead, got {other:?}"),
+        }
+        let mut other = Connection::connect(&server.to, opts(Policy::Block)).unwrap();
+        assert_eq!(other.call(Message::new(OP_ECHO).with_body(*b"fine"), Timeout::Infinite).unwrap().body(), b"fine");
+        server.exit(&mut other);
+    })
+}

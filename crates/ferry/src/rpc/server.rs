@@ -162,9 +162,11 @@ impl RpcServer {
     ///
     /// # Errors
     /// [`RpcError::PeerDead`] if the connection is gone (it is forgotten);
-    /// [`RpcError::TooLarge`] if the reply cannot travel (the client's call
-    /// then fails with a timeout or its own error); [`RpcError::Io`] if no
-    /// request of that connection is waiting for a reply.
+    /// [`RpcError::TooLarge`] if the reply cannot travel: the connection is
+    /// then closed, so the client's call fails with [`RpcError::PeerDead`]
+    /// instead of waiting for a reply that cannot come (check sizes against
+    /// [`crate::message::MAX_INLINE`] before replying); [`RpcError::Io`] if no
+    /// request of that connection is waiting for a reply (nothing changes).
     pub fn reply(&mut self, id: ConnId, msg: Message) -> Result<(), RpcError> {
         let Some(i) = self.conns.iter().position(|c| c.id == id.0 && !c.dead) else {
             return Err(RpcError::PeerDead);
@@ -178,7 +180,9 @@ impl RpcServer {
             self.woke = Some(id.0);
         }
         let out = out.map(|_| ());
-        if matches!(out, Err(RpcError::PeerDead) | Err(RpcError::Protocol { .. })) {
+        if out.is_err() {
+            // The client waits for this reply and no other can come: close
+            // the connection so its call fails instead of hanging.
             c.dead = true;
             self.reap();
         }

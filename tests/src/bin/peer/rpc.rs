@@ -136,7 +136,7 @@ fn client(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
     std::thread::sleep(Duration::from_millis(50));
     println!("calling");
     std::io::stdout().flush()?;
-    let mut slow = 2000u32.to_le_bytes().to_vec();
+    let mut slow = 300u32.to_le_bytes().to_vec();
     slow.extend_from_slice(b"slow");
     match conn.call(Message::new(OP_SLOW).with_body(slow), Timeout::Infinite) {
         Ok(_) | Err(RpcError::PeerDead) => Ok(()),

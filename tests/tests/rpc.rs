@@ -25,6 +25,7 @@ const OP_STATS: u32 = 4;
 const OP_CONNS: u32 = 5;
 const OP_BIG: u32 = 6;
 const OP_EXIT: u32 = 7;
+const OP_FDS: u32 = 8;
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -461,5 +462,27 @@ fn oversized_reply_fails_the_call() {
         let mut other = Connection::connect(&server.to, opts(Policy::Block)).unwrap();
         assert_eq!(other.call(Message::new(OP_ECHO).with_body(*b"fine"), Timeout::Infinite).unwrap().body(), b"fine");
         server.exit(&mut other);
+    })
+}
+
+/// Connections of every kind, opened, used (slot, socket, rights, timeouts,
+/// garbage) and closed, leave no descriptor and no slot mapping behind in
+/// either process.
+#[test]
+fn no_descriptor_or_mapping_leaks() {
+    common::watchdog("no_leaks", LIMIT, || {
+        let server = start_server("leaks", "adaptive", 1);
+        let mut mine = Connection::connect(&server.to, opts(Policy::Block)).unwrap();
+        let server_fds = |c: &mut Connection| u64s(c.call(Message::new(OP_FDS), Timeout::Infinite).unwrap().body());
+        let conns = |c: &mut Connection| u64s(c.call(Message::new(OP_CONNS), Timeout::Infinite).unwrap().body())[0];
+        let before = server_fds(&mut mine);
+        let out = common::finish(common::spawn_peer(&bootstrap(), "rpc-fds", &["leaks"]));
+        eprintln!("client: {}", out.trim());
+        while conns(&mut mine) != 1 {
+            common::nap();
+        }
+        let after = server_fds(&mut mine);
+        assert_eq!(before, after, "server descriptors and slot mappings (before, after)");
+        server.exit(&mut mine);
     })
 }

@@ -7,6 +7,10 @@
 //! - `rpc-client NAME POLICY`: connects to NAME, prints `connected`, then
 //!   makes one slow call and prints `calling` first, so the test can kill it
 //!   in the middle of the call.
+//! - `rpc-fds NAME`: opens connections to NAME of both kinds, makes calls of
+//!   every kind (slot, socket, rights, timeouts, garbage in its slot), drops
+//!   them, and fails unless its descriptors and slot mappings are back to
+//!   where they started.
 
 use std::io::Write;
 use std::time::Duration;
@@ -31,12 +35,22 @@ pub const OP_CONNS: u32 = 5;
 pub const OP_BIG: u32 = 6;
 /// Reply, then exit the process cleanly.
 pub const OP_EXIT: u32 = 7;
+/// Reply with this process's open descriptors and mapped slots (two u64).
+pub const OP_FDS: u32 = 8;
+
+/// Open descriptors and mappings of RPC slots in this process.
+pub fn fds_and_slots() -> (u64, u64) {
+    let fds = std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0) as u64;
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    (fds, maps.lines().filter(|l| l.contains("ferry-rpc-slot")).count() as u64)
+}
 
 /// Runs `role` if this module knows it.
 pub fn run(role: &str, args: &[String]) -> Outcome {
     match role {
         "rpc-server" => Some(server(args)),
         "rpc-client" => Some(client(args)),
+        "rpc-fds" => Some(fds(args)),
         _ => None,
     }
 }
@@ -108,6 +122,10 @@ fn serve(mut server: RpcServer) -> Result<(), Box<dyn std::error::Error>> {
                 }
                 Message::new(OP_STATS).with_body(b)
             }
+            OP_FDS => {
+                let (f, m) = fds_and_slots();
+                Message::new(OP_FDS).with_body([f.to_le_bytes(), m.to_le_bytes()].concat())
+            }
             OP_CONNS => Message::new(OP_CONNS).with_body((server.connections() as u64).to_le_bytes()),
             OP_BIG => {
                 let n = u32::from_le_bytes(body.get(..4).ok_or("short big request")?.try_into()?);
@@ -142,4 +160,42 @@ fn client(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
         Ok(_) | Err(RpcError::PeerDead) => Ok(()),
         Err(e) => Err(e.into()),
     }
+}
+
+fn fds(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
+    let [name] = args else { return Err("usage: rpc-fds NAME".into()) };
+    let to = Bootstrap::connect()?.lookup(name)?;
+    let before = fds_and_slots();
+    for round in 0..3 {
+        let mut slot = Connection::connect(&to, ConnectOptions::default())?;
+        let mut sock = ferry::rpc::SocketConnection::connect(&to, ConnectOptions::default())?;
+        for c in [&mut slot as &mut dyn Transport, &mut sock as &mut dyn Transport] {
+            c.call(Message::new(OP_ECHO).with_body(*b"small"), Timeout::Infinite)?;
+            c.call(Message::new(OP_BIG).with_body(10_000u32.to_le_bytes()), Timeout::Infinite)?;
+            let (_rx, tx) = ferry::port()?;
+            let mut r = c.call(Message::new(OP_RIGHTS).with_item(tx), Timeout::Infinite)?;
+            drop(r.take_items());
+            let mut late = 200u32.to_le_bytes().to_vec();
+            late.extend_from_slice(b"late");
+            match c.call(Message::new(OP_SLOW).with_body(late), Timeout::millis(20)) {
+                Err(RpcError::Timeout) => {}
+                other => return Err(format!("expected a timeout, got {other:?}").into()),
+            }
+            c.call(Message::new(OP_ECHO).with_body(*b"after"), Timeout::Infinite)?;
+        }
+        if round == 2 {
+            // Garbage in the slot: the server closes this connection.
+            let fd = slot.slot_fd().ok_or("no slot")?;
+            rustix::io::pwrite(fd, &u32::MAX.to_le_bytes(), 72)?;
+            rustix::io::pwrite(fd, &999u32.to_le_bytes(), 64)?;
+            let (_rx, tx) = ferry::port()?;
+            let _ = slot.call(Message::new(OP_RIGHTS).with_item(tx), Timeout::millis(5_000));
+        }
+    }
+    let after = fds_and_slots();
+    println!("fds {} {} slots {} {}", before.0, after.0, before.1, after.1);
+    if before != after {
+        return Err(format!("leaked: before {before:?}, after {after:?}").into());
+    }
+    Ok(())
 }

@@ -9,7 +9,7 @@ mod common;
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdout};
-use std::sync::OnceLock;
+use std::sync::{OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
 use ferry::rpc::{
@@ -28,6 +28,18 @@ const OP_EXIT: u32 = 7;
 const OP_FDS: u32 = 8;
 
 const LIMIT: Duration = Duration::from_secs(60);
+
+/// The system-call count test runs alone: other tests' spinning peers
+/// would take its CPUs. Every other test holds this shared.
+static ALONE: RwLock<()> = RwLock::new(());
+
+fn shared() -> RwLockReadGuard<'static, ()> {
+    ALONE.read().unwrap_or_else(|e| e.into_inner())
+}
+
+fn alone() -> RwLockWriteGuard<'static, ()> {
+    ALONE.write().unwrap_or_else(|e| e.into_inner())
+}
 
 /// One name service for the whole test process (the embedded server is
 /// per process); each test registers its own names.
@@ -158,21 +170,25 @@ fn conformance_for(name: &str, server_policy: &str, client: Policy, slot: bool) 
 
 #[test]
 fn conformance_slot_adaptive() {
+    let _guard = shared();
     conformance_for("conf-slot-adaptive", "adaptive", Policy::Adaptive, true);
 }
 
 #[test]
 fn conformance_slot_block() {
+    let _guard = shared();
     conformance_for("conf-slot-block", "block", Policy::Block, true);
 }
 
 #[test]
 fn conformance_slot_poll() {
+    let _guard = shared();
     conformance_for("conf-slot-poll", "poll", Policy::Poll, true);
 }
 
 #[test]
 fn conformance_socket() {
+    let _guard = shared();
     conformance_for("conf-socket", "block", Policy::Block, false);
 }
 
@@ -180,6 +196,7 @@ fn conformance_socket() {
 /// `PeerDead`, not a hang, under every policy and on both transports.
 #[test]
 fn server_killed_mid_call() {
+    let _guard = shared();
     common::watchdog("server_killed_mid_call", LIMIT, || {
         for (i, (policy, slot)) in
             [(Policy::Adaptive, true), (Policy::Block, true), (Policy::Poll, true), (Policy::Block, false)].into_iter().enumerate()
@@ -216,6 +233,7 @@ fn server_killed_mid_call() {
 /// connection and keeps serving the others.
 #[test]
 fn client_killed_server_keeps_serving() {
+    let _guard = shared();
     common::watchdog("client_killed", LIMIT, || {
         for policy in ["adaptive", "block", "poll"] {
             let name = format!("kill-client-{policy}");
@@ -251,6 +269,7 @@ fn client_killed_server_keeps_serving() {
 /// dropped, the server and the other connections carry on.
 #[test]
 fn hostile_client_breaks_only_itself() {
+    let _guard = shared();
     common::watchdog("hostile_client", LIMIT, || {
         for policy in ["adaptive", "block", "poll"] {
             let name = format!("hostile-{policy}");
@@ -295,16 +314,22 @@ fn hostile_client_breaks_only_itself() {
 /// process is unharmed.
 #[test]
 fn garbage_reply_is_a_protocol_error() {
+    let _guard = shared();
     common::watchdog("garbage_reply", LIMIT, || {
         let server = start_server("garbage-reply", "adaptive", 1);
         let mut c = Connection::connect(&server.to, opts(Policy::Adaptive)).unwrap();
         assert_eq!(c.call(Message::new(OP_ECHO).with_body(*b"1"), Timeout::Infinite).unwrap().body(), b"1");
-        // The next call is sequence number 2: forge its reply with a length
-        // beyond the slot (rep_len at 136, rep_seq at 128).
+        // Stop the real server so that only the forgery answers; the next
+        // call is sequence number 2: forge its reply with a length beyond
+        // the slot (rep_len at 136, rep_seq at 128).
+        let pid = rustix::process::Pid::from_raw(server.child.id() as i32).unwrap();
+        rustix::process::kill_process(pid, rustix::process::Signal::STOP).unwrap();
         let fd = c.slot_fd().unwrap();
         rustix::io::pwrite(fd, &0x10_0000u32.to_le_bytes(), 136).unwrap();
         rustix::io::pwrite(fd, &2u32.to_le_bytes(), 128).unwrap();
-        match c.call(Message::new(OP_ECHO).with_body(*b"2"), Timeout::Infinite) {
+        let got = c.call(Message::new(OP_ECHO).with_body(*b"2"), Timeout::Infinite);
+        rustix::process::kill_process(pid, rustix::process::Signal::CONT).unwrap();
+        match got {
             Err(RpcError::Protocol { .. }) => {}
             other => panic!("expected a protocol error, got {other:?}"),
         }
@@ -328,6 +353,7 @@ fn server_stats(c: &mut Connection) -> RpcStats {
 /// would be: spinning for a peer that waits for the same CPU only delays it.
 #[test]
 fn active_calls_make_no_system_calls() {
+    let _guard = alone();
     common::watchdog("no_syscalls", LIMIT, || {
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         let (mine, theirs) = if cpus >= 2 { (Some(0), Some(1)) } else { (None, None) };
@@ -378,6 +404,7 @@ fn active_calls_make_no_system_calls() {
 /// A pool of server threads serves many connections at once.
 #[test]
 fn thread_pool_serves_many_connections() {
+    let _guard = shared();
     common::watchdog("thread_pool", LIMIT, || {
         let server = start_server("pool", "adaptive", 3);
         let to = &server.to;
@@ -404,6 +431,7 @@ fn thread_pool_serves_many_connections() {
 /// socket transparently.
 #[test]
 fn in_process_server_interleaves_connections() {
+    let _guard = shared();
     common::watchdog("in_process", LIMIT, || {
         let (port, to) = ferry::port().unwrap();
         let server = std::thread::spawn(move || {
@@ -451,6 +479,7 @@ fn in_process_server_interleaves_connections() {
 /// server goes on serving.
 #[test]
 fn oversized_reply_fails_the_call() {
+    let _guard = shared();
     common::watchdog("oversized_reply", LIMIT, || {
         let server = start_server("oversized-reply", "adaptive", 1);
         let mut c = Connection::connect(&server.to, opts(Policy::Adaptive)).unwrap();
@@ -470,6 +499,7 @@ fn oversized_reply_fails_the_call() {
 /// either process.
 #[test]
 fn no_descriptor_or_mapping_leaks() {
+    let _guard = shared();
     common::watchdog("no_leaks", LIMIT, || {
         let server = start_server("leaks", "adaptive", 1);
         let mut mine = Connection::connect(&server.to, opts(Policy::Block)).unwrap();

@@ -63,6 +63,7 @@
 //! ```
 
 mod client;
+mod conn;
 mod frame;
 mod policy;
 mod probe;

@@ -20,15 +20,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use super::frame::{self, Incoming};
+use super::conn::{drain, send_reply, Conn};
+use super::frame;
 use super::policy::{self, Budget, Policy, LIVENESS_INTERVAL, SPINS_PER_CLOCK};
 use super::probe;
-use super::slot::{self, Slot, SLOT_INLINE};
-use super::{RpcError, RPC_CONNECT, RPC_SOCKET_REPLY};
+use super::slot::{self, Slot};
+use super::{RpcError, RPC_CONNECT};
 use crate::error::{io_err, RecvError};
 use crate::message::{Item, Message};
 use crate::port::ReceiveRight;
-use crate::sys::futex;
 use crate::sys::wait::{Epoll, Interest};
 use crate::timeout::Timeout;
 
@@ -38,7 +38,7 @@ use crate::timeout::Timeout;
 pub struct ConnId(u64);
 
 const PORT_KEY: u64 = 0;
-/// Most datagrams read from one socket, or connections accepted, per look.
+/// Most connections accepted per look at the port.
 const BATCH: usize = 16;
 
 /// Accepts connections on a port and serves calls on them.
@@ -55,24 +55,6 @@ pub struct RpcServer {
     buf: Vec<u8>,
     /// The connection whose sleeping client the last reply woke.
     woke: Option<u64>,
-}
-
-#[derive(Debug)]
-struct Conn {
-    id: u64,
-    sock: OwnedFd,
-    identity: (u64, u64),
-    slot: Option<Slot>,
-    /// The last request sequence number taken from the slot.
-    last_req: u32,
-    /// The last value of the slot's `req_sock` word seen.
-    last_sock: u32,
-    /// The request being served: its sequence number and whether it came
-    /// through the slot.
-    busy: Option<(u32, bool)>,
-    /// A socket request that arrived while another was being served.
-    pending: Option<(u32, Message)>,
-    dead: bool,
 }
 
 impl RpcServer {
@@ -220,13 +202,15 @@ impl RpcServer {
                 Policy::Block => false,
                 Policy::Adaptive => budget.spin(waking.is_some_and(|id| self.client_asleep(id))),
             };
-            if now_due || (!spin && !looked && deadline.is_some_and(|d| Instant::now() >= d)) {
-                // Housekeeping while busy, or the one look a zero timeout gets.
+            let expired = deadline.is_some_and(|d| Instant::now() >= d);
+            if now_due || (expired && !looked) {
+                // Housekeeping while busy, or the one look at the sockets
+                // that even a zero timeout gets.
                 looked = true;
                 self.look(Some(Instant::now()))?;
                 continue;
             }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
+            if expired {
                 return Err(RpcError::Timeout);
             }
             if spin {
@@ -259,9 +243,7 @@ impl RpcServer {
     /// Whether the client of connection `id` still sleeps (false once it is
     /// gone).
     fn client_asleep(&self, id: u64) -> bool {
-        self.conns.iter().find(|c| c.id == id).and_then(|c| c.slot.as_ref()).is_some_and(|s| {
-            s.word(slot::OFF_CLIENT_SLEEPING).load(Ordering::Relaxed) != 0
-        })
+        self.conns.iter().find(|c| c.id == id).is_some_and(Conn::client_asleep)
     }
 
     fn set_sleeping(&self, v: u32) {
@@ -394,50 +376,4 @@ impl RpcServer {
             self.next_scan = 0;
         }
     }
-}
-
-/// Reads what is queued on a connection's socket: doorbells are consumed,
-/// a framed request becomes the pending one (a newer request replaces an
-/// older one, which its client has given up on), end-of-file or a bad frame
-/// marks the connection dead.
-fn drain(c: &mut Conn, buf: &mut [u8]) {
-    for _ in 0..BATCH {
-        match frame::recv_one(c.sock.as_fd(), buf, c.identity, frame::FOR_SERVER) {
-            Ok(Incoming::Empty) => return,
-            Ok(Incoming::Doorbell) => {}
-            Ok(Incoming::Framed(seq, m)) => c.pending = Some((seq, m)),
-            Ok(Incoming::Closed) | Err(_) => {
-                c.dead = true;
-                return;
-            }
-        }
-    }
-}
-
-/// Sends one reply through the slot when it fits, else over the socket
-/// (leaving a note in the slot for a slot request), and wakes the client if
-/// it sleeps; says whether it did.
-fn send_reply(c: &mut Conn, seq: u32, via_slot: bool, mut msg: Message) -> Result<bool, RpcError> {
-    let reply_right = msg.take_reply();
-    let fits = reply_right.is_none() && msg.items().is_empty() && msg.body().len() <= SLOT_INLINE;
-    if let Some(r) = reply_right {
-        msg = msg.with_reply(r);
-    }
-    let slot = match (&c.slot, via_slot) {
-        (Some(s), true) => s,
-        _ => return frame::send_framed(c.sock.as_fd(), RPC_SOCKET_REPLY, seq, msg).map(|_| false),
-    };
-    if fits {
-        probe::server_stamp(slot, 1);
-        slot.put_reply(seq, msg.op(), msg.body(), slot::VIA_SLOT);
-    } else {
-        frame::send_framed(c.sock.as_fd(), RPC_SOCKET_REPLY, seq, msg)?;
-        slot.put_reply(seq, 0, &[], slot::VIA_SOCKET);
-    }
-    if slot.word(slot::OFF_CLIENT_SLEEPING).load(Ordering::SeqCst) != 0 {
-        policy::count_wake();
-        futex::wake(slot.word(slot::OFF_REP_SEQ)).map_err(|e| RpcError::Io(io_err(e)))?;
-        return Ok(true);
-    }
-    Ok(false)
 }

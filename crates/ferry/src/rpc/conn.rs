@@ -16,11 +16,16 @@ use crate::sys::futex;
 /// Most datagrams read from one socket per look.
 const BATCH: usize = 16;
 
+/// A connection accepted by a server thread.
 #[derive(Debug)]
 pub(super) struct Conn {
+    /// Unique among the server and its workers; also its `epoll` key.
     pub(super) id: u64,
+    /// The server's end of the connection socket.
     pub(super) sock: OwnedFd,
+    /// The socket's identity, to refuse its own receive right in frames.
     pub(super) identity: (u64, u64),
+    /// The mapped slot; `None` for a socket-only connection.
     pub(super) slot: Option<Slot>,
     /// The last request sequence number taken from the slot.
     pub(super) last_req: u32,
@@ -31,6 +36,7 @@ pub(super) struct Conn {
     pub(super) busy: Option<(u32, bool)>,
     /// A socket request that arrived while another was being served.
     pub(super) pending: Option<(u32, Message)>,
+    /// Gone or broken: forgotten at the next reap.
     pub(super) dead: bool,
 }
 

@@ -310,7 +310,13 @@ impl Inner {
             let sock = self.sock.as_ref().expect("open").as_fd();
             match frame::recv_one(sock, &mut self.buf, self.identity, frame::FOR_CLIENT)? {
                 Incoming::Framed(s, m) if s == seq => return Ok(m),
-                Incoming::Framed(..) | Incoming::Doorbell => continue,
+                Incoming::Framed(..) | Incoming::Doorbell => {
+                    // A late reply to an earlier call: discarded. A peer
+                    // that floods them still cannot hold us past the deadline.
+                    if past(deadline) {
+                        return Err(RpcError::Timeout);
+                    }
+                }
                 Incoming::Closed => return Err(RpcError::PeerDead),
                 Incoming::Empty => {
                     if past(deadline) {

@@ -1,1 +1,159 @@
-//! The fast path: L4-style call / reply-and-wait over shared memory.
+//! The fast path: L4-style call / reply-and-wait over shared memory and
+//! futexes.
+//!
+//! A client opens a [`Connection`] to a server through a send right to the
+//! server's port; the server ([`RpcServer`]) accepts it. From then on the
+//! client [`call`](Transport::call)s (send a request and wait for its reply,
+//! one operation) and the server [`reply_and_wait`](RpcServer::reply_and_wait)s
+//! (answer one client and wait for the next request from any of its
+//! connections, one operation).
+//!
+//! Each connection has a **socket** (a `SOCK_SEQPACKET` pair: its hang-up is
+//! how either side learns the other died) and a **slot**: an 8 KiB memfd both
+//! sides map `MAP_SHARED`, holding one request and one reply area with
+//! sequence numbers. Short messages (body up to [`SLOT_INLINE`] bytes, no
+//! items) travel through the slot; a message with rights or a larger body
+//! travels over the connection socket instead, with the same semantics. A
+//! [`SocketConnection`] sends everything over the socket (the plain path,
+//! for comparison and for the conformance suite).
+//!
+//! Nothing read from the slot is trusted: it is copied out first and then
+//! checked (length, sequence number), so a hostile peer can only break its
+//! own connection. How a client waits for its reply is its [`Policy`];
+//! `docs/rpc.md` describes the slot layout, the handshake, the wake-up
+//! protocol and what each policy costs.
+//!
+//! # The `Transport` contract
+//! Every implementation of [`Transport`] (the shared-slot [`Connection`] and
+//! the socket-only [`SocketConnection`]) behaves the same, and one test suite
+//! checks both:
+//! - `call(req, timeout)` delivers `req` (operation id, body, items, reply
+//!   right) to the server exactly once, or not at all, and returns the reply
+//!   the server gave to *that* request: a reply to an earlier call that timed
+//!   out is discarded, never returned.
+//! - [`Timeout::Zero`] fails at once with [`RpcError::Timeout`] unless the
+//!   reply is already there (it never is for a fresh call, so a zero timeout
+//!   is only useful to poll); a finite timeout fails with
+//!   [`RpcError::Timeout`] when it passes; the connection stays usable.
+//! - When the server process dies or drops the connection, a call fails with
+//!   [`RpcError::PeerDead`] (promptly, not at the timeout) and every later
+//!   call fails the same way.
+//! - A malformed reply fails with [`RpcError::Protocol`]; the connection is
+//!   then broken and later calls fail with [`RpcError::PeerDead`].
+//! - Rights in a request or reply move with it, as with
+//!   [`crate::SendRight::send`].
+//!
+//! ```no_run
+//! use ferry::rpc::{Connection, ConnectOptions, RpcServer, Transport};
+//! use ferry::{Message, Timeout};
+//!
+//! let (port, to_port) = ferry::port()?;
+//! let server = std::thread::spawn(move || {
+//!     let mut server = RpcServer::new(port).unwrap();
+//!     let mut reply = None;
+//!     loop {
+//!         let (conn, req) = server.reply_and_wait(reply.take(), Timeout::Infinite).unwrap();
+//!         reply = Some((conn, Message::new(req.op()).with_body(req.body().to_vec())));
+//!     }
+//! });
+//! let mut conn = Connection::connect(&to_port, ConnectOptions::default())?;
+//! let reply = conn.call(Message::new(1).with_body(*b"ping"), Timeout::Infinite)?;
+//! assert_eq!(reply.body(), b"ping");
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod client;
+mod conn;
+mod frame;
+mod policy;
+mod probe;
+mod server;
+mod slot;
+
+use std::fmt;
+use std::io;
+
+use crate::message::Message;
+use crate::timeout::Timeout;
+
+pub use client::{ConnectOptions, Connection, SocketConnection};
+pub use policy::{pin_current_thread, stats, Policy, RpcStats, ADAPTIVE_SPIN, LIVENESS_INTERVAL, WAKE_GRACE};
+pub use probe::CallProbe;
+pub use server::{ConnId, RpcServer};
+pub use slot::{SLOT_INLINE, SLOT_SIZE};
+
+/// Operation id of the message that opens a connection, sent to the
+/// server's port. Operation ids `0xFE77_0000..=0xFE77_FFFF` are reserved for
+/// the RPC layer; a server's port should not use them for anything else.
+pub const RPC_CONNECT: u32 = 0xFE77_0001;
+/// Operation id of a request sent over a connection's socket (its body
+/// starts with the call's sequence number and the caller's operation id).
+pub const RPC_SOCKET_REQUEST: u32 = 0xFE77_0002;
+/// Operation id of a reply sent over a connection's socket.
+pub const RPC_SOCKET_REPLY: u32 = 0xFE77_0003;
+
+/// Why a call or a reply-and-wait failed.
+#[derive(Debug)]
+pub enum RpcError {
+    /// The other side is gone (its process died, or it dropped the
+    /// connection); the connection cannot be used again. Reconnect.
+    PeerDead,
+    /// Nothing arrived before the timeout. For a call, a reply that comes
+    /// later is discarded; the connection stays usable.
+    Timeout,
+    /// The peer broke the protocol (garbage in the slot, a malformed frame);
+    /// the connection has been closed.
+    Protocol {
+        /// What was wrong.
+        reason: String,
+    },
+    /// The message is larger than any path can carry.
+    TooLarge(String),
+    /// The server's port refused the connection or the handshake failed.
+    Refused(String),
+    /// The server has no port left to accept on and no connections: nothing
+    /// can ever arrive.
+    NoClients,
+    /// The kernel refused for another reason.
+    Io(io::Error),
+}
+
+impl fmt::Display for RpcError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RpcError::PeerDead => write!(f, "the peer is gone; open a new connection"),
+            RpcError::Timeout => write!(f, "no reply before the timeout; retry or use a longer timeout"),
+            RpcError::Protocol { reason } => write!(f, "the peer broke the RPC protocol ({reason}); the connection was closed"),
+            RpcError::TooLarge(why) => write!(f, "message too large for a call: {why}"),
+            RpcError::Refused(why) => write!(f, "connection refused: {why}"),
+            RpcError::NoClients => write!(f, "no connections and no port to accept new ones"),
+            RpcError::Io(e) => write!(f, "rpc failed: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for RpcError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            RpcError::Io(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl RpcError {
+    pub(crate) fn protocol(reason: impl Into<String>) -> RpcError {
+        RpcError::Protocol { reason: reason.into() }
+    }
+}
+
+/// The client end of a request/response channel. The contract every
+/// implementation keeps is in the [module documentation](self).
+pub trait Transport {
+    /// Sends `req` and waits for its reply, as `timeout` allows.
+    ///
+    /// # Errors
+    /// [`RpcError::Timeout`], [`RpcError::PeerDead`], [`RpcError::Protocol`],
+    /// [`RpcError::TooLarge`], as the module documentation describes.
+    fn call(&mut self, req: Message, timeout: Timeout) -> Result<Message, RpcError>;
+}

@@ -1,1 +1,126 @@
-//! Futex wait and wake on shared memory.
+//! Futexes on shared memory, the shared memory itself seen as atomics, and
+//! CPU placement: the kernel services the RPC fast path waits with.
+//!
+//! The futex calls never use `FUTEX_PRIVATE_FLAG`: the words live in a memfd
+//! mapped `MAP_SHARED` by two processes, and only a shared futex is keyed on
+//! the page (not the address space), so a wake in one process reaches a
+//! waiter in the other.
+//!
+//! # Safety
+//! [`SharedWords`] owns a [`Mapping`] of a shared memfd and hands out
+//! `&AtomicU32` / reads and writes through `AtomicU64`, never plain
+//! references to the bytes: another process may write any byte at any time,
+//! and through atomics such writes are defined behaviour (a racing reader
+//! sees some value, possibly torn across words, never undefined behaviour).
+//! Every offset is checked against the mapping's length and the type's
+//! alignment before a reference is made, and the references borrow `self`,
+//! so they cannot outlive the mapping.
+
+use std::os::fd::BorrowedFd;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
+
+use rustix::io::Errno;
+use rustix::thread::futex;
+
+use super::mem::{Mapping, Place, Share};
+
+/// How a futex wait ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Woken {
+    /// Woken by `FUTEX_WAKE`, by a signal, or spuriously: re-check the word.
+    Maybe,
+    /// The word no longer held the expected value when the wait began.
+    Changed,
+    /// The timeout passed.
+    TimedOut,
+}
+
+/// Sleeps while `word` holds `expected`, for at most `timeout` (`None`:
+/// forever).
+pub fn wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) -> rustix::io::Result<Woken> {
+    let ts = timeout.map(|d| futex::Timespec { tv_sec: d.as_secs() as i64, tv_nsec: d.subsec_nanos() as i64 });
+    match futex::wait(word, futex::Flags::empty(), expected, ts.as_ref()) {
+        Ok(()) | Err(Errno::INTR) => Ok(Woken::Maybe),
+        Err(Errno::AGAIN) => Ok(Woken::Changed),
+        Err(Errno::TIMEDOUT) => Ok(Woken::TimedOut),
+        Err(e) => Err(e),
+    }
+}
+
+/// Wakes every waiter sleeping on `word` (in any process that maps it);
+/// returns how many were woken.
+pub fn wake(word: &AtomicU32) -> rustix::io::Result<usize> {
+    futex::wake(word, futex::Flags::empty(), i32::MAX as u32)
+}
+
+/// Binds the calling thread to one CPU (`sched_setaffinity`), for pinned
+/// latency-critical pairs that busy-wait.
+pub fn pin_current_thread(cpu: usize) -> rustix::io::Result<()> {
+    let mut set = rustix::thread::CpuSet::new();
+    if cpu >= rustix::thread::CpuSet::MAX_CPU {
+        return Err(Errno::INVAL);
+    }
+    set.set(cpu);
+    rustix::thread::sched_setaffinity(None, &set)
+}
+
+/// Nanoseconds on the system-wide monotonic clock: comparable between
+/// processes on this machine (read through the vDSO, no system call).
+#[cfg_attr(not(feature = "probes"), allow(dead_code))]
+pub fn monotonic_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
+/// A shared, writable mapping of a whole memfd, accessed only as atomics.
+#[derive(Debug)]
+pub struct SharedWords {
+    map: Mapping,
+}
+
+impl SharedWords {
+    /// Maps all `len` bytes of `fd` shared and writable.
+    pub fn map(fd: BorrowedFd<'_>, len: usize) -> rustix::io::Result<SharedWords> {
+        Ok(SharedWords { map: Mapping::map(fd, len, true, Share::Shared, Place::Anywhere, true)? })
+    }
+
+    /// The 32-bit word at byte offset `off`. Panics if `off` is not 4-aligned
+    /// or out of range (offsets are the caller's constants, not peer data).
+    pub fn u32_at(&self, off: usize) -> &AtomicU32 {
+        assert!(off % 4 == 0 && off + 4 <= self.map.len(), "bad u32 offset {off}");
+        // SAFETY: in bounds and 4-aligned (the mapping is page-aligned) as just
+        // checked; the mapping lives as long as the returned borrow of self;
+        // AtomicU32 has the size and alignment of u32 and tolerates concurrent
+        // writes from the other process (module invariant).
+        unsafe { &*(self.map.as_ptr().add(off) as *const AtomicU32) }
+    }
+
+    fn u64_at(&self, off: usize) -> &AtomicU64 {
+        assert!(off % 8 == 0 && off + 8 <= self.map.len(), "bad u64 offset {off}");
+        // SAFETY: as for `u32_at`, with 8-byte size and alignment.
+        unsafe { &*(self.map.as_ptr().add(off) as *const AtomicU64) }
+    }
+
+    /// Copies `dst.len()` bytes starting at byte offset `off` (8-aligned) out
+    /// of the shared memory. The copy is made with relaxed atomic loads; a
+    /// peer writing at the same time can make it inconsistent, never unsound.
+    pub fn read(&self, off: usize, dst: &mut [u8]) {
+        assert!(off % 8 == 0 && off + dst.len().div_ceil(8) * 8 <= self.map.len(), "bad read range");
+        for (i, chunk) in dst.chunks_mut(8).enumerate() {
+            let w = self.u64_at(off + i * 8).load(Ordering::Relaxed).to_le_bytes();
+            chunk.copy_from_slice(&w[..chunk.len()]);
+        }
+    }
+
+    /// Writes `src` at byte offset `off` (8-aligned) with relaxed atomic
+    /// stores (a partial last word is padded with zeros).
+    pub fn write(&self, off: usize, src: &[u8]) {
+        assert!(off % 8 == 0 && off + src.len().div_ceil(8) * 8 <= self.map.len(), "bad write range");
+        for (i, chunk) in src.chunks(8).enumerate() {
+            let mut w = [0u8; 8];
+            w[..chunk.len()].copy_from_slice(chunk);
+            self.u64_at(off + i * 8).store(u64::from_le_bytes(w), Ordering::Relaxed);
+        }
+    }
+}

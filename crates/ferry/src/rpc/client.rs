@@ -1,0 +1,331 @@
+//! The client end: opening a connection, and `call` over the slot (spin,
+//! then futex) or over the connection socket.
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use super::frame::{self, Incoming};
+use super::policy::{self, Budget, Policy, LIVENESS_INTERVAL, SPINS_PER_CLOCK};
+use super::probe::{self, CallProbe, ClientStamps};
+use super::slot::{self, Slot, SLOT_INLINE};
+use super::{RpcError, Transport, RPC_CONNECT};
+use crate::error::io_err;
+use crate::message::Message;
+use crate::port::SendRight;
+use crate::sys::futex::{self, Woken};
+use crate::sys::socket;
+use crate::sys::wait::{self, Interest};
+use crate::timeout::Timeout;
+
+/// How to open a connection.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ConnectOptions {
+    /// How this client waits for replies (changeable later with
+    /// [`Connection::set_policy`]).
+    pub policy: Policy,
+    /// How long to wait for the server to accept. `Infinite` (the default)
+    /// still fails at once if the server dies.
+    pub timeout: Timeout,
+}
+
+/// A connection to an [`RpcServer`](super::RpcServer) with a shared slot:
+/// short calls go through shared memory, the rest over its socket.
+#[derive(Debug)]
+pub struct Connection {
+    inner: Inner,
+}
+
+/// A connection that sends every call over its socket (no slot): the plain
+/// message path, with the same semantics as [`Connection`].
+#[derive(Debug)]
+pub struct SocketConnection {
+    inner: Inner,
+}
+
+#[derive(Debug)]
+struct Inner {
+    /// `None` once the connection is broken or the peer is known dead.
+    sock: Option<OwnedFd>,
+    identity: (u64, u64),
+    slot: Option<(Slot, OwnedFd)>,
+    policy: Policy,
+    seq: u32,
+    buf: Vec<u8>,
+    probe: Option<CallProbe>,
+}
+
+impl Connection {
+    /// Opens a connection to the server whose port `server` names, with a
+    /// shared slot.
+    ///
+    /// # Errors
+    /// [`RpcError::PeerDead`] if the port is dead; [`RpcError::Refused`] if
+    /// the server closed the connection instead of accepting it;
+    /// [`RpcError::Timeout`] if it did not answer in time.
+    pub fn connect(server: &SendRight, opts: ConnectOptions) -> Result<Connection, RpcError> {
+        Ok(Connection { inner: Inner::connect(server, opts, true)? })
+    }
+
+    /// How this connection waits for replies.
+    pub fn policy(&self) -> Policy {
+        self.inner.policy
+    }
+
+    /// Changes how this connection waits for replies.
+    pub fn set_policy(&mut self, policy: Policy) {
+        self.inner.policy = policy;
+    }
+
+    /// Whether the connection is still usable (not broken, peer not known
+    /// to be dead).
+    pub fn is_open(&self) -> bool {
+        self.inner.sock.is_some()
+    }
+
+    /// The slot's memfd, for inspection and fault-injection tests. Whoever
+    /// holds it can write anything into the slot; the server is built to
+    /// survive exactly that, at the cost of this connection only.
+    pub fn slot_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.inner.slot.as_ref().map(|(_, fd)| fd.as_fd())
+    }
+
+    /// The phase breakdown of the last call that went through the slot
+    /// (only with the `probes` feature; `None` otherwise).
+    pub fn last_probe(&self) -> Option<CallProbe> {
+        self.inner.probe
+    }
+}
+
+impl Transport for Connection {
+    fn call(&mut self, req: Message, timeout: Timeout) -> Result<Message, RpcError> {
+        self.inner.call(req, timeout)
+    }
+}
+
+impl SocketConnection {
+    /// Opens a connection whose calls all travel over its socket.
+    ///
+    /// # Errors
+    /// As [`Connection::connect`].
+    pub fn connect(server: &SendRight, opts: ConnectOptions) -> Result<SocketConnection, RpcError> {
+        Ok(SocketConnection { inner: Inner::connect(server, opts, false)? })
+    }
+
+    /// Whether the connection is still usable.
+    pub fn is_open(&self) -> bool {
+        self.inner.sock.is_some()
+    }
+}
+
+impl Transport for SocketConnection {
+    fn call(&mut self, req: Message, timeout: Timeout) -> Result<Message, RpcError> {
+        self.inner.call(req, timeout)
+    }
+}
+
+fn past(deadline: Option<Instant>) -> bool {
+    deadline.is_some_and(|d| Instant::now() >= d)
+}
+
+impl Inner {
+    fn connect(server: &SendRight, opts: ConnectOptions, with_slot: bool) -> Result<Inner, RpcError> {
+        let io = |e| RpcError::Io(io_err(e));
+        let (mine, theirs) = socket::seqpacket_pair().map_err(io)?;
+        let slot = if with_slot { Some(Slot::create().map_err(io)?) } else { None };
+        frame::send_hello(mine.as_fd(), slot.as_ref().map(|(_, fd)| fd.as_fd())).map_err(io)?;
+        let connect = Message::new(RPC_CONNECT).with_item(SendRight::from_fd(theirs));
+        server.send(connect, opts.timeout).map_err(|e| match e {
+            crate::SendError::PeerDead => RpcError::PeerDead,
+            crate::SendError::QueueFull | crate::SendError::Timeout => RpcError::Timeout,
+            crate::SendError::Io(e) => RpcError::Io(e),
+            other => RpcError::Refused(other.to_string()),
+        })?;
+        let deadline = opts.timeout.deadline();
+        let mut buf = vec![0u8; 64];
+        loop {
+            policy::count_poll();
+            let r = wait::poll_one(mine.as_fd(), Interest::Readable, deadline).map_err(io)?;
+            if !r.any() {
+                return Err(RpcError::Timeout);
+            }
+            policy::count_socket();
+            match socket::recv(mine.as_fd(), &mut buf, false) {
+                Ok(dg) if dg.len == 0 && dg.fds.is_empty() => {
+                    return Err(RpcError::Refused("the server closed the connection during the handshake".into()))
+                }
+                Ok(dg) if frame::is_ack(&buf[..dg.len]) && dg.fds.is_empty() => break,
+                Ok(_) => return Err(RpcError::protocol("malformed handshake acknowledgement")),
+                Err(rustix::io::Errno::AGAIN) | Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => return Err(io(e)),
+            }
+        }
+        let identity = frame::identity_of(&mine);
+        Ok(Inner {
+            sock: Some(mine),
+            identity,
+            slot,
+            policy: opts.policy,
+            seq: 0,
+            buf: vec![0; crate::wire::MAX_MESSAGE + 1],
+            probe: None,
+        })
+    }
+
+    fn call(&mut self, mut req: Message, timeout: Timeout) -> Result<Message, RpcError> {
+        if self.sock.is_none() {
+            return Err(RpcError::PeerDead);
+        }
+        self.seq = self.seq.wrapping_add(1).max(1);
+        let seq = self.seq;
+        let deadline = timeout.deadline();
+        let reply_right = req.take_reply();
+        let fits = reply_right.is_none() && req.items().is_empty() && req.body().len() <= SLOT_INLINE;
+        if let Some(r) = reply_right {
+            req = req.with_reply(r);
+        }
+        let out = if fits && self.slot.is_some() {
+            self.slot_call(seq, req, deadline)
+        } else {
+            self.socket_call(seq, req, deadline)
+        };
+        if matches!(out, Err(RpcError::PeerDead) | Err(RpcError::Protocol { .. })) {
+            // Broken or dead: close our end so the server drops it too.
+            self.sock = None;
+        }
+        out
+    }
+
+    fn sock(&self) -> BorrowedFd<'_> {
+        self.sock.as_ref().expect("checked open at the start of the call").as_fd()
+    }
+
+    fn slot_call(&mut self, seq: u32, req: Message, deadline: Option<Instant>) -> Result<Message, RpcError> {
+        let mut st = ClientStamps { start: probe::now(), ..Default::default() };
+        let slot = &self.slot.as_ref().expect("slot path needs a slot").0;
+        slot.put_request(seq, req.op(), req.body());
+        drop(req);
+        st.published = probe::now();
+        let rang = slot.word(slot::OFF_SERVER_SLEEPING).load(Ordering::SeqCst) != 0;
+        if rang {
+            frame::ring(self.sock())?;
+        }
+        st.woken = probe::now();
+        self.wait_slot(seq, deadline, rang)?;
+        st.seen = probe::now();
+        let slot = &self.slot.as_ref().expect("slot path needs a slot").0;
+        let copied = slot.take_reply().map_err(RpcError::protocol)?;
+        if copied.via == slot::VIA_SOCKET {
+            return self.recv_reply(seq, deadline);
+        }
+        st.done = probe::now();
+        self.probe = probe::assemble(slot, &st);
+        Ok(Message::new(copied.op).with_body(copied.body))
+    }
+
+    /// Waits until the slot's `rep_seq` is `seq`, as the policy says.
+    /// `rang`: the server was asleep and its doorbell was just rung.
+    fn wait_slot(&self, seq: u32, deadline: Option<Instant>, rang: bool) -> Result<(), RpcError> {
+        let slot = &self.slot.as_ref().expect("slot path needs a slot").0;
+        let rep = slot.word(slot::OFF_REP_SEQ);
+        let server_sleeping = slot.word(slot::OFF_SERVER_SLEEPING);
+        let sleeping = slot.word(slot::OFF_CLIENT_SLEEPING);
+        let start = Instant::now();
+        let mut last_check = start;
+        let mut spins = 0u32;
+        let mut budget = Budget::new(rang);
+        loop {
+            let seen = rep.load(Ordering::Acquire);
+            if seen == seq {
+                return Ok(());
+            }
+            let spin = match self.policy {
+                Policy::Poll => true,
+                Policy::Block => false,
+                Policy::Adaptive => budget.spin(server_sleeping.load(Ordering::Relaxed) != 0),
+            };
+            if spin {
+                std::hint::spin_loop();
+                spins = spins.wrapping_add(1);
+                if spins % SPINS_PER_CLOCK == 0 {
+                    let now = Instant::now();
+                    if deadline.is_some_and(|d| now >= d) {
+                        return Err(RpcError::Timeout);
+                    }
+                    if now.duration_since(last_check) >= LIVENESS_INTERVAL {
+                        last_check = now;
+                        self.check_alive(seq)?;
+                    }
+                }
+                continue;
+            }
+            if past(deadline) {
+                return Err(RpcError::Timeout);
+            }
+            // Say we sleep, then look once more (Dekker's handshake with the
+            // server's publish-then-check in `put_reply`).
+            sleeping.store(1, Ordering::SeqCst);
+            if rep.load(Ordering::SeqCst) == seq {
+                sleeping.store(0, Ordering::Relaxed);
+                return Ok(());
+            }
+            let chunk = match deadline {
+                Some(d) => d.saturating_duration_since(Instant::now()).min(LIVENESS_INTERVAL),
+                None => LIVENESS_INTERVAL,
+            };
+            policy::count_futex_wait();
+            let woken = futex::wait(rep, seen, Some(chunk)).map_err(|e| RpcError::Io(io_err(e)));
+            sleeping.store(0, Ordering::Relaxed);
+            if woken? == Woken::TimedOut {
+                self.check_alive(seq)?;
+            }
+        }
+    }
+
+    /// Fails with `PeerDead` if the server's end of the socket is gone and
+    /// no reply to `seq` is in the slot.
+    fn check_alive(&self, seq: u32) -> Result<(), RpcError> {
+        policy::count_poll();
+        let r = wait::poll_one(self.sock(), Interest::HangUp, Some(Instant::now())).map_err(|e| RpcError::Io(io_err(e)))?;
+        let answered = self.slot.as_ref().is_some_and(|(s, _)| s.reply_seq() == seq);
+        if r.hangup && !answered {
+            return Err(RpcError::PeerDead);
+        }
+        Ok(())
+    }
+
+    fn socket_call(&mut self, seq: u32, req: Message, deadline: Option<Instant>) -> Result<Message, RpcError> {
+        frame::send_framed(self.sock(), frame::FOR_SERVER, seq, req)?;
+        if let Some((slot, _)) = &self.slot {
+            // Tell a server that spins over its slots to look at the socket.
+            slot.word(slot::OFF_REQ_SOCK).store(seq, Ordering::SeqCst);
+        }
+        self.recv_reply(seq, deadline)
+    }
+
+    /// Receives the socket reply to `seq`, discarding late replies to
+    /// earlier calls.
+    fn recv_reply(&mut self, seq: u32, deadline: Option<Instant>) -> Result<Message, RpcError> {
+        loop {
+            let sock = self.sock.as_ref().expect("open").as_fd();
+            match frame::recv_one(sock, &mut self.buf, self.identity, frame::FOR_CLIENT)? {
+                Incoming::Framed(s, m) if s == seq => return Ok(m),
+                Incoming::Framed(..) | Incoming::Doorbell => {
+                    // A late reply to an earlier call: discarded. A peer
+                    // that floods them still cannot hold us past the deadline.
+                    if past(deadline) {
+                        return Err(RpcError::Timeout);
+                    }
+                }
+                Incoming::Closed => return Err(RpcError::PeerDead),
+                Incoming::Empty => {
+                    if past(deadline) {
+                        return Err(RpcError::Timeout);
+                    }
+                    policy::count_poll();
+                    wait::poll_one(sock, Interest::Readable, deadline).map_err(|e| RpcError::Io(io_err(e)))?;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,94 @@
+//! One accepted connection as its server sees it, and the per-connection
+//! steps of serving it: draining its socket and sending a reply.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::Ordering;
+
+use super::frame::{self, Incoming};
+use super::policy;
+use super::probe;
+use super::slot::{self, Slot, SLOT_INLINE};
+use super::{RpcError, RPC_SOCKET_REPLY};
+use crate::error::io_err;
+use crate::message::Message;
+use crate::sys::futex;
+
+/// Most datagrams read from one socket per look.
+const BATCH: usize = 16;
+
+/// A connection accepted by a server thread.
+#[derive(Debug)]
+pub(super) struct Conn {
+    /// Unique among the server and its workers; also its `epoll` key.
+    pub(super) id: u64,
+    /// The server's end of the connection socket.
+    pub(super) sock: OwnedFd,
+    /// The socket's identity, to refuse its own receive right in frames.
+    pub(super) identity: (u64, u64),
+    /// The mapped slot; `None` for a socket-only connection.
+    pub(super) slot: Option<Slot>,
+    /// The last request sequence number taken from the slot.
+    pub(super) last_req: u32,
+    /// The last value of the slot's `req_sock` word seen.
+    pub(super) last_sock: u32,
+    /// The request being served: its sequence number and whether it came
+    /// through the slot.
+    pub(super) busy: Option<(u32, bool)>,
+    /// A socket request that arrived while another was being served.
+    pub(super) pending: Option<(u32, Message)>,
+    /// Gone or broken: forgotten at the next reap.
+    pub(super) dead: bool,
+}
+
+impl Conn {
+    /// Whether this connection's client sleeps on its futex.
+    pub(super) fn client_asleep(&self) -> bool {
+        self.slot.as_ref().is_some_and(|s| s.word(slot::OFF_CLIENT_SLEEPING).load(Ordering::Relaxed) != 0)
+    }
+}
+
+/// Reads what is queued on a connection's socket: doorbells are consumed,
+/// a framed request becomes the pending one (a newer request replaces an
+/// older one, which its client has given up on), end-of-file or a bad frame
+/// marks the connection dead.
+pub(super) fn drain(c: &mut Conn, buf: &mut [u8]) {
+    for _ in 0..BATCH {
+        match frame::recv_one(c.sock.as_fd(), buf, c.identity, frame::FOR_SERVER) {
+            Ok(Incoming::Empty) => return,
+            Ok(Incoming::Doorbell) => {}
+            Ok(Incoming::Framed(seq, m)) => c.pending = Some((seq, m)),
+            Ok(Incoming::Closed) | Err(_) => {
+                c.dead = true;
+                return;
+            }
+        }
+    }
+}
+
+/// Sends one reply through the slot when it fits, else over the socket
+/// (leaving a note in the slot for a slot request), and wakes the client if
+/// it sleeps; says whether it did.
+pub(super) fn send_reply(c: &mut Conn, seq: u32, via_slot: bool, mut msg: Message) -> Result<bool, RpcError> {
+    let reply_right = msg.take_reply();
+    let fits = reply_right.is_none() && msg.items().is_empty() && msg.body().len() <= SLOT_INLINE;
+    if let Some(r) = reply_right {
+        msg = msg.with_reply(r);
+    }
+    let slot = match (&c.slot, via_slot) {
+        (Some(s), true) => s,
+        _ => return frame::send_framed(c.sock.as_fd(), RPC_SOCKET_REPLY, seq, msg).map(|_| false),
+    };
+    if fits {
+        probe::server_stamp(slot, 1);
+        slot.put_reply(seq, msg.op(), msg.body(), slot::VIA_SLOT);
+    } else {
+        frame::send_framed(c.sock.as_fd(), RPC_SOCKET_REPLY, seq, msg)?;
+        slot.put_reply(seq, 0, &[], slot::VIA_SOCKET);
+    }
+    if slot.word(slot::OFF_CLIENT_SLEEPING).load(Ordering::SeqCst) != 0 {
+        policy::count_wake();
+        futex::wake(slot.word(slot::OFF_REP_SEQ)).map_err(|e| RpcError::Io(io_err(e)))?;
+        return Ok(true);
+    }
+    Ok(false)
+}

@@ -1,0 +1,379 @@
+//! The server end: accepting connections on a port, and reply-and-wait over
+//! many connections from one thread (or from a pool of worker threads, each
+//! serving the connections it accepted).
+//!
+//! A server thread waits for all its connections at once. While it spins it
+//! scans the slots' request sequence numbers; when it sleeps it first sets
+//! `server_sleeping` in every slot, scans once more, and then blocks in
+//! `epoll` on its port and on every connection socket, so one wait covers
+//! new connections, doorbells rung by clients that saw it sleeping, requests
+//! sent over sockets, and clients that died (their socket hangs up). A futex
+//! cannot be waited on together with descriptors, which is why the
+//! client-to-server wake-up is a one-byte doorbell datagram rather than a
+//! `FUTEX_WAKE`; it costs the same (the price is the sleeping thread's
+//! wake-up, not the system call) and it is only paid when the server sleeps.
+
+use std::collections::VecDeque;
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use super::conn::{drain, send_reply, Conn};
+use super::frame;
+use super::policy::{self, Budget, Policy, LIVENESS_INTERVAL, SPINS_PER_CLOCK};
+use super::probe;
+use super::slot::{self, Slot};
+use super::{RpcError, RPC_CONNECT};
+use crate::error::{io_err, RecvError};
+use crate::message::{Item, Message};
+use crate::port::ReceiveRight;
+use crate::sys::wait::{Epoll, Interest};
+use crate::timeout::Timeout;
+
+/// Identifies one connection of an [`RpcServer`]; pass it back with the
+/// reply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConnId(u64);
+
+const PORT_KEY: u64 = 0;
+/// Most connections accepted per look at the port.
+const BATCH: usize = 16;
+
+/// Accepts connections on a port and serves calls on them.
+#[derive(Debug)]
+pub struct RpcServer {
+    port: Option<Arc<Mutex<ReceiveRight>>>,
+    epoll: Epoll,
+    conns: Vec<Conn>,
+    next_id: Arc<AtomicU64>,
+    policy: Policy,
+    next_scan: usize,
+    last_look: Instant,
+    ready: VecDeque<(ConnId, Message)>,
+    buf: Vec<u8>,
+    /// The connection whose sleeping client the last reply woke.
+    woke: Option<u64>,
+}
+
+impl RpcServer {
+    /// A server accepting connections on `port`, waiting with the default
+    /// policy.
+    pub fn new(port: ReceiveRight) -> io::Result<RpcServer> {
+        let epoll = Epoll::new().map_err(io_err)?;
+        epoll.add(port.main_fd(), Interest::Readable, PORT_KEY).map_err(io_err)?;
+        Ok(RpcServer {
+            port: Some(Arc::new(Mutex::new(port))),
+            epoll,
+            conns: Vec::new(),
+            next_id: Arc::new(AtomicU64::new(PORT_KEY + 1)),
+            policy: Policy::default(),
+            next_scan: 0,
+            last_look: Instant::now(),
+            ready: VecDeque::new(),
+            buf: vec![0; crate::wire::MAX_MESSAGE + 1],
+            woke: None,
+        })
+    }
+
+    /// Another server on the same port, for a pool of threads: every worker
+    /// accepts new connections from the shared port and serves the ones it
+    /// accepted itself. Give each worker its own thread.
+    pub fn worker(&self) -> io::Result<RpcServer> {
+        let epoll = Epoll::new().map_err(io_err)?;
+        if let Some(p) = &self.port {
+            let guard = p.lock().unwrap_or_else(|e| e.into_inner());
+            epoll.add(guard.main_fd(), Interest::Readable, PORT_KEY).map_err(io_err)?;
+        }
+        Ok(RpcServer {
+            port: self.port.clone(),
+            epoll,
+            conns: Vec::new(),
+            next_id: self.next_id.clone(),
+            policy: self.policy,
+            next_scan: 0,
+            last_look: Instant::now(),
+            ready: VecDeque::new(),
+            buf: vec![0; crate::wire::MAX_MESSAGE + 1],
+            woke: None,
+        })
+    }
+
+    /// How this server thread waits for requests.
+    pub fn policy(&self) -> Policy {
+        self.policy
+    }
+
+    /// Changes how this server thread waits: [`Policy::Adaptive`] spins for
+    /// at most [`ADAPTIVE_SPIN`](super::ADAPTIVE_SPIN) after its last request before sleeping,
+    /// [`Policy::Poll`] never sleeps, [`Policy::Block`] never spins.
+    pub fn set_policy(&mut self, policy: Policy) {
+        self.policy = policy;
+    }
+
+    /// Number of live connections this server (thread) serves.
+    pub fn connections(&self) -> usize {
+        self.conns.iter().filter(|c| !c.dead).count()
+    }
+
+    /// Sends `reply` (if any) to the connection it answers, then waits for
+    /// the next request on any connection, as `timeout` allows.
+    ///
+    /// A reply to a connection that has gone (its client died or broke the
+    /// protocol) is dropped: that is not this server's error. Every request
+    /// returned must be answered (here or with [`reply`](Self::reply)), or
+    /// its connection dropped with [`drop_connection`](Self::drop_connection);
+    /// until then no further request is taken from that connection.
+    ///
+    /// # Errors
+    /// [`RpcError::Timeout`] when nothing arrived in time;
+    /// [`RpcError::NoClients`] when every send right to the port is gone and
+    /// no connection is left; [`RpcError::Io`] when the kernel fails.
+    pub fn reply_and_wait(&mut self, reply: Option<(ConnId, Message)>, timeout: Timeout) -> Result<(ConnId, Message), RpcError> {
+        if let Some((id, msg)) = reply {
+            match self.reply(id, msg) {
+                Ok(()) | Err(RpcError::PeerDead) | Err(RpcError::Protocol { .. }) | Err(RpcError::TooLarge(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.wait(timeout)
+    }
+
+    /// Sends the reply to the request last taken from connection `id`.
+    ///
+    /// # Errors
+    /// [`RpcError::PeerDead`] if the connection is gone (it is forgotten);
+    /// [`RpcError::TooLarge`] if the reply cannot travel: the connection is
+    /// then closed, so the client's call fails with [`RpcError::PeerDead`]
+    /// instead of waiting for a reply that cannot come (check sizes against
+    /// [`crate::message::MAX_INLINE`] before replying); [`RpcError::Io`] if no
+    /// request of that connection is waiting for a reply (nothing changes).
+    pub fn reply(&mut self, id: ConnId, msg: Message) -> Result<(), RpcError> {
+        let Some(i) = self.conns.iter().position(|c| c.id == id.0 && !c.dead) else {
+            return Err(RpcError::PeerDead);
+        };
+        let c = &mut self.conns[i];
+        let Some((seq, via_slot)) = c.busy.take() else {
+            return Err(RpcError::Io(io::Error::new(io::ErrorKind::InvalidInput, "no request is waiting for a reply on this connection")));
+        };
+        let out = send_reply(c, seq, via_slot, msg);
+        if let Ok(true) = out {
+            self.woke = Some(id.0);
+        }
+        let out = out.map(|_| ());
+        if out.is_err() {
+            // The client waits for this reply and no other can come: close
+            // the connection so its call fails instead of hanging.
+            c.dead = true;
+            self.reap();
+        }
+        out
+    }
+
+    /// Closes connection `id` (its client's calls fail with
+    /// [`RpcError::PeerDead`]).
+    pub fn drop_connection(&mut self, id: ConnId) {
+        if let Some(c) = self.conns.iter_mut().find(|c| c.id == id.0) {
+            c.dead = true;
+        }
+        self.reap();
+    }
+
+    fn wait(&mut self, timeout: Timeout) -> Result<(ConnId, Message), RpcError> {
+        let deadline = timeout.deadline();
+        let mut looked = false;
+        let mut spins = 0u32;
+        let waking = self.woke.take();
+        let mut budget = Budget::new(waking.is_some());
+        loop {
+            if let Some(r) = self.ready.pop_front() {
+                return Ok(r);
+            }
+            if let Some(r) = self.scan() {
+                return Ok(r);
+            }
+            if self.port.is_none() && self.conns.is_empty() {
+                return Err(RpcError::NoClients);
+            }
+            let now_due = self.last_look.elapsed() >= LIVENESS_INTERVAL;
+            let spin = match self.policy {
+                Policy::Poll => true,
+                Policy::Block => false,
+                Policy::Adaptive => budget.spin(waking.is_some_and(|id| self.client_asleep(id))),
+            };
+            let expired = deadline.is_some_and(|d| Instant::now() >= d);
+            if now_due || (expired && !looked) {
+                // Housekeeping while busy, or the one look at the sockets
+                // that even a zero timeout gets.
+                looked = true;
+                self.look(Some(Instant::now()))?;
+                continue;
+            }
+            if expired {
+                return Err(RpcError::Timeout);
+            }
+            if spin {
+                std::hint::spin_loop();
+                spins = spins.wrapping_add(1);
+                if spins % SPINS_PER_CLOCK == 0 && deadline.is_some_and(|d| Instant::now() >= d) {
+                    return Err(RpcError::Timeout);
+                }
+                continue;
+            }
+            self.sleep(deadline)?;
+            looked = true;
+        }
+    }
+
+    /// Advertises sleep in every idle slot, scans once more, then blocks in
+    /// `epoll` until a doorbell, a socket event or the deadline.
+    fn sleep(&mut self, deadline: Option<std::time::Instant>) -> Result<(), RpcError> {
+        self.set_sleeping(1);
+        if let Some(r) = self.scan() {
+            self.set_sleeping(0);
+            self.ready.push_back(r);
+            return Ok(());
+        }
+        let out = self.look(deadline);
+        self.set_sleeping(0);
+        out
+    }
+
+    /// Whether the client of connection `id` still sleeps (false once it is
+    /// gone).
+    fn client_asleep(&self, id: u64) -> bool {
+        self.conns.iter().find(|c| c.id == id).is_some_and(Conn::client_asleep)
+    }
+
+    fn set_sleeping(&self, v: u32) {
+        for c in &self.conns {
+            if let (Some(s), None) = (&c.slot, c.busy) {
+                s.word(slot::OFF_SERVER_SLEEPING).store(v, Ordering::SeqCst);
+            }
+        }
+    }
+
+    /// One pass over the idle connections, round-robin: a pending socket
+    /// request in the slot, or a request that came over the socket. A slot
+    /// holding garbage costs its connection, nothing else.
+    fn scan(&mut self) -> Option<(ConnId, Message)> {
+        let n = self.conns.len();
+        let mut found = None;
+        for k in 0..n {
+            let i = (self.next_scan + k) % n;
+            let c = &mut self.conns[i];
+            if c.dead || c.busy.is_some() {
+                continue;
+            }
+            if let Some(slot) = &c.slot {
+                let seq = slot.request_seq();
+                if seq != c.last_req {
+                    c.last_req = seq;
+                    match slot.take_request(seq) {
+                        Ok(Some(req)) => {
+                            probe::server_stamp(slot, 0);
+                            c.busy = Some((seq, true));
+                            found = Some((i, Message::new(req.op).with_body(req.body)));
+                            break;
+                        }
+                        Ok(None) => {}
+                        Err(_garbage) => {
+                            c.dead = true;
+                            continue;
+                        }
+                    }
+                }
+                let sock_seq = slot.word(slot::OFF_REQ_SOCK).load(Ordering::Relaxed);
+                if sock_seq != c.last_sock {
+                    c.last_sock = sock_seq;
+                    drain(c, &mut self.buf);
+                }
+            }
+            if let Some((seq, m)) = c.pending.take() {
+                c.busy = Some((seq, false));
+                found = Some((i, m));
+                break;
+            }
+        }
+        let r = found.map(|(i, m)| {
+            self.next_scan = i + 1;
+            (ConnId(self.conns[i].id), m)
+        });
+        self.reap();
+        r
+    }
+
+    /// Waits in `epoll` until `deadline` (now: just look) and handles what
+    /// it reports: new connections, socket traffic, hang-ups.
+    fn look(&mut self, deadline: Option<Instant>) -> Result<(), RpcError> {
+        policy::count_poll();
+        let events = self.epoll.wait(64, deadline).map_err(|e| RpcError::Io(io_err(e)))?;
+        self.last_look = Instant::now();
+        for (key, _ready) in events {
+            if key == PORT_KEY {
+                self.accept_all();
+            } else if let Some(c) = self.conns.iter_mut().find(|c| c.id == key) {
+                drain(c, &mut self.buf);
+            }
+        }
+        self.reap();
+        Ok(())
+    }
+
+    /// Accepts the connection requests queued at the port. Other messages
+    /// sent to the port are discarded (their rights closed).
+    fn accept_all(&mut self) {
+        let Some(port) = self.port.clone() else { return };
+        for _ in 0..BATCH {
+            let got = port.lock().unwrap_or_else(|e| e.into_inner()).recv(Timeout::Zero);
+            match got {
+                Ok(mut m) if m.op() == RPC_CONNECT && m.items().len() == 1 => {
+                    if let Some(Item::Send(s)) = m.take_items().pop() {
+                        self.accept(s.sock);
+                    }
+                }
+                Ok(_) | Err(RecvError::BadMessage(_)) | Err(RecvError::SendOnceDropped) => {}
+                Err(RecvError::Timeout) => return,
+                Err(RecvError::NoSenders) | Err(RecvError::Io(_)) => {
+                    // Nothing can arrive any more: stop watching the port.
+                    let guard = port.lock().unwrap_or_else(|e| e.into_inner());
+                    let _ = self.epoll.remove(guard.main_fd());
+                    drop(guard);
+                    self.port = None;
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Checks a new connection's handshake and slot; on any fault the
+    /// socket is closed, which the client sees as a refusal.
+    fn accept(&mut self, sock: OwnedFd) {
+        let Ok(hello) = frame::recv_hello(sock.as_fd()) else { return };
+        let slot = match hello.slot.map(Slot::open).transpose() {
+            Ok(s) => s,
+            Err(_) => return,
+        };
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        if frame::send_ack(sock.as_fd()).is_err() || self.epoll.add(sock.as_fd(), Interest::Readable, id).is_err() {
+            return;
+        }
+        // Sequence numbers start at 0 and a client's first call is 1; the
+        // client may already have published it, since it saw the ack.
+        let identity = frame::identity_of(&sock);
+        self.conns.push(Conn { id, sock, identity, slot, last_req: 0, last_sock: 0, busy: None, pending: None, dead: false });
+    }
+
+    /// Forgets dead connections (closing their sockets and unmapping their
+    /// slots).
+    fn reap(&mut self) {
+        if self.conns.iter().any(|c| c.dead) {
+            for c in self.conns.iter().filter(|c| c.dead) {
+                let _ = self.epoll.remove(c.sock.as_fd());
+            }
+            self.conns.retain(|c| !c.dead);
+            self.next_scan = 0;
+        }
+    }
+}

@@ -1,0 +1,190 @@
+//! The shared slot: layout, creation, validation, and the copy-out-then-check
+//! reads and writes of requests and replies.
+//!
+//! Layout (all little-endian 32-bit words unless said; see `docs/rpc.md`):
+//!
+//! | offset | field | written by |
+//! |---|---|---|
+//! | 0 | magic `"FRPS"`, version, size | client, at setup |
+//! | 64 | `req_seq` (publishes a request), `req_op`, `req_len` | client |
+//! | 76 | `server_sleeping` (1: the server is asleep, ring its doorbell) | server |
+//! | 80 | `req_sock`: sequence number of the last request sent over the socket | client |
+//! | 128 | `rep_seq` (futex word the client sleeps on), `rep_op`, `rep_len`, `rep_via` | server |
+//! | 144 | `client_sleeping` (1: the client sleeps on `rep_seq`, wake it) | client |
+//! | 192 | probe timestamps (ns): request seen, reply published | server |
+//! | 256 | request body, [`SLOT_INLINE`] bytes | client |
+//! | 4352 | reply body, [`SLOT_INLINE`] bytes | server |
+//!
+//! A side writes the body and its length first and publishes the sequence
+//! number last (release); the other side loads the sequence number (acquire),
+//! copies length, op and body out, and only then checks them.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{fence, AtomicU32, Ordering};
+
+use rustix::fs::SealFlags;
+
+use crate::sys::futex::SharedWords;
+use crate::sys::mem;
+
+/// Size of a connection's slot memfd in bytes.
+pub const SLOT_SIZE: usize = 8192;
+/// Largest body that travels through the slot; larger bodies, and messages
+/// with items, go over the connection socket.
+pub const SLOT_INLINE: usize = 4096 - 256;
+
+const MAGIC: u32 = u32::from_le_bytes(*b"FRPS");
+const VERSION: u32 = 1;
+
+const OFF_MAGIC: usize = 0;
+const OFF_VERSION: usize = 4;
+const OFF_SIZE: usize = 8;
+pub(crate) const OFF_REQ_SEQ: usize = 64;
+const OFF_REQ_OP: usize = 68;
+const OFF_REQ_LEN: usize = 72;
+pub(crate) const OFF_SERVER_SLEEPING: usize = 76;
+pub(crate) const OFF_REQ_SOCK: usize = 80;
+pub(crate) const OFF_REP_SEQ: usize = 128;
+const OFF_REP_OP: usize = 132;
+const OFF_REP_LEN: usize = 136;
+const OFF_REP_VIA: usize = 140;
+pub(crate) const OFF_CLIENT_SLEEPING: usize = 144;
+pub(crate) const OFF_PROBE: usize = 192;
+const OFF_REQ_DATA: usize = 256;
+const OFF_REP_DATA: usize = 4096 + 256;
+
+/// `rep_via`: the reply body is in the slot.
+pub(crate) const VIA_SLOT: u32 = 0;
+/// `rep_via`: the reply travels over the socket; the slot only says it is
+/// there.
+pub(crate) const VIA_SOCKET: u32 = 1;
+
+/// One connection's mapped slot.
+#[derive(Debug)]
+pub(crate) struct Slot {
+    mem: SharedWords,
+}
+
+/// A request or reply copied out of the slot, not yet checked beyond its
+/// length.
+#[derive(Debug)]
+pub(crate) struct Copied {
+    pub op: u32,
+    pub via: u32,
+    pub body: Vec<u8>,
+}
+
+impl Slot {
+    /// Creates a slot memfd, sealed against resizing (so neither side can
+    /// make the other fault by truncating it), and maps it.
+    pub(crate) fn create() -> rustix::io::Result<(Slot, OwnedFd)> {
+        let fd = mem::memfd("ferry-rpc-slot", SLOT_SIZE as u64)?;
+        mem::add_seals(fd.as_fd(), SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL)?;
+        let mem = SharedWords::map(fd.as_fd(), SLOT_SIZE)?;
+        mem.u32_at(OFF_MAGIC).store(MAGIC, Ordering::Relaxed);
+        mem.u32_at(OFF_VERSION).store(VERSION, Ordering::Relaxed);
+        mem.u32_at(OFF_SIZE).store(SLOT_SIZE as u32, Ordering::Release);
+        Ok((Slot { mem }, fd))
+    }
+
+    /// Maps a slot memfd received from a peer, after checking that it is a
+    /// memfd of exactly [`SLOT_SIZE`] bytes that cannot shrink, and that its
+    /// header is ours. The error says what was wrong; the fd is closed.
+    pub(crate) fn open(fd: OwnedFd) -> Result<Slot, String> {
+        let seals = mem::seals(fd.as_fd()).map_err(|_| "the slot descriptor is not a memfd".to_string())?;
+        if !seals.contains(SealFlags::SHRINK | SealFlags::GROW) {
+            return Err("the slot memfd is not sealed against shrinking and growing".into());
+        }
+        let size = mem::file_size(fd.as_fd()).map_err(|e| format!("cannot stat the slot: {e}"))?;
+        if size != SLOT_SIZE as u64 {
+            return Err(format!("the slot is {size} bytes, expected {SLOT_SIZE}"));
+        }
+        let mem = SharedWords::map(fd.as_fd(), SLOT_SIZE).map_err(|e| format!("cannot map the slot: {e}"))?;
+        let (magic, version, size) = (
+            mem.u32_at(OFF_MAGIC).load(Ordering::Acquire),
+            mem.u32_at(OFF_VERSION).load(Ordering::Relaxed),
+            mem.u32_at(OFF_SIZE).load(Ordering::Relaxed),
+        );
+        if magic != MAGIC || version != VERSION || size != SLOT_SIZE as u32 {
+            return Err(format!("bad slot header (magic {magic:#x}, version {version}, size {size})"));
+        }
+        Ok(Slot { mem })
+    }
+
+    /// A control word of the slot.
+    pub(crate) fn word(&self, off: usize) -> &AtomicU32 {
+        self.mem.u32_at(off)
+    }
+
+    /// Client: writes a request body and publishes it under `seq`. The body
+    /// must fit ([`SLOT_INLINE`]); the caller checked.
+    pub(crate) fn put_request(&self, seq: u32, op: u32, body: &[u8]) {
+        self.mem.write(OFF_REQ_DATA, body);
+        self.word(OFF_REQ_OP).store(op, Ordering::Relaxed);
+        self.word(OFF_REQ_LEN).store(body.len() as u32, Ordering::Relaxed);
+        // SeqCst (not just release): it must be ordered before the load of
+        // `server_sleeping` that follows (Dekker's handshake, docs/rpc.md).
+        self.word(OFF_REQ_SEQ).store(seq, Ordering::SeqCst);
+    }
+
+    /// Server: the published request sequence number.
+    pub(crate) fn request_seq(&self) -> u32 {
+        self.word(OFF_REQ_SEQ).load(Ordering::Acquire)
+    }
+
+    /// Server: copies out the request published under `seq`, then checks it.
+    /// `Ok(None)` when the client replaced it while it was being copied (the
+    /// client gave up on it: it is dropped without a reply).
+    pub(crate) fn take_request(&self, seq: u32) -> Result<Option<Copied>, String> {
+        let op = self.word(OFF_REQ_OP).load(Ordering::Relaxed);
+        let len = self.word(OFF_REQ_LEN).load(Ordering::Relaxed) as usize;
+        if len > SLOT_INLINE {
+            return Err(format!("request length {len} exceeds the slot's {SLOT_INLINE} bytes"));
+        }
+        let mut body = vec![0u8; len];
+        self.mem.read(OFF_REQ_DATA, &mut body);
+        // Seqlock check: the copy is good only if `req_seq` did not move.
+        fence(Ordering::Acquire);
+        if self.word(OFF_REQ_SEQ).load(Ordering::Relaxed) != seq {
+            return Ok(None);
+        }
+        Ok(Some(Copied { op, via: VIA_SLOT, body }))
+    }
+
+    /// Server: writes a reply (or, with `via == VIA_SOCKET`, the note that
+    /// it went over the socket) and publishes it under `seq`.
+    pub(crate) fn put_reply(&self, seq: u32, op: u32, body: &[u8], via: u32) {
+        self.mem.write(OFF_REP_DATA, body);
+        self.word(OFF_REP_OP).store(op, Ordering::Relaxed);
+        self.word(OFF_REP_LEN).store(body.len() as u32, Ordering::Relaxed);
+        self.word(OFF_REP_VIA).store(via, Ordering::Relaxed);
+        self.word(OFF_REP_SEQ).store(seq, Ordering::SeqCst);
+    }
+
+    /// Client: the published reply sequence number.
+    pub(crate) fn reply_seq(&self) -> u32 {
+        self.word(OFF_REP_SEQ).load(Ordering::Acquire)
+    }
+
+    /// Client: copies out the reply published under the current `rep_seq`
+    /// and checks its length and path marker.
+    pub(crate) fn take_reply(&self) -> Result<Copied, String> {
+        let op = self.word(OFF_REP_OP).load(Ordering::Relaxed);
+        let len = self.word(OFF_REP_LEN).load(Ordering::Relaxed) as usize;
+        let via = self.word(OFF_REP_VIA).load(Ordering::Relaxed);
+        if via != VIA_SLOT && via != VIA_SOCKET {
+            return Err(format!("unknown reply path marker {via}"));
+        }
+        if len > SLOT_INLINE {
+            return Err(format!("reply length {len} exceeds the slot's {SLOT_INLINE} bytes"));
+        }
+        let mut body = vec![0u8; if via == VIA_SLOT { len } else { 0 }];
+        self.mem.read(OFF_REP_DATA, &mut body);
+        Ok(Copied { op, via, body })
+    }
+
+    /// Raw access to the probe area (timestamps only; never trusted).
+    pub(crate) fn probe_words(&self) -> &SharedWords {
+        &self.mem
+    }
+}

@@ -1,0 +1,518 @@
+//! The RPC fast path between real processes: one conformance suite run
+//! against both transports (shared slot and socket) under every waiting
+//! policy, every failure mode (server killed mid-call, client killed,
+//! timeouts with late replies, a hostile client scribbling on its slot), and
+//! the system-call count of calls while both sides are active.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdout};
+use std::sync::{OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::{Duration, Instant};
+
+use ferry::rpc::{
+    ConnectOptions, Connection, Policy, RpcError, RpcServer, RpcStats, SocketConnection, Transport, LIVENESS_INTERVAL,
+    SLOT_INLINE,
+};
+use ferry::{Bootstrap, Item, Message, SendRight, Timeout};
+
+const OP_ECHO: u32 = 1;
+const OP_SLOW: u32 = 2;
+const OP_RIGHTS: u32 = 3;
+const OP_STATS: u32 = 4;
+const OP_CONNS: u32 = 5;
+const OP_BIG: u32 = 6;
+const OP_EXIT: u32 = 7;
+const OP_FDS: u32 = 8;
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// The system-call count test runs alone: other tests' spinning peers
+/// would take its CPUs. Every other test holds this shared.
+static ALONE: RwLock<()> = RwLock::new(());
+
+fn shared() -> RwLockReadGuard<'static, ()> {
+    ALONE.read().unwrap_or_else(|e| e.into_inner())
+}
+
+fn alone() -> RwLockWriteGuard<'static, ()> {
+    ALONE.write().unwrap_or_else(|e| e.into_inner())
+}
+
+/// One name service for the whole test process (the embedded server is
+/// per process); each test registers its own names.
+fn bootstrap() -> PathBuf {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        let p = common::private_bootstrap("rpc");
+        std::env::set_var("FERRY_BOOTSTRAP", &p);
+        Bootstrap::connect().expect("start the embedded name service");
+        p
+    })
+    .clone()
+}
+
+struct Server {
+    child: Child,
+    to: SendRight,
+    _out: BufReader<ChildStdout>,
+}
+
+fn start_server(name: &str, policy: &str, workers: usize) -> Server {
+    start_server_on(name, policy, workers, None)
+}
+
+fn start_server_on(name: &str, policy: &str, workers: usize, cpu: Option<usize>) -> Server {
+    let path = bootstrap();
+    let mut args = vec![name.to_string(), policy.to_string(), workers.to_string()];
+    args.extend(cpu.map(|c| c.to_string()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut child = common::spawn_peer(&path, "rpc-server", &args);
+    let mut out = BufReader::new(child.stdout.take().expect("piped stdout"));
+    let mut line = String::new();
+    out.read_line(&mut line).expect("read ready");
+    assert_eq!(line.trim(), "ready", "server did not start");
+    let to = Bootstrap::connect().unwrap().lookup(name).expect("server registered");
+    Server { child, to, _out: out }
+}
+
+impl Server {
+    fn exit(mut self, conn: &mut impl Transport) {
+        let r = conn.call(Message::new(OP_EXIT), Timeout::Infinite).expect("exit call");
+        assert_eq!(r.op(), OP_EXIT);
+        assert!(self.child.wait().expect("wait").success());
+    }
+}
+
+fn opts(policy: Policy) -> ConnectOptions {
+    ConnectOptions { policy, ..Default::default() }
+}
+
+fn slow(ms: u32, tag: &[u8]) -> Message {
+    let mut b = ms.to_le_bytes().to_vec();
+    b.extend_from_slice(tag);
+    Message::new(OP_SLOW).with_body(b)
+}
+
+fn u64s(b: &[u8]) -> Vec<u64> {
+    b.chunks(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect()
+}
+
+/// The message-semantics suite every transport must pass.
+fn conformance<T: Transport>(conn: &mut T) {
+    // Bodies of every size class: empty, small, exactly the slot, just over
+    // it (socket path), large (socket path).
+    for len in [0, 1, 100, SLOT_INLINE, SLOT_INLINE + 1, 60_000] {
+        let body: Vec<u8> = (0..len).map(|i| (i * 7 + len) as u8).collect();
+        let r = conn.call(Message::new(OP_ECHO).with_body(body.clone()), Timeout::Infinite).expect("echo");
+        assert_eq!(r.op(), OP_ECHO);
+        assert_eq!(r.body(), &body[..], "echo of {len} bytes");
+    }
+    // A large reply to a small request.
+    let r = conn.call(Message::new(OP_BIG).with_body(20_000u32.to_le_bytes()), Timeout::Infinite).unwrap();
+    assert_eq!(r.body().len(), 20_000);
+    assert!(r.body().iter().all(|&b| b == 0x5A));
+    // Rights travel both ways.
+    let (mut rx, tx) = ferry::port().unwrap();
+    let mut r = conn.call(Message::new(OP_RIGHTS).with_item(tx), Timeout::Infinite).expect("rights call");
+    assert_eq!(r.body(), b"right-returned");
+    assert_eq!(rx.recv(Timeout::Infinite).unwrap().body(), b"through-right");
+    match r.take_items().pop() {
+        Some(Item::Send(back)) => back.send(Message::new(9).with_body(*b"again"), Timeout::Infinite).unwrap(),
+        other => panic!("expected a send right back, got {other:?}"),
+    }
+    assert_eq!(rx.recv(Timeout::Infinite).unwrap().body(), b"again");
+    // A timeout, then the late reply is discarded: the next call gets its own.
+    match conn.call(slow(300, b"late"), Timeout::millis(30)) {
+        Err(RpcError::Timeout) => {}
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    let r = conn.call(Message::new(OP_ECHO).with_body(*b"mine"), Timeout::Infinite).unwrap();
+    assert_eq!(r.body(), b"mine", "a late reply leaked into the next call");
+    // A zero timeout never waits; the connection stays usable.
+    match conn.call(Message::new(OP_ECHO).with_body(*b"zero"), Timeout::Zero) {
+        Err(RpcError::Timeout) => {}
+        Ok(r) => assert_eq!(r.body(), b"zero"),
+        Err(e) => panic!("zero timeout: {e}"),
+    }
+    let r = conn.call(Message::new(OP_ECHO).with_body(*b"after-zero"), Timeout::millis(10_000)).unwrap();
+    assert_eq!(r.body(), b"after-zero");
+    // Too large for any path: a typed error, the connection still usable.
+    match conn.call(Message::new(OP_ECHO).with_body(vec![0; ferry::message::MAX_INLINE]), Timeout::Infinite) {
+        Err(RpcError::TooLarge(_)) => {}
+        other => panic!("expected TooLarge, got {other:?}"),
+    }
+    let r = conn.call(Message::new(OP_ECHO).with_body(*b"still"), Timeout::Infinite).unwrap();
+    assert_eq!(r.body(), b"still");
+    // Many calls in a row, each getting its own answer.
+    for i in 0u32..500 {
+        let r = conn.call(Message::new(OP_ECHO).with_body(i.to_le_bytes()), Timeout::Infinite).unwrap();
+        assert_eq!(r.body(), i.to_le_bytes());
+    }
+}
+
+fn conformance_for(name: &str, server_policy: &str, client: Policy, slot: bool) {
+    common::watchdog(name, LIMIT, || {
+        let server = start_server(name, server_policy, 1);
+        if slot {
+            let mut c = Connection::connect(&server.to, opts(client)).unwrap();
+            conformance(&mut c);
+            server.exit(&mut c);
+        } else {
+            let mut c = SocketConnection::connect(&server.to, opts(client)).unwrap();
+            conformance(&mut c);
+            server.exit(&mut c);
+        }
+    })
+}
+
+#[test]
+fn conformance_slot_adaptive() {
+    let _guard = shared();
+    conformance_for("conf-slot-adaptive", "adaptive", Policy::Adaptive, true);
+}
+
+#[test]
+fn conformance_slot_block() {
+    let _guard = shared();
+    conformance_for("conf-slot-block", "block", Policy::Block, true);
+}
+
+#[test]
+fn conformance_slot_poll() {
+    let _guard = shared();
+    conformance_for("conf-slot-poll", "poll", Policy::Poll, true);
+}
+
+#[test]
+fn conformance_socket() {
+    let _guard = shared();
+    conformance_for("conf-socket", "block", Policy::Block, false);
+}
+
+/// The server is SIGKILLed while it works on a call: the caller gets
+/// `PeerDead`, not a hang, under every policy and on both transports.
+#[test]
+fn server_killed_mid_call() {
+    let _guard = shared();
+    common::watchdog("server_killed_mid_call", LIMIT, || {
+        for (i, (policy, slot)) in
+            [(Policy::Adaptive, true), (Policy::Block, true), (Policy::Poll, true), (Policy::Block, false)].into_iter().enumerate()
+        {
+            let name = format!("kill-server-{i}");
+            let mut server = start_server(&name, "adaptive", 1);
+            let mut conn: Box<dyn Transport> = if slot {
+                Box::new(Connection::connect(&server.to, opts(policy)).unwrap())
+            } else {
+                Box::new(SocketConnection::connect(&server.to, opts(policy)).unwrap())
+            };
+            assert_eq!(conn.call(Message::new(OP_ECHO).with_body(*b"up"), Timeout::Infinite).unwrap().body(), b"up");
+            let pid = server.child.id();
+            let killer = std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(100));
+                let _ = rustix::process::kill_process(
+                    rustix::process::Pid::from_raw(pid as i32).unwrap(),
+                    rustix::process::Signal::KILL,
+                );
+            });
+            match conn.call(slow(30_000, b"never"), Timeout::Infinite) {
+                Err(RpcError::PeerDead) => {}
+                other => panic!("policy {policy:?} slot {slot}: expected PeerDead, got {other:?}"),
+            }
+            // And it stays dead.
+            assert!(matches!(conn.call(Message::new(OP_ECHO), Timeout::Infinite), Err(RpcError::PeerDead)));
+            killer.join().unwrap();
+            let _ = server.child.wait();
+        }
+    })
+}
+
+/// A client is SIGKILLed in the middle of its call: the server drops that
+/// connection and keeps serving the others.
+#[test]
+fn client_killed_server_keeps_serving() {
+    let _guard = shared();
+    common::watchdog("client_killed", LIMIT, || {
+        for policy in ["adaptive", "block", "poll"] {
+            let name = format!("kill-client-{policy}");
+            let server = start_server(&name, policy, 1);
+            let mut mine = Connection::connect(&server.to, opts(Policy::Adaptive)).unwrap();
+            let mut victim = common::spawn_peer(&bootstrap(), "rpc-client", &[&name, policy]);
+            let mut out = BufReader::new(victim.stdout.take().unwrap());
+            let mut line = String::new();
+            out.read_line(&mut line).unwrap();
+            assert_eq!(line.trim(), "connected");
+            let conns = |c: &mut Connection| {
+                u64s(c.call(Message::new(OP_CONNS), Timeout::Infinite).unwrap().body())[0]
+            };
+            assert_eq!(conns(&mut mine), 2);
+            line.clear();
+            out.read_line(&mut line).unwrap();
+            assert_eq!(line.trim(), "calling");
+            std::thread::sleep(Duration::from_millis(50));
+            victim.kill().unwrap();
+            victim.wait().unwrap();
+            // The server finishes the dead client's call, then must notice.
+            while conns(&mut mine) != 1 {
+                common::nap();
+            }
+            let r = mine.call(Message::new(OP_ECHO).with_body(*b"alive"), Timeout::Infinite).unwrap();
+            assert_eq!(r.body(), b"alive");
+            server.exit(&mut mine);
+        }
+    })
+}
+
+/// A hostile client writes garbage into its own slot: its connection is
+/// dropped, the server and the other connections carry on.
+#[test]
+fn hostile_client_breaks_only_itself() {
+    let _guard = shared();
+    common::watchdog("hostile_client", LIMIT, || {
+        for policy in ["adaptive", "block", "poll"] {
+            let name = format!("hostile-{policy}");
+            let server = start_server(&name, policy, 1);
+            let mut good = Connection::connect(&server.to, opts(Policy::Adaptive)).unwrap();
+            let mut evil = Connection::connect(&server.to, opts(Policy::Block)).unwrap();
+            assert_eq!(evil.call(Message::new(OP_ECHO).with_body(*b"x"), Timeout::Infinite).unwrap().body(), b"x");
+            // req_len (offset 72) far beyond the slot, then a new req_seq
+            // (offset 64), written through the memfd, not through the API.
+            let fd = evil.slot_fd().unwrap();
+            rustix::io::pwrite(fd, &0xFFFF_FFF0u32.to_le_bytes(), 72).unwrap();
+            rustix::io::pwrite(fd, &0x7777u32.to_le_bytes(), 64).unwrap();
+            // Calls with a right travel over the socket, leaving the garbage
+            // in place, and wake even a sleeping server, which then finds it.
+            let mut broken = false;
+            for _ in 0..3 {
+                let (_rx, tx) = ferry::port().unwrap();
+                match evil.call(Message::new(OP_RIGHTS).with_item(tx), Timeout::millis(5_000)) {
+                    Err(RpcError::PeerDead) => {
+                        broken = true;
+                        break;
+                    }
+                    Ok(r) => assert_eq!(r.body(), b"right-returned"),
+                    Err(e) => panic!("hostile connection: unexpected {e}"),
+                }
+            }
+            assert!(broken, "the server kept serving a connection whose slot holds garbage");
+            assert!(!evil.is_open());
+            for i in 0u32..50 {
+                let r = good.call(Message::new(OP_ECHO).with_body(i.to_le_bytes()), Timeout::Infinite).unwrap();
+                assert_eq!(r.body(), i.to_le_bytes());
+            }
+            let n = u64s(good.call(Message::new(OP_CONNS), Timeout::Infinite).unwrap().body())[0];
+            assert_eq!(n, 1);
+            server.exit(&mut good);
+        }
+    })
+}
+
+/// A reply slot holding garbage (what a hostile server could write) fails
+/// the call with a protocol error and closes the connection; the client
+/// process is unharmed.
+#[test]
+fn garbage_reply_is_a_protocol_error() {
+    let _guard = shared();
+    common::watchdog("garbage_reply", LIMIT, || {
+        let server = start_server("garbage-reply", "adaptive", 1);
+        let mut c = Connection::connect(&server.to, opts(Policy::Adaptive)).unwrap();
+        assert_eq!(c.call(Message::new(OP_ECHO).with_body(*b"1"), Timeout::Infinite).unwrap().body(), b"1");
+        // Stop the real server so that only the forgery answers; the next
+        // call is sequence number 2: forge its reply with a length beyond
+        // the slot (rep_len at 136, rep_seq at 128).
+        let pid = rustix::process::Pid::from_raw(server.child.id() as i32).unwrap();
+        rustix::process::kill_process(pid, rustix::process::Signal::STOP).unwrap();
+        let fd = c.slot_fd().unwrap();
+        rustix::io::pwrite(fd, &0x10_0000u32.to_le_bytes(), 136).unwrap();
+        rustix::io::pwrite(fd, &2u32.to_le_bytes(), 128).unwrap();
+        let got = c.call(Message::new(OP_ECHO).with_body(*b"2"), Timeout::Infinite);
+        rustix::process::kill_process(pid, rustix::process::Signal::CONT).unwrap();
+        match got {
+            Err(RpcError::Protocol { .. }) => {}
+            other => panic!("expected a protocol error, got {other:?}"),
+        }
+        assert!(matches!(c.call(Message::new(OP_ECHO), Timeout::Infinite), Err(RpcError::PeerDead)));
+        let mut other = Connection::connect(&server.to, opts(Policy::Block)).unwrap();
+        assert_eq!(other.call(Message::new(OP_ECHO).with_body(*b"ok"), Timeout::Infinite).unwrap().body(), b"ok");
+        server.exit(&mut other);
+    })
+}
+
+fn server_stats(c: &mut Connection) -> RpcStats {
+    let v = u64s(c.call(Message::new(OP_STATS), Timeout::Infinite).unwrap().body());
+    RpcStats { futex_waits: v[0], wakes: v[1], polls: v[2], socket_ops: v[3] }
+}
+
+/// With both sides active, a poll-mode call makes no system call at all: a
+/// call that took less than the liveness interval made none on the client,
+/// and the server issued no wake-up and never slept. Adaptive mode makes
+/// none for most calls (a preempted side may sleep). Both sides are pinned
+/// to different CPUs when the machine has two, as a latency-critical pair
+/// would be: spinning for a peer that waits for the same CPU only delays it.
+#[test]
+fn active_calls_make_no_system_calls() {
+    let _guard = alone();
+    common::watchdog("no_syscalls", LIMIT, || {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let (mine, theirs) = if cpus >= 2 { (Some(0), Some(1)) } else { (None, None) };
+        if let Some(cpu) = mine {
+            ferry::rpc::pin_current_thread(cpu).unwrap();
+        }
+        for (policy, name) in [(Policy::Poll, "poll"), (Policy::Adaptive, "adaptive")] {
+            let server = start_server_on(&format!("count-{name}"), name, 1, theirs);
+            let mut c = Connection::connect(&server.to, opts(policy)).unwrap();
+            for _ in 0..200 {
+                c.call(Message::new(OP_ECHO).with_body(*b"warm"), Timeout::Infinite).unwrap();
+            }
+            let calls = 2000;
+            let server_before = server_stats(&mut c);
+            let mut quiet = 0;
+            let mut quick = 0;
+            let mut quick_noisy = 0;
+            for i in 0u32..calls {
+                let before = ferry::rpc::stats();
+                let t = Instant::now();
+                let r = c.call(Message::new(OP_ECHO).with_body(i.to_le_bytes()), Timeout::Infinite).unwrap();
+                let took = t.elapsed();
+                let made = ferry::rpc::stats().since(&before).total();
+                assert_eq!(r.body(), i.to_le_bytes());
+                quiet += u32::from(made == 0);
+                if took < LIVENESS_INTERVAL {
+                    quick += 1;
+                    quick_noisy += u32::from(made != 0);
+                }
+            }
+            let server_delta = server_stats(&mut c).since(&server_before);
+            eprintln!(
+                "{name}: {quiet}/{calls} calls without a system call on the client; {quick} quick calls, {quick_noisy} of them with one; server: {server_delta:?}"
+            );
+            if policy == Policy::Poll {
+                assert_eq!(quick_noisy, 0, "a poll-mode call made a system call while the server was active");
+                assert_eq!(server_delta.wakes, 0, "the server woke a client that polls");
+                assert_eq!(server_delta.futex_waits, 0);
+                assert_eq!(server_delta.socket_ops, 0);
+            } else {
+                assert!(quiet * 2 >= calls, "adaptive mode: only {quiet} of {calls} calls avoided system calls");
+            }
+            server.exit(&mut c);
+        }
+    })
+}
+
+/// A pool of server threads serves many connections at once.
+#[test]
+fn thread_pool_serves_many_connections() {
+    let _guard = shared();
+    common::watchdog("thread_pool", LIMIT, || {
+        let server = start_server("pool", "adaptive", 3);
+        let to = &server.to;
+        std::thread::scope(|s| {
+            for t in 0u32..4 {
+                s.spawn(move || {
+                    let policy = [Policy::Adaptive, Policy::Block, Policy::Poll, Policy::Adaptive][t as usize];
+                    let mut c = Connection::connect(to, opts(policy)).unwrap();
+                    for i in 0u32..300 {
+                        let body = [t.to_le_bytes(), i.to_le_bytes()].concat();
+                        let r = c.call(Message::new(OP_ECHO).with_body(body.clone()), Timeout::Infinite).unwrap();
+                        assert_eq!(r.body(), &body[..]);
+                    }
+                });
+            }
+        });
+        let mut c = Connection::connect(to, opts(Policy::Block)).unwrap();
+        server.exit(&mut c);
+    })
+}
+
+/// One server thread in this process, many client threads; the server's
+/// `reply_and_wait` interleaves them and a call with a right goes over the
+/// socket transparently.
+#[test]
+fn in_process_server_interleaves_connections() {
+    let _guard = shared();
+    common::watchdog("in_process", LIMIT, || {
+        let (port, to) = ferry::port().unwrap();
+        let server = std::thread::spawn(move || {
+            let mut srv = RpcServer::new(port).unwrap();
+            srv.set_policy(Policy::Block);
+            let mut reply = None;
+            let mut served = 0u32;
+            loop {
+                match srv.reply_and_wait(reply.take(), Timeout::Infinite) {
+                    Ok((conn, mut req)) => {
+                        served += 1;
+                        let mut out = Message::new(req.op()).with_body(req.body().to_vec());
+                        for it in req.take_items() {
+                            out = out.with_item(it);
+                        }
+                        reply = Some((conn, out));
+                    }
+                    Err(RpcError::NoClients) => return served,
+                    Err(e) => panic!("server: {e}"),
+                }
+            }
+        });
+        std::thread::scope(|s| {
+            for t in 0u8..3 {
+                let to = &to;
+                s.spawn(move || {
+                    let mut c = Connection::connect(to, opts(Policy::Adaptive)).unwrap();
+                    for i in 0u8..100 {
+                        let r = c.call(Message::new(u32::from(t)).with_body([t, i]), Timeout::Infinite).unwrap();
+                        assert_eq!((r.op(), r.body()), (u32::from(t), &[t, i][..]));
+                    }
+                    let (_rx, tx) = ferry::port().unwrap();
+                    let mut r = c.call(Message::new(77).with_item(tx), Timeout::Infinite).unwrap();
+                    assert_eq!(r.take_items().len(), 1);
+                });
+            }
+        });
+        drop(to);
+        assert_eq!(server.join().unwrap(), 3 * 101);
+    })
+}
+
+/// A reply too large for any path closes the connection: the call fails
+/// with `PeerDead` instead of waiting for a reply that cannot come, and the
+/// server goes on serving.
+#[test]
+fn oversized_reply_fails_the_call() {
+    let _guard = shared();
+    common::watchdog("oversized_reply", LIMIT, || {
+        let server = start_server("oversized-reply", "adaptive", 1);
+        let mut c = Connection::connect(&server.to, opts(Policy::Adaptive)).unwrap();
+        let too_big = (ferry::message::MAX_INLINE as u32) + 1;
+        match c.call(Message::new(OP_BIG).with_body(too_big.to_le_bytes()), Timeout::Infinite) {
+            Err(RpcError::PeerDead) => {}
+            other => panic!("expected PeerDead, got {other:?}"),
+        }
+        let mut other = Connection::connect(&server.to, opts(Policy::Block)).unwrap();
+        assert_eq!(other.call(Message::new(OP_ECHO).with_body(*b"fine"), Timeout::Infinite).unwrap().body(), b"fine");
+        server.exit(&mut other);
+    })
+}
+
+/// Connections of every kind, opened, used (slot, socket, rights, timeouts,
+/// garbage) and closed, leave no descriptor and no slot mapping behind in
+/// either process.
+#[test]
+fn no_descriptor_or_mapping_leaks() {
+    let _guard = shared();
+    common::watchdog("no_leaks", LIMIT, || {
+        let server = start_server("leaks", "adaptive", 1);
+        let mut mine = Connection::connect(&server.to, opts(Policy::Block)).unwrap();
+        let server_fds = |c: &mut Connection| u64s(c.call(Message::new(OP_FDS), Timeout::Infinite).unwrap().body());
+        let conns = |c: &mut Connection| u64s(c.call(Message::new(OP_CONNS), Timeout::Infinite).unwrap().body())[0];
+        let before = server_fds(&mut mine);
+        let out = common::finish(common::spawn_peer(&bootstrap(), "rpc-fds", &["leaks"]));
+        eprintln!("client: {}", out.trim());
+        while conns(&mut mine) != 1 {
+            common::nap();
+        }
+        let after = server_fds(&mut mine);
+        assert_eq!(before, after, "server descriptors and slot mappings (before, after)");
+        server.exit(&mut mine);
+    })
+}

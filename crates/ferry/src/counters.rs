@@ -57,8 +57,7 @@ pub struct Counters {
     /// difference of two snapshots around a loop that writes to regions and
     /// subtract the pages the loop touches for the first time otherwise.
     pub minor_faults: u64,
-    /// Calls made through the RPC fast path (not counted by this module;
-    /// the RPC layer adds to it).
+    /// Calls this process made through RPC connections (either transport).
     pub rpc_calls: u64,
     /// Page faults the pagers of this process served (one per fault
     /// resolved, however many pages read-ahead supplied with it).
@@ -178,7 +177,6 @@ pub(crate) static BYTES_MAPPED: &AtomicU64 = &BLOCK.bytes_mapped;
 pub(crate) static BYTES_COPIED: &AtomicU64 = &BLOCK.bytes_copied;
 pub(crate) static PAGES_POPULATED: &AtomicU64 = &BLOCK.pages_populated;
 /// Calls through the RPC fast path.
-#[allow(dead_code)]
 pub(crate) static RPC_CALLS: &AtomicU64 = &BLOCK.rpc_calls;
 /// Faults served by pagers in this process.
 pub(crate) static PAGER_FAULTS: &AtomicU64 = &BLOCK.pager_faults;

@@ -177,6 +177,7 @@ impl Inner {
             return Err(RpcError::PeerDead);
         }
         self.seq = self.seq.wrapping_add(1).max(1);
+        crate::counters::add(crate::counters::RPC_CALLS, 1);
         let seq = self.seq;
         let deadline = timeout.deadline();
         let reply_right = req.take_reply();

@@ -405,6 +405,14 @@ fn human_bytes(b: u64) -> String {
     }
 }
 
+fn human_ratio(r: f64) -> String {
+    if r >= 0.1 {
+        format!("{r:.2}")
+    } else {
+        format!("{r:.1e}")
+    }
+}
+
 /// The best median among `reference` and its variants (`reference-…`).
 pub fn reference_median(reference: &str, group: &[Record]) -> Option<f64> {
     group
@@ -439,7 +447,7 @@ fn print_group(suite: &Suite, group: &[Record]) {
         match (r.median_ns, r.p99_ns, r.min_ns) {
             (Some(m), Some(p), Some(n)) => {
                 let gbps = r.gbps.map_or("-".to_string(), |g| format!("{g:.2}"));
-                let ratio = refm.map_or("-".to_string(), |rm| format!("{:.2}", m / rm));
+                let ratio = refm.map_or("-".to_string(), |rm| human_ratio(m / rm));
                 out.push_str(&format!(
                     "  {:<18} {:>11} {:>11} {:>11} {:>8} {:>10}\n",
                     r.imp,

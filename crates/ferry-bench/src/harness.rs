@@ -11,6 +11,7 @@
 //! one function and one line in the suite's `impls()` list.
 
 use std::io::{self, IsTerminal, Write as _};
+use std::cell::Cell;
 use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
 
@@ -186,12 +187,39 @@ pub struct Run<'a> {
     samples: Vec<f64>,
     ops: u64,
     extra: Vec<(String, Json)>,
+    peer: Cell<Option<u32>>,
+    csw_start: Option<u64>,
+    csw: u64,
+    csw_ops: u64,
+}
+
+/// Context switches (voluntary and involuntary) of a process so far, from
+/// `/proc/PID/status`; `None` when it cannot be read.
+pub fn context_switches(pid: Option<u32>) -> Option<u64> {
+    let path = pid.map_or("/proc/self/status".to_string(), |p| format!("/proc/{p}/status"));
+    let s = std::fs::read_to_string(path).ok()?;
+    let field = |name: &str| s.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.trim().parse::<u64>().ok());
+    Some(field("voluntary_ctxt_switches:")? + field("nonvoluntary_ctxt_switches:")?)
 }
 
 impl<'a> Run<'a> {
     /// A round with no samples yet. The harness makes these; tests may too.
     pub fn new(case: &'a Case, placement: Placement, cpus: Option<(usize, usize)>, budget: Budget) -> Run<'a> {
-        Run { case, placement, cpus, budget, started: None, round_ops: 0, samples: Vec::new(), ops: 0, extra: Vec::new() }
+        Run {
+            case,
+            placement,
+            cpus,
+            budget,
+            started: None,
+            round_ops: 0,
+            samples: Vec::new(),
+            ops: 0,
+            extra: Vec::new(),
+            peer: Cell::new(None),
+            csw_start: None,
+            csw: 0,
+            csw_ops: 0,
+        }
     }
 
     /// Payload size in bytes.
@@ -212,15 +240,40 @@ impl<'a> Run<'a> {
     /// Forks the other side, pinned as the placement asks, closing its
     /// copies of `parent_ends`; see [`Peer::spawn`].
     pub fn spawn<F: FnOnce() -> io::Result<()>>(&self, parent_ends: &[BorrowedFd<'_>], body: F) -> io::Result<Peer> {
-        Peer::spawn(self.peer_cpu(), parent_ends, body)
+        let peer = Peer::spawn(self.peer_cpu(), parent_ends, body)?;
+        self.peer.set(Some(peer.pid().as_raw_nonzero().get() as u32));
+        Ok(peer)
+    }
+
+    /// Context switches of this process and its current peer together.
+    fn both_switches(&self) -> Option<u64> {
+        let mine = context_switches(None)?;
+        match self.peer.get() {
+            Some(p) => Some(mine + context_switches(Some(p))?),
+            None => Some(mine),
+        }
     }
 
     /// Whether to do another timed operation this round. The first call
     /// starts the round's clock, so set-up before it is not charged.
+    ///
+    /// It also counts the context switches of both processes over the timed
+    /// loop (reported as `extra.ctx_switches_per_op`).
     pub fn more(&mut self) -> bool {
-        let start = *self.started.get_or_insert_with(Instant::now);
+        if self.started.is_none() {
+            self.csw_start = self.both_switches();
+            self.started = Some(Instant::now());
+        }
+        let start = self.started.expect("set above");
         let n = self.round_ops;
-        n < self.budget.max_iters && (n < self.budget.min_iters || start.elapsed() < self.budget.round_time)
+        let more = n < self.budget.max_iters && (n < self.budget.min_iters || start.elapsed() < self.budget.round_time);
+        if !more {
+            if let (Some(a), Some(b)) = (self.csw_start.take(), self.both_switches()) {
+                self.csw += b.saturating_sub(a);
+                self.csw_ops += n;
+            }
+        }
+        more
     }
 
     /// Records one timed operation.
@@ -253,6 +306,8 @@ struct Tally {
     name: &'static str,
     samples: Vec<f64>,
     ops: u64,
+    csw: u64,
+    csw_ops: u64,
     extra: Vec<(String, Json)>,
     skipped: Option<String>,
 }
@@ -280,7 +335,7 @@ pub fn run_suite(suite: &Suite, opts: &Options) -> Vec<Record> {
             done += 1;
             let mut tallies: Vec<Tally> = impls
                 .iter()
-                .map(|i| Tally { name: i.name, samples: Vec::new(), ops: 0, extra: Vec::new(), skipped: None })
+                .map(|i| Tally { name: i.name, samples: Vec::new(), ops: 0, csw: 0, csw_ops: 0, extra: Vec::new(), skipped: None })
                 .collect();
             let cpus = pin::cpus_for(placement, &allowed);
             let pre_skip = match (&cpus, case.bytes > opts.max_bytes) {
@@ -328,6 +383,8 @@ pub fn run_suite(suite: &Suite, opts: &Options) -> Vec<Record> {
                             Ok(()) => {
                                 tally.samples.extend(run.samples);
                                 tally.ops += run.ops;
+                                tally.csw += run.csw;
+                                tally.csw_ops += run.csw_ops;
                                 for (k, v) in run.extra {
                                     match tally.extra.iter_mut().find(|(kk, _)| *kk == k) {
                                         Some(slot) => slot.1 = v,
@@ -361,6 +418,9 @@ fn to_record(suite: &Suite, case: &Case, placement: Placement, opts: &Options, t
     } else {
         extra.push(("rounds".into(), Json::from(u64::from(opts.budget.rounds))));
         extra.push(("samples".into(), Json::from(t.samples.len() as u64)));
+        if t.csw_ops > 0 {
+            extra.push(("ctx_switches_per_op".into(), Json::Num((t.csw as f64 / t.csw_ops as f64 * 100.0).round() / 100.0)));
+        }
     }
     let moved = match suite.name {
         "rpc" => 2 * case.bytes,

@@ -6,7 +6,9 @@
 //! loop and the table), [`record`] (the JSON record), [`stats`], [`machine`]
 //! (the `FILE.meta.json` sidecar), [`pin`] (placement), [`proc`] (the peer
 //! process), [`chan`] (the baselines' building blocks), [`suites`] (what is
-//! measured) and [`cli`] (`ferry bench`).
+//! measured) and [`cli`] (`ferry bench`). The raw system calls the baselines
+//! need (`fork`, `mmap`, `process_vm_readv`, `vmsplice`) sit in one private
+//! module, the only one allowed `unsafe`.
 //!
 //! Running one suite from code, as the smoke test does:
 //!
@@ -30,4 +32,4 @@ pub mod record;
 pub mod stats;
 pub mod suites;
 #[allow(unsafe_code)]
-pub mod sys;
+mod sys;

@@ -119,16 +119,6 @@ impl Map {
         })
     }
 
-    /// Length in bytes.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Always false: a mapping has at least one byte.
-    pub fn is_empty(&self) -> bool {
-        false
-    }
-
     /// The mapped bytes.
     pub fn as_slice(&self) -> &[u8] {
         // SAFETY: the range is mapped readable for `len` bytes while self

@@ -191,8 +191,12 @@ fn num(v: &V) -> Option<f64> {
 const FIELDS: [&str; 12] =
     ["suite", "case", "impl", "bytes", "placement", "touch", "iters", "median_ns", "p99_ns", "min_ns", "gbps", "extra"];
 
-/// Checks one record against the contract and the suite's declared names.
-fn check_record(v: &V, suite: &ferry_bench::harness::Suite) -> Result<(String, String, u64, String, String, String, bool), String> {
+/// What identifies a record: (case, bytes, touch, placement, impl).
+type Key = (String, u64, String, String, String);
+
+/// Checks one record against the contract and the suite's declared names;
+/// returns its key and, if it was skipped, why.
+fn check_record(v: &V, suite: &ferry_bench::harness::Suite) -> Result<(Key, Option<String>), String> {
     let V::Obj(o) = v else { return Err("record is not an object".into()) };
     let keys: Vec<&str> = o.iter().map(|(k, _)| k.as_str()).collect();
     if keys != FIELDS {
@@ -234,16 +238,16 @@ fn check_record(v: &V, suite: &ferry_bench::harness::Suite) -> Result<(String, S
     let median = get(o, "median_ns")?;
     let skipped = match median {
         V::Null => {
-            match get(extra, "skipped") {
-                Ok(V::Str(r)) if !r.is_empty() => {}
+            let reason = match get(extra, "skipped") {
+                Ok(V::Str(r)) if !r.is_empty() => r.clone(),
                 _ => return Err(format!("{imp}/{case}: median_ns is null but extra.skipped has no reason")),
-            }
+            };
             for k in ["p99_ns", "min_ns", "gbps"] {
                 if *get(o, k)? != V::Null {
                     return Err(format!("{k} is set on a skipped record"));
                 }
             }
-            true
+            Some(reason)
         }
         V::Num { .. } => {
             for k in ["p99_ns", "min_ns"] {
@@ -261,11 +265,11 @@ fn check_record(v: &V, suite: &ferry_bench::harness::Suite) -> Result<(String, S
             if num(get(o, "iters")?) == Some(0.0) {
                 return Err("a measured record with zero iterations".into());
             }
-            false
+            None
         }
         other => return Err(format!("median_ns is {other:?}")),
     };
-    Ok((su, case, bytes, touch, placement, imp, skipped))
+    Ok(((case, bytes, touch, placement, imp), skipped))
 }
 
 fn run_all() -> Result<(), String> {
@@ -295,13 +299,17 @@ fn run_all() -> Result<(), String> {
         let mut seen = BTreeMap::new();
         let mut measured = 0;
         for it in &items {
-            let key = check_record(it, &suite).map_err(|e| format!("{}: {e}", suite.name))?;
-            if !key.6 {
-                measured += 1;
-            } else if key.2 <= opts.max_bytes {
-                eprintln!("smoke: {} {} {} B {} {} {}: skipped", key.0, key.1, key.2, key.3, key.4, key.5);
+            let (k, skipped) = check_record(it, &suite).map_err(|e| format!("{}: {e}", suite.name))?;
+            match skipped {
+                None => measured += 1,
+                // A benchmark that broke is a failure; one this machine
+                // cannot run (one CPU, a refused pipe size) is not.
+                Some(r) if r.starts_with("failed") || r.starts_with("ferry") || r.contains("no samples") => {
+                    return Err(format!("{} {k:?} broke: {r}", suite.name));
+                }
+                Some(r) if k.1 <= opts.max_bytes => eprintln!("smoke: {} {k:?}: skipped: {r}", suite.name),
+                Some(_) => {}
             }
-            let k = (key.1, key.2, key.3, key.4, key.5);
             if seen.insert(k.clone(), ()).is_some() {
                 return Err(format!("{}: duplicate record {k:?}", suite.name));
             }

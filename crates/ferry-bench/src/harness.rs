@@ -19,6 +19,7 @@ use crate::pin;
 use crate::proc::Peer;
 use crate::record::{Json, Placement, Record, Touch};
 use crate::stats;
+use crate::table;
 
 /// How long each implementation runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -401,7 +402,7 @@ pub fn run_suite(suite: &Suite, opts: &Options) -> Vec<Record> {
             let group: Vec<Record> = tallies.into_iter().map(|t| to_record(suite, case, placement, opts, t)).collect();
             progress_line(show, "");
             if opts.table {
-                print_group(suite, &group);
+                table::print_group(suite, &group);
             }
             records.extend(group);
         }
@@ -440,89 +441,4 @@ fn to_record(suite: &Suite, case: &Case, placement: Placement, opts: &Options, t
         gbps: summary.filter(|_| moved > 0).map(|s| moved as f64 / s.median),
         extra,
     }
-}
-
-/// Formats nanoseconds with a unit that keeps three or four digits.
-pub fn human_ns(ns: f64) -> String {
-    if ns < 1e3 {
-        format!("{ns:.0} ns")
-    } else if ns < 1e6 {
-        format!("{:.2} µs", ns / 1e3)
-    } else if ns < 1e9 {
-        format!("{:.2} ms", ns / 1e6)
-    } else {
-        format!("{:.2} s", ns / 1e9)
-    }
-}
-
-fn human_bytes(b: u64) -> String {
-    match b {
-        0 => "0".into(),
-        b if b % (1 << 30) == 0 => format!("{} GiB", b >> 30),
-        b if b % (1 << 20) == 0 => format!("{} MiB", b >> 20),
-        b if b % (1 << 10) == 0 => format!("{} KiB", b >> 10),
-        b => format!("{b} B"),
-    }
-}
-
-fn human_ratio(r: f64) -> String {
-    if r >= 0.1 {
-        format!("{r:.2}")
-    } else {
-        format!("{r:.1e}")
-    }
-}
-
-/// The best median among `reference` and its variants (`reference-…`).
-pub fn reference_median(reference: &str, group: &[Record]) -> Option<f64> {
-    group
-        .iter()
-        .filter(|r| r.imp == reference || r.imp.strip_prefix(reference).is_some_and(|s| s.starts_with('-')))
-        .filter_map(|r| r.median_ns)
-        .min_by(|a, b| a.total_cmp(b))
-}
-
-fn print_group(suite: &Suite, group: &[Record]) {
-    let Some(first) = group.first() else { return };
-    let refm = reference_median(suite.reference, group);
-    let mut out = String::new();
-    out.push_str(&format!(
-        "{} / {}  bytes={}  touch={}  placement={}\n",
-        first.suite,
-        first.case,
-        human_bytes(first.bytes),
-        first.touch.name(),
-        first.placement.name()
-    ));
-    out.push_str(&format!(
-        "  {:<18} {:>11} {:>11} {:>11} {:>8} {:>10}\n",
-        "impl",
-        "median",
-        "p99",
-        "min",
-        "GB/s",
-        format!("x {}", suite.reference)
-    ));
-    for r in group {
-        match (r.median_ns, r.p99_ns, r.min_ns) {
-            (Some(m), Some(p), Some(n)) => {
-                let gbps = r.gbps.map_or("-".to_string(), |g| format!("{g:.2}"));
-                let ratio = refm.map_or("-".to_string(), |rm| human_ratio(m / rm));
-                out.push_str(&format!(
-                    "  {:<18} {:>11} {:>11} {:>11} {:>8} {:>10}\n",
-                    r.imp,
-                    human_ns(m),
-                    human_ns(p),
-                    human_ns(n),
-                    gbps,
-                    ratio
-                ));
-            }
-            _ => out.push_str(&format!("  {:<18} skipped: {}\n", r.imp, r.skipped().unwrap_or("no samples"))),
-        }
-    }
-    out.push('\n');
-    let mut so = io::stdout().lock();
-    let _ = so.write_all(out.as_bytes());
-    let _ = so.flush();
 }

@@ -2,8 +2,8 @@
 //! the same invocation so that ratios survive a noisy machine. Output follows
 //! the benchmark-schema contract (`docs/benchmarks.md`).
 //!
-//! The pieces: [`harness`] (suites, cases, implementations, the interleaved
-//! loop and the table), [`record`] (the JSON record), [`stats`], [`machine`]
+//! The pieces: [`harness`] (suites, cases, implementations and the
+//! interleaved loop), [`table`] (the human table), [`record`] (the JSON record), [`stats`], [`machine`]
 //! (the `FILE.meta.json` sidecar), [`pin`] (placement), [`proc`] (the peer
 //! process), [`chan`] (the baselines' building blocks), [`suites`] (what is
 //! measured) and [`cli`] (`ferry bench`). The raw system calls the baselines
@@ -31,5 +31,6 @@ pub mod proc;
 pub mod record;
 pub mod stats;
 pub mod suites;
+pub mod table;
 #[allow(unsafe_code)]
 mod sys;

@@ -55,8 +55,9 @@ impl Touch {
         }
     }
 
-    /// Applies this touch to `buf` (a no-op for [`Touch::None`], and for
-    /// [`Touch::Write`] on a read-only buffer, which callers avoid).
+    /// Reads `buf` one byte per cache line unless this is [`Touch::None`];
+    /// for a buffer that cannot be written ([`Touch::Write`] reads too).
+    /// Returns a sum so the reads are not optimised away.
     pub fn apply_read(self, buf: &[u8]) -> u64 {
         match self {
             Touch::Read | Touch::Write => buf.iter().step_by(64).map(|&b| b as u64).sum(),

@@ -45,8 +45,8 @@ pub fn thread_count() -> io::Result<usize> {
 /// each side keeps only its own ends).
 ///
 /// # Errors
-/// Refuses (`EDEADLK`-like `Other` error) when the process has more than one
-/// thread, and reports `fork` failures.
+/// Refuses when the process has more than one thread (forking it would be
+/// unsound), and reports `fork` failures.
 pub fn fork_run<F: FnOnce() -> i32>(close_in_child: &[BorrowedFd<'_>], child: F) -> io::Result<Pid> {
     let close: Vec<i32> = close_in_child.iter().map(|f| f.as_raw_fd()).collect();
     let threads = thread_count()?;

@@ -16,7 +16,7 @@ invocation, interleaved round by round, and the table shows each one's ratio
 to the suite's reference baseline.
 
 options:
-  --quick            brief runs (seconds per suite), payloads above 256 MiB skipped
+  --quick            brief runs (under two minutes for all), payloads above 256 MiB skipped
   --json FILE        write the records to FILE and the machine to FILE.meta.json
   --placement P      same-core, cross-core, unpinned, or all (same-core and cross-core; the default)
   -h, --help         this text

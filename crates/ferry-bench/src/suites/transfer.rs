@@ -226,9 +226,6 @@ pub fn process_vm_readv(run: &mut Run<'_>) -> Result<(), Skip> {
     let n = run.bytes();
     let touch = run.case.touch;
     let (mine, theirs) = chan::seqpacket()?;
-    // Where Yama restricts ptrace, let the child read us; elsewhere this
-    // fails harmlessly.
-    let _ = rustix::process::set_ptracer(rustix::process::PTracer::Any);
     let peer = run.spawn(&[mine.as_fd()], move || {
         let sender = rustix::process::getppid().ok_or_else(|| io::Error::other("the sender is gone"))?;
         let mut buf = buffer(n, 1);
@@ -250,7 +247,10 @@ pub fn process_vm_readv(run: &mut Run<'_>) -> Result<(), Skip> {
             chan::token(&theirs)?;
         }
     })?;
-    drive(
+    // Where Yama restricts ptrace, let this one child read us (it reads only
+    // after our first message); elsewhere this fails harmlessly.
+    let _ = rustix::process::set_ptracer(rustix::process::PTracer::ProcessID(peer.pid()));
+    let result = drive(
         run,
         |d| {
             let mut msg = [0u8; 16];
@@ -259,7 +259,9 @@ pub fn process_vm_readv(run: &mut Run<'_>) -> Result<(), Skip> {
             chan::write_all(&mine, &msg)
         },
         || chan::wait_token(&mine)?.then_some(()).ok_or_else(|| eof("socket")),
-    )?;
+    );
+    let _ = rustix::process::set_ptracer(rustix::process::PTracer::None);
+    result?;
     drop(mine);
     peer.wait()?;
     Ok(())

@@ -1,5 +1,36 @@
 //! ferry's benchmark suites and the baselines they are compared with, run in
 //! the same invocation so that ratios survive a noisy machine. Output follows
 //! the benchmark-schema contract (`docs/benchmarks.md`).
+//!
+//! The pieces: [`harness`] (suites, cases, implementations and the
+//! interleaved loop), [`table`] (the human table), [`record`] (the JSON record), [`stats`], [`machine`]
+//! (the `FILE.meta.json` sidecar), [`pin`] (placement), [`proc`] (the peer
+//! process), [`chan`] (the baselines' building blocks), [`suites`] (what is
+//! measured) and [`cli`] (`ferry bench`). The raw system calls the baselines
+//! need (`fork`, `mmap`, `process_vm_readv`, `vmsplice`) sit in one private
+//! module, the only one allowed `unsafe`.
+//!
+//! Running one suite from code, as the smoke test does:
+//!
+//! ```no_run
+//! use ferry_bench::harness::{run_suite, Options};
+//! let records = run_suite(&ferry_bench::suites::port::suite(), &Options::quick());
+//! println!("{}", ferry_bench::record::to_json_array(&records));
+//! ```
 
+#![deny(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod chan;
+pub mod cli;
+pub mod harness;
+pub mod machine;
+pub mod pin;
 pub mod probe;
+pub mod proc;
+pub mod record;
+pub mod stats;
+pub mod suites;
+pub mod table;
+#[allow(unsafe_code)]
+mod sys;

@@ -84,14 +84,19 @@ pub fn send(
     fds: &[BorrowedFd<'_>],
     wait: bool,
 ) -> rustix::io::Result<usize> {
+    let mut flags = SendFlags::NOSIGNAL;
+    if !wait {
+        flags |= SendFlags::DONTWAIT;
+    }
+    // Without descriptors, plain send(2) carries the same datagram through a
+    // shorter kernel path than sendmsg(2) (no msghdr or iovec import).
+    if let ([only], []) = (parts, fds) {
+        return net::send(sock, only, flags);
+    }
     let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
     let mut control = SendAncillaryBuffer::new(&mut space);
     if !fds.is_empty() && !control.push(SendAncillaryMessage::ScmRights(fds)) {
         return Err(Errno::TOOMANYREFS);
-    }
-    let mut flags = SendFlags::NOSIGNAL;
-    if !wait {
-        flags |= SendFlags::DONTWAIT;
     }
     net::sendmsg(sock, parts, &mut control, flags)
 }

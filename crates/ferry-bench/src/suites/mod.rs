@@ -1,0 +1,19 @@
+//! The registered suites. Each suite module lists its cases and its
+//! implementations; `all()` is what `ferry bench all` runs.
+
+pub mod pingpong;
+pub mod port;
+pub mod rpc;
+pub mod transfer;
+
+use crate::harness::Suite;
+
+/// Every registered suite, in the order `ferry bench all` runs them.
+pub fn all() -> Vec<Suite> {
+    vec![port::suite(), rpc::suite(), transfer::suite()]
+}
+
+/// The suite called `name`.
+pub fn find(name: &str) -> Option<Suite> {
+    all().into_iter().find(|s| s.name == name)
+}

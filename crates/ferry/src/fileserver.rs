@@ -34,10 +34,8 @@
 //! a name, and call [`FileServer::serve`] in a loop (or on a thread).
 
 use std::collections::HashMap;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
-
-use rustix::fs::{Mode, OFlags, ResolveFlags};
 
 use crate::message::Message;
 use crate::pager::proto::{self, Fields};
@@ -46,6 +44,7 @@ use crate::pager::{
     Supply,
 };
 use crate::port::SendRight;
+use crate::sys::fs::{self as files, FileInfo};
 use crate::timeout::Timeout;
 
 /// Client → file server: body is the file's name. Reply: `FILE_OPENED
@@ -67,15 +66,8 @@ struct FilePager {
 
 impl Pager for FilePager {
     fn data_request(&mut self, offset: Offset, buf: &mut [u8]) -> Result<Supply, PagerFault> {
-        let mut done = 0;
-        while done < buf.len() {
-            match rustix::io::pread(&self.file, &mut buf[done..], offset + done as u64) {
-                Ok(0) => break, // shrunk in place by someone else: zeros
-                Ok(n) => done += n,
-                Err(rustix::io::Errno::INTR) => {}
-                Err(e) => return Err(PagerFault(format!("reading the file: {e}"))),
-            }
-        }
+        // A file shrunk in place by someone else reads as zeros past its end.
+        files::read_at(self.file.as_fd(), buf, offset).map_err(|e| PagerFault(format!("reading the file: {e}")))?;
         Ok(Supply::Provided)
     }
 }
@@ -114,8 +106,7 @@ impl FileServer {
     /// # Errors
     /// [`PagerError::Io`] if `root` cannot be opened as a directory.
     pub fn new(root: &Path, config: ObjectConfig) -> Result<(FileServer, SendRight), PagerError> {
-        let dir = rustix::fs::open(root, OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())
-            .map_err(|e| PagerError::Io(e.into()))?;
+        let dir = files::open_dir(root).map_err(|e| PagerError::Io(e.into()))?;
         let (objects, right) = ObjectServer::new()?;
         let config = ObjectConfig { mode: crate::pager::SupplyMode::Copy, track_dirty: false, ..config };
         Ok((FileServer { objects, root: dir, root_path: root.to_owned(), versions: HashMap::new(), config }, right))
@@ -147,11 +138,11 @@ fn name_of(bytes: &[u8]) -> Result<&str, Refusal> {
 }
 
 /// Whether the mode bits grant `want` (4 read, 2 write) to `uid`/`gid`.
-fn permits(st: &rustix::fs::Stat, uid: u32, gid: u32, want: u32) -> bool {
-    let mode = st.st_mode;
-    let bits = if uid == st.st_uid {
+fn permits(st: &FileInfo, uid: u32, gid: u32, want: u32) -> bool {
+    let mode = st.mode;
+    let bits = if uid == st.uid {
         mode >> 6
-    } else if gid == st.st_gid {
+    } else if gid == st.gid {
         mode >> 3
     } else {
         mode
@@ -159,8 +150,8 @@ fn permits(st: &rustix::fs::Stat, uid: u32, gid: u32, want: u32) -> bool {
     bits & want == want
 }
 
-fn open_beneath(root: &OwnedFd, name: &str, flags: OFlags, mode: Mode) -> Result<OwnedFd, Refusal> {
-    rustix::fs::openat2(root, name, flags | OFlags::CLOEXEC | OFlags::NOFOLLOW, mode, ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS)
+fn open_beneath(root: &OwnedFd, name: &str) -> Result<OwnedFd, Refusal> {
+    files::open_read_beneath(root.as_fd(), name)
         .map_err(|e| match e {
             rustix::io::Errno::NOENT => refuse(proto::E_NO_OBJECT, format!("no file {name}")),
             rustix::io::Errno::XDEV | rustix::io::Errno::LOOP => refuse(proto::E_DENIED, format!("{name} leads outside the served directory")),
@@ -172,16 +163,16 @@ fn open(srv: &mut ObjectServer, root: &OwnedFd, versions: &mut HashMap<String, V
     (|| {
         let cred = m.sender().ok_or_else(|| refuse(proto::E_DENIED, "no credentials"))?;
         let name = name_of(m.body())?;
-        let file = open_beneath(root, name, OFlags::RDONLY, Mode::empty())?;
-        let st = rustix::fs::fstat(&file).map_err(|e| refuse(proto::E_UNSUPPORTED, e.to_string()))?;
-        if !rustix::fs::FileType::from_raw_mode(st.st_mode).is_file() {
+        let file = open_beneath(root, name)?;
+        let st = files::info(file.as_fd()).map_err(|e| refuse(proto::E_UNSUPPORTED, e.to_string()))?;
+        if !st.is_file {
             return Err(refuse(proto::E_UNSUPPORTED, format!("{name} is not a regular file")));
         }
         if !permits(&st, cred.uid, cred.gid, 4) {
             return Err(refuse(proto::E_DENIED, format!("{name} is not readable by uid {}", cred.uid)));
         }
-        let identity = (st.st_dev as u64, st.st_ino as u64);
-        let size = st.st_size as u64;
+        let identity = st.identity;
+        let size = st.size;
         if size == 0 {
             return Ok(Message::new(OP_FILE_OPENED).with_body(proto::body(&[0, 0, 0])));
         }
@@ -215,26 +206,16 @@ fn write_back(srv: &mut ObjectServer, root: &OwnedFd, versions: &mut HashMap<Str
         }
         let name = name_of(&rest[..n])?;
         let data = &rest[n..];
-        let old = open_beneath(root, name, OFlags::RDONLY, Mode::empty())?;
-        let st = rustix::fs::fstat(&old).map_err(|e| refuse(proto::E_UNSUPPORTED, e.to_string()))?;
-        if !rustix::fs::FileType::from_raw_mode(st.st_mode).is_file() || !permits(&st, cred.uid, cred.gid, 2) {
+        let old = open_beneath(root, name)?;
+        let st = files::info(old.as_fd()).map_err(|e| refuse(proto::E_UNSUPPORTED, e.to_string()))?;
+        if !st.is_file || !permits(&st, cred.uid, cred.gid, 2) {
             return Err(refuse(proto::E_DENIED, format!("{name} is not writable by uid {}", cred.uid)));
         }
         // New contents go to a fresh inode renamed over the name: snapshots
         // of the old version keep reading the old inode.
         let tmp = format!("{name}.ferry-new-{}", std::process::id());
-        let new = open_beneath(root, &tmp, OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC, Mode::from_raw_mode(st.st_mode & 0o7777))?;
-        let io = |e: rustix::io::Errno| refuse(proto::E_UNSUPPORTED, format!("writing {name}: {e}"));
-        let _ = rustix::fs::fchown(&new, Some(rustix::fs::Uid::from_raw(st.st_uid)), Some(rustix::fs::Gid::from_raw(st.st_gid)));
-        let mut done = 0;
-        while done < data.len() {
-            done += rustix::io::write(&new, &data[done..]).map_err(io)?;
-        }
-        rustix::fs::fsync(&new).map_err(io)?;
-        if let Err(e) = rustix::fs::renameat(root, tmp.as_str(), root, name) {
-            let _ = rustix::fs::unlinkat(root, tmp.as_str(), rustix::fs::AtFlags::empty());
-            return Err(io(e));
-        }
+        files::replace(root.as_fd(), name, &tmp, data, st.mode, st.uid, st.gid)
+            .map_err(|e| refuse(proto::E_UNSUPPORTED, format!("writing {name}: {e}")))?;
         if let Some(v) = versions.remove(name) {
             srv.retire(v.object);
         }

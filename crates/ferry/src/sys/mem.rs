@@ -300,11 +300,6 @@ impl Mapping {
         self.len
     }
 
-    /// Always false: a mapping has at least one byte.
-    pub fn is_empty(&self) -> bool {
-        false
-    }
-
     /// Whether the mapping was made writable.
     pub fn is_writable(&self) -> bool {
         self.writable

@@ -5,6 +5,7 @@
 //! interprets ferry's message format. Most calls go through `rustix`; the few
 //! it does not cover use `libc` in small `unsafe` blocks that say why they hold.
 
+pub mod fs;
 pub mod futex;
 pub mod lock;
 pub mod mem;

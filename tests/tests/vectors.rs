@@ -102,6 +102,13 @@ fn render_err(e: &WireError) -> String {
         UnknownItemKind(k) => format!("UnknownItemKind({k})"),
         BadItemFdCount { item, count } => format!("BadItemFdCount{{item={item},count={count}}}"),
         BadReplyRight => "BadReplyRight".into(),
+        // The reason is the exact text, quoted and escaped as a Rust string
+        // literal, so the spelling stays one token and cannot be confused
+        // with the fields around it.
+        BadRegion { item, reason } => format!("BadRegion{{item={item},reason={reason:?}}}"),
+        // Checked after `wire::parse` (the mode and range of a pager item
+        // need its descriptor too); spelled the same way for other checkers.
+        BadPagerItem { item, reason } => format!("BadPagerItem{{item={item},reason={reason:?}}}"),
         // Not produced by `wire::parse`; spelled out so a wrong result reads well.
         other => format!("{other:?}"),
     }
@@ -182,6 +189,7 @@ fn manifest_and_files_agree() {
 fn every_rule_of_parse_has_a_vector() {
     let vectors = manifest();
     let names: BTreeSet<&str> = vectors.iter().map(|v| v.expect.split(['{', '(', ' ']).next().unwrap()).collect();
+    let expect = |name: &str| vectors.iter().find(|v| v.name == name).map(|v| v.expect.clone());
     for rule in [
         "ok",
         "Truncated",
@@ -196,12 +204,53 @@ fn every_rule_of_parse_has_a_vector() {
         "UnknownItemKind",
         "BadItemFdCount",
         "BadReplyRight",
+        "BadRegion",
     ] {
         assert!(names.contains(rule), "no vector for {rule}");
     }
+    // Errors only the descriptor checks after `parse` produce: no vector may
+    // expect them of the bytes alone.
+    for rule in ["Oversized", "FdsTruncated", "NotAPort", "ReceiveRightToSelf", "NotSealed", "BadPagerItem"] {
+        assert!(!names.contains(rule), "a vector expects {rule}, which parse never returns");
+    }
+    // Every rule of the region and pager items, each by a vector whose one
+    // fault is that rule.
+    for (name, want) in [
+        ("ok_region", "ok "),
+        ("ok_region_modes", "ok "),
+        ("ok_region_flags", "ok "),
+        ("ok_region_len_max", "ok "),
+        ("ok_region_addr_top", "ok "),
+        ("region_mode_0", "BadRegion{item=0,reason=\"unknown transfer mode 0\"}"),
+        ("region_mode_5", "BadRegion{item=0,reason=\"unknown transfer mode 5\"}"),
+        ("region_lend_fds_1", "BadItemFdCount{item=0,count=1}"),
+        ("region_fds_2", "BadItemFdCount{item=0,count=2}"),
+        ("region_fds_0", "BadItemFdCount{item=0,count=0}"),
+        ("region_flags_4", "ReservedNotZero"),
+        ("region_aux_copy", "ReservedNotZero"),
+        ("region_aux_move", "ReservedNotZero"),
+        ("region_aux_share", "ReservedNotZero"),
+        ("region_len_0", "BadRegion{item=0,reason=\"zero length\"}"),
+        ("region_len_over", "BadRegion{item=0,reason=\"length 9223372036854775808 exceeds the address space\"}"),
+        ("region_addr_unaligned", "BadRegion{item=0,reason=\"sender address 0x1001 is not page aligned or wraps\"}"),
+        ("region_addr_wraps", "BadRegion{item=0,reason=\"sender address 0xfffffffffffff000 is not page aligned or wraps\"}"),
+        ("reply_region", "BadReplyRight"),
+        ("ok_pager", "ok "),
+        ("pager_fds_0", "BadItemFdCount{item=0,count=0}"),
+        ("pager_fds_2", "BadItemFdCount{item=1,count=2}"),
+        ("pager_flags", "ReservedNotZero"),
+        ("pager_aux", "ReservedNotZero"),
+        ("reply_pager", "BadReplyRight"),
+    ] {
+        let got = expect(name).unwrap_or_else(|| panic!("no vector {name}"));
+        assert!(got.starts_with(want), "{name}: expects {got}, not {want}");
+    }
+    assert!(expect("ok_region_modes").unwrap().contains(&format!("{}:2", wire::KIND_REGION)), "no lent region");
+    assert!(expect("ok_pager").unwrap().contains(&format!("{}:1", wire::KIND_PAGER)));
+    assert_eq!(bytes_of("region_lend_fds_1")[25], wire::MODE_LEND);
+    assert_eq!(bytes_of("region_fds_2")[25], wire::MODE_COPY);
     // The limits are exercised at the edge: the largest valid message and
     // the smallest invalid ones.
-    let expect = |name: &str| vectors.iter().find(|v| v.name == name).map(|v| v.expect.clone());
     assert_eq!(bytes_of("ok_max_message").len(), wire::MAX_MESSAGE);
     assert_eq!(bytes_of("ok_max_inline").len(), wire::HEADER_LEN + wire::MAX_INLINE);
     assert_eq!(manifest().iter().find(|v| v.name == "ok_max_fds").unwrap().fds, wire::MAX_FDS);
@@ -234,6 +283,22 @@ fn a_wrong_expectation_fails_the_check() {
     assert!(check(&b, 0, "Truncated{need=24,got=10}").is_ok());
     assert!(check(&b, 0, "Truncated{need=24,got=11}").is_err());
     assert!(check(&b, 0, "Truncated").is_err());
+}
+
+#[test]
+fn error_spelling_is_exact_and_unambiguous() {
+    let region = WireError::BadRegion { item: 3, reason: "zero length".into() };
+    assert_eq!(render_err(&region), "BadRegion{item=3,reason=\"zero length\"}");
+    let quoted = WireError::BadRegion { item: 0, reason: "a \"b\", c=d}".into() };
+    assert_eq!(render_err(&quoted), r#"BadRegion{item=0,reason="a \"b\", c=d}"}"#);
+    let pager = WireError::BadPagerItem { item: 1, reason: "unknown memory-object item mode" };
+    assert_eq!(render_err(&pager), "BadPagerItem{item=1,reason=\"unknown memory-object item mode\"}");
+    // A near miss in a reason fails the check.
+    let b = bytes_of("region_len_0");
+    assert!(check(&b, 1, "BadRegion{item=0,reason=\"zero length\"}").is_ok());
+    assert!(check(&b, 1, "BadRegion{item=0,reason=\"zero  length\"}").is_err());
+    assert!(check(&b, 1, "BadRegion{item=1,reason=\"zero length\"}").is_err());
+    assert!(check(&b, 1, "BadRegion").is_err());
 }
 
 #[test]

@@ -26,8 +26,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 MAGIC = b"FERY"
 VERSION = 1
 FLAG_REPLY = 0x01
-SEND, SEND_ONCE, RECEIVE, REGION = 1, 2, 3, 4
-KIND_NAMES = {SEND: "send", SEND_ONCE: "send-once", RECEIVE: "receive", REGION: "region"}
+SEND, SEND_ONCE, RECEIVE, REGION, PAGER = 1, 2, 3, 4, 16
+KIND_NAMES = {SEND: "send", SEND_ONCE: "send-once", RECEIVE: "receive", REGION: "region", PAGER: "pager"}
+COPY, MOVE, LEND, SHARE = 1, 2, 3, 4            # region transfer modes
+REGION_FLAG_HUGE, REGION_FLAG_AUTO = 0x1, 0x2   # every region flag version 1 knows
+PAGER_USERFAULT, PAGER_CACHE = 1, 2             # pager item modes (checked after parse)
+ISIZE_MAX = (1 << 63) - 1
 MAX_ITEMS = 64
 MAX_INLINE = 64 * 1024
 MAX_FDS = 253
@@ -120,6 +124,22 @@ def ok(name, why, op=0, flags=0, items=(), inline=b""):
     vec(name, data, sum(i.fds for i in items), expect, why)
 
 
+def region(mode=COPY, fds=None, length=4096, **kw):
+    """A region item that is valid unless a keyword says otherwise."""
+    fds = (2 if mode == LEND else 1) if fds is None else fds
+    return Item(REGION, fds=fds, mode=mode, length=length, **kw)
+
+
+def pager(mode=PAGER_USERFAULT, fds=1, length=8192, addr=0x7f12_3456_0000, **kw):
+    """A pager item (a userfaultfd and the range it registered)."""
+    return Item(PAGER, fds=fds, mode=mode, length=length, addr=addr, **kw)
+
+
+def bad_region(item, reason):
+    assert not any(c in reason for c in '"\\#'), reason
+    return f'BadRegion{{item={item},reason="{reason}"}}'
+
+
 def build():
     send, once = Item(SEND), Item(SEND_ONCE)
 
@@ -135,10 +155,27 @@ def build():
     ok("ok_reply_send", "reply flag, item 0 a send right", op=10, flags=FLAG_REPLY, items=[send], inline=b"ping")
     ok("ok_reply_send_once", "reply flag, item 0 a send-once right, more items after it",
        op=11, flags=FLAG_REPLY, items=[once, send, Item(RECEIVE, fds=2)], inline=b"request")
-    ok("ok_region", "an out-of-line region item: generic layout only (one fd)",
-       op=12, items=[Item(REGION, fds=1, length=4096)])
+    ok("ok_region", "an out-of-line region item: copy, one page, no address",
+       op=12, items=[region(COPY)])
+    ok("ok_region_modes", "a region in each mode: copy, move, share with one fd; lend with two and a slot",
+       op=12, items=[region(COPY, length=1), region(MOVE, length=8192, addr=0x7f00_0000_0000),
+                     region(SHARE, length=4097, addr=0x1000), region(LEND, length=65536, aux=3)])
+    ok("ok_region_flags", "a region with every known flag (huge pages, automatic placement)",
+       op=12, items=[region(MOVE, flags=REGION_FLAG_HUGE | REGION_FLAG_AUTO)])
+    ok("ok_region_lend_slot_max", "a lent region whose pool slot is the largest u64",
+       op=12, items=[region(LEND, aux=0xFFFF_FFFF_FFFF_FFFF)])
+    ok("ok_region_len_max", "the longest region: isize::MAX bytes, no address",
+       op=12, items=[region(COPY, length=ISIZE_MAX)])
+    ok("ok_region_addr_top", "a region ending at the last byte of the address space (addr + len = 2^64 - 1)",
+       op=12, items=[region(COPY, length=0xFFF, addr=0xFFFF_FFFF_FFFF_F000)])
+    ok("ok_pager", "a pager item: a userfaultfd and the range it registered",
+       op=18, items=[pager()])
+    ok("ok_pager_cache", "a pager item: a page cache of an 8 KiB object",
+       op=18, items=[pager(PAGER_CACHE, addr=0)])
+    ok("ok_pager_unchecked_fields", "parse leaves a pager item's mode, len and addr to the descriptor checks",
+       op=18, items=[pager(mode=0xFF, length=1, addr=0x123)])
     ok("ok_all_kinds", "every kind once, in kind order", op=13,
-       items=[send, once, Item(RECEIVE, fds=2), Item(REGION, fds=1, length=8192)], inline=b"\x01\x02\x03")
+       items=[send, once, Item(RECEIVE, fds=2), region(COPY, length=8192), pager()], inline=b"\x01\x02\x03")
     ok("ok_max_items", "MAX_ITEMS (64) send rights", op=14, items=[send] * MAX_ITEMS)
     ok("ok_max_fds", "MAX_FDS (253) descriptors: one receive right with 252 send-once rights",
        op=15, items=[Item(RECEIVE, fds=MAX_FDS)])
@@ -231,10 +268,18 @@ def build():
         "send-once right without a descriptor")
     vec("receive_fds_0", message(items=[send, once, Item(RECEIVE, fds=0)]), 2, "BadItemFdCount{item=2,count=0}",
         "receive right without a descriptor")
-    vec("region_fds_0", message(items=[Item(REGION, fds=0, length=4096)]), 0, "BadItemFdCount{item=0,count=0}",
-        "region without its memfd")
-    vec("region_fds_2", message(items=[Item(REGION, fds=2, length=4096)]), 2, "BadItemFdCount{item=0,count=2}",
-        "region with two descriptors")
+    vec("region_fds_0", message(items=[region(COPY, fds=0)]), 0, "BadItemFdCount{item=0,count=0}",
+        "copied region without its memfd")
+    vec("region_fds_2", message(items=[region(COPY, fds=2)]), 2, "BadItemFdCount{item=0,count=2}",
+        "copied region with two descriptors")
+    vec("region_move_fds_2", message(items=[region(MOVE, fds=2)]), 2, "BadItemFdCount{item=0,count=2}",
+        "moved region with two descriptors")
+    vec("region_share_fds_0", message(items=[send, region(SHARE, fds=0)]), 1, "BadItemFdCount{item=1,count=0}",
+        "shared region without its memfd, at item 1")
+    vec("region_lend_fds_1", message(items=[region(LEND, fds=1, aux=1)]), 1, "BadItemFdCount{item=0,count=1}",
+        "lent region without its return right")
+    vec("region_lend_fds_3", message(items=[region(LEND, fds=3, aux=1)]), 3, "BadItemFdCount{item=0,count=3}",
+        "lent region with a third descriptor")
     vec("fdcount_before_reserved", message(items=[Item(SEND, fds=2, mode=1)]), 2, "BadItemFdCount{item=0,count=2}",
         "order: an item's descriptor count before its reserved fields")
     vec("send_mode", message(items=[Item(SEND, mode=1)]), 1, "ReservedNotZero", "send right with a mode")
@@ -247,12 +292,79 @@ def build():
     vec("item_order", message(items=[Item(SEND, aux=7), Item(9)]), 2, "ReservedNotZero",
         "order: items are checked first to last")
 
+    # ---- regions (kind 4; see docs/regions.md) ----
+    vec("kind_15", message(items=[Item(15)]), 1, "UnknownItemKind(15)", "the kind below the pager kind")
+    vec("kind_17", message(items=[Item(17)]), 1, "UnknownItemKind(17)", "the kind above the pager kind")
+    vec("region_mode_0", message(items=[region(0)]), 1, bad_region(0, "unknown transfer mode 0"),
+        "region with mode 0, which is not a mode")
+    vec("region_mode_5", message(items=[region(5)]), 1, bad_region(0, "unknown transfer mode 5"),
+        "region with the first undefined mode")
+    vec("region_mode_255", message(items=[send, once, region(255)]), 3, bad_region(2, "unknown transfer mode 255"),
+        "region with the largest mode byte, at item 2")
+    vec("region_mode_before_fds", message(items=[region(0, fds=0)]), 0, bad_region(0, "unknown transfer mode 0"),
+        "order: a region's mode before its descriptor count (the count depends on the mode)")
+    vec("region_fds_before_reserved", message(items=[region(COPY, fds=2, flags=0x80, aux=1)]), 2,
+        "BadItemFdCount{item=0,count=2}", "order: a region's descriptor count before its flags and aux")
+    vec("region_flags_4", message(items=[region(COPY, flags=0x4)]), 1, "ReservedNotZero",
+        "region flag bit 2, the first undefined one")
+    vec("region_flags_high", message(items=[region(LEND, flags=REGION_FLAG_HUGE | 0x80000000, aux=2)]), 2,
+        "ReservedNotZero", "lent region with flag bit 31 beside a known flag")
+    vec("region_aux_copy", message(items=[region(COPY, aux=1)]), 1, "ReservedNotZero",
+        "copied region with an extra word (only lend has a pool slot)")
+    vec("region_aux_move", message(items=[region(MOVE, aux=0x8000000000000000)]), 1, "ReservedNotZero",
+        "moved region with an extra word")
+    vec("region_aux_share", message(items=[region(SHARE, aux=7)]), 1, "ReservedNotZero",
+        "shared region with an extra word")
+    vec("region_reserved_before_len", message(items=[region(COPY, flags=0x4, length=0)]), 1, "ReservedNotZero",
+        "order: a region's flags before its length")
+    vec("region_len_0", message(items=[region(COPY, length=0)]), 1, bad_region(0, "zero length"),
+        "region of zero bytes")
+    vec("region_lend_len_0", message(items=[send, region(LEND, length=0, aux=1)]), 3, bad_region(1, "zero length"),
+        "lent region of zero bytes, at item 1")
+    vec("region_len_over", message(items=[region(COPY, length=ISIZE_MAX + 1)]), 1,
+        bad_region(0, f"length {ISIZE_MAX + 1} exceeds the address space"), "region one byte longer than isize::MAX")
+    vec("region_len_u64_max", message(items=[region(SHARE, length=0xFFFF_FFFF_FFFF_FFFF)]), 1,
+        bad_region(0, f"length {0xFFFF_FFFF_FFFF_FFFF} exceeds the address space"), "region of u64::MAX bytes")
+    vec("region_len_before_addr", message(items=[region(COPY, length=0, addr=0x1001)]), 1,
+        bad_region(0, "zero length"), "order: a region's length before its address")
+    vec("region_addr_unaligned", message(items=[region(MOVE, addr=0x1001)]), 1,
+        bad_region(0, "sender address 0x1001 is not page aligned or wraps"), "region address not page aligned")
+    vec("region_addr_half_page", message(items=[region(COPY, addr=0x7f00_0000_0800)]), 1,
+        bad_region(0, "sender address 0x7f0000000800 is not page aligned or wraps"),
+        "region address at half a page")
+    vec("region_addr_wraps", message(items=[region(COPY, length=0x1000, addr=0xFFFF_FFFF_FFFF_F000)]), 1,
+        bad_region(0, "sender address 0xfffffffffffff000 is not page aligned or wraps"),
+        "region whose end is 2^64: addr + len wraps")
+    vec("region_addr_wraps_far", message(items=[region(LEND, length=ISIZE_MAX, addr=0x8000_0000_0000_1000, aux=1)]),
+        2, bad_region(0, "sender address 0x8000000000001000 is not page aligned or wraps"),
+        "lent region of isize::MAX bytes starting past the middle: wraps")
+    vec("region_item_order", message(items=[region(COPY, length=0), region(0)]), 2, bad_region(0, "zero length"),
+        "order: an earlier region's error wins over a later one's")
+
+    # ---- pager items (kind 16; see docs/pager.md) ----
+    vec("pager_fds_0", message(items=[pager(fds=0)]), 0, "BadItemFdCount{item=0,count=0}",
+        "pager item without its descriptor")
+    vec("pager_fds_2", message(items=[send, pager(fds=2)]), 3, "BadItemFdCount{item=1,count=2}",
+        "pager item with two descriptors, at item 1")
+    vec("pager_flags", message(items=[pager(flags=0x1)]), 1, "ReservedNotZero", "pager item with a flag")
+    vec("pager_flags_high", message(items=[pager(PAGER_CACHE, addr=0, flags=0x80000000)]), 1, "ReservedNotZero",
+        "page-cache item with flag bit 31")
+    vec("pager_aux", message(items=[pager(aux=1)]), 1, "ReservedNotZero", "pager item with an extra word")
+    vec("pager_fds_before_reserved", message(items=[pager(fds=2, flags=1, aux=1)]), 2,
+        "BadItemFdCount{item=0,count=2}", "order: a pager item's descriptor count before its flags and aux")
+
     # ---- totals and the reply right ----
     vec("reply_no_items", message(flags=FLAG_REPLY), 0, "BadReplyRight", "reply flag without items")
     vec("reply_receive", message(flags=FLAG_REPLY, items=[Item(RECEIVE, fds=1), send]), 2, "BadReplyRight",
         "reply flag, item 0 a receive right")
-    vec("reply_region", message(flags=FLAG_REPLY, items=[Item(REGION, fds=1, length=4096)]), 1, "BadReplyRight",
-        "reply flag, item 0 a region")
+    vec("reply_region", message(flags=FLAG_REPLY, items=[region(COPY), send]), 2, "BadReplyRight",
+        "reply flag, item 0 a valid region")
+    vec("reply_region_lend", message(flags=FLAG_REPLY, items=[region(LEND, aux=1)]), 2, "BadReplyRight",
+        "reply flag, item 0 a lent region (its return right is not a reply right)")
+    vec("reply_pager", message(flags=FLAG_REPLY, items=[pager(), once]), 2, "BadReplyRight",
+        "reply flag, item 0 a valid pager item")
+    vec("reply_after_region", message(flags=FLAG_REPLY, items=[region(0)]), 1, bad_region(0, "unknown transfer mode 0"),
+        "order: item rules before the reply right")
     vec("reply_after_sum", message(flags=FLAG_REPLY, items=[Item(RECEIVE, fds=1)], nfds=2), 2,
         "FdCountMismatch{declared=1,received=2}", "order: descriptor total before the reply right")
 
@@ -274,7 +386,9 @@ MANIFEST_HEAD = """\
 #             items lists each item's kind and descriptor count in order;
 #             KIND:FDS*N stands for N equal items in a row; - for none
 #           ErrorName | ErrorName(VALUE) | ErrorName{field=VALUE,...}
-#           BadMagic's value is the magic read as a little-endian u32, in hex.
+#           BadMagic's value is the magic read as a little-endian u32, in hex;
+#           BadRegion's reason is the exact text, in double quotes
+#           (BadRegion{item=0,reason="zero length"}).
 #
 # Generated by gen.py; the files are the source of truth.
 """

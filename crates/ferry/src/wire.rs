@@ -64,7 +64,7 @@ pub const REGION_FLAGS: u32 = REGION_FLAG_HUGE | REGION_FLAG_AUTO;
 pub struct ItemDesc {
     /// One of the `KIND_*` constants.
     pub kind: u8,
-    /// Region transfer mode (0 for rights).
+    /// Region transfer mode, or pager item mode (0 for rights).
     pub mode: u8,
     /// Descriptors this item consumes, in order.
     pub fds: u16,

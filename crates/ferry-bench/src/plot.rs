@@ -50,7 +50,7 @@ impl Measure {
 
 const W: f64 = 760.0;
 const H: f64 = 460.0;
-const LEFT: f64 = 80.0;
+const LEFT: f64 = 92.0;
 const RIGHT: f64 = 190.0;
 const TOP: f64 = 40.0;
 const BOTTOM: f64 = 60.0;
@@ -85,7 +85,7 @@ pub fn fmt_ns(ns: f64) -> String {
     } else if ns < 1e9 {
         format!("{} ms", trim(format!("{:.3}", ns / 1e6)))
     } else {
-        format!("{:.3} s", ns / 1e9)
+        format!("{} s", trim(format!("{:.3}", ns / 1e9)))
     }
 }
 

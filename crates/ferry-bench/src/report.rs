@@ -608,7 +608,7 @@ fn dash(o: &mut String, c: &Ctx<'_>) {
     for touch in ["none", "read"] {
         let dash_ms = if touch == "none" { 0.087 } else { 0.254 };
         for &p in &c.placements {
-            let picks: [(&str, fn(&str) -> bool, f64, &str); 4] = [
+            let picks: [Pick; 4] = [
                 ("best ferry", is_ferry, dash_ms, if touch == "none" { "remap, not read" } else { "remap, read" }),
                 ("memfd-map", |i| i == "memfd-map", dash_ms, if touch == "none" { "remap, not read" } else { "remap, read" }),
                 ("best copy", is_copy, 4.210, "copy twice"),
@@ -640,6 +640,10 @@ fn dash(o: &mut String, c: &Ctx<'_>) {
     }
     o.push('\n');
 }
+
+/// A row of DASH's Table III today: label, which implementations, the
+/// paper's figure (ms) and what it measured.
+type Pick = (&'static str, fn(&str) -> bool, f64, &'static str);
 
 fn sizes_of(c: &Ctx<'_>, suite: &str, case: &str) -> Vec<u64> {
     let mut v: Vec<u64> = c.rows.iter().filter(|r| r.suite == suite && r.case == case).map(|r| r.bytes).collect();

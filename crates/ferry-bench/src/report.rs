@@ -595,6 +595,43 @@ fn dash(o: &mut String, c: &Ctx<'_>) {
         }
         o.push('\n');
     }
+    // Every ferry variant side by side: lazy against eager mapping, copy
+    // against remap, as DASH's Tables I and II set them.
+    let mut ferries: Vec<&str> = Vec::new();
+    for r in c.rows.iter().filter(|r| r.suite == "transfer" && r.case == "oneshot" && is_ferry(&r.imp)) {
+        if !ferries.contains(&r.imp.as_str()) {
+            ferries.push(&r.imp);
+        }
+    }
+    let _ = writeln!(o, "Every ferry variant in `transfer` / `oneshot` (DASH's Table I maps lazily, Table II eagerly), with the mapping floor:\n");
+    if ferries.is_empty() {
+        let _ = writeln!(o, "ferry's transfer implementations: {NOT_MEASURED}.\n");
+    } else {
+        let mut head = String::from("| bytes | touch | placement |");
+        let mut rule = String::from("|---|---|---|");
+        for f in ferries.iter().chain(["memfd-map"].iter()) {
+            let _ = write!(head, " `{f}` |");
+            rule.push_str("---|");
+        }
+        let _ = writeln!(o, "{head}\n{rule}");
+        for &b in &sizes {
+            for touch in ["none", "read", "write"] {
+                for &p in &c.placements {
+                    let mut line = format!("| {} | {touch} | {p} |", fmt_bytes(b));
+                    for f in ferries.iter().chain(["memfd-map"].iter()) {
+                        let r = c.one("transfer", "oneshot", b, touch, p, f);
+                        let v = match r.and_then(|r| r.median) {
+                            Some(m) => fmt_ns(m),
+                            None => NOT_MEASURED.to_string(),
+                        };
+                        let _ = write!(line, " {v} |");
+                    }
+                    let _ = writeln!(o, "{line}");
+                }
+            }
+        }
+        o.push('\n');
+    }
     // Table III: per-page increment.
     let _ = writeln!(
         o,

@@ -61,6 +61,7 @@ fn every_paper_table_has_a_section_and_gaps_say_not_measured() {
     assert!(dash.contains("payloads above 256 MiB are skipped with --quick"), "{dash}");
     assert!(dash.contains("0.957") || dash.contains("957 µs"), "{dash}");
     assert!(dash.contains(NOT_MEASURED), "{dash}");
+    assert!(dash.contains("| 64 KiB | read | cross-core | 10 µs | not measured |"), "{dash}");
 
     // L4: ferry-call-poll is 2.00× the futex floor; no spin floor measured;
     // ferry ÷ ipc-channel = 0.25×.

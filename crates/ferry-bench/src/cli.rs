@@ -145,7 +145,14 @@ fn report_main(args: &[String]) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let plots = report::plots_beside(&file, out.as_deref());
+    // Only plots of cases this file measured (a stale plot of an earlier
+    // run with the same name is left out).
+    let stem_name = std::path::Path::new(plot::stem(&file)).file_name().map_or(String::new(), |n| n.to_string_lossy().into_owned());
+    let mut plots = report::plots_beside(&file, out.as_deref());
+    plots.retain(|p| {
+        let name = std::path::Path::new(p).file_name().map_or(String::new(), |n| n.to_string_lossy().into_owned());
+        rows.iter().any(|r| r.median.is_some() && name.starts_with(&format!("{stem_name}-{}-{}-", r.suite, r.case)))
+    });
     let text = report::render(&rows, meta.as_ref(), &file, &plots);
     match out {
         None => print!("{text}"),

@@ -321,6 +321,13 @@ fn progress_line(show: bool, text: &str) {
     }
 }
 
+/// A progress bar `[#####-----]  42%` for `done` of `total` steps.
+pub fn progress_bar(done: usize, total: usize, width: usize) -> String {
+    let total = total.max(1);
+    let filled = (done.min(total) * width) / total;
+    format!("[{}{}] {:>3}%", "#".repeat(filled), "-".repeat(width - filled), done.min(total) * 100 / total)
+}
+
 /// Runs every case of `suite` in every placement of `opts`, interleaving the
 /// implementations, prints the table (if asked) and returns the records.
 pub fn run_suite(suite: &Suite, opts: &Options) -> Vec<Record> {
@@ -331,6 +338,8 @@ pub fn run_suite(suite: &Suite, opts: &Options) -> Vec<Record> {
     let mut records = Vec::new();
     let total = cases.len() * opts.placements.len();
     let mut done = 0;
+    let steps = total * impls.len() * opts.budget.rounds as usize;
+    let mut step = 0;
     for case in &cases {
         for &placement in &opts.placements {
             done += 1;
@@ -359,13 +368,15 @@ pub fn run_suite(suite: &Suite, opts: &Options) -> Vec<Record> {
                     for k in 0..impls.len() {
                         let idx = (k + round) % impls.len();
                         let tally = &mut tallies[idx];
+                        step += 1;
                         if tally.skipped.is_some() {
                             continue;
                         }
                         progress_line(
                             show,
                             &format!(
-                                "[{}] {done}/{total} {} {} B {} {} — round {}/{} {}",
+                                "{} {} {done}/{total}: {} {} B {} {} — round {}/{} {}",
+                                progress_bar(step, steps, 24),
                                 suite.name,
                                 case.name,
                                 case.bytes,
@@ -399,6 +410,7 @@ pub fn run_suite(suite: &Suite, opts: &Options) -> Vec<Record> {
                 }
                 let _ = pin::unpin(&allowed);
             }
+            step = done * impls.len() * opts.budget.rounds as usize;
             let group: Vec<Record> = tallies.into_iter().map(|t| to_record(suite, case, placement, opts, t)).collect();
             progress_line(show, "");
             if opts.table {

@@ -272,6 +272,42 @@ fn check_record(v: &V, suite: &ferry_bench::harness::Suite) -> Result<(Key, Opti
     Ok(((case, bytes, touch, placement, imp), skipped))
 }
 
+/// The plots of a suite's records: one latency plot for every (case, touch,
+/// placement) measured at two sizes or more, each a well-formed SVG with a
+/// line or point per measured implementation.
+fn check_plots(records: &[ferry_bench::record::Record], path: &str) -> Result<(), String> {
+    let written = ferry_bench::plot::write_plots(records, path).map_err(|e| e.to_string())?;
+    let mut groups = Vec::new();
+    for r in records.iter().filter(|r| r.median_ns.is_some()) {
+        let k = (r.case.clone(), r.touch.name(), r.placement.name());
+        let sizes: std::collections::BTreeSet<u64> = records
+            .iter()
+            .filter(|q| q.median_ns.is_some() && (q.case.clone(), q.touch.name(), q.placement.name()) == k)
+            .map(|q| q.bytes)
+            .collect();
+        if sizes.len() >= 2 && !groups.contains(&k) {
+            groups.push(k);
+        }
+    }
+    let latency: Vec<&String> = written.iter().filter(|p| p.ends_with("-latency.svg")).collect();
+    if latency.len() < groups.len() {
+        return Err(format!("{} latency plots for {} groups measured at several sizes", latency.len(), groups.len()));
+    }
+    for p in &written {
+        let text = std::fs::read_to_string(p).map_err(|e| format!("{p}: {e}"))?;
+        if !text.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\"") || !text.trim_end().ends_with("</svg>") {
+            return Err(format!("{p} is not an SVG document"));
+        }
+        if text.matches('<').count() != text.matches('>').count() {
+            return Err(format!("{p} has unbalanced tags"));
+        }
+        if !text.contains("<circle") {
+            return Err(format!("{p} plots no point"));
+        }
+    }
+    Ok(())
+}
+
 fn run_all() -> Result<(), String> {
     let opts = Options {
         budget: Budget::tiny(),
@@ -326,6 +362,7 @@ fn run_all() -> Result<(), String> {
         for k in ["cpu_model", "cores", "kernel", "thp_enabled", "thp_shmem_enabled", "unprivileged_userfaultfd", "userfaultfd_syscall_works", "ferry_version", "date", "command_line"] {
             get(&m, k).map_err(|e| format!("meta: {e}"))?;
         }
+        check_plots(&records, path).map_err(|e| format!("{}: plots: {e}", suite.name))?;
         println!("smoke: {}: {} records ({measured} measured) well formed", suite.name, items.len());
         total += items.len();
     }

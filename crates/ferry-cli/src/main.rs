@@ -14,6 +14,7 @@ commands:
   demo            processes exchanging ports and a large region through ferryd
   names           what is registered with the name service
   bench SUITE     run benchmarks (see `ferry bench --help`)
+  bench report F  a Markdown report of a results file beside the papers' figures
   probe           measure this machine's IPC primitives
   stat [PID|NAME] live counters of running ferry processes
 ";

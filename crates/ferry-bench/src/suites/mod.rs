@@ -1,6 +1,7 @@
 //! The registered suites. Each suite module lists its cases and its
 //! implementations; `all()` is what `ferry bench all` runs.
 
+pub mod peer_ipc_channel;
 pub mod pingpong;
 pub mod port;
 pub mod rpc;

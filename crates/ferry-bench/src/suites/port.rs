@@ -30,5 +30,6 @@ pub fn impls() -> Vec<Impl> {
         Impl { name: "uds-seqpacket", run: pingpong::uds_seqpacket },
         Impl { name: "pipe", run: pingpong::pipe },
         Impl { name: "futex-floor", run: pingpong::futex_floor },
+        Impl { name: "ipc-channel", run: crate::suites::peer_ipc_channel::roundtrip },
     ]
 }

@@ -41,5 +41,6 @@ pub fn impls() -> Vec<Impl> {
         Impl { name: "uds-seqpacket", run: pingpong::uds_seqpacket },
         Impl { name: "eventfd", run: pingpong::eventfd_pingpong },
         Impl { name: "ferry-port", run: pingpong::ferry_port },
+        Impl { name: "ipc-channel", run: crate::suites::peer_ipc_channel::roundtrip },
     ]
 }

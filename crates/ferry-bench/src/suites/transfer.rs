@@ -74,6 +74,7 @@ pub fn impls() -> Vec<Impl> {
         Impl { name: "vmsplice", run: vmsplice },
         Impl { name: "memcpy", run: memcpy },
         Impl { name: "memfd-map", run: memfd_map },
+        Impl { name: "ipc-channel", run: crate::suites::peer_ipc_channel::transfer },
     ]
 }
 

@@ -1,0 +1,1032 @@
+//! `ferry bench report`: a results file (and its `FILE.meta.json` sidecar)
+//! turned into a Markdown report that sets the papers' tables beside
+//! today's numbers, with the ratios that matter: copy against remap, ferry
+//! against the floor, ferry against its peers.
+//!
+//! The report reads whatever the file holds. Suites, cases and
+//! implementations may be present or absent; what is absent (or was
+//! skipped) is written as "not measured", never filled in. JSON is read by a
+//! small parser here: the files are written by this crate and their shape is
+//! the benchmark-schema contract.
+
+use std::fmt::{self, Write as _};
+
+use crate::plot::{fmt_bytes, fmt_ns};
+
+/// A parsed JSON value.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Value {
+    /// `null`.
+    Null,
+    /// `true` or `false`.
+    Bool(bool),
+    /// Any number.
+    Num(f64),
+    /// A string.
+    Str(String),
+    /// An array.
+    Arr(Vec<Value>),
+    /// An object, keys in file order.
+    Obj(Vec<(String, Value)>),
+}
+
+impl Value {
+    /// The member `key` of an object.
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        match self {
+            Value::Obj(m) => m.iter().find(|(k, _)| k == key).map(|(_, v)| v),
+            _ => None,
+        }
+    }
+    /// This value as a string.
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Value::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+    /// This value as a number.
+    pub fn as_f64(&self) -> Option<f64> {
+        match self {
+            Value::Num(x) => Some(*x),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Value {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Value::Null => f.write_str("null"),
+            Value::Bool(b) => write!(f, "{b}"),
+            Value::Num(x) => write!(f, "{x}"),
+            Value::Str(s) => f.write_str(s),
+            Value::Arr(a) => {
+                f.write_str("[")?;
+                for (i, v) in a.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{v}")?;
+                }
+                f.write_str("]")
+            }
+            Value::Obj(m) => {
+                f.write_str("{")?;
+                for (i, (k, v)) in m.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{k}: {v}")?;
+                }
+                f.write_str("}")
+            }
+        }
+    }
+}
+
+/// Why a results file could not be turned into a report.
+#[derive(Debug)]
+pub enum ReportError {
+    /// The file could not be read.
+    Read {
+        /// The file.
+        path: String,
+        /// What the system said.
+        error: std::io::Error,
+    },
+    /// The file is not valid JSON.
+    Syntax {
+        /// The file.
+        path: String,
+        /// Byte offset of the problem.
+        at: usize,
+        /// What was expected there.
+        what: &'static str,
+    },
+    /// The JSON is not an array of benchmark records.
+    Shape {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        what: String,
+    },
+}
+
+impl fmt::Display for ReportError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReportError::Read { path, error } => {
+                write!(f, "cannot read {path}: {error}; give the file `ferry bench ... --json FILE` wrote")
+            }
+            ReportError::Syntax { path, at, what } => {
+                write!(f, "{path} is not valid JSON (byte {at}: expected {what}); regenerate it with `ferry bench all --json FILE`")
+            }
+            ReportError::Shape { path, what } => {
+                write!(f, "{path} is not a benchmark results file ({what}); give the file `ferry bench ... --json FILE` wrote")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ReportError {}
+
+struct Parser<'a> {
+    s: &'a [u8],
+    i: usize,
+}
+
+type PResult<T> = Result<T, (usize, &'static str)>;
+
+impl Parser<'_> {
+    fn ws(&mut self) {
+        while self.i < self.s.len() && self.s[self.i].is_ascii_whitespace() {
+            self.i += 1;
+        }
+    }
+    fn eat(&mut self, c: u8, what: &'static str) -> PResult<()> {
+        self.ws();
+        if self.s.get(self.i) == Some(&c) {
+            self.i += 1;
+            Ok(())
+        } else {
+            Err((self.i, what))
+        }
+    }
+    fn lit(&mut self, word: &str, v: Value) -> PResult<Value> {
+        if self.s[self.i..].starts_with(word.as_bytes()) {
+            self.i += word.len();
+            Ok(v)
+        } else {
+            Err((self.i, "a value"))
+        }
+    }
+    fn value(&mut self, depth: usize) -> PResult<Value> {
+        if depth > 64 {
+            return Err((self.i, "less nesting"));
+        }
+        self.ws();
+        match self.s.get(self.i) {
+            None => Err((self.i, "a value")),
+            Some(b'n') => self.lit("null", Value::Null),
+            Some(b't') => self.lit("true", Value::Bool(true)),
+            Some(b'f') => self.lit("false", Value::Bool(false)),
+            Some(b'"') => Ok(Value::Str(self.string()?)),
+            Some(b'[') => {
+                self.i += 1;
+                let mut v = Vec::new();
+                self.ws();
+                if self.s.get(self.i) == Some(&b']') {
+                    self.i += 1;
+                    return Ok(Value::Arr(v));
+                }
+                loop {
+                    v.push(self.value(depth + 1)?);
+                    self.ws();
+                    match self.s.get(self.i) {
+                        Some(b',') => self.i += 1,
+                        Some(b']') => {
+                            self.i += 1;
+                            return Ok(Value::Arr(v));
+                        }
+                        _ => return Err((self.i, "',' or ']'")),
+                    }
+                }
+            }
+            Some(b'{') => {
+                self.i += 1;
+                let mut m = Vec::new();
+                self.ws();
+                if self.s.get(self.i) == Some(&b'}') {
+                    self.i += 1;
+                    return Ok(Value::Obj(m));
+                }
+                loop {
+                    self.ws();
+                    if self.s.get(self.i) != Some(&b'"') {
+                        return Err((self.i, "a key"));
+                    }
+                    let k = self.string()?;
+                    self.eat(b':', "':'")?;
+                    m.push((k, self.value(depth + 1)?));
+                    self.ws();
+                    match self.s.get(self.i) {
+                        Some(b',') => self.i += 1,
+                        Some(b'}') => {
+                            self.i += 1;
+                            return Ok(Value::Obj(m));
+                        }
+                        _ => return Err((self.i, "',' or '}'")),
+                    }
+                }
+            }
+            Some(_) => {
+                let start = self.i;
+                while self.i < self.s.len() && matches!(self.s[self.i], b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9') {
+                    self.i += 1;
+                }
+                std::str::from_utf8(&self.s[start..self.i])
+                    .ok()
+                    .and_then(|t| t.parse::<f64>().ok())
+                    .map(Value::Num)
+                    .ok_or((start, "a value"))
+            }
+        }
+    }
+    fn string(&mut self) -> PResult<String> {
+        self.i += 1;
+        let mut out = Vec::new();
+        loop {
+            match self.s.get(self.i) {
+                None => return Err((self.i, "a closing '\"'")),
+                Some(b'"') => {
+                    self.i += 1;
+                    return String::from_utf8(out).map_err(|_| (self.i, "UTF-8"));
+                }
+                Some(b'\\') => {
+                    let c = *self.s.get(self.i + 1).ok_or((self.i, "an escape"))?;
+                    self.i += 2;
+                    let ch = match c {
+                        b'"' => '"',
+                        b'\\' => '\\',
+                        b'/' => '/',
+                        b'n' => '\n',
+                        b'r' => '\r',
+                        b't' => '\t',
+                        b'b' => '\u{8}',
+                        b'f' => '\u{c}',
+                        b'u' => {
+                            let hex = self.s.get(self.i..self.i + 4).ok_or((self.i, "four hex digits"))?;
+                            let code = std::str::from_utf8(hex)
+                                .ok()
+                                .and_then(|h| u32::from_str_radix(h, 16).ok())
+                                .ok_or((self.i, "four hex digits"))?;
+                            self.i += 4;
+                            char::from_u32(code).unwrap_or('\u{fffd}')
+                        }
+                        _ => return Err((self.i - 1, "a valid escape")),
+                    };
+                    let mut b = [0u8; 4];
+                    out.extend_from_slice(ch.encode_utf8(&mut b).as_bytes());
+                }
+                Some(&c) => {
+                    out.push(c);
+                    self.i += 1;
+                }
+            }
+        }
+    }
+}
+
+/// Parses a JSON document.
+///
+/// # Errors
+/// The byte offset and what was expected there.
+pub fn parse_json(text: &str) -> Result<Value, (usize, &'static str)> {
+    let mut p = Parser { s: text.as_bytes(), i: 0 };
+    let v = p.value(0)?;
+    p.ws();
+    if p.i != p.s.len() {
+        return Err((p.i, "the end of the file"));
+    }
+    Ok(v)
+}
+
+/// One record of a results file.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Row {
+    /// Suite.
+    pub suite: String,
+    /// Case.
+    pub case: String,
+    /// Implementation.
+    pub imp: String,
+    /// Payload bytes.
+    pub bytes: u64,
+    /// Placement name.
+    pub placement: String,
+    /// Touch name.
+    pub touch: String,
+    /// Median ns per operation (`None`: not measured).
+    pub median: Option<f64>,
+    /// 99th percentile.
+    pub p99: Option<f64>,
+    /// GB/s at the median.
+    pub gbps: Option<f64>,
+    /// The `extra` object.
+    pub extra: Vec<(String, Value)>,
+}
+
+impl Row {
+    /// Why this record was not measured, if it was not.
+    pub fn skipped(&self) -> Option<&str> {
+        self.extra.iter().find(|(k, _)| k == "skipped").and_then(|(_, v)| v.as_str())
+    }
+    /// A number in `extra`.
+    pub fn extra_num(&self, key: &str) -> Option<f64> {
+        self.extra.iter().find(|(k, _)| k == key).and_then(|(_, v)| v.as_f64())
+    }
+}
+
+/// Reads the records of a results file's text.
+///
+/// # Errors
+/// When it is not JSON or not an array of records.
+pub fn parse_rows(path: &str, text: &str) -> Result<Vec<Row>, ReportError> {
+    let v = parse_json(text).map_err(|(at, what)| ReportError::Syntax { path: path.into(), at, what })?;
+    let Value::Arr(items) = v else {
+        return Err(ReportError::Shape { path: path.into(), what: "the top level is not an array".into() });
+    };
+    let mut rows = Vec::new();
+    for (i, it) in items.iter().enumerate() {
+        let s = |k: &str| it.get(k).and_then(Value::as_str).map(str::to_string);
+        let n = |k: &str| it.get(k).and_then(Value::as_f64);
+        let shape = |what: &str| ReportError::Shape { path: path.into(), what: format!("record {i} has no {what}") };
+        rows.push(Row {
+            suite: s("suite").ok_or_else(|| shape("suite"))?,
+            case: s("case").ok_or_else(|| shape("case"))?,
+            imp: s("impl").ok_or_else(|| shape("impl"))?,
+            bytes: n("bytes").unwrap_or(0.0) as u64,
+            placement: s("placement").unwrap_or_else(|| "unpinned".into()),
+            touch: s("touch").unwrap_or_else(|| "none".into()),
+            median: n("median_ns"),
+            p99: n("p99_ns"),
+            gbps: n("gbps"),
+            extra: match it.get("extra") {
+                Some(Value::Obj(m)) => m.clone(),
+                _ => Vec::new(),
+            },
+        });
+    }
+    Ok(rows)
+}
+
+/// Reads `path` and, if present, `path.meta.json`.
+///
+/// # Errors
+/// When the results file cannot be read or parsed (a missing or broken
+/// sidecar is reported inside the report instead).
+pub fn load(path: &str) -> Result<(Vec<Row>, Option<Value>), ReportError> {
+    let text = std::fs::read_to_string(path).map_err(|error| ReportError::Read { path: path.into(), error })?;
+    let rows = parse_rows(path, &text)?;
+    let meta = std::fs::read_to_string(format!("{path}.meta.json")).ok().and_then(|t| parse_json(&t).ok());
+    Ok((rows, meta))
+}
+
+/// What `NOT` is written as.
+pub const NOT_MEASURED: &str = "not measured";
+
+const PLACEMENTS: [&str; 3] = ["same-core", "cross-core", "unpinned"];
+
+fn is_ferry(i: &str) -> bool {
+    i.starts_with("ferry")
+}
+fn is_peer(i: &str) -> bool {
+    i == "iceoryx2" || i == "ipc-channel" || i.starts_with("iceoryx2-") || i.starts_with("ipc-channel-")
+}
+/// The copying baselines of the `transfer` suite.
+fn is_copy(i: &str) -> bool {
+    i == "pipe" || i.starts_with("pipe-") || i == "uds-stream" || i == "uds-seqpacket" || i == "process-vm-readv" || i == "vmsplice"
+}
+
+fn fmt_ratio(x: f64) -> String {
+    if x >= 100.0 {
+        format!("{x:.0}×")
+    } else if x >= 10.0 {
+        format!("{x:.1}×")
+    } else {
+        format!("{x:.2}×")
+    }
+}
+
+fn fmt_ms(ms: f64) -> String {
+    fmt_ns(ms * 1e6)
+}
+
+struct Ctx<'a> {
+    rows: &'a [Row],
+    placements: Vec<&'static str>,
+}
+
+impl<'a> Ctx<'a> {
+    fn new(rows: &'a [Row]) -> Ctx<'a> {
+        let placements = PLACEMENTS.iter().copied().filter(|p| rows.iter().any(|r| r.placement == *p)).collect::<Vec<_>>();
+        Ctx { rows, placements: if placements.is_empty() { vec!["cross-core"] } else { placements } }
+    }
+
+    /// Records of a case at a size, touch and placement.
+    fn group(&self, suite: &str, case: &str, bytes: u64, touch: &str, placement: &str) -> Vec<&'a Row> {
+        self.rows
+            .iter()
+            .filter(|r| r.suite == suite && r.case == case && r.bytes == bytes && r.touch == touch && r.placement == placement)
+            .collect()
+    }
+
+    /// The fastest measured record among those whose impl passes `pick`.
+    fn best(&self, suite: &str, case: &str, bytes: u64, touch: &str, placement: &str, pick: impl Fn(&str) -> bool) -> Option<&'a Row> {
+        let g = self.group(suite, case, bytes, touch, placement);
+        let measured = g
+            .iter()
+            .copied()
+            .filter(|r| pick(&r.imp) && r.median.is_some())
+            .min_by(|a, b| a.median.unwrap_or(f64::MAX).total_cmp(&b.median.unwrap_or(f64::MAX)));
+        // Nothing measured: the first skipped one, so its reason is shown.
+        measured.or_else(|| g.into_iter().find(|r| pick(&r.imp)))
+    }
+
+    fn one(&self, suite: &str, case: &str, bytes: u64, touch: &str, placement: &str, imp: &str) -> Option<&'a Row> {
+        self.best(suite, case, bytes, touch, placement, |i| i == imp)
+    }
+}
+
+/// `12.3 µs (p99 20 µs) impl`, or "not measured" with the reason.
+fn cell(r: Option<&Row>, scale: f64) -> String {
+    match r {
+        Some(r) => match r.median {
+            Some(m) => format!(
+                "{} (p99 {}) `{}`",
+                fmt_ns(m * scale),
+                r.p99.map_or("?".into(), |p| fmt_ns(p * scale)),
+                r.imp
+            ),
+            None => format!("{NOT_MEASURED}: {}", r.skipped().unwrap_or("no reason recorded")),
+        },
+        None => NOT_MEASURED.to_string(),
+    }
+}
+
+fn ratio(a: Option<f64>, b: Option<f64>) -> String {
+    match (a, b) {
+        (Some(a), Some(b)) if a > 0.0 && b > 0.0 => fmt_ratio(a / b),
+        _ => NOT_MEASURED.into(),
+    }
+}
+
+fn med(r: Option<&Row>) -> Option<f64> {
+    r.and_then(|r| r.median)
+}
+
+fn machine_section(o: &mut String, meta: Option<&Value>, results: &str) {
+    let _ = writeln!(o, "### Machine and run\n");
+    let Some(meta) = meta else {
+        let _ = writeln!(o, "The machine was {NOT_MEASURED}: `{results}.meta.json` is missing or unreadable.\n");
+        return;
+    };
+    let _ = writeln!(o, "| | |\n|---|---|");
+    let keys = [
+        ("cpu_model", "CPU"),
+        ("cores", "CPUs usable"),
+        ("arch", "architecture"),
+        ("kernel", "Linux"),
+        ("page_size", "page size"),
+        ("thp_enabled", "transparent huge pages"),
+        ("thp_shmem_enabled", "shmem huge pages"),
+        ("unprivileged_userfaultfd", "vm.unprivileged_userfaultfd"),
+        ("userfaultfd_syscall_works", "userfaultfd works"),
+        ("loadavg_start", "load average at start (1, 5, 15 min)"),
+        ("loadavg_end", "load average at end"),
+        ("ferry_version", "ferry"),
+        ("date", "date (UTC)"),
+        ("command_line", "command"),
+    ];
+    for (k, label) in keys {
+        let v = meta.get(k).map_or(NOT_MEASURED.to_string(), |v| match v {
+            Value::Null => NOT_MEASURED.to_string(),
+            Value::Arr(a) => a.iter().map(ToString::to_string).collect::<Vec<_>>().join(" "),
+            other => other.to_string(),
+        });
+        let _ = writeln!(o, "| {label} | {} |", v.replace('|', "\\|"));
+    }
+    o.push('\n');
+}
+
+fn accent(o: &mut String, c: &Ctx<'_>) {
+    let _ = writeln!(
+        o,
+        "### Accent, Table 3-2: IPC operation times\n\n\
+         Fitzgerald & Rashid 1986, PERQ. A simple message (under 960 bytes inline) cost 1.15 ms to send and \
+         1.35 ms to receive; a complex message with a pointer to 1024 bytes, 10 ms each. Today's one-way time \
+         is half the measured round trip (send and receive on both sides): `port` / `null-roundtrip` for the \
+         simple message, `rpc` / `roundtrip` at 1024 bytes for the complex one (ferry copies the 1 KiB inline, \
+         which Accent would have mapped).\n"
+    );
+    let _ = writeln!(o, "| message | placement | Accent (PERQ), send + receive | today, one way, best ferry | PERQ ÷ today |\n|---|---|---|---|---|");
+    for &p in &c.placements {
+        let simple = c.best("port", "null-roundtrip", 0, "none", p, is_ferry);
+        let complex = c.best("rpc", "roundtrip", 1024, "none", p, is_ferry);
+        let _ = writeln!(o, "| simple | {p} | {} | {} | {} |", fmt_ms(2.5), cell(simple, 0.5), ratio(Some(2.5e6), med(simple).map(|m| m / 2.0)));
+        let _ = writeln!(
+            o,
+            "| complex, 1024 bytes | {p} | {} | {} | {} |",
+            fmt_ms(20.0),
+            cell(complex, 0.5),
+            ratio(Some(20e6), med(complex).map(|m| m / 2.0))
+        );
+    }
+    o.push('\n');
+}
+
+/// DASH's Table I (lazy) and II (eager) diagonals and first rows, ms, by
+/// 8 KB pages.
+const DASH_PAGES: [u64; 5] = [0, 1, 2, 4, 8];
+const DASH_LAZY_UNREAD: [f64; 5] = [0.957, 1.077, 1.163, 1.334, 1.679];
+const DASH_LAZY_READ: [f64; 5] = [0.957, 1.248, 1.500, 2.008, 3.026];
+const DASH_EAGER_READ: [f64; 5] = [0.957, 1.194, 1.400, 1.815, 2.645];
+
+fn dash(o: &mut String, c: &Ctx<'_>) {
+    let _ = writeln!(
+        o,
+        "### DASH, Tables I–III: moving a message between address spaces\n\n\
+         Tzou & Anderson 1991, Sun-3/50, 8 KB pages, asynchronous messages, half the loop time. \
+         Table I maps pages on first reference, Table II at receive time; copying one 8 KB page cost 2.105 ms \
+         (twice, as UNIX does, 4.210 ms).\n"
+    );
+    let _ = writeln!(o, "| pages of 8 KB | bytes | Table I, none read | Table I, all read | Table II, all read | null + two copies per page (Table III) |\n|---|---|---|---|---|---|");
+    for (k, &pages) in DASH_PAGES.iter().enumerate() {
+        let _ = writeln!(
+            o,
+            "| {pages} | {} | {} | {} | {} | {} |",
+            fmt_bytes(pages * 8192),
+            fmt_ms(DASH_LAZY_UNREAD[k]),
+            fmt_ms(DASH_LAZY_READ[k]),
+            fmt_ms(DASH_EAGER_READ[k]),
+            fmt_ms(0.957 + 4.210 * pages as f64)
+        );
+    }
+    let sizes = sizes_of(c, "transfer", "oneshot");
+    let _ = writeln!(
+        o,
+        "\nToday, `transfer` / `oneshot` (one payload produced before timing; timing ends when the receiver has \
+         done its touch and acknowledged): the best ferry implementation, the best copying baseline (pipes, \
+         sockets, `process_vm_readv`, `vmsplice`), the mapping floor `memfd-map`, the one-copy floor `memcpy`, \
+         and the peers. *copy ÷ ferry* is DASH's \"remapping is 6–10× faster than copying\" measured again.\n"
+    );
+    if sizes.is_empty() {
+        let _ = writeln!(o, "`transfer` / `oneshot`: {NOT_MEASURED}.\n");
+    }
+    for touch in ["none", "read", "write"] {
+        if sizes.is_empty() {
+            break;
+        }
+        let _ = writeln!(o, "Receiver touch: **{touch}**.\n");
+        let _ = writeln!(
+            o,
+            "| bytes | placement | best ferry | best copy | copy ÷ ferry | memfd-map | memcpy | ipc-channel | iceoryx2 | ferry ÷ best peer |\n|---|---|---|---|---|---|---|---|---|---|"
+        );
+        for &b in &sizes {
+            for &p in &c.placements {
+                let f = c.best("transfer", "oneshot", b, touch, p, is_ferry);
+                let cp = c.best("transfer", "oneshot", b, touch, p, is_copy);
+                let peer = c.best("transfer", "oneshot", b, touch, p, is_peer);
+                let _ = writeln!(
+                    o,
+                    "| {} | {p} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                    fmt_bytes(b),
+                    cell(f, 1.0),
+                    cell(cp, 1.0),
+                    ratio(med(cp), med(f)),
+                    cell(c.one("transfer", "oneshot", b, touch, p, "memfd-map"), 1.0),
+                    cell(c.one("transfer", "oneshot", b, touch, p, "memcpy"), 1.0),
+                    cell(c.one("transfer", "oneshot", b, touch, p, "ipc-channel"), 1.0),
+                    cell(c.one("transfer", "oneshot", b, touch, p, "iceoryx2"), 1.0),
+                    ratio(med(f), med(peer)),
+                );
+            }
+        }
+        o.push('\n');
+    }
+    // Every ferry variant side by side: lazy against eager mapping, copy
+    // against remap, as DASH's Tables I and II set them.
+    let mut ferries: Vec<&str> = Vec::new();
+    for r in c.rows.iter().filter(|r| r.suite == "transfer" && r.case == "oneshot" && is_ferry(&r.imp)) {
+        if !ferries.contains(&r.imp.as_str()) {
+            ferries.push(&r.imp);
+        }
+    }
+    let _ = writeln!(o, "Every ferry variant in `transfer` / `oneshot` (DASH's Table I maps lazily, Table II eagerly), with the mapping floor:\n");
+    if ferries.is_empty() {
+        let _ = writeln!(o, "ferry's transfer implementations: {NOT_MEASURED}.\n");
+    } else {
+        let mut head = String::from("| bytes | touch | placement |");
+        let mut rule = String::from("|---|---|---|");
+        for f in ferries.iter().chain(["memfd-map"].iter()) {
+            let _ = write!(head, " `{f}` |");
+            rule.push_str("---|");
+        }
+        let _ = writeln!(o, "{head}\n{rule}");
+        for &b in &sizes {
+            for touch in ["none", "read", "write"] {
+                for &p in &c.placements {
+                    let mut line = format!("| {} | {touch} | {p} |", fmt_bytes(b));
+                    for f in ferries.iter().chain(["memfd-map"].iter()) {
+                        let r = c.one("transfer", "oneshot", b, touch, p, f);
+                        let v = match r.and_then(|r| r.median) {
+                            Some(m) => fmt_ns(m),
+                            None => NOT_MEASURED.to_string(),
+                        };
+                        let _ = write!(line, " {v} |");
+                    }
+                    let _ = writeln!(o, "{line}");
+                }
+            }
+        }
+        o.push('\n');
+    }
+    // Table III: per-page increment.
+    let _ = writeln!(
+        o,
+        "**Table III, the increment per 8 KB page.** DASH: 0.087 ms mapped on demand and not read, 0.254 ms mapped \
+         on demand and read, 0.208 ms mapped at receive; 2.105 ms to copy once, 4.210 ms twice. Today's increment is \
+         the slope of `transfer` / `oneshot` between 64 KiB and 1 MiB, per 8 KiB.\n"
+    );
+    let _ = writeln!(o, "| implementation | touch | placement | today per 8 KiB | DASH counterpart | DASH ÷ today |\n|---|---|---|---|---|---|");
+    let (lo, hi) = (64u64 << 10, 1u64 << 20);
+    let mut any = false;
+    for touch in ["none", "read"] {
+        let dash_ms = if touch == "none" { 0.087 } else { 0.254 };
+        for &p in &c.placements {
+            let picks: [Pick; 4] = [
+                ("best ferry", is_ferry, dash_ms, if touch == "none" { "remap, not read" } else { "remap, read" }),
+                ("memfd-map", |i| i == "memfd-map", dash_ms, if touch == "none" { "remap, not read" } else { "remap, read" }),
+                ("best copy", is_copy, 4.210, "copy twice"),
+                ("memcpy", |i| i == "memcpy", 2.105, "copy once"),
+            ];
+            for (label, pick, paper, what) in picks {
+                let a = c.best("transfer", "oneshot", lo, touch, p, pick);
+                let b = c.best("transfer", "oneshot", hi, touch, p, pick);
+                let slope = match (med(a), med(b)) {
+                    (Some(x), Some(y)) => Some((y - x) / ((hi - lo) as f64 / 8192.0)),
+                    _ => None,
+                };
+                any |= slope.is_some();
+                let today = slope.map_or(NOT_MEASURED.to_string(), |s| {
+                    let noise = if s <= 0.0 { " (no increase: within noise)" } else { "" };
+                    format!("{}{noise} `{}`", fmt_ns(s), b.map_or("", |r| r.imp.as_str()))
+                });
+                let _ = writeln!(
+                    o,
+                    "| {label} | {touch} | {p} | {today} | {} {what} | {} |",
+                    fmt_ms(paper),
+                    ratio(Some(paper * 1e6), slope.filter(|s| *s > 0.0))
+                );
+            }
+        }
+    }
+    if !any {
+        let _ = writeln!(o, "\n(The 64 KiB and 1 MiB sizes were {NOT_MEASURED}.)");
+    }
+    o.push('\n');
+}
+
+/// A row of DASH's Table III today: label, which implementations, the
+/// paper's figure (ms) and what it measured.
+type Pick = (&'static str, fn(&str) -> bool, f64, &'static str);
+
+fn sizes_of(c: &Ctx<'_>, suite: &str, case: &str) -> Vec<u64> {
+    let mut v: Vec<u64> = c.rows.iter().filter(|r| r.suite == suite && r.case == case).map(|r| r.bytes).collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+fn l4(o: &mut String, c: &Ctx<'_>) {
+    let _ = writeln!(
+        o,
+        "### L4: the short-message round trip and its floor\n\n\
+         Liedtke 1993, 486/50: an 8-byte cross-address-space IPC in 5 µs (250 cycles) one way, 10 µs there and \
+         back, against an estimated minimum of 172 cycles. Today: `rpc` / `roundtrip` with 8 bytes each way, \
+         every implementation, beside the blocking floor (`futex-floor`: two processes ping-ponging on a shared \
+         futex) and the polling floor (`spin-floor`).\n"
+    );
+    let _ = writeln!(o, "| implementation | placement | round trip, median (p99) | ÷ futex-floor | ÷ spin-floor | L4 (10 µs) ÷ this |\n|---|---|---|---|---|---|");
+    let mut imps: Vec<&str> = c.rows.iter().filter(|r| r.suite == "rpc" && r.case == "roundtrip" && r.bytes == 8).map(|r| r.imp.as_str()).collect();
+    imps.dedup();
+    let mut seen = Vec::new();
+    imps.retain(|i| if seen.contains(i) { false } else { seen.push(*i); true });
+    if imps.is_empty() {
+        let _ = writeln!(o, "| any | any | {NOT_MEASURED} | | | |");
+    }
+    for &p in &c.placements {
+        let futex = med(c.one("rpc", "roundtrip", 8, "none", p, "futex-floor"));
+        let spin = med(c.one("rpc", "roundtrip", 8, "none", p, "spin-floor"));
+        for imp in &imps {
+            let r = c.group("rpc", "roundtrip", 8, "none", p).into_iter().find(|r| r.imp == *imp);
+            let m = med(r);
+            let _ = writeln!(o, "| `{imp}` | {p} | {} | {} | {} | {} |", cell(r, 1.0), ratio(m, futex), ratio(m, spin), ratio(Some(10_000.0), m));
+        }
+    }
+    o.push('\n');
+    let _ = writeln!(o, "Ferry against its peers, `rpc` / `roundtrip` at every size (best ferry ÷ peer; below 1 means ferry is faster):\n");
+    let _ = writeln!(o, "| bytes | placement | best ferry | ipc-channel | ferry ÷ ipc-channel | iceoryx2 | ferry ÷ iceoryx2 |\n|---|---|---|---|---|---|---|");
+    let sizes = sizes_of(c, "rpc", "roundtrip");
+    if sizes.is_empty() {
+        let _ = writeln!(o, "| any | any | {NOT_MEASURED} | | | | |");
+    }
+    for b in sizes {
+        for &p in &c.placements {
+            let f = c.best("rpc", "roundtrip", b, "none", p, is_ferry);
+            let ic = c.one("rpc", "roundtrip", b, "none", p, "ipc-channel");
+            let ix = c.best("rpc", "roundtrip", b, "none", p, |i| i == "iceoryx2" || i.starts_with("iceoryx2-"));
+            let _ = writeln!(
+                o,
+                "| {} | {p} | {} | {} | {} | {} | {} |",
+                fmt_bytes(b),
+                cell(f, 1.0),
+                cell(ic, 1.0),
+                ratio(med(f), med(ic)),
+                cell(ix, 1.0),
+                ratio(med(f), med(ix))
+            );
+        }
+    }
+    o.push('\n');
+}
+
+fn dean_armand(o: &mut String, c: &Ctx<'_>) {
+    let _ = writeln!(
+        o,
+        "### Dean & Armand, Table 5-2: trap and RPC times\n\n\
+         Dean & Armand 1992, 386/25 PCs: a trap to the UNIX emulation (`getpid`) took 61 µs on Mach 3.0; a null \
+         RPC between two user tasks 310 µs on Mach 3.0, and 83 µs between CHORUS/MiX supervisor actors through a \
+         message handler. Today: the null system call from `ferry probe` (when the results hold its records), a \
+         null message round trip through ferry's ports, and the smallest `rpc` round trip.\n"
+    );
+    let _ = writeln!(o, "| operation | placement | paper | today | paper ÷ today |\n|---|---|---|---|---|");
+    let sys = c.rows.iter().find(|r| r.suite == "probe" && r.case == "null-syscall" && r.median.is_some());
+    let _ = writeln!(o, "| trap (null system call) | — | 61 µs Mach 3.0 | {} | {} |", cell(sys, 1.0), ratio(Some(61_000.0), med(sys)));
+    for &p in &c.placements {
+        let port = c.best("port", "null-roundtrip", 0, "none", p, is_ferry);
+        let rpc = c.best("rpc", "roundtrip", 8, "none", p, is_ferry);
+        let _ = writeln!(o, "| null RPC, ferry port | {p} | 310 µs Mach 3.0 | {} | {} |", cell(port, 1.0), ratio(Some(310_000.0), med(port)));
+        let _ = writeln!(o, "| null RPC, best ferry 8-byte call | {p} | 83 µs CHORUS/MiX | {} | {} |", cell(rpc, 1.0), ratio(Some(83_000.0), med(rpc)));
+    }
+    o.push('\n');
+    let _ = writeln!(
+        o,
+        "### Dean & Armand, Table 5-8: supplying pages by copy or by page stealing\n\n\
+         Mach 3.0's external pager, per page fault served from disk: `Data_Provided` (copies) 12.1 ms at 4 KB, \
+         10.0 ms at 8 KB, 7.5 ms at 16 KB; `Data_Supply` (steals the page, no copy) 11.5, 10.0 and 7.5 ms (the disk \
+         dominates: 530 KB/s at 16 KB). Today: the `pager` suite, every implementation (ferry's pager supplying pages \
+         with `UFFDIO_COPY` or `UFFDIO_MOVE`, the bare userfaultfd handler, a plain file read and mmap), from memory \
+         rather than disk.\n"
+    );
+    let pager: Vec<&Row> = c.rows.iter().filter(|r| r.suite == "pager").collect();
+    if pager.is_empty() {
+        let _ = writeln!(o, "`pager`: {NOT_MEASURED} (the suite was not in this run).\n");
+        return;
+    }
+    let _ = writeln!(o, "| case | bytes | placement | implementation | median (p99) | pages per fault | GB/s |\n|---|---|---|---|---|---|---|");
+    for r in &pager {
+        let _ = writeln!(
+            o,
+            "| {} | {} | {} | `{}` | {} | {} | {} |",
+            r.case,
+            fmt_bytes(r.bytes),
+            r.placement,
+            r.imp,
+            cell(Some(r), 1.0),
+            r.extra_num("cluster").map_or(String::new(), |x| format!("{x}")),
+            r.gbps.map_or(String::new(), |g| format!("{g:.2}"))
+        );
+    }
+    // Copy against move, where both are there.
+    let mut lines = Vec::new();
+    for case in ["fault", "seqread"] {
+        for b in sizes_of(c, "pager", case) {
+            for &p in &c.placements {
+                let g = c.group("pager", case, b, "none", p);
+                let cp = g.iter().find(|r| is_ferry(&r.imp) && r.imp.contains("copy") && r.median.is_some());
+                let mv = g.iter().find(|r| is_ferry(&r.imp) && r.imp.contains("move") && r.median.is_some());
+                if let (Some(cp), Some(mv)) = (cp, mv) {
+                    lines.push(format!(
+                        "| {case} | {} | {p} | `{}` ÷ `{}` | {} |",
+                        fmt_bytes(b),
+                        cp.imp,
+                        mv.imp,
+                        ratio(cp.median, mv.median)
+                    ));
+                }
+            }
+        }
+    }
+    let _ = writeln!(o, "\nCopy ÷ move (Dean & Armand measured 12.1 ÷ 11.5 = 1.05× at 4 KB):\n");
+    if lines.is_empty() {
+        let _ = writeln!(o, "{NOT_MEASURED}: no case has both a copying and a moving ferry pager measured.\n");
+    } else {
+        let _ = writeln!(o, "| case | bytes | placement | ratio | copy ÷ move |\n|---|---|---|---|---|");
+        for l in lines {
+            let _ = writeln!(o, "{l}");
+        }
+        o.push('\n');
+    }
+}
+
+fn anderson(o: &mut String, c: &Ctx<'_>) {
+    let _ = writeln!(
+        o,
+        "### Anderson et al., Table 1: primitive operating-system functions\n\n\
+         Anderson, Levy, Bershad & Lazowska 1991, µs: DEC CVAX and MIPS R3000 (DECstation 5000/200). Today: \
+         `ferry probe`'s records, when the results hold them (`ferry bench all` runs the probe too). The PTE change \
+         and the context switch exclude the system call, as the paper's do.\n"
+    );
+    let _ = writeln!(o, "| primitive | CVAX | R3000 | today | R3000 ÷ today |\n|---|---|---|---|---|");
+    let prims = [
+        ("null system call", "null-syscall", 15.8, 4.1),
+        ("trap", "trap", 23.1, 5.2),
+        ("page table entry change", "pte-change", 8.8, 2.0),
+        ("context switch", "context-switch", 28.3, 7.4),
+    ];
+    for (label, case, cvax, r3000) in prims {
+        let r = c.rows.iter().find(|r| r.suite == "probe" && r.case == case && r.median.is_some());
+        let today = r.map(|r| r.extra_num("minus_syscalls_ns").filter(|x| *x > 0.0).unwrap_or(r.median.unwrap_or(0.0)));
+        let shown = match (r, today) {
+            (Some(r), Some(t)) => format!("{} ({})", fmt_ns(t), r.placement),
+            _ => {
+                let skipped = c.rows.iter().find(|r| r.suite == "probe" && r.case == case).and_then(Row::skipped);
+                skipped.map_or(NOT_MEASURED.to_string(), |s| format!("{NOT_MEASURED}: {s}"))
+            }
+        };
+        let _ = writeln!(o, "| {label} | {cvax} µs | {r3000} µs | {shown} | {} |", ratio(Some(r3000 * 1e3), today));
+    }
+    o.push('\n');
+    let _ = writeln!(
+        o,
+        "### Anderson et al., Table 7: how often the primitives are used\n\n\
+         On the remote Andrew benchmark Mach 3.0 made 128,874 address-space switches to Mach 2.5's 3,904 (33×) and \
+         160,233 system calls to 35,498: decomposition multiplies the primitives. Today's counterpart is per \
+         operation: the context switches of both processes per round trip (`extra.ctx_switches_per_op`) and any \
+         other per-operation counts the implementations record, for the small-message cases.\n"
+    );
+    let _ = writeln!(o, "| suite / case | bytes | placement | implementation | counts per operation |\n|---|---|---|---|---|");
+    let mut n = 0;
+    for (suite, case, bytes) in [("port", "null-roundtrip", 0u64), ("rpc", "roundtrip", 64)] {
+        for &p in &c.placements {
+            for r in c.group(suite, case, bytes, "none", p) {
+                let counts: Vec<String> = r
+                    .extra
+                    .iter()
+                    .filter(|(k, v)| k.ends_with("_per_op") && v.as_f64().is_some())
+                    .map(|(k, v)| format!("{} {}", k.trim_end_matches("_per_op").replace('_', " "), v))
+                    .collect();
+                let shown = if r.median.is_none() {
+                    format!("{NOT_MEASURED}: {}", r.skipped().unwrap_or("no reason recorded"))
+                } else if counts.is_empty() {
+                    NOT_MEASURED.to_string()
+                } else {
+                    counts.join(", ")
+                };
+                n += 1;
+                let _ = writeln!(o, "| {suite} / {case} | {} | {p} | `{}` | {shown} |", fmt_bytes(bytes), r.imp);
+            }
+        }
+    }
+    if n == 0 {
+        let _ = writeln!(o, "| port / null-roundtrip | | | | {NOT_MEASURED} |");
+    }
+    o.push('\n');
+}
+
+fn all_results(o: &mut String, c: &Ctx<'_>) {
+    let _ = writeln!(o, "### Every record\n\nMedian (p99) per operation; *x ref* is the ratio to the suite's reference baseline where the suite has one.\n");
+    let mut suites: Vec<&str> = Vec::new();
+    for r in c.rows {
+        if !suites.contains(&r.suite.as_str()) && r.suite != "probe" {
+            suites.push(&r.suite);
+        }
+    }
+    for suite in suites {
+        let _ = writeln!(o, "#### `{suite}`\n");
+        let _ = writeln!(o, "| case | bytes | touch | placement | implementation | median | p99 | GB/s | note |\n|---|---|---|---|---|---|---|---|---|");
+        for r in c.rows.iter().filter(|r| r.suite == suite) {
+            let note = match r.skipped() {
+                Some(s) => format!("{NOT_MEASURED}: {s}"),
+                None => r.extra_num("ctx_switches_per_op").map_or(String::new(), |x| format!("{x} switches/op")),
+            };
+            let _ = writeln!(
+                o,
+                "| {} | {} | {} | {} | `{}` | {} | {} | {} | {} |",
+                r.case,
+                fmt_bytes(r.bytes),
+                r.touch,
+                r.placement,
+                r.imp,
+                r.median.map_or("—".into(), fmt_ns),
+                r.p99.map_or("—".into(), fmt_ns),
+                r.gbps.map_or(String::new(), |g| format!("{g:.2}")),
+                note.replace('|', "\\|")
+            );
+        }
+        o.push('\n');
+    }
+}
+
+/// The Markdown report of `rows` (with the sidecar `meta`), naming the
+/// results file `results` and listing `plots` (paths as they should be
+/// linked).
+pub fn render(rows: &[Row], meta: Option<&Value>, results: &str, plots: &[String]) -> String {
+    let c = Ctx::new(rows);
+    let mut o = String::new();
+    let _ = writeln!(o, "## Report: `{results}`\n");
+    let _ = writeln!(
+        o,
+        "Generated by `ferry bench report {results}` from {} records. Times are medians per operation with the 99th \
+         percentile in parentheses; ratios divide medians; `not measured` marks what this run could not measure \
+         (with the reason recorded in the results) or did not include. The papers' machines are 30–40 years old: \
+         the ratios show how far each cost has come, not a contest.\n",
+        rows.len()
+    );
+    machine_section(&mut o, meta, results);
+    accent(&mut o, &c);
+    dash(&mut o, &c);
+    l4(&mut o, &c);
+    dean_armand(&mut o, &c);
+    anderson(&mut o, &c);
+    if !plots.is_empty() {
+        let _ = writeln!(o, "### Plots\n\nLatency and throughput against payload size, one line per implementation (DASH's Figures 3 and 4 again):\n");
+        for p in plots {
+            let _ = writeln!(o, "- [{p}]({p})");
+        }
+        o.push('\n');
+    }
+    all_results(&mut o, &c);
+    o
+}
+
+/// The markers between which [`write_into`] replaces a document's
+/// generated part.
+pub const BEGIN: &str = "<!-- ferry bench report: begin (generated, do not edit by hand) -->";
+/// See [`BEGIN`].
+pub const END: &str = "<!-- ferry bench report: end -->";
+
+/// Writes `report` to `path`: between the [`BEGIN`] and [`END`] markers if
+/// the file has them (keeping the hand-written rest), else as the whole file.
+///
+/// # Errors
+/// When the file cannot be read or written.
+pub fn write_into(path: &str, report: &str) -> std::io::Result<()> {
+    if let Ok(old) = std::fs::read_to_string(path) {
+        if let (Some(b), Some(e)) = (old.find(BEGIN), old.find(END)) {
+            if b < e {
+                let head = &old[..b + BEGIN.len()];
+                let tail = &old[e..];
+                return std::fs::write(path, format!("{head}\n\n{}\n{tail}", report.trim_end()));
+            }
+        }
+    }
+    std::fs::write(path, report)
+}
+
+/// The plots `ferry bench --json results` wrote next to `results`, as
+/// paths relative to the directory of `out` where they lie under it.
+pub fn plots_beside(results: &str, out: Option<&str>) -> Vec<String> {
+    use std::path::Path;
+    let stem = crate::plot::stem(results);
+    let stem_path = Path::new(stem);
+    let dir = match stem_path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => Path::new(".").to_path_buf(),
+    };
+    let Some(prefix) = stem_path.file_name().map(|n| format!("{}-", n.to_string_lossy())) else {
+        return Vec::new();
+    };
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(&prefix) && n.ends_with(".svg"))
+        .collect();
+    names.sort();
+    let out_dir = out.and_then(|o| Path::new(o).parent()).and_then(|d| d.canonicalize().ok());
+    let dir_abs = dir.canonicalize().ok();
+    names
+        .into_iter()
+        .map(|n| {
+            let full = dir.join(&n);
+            match (&out_dir, &dir_abs) {
+                (Some(od), Some(da)) => match da.join(&n).strip_prefix(od) {
+                    Ok(rel) => rel.to_string_lossy().into_owned(),
+                    Err(_) => full.to_string_lossy().into_owned(),
+                },
+                _ => full.to_string_lossy().into_owned(),
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_round_trips_the_shapes_records_use() {
+        let v = parse_json(r#"[{"a": 1.5, "b": "x\"\u00e9", "c": null, "d": [true, false], "e": {}}]"#).unwrap();
+        let Value::Arr(a) = v else { panic!("not an array") };
+        assert_eq!(a[0].get("a"), Some(&Value::Num(1.5)));
+        assert_eq!(a[0].get("b").and_then(Value::as_str), Some("x\"é"));
+        assert_eq!(a[0].get("c"), Some(&Value::Null));
+        assert!(parse_json("[1,").is_err());
+        assert!(parse_json("[1] x").is_err());
+    }
+}

@@ -1,0 +1,103 @@
+//! The benchmark command end to end, as CI runs it: the built `ferry`
+//! binary runs every suite (and the probe) with `--smoke`, writes the
+//! results, the machine sidecar and the plots, and `ferry bench report`
+//! turns them into Markdown with every paper table; one suite also runs with
+//! `--quick`. Nothing here looks at a timing.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const FERRY: &str = env!("CARGO_BIN_EXE_ferry");
+
+/// Runs `ferry ARGS`, killing it after `limit` (a hang fails the test).
+fn ferry(args: &[&str], limit: Duration) -> (bool, String, String) {
+    let mut child = Command::new(FERRY)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start ferry");
+    let deadline = Instant::now() + limit;
+    loop {
+        if child.try_wait().expect("wait for ferry").is_some() {
+            break;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("ferry {args:?} did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().expect("collect ferry's output");
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+fn temp_dir(tag: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("ferry-bench-smoke-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&d).expect("temporary directory");
+    d
+}
+
+#[test]
+fn bench_all_then_report() {
+    let dir = temp_dir("all");
+    let json = dir.join("results.json");
+    let json_s = json.to_str().unwrap();
+    let (ok, _, err) = ferry(&["bench", "all", "--smoke", "--json", json_s], Duration::from_secs(600));
+    assert!(ok, "ferry bench all --smoke failed:\n{err}");
+
+    let text = std::fs::read_to_string(&json).expect("the results file");
+    assert!(text.trim_start().starts_with('[') && text.trim_end().ends_with(']'));
+    let compact = text.replace(' ', "");
+    for suite in ["\"suite\":\"port\"", "\"suite\":\"rpc\"", "\"suite\":\"transfer\"", "\"suite\":\"probe\"", "\"impl\":\"ipc-channel\""] {
+        assert!(compact.contains(suite), "no {suite} in the results");
+    }
+    let meta = std::fs::read_to_string(format!("{json_s}.meta.json")).expect("the sidecar");
+    for k in ["cpu_model", "kernel", "loadavg_start", "loadavg_end", "command_line"] {
+        assert!(meta.contains(&format!("\"{k}\"")), "no {k} in the sidecar:\n{meta}");
+    }
+    let plots: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("results-") && n.ends_with(".svg"))
+        .collect();
+    assert!(plots.iter().any(|p| p.starts_with("results-rpc-roundtrip-")), "no rpc plot among {plots:?}");
+    assert!(plots.iter().any(|p| p.starts_with("results-transfer-oneshot-")), "no transfer plot among {plots:?}");
+    for p in &plots {
+        let svg = std::fs::read_to_string(dir.join(p)).unwrap();
+        assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"), "{p} is not an SVG document");
+    }
+
+    let md = dir.join("report.md");
+    let (ok, _, err) = ferry(&["bench", "report", json_s, "--out", md.to_str().unwrap()], Duration::from_secs(60));
+    assert!(ok, "ferry bench report failed:\n{err}");
+    let md = std::fs::read_to_string(&md).expect("the report");
+    for h in ["Accent, Table 3-2", "DASH, Tables I–III", "L4", "Dean & Armand, Table 5-2", "Dean & Armand, Table 5-8", "Anderson et al., Table 1", "Anderson et al., Table 7", "### Plots", "### Every record"] {
+        assert!(md.contains(h), "the report has no section {h:?}");
+    }
+    // The plots are linked relative to the report, which sits beside them.
+    assert!(md.contains("(results-rpc-roundtrip-"), "plots not linked relatively");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn one_suite_quick_and_bad_report_input() {
+    let dir = temp_dir("quick");
+    let json = dir.join("port.json");
+    let (ok, _, err) = ferry(&["bench", "port", "--quick", "--json", json.to_str().unwrap()], Duration::from_secs(300));
+    assert!(ok, "ferry bench port --quick failed:\n{err}");
+    assert!(std::fs::read_to_string(&json).unwrap().contains("\"impl\": \"ipc-channel\""));
+
+    let broken = dir.join("broken.json");
+    std::fs::write(&broken, "[{").unwrap();
+    let (ok, _, err) = ferry(&["bench", "report", broken.to_str().unwrap()], Duration::from_secs(60));
+    assert!(!ok && err.contains("not valid JSON"), "a broken file must fail clearly:\n{err}");
+    let (ok, _, err) = ferry(&["bench", "report"], Duration::from_secs(60));
+    assert!(!ok && err.contains("name the results file"), "{err}");
+    assert!(!Path::new(&dir.join("absent")).exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,6 +1,7 @@
 //! The benchmark crate's only contact with the kernel that needs `unsafe`:
-//! `fork`, shared and file mappings, `process_vm_readv`, `vmsplice` and the
-//! `userfaultfd` probe. The baselines are these raw primitives by
+//! `fork`, shared and file mappings, `process_vm_readv`, `vmsplice`, the
+//! `userfaultfd` probe, and the bare userfaultfd handler of the `pager`
+//! suite's `uffd-raw` baseline ([`RawUffd`]). The baselines are these raw primitives by
 //! definition, and ferry does not (and should not) export them, so they live
 //! here, in one module with the same shape as ferry's own `sys` layer.
 //!

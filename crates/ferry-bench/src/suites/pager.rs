@@ -13,7 +13,11 @@
 //!   `ferry-pager-zerofill` (`data_unavailable`, `UFFDIO_ZEROPAGE`). The
 //!   floor is a bare userfaultfd handler in a forked process doing the same
 //!   work with the same cluster: `uffd-raw` (copy), `uffd-raw-continue`,
-//!   `uffd-raw-zeropage`. Both pagers write the same pattern into every
+//!   `uffd-raw-zeropage`. `ferry-pager-zerocopy-warm` and
+//!   `uffd-raw-continue-warm` measure zero-copy supply of pages already in
+//!   the page cache (a first client touched them, untimed): the
+//!   `UFFDIO_CONTINUE` alone, what a second client of an object pays.
+//!   Both pagers write the same pattern into every
 //!   page they supply (a pager produces its data), so the difference is
 //!   ferry's machinery alone. Compare each ferry mode with its own raw
 //!   mode; the table's ratio column divides by the fastest raw variant.
@@ -89,6 +93,8 @@ pub fn impls() -> Vec<Impl> {
         Impl { name: "uffd-raw", run: |r| raw_fault(r, Mode::Copy) },
         Impl { name: "ferry-pager-zerocopy", run: |r| ferry_fault(r, Mode::Continue) },
         Impl { name: "uffd-raw-continue", run: |r| raw_fault(r, Mode::Continue) },
+        Impl { name: "ferry-pager-zerocopy-warm", run: |r| ferry_fault(r, Mode::ContinueWarm) },
+        Impl { name: "uffd-raw-continue-warm", run: |r| raw_fault(r, Mode::ContinueWarm) },
         Impl { name: "ferry-pager-zerofill", run: |r| ferry_fault(r, Mode::Zero) },
         Impl { name: "uffd-raw-zeropage", run: |r| raw_fault(r, Mode::Zero) },
         Impl { name: "ferry-fileserver", run: |r| fileserver(r, 16) },
@@ -105,6 +111,9 @@ enum Mode {
     Copy,
     /// The pager writes the pages into a shared memfd; `UFFDIO_CONTINUE`.
     Continue,
+    /// The pages are in the shared memfd already (another client touched
+    /// them, untimed): `UFFDIO_CONTINUE` alone.
+    ContinueWarm,
     /// No data: `UFFDIO_ZEROPAGE`.
     Zero,
 }
@@ -114,6 +123,7 @@ impl Mode {
         match self {
             Mode::Copy => "copy",
             Mode::Continue => "zerocopy",
+            Mode::ContinueWarm => "zerocopy-warm",
             Mode::Zero => "zerofill",
         }
     }
@@ -222,7 +232,7 @@ fn ferry_fault(run: &mut Run<'_>, mode: Mode) -> Result<(), Skip> {
         let (mut server, right) = ObjectServer::new().map_err(pager_err("object server"))?;
         let config = ObjectConfig {
             cluster,
-            mode: if mode == Mode::Continue { SupplyMode::ZeroCopy } else { SupplyMode::Copy },
+            mode: if matches!(mode, Mode::Continue | Mode::ContinueWarm) { SupplyMode::ZeroCopy } else { SupplyMode::Copy },
             ..ObjectConfig::default()
         };
         let pager: Box<dyn Pager> = if mode == Mode::Zero { Box::new(Nothing) } else { Box::new(Produce) };
@@ -231,17 +241,24 @@ fn ferry_fault(run: &mut Run<'_>, mode: Mode) -> Result<(), Skip> {
             server.serve(Timeout::Infinite).map_err(|e| io::Error::other(e.to_string()))?;
         })?;
         let object = MemoryObject::new(right, id);
+        if mode == Mode::ContinueWarm {
+            // A first client fills the pager's page cache, untimed.
+            let first = object.map().map_err(pager_err("map"))?;
+            let s = first.as_slice();
+            touch_clusters(|off| s[off], pages, 1, mode)?;
+        }
+        let before = object.stats().map_err(pager_err("stats"))?;
         let mapped = object.map().map_err(pager_err("map"))?;
         let s = mapped.as_slice();
         let el = touch_clusters(|off| s[off], pages, cluster, mode)?;
         run.record_batch(el, faults as u64);
         touches += faults as u64;
         let st = object.stats().map_err(pager_err("stats"))?;
-        served.faults += st.faults;
-        served.pages_copied += st.pages_copied;
-        served.pages_continued += st.pages_continued;
-        served.pages_zeroed += st.pages_zeroed;
-        served.requests += st.requests;
+        served.faults += st.faults - before.faults;
+        served.pages_copied += st.pages_copied - before.pages_copied;
+        served.pages_continued += st.pages_continued - before.pages_continued;
+        served.pages_zeroed += st.pages_zeroed - before.pages_zeroed;
+        served.requests += st.requests - before.requests;
         drop(mapped);
         drop(object);
         drop(peer);
@@ -267,7 +284,7 @@ fn raw_fault(run: &mut Run<'_>, mode: Mode) -> Result<(), Skip> {
     let faults = pages / cluster;
     let len = pages * PAGE;
     while run.more() {
-        let shmem = mode == Mode::Continue;
+        let shmem = matches!(mode, Mode::Continue | Mode::ContinueWarm);
         let memfd = if shmem {
             let fd = rustix::fs::memfd_create("uffd-raw", rustix::fs::MemfdFlags::CLOEXEC).map_err(|e| failed("memfd", e))?;
             rustix::fs::ftruncate(&fd, len as u64).map_err(|e| failed("ftruncate", e))?;
@@ -284,6 +301,11 @@ fn raw_fault(run: &mut Run<'_>, mode: Mode) -> Result<(), Skip> {
             Ok(u) => u,
             Err(e) => return Err(Skip::new(format!("userfaultfd unavailable: {e}"))),
         };
+        if let (Mode::ContinueWarm, Some(fd)) = (mode, &memfd) {
+            // The page cache is filled before the client faults, untimed.
+            let mut cache = Map::file(fd.as_fd(), len, true, true).map_err(|e| failed("mmap", e))?;
+            fill_pages(0, cache.as_mut_slice().ok_or_else(|| failed("mmap", "read-only"))?);
+        }
         uffd.register(map.addr(), len, shmem).map_err(|e| failed("UFFDIO_REGISTER", e))?;
         let base = map.addr();
         let peer = run.spawn(&[], move || serve_raw(uffd, memfd, base, len, cluster, mode))?;
@@ -319,6 +341,7 @@ fn serve_raw(uffd: RawUffd, memfd: Option<OwnedFd>, base: usize, len: usize, clu
                 fill_pages(first * PAGE, &mut buf[..n]);
                 fill_all(n, |at| uffd.copy(dst + at, &buf[at..n]))?;
             }
+            Mode::ContinueWarm => fill_all(n, |at| uffd.continue_(dst + at, n - at))?,
             Mode::Continue => {
                 let c = cache.as_mut().and_then(Map::as_mut_slice).ok_or_else(|| io::Error::other("no page cache"))?;
                 fill_pages(first * PAGE, &mut c[first * PAGE..end * PAGE]);

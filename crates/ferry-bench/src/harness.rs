@@ -228,6 +228,12 @@ impl<'a> Run<'a> {
         self.case.bytes as usize
     }
 
+    /// How long this round may run (suites that scale their payload to the
+    /// budget, as `pager` does under `--quick`, read it here).
+    pub fn budget(&self) -> Budget {
+        self.budget
+    }
+
     /// The CPU the timing process is pinned to (`None`: unpinned).
     pub fn own_cpu(&self) -> Option<usize> {
         self.cpus.map(|c| c.0)

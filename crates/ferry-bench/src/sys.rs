@@ -1,6 +1,7 @@
 //! The benchmark crate's only contact with the kernel that needs `unsafe`:
-//! `fork`, shared and file mappings, `process_vm_readv`, `vmsplice` and the
-//! `userfaultfd` probe. The baselines are these raw primitives by
+//! `fork`, shared and file mappings, `process_vm_readv`, `vmsplice`, the
+//! `userfaultfd` probe, and the bare userfaultfd handler of the `pager`
+//! suite's `uffd-raw` baseline ([`RawUffd`]). The baselines are these raw primitives by
 //! definition, and ferry does not (and should not) export them, so they live
 //! here, in one module with the same shape as ferry's own `sys` layer.
 //!
@@ -223,4 +224,218 @@ pub fn userfaultfd_works() -> io::Result<()> {
     // SAFETY: the call just returned this descriptor, which nothing else owns.
     drop(unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as libc::c_int) });
     Ok(())
+}
+
+/// Anonymous private memory, unmapped on drop: the client side of the
+/// `uffd-raw` pager baseline registers it with a userfaultfd.
+pub fn private_anon(len: usize) -> io::Result<Map> {
+    // SAFETY: a null hint lets the kernel choose a fresh range; nothing we
+    // do not own is replaced.
+    let p = unsafe { rustix::mm::mmap_anonymous(std::ptr::null_mut(), len, ProtFlags::READ | ProtFlags::WRITE, MapFlags::PRIVATE)? };
+    Ok(Map { ptr: NonNull::new(p.cast()).ok_or_else(|| io::Error::other("mmap returned null"))?, len, writable: true })
+}
+
+impl Map {
+    /// The address of the first mapped byte (for registering the range with
+    /// a userfaultfd and naming fault addresses).
+    pub fn addr(&self) -> usize {
+        self.ptr.as_ptr() as usize
+    }
+
+    /// Reads the byte at `off` with a volatile load, so that a read whose
+    /// only purpose is to fault the page in is never optimised away.
+    ///
+    /// # Panics
+    /// If `off` is outside the mapping.
+    pub fn touch(&self, off: usize) -> u8 {
+        assert!(off < self.len, "touch outside the mapping");
+        // SAFETY: in range and mapped readable while self lives.
+        unsafe { std::ptr::read_volatile(self.ptr.as_ptr().add(off)) }
+    }
+}
+
+/// The userfaultfd constants and structures of the kernel's
+/// `include/uapi/linux/userfaultfd.h` that the raw pager baseline needs
+/// (`libc` 0.2 has none of them).
+mod uffd_abi {
+    pub const API: u64 = 0xAA;
+    pub const FEATURE_MISSING_SHMEM: u64 = 1 << 5;
+    pub const FEATURE_MINOR_SHMEM: u64 = 1 << 10;
+    pub const MODE_MISSING: u64 = 1;
+    pub const MODE_MINOR: u64 = 4;
+    pub const EVENT_PAGEFAULT: u8 = 0x12;
+
+    #[repr(C)]
+    pub struct ApiArg {
+        pub api: u64,
+        pub features: u64,
+        pub ioctls: u64,
+    }
+    #[repr(C)]
+    pub struct RegisterArg {
+        pub start: u64,
+        pub len: u64,
+        pub mode: u64,
+        pub ioctls: u64,
+    }
+    #[repr(C)]
+    pub struct CopyArg {
+        pub dst: u64,
+        pub src: u64,
+        pub len: u64,
+        pub mode: u64,
+        pub copy: i64,
+    }
+    #[repr(C)]
+    pub struct RangeModeArg {
+        pub start: u64,
+        pub len: u64,
+        pub mode: u64,
+        pub result: i64,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    pub struct Msg {
+        pub event: u8,
+        pub reserved: [u8; 7],
+        pub flags: u64,
+        pub address: u64,
+        pub feat: u64,
+    }
+
+    const fn rw(nr: u64, size: usize) -> u64 {
+        (3 << 30) | ((size as u64) << 16) | (0xAA << 8) | nr
+    }
+    pub const UFFDIO_API: u64 = rw(0x3F, std::mem::size_of::<ApiArg>());
+    pub const UFFDIO_REGISTER: u64 = rw(0x00, std::mem::size_of::<RegisterArg>());
+    pub const UFFDIO_COPY: u64 = rw(0x03, std::mem::size_of::<CopyArg>());
+    pub const UFFDIO_ZEROPAGE: u64 = rw(0x04, std::mem::size_of::<RangeModeArg>());
+    pub const UFFDIO_CONTINUE: u64 = rw(0x07, std::mem::size_of::<RangeModeArg>());
+    const _: () = assert!(std::mem::size_of::<Msg>() == 32);
+    const _: () = assert!(UFFDIO_API == 0xc018_aa3f);
+    const _: () = assert!(UFFDIO_COPY == 0xc028_aa03);
+}
+
+/// A bare userfaultfd (blocking reads), for the `uffd-raw` baseline: what a
+/// pager costs with nothing but the kernel's interface. It is created and
+/// registered by the process whose memory it serves; a forked child that
+/// inherits it resolves the faults with the fill ioctls.
+///
+/// Its fill ioctls only ever fill *missing* pages of a range its creator
+/// registered (the kernel answers `EEXIST` for present ones), so they cannot
+/// change memory anyone has read: they are safe functions, as in ferry's own
+/// wrapper.
+#[derive(Debug)]
+pub struct RawUffd {
+    fd: std::os::fd::OwnedFd,
+}
+
+/// A fill ioctl's outcome when it did not complete: bytes done and errno.
+pub type RawPartial = (usize, rustix::io::Errno);
+
+impl RawUffd {
+    /// Creates a userfaultfd with the `userfaultfd(2)` call (handling faults
+    /// from any mode), or user-mode-only if that is all the kernel allows,
+    /// and performs the `UFFDIO_API` handshake, asking for shmem missing and
+    /// minor faults if `shmem`.
+    pub fn new(shmem: bool) -> io::Result<RawUffd> {
+        const UFFD_USER_MODE_ONLY: libc::c_int = 1;
+        let mut fd = -1;
+        for flags in [libc::O_CLOEXEC, libc::O_CLOEXEC | UFFD_USER_MODE_ONLY] {
+            // SAFETY: userfaultfd takes only flags and returns a new
+            // descriptor or -1; no memory is passed.
+            fd = unsafe { libc::syscall(libc::SYS_userfaultfd, flags) } as libc::c_int;
+            if fd >= 0 {
+                break;
+            }
+        }
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: the call just returned this descriptor, which nothing else owns.
+        let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        let u = RawUffd { fd };
+        let features = if shmem { uffd_abi::FEATURE_MISSING_SHMEM | uffd_abi::FEATURE_MINOR_SHMEM } else { 0 };
+        let mut a = uffd_abi::ApiArg { api: uffd_abi::API, features, ioctls: 0 };
+        u.ioctl(uffd_abi::UFFDIO_API, &mut a)?;
+        Ok(u)
+    }
+
+    /// Registers `[start, start + len)` of this process for missing faults,
+    /// and minor faults too if `minor` (a shmem mapping).
+    pub fn register(&self, start: usize, len: usize, minor: bool) -> io::Result<()> {
+        let mode = uffd_abi::MODE_MISSING | if minor { uffd_abi::MODE_MINOR } else { 0 };
+        let mut r = uffd_abi::RegisterArg { start: start as u64, len: len as u64, mode, ioctls: 0 };
+        self.ioctl(uffd_abi::UFFDIO_REGISTER, &mut r)
+    }
+
+    /// Blocks until a fault event arrives; returns the faulting address, or
+    /// `None` at end of file.
+    pub fn next_fault(&self) -> io::Result<Option<u64>> {
+        loop {
+            let mut m = uffd_abi::Msg::default();
+            // SAFETY: `m` is a live, writable 32-byte plain-old-data buffer;
+            // the kernel writes at most one whole message into it.
+            let n = unsafe {
+                libc::read(self.fd.as_raw_fd(), (&mut m as *mut uffd_abi::Msg).cast::<c_void>(), std::mem::size_of::<uffd_abi::Msg>())
+            };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            if n == 0 {
+                return Ok(None);
+            }
+            if m.event == uffd_abi::EVENT_PAGEFAULT {
+                return Ok(Some(m.address));
+            }
+        }
+    }
+
+    /// `UFFDIO_COPY` of `src` to the missing pages at `dst`, waking the faulter.
+    pub fn copy(&self, dst: usize, src: &[u8]) -> Result<usize, RawPartial> {
+        let mut c = uffd_abi::CopyArg { dst: dst as u64, src: src.as_ptr() as u64, len: src.len() as u64, mode: 0, copy: 0 };
+        let r = self.ioctl(uffd_abi::UFFDIO_COPY, &mut c);
+        raw_done(r, c.copy, src.len())
+    }
+
+    /// `UFFDIO_ZEROPAGE` over the missing pages of `[dst, dst + len)`.
+    pub fn zeropage(&self, dst: usize, len: usize) -> Result<usize, RawPartial> {
+        self.range(uffd_abi::UFFDIO_ZEROPAGE, dst, len)
+    }
+
+    /// `UFFDIO_CONTINUE`: maps the shmem page-cache pages behind
+    /// `[dst, dst + len)`.
+    pub fn continue_(&self, dst: usize, len: usize) -> Result<usize, RawPartial> {
+        self.range(uffd_abi::UFFDIO_CONTINUE, dst, len)
+    }
+
+    fn range(&self, req: u64, dst: usize, len: usize) -> Result<usize, RawPartial> {
+        let mut a = uffd_abi::RangeModeArg { start: dst as u64, len: len as u64, mode: 0, result: 0 };
+        let r = self.ioctl(req, &mut a);
+        raw_done(r, a.result, len)
+    }
+
+    fn ioctl<T>(&self, req: u64, arg: &mut T) -> io::Result<()> {
+        // SAFETY: every request used here is paired with the structure type
+        // its number encodes (size checked by the kernel); the kernel reads it
+        // and writes back only its result fields; `copy`'s source is a live
+        // slice borrowed for the duration of the call.
+        let rc = unsafe { libc::ioctl(self.fd.as_raw_fd(), req as _, arg as *mut T) };
+        if rc < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(())
+        }
+    }
+}
+
+fn raw_done(r: io::Result<()>, result: i64, want: usize) -> Result<usize, RawPartial> {
+    match r {
+        Ok(()) => Ok(if result > 0 { result as usize } else { want }),
+        Err(e) => Err((result.max(0) as usize, rustix::io::Errno::from_io_error(&e).unwrap_or(rustix::io::Errno::IO))),
+    }
 }

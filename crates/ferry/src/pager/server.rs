@@ -84,6 +84,8 @@ pub struct ObjectServer {
     next_id: ObjectId,
     clients: Vec<Option<Client>>,
     stats: ServerStats,
+    /// The copy-mode staging buffer, kept between faults.
+    scratch: Vec<u8>,
 }
 
 impl std::fmt::Debug for ObjectServer {
@@ -122,6 +124,7 @@ impl ObjectServer {
             next_id: 1,
             clients: Vec::new(),
             stats: ServerStats::default(),
+            scratch: Vec::new(),
         })
     }
 
@@ -581,9 +584,14 @@ impl ObjectServer {
         let size = obj.size;
         let outcome = match mode {
             SupplyMode::Copy => {
-                let mut buf = vec![0u8; n];
+                // One buffer reused across faults: zeroing it is the only
+                // per-fault cost (a fresh allocation per fault cost a
+                // cluster's worth of page faults or a second memset).
+                let mut buf = std::mem::take(&mut self.scratch);
+                buf.clear();
+                buf.resize(n, 0);
                 let clip = (size - (first * page) as u64).min(n as u64) as usize;
-                match read_object(&mut self.objects, id, first as u64, &mut buf[..clip]) {
+                let r = match read_object(&mut self.objects, id, first as u64, &mut buf[..clip]) {
                     // Tracked pages are installed write-protected; there is
                     // no write-protected zero page, so zeros are copied.
                     Ok(Supply::Provided) | Ok(Supply::Unavailable) if wp => {
@@ -611,7 +619,9 @@ impl ObjectServer {
                         })
                     }
                     Err(_) => self.poison(slot, dst),
-                }
+                };
+                self.scratch = buf;
+                r
             }
             SupplyMode::ZeroCopy => match fill_cache(&mut self.objects, id, first, end) {
                 Ok(()) => {

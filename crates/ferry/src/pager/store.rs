@@ -45,11 +45,7 @@ pub(super) fn make_cache(size: u64) -> rustix::io::Result<Cache> {
     // write(2) to it, or change its size.
     mem::add_seals(fd.as_fd(), SealFlags::SHRINK | SealFlags::GROW | SealFlags::FUTURE_WRITE)?;
     // Clients get a read-only open file description of it.
-    let view = rustix::fs::open(
-        format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&fd)),
-        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
-        rustix::fs::Mode::empty(),
-    )?;
+    let view = mem::reopen_read_only(fd.as_fd())?;
     Ok(Cache { fd, view, map, filled: vec![false; len / mem::page_size()] })
 }
 
@@ -77,8 +73,7 @@ pub(super) fn fill_cache(objects: &mut BTreeMap<ObjectId, Object>, id: ObjectId,
         // Make every page of the run present: pages the pager did not write
         // (an unavailable range) are allocated as zeros; written ones stay.
         let present = r.is_ok()
-            && rustix::fs::fallocate(&cache.fd, rustix::fs::FallocateFlags::KEEP_SIZE, (p * page) as u64, ((q - p) * page) as u64)
-                .is_ok();
+            && mem::allocate(cache.fd.as_fd(), (p * page) as u64, ((q - p) * page) as u64).is_ok();
         if present {
             cache.filled[p..q].iter_mut().for_each(|f| *f = true);
         }

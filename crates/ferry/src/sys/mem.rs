@@ -405,6 +405,12 @@ impl Drop for Mapping {
 }
 
 
+/// Makes the pages of `[offset, offset + len)` of a file present (zeros
+/// where nothing was written) without changing its size.
+pub fn allocate(fd: BorrowedFd<'_>, offset: u64, len: u64) -> rustix::io::Result<()> {
+    rustix::fs::fallocate(fd, rustix::fs::FallocateFlags::KEEP_SIZE, offset, len)
+}
+
 /// Reads `out.len()` 64-bit words at `addr` in process `pid`
 /// (`process_vm_readv`), for inspecting another process's counters.
 pub fn read_other_process(pid: i32, addr: usize, out: &mut [u64]) -> rustix::io::Result<()> {

@@ -11,7 +11,7 @@
 
 use crate::harness::{Case, Impl, Suite};
 use crate::record::Touch;
-use crate::suites::pingpong;
+use crate::suites::{pingpong, rpc_ferry, rpc_iceoryx2};
 
 /// Payload sizes of the `roundtrip` case.
 pub const SIZES: [u64; 3] = [8, 64, 1024];
@@ -41,5 +41,10 @@ pub fn impls() -> Vec<Impl> {
         Impl { name: "uds-seqpacket", run: pingpong::uds_seqpacket },
         Impl { name: "eventfd", run: pingpong::eventfd_pingpong },
         Impl { name: "ferry-port", run: pingpong::ferry_port },
+        Impl { name: "ferry-call-block", run: rpc_ferry::ferry_call_block },
+        Impl { name: "ferry-call-poll", run: rpc_ferry::ferry_call_poll },
+        Impl { name: "ferry-call-adaptive", run: rpc_ferry::ferry_call_adaptive },
+        Impl { name: "iceoryx2-poll", run: rpc_iceoryx2::iceoryx2_poll },
+        Impl { name: "iceoryx2-event", run: rpc_iceoryx2::iceoryx2_event },
     ]
 }

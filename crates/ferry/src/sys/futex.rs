@@ -65,6 +65,17 @@ pub fn pin_current_thread(cpu: usize) -> rustix::io::Result<()> {
     rustix::thread::sched_setaffinity(None, &set)
 }
 
+/// The CPU the calling thread runs on right now, or `None` if the kernel
+/// cannot say. glibc answers from the thread's `rseq` area or the vDSO, so
+/// this makes no system call; the answer may be stale as soon as it is
+/// returned (it is only a hint, for deciding whether spinning can help).
+pub fn current_cpu() -> Option<u32> {
+    // SAFETY: `sched_getcpu` takes no arguments and touches no memory of
+    // ours; it returns a CPU number or -1.
+    let cpu = unsafe { libc::sched_getcpu() };
+    u32::try_from(cpu).ok()
+}
+
 /// Nanoseconds on the system-wide monotonic clock: comparable between
 /// processes on this machine (read through the vDSO, no system call).
 #[cfg_attr(not(feature = "probes"), allow(dead_code))]

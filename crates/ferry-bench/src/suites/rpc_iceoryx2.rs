@@ -17,9 +17,14 @@
 //!   and the sender `notify`s after sending: compare with `ferry-call-block`.
 //!
 //! iceoryx2 keeps its state in shared memory (`/dev/shm`) and files under
-//! its root directory; nodes are created without signal handlers (so the
+//! its root directory. It runs here with its built-in defaults but its own
+//! prefix (`ferrybench_`) and root directory (`ferry-bench-iceoryx2` in the
+//! temporary directory); nodes are created without signal handlers (so the
 //! benchmark process keeps its own) and every port, service and node is
-//! dropped before the round ends, which removes them. Set-up happens after
+//! dropped before the round ends, which removes their files and segments.
+//! What stays is what iceoryx2 keeps by design: its 16-byte global
+//! management segment and the empty `nodes` and `services` directories,
+//! reused by the next run. Set-up happens after
 //! the fork on both sides: nothing of iceoryx2 crosses the fork.
 
 use crate::harness::{Run, Skip};
@@ -70,11 +75,23 @@ mod real {
         format!("ferry-bench/rpc/{}/{k}/{m}", std::process::id())
     }
 
+    /// iceoryx2's built-in defaults (no configuration file is read), with
+    /// its files under a directory and a name prefix of their own, so that
+    /// the benchmark never meets another iceoryx2 user on the machine.
+    fn config() -> Result<Config, String> {
+        let mut c = Config::default();
+        c.global.prefix = FileName::new(b"ferrybench_").map_err(|e| format!("{e:?}"))?;
+        let root = format!("{}/ferry-bench-iceoryx2/", std::env::temp_dir().display());
+        c.global.set_root_path(&Path::new(root.as_bytes()).map_err(|e| format!("{e:?}"))?);
+        Ok(c)
+    }
+
     fn node() -> Result<Node<ipc::Service>, String> {
         // Its warnings (a notification to a listener that has just gone, at
         // the end of a round) would garble the table.
         set_log_level(LogLevel::Error);
         NodeBuilder::new()
+            .config(&config()?)
             .signal_handling_mode(SignalHandlingMode::Disabled)
             .create::<ipc::Service>()
             .map_err(|e| format!("{e:?}"))

@@ -305,7 +305,7 @@ impl RpcServer {
                 let sock_seq = slot.word(slot::OFF_REQ_SOCK).load(Ordering::Relaxed);
                 if sock_seq != c.last_sock {
                     c.last_sock = sock_seq;
-                    drain(c, &mut self.buf);
+                    drain(c, &mut self.buf, false);
                 }
             }
             if let Some((seq, m)) = c.pending.take() {
@@ -332,7 +332,7 @@ impl RpcServer {
             if key == PORT_KEY {
                 self.accept_all();
             } else if let Some(c) = self.conns.iter_mut().find(|c| c.id == key) {
-                drain(c, &mut self.buf);
+                drain(c, &mut self.buf, true);
             }
         }
         self.reap();

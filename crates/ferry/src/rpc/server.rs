@@ -262,10 +262,17 @@ impl RpcServer {
         self.conns.iter().find(|c| c.id == id).is_some_and(Conn::client_asleep)
     }
 
+    /// Sets `server_sleeping` in the slots: to 1 in the idle ones (a client
+    /// waiting for its reply will not call), back to 0 in all of them. A
+    /// connection whose request the last scan took is busy by the time the
+    /// flag is cleared, and a flag left at 1 there would make its client
+    /// ring a doorbell on every call while this thread spins.
     fn set_sleeping(&self, v: u32) {
         for c in &self.conns {
-            if let (Some(s), None) = (&c.slot, c.busy) {
-                s.word(slot::OFF_SERVER_SLEEPING).store(v, Ordering::SeqCst);
+            if let Some(s) = &c.slot {
+                if v == 0 || c.busy.is_none() {
+                    s.word(slot::OFF_SERVER_SLEEPING).store(v, Ordering::SeqCst);
+                }
             }
         }
     }

@@ -3,11 +3,13 @@
 //!
 //! Baselines: the blocking floor (`futex-floor`), the polling floor
 //! (`spin-floor`), `pipe`, `uds-seqpacket` and `eventfd` (payload in shared
-//! memory, eventfds for wake-ups). ferry's fast path adds itself here: write
-//! `fn ferry_call_poll(run: &mut Run) -> Result<(), Skip>` (set up, fork the
-//! server with `run.spawn`, loop `while run.more() { …; run.record(t) }`)
-//! and add `Impl { name: "ferry-call-poll", run: ferry_call_poll }` to
-//! [`impls`].
+//! memory, eventfds for wake-ups). ferry: `ferry-port` (two ports), and its
+//! RPC fast path `ferry-call-block`, `ferry-call-poll`, `ferry-call-adaptive`
+//! (in `rpc_ferry`). Peers: `iceoryx2-poll`, `iceoryx2-event` (in
+//! `rpc_iceoryx2`). An implementation is a function
+//! `fn(run: &mut Run) -> Result<(), Skip>` (set up, fork the server with
+//! `run.spawn`, loop `while run.more() { …; run.record(t) }`) and one line
+//! in [`impls`].
 
 use crate::harness::{Case, Impl, Suite};
 use crate::record::Touch;

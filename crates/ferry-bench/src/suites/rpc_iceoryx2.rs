@@ -24,8 +24,8 @@
 //! dropped before the round ends, which removes their files and segments.
 //! What stays is what iceoryx2 keeps by design: its 16-byte global
 //! management segment and the empty `nodes` and `services` directories,
-//! reused by the next run. Set-up happens after
-//! the fork on both sides: nothing of iceoryx2 crosses the fork.
+//! reused by the next run. Set-up happens after the fork on both sides:
+//! nothing of iceoryx2 crosses the fork.
 
 use crate::harness::{Run, Skip};
 use crate::record::Placement;
@@ -227,7 +227,7 @@ mod real {
 
 #[cfg(not(feature = "iceoryx2"))]
 fn not_built() -> Result<(), Skip> {
-    Err(Skip::new("ferry-bench was built without its iceoryx2 feature (cargo build --features ferry-bench/iceoryx2)"))
+    Err(Skip::new("not built: ferry-bench's iceoryx2 feature (on by default) was turned off"))
 }
 
 /// `iceoryx2-poll`: both sides busy-wait. Needs two CPUs, like `spin-floor`.

@@ -6,6 +6,8 @@ pub mod peer_ipc_channel;
 pub mod pingpong;
 pub mod port;
 pub mod rpc;
+pub mod rpc_ferry;
+pub mod rpc_iceoryx2;
 pub mod transfer;
 
 use crate::harness::Suite;

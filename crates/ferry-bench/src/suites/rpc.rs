@@ -3,15 +3,17 @@
 //!
 //! Baselines: the blocking floor (`futex-floor`), the polling floor
 //! (`spin-floor`), `pipe`, `uds-seqpacket` and `eventfd` (payload in shared
-//! memory, eventfds for wake-ups). ferry's fast path adds itself here: write
-//! `fn ferry_call_poll(run: &mut Run) -> Result<(), Skip>` (set up, fork the
-//! server with `run.spawn`, loop `while run.more() { …; run.record(t) }`)
-//! and add `Impl { name: "ferry-call-poll", run: ferry_call_poll }` to
-//! [`impls`].
+//! memory, eventfds for wake-ups). ferry: `ferry-port` (two ports), and its
+//! RPC fast path `ferry-call-block`, `ferry-call-poll`, `ferry-call-adaptive`
+//! (in `rpc_ferry`). Peers: `iceoryx2-poll`, `iceoryx2-event` (in
+//! `rpc_iceoryx2`). An implementation is a function
+//! `fn(run: &mut Run) -> Result<(), Skip>` (set up, fork the server with
+//! `run.spawn`, loop `while run.more() { …; run.record(t) }`) and one line
+//! in [`impls`].
 
 use crate::harness::{Case, Impl, Suite};
 use crate::record::Touch;
-use crate::suites::pingpong;
+use crate::suites::{pingpong, rpc_ferry, rpc_iceoryx2};
 
 /// Payload sizes of the `roundtrip` case.
 pub const SIZES: [u64; 3] = [8, 64, 1024];
@@ -41,6 +43,11 @@ pub fn impls() -> Vec<Impl> {
         Impl { name: "uds-seqpacket", run: pingpong::uds_seqpacket },
         Impl { name: "eventfd", run: pingpong::eventfd_pingpong },
         Impl { name: "ferry-port", run: pingpong::ferry_port },
+        Impl { name: "ferry-call-block", run: rpc_ferry::ferry_call_block },
+        Impl { name: "ferry-call-poll", run: rpc_ferry::ferry_call_poll },
+        Impl { name: "ferry-call-adaptive", run: rpc_ferry::ferry_call_adaptive },
+        Impl { name: "iceoryx2-poll", run: rpc_iceoryx2::iceoryx2_poll },
+        Impl { name: "iceoryx2-event", run: rpc_iceoryx2::iceoryx2_event },
         Impl { name: "ipc-channel", run: crate::suites::peer_ipc_channel::roundtrip },
     ]
 }

@@ -204,6 +204,8 @@ impl Inner {
     fn slot_call(&mut self, seq: u32, req: Message, deadline: Option<Instant>) -> Result<Message, RpcError> {
         let mut st = ClientStamps { start: probe::now(), ..Default::default() };
         let slot = &self.slot.as_ref().expect("slot path needs a slot").0;
+        let my_cpu = if self.policy == Policy::Adaptive { policy::cpu_tag() } else { 0 };
+        slot.word(slot::OFF_CLIENT_CPU).store(my_cpu, Ordering::Relaxed);
         slot.put_request(seq, req.op(), req.body());
         drop(req);
         st.published = probe::now();
@@ -212,7 +214,7 @@ impl Inner {
             frame::ring(self.sock())?;
         }
         st.woken = probe::now();
-        self.wait_slot(seq, deadline, rang)?;
+        self.wait_slot(seq, deadline, rang, my_cpu)?;
         st.seen = probe::now();
         let slot = &self.slot.as_ref().expect("slot path needs a slot").0;
         let copied = slot.take_reply().map_err(RpcError::protocol)?;
@@ -225,12 +227,14 @@ impl Inner {
     }
 
     /// Waits until the slot's `rep_seq` is `seq`, as the policy says.
-    /// `rang`: the server was asleep and its doorbell was just rung.
-    fn wait_slot(&self, seq: u32, deadline: Option<Instant>, rang: bool) -> Result<(), RpcError> {
+    /// `rang`: the server was asleep and its doorbell was just rung;
+    /// `my_cpu`: this thread's CPU tag (adaptive only, else 0).
+    fn wait_slot(&self, seq: u32, deadline: Option<Instant>, rang: bool, my_cpu: u32) -> Result<(), RpcError> {
         let slot = &self.slot.as_ref().expect("slot path needs a slot").0;
         let rep = slot.word(slot::OFF_REP_SEQ);
         let server_sleeping = slot.word(slot::OFF_SERVER_SLEEPING);
         let sleeping = slot.word(slot::OFF_CLIENT_SLEEPING);
+        let server_cpu = slot.word(slot::OFF_SERVER_CPU);
         let start = Instant::now();
         let mut last_check = start;
         let mut spins = 0u32;
@@ -243,7 +247,11 @@ impl Inner {
             let spin = match self.policy {
                 Policy::Poll => true,
                 Policy::Block => false,
-                Policy::Adaptive => budget.spin(server_sleeping.load(Ordering::Relaxed) != 0),
+                // A server on this very CPU can only answer once we sleep.
+                Policy::Adaptive => {
+                    !policy::same_cpu(my_cpu, server_cpu.load(Ordering::Relaxed))
+                        && budget.spin(server_sleeping.load(Ordering::Relaxed) != 0)
+                }
             };
             if spin {
                 std::hint::spin_loop();

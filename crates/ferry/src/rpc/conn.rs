@@ -51,10 +51,18 @@ impl Conn {
 /// a framed request becomes the pending one (a newer request replaces an
 /// older one, which its client has given up on), end-of-file or a bad frame
 /// marks the connection dead.
-pub(super) fn drain(c: &mut Conn, buf: &mut [u8]) {
+///
+/// `after_doorbell_stop`: return after a doorbell instead of reading on
+/// until the socket is empty. For a look that `epoll` prompted: a doorbell
+/// almost always comes alone, the read that would find the socket empty is
+/// a system call per wake-up saved, and anything left behind keeps the
+/// (level-triggered) socket readable for the next look; a request that
+/// came over the socket is announced in the slot's `req_sock` as well.
+pub(super) fn drain(c: &mut Conn, buf: &mut [u8], after_doorbell_stop: bool) {
     for _ in 0..BATCH {
         match frame::recv_one(c.sock.as_fd(), buf, c.identity, frame::FOR_SERVER) {
             Ok(Incoming::Empty) => return,
+            Ok(Incoming::Doorbell) if after_doorbell_stop => return,
             Ok(Incoming::Doorbell) => {}
             Ok(Incoming::Framed(seq, m)) => c.pending = Some((seq, m)),
             Ok(Incoming::Closed) | Err(_) => {

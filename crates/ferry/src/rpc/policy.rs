@@ -70,6 +70,20 @@ impl Budget {
     }
 }
 
+/// This thread's CPU as the slot records it: the CPU number plus one, 0
+/// when unknown. Only adaptive waiters record and read it.
+pub(crate) fn cpu_tag() -> u32 {
+    crate::sys::futex::current_cpu().map_or(0, |c| c.saturating_add(1))
+}
+
+/// Whether two recorded CPUs are known to be the same one. A waiter whose
+/// peer runs on its own CPU must not spin: the peer cannot make progress
+/// until the spinner gives the CPU up, so every spin would be wasted and
+/// would delay the answer it waits for.
+pub(crate) fn same_cpu(mine: u32, theirs: u32) -> bool {
+    mine != 0 && mine == theirs
+}
+
 /// How often a waiter that has not been answered checks whether its peer is
 /// still alive (the connection socket's hang-up), and how often a busy
 /// server looks at its sockets (new connections, socket-path requests,

@@ -55,6 +55,10 @@ pub struct RpcServer {
     buf: Vec<u8>,
     /// The connection whose sleeping client the last reply woke.
     woke: Option<u64>,
+    /// This thread's CPU tag, refreshed at each wait (adaptive only).
+    cpu: u32,
+    /// The CPU tag the client of the last slot reply recorded.
+    replied_cpu: u32,
 }
 
 impl RpcServer {
@@ -74,6 +78,8 @@ impl RpcServer {
             ready: VecDeque::new(),
             buf: vec![0; crate::wire::MAX_MESSAGE + 1],
             woke: None,
+            cpu: 0,
+            replied_cpu: 0,
         })
     }
 
@@ -97,6 +103,8 @@ impl RpcServer {
             ready: VecDeque::new(),
             buf: vec![0; crate::wire::MAX_MESSAGE + 1],
             woke: None,
+            cpu: 0,
+            replied_cpu: 0,
         })
     }
 
@@ -157,6 +165,7 @@ impl RpcServer {
         let Some((seq, via_slot)) = c.busy.take() else {
             return Err(RpcError::Io(io::Error::new(io::ErrorKind::InvalidInput, "no request is waiting for a reply on this connection")));
         };
+        self.replied_cpu = c.slot.as_ref().map_or(0, |s| s.word(slot::OFF_CLIENT_CPU).load(Ordering::Relaxed));
         let out = send_reply(c, seq, via_slot, msg);
         if let Ok(true) = out {
             self.woke = Some(id.0);
@@ -186,6 +195,13 @@ impl RpcServer {
         let mut spins = 0u32;
         let waking = self.woke.take();
         let mut budget = Budget::new(waking.is_some());
+        // The client just answered runs on this CPU: it can make its next
+        // call only once this thread gives the CPU up, so do not spin.
+        let peer_cpu = std::mem::take(&mut self.replied_cpu);
+        if self.policy == Policy::Adaptive {
+            self.cpu = policy::cpu_tag();
+        }
+        let beside_peer = policy::same_cpu(self.cpu, peer_cpu);
         loop {
             if let Some(r) = self.ready.pop_front() {
                 return Ok(r);
@@ -200,7 +216,7 @@ impl RpcServer {
             let spin = match self.policy {
                 Policy::Poll => true,
                 Policy::Block => false,
-                Policy::Adaptive => budget.spin(waking.is_some_and(|id| self.client_asleep(id))),
+                Policy::Adaptive => !beside_peer && budget.spin(waking.is_some_and(|id| self.client_asleep(id))),
             };
             let expired = deadline.is_some_and(|d| Instant::now() >= d);
             if now_due || (expired && !looked) {
@@ -246,10 +262,17 @@ impl RpcServer {
         self.conns.iter().find(|c| c.id == id).is_some_and(Conn::client_asleep)
     }
 
+    /// Sets `server_sleeping` in the slots: to 1 in the idle ones (a client
+    /// waiting for its reply will not call), back to 0 in all of them. A
+    /// connection whose request the last scan took is busy by the time the
+    /// flag is cleared, and a flag left at 1 there would make its client
+    /// ring a doorbell on every call while this thread spins.
     fn set_sleeping(&self, v: u32) {
         for c in &self.conns {
-            if let (Some(s), None) = (&c.slot, c.busy) {
-                s.word(slot::OFF_SERVER_SLEEPING).store(v, Ordering::SeqCst);
+            if let Some(s) = &c.slot {
+                if v == 0 || c.busy.is_none() {
+                    s.word(slot::OFF_SERVER_SLEEPING).store(v, Ordering::SeqCst);
+                }
             }
         }
     }
@@ -259,6 +282,7 @@ impl RpcServer {
     /// holding garbage costs its connection, nothing else.
     fn scan(&mut self) -> Option<(ConnId, Message)> {
         let n = self.conns.len();
+        let cpu = self.cpu;
         let mut found = None;
         for k in 0..n {
             let i = (self.next_scan + k) % n;
@@ -273,6 +297,7 @@ impl RpcServer {
                     match slot.take_request(seq) {
                         Ok(Some(req)) => {
                             probe::server_stamp(slot, 0);
+                            slot.word(slot::OFF_SERVER_CPU).store(cpu, Ordering::Relaxed);
                             c.busy = Some((seq, true));
                             found = Some((i, Message::new(req.op).with_body(req.body)));
                             break;
@@ -287,7 +312,7 @@ impl RpcServer {
                 let sock_seq = slot.word(slot::OFF_REQ_SOCK).load(Ordering::Relaxed);
                 if sock_seq != c.last_sock {
                     c.last_sock = sock_seq;
-                    drain(c, &mut self.buf);
+                    drain(c, &mut self.buf, false);
                 }
             }
             if let Some((seq, m)) = c.pending.take() {
@@ -314,7 +339,7 @@ impl RpcServer {
             if key == PORT_KEY {
                 self.accept_all();
             } else if let Some(c) = self.conns.iter_mut().find(|c| c.id == key) {
-                drain(c, &mut self.buf);
+                drain(c, &mut self.buf, true);
             }
         }
         self.reap();

@@ -65,6 +65,17 @@ pub fn pin_current_thread(cpu: usize) -> rustix::io::Result<()> {
     rustix::thread::sched_setaffinity(None, &set)
 }
 
+/// The CPU the calling thread runs on right now, or `None` if the kernel
+/// cannot say. glibc answers from the thread's `rseq` area or the vDSO, so
+/// this makes no system call; the answer may be stale as soon as it is
+/// returned (it is only a hint, for deciding whether spinning can help).
+pub fn current_cpu() -> Option<u32> {
+    // SAFETY: `sched_getcpu` takes no arguments and touches no memory of
+    // ours; it returns a CPU number or -1.
+    let cpu = unsafe { libc::sched_getcpu() };
+    u32::try_from(cpu).ok()
+}
+
 /// Nanoseconds on the system-wide monotonic clock: comparable between
 /// processes on this machine (read through the vDSO, no system call).
 #[cfg_attr(not(feature = "probes"), allow(dead_code))]
@@ -96,31 +107,49 @@ impl SharedWords {
         unsafe { &*(self.map.as_ptr().add(off) as *const AtomicU32) }
     }
 
-    fn u64_at(&self, off: usize) -> &AtomicU64 {
-        assert!(off % 8 == 0 && off + 8 <= self.map.len(), "bad u64 offset {off}");
-        // SAFETY: as for `u32_at`, with 8-byte size and alignment.
-        unsafe { &*(self.map.as_ptr().add(off) as *const AtomicU64) }
+    /// The 64-bit words covering `len` bytes from byte offset `off`
+    /// (8-aligned), checked once for the whole range so that copies need no
+    /// check per word. Panics if the range is misaligned or out of range.
+    fn words(&self, off: usize, len: usize) -> &[AtomicU64] {
+        let n = len.div_ceil(8);
+        assert!(off % 8 == 0 && off + n * 8 <= self.map.len(), "bad word range {off}+{len}");
+        // SAFETY: the n words from `off` are in bounds and 8-aligned (the
+        // mapping is page-aligned) as just checked; the mapping lives as long
+        // as the returned borrow of self; AtomicU64 has the size and
+        // alignment of u64 and tolerates concurrent writes from the other
+        // process (module invariant).
+        unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(off) as *const AtomicU64, n) }
     }
 
     /// Copies `dst.len()` bytes starting at byte offset `off` (8-aligned) out
     /// of the shared memory. The copy is made with relaxed atomic loads; a
     /// peer writing at the same time can make it inconsistent, never unsound.
     pub fn read(&self, off: usize, dst: &mut [u8]) {
-        assert!(off % 8 == 0 && off + dst.len().div_ceil(8) * 8 <= self.map.len(), "bad read range");
-        for (i, chunk) in dst.chunks_mut(8).enumerate() {
-            let w = self.u64_at(off + i * 8).load(Ordering::Relaxed).to_le_bytes();
-            chunk.copy_from_slice(&w[..chunk.len()]);
+        let words = self.words(off, dst.len());
+        let mut chunks = dst.chunks_exact_mut(8);
+        for (chunk, w) in (&mut chunks).zip(words) {
+            chunk.copy_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
+        }
+        let rest = chunks.into_remainder();
+        if !rest.is_empty() {
+            let w = words[words.len() - 1].load(Ordering::Relaxed).to_le_bytes();
+            rest.copy_from_slice(&w[..rest.len()]);
         }
     }
 
     /// Writes `src` at byte offset `off` (8-aligned) with relaxed atomic
     /// stores (a partial last word is padded with zeros).
     pub fn write(&self, off: usize, src: &[u8]) {
-        assert!(off % 8 == 0 && off + src.len().div_ceil(8) * 8 <= self.map.len(), "bad write range");
-        for (i, chunk) in src.chunks(8).enumerate() {
-            let mut w = [0u8; 8];
-            w[..chunk.len()].copy_from_slice(chunk);
-            self.u64_at(off + i * 8).store(u64::from_le_bytes(w), Ordering::Relaxed);
+        let words = self.words(off, src.len());
+        let mut chunks = src.chunks_exact(8);
+        for (chunk, w) in (&mut chunks).zip(words) {
+            w.store(u64::from_le_bytes(chunk.try_into().expect("8 bytes")), Ordering::Relaxed);
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut b = [0u8; 8];
+            b[..rest.len()].copy_from_slice(rest);
+            words[words.len() - 1].store(u64::from_le_bytes(b), Ordering::Relaxed);
         }
     }
 }

@@ -28,7 +28,7 @@ fn rights_cross_process_boundaries() {
         let reply = mine.make_send_once().unwrap();
         // Hand the server a send right to our own port, and a send-once reply right.
         to_server.send(Message::new(1).with_body(*b"abc").with_item(to_me).with_reply(reply), Timeout::Infinite).unwrap();
-        let mut got = vec![mine.recv(Timeout::Infinite).unwrap(), mine.recv(Timeout::Infinite).unwrap()];
+        let mut got = [mine.recv(Timeout::Infinite).unwrap(), mine.recv(Timeout::Infinite).unwrap()];
         got.sort_by_key(|m| m.op());
         assert_eq!(got[0].op(), 2, "the reply through the send-once right");
         assert!(got[0].via_send_once());

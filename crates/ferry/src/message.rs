@@ -282,8 +282,8 @@ impl Message {
         } else {
             None
         };
-        counters::add(&counters::MESSAGES_RECEIVED, 1);
-        counters::add(&counters::BYTES_INLINE_RECEIVED, parsed.inline.len() as u64);
+        counters::add(counters::MESSAGES_RECEIVED, 1);
+        counters::add(counters::BYTES_INLINE_RECEIVED, parsed.inline.len() as u64);
         Ok(Message { op: parsed.op, body: bytes[parsed.inline].to_vec(), items, reply, sender: dg.cred, via_send_once })
     }
 }
@@ -343,8 +343,8 @@ impl Lowered {
 
     /// The kernel has taken its references: release ours.
     pub(crate) fn sent(self) {
-        counters::add(&counters::MESSAGES_SENT, 1);
-        counters::add(&counters::BYTES_INLINE_SENT, self.inline_len as u64);
+        counters::add(counters::MESSAGES_SENT, 1);
+        counters::add(counters::BYTES_INLINE_SENT, self.inline_len as u64);
         for it in self.items {
             if let Item::Region(r) = it {
                 r.sent();

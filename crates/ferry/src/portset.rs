@@ -168,12 +168,11 @@ impl PortSet {
                 match m.port.try_recv_any() {
                     None => {}
                     Some(Ok(msg)) => return Ok(Event::Message(MemberId(id), msg)),
-                    Some(Err(RecvError::NoSenders)) => {
-                        if !m.quiet {
-                            m.quiet = true;
-                            return Ok(Event::NoSenders(MemberId(id)));
-                        }
+                    Some(Err(RecvError::NoSenders)) if !m.quiet => {
+                        m.quiet = true;
+                        return Ok(Event::NoSenders(MemberId(id)));
                     }
+                    Some(Err(RecvError::NoSenders)) => {}
                     Some(Err(RecvError::SendOnceDropped)) => return Ok(Event::SendOnceDropped(MemberId(id))),
                     Some(Err(RecvError::BadMessage(w))) => return Ok(Event::BadMessage(MemberId(id), w)),
                     Some(Err(e)) => return Err(e),

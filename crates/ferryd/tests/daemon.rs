@@ -53,6 +53,6 @@ fn file_server_hands_out_files_by_value() {
     old.as_mut_slice()[0] ^= 0xff;
     assert_eq!(&old.as_slice()[1..], &content[1..]);
     assert_eq!(client.open("data.bin").unwrap().as_slice(), b"changed");
-    assert!(matches!(client.open("../outside"), Err(_)));
+    assert!(client.open("../outside").is_err(), "a name leading outside the served directory is refused");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -14,11 +14,8 @@
 //!
 //! The receiver's buffer is allocated and faulted in before timing and
 //! reused, the most favourable case for the copying baselines. ferry's
-//! region transfer adds itself here: write
-//! `fn ferry_copy_lazy(run: &mut Run) -> Result<(), Skip>` that matches on
-//! `run.case.name` (`"oneshot"`, `"forward"`, `"stream"`; return a [`Skip`]
-//! for a case it does not do) and add
-//! `Impl { name: "ferry-copy-lazy", run: ferry_copy_lazy }` to [`impls`].
+//! implementations (regions by copy, move and lend, the automatic choice and
+//! inline bytes) are in `transfer_ferry.rs`, registered in [`impls`].
 
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};

@@ -14,11 +14,8 @@
 //!
 //! The receiver's buffer is allocated and faulted in before timing and
 //! reused, the most favourable case for the copying baselines. ferry's
-//! region transfer adds itself here: write
-//! `fn ferry_copy_lazy(run: &mut Run) -> Result<(), Skip>` that matches on
-//! `run.case.name` (`"oneshot"`, `"forward"`, `"stream"`; return a [`Skip`]
-//! for a case it does not do) and add
-//! `Impl { name: "ferry-copy-lazy", run: ferry_copy_lazy }` to [`impls`].
+//! implementations (regions by copy, move and lend, the automatic choice and
+//! inline bytes) are in `transfer_ferry.rs`, registered in [`impls`].
 
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
@@ -31,8 +28,14 @@ use crate::harness::{Case, Impl, Run, Skip, Suite};
 use crate::record::Touch;
 use crate::sys::{self, Map};
 
+#[path = "transfer_ferry.rs"]
+mod transfer_ferry;
+
 /// Payload sizes of `oneshot` and `forward`.
 pub const SIZES: [u64; 6] = [4 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20, 1 << 30];
+/// Payload sizes of `forward`: those of `oneshot` and 4 MiB, so that size
+/// independence can be read off between 4 MiB and 1 GiB.
+pub const FORWARD_SIZES: [u64; 7] = [4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20, 256 << 20, 1 << 30];
 /// Frame size of `stream`.
 pub const FRAME: u64 = 16 << 20;
 /// Pipe size `pipe-1m` (and `vmsplice`) ask for with `F_SETPIPE_SZ`.
@@ -57,7 +60,7 @@ pub fn cases() -> Vec<Case> {
             v.push(Case { suite: "transfer", name: "oneshot", bytes, touch });
         }
     }
-    for &bytes in &SIZES {
+    for &bytes in &FORWARD_SIZES {
         v.push(Case { suite: "transfer", name: "forward", bytes, touch: Touch::None });
     }
     v.push(Case { suite: "transfer", name: "stream", bytes: FRAME, touch: Touch::None });
@@ -74,6 +77,12 @@ pub fn impls() -> Vec<Impl> {
         Impl { name: "vmsplice", run: vmsplice },
         Impl { name: "memcpy", run: memcpy },
         Impl { name: "memfd-map", run: memfd_map },
+        Impl { name: "ferry-copy-lazy", run: transfer_ferry::copy_lazy },
+        Impl { name: "ferry-copy-immediate", run: transfer_ferry::copy_immediate },
+        Impl { name: "ferry-move", run: transfer_ferry::by_move },
+        Impl { name: "ferry-lend", run: transfer_ferry::lend },
+        Impl { name: "ferry-auto", run: transfer_ferry::auto_path },
+        Impl { name: "ferry-inline", run: transfer_ferry::inline },
         Impl { name: "ipc-channel", run: crate::suites::peer_ipc_channel::transfer },
     ]
 }

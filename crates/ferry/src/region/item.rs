@@ -53,8 +53,9 @@ impl RegionItem {
         RegionItem { mode, fd, len, addr, flags, slot: 0, ret: None, ticket: None }
     }
 
-    pub(super) fn lent(fd: OwnedFd, len: usize, addr: usize, slot: u64, ret: SendOnceRight, ticket: lend::Ticket) -> RegionItem {
-        RegionItem { mode: Mode::Lend, fd, len, addr, flags: 0, slot, ret: Some(ret), ticket: Some(ticket) }
+    pub(super) fn lent(fd: OwnedFd, len: usize, addr: usize, slot: u64, ret: SendOnceRight, ticket: lend::Ticket, huge: bool) -> RegionItem {
+        let flags = if huge { wire::REGION_FLAG_HUGE } else { 0 };
+        RegionItem { mode: Mode::Lend, fd, len, addr, flags, slot, ret: Some(ret), ticket: Some(ticket) }
     }
 
     /// A by-value region holding a copy of `bytes`: ferry copies them once

@@ -13,7 +13,7 @@
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 
-use super::{new_memfd, RegionError, RegionItem, SIZE_SEALS};
+use super::{new_memfd, RegionError, RegionItem, HUGE_THRESHOLD, SIZE_SEALS};
 use crate::error::io_err;
 use crate::port::SendOnceRight;
 use crate::sys::mem::{self, Mapping, Place, Share};
@@ -72,6 +72,11 @@ impl LendPool {
             let ro = mem::reopen_read_only(rw.as_fd()).map_err(|e| RegionError::Alloc(io_err(e)))?;
             let map = Mapping::map(rw.as_fd(), mem::page_round_up(slot_len), true, Share::Shared, Place::Anywhere, false)
                 .map_err(|e| RegionError::Alloc(io_err(e)))?;
+            if slot_len >= HUGE_THRESHOLD {
+                // Like a large Region: huge pages where the system allows
+                // shmem huge pages (the borrower is told to ask too).
+                map.advise_huge();
+            }
             files.push(Files { _rw: rw, ro });
             slots.push(Slot::Free(map));
         }
@@ -198,7 +203,8 @@ impl Lease {
         let map = self.map.take().expect("held");
         let addr = map.addr();
         let ticket = Ticket { pool: self.pool.clone(), slot: self.slot, map: Some(map), back: Some(back) };
-        Ok(RegionItem::lent(ro, self.len, addr, self.slot as u64, SendOnceRight::from_fd(give), ticket))
+        let huge = self.pool.slot_len >= HUGE_THRESHOLD;
+        Ok(RegionItem::lent(ro, self.len, addr, self.slot as u64, SendOnceRight::from_fd(give), ticket, huge))
     }
 }
 

@@ -182,3 +182,60 @@ impl Deref for MappedRegion {
         self.as_slice()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::MapOptions;
+    use crate::region::Region;
+    use crate::{Item, Message, Timeout};
+
+    /// `(Rss, Anonymous)` in kB of the mapping starting at `addr`, from
+    /// `/proc/self/smaps`.
+    fn rss_anon(addr: usize) -> (u64, u64) {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").expect("smaps");
+        let mut inside = false;
+        let (mut rss, mut anon) = (None, None);
+        for line in smaps.lines() {
+            let first = line.split_whitespace().next().unwrap_or("");
+            if let Some((lo, _)) = first.split_once('-') {
+                if !first.ends_with(':') && lo.chars().all(|c| c.is_ascii_hexdigit()) {
+                    if inside {
+                        break;
+                    }
+                    inside = usize::from_str_radix(lo, 16).ok() == Some(addr);
+                    continue;
+                }
+            }
+            let kb = || line.split_whitespace().nth(1).and_then(|v| v.parse::<u64>().ok());
+            if inside && line.starts_with("Rss:") {
+                rss = kb();
+            }
+            if inside && line.starts_with("Anonymous:") {
+                anon = kb();
+            }
+        }
+        (rss.expect("mapping found"), anon.expect("mapping found"))
+    }
+
+    /// An immediate mapping of a by-value region maps every page without
+    /// copying any (populating a private writable mapping would otherwise
+    /// break copy-on-write on every page); a write then copies one page.
+    #[test]
+    fn immediate_private_mapping_populates_without_copying() {
+        let (mut rx, tx) = crate::port().expect("port");
+        let mut r = Region::new(1 << 20).expect("region");
+        r.as_mut_slice().fill(7);
+        tx.send(Message::new(1).with_item(r.by_copy().expect("by copy")), Timeout::Infinite).expect("send");
+        let mut m = rx.recv(Timeout::Infinite).expect("recv");
+        let Some(Item::Region(item)) = m.take_items().pop() else { panic!("no region") };
+        let mut view = item.map(MapOptions::immediate()).expect("map");
+        assert!(view.is_writable());
+        let (rss, anon) = rss_anon(view.addr());
+        assert_eq!((rss, anon), (1024, 0), "every page mapped, none copied");
+        view.as_mut_slice().expect("writable")[0] = 9;
+        let (_, anon) = rss_anon(view.addr());
+        assert_eq!(anon, crate::sys::mem::page_size() as u64 / 1024, "one page copied by the write");
+        assert_eq!(r.as_slice()[0], 7);
+        assert_eq!(view[1], 7);
+    }
+}

@@ -241,7 +241,13 @@ impl Mapping {
         if len == 0 {
             return Err(rustix::io::Errno::INVAL);
         }
-        let prot = if writable { ProtFlags::READ | ProtFlags::WRITE } else { ProtFlags::READ };
+        // The kernel populates a private writable mapping by write-faulting
+        // every page, which copies each one (breaking copy-on-write). Populate
+        // such a mapping read-only instead (the pages are mapped, still
+        // shared) and make it writable afterwards: a later write copies only
+        // the page written.
+        let populate_then_write = populate && writable && share == Share::Private;
+        let prot = if writable && !populate_then_write { ProtFlags::READ | ProtFlags::WRITE } else { ProtFlags::READ };
         let mut flags = match share {
             Share::Shared => MapFlags::SHARED,
             Share::Private => MapFlags::PRIVATE,
@@ -268,7 +274,14 @@ impl Mapping {
                 return Err(rustix::io::Errno::EXIST);
             }
         }
-        Ok(Mapping { ptr: NonNull::new(p.cast()).ok_or(rustix::io::Errno::FAULT)?, len, writable })
+        let map = Mapping { ptr: NonNull::new(p.cast()).ok_or(rustix::io::Errno::FAULT)?, len, writable };
+        if populate_then_write {
+            // SAFETY: the range is the private mapping just made and owned by
+            // `map`; adding write permission to a private mapping changes no
+            // byte and cannot reach the file (writes copy the page).
+            unsafe { rustix::mm::mprotect(p, len, rustix::mm::MprotectFlags::READ | rustix::mm::MprotectFlags::WRITE)? };
+        }
+        Ok(map)
     }
 
     /// Replaces this mapping, in place and at the same address, with a new

@@ -67,7 +67,7 @@ impl RegionItem {
         let len = bytes.len().max(1);
         let fd = super::new_memfd(len)?;
         mem::pwrite_all(fd.as_fd(), bytes, 0).map_err(|e| RegionError::Io(io_err(e)))?;
-        counters::add(&counters::BYTES_COPIED, bytes.len() as u64);
+        counters::add(counters::BYTES_COPIED, bytes.len() as u64);
         mem::add_seals(fd.as_fd(), BY_VALUE_SEALS).map_err(|e| RegionError::Seal(io_err(e)))?;
         Ok(RegionItem::outgoing(Mode::Move, fd, len, 0, false))
     }
@@ -128,9 +128,9 @@ impl RegionItem {
     pub fn map(self, opts: MapOptions) -> Result<MappedRegion, MapError> {
         match self.try_map(&opts) {
             Ok(map) => {
-                counters::add(&counters::BYTES_MAPPED, self.len as u64);
+                counters::add(counters::BYTES_MAPPED, self.len as u64);
                 if opts.populate {
-                    counters::add(&counters::PAGES_POPULATED, (map.len() / mem::page_size()) as u64);
+                    counters::add(counters::PAGES_POPULATED, (map.len() / mem::page_size()) as u64);
                 }
                 // The mapping keeps the file alive; the descriptor closes here.
                 let RegionItem { mode, len, ret, .. } = self;
@@ -172,7 +172,7 @@ impl RegionItem {
     pub fn copy_out(self) -> Result<Vec<u8>, RegionError> {
         let mut v = vec![0u8; self.len];
         mem::pread_exact(self.fd.as_fd(), &mut v, 0).map_err(|e| RegionError::Io(io_err(e)))?;
-        counters::add(&counters::BYTES_COPIED, self.len as u64);
+        counters::add(counters::BYTES_COPIED, self.len as u64);
         Ok(v)
     }
 
@@ -211,7 +211,7 @@ impl RegionItem {
 pub(crate) fn check(item: usize, d: &ItemDesc, fds: &[OwnedFd]) -> Result<(), WireError> {
     let r = check_inner(item, d, fds);
     if r.is_err() {
-        counters::add(&counters::REGIONS_REJECTED, 1);
+        counters::add(counters::REGIONS_REJECTED, 1);
     }
     r
 }

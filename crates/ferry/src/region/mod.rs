@@ -253,7 +253,7 @@ impl Region {
     pub fn copied_from(bytes: &[u8]) -> Result<Region, RegionError> {
         let mut r = Region::new(bytes.len())?;
         r.as_mut_slice()[..bytes.len()].copy_from_slice(bytes);
-        counters::add(&counters::BYTES_COPIED, bytes.len() as u64);
+        counters::add(counters::BYTES_COPIED, bytes.len() as u64);
         Ok(r)
     }
 
@@ -382,7 +382,7 @@ impl Region {
     fn refresh(&mut self) -> Result<(), RegionError> {
         let fd = new_memfd(self.len)?;
         mem::pwrite_all(fd.as_fd(), self.as_slice(), 0).map_err(|e| RegionError::Io(io_err(e)))?;
-        counters::add(&counters::BYTES_COPIED, self.len as u64);
+        counters::add(counters::BYTES_COPIED, self.len as u64);
         mem::add_seals(fd.as_fd(), BY_VALUE_SEALS).map_err(|e| RegionError::Seal(io_err(e)))?;
         self.map.remap_in_place(fd.as_fd(), true, Share::Private).map_err(|e| RegionError::Map(io_err(e)))?;
         self.rehuge();
@@ -401,6 +401,6 @@ impl Region {
 /// A fresh memfd of `len` bytes, counted.
 pub(crate) fn new_memfd(len: usize) -> Result<OwnedFd, RegionError> {
     let fd = mem::memfd("ferry-region", len as u64).map_err(|e| RegionError::Alloc(io_err(e)))?;
-    counters::add(&counters::REGIONS_ALLOCATED, 1);
+    counters::add(counters::REGIONS_ALLOCATED, 1);
     Ok(fd)
 }

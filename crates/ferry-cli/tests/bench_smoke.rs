@@ -11,18 +11,23 @@ use std::time::{Duration, Instant};
 const FERRY: &str = env!("CARGO_BIN_EXE_ferry");
 
 /// Runs `ferry ARGS`, killing it after `limit` (a hang fails the test).
+/// Its output goes to files, not pipes: a benchmark prints more than a pipe
+/// holds, and nobody reads a pipe while this waits.
 fn ferry(args: &[&str], limit: Duration) -> (bool, String, String) {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let dir = temp_dir(&format!("out{}", N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)));
+    let (out_path, err_path) = (dir.join("stdout"), dir.join("stderr"));
     let mut child = Command::new(FERRY)
         .args(args)
         .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stdout(std::fs::File::create(&out_path).expect("stdout file"))
+        .stderr(std::fs::File::create(&err_path).expect("stderr file"))
         .spawn()
         .expect("start ferry");
     let deadline = Instant::now() + limit;
-    loop {
-        if child.try_wait().expect("wait for ferry").is_some() {
-            break;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for ferry") {
+            break status;
         }
         if Instant::now() > deadline {
             let _ = child.kill();
@@ -30,9 +35,11 @@ fn ferry(args: &[&str], limit: Duration) -> (bool, String, String) {
             panic!("ferry {args:?} did not finish within {limit:?}");
         }
         std::thread::sleep(Duration::from_millis(50));
-    }
-    let out = child.wait_with_output().expect("collect ferry's output");
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
+    let result = (status.success(), read(&out_path), read(&err_path));
+    let _ = std::fs::remove_dir_all(&dir);
+    result
 }
 
 fn temp_dir(tag: &str) -> std::path::PathBuf {

@@ -3,7 +3,8 @@
 //!
 //! The daemon listens on a `SOCK_SEQPACKET` socket at `$FERRY_BOOTSTRAP`, or
 //! else `$XDG_RUNTIME_DIR/ferry/bootstrap`, or else
-//! `/tmp/ferry-<uid>/bootstrap`. Requests and replies are ordinary ferry
+//! `ferry-<uid>/bootstrap` in the temporary directory (`$TMPDIR`, by default
+//! the system one). Requests and replies are ordinary ferry
 //! messages on the connection (see `docs/wire-format.md`, "Name service").
 //! When nothing listens there, [`Bootstrap::connect`] starts a name server on
 //! a background thread of the calling process, bound at that path, so a
@@ -115,7 +116,7 @@ pub fn default_path() -> PathBuf {
     if let Some(d) = std::env::var_os("XDG_RUNTIME_DIR") {
         return Path::new(&d).join("ferry").join("bootstrap");
     }
-    PathBuf::from(format!("/tmp/ferry-{}", rustix::process::getuid().as_raw())).join("bootstrap")
+    std::env::temp_dir().join(format!("ferry-{}", rustix::process::getuid().as_raw())).join("bootstrap")
 }
 
 /// A connection to the name server.

@@ -10,7 +10,8 @@ use std::process::ExitCode;
 const USAGE: &str = "usage: ferryd [--socket PATH] [--files DIR]
 
 Serves ferry's name service at PATH (default: $FERRY_BOOTSTRAP, else
-$XDG_RUNTIME_DIR/ferry/bootstrap, else /tmp/ferry-UID/bootstrap).
+$XDG_RUNTIME_DIR/ferry/bootstrap, else $TMPDIR/ferry-UID/bootstrap,
+with $TMPDIR defaulting to the system temporary directory).
 
 --files DIR   also serve the files beneath DIR as by-value memory objects,
               registered as the system name \"files\" (visible to every user;

@@ -198,7 +198,7 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> Probe {
     let cx = Ctx { budget: opts.budget, cpus, page: rustix::param::page_size() };
     let mut records = Vec::new();
     for (cases, f) in PRIMITIVES {
-        progress(&format!("{} {}", cases[0].0, cases[0].1.as_str()));
+        progress(&format!("{} {}", cases[0].0, cases[0].1.name()));
         match f(&cx) {
             Ok(rs) => records.extend(rs),
             Err(e) => records.extend(cases.iter().map(|(c, p)| Record::skipped(c, *p, &e))),

@@ -166,7 +166,7 @@ fn quick_probe_records_are_well_formed() {
     }
     for case in ["futex-roundtrip", "spin-roundtrip"] {
         for pl in [Placement::SameCore, Placement::CrossCore] {
-            assert!(find(&p, case, pl).is_some(), "{case} {} missing", pl.as_str());
+            assert!(find(&p, case, pl).is_some(), "{case} {} missing", pl.name());
         }
     }
 

@@ -11,49 +11,7 @@ pub const SUITE: &str = "probe";
 /// The `impl` of every probe record: the machine itself.
 pub const IMPL: &str = "machine";
 
-/// Where the parties of a measurement ran.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Placement {
-    /// Everything on one CPU (one party, or two sharing a core).
-    SameCore,
-    /// Two parties pinned to two different CPUs.
-    CrossCore,
-    /// Not pinned.
-    Unpinned,
-}
-
-impl Placement {
-    /// The schema's name for it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Placement::SameCore => "same-core",
-            Placement::CrossCore => "cross-core",
-            Placement::Unpinned => "unpinned",
-        }
-    }
-}
-
-/// What the receiver does with mapped pages (fault and crossover records).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Touch {
-    /// Never touches them.
-    None,
-    /// Reads each page.
-    Read,
-    /// Writes each page.
-    Write,
-}
-
-impl Touch {
-    /// The schema's name for it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Touch::None => "none",
-            Touch::Read => "read",
-            Touch::Write => "write",
-        }
-    }
-}
+pub use crate::record::{Placement, Touch};
 
 /// One result in the benchmark-schema shape.
 #[derive(Clone, Debug, PartialEq)]

@@ -12,7 +12,8 @@ const HELP: &str = "usage: ferry stat [PID|NAME] [--json]
 
 Without an argument, lists every process using ferry that you may inspect,
 with its message and region totals. With a PID, or a NAME registered with
-the name service, prints all of that process's counters.";
+the name service, prints all of that process's counters, including its open
+RPC connections, and the queue depth of each port it registered.";
 
 /// Runs `ferry stat`.
 pub fn main(args: &[String]) -> ExitCode {
@@ -49,13 +50,18 @@ pub fn main(args: &[String]) -> ExitCode {
     };
     match counters::read(&p) {
         Ok(c) => {
+            let queues = queues_of(p.pid);
             if json {
                 let body: Vec<String> = c.fields().iter().map(|(k, v)| format!("\"{k}\": {v}")).collect();
-                println!("{{\"pid\": {}, \"command\": {:?}, {}}}", p.pid, p.command, body.join(", "));
+                let q: Vec<String> = queues.iter().map(|(n, b)| format!("{{\"name\": {n:?}, \"queued_bytes\": {b}}}")).collect();
+                println!("{{\"pid\": {}, \"command\": {:?}, {}, \"ports\": [{}]}}", p.pid, p.command, body.join(", "), q.join(", "));
             } else {
                 println!("pid {} ({})", p.pid, p.command);
                 for (k, v) in c.fields() {
                     println!("  {k:<24} {v:>16}");
+                }
+                for (name, bytes) in &queues {
+                    println!("  port {name:?}: {bytes} bytes queued");
                 }
             }
             ExitCode::SUCCESS
@@ -65,6 +71,13 @@ pub fn main(args: &[String]) -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// Queue depths of the ports `pid` registered with the name service, when
+/// one is reachable (none is started for this).
+fn queues_of(pid: i32) -> Vec<(String, usize)> {
+    let Ok(mut bs) = ferry::Bootstrap::connect_to(&ferry::bootstrap::default_path()) else { return Vec::new() };
+    bs.list().map(|l| l.into_iter().filter(|e| e.owner_pid == pid).map(|e| (e.name, e.queued_bytes)).collect()).unwrap_or_default()
 }
 
 /// The pid that registered `name` with the name service.

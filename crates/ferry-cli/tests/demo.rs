@@ -54,7 +54,11 @@ fn stat_reads_counters_of_a_live_process() {
     let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
     let first = lines.next().unwrap().unwrap();
     assert!(first.contains("registered"), "{first}");
-    let out = Command::new(env!("CARGO_BIN_EXE_ferry")).args(["stat", &server.id().to_string()]).output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ferry"))
+        .args(["stat", &server.id().to_string()])
+        .env("FERRY_BOOTSTRAP", &path)
+        .output()
+        .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     let _ = server.kill();
     let _ = server.wait();
@@ -65,5 +69,8 @@ fn stat_reads_counters_of_a_live_process() {
     };
     assert!(value("messages_sent") >= 1, "{text}");
     assert!(value("messages_received") >= 1, "{text}");
+    assert_eq!(value("rpc_connections_open"), 0, "{text}");
+    // The queue depth of the port it registered, from the name service.
+    assert!(text.contains("port \"demo.server\": 0 bytes queued"), "{text}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -62,14 +62,17 @@ pub struct Counters {
     /// Page faults the pagers of this process served (one per fault
     /// resolved, however many pages read-ahead supplied with it).
     pub pager_faults: u64,
+    /// RPC connection ends open in this process now (client connections
+    /// plus connections its servers accepted); a gauge, not a total.
+    pub rpc_connections: u64,
 }
 
 impl Counters {
-    /// Field-by-field difference `self - earlier` (saturating), except
-    /// `minor_faults`, which is also a difference.
+    /// Field-by-field difference `self - earlier` (saturating) of every
+    /// total; the gauge `rpc_connections` keeps its value in `self`.
     pub fn since(&self, earlier: &Counters) -> Counters {
         macro_rules! d {
-            ($($f:ident),*) => { Counters { $($f: self.$f.saturating_sub(earlier.$f)),* } };
+            ($($f:ident),*; $g:ident) => { Counters { $($f: self.$f.saturating_sub(earlier.$f),)* $g: self.$g } };
         }
         d!(
             messages_sent,
@@ -91,7 +94,8 @@ impl Counters {
             pages_populated,
             minor_faults,
             rpc_calls,
-            pager_faults
+            pager_faults;
+            rpc_connections
         )
     }
 }
@@ -116,10 +120,11 @@ pub(crate) struct Block {
     pages_populated: AtomicU64,
     rpc_calls: AtomicU64,
     pager_faults: AtomicU64,
+    rpc_connections: AtomicU64,
 }
 
 const MAGIC: u64 = u64::from_le_bytes(*b"FERYCNT1");
-const VERSION: u64 = 1;
+const VERSION: u64 = 2;
 // A constant (not a static) on purpose: each use is a fresh zero counter.
 #[allow(clippy::declare_interior_mutable_const)]
 const Z: AtomicU64 = AtomicU64::new(0);
@@ -140,10 +145,11 @@ static BLOCK: Block = Block {
     pages_populated: Z,
     rpc_calls: Z,
     pager_faults: Z,
+    rpc_connections: Z,
 };
 
 /// Names of the values in the block, in order (after magic and version).
-pub const FIELDS: [&str; 19] = [
+pub const FIELDS: [&str; 20] = [
     "messages_sent",
     "messages_received",
     "bytes_inline_sent",
@@ -163,6 +169,7 @@ pub const FIELDS: [&str; 19] = [
     "pages_populated",
     "rpc_calls",
     "pager_faults",
+    "rpc_connections_open",
 ];
 
 pub(crate) static MESSAGES_SENT: &AtomicU64 = &BLOCK.messages_sent;
@@ -182,6 +189,25 @@ pub(crate) static PAGES_POPULATED: &AtomicU64 = &BLOCK.pages_populated;
 pub(crate) static RPC_CALLS: &AtomicU64 = &BLOCK.rpc_calls;
 /// Faults served by pagers in this process.
 pub(crate) static PAGER_FAULTS: &AtomicU64 = &BLOCK.pager_faults;
+
+/// Counts one open RPC connection end for as long as it lives; held by
+/// each client connection and each connection a server accepted.
+#[derive(Debug)]
+pub(crate) struct ConnectionGauge(());
+
+impl ConnectionGauge {
+    /// Counts a newly opened connection end.
+    pub(crate) fn open() -> ConnectionGauge {
+        BLOCK.rpc_connections.fetch_add(1, Relaxed);
+        ConnectionGauge(())
+    }
+}
+
+impl Drop for ConnectionGauge {
+    fn drop(&mut self) {
+        BLOCK.rpc_connections.fetch_sub(1, Relaxed);
+    }
+}
 
 /// Adds `n` to a counter (relaxed).
 pub(crate) fn add(c: &AtomicU64, n: u64) {
@@ -215,13 +241,14 @@ pub fn snapshot() -> Counters {
         minor_faults: crate::sys::mem::minor_faults(),
         rpc_calls: r(RPC_CALLS),
         pager_faults: r(PAGER_FAULTS),
+        rpc_connections: r(&BLOCK.rpc_connections),
     }
 }
 
 impl Counters {
     /// Builds counters from the values of a block, in the order of
     /// [`FIELDS`], and a minor-fault count.
-    fn from_values(v: &[u64; 19], minor_faults: u64) -> Counters {
+    fn from_values(v: &[u64; 20], minor_faults: u64) -> Counters {
         Counters {
             messages_sent: v[0],
             messages_received: v[1],
@@ -243,6 +270,7 @@ impl Counters {
             minor_faults,
             rpc_calls: v[17],
             pager_faults: v[18],
+            rpc_connections: v[19],
         }
     }
 
@@ -269,6 +297,7 @@ impl Counters {
             self.pages_populated,
             self.rpc_calls,
             self.pager_faults,
+            self.rpc_connections,
         ];
         let mut out: Vec<(&'static str, u64)> = FIELDS.iter().copied().zip(v).collect();
         out.push(("minor_faults", self.minor_faults));
@@ -345,12 +374,12 @@ pub fn find(pid: i32) -> Option<Published> {
 /// is at the published address is not a counter block of this version;
 /// permission errors from the kernel as they are.
 pub fn read(p: &Published) -> std::io::Result<Counters> {
-    let mut words = [0u64; 21];
+    let mut words = [0u64; 2 + FIELDS.len()];
     crate::sys::mem::read_other_process(p.pid, p.addr, &mut words).map_err(crate::error::io_err)?;
     if words[0] != MAGIC || words[1] != VERSION {
         return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "not a ferry counter block of this version"));
     }
-    let v: [u64; 19] = words[2..].try_into().expect("19 values");
+    let v: [u64; FIELDS.len()] = words[2..].try_into().expect("one word per field");
     let minflt = std::fs::read_to_string(format!("/proc/{}/stat", p.pid))
         .ok()
         .and_then(|s| s.rsplit(')').next().and_then(|rest| rest.split_whitespace().nth(7)).and_then(|f| f.parse().ok()))

@@ -53,6 +53,7 @@ struct Inner {
     seq: u32,
     buf: Vec<u8>,
     probe: Option<CallProbe>,
+    _open: crate::counters::ConnectionGauge,
 }
 
 impl Connection {
@@ -169,6 +170,7 @@ impl Inner {
             seq: 0,
             buf: vec![0; crate::wire::MAX_MESSAGE + 1],
             probe: None,
+            _open: crate::counters::ConnectionGauge::open(),
         })
     }
 

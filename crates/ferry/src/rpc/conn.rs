@@ -38,6 +38,8 @@ pub(super) struct Conn {
     pub(super) pending: Option<(u32, Message)>,
     /// Gone or broken: forgotten at the next reap.
     pub(super) dead: bool,
+    /// Counts this connection in the process's open-connection gauge.
+    pub(super) _open: crate::counters::ConnectionGauge,
 }
 
 impl Conn {

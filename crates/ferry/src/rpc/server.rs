@@ -387,7 +387,7 @@ impl RpcServer {
         // Sequence numbers start at 0 and a client's first call is 1; the
         // client may already have published it, since it saw the ack.
         let identity = frame::identity_of(&sock);
-        self.conns.push(Conn { id, sock, identity, slot, last_req: 0, last_sock: 0, busy: None, pending: None, dead: false });
+        self.conns.push(Conn { id, sock, identity, slot, last_req: 0, last_sock: 0, busy: None, pending: None, dead: false, _open: crate::counters::ConnectionGauge::open() });
     }
 
     /// Forgets dead connections (closing their sockets and unmapping their

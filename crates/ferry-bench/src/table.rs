@@ -21,12 +21,10 @@ pub fn human_ns(ns: f64) -> String {
 }
 
 fn human_bytes(b: u64) -> String {
-    match b {
-        0 => "0".into(),
-        b if b % (1 << 30) == 0 => format!("{} GiB", b >> 30),
-        b if b % (1 << 20) == 0 => format!("{} MiB", b >> 20),
-        b if b % (1 << 10) == 0 => format!("{} KiB", b >> 10),
-        b => format!("{b} B"),
+    if b == 0 {
+        "0".into()
+    } else {
+        crate::plot::fmt_bytes(b)
     }
 }
 

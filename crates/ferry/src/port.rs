@@ -94,11 +94,12 @@ impl ReceiveRight {
     /// Every descriptor that makes up this right, main socket first, for
     /// moving it inside a message.
     pub(crate) fn sources_all(&self) -> impl Iterator<Item = BorrowedFd<'_>> {
-        std::iter::once(self.sock.as_fd()).chain(self.once.iter().map(|f| f.as_fd()))
+        std::iter::once(self.sock.as_fd()).chain(self.once_fds())
     }
 
-    pub(crate) fn identity(&self) -> (u64, u64) {
-        self.identity
+    /// The receiving ends of the outstanding send-once rights.
+    pub(crate) fn once_fds(&self) -> impl Iterator<Item = BorrowedFd<'_>> {
+        self.once.iter().map(|f| f.as_fd())
     }
 
     pub(crate) fn generation(&self) -> u64 {
@@ -145,11 +146,7 @@ impl ReceiveRight {
             if past(deadline) {
                 return Err(RecvError::Timeout);
             }
-            let mut fds: Vec<(BorrowedFd<'_>, Interest)> = Vec::with_capacity(self.once.len() + 1);
-            if !self.senders_gone {
-                fds.push((self.sock.as_fd(), Interest::Readable));
-            }
-            fds.extend(self.once.iter().map(|f| (f.as_fd(), Interest::Readable)));
+            let fds: Vec<(BorrowedFd<'_>, Interest)> = self.sources().map(|f| (f, Interest::Readable)).collect();
             let ready = wait::poll_many(&fds, deadline).map_err(|e| RecvError::Io(io_err(e)))?;
             if !ready.iter().any(|r| r.any()) {
                 return Err(RecvError::Timeout);
@@ -239,14 +236,10 @@ impl ReceiveRight {
         self.senders_gone
     }
 
-    /// Descriptors a port set must watch for this port, main socket first.
-    pub(crate) fn sources(&self) -> Vec<BorrowedFd<'_>> {
-        let mut v = Vec::with_capacity(self.once.len() + 1);
-        if !self.senders_gone {
-            v.push(self.sock.as_fd());
-        }
-        v.extend(self.once.iter().map(|f| f.as_fd()));
-        v
+    /// Descriptors anything can still arrive on: the main socket while send
+    /// rights exist, and every outstanding send-once socket.
+    fn sources(&self) -> impl Iterator<Item = BorrowedFd<'_>> {
+        (!self.senders_gone).then(|| self.sock.as_fd()).into_iter().chain(self.once_fds())
     }
 
     pub(crate) fn main_fd(&self) -> BorrowedFd<'_> {

@@ -9,7 +9,6 @@ use std::time::Instant;
 use crate::error::{io_err, RecvError};
 use crate::message::Message;
 use crate::port::{ReceiveRight, SendRight};
-use crate::sys::socket;
 use crate::sys::wait::{Epoll, Interest};
 use crate::timeout::Timeout;
 
@@ -117,21 +116,20 @@ impl PortSet {
             }
             let key = id as u64;
             let want_main = !m.port.senders_gone();
-            if m.main_registered && !want_main {
-                self.epoll.remove(m.port.main_fd()).map_err(io_err)?;
-                m.main_registered = false;
-            }
-            for fd in m.port.sources() {
-                let is_main = socket::identity(fd).ok() == Some(m.port.identity());
-                if is_main && m.main_registered {
-                    continue;
+            if m.main_registered != want_main {
+                if want_main {
+                    self.epoll.add(m.port.main_fd(), Interest::Readable, key).map_err(io_err)?;
+                } else {
+                    self.epoll.remove(m.port.main_fd()).map_err(io_err)?;
                 }
+                m.main_registered = want_main;
+            }
+            // Send-once sockets already registered stay registered; closed
+            // ones left epoll when they were closed.
+            for fd in m.port.once_fds() {
                 match self.epoll.add(fd, Interest::Readable, key) {
                     Ok(()) | Err(rustix::io::Errno::EXIST) => {}
                     Err(e) => return Err(io_err(e)),
-                }
-                if is_main {
-                    m.main_registered = true;
                 }
             }
             m.seen_generation = Some(m.port.generation());

@@ -204,18 +204,7 @@ pub fn fmt_ns(ns: f64) -> String {
     }
 }
 
-/// A size in bytes, in the unit that suits it.
-pub fn fmt_bytes(b: u64) -> String {
-    if b >= 1 << 30 && b % (1 << 30) == 0 {
-        format!("{} GiB", b >> 30)
-    } else if b >= 1 << 20 && b % (1 << 20) == 0 {
-        format!("{} MiB", b >> 20)
-    } else if b >= 1 << 10 && b % (1 << 10) == 0 {
-        format!("{} KiB", b >> 10)
-    } else {
-        format!("{b} B")
-    }
-}
+pub use crate::plot::fmt_bytes;
 
 /// The human table.
 pub fn table(p: &Probe) -> String {

@@ -93,3 +93,59 @@ pub fn serial() -> std::sync::MutexGuard<'static, ()> {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     LOCK.lock().unwrap_or_else(|p| p.into_inner())
 }
+
+/// The uid and gid tests run as when they play another, unprivileged local
+/// user (`nobody` on Debian and most distributions).
+pub const NOBODY: u32 = 65534;
+
+/// Whether this test process may start children as another user (it runs as
+/// root). Tests of cross-user attacks call this first and, when it is false,
+/// print why they are skipped and return: they cannot play two users then.
+pub fn can_play_other_user(test: &str) -> bool {
+    if rustix::process::geteuid().is_root() {
+        return true;
+    }
+    eprintln!("skipped {test}: starting a process as uid {NOBODY} needs root (run the tests as root to check cross-user attacks)");
+    false
+}
+
+/// A copy of `ferry-peer` that any user may execute: the build directory may
+/// sit below directories other users cannot enter, so it is copied once
+/// into a world-readable directory of the temporary directory.
+pub fn peer_for_other_users() -> PathBuf {
+    static COPY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    COPY.get_or_init(|| {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("ferry-peer-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("create peer copy dir");
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod peer copy dir");
+        let path = dir.join("ferry-peer");
+        let tmp = dir.join("ferry-peer.tmp");
+        std::fs::copy(env!("CARGO_BIN_EXE_ferry-peer"), &tmp).expect("copy ferry-peer");
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)).expect("chmod ferry-peer");
+        std::fs::rename(&tmp, &path).expect("place ferry-peer");
+        path
+    })
+    .clone()
+}
+
+/// Starts the peer program in `role` as uid and gid `uid` (no supplementary
+/// groups), pointed at `bootstrap`: another local user attacking what this
+/// test process (root) set up. Callers check [`can_play_other_user`] first.
+pub fn spawn_peer_as(uid: u32, bootstrap: &std::path::Path, role: &str, args: &[&str]) -> Child {
+    use std::os::unix::process::CommandExt;
+    Command::new(peer_for_other_users())
+        .arg(role)
+        .args(args)
+        .env("FERRY_BOOTSTRAP", bootstrap)
+        .env("FERRY_NO_EMBED", "1")
+        .env("TMPDIR", "/tmp")
+        .env_remove("XDG_RUNTIME_DIR")
+        .current_dir("/")
+        .uid(uid)
+        .gid(uid)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn ferry-peer as another user")
+}

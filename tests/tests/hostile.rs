@@ -326,7 +326,7 @@ fn too_many_descriptors() {
         // descriptors.
         let (mut big_rx, _big_tx) = ferry::port().unwrap();
         let once: Vec<_> = (0..wire::MAX_FDS).map(|_| big_rx.make_send_once().unwrap()).collect();
-        match tx.send(Message::new(1).with_item(big_rx), Timeout::Zero) {
+        match tx.send(Message::new(1).with_item(big_rx), Timeout::Zero).map_err(SendError::from) {
             Err(SendError::TooLarge(why)) => assert!(why.contains("254 descriptors"), "{why}"),
             other => panic!("expected TooLarge, got {other:?}"),
         }

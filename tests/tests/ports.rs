@@ -54,7 +54,7 @@ fn dead_name_when_receive_right_dropped() {
     drop(rx);
     assert!(tx.is_dead());
     assert!(tx.wait_dead(Timeout::Infinite));
-    assert!(matches!(tx.send(Message::new(1), Timeout::Infinite), Err(SendError::PeerDead)));
+    assert!(matches!(tx.send(Message::new(1), Timeout::Infinite).map_err(SendError::from), Err(SendError::PeerDead)));
 }
 
 #[test]
@@ -135,12 +135,12 @@ fn limits_are_enforced_on_send() {
     let _serial = common::serial();
     let (_rx, tx) = ferry::port().unwrap();
     let big = vec![0u8; ferry::message::MAX_INLINE + 1];
-    assert!(matches!(tx.send(Message::new(1).with_body(big), Timeout::Zero), Err(SendError::TooLarge(_))));
+    assert!(matches!(tx.send(Message::new(1).with_body(big), Timeout::Zero).map_err(SendError::from), Err(SendError::TooLarge(_))));
     let mut m = Message::new(1);
     for _ in 0..=ferry::message::MAX_ITEMS {
         m = m.with_item(tx.try_clone().unwrap());
     }
-    assert!(matches!(tx.send(m, Timeout::Zero), Err(SendError::TooLarge(_))));
+    assert!(matches!(tx.send(m, Timeout::Zero).map_err(SendError::from), Err(SendError::TooLarge(_))));
 }
 
 #[test]
@@ -150,7 +150,7 @@ fn full_queue_fails_now_times_out_or_blocks() {
         let (mut rx, tx) = ferry::port_with(PortOptions { queue_limit: Some(4096) }).unwrap();
         let mut queued = 0u64;
         loop {
-            match tx.send(Message::new(1).with_body(queued.to_le_bytes()), Timeout::Zero) {
+            match tx.send(Message::new(1).with_body(queued.to_le_bytes()), Timeout::Zero).map_err(SendError::from) {
                 Ok(()) => queued += 1,
                 Err(SendError::QueueFull) => break,
                 Err(e) => panic!("{e}"),
@@ -158,7 +158,7 @@ fn full_queue_fails_now_times_out_or_blocks() {
         }
         assert!(queued > 0, "a 4 KiB queue holds at least one small message");
         assert!(tx.queued_bytes().unwrap() > 0);
-        assert!(matches!(tx.send(Message::new(1), Timeout::millis(20)), Err(SendError::Timeout)));
+        assert!(matches!(tx.send(Message::new(1), Timeout::millis(20)).map_err(SendError::from), Err(SendError::Timeout)));
         // A blocking sender waits until the receiver makes room.
         let tx2 = tx.try_clone().unwrap();
         let t = std::thread::spawn(move || tx2.send(Message::new(2).with_body(u64::MAX.to_le_bytes()), Timeout::Infinite));
@@ -239,4 +239,105 @@ fn dropping_everything_leaks_no_descriptor() {
         // must release it too.
     }
     assert_eq!(open_fds(), before);
+}
+
+/// Fills a port's queue with small messages until the kernel refuses one.
+fn fill(tx: &ferry::SendRight) -> u64 {
+    for queued in 0..100_000u64 {
+        match tx.send(Message::new(1).with_body(queued.to_le_bytes()), Timeout::Zero).map_err(SendError::from) {
+            Ok(()) => {}
+            Err(SendError::QueueFull) => return queued,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    panic!("a 4 KiB queue never filled");
+}
+
+#[test]
+fn failed_send_returns_rights_and_regions_intact() {
+    let _serial = common::serial();
+    watchdog("failed_send_returns", LIMIT, || {
+        let (mut rx, tx) = ferry::port_with(PortOptions { queue_limit: Some(4096) }).unwrap();
+        let queued = fill(&tx);
+        // A receive right (with a send-once right outstanding on it), a
+        // region, and a reply right go to the full queue.
+        let (mut carried_rx, carried_tx) = ferry::port().unwrap();
+        let carried_once = carried_rx.make_send_once().unwrap();
+        let mut region = ferry::Region::new(8192).unwrap();
+        region.as_mut_slice()[..5].copy_from_slice(b"keep!");
+        let (mut reply_rx, _reply_keep) = ferry::port().unwrap();
+        let reply = reply_rx.make_send_once().unwrap();
+        let msg = Message::new(7)
+            .with_body(*b"payload")
+            .with_item(carried_rx)
+            .with_item(region.by_copy().unwrap())
+            .with_reply(reply);
+        let before = open_fds();
+        let failed = tx.send(msg, Timeout::Zero).unwrap_err();
+        assert!(matches!(failed.error(), SendError::QueueFull), "{failed}");
+        // A timed send fails the same way and also gives the message back.
+        let failed = tx.send(failed.into_message(), Timeout::millis(10)).unwrap_err();
+        assert!(matches!(failed.error(), SendError::Timeout), "{failed}");
+        assert_eq!(open_fds(), before, "a failed send closed or leaked descriptors");
+        let (_, mut msg, ()) = failed.into_parts();
+        assert_eq!((msg.op(), msg.body()), (7, &b"payload"[..]));
+        assert_eq!(msg.items().len(), 2);
+        // The message, sent again once there is room, arrives whole.
+        for _ in 0..queued {
+            rx.recv(Timeout::Infinite).unwrap();
+        }
+        let reply = msg.take_reply().expect("the reply right came back");
+        tx.send(msg.with_reply(reply), Timeout::Zero).unwrap();
+        let mut got = rx.recv(Timeout::Infinite).unwrap();
+        assert_eq!((got.op(), got.body()), (7, &b"payload"[..]));
+        got.take_reply().unwrap().send(Message::new(8), Timeout::Zero).unwrap();
+        assert_eq!(reply_rx.recv(Timeout::Infinite).unwrap().op(), 8);
+        let mut items = got.take_items().into_iter();
+        let Some(Item::Receive(mut carried_rx)) = items.next() else { panic!("receive right lost") };
+        let Some(Item::Region(r)) = items.next() else { panic!("region lost") };
+        // The receive right still receives from its send right and its
+        // send-once right.
+        carried_tx.send(Message::new(9), Timeout::Zero).unwrap();
+        carried_once.send(Message::new(10), Timeout::Zero).unwrap();
+        let mut ops = [carried_rx.recv(Timeout::Infinite).unwrap().op(), carried_rx.recv(Timeout::Infinite).unwrap().op()];
+        ops.sort();
+        assert_eq!(ops, [9, 10]);
+        assert_eq!(&r.map(ferry::MapOptions::lazy()).unwrap()[..5], b"keep!");
+    });
+}
+
+#[test]
+fn failed_send_to_a_dead_port_returns_the_message() {
+    let _serial = common::serial();
+    let (rx, tx) = ferry::port().unwrap();
+    drop(rx);
+    let (mut carried_rx, carried_tx) = ferry::port().unwrap();
+    let failed = tx.send(Message::new(1).with_item(carried_rx), Timeout::Infinite).unwrap_err();
+    assert!(matches!(failed.error(), SendError::PeerDead));
+    let Some(Item::Receive(back)) = failed.into_message().take_items().pop() else { panic!("receive right lost") };
+    carried_rx = back;
+    carried_tx.send(Message::new(2), Timeout::Zero).unwrap();
+    assert_eq!(carried_rx.recv(Timeout::Infinite).unwrap().op(), 2);
+}
+
+#[test]
+fn failed_send_once_returns_the_right_and_it_sends_again() {
+    let _serial = common::serial();
+    let (mut rx, _tx) = ferry::port().unwrap();
+    let once = rx.make_send_once().unwrap();
+    let big = vec![0u8; ferry::message::MAX_INLINE + 1];
+    let failed = once.send(Message::new(1).with_body(big), Timeout::Zero).unwrap_err();
+    assert!(matches!(failed.error(), SendError::TooLarge(_)));
+    let (_, msg, once) = failed.into_parts();
+    assert_eq!(msg.body().len(), ferry::message::MAX_INLINE + 1);
+    assert_eq!(rx.send_once_outstanding(), 1, "the receiver still counts the right as outstanding");
+    once.send(Message::new(2), Timeout::Zero).unwrap();
+    let m = rx.recv(Timeout::Infinite).unwrap();
+    assert!(m.via_send_once() && m.op() == 2);
+    // A reply right comes back the same way.
+    let reply: ferry::Reply = rx.make_send_once().unwrap().into();
+    let failed = reply.send(Message::new(3).with_body(vec![0u8; ferry::message::MAX_INLINE + 1]), Timeout::Zero).unwrap_err();
+    let (_, _, reply) = failed.into_parts();
+    reply.send(Message::new(4), Timeout::Zero).unwrap();
+    assert_eq!(rx.recv(Timeout::Infinite).unwrap().op(), 4);
 }

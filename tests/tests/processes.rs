@@ -87,7 +87,7 @@ fn killed_receiver_is_a_dead_name() {
             assert!(!to_peer.is_dead());
             kill(&mut peer);
             assert!(to_peer.wait_dead(Timeout::Infinite), "dead-name event after SIGKILL");
-            assert!(matches!(to_peer.send(Message::new(2), Timeout::Infinite), Err(SendError::PeerDead)));
+            assert!(matches!(to_peer.send(Message::new(2), Timeout::Infinite).map_err(SendError::from), Err(SendError::PeerDead)));
         }
         // The registration of "control" holds one descriptor in the server
         // thread of this process until its port dies, which it has now.

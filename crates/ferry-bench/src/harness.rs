@@ -139,6 +139,11 @@ impl From<ferry::SendError> for Skip {
         Skip(format!("ferry send failed: {e}"))
     }
 }
+impl<R> From<ferry::SendFailed<R>> for Skip {
+    fn from(e: ferry::SendFailed<R>) -> Skip {
+        Skip::from(e.into_error())
+    }
+}
 impl From<ferry::RecvError> for Skip {
     fn from(e: ferry::RecvError) -> Skip {
         Skip(format!("ferry receive failed: {e}"))

@@ -81,6 +81,12 @@ impl From<SendError> for NameError {
     }
 }
 
+impl<R> From<crate::SendFailed<R>> for NameError {
+    fn from(e: crate::SendFailed<R>) -> Self {
+        NameError::from(e.into_error())
+    }
+}
+
 impl From<RecvError> for NameError {
     fn from(e: RecvError) -> Self {
         match e {
@@ -161,7 +167,7 @@ impl Bootstrap {
     }
 
     fn request(&mut self, msg: Message) -> Result<Message, NameError> {
-        send_on(self.conn.as_fd(), msg, REQUEST_TIMEOUT)?;
+        send_on(self.conn.as_fd(), msg, REQUEST_TIMEOUT).map_err(|(e, _)| e)?;
         match recv_on(self.conn.as_fd(), &mut self.buf, self.identity, REQUEST_TIMEOUT, false)? {
             Some(m) => match m.op() {
                 ST_OK => Ok(m),

@@ -125,9 +125,9 @@ impl fmt::Display for WireError {
 
 impl std::error::Error for WireError {}
 
-/// Why a send failed. On every error the message's rights and regions are
-/// dropped (closed) in the sending process, as if it had been sent and lost,
-/// unless the variant says otherwise.
+/// Why a send failed. The message itself is not lost: it comes back inside
+/// [`SendFailed`], with every right and region it carried still owned by
+/// the caller.
 #[derive(Debug)]
 pub enum SendError {
     /// The receive right is gone: the port is a dead name.
@@ -165,6 +165,104 @@ impl std::error::Error for SendError {
             SendError::Io(e) => Some(e),
             _ => None,
         }
+    }
+}
+
+/// A send that failed, with the message it carried, intact, and (for rights
+/// consumed by sending, such as [`crate::SendOnceRight`]) the right itself,
+/// as `std::sync::mpsc::TrySendError` returns its value.
+///
+/// A message is sent in one `sendmsg(2)` on a sequenced-packet socket, which
+/// queues the whole datagram with all its descriptors or nothing; so every
+/// [`SendError`] leaves the message whole: its rights are still rights of
+/// this process, a lent region is still out of its pool only as far as this
+/// message holds it, a region made by move is still this process's to send
+/// again. Dropping the `SendFailed` drops all of it (a receive right is then
+/// destroyed, a send-once right reports [`RecvError::SendOnceDropped`] to its
+/// port, a lent region returns to its pool).
+///
+/// `R` is what else comes back: `()` for [`crate::SendRight::send`], the
+/// [`crate::SendOnceRight`] for [`crate::SendOnceRight::send`], the
+/// [`crate::Reply`] for [`crate::Reply::send`]. It converts into its
+/// [`SendError`] with `?` or `.into()` where the message is not wanted.
+///
+/// ```
+/// use ferry::{Message, SendError, Timeout};
+/// let (mut rx, tx) = ferry::port_with(ferry::PortOptions { queue_limit: Some(4096) })?;
+/// let (other, _keep) = ferry::port()?;
+/// // Fill the queue, then try to send a receive right.
+/// while tx.send(Message::new(0).with_body(vec![0u8; 512]), Timeout::Zero).is_ok() {}
+/// let failed = tx.send(Message::new(1).with_item(other), Timeout::Zero).unwrap_err();
+/// assert!(matches!(failed.error(), SendError::QueueFull));
+/// let msg = failed.into_message();               // the receive right is still ours
+/// while rx.try_recv().is_ok() {}                  // drain, then retry
+/// tx.send(msg, Timeout::Zero)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct SendFailed<R = ()> {
+    error: SendError,
+    message: crate::Message,
+    right: R,
+}
+
+impl<R> SendFailed<R> {
+    pub(crate) fn new(error: SendError, message: crate::Message, right: R) -> Self {
+        SendFailed { error, message, right }
+    }
+
+    /// Why the send failed.
+    pub fn error(&self) -> &SendError {
+        &self.error
+    }
+
+    /// The message that was not sent.
+    pub fn message(&self) -> &crate::Message {
+        &self.message
+    }
+
+    /// The right that was not used up (for a send-once right or a reply
+    /// right; `()` for a send right, which the caller kept anyway).
+    pub fn right(&self) -> &R {
+        &self.right
+    }
+
+    /// Takes the message back (dropping the right that came back with it, if
+    /// any), to retry or to recover its rights and regions.
+    pub fn into_message(self) -> crate::Message {
+        self.message
+    }
+
+    /// Everything: the error, the message, and the right.
+    pub fn into_parts(self) -> (SendError, crate::Message, R) {
+        (self.error, self.message, self.right)
+    }
+
+    /// Only the error; the message and the right are dropped.
+    pub fn into_error(self) -> SendError {
+        self.error
+    }
+
+    pub(crate) fn map_right<S>(self, f: impl FnOnce(R) -> S) -> SendFailed<S> {
+        SendFailed { error: self.error, message: self.message, right: f(self.right) }
+    }
+}
+
+impl<R> fmt::Display for SendFailed<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (the unsent message was returned to the sender)", self.error)
+    }
+}
+
+impl<R: fmt::Debug> std::error::Error for SendFailed<R> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
+impl<R> From<SendFailed<R>> for SendError {
+    fn from(f: SendFailed<R>) -> SendError {
+        f.error
     }
 }
 

@@ -52,7 +52,7 @@ pub mod timeout;
 pub mod wire;
 
 pub use bootstrap::{Bootstrap, NameEntry, NameError};
-pub use error::{RecvError, SendError, WireError};
+pub use error::{RecvError, SendError, SendFailed, WireError};
 pub use message::{Credentials, Item, Message, Reply};
 pub use nameserver::NameServer;
 pub use port::{port, port_with, PortOptions, ReceiveRight, SendOnceRight, SendRight};

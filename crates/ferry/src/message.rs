@@ -10,7 +10,7 @@
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
-use crate::error::{SendError, WireError};
+use crate::error::{SendError, SendFailed, WireError};
 use crate::counters;
 use crate::port::{ReceiveRight, SendOnceRight, SendRight};
 use crate::region::{self, RegionItem};
@@ -75,10 +75,14 @@ pub enum Reply {
 
 impl Reply {
     /// Sends `msg` through this reply right, consuming it.
-    pub fn send(self, msg: Message, timeout: crate::Timeout) -> Result<(), SendError> {
+    ///
+    /// # Errors
+    /// As [`SendRight::send`]; the message and this reply right come back in
+    /// the [`SendFailed`].
+    pub fn send(self, msg: Message, timeout: crate::Timeout) -> Result<(), SendFailed<Reply>> {
         match self {
-            Reply::Send(r) => r.send(msg, timeout),
-            Reply::SendOnce(r) => r.send(msg, timeout),
+            Reply::Send(r) => r.send(msg, timeout).map_err(|f| f.map_right(|()| Reply::Send(r))),
+            Reply::SendOnce(r) => r.send(msg, timeout).map_err(|f| f.map_right(Reply::SendOnce)),
         }
     }
 }
@@ -182,11 +186,25 @@ impl Message {
     }
 
     /// Checks the limits and produces the wire bytes and the items whose
-    /// descriptors travel beside them.
-    pub(crate) fn lower(self) -> Result<Lowered, SendError> {
-        let mut items = self.items;
+    /// descriptors travel beside them. A message that breaks a limit comes
+    /// back untouched beside the error.
+    pub(crate) fn lower(self) -> Result<Lowered, (SendError, Message)> {
+        let nitems = self.items.len() + usize::from(self.reply.is_some());
+        if nitems > MAX_ITEMS {
+            return Err((SendError::TooLarge(format!("{nitems} items, the limit is {MAX_ITEMS}")), self));
+        }
+        if self.body.len() > MAX_INLINE {
+            let why = format!("{} inline bytes, the limit is {MAX_INLINE}; send large data out of line", self.body.len());
+            return Err((SendError::TooLarge(why), self));
+        }
+        let reply_fds = usize::from(self.reply.is_some());
+        let nfds: usize = reply_fds + self.items.iter().map(|i| describe(i).fds as usize).sum::<usize>();
+        if nfds > MAX_FDS {
+            return Err((SendError::TooLarge(format!("{nfds} descriptors, the limit is {MAX_FDS}")), self));
+        }
+        let Message { op, body, mut items, reply, .. } = self;
         let mut flags = 0u8;
-        if let Some(r) = self.reply {
+        if let Some(r) = reply {
             flags |= wire::FLAG_REPLY;
             items.insert(
                 0,
@@ -196,23 +214,10 @@ impl Message {
                 },
             );
         }
-        if items.len() > MAX_ITEMS {
-            return Err(SendError::TooLarge(format!("{} items, the limit is {MAX_ITEMS}", items.len())));
-        }
-        if self.body.len() > MAX_INLINE {
-            return Err(SendError::TooLarge(format!(
-                "{} inline bytes, the limit is {MAX_INLINE}; send large data out of line",
-                self.body.len()
-            )));
-        }
         let descs: Vec<ItemDesc> = items.iter().map(describe).collect();
-        let nfds: usize = descs.iter().map(|d| d.fds as usize).sum();
-        if nfds > MAX_FDS {
-            return Err(SendError::TooLarge(format!("{nfds} descriptors, the limit is {MAX_FDS}")));
-        }
-        let mut bytes = Vec::with_capacity(wire::HEADER_LEN + descs.len() * wire::ITEM_LEN + self.body.len());
-        wire::encode(&mut bytes, self.op, flags, &descs, &self.body);
-        Ok(Lowered { bytes, items, inline_len: self.body.len() })
+        let mut bytes = Vec::with_capacity(wire::HEADER_LEN + descs.len() * wire::ITEM_LEN + body.len());
+        wire::encode(&mut bytes, op, flags, &descs, &body);
+        Ok(Lowered { bytes, items, op, flags, body })
     }
 
     /// Builds a received message from a datagram read into `buf`, after
@@ -318,7 +323,9 @@ fn raise(d: &ItemDesc, mut fds: Vec<OwnedFd>, ident: (u64, u64)) -> Item {
 pub(crate) struct Lowered {
     bytes: Vec<u8>,
     items: Vec<Item>,
-    inline_len: usize,
+    op: u32,
+    flags: u8,
+    body: Vec<u8>,
 }
 
 impl Lowered {
@@ -344,11 +351,27 @@ impl Lowered {
     /// The kernel has taken its references: release ours.
     pub(crate) fn sent(self) {
         counters::add(counters::MESSAGES_SENT, 1);
-        counters::add(counters::BYTES_INLINE_SENT, self.inline_len as u64);
+        counters::add(counters::BYTES_INLINE_SENT, self.body.len() as u64);
         for it in self.items {
             if let Item::Region(r) = it {
                 r.sent();
             }
         }
+    }
+
+    /// The send failed and nothing was queued: the message as it was built,
+    /// with its reply right back in place.
+    pub(crate) fn unlower(self) -> Message {
+        let Lowered { mut items, op, flags, body, .. } = self;
+        let reply = if flags & wire::FLAG_REPLY != 0 {
+            match items.remove(0) {
+                Item::Send(s) => Some(Reply::Send(s)),
+                Item::SendOnce(s) => Some(Reply::SendOnce(s)),
+                Item::Receive(_) | Item::Region(_) | Item::Pager(_) => unreachable!("lower puts the reply right first"),
+            }
+        } else {
+            None
+        };
+        Message { op, body, items, reply, sender: None, via_send_once: false }
     }
 }

@@ -22,7 +22,7 @@ use std::time::Instant;
 
 use rustix::io::Errno;
 
-use crate::error::{io_err, RecvError, SendError};
+use crate::error::{io_err, RecvError, SendError, SendFailed};
 use crate::message::Message;
 use crate::sys::socket;
 use crate::sys::wait::{self, Interest};
@@ -267,9 +267,13 @@ impl SendRight {
     /// [`SendError::PeerDead`] if the receive right is gone;
     /// [`SendError::QueueFull`] if the queue is full and `timeout` is zero;
     /// [`SendError::Timeout`] if it stayed full; [`SendError::TooLarge`] if the
-    /// message breaks a wire-format limit. On error the message is dropped.
-    pub fn send(&self, msg: Message, timeout: Timeout) -> Result<(), SendError> {
-        send_on(self.sock.as_fd(), msg, timeout)
+    /// message breaks a wire-format limit. The message comes back whole in
+    /// the [`SendFailed`] (a send queues all of a message or none of it), so
+    /// nothing it carried is lost: retry it, or take its rights back with
+    /// [`SendFailed::into_message`]. `?` converts it into its [`SendError`]
+    /// where the message is not wanted.
+    pub fn send(&self, msg: Message, timeout: Timeout) -> Result<(), SendFailed> {
+        send_on(self.sock.as_fd(), msg, timeout).map_err(|(e, m)| SendFailed::new(e, m, ()))
     }
 
     /// Makes another send right to the same port.
@@ -329,12 +333,19 @@ pub struct SendOnceRight {
 }
 
 impl SendOnceRight {
-    /// Sends the one message this right allows.
+    /// Sends the one message this right allows, consuming the right.
     ///
     /// # Errors
-    /// As [`SendRight::send`]; the right is consumed either way.
-    pub fn send(self, msg: Message, timeout: Timeout) -> Result<(), SendError> {
-        send_on(self.sock.as_fd(), msg, timeout)
+    /// As [`SendRight::send`]. The right is not used up by a failed send: it
+    /// comes back with the message in the [`SendFailed`]
+    /// ([`SendFailed::into_parts`]), and after [`SendError::QueueFull`],
+    /// [`SendError::Timeout`] or [`SendError::TooLarge`] it can send again.
+    /// After [`SendError::PeerDead`] it is a dead name, good only to drop.
+    pub fn send(self, msg: Message, timeout: Timeout) -> Result<(), SendFailed<SendOnceRight>> {
+        match send_on(self.sock.as_fd(), msg, timeout) {
+            Ok(()) => Ok(()),
+            Err((e, m)) => Err(SendFailed::new(e, m, self)),
+        }
     }
 
     /// Whether the receiving port is gone.
@@ -382,19 +393,29 @@ pub(crate) fn recv_on(
     }
 }
 
-/// Encodes and sends one message on `sock`.
-pub(crate) fn send_on(sock: BorrowedFd<'_>, msg: Message, timeout: Timeout) -> Result<(), SendError> {
+/// Encodes and sends one message on `sock`. On failure the message comes
+/// back whole beside the error: `sendmsg(2)` on a `SOCK_SEQPACKET` socket
+/// queues the datagram and all its descriptors, or nothing.
+pub(crate) fn send_on(sock: BorrowedFd<'_>, msg: Message, timeout: Timeout) -> Result<(), (SendError, Message)> {
     let lowered = msg.lower()?;
+    match send_lowered(sock, &lowered, timeout) {
+        Ok(()) => {
+            lowered.sent();
+            Ok(())
+        }
+        Err(e) => Err((e, lowered.unlower())),
+    }
+}
+
+/// Sends a lowered message, waiting as `timeout` allows. Nothing is queued
+/// unless it returns `Ok`.
+fn send_lowered(sock: BorrowedFd<'_>, lowered: &crate::message::Lowered, timeout: Timeout) -> Result<(), SendError> {
     let deadline = timeout.deadline();
     let fds = lowered.fds();
     loop {
         let wait = matches!(timeout, Timeout::Infinite);
         match socket::send(sock, &[io::IoSlice::new(lowered.bytes())], &fds, wait) {
-            Ok(_) => {
-                drop(fds);
-                lowered.sent();
-                return Ok(());
-            }
+            Ok(_) => return Ok(()),
             Err(Errno::INTR) => continue,
             Err(Errno::PIPE) | Err(Errno::CONNRESET) | Err(Errno::NOTCONN) => return Err(SendError::PeerDead),
             Err(Errno::MSGSIZE) => {

@@ -49,7 +49,7 @@ pub(crate) fn call(
     let (mut rx, tx) = crate::port().map_err(PagerError::Io)?;
     drop(tx);
     let once = rx.make_send_once().map_err(PagerError::Io)?;
-    server.send(msg.with_reply(once), timeout).map_err(|e| match e {
+    server.send(msg.with_reply(once), timeout).map_err(|e| match e.into_error() {
         crate::SendError::Timeout | crate::SendError::QueueFull => PagerError::Timeout,
         e => PagerError::from(e),
     })?;

@@ -255,6 +255,12 @@ impl From<SendError> for PagerError {
     }
 }
 
+impl<R> From<crate::SendFailed<R>> for PagerError {
+    fn from(e: crate::SendFailed<R>) -> Self {
+        PagerError::from(e.into_error())
+    }
+}
+
 impl From<RecvError> for PagerError {
     fn from(e: RecvError) -> Self {
         match e {

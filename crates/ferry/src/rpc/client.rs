@@ -136,7 +136,7 @@ impl Inner {
         let slot = if with_slot { Some(Slot::create().map_err(io)?) } else { None };
         frame::send_hello(mine.as_fd(), slot.as_ref().map(|(_, fd)| fd.as_fd())).map_err(io)?;
         let connect = Message::new(RPC_CONNECT).with_item(SendRight::from_fd(theirs));
-        server.send(connect, opts.timeout).map_err(|e| match e {
+        server.send(connect, opts.timeout).map_err(|e| match e.into_error() {
             crate::SendError::PeerDead => RpcError::PeerDead,
             crate::SendError::QueueFull | crate::SendError::Timeout => RpcError::Timeout,
             crate::SendError::Io(e) => RpcError::Io(e),

@@ -117,7 +117,7 @@ pub(crate) fn send_framed(sock: BorrowedFd<'_>, frame_op: u32, seq: u32, mut msg
         out = out.with_item(it);
     }
     super::policy::count_socket();
-    send_on(sock, out, Timeout::Zero).map_err(|e| match e {
+    send_on(sock, out, Timeout::Zero).map_err(|(e, _)| match e {
         crate::SendError::PeerDead => RpcError::PeerDead,
         crate::SendError::TooLarge(w) => RpcError::TooLarge(w),
         crate::SendError::QueueFull | crate::SendError::Timeout => {

@@ -109,7 +109,7 @@ fn flood(name: &str, count: u64, id: u64, mode: &str) -> R {
     for seq in 0..count {
         let mut body = id.to_le_bytes().to_vec();
         body.extend_from_slice(&seq.to_le_bytes());
-        match to.send(Message::new(2).with_body(body), timeout) {
+        match to.send(Message::new(2).with_body(body), timeout).map_err(SendError::from) {
             Ok(()) => println!("ok {seq}"),
             Err(SendError::Timeout) => println!("timeout {seq}"),
             Err(e) => return Err(e.into()),
@@ -158,7 +158,7 @@ fn send_forever(name: &str) -> R {
     println!("sending");
     let mut seq = 0u64;
     loop {
-        match to.send(Message::new(3).with_body(seq.to_le_bytes()), Timeout::Infinite) {
+        match to.send(Message::new(3).with_body(seq.to_le_bytes()), Timeout::Infinite).map_err(SendError::from) {
             Ok(()) => seq += 1,
             Err(SendError::PeerDead) => {
                 println!("dead name after {seq}");

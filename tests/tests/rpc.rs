@@ -13,7 +13,8 @@ use std::sync::{OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
 use ferry::rpc::{
-    ConnectOptions, Connection, Policy, RpcError, RpcServer, RpcStats, SocketConnection, Transport, LIVENESS_INTERVAL,
+    ConnectOptions, Connection, Policy, RpcError, RpcServer, RpcStats, SocketConnection, Transport, ADAPTIVE_SPIN,
+    LIVENESS_INTERVAL,
     SLOT_INLINE,
 };
 use ferry::{Bootstrap, Item, Message, SendRight, Timeout};
@@ -347,8 +348,12 @@ fn server_stats(c: &mut Connection) -> RpcStats {
 
 /// With both sides active, a poll-mode call makes no system call at all: a
 /// call that took less than the liveness interval made none on the client,
-/// and the server issued no wake-up and never slept. Adaptive mode makes
-/// none for most calls (a preempted side may sleep). Both sides are pinned
+/// and the server issued no wake-up and never slept. In adaptive mode a
+/// client spins while its budget lasts and the server is awake: a call that
+/// took less than the spin budget and rang no doorbell (the server was not
+/// asleep) made no system call. How many calls are that quick depends on
+/// the scheduler, so nothing is asserted about their number, only about
+/// each of them. Both sides are pinned
 /// to different CPUs when the machine has two, as a latency-critical pair
 /// would be: spinning for a peer that waits for the same CPU only delays it.
 #[test]
@@ -371,30 +376,39 @@ fn active_calls_make_no_system_calls() {
             let mut quiet = 0;
             let mut quick = 0;
             let mut quick_noisy = 0;
+            let mut spun = 0;
+            let mut spun_noisy = 0;
             for i in 0u32..calls {
                 let before = ferry::rpc::stats();
                 let t = Instant::now();
                 let r = c.call(Message::new(OP_ECHO).with_body(i.to_le_bytes()), Timeout::Infinite).unwrap();
                 let took = t.elapsed();
-                let made = ferry::rpc::stats().since(&before).total();
+                let made = ferry::rpc::stats().since(&before);
                 assert_eq!(r.body(), i.to_le_bytes());
-                quiet += u32::from(made == 0);
+                quiet += u32::from(made.total() == 0);
                 if took < LIVENESS_INTERVAL {
                     quick += 1;
-                    quick_noisy += u32::from(made != 0);
+                    quick_noisy += u32::from(made.total() != 0);
+                }
+                if took < ADAPTIVE_SPIN && made.wakes == 0 {
+                    spun += 1;
+                    spun_noisy += u32::from(made.total() != 0);
                 }
             }
             let server_delta = server_stats(&mut c).since(&server_before);
             eprintln!(
-                "{name}: {quiet}/{calls} calls without a system call on the client; {quick} quick calls, {quick_noisy} of them with one; server: {server_delta:?}"
+                "{name}: {quiet}/{calls} calls without a system call on the client; {quick} quick calls, {quick_noisy} of them with one; {spun} within the spin budget, {spun_noisy} of them with one; server: {server_delta:?}"
             );
             if policy == Policy::Poll {
                 assert_eq!(quick_noisy, 0, "a poll-mode call made a system call while the server was active");
                 assert_eq!(server_delta.wakes, 0, "the server woke a client that polls");
                 assert_eq!(server_delta.futex_waits, 0);
                 assert_eq!(server_delta.socket_ops, 0);
-            } else {
-                assert!(quiet * 2 >= calls, "adaptive mode: only {quiet} of {calls} calls avoided system calls");
+            } else if mine.is_some() {
+                // Pinned apart, the client never takes the server for a
+                // thread on its own CPU, so only the budget or a sleeping
+                // server can send it to sleep.
+                assert_eq!(spun_noisy, 0, "an adaptive call slept within its spin budget while the server was awake");
             }
             server.exit(&mut c);
         }

@@ -592,3 +592,51 @@ fn flood_from_another_process() {
         assert!(matches!(rx.recv(Timeout::millis(5000)), Err(RecvError::NoSenders)));
     });
 }
+
+/// A sender declares a region of a petabyte, backed by a sealed sparse
+/// memfd that really is that long (so every check of the format passes).
+/// Copying it out, or mapping it at once, is refused against the limit the
+/// receiver chose before anything is allocated; even without a limit the
+/// copy fails with a typed error instead of aborting the receiver; the
+/// region can still be mapped lazily or dropped, and nothing leaks.
+#[test]
+fn declared_size_cannot_crash_the_receiver() {
+    let _one = serial();
+    let path = names_path();
+    let mut names = names();
+    counted("declared_size", || {
+        let (mut rx, tx) = ferry::port().unwrap();
+        names.register("huge-target", &tx).unwrap();
+        drop(tx);
+        const HUGE: usize = 1 << 50;
+        let peer = common::spawn_peer(&path, "hostile-huge-region", &["huge-target", &HUGE.to_string()]);
+        let mut take = || {
+            let mut m = rx.recv(Timeout::Infinite).unwrap();
+            assert_eq!(m.body(), b"huge");
+            match m.take_items().pop() {
+                Some(Item::Region(r)) => r,
+                other => panic!("expected a region, got {other:?}"),
+            }
+        };
+        let r = take();
+        assert_eq!(r.len(), HUGE);
+        let limit = 64 << 20;
+        match r.copy_out(limit) {
+            Err(ferry::RegionError::TooLarge { len, limit: l }) => assert_eq!((len, l), (HUGE as u64, limit as u64)),
+            other => panic!("expected TooLarge, got {other:?}"),
+        }
+        assert_eq!(common::finish(peer).trim(), "sent");
+        // Mapping it at once is refused the same way, and the region comes back.
+        let peer = common::spawn_peer(&path, "hostile-huge-region", &["huge-target", &HUGE.to_string()]);
+        let r = take();
+        let err = r.map(ferry::MapOptions::immediate().limit(limit)).unwrap_err();
+        assert!(matches!(err.error, ferry::RegionError::TooLarge { .. }), "{err}");
+        // Without a limit the allocation itself fails, with a typed error.
+        match err.region.copy_out(usize::MAX) {
+            Err(ferry::RegionError::Alloc(_)) => {}
+            other => panic!("expected Alloc, got {other:?}"),
+        }
+        assert_eq!(common::finish(peer).trim(), "sent");
+        names.unregister("huge-target").unwrap();
+    });
+}

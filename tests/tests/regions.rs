@@ -115,7 +115,7 @@ fn copy_mode_isolates_both_ways() {
         back.send(Message::new(3), T).unwrap();
         // A second send by copy carries what the sender wrote meanwhile.
         let mut m = rx.recv(T).unwrap();
-        let again = region_of(&mut m).copy_out().unwrap();
+        let again = region_of(&mut m).copy_out(64 << 20).unwrap();
         assert!(again.iter().all(|&b| b == b'B'));
         assert!(v.iter().all(|&b| b == b'C'), "our private copy changed");
         let out = finish(peer);
@@ -175,7 +175,7 @@ fn lend_pool_reuses_its_regions() {
                 // Not by value: refused unless the receiver opts in.
                 let err = r.map(MapOptions::lazy()).unwrap_err();
                 assert!(matches!(err.error, RegionError::SenderMayWrite(Mode::Lend)), "{err}");
-                let bytes = err.region.copy_out().unwrap();
+                let bytes = err.region.copy_out(64 << 20).unwrap();
                 assert_eq!(&bytes[..8], &0u64.to_le_bytes());
                 continue;
             }
@@ -250,7 +250,7 @@ fn hostile_sender_cannot_change_what_the_receiver_sees() {
         // Still serving.
         let mut m = rx.recv(T).unwrap();
         assert_eq!(m.op(), 13);
-        assert!(region_of(&mut m).copy_out().unwrap().iter().all(|&b| b == 0x13));
+        assert!(region_of(&mut m).copy_out(64 << 20).unwrap().iter().all(|&b| b == 0x13));
         let out = finish(peer);
         assert!(out.contains("seal-with-shared-mapping=refused"), "{out}");
         assert!(counters::snapshot().regions_rejected - rejected_before >= 8);
@@ -423,7 +423,7 @@ fn region_api_in_process() {
     assert_eq!((d.bytes_copied, d.messages_sent, d.messages_received, d.regions_sent_move, d.regions_received_move), (5000, 1, 1, 1, 1));
     let err = region_of(&mut m).map(MapOptions::lazy().at_sender_address()).unwrap_err();
     assert!(matches!(err.error, RegionError::NoSenderAddress));
-    assert_eq!(err.region.copy_out().unwrap(), vec![5u8; 5000]);
+    assert_eq!(err.region.copy_out(64 << 20).unwrap(), vec![5u8; 5000]);
 }
 
 #[test]

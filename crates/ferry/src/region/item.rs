@@ -124,7 +124,8 @@ impl RegionItem {
     /// again (say, anywhere instead of at the sender's address).
     /// [`RegionError::AddressTaken`] when same-address placement finds the
     /// range in use; [`RegionError::NoSenderAddress`];
-    /// [`RegionError::SenderMayWrite`]; [`RegionError::Map`].
+    /// [`RegionError::SenderMayWrite`]; [`RegionError::TooLarge`] beyond
+    /// [`MapOptions::limit`]; [`RegionError::Map`].
     pub fn map(self, opts: MapOptions) -> Result<MappedRegion, MapError> {
         match self.try_map(&opts) {
             Ok(map) => {
@@ -141,6 +142,9 @@ impl RegionItem {
     }
 
     fn try_map(&self, opts: &MapOptions) -> Result<Mapping, RegionError> {
+        if let Some(limit) = opts.limit.filter(|&l| self.len > l) {
+            return Err(RegionError::TooLarge { len: self.len as u64, limit: limit as u64 });
+        }
         if !self.mode.is_by_value() && !opts.allow_sender_writes {
             return Err(RegionError::SenderMayWrite(self.mode));
         }
@@ -169,8 +173,25 @@ impl RegionItem {
     /// mapped) and releases the region (a lent one returns to its pool at
     /// once). For a lent or shared region the copy is private, but the
     /// sender may have been writing while it was taken.
-    pub fn copy_out(self) -> Result<Vec<u8>, RegionError> {
-        let mut v = vec![0u8; self.len];
+    ///
+    /// The length is the sender's claim (the memfd was checked to hold at
+    /// least that many bytes, and sealed so it cannot shrink, but a sparse
+    /// memfd of a petabyte costs its sender nothing): `limit` is the most
+    /// this process is willing to hold, and nothing is allocated before the
+    /// length is checked against it.
+    ///
+    /// # Errors
+    /// [`RegionError::TooLarge`] when the region is longer than `limit`;
+    /// [`RegionError::Alloc`] when the memory cannot be had; either way the
+    /// region is released. [`RegionError::Io`] when reading fails.
+    pub fn copy_out(self, limit: usize) -> Result<Vec<u8>, RegionError> {
+        if self.len > limit {
+            return Err(RegionError::TooLarge { len: self.len as u64, limit: limit as u64 });
+        }
+        let mut v = Vec::new();
+        v.try_reserve_exact(self.len)
+            .map_err(|e| RegionError::Alloc(std::io::Error::new(std::io::ErrorKind::OutOfMemory, e)))?;
+        v.resize(self.len, 0);
         mem::pread_exact(self.fd.as_fd(), &mut v, 0).map_err(|e| RegionError::Io(io_err(e)))?;
         counters::add(counters::BYTES_COPIED, self.len as u64);
         Ok(v)

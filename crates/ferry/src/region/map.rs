@@ -17,13 +17,14 @@ pub struct MapOptions {
     pub(super) same_address: bool,
     pub(super) writable: bool,
     pub(super) allow_sender_writes: bool,
+    pub(super) limit: Option<usize>,
 }
 
 impl MapOptions {
     /// Pages appear on first touch: cheapest when the data is forwarded or
     /// only partly read.
     pub fn lazy() -> MapOptions {
-        MapOptions { populate: false, same_address: false, writable: true, allow_sender_writes: false }
+        MapOptions { populate: false, same_address: false, writable: true, allow_sender_writes: false, limit: None }
     }
 
     /// Every page is mapped now (`MAP_POPULATE`): cheapest when all of it
@@ -43,6 +44,17 @@ impl MapOptions {
     /// Map read-only (by-value regions are otherwise writable, privately).
     pub fn read_only(mut self) -> MapOptions {
         self.writable = false;
+        self
+    }
+
+    /// Refuse a region longer than `bytes` with [`RegionError::TooLarge`]
+    /// (the region comes back in the [`MapError`]). The length is the
+    /// sender's claim: a lazy mapping of it costs only address space, but an
+    /// [`immediate`](Self::immediate) one allocates every page of it, so a
+    /// receiver that populates regions from senders it does not trust sets
+    /// the most it is willing to hold.
+    pub fn limit(mut self, bytes: usize) -> MapOptions {
+        self.limit = Some(bytes);
         self
     }
 

@@ -120,6 +120,16 @@ pub enum RegionError {
     /// Every region of a lend pool is still out, and stayed out until the
     /// timeout.
     PoolExhausted,
+    /// A received region is longer than the receiver is willing to hold
+    /// (the `limit` it passed to [`RegionItem::copy_out`] or
+    /// [`MapOptions::limit`]). Its sender chose
+    /// the length; nothing was allocated.
+    TooLarge {
+        /// The region's length, as its sender declared it.
+        len: u64,
+        /// The most the receiver accepts.
+        limit: u64,
+    },
     /// A length larger than the region or pool slot allows.
     TooLong {
         /// Length asked for.
@@ -140,11 +150,14 @@ impl fmt::Display for RegionError {
             RegionError::NoSenderAddress => write!(f, "the sender gave no address for same-address placement; map it anywhere"),
             RegionError::SenderMayWrite(m) => write!(
                 f,
-                "region was sent in {m:?} mode, so its sender may still write it: map with MapOptions::allow_sender_writes() if you trust it, or copy_out()"
+                "region was sent in {m:?} mode, so its sender may still write it: map with MapOptions::allow_sender_writes() if you trust it, or copy_out(limit)"
             ),
             RegionError::Map(e) => write!(f, "cannot map region: {e}"),
             RegionError::Io(e) => write!(f, "region i/o failed: {e}"),
             RegionError::PoolExhausted => write!(f, "every region of the lend pool is still out; wait longer or make the pool larger"),
+            RegionError::TooLarge { len, limit } => {
+                write!(f, "region of {len} bytes exceeds the {limit} bytes this receiver accepts; map it lazily or refuse it")
+            }
             RegionError::TooLong { asked, max } => write!(f, "length {asked} exceeds the region's {max} bytes"),
         }
     }

@@ -7,6 +7,8 @@
 //! form) the receiver must answer with, so the test can compare exactly.
 //! `hostile-client NAME COUNT` sends COUNT valid messages, op `i` and body
 //! `good message i`, every fifth one carrying a send right.
+//! `hostile-huge-region NAME LEN` sends one region by move whose memfd is a
+//! sparse, sealed file of LEN bytes (a petabyte costs its sender nothing).
 
 use std::io::IoSlice;
 use std::mem::MaybeUninit;
@@ -25,6 +27,7 @@ pub fn run(role: &str, args: &[String]) -> Outcome {
     match role {
         "hostile-flood" => Some(flood(args)),
         "hostile-client" => Some(client(args)),
+        "hostile-huge-region" => Some(huge_region(args)),
         _ => None,
     }
 }
@@ -167,5 +170,19 @@ fn client(args: &[String]) -> Res {
         }
         target.send(m, Timeout::Infinite)?;
     }
+    Ok(())
+}
+
+/// Sends one by-move region whose memfd is LEN bytes long and holds nothing:
+/// every rule of the format is kept, only the size is absurd.
+fn huge_region(args: &[String]) -> Res {
+    let (target, len) = target_and_count(args)?;
+    let mem = rustix::fs::memfd_create("ferry-huge", rustix::fs::MemfdFlags::CLOEXEC | rustix::fs::MemfdFlags::ALLOW_SEALING)?;
+    rustix::fs::ftruncate(&mem, len as u64)?;
+    use rustix::fs::SealFlags;
+    rustix::fs::fcntl_add_seals(&mem, SealFlags::WRITE | SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL)?;
+    let d = ItemDesc { kind: wire::KIND_REGION, mode: wire::MODE_MOVE, fds: 1, len: len as u64, ..Default::default() };
+    send_raw(target.as_fd(), &encode(1, 0, &[d], b"huge"), &[mem.as_fd()])?;
+    println!("sent");
     Ok(())
 }

@@ -441,3 +441,46 @@ fn many_gigabyte_region_costs_only_touched_pages() {
     assert_eq!((v.len(), v[0], v[LEN - 1], v[LEN / 2]), (LEN, 1, 2, 0));
     assert!(shmem_kib() < base + 64 * 1024, "an 8 GiB region with three pages touched used {} KiB", shmem_kib() - base);
 }
+
+/// A borrower that receives a lent slot's descriptors itself tries every
+/// write path on them, and on a descriptor reopened from them through
+/// `/proc/self/fd` for writing; the kernel refuses all of them. It returns
+/// the slot but keeps its descriptors, the lender writes its next (not yet
+/// sent) frame into the same slot, and the borrower tries again: refused
+/// again, and neither frame changed.
+#[test]
+fn borrower_cannot_write_the_lenders_pool() {
+    let _s = serial();
+    watchdog("borrower_cannot_write", Duration::from_secs(120), || {
+        let (mut rx, _tx) = listen("regions-borrow-attack");
+        let mut peer = spawn_peer(&bootstrap(), "region-borrow-attack", &["regions-borrow-attack"]);
+        let mut out = BufReader::new(peer.stdout.take().unwrap());
+        let mut m = rx.recv(T).unwrap();
+        let Some(Item::Send(to_borrower)) = m.take_items().pop() else { panic!("no right from the borrower") };
+        let pool = LendPool::new(1, 64 << 10).unwrap();
+        let mut lease = pool.acquire(T).unwrap();
+        lease.as_mut_slice().fill(b'A');
+        to_borrower.send(Message::new(1).with_item(lease.lend().unwrap()), T).unwrap();
+        let m = rx.recv(T).unwrap();
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        eprintln!("first round: {line}");
+        assert_eq!(m.op(), 2);
+        assert_eq!(std::str::from_utf8(m.body()).unwrap(), "", "the kernel let the borrower write: {line}");
+        assert!(line.contains("reopened-write=refused"), "the borrower could not even try to reopen: {line}");
+        // The slot came back: it still holds the frame as it was sent.
+        let mut lease = pool.acquire(T).unwrap();
+        assert!(lease.as_slice().iter().all(|&b| b == b'A'), "the lent frame changed");
+        // The next frame, not yet sent, goes into the same slot.
+        lease.as_mut_slice().fill(b'B');
+        to_borrower.send(Message::new(3), T).unwrap();
+        let m = rx.recv(T).unwrap();
+        line.clear();
+        out.read_line(&mut line).unwrap();
+        eprintln!("second round: {line}");
+        assert_eq!(m.op(), 4);
+        assert_eq!(std::str::from_utf8(m.body()).unwrap(), "", "the kernel let the borrower write: {line}");
+        assert!(lease.as_slice().iter().all(|&b| b == b'B'), "the unsent frame changed");
+        assert!(peer.wait().unwrap().success());
+    });
+}

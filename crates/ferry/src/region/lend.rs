@@ -2,13 +2,29 @@
 //! everyone, here only between peers that opt in).
 //!
 //! A [`LendPool`] owns a fixed set of memfds, each mapped shared and
-//! writable here, sealed against shrinking and growing. [`LendPool::acquire`]
-//! hands one out as a [`Lease`] to fill; [`Lease::lend`] makes the item.
-//! The item carries a read-only descriptor of the memfd (the borrower can
-//! neither write it nor map it writable) and the sending end of a fresh
-//! send-once socket whose other end the pool keeps. When the borrower drops
-//! the region, or dies, that socket reads end-of-file and the slot is free
-//! again: the return notice needs no cooperation from the borrower.
+//! writable here once, then sealed against shrinking, growing and future
+//! writes (`F_SEAL_FUTURE_WRITE`) and against further sealing.
+//! [`LendPool::acquire`] hands one out as a [`Lease`] to fill; [`Lease::lend`]
+//! makes the item. The item carries a read-only descriptor of the memfd and
+//! the sending end of a fresh send-once socket whose other end the pool
+//! keeps. When the borrower drops the region, or dies, that socket reads
+//! end-of-file and the slot is free again: the return notice needs no
+//! cooperation from the borrower.
+//!
+//! # What a borrower can and cannot do
+//! Only the pool's own mappings, made before the seal, can write a slot.
+//! The kernel refuses every other write path to everybody, whatever the
+//! descriptor's access mode: `write`/`pwrite`, a new shared writable
+//! mapping, `mprotect` to writable of a shared mapping, reopening the
+//! descriptor through `/proc/self/fd` for writing and then doing any of
+//! these, `ftruncate`, and `fallocate` (hole punching or growing). So a
+//! borrower, even one that keeps the descriptor after it returned the slot,
+//! can change neither the frame it borrowed nor any later frame written
+//! into the same slot. It can read them: a borrower that keeps the
+//! descriptor, or a mapping, sees later frames of that slot too, so lend
+//! only to peers trusted with every frame of the stream. And the lender
+//! writes the slot again once it is returned, so what a borrower maps can
+//! change under it after it returned it; before, it holds still.
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::{Arc, Mutex};
@@ -20,6 +36,11 @@ use crate::sys::mem::{self, Mapping, Place, Share};
 use crate::sys::socket;
 use crate::sys::wait::{self, Interest};
 use crate::timeout::Timeout;
+
+/// Seals of a pool memfd: fixed size, no writes but through the pool's own
+/// mappings made before sealing, no further seals.
+const LEND_SEALS: rustix::fs::SealFlags =
+    SIZE_SEALS.union(rustix::fs::SealFlags::FUTURE_WRITE).union(rustix::fs::SealFlags::SEAL);
 
 #[derive(Debug)]
 enum Slot {
@@ -33,7 +54,8 @@ enum Slot {
 
 #[derive(Debug)]
 struct Files {
-    /// Read-write memfd (kept so the pool's mappings can be re-made).
+    /// The memfd as created (read-write access mode, though the seal now
+    /// refuses every write but through the pool's own mappings).
     _rw: OwnedFd,
     /// Read-only description of the same memfd, handed to borrowers.
     ro: OwnedFd,
@@ -68,10 +90,12 @@ impl LendPool {
         let mut slots = Vec::with_capacity(count);
         for _ in 0..count {
             let rw = new_memfd(slot_len)?;
-            mem::add_seals(rw.as_fd(), SIZE_SEALS | rustix::fs::SealFlags::SEAL).map_err(|e| RegionError::Seal(io_err(e)))?;
             let ro = mem::reopen_read_only(rw.as_fd()).map_err(|e| RegionError::Alloc(io_err(e)))?;
+            // The pool's writable mapping first: once the memfd is sealed
+            // against future writes, no new one can be made, by anybody.
             let map = Mapping::map(rw.as_fd(), mem::page_round_up(slot_len), true, Share::Shared, Place::Anywhere, false)
                 .map_err(|e| RegionError::Alloc(io_err(e)))?;
+            mem::add_seals(rw.as_fd(), LEND_SEALS).map_err(|e| RegionError::Seal(io_err(e)))?;
             if slot_len >= HUGE_THRESHOLD {
                 // Like a large Region: huge pages where the system allows
                 // shmem huge pages (the borrower is told to ask too).

@@ -33,6 +33,7 @@ pub fn run(role: &str, args: &[String]) -> Outcome {
         "region-hostile" => hostile(&arg(0)),
         "region-flood" => flood(&arg(0), num(1), num(2)),
         "region-sink" => sink(&arg(0)),
+        "region-borrow-attack" => borrow_attack(&arg(0)),
         _ => return None,
     })
 }
@@ -328,4 +329,120 @@ fn sink(name: &str) -> Res {
             }
         }
     }
+}
+
+/// Tries every way of writing through `f` (a descriptor of a lent slot, or
+/// one reopened from it): `write`, a new shared writable mapping, `mprotect`
+/// of a shared read-only mapping, `ftruncate`, hole punching, growing. Each
+/// attempt is reported as `TAG-what=ALLOWED|refused`.
+fn write_attempts(f: BorrowedFd<'_>, len: usize, tag: &str, report: &mut Vec<String>, allowed: &mut Vec<String>) {
+    let mut note = |what: &str, ok: bool| {
+        report.push(format!("{tag}-{what}={}", if ok { "ALLOWED" } else { "refused" }));
+        if ok {
+            allowed.push(format!("{tag}-{what}"));
+        }
+    };
+    note("write", rustix::io::pwrite(f, b"evil", 0).is_ok());
+    // SAFETY: asks for a new shared writable mapping chosen by the kernel;
+    // if granted (it must not be), it is written once through the raw
+    // pointer, as an attacker would, and unmapped at once.
+    let shared = unsafe { rustix::mm::mmap(std::ptr::null_mut(), len, ProtFlags::READ | ProtFlags::WRITE, MapFlags::SHARED, f, 0) };
+    if let Ok(q) = shared {
+        // SAFETY: `q` is the len-byte writable mapping just made; written
+        // through the raw pointer only, then unmapped once.
+        unsafe {
+            q.cast::<u8>().write(0xEE);
+            let _ = rustix::mm::munmap(q, len);
+        }
+    }
+    note("mmap-shared-write", shared.is_ok());
+    // SAFETY: a new read-only shared mapping chosen by the kernel, unmapped below.
+    match unsafe { rustix::mm::mmap(std::ptr::null_mut(), len, ProtFlags::READ, MapFlags::SHARED, f, 0) } {
+        Ok(ro) => {
+            // SAFETY: changes the protection of the mapping made just above only.
+            let up = unsafe { rustix::mm::mprotect(ro, len, rustix::mm::MprotectFlags::READ | rustix::mm::MprotectFlags::WRITE) };
+            if up.is_ok() {
+                // SAFETY: the mapping is len bytes and (wrongly) writable now.
+                unsafe { ro.cast::<u8>().write(0xEE) };
+            }
+            note("mprotect-shared-write", up.is_ok());
+            // SAFETY: unmaps the mapping made above, once.
+            let _ = unsafe { rustix::mm::munmap(ro, len) };
+        }
+        Err(_) => note("mmap-shared-read", false),
+    }
+    note("ftruncate", rustix::fs::ftruncate(f, 0).is_ok());
+    note("punch-hole", rustix::fs::fallocate(f, FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE, 0, len as u64).is_ok());
+    note("fallocate-grow", rustix::fs::fallocate(f, FallocateFlags::empty(), 0, 2 * len as u64).is_ok());
+}
+
+/// Reopens `f` through `/proc/self/fd` for reading and writing.
+fn reopen_rw(f: BorrowedFd<'_>) -> rustix::io::Result<OwnedFd> {
+    let path = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&f));
+    rustix::fs::open(path.as_str(), rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC, rustix::fs::Mode::empty())
+}
+
+/// A borrower that attacks the lender's pool. It gives the lender (the port
+/// NAME) a raw socket as a "send right", so that it receives the lent slot's
+/// descriptors itself, with `recvmsg`, as an attacker would; tries every
+/// write path on the slot's descriptor and on one reopened from it (op 2
+/// reports what the kernel allowed); returns the slot but keeps both
+/// descriptors; when told (op 3) that the lender wrote its next frame into
+/// the same slot, tries again with what it kept (op 4).
+fn borrow_attack(name: &str) -> Res {
+    let to = lookup(name)?;
+    let (mine, theirs) = rustix::net::socketpair(
+        rustix::net::AddressFamily::UNIX,
+        rustix::net::SocketType::SEQPACKET,
+        rustix::net::SocketFlags::CLOEXEC,
+        None,
+    )?;
+    raw_send(&to, 1, &[ItemDesc { kind: wire::KIND_SEND, fds: 1, ..Default::default() }], &[theirs.as_fd()])?;
+    drop(theirs);
+    let recv = |want: usize| -> Result<(Vec<u8>, Vec<OwnedFd>), Box<dyn Error>> {
+        let mut buf = vec![0u8; wire::MAX_MESSAGE];
+        let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(4))];
+        let mut control = rustix::net::RecvAncillaryBuffer::new(&mut space);
+        let got = rustix::net::recvmsg(&mine, &mut [std::io::IoSliceMut::new(&mut buf)], &mut control, rustix::net::RecvFlags::CMSG_CLOEXEC)?;
+        let mut fds = Vec::new();
+        for m in control.drain() {
+            if let rustix::net::RecvAncillaryMessage::ScmRights(it) = m {
+                fds.extend(it);
+            }
+        }
+        if fds.len() != want {
+            return Err(format!("expected {want} descriptors, got {}", fds.len()).into());
+        }
+        buf.truncate(got.bytes);
+        Ok((buf, fds))
+    };
+    let (bytes, mut fds) = recv(2)?;
+    let parsed = wire::parse(&bytes, 2)?;
+    let len = parsed.items[0].len as usize;
+    let back = fds.pop().expect("two");
+    let slot = fds.pop().expect("two");
+    let (mut report, mut allowed) = (Vec::new(), Vec::new());
+    write_attempts(slot.as_fd(), len, "lent", &mut report, &mut allowed);
+    let reopened = reopen_rw(slot.as_fd());
+    match &reopened {
+        Ok(g) => write_attempts(g.as_fd(), len, "reopened", &mut report, &mut allowed),
+        Err(e) => report.push(format!("reopen={e}")),
+    }
+    println!("{}", report.join(" "));
+    std::io::stdout().flush()?;
+    // Return the slot, keeping both memory descriptors.
+    drop(back);
+    to.send(Message::new(2).with_body(allowed.join(",")), Timeout::Infinite)?;
+    let (bytes, _) = recv(0)?;
+    if wire::parse(&bytes, 0)?.op != 3 {
+        return Err("expected op 3".into());
+    }
+    let (mut report, mut allowed) = (Vec::new(), Vec::new());
+    write_attempts(slot.as_fd(), len, "kept", &mut report, &mut allowed);
+    if let Ok(g) = &reopened {
+        write_attempts(g.as_fd(), len, "kept-reopened", &mut report, &mut allowed);
+    }
+    println!("{}", report.join(" "));
+    to.send(Message::new(4).with_body(allowed.join(",")), Timeout::Infinite)?;
+    Ok(())
 }

@@ -27,6 +27,7 @@ const OP_CONNS: u32 = 5;
 const OP_BIG: u32 = 6;
 const OP_EXIT: u32 = 7;
 const OP_FDS: u32 = 8;
+const OP_FAILED: u32 = 9;
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -488,23 +489,35 @@ fn in_process_server_interleaves_connections() {
     })
 }
 
-/// A reply too large for any path closes the connection: the call fails
-/// with `PeerDead` instead of waiting for a reply that cannot come, and the
-/// server goes on serving.
+/// A reply too large for any path is reported to both sides: the server's
+/// `reply_and_wait` fails with `TooLarge` (the peer counts them), the call
+/// fails with `ReplyTooLarge` (not `PeerDead`: the server is alive), and the
+/// same connection goes on working, over the slot and over the socket.
 #[test]
-fn oversized_reply_fails_the_call() {
+fn oversized_reply_is_reported_to_both_sides() {
     let _guard = shared();
     common::watchdog("oversized_reply", LIMIT, || {
         let server = start_server("oversized-reply", "adaptive", 1);
-        let mut c = Connection::connect(&server.to, opts(Policy::Adaptive)).unwrap();
+        let failed = |c: &mut dyn Transport| {
+            let r = c.call(Message::new(OP_FAILED), Timeout::Infinite).unwrap();
+            u64::from_le_bytes(r.body().try_into().unwrap())
+        };
         let too_big = (ferry::message::MAX_INLINE as u32) + 1;
-        match c.call(Message::new(OP_BIG).with_body(too_big.to_le_bytes()), Timeout::Infinite) {
-            Err(RpcError::PeerDead) => {}
-            other => panic!("expected PeerDead, got {other:?}"),
+        let fits = ferry::message::MAX_INLINE as u32 - 8;
+        let mut slot = Connection::connect(&server.to, opts(Policy::Adaptive)).unwrap();
+        let mut sock = SocketConnection::connect(&server.to, opts(Policy::Block)).unwrap();
+        for (n, c) in [&mut slot as &mut dyn Transport, &mut sock].into_iter().enumerate() {
+            match c.call(Message::new(OP_BIG).with_body(too_big.to_le_bytes()), Timeout::Infinite) {
+                Err(RpcError::ReplyTooLarge) => {}
+                other => panic!("expected ReplyTooLarge, got {other:?}"),
+            }
+            assert_eq!(failed(c), n as u64 + 1, "the server was not told");
+            let r = c.call(Message::new(OP_BIG).with_body(fits.to_le_bytes()), Timeout::Infinite).unwrap();
+            assert_eq!(r.body().len(), fits as usize);
+            assert_eq!(c.call(Message::new(OP_ECHO).with_body(*b"fine"), Timeout::Infinite).unwrap().body(), b"fine");
         }
-        let mut other = Connection::connect(&server.to, opts(Policy::Block)).unwrap();
-        assert_eq!(other.call(Message::new(OP_ECHO).with_body(*b"fine"), Timeout::Infinite).unwrap().body(), b"fine");
-        server.exit(&mut other);
+        assert!(slot.is_open());
+        server.exit(&mut slot);
     })
 }
 

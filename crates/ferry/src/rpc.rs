@@ -40,6 +40,9 @@
 //!   call fails the same way.
 //! - A malformed reply fails with [`RpcError::Protocol`]; the connection is
 //!   then broken and later calls fail with [`RpcError::PeerDead`].
+//! - A reply too large for any path fails the server's reply with
+//!   [`RpcError::TooLarge`] and the call with [`RpcError::ReplyTooLarge`];
+//!   the connection stays usable.
 //! - Rights in a request or reply move with it, as with
 //!   [`crate::SendRight::send`].
 //!
@@ -91,6 +94,11 @@ pub const RPC_CONNECT: u32 = 0xFE77_0001;
 pub const RPC_SOCKET_REQUEST: u32 = 0xFE77_0002;
 /// Operation id of a reply sent over a connection's socket.
 pub const RPC_SOCKET_REPLY: u32 = 0xFE77_0003;
+/// Operation id of the notice, sent over a connection's socket, that the
+/// server's reply to a call was too large to carry (its body is the call's
+/// sequence number and a zero word). The call fails with
+/// [`RpcError::ReplyTooLarge`]; the connection stays usable.
+pub const RPC_SOCKET_REPLY_TOO_LARGE: u32 = 0xFE77_0004;
 
 /// Why a call or a reply-and-wait failed.
 #[derive(Debug)]
@@ -107,8 +115,15 @@ pub enum RpcError {
         /// What was wrong.
         reason: String,
     },
-    /// The message is larger than any path can carry.
+    /// The message is larger than any path can carry. For a server's reply,
+    /// the client was told ([`RpcError::ReplyTooLarge`]) and the connection
+    /// stays usable.
     TooLarge(String),
+    /// The server answered this call, but its reply was larger than a
+    /// message can carry, so it could not be delivered; the server was told
+    /// (its reply failed with [`RpcError::TooLarge`]). The server is alive
+    /// and the connection stays usable: retry differently (ask for less).
+    ReplyTooLarge,
     /// The server's port refused the connection or the handshake failed.
     Refused(String),
     /// The server has no port left to accept on and no connections: nothing
@@ -125,6 +140,9 @@ impl fmt::Display for RpcError {
             RpcError::Timeout => write!(f, "no reply before the timeout; retry or use a longer timeout"),
             RpcError::Protocol { reason } => write!(f, "the peer broke the RPC protocol ({reason}); the connection was closed"),
             RpcError::TooLarge(why) => write!(f, "message too large for a call: {why}"),
+            RpcError::ReplyTooLarge => {
+                write!(f, "the server's reply was too large to deliver (the server was told); the connection is still usable")
+            }
             RpcError::Refused(why) => write!(f, "connection refused: {why}"),
             RpcError::NoClients => write!(f, "no connections and no port to accept new ones"),
             RpcError::Io(e) => write!(f, "rpc failed: {e}"),

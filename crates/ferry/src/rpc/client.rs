@@ -223,6 +223,9 @@ impl Inner {
         if copied.via == slot::VIA_SOCKET {
             return self.recv_reply(seq, deadline);
         }
+        if copied.via == slot::VIA_TOO_LARGE {
+            return Err(RpcError::ReplyTooLarge);
+        }
         st.done = probe::now();
         self.probe = probe::assemble(slot, &st);
         Ok(Message::new(copied.op).with_body(copied.body))
@@ -321,7 +324,8 @@ impl Inner {
             let sock = self.sock.as_ref().expect("open").as_fd();
             match frame::recv_one(sock, &mut self.buf, self.identity, frame::FOR_CLIENT)? {
                 Incoming::Framed(s, m) if s == seq => return Ok(m),
-                Incoming::Framed(..) | Incoming::Doorbell => {
+                Incoming::ReplyTooLarge(s) if s == seq => return Err(RpcError::ReplyTooLarge),
+                Incoming::Framed(..) | Incoming::ReplyTooLarge(_) | Incoming::Doorbell => {
                     // A late reply to an earlier call: discarded. A peer
                     // that floods them still cannot hold us past the deadline.
                     if past(deadline) {

@@ -67,7 +67,7 @@ pub(super) fn drain(c: &mut Conn, buf: &mut [u8], after_doorbell_stop: bool) {
             Ok(Incoming::Doorbell) if after_doorbell_stop => return,
             Ok(Incoming::Doorbell) => {}
             Ok(Incoming::Framed(seq, m)) => c.pending = Some((seq, m)),
-            Ok(Incoming::Closed) | Err(_) => {
+            Ok(Incoming::Closed) | Ok(Incoming::ReplyTooLarge(_)) | Err(_) => {
                 c.dead = true;
                 return;
             }
@@ -78,6 +78,11 @@ pub(super) fn drain(c: &mut Conn, buf: &mut [u8], after_doorbell_stop: bool) {
 /// Sends one reply through the slot when it fits, else over the socket
 /// (leaving a note in the slot for a slot request), and wakes the client if
 /// it sleeps; says whether it did.
+///
+/// A reply no path can carry is replaced by a notice to the client (in the
+/// slot, or over the socket), so its call fails with
+/// [`RpcError::ReplyTooLarge`] and the connection stays usable; the result
+/// is then `Err(TooLarge)` with `Conn::dead` still false.
 pub(super) fn send_reply(c: &mut Conn, seq: u32, via_slot: bool, mut msg: Message) -> Result<bool, RpcError> {
     let reply_right = msg.take_reply();
     let fits = reply_right.is_none() && msg.items().is_empty() && msg.body().len() <= SLOT_INLINE;
@@ -86,19 +91,38 @@ pub(super) fn send_reply(c: &mut Conn, seq: u32, via_slot: bool, mut msg: Messag
     }
     let slot = match (&c.slot, via_slot) {
         (Some(s), true) => s,
-        _ => return frame::send_framed(c.sock.as_fd(), RPC_SOCKET_REPLY, seq, msg).map(|_| false),
+        _ => {
+            return match frame::send_framed(c.sock.as_fd(), RPC_SOCKET_REPLY, seq, msg) {
+                Err(RpcError::TooLarge(why)) => {
+                    frame::send_too_large(c.sock.as_fd(), seq)?;
+                    Err(RpcError::TooLarge(why))
+                }
+                other => other.map(|_| false),
+            };
+        }
     };
+    let mut too_large = None;
     if fits {
         probe::server_stamp(slot, 1);
         slot.put_reply(seq, msg.op(), msg.body(), slot::VIA_SLOT);
     } else {
-        frame::send_framed(c.sock.as_fd(), RPC_SOCKET_REPLY, seq, msg)?;
-        slot.put_reply(seq, 0, &[], slot::VIA_SOCKET);
+        match frame::send_framed(c.sock.as_fd(), RPC_SOCKET_REPLY, seq, msg) {
+            Ok(()) => slot.put_reply(seq, 0, &[], slot::VIA_SOCKET),
+            Err(RpcError::TooLarge(why)) => {
+                slot.put_reply(seq, 0, &[], slot::VIA_TOO_LARGE);
+                too_large = Some(why);
+            }
+            Err(e) => return Err(e),
+        }
     }
+    let mut woke = false;
     if slot.word(slot::OFF_CLIENT_SLEEPING).load(Ordering::SeqCst) != 0 {
         policy::count_wake();
         futex::wake(slot.word(slot::OFF_REP_SEQ)).map_err(|e| RpcError::Io(io_err(e)))?;
-        return Ok(true);
+        woke = true;
     }
-    Ok(false)
+    match too_large {
+        Some(why) => Err(RpcError::TooLarge(why)),
+        None => Ok(woke),
+    }
 }

@@ -12,13 +12,16 @@
 //!   call's sequence number and the caller's operation id (two little-endian
 //!   `u32`), followed by the caller's body; items and reply right are the
 //!   caller's own.
+//! - Reply too large (server → client): an ordinary ferry message with
+//!   operation [`RPC_SOCKET_REPLY_TOO_LARGE`] whose body is the call's
+//!   sequence number and a zero word, no items.
 
 use std::io::IoSlice;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use rustix::io::Errno;
 
-use super::{RpcError, RPC_SOCKET_REPLY, RPC_SOCKET_REQUEST};
+use super::{RpcError, RPC_SOCKET_REPLY, RPC_SOCKET_REPLY_TOO_LARGE, RPC_SOCKET_REQUEST};
 use crate::error::io_err;
 use crate::message::Message;
 use crate::port::send_on;
@@ -128,6 +131,11 @@ pub(crate) fn send_framed(sock: BorrowedFd<'_>, frame_op: u32, seq: u32, mut msg
     })
 }
 
+/// Tells the client that the reply to call `seq` was too large to carry.
+pub(crate) fn send_too_large(sock: BorrowedFd<'_>, seq: u32) -> Result<(), RpcError> {
+    send_framed(sock, RPC_SOCKET_REPLY_TOO_LARGE, seq, Message::new(0))
+}
+
 /// One datagram read from a connection socket.
 pub(crate) enum Incoming {
     /// Nothing queued now.
@@ -139,6 +147,8 @@ pub(crate) enum Incoming {
     /// A framed request or reply: its sequence number and the message with
     /// the caller's operation id and body restored.
     Framed(u32, Message),
+    /// Client side: the reply to call `seq` was too large to carry.
+    ReplyTooLarge(u32),
 }
 
 /// Reads one datagram without waiting, and decodes it. `frame_op` is the
@@ -158,6 +168,12 @@ pub(crate) fn recv_one(sock: BorrowedFd<'_>, buf: &mut [u8], identity: (u64, u64
         return Ok(Incoming::Doorbell);
     }
     let mut m = Message::from_datagram(buf, dg, identity, false).map_err(|e| RpcError::protocol(format!("bad frame: {e}")))?;
+    if frame_op == FOR_CLIENT && m.op() == RPC_SOCKET_REPLY_TOO_LARGE {
+        if m.body().len() != PREFIX || !m.items().is_empty() || m.take_reply().is_some() {
+            return Err(RpcError::protocol("malformed reply-too-large notice"));
+        }
+        return Ok(Incoming::ReplyTooLarge(u32::from_le_bytes(m.body()[..4].try_into().expect("4 bytes"))));
+    }
     if m.op() != frame_op || m.body().len() < PREFIX {
         return Err(RpcError::protocol(format!("unexpected frame (operation {:#x})", m.op())));
     }

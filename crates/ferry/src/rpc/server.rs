@@ -135,13 +135,17 @@ impl RpcServer {
     /// until then no further request is taken from that connection.
     ///
     /// # Errors
+    /// [`RpcError::TooLarge`] when the reply could not be carried (larger
+    /// than a message can be): nothing was waited for, the client's call
+    /// failed with [`RpcError::ReplyTooLarge`], its connection stays open;
+    /// call again (with no reply) to go on serving.
     /// [`RpcError::Timeout`] when nothing arrived in time;
     /// [`RpcError::NoClients`] when every send right to the port is gone and
     /// no connection is left; [`RpcError::Io`] when the kernel fails.
     pub fn reply_and_wait(&mut self, reply: Option<(ConnId, Message)>, timeout: Timeout) -> Result<(ConnId, Message), RpcError> {
         if let Some((id, msg)) = reply {
             match self.reply(id, msg) {
-                Ok(()) | Err(RpcError::PeerDead) | Err(RpcError::Protocol { .. }) | Err(RpcError::TooLarge(_)) => {}
+                Ok(()) | Err(RpcError::PeerDead) | Err(RpcError::Protocol { .. }) => {}
                 Err(e) => return Err(e),
             }
         }
@@ -152,11 +156,13 @@ impl RpcServer {
     ///
     /// # Errors
     /// [`RpcError::PeerDead`] if the connection is gone (it is forgotten);
-    /// [`RpcError::TooLarge`] if the reply cannot travel: the connection is
-    /// then closed, so the client's call fails with [`RpcError::PeerDead`]
-    /// instead of waiting for a reply that cannot come (check sizes against
-    /// [`crate::message::MAX_INLINE`] before replying); [`RpcError::Io`] if no
-    /// request of that connection is waiting for a reply (nothing changes).
+    /// [`RpcError::TooLarge`] if the reply cannot travel (a body over
+    /// [`crate::message::MAX_INLINE`] less 8 bytes of framing, too many
+    /// descriptors): the client's call fails with
+    /// [`RpcError::ReplyTooLarge`] instead of waiting for a reply that cannot
+    /// come, and the connection stays open (the rights the reply carried are
+    /// dropped); [`RpcError::Io`] if no request of that connection is
+    /// waiting for a reply (nothing changes).
     pub fn reply(&mut self, id: ConnId, msg: Message) -> Result<(), RpcError> {
         let Some(i) = self.conns.iter().position(|c| c.id == id.0 && !c.dead) else {
             return Err(RpcError::PeerDead);
@@ -171,7 +177,7 @@ impl RpcServer {
             self.woke = Some(id.0);
         }
         let out = out.map(|_| ());
-        if out.is_err() {
+        if out.is_err() && !matches!(out, Err(RpcError::TooLarge(_))) {
             // The client waits for this reply and no other can come: close
             // the connection so its call fails instead of hanging.
             c.dead = true;

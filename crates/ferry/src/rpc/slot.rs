@@ -60,6 +60,8 @@ pub(crate) const VIA_SLOT: u32 = 0;
 /// `rep_via`: the reply travels over the socket; the slot only says it is
 /// there.
 pub(crate) const VIA_SOCKET: u32 = 1;
+/// `rep_via`: the server's reply was too large to carry; there is none.
+pub(crate) const VIA_TOO_LARGE: u32 = 2;
 
 /// One connection's mapped slot.
 #[derive(Debug)]
@@ -174,7 +176,7 @@ impl Slot {
         let op = self.word(OFF_REP_OP).load(Ordering::Relaxed);
         let len = self.word(OFF_REP_LEN).load(Ordering::Relaxed) as usize;
         let via = self.word(OFF_REP_VIA).load(Ordering::Relaxed);
-        if via != VIA_SLOT && via != VIA_SOCKET {
+        if via != VIA_SLOT && via != VIA_SOCKET && via != VIA_TOO_LARGE {
             return Err(format!("unknown reply path marker {via}"));
         }
         if len > SLOT_INLINE {

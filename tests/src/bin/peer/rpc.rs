@@ -37,6 +37,9 @@ pub const OP_BIG: u32 = 6;
 pub const OP_EXIT: u32 = 7;
 /// Reply with this process's open descriptors and mapped slots (two u64).
 pub const OP_FDS: u32 = 8;
+/// Reply with how many replies this serving thread could not deliver
+/// because they were too large (u64), as `reply_and_wait` reported them.
+pub const OP_FAILED: u32 = 9;
 
 /// Open descriptors and mappings of RPC slots in this process.
 pub fn fds_and_slots() -> (u64, u64) {
@@ -97,8 +100,16 @@ fn server(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
 /// Serves until an `OP_EXIT` request, answering the operations above.
 fn serve(mut server: RpcServer) -> Result<(), Box<dyn std::error::Error>> {
     let mut reply: Option<(ConnId, Message)> = None;
+    let mut failed = 0u64;
     loop {
-        let (conn, mut req) = server.reply_and_wait(reply.take(), Timeout::Infinite)?;
+        let (conn, mut req) = match server.reply_and_wait(reply.take(), Timeout::Infinite) {
+            Ok(r) => r,
+            Err(RpcError::TooLarge(_)) => {
+                failed += 1;
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
         let body = req.body().to_vec();
         let answer = match req.op() {
             OP_ECHO => Message::new(OP_ECHO).with_body(body),
@@ -126,6 +137,7 @@ fn serve(mut server: RpcServer) -> Result<(), Box<dyn std::error::Error>> {
                 let (f, m) = fds_and_slots();
                 Message::new(OP_FDS).with_body([f.to_le_bytes(), m.to_le_bytes()].concat())
             }
+            OP_FAILED => Message::new(OP_FAILED).with_body(failed.to_le_bytes()),
             OP_CONNS => Message::new(OP_CONNS).with_body((server.connections() as u64).to_le_bytes()),
             OP_BIG => {
                 let n = u32::from_le_bytes(body.get(..4).ok_or("short big request")?.try_into()?);

@@ -484,3 +484,36 @@ fn borrower_cannot_write_the_lenders_pool() {
         assert!(peer.wait().unwrap().success());
     });
 }
+
+/// An empty region arrives empty in every mode that can make one: from
+/// ordinary memory, a zero-length `Region` by copy and by move, and an
+/// empty frame of a lend pool (`Lease::set_len(0)`); it maps to an empty
+/// view and copies out to an empty vector.
+#[test]
+fn empty_regions_arrive_empty() {
+    let _s = serial();
+    let (mut rx, tx) = ferry::port().unwrap();
+    let mut check = |item: RegionItem, what: &str| {
+        tx.send(Message::new(1).with_item(item), T).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let mut m = rx.recv(T).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let r = region_of(&mut m);
+        assert_eq!((r.len(), r.is_empty()), (0, true), "{what}");
+        tx.send(Message::new(2).with_item(r), T).unwrap();
+        let r = region_of(&mut rx.recv(T).unwrap());
+        let opts = if r.mode() == Mode::Lend { MapOptions::lazy().allow_sender_writes() } else { MapOptions::immediate() };
+        let v = r.map(opts).unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!((v.len(), v.is_empty(), &v[..]), (0, true, &[][..]), "{what}");
+    };
+    check(RegionItem::copied_from(&[]).unwrap(), "copied from an empty slice");
+    let mut empty = Region::new(0).unwrap();
+    assert!(empty.is_empty() && empty.as_mut_slice().is_empty());
+    check(empty.by_copy().unwrap(), "an empty region by copy");
+    check(empty.by_move().unwrap(), "an empty region by move");
+    let pool = LendPool::new(1, 4096).unwrap();
+    let mut lease = pool.acquire(T).unwrap();
+    lease.set_len(0).unwrap();
+    check(lease.lend().unwrap(), "an empty lent frame");
+    assert!(matches!(pool.acquire(T).unwrap().set_len(4097), Err(RegionError::TooLong { asked: 4097, max: 4096 })));
+    tx.send(Message::new(3).with_item(RegionItem::copied_from(&[]).unwrap()), T).unwrap();
+    assert_eq!(region_of(&mut rx.recv(T).unwrap()).copy_out(0).unwrap(), Vec::<u8>::new());
+}

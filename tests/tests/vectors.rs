@@ -93,6 +93,7 @@ fn render_err(e: &WireError) -> String {
         Truncated { need, got } => format!("Truncated{{need={need},got={got}}}"),
         BadMagic(m) => format!("BadMagic({m:#010x})"),
         UnknownVersion(v) => format!("UnknownVersion({v})"),
+        NeedlessVersion(v) => format!("NeedlessVersion({v})"),
         ReservedNotZero => "ReservedNotZero".into(),
         LengthMismatch { declared, actual } => format!("LengthMismatch{{declared={declared},actual={actual}}}"),
         TooManyItems(n) => format!("TooManyItems({n})"),
@@ -195,6 +196,7 @@ fn every_rule_of_parse_has_a_vector() {
         "Truncated",
         "BadMagic",
         "UnknownVersion",
+        "NeedlessVersion",
         "ReservedNotZero",
         "TooManyItems",
         "InlineTooLarge",
@@ -231,6 +233,9 @@ fn every_rule_of_parse_has_a_vector() {
         ("region_aux_move", "ReservedNotZero"),
         ("region_aux_share", "ReservedNotZero"),
         ("region_len_0", "BadRegion{item=0,reason=\"zero length\"}"),
+        ("ok_region_empty", "ok "),
+        ("ok_region_empty_lend", "ok "),
+        ("version_2_needless", "NeedlessVersion(2)"),
         ("region_len_over", "BadRegion{item=0,reason=\"length 9223372036854775808 exceeds the address space\"}"),
         ("region_addr_unaligned", "BadRegion{item=0,reason=\"sender address 0x1001 is not page aligned or wraps\"}"),
         ("region_addr_wraps", "BadRegion{item=0,reason=\"sender address 0xfffffffffffff000 is not page aligned or wraps\"}"),
@@ -248,6 +253,11 @@ fn every_rule_of_parse_has_a_vector() {
     assert!(expect("ok_region_modes").unwrap().contains(&format!("{}:2", wire::KIND_REGION)), "no lent region");
     assert!(expect("ok_pager").unwrap().contains(&format!("{}:1", wire::KIND_PAGER)));
     assert_eq!(bytes_of("region_lend_fds_1")[25], wire::MODE_LEND);
+    // Empty regions are version 2, and only they; in version 1 they are
+    // refused as before.
+    assert_eq!(bytes_of("ok_region_empty")[4], wire::VERSION_EMPTY_REGIONS);
+    assert_eq!(bytes_of("region_len_0")[4], wire::VERSION);
+    assert_eq!(bytes_of("version_2_needless")[4], wire::VERSION_EMPTY_REGIONS);
     assert_eq!(bytes_of("region_fds_2")[25], wire::MODE_COPY);
     // The limits are exercised at the edge: the largest valid message and
     // the smallest invalid ones.

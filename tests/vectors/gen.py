@@ -25,6 +25,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 MAGIC = b"FERY"
 VERSION = 1
+VERSION_EMPTY_REGIONS = 2   # version 1 plus regions of length 0; only for messages that carry one
 FLAG_REPLY = 0x01
 SEND, SEND_ONCE, RECEIVE, REGION, PAGER = 1, 2, 3, 4, 16
 KIND_NAMES = {SEND: "send", SEND_ONCE: "send-once", RECEIVE: "receive", REGION: "region", PAGER: "pager"}
@@ -117,9 +118,9 @@ def kinds(items):
     return ",".join(f"{k}:{f}" + (f"*{n}" if n > 1 else "") for (k, f), n in runs) or "-"
 
 
-def ok(name, why, op=0, flags=0, items=(), inline=b""):
+def ok(name, why, op=0, flags=0, items=(), inline=b"", version=VERSION):
     items = list(items)
-    data = message(op=op, flags=flags, items=items, inline=inline)
+    data = message(op=op, flags=flags, items=items, inline=inline, version=version)
     expect = f"ok op={op} flags={flags:#04x} items={kinds(items)} inline={len(inline)}"
     vec(name, data, sum(i.fds for i in items), expect, why)
 
@@ -157,6 +158,10 @@ def build():
        op=11, flags=FLAG_REPLY, items=[once, send, Item(RECEIVE, fds=2)], inline=b"request")
     ok("ok_region", "an out-of-line region item: copy, one page, no address",
        op=12, items=[region(COPY)])
+    ok("ok_region_empty", "an empty region (length 0): version 2",
+       op=12, items=[region(MOVE, length=0)], version=VERSION_EMPTY_REGIONS)
+    ok("ok_region_empty_lend", "an empty lent frame after a send right and a full region: version 2",
+       op=12, items=[send, region(COPY), region(LEND, length=0, aux=5)], version=VERSION_EMPTY_REGIONS)
     ok("ok_region_modes", "a region in each mode: copy, move, share with one fd; lend with two and a slot",
        op=12, items=[region(COPY, length=1), region(MOVE, length=8192, addr=0x7f00_0000_0000),
                      region(SHARE, length=4097, addr=0x1000), region(LEND, length=65536, aux=3)])
@@ -200,9 +205,15 @@ def build():
     vec("bad_magic_before_version", message(magic=b"FERX", version=9), 0, "BadMagic(0x58524546)",
         "order: magic before version")
     vec("version_0", message(version=0), 0, "UnknownVersion(0)", "version 0 is not a version")
-    vec("version_2", message(version=2, op=1, inline=b"x"), 0, "UnknownVersion(2)", "a future version")
+    vec("version_2_needless", message(version=VERSION_EMPTY_REGIONS, op=1, inline=b"x"), 0, "NeedlessVersion(2)",
+        "version 2 for a message version 1 expresses (no empty region)")
+    vec("version_2_needless_after_items", message(version=VERSION_EMPTY_REGIONS, items=[region(COPY, fds=2)]), 2,
+        "BadItemFdCount{item=0,count=2}", "order: every item rule before the version's need")
+    vec("version_2_needless_after_reply", message(version=VERSION_EMPTY_REGIONS, flags=FLAG_REPLY, items=[region(COPY)]),
+        1, "BadReplyRight", "order: the reply rule before the version's need")
+    vec("version_3", message(version=3, op=1, inline=b"x"), 0, "UnknownVersion(3)", "a future version")
     vec("version_255", message(version=255), 0, "UnknownVersion(255)", "largest version byte")
-    vec("version_before_reserved", message(version=2, flags=0x80, res20=1), 0, "UnknownVersion(2)",
+    vec("version_before_reserved", message(version=3, flags=0x80, res20=1), 0, "UnknownVersion(3)",
         "order: version before reserved fields, which a later version may use")
 
     # ---- reserved header fields ----
@@ -318,7 +329,7 @@ def build():
     vec("region_reserved_before_len", message(items=[region(COPY, flags=0x4, length=0)]), 1, "ReservedNotZero",
         "order: a region's flags before its length")
     vec("region_len_0", message(items=[region(COPY, length=0)]), 1, bad_region(0, "zero length"),
-        "region of zero bytes")
+        "region of zero bytes in version 1 (version 2 expresses it)")
     vec("region_lend_len_0", message(items=[send, region(LEND, length=0, aux=1)]), 3, bad_region(1, "zero length"),
         "lent region of zero bytes, at item 1")
     vec("region_len_over", message(items=[region(COPY, length=ISIZE_MAX + 1)]), 1,

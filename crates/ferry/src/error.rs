@@ -22,6 +22,10 @@ pub enum WireError {
     BadMagic(u32),
     /// A version this implementation does not speak.
     UnknownVersion(u8),
+    /// A later version than the message needs (every message is written in
+    /// the lowest version that expresses it; see
+    /// [`crate::wire::needed_version`]).
+    NeedlessVersion(u8),
     /// A reserved field or flag bit is not zero.
     ReservedNotZero,
     /// The declared inline length and item count do not add up to the
@@ -99,6 +103,7 @@ impl fmt::Display for WireError {
             Truncated { need, got } => write!(f, "message truncated: need {need} bytes, got {got}"),
             BadMagic(m) => write!(f, "not a ferry message (magic {m:#010x})"),
             UnknownVersion(v) => write!(f, "unknown wire-format version {v}"),
+            NeedlessVersion(v) => write!(f, "wire-format version {v} used for a message an earlier version expresses"),
             ReservedNotZero => write!(f, "reserved header field or flag bit is set"),
             LengthMismatch { declared, actual } => {
                 write!(f, "header declares {declared} bytes but the message has {actual}")

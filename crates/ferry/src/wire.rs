@@ -10,8 +10,14 @@ use crate::error::WireError;
 
 /// `"FERY"` read as a little-endian `u32`.
 pub const MAGIC: u32 = u32::from_le_bytes(*b"FERY");
-/// The wire-format version this implementation writes and accepts.
+/// The wire-format version of every message that version 1 can express.
 pub const VERSION: u8 = 1;
+/// Version 2: version 1 plus regions of length 0. A message is written in
+/// the lowest version that expresses it, so only a message carrying an
+/// empty region is version 2, and a version-2 message without one is
+/// refused ([`WireError::NeedlessVersion`]): every message has exactly one
+/// encoding. This implementation accepts both.
+pub const VERSION_EMPTY_REGIONS: u8 = 2;
 /// Size of the fixed header in bytes.
 pub const HEADER_LEN: usize = 24;
 /// Size of one item descriptor in bytes.
@@ -112,8 +118,9 @@ pub fn parse(b: &[u8], nfds: usize) -> Result<Parsed, WireError> {
     if magic != MAGIC {
         return Err(WireError::BadMagic(magic));
     }
-    if b[4] != VERSION {
-        return Err(WireError::UnknownVersion(b[4]));
+    let version = b[4];
+    if version != VERSION && version != VERSION_EMPTY_REGIONS {
+        return Err(WireError::UnknownVersion(version));
     }
     let flags = b[5];
     if flags & !FLAG_REPLY != 0 || u16_at(b, 18) != 0 || u32_at(b, 20) != 0 {
@@ -185,7 +192,7 @@ pub fn parse(b: &[u8], nfds: usize) -> Result<Parsed, WireError> {
                 if d.flags & !REGION_FLAGS != 0 || (d.mode != MODE_LEND && d.aux != 0) {
                     return Err(WireError::ReservedNotZero);
                 }
-                if d.len == 0 {
+                if d.len == 0 && version < VERSION_EMPTY_REGIONS {
                     return Err(WireError::BadRegion { item: i, reason: "zero length".into() });
                 }
                 if d.len > isize::MAX as u64 {
@@ -214,16 +221,30 @@ pub fn parse(b: &[u8], nfds: usize) -> Result<Parsed, WireError> {
     if flags & FLAG_REPLY != 0 && !matches!(items.first(), Some(d) if d.kind == KIND_SEND || d.kind == KIND_SEND_ONCE) {
         return Err(WireError::BadReplyRight);
     }
+    if version != needed_version(&items) {
+        return Err(WireError::NeedlessVersion(version));
+    }
     Ok(Parsed { op, flags, items, inline: HEADER_LEN + count * ITEM_LEN..total })
 }
 
-/// Writes a message's bytes into `out` (cleared first). The caller has
-/// checked the limits; the descriptor total is the sum of the items' counts.
+/// The lowest version that expresses a message with these items: 2 when a
+/// region is empty, else 1.
+pub fn needed_version(items: &[ItemDesc]) -> u8 {
+    if items.iter().any(|d| d.kind == KIND_REGION && d.len == 0) {
+        VERSION_EMPTY_REGIONS
+    } else {
+        VERSION
+    }
+}
+
+/// Writes a message's bytes into `out` (cleared first), in the lowest
+/// version that expresses it ([`needed_version`]). The caller has checked
+/// the limits; the descriptor total is the sum of the items' counts.
 pub fn encode(out: &mut Vec<u8>, op: u32, flags: u8, items: &[ItemDesc], inline: &[u8]) {
     out.clear();
     let nfds: usize = items.iter().map(|d| d.fds as usize).sum();
     out.extend_from_slice(&MAGIC.to_le_bytes());
-    out.push(VERSION);
+    out.push(needed_version(items));
     out.push(flags);
     out.extend_from_slice(&(items.len() as u16).to_le_bytes());
     out.extend_from_slice(&op.to_le_bytes());
@@ -281,7 +302,6 @@ mod tests {
             (region(MODE_COPY, 2), 2, |e| matches!(e, WireError::BadItemFdCount { item: 0, count: 2 })),
             (region(MODE_LEND, 1), 1, |e| matches!(e, WireError::BadItemFdCount { item: 0, count: 1 })),
             (region(MODE_SHARE, 0), 0, |e| matches!(e, WireError::BadItemFdCount { item: 0, count: 0 })),
-            (ItemDesc { len: 0, ..region(MODE_COPY, 1) }, 1, |e| matches!(e, WireError::BadRegion { .. })),
             (ItemDesc { len: u64::MAX, ..region(MODE_COPY, 1) }, 1, |e| matches!(e, WireError::BadRegion { .. })),
             (ItemDesc { addr: 0x1001, ..region(MODE_MOVE, 1) }, 1, |e| matches!(e, WireError::BadRegion { .. })),
             (ItemDesc { flags: 0x80, ..region(MODE_COPY, 1) }, 1, |e| *e == WireError::ReservedNotZero),
@@ -302,5 +322,20 @@ mod tests {
         for n in 0..v.len() {
             assert!(parse(&v[..n], 2).is_err(), "prefix of {n} bytes accepted");
         }
+    }
+
+    #[test]
+    fn empty_regions_need_version_2_and_only_they() {
+        let empty = ItemDesc { len: 0, ..region(MODE_COPY, 1) };
+        let mut v = Vec::new();
+        encode(&mut v, 1, 0, &[empty], b"");
+        assert_eq!(v[4], VERSION_EMPTY_REGIONS);
+        assert_eq!(parse(&v, 1).unwrap().items, vec![empty]);
+        v[4] = VERSION;
+        assert_eq!(parse(&v, 1).unwrap_err(), WireError::BadRegion { item: 0, reason: "zero length".into() });
+        encode(&mut v, 1, 0, &[region(MODE_COPY, 1)], b"");
+        assert_eq!(v[4], VERSION);
+        v[4] = VERSION_EMPTY_REGIONS;
+        assert_eq!(parse(&v, 1).unwrap_err(), WireError::NeedlessVersion(VERSION_EMPTY_REGIONS));
     }
 }

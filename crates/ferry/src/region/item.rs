@@ -64,7 +64,7 @@ impl RegionItem {
     /// data you are about to produce, write it into a [`super::Region`] and
     /// save the copy.
     pub fn copied_from(bytes: &[u8]) -> Result<RegionItem, RegionError> {
-        let len = bytes.len().max(1);
+        let len = bytes.len();
         let fd = super::new_memfd(len)?;
         mem::pwrite_all(fd.as_fd(), bytes, 0).map_err(|e| RegionError::Io(io_err(e)))?;
         counters::add(counters::BYTES_COPIED, bytes.len() as u64);
@@ -91,9 +91,10 @@ impl RegionItem {
         self.len
     }
 
-    /// Always false: a region has at least one byte.
+    /// Whether the region holds no bytes (it then travels in wire-format
+    /// version 2, see `docs/wire-format.md`).
     pub fn is_empty(&self) -> bool {
-        false
+        self.len == 0
     }
 
     /// The address the region had in its sender, if it gave one.
@@ -158,7 +159,9 @@ impl RegionItem {
             Mode::Lend => (false, Share::Shared),
             Mode::Share => (opts.writable && mem::is_writable_fd(self.fd.as_fd()), Share::Shared),
         };
-        let len = mem::page_round_up(self.len);
+        // An empty region still gets a page of address space (never readable
+        // through the view, which is `len` bytes), so every view has an address.
+        let len = mem::page_round_up(self.len.max(1));
         let map = Mapping::map(self.fd.as_fd(), len, writable, share, place, opts.populate).map_err(|e| match e {
             rustix::io::Errno::EXIST => RegionError::AddressTaken { addr: self.addr, len },
             e => RegionError::Map(io_err(e)),

@@ -204,9 +204,13 @@ impl Lease {
         &self.map.as_ref().expect("held").as_slice()[..self.len]
     }
 
-    /// Sets how many bytes the receiver will see (at most the slot size).
+    /// Sets how many bytes the receiver will see (at most the slot size;
+    /// 0 lends an empty frame).
+    ///
+    /// # Errors
+    /// [`RegionError::TooLong`] beyond the slot size.
     pub fn set_len(&mut self, len: usize) -> Result<(), RegionError> {
-        if len == 0 || len > self.pool.slot_len {
+        if len > self.pool.slot_len {
             return Err(RegionError::TooLong { asked: len, max: self.pool.slot_len });
         }
         self.len = len;

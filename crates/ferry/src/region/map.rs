@@ -167,9 +167,9 @@ impl MappedRegion {
         self.len
     }
 
-    /// Always false: a region has at least one byte.
+    /// Whether the region holds no bytes.
     pub fn is_empty(&self) -> bool {
-        false
+        self.len == 0
     }
 
     /// The mode it was sent in.

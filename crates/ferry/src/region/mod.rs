@@ -240,7 +240,7 @@ pub struct Region {
 }
 
 impl Region {
-    /// Allocates a zeroed region of `len` bytes (at least one). Pages are
+    /// Allocates a zeroed region of `len` bytes (possibly none). Pages are
     /// allocated on first touch. Regions of [`HUGE_THRESHOLD`] bytes or more
     /// ask for huge pages.
     ///
@@ -252,9 +252,10 @@ impl Region {
 
     /// Allocates a region with explicit options.
     pub fn with_options(len: usize, opts: RegionOptions) -> Result<Region, RegionError> {
-        let len = len.max(1);
         let fd = new_memfd(len)?;
-        let map = Mapping::map(fd.as_fd(), mem::page_round_up(len), true, Share::Shared, Place::Anywhere, false)
+        // An empty region still maps a page (never reachable through its
+        // slices), so that it has an address like any other.
+        let map = Mapping::map(fd.as_fd(), mem::page_round_up(len.max(1)), true, Share::Shared, Place::Anywhere, false)
             .map_err(|e| RegionError::Alloc(io_err(e)))?;
         if opts.huge_pages {
             map.advise_huge();
@@ -275,9 +276,9 @@ impl Region {
         self.len
     }
 
-    /// Always false: a region has at least one byte.
+    /// Whether the region holds no bytes.
     pub fn is_empty(&self) -> bool {
-        false
+        self.len == 0
     }
 
     /// Address of the first byte in this process (what same-address

@@ -179,10 +179,12 @@ fn lend_pool_reuses_its_regions() {
                 assert_eq!(&bytes[..8], &0u64.to_le_bytes());
                 continue;
             }
-            let mut v = r.map(MapOptions::lazy().allow_sender_writes()).unwrap();
-            assert!(v.as_mut_slice().is_none(), "a lent region must map read-only");
-            assert_eq!(&v[..8], &(i as u64).to_le_bytes());
-            assert!(v[8..].iter().all(|&b| b == i as u8), "frame {i} corrupt");
+            let v = r.map_shared(MapOptions::lazy()).unwrap();
+            assert!(!v.is_writable() && v.as_atomic_u64().is_none(), "a lent region must map read-only");
+            let mut head = [0u8; 8];
+            assert!(v.read_at(0, &mut head));
+            assert_eq!(head, (i as u64).to_le_bytes());
+            assert!(v.to_vec(64 << 20).unwrap()[8..].iter().all(|&b| b == i as u8), "frame {i} corrupt");
             // Dropping `v` returns the slot to the lender's pool.
         }
         let out = finish(peer);
@@ -204,14 +206,14 @@ fn share_mode_is_opt_in_and_mutual() {
         let Some(Item::Region(r)) = items.pop() else { panic!("no region") };
         let err = r.map(MapOptions::lazy()).unwrap_err();
         assert!(matches!(err.error, RegionError::SenderMayWrite(Mode::Share)));
-        let mut v = err.region.map(MapOptions::lazy().allow_sender_writes()).unwrap();
+        let v = err.region.map_shared(MapOptions::lazy()).unwrap();
         assert!(v.is_writable());
-        assert!(v.as_mut_slice().is_none(), "shared memory must not be handed out as &mut");
         assert!(v.write_at(0, b"hi"));
-        v.as_atomic_u64()[1].store(41, SeqCst);
+        let words = v.as_atomic_u64().expect("writable");
+        words[1].store(41, SeqCst);
         back.send(Message::new(1), T).unwrap();
         rx.recv(T).unwrap();
-        assert_eq!(v.as_atomic_u64()[2].load(SeqCst), 42, "the sharer's write is not visible");
+        assert_eq!(words[2].load(SeqCst), 42, "the sharer's write is not visible");
         assert!(finish(peer).contains("saw=41"));
     });
 }
@@ -500,9 +502,13 @@ fn empty_regions_arrive_empty() {
         assert_eq!((r.len(), r.is_empty()), (0, true), "{what}");
         tx.send(Message::new(2).with_item(r), T).unwrap();
         let r = region_of(&mut rx.recv(T).unwrap());
-        let opts = if r.mode() == Mode::Lend { MapOptions::lazy().allow_sender_writes() } else { MapOptions::immediate() };
-        let v = r.map(opts).unwrap_or_else(|e| panic!("{what}: {e}"));
-        assert_eq!((v.len(), v.is_empty(), &v[..]), (0, true, &[][..]), "{what}");
+        if r.mode() == Mode::Lend {
+            let v = r.map_shared(MapOptions::lazy()).unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert_eq!((v.len(), v.is_empty(), v.to_vec(0).unwrap()), (0, true, vec![]), "{what}");
+        } else {
+            let v = r.map(MapOptions::immediate()).unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert_eq!((v.len(), v.is_empty(), &v[..]), (0, true, &[][..]), "{what}");
+        }
     };
     check(RegionItem::copied_from(&[]).unwrap(), "copied from an empty slice");
     let mut empty = Region::new(0).unwrap();

@@ -239,14 +239,16 @@ pub struct FileSnapshot {
 }
 
 impl FileSnapshot {
-    /// The file's bytes as they were when it was opened.
+    /// The file's bytes as they were when it was opened. (A snapshot is
+    /// always supplied by copy, checked at [`FileClient::open`], so nobody
+    /// else can change them.)
     pub fn as_slice(&self) -> &[u8] {
-        self.mapped.as_ref().map_or(&[], |m| m.as_slice())
+        self.mapped.as_ref().and_then(|m| m.as_slice()).unwrap_or(&[])
     }
 
     /// The bytes, writable; writes stay in this process.
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        self.mapped.as_mut().map_or(&mut [], |m| m.as_mut_slice())
+        self.mapped.as_mut().and_then(|m| m.as_mut_slice()).unwrap_or(&mut [])
     }
 
     /// The snapshot's mapping (`None` for an empty file).
@@ -302,6 +304,11 @@ impl FileClient {
         }
         let object = MemoryObject::new(self.server.try_clone().map_err(PagerError::Io)?, id).with_timeout(self.timeout);
         let mapped = object.map()?;
+        if mapped.mode() != crate::pager::SupplyMode::Copy {
+            // Only pages copied into this process make a snapshot nobody
+            // else can change.
+            return Err(PagerError::Protocol("the file server offered a zero-copy snapshot".into()));
+        }
         Ok(FileSnapshot { mapped: Some(mapped), object: Some(object), version })
     }
 

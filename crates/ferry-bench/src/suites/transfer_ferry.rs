@@ -35,7 +35,7 @@ use std::io;
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
-use ferry::region::{auto, LendPool, MapOptions, MappedRegion, Region, RegionItem};
+use ferry::region::{auto, LendPool, MapOptions, MappedRegion, Region, RegionItem, SharedMapping};
 use ferry::{Item, Message, ReceiveRight, RecvError, SendRight, Timeout};
 
 use super::per_pair;
@@ -67,7 +67,7 @@ impl Kind {
     fn map_options(self) -> MapOptions {
         match self {
             Kind::CopyImmediate => MapOptions::immediate(),
-            Kind::Lend => MapOptions::lazy().read_only().allow_sender_writes(),
+            Kind::Lend => MapOptions::lazy().read_only(),
             _ => MapOptions::lazy(),
         }
     }
@@ -162,6 +162,7 @@ fn receiver(kind: Kind, touch: Touch, stream: bool, mut rx: ReceiveRight, ack: S
         };
         let mut body = Vec::new();
         let mut mapped: Option<MappedRegion> = None;
+        let mut lent: Option<SharedMapping> = None;
         match kind {
             Kind::Inline => body = std::mem::take(m.body_mut()),
             Kind::Auto => match auto::take(&mut m).map_err(other)? {
@@ -172,38 +173,57 @@ fn receiver(kind: Kind, touch: Touch, stream: bool, mut rx: ReceiveRight, ack: S
                 let Some(Item::Region(item)) = m.take_items().pop() else {
                     return Err(other("a data message came without its region"));
                 };
-                mapped = Some(item.map(kind.map_options()).map_err(other)?);
+                if kind == Kind::Lend {
+                    lent = Some(item.map_shared(kind.map_options()).map_err(other)?);
+                } else {
+                    mapped = Some(item.map(kind.map_options()).map_err(other)?);
+                }
             }
         }
-        match &mut mapped {
-            Some(r) => match r.as_mut_slice() {
+        match (&mut mapped, &lent) {
+            (Some(r), _) => match r.as_mut_slice() {
                 Some(s) => std::hint::black_box(touch.apply(s)),
                 None => std::hint::black_box(touch.apply_read(r.as_slice())),
             },
-            None => std::hint::black_box(touch.apply(&mut body)),
+            (None, Some(l)) => std::hint::black_box(touch.apply_read(lent_frame(l))),
+            (None, None) => std::hint::black_box(touch.apply(&mut body)),
         };
         // Whether huge pages were used is read from /proc/self/smaps, which
         // costs far more than a small transfer: only for the first payload,
         // and outside a stream after the acknowledgement (in the untimed
         // "ready" message).
-        let huge = |m: &Option<MappedRegion>| m.as_ref().map_or(0, |r| r.huge_bytes_mapped());
+        let huge = |m: &Option<MappedRegion>, l: &Option<SharedMapping>| {
+            m.as_ref().map_or(0, |r| r.huge_bytes_mapped()) + l.as_ref().map_or(0, |r| r.huge_bytes_mapped())
+        };
         let mut reported = 0;
         if stream {
             if first {
-                reported = huge(&mapped);
+                reported = huge(&mapped, &lent);
             }
             // The frame is done with: unmap (a lent slot goes back) first.
             drop(mapped.take());
+            drop(lent.take());
         }
         ack.send(Message::new(OP_ACK).with_body(reported.to_ne_bytes()), Timeout::Infinite).map_err(other)?;
         if !stream {
-            let h = if first { huge(&mapped) } else { 0 };
+            let h = if first { huge(&mapped, &lent) } else { 0 };
             drop(mapped);
+            drop(lent);
             drop(body);
             ack.send(Message::new(OP_READY).with_body(h.to_ne_bytes()), Timeout::Infinite).map_err(other)?;
         }
         first = false;
     }
+}
+
+/// A lent frame's bytes, read in place as the lend path promises.
+#[allow(unsafe_code)]
+fn lent_frame(l: &SharedMapping) -> &[u8] {
+    // SAFETY: the lender is this benchmark's own sender, writing through a
+    // ferry `LendPool`, which never hands a lent slot back to its code
+    // before this receiver drops the mapping; nothing writes the frame
+    // while the slice lives.
+    unsafe { l.as_slice() }
 }
 
 /// Waits for a message with `op` from a peer; returns its body.

@@ -376,18 +376,67 @@ impl std::fmt::Debug for MappedObject {
 }
 
 impl MappedObject {
-    /// The object's bytes. Touching a page not yet supplied waits for the
-    /// pager (or, once it is gone, follows the object's [`DeathPolicy`]:
-    /// with `Sigbus`, the touch kills the process unless it handles the
-    /// signal).
-    pub fn as_slice(&self) -> &[u8] {
+    /// The object's bytes, for an object supplied by copy
+    /// ([`SupplyMode::Copy`]): its pages are copied into this process's
+    /// private memory as they are first touched and nobody can change them
+    /// after, so they read as an ordinary slice. `None` for a zero-copy
+    /// object, whose pages are the pager's page cache, mapped: the pager can
+    /// change a page this process has not written; read it with
+    /// [`read_at`](Self::read_at), or borrow it with the `unsafe`
+    /// [`as_slice_unchecked`](Self::as_slice_unchecked).
+    ///
+    /// Touching a page not yet supplied waits for the pager (or, once it is
+    /// gone, follows the object's [`DeathPolicy`]: with `Sigbus`, the touch
+    /// kills the process unless it handles the signal).
+    pub fn as_slice(&self) -> Option<&[u8]> {
+        (self.mode == SupplyMode::Copy).then(|| &self.mapping.as_slice()[..self.size as usize])
+    }
+
+    /// The object's bytes, writable, for an object supplied by copy; writes
+    /// are private to this process. `None` for a zero-copy object (see
+    /// [`as_slice`](Self::as_slice)).
+    pub fn as_mut_slice(&mut self) -> Option<&mut [u8]> {
+        let n = self.size as usize;
+        (self.mode == SupplyMode::Copy).then(|| &mut self.mapping.as_mut_slice()[..n])
+    }
+
+    /// The object's bytes in any supply mode.
+    ///
+    /// # Safety
+    /// For a zero-copy object, the pager must not change a page of its
+    /// page cache that this process has not written, while the reference
+    /// lives: the caller vouches for the pager. (For an object supplied by
+    /// copy this is [`as_slice`](Self::as_slice), always sound.)
+    // `unsafe` marks the caller's promise; the body has no unsafe operation.
+    #[allow(unsafe_code)]
+    pub unsafe fn as_slice_unchecked(&self) -> &[u8] {
         &self.mapping.as_slice()[..self.size as usize]
     }
 
-    /// The object's bytes, writable; writes are private to this process.
-    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+    /// The object's bytes, writable, in any supply mode (writes stay
+    /// private to this process).
+    ///
+    /// # Safety
+    /// As [`as_slice_unchecked`](Self::as_slice_unchecked).
+    #[allow(unsafe_code)]
+    pub unsafe fn as_mut_slice_unchecked(&mut self) -> &mut [u8] {
         let n = self.size as usize;
         &mut self.mapping.as_mut_slice()[..n]
+    }
+
+    /// Copies the bytes at `offset` into `out` in any supply mode, without
+    /// forming a reference to memory the pager may change (a copy from a
+    /// zero-copy object may mix bytes from before and after such a change);
+    /// false if out of range. Pages not yet supplied are faulted in as by
+    /// any read.
+    pub fn read_at(&self, offset: usize, out: &mut [u8]) -> bool {
+        offset.checked_add(out.len()).is_some_and(|e| e <= self.size as usize) && self.mapping.copy_out_racy(offset, out)
+    }
+
+    /// Copies `src` into the object at `offset` in any supply mode (the
+    /// write stays private to this process); false if out of range.
+    pub fn write_at(&mut self, offset: usize, src: &[u8]) -> bool {
+        offset.checked_add(src.len()).is_some_and(|e| e <= self.size as usize) && self.mapping.copy_in_racy(offset, src)
     }
 
     /// The object's size in bytes.

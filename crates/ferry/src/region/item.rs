@@ -7,7 +7,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use rustix::fs::SealFlags;
 
-use super::{lend, MapError, MapOptions, MappedRegion, Mode, RegionError, BY_VALUE_SEALS, SIZE_SEALS};
+use super::{lend, MapError, MapOptions, MappedRegion, Mode, RegionError, SharedMapping, BY_VALUE_SEALS, SIZE_SEALS};
 use crate::counters;
 use crate::error::{io_err, WireError};
 use crate::port::SendOnceRight;
@@ -112,42 +112,65 @@ impl RegionItem {
         (self.mode == Mode::Lend).then_some(self.slot)
     }
 
-    /// Maps the region into this process.
-    ///
-    /// A by-value region (copy, move) is mapped private: writable unless
-    /// [`MapOptions::read_only`], and a write copies just that page, so
-    /// nobody else sees it. A lent region is mapped read-only and shared; a
-    /// shared region shared and writable; both need
-    /// [`MapOptions::allow_sender_writes`].
+    /// Maps a region sent by value (copy, move) into this process, private:
+    /// writable unless [`MapOptions::read_only`], and a write copies just
+    /// that page, so nobody else sees it. Nobody else can change it either,
+    /// so it reads as an ordinary slice.
     ///
     /// # Errors
     /// The region comes back inside [`MapError`], so the caller can try
     /// again (say, anywhere instead of at the sender's address).
+    /// [`RegionError::SenderMayWrite`] for a lent or shared region, whose
+    /// sender can still change it: map it with [`map_shared`](Self::map_shared)
+    /// or take a copy with [`copy_out`](Self::copy_out);
     /// [`RegionError::AddressTaken`] when same-address placement finds the
     /// range in use; [`RegionError::NoSenderAddress`];
-    /// [`RegionError::SenderMayWrite`]; [`RegionError::TooLarge`] beyond
-    /// [`MapOptions::limit`]; [`RegionError::Map`].
+    /// [`RegionError::TooLarge`] beyond [`MapOptions::limit`];
+    /// [`RegionError::Map`].
     pub fn map(self, opts: MapOptions) -> Result<MappedRegion, MapError> {
+        if !self.mode.is_by_value() {
+            return Err(MapError { error: RegionError::SenderMayWrite(self.mode), region: self });
+        }
         match self.try_map(&opts) {
             Ok(map) => {
-                counters::add(counters::BYTES_MAPPED, self.len as u64);
-                if opts.populate {
-                    counters::add(counters::PAGES_POPULATED, (map.len() / mem::page_size()) as u64);
-                }
+                self.count_mapped(&opts, &map);
                 // The mapping keeps the file alive; the descriptor closes here.
-                let RegionItem { mode, len, ret, .. } = self;
-                Ok(MappedRegion { map, len, mode, _ret: ret })
+                Ok(MappedRegion { map, len: self.len, mode: self.mode })
             }
             Err(error) => Err(MapError { error, region: self }),
+        }
+    }
+
+    /// Maps a region of any mode as a [`SharedMapping`], which never hands
+    /// out a safe reference to its bytes: for a lent region (mapped
+    /// read-only and shared) or a shared one (shared, writable unless
+    /// [`MapOptions::read_only`] or its sender gave a read-only descriptor),
+    /// whose sender may still write them. A by-value region is mapped as
+    /// [`map`](Self::map) would.
+    ///
+    /// # Errors
+    /// As [`map`](Self::map), without [`RegionError::SenderMayWrite`].
+    pub fn map_shared(self, opts: MapOptions) -> Result<SharedMapping, MapError> {
+        match self.try_map(&opts) {
+            Ok(map) => {
+                self.count_mapped(&opts, &map);
+                let RegionItem { mode, len, ret, .. } = self;
+                Ok(SharedMapping { map, len, mode, _ret: ret })
+            }
+            Err(error) => Err(MapError { error, region: self }),
+        }
+    }
+
+    fn count_mapped(&self, opts: &MapOptions, map: &Mapping) {
+        counters::add(counters::BYTES_MAPPED, self.len as u64);
+        if opts.populate {
+            counters::add(counters::PAGES_POPULATED, (map.len() / mem::page_size()) as u64);
         }
     }
 
     fn try_map(&self, opts: &MapOptions) -> Result<Mapping, RegionError> {
         if let Some(limit) = opts.limit.filter(|&l| self.len > l) {
             return Err(RegionError::TooLarge { len: self.len as u64, limit: limit as u64 });
-        }
-        if !self.mode.is_by_value() && !opts.allow_sender_writes {
-            return Err(RegionError::SenderMayWrite(self.mode));
         }
         let place = if opts.same_address {
             Place::At(self.sender_address().ok_or(RegionError::NoSenderAddress)?)

@@ -1,6 +1,11 @@
 //! The receiving side of a region: how to map it ([`MapOptions`]), what a
-//! failed mapping gives back ([`MapError`]), and the mapping itself
-//! ([`MappedRegion`]).
+//! failed mapping gives back ([`MapError`]), and the mappings themselves:
+//! [`MappedRegion`] for a region sent by value, which nobody else can change
+//! and which is therefore an ordinary `&[u8]`, and [`SharedMapping`] for a
+//! lent or shared region, which its sender may change under this process's
+//! feet: its bytes are copied out ([`SharedMapping::read_at`],
+//! [`SharedMapping::to_vec`]), used through atomics, or borrowed only
+//! through an `unsafe` accessor whose caller vouches for the sender.
 
 use std::fmt;
 use std::ops::Deref;
@@ -16,7 +21,6 @@ pub struct MapOptions {
     pub(super) populate: bool,
     pub(super) same_address: bool,
     pub(super) writable: bool,
-    pub(super) allow_sender_writes: bool,
     pub(super) limit: Option<usize>,
 }
 
@@ -24,7 +28,7 @@ impl MapOptions {
     /// Pages appear on first touch: cheapest when the data is forwarded or
     /// only partly read.
     pub fn lazy() -> MapOptions {
-        MapOptions { populate: false, same_address: false, writable: true, allow_sender_writes: false, limit: None }
+        MapOptions { populate: false, same_address: false, writable: true, limit: None }
     }
 
     /// Every page is mapped now (`MAP_POPULATE`): cheapest when all of it
@@ -58,12 +62,6 @@ impl MapOptions {
         self
     }
 
-    /// Accept a lent or shared region, whose sender may still write what this
-    /// process reads: only for peers you trust.
-    pub fn allow_sender_writes(mut self) -> MapOptions {
-        self.allow_sender_writes = true;
-        self
-    }
 }
 
 impl Default for MapOptions {
@@ -93,48 +91,51 @@ impl std::error::Error for MapError {
     }
 }
 
-/// A received region mapped into this process. Unmapped on drop (a lent
-/// region then returns to its pool).
+/// A region received by value (copy or move) and mapped into this process,
+/// privately: nobody else can change a byte of it (the memfd is sealed
+/// against writes and resizing, and this process's own writes copy the page
+/// first), so it is read as an ordinary slice. Unmapped on drop.
 #[derive(Debug)]
 pub struct MappedRegion {
     pub(super) map: Mapping,
     pub(super) len: usize,
     pub(super) mode: Mode,
-    /// Dropped after `map` (field order), so the lender learns of the return
-    /// only once the mapping is gone.
-    pub(super) _ret: Option<SendOnceRight>,
 }
 
 impl MappedRegion {
-    /// The bytes. For a lent or shared region the sender may be changing
-    /// them as you read (you opted in to that).
+    /// The bytes.
     pub fn as_slice(&self) -> &[u8] {
         &self.map.as_slice()[..self.len]
     }
 
-    /// The bytes, writable; `None` when mapped read-only (always for lent
-    /// regions) and for shared regions, which another process writes
-    /// concurrently (use [`write_at`](Self::write_at) or the atomics). For a
-    /// by-value region, writes stay in this process.
+    /// The bytes, writable; `None` when mapped read-only. Writes stay in
+    /// this process.
     pub fn as_mut_slice(&mut self) -> Option<&mut [u8]> {
-        if self.mode == Mode::Share {
-            return None;
-        }
         let len = self.len;
         self.map.as_mut_slice().map(|s| &mut s[..len])
     }
 
-    /// Copies bytes at `offset` into `out` without forming a reference to
-    /// memory another process may be writing; false if out of range.
+    /// Copies bytes at `offset` into `out`; false if out of range.
     pub fn read_at(&self, offset: usize, out: &mut [u8]) -> bool {
-        offset.checked_add(out.len()).is_some_and(|e| e <= self.len) && self.map.copy_out_racy(offset, out)
+        match offset.checked_add(out.len()) {
+            Some(end) if end <= self.len => {
+                out.copy_from_slice(&self.as_slice()[offset..end]);
+                true
+            }
+            _ => false,
+        }
     }
 
-    /// Copies `src` into the mapping at `offset` (shared regions: the sender
-    /// sees it; by-value regions: only this process does); false if out of
-    /// range or mapped read-only.
+    /// Copies `src` into the mapping at `offset` (only this process sees
+    /// it); false if out of range or mapped read-only.
     pub fn write_at(&mut self, offset: usize, src: &[u8]) -> bool {
-        offset.checked_add(src.len()).is_some_and(|e| e <= self.len) && self.map.copy_in_racy(offset, src)
+        match (offset.checked_add(src.len()), self.as_mut_slice()) {
+            (Some(end), Some(s)) if end <= s.len() => {
+                s[offset..end].copy_from_slice(src);
+                true
+            }
+            _ => false,
+        }
     }
 
     /// The bytes viewed as `T`s.
@@ -142,19 +143,14 @@ impl MappedRegion {
         self.map.as_typed(self.len)
     }
 
-    /// The bytes viewed as mutable `T`s; `None` when mapped read-only or
-    /// shared.
+    /// The bytes viewed as mutable `T`s; `None` when mapped read-only.
     pub fn as_mut_slice_of<T: Plain>(&mut self) -> Option<&mut [T]> {
-        if self.mode == Mode::Share {
-            return None;
-        }
         self.map.as_typed_mut(self.len)
     }
 
-    /// The words of a shared region as atomics, for producer/consumer
-    /// protocols with the other side.
-    pub fn as_atomic_u64(&self) -> &[std::sync::atomic::AtomicU64] {
-        self.map.as_atomic_u64(self.len)
+    /// A reader over the bytes (`std::io::Read`, `BufRead`, `Seek`).
+    pub fn reader(&self) -> std::io::Cursor<&[u8]> {
+        std::io::Cursor::new(self.as_slice())
     }
 
     /// Address of the first byte here.
@@ -192,6 +188,130 @@ impl Deref for MappedRegion {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
         self.as_slice()
+    }
+}
+
+impl AsRef<[u8]> for MappedRegion {
+    fn as_ref(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
+/// A lent or shared region mapped into this process ([`RegionItem::map_shared`]).
+/// Its sender can still change the bytes (a shared region by design; a lent
+/// one because the lender owns the memory), so no safe `&[u8]` or `&mut [u8]`
+/// is handed out: a Rust reference promises the bytes do not change while it
+/// lives, which only the sender could keep. Copy bytes out with
+/// [`read_at`](Self::read_at) or [`to_vec`](Self::to_vec) (a copy may mix
+/// bytes from before and after a concurrent write), write a shared one with
+/// [`write_at`](Self::write_at), coordinate through
+/// [`as_atomic_u64`](Self::as_atomic_u64), or borrow through the `unsafe`
+/// [`as_slice`](Self::as_slice) when the sender is trusted not to write.
+/// Unmapped on drop; a lent region then returns to its pool.
+#[derive(Debug)]
+pub struct SharedMapping {
+    pub(super) map: Mapping,
+    pub(super) len: usize,
+    pub(super) mode: Mode,
+    /// Dropped after `map` (field order), so the lender learns of the return
+    /// only once the mapping is gone.
+    pub(super) _ret: Option<SendOnceRight>,
+}
+
+impl SharedMapping {
+    /// The bytes as a slice.
+    ///
+    /// # Safety
+    /// No process may write these bytes while the returned reference lives.
+    /// For a lent region from ferry's own [`super::LendPool`] that holds
+    /// while the region is out (the pool never hands a lent slot to its
+    /// lender's code before the borrower returns it), so the caller vouches
+    /// that the lender is that, unmodified; for a shared region the caller
+    /// must know the other side is not writing (by a protocol of its own).
+    /// A write during the borrow is undefined behaviour in this process,
+    /// not merely a torn read.
+    // `unsafe` marks the caller's promise; the body has no unsafe operation.
+    #[allow(unsafe_code)]
+    pub unsafe fn as_slice(&self) -> &[u8] {
+        &self.map.as_slice()[..self.len]
+    }
+
+    /// The bytes viewed as `T`s.
+    ///
+    /// # Safety
+    /// As [`as_slice`](Self::as_slice).
+    #[allow(unsafe_code)]
+    pub unsafe fn as_slice_of<T: Plain>(&self) -> &[T] {
+        self.map.as_typed(self.len)
+    }
+
+    /// Copies bytes at `offset` into `out` without forming a reference to
+    /// memory another process may be writing; false if out of range.
+    pub fn read_at(&self, offset: usize, out: &mut [u8]) -> bool {
+        offset.checked_add(out.len()).is_some_and(|e| e <= self.len) && self.map.copy_out_racy(offset, out)
+    }
+
+    /// Copies all the bytes into a new vector (a private snapshot; bytes the
+    /// sender writes meanwhile may be mixed in).
+    ///
+    /// # Errors
+    /// [`RegionError::TooLarge`] when the region is longer than `limit`
+    /// (its length is the sender's claim); [`RegionError::Alloc`] when the
+    /// memory cannot be had. Nothing is allocated before the check.
+    pub fn to_vec(&self, limit: usize) -> Result<Vec<u8>, RegionError> {
+        if self.len > limit {
+            return Err(RegionError::TooLarge { len: self.len as u64, limit: limit as u64 });
+        }
+        let mut v = Vec::new();
+        v.try_reserve_exact(self.len)
+            .map_err(|e| RegionError::Alloc(std::io::Error::new(std::io::ErrorKind::OutOfMemory, e)))?;
+        v.resize(self.len, 0);
+        self.map.copy_out_racy(0, &mut v);
+        Ok(v)
+    }
+
+    /// Copies `src` into the mapping at `offset`, where the sender sees it;
+    /// false if out of range or not writable (lent regions never are).
+    pub fn write_at(&self, offset: usize, src: &[u8]) -> bool {
+        offset.checked_add(src.len()).is_some_and(|e| e <= self.len) && self.map.copy_in_racy(offset, src)
+    }
+
+    /// The 64-bit words as atomics, for producer/consumer protocols with
+    /// the other side (sound whatever it writes); `None` unless mapped
+    /// writable, since an atomic may write.
+    pub fn as_atomic_u64(&self) -> Option<&[std::sync::atomic::AtomicU64]> {
+        self.is_writable().then(|| self.map.as_atomic_u64(self.len))
+    }
+
+    /// Address of the first byte here.
+    pub fn addr(&self) -> usize {
+        self.map.addr()
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the region holds no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The mode it was sent in.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// Whether it is mapped writable (a shared region whose sender gave a
+    /// writable descriptor, unless mapped read-only).
+    pub fn is_writable(&self) -> bool {
+        self.map.is_writable()
+    }
+
+    /// Bytes the kernel maps with huge pages right now.
+    pub fn huge_bytes_mapped(&self) -> u64 {
+        mem::pmd_mapped_bytes(self.map.addr()).unwrap_or(0)
     }
 }
 

@@ -36,7 +36,7 @@ mod share;
 
 pub use crate::sys::mem::Plain;
 pub use item::RegionItem;
-pub use map::{MapError, MapOptions, MappedRegion};
+pub use map::{MapError, MapOptions, MappedRegion, SharedMapping};
 pub use lend::{LendPool, Lease};
 pub use share::SharedRegion;
 
@@ -109,8 +109,8 @@ pub enum RegionError {
     /// Same-address placement was asked for but the sender gave no address.
     NoSenderAddress,
     /// The region was lent or shared: its sender can still change what this
-    /// process would see. Map with [`MapOptions::allow_sender_writes`] if
-    /// you trust the sender, or take a private copy with
+    /// process would see, so it cannot be mapped as a [`MappedRegion`]. Map
+    /// it with [`RegionItem::map_shared`], or take a private copy with
     /// [`RegionItem::copy_out`].
     SenderMayWrite(Mode),
     /// Mapping the region failed for another reason.
@@ -150,7 +150,7 @@ impl fmt::Display for RegionError {
             RegionError::NoSenderAddress => write!(f, "the sender gave no address for same-address placement; map it anywhere"),
             RegionError::SenderMayWrite(m) => write!(
                 f,
-                "region was sent in {m:?} mode, so its sender may still write it: map with MapOptions::allow_sender_writes() if you trust it, or copy_out(limit)"
+                "region was sent in {m:?} mode, so its sender may still write it: map it with map_shared(), or copy_out(limit)"
             ),
             RegionError::Map(e) => write!(f, "cannot map region: {e}"),
             RegionError::Io(e) => write!(f, "region i/o failed: {e}"),

@@ -513,6 +513,34 @@ impl ObjectMapping {
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
 
+    /// Copies `out.len()` bytes at `offset` out of the mapping without
+    /// forming a reference to them (another process may be changing them,
+    /// for a shmem backing); touching a page not present faults to the
+    /// userfaultfd handler as an ordinary read would. False if out of range.
+    pub fn copy_out_racy(&self, offset: usize, out: &mut [u8]) -> bool {
+        if offset.checked_add(out.len()).is_none_or(|end| end > self.len) {
+            return false;
+        }
+        // SAFETY: the source range is inside the mapping (checked), readable
+        // while self lives; `out` is a distinct, exclusively borrowed buffer.
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(offset), out.as_mut_ptr(), out.len()) };
+        true
+    }
+
+    /// Copies `src` into the mapping at `offset` without forming a
+    /// reference to the bytes (writes are private to this process: the
+    /// mapping is private). False if out of range.
+    pub fn copy_in_racy(&mut self, offset: usize, src: &[u8]) -> bool {
+        if offset.checked_add(src.len()).is_none_or(|end| end > self.len) {
+            return false;
+        }
+        // SAFETY: the destination is inside the writable mapping (checked);
+        // `&mut self` rules out a live reference into it from this process,
+        // and `src` is a distinct buffer.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(offset), src.len()) };
+        true
+    }
+
     /// The mapped bytes, writable (writes are private to this process).
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         // SAFETY: mapped writable for `len` bytes; `&mut self` makes this the

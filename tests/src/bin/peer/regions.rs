@@ -321,8 +321,8 @@ fn sink(name: &str) -> Res {
         let mut m = rx.recv(Timeout::Infinite)?;
         for it in m.take_items() {
             if let Item::Region(r) = it {
-                // This sink trusts its test: it takes lent regions too.
-                let v = r.map(ferry::MapOptions::immediate().allow_sender_writes())?;
+                // It takes lent regions too, as shared mappings.
+                let v = r.map_shared(ferry::MapOptions::immediate())?;
                 println!("mapped {}", v.len());
                 std::io::stdout().flush()?;
                 held.push(v);

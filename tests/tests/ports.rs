@@ -341,3 +341,25 @@ fn failed_send_once_returns_the_right_and_it_sends_again() {
     reply.send(Message::new(4), Timeout::Zero).unwrap();
     assert_eq!(rx.recv(Timeout::Infinite).unwrap().op(), 4);
 }
+
+#[test]
+fn receive_right_fd_wakes_an_event_loop() {
+    use std::os::fd::AsFd;
+    let _serial = common::serial();
+    watchdog("receive_right_fd", LIMIT, || {
+        let ready = |rx: &ferry::ReceiveRight| {
+            let mut fds = [rustix::event::PollFd::new(rx, rustix::event::PollFlags::IN)];
+            rustix::event::poll(&mut fds, Some(&rustix::event::Timespec { tv_sec: 0, tv_nsec: 0 })).unwrap() == 1
+        };
+        let (mut rx, tx) = ferry::port().unwrap();
+        assert!(!ready(&rx), "readable with nothing queued");
+        tx.send(Message::new(5), Timeout::Zero).unwrap();
+        assert!(ready(&rx));
+        assert_eq!(rx.try_recv().unwrap().op(), 5);
+        assert!(!ready(&rx));
+        drop(tx);
+        assert!(ready(&rx), "the last send right's end does not wake the loop");
+        assert!(matches!(rx.try_recv(), Err(RecvError::NoSenders)));
+        assert!(rx.as_fd().try_clone_to_owned().is_ok());
+    });
+}

@@ -523,3 +523,36 @@ fn empty_regions_arrive_empty() {
     tx.send(Message::new(3).with_item(RegionItem::copied_from(&[]).unwrap()), T).unwrap();
     assert_eq!(region_of(&mut rx.recv(T).unwrap()).copy_out(0).unwrap(), Vec::<u8>::new());
 }
+
+/// Regions and leases are filled through `std::io::Write` and typed
+/// slices, and a received by-value region is read through `std::io::Read`.
+#[test]
+fn regions_and_leases_are_written_and_read_as_streams() {
+    use std::io::{Read, Write};
+    let _s = serial();
+    let (mut rx, tx) = ferry::port().unwrap();
+    let mut r = Region::new(16).unwrap();
+    let mut w = r.writer();
+    w.write_all(b"0123456789abcdef").unwrap();
+    assert_eq!(w.write(b"!").unwrap(), 0, "a region does not grow");
+    let mut back = String::new();
+    r.reader().read_to_string(&mut back).unwrap();
+    assert_eq!(back, "0123456789abcdef");
+    tx.send(Message::new(1).with_item(r.by_copy().unwrap()), T).unwrap();
+    let v = region_of(&mut rx.recv(T).unwrap()).map(MapOptions::lazy()).unwrap();
+    let mut got = Vec::new();
+    v.reader().read_to_end(&mut got).unwrap();
+    assert_eq!(got, b"0123456789abcdef");
+
+    let pool = LendPool::new(1, 4096).unwrap();
+    let mut lease = pool.acquire(T).unwrap();
+    lease.as_mut_slice_of::<u32>()[1] = 0xfeed_f00d;
+    assert_eq!(lease.as_slice_of::<u32>().len(), 1024);
+    let mut w = lease.writer();
+    w.write_all(b"frame").unwrap();
+    let n = w.position() as usize;
+    lease.set_len(n).unwrap();
+    tx.send(Message::new(2).with_item(lease.lend().unwrap()), T).unwrap();
+    let v = region_of(&mut rx.recv(T).unwrap()).map_shared(MapOptions::lazy()).unwrap();
+    assert_eq!(v.to_vec(4096).unwrap(), b"frame");
+}

@@ -247,6 +247,20 @@ impl ReceiveRight {
     }
 }
 
+impl AsFd for ReceiveRight {
+    /// The port's main socket, for an external event loop: it is readable
+    /// when a message sent through a send right is queued, and when every
+    /// send right is gone (then [`ReceiveRight::try_recv`] reports
+    /// [`RecvError::NoSenders`] once the queue is drained). Messages through
+    /// send-once rights arrive on sockets of their own and do not make it
+    /// readable: a loop that hands out send-once rights to this port must
+    /// also call [`ReceiveRight::try_recv`] from time to time, or use a
+    /// [`crate::PortSet`], which watches every socket of its ports.
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.sock.as_fd()
+    }
+}
+
 fn past(deadline: Option<Instant>) -> bool {
     deadline.is_some_and(|d| Instant::now() >= d)
 }

@@ -29,7 +29,7 @@
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 
-use super::{new_memfd, RegionError, RegionItem, HUGE_THRESHOLD, SIZE_SEALS};
+use super::{new_memfd, Plain, RegionError, RegionItem, HUGE_THRESHOLD, SIZE_SEALS};
 use crate::error::io_err;
 use crate::port::SendOnceRight;
 use crate::sys::mem::{self, Mapping, Place, Share};
@@ -202,6 +202,26 @@ impl Lease {
     /// The slot's bytes.
     pub fn as_slice(&self) -> &[u8] {
         &self.map.as_ref().expect("held").as_slice()[..self.len]
+    }
+
+    /// The slot's bytes viewed as `T`s (slots are page aligned, so any
+    /// [`Plain`] type fits); a trailing partial element is left out.
+    pub fn as_slice_of<T: Plain>(&self) -> &[T] {
+        self.map.as_ref().expect("held").as_typed(self.len)
+    }
+
+    /// The slot's bytes viewed as mutable `T`s.
+    pub fn as_mut_slice_of<T: Plain>(&mut self) -> &mut [T] {
+        let len = self.len;
+        self.map.as_mut().expect("held").as_typed_mut(len).expect("writable")
+    }
+
+    /// A writer over the slot's bytes from the start (`std::io::Write`,
+    /// `Seek`); a write past the end fails with `WriteZero`. Set the frame
+    /// length from its position once done:
+    /// `lease.set_len(w.position() as usize)`.
+    pub fn writer(&mut self) -> std::io::Cursor<&mut [u8]> {
+        std::io::Cursor::new(self.as_mut_slice())
     }
 
     /// Sets how many bytes the receiver will see (at most the slot size;

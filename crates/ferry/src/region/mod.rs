@@ -300,6 +300,19 @@ impl Region {
         &mut self.map.as_mut_slice().expect("regions are mapped writable")[..len]
     }
 
+    /// A writer over the bytes from the start (`std::io::Write`, `Seek`); a
+    /// write past the end fails with `WriteZero`. As with
+    /// [`as_mut_slice`](Self::as_mut_slice), the receiver of an earlier send
+    /// never sees these writes.
+    pub fn writer(&mut self) -> std::io::Cursor<&mut [u8]> {
+        std::io::Cursor::new(self.as_mut_slice())
+    }
+
+    /// A reader over the bytes (`std::io::Read`, `BufRead`, `Seek`).
+    pub fn reader(&self) -> std::io::Cursor<&[u8]> {
+        std::io::Cursor::new(self.as_slice())
+    }
+
     /// The bytes viewed as `T`s (the region is page aligned, so any
     /// [`Plain`] type fits); a trailing partial element is left out.
     pub fn as_slice_of<T: Plain>(&self) -> &[T] {

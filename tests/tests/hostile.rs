@@ -397,11 +397,15 @@ fn unknown_versions_and_reserved_bits() {
         let (mut rx, tx) = ferry::port().unwrap();
         let (a_rx, a_tx) = ferry::port().unwrap();
         let good = bytes(3, 0, &[desc(KIND_SEND, 1)], b"v");
-        for v in [0u8, 2, 255] {
+        for v in [0u8, 3, 255] {
             let mut b = good.clone();
             b[4] = v;
             reject(&mut rx, &tx, &b, &[a_tx.as_fd()], WireError::UnknownVersion(v));
         }
+        // Version 2 is known, but only for messages that carry an empty region.
+        let mut b = good.clone();
+        b[4] = wire::VERSION_EMPTY_REGIONS;
+        reject(&mut rx, &tx, &b, &[a_tx.as_fd()], WireError::NeedlessVersion(2));
         let mut magic = good.clone();
         magic[0] = b'f';
         reject(&mut rx, &tx, &magic, &[a_tx.as_fd()], WireError::BadMagic(u32::from_le_bytes(*b"fERY")));

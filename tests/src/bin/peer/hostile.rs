@@ -114,8 +114,8 @@ fn flood(args: &[String]) -> Res {
             ),
             4 => {
                 let mut b = encode(1, 0, &[], b"from the future");
-                b[4] = 2;
-                (b, vec![mem.as_fd()], WireError::UnknownVersion(2))
+                b[4] = 3;
+                (b, vec![mem.as_fd()], WireError::UnknownVersion(3))
             }
             5 => {
                 let mut b = encode(1, 0, &[], b"");

@@ -321,3 +321,18 @@ impl From<WireError> for RecvError {
 pub(crate) fn io_err(e: rustix::io::Errno) -> io::Error {
     io::Error::from_raw_os_error(e.raw_os_error())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn error_for_any_thread<E: std::error::Error + Send + Sync + 'static>() {}
+
+    /// `?` can turn a failed send into `Box<dyn Error + Send + Sync>`.
+    #[test]
+    fn send_failed_is_an_error_for_any_thread() {
+        error_for_any_thread::<SendFailed>();
+        error_for_any_thread::<SendFailed<crate::SendOnceRight>>();
+        error_for_any_thread::<SendFailed<crate::Reply>>();
+    }
+}

@@ -49,6 +49,8 @@ pub mod rpc;
 #[allow(unsafe_code)]
 mod sys;
 pub mod timeout;
+#[cfg(feature = "tokio")]
+pub mod tokio;
 pub mod wire;
 
 pub use bootstrap::{Bootstrap, NameEntry, NameError};

@@ -342,6 +342,31 @@ impl Lowered {
     }
 
     /// The kernel has taken its references: release ours.
+    /// Turns an unsent message back into the [`Message`] it was lowered
+    /// from (rights, regions and reply right included), so a send that could
+    /// not complete hands it back whole.
+    pub(crate) fn raise(self) -> Message {
+        let b = &self.bytes;
+        let flags = b[5];
+        let op = u32::from_le_bytes(b[8..12].try_into().expect("4 bytes"));
+        let body = b[wire::HEADER_LEN + self.items.len() * wire::ITEM_LEN..].to_vec();
+        let mut items = self.items;
+        let reply = if flags & wire::FLAG_REPLY != 0 {
+            match items.remove(0) {
+                Item::Send(s) => Some(Reply::Send(s)),
+                Item::SendOnce(s) => Some(Reply::SendOnce(s)),
+                // `lower` puts the reply right first; anything else stays.
+                other => {
+                    items.insert(0, other);
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        Message { op, body, items, reply, ..Default::default() }
+    }
+
     pub(crate) fn sent(self) {
         counters::add(counters::MESSAGES_SENT, 1);
         counters::add(counters::BYTES_INLINE_SENT, self.inline_len as u64);

@@ -95,10 +95,15 @@ pub(super) fn send_reply(c: &mut Conn, seq: u32, via_slot: bool, mut msg: Messag
         frame::send_framed(c.sock.as_fd(), RPC_SOCKET_REPLY, seq, msg)?;
         slot.put_reply(seq, 0, &[], slot::VIA_SOCKET);
     }
-    if slot.word(slot::OFF_CLIENT_SLEEPING).load(Ordering::SeqCst) != 0 {
-        policy::count_wake();
-        futex::wake(slot.word(slot::OFF_REP_SEQ)).map_err(|e| RpcError::Io(io_err(e)))?;
-        return Ok(true);
+    match slot.word(slot::OFF_CLIENT_SLEEPING).load(Ordering::SeqCst) {
+        0 => Ok(false),
+        // An event-driven client waits on its socket. `ring` never blocks:
+        // a full socket already holds a doorbell.
+        slot::CLIENT_WANTS_DOORBELL => frame::ring(c.sock.as_fd()).map(|_| true),
+        _ => {
+            policy::count_wake();
+            futex::wake(slot.word(slot::OFF_REP_SEQ)).map_err(|e| RpcError::Io(io_err(e)))?;
+            Ok(true)
+        }
     }
-    Ok(false)
 }

@@ -46,6 +46,7 @@ pub mod port;
 pub mod portset;
 pub mod region;
 pub mod rpc;
+pub mod spawn;
 #[allow(unsafe_code)]
 mod sys;
 pub mod timeout;

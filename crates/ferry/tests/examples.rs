@@ -54,3 +54,11 @@ fn crossover_reports_a_measurement() {
     let out = run("crossover", &[], Duration::from_secs(300));
     assert!(out.contains("crossover:"), "{out}");
 }
+
+#[cfg(feature = "tokio")]
+#[test]
+fn async_echo_answers_every_call_and_survives_an_abandoned_one() {
+    let out = run("async_echo", &["500"], Duration::from_secs(120));
+    assert!(out.contains("500 calls of 4 bytes echoed"), "{out}");
+    assert!(out.contains("abandoned call timed out: true; next call got its own reply: true"), "{out}");
+}

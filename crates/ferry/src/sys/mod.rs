@@ -12,5 +12,6 @@ pub mod mem;
 #[cfg(feature = "tokio")]
 pub mod reactor;
 pub mod socket;
+pub mod spawn;
 pub mod uffd;
 pub mod wait;

@@ -501,21 +501,17 @@ impl Future for CallFuture<'_> {
             }
         };
         loop {
-            // Look first; then ask for the doorbell and look once more
-            // (the server publishes the reply, then reads the flag).
-            match this.conn.conn.try_reply(seq, via_slot) {
-                Ok(Look::Reply(m)) => return this.finish(Ok(m)),
-                Err(e) => return this.finish(Err(e)),
-                Ok(Look::More) => {
-                    cx.waker().wake_by_ref();
-                    return Poll::Pending;
+            // The slot first (no system call); then ask for the doorbell and
+            // look once more (the server publishes, then reads the flag).
+            if via_slot {
+                if let Some(out) = this.conn.conn.slot_reply(seq) {
+                    return this.finish(out);
                 }
-                Ok(Look::Empty) if !this.armed && via_slot => {
+                if !this.armed {
                     this.conn.conn.want_doorbell(true);
                     this.armed = true;
                     continue;
                 }
-                Ok(Look::Empty) => {}
             }
             let Some(fd) = this.conn.fd.as_ref() else { return this.finish(Err(RpcError::PeerDead)) };
             let mut guard = match fd.poll_read_ready(cx) {
@@ -523,7 +519,9 @@ impl Future for CallFuture<'_> {
                 Poll::Ready(Err(e)) => return this.finish(Err(RpcError::Io(e))),
                 Poll::Ready(Ok(g)) => g,
             };
-            let out = match this.conn.conn.try_reply(seq, via_slot) {
+            // Readable: doorbells, a socket reply, late replies or the
+            // hang-up. Readiness is cleared only once the socket is empty.
+            let out = match this.conn.conn.read_socket(seq, via_slot) {
                 Ok(Look::Empty) => {
                     guard.clear_ready();
                     continue;

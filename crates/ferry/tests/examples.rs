@@ -62,3 +62,16 @@ fn async_echo_answers_every_call_and_survives_an_abandoned_one() {
     assert!(out.contains("500 calls of 4 bytes echoed"), "{out}");
     assert!(out.contains("abandoned call timed out: true; next call got its own reply: true"), "{out}");
 }
+
+#[cfg(feature = "tokio")]
+#[test]
+fn async_rpc_bench_prints_both_impls_in_the_schema() {
+    let out = run("async_rpc_bench", &["200"], Duration::from_secs(120));
+    for bytes in [8, 64, 1024] {
+        for imp in ["ferry-call-block", "ferry-async-call"] {
+            let rec = format!("\"suite\":\"rpc\",\"case\":\"roundtrip\",\"impl\":\"{imp}\",\"bytes\":{bytes},");
+            assert!(out.contains(&rec), "no record for {imp} at {bytes} bytes:\n{out}");
+        }
+        assert!(out.contains(&format!("ratio async/blocking at {bytes} bytes: ")), "{out}");
+    }
+}

@@ -189,11 +189,19 @@ impl Connection {
         }
     }
 
-    /// Looks for the reply to call `seq` without waiting: in the slot, and
-    /// on the socket (a socket reply, doorbells, late replies to earlier
-    /// calls, which are discarded, and hang-up).
-    pub(crate) fn try_reply(&mut self, seq: u32, via_slot: bool) -> Result<Look, RpcError> {
-        let out = self.inner.try_reply(seq, via_slot);
+    /// The reply to slot call `seq` if the server has published it in the
+    /// slot (no system call); `None` while it has not, or when the reply
+    /// travels over the socket ([`read_socket`](Self::read_socket) gets it).
+    pub(crate) fn slot_reply(&mut self, seq: u32) -> Option<Result<Message, RpcError>> {
+        let out = self.inner.slot_reply(seq)?;
+        Some(self.inner.broken_if(out))
+    }
+
+    /// Reads what the socket holds without waiting: the socket reply to
+    /// `seq`, doorbells and late replies to earlier calls (discarded), or
+    /// the hang-up.
+    pub(crate) fn read_socket(&mut self, seq: u32, via_slot: bool) -> Result<Look, RpcError> {
+        let out = self.inner.read_socket(seq, via_slot);
         self.inner.broken_if(out)
     }
 }
@@ -288,32 +296,36 @@ impl Inner {
         out
     }
 
-    /// One look for the reply to `seq`, never waiting; see
-    /// [`Connection::try_reply`].
+    /// See [`Connection::slot_reply`].
     #[cfg(feature = "tokio")]
-    fn try_reply(&mut self, seq: u32, via_slot: bool) -> Result<Look, RpcError> {
+    fn slot_reply(&self, seq: u32) -> Option<Result<Message, RpcError>> {
+        let slot = &self.slot.as_ref()?.0;
+        if slot.reply_seq() != seq {
+            return None;
+        }
+        match slot.take_reply() {
+            Ok(c) if c.via == slot::VIA_SLOT => Some(Ok(Message::new(c.op).with_body(c.body))),
+            Ok(_) => None,
+            Err(e) => Some(Err(RpcError::protocol(e))),
+        }
+    }
+
+    /// See [`Connection::read_socket`].
+    #[cfg(feature = "tokio")]
+    fn read_socket(&mut self, seq: u32, via_slot: bool) -> Result<Look, RpcError> {
         let Some(sock) = self.sock.as_ref() else { return Err(RpcError::PeerDead) };
         // Bounded, so a peer flooding stale frames cannot hold the caller.
         for _ in 0..64 {
-            if via_slot {
-                let slot = &self.slot.as_ref().expect("slot path needs a slot").0;
-                if slot.reply_seq() == seq {
-                    let copied = slot.take_reply().map_err(RpcError::protocol)?;
-                    if copied.via == slot::VIA_SLOT {
-                        return Ok(Look::Reply(Message::new(copied.op).with_body(copied.body)));
-                    }
-                    // The reply travels over the socket: read on.
-                }
-            }
             match frame::recv_one(sock.as_fd(), &mut self.buf, self.identity, frame::FOR_CLIENT)? {
                 Incoming::Framed(s, m) if s == seq => return Ok(Look::Reply(m)),
                 Incoming::Framed(..) | Incoming::Doorbell => {}
                 Incoming::Empty => return Ok(Look::Empty),
                 Incoming::Closed => {
-                    let answered = via_slot && self.slot.as_ref().is_some_and(|(s, _)| s.reply_seq() == seq);
-                    if !answered {
-                        return Err(RpcError::PeerDead);
-                    }
+                    // Answered just before the server went away?
+                    return match via_slot.then(|| self.slot_reply(seq)).flatten() {
+                        Some(r) => r.map(Look::Reply),
+                        None => Err(RpcError::PeerDead),
+                    };
                 }
             }
         }

@@ -50,6 +50,7 @@ pub mod spawn;
 #[allow(unsafe_code)]
 mod sys;
 pub mod timeout;
+mod trace;
 #[cfg(feature = "tokio")]
 pub mod tokio;
 pub mod wire;

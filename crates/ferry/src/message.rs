@@ -345,6 +345,7 @@ impl Lowered {
     /// Turns an unsent message back into the [`Message`] it was lowered
     /// from (rights, regions and reply right included), so a send that could
     /// not complete hands it back whole.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn raise(self) -> Message {
         let b = &self.bytes;
         let flags = b[5];

@@ -255,6 +255,7 @@ impl ReceiveRight {
     /// end-of-file for ever, so the readiness descriptor stops watching it
     /// (else it would stay readable with nothing to receive).
     fn mark_senders_gone(&mut self) {
+        crate::trace::event!(debug, "no senders: every send right to the port is gone");
         self.senders_gone = true;
         self.generation += 1;
         if let Some(ep) = self.ready.get() {
@@ -457,7 +458,10 @@ pub(crate) fn send_on(sock: BorrowedFd<'_>, msg: Message, timeout: Timeout) -> R
                 return Ok(());
             }
             Err(Errno::INTR) => continue,
-            Err(Errno::PIPE) | Err(Errno::CONNRESET) | Err(Errno::NOTCONN) => return Err(SendError::PeerDead),
+            Err(Errno::PIPE) | Err(Errno::CONNRESET) | Err(Errno::NOTCONN) => {
+                crate::trace::event!(debug, "send failed: the port's receive right is gone (dead name)");
+                return Err(SendError::PeerDead);
+            }
             Err(Errno::MSGSIZE) => {
                 return Err(SendError::TooLarge("the message is larger than the port's queue limit".into()))
             }

@@ -158,6 +158,7 @@ impl PortSet {
                     let id = (key & !WATCH_BIT) as u32;
                     if r.hangup {
                         if let Some(w) = self.watches.remove(&id) {
+                            crate::trace::event!(debug, member = id, "dead name: a watched port's receive right is gone");
                             let _ = self.epoll.remove(w.as_fd());
                             return Ok(Event::DeadName(MemberId(id)));
                         }

@@ -128,6 +128,7 @@ impl RegionItem {
     pub fn map(self, opts: MapOptions) -> Result<MappedRegion, MapError> {
         match self.try_map(&opts) {
             Ok(map) => {
+                crate::trace::event!(debug, len = self.len, mode = ?self.mode, populate = opts.populate, "region mapped");
                 counters::add(counters::BYTES_MAPPED, self.len as u64);
                 if opts.populate {
                     counters::add(counters::PAGES_POPULATED, (map.len() / mem::page_size()) as u64);

@@ -281,6 +281,7 @@ impl Inner {
         };
         if matches!(out, Err(RpcError::PeerDead) | Err(RpcError::Protocol { .. })) {
             // Broken or dead: close our end so the server drops it too.
+            crate::trace::event!(info, error = %out.as_ref().err().expect("an error"), "rpc connection closed");
             self.sock = None;
         }
         out
@@ -291,6 +292,7 @@ impl Inner {
     #[cfg(feature = "tokio")]
     fn broken_if<T>(&mut self, out: Result<T, RpcError>) -> Result<T, RpcError> {
         if matches!(out, Err(RpcError::PeerDead) | Err(RpcError::Protocol { .. })) {
+            crate::trace::event!(info, error = %out.as_ref().err().expect("an error"), "rpc connection closed");
             self.sock = None;
         }
         out

@@ -420,6 +420,7 @@ impl RpcServer {
     fn reap(&mut self) {
         if self.conns.iter().any(|c| c.dead) {
             for c in self.conns.iter().filter(|c| c.dead) {
+                crate::trace::event!(info, conn = c.id, "rpc connection closed: the client is gone or broke the protocol");
                 let _ = self.epoll.remove(c.sock.as_fd());
             }
             self.conns.retain(|c| !c.dead);

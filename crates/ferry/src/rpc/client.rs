@@ -279,9 +279,10 @@ impl Inner {
         } else {
             self.socket_call(seq, req, deadline)
         };
-        if matches!(out, Err(RpcError::PeerDead) | Err(RpcError::Protocol { .. })) {
+        if let Err(e @ (RpcError::PeerDead | RpcError::Protocol { .. })) = &out {
             // Broken or dead: close our end so the server drops it too.
-            crate::trace::event!(info, error = %out.as_ref().err().expect("an error"), "rpc connection closed");
+            crate::trace::event!(info, error = %e, "rpc connection closed");
+            let _ = e;
             self.sock = None;
         }
         out
@@ -291,8 +292,9 @@ impl Inner {
     /// dead, so the server drops it too.
     #[cfg(feature = "tokio")]
     fn broken_if<T>(&mut self, out: Result<T, RpcError>) -> Result<T, RpcError> {
-        if matches!(out, Err(RpcError::PeerDead) | Err(RpcError::Protocol { .. })) {
-            crate::trace::event!(info, error = %out.as_ref().err().expect("an error"), "rpc connection closed");
+        if let Err(e @ (RpcError::PeerDead | RpcError::Protocol { .. })) = &out {
+            crate::trace::event!(info, error = %e, "rpc connection closed");
+            let _ = e;
             self.sock = None;
         }
         out

@@ -119,3 +119,37 @@ fn an_rpc_servers_descriptor_hears_spinning_and_sleeping_clients() {
         });
     }
 }
+
+#[test]
+fn an_rpc_server_that_replies_while_away_hears_the_next_call() {
+    // The server takes a request, goes back to its loop (the wait times
+    // out while the request is still being worked on), and replies later,
+    // outside any wait: the client's next call must still ring it.
+    for policy in [Policy::Adaptive, Policy::Block] {
+        common::watchdog("an_rpc_server_that_replies_while_away_hears_the_next_call", LIMIT, || {
+            let (port, to) = ferry::port().unwrap();
+            let mut server = RpcServer::new(port).unwrap();
+            let calls = 100u32;
+            let t = std::thread::spawn(move || {
+                let mut served = 0;
+                while served < calls {
+                    assert!(readable(&server, HANG_MS), "the next call never made the descriptor readable");
+                    let (id, req) = match server.reply_and_wait(None, Timeout::Zero) {
+                        Ok(r) => r,
+                        Err(RpcError::Timeout) => continue,
+                        Err(e) => panic!("{e}"),
+                    };
+                    assert!(matches!(server.reply_and_wait(None, Timeout::Zero), Err(RpcError::Timeout)));
+                    server.reply(id, Message::new(req.op()).with_body(req.body().to_vec())).unwrap();
+                    served += 1;
+                }
+            });
+            let mut c = Connection::connect(&to, ConnectOptions { policy, timeout: Timeout::Infinite }).unwrap();
+            for i in 0..calls {
+                let r = c.call(Message::new(1).with_body(i.to_le_bytes()), Timeout::Infinite).unwrap();
+                assert_eq!(r.body(), i.to_le_bytes());
+            }
+            t.join().unwrap();
+        });
+    }
+}

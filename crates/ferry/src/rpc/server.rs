@@ -172,6 +172,14 @@ impl RpcServer {
             return Err(RpcError::Io(io::Error::new(io::ErrorKind::InvalidInput, "no request is waiting for a reply on this connection")));
         };
         self.replied_cpu = c.slot.as_ref().map_or(0, |s| s.word(slot::OFF_CLIENT_CPU).load(Ordering::Relaxed));
+        if self.away {
+            // Replying outside a wait: this connection turns idle while the
+            // thread is away, so its client must ring for its next call.
+            // Marked before the reply is published, so that call sees it.
+            if let Some(s) = &c.slot {
+                s.word(slot::OFF_SERVER_SLEEPING).store(1, Ordering::SeqCst);
+            }
+        }
         let out = send_reply(c, seq, via_slot, msg);
         if let Ok(true) = out {
             self.woke = Some(id.0);
@@ -439,7 +447,9 @@ impl AsFd for RpcServer {
     /// returns [`RpcError::Timeout`]. A wait that times out leaves the
     /// server marked asleep in its idle slots, so every client that calls
     /// while the thread is away rings the connection's doorbell and makes
-    /// this descriptor readable; the next wait clears the marks. Never read
+    /// this descriptor readable (a connection answered with
+    /// [`reply`](RpcServer::reply) while the thread is away is marked too);
+    /// the next wait clears the marks. Never read
     /// from the descriptor or change its registrations yourself.
     fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         self.epoll.as_fd()

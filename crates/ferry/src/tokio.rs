@@ -2,7 +2,7 @@
 //! feature).
 //!
 //! Each type wraps its blocking counterpart in tokio's
-//! [`AsyncFd`](::tokio::io::unix::AsyncFd), on the one descriptor that
+//! `AsyncFd`, on the one descriptor that
 //! counterpart exposes through [`AsFd`] for event loops, and does its work
 //! in the counterpart's non-blocking call: [`AsyncReceiveRight`] on
 //! [`ReceiveRight::try_recv`], [`AsyncPortSet`] on
@@ -280,9 +280,9 @@ impl AsyncPortSet {
     }
 
     /// Waits for the next event on any member. Dropping the future loses
-    /// nothing. Members may be changed through [`get_mut`](Self::get_mut)
-    /// between waits: each wait brings the registrations up to date before
-    /// it sleeps.
+    /// nothing. Members may be changed ([`insert`](Self::insert),
+    /// [`port_mut`](Self::port_mut)) between waits: each wait brings the
+    /// registrations up to date before it sleeps.
     ///
     /// # Errors
     /// `Io` on a kernel failure (never [`RecvError::Timeout`]).

@@ -418,3 +418,25 @@ fn a_connection_goes_back_to_blocking_calls() {
         server.exit(&mut conn).await;
     });
 }
+
+#[test]
+fn a_reply_goes_out_even_if_the_wait_after_it_is_never_polled() {
+    run("a_reply_goes_out_even_if_the_wait_after_it_is_never_polled", || async {
+        let (port, to) = ferry::port().unwrap();
+        let mut server = AsyncRpcServer::new(RpcServer::new(port).unwrap()).unwrap();
+        let client = std::thread::spawn(move || {
+            let mut c = Connection::connect(&to, ConnectOptions::default()).unwrap();
+            let a = c.call(Message::new(OP_ECHO).with_body(*b"one"), Timeout::Infinite).unwrap();
+            let b = c.call(Message::new(OP_ECHO).with_body(*b"two"), Timeout::Infinite).unwrap();
+            (a.body().to_vec(), b.body().to_vec())
+        });
+        let (id, req) = server.reply_and_wait(None).await.unwrap();
+        assert_eq!(req.body(), b"one");
+        // Dropped unpolled: the reply has gone anyway, no request is taken.
+        drop(server.reply_and_wait(Some((id, Message::new(OP_ECHO).with_body(*b"one")))));
+        let (id, req) = server.reply_and_wait(None).await.unwrap();
+        assert_eq!(req.body(), b"two");
+        server.reply(id, Message::new(OP_ECHO).with_body(*b"two")).unwrap();
+        assert_eq!(client.join().unwrap(), (b"one".to_vec(), b"two".to_vec()));
+    });
+}

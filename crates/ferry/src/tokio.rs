@@ -20,7 +20,7 @@
 //! await.
 //! - A dropped `recv`/`wait`/`reply_and_wait` future leaves every message
 //!   and request queued for the next call (a reply passed to
-//!   `reply_and_wait` is sent at the first poll, before any wait).
+//!   `reply_and_wait` is sent when it is called, before any wait).
 //! - A [`SendFuture`] holds its message until the kernel accepts it whole;
 //!   [`SendFuture::take_message`] hands it back if it has not been sent, so
 //!   it is delivered once or not at all, never twice. Dropping the future
@@ -348,24 +348,39 @@ impl AsyncRpcServer {
         Ok(AsyncRpcServer { fd: register(server, Interest::READABLE)? })
     }
 
-    /// Sends `reply` (at once, at the first poll), then waits for the next
-    /// request on any connection; as [`RpcServer::reply_and_wait`].
-    /// Dropping the future after the first poll loses nothing: the reply
-    /// has gone and no request has been taken.
+    /// Sends `reply` (if any) at once, when this is called, then returns the
+    /// wait for the next request on any connection; as
+    /// [`RpcServer::reply_and_wait`]. The reply has gone whether or not the
+    /// future is ever polled, and dropping the future takes no request.
     ///
     /// # Errors
     /// As [`RpcServer::reply_and_wait`], never [`RpcError::Timeout`].
-    pub async fn reply_and_wait(&mut self, reply: Option<(ConnId, Message)>) -> Result<(ConnId, Message), RpcError> {
-        let mut reply = reply;
-        readable_loop(
-            &mut self.fd,
-            |s| match s.reply_and_wait(reply.take(), Timeout::Zero) {
-                Err(RpcError::Timeout) => None,
-                other => Some(other),
+    pub fn reply_and_wait(
+        &mut self,
+        reply: Option<(ConnId, Message)>,
+    ) -> impl Future<Output = Result<(ConnId, Message), RpcError>> + '_ {
+        let sent = match reply {
+            // As the blocking call: a reply to a connection that has gone,
+            // or one that cannot travel (its connection is closed), is not
+            // this server's error.
+            Some((id, msg)) => match self.fd.get_mut().0.reply(id, msg) {
+                Ok(()) | Err(RpcError::PeerDead) | Err(RpcError::Protocol { .. }) | Err(RpcError::TooLarge(_)) => Ok(()),
+                Err(e) => Err(e),
             },
-            |e| Err(RpcError::Io(e)),
-        )
-        .await
+            None => Ok(()),
+        };
+        async move {
+            sent?;
+            readable_loop(
+                &mut self.fd,
+                |s| match s.reply_and_wait(None, Timeout::Zero) {
+                    Err(RpcError::Timeout) => None,
+                    other => Some(other),
+                },
+                |e| Err(RpcError::Io(e)),
+            )
+            .await
+        }
     }
 
     /// Sends the reply to a request out of order ([`RpcServer::reply`]).

@@ -18,14 +18,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if std::env::args().nth(1).as_deref() == Some("child") {
         return child();
     }
-    // A private name service for this run, embedded in this process.
+    // A private name service for this run, on a thread of this process;
+    // the child is told where through its environment.
     let dir = std::env::temp_dir().join(format!("ferry-big-region-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    std::env::set_var("FERRY_BOOTSTRAP", dir.join("bootstrap"));
+    let names = dir.join("bootstrap");
+    ferry::NameServer::bind(&names)?.spawn()?;
     let (mut replies, reply_to) = ferry::port()?;
-    Bootstrap::connect()?.register(NAME, &reply_to)?;
+    Bootstrap::connect_to(&names)?.register(NAME, &reply_to)?;
 
-    let mut child = Command::new(std::env::current_exe()?).arg("child").env("FERRY_NO_EMBED", "1").spawn()?;
+    let mut child = Command::new(std::env::current_exe()?)
+        .arg("child")
+        .env("FERRY_BOOTSTRAP", &names)
+        .env("FERRY_NO_EMBED", "1")
+        .spawn()?;
     let mut hello = replies.recv(Timeout::Infinite)?;
     let Some(Item::Send(to_child)) = hello.take_items().pop() else { return Err("child sent no right".into()) };
 

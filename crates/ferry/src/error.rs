@@ -314,6 +314,7 @@ impl std::error::Error for RecvError {
 
 impl From<WireError> for RecvError {
     fn from(w: WireError) -> Self {
+        crate::trace::event!(warn, reason = %w, "message rejected; its descriptors are closed");
         RecvError::BadMessage(w)
     }
 }

@@ -46,9 +46,13 @@ pub mod port;
 pub mod portset;
 pub mod region;
 pub mod rpc;
+pub mod spawn;
 #[allow(unsafe_code)]
 mod sys;
 pub mod timeout;
+mod trace;
+#[cfg(feature = "tokio")]
+pub mod tokio;
 pub mod wire;
 
 pub use bootstrap::{Bootstrap, NameEntry, NameError};

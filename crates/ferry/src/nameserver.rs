@@ -238,6 +238,7 @@ impl NameServer {
                     return Message::new(ST_BAD_REQUEST);
                 }
                 self.say(format_args!("registered {name:?} for uid {} by pid {}", cred.uid, cred.pid));
+                crate::trace::event!(info, name = %name, uid = cred.uid, pid = cred.pid, "name registered");
                 self.watches.insert(watch, key.clone());
                 self.names.insert(key, Entry { right, owner_pid: cred.pid, watch });
                 Message::new(ST_OK)

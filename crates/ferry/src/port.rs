@@ -18,6 +18,7 @@
 
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::OnceLock;
 use std::time::Instant;
 
 use rustix::io::Errno;
@@ -25,7 +26,7 @@ use rustix::io::Errno;
 use crate::error::{io_err, RecvError, SendError, SendFailed};
 use crate::message::Message;
 use crate::sys::socket;
-use crate::sys::wait::{self, Interest};
+use crate::sys::wait::{self, Epoll, Interest};
 use crate::timeout::Timeout;
 
 /// Options for a new port.
@@ -65,6 +66,9 @@ pub struct ReceiveRight {
     senders_gone: bool,
     /// Bumped whenever the set of descriptors to wait on changes.
     generation: u64,
+    /// The `epoll` instance behind [`AsFd`], made on first use and kept
+    /// watching exactly [`sources`](Self::sources).
+    ready: OnceLock<Epoll>,
 }
 
 thread_local! {
@@ -88,7 +92,7 @@ impl ReceiveRight {
     /// Builds a receive right from descriptors already checked to be port
     /// sockets, whose identity is known. Cannot fail.
     pub(crate) fn from_checked(sock: OwnedFd, once: Vec<OwnedFd>, identity: (u64, u64)) -> Self {
-        ReceiveRight { sock, once, identity, senders_gone: false, generation: 0 }
+        ReceiveRight { sock, once, identity, senders_gone: false, generation: 0, ready: OnceLock::new() }
     }
 
     /// Every descriptor that makes up this right, main socket first, for
@@ -134,8 +138,7 @@ impl ReceiveRight {
                 return match with_buf(|buf| recv_on(self.sock.as_fd(), buf, self.identity, timeout, false))? {
                     Some(m) => Ok(m),
                     None => {
-                        self.senders_gone = true;
-                        self.generation += 1;
+                        self.mark_senders_gone();
                         Err(RecvError::NoSenders)
                     }
                 };
@@ -191,8 +194,7 @@ impl ReceiveRight {
             Some(r) => Some(r),
             None => {
                 // End-of-file: every send right is gone.
-                self.senders_gone = true;
-                self.generation += 1;
+                self.mark_senders_gone();
                 self.once.is_empty().then_some(Err(RecvError::NoSenders))
             }
         }
@@ -220,6 +222,9 @@ impl ReceiveRight {
     /// port's [`recv`](Self::recv) reports [`RecvError::SendOnceDropped`].
     pub fn make_send_once(&mut self) -> io::Result<SendOnceRight> {
         let (rx, tx) = socket::seqpacket_pair().map_err(io_err)?;
+        if let Some(ep) = self.ready.get() {
+            ep.add(rx.as_fd(), Interest::Readable, 0).map_err(io_err)?;
+        }
         self.once.push(rx);
         self.generation += 1;
         Ok(SendOnceRight { sock: tx })
@@ -245,19 +250,62 @@ impl ReceiveRight {
     pub(crate) fn main_fd(&self) -> BorrowedFd<'_> {
         self.sock.as_fd()
     }
+
+    /// Records that every send right is gone. The main socket now reads
+    /// end-of-file for ever, so the readiness descriptor stops watching it
+    /// (else it would stay readable with nothing to receive).
+    fn mark_senders_gone(&mut self) {
+        crate::trace::event!(debug, "no senders: every send right to the port is gone");
+        self.senders_gone = true;
+        self.generation += 1;
+        if let Some(ep) = self.ready.get() {
+            let _ = ep.remove(self.sock.as_fd());
+        }
+    }
+
+    /// The descriptor an event loop should watch for this right, made on
+    /// first use; see the [`AsFd`] implementation for what it means. Unlike
+    /// [`as_fd`](AsFd::as_fd) this reports the kernel's refusal (out of
+    /// descriptors) as an error.
+    pub fn readiness_fd(&self) -> io::Result<BorrowedFd<'_>> {
+        if let Some(ep) = self.ready.get() {
+            return Ok(ep.as_fd());
+        }
+        let ep = Epoll::new().map_err(io_err)?;
+        for fd in self.sources() {
+            ep.add(fd, Interest::Readable, 0).map_err(io_err)?;
+        }
+        // Two threads may race to make it: one wins, the other's is closed.
+        Ok(self.ready.get_or_init(|| ep).as_fd())
+    }
 }
 
 impl AsFd for ReceiveRight {
-    /// The port's main socket, for an external event loop: it is readable
-    /// when a message sent through a send right is queued, and when every
-    /// send right is gone (then [`ReceiveRight::try_recv`] reports
-    /// [`RecvError::NoSenders`] once the queue is drained). Messages through
-    /// send-once rights arrive on sockets of their own and do not make it
-    /// readable: a loop that hands out send-once rights to this port must
-    /// also call [`ReceiveRight::try_recv`] from time to time, or use a
-    /// [`crate::PortSet`], which watches every socket of its ports.
+    /// One descriptor that stands for everything this right receives on
+    /// (its main socket and the receiving end of every outstanding
+    /// send-once right), so the right fits any event loop (`epoll`, `mio`,
+    /// tokio's `AsyncFd`, `poll`).
+    ///
+    /// **Readable means: call [`try_recv`](ReceiveRight::try_recv) (or
+    /// `recv(Timeout::Zero)`) now** — a message, a no-senders or
+    /// send-once-dropped notification, or a malformed message's error is
+    /// waiting. Call it until it returns [`RecvError::Timeout`]; only then
+    /// is the descriptor quiet again. It is an `epoll` instance the right
+    /// keeps up to date as send-once rights are made and used, and the
+    /// same descriptor for the right's whole life, so register it once.
+    /// Nothing is ever read from it; receiving happens only in `try_recv`.
+    ///
+    /// It is made on first use.
+    ///
+    /// # Panics
+    /// If the kernel refuses to make it (the process is out of
+    /// descriptors); [`ReceiveRight::readiness_fd`] returns that error
+    /// instead.
     fn as_fd(&self) -> BorrowedFd<'_> {
-        self.sock.as_fd()
+        match self.readiness_fd() {
+            Ok(fd) => fd,
+            Err(e) => panic!("cannot make the readiness descriptor of a receive right: {e}"),
+        }
     }
 }
 
@@ -431,7 +479,10 @@ fn send_lowered(sock: BorrowedFd<'_>, lowered: &crate::message::Lowered, timeout
         match socket::send(sock, &[io::IoSlice::new(lowered.bytes())], &fds, wait) {
             Ok(_) => return Ok(()),
             Err(Errno::INTR) => continue,
-            Err(Errno::PIPE) | Err(Errno::CONNRESET) | Err(Errno::NOTCONN) => return Err(SendError::PeerDead),
+            Err(Errno::PIPE) | Err(Errno::CONNRESET) | Err(Errno::NOTCONN) => {
+                crate::trace::event!(debug, "send failed: the port's receive right is gone (dead name)");
+                return Err(SendError::PeerDead);
+            }
             Err(Errno::MSGSIZE) => {
                 return Err(SendError::TooLarge("the message is larger than the port's queue limit".into()))
             }

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::time::Instant;
 
 use crate::error::{io_err, RecvError};
@@ -70,6 +70,9 @@ impl PortSet {
     pub fn insert(&mut self, port: ReceiveRight) -> MemberId {
         let id = self.id();
         self.ports.insert(id, Member { port, seen_generation: None, main_registered: false, quiet: false });
+        // Registered now, so an event loop watching `as_fd` sees it at once;
+        // a failure here is reported by the next `wait`, which retries.
+        let _ = self.sync();
         MemberId(id)
     }
 
@@ -155,6 +158,7 @@ impl PortSet {
                     let id = (key & !WATCH_BIT) as u32;
                     if r.hangup {
                         if let Some(w) = self.watches.remove(&id) {
+                            crate::trace::event!(debug, member = id, "dead name: a watched port's receive right is gone");
                             let _ = self.epoll.remove(w.as_fd());
                             return Ok(Event::DeadName(MemberId(id)));
                         }
@@ -180,5 +184,24 @@ impl PortSet {
                 return Err(RecvError::Timeout);
             }
         }
+    }
+}
+
+impl AsFd for PortSet {
+    /// The set's `epoll` instance, so the whole set fits any event loop as
+    /// one descriptor.
+    ///
+    /// **Readable means: call [`wait`](PortSet::wait)`(Timeout::Zero)` now**,
+    /// and keep calling it until it returns [`RecvError::Timeout`]. Each
+    /// `wait` first brings the registrations up to date with the members
+    /// (ports inserted, send-once rights made or used, senders gone), so
+    /// after changing a member through [`port_mut`](PortSet::port_mut) —
+    /// making a send-once right on it, say — call `wait(Timeout::Zero)`
+    /// once before going back to the event loop, or what arrives on the new
+    /// right will not make this descriptor readable. Ports added with
+    /// [`insert`](PortSet::insert) are registered at once. Never read from
+    /// the descriptor or change its registrations yourself.
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.epoll.as_fd()
     }
 }

@@ -80,6 +80,8 @@ use crate::message::Message;
 use crate::timeout::Timeout;
 
 pub use client::{ConnectOptions, Connection, SocketConnection};
+#[cfg(feature = "tokio")]
+pub(crate) use client::Look;
 pub use policy::{pin_current_thread, stats, Policy, RpcStats, ADAPTIVE_SPIN, LIVENESS_INTERVAL, WAKE_GRACE};
 pub use probe::CallProbe;
 pub use server::{ConnId, RpcServer};

@@ -54,3 +54,74 @@ fn crossover_reports_a_measurement() {
     let out = run("crossover", &[], Duration::from_secs(300));
     assert!(out.contains("crossover:"), "{out}");
 }
+
+#[cfg(feature = "tokio")]
+#[test]
+fn async_echo_answers_every_call_and_survives_an_abandoned_one() {
+    let out = run("async_echo", &["500"], Duration::from_secs(120));
+    assert!(out.contains("500 calls of 4 bytes echoed"), "{out}");
+    assert!(out.contains("abandoned call timed out: true; next call got its own reply: true"), "{out}");
+}
+
+#[cfg(feature = "tokio")]
+#[test]
+fn async_rpc_bench_prints_both_impls_in_the_schema() {
+    let out = run("async_rpc_bench", &["200"], Duration::from_secs(120));
+    for bytes in [8, 64, 1024] {
+        for imp in ["ferry-call-block", "ferry-async-call"] {
+            let rec = format!("\"suite\":\"rpc\",\"case\":\"roundtrip\",\"impl\":\"{imp}\",\"bytes\":{bytes},");
+            assert!(out.contains(&rec), "no record for {imp} at {bytes} bytes:\n{out}");
+        }
+        assert!(out.contains(&format!("ratio async/blocking at {bytes} bytes: ")), "{out}");
+    }
+}
+
+/// Every example compiles unchanged as edition 2024 (where, among other
+/// things, `std::env::set_var` is `unsafe`), so what a user copies from one
+/// into a new crate builds. The examples stay in this package (whose
+/// edition is the workspace's); the check builds them in a scratch crate
+/// of edition 2024 under `target/`, with this workspace's lock file and no
+/// network, and fails with the compiler's messages.
+#[test]
+fn examples_compile_as_edition_2024() {
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let root = manifest.parent().and_then(|p| p.parent()).expect("workspace root");
+    let target = examples_dir().parent().and_then(|p| p.parent()).expect("target dir").to_path_buf();
+    let scratch = target.join("edition2024");
+    std::fs::create_dir_all(&scratch).unwrap();
+    let mut toml = format!(
+        "[package]\nname = \"ferry-examples-2024\"\nversion = \"0.0.0\"\nedition = \"2024\"\npublish = false\n\
+         [workspace]\n\
+         [dependencies]\nferry = {{ path = {:?}, features = [\"tokio\"] }}\n\
+         tokio = {{ version = \"1\", features = [\"rt\", \"rt-multi-thread\", \"macros\", \"time\", \"net\"] }}\n",
+        manifest.display().to_string()
+    );
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(manifest.join("examples")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "rs") {
+            let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+            toml += &format!("[[example]]\nname = {name:?}\npath = {:?}\n", path.display().to_string());
+            names.push(name);
+        }
+    }
+    assert!(names.len() >= 5, "examples found: {names:?}");
+    std::fs::write(scratch.join("Cargo.toml"), toml).unwrap();
+    std::fs::create_dir_all(scratch.join("src")).unwrap();
+    std::fs::write(scratch.join("src/lib.rs"), "//! Scratch crate: ferry's examples built as edition 2024.\n").unwrap();
+    if !scratch.join("Cargo.lock").exists() {
+        std::fs::copy(root.join("Cargo.lock"), scratch.join("Cargo.lock")).unwrap();
+    }
+    let out = Command::new(env!("CARGO"))
+        .args(["check", "--examples", "--offline", "--quiet", "--manifest-path"])
+        .arg(scratch.join("Cargo.toml"))
+        .env("CARGO_TARGET_DIR", scratch.join("target"))
+        .env("RUSTFLAGS", "-D warnings")
+        .output()
+        .expect("run cargo");
+    assert!(
+        out.status.success(),
+        "examples do not compile as edition 2024:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

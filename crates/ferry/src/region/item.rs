@@ -162,6 +162,7 @@ impl RegionItem {
     }
 
     fn count_mapped(&self, opts: &MapOptions, map: &Mapping) {
+        crate::trace::event!(debug, len = self.len, mode = ?self.mode, populate = opts.populate, "region mapped");
         counters::add(counters::BYTES_MAPPED, self.len as u64);
         if opts.populate {
             counters::add(counters::PAGES_POPULATED, (map.len() / mem::page_size()) as u64);

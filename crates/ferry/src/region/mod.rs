@@ -399,6 +399,7 @@ impl Region {
                 }
                 self.rehuge();
                 self.state = State::Sealed { dirty: false };
+                crate::trace::event!(debug, len = self.len, "region sealed: the sender's view is now copy-on-write");
                 Ok(())
             }
         }

@@ -119,6 +119,93 @@ impl SocketConnection {
     }
 }
 
+/// What [`Connection::try_reply`] found.
+#[cfg(feature = "tokio")]
+#[derive(Debug)]
+pub(crate) enum Look {
+    /// The reply to the call.
+    Reply(Message),
+    /// Not yet, and the socket is empty: wait for it to become readable.
+    Empty,
+    /// Not yet, and the socket still holds datagrams (a flood of stale
+    /// ones): look again soon.
+    More,
+}
+
+/// The hooks an event-driven caller (the `tokio` module) builds a call
+/// from: publish the request, then look for the reply without ever
+/// blocking, waiting in between on the connection socket, where the server
+/// rings a doorbell instead of a futex wake when the slot asks for one.
+#[cfg(feature = "tokio")]
+impl Connection {
+    /// The client end of the connection socket, while the connection is
+    /// open.
+    pub(crate) fn socket(&self) -> Option<BorrowedFd<'_>> {
+        self.inner.sock.as_ref().map(|s| s.as_fd())
+    }
+
+    /// Publishes `req` (through the slot when it fits, else over the socket,
+    /// without waiting) and returns its sequence number and whether it went
+    /// through the slot.
+    pub(crate) fn start_call(&mut self, mut req: Message) -> Result<(u32, bool), RpcError> {
+        let inner = &mut self.inner;
+        if inner.sock.is_none() {
+            return Err(RpcError::PeerDead);
+        }
+        inner.seq = inner.seq.wrapping_add(1).max(1);
+        crate::counters::add(crate::counters::RPC_CALLS, 1);
+        let seq = inner.seq;
+        let reply_right = req.take_reply();
+        let fits = reply_right.is_none() && req.items().is_empty() && req.body().len() <= SLOT_INLINE;
+        if let Some(r) = reply_right {
+            req = req.with_reply(r);
+        }
+        let out = match &inner.slot {
+            Some((slot, _)) if fits => {
+                slot.word(slot::OFF_CLIENT_CPU).store(0, Ordering::Relaxed);
+                slot.put_request(seq, req.op(), req.body());
+                if slot.word(slot::OFF_SERVER_SLEEPING).load(Ordering::SeqCst) != 0 {
+                    frame::ring(inner.sock()).map(|_| (seq, true))
+                } else {
+                    Ok((seq, true))
+                }
+            }
+            _ => frame::send_framed(inner.sock(), frame::FOR_SERVER, seq, req).map(|_| {
+                if let Some((slot, _)) = &inner.slot {
+                    slot.word(slot::OFF_REQ_SOCK).store(seq, Ordering::SeqCst);
+                }
+                (seq, false)
+            }),
+        };
+        inner.broken_if(out)
+    }
+
+    /// Asks the server to ring the socket (`on`) when it publishes a reply
+    /// in the slot, instead of a futex wake; or stops asking.
+    pub(crate) fn want_doorbell(&self, on: bool) {
+        if let Some((slot, _)) = &self.inner.slot {
+            let v = if on { slot::CLIENT_WANTS_DOORBELL } else { 0 };
+            slot.word(slot::OFF_CLIENT_SLEEPING).store(v, Ordering::SeqCst);
+        }
+    }
+
+    /// The reply to slot call `seq` if the server has published it in the
+    /// slot (no system call); `None` while it has not, or when the reply
+    /// travels over the socket ([`read_socket`](Self::read_socket) gets it).
+    pub(crate) fn slot_reply(&mut self, seq: u32) -> Option<Result<Message, RpcError>> {
+        let out = self.inner.slot_reply(seq)?;
+        Some(self.inner.broken_if(out))
+    }
+
+    /// Reads what the socket holds without waiting: the socket reply to
+    /// `seq`, doorbells and late replies to earlier calls (discarded), or
+    /// the hang-up.
+    pub(crate) fn read_socket(&mut self, seq: u32, via_slot: bool) -> Result<Look, RpcError> {
+        let out = self.inner.read_socket(seq, via_slot);
+        self.inner.broken_if(out)
+    }
+}
+
 impl Transport for SocketConnection {
     fn call(&mut self, req: Message, timeout: Timeout) -> Result<Message, RpcError> {
         self.inner.call(req, timeout)
@@ -192,11 +279,63 @@ impl Inner {
         } else {
             self.socket_call(seq, req, deadline)
         };
-        if matches!(out, Err(RpcError::PeerDead) | Err(RpcError::Protocol { .. })) {
+        if let Err(e @ (RpcError::PeerDead | RpcError::Protocol { .. })) = &out {
             // Broken or dead: close our end so the server drops it too.
+            crate::trace::event!(info, error = %e, "rpc connection closed");
+            let _ = e;
             self.sock = None;
         }
         out
+    }
+
+    /// Closes our end when `out` says the connection is broken or the peer
+    /// dead, so the server drops it too.
+    #[cfg(feature = "tokio")]
+    fn broken_if<T>(&mut self, out: Result<T, RpcError>) -> Result<T, RpcError> {
+        if let Err(e @ (RpcError::PeerDead | RpcError::Protocol { .. })) = &out {
+            crate::trace::event!(info, error = %e, "rpc connection closed");
+            let _ = e;
+            self.sock = None;
+        }
+        out
+    }
+
+    /// See [`Connection::slot_reply`].
+    #[cfg(feature = "tokio")]
+    fn slot_reply(&self, seq: u32) -> Option<Result<Message, RpcError>> {
+        let slot = &self.slot.as_ref()?.0;
+        if slot.reply_seq() != seq {
+            return None;
+        }
+        match slot.take_reply() {
+            Ok(c) if c.via == slot::VIA_SLOT => Some(Ok(Message::new(c.op).with_body(c.body))),
+            Ok(c) if c.via == slot::VIA_TOO_LARGE => Some(Err(RpcError::ReplyTooLarge)),
+            Ok(_) => None,
+            Err(e) => Some(Err(RpcError::protocol(e))),
+        }
+    }
+
+    /// See [`Connection::read_socket`].
+    #[cfg(feature = "tokio")]
+    fn read_socket(&mut self, seq: u32, via_slot: bool) -> Result<Look, RpcError> {
+        let Some(sock) = self.sock.as_ref() else { return Err(RpcError::PeerDead) };
+        // Bounded, so a peer flooding stale frames cannot hold the caller.
+        for _ in 0..64 {
+            match frame::recv_one(sock.as_fd(), &mut self.buf, self.identity, frame::FOR_CLIENT)? {
+                Incoming::Framed(s, m) if s == seq => return Ok(Look::Reply(m)),
+                Incoming::ReplyTooLarge(s) if s == seq => return Err(RpcError::ReplyTooLarge),
+                Incoming::Framed(..) | Incoming::ReplyTooLarge(_) | Incoming::Doorbell => {}
+                Incoming::Empty => return Ok(Look::Empty),
+                Incoming::Closed => {
+                    // Answered just before the server went away?
+                    return match via_slot.then(|| self.slot_reply(seq)).flatten() {
+                        Some(r) => r.map(Look::Reply),
+                        None => Err(RpcError::PeerDead),
+                    };
+                }
+            }
+        }
+        Ok(Look::More)
     }
 
     fn sock(&self) -> BorrowedFd<'_> {

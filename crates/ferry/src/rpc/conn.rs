@@ -115,12 +115,17 @@ pub(super) fn send_reply(c: &mut Conn, seq: u32, via_slot: bool, mut msg: Messag
             Err(e) => return Err(e),
         }
     }
-    let mut woke = false;
-    if slot.word(slot::OFF_CLIENT_SLEEPING).load(Ordering::SeqCst) != 0 {
-        policy::count_wake();
-        futex::wake(slot.word(slot::OFF_REP_SEQ)).map_err(|e| RpcError::Io(io_err(e)))?;
-        woke = true;
-    }
+    let woke = match slot.word(slot::OFF_CLIENT_SLEEPING).load(Ordering::SeqCst) {
+        0 => false,
+        // An event-driven client waits on its socket. `ring` never blocks:
+        // a full socket already holds a doorbell.
+        slot::CLIENT_WANTS_DOORBELL => frame::ring(c.sock.as_fd()).map(|_| true)?,
+        _ => {
+            policy::count_wake();
+            futex::wake(slot.word(slot::OFF_REP_SEQ)).map_err(|e| RpcError::Io(io_err(e)))?;
+            true
+        }
+    };
     match too_large {
         Some(why) => Err(RpcError::TooLarge(why)),
         None => Ok(woke),

@@ -59,6 +59,10 @@ pub struct RpcServer {
     cpu: u32,
     /// The CPU tag the client of the last slot reply recorded.
     replied_cpu: u32,
+    /// The last wait timed out and left `server_sleeping` set in the idle
+    /// slots: this thread is away (perhaps in an event loop watching
+    /// `as_fd`), so clients must ring its doorbell.
+    away: bool,
 }
 
 impl RpcServer {
@@ -80,6 +84,7 @@ impl RpcServer {
             woke: None,
             cpu: 0,
             replied_cpu: 0,
+            away: false,
         })
     }
 
@@ -105,6 +110,7 @@ impl RpcServer {
             woke: None,
             cpu: 0,
             replied_cpu: 0,
+            away: false,
         })
     }
 
@@ -172,6 +178,14 @@ impl RpcServer {
             return Err(RpcError::Io(io::Error::new(io::ErrorKind::InvalidInput, "no request is waiting for a reply on this connection")));
         };
         self.replied_cpu = c.slot.as_ref().map_or(0, |s| s.word(slot::OFF_CLIENT_CPU).load(Ordering::Relaxed));
+        if self.away {
+            // Replying outside a wait: this connection turns idle while the
+            // thread is away, so its client must ring for its next call.
+            // Marked before the reply is published, so that call sees it.
+            if let Some(s) = &c.slot {
+                s.word(slot::OFF_SERVER_SLEEPING).store(1, Ordering::SeqCst);
+            }
+        }
         let out = send_reply(c, seq, via_slot, msg);
         if let Ok(true) = out {
             self.woke = Some(id.0);
@@ -196,6 +210,9 @@ impl RpcServer {
     }
 
     fn wait(&mut self, timeout: Timeout) -> Result<(ConnId, Message), RpcError> {
+        if std::mem::take(&mut self.away) {
+            self.set_sleeping(0);
+        }
         let deadline = timeout.deadline();
         let mut looked = false;
         let mut spins = 0u32;
@@ -233,7 +250,7 @@ impl RpcServer {
                 continue;
             }
             if expired {
-                return Err(RpcError::Timeout);
+                return self.go_away();
             }
             if spin {
                 std::hint::spin_loop();
@@ -260,6 +277,22 @@ impl RpcServer {
         let out = self.look(deadline);
         self.set_sleeping(0);
         out
+    }
+
+    /// Gives up waiting: advertises sleep in every idle slot, exactly as
+    /// before sleeping in `epoll`, scans once more, and returns the timeout
+    /// with the flags left set. Until the next wait the thread is away, and
+    /// a client publishing a request must ring the doorbell, which makes
+    /// `as_fd` readable; without the flags an event loop watching it would
+    /// never hear of requests made through the slot.
+    fn go_away(&mut self) -> Result<(ConnId, Message), RpcError> {
+        self.set_sleeping(1);
+        if let Some(r) = self.scan() {
+            self.set_sleeping(0);
+            return Ok(r);
+        }
+        self.away = true;
+        Err(RpcError::Timeout)
     }
 
     /// Whether the client of connection `id` still sleeps (false once it is
@@ -401,10 +434,30 @@ impl RpcServer {
     fn reap(&mut self) {
         if self.conns.iter().any(|c| c.dead) {
             for c in self.conns.iter().filter(|c| c.dead) {
+                crate::trace::event!(info, conn = c.id, "rpc connection closed: the client is gone or broke the protocol");
                 let _ = self.epoll.remove(c.sock.as_fd());
             }
             self.conns.retain(|c| !c.dead);
             self.next_scan = 0;
         }
+    }
+}
+
+impl AsFd for RpcServer {
+    /// The server thread's `epoll` instance (its port and every connection
+    /// socket), so a server fits any event loop as one descriptor.
+    ///
+    /// **Readable means: call
+    /// [`reply_and_wait`](RpcServer::reply_and_wait)`(reply, Timeout::Zero)`
+    /// now**, and keep calling it (answering what it returns) until it
+    /// returns [`RpcError::Timeout`]. A wait that times out leaves the
+    /// server marked asleep in its idle slots, so every client that calls
+    /// while the thread is away rings the connection's doorbell and makes
+    /// this descriptor readable (a connection answered with
+    /// [`reply`](RpcServer::reply) while the thread is away is marked too);
+    /// the next wait clears the marks. Never read
+    /// from the descriptor or change its registrations yourself.
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.epoll.as_fd()
     }
 }

@@ -10,7 +10,7 @@
 //! | 76 | `server_sleeping` (1: the server is asleep, ring its doorbell) | server |
 //! | 80 | `req_sock`: sequence number of the last request sent over the socket | client |
 //! | 128 | `rep_seq` (futex word the client sleeps on), `rep_op`, `rep_len`, `rep_via` | server |
-//! | 144 | `client_sleeping` (1: the client sleeps on `rep_seq`, wake it) | client |
+//! | 144 | `client_sleeping` (1: the client sleeps on `rep_seq`, wake it; 2: it waits on its socket, ring its doorbell) | client |
 //! | 192 | probe timestamps (ns): request seen, reply published | server |
 //! | 256 | request body, [`SLOT_INLINE`] bytes | client |
 //! | 4352 | reply body, [`SLOT_INLINE`] bytes | server |
@@ -54,6 +54,10 @@ pub(crate) const OFF_SERVER_CPU: usize = 148;
 pub(crate) const OFF_PROBE: usize = 192;
 const OFF_REQ_DATA: usize = 256;
 const OFF_REP_DATA: usize = 4096 + 256;
+
+/// `client_sleeping`: the client waits on the connection socket (an event
+/// loop), not on the futex: ring its doorbell instead of waking the futex.
+pub(crate) const CLIENT_WANTS_DOORBELL: u32 = 2;
 
 /// `rep_via`: the reply body is in the slot.
 pub(crate) const VIA_SLOT: u32 = 0;

@@ -9,6 +9,9 @@ pub mod fs;
 pub mod futex;
 pub mod lock;
 pub mod mem;
+#[cfg(feature = "tokio")]
+pub mod reactor;
 pub mod socket;
+pub mod spawn;
 pub mod uffd;
 pub mod wait;

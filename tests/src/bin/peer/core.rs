@@ -18,6 +18,8 @@ pub fn run(role: &str, args: &[String]) -> Outcome {
         "register" => register(&arg(0)),
         "lookup" => lookup(&arg(0)),
         "send-forever" => send_forever(&arg(0)),
+        "inherited" => inherited(),
+        "inherited-refused" => inherited_refused(),
         _ => return None,
     })
 }
@@ -167,4 +169,28 @@ fn send_forever(name: &str) -> R {
             Err(e) => return Err(e.into()),
         }
     }
+}
+
+/// Takes the send right its parent passed (`ferry::spawn`), and reports
+/// through it what a second take says.
+fn inherited() -> R {
+    let parent = ferry::spawn::inherited()?;
+    let again = match ferry::spawn::inherited() {
+        Ok(_) => "taken twice".to_string(),
+        Err(e) => e.to_string(),
+    };
+    parent.send(Message::new(1).with_body(format!("again: {again}")), Timeout::Infinite)?;
+    Ok(())
+}
+
+/// Started with `FERRY_INHERITED_FD` naming its standard input: the take
+/// must be refused and standard input left open.
+fn inherited_refused() -> R {
+    match ferry::spawn::inherited() {
+        Err(ferry::spawn::InheritError::NotARight(0)) => {}
+        other => return Err(format!("expected NotARight(0), got {other:?}").into()),
+    }
+    let stdin_open = std::fs::metadata("/proc/self/fd/0").is_ok();
+    println!("refused; stdin open: {stdin_open}");
+    Ok(())
 }

@@ -23,7 +23,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     std::fs::create_dir_all(&dir)?;
     std::env::set_var("FERRY_BOOTSTRAP", dir.join("bootstrap"));
     let (mut replies, reply_to) = ferry::port()?;
-    Bootstrap::connect()?.register(NAME, &reply_to)?;
+    Bootstrap::private(&dir)?.register(NAME, &reply_to)?;
 
     let mut child = Command::new(std::env::current_exe()?).arg("child").env("FERRY_NO_EMBED", "1").spawn()?;
     let mut hello = replies.recv(Timeout::Infinite)?;

@@ -43,7 +43,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = std::env::temp_dir().join(format!("ferry-rpc-echo-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     std::env::set_var("FERRY_BOOTSTRAP", dir.join("bootstrap"));
-    let mut names = Bootstrap::connect()?;
+    let mut names = Bootstrap::private(&dir)?;
     if pin {
         ferry::rpc::pin_current_thread(0)?;
     }

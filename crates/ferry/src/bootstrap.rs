@@ -442,7 +442,7 @@ impl Bootstrap {
 
     /// One request and its reply, without retrying.
     fn exchange(&mut self, msg: Message) -> Result<Message, Lost> {
-        let sent = send_on(self.conn.as_fd(), msg, REQUEST_TIMEOUT).map_err(SendError::from);
+        let sent = send_on(self.conn.as_fd(), msg, REQUEST_TIMEOUT);
         if let Err(e) = sent {
             // A server that refused this connection left a farewell saying
             // why before closing it; read it if it is there.

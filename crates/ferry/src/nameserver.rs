@@ -11,9 +11,10 @@
 //! error reply and the server carries on.
 //!
 //! Everything a client can make the server hold is budgeted ([`Limits`]):
-//! names per user, connections per user, and a reserve of descriptors no
-//! client can take, so that one user can never exhaust the server for the
-//! others. The server holds nothing whose liveness it alone keeps: a
+//! names per user, connections per user, a reserve of descriptors no
+//! client can take, and at most half of the rest for any one user (its
+//! names and connections together), so that one user can never exhaust the
+//! server for the others. The server holds nothing whose liveness it alone keeps: a
 //! registration whose socket is the other end of one the server already
 //! holds (both ends of one pair, or a client's own connection) is refused.
 //! When `accept` runs out of descriptors anyway (another thread of the
@@ -48,8 +49,10 @@ const KEY_WATCH: u64 = 2 << 32;
 /// descriptors, unless a descriptor is freed sooner.
 const ACCEPT_PAUSE: Duration = Duration::from_secs(1);
 
-/// How often, at most, the server logs that it is out of descriptors.
-const EMFILE_LOG_EVERY: Duration = Duration::from_secs(30);
+/// How often, at most, the server logs one kind of trouble a client can
+/// cause at will (refusals, running out of descriptors); the lines between
+/// are counted and the count is logged with the next one.
+const QUIET_FOR: Duration = Duration::from_secs(30);
 
 /// What a name server lets each user make it hold. Exceeding a budget is a
 /// typed error for that request ([`NameError::LimitReached`]); everyone
@@ -106,7 +109,8 @@ pub struct NameServer {
     /// Descriptors open when the server was bound (not clients').
     fd_base: usize,
     listener_paused: Option<Instant>,
-    last_emfile_log: Option<Instant>,
+    /// Per kind of rate-limited log line: when last logged, lines held back.
+    quiet: HashMap<&'static str, (Instant, u64)>,
     next: u32,
     buf: Vec<u8>,
     log: bool,
@@ -171,7 +175,7 @@ impl NameServer {
         }
         check_bind_dir(dir)?;
         let lock_path = path.with_extension("lock");
-        let _lock = crate::sys::lock::lock_exclusive(&lock_path).map_err(io_err)?;
+        let lock = crate::sys::lock::lock_exclusive(&lock_path).map_err(io_err)?;
         match socket::connect_to(path) {
             Ok(_) => return Err(io::Error::new(io::ErrorKind::AddrInUse, format!("a name server already listens at {}", path.display()))),
             Err(e) if bootstrap::nobody_listening(e) => {
@@ -182,6 +186,7 @@ impl NameServer {
         let listener = socket::listen_at(path, 128).map_err(io_err)?;
         let epoll = Epoll::new().map_err(io_err)?;
         epoll.add(listener.as_fd(), Interest::Readable, KEY_LISTENER).map_err(io_err)?;
+        drop(lock);
         let limits = Limits::default();
         Ok(NameServer {
             listener,
@@ -197,7 +202,7 @@ impl NameServer {
             fd_capacity: nofile_limit().saturating_sub(limits.fd_reserve),
             fd_base: open_fds(),
             listener_paused: None,
-            last_emfile_log: None,
+            quiet: HashMap::new(),
             next: 0,
             buf: vec![0; crate::wire::MAX_MESSAGE + 1],
             log: false,
@@ -260,6 +265,25 @@ impl NameServer {
         }
     }
 
+    /// Logs `what` unless a line of this `kind` was logged within
+    /// [`QUIET_FOR`]; then only counts it.
+    fn say_limited(&mut self, kind: &'static str, what: std::fmt::Arguments<'_>) {
+        if !self.log {
+            return;
+        }
+        match self.quiet.get_mut(kind) {
+            Some((last, held)) if last.elapsed() < QUIET_FOR => *held += 1,
+            Some((last, held)) => {
+                eprintln!("ferryd: {what} ({held} more like it not logged)");
+                (*last, *held) = (Instant::now(), 0);
+            }
+            None => {
+                eprintln!("ferryd: {what}");
+                self.quiet.insert(kind, (Instant::now(), 0));
+            }
+        }
+    }
+
     /// Serves requests until an unrecoverable kernel error.
     pub fn serve(mut self) -> io::Result<()> {
         self.say(format_args!("name service listening at {}", self.path.display()));
@@ -308,6 +332,18 @@ impl NameServer {
         self.fd_base + self.fds_held() + 1 > self.fd_capacity
     }
 
+    /// The most descriptors one user may make the server hold: half of
+    /// what is there for clients, so one user never takes them all.
+    fn user_fd_share(&self) -> usize {
+        (self.fd_capacity.saturating_sub(self.fd_base) / 2).max(1)
+    }
+
+    /// Whether `uid` holds its whole share of descriptors already.
+    fn user_fds_exhausted(&self, uid: u32) -> bool {
+        let held = self.names_of.get(&uid).copied().unwrap_or(0) + self.conns_of.get(&uid).copied().unwrap_or(0);
+        held + 1 > self.user_fd_share()
+    }
+
     fn hold(&mut self, inode: u64) {
         *self.held.entry(inode).or_insert(0) += 1;
     }
@@ -340,10 +376,7 @@ impl NameServer {
                     let _ = self.epoll.remove(self.listener.as_fd());
                     self.listener_paused = Some(Instant::now());
                 }
-                if self.last_emfile_log.is_none_or(|t| t.elapsed() >= EMFILE_LOG_EVERY) {
-                    self.last_emfile_log = Some(Instant::now());
-                    self.say(format_args!("accept failed: {e}; not accepting until a descriptor is freed"));
-                }
+                self.say_limited("accept", format_args!("accept failed: {e}; not accepting until a descriptor is freed"));
                 return;
             }
             Err(e) => {
@@ -354,13 +387,15 @@ impl NameServer {
         let (Ok(identity), Ok(peer)) = (socket::identity(sock.as_fd()), socket::peer_cred(sock.as_fd())) else { return };
         let refuse = if self.conns_of.get(&peer.uid).copied().unwrap_or(0) >= self.limits.connections_per_user {
             Some((LIMIT_CONNECTIONS, self.limits.connections_per_user))
+        } else if self.user_fds_exhausted(peer.uid) {
+            Some((LIMIT_DESCRIPTORS, self.user_fd_share()))
         } else if self.fds_exhausted() {
             Some((LIMIT_DESCRIPTORS, self.fd_capacity))
         } else {
             None
         };
         if let Some((what, limit)) = refuse {
-            self.say(format_args!("connection of pid {} uid {} refused: {what} limit {limit} reached", peer.pid, peer.uid));
+            self.say_limited("refused", format_args!("connection of pid {} uid {} refused: {what} limit {limit} reached", peer.pid, peer.uid));
             // A farewell the client reads as the answer to its first request.
             let _ = send_on(sock.as_fd(), limit_reply(what, limit), Timeout::Zero);
             return;
@@ -493,11 +528,15 @@ impl NameServer {
             self.drop_watch(w);
         }
         if self.names_of.get(&cred.uid).copied().unwrap_or(0) >= self.limits.names_per_user {
-            self.say(format_args!("registration of {:?} for uid {} refused: names limit reached", key.1, cred.uid));
+            self.say_limited("refused", format_args!("registration of {:?} for uid {} refused: names limit reached", key.1, cred.uid));
             return limit_reply(LIMIT_NAMES, self.limits.names_per_user);
         }
+        if self.user_fds_exhausted(cred.uid) {
+            self.say_limited("refused", format_args!("registration of {:?} for uid {} refused: its share of descriptors is taken", key.1, cred.uid));
+            return limit_reply(LIMIT_DESCRIPTORS, self.user_fd_share());
+        }
         if self.fds_exhausted() {
-            self.say(format_args!("registration of {:?} for uid {} refused: descriptor reserve reached", key.1, cred.uid));
+            self.say_limited("refused", format_args!("registration of {:?} for uid {} refused: descriptor reserve reached", key.1, cred.uid));
             return limit_reply(LIMIT_DESCRIPTORS, self.fd_capacity);
         }
         // The server must not keep a port alive by itself: the right's
@@ -509,7 +548,7 @@ impl NameServer {
         };
         match socket::peer_inode(right.as_fd()) {
             Ok(Some(peer)) if self.held.contains_key(&peer) => {
-                self.say(format_args!("registration of {:?} for uid {} refused: the server holds the other end", key.1, cred.uid));
+                self.say_limited("refused", format_args!("registration of {:?} for uid {} refused: the server holds the other end", key.1, cred.uid));
                 return Message::new(ST_BAD_REQUEST)
                     .with_body("the other end of this socket is held by the name server itself: a registered right must lead to a receive right held elsewhere");
             }

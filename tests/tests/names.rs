@@ -428,15 +428,16 @@ fn queue_connections(path: &Path, max: usize) -> Vec<std::os::fd::OwnedFd> {
 }
 
 /// Measures the CPU time `pid` uses over two seconds and fails if it used
-/// more than a quarter of them: a process that waits uses next to none, one
-/// that spins uses them all.
+/// more than a twentieth of them: a process that waits uses next to none,
+/// one that spins uses all the CPU it gets (a fifth or more even on a
+/// machine busy with other work).
 fn assert_idle(pid: u32, log: impl Fn() -> String) {
     std::thread::sleep(Duration::from_millis(300));
     let (t0, c0) = (std::time::Instant::now(), cpu_ticks(pid));
     std::thread::sleep(Duration::from_secs(2));
     let (wall, used) = (t0.elapsed(), cpu_ticks(pid) - c0);
     let wall_ticks = wall.as_secs_f64() * rustix::param::clock_ticks_per_second() as f64;
-    assert!((used as f64) < wall_ticks / 4.0, "used {used} ticks of CPU in {wall:?}:\n{}", log());
+    assert!((used as f64) < wall_ticks / 20.0, "used {used} ticks of CPU in {wall:?}:\n{}", log());
 }
 
 /// Waits (bounded) until a new client is served at `path`.
@@ -571,11 +572,12 @@ fn a_listing_longer_than_a_message_arrives_whole() {
         let (_rx, tx) = ferry::port().unwrap();
         let count = 256;
         for i in 0..count {
-            bs.register(&format!("{i:04}-{}", "n".repeat(240)), &tx).unwrap();
+            bs.register(&format!("{i:04}-{}", "n".repeat(248)), &tx).unwrap();
         }
         let listed = bs.list().expect("list");
         assert_eq!(listed.len(), count);
-        assert!(listed.iter().map(|e| e.name.len() + 24).sum::<usize>() > ferry::wire::MAX_INLINE);
+        let text_len: usize = listed.iter().map(|e| format!("{}\t{}\t{}\t{}\n", e.uid, e.owner_pid, e.queued_bytes, e.name).len()).sum();
+        assert!(text_len > ferry::wire::MAX_INLINE, "the listing must not fit inline ({text_len} bytes)");
         assert!(listed.iter().enumerate().all(|(i, e)| e.name.starts_with(&format!("{i:04}-"))));
     });
 }

@@ -158,13 +158,21 @@ fn open_fds() -> usize {
 
 impl NameServer {
     /// Binds a name server at `path`, creating its directory (mode 0700) if
-    /// needed and removing a stale socket nobody listens on.
+    /// needed and removing a stale socket nobody listens on. The socket is
+    /// mode 0600: only this user (and root) may connect.
     ///
     /// # Errors
     /// `AddrInUse` if a live server already listens at `path`;
     /// `PermissionDenied` if the directory is a symbolic link, is owned by
     /// another user (other than root), or lets other users write to it.
     pub fn bind(path: &Path) -> io::Result<NameServer> {
+        NameServer::bind_with_mode(path, 0o600)
+    }
+
+    /// Like [`bind`](NameServer::bind), with the socket's permission bits
+    /// `mode` (0666 lets every user connect, as `ferryd --system` does). The
+    /// socket has that mode from the moment it appears at `path`.
+    pub fn bind_with_mode(path: &Path, mode: u32) -> io::Result<NameServer> {
         let dir = match path.parent() {
             Some(d) if !d.as_os_str().is_empty() => d,
             _ => Path::new("."),
@@ -183,7 +191,7 @@ impl NameServer {
             }
             Err(e) => return Err(io_err(e)),
         }
-        let listener = socket::listen_at(path, 128).map_err(io_err)?;
+        let listener = socket::listen_at_mode(path, 128, mode).map_err(io_err)?;
         let epoll = Epoll::new().map_err(io_err)?;
         epoll.add(listener.as_fd(), Interest::Readable, KEY_LISTENER).map_err(io_err)?;
         drop(lock);

@@ -84,18 +84,14 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     }
-    let mut server = match ferry::NameServer::bind(&path) {
+    let mode = if args.system { 0o666 } else { 0o600 };
+    let mut server = match ferry::NameServer::bind_with_mode(&path, mode) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("ferryd: cannot listen at {}: {e}", path.display());
             return ExitCode::from(1);
         }
     };
-    let mode = if args.system { 0o666 } else { 0o600 };
-    if let Err(e) = std::fs::set_permissions(&path, <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(mode)) {
-        eprintln!("ferryd: cannot set the mode of {}: {e}", path.display());
-        return ExitCode::from(1);
-    }
     server.set_limits(ferry::Limits {
         names_per_user: args.max_names,
         connections_per_user: args.max_connections,

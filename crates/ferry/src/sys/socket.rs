@@ -280,6 +280,26 @@ pub fn peer_inode(fd: BorrowedFd<'_>) -> rustix::io::Result<Option<u64>> {
     Ok(None)
 }
 
+/// Binds a listening `SOCK_SEQPACKET` socket at `path` whose file has
+/// permission bits `mode` from the moment it appears there: it is bound
+/// under a temporary name in the same directory, given its mode, and then
+/// renamed into place, so no client ever finds it with other permissions.
+pub fn listen_at_mode(path: &Path, backlog: i32, mode: u32) -> rustix::io::Result<OwnedFd> {
+    let name = path.file_name().ok_or(Errno::INVAL)?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(".{}.new", std::process::id()));
+    let tmp = path.with_file_name(tmp_name);
+    let _ = rustix::fs::unlink(&tmp);
+    let sock = listen_at(&tmp, backlog)?;
+    let placed = rustix::fs::chmod(&tmp, rustix::fs::Mode::from_raw_mode(mode)).and_then(|()| rustix::fs::rename(&tmp, path));
+    if let Err(e) = placed {
+        let _ = rustix::fs::unlink(&tmp);
+        return Err(e);
+    }
+    Ok(sock)
+}
+
 #[cfg(test)]
 mod peer_inode_tests {
     use super::*;

@@ -282,6 +282,8 @@ fn daemon_candidates() -> Vec<PathBuf> {
 /// answers there.
 fn start_daemon(path: &Path) -> Result<Bootstrap, NameError> {
     use std::os::unix::fs::PermissionsExt;
+    // The daemon runs from `/`, so it holds no directory of the caller's.
+    let path = &std::path::absolute(path).map_err(|e| NameError::NotRunning { path: path.to_owned(), why: format!("cannot make the path absolute: {e}") })?;
     let candidates = daemon_candidates();
     let Some(bin) = candidates.iter().find(|p| p.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)) else {
         let looked: Vec<String> = candidates.iter().map(|p| p.display().to_string()).collect();
@@ -293,6 +295,7 @@ fn start_daemon(path: &Path) -> Result<Bootstrap, NameError> {
             ),
         });
     };
+    let bin = &std::path::absolute(bin).unwrap_or_else(|_| bin.clone());
     let log = path.with_file_name("ferryd.log");
     let out = std::fs::OpenOptions::new()
         .create(true)
@@ -310,6 +313,7 @@ fn start_daemon(path: &Path) -> Result<Bootstrap, NameError> {
         .stdout(Stdio::null())
         .stderr(Stdio::from(out))
         .env_remove("FERRY_BOOTSTRAP")
+        .current_dir("/")
         .status()
         .map_err(|e| NameError::NotRunning { path: path.to_owned(), why: format!("cannot start {}: {e}", bin.display()) })?;
     if !status.success() {

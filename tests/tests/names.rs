@@ -120,3 +120,579 @@ fn spawn_peer_as_nobody(path: &std::path::Path) -> std::process::Child {
         .spawn()
         .unwrap()
 }
+
+// ---------------------------------------------------------------------------
+// Hardening: who the server is, budgets, descriptors, big listings, and a
+// name service that outlives its clients.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::Child;
+
+/// The `ferryd` binary cargo built beside this test's directory. Cargo
+/// builds it for `cargo test --workspace` but not for this package alone,
+/// so a missing or stale one is an error that says what to run.
+fn ferryd_bin() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let bin = exe.parent().and_then(|deps| deps.parent()).expect("target dir").join("ferryd");
+    let built = std::fs::metadata(&bin).and_then(|m| m.modified());
+    let Ok(built) = built else { panic!("ferryd is not built at {}: run `cargo build -p ferryd`", bin.display()) };
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("crates");
+    let newest_source = ["ferryd/src", "ferry/src", "ferry/src/sys"]
+        .iter()
+        .filter_map(|d| std::fs::read_dir(root.join(d)).ok())
+        .flatten()
+        .filter_map(|e| e.ok()?.metadata().ok()?.modified().ok())
+        .max();
+    assert!(newest_source.is_none_or(|s| s <= built), "ferryd at {} is older than its sources: run `cargo build -p ferryd`", bin.display());
+    bin
+}
+
+/// A fresh directory for one test, that every user may enter but only
+/// this one may write to.
+fn test_dir(test: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("ferry-names-{}-{test}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    dir
+}
+
+/// A `ferryd` process run by this test, killed when dropped.
+struct Daemon {
+    child: Child,
+    dir: PathBuf,
+    path: PathBuf,
+    log: PathBuf,
+}
+
+impl Daemon {
+    /// Starts `ferryd --socket DIR/run/bootstrap ARGS`, with its open-file
+    /// limit (soft and hard) set to `nofile` if given, and waits until it
+    /// answers.
+    fn start(test: &str, args: &[&str], nofile: Option<u64>) -> Daemon {
+        let dir = test_dir(test);
+        let path = dir.join("run").join("bootstrap");
+        let log = dir.join("ferryd.log");
+        let mut cmd = Command::new(ferryd_bin());
+        cmd.arg("--socket").arg(&path).args(args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(std::fs::File::create(&log).unwrap());
+        if let Some(n) = nofile {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: the closure runs in the forked child before exec and
+            // makes only the setrlimit system call, which is
+            // async-signal-safe; it allocates nothing and takes no lock.
+            unsafe {
+                cmd.pre_exec(move || {
+                    let lim = rustix::process::Rlimit { current: Some(n), maximum: Some(n) };
+                    rustix::process::setrlimit(rustix::process::Resource::Nofile, lim).map_err(std::io::Error::from)
+                });
+            }
+        }
+        let mut child = cmd.spawn().expect("start ferryd");
+        for _ in 0..2000 {
+            if ferry::Bootstrap::connect_to(&path).is_ok() {
+                return Daemon { child, dir, path, log };
+            }
+            if let Ok(Some(st)) = child.try_wait() {
+                panic!("ferryd exited with {st}: {}", std::fs::read_to_string(&log).unwrap_or_default());
+            }
+            nap();
+        }
+        let _ = child.kill();
+        panic!("ferryd never answered at {}: {}", path.display(), std::fs::read_to_string(&log).unwrap_or_default());
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A peer whose output is read line by line, killed when dropped.
+struct Peer {
+    child: Child,
+    out: BufReader<std::process::ChildStdout>,
+}
+
+impl Peer {
+    fn new(mut child: Child) -> Peer {
+        let out = BufReader::new(child.stdout.take().expect("piped stdout"));
+        Peer { child, out }
+    }
+
+    /// Reads lines until one is `ready` and returns those before it.
+    fn until_ready(&mut self) -> Vec<String> {
+        let mut lines = Vec::new();
+        loop {
+            let mut l = String::new();
+            if self.out.read_line(&mut l).unwrap() == 0 {
+                panic!("peer ended before it was ready; it said {lines:?}");
+            }
+            if l.trim() == "ready" {
+                return lines;
+            }
+            lines.push(l.trim().to_owned());
+        }
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Another unprivileged uid, for tests that need two users besides root.
+const OTHER: u32 = 65533;
+
+#[test]
+fn impostor_server_and_directory_are_refused() {
+    if !can_play_other_user("impostor_server_and_directory_are_refused") {
+        return;
+    }
+    watchdog("impostor", LIMIT, || {
+        use std::os::unix::fs::PermissionsExt;
+        // A shared temporary directory, like /tmp.
+        let tmp = test_dir("impostor");
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        // Another user gets there first and listens where root's default
+        // name server would be.
+        let mine = tmp.join("ferry-0");
+        let mut impostor = Peer::new(spawn_peer_as(NOBODY, Path::new("/nonexistent"), "impostor-listen", &[mine.to_str().unwrap()]));
+        impostor.until_ready();
+        let sock = mine.join("bootstrap");
+        // Connecting straight to it: the server's credentials give it away.
+        match ferry::Bootstrap::connect_to(&sock) {
+            Err(NameError::Impostor { path, uid }) => {
+                assert_eq!((path.as_path(), uid), (sock.as_path(), NOBODY));
+            }
+            other => panic!("an impostor's socket was trusted: {other:?}"),
+        }
+        // A root program using the default path refuses the directory and
+        // hands nothing over.
+        let out = Command::new(env!("CARGO_BIN_EXE_ferry-peer"))
+            .arg("default-connect")
+            .env("TMPDIR", &tmp)
+            .env_remove("XDG_RUNTIME_DIR")
+            .env_remove("FERRY_BOOTSTRAP")
+            .env("FERRY_NO_AUTOSTART", "1")
+            .stdout(Stdio::piped())
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{said}");
+        assert!(said.contains("refused") && said.contains("owned by uid 65534"), "{said}");
+        let _ = std::fs::remove_dir_all(&tmp);
+    });
+}
+
+#[test]
+fn bind_refuses_directories_others_control() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = test_dir("binddirs");
+    // Open to everyone's writes: refused.
+    let open = dir.join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let e = ferry::NameServer::bind(&open.join("bootstrap")).expect_err("bound in a world-writable directory");
+    assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied, "{e}");
+    // A symbolic link to a directory: refused.
+    let real = dir.join("real");
+    std::fs::create_dir(&real).unwrap();
+    std::os::unix::fs::symlink(&real, dir.join("link")).unwrap();
+    let e = ferry::NameServer::bind(&dir.join("link").join("bootstrap")).expect_err("bound through a symbolic link");
+    assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied, "{e}");
+    // Another user's directory: refused.
+    if can_play_other_user("bind_refuses_directories_others_control (another user's directory)") {
+        let theirs = dir.join("theirs");
+        std::fs::create_dir(&theirs).unwrap();
+        std::os::unix::fs::chown(&theirs, Some(NOBODY), Some(NOBODY)).unwrap();
+        let e = ferry::NameServer::bind(&theirs.join("bootstrap")).expect_err("bound in another user's directory");
+        assert!(e.to_string().contains("owned by uid 65534"), "{e}");
+    }
+    // This user's own, closed directory is fine.
+    ferry::NameServer::bind(&real.join("bootstrap")).expect("bind in a private directory");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn names_per_user_are_budgeted() {
+    if !can_play_other_user("names_per_user_are_budgeted") {
+        return;
+    }
+    watchdog("names_budget", LIMIT, || {
+        let d = Daemon::start("namesbudget", &["--system", "--max-names", "16"], None);
+        let mut hog = Peer::new(spawn_peer_as(NOBODY, &d.path, "fill-names", &["hog", "1000"]));
+        let said = hog.until_ready();
+        assert_eq!(said[0], "registered 16", "{said:?}");
+        assert_eq!(said[1], "stopped: LimitReached { what: Names, limit: 16 }", "{said:?}");
+        // Everyone else is served meanwhile.
+        let mut other = Peer::new(spawn_peer_as(OTHER, &d.path, "fill-names", &["other", "3"]));
+        assert_eq!(other.until_ready()[0], "registered 3");
+        let mut bs = names(&d.path);
+        let (mut rx, tx) = ferry::port().unwrap();
+        bs.register("root-svc", &tx).unwrap();
+        bs.lookup("root-svc").unwrap().send(Message::new(8), Timeout::Infinite).unwrap();
+        assert_eq!(rx.recv(Timeout::Infinite).unwrap().op(), 8);
+        assert_eq!(bs.list().unwrap().iter().filter(|e| e.uid == NOBODY).count(), 16);
+    });
+}
+
+#[test]
+fn one_user_cannot_take_every_descriptor() {
+    if !can_play_other_user("one_user_cannot_take_every_descriptor") {
+        return;
+    }
+    watchdog("fd_share", LIMIT, || {
+        // Budgets out of the way: only descriptors bound this user.
+        let d = Daemon::start("fdshare", &["--system", "--max-names", "100000", "--max-connections", "100000"], Some(400));
+        let mut hog = Peer::new(spawn_peer_as(NOBODY, &d.path, "fill-names", &["hog", "100000"]));
+        let said = hog.until_ready();
+        assert!(said[1].starts_with("stopped: LimitReached { what: Descriptors"), "{said:?}");
+        let n: usize = said[0].trim_start_matches("registered ").parse().unwrap();
+        assert!(n > 10, "{said:?}");
+        // Another user and root still register and look up.
+        let mut other = Peer::new(spawn_peer_as(OTHER, &d.path, "fill-names", &["other", "5"]));
+        assert_eq!(other.until_ready()[0], "registered 5");
+        let mut bs = names(&d.path);
+        let (_rx, tx) = ferry::port().unwrap();
+        bs.register("root-svc", &tx).unwrap();
+        bs.lookup("root-svc").unwrap();
+        // The hog's descriptors come back when it goes.
+        drop(hog);
+        let mut freed = false;
+        for _ in 0..2000 {
+            if !bs.list().unwrap().iter().any(|e| e.uid == NOBODY) {
+                freed = true;
+                break;
+            }
+            nap();
+        }
+        assert!(freed, "registrations of a dead client were kept");
+    });
+}
+
+#[test]
+fn connections_per_user_are_budgeted() {
+    if !can_play_other_user("connections_per_user_are_budgeted") {
+        return;
+    }
+    watchdog("conn_budget", LIMIT, || {
+        let d = Daemon::start("connbudget", &["--system", "--max-connections", "8"], None);
+        let mut hog = Peer::new(spawn_peer_as(NOBODY, &d.path, "hold-connections", &["1000"]));
+        let said = hog.until_ready();
+        assert_eq!(said[0], "connected 8", "{said:?}");
+        assert_eq!(said[1], "stopped: LimitReached { what: Connections, limit: 8 }", "{said:?}");
+        let mut other = Peer::new(spawn_peer_as(OTHER, &d.path, "hold-connections", &["3"]));
+        assert_eq!(other.until_ready()[0], "connected 3");
+        let mut bs = names(&d.path);
+        bs.list().unwrap();
+        // Connections of a client that died are released.
+        drop(hog);
+        let mut again = None;
+        for _ in 0..200 {
+            let mut p = Peer::new(spawn_peer_as(NOBODY, &d.path, "hold-connections", &["8"]));
+            let said = p.until_ready();
+            if said[0] == "connected 8" {
+                again = Some(p);
+                break;
+            }
+            nap();
+        }
+        assert!(again.is_some(), "the connections of a dead client were never released");
+    });
+}
+
+/// CPU time (user + system) a process has used, in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = after.split_whitespace().collect();
+    // Fields 14 and 15 of stat(5); field 3 is the first after the name.
+    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+}
+
+/// Opens up to `max` connections to `path` that wait in its listen queue
+/// (non-blocking connects, no request), stopping when one would block.
+fn queue_connections(path: &Path, max: usize) -> Vec<std::os::fd::OwnedFd> {
+    use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+    let addr = SocketAddrUnix::new(path).unwrap();
+    let mut held = Vec::new();
+    while held.len() < max {
+        let s = rustix::net::socket_with(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC | SocketFlags::NONBLOCK, None).unwrap();
+        match rustix::net::connect(&s, &addr) {
+            Ok(()) => held.push(s),
+            Err(rustix::io::Errno::AGAIN) => break,
+            Err(e) => panic!("connect: {e}"),
+        }
+    }
+    held
+}
+
+/// Measures the CPU time `pid` uses over two seconds and fails if it used
+/// more than a twentieth of them: a process that waits uses next to none,
+/// one that spins uses all the CPU it gets (a fifth or more even on a
+/// machine busy with other work).
+fn assert_idle(pid: u32, log: impl Fn() -> String) {
+    std::thread::sleep(Duration::from_millis(300));
+    let (t0, c0) = (std::time::Instant::now(), cpu_ticks(pid));
+    std::thread::sleep(Duration::from_secs(2));
+    let (wall, used) = (t0.elapsed(), cpu_ticks(pid) - c0);
+    let wall_ticks = wall.as_secs_f64() * rustix::param::clock_ticks_per_second() as f64;
+    assert!((used as f64) < wall_ticks / 20.0, "used {used} ticks of CPU in {wall:?}:\n{}", log());
+}
+
+/// Waits (bounded) until a new client is served at `path`.
+fn served_again(path: &Path) -> bool {
+    for _ in 0..2000 {
+        if ferry::Bootstrap::connect_to(path).and_then(|mut bs| bs.list()).is_ok() {
+            return true;
+        }
+        nap();
+    }
+    false
+}
+
+#[test]
+fn a_daemon_at_its_descriptor_limit_does_not_spin() {
+    if !can_play_other_user("a_daemon_at_its_descriptor_limit_does_not_spin") {
+        return;
+    }
+    watchdog("fd_limit", LIMIT, || {
+        // No reserve and room for few descriptors: three users' connections
+        // take them all, and more keep coming.
+        let d = Daemon::start("fdlimit", &["--system", "--fd-reserve", "0", "--max-connections", "100000"], Some(48));
+        let mut a = Peer::new(spawn_peer_as(NOBODY, &d.path, "flood-connections", &["100"]));
+        a.until_ready();
+        let mut b = Peer::new(spawn_peer_as(OTHER, &d.path, "flood-connections", &["100"]));
+        b.until_ready();
+        let mine = queue_connections(&d.path, 100);
+        assert_idle(d.child.id(), || d.log());
+        let log = d.log();
+        assert!(log.contains("refused: descriptors limit"), "the daemon never reached its descriptor limit:\n{log}");
+        assert!(log.matches("refused").count() <= 3, "every refusal was logged:\n{log}");
+        // Once the clients go, the daemon serves again.
+        drop((a, b, mine));
+        assert!(served_again(&d.path), "the daemon did not serve again after descriptors were freed:\n{}", d.log());
+    });
+}
+
+#[test]
+fn a_server_whose_process_ran_out_of_descriptors_does_not_spin() {
+    watchdog("emfile", LIMIT, || {
+        let dir = test_dir("emfile");
+        let log = dir.join("server.log");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_ferry-peer"))
+            .args(["server-out-of-fds", dir.to_str().unwrap()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let mut server = Peer::new(child);
+        server.until_ready();
+        let path = dir.join("bootstrap");
+        // Clients wait at the listener; accept fails with EMFILE.
+        let queued = queue_connections(&path, 20);
+        assert!(!queued.is_empty());
+        let read_log = || std::fs::read_to_string(&log).unwrap_or_default();
+        assert_idle(server.child.id(), read_log);
+        let text = read_log();
+        assert!(text.contains("accept failed"), "accept never ran out of descriptors:\n{text}");
+        assert!(text.matches("accept failed").count() <= 2, "out of descriptors logged on every turn:\n{text}");
+        // Descriptors come back: the listener is taken up again.
+        use std::io::Write;
+        writeln!(stdin, "free").unwrap();
+        let mut l = String::new();
+        server.out.read_line(&mut l).unwrap();
+        assert_eq!(l.trim(), "freed");
+        drop(queued);
+        assert!(served_again(&path), "the server did not accept again:\n{}", read_log());
+        let _ = std::fs::remove_dir_all(&dir);
+    });
+}
+
+/// Sends a hand-made REGISTER of `name` carrying `fd` as a send right on a
+/// raw connection and returns the status of the reply.
+fn raw_register(conn: std::os::fd::BorrowedFd<'_>, name: &str, fd: std::os::fd::BorrowedFd<'_>) -> u32 {
+    use rustix::net::{RecvAncillaryBuffer, RecvFlags, SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+    use std::mem::MaybeUninit;
+    let mut bytes = Vec::new();
+    let item = ferry::wire::ItemDesc { kind: ferry::wire::KIND_SEND, fds: 1, ..Default::default() };
+    ferry::wire::encode(&mut bytes, 1, 0, &[item], name.as_bytes());
+    let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    let fds = [fd];
+    assert!(control.push(SendAncillaryMessage::ScmRights(&fds)));
+    rustix::net::sendmsg(conn, &[std::io::IoSlice::new(&bytes)], &mut control, SendFlags::NOSIGNAL).unwrap();
+    let mut buf = vec![0u8; ferry::wire::MAX_MESSAGE];
+    let mut rspace = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(4), ScmCredentials(1))];
+    let mut rcontrol = RecvAncillaryBuffer::new(&mut rspace);
+    let got = rustix::net::recvmsg(conn, &mut [std::io::IoSliceMut::new(&mut buf)], &mut rcontrol, RecvFlags::CMSG_CLOEXEC).unwrap();
+    ferry::wire::parse(&buf[..got.bytes], 0).expect("a valid reply").op
+}
+
+#[test]
+fn the_server_never_holds_both_ends_of_a_port() {
+    watchdog("both_ends", LIMIT, || {
+        use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+        use std::os::fd::AsFd;
+        let path = private_bootstrap("bothends");
+        let conn = rustix::net::socket_with(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None).unwrap();
+        rustix::net::sockopt::set_socket_passcred(&conn, true).unwrap();
+        rustix::net::connect(&conn, &SocketAddrUnix::new(&path).unwrap()).unwrap();
+        let (a, b) = rustix::net::socketpair(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None).unwrap();
+        // One end is a fine registration: the other end lives here.
+        assert_eq!(raw_register(conn.as_fd(), "one-end", a.as_fd()), 0);
+        // The other end too would leave the server keeping the pair alive
+        // by itself, forever.
+        assert_eq!(raw_register(conn.as_fd(), "other-end", b.as_fd()), 5, "both ends of a pair were registered");
+        // So would this client's own connection to the server.
+        assert_eq!(raw_register(conn.as_fd(), "own-conn", conn.as_fd()), 5, "the client's own connection was registered");
+        // With the other end gone here, the registration dies as it should.
+        drop((a, b));
+        let mut bs = names(&path);
+        let mut gone = false;
+        for _ in 0..2000 {
+            if matches!(bs.lookup("one-end"), Err(NameError::NotFound)) {
+                gone = true;
+                break;
+            }
+            nap();
+        }
+        assert!(gone, "a registration outlived its port");
+        assert!(matches!(bs.lookup("other-end"), Err(NameError::NotFound)));
+    });
+}
+
+#[test]
+fn a_listing_longer_than_a_message_arrives_whole() {
+    watchdog("big_list", LIMIT, || {
+        let path = private_bootstrap("biglist");
+        let mut bs = names(&path);
+        let (_rx, tx) = ferry::port().unwrap();
+        let count = 256;
+        for i in 0..count {
+            bs.register(&format!("{i:04}-{}", "n".repeat(248)), &tx).unwrap();
+        }
+        let listed = bs.list().expect("list");
+        assert_eq!(listed.len(), count);
+        let text_len: usize = listed.iter().map(|e| format!("{}\t{}\t{}\t{}\n", e.uid, e.owner_pid, e.queued_bytes, e.name).len()).sum();
+        assert!(text_len > ferry::wire::MAX_INLINE, "the listing must not fit inline ({text_len} bytes)");
+        assert!(listed.iter().enumerate().all(|(i, e)| e.name.starts_with(&format!("{i:04}-"))));
+    });
+}
+
+#[test]
+fn a_lost_server_is_reconnected_or_named() {
+    watchdog("reconnect", LIMIT, || {
+        let d = Daemon::start("reconnect", &[], None);
+        let path = d.path.clone();
+        let mut bs = names(&path);
+        let (_rx, tx) = ferry::port().unwrap();
+        bs.register("svc", &tx).unwrap();
+        drop(d);
+        // Nobody there: the error says which server went away and why.
+        let e = bs.lookup("svc").expect_err("a lookup through a dead server");
+        let text = e.to_string();
+        assert!(text.contains(&path.display().to_string()) && text.contains("went away"), "{text}");
+        assert!(!text.contains("FERRY_BOOTSTRAP"), "{text}");
+        // A new server at the same path: the next request reconnects.
+        let d = Daemon::start("reconnect", &[], None);
+        assert_eq!(d.path, path);
+        assert!(matches!(bs.lookup("svc"), Err(NameError::NotFound)), "the old registration cannot be there");
+        bs.register("svc", &tx).unwrap();
+        assert!(bs.lookup("svc").is_ok());
+        assert_eq!(bs.server_pid() as u32, d.child.id());
+    });
+}
+
+#[test]
+fn the_on_demand_daemon_outlives_the_program_that_started_it() {
+    watchdog("ondemand", LIMIT, || {
+        let tmp = test_dir("ondemand");
+        let me = rustix::process::getuid().as_raw();
+        let default = tmp.join(format!("ferry-{me}")).join("bootstrap");
+        let run = |role: &str, args: &[&str]| {
+            let mut cmd = Command::new(env!("CARGO_BIN_EXE_ferry-peer"));
+            cmd.arg(role)
+                .args(args)
+                .env("TMPDIR", &tmp)
+                .env_remove("XDG_RUNTIME_DIR")
+                .env_remove("FERRY_BOOTSTRAP")
+                .env_remove("FERRY_NO_AUTOSTART")
+                .env_remove("FERRY_NO_EMBED")
+                .env_remove("FERRY_DAEMON")
+                .stdout(Stdio::piped());
+            cmd
+        };
+        // The first program finds no server and starts one; it exits.
+        let first = run("default-connect", &[]).output().unwrap();
+        assert_eq!(String::from_utf8_lossy(&first.stdout).trim(), "registered");
+        // A second program registers through it ...
+        let mut second = Peer::new(run("register", &["svc"]).spawn().unwrap());
+        let mut line = String::new();
+        second.out.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "registered");
+        // ... and a third finds that name, although the first is gone.
+        let mut bs = names(&default);
+        assert!(bs.lookup("svc").is_ok());
+        let daemon = bs.server_pid();
+        assert_ne!(daemon, 0);
+        assert!(default.with_file_name("ferryd.log").exists(), "the daemon's log is beside its socket");
+        drop(bs);
+        let _ = rustix::process::kill_process(rustix::process::Pid::from_raw(daemon).unwrap(), rustix::process::Signal::TERM);
+        drop(second);
+        let _ = std::fs::remove_dir_all(&tmp);
+    });
+}
+
+#[test]
+fn without_a_daemon_binary_the_error_says_what_to_do() {
+    let tmp = test_dir("nodaemon");
+    let out = Command::new(env!("CARGO_BIN_EXE_ferry-peer"))
+        .arg("default-connect")
+        .env("TMPDIR", &tmp)
+        .env_remove("XDG_RUNTIME_DIR")
+        .env_remove("FERRY_BOOTSTRAP")
+        .env_remove("FERRY_NO_AUTOSTART")
+        .env_remove("FERRY_NO_EMBED")
+        .env("FERRY_DAEMON", tmp.join("no-such-ferryd"))
+        .stdout(Stdio::piped())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("no ferryd binary was found") && said.contains("FERRY_DAEMON") && said.contains("no-such-ferryd"), "{said}");
+    let _ = std::fs::remove_dir_all(&tmp);
+}
+
+#[test]
+fn a_private_server_and_waiting_for_a_name() {
+    watchdog("private", LIMIT, || {
+        let dir = test_dir("private").join("mine");
+        let mut bs = ferry::Bootstrap::private(&dir).expect("private name server");
+        assert_eq!(bs.path(), dir.join("bootstrap"));
+        let path = bs.path().to_owned();
+        let late = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            let (rx, tx) = ferry::port().unwrap();
+            names(&path).register("late", &tx).unwrap();
+            rx
+        });
+        let right = bs.lookup_wait("late", LIMIT).expect("the name appeared");
+        let mut rx = late.join().unwrap();
+        right.send(Message::new(4), Timeout::Infinite).unwrap();
+        assert_eq!(rx.recv(Timeout::Infinite).unwrap().op(), 4);
+        assert!(matches!(bs.lookup_wait("never", Duration::from_millis(20)), Err(NameError::NotFound)));
+    });
+}

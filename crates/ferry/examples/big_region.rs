@@ -22,15 +22,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // the child is told where through its environment.
     let dir = std::env::temp_dir().join(format!("ferry-big-region-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let names = dir.join("bootstrap");
-    ferry::NameServer::bind(&names)?.spawn()?;
+    let mut names = Bootstrap::private(&dir)?;
     let (mut replies, reply_to) = ferry::port()?;
-    Bootstrap::connect_to(&names)?.register(NAME, &reply_to)?;
+    names.register(NAME, &reply_to)?;
 
     let mut child = Command::new(std::env::current_exe()?)
         .arg("child")
-        .env("FERRY_BOOTSTRAP", &names)
-        .env("FERRY_NO_EMBED", "1")
+        .env("FERRY_BOOTSTRAP", names.path())
+        .env("FERRY_NO_AUTOSTART", "1")
         .spawn()?;
     let mut hello = replies.recv(Timeout::Infinite)?;
     let Some(Item::Send(to_child)) = hello.take_items().pop() else { return Err("child sent no right".into()) };

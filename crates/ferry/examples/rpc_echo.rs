@@ -42,16 +42,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // A private name service for this run, started inside this process.
     let dir = std::env::temp_dir().join(format!("ferry-rpc-echo-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let path = dir.join("bootstrap");
-    ferry::NameServer::bind(&path)?.spawn()?;
-    let mut names = Bootstrap::connect_to(&path)?;
+    let mut names = Bootstrap::private(&dir)?;
     if pin {
         ferry::rpc::pin_current_thread(0)?;
     }
     let mut server = Command::new(std::env::current_exe()?)
         .args(["--serve", &pol, if pin { "1" } else { "-" }])
-        .env("FERRY_BOOTSTRAP", &path)
-        .env("FERRY_NO_EMBED", "1")
+        .env("FERRY_BOOTSTRAP", names.path())
+        .env("FERRY_NO_AUTOSTART", "1")
         .stdin(Stdio::null())
         .spawn()?;
     let to = loop {

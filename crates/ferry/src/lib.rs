@@ -6,7 +6,8 @@
 //! [`SendRight`]s, and [`SendOnceRight`]s for a single reply. Rights travel
 //! inside [`Message`]s, which carry an operation id, inline bytes and typed
 //! [`Item`]s. [`PortSet`] receives from many ports at once; [`Bootstrap`]
-//! reaches the name service of `ferryd` (or an embedded one). Large data
+//! reaches the name service of `ferryd` (started on demand) or a private
+//! one. Large data
 //! travels out of line, by value and without copying, in a [`Region`]
 //! (see [`region`]); [`counters`] tells what ferry did.
 //!
@@ -55,10 +56,10 @@ mod trace;
 pub mod tokio;
 pub mod wire;
 
-pub use bootstrap::{Bootstrap, NameEntry, NameError};
+pub use bootstrap::{Bootstrap, Limit, NameEntry, NameError};
 pub use error::{RecvError, SendError, SendFailed, WireError};
 pub use message::{Credentials, Item, Message, Reply};
-pub use nameserver::NameServer;
+pub use nameserver::{Limits, NameServer};
 pub use port::{port, port_with, PortOptions, ReceiveRight, SendOnceRight, SendRight};
 pub use portset::{Event, MemberId, PortSet};
 pub use region::{LendPool, MapOptions, MappedRegion, Region, RegionError, RegionItem, SharedMapping};

@@ -1,23 +1,39 @@
-//! The name server: send rights registered under per-user names.
+//! The name server: send rights registered under per-user names, within
+//! per-user budgets.
 //!
-//! It runs inside `ferryd`, or embedded on a thread of the first program that
-//! found none (see [`crate::bootstrap`]). Names are scoped by the uid the
-//! kernel reports for each request, never by what a client claims; a
-//! registration is dropped as soon as its port's receive right dies (the
-//! server watches every registered right for a dead name); re-registering a
-//! live name is refused. A malformed request gets an error reply and the
-//! server carries on.
+//! It runs inside `ferryd` (started by hand, as a system daemon, or on
+//! demand by [`crate::bootstrap`]) or on a thread of a program that asked for
+//! a private one ([`NameServer::spawn`], [`crate::Bootstrap::private`]).
+//! Names are scoped by the uid the kernel reports for each request, never by
+//! what a client claims; a registration is dropped as soon as its port's
+//! receive right dies (the server watches every registered right for a dead
+//! name); re-registering a live name is refused. A malformed request gets an
+//! error reply and the server carries on.
+//!
+//! Everything a client can make the server hold is budgeted ([`Limits`]):
+//! names per user, connections per user, a reserve of descriptors no
+//! client can take, and at most half of the rest for any one user (its
+//! names and connections together), so that one user can never exhaust the
+//! server for the others. The server holds nothing whose liveness it alone keeps: a
+//! registration whose socket is the other end of one the server already
+//! holds (both ends of one pair, or a client's own connection) is refused.
+//! When `accept` runs out of descriptors anyway (another thread of the
+//! process took them), the listener is set aside until a descriptor is
+//! freed, so the server never spins.
 
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use rustix::io::Errno;
 
 use crate::bootstrap::{self, *};
 use crate::error::{io_err, RecvError};
 use crate::message::{Item, Message};
 use crate::port::{recv_on, send_on, SendRight};
+use crate::region::RegionItem;
 use crate::sys::socket::{self, Cred};
 use crate::sys::wait::{Epoll, Interest};
 use crate::timeout::Timeout;
@@ -29,6 +45,36 @@ pub const SYSTEM_UID: u32 = u32::MAX;
 const KEY_CONN: u64 = 1 << 32;
 const KEY_WATCH: u64 = 2 << 32;
 
+/// How long the listener stays set aside after `accept` ran out of
+/// descriptors, unless a descriptor is freed sooner.
+const ACCEPT_PAUSE: Duration = Duration::from_secs(1);
+
+/// How often, at most, the server logs one kind of trouble a client can
+/// cause at will (refusals, running out of descriptors); the lines between
+/// are counted and the count is logged with the next one.
+const QUIET_FOR: Duration = Duration::from_secs(30);
+
+/// What a name server lets each user make it hold. Exceeding a budget is a
+/// typed error for that request ([`NameError::LimitReached`]); everyone
+/// else is served as before.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Live registrations one uid may hold (default 256).
+    pub names_per_user: usize,
+    /// Open connections one uid may hold (default 64).
+    pub connections_per_user: usize,
+    /// Descriptors below the process's `RLIMIT_NOFILE` that no client may
+    /// make the server use (default 300: more than the 253 one message can
+    /// carry, so the server can always receive, reply and accept).
+    pub fd_reserve: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { names_per_user: 256, connections_per_user: 64, fd_reserve: 300 }
+    }
+}
+
 #[derive(Debug)]
 struct Conn {
     sock: OwnedFd,
@@ -39,6 +85,7 @@ struct Conn {
 #[derive(Debug)]
 struct Entry {
     right: SendRight,
+    inode: u64,
     owner_pid: i32,
     watch: u32,
 }
@@ -52,27 +99,91 @@ pub struct NameServer {
     conns: HashMap<u32, Conn>,
     names: HashMap<(u32, String), Entry>,
     watches: HashMap<u32, (u32, String)>,
+    /// Socket inodes the server holds a descriptor of, with how many.
+    held: HashMap<u64, usize>,
+    names_of: HashMap<u32, usize>,
+    conns_of: HashMap<u32, usize>,
+    limits: Limits,
+    /// Descriptors the process may open before the reserve begins.
+    fd_capacity: usize,
+    /// Descriptors open when the server was bound (not clients').
+    fd_base: usize,
+    listener_paused: Option<Instant>,
+    /// Per kind of rate-limited log line: when last logged, lines held back.
+    quiet: HashMap<&'static str, (Instant, u64)>,
     next: u32,
     buf: Vec<u8>,
     log: bool,
 }
 
+/// Checks that `dir` is a real directory owned by this user or root that
+/// nobody else may write to, so that nobody else can put a socket, a lock
+/// file or a symbolic link where the server is about to bind.
+fn check_bind_dir(dir: &Path) -> io::Result<()> {
+    use rustix::fs::{Mode, OFlags};
+    let fd = rustix::fs::open(dir, OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())
+        .map_err(|e| match e {
+            Errno::LOOP | Errno::NOTDIR => io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!("refusing to bind in {}: it is a symbolic link or not a directory", dir.display()),
+            ),
+            e => io::Error::new(io_err(e).kind(), format!("cannot open {}: {e}", dir.display())),
+        })?;
+    let st = rustix::fs::fstat(&fd).map_err(io_err)?;
+    let me = rustix::process::geteuid().as_raw();
+    if st.st_uid != me && st.st_uid != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("refusing to bind in {}: it is owned by uid {}, not by this user (uid {me}) or root", dir.display(), st.st_uid),
+        ));
+    }
+    if st.st_mode & 0o022 != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("refusing to bind in {}: its mode {:o} lets other users write to it", dir.display(), st.st_mode & 0o7777),
+        ));
+    }
+    Ok(())
+}
+
+/// Descriptors this process may have open (`RLIMIT_NOFILE`, soft).
+fn nofile_limit() -> usize {
+    rustix::process::getrlimit(rustix::process::Resource::Nofile).current.map_or(usize::MAX, |n| n as usize)
+}
+
+/// Descriptors open in this process now.
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").map(|d| d.count().saturating_sub(1)).unwrap_or(0)
+}
+
 impl NameServer {
     /// Binds a name server at `path`, creating its directory (mode 0700) if
-    /// needed and removing a stale socket nobody listens on.
+    /// needed and removing a stale socket nobody listens on. The socket is
+    /// mode 0600: only this user (and root) may connect.
     ///
     /// # Errors
-    /// `AddrInUse` if a live server already listens at `path`.
+    /// `AddrInUse` if a live server already listens at `path`;
+    /// `PermissionDenied` if the directory is a symbolic link, is owned by
+    /// another user (other than root), or lets other users write to it.
     pub fn bind(path: &Path) -> io::Result<NameServer> {
-        if let Some(dir) = path.parent() {
-            if !dir.as_os_str().is_empty() && !dir.exists() {
-                std::fs::create_dir_all(dir)?;
-                use std::os::unix::fs::PermissionsExt;
-                std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
-            }
+        NameServer::bind_with_mode(path, 0o600)
+    }
+
+    /// Like [`bind`](NameServer::bind), with the socket's permission bits
+    /// `mode` (0666 lets every user connect, as `ferryd --system` does). The
+    /// socket has that mode from the moment it appears at `path`.
+    pub fn bind_with_mode(path: &Path, mode: u32) -> io::Result<NameServer> {
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        if !dir.exists() {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
         }
+        check_bind_dir(dir)?;
         let lock_path = path.with_extension("lock");
-        let _lock = crate::sys::lock::lock_exclusive(&lock_path).map_err(io_err)?;
+        let lock = crate::sys::lock::lock_exclusive(&lock_path).map_err(io_err)?;
         match socket::connect_to(path) {
             Ok(_) => return Err(io::Error::new(io::ErrorKind::AddrInUse, format!("a name server already listens at {}", path.display()))),
             Err(e) if bootstrap::nobody_listening(e) => {
@@ -80,9 +191,11 @@ impl NameServer {
             }
             Err(e) => return Err(io_err(e)),
         }
-        let listener = socket::listen_at(path, 128).map_err(io_err)?;
+        let listener = socket::listen_at_mode(path, 128, mode).map_err(io_err)?;
         let epoll = Epoll::new().map_err(io_err)?;
         epoll.add(listener.as_fd(), Interest::Readable, KEY_LISTENER).map_err(io_err)?;
+        drop(lock);
+        let limits = Limits::default();
         Ok(NameServer {
             listener,
             path: path.to_owned(),
@@ -90,10 +203,31 @@ impl NameServer {
             conns: HashMap::new(),
             names: HashMap::new(),
             watches: HashMap::new(),
+            held: HashMap::new(),
+            names_of: HashMap::new(),
+            conns_of: HashMap::new(),
+            limits,
+            fd_capacity: nofile_limit().saturating_sub(limits.fd_reserve),
+            fd_base: open_fds(),
+            listener_paused: None,
+            quiet: HashMap::new(),
             next: 0,
             buf: vec![0; crate::wire::MAX_MESSAGE + 1],
             log: false,
         })
+    }
+
+    /// Sets the budgets this server enforces (see [`Limits`]). The
+    /// descriptor capacity is taken from `RLIMIT_NOFILE` as it is now, so
+    /// raise that first.
+    pub fn set_limits(&mut self, limits: Limits) {
+        self.limits = limits;
+        self.fd_capacity = nofile_limit().saturating_sub(limits.fd_reserve);
+    }
+
+    /// The budgets this server enforces.
+    pub fn limits(&self) -> Limits {
+        self.limits
     }
 
     /// Registers `right` under `name` in the system scope, which every user's
@@ -112,12 +246,14 @@ impl NameServer {
         if self.names.get(&key).is_some_and(|e| !e.right.is_dead()) {
             return Err(io::Error::new(io::ErrorKind::AlreadyExists, format!("system name {name:?} is taken")));
         }
+        let inode = socket::identity(right.as_fd()).map_err(io_err)?.1;
         self.next += 1;
         let watch = self.next;
         self.epoll.add(right.as_fd(), Interest::HangUp, KEY_WATCH | watch as u64).map_err(io_err)?;
         self.say(format_args!("registered system name {name:?}"));
+        self.hold(inode);
         self.watches.insert(watch, key.clone());
-        self.names.insert(key, Entry { right, owner_pid: std::process::id() as i32, watch });
+        self.names.insert(key, Entry { right, inode, owner_pid: std::process::id() as i32, watch });
         Ok(())
     }
 
@@ -137,11 +273,30 @@ impl NameServer {
         }
     }
 
+    /// Logs `what` unless a line of this `kind` was logged within
+    /// [`QUIET_FOR`]; then only counts it.
+    fn say_limited(&mut self, kind: &'static str, what: std::fmt::Arguments<'_>) {
+        if !self.log {
+            return;
+        }
+        match self.quiet.get_mut(kind) {
+            Some((last, held)) if last.elapsed() < QUIET_FOR => *held += 1,
+            Some((last, held)) => {
+                eprintln!("ferryd: {what} ({held} more like it not logged)");
+                (*last, *held) = (Instant::now(), 0);
+            }
+            None => {
+                eprintln!("ferryd: {what}");
+                self.quiet.insert(kind, (Instant::now(), 0));
+            }
+        }
+    }
+
     /// Serves requests until an unrecoverable kernel error.
     pub fn serve(mut self) -> io::Result<()> {
         self.say(format_args!("name service listening at {}", self.path.display()));
         loop {
-            self.turn(None)?;
+            self.turn()?;
         }
     }
 
@@ -150,15 +305,21 @@ impl NameServer {
     pub fn spawn(self) -> io::Result<()> {
         std::thread::Builder::new().name("ferry-names".into()).spawn(move || {
             if let Err(e) = self.serve() {
-                eprintln!("ferry: embedded name server stopped: {e}");
+                eprintln!("ferry: name server stopped: {e}");
             }
         })?;
         Ok(())
     }
 
-    /// Handles whatever is ready, waiting up to `deadline`.
-    fn turn(&mut self, deadline: Option<std::time::Instant>) -> io::Result<()> {
-        for (key, ready) in self.epoll.wait(32, deadline).map_err(io_err)? {
+    /// Handles whatever is ready; while the listener is set aside, waits no
+    /// longer than until it is due back.
+    fn turn(&mut self) -> io::Result<()> {
+        let deadline = self.listener_paused.map(|since| since + ACCEPT_PAUSE);
+        let events = self.epoll.wait(32, deadline).map_err(io_err)?;
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            self.resume_listener();
+        }
+        for (key, ready) in events {
             match key & !0xffff_ffff {
                 KEY_LISTENER => self.accept(),
                 KEY_CONN => self.serve_conn(key as u32),
@@ -169,22 +330,107 @@ impl NameServer {
         Ok(())
     }
 
+    /// Descriptors the server holds for clients.
+    fn fds_held(&self) -> usize {
+        self.conns.len() + self.names.len()
+    }
+
+    /// Whether one more client descriptor would cut into the reserve.
+    fn fds_exhausted(&self) -> bool {
+        self.fd_base + self.fds_held() + 1 > self.fd_capacity
+    }
+
+    /// The most descriptors one user may make the server hold: half of
+    /// what is there for clients, so one user never takes them all.
+    fn user_fd_share(&self) -> usize {
+        (self.fd_capacity.saturating_sub(self.fd_base) / 2).max(1)
+    }
+
+    /// Whether `uid` holds its whole share of descriptors already.
+    fn user_fds_exhausted(&self, uid: u32) -> bool {
+        let held = self.names_of.get(&uid).copied().unwrap_or(0) + self.conns_of.get(&uid).copied().unwrap_or(0);
+        held + 1 > self.user_fd_share()
+    }
+
+    fn hold(&mut self, inode: u64) {
+        *self.held.entry(inode).or_insert(0) += 1;
+    }
+
+    fn release(&mut self, inode: u64) {
+        if let Some(n) = self.held.get_mut(&inode) {
+            *n -= 1;
+            if *n == 0 {
+                self.held.remove(&inode);
+            }
+        }
+        // A descriptor came free: accept again if we had stopped.
+        self.resume_listener();
+    }
+
+    fn resume_listener(&mut self) {
+        if self.listener_paused.take().is_some() {
+            let _ = self.epoll.add(self.listener.as_fd(), Interest::Readable, KEY_LISTENER);
+        }
+    }
+
     fn accept(&mut self) {
         let sock = match socket::accept(self.listener.as_fd()) {
             Ok(s) => s,
+            Err(e @ (Errno::MFILE | Errno::NFILE | Errno::NOBUFS | Errno::NOMEM)) => {
+                // The pending connection stays readable: set the listener
+                // aside until a descriptor is freed (or a while has passed)
+                // instead of waking on it again at once.
+                if self.listener_paused.is_none() {
+                    let _ = self.epoll.remove(self.listener.as_fd());
+                    self.listener_paused = Some(Instant::now());
+                }
+                self.say_limited("accept", format_args!("accept failed: {e}; not accepting until a descriptor is freed"));
+                return;
+            }
             Err(e) => {
                 self.say(format_args!("accept failed: {e}"));
                 return;
             }
         };
-        let (Ok(identity), peer) = (socket::identity(sock.as_fd()), socket::peer_cred(sock.as_fd()).ok()) else { return };
+        let (Ok(identity), Ok(peer)) = (socket::identity(sock.as_fd()), socket::peer_cred(sock.as_fd())) else { return };
+        let refuse = if self.conns_of.get(&peer.uid).copied().unwrap_or(0) >= self.limits.connections_per_user {
+            Some((LIMIT_CONNECTIONS, self.limits.connections_per_user))
+        } else if self.user_fds_exhausted(peer.uid) {
+            Some((LIMIT_DESCRIPTORS, self.user_fd_share()))
+        } else if self.fds_exhausted() {
+            Some((LIMIT_DESCRIPTORS, self.fd_capacity))
+        } else {
+            None
+        };
+        if let Some((what, limit)) = refuse {
+            self.say_limited("refused", format_args!("connection of pid {} uid {} refused: {what} limit {limit} reached", peer.pid, peer.uid));
+            // A farewell the client reads as the answer to its first request.
+            let _ = send_on(sock.as_fd(), limit_reply(what, limit), Timeout::Zero);
+            return;
+        }
         self.next += 1;
         let id = self.next;
         if self.epoll.add(sock.as_fd(), Interest::Readable, KEY_CONN | id as u64).is_ok() {
-            if let Some(p) = peer {
-                self.say(format_args!("client connected: pid {} uid {}", p.pid, p.uid));
+            self.say(format_args!("client connected: pid {} uid {}", peer.pid, peer.uid));
+            *self.conns_of.entry(peer.uid).or_insert(0) += 1;
+            self.hold(identity.1);
+            self.conns.insert(id, Conn { sock, identity, peer: Some(peer) });
+        }
+    }
+
+    fn close_conn(&mut self, id: u32) {
+        if let Some(c) = self.conns.remove(&id) {
+            let _ = self.epoll.remove(c.sock.as_fd());
+            if let Some(p) = c.peer {
+                if let Some(n) = self.conns_of.get_mut(&p.uid) {
+                    *n = n.saturating_sub(1);
+                    if *n == 0 {
+                        self.conns_of.remove(&p.uid);
+                    }
+                }
             }
-            self.conns.insert(id, Conn { sock, identity, peer });
+            drop(c.sock);
+            self.release(c.identity.1);
         }
     }
 
@@ -194,16 +440,18 @@ impl NameServer {
         let reply = match got {
             Ok(Some(msg)) => self.handle(msg, conn.peer),
             Ok(None) | Err(RecvError::Io(_)) => {
-                if let Some(c) = self.conns.remove(&id) {
-                    let _ = self.epoll.remove(c.sock.as_fd());
-                }
+                self.close_conn(id);
                 return;
             }
             Err(RecvError::BadMessage(w)) => {
                 self.say(format_args!("malformed request discarded: {w}"));
                 Message::new(ST_BAD_REQUEST).with_body(w.to_string())
             }
-            Err(_) => return,
+            Err(RecvError::Timeout) => return,
+            Err(_) => {
+                self.close_conn(id);
+                return;
+            }
         };
         if let Some(conn) = self.conns.get(&id) {
             // A client that does not read its replies only loses its own.
@@ -224,24 +472,7 @@ impl NameServer {
                     return Message::new(ST_INVALID);
                 }
                 let name = String::from_utf8(name).expect("valid_name checks UTF-8");
-                let key = (cred.uid, name.clone());
-                if let Some(e) = self.names.get(&key) {
-                    if !e.right.is_dead() {
-                        return Message::new(ST_TAKEN);
-                    }
-                    let w = e.watch;
-                    self.drop_watch(w);
-                }
-                self.next += 1;
-                let watch = self.next;
-                if self.epoll.add(right.as_fd(), Interest::HangUp, KEY_WATCH | watch as u64).is_err() {
-                    return Message::new(ST_BAD_REQUEST);
-                }
-                self.say(format_args!("registered {name:?} for uid {} by pid {}", cred.uid, cred.pid));
-                crate::trace::event!(info, name = %name, uid = cred.uid, pid = cred.pid, "name registered");
-                self.watches.insert(watch, key.clone());
-                self.names.insert(key, Entry { right, owner_pid: cred.pid, watch });
-                Message::new(ST_OK)
+                self.register(cred, name, right)
             }
             OP_LOOKUP => {
                 if !valid_name(&name) {
@@ -253,7 +484,7 @@ impl NameServer {
                 match found {
                     Some(e) => match e.right.try_clone() {
                         Ok(copy) => Message::new(ST_OK).with_item(copy),
-                        Err(_) => Message::new(ST_BAD_REQUEST),
+                        Err(_) => limit_reply(LIMIT_DESCRIPTORS, self.fd_capacity),
                     },
                     _ => Message::new(ST_NOT_FOUND),
                 }
@@ -281,34 +512,99 @@ impl NameServer {
                     let q = e.right.queued_bytes().unwrap_or(0);
                     out.push_str(&format!("{uid}\t{}\t{q}\t{name}\n", e.owner_pid));
                 }
-                Message::new(ST_OK).with_body(out)
+                if out.len() <= crate::wire::MAX_INLINE {
+                    return Message::new(ST_OK).with_body(out);
+                }
+                // Too long to travel inline: a sealed by-value region.
+                match RegionItem::copied_from(out.as_bytes()) {
+                    Ok(region) => Message::new(ST_OK).with_item(region),
+                    Err(e) => Message::new(ST_BAD_REQUEST).with_body(format!("cannot send the listing: {e}")),
+                }
             }
             _ => Message::new(ST_BAD_REQUEST).with_body("unknown operation"),
         }
+    }
+
+    /// Checks a registration completely, then records it.
+    fn register(&mut self, cred: Cred, name: String, right: SendRight) -> Message {
+        let key = (cred.uid, name);
+        if let Some(e) = self.names.get(&key) {
+            if !e.right.is_dead() {
+                return Message::new(ST_TAKEN);
+            }
+            let w = e.watch;
+            self.drop_watch(w);
+        }
+        if self.names_of.get(&cred.uid).copied().unwrap_or(0) >= self.limits.names_per_user {
+            self.say_limited("refused", format_args!("registration of {:?} for uid {} refused: names limit reached", key.1, cred.uid));
+            return limit_reply(LIMIT_NAMES, self.limits.names_per_user);
+        }
+        if self.user_fds_exhausted(cred.uid) {
+            self.say_limited("refused", format_args!("registration of {:?} for uid {} refused: its share of descriptors is taken", key.1, cred.uid));
+            return limit_reply(LIMIT_DESCRIPTORS, self.user_fd_share());
+        }
+        if self.fds_exhausted() {
+            self.say_limited("refused", format_args!("registration of {:?} for uid {} refused: descriptor reserve reached", key.1, cred.uid));
+            return limit_reply(LIMIT_DESCRIPTORS, self.fd_capacity);
+        }
+        // The server must not keep a port alive by itself: the right's
+        // socket must be connected, and its other end must not be a socket
+        // the server holds (the receive end registered as a "send right"
+        // under another name, or the client's own connection to us).
+        let Ok(inode) = socket::identity(right.as_fd()).map(|id| id.1) else {
+            return Message::new(ST_BAD_REQUEST).with_body("cannot identify the registered socket");
+        };
+        match socket::peer_inode(right.as_fd()) {
+            Ok(Some(peer)) if self.held.contains_key(&peer) => {
+                self.say_limited("refused", format_args!("registration of {:?} for uid {} refused: the server holds the other end", key.1, cred.uid));
+                return Message::new(ST_BAD_REQUEST)
+                    .with_body("the other end of this socket is held by the name server itself: a registered right must lead to a receive right held elsewhere");
+            }
+            Ok(Some(_)) => {}
+            Ok(None) => return Message::new(ST_BAD_REQUEST).with_body("the registered socket is not connected to a port"),
+            // A kernel without sock_diag for Unix sockets (CONFIG_UNIX_DIAG)
+            // cannot say; refusing every registration there would leave no
+            // name service at all, so the check is skipped, and said so.
+            Err(e) => self.say_limited(
+                "diag",
+                format_args!("cannot ask the kernel for the other end of a registered socket ({e}); registering it unchecked"),
+            ),
+        }
+        self.next += 1;
+        let watch = self.next;
+        if self.epoll.add(right.as_fd(), Interest::HangUp, KEY_WATCH | watch as u64).is_err() {
+            return Message::new(ST_BAD_REQUEST);
+        }
+        self.say(format_args!("registered {:?} for uid {} by pid {}", key.1, cred.uid, cred.pid));
+        crate::trace::event!(info, name = %key.1, uid = cred.uid, pid = cred.pid, "name registered");
+        self.hold(inode);
+        *self.names_of.entry(cred.uid).or_insert(0) += 1;
+        self.watches.insert(watch, key.clone());
+        self.names.insert(key, Entry { right, inode, owner_pid: cred.pid, watch });
+        Message::new(ST_OK)
     }
 
     fn drop_watch(&mut self, watch: u32) {
         if let Some(key) = self.watches.remove(&watch) {
             if let Some(e) = self.names.remove(&key) {
                 let _ = self.epoll.remove(e.right.as_fd());
-                self.say(format_args!("dropped {:?} of uid {}: its port is gone", key.1, key.0));
+                if key.0 != SYSTEM_UID {
+                    if let Some(n) = self.names_of.get_mut(&key.0) {
+                        *n = n.saturating_sub(1);
+                        if *n == 0 {
+                            self.names_of.remove(&key.0);
+                        }
+                    }
+                }
+                drop(e.right);
+                self.release(e.inode);
+                self.say(format_args!("dropped {:?} of uid {}", key.1, key.0));
             }
         }
     }
 }
 
-/// Starts a name server at `path` on a background thread of this process,
-/// unless one was started here already or another process won the race to
-/// bind it.
-pub(crate) fn start_embedded(path: &Path, started: &OnceLock<PathBuf>) -> io::Result<()> {
-    if started.get().is_some_and(|p| p == path) {
-        return Ok(());
-    }
-    let server = match NameServer::bind(path) {
-        Ok(s) => s,
-        Err(e) if e.kind() == io::ErrorKind::AddrInUse => return Ok(()),
-        Err(e) => return Err(e),
-    };
-    let _ = started.set(path.to_owned());
-    server.spawn()
+/// The reply to a request that would exceed a budget.
+fn limit_reply(what: &str, limit: usize) -> Message {
+    Message::new(ST_LIMIT).with_body(format!("{what} {limit}"))
 }

@@ -1,52 +1,112 @@
 //! `ferryd`: the ferry daemon. Serves the name service on the bootstrap
-//! socket and, when asked, the file server, in the foreground, logging each
-//! event to standard error.
+//! socket and, when asked, the file server, logging each event to standard
+//! error.
+//!
+//! By default it serves one user at that user's path (what
+//! `ferry::Bootstrap::connect` starts on demand, with `--detach`); with
+//! `--system`, run by root, it serves every user at a system path, names
+//! scoped by each caller's kernel-reported uid and budgets per user.
 
 mod files;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::{Duration, Instant};
 
-const USAGE: &str = "usage: ferryd [--socket PATH] [--files DIR]
+use clap::Parser;
 
-Serves ferry's name service at PATH (default: $FERRY_BOOTSTRAP, else
-$XDG_RUNTIME_DIR/ferry/bootstrap, else $TMPDIR/ferry-UID/bootstrap,
-with $TMPDIR defaulting to the system temporary directory).
+/// Where `ferryd --system` listens unless `--socket` says otherwise.
+const SYSTEM_PATH: &str = "/run/ferry/bootstrap";
 
---files DIR   also serve the files beneath DIR as by-value memory objects,
-              registered as the system name \"files\" (visible to every user;
-              each request is checked against the caller's uid and gid).";
+/// The ferry daemon: the name service and the system servers.
+///
+/// Serves ferry's name service at PATH: by default this user's path
+/// ($FERRY_BOOTSTRAP, else $XDG_RUNTIME_DIR/ferry/bootstrap, else
+/// $TMPDIR/ferry-UID/bootstrap), socket mode 0600 in a directory only this
+/// user may enter. With --system (root only) at /run/ferry/bootstrap, socket
+/// mode 0666 in a root-owned directory of mode 0755, for every user: each
+/// user's names are their own (by the uid the kernel reports) and each user
+/// has the budgets below.
+#[derive(Debug, Parser)]
+#[command(version, about, long_about)]
+struct Args {
+    /// Listen at PATH instead of the default.
+    #[arg(long, value_name = "PATH")]
+    socket: Option<PathBuf>,
+    /// Also serve the files beneath DIR as by-value memory objects,
+    /// registered as the system name "files" (visible to every user; each
+    /// request is checked against the caller's uid and gid).
+    #[arg(long, value_name = "DIR")]
+    files: Option<PathBuf>,
+    /// Serve every user of the machine (root only).
+    #[arg(long)]
+    system: bool,
+    /// Live registrations one user may hold.
+    #[arg(long, value_name = "N", default_value_t = ferry::Limits::default().names_per_user)]
+    max_names: usize,
+    /// Connections one user may hold open.
+    #[arg(long, value_name = "N", default_value_t = ferry::Limits::default().connections_per_user)]
+    max_connections: usize,
+    /// Descriptors below the open-file limit kept for the daemon itself.
+    #[arg(long, value_name = "N", default_value_t = ferry::Limits::default().fd_reserve)]
+    fd_reserve: usize,
+    /// Start in the background, in a new session, and return once the
+    /// daemon answers (how programs start it on demand).
+    #[arg(long)]
+    detach: bool,
+    /// (internal) The background half of --detach.
+    #[arg(long, hide = true)]
+    new_session: bool,
+}
 
 fn main() -> ExitCode {
-    let mut path = ferry::bootstrap::default_path();
-    let mut files: Option<PathBuf> = None;
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        match a.as_str() {
-            "--socket" => match args.next() {
-                Some(p) => path = p.into(),
-                None => return usage("--socket needs a path"),
-            },
-            "--files" => match args.next() {
-                Some(p) => files = Some(p.into()),
-                None => return usage("--files needs a directory"),
-            },
-            "-h" | "--help" => {
-                println!("{USAGE}");
-                return ExitCode::SUCCESS;
-            }
-            other => return usage(&format!("unknown argument {other:?}")),
+    let args = Args::parse();
+    if args.system && !rustix::process::geteuid().is_root() {
+        eprintln!("ferryd: --system serves every user and must run as root");
+        return ExitCode::from(2);
+    }
+    let path = match (&args.socket, args.system) {
+        (Some(p), _) => p.clone(),
+        (None, true) => PathBuf::from(SYSTEM_PATH),
+        (None, false) => ferry::bootstrap::default_path(),
+    };
+    if args.detach {
+        return detach(&path);
+    }
+    if args.new_session {
+        // Leaves the caller's session: no terminal, no hang-up from it.
+        let _ = rustix::process::setsid();
+    }
+    raise_nofile_limit();
+    if args.system {
+        if let Err(e) = system_dir(&path) {
+            eprintln!("ferryd: {e}");
+            return ExitCode::from(1);
         }
     }
-    let mut server = match ferry::NameServer::bind(&path) {
+    let mode = if args.system { 0o666 } else { 0o600 };
+    let mut server = match ferry::NameServer::bind_with_mode(&path, mode) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("ferryd: cannot listen at {}: {e}", path.display());
             return ExitCode::from(1);
         }
     };
+    server.set_limits(ferry::Limits {
+        names_per_user: args.max_names,
+        connections_per_user: args.max_connections,
+        fd_reserve: args.fd_reserve,
+    });
     server.set_logging(true);
-    if let Some(root) = files {
+    let l = server.limits();
+    eprintln!(
+        "ferryd: {} daemon; per user at most {} names and {} connections; {} descriptors kept in reserve",
+        if args.system { "system" } else { "per-user" },
+        l.names_per_user,
+        l.connections_per_user,
+        l.fd_reserve
+    );
+    if let Some(root) = args.files {
         match files::start(&root) {
             Ok(right) => {
                 if let Err(e) = server.add_system_name(files::NAME, right) {
@@ -70,7 +130,62 @@ fn main() -> ExitCode {
     }
 }
 
-fn usage(msg: &str) -> ExitCode {
-    eprintln!("ferryd: {msg}\n{USAGE}");
-    ExitCode::from(2)
+/// Raises the soft open-file limit to the hard one: every registration and
+/// connection is a descriptor, and the budgets are what bound them.
+fn raise_nofile_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let lim = getrlimit(Resource::Nofile);
+    if lim.current != lim.maximum {
+        let _ = setrlimit(Resource::Nofile, Rlimit { current: lim.maximum, maximum: lim.maximum });
+    }
+}
+
+/// Creates the system socket's directory (root's, mode 0755) if missing.
+fn system_dir(path: &Path) -> Result<(), String> {
+    let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) else { return Ok(()) };
+    if !dir.exists() {
+        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        std::fs::DirBuilder::new().recursive(true).mode(0o755).create(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).map_err(|e| format!("cannot set the mode of {}: {e}", dir.display()))?;
+    }
+    Ok(())
+}
+
+/// `--detach`: starts the daemon again in the background (it calls
+/// `setsid` itself) and returns once it answers at `path`, or once it has
+/// failed. The background daemon is not a child of the caller, so it
+/// outlives whoever started it.
+fn detach(path: &Path) -> ExitCode {
+    let exe = match std::env::current_exe() {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("ferryd: cannot find my own binary: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).filter(|a| a != "--detach").collect();
+    let mut child = match std::process::Command::new(exe).arg("--new-session").args(args).stdin(std::process::Stdio::null()).spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("ferryd: cannot start the daemon: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if ferry::Bootstrap::connect_to(path).is_ok() {
+            return ExitCode::SUCCESS;
+        }
+        match child.try_wait() {
+            Ok(Some(status)) => {
+                eprintln!("ferryd: the daemon stopped at start ({status})");
+                return ExitCode::from(1);
+            }
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
+            _ => {
+                eprintln!("ferryd: the daemon did not answer at {} in time", path.display());
+                return ExitCode::from(1);
+            }
+        }
+    }
 }

@@ -220,3 +220,97 @@ pub fn is_unix_seqpacket(fd: BorrowedFd<'_>) -> bool {
 pub fn dup(fd: BorrowedFd<'_>) -> rustix::io::Result<OwnedFd> {
     rustix::io::fcntl_dupfd_cloexec(fd, 0)
 }
+
+/// The inode number of the socket at the other end of a connected Unix
+/// socket, asked of the kernel through `sock_diag` (`UNIX_DIAG_PEER`).
+/// `Ok(None)` when the socket has no peer (it was never connected, or it is
+/// a listener). Lets a server tell whether it already holds the other end
+/// of a socket it is handed, which only the kernel knows.
+pub fn peer_inode(fd: BorrowedFd<'_>) -> rustix::io::Result<Option<u64>> {
+    const SOCK_DIAG_BY_FAMILY: u16 = 20;
+    const NLM_F_REQUEST: u16 = 1;
+    const NLMSG_ERROR: u16 = 2;
+    const UDIAG_SHOW_PEER: u32 = 4;
+    const UNIX_DIAG_PEER: u16 = 2;
+    let ino = u32::try_from(rustix::fs::fstat(fd)?.st_ino).map_err(|_| Errno::OVERFLOW)?;
+    let nl = net::socket_with(AddressFamily::NETLINK, SocketType::DGRAM, SocketFlags::CLOEXEC, Some(net::netlink::SOCK_DIAG))?;
+    // struct nlmsghdr (16 bytes) then struct unix_diag_req (24 bytes).
+    let mut req = Vec::with_capacity(40);
+    req.extend_from_slice(&40u32.to_ne_bytes());
+    req.extend_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
+    req.extend_from_slice(&NLM_F_REQUEST.to_ne_bytes());
+    req.extend_from_slice(&1u32.to_ne_bytes()); // sequence number
+    req.extend_from_slice(&0u32.to_ne_bytes()); // port id: the kernel
+    req.push(libc::AF_UNIX as u8);
+    req.push(0); // protocol
+    req.extend_from_slice(&0u16.to_ne_bytes());
+    req.extend_from_slice(&u32::MAX.to_ne_bytes()); // every state
+    req.extend_from_slice(&ino.to_ne_bytes());
+    req.extend_from_slice(&UDIAG_SHOW_PEER.to_ne_bytes());
+    req.extend_from_slice(&u32::MAX.to_ne_bytes()); // no cookie
+    req.extend_from_slice(&u32::MAX.to_ne_bytes());
+    net::send(&nl, &req, SendFlags::empty())?;
+    let mut buf = [0u8; 512];
+    let n = net::recv(&nl, &mut buf, RecvFlags::empty())?.0.min(buf.len());
+    let reply = &buf[..n];
+    let u16_at = |o: usize| reply.get(o..o + 2).map(|b| u16::from_ne_bytes([b[0], b[1]]));
+    let u32_at = |o: usize| reply.get(o..o + 4).map(|b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]));
+    let (Some(len), Some(kind)) = (u32_at(0), u16_at(4)) else { return Err(Errno::PROTO) };
+    let len = (len as usize).min(n);
+    if kind == NLMSG_ERROR {
+        let code = u32_at(16).map(|c| c as i32).unwrap_or(-libc::EPROTO);
+        return Err(Errno::from_raw_os_error(code.checked_neg().unwrap_or(libc::EPROTO)));
+    }
+    if kind != SOCK_DIAG_BY_FAMILY || u32_at(20) != Some(ino) {
+        return Err(Errno::PROTO);
+    }
+    // struct unix_diag_msg is 16 bytes; attributes follow, 4-byte aligned.
+    let mut at = 16 + 16;
+    while at + 4 <= len {
+        let (Some(alen), Some(atype)) = (u16_at(at), u16_at(at + 2)) else { break };
+        let alen = alen as usize;
+        if alen < 4 {
+            break;
+        }
+        if atype == UNIX_DIAG_PEER {
+            return Ok(u32_at(at + 4).filter(|&p| p != 0).map(u64::from));
+        }
+        at += (alen + 3) & !3;
+    }
+    Ok(None)
+}
+
+/// Binds a listening `SOCK_SEQPACKET` socket at `path` whose file has
+/// permission bits `mode` from the moment it appears there: it is bound
+/// under a temporary name in the same directory, given its mode, and then
+/// renamed into place, so no client ever finds it with other permissions.
+pub fn listen_at_mode(path: &Path, backlog: i32, mode: u32) -> rustix::io::Result<OwnedFd> {
+    let name = path.file_name().ok_or(Errno::INVAL)?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(".{}.new", std::process::id()));
+    let tmp = path.with_file_name(tmp_name);
+    let _ = rustix::fs::unlink(&tmp);
+    let sock = listen_at(&tmp, backlog)?;
+    let placed = rustix::fs::chmod(&tmp, rustix::fs::Mode::from_raw_mode(mode)).and_then(|()| rustix::fs::rename(&tmp, path));
+    if let Err(e) = placed {
+        let _ = rustix::fs::unlink(&tmp);
+        return Err(e);
+    }
+    Ok(sock)
+}
+
+#[cfg(test)]
+mod peer_inode_tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn peer_inode_names_the_other_end_of_a_pair() {
+        let (a, b) = seqpacket_pair().unwrap();
+        assert_eq!(peer_inode(a.as_fd()).unwrap(), Some(identity(b.as_fd()).unwrap().1));
+        assert_eq!(peer_inode(b.as_fd()).unwrap(), Some(identity(a.as_fd()).unwrap().1));
+        let lone = net::socket_with(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None).unwrap();
+        assert_eq!(peer_inode(lone.as_fd()).unwrap(), None);
+    }
+}

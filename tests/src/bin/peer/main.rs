@@ -8,6 +8,7 @@
 
 mod core;
 mod hostile;
+mod names;
 mod pager;
 mod regions;
 mod rpc;
@@ -25,7 +26,8 @@ fn main() -> ExitCode {
         .or_else(|| regions::run(role, rest))
         .or_else(|| rpc::run(role, rest))
         .or_else(|| pager::run(role, rest))
-        .or_else(|| hostile::run(role, rest));
+        .or_else(|| hostile::run(role, rest))
+        .or_else(|| names::run(role, rest));
     match outcome {
         Some(Ok(())) => ExitCode::SUCCESS,
         Some(Err(e)) => {

@@ -1,0 +1,150 @@
+//! Peer roles for the name-service hardening tests: an impostor that
+//! listens where another user's name server should be, a program reaching
+//! the default name server, and clients that push the server's budgets.
+//!
+//! - `impostor-listen DIR`: binds a name server at `DIR/bootstrap` (creating
+//!   `DIR`), lets everyone reach it, prints `ready` and serves until killed.
+//! - `default-connect`: `Bootstrap::connect()`, registers a port as `probe`,
+//!   prints `registered` or `refused: ERROR`.
+//! - `fill-names PREFIX MAX`: registers one port under `PREFIX-0`, `PREFIX-1`,
+//!   ... until refused or MAX, prints `registered K` and `stopped: ERROR`,
+//!   then `ready`, and keeps the port alive until killed.
+//! - `hold-connections MAX`: opens connections (each makes one request) until
+//!   refused or MAX, prints `connected K` and `stopped: ERROR`, then `ready`,
+//!   and holds them until killed.
+//! - `flood-connections MAX`: opens up to MAX raw connections without a
+//!   request, stopping when a connect would block, prints `opened K`, and
+//!   holds them until killed.
+//! - `server-out-of-fds DIR`: with an open-file limit of 64, runs a name
+//!   server (logging, no descriptor reserve) at `DIR/bootstrap` on a thread,
+//!   then takes every descriptor left for the rest of the program (as a
+//!   busy host program would), prints `ready`; a line on standard input
+//!   gives them back (`freed`); serves until killed.
+
+use std::time::Duration;
+
+use ferry::{Bootstrap, NameServer};
+
+use crate::Outcome;
+
+type Res = Result<(), Box<dyn std::error::Error>>;
+
+/// Runs `role` if this module knows it.
+pub fn run(role: &str, args: &[String]) -> Outcome {
+    let arg = |i: usize| args.get(i).cloned().unwrap_or_default();
+    let num = |i: usize| arg(i).parse::<usize>().unwrap_or(0);
+    Some(match role {
+        "impostor-listen" => impostor(&arg(0)),
+        "default-connect" => default_connect(),
+        "fill-names" => fill_names(&arg(0), num(1)),
+        "hold-connections" => hold_connections(num(0)),
+        "flood-connections" => flood_connections(num(0)),
+        "server-out-of-fds" => server_out_of_fds(&arg(0)),
+        _ => return None,
+    })
+}
+
+fn wait_forever() -> ! {
+    loop {
+        std::thread::sleep(Duration::from_secs(3600));
+    }
+}
+
+fn impostor(dir: &str) -> Res {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::path::Path::new(dir);
+    std::fs::create_dir_all(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
+    let path = dir.join("bootstrap");
+    NameServer::bind(&path)?.spawn()?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777))?;
+    println!("ready");
+    wait_forever()
+}
+
+fn default_connect() -> Res {
+    let (_rx, tx) = ferry::port()?;
+    match Bootstrap::connect().and_then(|mut b| b.register("probe", &tx)) {
+        Ok(()) => println!("registered"),
+        Err(e) => println!("refused: {e}"),
+    }
+    Ok(())
+}
+
+fn fill_names(prefix: &str, max: usize) -> Res {
+    let (_rx, tx) = ferry::port()?;
+    let mut bs = Bootstrap::connect()?;
+    let mut n = 0;
+    let mut why = String::from("none");
+    while n < max {
+        match bs.register(&format!("{prefix}-{n}"), &tx) {
+            Ok(()) => n += 1,
+            Err(e) => {
+                why = format!("{e:?}");
+                break;
+            }
+        }
+    }
+    println!("registered {n}");
+    println!("stopped: {why}");
+    // Lookups of this user's own names are still served.
+    bs.lookup(&format!("{prefix}-0"))?;
+    println!("ready");
+    wait_forever()
+}
+
+fn hold_connections(max: usize) -> Res {
+    let path = ferry::bootstrap::default_path();
+    let mut held = Vec::new();
+    let mut why = String::from("none");
+    while held.len() < max {
+        match Bootstrap::connect_to(&path).and_then(|mut b| b.list().map(|_| b)) {
+            Ok(b) => held.push(b),
+            Err(e) => {
+                why = format!("{e:?}");
+                break;
+            }
+        }
+    }
+    println!("connected {}", held.len());
+    println!("stopped: {why}");
+    println!("ready");
+    wait_forever()
+}
+
+fn flood_connections(max: usize) -> Res {
+    use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+    let path = ferry::bootstrap::default_path();
+    let addr = SocketAddrUnix::new(&path)?;
+    let mut held = Vec::new();
+    while held.len() < max {
+        let s = rustix::net::socket_with(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC | SocketFlags::NONBLOCK, None)?;
+        match rustix::net::connect(&s, &addr) {
+            Ok(()) => held.push(s),
+            Err(rustix::io::Errno::AGAIN) => break,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    println!("opened {}", held.len());
+    println!("ready");
+    wait_forever()
+}
+
+fn server_out_of_fds(dir: &str) -> Res {
+    use rustix::process::{setrlimit, Resource, Rlimit};
+    setrlimit(Resource::Nofile, Rlimit { current: Some(64), maximum: Some(64) })?;
+    let mut server = NameServer::bind(&std::path::Path::new(dir).join("bootstrap"))?;
+    server.set_limits(ferry::Limits { names_per_user: 1000, connections_per_user: 1000, fd_reserve: 0 });
+    server.set_logging(true);
+    server.spawn()?;
+    let mut taken = Vec::new();
+    while let Ok(f) = std::fs::File::open("/dev/null") {
+        taken.push(f);
+    }
+    println!("ready");
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line)?;
+    drop(taken);
+    println!("freed");
+    wait_forever()
+}

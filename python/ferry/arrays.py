@@ -36,4 +36,5 @@ def ndarray(region: "Region | MappedRegion", dtype: Any = "u1", shape: "int | Se
     count = math.prod(shape)
     if offset < 0 or offset + count * dt.itemsize > view.nbytes:
         raise ValueError(f"{count} elements of {dt} at offset {offset} do not fit in {view.nbytes} bytes")
-    return np.ndarray(shape=tuple(shape), dtype=dt, buffer=view, offset=offset)
+    # frombuffer keeps the memoryview (and so a counted view) as the base.
+    return np.frombuffer(view, dtype=dt, count=count, offset=offset).reshape(shape)

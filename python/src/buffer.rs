@@ -5,10 +5,10 @@
 //! The only `unsafe` code of the package. Its invariants:
 //! - An exported view points at memory that stays mapped for as long as the
 //!   view exists: the view holds a reference to the exporting object
-//!   (`view.obj`), and the exporters ([`crate::region`]) count their live
-//!   views and refuse to unmap (close, send by move) while any remain.
-//!   Sealing a region for a send by copy remaps it at the same address, so
-//!   views stay valid across it.
+//!   (`view.obj`), the exporters ([`crate::region`]) keep their memory
+//!   mapped as long as they live, and the one early unmap (a send by move)
+//!   is refused while views are counted. Sealing a region for a send by
+//!   copy remaps it at the same address, so views stay valid across it.
 //! - A read-only export is never handed out writable: `PyBuffer_FillInfo`
 //!   refuses a writable request for read-only memory with `BufferError`.
 //! - [`with_bytes`] lends the bytes only for the duration of the closure,

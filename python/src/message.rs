@@ -112,7 +112,8 @@ impl Message {
     /// `SendOnceRight` or `ReceiveRight`, a received `RegionItem` (passed
     /// on as it is), or a `Region`, sent by value: by copy (sealed; this
     /// process keeps a copy-on-write copy) or, with `move=True`, by move
-    /// (this process gives its mapping up: no view of it may be alive).
+    /// (this process gives its mapping up: no view or array of it may be
+    /// alive).
     /// Returns the message, for chaining.
     #[pyo3(signature = (item, *, r#move=false))]
     fn add<'py>(mut slf: PyRefMut<'py, Self>, item: &Bound<'py, PyAny>, r#move: bool) -> PyResult<PyRefMut<'py, Self>> {

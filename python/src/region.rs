@@ -3,13 +3,16 @@
 //! `MappedRegion` (a received region mapped here).
 //!
 //! `Region` and `MappedRegion` export their memory through the buffer
-//! protocol, so `memoryview` and NumPy see it without a copy. Each counts its
-//! live views and refuses to unmap while any remain (`BufferError`), so an
-//! array can never outlive the memory under it. A `Region`'s views stay
-//! valid when it is sealed for a send by copy: the mapping is replaced by a
-//! private one at the same address, and later writes through them stay in
-//! this process (copy-on-write). A `MappedRegion` of a by-value region is
-//! exported read-only unless it was mapped writable (privately).
+//! protocol, so `memoryview` and NumPy see it without a copy. The memory
+//! stays mapped as long as the Python object lives, and every view or array
+//! over it holds a reference to the object (NumPy's `base`), so an array can
+//! never outlive the memory under it: `close()` only ends the handle's use.
+//! The one early unmap is a send by move, refused while views are counted.
+//! A `Region`'s views stay valid when it is sealed for a send by copy: the
+//! mapping is replaced by a private one at the same address, and later
+//! writes through them stay in this process (copy-on-write). A
+//! `MappedRegion` of a by-value region is exported read-only unless it was
+//! mapped writable (privately).
 
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -47,34 +50,53 @@ pub struct Region {
     inner: Mutex<Option<ferry::Region>>,
     /// Live buffer views.
     views: AtomicUsize,
-    /// A writable view was handed out since the region was last sealed.
-    viewed_since_seal: AtomicBool,
+    /// A writable view was ever handed out: arrays may write it at any time
+    /// (some, like `numpy.ndarray(buffer=...)`, without holding the view).
+    viewed: AtomicBool,
     /// The region was sent by copy at least once (and so is sealed).
     sealed: AtomicBool,
+    /// `close()` was called: no new use; the memory goes with the object.
+    closed: AtomicBool,
+}
+
+/// The handle's state unless `close()` was called.
+fn open<'a, T>(inner: &'a Mutex<Option<T>>, closed: &AtomicBool, what: &str) -> PyResult<std::sync::MutexGuard<'a, Option<T>>> {
+    let g = lock(inner);
+    if closed.load(Ordering::SeqCst) || g.is_none() {
+        return Err(gone(what));
+    }
+    Ok(g)
 }
 
 impl Region {
-    /// An item sending the region by copy. If this process may have written
-    /// through a view since the last seal, the region is marked written so
-    /// that ferry seals its current contents (one copy) rather than the
-    /// earlier ones.
+    fn state(&self) -> PyResult<std::sync::MutexGuard<'_, Option<ferry::Region>>> {
+        open(&self.inner, &self.closed, "Region")
+    }
+
+    /// An item sending the region by copy. The first send seals the
+    /// region without copying. Writes through views and arrays are invisible
+    /// to ferry, so a later send of a region that was ever viewed marks it
+    /// written first: ferry then seals its current contents (one copy), never
+    /// stale ones.
     pub(crate) fn copy_item(&self) -> PyResult<ferry::RegionItem> {
-        let mut g = lock(&self.inner);
+        let mut g = self.state()?;
         let r = g.as_mut().ok_or_else(|| gone("Region"))?;
-        let maybe_written = self.viewed_since_seal.load(Ordering::SeqCst) || self.views.load(Ordering::SeqCst) > 0;
-        if self.sealed.load(Ordering::SeqCst) && maybe_written {
+        if self.sealed.load(Ordering::SeqCst) && self.viewed.load(Ordering::SeqCst) {
             // Only marks the region written; nothing is touched.
             let _ = r.as_mut_slice();
         }
         let item = r.by_copy().map_err(region_error)?;
         self.sealed.store(true, Ordering::SeqCst);
-        self.viewed_since_seal.store(false, Ordering::SeqCst);
         Ok(item)
     }
 
-    /// An item sending the region by move; the region is used up.
+    /// An item sending the region by move; the region is used up. Refused
+    /// while views are counted. (An array made with
+    /// `numpy.ndarray(buffer=region)` holds the object but no view: NumPy
+    /// releases the buffer at once. Such arrays must be gone before a move;
+    /// `ferry.ndarray`, `numpy.frombuffer` and `memoryview` are counted.)
     pub(crate) fn move_item(&self) -> PyResult<ferry::RegionItem> {
-        let mut g = lock(&self.inner);
+        let mut g = self.state()?;
         let views = self.views.load(Ordering::SeqCst);
         if views > 0 {
             return Err(busy("Region", views));
@@ -94,7 +116,7 @@ impl Region {
             return Err(PyValueError::new_err("a region has at least one byte"));
         }
         let r = ferry::Region::new(nbytes).map_err(region_error)?;
-        Ok(Region { inner: Mutex::new(Some(r)), views: AtomicUsize::new(0), viewed_since_seal: AtomicBool::new(false), sealed: AtomicBool::new(false) })
+        Ok(Region { inner: Mutex::new(Some(r)), views: AtomicUsize::new(0), viewed: AtomicBool::new(false), sealed: AtomicBool::new(false), closed: AtomicBool::new(false) })
     }
 
     /// Same as `Region(nbytes)`.
@@ -106,7 +128,7 @@ impl Region {
     /// Length in bytes.
     #[getter]
     fn nbytes(&self) -> PyResult<usize> {
-        Ok(lock(&self.inner).as_ref().ok_or_else(|| gone("Region"))?.len())
+        Ok(self.state()?.as_ref().ok_or_else(|| gone("Region"))?.len())
     }
 
     fn __len__(&self) -> PyResult<usize> {
@@ -116,7 +138,7 @@ impl Region {
     /// Address of the first byte in this process.
     #[getter]
     fn addr(&self) -> PyResult<usize> {
-        Ok(lock(&self.inner).as_ref().ok_or_else(|| gone("Region"))?.addr())
+        Ok(self.state()?.as_ref().ok_or_else(|| gone("Region"))?.addr())
     }
 
     /// Whether the region has been sealed (sent by copy at least once).
@@ -134,19 +156,15 @@ impl Region {
     /// Whether the region was closed or moved into a message.
     #[getter]
     fn closed(&self) -> bool {
-        lock(&self.inner).is_none()
+        self.closed.load(Ordering::SeqCst) || lock(&self.inner).is_none()
     }
 
-    /// Frees this process's copy now. Raises `BufferError` while views of
-    /// it are alive. Idempotent.
-    fn close(&self) -> PyResult<()> {
-        let mut g = lock(&self.inner);
-        let views = self.views.load(Ordering::SeqCst);
-        if g.is_some() && views > 0 {
-            return Err(busy("Region", views));
-        }
-        drop(g.take());
-        Ok(())
+    /// Ends the use of this handle: it can no longer be viewed or sent. The
+    /// memory stays mapped as long as the object lives (arrays made over
+    /// it, even with `numpy.ndarray(buffer=...)`, hold it), and is freed
+    /// with it. Idempotent.
+    fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
@@ -154,23 +172,24 @@ impl Region {
     }
 
     #[pyo3(signature = (*_exc))]
-    fn __exit__(&self, _exc: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
-        self.close()?;
-        Ok(false)
+    fn __exit__(&self, _exc: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+        self.close();
+        false
     }
 
     #[allow(unsafe_code)]
     unsafe fn __getbuffer__(slf: Bound<'_, Self>, view: *mut ffi::Py_buffer, flags: c_int) -> PyResult<()> {
         let me = slf.get();
-        let g = lock(&me.inner);
+        let g = me.state()?;
         let r = g.as_ref().ok_or_else(|| gone("Region"))?;
         let (addr, len) = (r.addr(), r.len());
         // SAFETY: the region stays mapped at `addr` while the view is
-        // counted: close and move refuse while `views` > 0, and sealing
-        // remaps at the same address.
+        // counted (and the view holds a reference to this object): close
+        // leaves the mapping to the object's end, a move refuses while
+        // `views` > 0, and sealing remaps at the same address.
         unsafe { crate::buffer::fill(view, flags, slf.as_any(), addr, len, false)? };
         me.views.fetch_add(1, Ordering::SeqCst);
-        me.viewed_since_seal.store(true, Ordering::SeqCst);
+        me.viewed.store(true, Ordering::SeqCst);
         Ok(())
     }
 
@@ -250,7 +269,7 @@ impl RegionItem {
         }
         let item = self.take()?;
         match py.detach(|| item.map(opts)) {
-            Ok(m) => Ok(MappedRegion { inner: Mutex::new(Some(m)), views: AtomicUsize::new(0) }),
+            Ok(m) => Ok(MappedRegion { inner: Mutex::new(Some(m)), views: AtomicUsize::new(0), closed: AtomicBool::new(false) }),
             Err(e) => {
                 *lock(&self.inner) = Some(e.region);
                 Err(region_error(e.error))
@@ -294,6 +313,14 @@ impl RegionItem {
 pub struct MappedRegion {
     inner: Mutex<Option<ferry::MappedRegion>>,
     views: AtomicUsize,
+    /// `close()` was called: no new use; the mapping goes with the object.
+    closed: AtomicBool,
+}
+
+impl MappedRegion {
+    fn state(&self) -> PyResult<std::sync::MutexGuard<'_, Option<ferry::MappedRegion>>> {
+        open(&self.inner, &self.closed, "MappedRegion")
+    }
 }
 
 #[pymethods]
@@ -301,7 +328,7 @@ impl MappedRegion {
     /// Length in bytes.
     #[getter]
     fn nbytes(&self) -> PyResult<usize> {
-        Ok(lock(&self.inner).as_ref().ok_or_else(|| gone("MappedRegion"))?.len())
+        Ok(self.state()?.as_ref().ok_or_else(|| gone("MappedRegion"))?.len())
     }
 
     fn __len__(&self) -> PyResult<usize> {
@@ -311,19 +338,19 @@ impl MappedRegion {
     /// Address of the first byte here.
     #[getter]
     fn addr(&self) -> PyResult<usize> {
-        Ok(lock(&self.inner).as_ref().ok_or_else(|| gone("MappedRegion"))?.addr())
+        Ok(self.state()?.as_ref().ok_or_else(|| gone("MappedRegion"))?.addr())
     }
 
     /// The mode the region was sent in.
     #[getter]
     fn mode(&self) -> PyResult<&'static str> {
-        Ok(mode_name(lock(&self.inner).as_ref().ok_or_else(|| gone("MappedRegion"))?.mode()))
+        Ok(mode_name(self.state()?.as_ref().ok_or_else(|| gone("MappedRegion"))?.mode()))
     }
 
     /// Whether it is mapped writable (privately, for a by-value region).
     #[getter]
     fn writable(&self) -> PyResult<bool> {
-        Ok(lock(&self.inner).as_ref().ok_or_else(|| gone("MappedRegion"))?.is_writable())
+        Ok(self.state()?.as_ref().ok_or_else(|| gone("MappedRegion"))?.is_writable())
     }
 
     /// Live views (memoryviews, arrays) of the mapping.
@@ -335,18 +362,14 @@ impl MappedRegion {
     /// Whether the mapping was closed.
     #[getter]
     fn closed(&self) -> bool {
-        lock(&self.inner).is_none()
+        self.closed.load(Ordering::SeqCst)
     }
 
-    /// Unmaps now. Raises `BufferError` while views are alive. Idempotent.
-    fn close(&self) -> PyResult<()> {
-        let mut g = lock(&self.inner);
-        let views = self.views.load(Ordering::SeqCst);
-        if g.is_some() && views > 0 {
-            return Err(busy("MappedRegion", views));
-        }
-        drop(g.take());
-        Ok(())
+    /// Ends the use of this handle: no new views. The mapping stays as long
+    /// as the object lives (every array over it holds it, even one made with
+    /// `numpy.ndarray(buffer=...)`), and is unmapped with it. Idempotent.
+    fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
@@ -354,19 +377,19 @@ impl MappedRegion {
     }
 
     #[pyo3(signature = (*_exc))]
-    fn __exit__(&self, _exc: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
-        self.close()?;
-        Ok(false)
+    fn __exit__(&self, _exc: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+        self.close();
+        false
     }
 
     #[allow(unsafe_code)]
     unsafe fn __getbuffer__(slf: Bound<'_, Self>, view: *mut ffi::Py_buffer, flags: c_int) -> PyResult<()> {
         let me = slf.get();
-        let g = lock(&me.inner);
+        let g = me.state()?;
         let m = g.as_ref().ok_or_else(|| gone("MappedRegion"))?;
         let (addr, len, writable) = (m.addr(), m.len(), m.is_writable() && m.mode() != Mode::Share);
-        // SAFETY: the mapping stays at `addr` while the view is counted:
-        // close refuses while `views` > 0. A read-only mapping is exported
+        // SAFETY: the mapping stays at `addr` as long as this object lives,
+        // and the view holds a reference to it. A read-only mapping is exported
         // read-only, so no view can write it; a shared region (whose memory
         // another process writes) is never exported writable.
         unsafe { crate::buffer::fill(view, flags, slf.as_any(), addr, len, !writable)? };

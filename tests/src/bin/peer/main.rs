@@ -11,6 +11,7 @@ mod hostile;
 mod pager;
 mod regions;
 mod rpc;
+mod xlang;
 
 use std::process::ExitCode;
 
@@ -25,7 +26,8 @@ fn main() -> ExitCode {
         .or_else(|| regions::run(role, rest))
         .or_else(|| rpc::run(role, rest))
         .or_else(|| pager::run(role, rest))
-        .or_else(|| hostile::run(role, rest));
+        .or_else(|| hostile::run(role, rest))
+        .or_else(|| xlang::run(role, rest));
     match outcome {
         Some(Ok(())) => ExitCode::SUCCESS,
         Some(Err(e)) => {

@@ -41,13 +41,19 @@ impl Message {
         Ok(())
     }
 
+    /// Whether the message was sent already.
+    pub(crate) fn is_sent(&self) -> bool {
+        self.msg.is_none()
+    }
+
     /// Takes the message out to send it; the Python object is used up.
     pub(crate) fn take_for_send(&mut self) -> PyResult<ferry::Message> {
         self.msg.take().ok_or_else(sent)
     }
 }
 
-fn sent() -> PyErr {
+/// The error for a message used again after it was sent.
+pub(crate) fn sent() -> PyErr {
     PyValueError::new_err("this message was already sent")
 }
 

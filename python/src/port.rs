@@ -200,6 +200,9 @@ impl SendRight {
     #[pyo3(signature = (msg, timeout=None))]
     fn send(&self, py: Python<'_>, msg: &Bound<'_, Message>, timeout: Option<f64>) -> PyResult<()> {
         let t = crate::timeout(timeout)?;
+        if self.closed() {
+            return Err(gone("SendRight"));
+        }
         let m = msg.borrow_mut().take_for_send()?;
         let inner = &self.inner;
         let r = py.detach(|| {
@@ -319,6 +322,9 @@ impl SendOnceRight {
     #[pyo3(signature = (msg, timeout=None))]
     fn send(&self, py: Python<'_>, msg: &Bound<'_, Message>, timeout: Option<f64>) -> PyResult<()> {
         let t = crate::timeout(timeout)?;
+        if msg.borrow().is_sent() {
+            return Err(crate::message::sent());
+        }
         let right = self.take()?;
         let m = msg.borrow_mut().take_for_send()?;
         py.detach(|| right.send(m, t)).map_err(send_error)

@@ -106,7 +106,17 @@ def test_used_and_closed_handles_refuse_with_value_error():
         tx.send(ferry.Message(4))
     with pytest.raises(TypeError):
         ferry.Message(5).add(object())
-    assert rx.recv(LIMIT).op == 1
+    # A failed precondition uses nothing up: the message and the right stay.
+    kept = ferry.Message(6)
+    with pytest.raises(ValueError):
+        tx.send(kept)
+    assert not kept.sent
+    once = rx.make_send_once()
+    with pytest.raises(ValueError):
+        once.send(m)
+    assert not once.closed
+    once.send(kept)
+    assert sorted(rx.recv(LIMIT).op for _ in range(2)) == [1, 6]
 
 
 def test_send_once_dropped_unused_is_reported():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import threading
 
 import pytest
@@ -117,6 +118,30 @@ def test_used_and_closed_handles_refuse_with_value_error():
     assert not once.closed
     once.send(kept)
     assert sorted(rx.recv(LIMIT).op for _ in range(2)) == [1, 6]
+
+
+def test_receive_right_moves_with_its_queue():
+    rx, tx = ferry.port()
+    tx.send(ferry.Message(1, b"queued before the move"))
+    carrier_rx, carrier_tx = ferry.port()
+    carrier_tx.send(ferry.Message(2).add(rx))
+    assert rx.closed
+    (moved,) = carrier_rx.recv(LIMIT).items
+    assert isinstance(moved, ferry.ReceiveRight)
+    assert moved.recv(LIMIT).body == b"queued before the move"
+    tx.send(ferry.Message(3))
+    assert moved.recv(LIMIT).op == 3
+
+
+def test_ctrl_c_interrupts_a_blocking_receive():
+    rx, _tx = ferry.port()
+    timer = threading.Timer(0.05, lambda: signal.pthread_kill(threading.main_thread().ident, signal.SIGINT))
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            rx.recv()  # no timeout: only the signal can end it
+    finally:
+        timer.cancel()
 
 
 def test_send_once_dropped_unused_is_reported():

@@ -41,6 +41,7 @@ from ._ferry import (
 )
 from .aio import recv_async, wait_async
 from .errors import *  # noqa: F401,F403
+from .errors import NameError  # noqa: A004 - ferry.NameError, as in Rust
 from .errors import __all__ as _errors_all
 from .arrays import ndarray
 
@@ -65,5 +66,6 @@ __all__ = [
     "port",
     "recv_async",
     "wait_async",
-    *_errors_all,
+    # `from ferry import *` must not shadow the built-in NameError.
+    *(name for name in _errors_all if name != "NameError"),
 ]

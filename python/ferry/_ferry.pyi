@@ -4,7 +4,7 @@ from os import PathLike
 from types import TracebackType
 from typing import Literal, Self
 
-from collections.abc import Buffer
+from typing_extensions import Buffer
 
 MAX_INLINE: int
 MAX_ITEMS: int

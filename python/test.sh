@@ -3,8 +3,9 @@
 # pytest suite (real processes: Python peers and the Rust ferry-peer).
 # Works from a clean clone: creates target/python-venv (installing Debian's
 # python3-venv first when running as root without it), installs maturin,
-# numpy and pytest from PyPI, builds the extension (debug) and the Rust
-# peer, then runs pytest. Extra arguments go to pytest.
+# numpy, pytest and mypy (which checks the type stubs) from PyPI, builds
+# the extension (debug) and the Rust peer, then runs pytest. Extra
+# arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -38,7 +39,7 @@ fi
 
 export VIRTUAL_ENV=$VENV
 export PATH="$VENV/bin:$PATH"
-python -m pip install --quiet --disable-pip-version-check "maturin>=1.5,<2" numpy pytest
+python -m pip install --quiet --disable-pip-version-check "maturin>=1.5,<2" numpy pytest mypy
 
 cargo build --quiet -p ferry-tests --bin ferry-peer
 maturin develop --quiet --manifest-path python/Cargo.toml

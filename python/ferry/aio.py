@@ -19,8 +19,13 @@ if TYPE_CHECKING:  # pragma: no cover
 
 async def _readable(fd: int) -> None:
     loop = asyncio.get_running_loop()
-    fut = loop.create_future()
-    loop.add_reader(fd, lambda: fut.done() or fut.set_result(None))
+    fut: asyncio.Future[None] = loop.create_future()
+
+    def ready() -> None:
+        if not fut.done():
+            fut.set_result(None)
+
+    loop.add_reader(fd, ready)
     try:
         await fut
     finally:

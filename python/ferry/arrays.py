@@ -11,10 +11,11 @@ stays mapped after the message it came in is gone.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence, cast
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
+    from typing_extensions import Buffer
 
     from ._ferry import MappedRegion, Region
 
@@ -27,7 +28,7 @@ def ndarray(region: "Region | MappedRegion", dtype: Any = "u1", shape: "int | Se
     import numpy as np
 
     dt = np.dtype(dtype)
-    view = memoryview(region)
+    view = memoryview(cast("Buffer", region))  # both export the buffer protocol
     if shape is None:
         count = (view.nbytes - offset) // dt.itemsize
         shape = (count,)

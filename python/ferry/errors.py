@@ -131,4 +131,32 @@ class NoClients(RpcError):
     """The server has no connections and no port to accept new ones."""
 
 
-__all__ = [name for name, value in globals().items() if isinstance(value, type) and issubclass(value, FerryError)]
+__all__ = [
+    "FerryError",
+    "Timeout",
+    "SendError",
+    "PeerDead",
+    "QueueFull",
+    "SendTimeout",
+    "MessageTooLarge",
+    "InvalidSend",
+    "RecvError",
+    "NoSenders",
+    "SendOnceDropped",
+    "RecvTimeout",
+    "WireError",
+    "BadMessage",
+    "RegionError",
+    "SenderMayWrite",
+    "AddressTaken",
+    "NameError",
+    "NameNotFound",
+    "NameTaken",
+    "InvalidName",
+    "NameDenied",
+    "NameServiceUnavailable",
+    "RpcError",
+    "RpcPeerDead",
+    "RpcTimeout",
+    "NoClients",
+]

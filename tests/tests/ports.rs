@@ -223,6 +223,32 @@ fn port_set_delivers_messages_and_notifications() {
     });
 }
 
+/// Whether `fd` polls readable now.
+fn readable_now(fd: std::os::fd::BorrowedFd<'_>) -> bool {
+    let mut fds = [rustix::event::PollFd::new(&fd, rustix::event::PollFlags::IN)];
+    rustix::event::poll(&mut fds, Some(&rustix::event::Timespec { tv_sec: 0, tv_nsec: 0 })).unwrap() == 1
+}
+
+#[test]
+fn port_set_ready_fd_polls_readable_for_an_outside_event_loop() {
+    let _serial = common::serial();
+    watchdog("port_set_ready_fd", LIMIT, || {
+        let mut set = PortSet::new().unwrap();
+        let (a, to_a) = ferry::port().unwrap();
+        let ia = set.insert(a);
+        assert!(!readable_now(set.ready_fd().unwrap()), "nothing queued yet");
+        to_a.send(Message::new(1), Timeout::Infinite).unwrap();
+        assert!(readable_now(set.ready_fd().unwrap()), "a queued message makes the set readable");
+        assert!(matches!(set.wait(Timeout::Zero).unwrap(), Event::Message(id, m) if id == ia && m.op() == 1));
+        assert!(!readable_now(set.ready_fd().unwrap()), "drained");
+        // A send-once right made after the last wait: ready_fd registers it.
+        let once = set.port_mut(ia).unwrap().make_send_once().unwrap();
+        once.send(Message::new(2), Timeout::Infinite).unwrap();
+        assert!(readable_now(set.ready_fd().unwrap()), "a reply through a new send-once right makes the set readable");
+        assert!(matches!(set.wait(Timeout::Zero).unwrap(), Event::Message(id, m) if id == ia && m.via_send_once()));
+    });
+}
+
 #[test]
 fn dropping_everything_leaks_no_descriptor() {
     let _serial = common::serial();

@@ -140,6 +140,22 @@ impl PortSet {
         Ok(())
     }
 
+    /// The same descriptor as [`AsFd::as_fd`], after bringing the set's
+    /// registrations up to date: it polls readable while
+    /// [`wait`](Self::wait) has something to report, for an outside event loop (Python's `asyncio`,
+    /// `selectors`, tokio's `AsyncFd`): when it is readable, call
+    /// `wait(Timeout::Zero)`. The set's registrations are brought up to date
+    /// first; they change when a port is inserted or a member's send-once
+    /// rights come and go, so ask for the descriptor again (a cheap call)
+    /// before each time you poll it.
+    ///
+    /// # Errors
+    /// The kernel refused to update the registrations.
+    pub fn ready_fd(&mut self) -> io::Result<BorrowedFd<'_>> {
+        self.sync()?;
+        Ok(self.epoll.as_fd())
+    }
+
     /// Waits for the next event on any member, as `timeout` allows.
     ///
     /// # Errors

@@ -12,6 +12,7 @@ mod names;
 mod pager;
 mod regions;
 mod rpc;
+mod xlang;
 
 use std::process::ExitCode;
 
@@ -27,7 +28,8 @@ fn main() -> ExitCode {
         .or_else(|| rpc::run(role, rest))
         .or_else(|| pager::run(role, rest))
         .or_else(|| hostile::run(role, rest))
-        .or_else(|| names::run(role, rest));
+        .or_else(|| names::run(role, rest))
+        .or_else(|| xlang::run(role, rest));
     match outcome {
         Some(Ok(())) => ExitCode::SUCCESS,
         Some(Err(e)) => {

@@ -1,0 +1,73 @@
+"""``asyncio`` integration: await a message on a port or an event on a port
+set without blocking the event loop.
+
+Both helpers try the non-blocking call first, then wait on the handle's
+``fileno()`` with ``loop.add_reader`` and try again; the descriptor is asked
+for anew each time, so send-once rights made meanwhile are seen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from .errors import RecvTimeout
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._ferry import Event, Message, PortSet, ReceiveRight
+
+
+async def _readable(fd: int) -> None:
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[None] = loop.create_future()
+
+    def ready() -> None:
+        if not fut.done():
+            fut.set_result(None)
+
+    loop.add_reader(fd, ready)
+    try:
+        await fut
+    finally:
+        loop.remove_reader(fd)
+
+
+async def recv_async(port: "ReceiveRight", timeout: float | None = None) -> "Message":
+    """Receives the next message on ``port`` without blocking the event
+    loop. Raises what ``ReceiveRight.recv`` raises; ``timeout`` (seconds)
+    raises ``RecvTimeout``."""
+
+    async def loop() -> "Message":
+        while True:
+            try:
+                return port.try_recv()
+            except RecvTimeout:
+                pass
+            await _readable(port.fileno())
+
+    if timeout is None:
+        return await loop()
+    try:
+        return await asyncio.wait_for(loop(), timeout)
+    except asyncio.TimeoutError:
+        raise RecvTimeout(f"no message within {timeout} s") from None
+
+
+async def wait_async(portset: "PortSet", timeout: float | None = None) -> "Event":
+    """Waits for the next event of ``portset`` without blocking the event
+    loop."""
+
+    async def loop() -> "Event":
+        while True:
+            try:
+                return portset.wait(0)
+            except RecvTimeout:
+                pass
+            await _readable(portset.fileno())
+
+    if timeout is None:
+        return await loop()
+    try:
+        return await asyncio.wait_for(loop(), timeout)
+    except asyncio.TimeoutError:
+        raise RecvTimeout(f"no event within {timeout} s") from None

@@ -1,0 +1,124 @@
+//! `ferry._ferry`: the compiled half of ferry's Python package.
+//!
+//! Each class wraps one of ferry's handles (rights, messages, regions, port
+//! sets, the name service, RPC) for Python; the pure-Python package `ferry`
+//! beside it re-exports them with the exception classes, the NumPy helpers
+//! and `asyncio` support. The GIL is released around every call that can
+//! block. A handle that has been moved (into a message, a port set) or closed
+//! refuses further use with `ValueError`, never with a crash.
+//!
+//! `buffer` is the only module with `unsafe` code: it implements Python's
+//! buffer protocol over region memory.
+
+#![deny(unsafe_code)]
+#![deny(missing_docs)]
+
+mod buffer;
+mod errors;
+mod message;
+mod names;
+mod port;
+mod portset;
+mod region;
+mod rpc;
+
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+/// Converts a Python timeout (seconds; `None` waits forever, `0` not at all)
+/// into ferry's.
+pub(crate) fn timeout(secs: Option<f64>) -> PyResult<ferry::Timeout> {
+    match secs {
+        None => Ok(ferry::Timeout::Infinite),
+        Some(s) if s.is_nan() || s < 0.0 => Err(PyValueError::new_err(format!("timeout must be None or >= 0 seconds, not {s}"))),
+        Some(0.0) => Ok(ferry::Timeout::Zero),
+        Some(s) if s.is_infinite() => Ok(ferry::Timeout::Infinite),
+        Some(s) => Ok(ferry::Timeout::After(Duration::from_secs_f64(s))),
+    }
+}
+
+/// Locks a handle's state. A panic while it was held cannot leave a ferry
+/// handle half-changed (each operation either took it or not), so a
+/// poisoned lock is used as it is.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The error for a handle that was closed or moved away.
+pub(crate) fn gone(what: &str) -> PyErr {
+    PyValueError::new_err(format!("this {what} was closed or moved into a message or port set"))
+}
+
+/// ferry's counters of this process (messages, bytes inline and mapped,
+/// bytes copied, regions, faults...) as a dict of name to count.
+#[pyfunction]
+fn counters(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let d = PyDict::new(py);
+    for (name, v) in ferry::counters::snapshot().fields() {
+        d.set_item(name, v)?;
+    }
+    Ok(d)
+}
+
+/// The compiled module.
+#[pymodule]
+fn _ferry(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(port::port, m)?)?;
+    m.add_function(wrap_pyfunction!(counters, m)?)?;
+    m.add_class::<port::ReceiveRight>()?;
+    m.add_class::<port::SendRight>()?;
+    m.add_class::<port::SendOnceRight>()?;
+    m.add_class::<message::Message>()?;
+    m.add_class::<region::Region>()?;
+    m.add_class::<region::RegionItem>()?;
+    m.add_class::<region::MappedRegion>()?;
+    m.add_class::<portset::PortSet>()?;
+    m.add_class::<portset::Event>()?;
+    m.add_class::<names::Bootstrap>()?;
+    m.add_class::<rpc::Connection>()?;
+    m.add_class::<rpc::RpcServer>()?;
+    m.add_class::<rpc::ConnId>()?;
+    m.add("MAX_INLINE", ferry::message::MAX_INLINE)?;
+    m.add("MAX_ITEMS", ferry::message::MAX_ITEMS)?;
+    Ok(())
+}
+
+/// Longest stretch a blocking call waits with the GIL released before it
+/// looks at Python's signals (so Ctrl-C interrupts a receive).
+const SIGNAL_SLICE: Duration = Duration::from_millis(200);
+
+/// Runs a blocking `op` with the GIL released, in slices of at most
+/// [`SIGNAL_SLICE`] so that pending signals are handled between them; `op`
+/// must be safe to repeat after it timed out (a receive or a wait, never a
+/// send, which gives its message up). `is_timeout` tells a slice's timeout.
+pub(crate) fn interruptible<T, E>(
+    py: Python<'_>,
+    t: ferry::Timeout,
+    is_timeout: fn(&E) -> bool,
+    mut op: impl FnMut(ferry::Timeout) -> Result<T, E> + Send,
+) -> PyResult<Result<T, E>>
+where
+    T: Send,
+    E: Send,
+{
+    let deadline = match t {
+        ferry::Timeout::Zero => return Ok(py.detach(|| op(ferry::Timeout::Zero))),
+        ferry::Timeout::After(d) => Some(std::time::Instant::now() + d),
+        ferry::Timeout::Infinite => None,
+    };
+    loop {
+        let slice = match deadline {
+            None => SIGNAL_SLICE,
+            Some(d) => d.saturating_duration_since(std::time::Instant::now()).min(SIGNAL_SLICE),
+        };
+        let r = py.detach(|| op(ferry::Timeout::from(slice)));
+        match r {
+            Err(e) if is_timeout(&e) && deadline.is_none_or(|d| std::time::Instant::now() < d) => py.check_signals()?,
+            r => return Ok(r),
+        }
+    }
+}

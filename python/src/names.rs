@@ -1,0 +1,105 @@
+//! `Bootstrap`: the name service (register a send right under a name, look
+//! one up), per user, through `ferryd` or an embedded server.
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use crate::errors::name_error;
+use crate::port::SendRight;
+use crate::{gone, lock};
+
+/// A connection to the name service: `FERRY_BOOTSTRAP`'s socket, the default
+/// one, or `path`. Without a running `ferryd`, the first program starts an
+/// embedded name server (unless `FERRY_NO_EMBED=1`).
+#[pyclass(module = "ferry._ferry", frozen)]
+#[derive(Debug)]
+pub struct Bootstrap {
+    inner: Mutex<Option<ferry::Bootstrap>>,
+}
+
+impl Bootstrap {
+    fn call<R: Send>(&self, py: Python<'_>, f: impl FnOnce(&mut ferry::Bootstrap) -> Result<R, ferry::NameError> + Send) -> PyResult<R> {
+        let inner = &self.inner;
+        py.detach(|| {
+            let mut g = lock(inner);
+            g.as_mut().map(f)
+        })
+        .ok_or_else(|| gone("Bootstrap"))?
+        .map_err(name_error)
+    }
+}
+
+#[pymethods]
+impl Bootstrap {
+    /// Connects to the name service.
+    #[new]
+    #[pyo3(signature = (path=None))]
+    fn new(py: Python<'_>, path: Option<PathBuf>) -> PyResult<Bootstrap> {
+        let bs = py
+            .detach(|| match path {
+                Some(p) => ferry::Bootstrap::connect_to(&p),
+                None => ferry::Bootstrap::connect(),
+            })
+            .map_err(name_error)?;
+        Ok(Bootstrap { inner: Mutex::new(Some(bs)) })
+    }
+
+    /// Registers a copy of `right` under `name` for this user. Raises
+    /// `NameTaken` if a live port has it.
+    fn register(&self, py: Python<'_>, name: &str, right: &Bound<'_, SendRight>) -> PyResult<()> {
+        let copy = right.get().with(|r| r.try_clone())?.map_err(crate::errors::os_error)?;
+        self.call(py, |b| b.register(name, &copy))
+    }
+
+    /// Looks `name` up; returns a send right. Raises `NameNotFound`.
+    fn lookup(&self, py: Python<'_>, name: &str) -> PyResult<SendRight> {
+        self.call(py, |b| b.lookup(name)).map(SendRight::wrap)
+    }
+
+    /// Removes this user's registration of `name`.
+    fn unregister(&self, py: Python<'_>, name: &str) -> PyResult<()> {
+        self.call(py, |b| b.unregister(name))
+    }
+
+    /// This user's registrations (and the system's), as dicts with `name`,
+    /// `uid`, `owner_pid` and `queued_bytes`.
+    fn list<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        let entries = self.call(py, |b| b.list())?;
+        entries
+            .into_iter()
+            .map(|e| {
+                let d = PyDict::new(py);
+                d.set_item("name", e.name)?;
+                d.set_item("uid", e.uid)?;
+                d.set_item("owner_pid", e.owner_pid)?;
+                d.set_item("queued_bytes", e.queued_bytes)?;
+                Ok(d)
+            })
+            .collect()
+    }
+
+    /// The socket path of the name server.
+    #[getter]
+    fn path(&self) -> PyResult<PathBuf> {
+        Ok(lock(&self.inner).as_ref().ok_or_else(|| gone("Bootstrap"))?.path().to_path_buf())
+    }
+
+    /// Closes the connection. Idempotent.
+    fn close(&self) {
+        let b = lock(&self.inner).take();
+        drop(b);
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&self, _exc: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+        self.close();
+        false
+    }
+}

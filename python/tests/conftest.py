@@ -1,0 +1,90 @@
+"""Shared set-up for ferry's Python tests.
+
+Every test run gets a private name server: ``FERRY_BOOTSTRAP`` points into a
+fresh temporary directory, the test process starts an embedded name server
+there on its first ``ferry.Bootstrap()``, and the peer processes it spawns
+(``FERRY_NO_EMBED=1``) talk to that one only. A watchdog dumps the stacks
+and ends the run if a test hangs; nothing here measures time.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import itertools
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+_DIR = tempfile.mkdtemp(prefix="ferry-pytest-")
+os.environ["FERRY_BOOTSTRAP"] = os.path.join(_DIR, "bootstrap")
+os.environ.pop("FERRY_NO_EMBED", None)
+
+import ferry  # noqa: E402  (after FERRY_BOOTSTRAP is set)
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+#: Generous bound for any single wait in a test; a hang fails, it is not timed.
+LIMIT = 30.0
+WATCHDOG = 120.0
+_names = itertools.count()
+
+
+@pytest.fixture(autouse=True)
+def watchdog():
+    """Turns a deadlocked test into a failure with every thread's stack."""
+    faulthandler.dump_traceback_later(WATCHDOG, exit=True)
+    yield
+    faulthandler.cancel_dump_traceback_later()
+
+
+@pytest.fixture
+def names() -> ferry.Bootstrap:
+    with ferry.Bootstrap() as bs:
+        yield bs
+
+
+def unique(prefix: str) -> str:
+    """A name no other test registers."""
+    return f"{prefix}-{os.getpid()}-{next(_names)}"
+
+
+def _peer_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["FERRY_NO_EMBED"] = "1"
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])
+    return env
+
+
+def spawn_python(role: str, *args: str) -> subprocess.Popen:
+    """Starts ``peer.py ROLE ARGS`` in a new Python process."""
+    return subprocess.Popen([sys.executable, str(HERE / "peer.py"), role, *args], env=_peer_env(), stdout=subprocess.PIPE, text=True)
+
+
+def rust_peer() -> Path:
+    """The Rust peer program (``cargo build`` makes it)."""
+    target = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target"))
+    exe = target / "debug" / "ferry-peer"
+    if not exe.exists():
+        pytest.fail(f"{exe} is missing: run `cargo build -p ferry-tests` first (python/test.sh does)")
+    return exe
+
+
+def spawn_rust(role: str, *args: str) -> subprocess.Popen:
+    """Starts ``ferry-peer ROLE ARGS``."""
+    return subprocess.Popen([str(rust_peer()), role, *args], env=_peer_env(), stdout=subprocess.PIPE, text=True)
+
+
+def finish(child: subprocess.Popen) -> str:
+    """Waits for a peer and returns its output; fails the test if it failed."""
+    try:
+        out, _ = child.communicate(timeout=LIMIT * 2)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        out, _ = child.communicate()
+        pytest.fail(f"peer {child.args} hung; output:\n{out}")
+    assert child.returncode == 0, f"peer {child.args} failed with {child.returncode}; output:\n{out}"
+    return out

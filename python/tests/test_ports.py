@@ -1,0 +1,217 @@
+"""Ports, rights and messages: in one process and across processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+import pytest
+
+import ferry
+from conftest import LIMIT, finish, spawn_python, unique
+
+
+def test_message_carries_op_body_and_kernel_credentials():
+    rx, tx = ferry.port()
+    tx.send(ferry.Message(7, b"hello"))
+    m = rx.recv(LIMIT)
+    assert (m.op, m.body, m.items) == (7, b"hello", [])
+    assert m.sender == (os.getpid(), os.getuid(), os.getgid())
+    assert not m.via_send_once
+
+
+def test_send_right_passed_in_a_message_reaches_another_process(names):
+    name = unique("echo")
+    peer = spawn_python("echo", name)
+    to_echo = _lookup(names, name)
+    mine, right = ferry.port()
+    to_echo.send(ferry.Message(1).add(right.clone()))
+    greeting = mine.recv(LIMIT)
+    assert (greeting.op, greeting.body) == (7, b"hello from echo")
+    assert greeting.sender[0] == peer.pid
+    to_echo.send(ferry.Message(99))
+    assert "echo: stop" in finish(peer)
+
+
+def test_send_once_reply_from_another_process(names):
+    name = unique("echo")
+    peer = spawn_python("echo", name)
+    to_echo = _lookup(names, name)
+    rx, _keep = ferry.port()
+    once = rx.make_send_once()
+    assert rx.send_once_outstanding == 1
+    to_echo.send(ferry.Message(41, b"abc").set_reply(once))
+    assert once.closed, "the reply right moved into the message"
+    reply = rx.recv(LIMIT)
+    assert (reply.op, reply.body, reply.via_send_once) == (42, b"cba", True)
+    assert rx.send_once_outstanding == 0
+    to_echo.send(ferry.Message(99))
+    finish(peer)
+
+
+def test_dead_name_and_no_senders_across_processes(names):
+    name = unique("hold")
+    rx, tx = ferry.port()
+    names.register(name, tx)
+    peer = spawn_python("hold-receive", name)
+    (theirs,) = rx.recv(LIMIT).items
+    assert isinstance(theirs, ferry.SendRight) and not theirs.is_dead
+    theirs.send(ferry.Message(99))
+    finish(peer)
+    assert theirs.wait_dead(LIMIT)
+    with pytest.raises(ferry.PeerDead) as e:
+        theirs.send(ferry.Message(1))
+    assert isinstance(e.value, ferry.SendError) and isinstance(e.value, BrokenPipeError)
+    tx.close()
+    names.unregister(name)
+
+
+def test_errors_are_typed_per_family():
+    rx, tx = ferry.port(queue_limit=4096)
+    with pytest.raises(ferry.RecvTimeout) as e:
+        rx.recv(0)
+    assert isinstance(e.value, ferry.RecvError) and isinstance(e.value, TimeoutError)
+    with pytest.raises(ferry.MessageTooLarge):
+        tx.send(ferry.Message(1, bytes(ferry.MAX_INLINE + 1)))
+    with pytest.raises(ferry.QueueFull):
+        for _ in range(10_000):
+            tx.send(ferry.Message(1, bytes(1024)), timeout=0)
+    with pytest.raises(ferry.SendTimeout):
+        tx.send(ferry.Message(1, bytes(1024)), timeout=0.01)
+    while True:
+        try:
+            rx.recv(0)
+        except ferry.RecvTimeout:
+            break
+    tx.close()
+    with pytest.raises(ferry.NoSenders):
+        rx.recv(LIMIT)
+
+
+def test_used_and_closed_handles_refuse_with_value_error():
+    rx, tx = ferry.port()
+    m = ferry.Message(1)
+    tx.send(m)
+    assert m.sent
+    with pytest.raises(ValueError):
+        tx.send(m)
+    moved = tx.clone()
+    ferry.Message(2).add(moved)
+    with pytest.raises(ValueError):
+        moved.send(ferry.Message(3))
+    with tx:
+        pass
+    assert tx.closed
+    with pytest.raises(ValueError):
+        tx.send(ferry.Message(4))
+    with pytest.raises(TypeError):
+        ferry.Message(5).add(object())
+    # A failed precondition uses nothing up: the message and the right stay.
+    kept = ferry.Message(6)
+    with pytest.raises(ValueError):
+        tx.send(kept)
+    assert not kept.sent
+    once = rx.make_send_once()
+    with pytest.raises(ValueError):
+        once.send(m)
+    assert not once.closed
+    once.send(kept)
+    assert sorted(rx.recv(LIMIT).op for _ in range(2)) == [1, 6]
+
+
+def test_receive_right_moves_with_its_queue():
+    rx, tx = ferry.port()
+    tx.send(ferry.Message(1, b"queued before the move"))
+    carrier_rx, carrier_tx = ferry.port()
+    carrier_tx.send(ferry.Message(2).add(rx))
+    assert rx.closed
+    (moved,) = carrier_rx.recv(LIMIT).items
+    assert isinstance(moved, ferry.ReceiveRight)
+    assert moved.recv(LIMIT).body == b"queued before the move"
+    tx.send(ferry.Message(3))
+    assert moved.recv(LIMIT).op == 3
+
+
+def test_ctrl_c_interrupts_a_blocking_receive():
+    rx, _tx = ferry.port()
+    timer = threading.Timer(0.05, lambda: signal.pthread_kill(threading.main_thread().ident, signal.SIGINT))
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            rx.recv()  # no timeout: only the signal can end it
+    finally:
+        timer.cancel()
+
+
+def test_send_once_dropped_unused_is_reported():
+    rx, tx = ferry.port()
+    once = rx.make_send_once()
+    once.close()
+    with pytest.raises(ferry.SendOnceDropped):
+        rx.recv(LIMIT)
+
+
+def test_blocking_receive_releases_the_gil():
+    rx, tx = ferry.port()
+    got = []
+    t = threading.Thread(target=lambda: got.append(rx.recv(LIMIT).op))
+    t.start()
+    # If recv held the GIL, this thread could not run until it timed out.
+    tx.send(ferry.Message(5))
+    t.join(LIMIT * 2)
+    assert got == [5]
+
+
+def test_port_set_delivers_messages_and_notifications():
+    with ferry.PortSet() as ps:
+        a, to_a = ferry.port()
+        b, to_b = ferry.port()
+        c_rx, c_tx = ferry.port()
+        ia, ib = ps.insert(a), ps.insert(b)
+        assert a.closed and len(ps) == 2
+        wc = ps.watch_dead_name(c_tx)
+        to_a.send(ferry.Message(1))
+        to_b.send(ferry.Message(2))
+        got = sorted((e.member, e.message.op) for e in (ps.wait(LIMIT), ps.wait(LIMIT)))
+        assert got == [(ia, 1), (ib, 2)]
+        once = ps.make_send_once(ia)
+        once.send(ferry.Message(3))
+        e = ps.wait(LIMIT)
+        assert (e.kind, e.member, e.message.via_send_once) == ("message", ia, True)
+        to_b.close()
+        e = ps.wait(LIMIT)
+        assert (e.kind, e.member) == ("no-senders", ib)
+        c_rx.close()
+        e = ps.wait(LIMIT)
+        assert (e.kind, e.member) == ("dead-name", wc)
+        back = ps.remove(ia)
+        to_a.send(ferry.Message(4))
+        assert back.recv(LIMIT).op == 4
+
+
+def test_names_register_lookup_list(names):
+    name = unique("names")
+    rx, tx = ferry.port()
+    names.register(name, tx)
+    with pytest.raises(ferry.NameTaken):
+        names.register(name, tx)
+    found = names.lookup(name)
+    found.send(ferry.Message(9))
+    assert rx.recv(LIMIT).op == 9
+    assert any(e["name"] == name and e["owner_pid"] == os.getpid() for e in names.list())
+    names.unregister(name)
+    with pytest.raises(ferry.NameNotFound) as e:
+        names.lookup(name)
+    assert isinstance(e.value, LookupError)
+    with pytest.raises(ferry.InvalidName):
+        names.lookup("")
+
+
+def _lookup(names: ferry.Bootstrap, name: str) -> ferry.SendRight:
+    for _ in range(4000):
+        try:
+            return names.lookup(name)
+        except ferry.NameNotFound:
+            threading.Event().wait(0.005)
+    raise AssertionError(f"{name} never registered")

@@ -1,0 +1,40 @@
+"""RPC: a Python client calling a Python server in another process."""
+
+from __future__ import annotations
+
+import ferry
+import pytest
+from conftest import LIMIT, finish, spawn_python, unique
+from test_ports import _lookup
+
+
+@pytest.mark.parametrize("policy", ["adaptive", "block"])
+def test_calls_to_a_server_in_another_process(names, policy):
+    name = unique("rpc")
+    calls = 50
+    peer = spawn_python("rpc-server", name, str(calls))
+    server = _lookup(names, name)
+    with ferry.Connection(server, policy=policy, timeout=LIMIT) as conn:
+        for i in range(calls):
+            reply = conn.call(ferry.Message(i, f"call {i}".encode()), LIMIT)
+            assert (reply.op, reply.body) == (i + 1, f"CALL {i}".encode())
+    assert f"served {calls}" in finish(peer)
+
+
+def test_call_to_a_dead_server_raises_rpc_peer_dead():
+    rx, tx = ferry.port()
+    server = ferry.RpcServer(rx)
+    assert rx.closed
+    conn_box = []
+
+    import threading
+
+    t = threading.Thread(target=lambda: conn_box.append(ferry.Connection(tx, timeout=LIMIT)))
+    t.start()
+    with pytest.raises(ferry.RpcTimeout):
+        server.reply_and_wait(None, 0.2)  # accepts the connection, no call yet
+    t.join(LIMIT)
+    (conn,) = conn_box
+    server.close()
+    with pytest.raises(ferry.RpcPeerDead):
+        conn.call(ferry.Message(1), LIMIT)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 
@@ -38,12 +39,15 @@ def receiver(name: str) -> None:
 
 
 def sender(mib: int) -> None:
-    child = subprocess.Popen([sys.executable, __file__, "--receiver", NAME], stdout=subprocess.PIPE, text=True)
+    # A private name server on a thread of this process; the receiver is
+    # told where it listens.
+    names = ferry.Bootstrap.private(tempfile.mkdtemp(prefix="ferry-numpy-"))
+    env = dict(os.environ, FERRY_BOOTSTRAP=str(names.path), FERRY_NO_AUTOSTART="1")
+    child = subprocess.Popen([sys.executable, __file__, "--receiver", NAME], stdout=subprocess.PIPE, text=True, env=env)
     try:
         assert child.stdout is not None
         print(child.stdout.readline(), end="")       # "receiver: ready" once registered
-        with ferry.Bootstrap() as names:
-            to_receiver = names.lookup(NAME)
+        to_receiver = names.lookup(NAME)
         n = (mib << 20) // 8
         region = ferry.Region(n * 8)
         a = ferry.ndarray(region, "f8", n)           # writable, over the region

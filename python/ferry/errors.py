@@ -79,8 +79,8 @@ class RegionError(FerryError):
 
 class SenderMayWrite(RegionError):
     """The region was lent or shared: its sender can still change it. Map
-    with ``allow_sender_writes=True`` if you trust the sender, or
-    ``copy_out()``."""
+    with ``copy_out()``: ferry never hands out a view of memory another
+    process can still change."""
 
 
 class AddressTaken(RegionError):
@@ -111,6 +111,17 @@ class NameDenied(NameError, builtins.PermissionError):
 
 class NameServiceUnavailable(NameError):
     """No name server answered, and none could be started here."""
+
+
+class NameLimitReached(NameError):
+    """A per-user budget of the name server (names, connections) is used
+    up; the message says which and its limit."""
+
+
+class NameServiceUntrusted(NameError, builtins.PermissionError):
+    """The socket found at the name service's path belongs to another user
+    (an impostor), or its directory is not private to this user: ferry
+    refuses to hand rights to it."""
 
 
 # RPC --------------------------------------------------------------------
@@ -155,6 +166,8 @@ __all__ = [
     "InvalidName",
     "NameDenied",
     "NameServiceUnavailable",
+    "NameLimitReached",
+    "NameServiceUntrusted",
     "RpcError",
     "RpcPeerDead",
     "RpcTimeout",

@@ -77,8 +77,10 @@ pub(crate) fn name_error(e: NameError) -> PyErr {
         NameError::Taken => "NameTaken",
         NameError::Invalid => "InvalidName",
         NameError::Denied => "NameDenied",
-        NameError::Unavailable(_) => "NameServiceUnavailable",
-        NameError::Protocol(_) => "NameError",
+        NameError::Unavailable(_) | NameError::NotRunning { .. } => "NameServiceUnavailable",
+        NameError::LimitReached { .. } => "NameLimitReached",
+        NameError::Impostor { .. } | NameError::UnsafeDirectory { .. } => "NameServiceUntrusted",
+        _ => "NameError",
     };
     raise(class, e.to_string())
 }

@@ -47,6 +47,17 @@ impl Bootstrap {
         Ok(Bootstrap { inner: Mutex::new(Some(bs)) })
     }
 
+    /// Starts a private name server on a thread of this process, listening
+    /// at `dir/bootstrap` (`dir` is created 0700 if missing and must not be
+    /// writable by other users), and connects to it. It lives as long as
+    /// this process; other processes reach it with `FERRY_BOOTSTRAP` set to
+    /// this connection's `path`.
+    #[staticmethod]
+    fn private(py: Python<'_>, dir: PathBuf) -> PyResult<Bootstrap> {
+        let bs = py.detach(|| ferry::Bootstrap::private(&dir)).map_err(name_error)?;
+        Ok(Bootstrap { inner: Mutex::new(Some(bs)) })
+    }
+
     /// Registers a copy of `right` under `name` for this user. Raises
     /// `NameTaken` if a live port has it.
     fn register(&self, py: Python<'_>, name: &str, right: &Bound<'_, SendRight>) -> PyResult<()> {

@@ -28,6 +28,10 @@ use ferry::region::{MapOptions, Mode};
 use crate::errors::region_error;
 use crate::{gone, lock};
 
+/// The most bytes `RegionItem.copy_out` accepts unless told otherwise: the
+/// sender chose the region's length, the receiver chooses what it holds.
+const DEFAULT_COPY_LIMIT: usize = 1 << 30;
+
 fn mode_name(m: Mode) -> &'static str {
     match m {
         Mode::Copy => "copy",
@@ -252,20 +256,19 @@ impl RegionItem {
     /// Maps the region here and returns the mapping. `immediate` maps every
     /// page now (cheapest when all of it will be read); `at_sender_address`
     /// places it where the sender had it; `writable` maps a by-value region
-    /// writable, privately (writes stay in this process); a lent or shared
-    /// region needs `allow_sender_writes` (its sender may still change it).
-    /// On failure the item stays usable (map differently, or copy out).
-    #[pyo3(signature = (*, immediate=false, at_sender_address=false, writable=false, allow_sender_writes=false))]
-    fn map(&self, py: Python<'_>, immediate: bool, at_sender_address: bool, writable: bool, allow_sender_writes: bool) -> PyResult<MappedRegion> {
+    /// writable, privately (writes stay in this process). Only regions sent
+    /// by value (copy, move) are mapped: a lent or shared region's sender
+    /// may still change it, so it raises `SenderMayWrite`; copy it out
+    /// instead. On failure the item stays usable (map differently, or copy
+    /// out).
+    #[pyo3(signature = (*, immediate=false, at_sender_address=false, writable=false))]
+    fn map(&self, py: Python<'_>, immediate: bool, at_sender_address: bool, writable: bool) -> PyResult<MappedRegion> {
         let mut opts = if immediate { MapOptions::immediate() } else { MapOptions::lazy() };
         if at_sender_address {
             opts = opts.at_sender_address();
         }
         if !writable {
             opts = opts.read_only();
-        }
-        if allow_sender_writes {
-            opts = opts.allow_sender_writes();
         }
         let item = self.take()?;
         match py.detach(|| item.map(opts)) {
@@ -278,9 +281,13 @@ impl RegionItem {
     }
 
     /// Copies the bytes out (nothing is mapped) and releases the region.
-    fn copy_out<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+    /// A region longer than `limit` bytes (`None`: 1 GiB; the sender chose
+    /// the length) raises `RegionError` before anything is allocated.
+    #[pyo3(signature = (limit=None))]
+    fn copy_out<'py>(&self, py: Python<'py>, limit: Option<usize>) -> PyResult<Bound<'py, PyBytes>> {
+        let limit = limit.unwrap_or(DEFAULT_COPY_LIMIT);
         let item = self.take()?;
-        let v = py.detach(|| item.copy_out()).map_err(region_error)?;
+        let v = py.detach(|| item.copy_out(limit)).map_err(region_error)?;
         Ok(PyBytes::new(py, &v))
     }
 

@@ -1,9 +1,9 @@
 """Shared set-up for ferry's Python tests.
 
-Every test run gets a private name server: ``FERRY_BOOTSTRAP`` points into a
-fresh temporary directory, the test process starts an embedded name server
-there on its first ``ferry.Bootstrap()``, and the peer processes it spawns
-(``FERRY_NO_EMBED=1``) talk to that one only. A watchdog dumps the stacks
+Every test run gets a private name server: the test process starts one on a
+thread of its own in a fresh temporary directory (``ferry.Bootstrap.private``),
+``FERRY_BOOTSTRAP`` points there, and the peer processes it spawns
+(``FERRY_NO_AUTOSTART=1``) talk to that one only. A watchdog dumps the stacks
 and ends the run if a test hangs; nothing here measures time.
 """
 
@@ -21,9 +21,12 @@ import pytest
 
 _DIR = tempfile.mkdtemp(prefix="ferry-pytest-")
 os.environ["FERRY_BOOTSTRAP"] = os.path.join(_DIR, "bootstrap")
-os.environ.pop("FERRY_NO_EMBED", None)
+os.environ["FERRY_NO_AUTOSTART"] = "1"
 
-import ferry  # noqa: E402  (after FERRY_BOOTSTRAP is set)
+import ferry  # noqa: E402
+
+#: The session's name server, alive as long as the test process.
+_SERVER = ferry.Bootstrap.private(_DIR)
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent

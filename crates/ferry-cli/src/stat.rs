@@ -8,31 +8,25 @@ use std::process::ExitCode;
 
 use ferry::counters::{self, Published};
 
-const HELP: &str = "usage: ferry stat [PID|NAME] [--json]
-
-Without an argument, lists every process using ferry that you may inspect,
-with its message and region totals. With a PID, or a NAME registered with
-the name service, prints all of that process's counters, including its open
-RPC connections, and the queue depth of each port it registered.";
+/// `ferry stat [PID|NAME] [--json]`.
+#[derive(Debug, clap::Args)]
+#[command(long_about = "Without an argument, lists every process using ferry that you may inspect, \
+with its message and region totals. With a PID, or a NAME registered with the name service, \
+prints all of that process's counters, including its open RPC connections, and the queue \
+depth of each port it registered.")]
+pub struct Args {
+    /// A process id, or a name registered with the name service.
+    #[arg(value_name = "PID|NAME")]
+    target: Option<String>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
 
 /// Runs `ferry stat`.
-pub fn main(args: &[String]) -> ExitCode {
-    let mut json = false;
-    let mut target = None;
-    for a in args {
-        match a.as_str() {
-            "--json" => json = true,
-            "-h" | "--help" => {
-                println!("{HELP}");
-                return ExitCode::SUCCESS;
-            }
-            other if target.is_none() && !other.starts_with('-') => target = Some(other.to_owned()),
-            other => {
-                eprintln!("ferry stat: unexpected argument {other:?}\n{HELP}");
-                return ExitCode::from(2);
-            }
-        }
-    }
+pub fn main(args: &Args) -> ExitCode {
+    let json = args.json;
+    let target = args.target.clone();
     let Some(target) = target else { return list(json) };
     let pid = match target.parse::<i32>() {
         Ok(pid) => pid,

@@ -11,7 +11,9 @@ use clap::builder::{PossibleValue, PossibleValuesParser};
 use clap::{Parser, Subcommand};
 
 use crate::harness::{run_suite, Budget, Options};
-use crate::record::{to_json_array, Json, Placement, Record};
+use serde_json::Value;
+
+use crate::record::{to_json_array, Placement, Record};
 use crate::{machine, plot, probe, report, suites};
 
 /// The `ferry-bench` command line (its usage names `ferry` when `ferry`
@@ -121,24 +123,11 @@ pub fn write_json(path: &str, records: &[Record], command_line: &[String]) -> st
 
 /// The system's load averages (1, 5, 15 minutes), for the sidecar: how
 /// busy the machine was around the run.
-fn loadavg() -> Json {
+fn loadavg() -> Value {
     std::fs::read_to_string("/proc/loadavg")
         .ok()
-        .map(|s| Json::Str(s.split_whitespace().take(3).collect::<Vec<_>>().join(" ")))
-        .unwrap_or(Json::Null)
-}
-
-/// Joins two JSON arrays of records (as text) into one.
-fn join_arrays(a: &str, b: &str) -> String {
-    let a = a.trim_end().trim_end_matches(']').trim_end();
-    let b = b.trim_start().trim_start_matches('[').trim_start();
-    if a.ends_with('[') {
-        format!("{a}\n  {b}")
-    } else if b.starts_with(']') {
-        format!("{a}\n{b}")
-    } else {
-        format!("{a},\n  {b}")
-    }
+        .map(|s| Value::String(s.split_whitespace().take(3).collect::<Vec<_>>().join(" ")))
+        .unwrap_or(Value::Null)
 }
 
 /// `ferry bench report FILE [--out PATH]`.
@@ -157,7 +146,7 @@ fn report_main(args: &ReportArgs) -> ExitCode {
     let mut plots = report::plots_beside(&file, out.as_deref());
     plots.retain(|p| {
         let name = std::path::Path::new(p).file_name().map_or(String::new(), |n| n.to_string_lossy().into_owned());
-        rows.iter().any(|r| r.median.is_some() && name.starts_with(&format!("{stem_name}-{}-{}-", r.suite, r.case)))
+        rows.iter().any(|r| r.median_ns.is_some() && name.starts_with(&format!("{stem_name}-{}-{}-", r.suite, r.case)))
     });
     let text = report::render(&rows, meta.as_ref(), &file, &plots);
     match out {
@@ -245,13 +234,11 @@ fn bench_main(parsed: &BenchArgs, argv: &[String]) -> ExitCode {
     });
     if let Some(path) = &parsed.json {
         let mut meta = machine::describe(&typed(argv));
-        meta.push(("loadavg_start".into(), load_start));
-        meta.push(("loadavg_end".into(), loadavg()));
-        let mut text = to_json_array(&records);
-        if let Some(p) = &probed {
-            text = join_arrays(&text, &p.records_json());
-        }
-        let written = std::fs::write(path, text).and_then(|()| std::fs::write(format!("{path}.meta.json"), machine::to_json(&meta)));
+        meta.insert("loadavg_start".into(), load_start);
+        meta.insert("loadavg_end".into(), loadavg());
+        let mut all = records.clone();
+        all.extend(probed.iter().flat_map(|p| p.records.iter().cloned()));
+        let written = std::fs::write(path, to_json_array(&all)).and_then(|()| std::fs::write(format!("{path}.meta.json"), machine::to_json(&meta)));
         if let Err(e) = written {
             eprintln!("ferry bench: cannot write {path}: {e}");
             return ExitCode::from(1);
@@ -265,7 +252,7 @@ fn bench_main(parsed: &BenchArgs, argv: &[String]) -> ExitCode {
         };
         eprintln!(
             "ferry bench: wrote {} records to {path}, the machine to {path}.meta.json and {} plots next to it",
-            records.len() + probed.as_ref().map_or(0, |p| p.records.len()),
+            all.len(),
             plots.len()
         );
     }

@@ -46,9 +46,9 @@ pub fn main(args: &Args) -> ExitCode {
         Ok(c) => {
             let queues = queues_of(p.pid);
             if json {
-                let body: Vec<String> = c.fields().iter().map(|(k, v)| format!("\"{k}\": {v}")).collect();
-                let q: Vec<String> = queues.iter().map(|(n, b)| format!("{{\"name\": {n:?}, \"queued_bytes\": {b}}}")).collect();
-                println!("{{\"pid\": {}, \"command\": {:?}, {}, \"ports\": [{}]}}", p.pid, p.command, body.join(", "), q.join(", "));
+                let body: Vec<String> = c.fields().iter().map(|(k, v)| format!("{}: {v}", json_str(k))).collect();
+                let q: Vec<String> = queues.iter().map(|(n, b)| format!("{{\"name\": {}, \"queued_bytes\": {b}}}", json_str(n))).collect();
+                println!("{{\"pid\": {}, \"command\": {}, {}, \"ports\": [{}]}}", p.pid, json_str(&p.command), body.join(", "), q.join(", "));
             } else {
                 println!("pid {} ({})", p.pid, p.command);
                 for (k, v) in c.fields() {
@@ -65,6 +65,13 @@ pub fn main(args: &Args) -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// `s` as a JSON string literal. Names come from other processes (a
+/// command name may hold quotes or control characters), so they are escaped
+/// by serde_json, not by Rust's `{:?}`, whose `\u{1}` is not JSON.
+fn json_str(s: &str) -> String {
+    serde_json::Value::from(s).to_string()
 }
 
 /// Queue depths of the ports `pid` registered with the name service, when
@@ -88,8 +95,8 @@ fn list(json: bool) -> ExitCode {
         let rows: Vec<String> = found
             .iter()
             .map(|(p, c)| {
-                let body: Vec<String> = c.fields().iter().map(|(k, v)| format!("\"{k}\": {v}")).collect();
-                format!("{{\"pid\": {}, \"command\": {:?}, {}}}", p.pid, p.command, body.join(", "))
+                let body: Vec<String> = c.fields().iter().map(|(k, v)| format!("{}: {v}", json_str(k))).collect();
+                format!("{{\"pid\": {}, \"command\": {}, {}}}", p.pid, json_str(&p.command), body.join(", "))
             })
             .collect();
         println!("[{}]", rows.join(",\n "));

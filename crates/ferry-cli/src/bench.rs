@@ -45,7 +45,9 @@ fn is_executable(p: &Path) -> bool {
 /// Finds `ferry-bench` as the module documentation says.
 fn locate(env: Option<&OsStr>, own: Option<&Path>, path: Option<&OsStr>) -> Result<PathBuf, NotFound> {
     if let Some(v) = env.filter(|v| !v.is_empty()) {
-        let p = PathBuf::from(v);
+        // Absolute, so that a bare name means the file here, as checked,
+        // not a search of PATH when it is run.
+        let p = std::path::absolute(v).unwrap_or_else(|_| PathBuf::from(v));
         return if is_executable(&p) { Ok(p) } else { Err(NotFound::BadEnv(p)) };
     }
     let beside = own.and_then(Path::parent).map(|d| d.join(PROGRAM));
@@ -123,6 +125,11 @@ mod tests {
         assert_eq!(locate(Some(on_path.as_os_str()), Some(&own), Some(&path)).unwrap(), on_path);
         let missing = empty.join("nothing");
         assert!(matches!(locate(Some(missing.as_os_str()), Some(&own), Some(&path)), Err(NotFound::BadEnv(p)) if p == missing));
+        // A bare name is the file in the current directory, made absolute
+        // so that running it does not search PATH instead (the only test
+        // in this binary, so changing the directory disturbs no other).
+        std::env::set_current_dir(&path_dir).unwrap();
+        assert_eq!(locate(Some(OsStr::new(PROGRAM)), Some(&own), None).unwrap(), on_path);
         // An empty variable is as good as unset.
         assert_eq!(locate(Some(OsStr::new("")), Some(&own), Some(&path)).unwrap(), beside);
         // Nowhere: the answer says where it looked.

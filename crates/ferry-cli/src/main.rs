@@ -36,12 +36,10 @@ enum Command {
     Names(names::Args),
     /// Live counters of running ferry processes, read from outside.
     Stat(stat::Args),
-    /// Benchmark suites against baselines in the same run (runs the
-    /// `ferry-bench` program; `ferry bench --help` lists the suites).
+    /// Benchmarks against baselines in the same run (needs `ferry-bench`).
     #[command(disable_help_flag = true)]
     Bench(bench::Forward),
-    /// This machine's IPC primitives and the copy/remap crossover (runs the
-    /// `ferry-bench` program).
+    /// This machine's IPC primitives and copy/remap crossover (needs `ferry-bench`).
     #[command(disable_help_flag = true)]
     Probe(bench::Forward),
 }

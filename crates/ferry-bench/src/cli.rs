@@ -165,7 +165,7 @@ fn report_main(args: &ReportArgs) -> ExitCode {
 /// Runs the program: parses the command line and runs what it names.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    let argv: Vec<String> = std::env::args().collect();
+    let argv: Vec<String> = std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect();
     match cli.command {
         Command::Bench(a) => match &a.report {
             Some(BenchCommand::Report(r)) => report_main(r),

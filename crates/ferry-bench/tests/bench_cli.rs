@@ -71,9 +71,12 @@ fn bench_all_then_report() {
         assert!(compact.contains(suite), "no {suite} in the results");
     }
     let meta = std::fs::read_to_string(format!("{json_s}.meta.json")).expect("the sidecar");
+    let meta: serde_json::Value = serde_json::from_str(&meta).unwrap_or_else(|e| panic!("the sidecar: {e}\n{meta}"));
     for k in ["cpu_model", "kernel", "loadavg_start", "loadavg_end", "command_line"] {
-        assert!(meta.contains(&format!("\"{k}\"")), "no {k} in the sidecar:\n{meta}");
+        assert!(meta.get(k).is_some(), "no {k} in the sidecar:\n{meta}");
     }
+    // The command as the user typed it.
+    assert_eq!(meta["command_line"], format!("ferry bench all {mode} --json {json_s}"));
     let plots: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
         .filter_map(Result::ok)

@@ -8,6 +8,17 @@ use std::process::{Command, Output};
 
 const FERRY: &str = env!("CARGO_BIN_EXE_ferry");
 
+/// These tests write programs and run them. A child forked by one test
+/// while another is writing a program inherits the open file until its own
+/// exec, and running that program then fails with "Text file busy"; so the
+/// tests take turns (a spawn returns only after the child's exec, when the
+/// inherited descriptor is closed).
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn temp_dir(tag: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("ferry-cli-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
@@ -29,6 +40,7 @@ fn lone_ferry(dir: &Path) -> PathBuf {
 
 #[test]
 fn version_and_help_on_every_subcommand() {
+    let _turn = serial();
     let out = Command::new(FERRY).arg("--version").output().unwrap();
     assert!(out.status.success());
     assert_eq!(text(&out.stdout).trim(), format!("ferry {}", env!("CARGO_PKG_VERSION")));
@@ -53,6 +65,7 @@ fn version_and_help_on_every_subcommand() {
 /// command.
 #[test]
 fn bench_and_probe_say_how_to_install_when_absent() {
+    let _turn = serial();
     let dir = temp_dir("absent");
     let ferry = lone_ferry(&dir);
     for args in [&["bench", "all", "--quick"][..], &["bench", "--help"], &["probe"]] {
@@ -76,6 +89,7 @@ fn bench_and_probe_say_how_to_install_when_absent() {
 /// tested in crates/ferry-bench/tests/bench_cli.rs.
 #[test]
 fn bench_runs_the_installed_program_with_the_arguments() {
+    let _turn = serial();
     let dir = temp_dir("forward");
     let ferry = lone_ferry(&dir);
     let log = dir.join("argv");

@@ -14,6 +14,7 @@ use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, OwnedFd};
 use std::time::Instant;
 
+use clap::Parser as _;
 use ferry_bench::chan;
 use ferry_bench::harness::{run_suite, Case, Impl, Options, Run, Skip, Suite};
 use ferry_bench::record::{Placement, Touch};
@@ -181,6 +182,15 @@ fn impls() -> Vec<Impl> {
     ]
 }
 
+/// The command line.
+#[derive(Debug, clap::Parser)]
+#[command(about = "Raw seqpacket round trips with ferry's choices added one at a time.")]
+struct Args {
+    /// Brief runs.
+    #[arg(long)]
+    quick: bool,
+}
+
 fn main() {
     let suite = Suite {
         name: "port-breakdown",
@@ -189,7 +199,8 @@ fn main() {
         cases,
         impls,
     };
-    let mut opts = if std::env::args().any(|a| a == "--quick") { Options::quick() } else { Options::full() };
+    let args = Args::parse();
+    let mut opts = if args.quick { Options::quick() } else { Options::full() };
     opts.placements = vec![Placement::SameCore];
     run_suite(&suite, &opts);
 }

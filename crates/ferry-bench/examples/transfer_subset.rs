@@ -15,11 +15,12 @@
 
 use std::sync::OnceLock;
 
+use clap::Parser;
+
 use ferry_bench::harness::{run_suite, Case, Impl, Options, Suite};
 use ferry_bench::record::{to_json_array, Placement};
 use ferry_bench::suites::transfer;
 
-#[derive(Default)]
 struct Filter {
     cases: Vec<String>,
     bytes: Vec<u64>,
@@ -46,38 +47,55 @@ fn impls() -> Vec<Impl> {
     transfer::impls().into_iter().filter(|i| keep(&f.impls, &i.name.to_string())).collect()
 }
 
-fn list(s: &str) -> Vec<String> {
-    s.split(',').filter(|x| !x.is_empty()).map(str::to_string).collect()
+/// The command line (every list is comma-separated and defaults to
+/// everything).
+#[derive(Debug, Parser)]
+#[command(about = "Runs a subset of the transfer suite, interleaved as `ferry bench transfer` runs it.")]
+struct Args {
+    /// Brief runs, payloads above 256 MiB skipped.
+    #[arg(long)]
+    quick: bool,
+    /// Rounds over all implementations of a case.
+    #[arg(long, value_name = "N")]
+    rounds: Option<u32>,
+    /// Time each implementation runs per round.
+    #[arg(long, value_name = "MS")]
+    round_ms: Option<u64>,
+    /// Write the records to FILE.
+    #[arg(long, value_name = "FILE")]
+    json: Option<String>,
+    /// Where the two sides run; `all` is same-core and cross-core.
+    #[arg(long, value_name = "P", value_parser = ["same-core", "cross-core", "unpinned", "all"])]
+    placement: Option<String>,
+    /// Cases: oneshot, forward, stream.
+    #[arg(long = "case", value_name = "CASES", value_delimiter = ',')]
+    cases: Vec<String>,
+    /// Payload sizes in bytes.
+    #[arg(long = "bytes", value_name = "SIZES", value_delimiter = ',')]
+    bytes: Vec<u64>,
+    /// Touches: none, read, write.
+    #[arg(long = "touch", value_name = "TOUCHES", value_delimiter = ',', value_parser = ["none", "read", "write"])]
+    touches: Vec<String>,
+    /// Implementations, e.g. pipe,pipe-1m,ferry-copy-lazy.
+    #[arg(long = "impl", value_name = "IMPLS", value_delimiter = ',')]
+    impls: Vec<String>,
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let mut f = Filter::default();
-    let mut opts = Options::full();
-    let mut json = None;
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let mut val = || it.next().cloned().unwrap_or_else(|| panic!("{a} needs a value"));
-        match a.as_str() {
-            "--quick" => opts = Options { placements: opts.placements.clone(), ..Options::quick() },
-            "--json" => json = Some(val()),
-            "--placement" => {
-                opts.placements = match val().as_str() {
-                    "all" => vec![Placement::SameCore, Placement::CrossCore],
-                    p => vec![Placement::parse(p).unwrap_or_else(|| panic!("unknown placement {p}"))],
-                }
-            }
-            "--rounds" => opts.budget.rounds = val().parse().expect("a number of rounds"),
-            "--round-ms" => {
-                opts.budget.round_time = std::time::Duration::from_millis(val().parse().expect("milliseconds"))
-            }
-            "--case" => f.cases = list(&val()),
-            "--bytes" => f.bytes = list(&val()).iter().map(|b| b.parse().expect("a byte count")).collect(),
-            "--touch" => f.touches = list(&val()),
-            "--impl" => f.impls = list(&val()),
-            other => panic!("unknown argument {other}"),
-        }
+    let args = Args::parse();
+    let mut opts = if args.quick { Options::quick() } else { Options::full() };
+    match args.placement.as_deref() {
+        None | Some("all") => {}
+        Some(p) => opts.placements = Placement::parse(p).into_iter().collect(),
     }
+    if let Some(n) = args.rounds {
+        opts.budget.rounds = n;
+    }
+    if let Some(ms) = args.round_ms {
+        opts.budget.round_time = std::time::Duration::from_millis(ms);
+    }
+    let f = Filter { cases: args.cases, bytes: args.bytes, touches: args.touches, impls: args.impls };
+    let json = args.json;
     assert!(FILTER.set(f).is_ok());
     let base = transfer::suite();
     let suite = Suite { cases, impls, ..base };

@@ -1,79 +1,117 @@
-//! `ferry bench`: argument parsing, running the chosen suites, and writing
-//! the JSON records, their machine sidecar and the plots; and
-//! `ferry bench report`, which turns a results file into Markdown.
+//! The `ferry-bench` program: `ferry bench` (argument parsing, running the
+//! chosen suites, writing the JSON records, their machine sidecar and the
+//! plots), `ferry bench report` (a results file turned into Markdown) and
+//! `ferry probe`. `ferry bench …` and `ferry probe …` run this program with
+//! the same arguments when it is installed.
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
+use clap::builder::{PossibleValue, PossibleValuesParser};
+use clap::{Parser, Subcommand};
+
 use crate::harness::{run_suite, Budget, Options};
-use crate::record::{to_json_array, Json, Placement, Record};
+use serde_json::Value;
+
+use crate::record::{to_json_array, Placement, Record};
 use crate::{machine, plot, probe, report, suites};
 
-fn usage() -> String {
-    let mut s = String::from(
-        "usage: ferry bench SUITE|all [--quick|--smoke] [--json FILE] [--placement same-core|cross-core|unpinned|all]
-       ferry bench report FILE [--out REPORT.md]
-
-Runs benchmark suites; every implementation of a case runs in the same
-invocation, interleaved round by round, and the table shows each one's ratio
-to the suite's reference baseline.
-
-options:
-  --quick            brief runs (a few minutes for all), payloads above 256 MiB skipped
-  --smoke            a couple of operations per case, payloads above 1 MiB skipped:
-                     checks that everything runs, measures nothing worth reading
-  --json FILE        write the records to FILE, the machine to FILE.meta.json and
-                     SVG plots of latency and throughput against size next to FILE
-                     (FILE less .json, then -SUITE-CASE[-TOUCH]-PLACEMENT-MEASURE.svg)
-  --placement P      same-core, cross-core, unpinned, or all (same-core and cross-core; the default)
-  -h, --help         this text
-
-suites:
-",
-    );
-    for suite in suites::all() {
-        s.push_str(&format!("  {:<10} {}\n", suite.name, suite.about));
-    }
-    s.push_str("  all        every suite above, then `ferry probe` (its records join the file)\n");
-    s.push_str(
-        "\nreport: turns FILE (and FILE.meta.json) into a Markdown report that sets the papers'
-tables beside today's numbers; written to stdout, or to REPORT.md with --out.\n",
-    );
-    s
+/// The `ferry-bench` command line (its usage names `ferry` when `ferry`
+/// runs it).
+#[derive(Debug, Parser)]
+#[command(name = "ferry-bench", version, about = "ferry's benchmark suites and machine probe.", arg_required_else_help = true)]
+pub struct Cli {
+    /// What to run.
+    #[command(subcommand)]
+    pub command: Command,
 }
 
-struct Args {
-    suites: Vec<String>,
-    quick: bool,
-    smoke: bool,
-    json: Option<String>,
-    placements: Vec<Placement>,
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run benchmark suites against their baselines in the same invocation.
+    Bench(BenchArgs),
+    /// Measure this machine's IPC primitives and the copy/remap crossover.
+    Probe(ProbeArgs),
 }
 
-fn parse(args: &[String]) -> Result<Option<Args>, String> {
-    let mut out = Args { suites: Vec::new(), quick: false, smoke: false, json: None, placements: Vec::new() };
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "-h" | "--help" | "help" => return Ok(None),
-            "--quick" => out.quick = true,
-            "--smoke" => out.smoke = true,
-            "--json" => out.json = Some(it.next().ok_or("--json needs a file name")?.clone()),
-            "--placement" => {
-                let p = it.next().ok_or("--placement needs a value")?;
-                out.placements = match p.as_str() {
-                    "all" => vec![Placement::SameCore, Placement::CrossCore],
-                    other => vec![Placement::parse(other)
-                        .ok_or_else(|| format!("unknown placement {other:?} (same-core, cross-core, unpinned, all)"))?],
-                };
-            }
-            s if s.starts_with('-') => return Err(format!("unknown option {s:?}")),
-            s => out.suites.push(s.to_string()),
-        }
-    }
-    if out.suites.is_empty() {
-        return Err("name a suite, or all".into());
-    }
-    Ok(Some(out))
+/// `bench SUITE|all [--quick|--smoke] [--json FILE] [--placement P]`, or
+/// `bench report FILE [--out REPORT.md]`.
+#[derive(Debug, clap::Args)]
+#[command(
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true,
+    long_about = "Runs benchmark suites; every implementation of a case runs in the same \
+invocation, interleaved round by round, and the table shows each one's ratio to the suite's \
+reference baseline."
+)]
+pub struct BenchArgs {
+    /// `report`: a Markdown report of a results file.
+    #[command(subcommand)]
+    pub report: Option<BenchCommand>,
+    /// The suites to run; `all` runs every suite, then the probe (its
+    /// records join the file).
+    #[arg(value_name = "SUITE|all", required = true, value_parser = suite_names())]
+    pub suites: Vec<String>,
+    /// Brief runs (a few minutes for all); payloads above 256 MiB are skipped.
+    #[arg(long)]
+    pub quick: bool,
+    /// A couple of operations per case, payloads above 1 MiB skipped: checks
+    /// that everything runs, measures nothing worth reading.
+    #[arg(long)]
+    pub smoke: bool,
+    /// Write the records to FILE, the machine to FILE.meta.json and SVG
+    /// plots of latency and throughput against size next to FILE (FILE less
+    /// .json, then -SUITE-CASE[-TOUCH]-PLACEMENT-MEASURE.svg).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<String>,
+    /// Where the two sides run; `all` is same-core and cross-core (the
+    /// default).
+    #[arg(long, value_name = "P", value_parser = ["same-core", "cross-core", "unpinned", "all"])]
+    pub placement: Option<String>,
+}
+
+/// What `bench` can do besides running suites.
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Turn a results file (and FILE.meta.json) into a Markdown report that
+    /// sets the papers' tables beside today's numbers.
+    Report(ReportArgs),
+}
+
+/// `bench report FILE [--out REPORT.md]`.
+#[derive(Debug, clap::Args)]
+pub struct ReportArgs {
+    /// The results file `ferry bench … --json FILE` wrote.
+    #[arg(value_name = "FILE")]
+    pub file: String,
+    /// Write the report here (keeping a hand-written part above its
+    /// marker) instead of to stdout.
+    #[arg(long, value_name = "REPORT.md")]
+    pub out: Option<String>,
+}
+
+/// `probe [--quick] [--json FILE]`.
+#[derive(Debug, clap::Args)]
+#[command(long_about = "Measures this machine's IPC primitives the way Anderson et al. (Table 1) \
+and Accent (mapping costs against pages) did, and computes the payload sizes at which passing \
+pages by remapping beats copying them.")]
+pub struct ProbeArgs {
+    /// A few samples of everything (seconds); numbers are rough.
+    #[arg(long)]
+    pub quick: bool,
+    /// Also write the records as a JSON array to FILE (benchmark schema,
+    /// suite "probe") and the machine, huge-page and userfaultfd facts to
+    /// FILE.meta.json.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<String>,
+}
+
+/// The suite names, each with its one-line description, and `all`.
+fn suite_names() -> PossibleValuesParser {
+    let mut v: Vec<PossibleValue> = suites::all().into_iter().map(|s| PossibleValue::new(s.name).help(s.about)).collect();
+    v.push(PossibleValue::new("all").help("every suite above, then the probe"));
+    PossibleValuesParser::new(v)
 }
 
 /// Writes `records` to `path` and the machine description to
@@ -85,59 +123,16 @@ pub fn write_json(path: &str, records: &[Record], command_line: &[String]) -> st
 
 /// The system's load averages (1, 5, 15 minutes), for the sidecar: how
 /// busy the machine was around the run.
-fn loadavg() -> Json {
+fn loadavg() -> Value {
     std::fs::read_to_string("/proc/loadavg")
         .ok()
-        .map(|s| Json::Str(s.split_whitespace().take(3).collect::<Vec<_>>().join(" ")))
-        .unwrap_or(Json::Null)
-}
-
-/// Joins two JSON arrays of records (as text) into one.
-fn join_arrays(a: &str, b: &str) -> String {
-    let a = a.trim_end().trim_end_matches(']').trim_end();
-    let b = b.trim_start().trim_start_matches('[').trim_start();
-    if a.ends_with('[') {
-        format!("{a}\n  {b}")
-    } else if b.starts_with(']') {
-        format!("{a}\n{b}")
-    } else {
-        format!("{a},\n  {b}")
-    }
+        .map(|s| Value::String(s.split_whitespace().take(3).collect::<Vec<_>>().join(" ")))
+        .unwrap_or(Value::Null)
 }
 
 /// `ferry bench report FILE [--out PATH]`.
-fn report_main(args: &[String]) -> ExitCode {
-    let mut file = None;
-    let mut out = None;
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "-h" | "--help" => {
-                print!("{}", usage());
-                return ExitCode::SUCCESS;
-            }
-            "--out" => match it.next() {
-                Some(p) => out = Some(p.clone()),
-                None => {
-                    eprintln!("ferry bench report: --out needs a file name");
-                    return ExitCode::from(2);
-                }
-            },
-            s if s.starts_with('-') => {
-                eprintln!("ferry bench report: unknown option {s:?}");
-                return ExitCode::from(2);
-            }
-            s if file.is_none() => file = Some(s.to_string()),
-            s => {
-                eprintln!("ferry bench report: one results file only (got {s:?} too)");
-                return ExitCode::from(2);
-            }
-        }
-    }
-    let Some(file) = file else {
-        eprint!("ferry bench report: name the results file `ferry bench ... --json FILE` wrote\n\n{}", usage());
-        return ExitCode::from(2);
-    };
+fn report_main(args: &ReportArgs) -> ExitCode {
+    let (file, out) = (args.file.clone(), args.out.clone());
     let (rows, meta) = match report::load(&file) {
         Ok(x) => x,
         Err(e) => {
@@ -151,7 +146,7 @@ fn report_main(args: &[String]) -> ExitCode {
     let mut plots = report::plots_beside(&file, out.as_deref());
     plots.retain(|p| {
         let name = std::path::Path::new(p).file_name().map_or(String::new(), |n| n.to_string_lossy().into_owned());
-        rows.iter().any(|r| r.median.is_some() && name.starts_with(&format!("{stem_name}-{}-{}-", r.suite, r.case)))
+        rows.iter().any(|r| r.median_ns.is_some() && name.starts_with(&format!("{stem_name}-{}-{}-", r.suite, r.case)))
     });
     let text = report::render(&rows, meta.as_ref(), &file, &plots);
     match out {
@@ -167,31 +162,39 @@ fn report_main(args: &[String]) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// Runs `ferry bench` with the arguments after `bench`.
-pub fn main(args: &[String]) -> ExitCode {
-    if args.first().map(String::as_str) == Some("report") {
-        return report_main(&args[1..]);
+/// Runs the program: parses the command line and runs what it names.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let argv: Vec<String> = std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect();
+    match cli.command {
+        Command::Bench(a) => match &a.report {
+            Some(BenchCommand::Report(r)) => report_main(r),
+            None => bench_main(&a, &argv),
+        },
+        Command::Probe(a) => probe_main(&a),
     }
-    let parsed = match parse(args) {
-        Ok(Some(a)) => a,
-        Ok(None) => {
-            print!("{}", usage());
-            return ExitCode::SUCCESS;
+}
+
+/// The command line as it was typed, with the program's file name only
+/// (`ferry bench …` when `ferry` ran this program).
+fn typed(argv: &[String]) -> Vec<String> {
+    let mut v = argv.to_vec();
+    if let Some(first) = v.first_mut() {
+        if let Some(name) = std::path::Path::new(first.as_str()).file_name() {
+            *first = name.to_string_lossy().into_owned();
         }
-        Err(e) => {
-            eprint!("ferry bench: {e}\n\n{}", usage());
-            return ExitCode::from(2);
-        }
-    };
+    }
+    v
+}
+
+/// Runs `bench SUITE…`.
+fn bench_main(parsed: &BenchArgs, argv: &[String]) -> ExitCode {
     let mut chosen = Vec::new();
     for name in &parsed.suites {
         if name == "all" {
             chosen.extend(suites::all());
         } else if let Some(s) = suites::find(name) {
             chosen.push(s);
-        } else {
-            eprint!("ferry bench: no suite called {name:?}\n\n{}", usage());
-            return ExitCode::from(2);
         }
     }
     let mut opts = if parsed.quick || parsed.smoke { Options::quick() } else { Options::full() };
@@ -200,8 +203,9 @@ pub fn main(args: &[String]) -> ExitCode {
         opts.max_bytes = 1 << 20;
         opts.max_bytes_reason = "payloads above 1 MiB are skipped with --smoke".into();
     }
-    if !parsed.placements.is_empty() {
-        opts.placements = parsed.placements;
+    match parsed.placement.as_deref() {
+        None | Some("all") => {}
+        Some(p) => opts.placements = Placement::parse(p).into_iter().collect(),
     }
     let with_probe = parsed.suites.iter().any(|s| s == "all");
     let load_start = loadavg();
@@ -229,16 +233,12 @@ pub fn main(args: &[String]) -> ExitCode {
         p
     });
     if let Some(path) = &parsed.json {
-        let mut cmd = vec!["ferry".to_string(), "bench".to_string()];
-        cmd.extend(args.iter().cloned());
-        let mut meta = machine::describe(&cmd);
-        meta.push(("loadavg_start".into(), load_start));
-        meta.push(("loadavg_end".into(), loadavg()));
-        let mut text = to_json_array(&records);
-        if let Some(p) = &probed {
-            text = join_arrays(&text, &p.records_json());
-        }
-        let written = std::fs::write(path, text).and_then(|()| std::fs::write(format!("{path}.meta.json"), machine::to_json(&meta)));
+        let mut meta = machine::describe(&typed(argv));
+        meta.insert("loadavg_start".into(), load_start);
+        meta.insert("loadavg_end".into(), loadavg());
+        let mut all = records.clone();
+        all.extend(probed.iter().flat_map(|p| p.records.iter().cloned()));
+        let written = std::fs::write(path, to_json_array(&all)).and_then(|()| std::fs::write(format!("{path}.meta.json"), machine::to_json(&meta)));
         if let Err(e) = written {
             eprintln!("ferry bench: cannot write {path}: {e}");
             return ExitCode::from(1);
@@ -252,9 +252,40 @@ pub fn main(args: &[String]) -> ExitCode {
         };
         eprintln!(
             "ferry bench: wrote {} records to {path}, the machine to {path}.meta.json and {} plots next to it",
-            records.len() + probed.as_ref().map_or(0, |p| p.records.len()),
+            all.len(),
             plots.len()
         );
+    }
+    ExitCode::SUCCESS
+}
+
+/// Runs `probe [--quick] [--json FILE]`.
+fn probe_main(args: &ProbeArgs) -> ExitCode {
+    let opts = if args.quick { probe::Options::quick() } else { probe::Options::full() };
+    let tty = std::io::stderr().is_terminal();
+    let total = probe::steps();
+    let mut done = 0;
+    let result = probe::run(&opts, |name| {
+        done += 1;
+        if tty {
+            eprint!("\r\x1b[Kprobing {name} ({done}/{total})");
+        }
+    });
+    if tty {
+        eprint!("\r\x1b[K");
+    }
+    print!("{}", result.table());
+    if let Some(path) = &args.json {
+        let meta = format!("{path}.meta.json");
+        if let Err(e) = std::fs::write(path, result.records_json()) {
+            eprintln!("ferry probe: cannot write {path}: {e}; check the directory exists and is writable");
+            return ExitCode::from(1);
+        }
+        if let Err(e) = std::fs::write(&meta, result.meta_json()) {
+            eprintln!("ferry probe: cannot write {meta}: {e}; check the directory exists and is writable");
+            return ExitCode::from(1);
+        }
+        eprintln!("ferry probe: wrote {path} and {meta}");
     }
     ExitCode::SUCCESS
 }

@@ -17,7 +17,9 @@ use std::time::{Duration, Instant};
 
 use crate::pin;
 use crate::proc::Peer;
-use crate::record::{Json, Placement, Record, Touch};
+use serde_json::Value;
+
+use crate::record::{Extra, Placement, Record, Touch};
 use crate::stats;
 use crate::table;
 
@@ -192,7 +194,7 @@ pub struct Run<'a> {
     round_ops: u64,
     samples: Vec<f64>,
     ops: u64,
-    extra: Vec<(String, Json)>,
+    extra: Extra,
     peer: Cell<Option<u32>>,
     csw_start: Option<u64>,
     csw: u64,
@@ -220,7 +222,7 @@ impl<'a> Run<'a> {
             round_ops: 0,
             samples: Vec::new(),
             ops: 0,
-            extra: Vec::new(),
+            extra: Extra::new(),
             peer: Cell::new(None),
             csw_start: None,
             csw: 0,
@@ -303,12 +305,8 @@ impl<'a> Run<'a> {
 
     /// Adds a key to the record's `extra` object (a later value for the same
     /// key replaces the earlier one).
-    pub fn note(&mut self, key: &str, value: impl Into<Json>) {
-        let value = value.into();
-        match self.extra.iter_mut().find(|(k, _)| k == key) {
-            Some(slot) => slot.1 = value,
-            None => self.extra.push((key.to_string(), value)),
-        }
+    pub fn note(&mut self, key: &str, value: impl Into<Value>) {
+        self.extra.insert(key.to_string(), value.into());
     }
 }
 
@@ -320,7 +318,7 @@ struct Tally {
     ops: u64,
     csw: u64,
     csw_ops: u64,
-    extra: Vec<(String, Json)>,
+    extra: Extra,
     skipped: Option<String>,
 }
 
@@ -356,7 +354,7 @@ pub fn run_suite(suite: &Suite, opts: &Options) -> Vec<Record> {
             done += 1;
             let mut tallies: Vec<Tally> = impls
                 .iter()
-                .map(|i| Tally { name: i.name, samples: Vec::new(), ops: 0, csw: 0, csw_ops: 0, extra: Vec::new(), skipped: None })
+                .map(|i| Tally { name: i.name, samples: Vec::new(), ops: 0, csw: 0, csw_ops: 0, extra: Extra::new(), skipped: None })
                 .collect();
             let cpus = pin::cpus_for(placement, &allowed);
             let pre_skip = match (&cpus, case.bytes > opts.max_bytes) {
@@ -408,12 +406,7 @@ pub fn run_suite(suite: &Suite, opts: &Options) -> Vec<Record> {
                                 tally.ops += run.ops;
                                 tally.csw += run.csw;
                                 tally.csw_ops += run.csw_ops;
-                                for (k, v) in run.extra {
-                                    match tally.extra.iter_mut().find(|(kk, _)| *kk == k) {
-                                        Some(slot) => slot.1 = v,
-                                        None => tally.extra.push((k, v)),
-                                    }
-                                }
+                                tally.extra.extend(run.extra);
                             }
                             Err(s) => tally.skipped = Some(s.0),
                         }
@@ -437,13 +430,13 @@ fn to_record(suite: &Suite, case: &Case, placement: Placement, opts: &Options, t
     let summary = if t.skipped.is_none() { stats::summarize(&t.samples) } else { None };
     let mut extra = t.extra;
     if let Some(reason) = &t.skipped {
-        extra.retain(|(k, _)| k != "skipped");
-        extra.push(("skipped".into(), Json::Str(reason.clone())));
+        extra.shift_remove("skipped");
+        extra.insert("skipped".into(), reason.clone().into());
     } else {
-        extra.push(("rounds".into(), Json::from(u64::from(opts.budget.rounds))));
-        extra.push(("samples".into(), Json::from(t.samples.len() as u64)));
+        extra.insert("rounds".into(), opts.budget.rounds.into());
+        extra.insert("samples".into(), t.samples.len().into());
         if t.csw_ops > 0 {
-            extra.push(("ctx_switches_per_op".into(), Json::Num((t.csw as f64 / t.csw_ops as f64 * 100.0).round() / 100.0)));
+            extra.insert("ctx_switches_per_op".into(), ((t.csw as f64 / t.csw_ops as f64 * 100.0).round() / 100.0).into());
         }
     }
     let moved = match suite.name {

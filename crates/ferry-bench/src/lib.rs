@@ -3,10 +3,13 @@
 //! the benchmark-schema contract (`docs/benchmarks.md`).
 //!
 //! The pieces: [`harness`] (suites, cases, implementations and the
-//! interleaved loop), [`table`] (the human table), [`record`] (the JSON record), [`stats`], [`machine`]
-//! (the `FILE.meta.json` sidecar), [`pin`] (placement), [`proc`] (the peer
-//! process), [`chan`] (the baselines' building blocks), [`suites`] (what is
-//! measured) and [`cli`] (`ferry bench`). The raw system calls the baselines
+//! interleaved loop), [`table`] (the human table), [`record`] (the one
+//! record type of the schema and its JSON, through serde_json), [`stats`],
+//! [`machine`] (the `FILE.meta.json` sidecar), [`pin`] (placement),
+//! [`proc`] (the peer process), [`chan`] (the baselines' building blocks),
+//! [`suites`] (what is measured), [`probe`] (the machine's primitives),
+//! [`report`] and [`plot`] (what a results file becomes) and [`cli`] (the
+//! `ferry-bench` program that `ferry bench` and `ferry probe` run). The raw system calls the baselines
 //! need (`fork`, `mmap`, `process_vm_readv`, `vmsplice`) sit in one private
 //! module, the only one allowed `unsafe`.
 //!

@@ -2,24 +2,24 @@
 //! model and count, kernel, transparent-huge-page and userfaultfd settings,
 //! ferry's version, the date and the command line.
 
-use std::fmt::Write as _;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::record::{write_str, Json};
+use serde_json::{Map, Value};
+
 use crate::sys;
 
-fn read_trim(path: &str) -> Json {
+fn read_trim(path: &str) -> Value {
     match std::fs::read_to_string(path) {
-        Ok(s) => Json::Str(s.trim().to_string()),
-        Err(_) => Json::Null,
+        Ok(s) => Value::String(s.trim().to_string()),
+        Err(_) => Value::Null,
     }
 }
 
-fn cpu_model() -> Json {
+fn cpu_model() -> Value {
     std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|s| s.lines().find_map(|l| l.strip_prefix("model name").map(|v| v.trim_start_matches([' ', '\t', ':']).to_string())))
-        .map_or(Json::Null, Json::Str)
+        .map_or(Value::Null, Value::String)
 }
 
 /// The current UTC time as `YYYY-MM-DDTHH:MM:SSZ`.
@@ -39,38 +39,33 @@ pub fn utc_now() -> String {
     format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
 }
 
-/// Key–value pairs describing this machine and run.
-pub fn describe(command_line: &[String]) -> Vec<(String, Json)> {
+/// This machine and run, as the sidecar's object (keys in this order).
+pub fn describe(command_line: &[String]) -> Map<String, Value> {
     let uname = rustix::system::uname();
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get() as u64);
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     let uffd = sys::userfaultfd_works();
-    vec![
-        ("cpu_model".into(), cpu_model()),
-        ("cores".into(), Json::from(cores)),
-        ("kernel".into(), Json::Str(uname.release().to_string_lossy().into_owned())),
-        ("arch".into(), Json::Str(uname.machine().to_string_lossy().into_owned())),
-        ("thp_enabled".into(), read_trim("/sys/kernel/mm/transparent_hugepage/enabled")),
-        ("thp_shmem_enabled".into(), read_trim("/sys/kernel/mm/transparent_hugepage/shmem_enabled")),
-        ("unprivileged_userfaultfd".into(), read_trim("/proc/sys/vm/unprivileged_userfaultfd")),
-        ("dev_userfaultfd".into(), Json::Bool(std::path::Path::new("/dev/userfaultfd").exists())),
-        ("userfaultfd_syscall_works".into(), Json::Bool(uffd.is_ok())),
-        ("userfaultfd_error".into(), uffd.err().map_or(Json::Null, |e| Json::Str(e.to_string()))),
-        ("page_size".into(), Json::from(rustix::param::page_size() as u64)),
-        ("ferry_version".into(), Json::Str(env!("CARGO_PKG_VERSION").to_string())),
-        ("date".into(), Json::Str(utc_now())),
-        ("command_line".into(), Json::Str(command_line.join(" "))),
-    ]
+    let fields: [(&str, Value); 14] = [
+        ("cpu_model", cpu_model()),
+        ("cores", cores.into()),
+        ("kernel", uname.release().to_string_lossy().into()),
+        ("arch", uname.machine().to_string_lossy().into()),
+        ("thp_enabled", read_trim("/sys/kernel/mm/transparent_hugepage/enabled")),
+        ("thp_shmem_enabled", read_trim("/sys/kernel/mm/transparent_hugepage/shmem_enabled")),
+        ("unprivileged_userfaultfd", read_trim("/proc/sys/vm/unprivileged_userfaultfd")),
+        ("dev_userfaultfd", std::path::Path::new("/dev/userfaultfd").exists().into()),
+        ("userfaultfd_syscall_works", uffd.is_ok().into()),
+        ("userfaultfd_error", uffd.err().map(|e| e.to_string()).into()),
+        ("page_size", rustix::param::page_size().into()),
+        ("ferry_version", env!("CARGO_PKG_VERSION").into()),
+        ("date", utc_now().into()),
+        ("command_line", command_line.join(" ").into()),
+    ];
+    fields.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
 }
 
-/// The sidecar as a JSON object.
-pub fn to_json(fields: &[(String, Json)]) -> String {
-    let mut s = String::from("{\n");
-    for (i, (k, v)) in fields.iter().enumerate() {
-        s.push_str("  ");
-        write_str(&mut s, k).expect("writing to a String cannot fail");
-        let _ = write!(s, ": {v}");
-        s.push_str(if i + 1 < fields.len() { ",\n" } else { "\n" });
-    }
-    s.push_str("}\n");
+/// The sidecar as JSON text, one key per line.
+pub fn to_json(fields: &Map<String, Value>) -> String {
+    let mut s = serde_json::to_string_pretty(fields).expect("a JSON object always serialises");
+    s.push('\n');
     s
 }

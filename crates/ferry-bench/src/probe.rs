@@ -40,7 +40,6 @@ pub use crossover::Crossover;
 pub use machine::Machine;
 pub use measure::{Budget, Stats};
 pub use record::{unit_of, Placement, Record, Touch, IMPL, SUITE};
-pub use report::Json;
 
 /// What to run.
 #[derive(Clone, Copy, Debug)]
@@ -201,7 +200,7 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> Probe {
         progress(&format!("{} {}", cases[0].0, cases[0].1.name()));
         match f(&cx) {
             Ok(rs) => records.extend(rs),
-            Err(e) => records.extend(cases.iter().map(|(c, p)| Record::skipped(c, *p, &e))),
+            Err(e) => records.extend(cases.iter().map(|(c, p)| record::skipped(c, *p, &e))),
         }
     }
     if let Some(old) = pinned {
@@ -225,7 +224,7 @@ fn annotate(records: &mut [Record]) {
             "context-switch" => 2.0,
             _ => continue,
         };
-        r.extra.push(("minus_syscalls_ns".into(), Json::Num((m - k * sys).max(0.0))));
+        r.extra.insert("minus_syscalls_ns".into(), (m - k * sys).max(0.0).into());
     }
 }
 

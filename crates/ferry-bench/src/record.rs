@@ -1,14 +1,26 @@
-//! The benchmark record of the output contract and its JSON form.
+//! The benchmark record of the output contract (`docs/benchmarks.md`) and
+//! its JSON form, read and written with serde_json.
 //!
-//! One [`Record`] per (suite, case, bytes, placement, touch, impl); a run
-//! writes them as a JSON array. The JSON is written by hand: the shape is
-//! small and fixed, and a serialisation framework would be the crate's
-//! largest dependency.
+//! One [`Record`] per (suite, case, bytes, placement, touch, impl); the
+//! suites, the probe and the report all use this one type. A run writes
+//! them as a JSON array, one record per line ([`to_json_array`]); reading
+//! ([`from_json_array`]) is strict: every field of the contract with its
+//! type (integers where the contract wants integers), no unknown field, no
+//! key twice.
 
-use std::fmt::{self, Write as _};
+use std::fmt;
+use std::io;
+
+use serde::de::{self, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::Value;
+
+/// The free-form `extra` object: keys in the order they were added.
+pub type Extra = serde_json::Map<String, Value>;
 
 /// Where the two sides of a benchmark run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Placement {
     /// Both processes pinned to the same CPU.
     SameCore,
@@ -35,7 +47,8 @@ impl Placement {
 }
 
 /// What the receiver does with the payload before acknowledging.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Touch {
     /// Nothing.
     None,
@@ -80,104 +93,32 @@ impl Touch {
     }
 }
 
-/// A JSON value for the free-form `extra` object.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Json {
-    /// `null`.
-    Null,
-    /// `true` / `false`.
-    Bool(bool),
-    /// An integer.
-    Int(i64),
-    /// A number (non-finite values are written as `null`).
-    Num(f64),
-    /// A string.
-    Str(String),
-}
-
-impl From<bool> for Json {
-    fn from(v: bool) -> Json {
-        Json::Bool(v)
-    }
-}
-impl From<i64> for Json {
-    fn from(v: i64) -> Json {
-        Json::Int(v)
-    }
-}
-impl From<u64> for Json {
-    fn from(v: u64) -> Json {
-        Json::Int(v as i64)
-    }
-}
-impl From<f64> for Json {
-    fn from(v: f64) -> Json {
-        Json::Num(v)
-    }
-}
-impl From<&str> for Json {
-    fn from(v: &str) -> Json {
-        Json::Str(v.to_string())
-    }
-}
-impl From<String> for Json {
-    fn from(v: String) -> Json {
-        Json::Str(v)
-    }
-}
-
-impl fmt::Display for Json {
+impl fmt::Display for Placement {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Json::Null => f.write_str("null"),
-            Json::Bool(b) => write!(f, "{b}"),
-            Json::Int(i) => write!(f, "{i}"),
-            Json::Num(x) => write_num(f, Some(*x)),
-            Json::Str(s) => write_str(f, s),
-        }
+        f.write_str(self.name())
     }
 }
 
-/// Writes `s` as a JSON string literal.
-pub fn write_str(out: &mut impl fmt::Write, s: &str) -> fmt::Result {
-    out.write_char('"')?;
-    for c in s.chars() {
-        match c {
-            '"' => out.write_str("\\\"")?,
-            '\\' => out.write_str("\\\\")?,
-            '\n' => out.write_str("\\n")?,
-            '\r' => out.write_str("\\r")?,
-            '\t' => out.write_str("\\t")?,
-            c if (c as u32) < 0x20 => write!(out, "\\u{:04x}", c as u32)?,
-            c => out.write_char(c)?,
-        }
-    }
-    out.write_char('"')
-}
-
-/// Writes an optional number; `None` and non-finite values become `null`.
-/// Numbers always carry a fractional part (`4210.0`).
-pub fn write_num(out: &mut impl fmt::Write, x: Option<f64>) -> fmt::Result {
-    match x {
-        Some(v) if v.is_finite() => {
-            if v.fract() == 0.0 && v.abs() < 1e15 {
-                write!(out, "{v:.1}")
-            } else {
-                write!(out, "{v}")
-            }
-        }
-        _ => out.write_str("null"),
+impl fmt::Display for Touch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
     }
 }
 
 /// One measured (or skipped) combination, as the output contract defines it.
-#[derive(Clone, Debug, PartialEq)]
+///
+/// Serialised with the contract's field names, in its order; `None` and
+/// non-finite numbers are written as `null`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Record {
-    /// Suite name (`port`, `rpc`, `transfer`, …).
+    /// Suite name (`port`, `rpc`, `transfer`, `pager`, `probe`, …).
     pub suite: String,
     /// Case name within the suite.
     pub case: String,
-    /// Implementation: `ferry-<variant>` or a baseline name.
+    /// Implementation: `ferry-<variant>`, a baseline or peer name, or
+    /// `machine` for the probe.
+    #[serde(rename = "impl")]
     pub imp: String,
     /// Payload size in bytes (0 where meaningless).
     pub bytes: u64,
@@ -196,55 +137,127 @@ pub struct Record {
     /// Payload GB/s at the median, where data moves.
     pub gbps: Option<f64>,
     /// Free-form details; `skipped` holds the reason a case did not run.
-    pub extra: Vec<(String, Json)>,
+    #[serde(deserialize_with = "distinct_keys")]
+    pub extra: Extra,
 }
 
 impl Record {
+    /// A record of `suite`/`case` by `imp` with nothing measured yet:
+    /// zero bytes and iterations, no numbers, no details.
+    pub fn new(suite: &str, case: &str, imp: &str, placement: Placement) -> Record {
+        Record {
+            suite: suite.into(),
+            case: case.into(),
+            imp: imp.into(),
+            bytes: 0,
+            placement,
+            touch: Touch::None,
+            iters: 0,
+            median_ns: None,
+            p99_ns: None,
+            min_ns: None,
+            gbps: None,
+            extra: Extra::new(),
+        }
+    }
+
+    /// Sets `bytes`.
+    pub fn bytes(mut self, n: u64) -> Record {
+        self.bytes = n;
+        self
+    }
+
+    /// Sets `touch`.
+    pub fn touch(mut self, t: Touch) -> Record {
+        self.touch = t;
+        self
+    }
+
+    /// Sets `gbps`.
+    pub fn gbps(mut self, g: f64) -> Record {
+        self.gbps = Some(g);
+        self
+    }
+
+    /// Sets the `extra` entry `key` (replacing an earlier value in place).
+    pub fn extra(mut self, key: &str, v: impl Into<Value>) -> Record {
+        self.extra.insert(key.to_string(), v.into());
+        self
+    }
+
+    /// The `extra` entry named `key`.
+    pub fn get_extra(&self, key: &str) -> Option<&Value> {
+        self.extra.get(key)
+    }
+
+    /// A number in `extra`.
+    pub fn extra_num(&self, key: &str) -> Option<f64> {
+        self.extra.get(key).and_then(Value::as_f64)
+    }
+
     /// The reason this record was skipped, if it was.
     pub fn skipped(&self) -> Option<&str> {
-        self.extra.iter().find(|(k, _)| k == "skipped").and_then(|(_, v)| match v {
-            Json::Str(s) => Some(s.as_str()),
-            _ => None,
-        })
+        self.extra.get("skipped").and_then(Value::as_str)
     }
 
-    /// This record as one JSON object.
+    /// This record as one line of JSON (`{"suite": "rpc", "case": …}`).
     pub fn to_json(&self) -> String {
-        let mut s = String::new();
-        self.write_json(&mut s).expect("writing to a String cannot fail");
-        s
+        let mut out = Vec::new();
+        let mut ser = serde_json::Serializer::with_formatter(&mut out, OneLine);
+        // A Record has only string keys and JSON-representable values, and
+        // a Vec does not fail to grow: serialising it cannot fail.
+        self.serialize(&mut ser).expect("a record always serialises");
+        String::from_utf8(out).expect("serde_json writes UTF-8")
+    }
+}
+
+/// serde_json's compact output with a space after each `,` and `:`, so a
+/// record reads as one tidy line.
+struct OneLine;
+
+impl serde_json::ser::Formatter for OneLine {
+    fn begin_array_value<W: ?Sized + io::Write>(&mut self, w: &mut W, first: bool) -> io::Result<()> {
+        if first {
+            Ok(())
+        } else {
+            w.write_all(b", ")
+        }
     }
 
-    fn write_json(&self, o: &mut String) -> fmt::Result {
-        o.push_str("{\"suite\": ");
-        write_str(o, &self.suite)?;
-        o.push_str(", \"case\": ");
-        write_str(o, &self.case)?;
-        o.push_str(", \"impl\": ");
-        write_str(o, &self.imp)?;
-        write!(o, ", \"bytes\": {}, \"placement\": ", self.bytes)?;
-        write_str(o, self.placement.name())?;
-        o.push_str(", \"touch\": ");
-        write_str(o, self.touch.name())?;
-        write!(o, ", \"iters\": {}, \"median_ns\": ", self.iters)?;
-        write_num(o, self.median_ns)?;
-        o.push_str(", \"p99_ns\": ");
-        write_num(o, self.p99_ns)?;
-        o.push_str(", \"min_ns\": ");
-        write_num(o, self.min_ns)?;
-        o.push_str(", \"gbps\": ");
-        write_num(o, self.gbps)?;
-        o.push_str(", \"extra\": {");
-        for (i, (k, v)) in self.extra.iter().enumerate() {
-            if i > 0 {
-                o.push_str(", ");
-            }
-            write_str(o, k)?;
-            write!(o, ": {v}")?;
+    fn begin_object_key<W: ?Sized + io::Write>(&mut self, w: &mut W, first: bool) -> io::Result<()> {
+        if first {
+            Ok(())
+        } else {
+            w.write_all(b", ")
         }
-        o.push_str("}}");
-        Ok(())
     }
+
+    fn begin_object_value<W: ?Sized + io::Write>(&mut self, w: &mut W) -> io::Result<()> {
+        w.write_all(b": ")
+    }
+}
+
+/// Reads `extra`, refusing a key that appears twice (serde_json would keep
+/// the last one silently).
+fn distinct_keys<'de, D: Deserializer<'de>>(d: D) -> Result<Extra, D::Error> {
+    struct Distinct;
+    impl<'de> Visitor<'de> for Distinct {
+        type Value = Extra;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("an object with distinct keys")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Extra, A::Error> {
+            let mut out = Extra::new();
+            while let Some((k, v)) = m.next_entry::<String, Value>()? {
+                if out.contains_key(&k) {
+                    return Err(de::Error::custom(format_args!("duplicate key `{k}` in extra")));
+                }
+                out.insert(k, v);
+            }
+            Ok(out)
+        }
+    }
+    d.deserialize_map(Distinct)
 }
 
 /// A JSON array of records, one per line.
@@ -262,27 +275,67 @@ pub fn to_json_array(records: &[Record]) -> String {
     s
 }
 
+/// Reads a JSON array of records, strictly (see the module documentation).
+///
+/// # Errors
+/// serde_json's error, with the line and column of the problem; its
+/// [`classify`](serde_json::Error::classify) tells broken JSON from JSON of
+/// the wrong shape.
+pub fn from_json_array(text: &str) -> Result<Vec<Record>, serde_json::Error> {
+    serde_json::from_str(text)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn strings_are_escaped() {
-        let mut s = String::new();
-        write_str(&mut s, "a\"b\\c\n\u{1}").unwrap();
-        assert_eq!(s, r#""a\"b\\c\n\u0001""#);
+    fn sample() -> Record {
+        let mut r = Record::new("rpc", "roundtrip", "ferry-call-poll", Placement::CrossCore).bytes(64).extra("note", "a\"b\\c\n\u{1}");
+        r.iters = 200_000;
+        r.median_ns = Some(4210.0);
+        r.p99_ns = Some(f64::NAN);
+        r.min_ns = Some(1.5);
+        r.extra("rounds", 3u64).extra("thp", true)
     }
 
     #[test]
-    fn numbers_keep_a_fraction_and_nan_is_null() {
-        let mut s = String::new();
-        write_num(&mut s, Some(4210.0)).unwrap();
-        s.push(' ');
-        write_num(&mut s, Some(1.5)).unwrap();
-        s.push(' ');
-        write_num(&mut s, Some(f64::NAN)).unwrap();
-        s.push(' ');
-        write_num(&mut s, None).unwrap();
-        assert_eq!(s, "4210.0 1.5 null null");
+    fn one_line_in_the_contract_order_with_escapes_and_null() {
+        assert_eq!(
+            sample().to_json(),
+            r#"{"suite": "rpc", "case": "roundtrip", "impl": "ferry-call-poll", "bytes": 64, "placement": "cross-core", "touch": "none", "iters": 200000, "median_ns": 4210.0, "p99_ns": null, "min_ns": 1.5, "gbps": null, "extra": {"note": "a\"b\\c\n\u0001", "rounds": 3, "thp": true}}"#
+        );
+    }
+
+    #[test]
+    fn reads_back_what_it_writes() {
+        let mut r = sample();
+        r.p99_ns = None;
+        let back = from_json_array(&to_json_array(&[r.clone(), r.clone()])).unwrap();
+        assert_eq!(back, vec![r.clone(), r]);
+    }
+
+    #[test]
+    fn reading_is_strict() {
+        let good = sample().to_json();
+        assert!(from_json_array(&format!("[{good}]")).is_ok());
+        let bad = [
+            // A float where the contract wants an integer.
+            good.replace("\"bytes\": 64", "\"bytes\": 64.0"),
+            good.replace("\"iters\": 200000", "\"iters\": -1"),
+            // A key twice, at the top and in extra.
+            good.replace("\"bytes\": 64", "\"bytes\": 64, \"bytes\": 64"),
+            good.replace("\"rounds\": 3", "\"rounds\": 3, \"rounds\": 4"),
+            // A field the contract does not have, and one it needs missing.
+            good.replace("\"gbps\": null", "\"gbps\": null, \"speed\": 1"),
+            good.replace("\"case\": \"roundtrip\", ", ""),
+            // A placement or touch outside the contract's names.
+            good.replace("cross-core", "cross_core"),
+            good.replace("\"touch\": \"none\"", "\"touch\": \"all\""),
+        ];
+        for b in bad {
+            let e = from_json_array(&format!("[{b}]")).expect_err(&b);
+            assert_eq!(e.classify(), serde_json::error::Category::Data, "{b}: {e}");
+        }
+        assert_eq!(from_json_array("[{").unwrap_err().classify(), serde_json::error::Category::Eof);
     }
 }

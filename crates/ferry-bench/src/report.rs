@@ -5,85 +5,17 @@
 //!
 //! The report reads whatever the file holds. Suites, cases and
 //! implementations may be present or absent; what is absent (or was
-//! skipped) is written as "not measured", never filled in. JSON is read by a
-//! small parser here: the files are written by this crate and their shape is
-//! the benchmark-schema contract.
+//! skipped) is written as "not measured", never filled in. The records are
+//! read strictly as [`Record`]s (the benchmark-schema contract); the sidecar
+//! is read as whatever JSON object it is.
 
 use std::fmt::{self, Write as _};
 
+use serde_json::error::Category;
+use serde_json::Value;
+
 use crate::plot::{fmt_bytes, fmt_ns};
-
-/// A parsed JSON value.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Value {
-    /// `null`.
-    Null,
-    /// `true` or `false`.
-    Bool(bool),
-    /// Any number.
-    Num(f64),
-    /// A string.
-    Str(String),
-    /// An array.
-    Arr(Vec<Value>),
-    /// An object, keys in file order.
-    Obj(Vec<(String, Value)>),
-}
-
-impl Value {
-    /// The member `key` of an object.
-    pub fn get(&self, key: &str) -> Option<&Value> {
-        match self {
-            Value::Obj(m) => m.iter().find(|(k, _)| k == key).map(|(_, v)| v),
-            _ => None,
-        }
-    }
-    /// This value as a string.
-    pub fn as_str(&self) -> Option<&str> {
-        match self {
-            Value::Str(s) => Some(s),
-            _ => None,
-        }
-    }
-    /// This value as a number.
-    pub fn as_f64(&self) -> Option<f64> {
-        match self {
-            Value::Num(x) => Some(*x),
-            _ => None,
-        }
-    }
-}
-
-impl fmt::Display for Value {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Value::Null => f.write_str("null"),
-            Value::Bool(b) => write!(f, "{b}"),
-            Value::Num(x) => write!(f, "{x}"),
-            Value::Str(s) => f.write_str(s),
-            Value::Arr(a) => {
-                f.write_str("[")?;
-                for (i, v) in a.iter().enumerate() {
-                    if i > 0 {
-                        f.write_str(", ")?;
-                    }
-                    write!(f, "{v}")?;
-                }
-                f.write_str("]")
-            }
-            Value::Obj(m) => {
-                f.write_str("{")?;
-                for (i, (k, v)) in m.iter().enumerate() {
-                    if i > 0 {
-                        f.write_str(", ")?;
-                    }
-                    write!(f, "{k}: {v}")?;
-                }
-                f.write_str("}")
-            }
-        }
-    }
-}
+use crate::record::Record;
 
 /// Why a results file could not be turned into a report.
 #[derive(Debug)]
@@ -99,10 +31,8 @@ pub enum ReportError {
     Syntax {
         /// The file.
         path: String,
-        /// Byte offset of the problem.
-        at: usize,
-        /// What was expected there.
-        what: &'static str,
+        /// What serde_json found, with the line and column.
+        error: serde_json::Error,
     },
     /// The JSON is not an array of benchmark records.
     Shape {
@@ -119,8 +49,8 @@ impl fmt::Display for ReportError {
             ReportError::Read { path, error } => {
                 write!(f, "cannot read {path}: {error}; give the file `ferry bench ... --json FILE` wrote")
             }
-            ReportError::Syntax { path, at, what } => {
-                write!(f, "{path} is not valid JSON (byte {at}: expected {what}); regenerate it with `ferry bench all --json FILE`")
+            ReportError::Syntax { path, error } => {
+                write!(f, "{path} is not valid JSON ({error}); regenerate it with `ferry bench all --json FILE`")
             }
             ReportError::Shape { path, what } => {
                 write!(f, "{path} is not a benchmark results file ({what}); give the file `ferry bench ... --json FILE` wrote")
@@ -131,234 +61,16 @@ impl fmt::Display for ReportError {
 
 impl std::error::Error for ReportError {}
 
-struct Parser<'a> {
-    s: &'a [u8],
-    i: usize,
-}
-
-type PResult<T> = Result<T, (usize, &'static str)>;
-
-impl Parser<'_> {
-    fn ws(&mut self) {
-        while self.i < self.s.len() && self.s[self.i].is_ascii_whitespace() {
-            self.i += 1;
-        }
-    }
-    fn eat(&mut self, c: u8, what: &'static str) -> PResult<()> {
-        self.ws();
-        if self.s.get(self.i) == Some(&c) {
-            self.i += 1;
-            Ok(())
-        } else {
-            Err((self.i, what))
-        }
-    }
-    fn lit(&mut self, word: &str, v: Value) -> PResult<Value> {
-        if self.s[self.i..].starts_with(word.as_bytes()) {
-            self.i += word.len();
-            Ok(v)
-        } else {
-            Err((self.i, "a value"))
-        }
-    }
-    fn value(&mut self, depth: usize) -> PResult<Value> {
-        if depth > 64 {
-            return Err((self.i, "less nesting"));
-        }
-        self.ws();
-        match self.s.get(self.i) {
-            None => Err((self.i, "a value")),
-            Some(b'n') => self.lit("null", Value::Null),
-            Some(b't') => self.lit("true", Value::Bool(true)),
-            Some(b'f') => self.lit("false", Value::Bool(false)),
-            Some(b'"') => Ok(Value::Str(self.string()?)),
-            Some(b'[') => {
-                self.i += 1;
-                let mut v = Vec::new();
-                self.ws();
-                if self.s.get(self.i) == Some(&b']') {
-                    self.i += 1;
-                    return Ok(Value::Arr(v));
-                }
-                loop {
-                    v.push(self.value(depth + 1)?);
-                    self.ws();
-                    match self.s.get(self.i) {
-                        Some(b',') => self.i += 1,
-                        Some(b']') => {
-                            self.i += 1;
-                            return Ok(Value::Arr(v));
-                        }
-                        _ => return Err((self.i, "',' or ']'")),
-                    }
-                }
-            }
-            Some(b'{') => {
-                self.i += 1;
-                let mut m = Vec::new();
-                self.ws();
-                if self.s.get(self.i) == Some(&b'}') {
-                    self.i += 1;
-                    return Ok(Value::Obj(m));
-                }
-                loop {
-                    self.ws();
-                    if self.s.get(self.i) != Some(&b'"') {
-                        return Err((self.i, "a key"));
-                    }
-                    let k = self.string()?;
-                    self.eat(b':', "':'")?;
-                    m.push((k, self.value(depth + 1)?));
-                    self.ws();
-                    match self.s.get(self.i) {
-                        Some(b',') => self.i += 1,
-                        Some(b'}') => {
-                            self.i += 1;
-                            return Ok(Value::Obj(m));
-                        }
-                        _ => return Err((self.i, "',' or '}'")),
-                    }
-                }
-            }
-            Some(_) => {
-                let start = self.i;
-                while self.i < self.s.len() && matches!(self.s[self.i], b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9') {
-                    self.i += 1;
-                }
-                std::str::from_utf8(&self.s[start..self.i])
-                    .ok()
-                    .and_then(|t| t.parse::<f64>().ok())
-                    .map(Value::Num)
-                    .ok_or((start, "a value"))
-            }
-        }
-    }
-    fn string(&mut self) -> PResult<String> {
-        self.i += 1;
-        let mut out = Vec::new();
-        loop {
-            match self.s.get(self.i) {
-                None => return Err((self.i, "a closing '\"'")),
-                Some(b'"') => {
-                    self.i += 1;
-                    return String::from_utf8(out).map_err(|_| (self.i, "UTF-8"));
-                }
-                Some(b'\\') => {
-                    let c = *self.s.get(self.i + 1).ok_or((self.i, "an escape"))?;
-                    self.i += 2;
-                    let ch = match c {
-                        b'"' => '"',
-                        b'\\' => '\\',
-                        b'/' => '/',
-                        b'n' => '\n',
-                        b'r' => '\r',
-                        b't' => '\t',
-                        b'b' => '\u{8}',
-                        b'f' => '\u{c}',
-                        b'u' => {
-                            let hex = self.s.get(self.i..self.i + 4).ok_or((self.i, "four hex digits"))?;
-                            let code = std::str::from_utf8(hex)
-                                .ok()
-                                .and_then(|h| u32::from_str_radix(h, 16).ok())
-                                .ok_or((self.i, "four hex digits"))?;
-                            self.i += 4;
-                            char::from_u32(code).unwrap_or('\u{fffd}')
-                        }
-                        _ => return Err((self.i - 1, "a valid escape")),
-                    };
-                    let mut b = [0u8; 4];
-                    out.extend_from_slice(ch.encode_utf8(&mut b).as_bytes());
-                }
-                Some(&c) => {
-                    out.push(c);
-                    self.i += 1;
-                }
-            }
-        }
-    }
-}
-
-/// Parses a JSON document.
-///
-/// # Errors
-/// The byte offset and what was expected there.
-pub fn parse_json(text: &str) -> Result<Value, (usize, &'static str)> {
-    let mut p = Parser { s: text.as_bytes(), i: 0 };
-    let v = p.value(0)?;
-    p.ws();
-    if p.i != p.s.len() {
-        return Err((p.i, "the end of the file"));
-    }
-    Ok(v)
-}
-
-/// One record of a results file.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Row {
-    /// Suite.
-    pub suite: String,
-    /// Case.
-    pub case: String,
-    /// Implementation.
-    pub imp: String,
-    /// Payload bytes.
-    pub bytes: u64,
-    /// Placement name.
-    pub placement: String,
-    /// Touch name.
-    pub touch: String,
-    /// Median ns per operation (`None`: not measured).
-    pub median: Option<f64>,
-    /// 99th percentile.
-    pub p99: Option<f64>,
-    /// GB/s at the median.
-    pub gbps: Option<f64>,
-    /// The `extra` object.
-    pub extra: Vec<(String, Value)>,
-}
-
-impl Row {
-    /// Why this record was not measured, if it was not.
-    pub fn skipped(&self) -> Option<&str> {
-        self.extra.iter().find(|(k, _)| k == "skipped").and_then(|(_, v)| v.as_str())
-    }
-    /// A number in `extra`.
-    pub fn extra_num(&self, key: &str) -> Option<f64> {
-        self.extra.iter().find(|(k, _)| k == key).and_then(|(_, v)| v.as_f64())
-    }
-}
-
 /// Reads the records of a results file's text.
 ///
 /// # Errors
-/// When it is not JSON or not an array of records.
-pub fn parse_rows(path: &str, text: &str) -> Result<Vec<Row>, ReportError> {
-    let v = parse_json(text).map_err(|(at, what)| ReportError::Syntax { path: path.into(), at, what })?;
-    let Value::Arr(items) = v else {
-        return Err(ReportError::Shape { path: path.into(), what: "the top level is not an array".into() });
-    };
-    let mut rows = Vec::new();
-    for (i, it) in items.iter().enumerate() {
-        let s = |k: &str| it.get(k).and_then(Value::as_str).map(str::to_string);
-        let n = |k: &str| it.get(k).and_then(Value::as_f64);
-        let shape = |what: &str| ReportError::Shape { path: path.into(), what: format!("record {i} has no {what}") };
-        rows.push(Row {
-            suite: s("suite").ok_or_else(|| shape("suite"))?,
-            case: s("case").ok_or_else(|| shape("case"))?,
-            imp: s("impl").ok_or_else(|| shape("impl"))?,
-            bytes: n("bytes").unwrap_or(0.0) as u64,
-            placement: s("placement").unwrap_or_else(|| "unpinned".into()),
-            touch: s("touch").unwrap_or_else(|| "none".into()),
-            median: n("median_ns"),
-            p99: n("p99_ns"),
-            gbps: n("gbps"),
-            extra: match it.get("extra") {
-                Some(Value::Obj(m)) => m.clone(),
-                _ => Vec::new(),
-            },
-        });
-    }
-    Ok(rows)
+/// When it is not JSON, or not an array of records as the contract defines
+/// them.
+pub fn parse_rows(path: &str, text: &str) -> Result<Vec<Record>, ReportError> {
+    crate::record::from_json_array(text).map_err(|error| match error.classify() {
+        Category::Data => ReportError::Shape { path: path.into(), what: error.to_string() },
+        Category::Syntax | Category::Eof | Category::Io => ReportError::Syntax { path: path.into(), error },
+    })
 }
 
 /// Reads `path` and, if present, `path.meta.json`.
@@ -366,10 +78,10 @@ pub fn parse_rows(path: &str, text: &str) -> Result<Vec<Row>, ReportError> {
 /// # Errors
 /// When the results file cannot be read or parsed (a missing or broken
 /// sidecar is reported inside the report instead).
-pub fn load(path: &str) -> Result<(Vec<Row>, Option<Value>), ReportError> {
+pub fn load(path: &str) -> Result<(Vec<Record>, Option<Value>), ReportError> {
     let text = std::fs::read_to_string(path).map_err(|error| ReportError::Read { path: path.into(), error })?;
     let rows = parse_rows(path, &text)?;
-    let meta = std::fs::read_to_string(format!("{path}.meta.json")).ok().and_then(|t| parse_json(&t).ok());
+    let meta = std::fs::read_to_string(format!("{path}.meta.json")).ok().and_then(|t| serde_json::from_str(&t).ok());
     Ok((rows, meta))
 }
 
@@ -404,49 +116,49 @@ fn fmt_ms(ms: f64) -> String {
 }
 
 struct Ctx<'a> {
-    rows: &'a [Row],
+    rows: &'a [Record],
     placements: Vec<&'static str>,
 }
 
 impl<'a> Ctx<'a> {
-    fn new(rows: &'a [Row]) -> Ctx<'a> {
-        let placements = PLACEMENTS.iter().copied().filter(|p| rows.iter().any(|r| r.placement == *p)).collect::<Vec<_>>();
+    fn new(rows: &'a [Record]) -> Ctx<'a> {
+        let placements = PLACEMENTS.iter().copied().filter(|p| rows.iter().any(|r| r.placement.name() == *p)).collect::<Vec<_>>();
         Ctx { rows, placements: if placements.is_empty() { vec!["cross-core"] } else { placements } }
     }
 
     /// Records of a case at a size, touch and placement.
-    fn group(&self, suite: &str, case: &str, bytes: u64, touch: &str, placement: &str) -> Vec<&'a Row> {
+    fn group(&self, suite: &str, case: &str, bytes: u64, touch: &str, placement: &str) -> Vec<&'a Record> {
         self.rows
             .iter()
-            .filter(|r| r.suite == suite && r.case == case && r.bytes == bytes && r.touch == touch && r.placement == placement)
+            .filter(|r| r.suite == suite && r.case == case && r.bytes == bytes && r.touch.name() == touch && r.placement.name() == placement)
             .collect()
     }
 
     /// The fastest measured record among those whose impl passes `pick`.
-    fn best(&self, suite: &str, case: &str, bytes: u64, touch: &str, placement: &str, pick: impl Fn(&str) -> bool) -> Option<&'a Row> {
+    fn best(&self, suite: &str, case: &str, bytes: u64, touch: &str, placement: &str, pick: impl Fn(&str) -> bool) -> Option<&'a Record> {
         let g = self.group(suite, case, bytes, touch, placement);
         let measured = g
             .iter()
             .copied()
-            .filter(|r| pick(&r.imp) && r.median.is_some())
-            .min_by(|a, b| a.median.unwrap_or(f64::MAX).total_cmp(&b.median.unwrap_or(f64::MAX)));
+            .filter(|r| pick(&r.imp) && r.median_ns.is_some())
+            .min_by(|a, b| a.median_ns.unwrap_or(f64::MAX).total_cmp(&b.median_ns.unwrap_or(f64::MAX)));
         // Nothing measured: the first skipped one, so its reason is shown.
         measured.or_else(|| g.into_iter().find(|r| pick(&r.imp)))
     }
 
-    fn one(&self, suite: &str, case: &str, bytes: u64, touch: &str, placement: &str, imp: &str) -> Option<&'a Row> {
+    fn one(&self, suite: &str, case: &str, bytes: u64, touch: &str, placement: &str, imp: &str) -> Option<&'a Record> {
         self.best(suite, case, bytes, touch, placement, |i| i == imp)
     }
 }
 
 /// `12.3 µs (p99 20 µs) impl`, or "not measured" with the reason.
-fn cell(r: Option<&Row>, scale: f64) -> String {
+fn cell(r: Option<&Record>, scale: f64) -> String {
     match r {
-        Some(r) => match r.median {
+        Some(r) => match r.median_ns {
             Some(m) => format!(
                 "{} (p99 {}) `{}`",
                 fmt_ns(m * scale),
-                r.p99.map_or("?".into(), |p| fmt_ns(p * scale)),
+                r.p99_ns.map_or("?".into(), |p| fmt_ns(p * scale)),
                 r.imp
             ),
             None => format!("{NOT_MEASURED}: {}", r.skipped().unwrap_or("no reason recorded")),
@@ -462,8 +174,19 @@ fn ratio(a: Option<f64>, b: Option<f64>) -> String {
     }
 }
 
-fn med(r: Option<&Row>) -> Option<f64> {
-    r.and_then(|r| r.median)
+fn med(r: Option<&Record>) -> Option<f64> {
+    r.and_then(|r| r.median_ns)
+}
+
+/// A sidecar value as text: strings without quotes, arrays spaced, null
+/// as "not measured".
+fn show(v: &Value) -> String {
+    match v {
+        Value::Null => NOT_MEASURED.to_string(),
+        Value::String(s) => s.clone(),
+        Value::Array(a) => a.iter().map(show).collect::<Vec<_>>().join(" "),
+        other => other.to_string(),
+    }
 }
 
 fn machine_section(o: &mut String, meta: Option<&Value>, results: &str) {
@@ -490,11 +213,7 @@ fn machine_section(o: &mut String, meta: Option<&Value>, results: &str) {
         ("command_line", "command"),
     ];
     for (k, label) in keys {
-        let v = meta.get(k).map_or(NOT_MEASURED.to_string(), |v| match v {
-            Value::Null => NOT_MEASURED.to_string(),
-            Value::Arr(a) => a.iter().map(ToString::to_string).collect::<Vec<_>>().join(" "),
-            other => other.to_string(),
-        });
+        let v = meta.get(k).map_or(NOT_MEASURED.to_string(), show);
         let _ = writeln!(o, "| {label} | {} |", v.replace('|', "\\|"));
     }
     o.push('\n');
@@ -620,7 +339,7 @@ fn dash(o: &mut String, c: &Ctx<'_>) {
                     let mut line = format!("| {} | {touch} | {p} |", fmt_bytes(b));
                     for f in ferries.iter().chain(["memfd-map"].iter()) {
                         let r = c.one("transfer", "oneshot", b, touch, p, f);
-                        let v = match r.and_then(|r| r.median) {
+                        let v = match r.and_then(|r| r.median_ns) {
                             Some(m) => fmt_ns(m),
                             None => NOT_MEASURED.to_string(),
                         };
@@ -752,7 +471,7 @@ fn dean_armand(o: &mut String, c: &Ctx<'_>) {
          null message round trip through ferry's ports, and the smallest `rpc` round trip.\n"
     );
     let _ = writeln!(o, "| operation | placement | paper | today | paper ÷ today |\n|---|---|---|---|---|");
-    let sys = c.rows.iter().find(|r| r.suite == "probe" && r.case == "null-syscall" && r.median.is_some());
+    let sys = c.rows.iter().find(|r| r.suite == "probe" && r.case == "null-syscall" && r.median_ns.is_some());
     let _ = writeln!(o, "| trap (null system call) | — | 61 µs Mach 3.0 | {} | {} |", cell(sys, 1.0), ratio(Some(61_000.0), med(sys)));
     for &p in &c.placements {
         let port = c.best("port", "null-roundtrip", 0, "none", p, is_ferry);
@@ -770,7 +489,7 @@ fn dean_armand(o: &mut String, c: &Ctx<'_>) {
          with `UFFDIO_COPY` or `UFFDIO_MOVE`, the bare userfaultfd handler, a plain file read and mmap), from memory \
          rather than disk.\n"
     );
-    let pager: Vec<&Row> = c.rows.iter().filter(|r| r.suite == "pager").collect();
+    let pager: Vec<&Record> = c.rows.iter().filter(|r| r.suite == "pager").collect();
     if pager.is_empty() {
         let _ = writeln!(o, "`pager`: {NOT_MEASURED} (the suite was not in this run).\n");
         return;
@@ -795,15 +514,15 @@ fn dean_armand(o: &mut String, c: &Ctx<'_>) {
         for b in sizes_of(c, "pager", case) {
             for &p in &c.placements {
                 let g = c.group("pager", case, b, "none", p);
-                let cp = g.iter().find(|r| is_ferry(&r.imp) && r.imp.contains("copy") && r.median.is_some());
-                let mv = g.iter().find(|r| is_ferry(&r.imp) && r.imp.contains("move") && r.median.is_some());
+                let cp = g.iter().find(|r| is_ferry(&r.imp) && r.imp.contains("copy") && r.median_ns.is_some());
+                let mv = g.iter().find(|r| is_ferry(&r.imp) && r.imp.contains("move") && r.median_ns.is_some());
                 if let (Some(cp), Some(mv)) = (cp, mv) {
                     lines.push(format!(
                         "| {case} | {} | {p} | `{}` ÷ `{}` | {} |",
                         fmt_bytes(b),
                         cp.imp,
                         mv.imp,
-                        ratio(cp.median, mv.median)
+                        ratio(cp.median_ns, mv.median_ns)
                     ));
                 }
             }
@@ -837,12 +556,12 @@ fn anderson(o: &mut String, c: &Ctx<'_>) {
         ("context switch", "context-switch", 28.3, 7.4),
     ];
     for (label, case, cvax, r3000) in prims {
-        let r = c.rows.iter().find(|r| r.suite == "probe" && r.case == case && r.median.is_some());
-        let today = r.map(|r| r.extra_num("minus_syscalls_ns").filter(|x| *x > 0.0).unwrap_or(r.median.unwrap_or(0.0)));
+        let r = c.rows.iter().find(|r| r.suite == "probe" && r.case == case && r.median_ns.is_some());
+        let today = r.map(|r| r.extra_num("minus_syscalls_ns").filter(|x| *x > 0.0).unwrap_or(r.median_ns.unwrap_or(0.0)));
         let shown = match (r, today) {
             (Some(r), Some(t)) => format!("{} ({})", fmt_ns(t), r.placement),
             _ => {
-                let skipped = c.rows.iter().find(|r| r.suite == "probe" && r.case == case).and_then(Row::skipped);
+                let skipped = c.rows.iter().find(|r| r.suite == "probe" && r.case == case).and_then(Record::skipped);
                 skipped.map_or(NOT_MEASURED.to_string(), |s| format!("{NOT_MEASURED}: {s}"))
             }
         };
@@ -868,7 +587,7 @@ fn anderson(o: &mut String, c: &Ctx<'_>) {
                     .filter(|(k, v)| k.ends_with("_per_op") && v.as_f64().is_some())
                     .map(|(k, v)| format!("{} {}", k.trim_end_matches("_per_op").replace('_', " "), v))
                     .collect();
-                let shown = if r.median.is_none() {
+                let shown = if r.median_ns.is_none() {
                     format!("{NOT_MEASURED}: {}", r.skipped().unwrap_or("no reason recorded"))
                 } else if counts.is_empty() {
                     NOT_MEASURED.to_string()
@@ -910,8 +629,8 @@ fn all_results(o: &mut String, c: &Ctx<'_>) {
                 r.touch,
                 r.placement,
                 r.imp,
-                r.median.map_or("—".into(), fmt_ns),
-                r.p99.map_or("—".into(), fmt_ns),
+                r.median_ns.map_or("—".into(), fmt_ns),
+                r.p99_ns.map_or("—".into(), fmt_ns),
                 r.gbps.map_or(String::new(), |g| format!("{g:.2}")),
                 note.replace('|', "\\|")
             );
@@ -923,7 +642,7 @@ fn all_results(o: &mut String, c: &Ctx<'_>) {
 /// The Markdown report of `rows` (with the sidecar `meta`), naming the
 /// results file `results` and listing `plots` (paths as they should be
 /// linked).
-pub fn render(rows: &[Row], meta: Option<&Value>, results: &str, plots: &[String]) -> String {
+pub fn render(rows: &[Record], meta: Option<&Value>, results: &str, plots: &[String]) -> String {
     let c = Ctx::new(rows);
     let mut o = String::new();
     let _ = writeln!(o, "## Report: `{results}`\n");
@@ -1013,20 +732,4 @@ pub fn plots_beside(results: &str, out: Option<&str>) -> Vec<String> {
             }
         })
         .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn json_round_trips_the_shapes_records_use() {
-        let v = parse_json(r#"[{"a": 1.5, "b": "x\"\u00e9", "c": null, "d": [true, false], "e": {}}]"#).unwrap();
-        let Value::Arr(a) = v else { panic!("not an array") };
-        assert_eq!(a[0].get("a"), Some(&Value::Num(1.5)));
-        assert_eq!(a[0].get("b").and_then(Value::as_str), Some("x\"é"));
-        assert_eq!(a[0].get("c"), Some(&Value::Null));
-        assert!(parse_json("[1,").is_err());
-        assert!(parse_json("[1] x").is_err());
-    }
 }

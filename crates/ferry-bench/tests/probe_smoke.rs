@@ -1,13 +1,15 @@
 //! Runs `ferry probe` in its quick mode and checks that what it reports is
 //! well-formed: every primitive present under its schema name, numbers
 //! positive and ordered (min ≤ median ≤ p99) or null with a reason, the
-//! crossover records present for each touch mode, and the JSON texts
-//! syntactically valid. Never asserts how fast anything is.
+//! crossover records present for each touch mode, and the JSON texts valid
+//! (the records read back, strictly, as the records written). Never asserts
+//! how fast anything is.
 
 use std::sync::mpsc;
 use std::time::Duration;
 
-use ferry_bench::probe::{self, Json, Options, Placement, Probe, Record, Touch};
+use ferry_bench::probe::{self, Options, Placement, Probe, Record, Touch};
+use serde_json::Value;
 
 /// Runs the probe on a thread and fails instead of hanging if it does not
 /// finish within `limit`.
@@ -25,11 +27,11 @@ fn find<'a>(p: &'a Probe, case: &str, placement: Placement) -> Option<&'a Record
 
 fn check_record(r: &Record) {
     assert_eq!(r.suite, "probe", "{r:?}");
-    assert_eq!(r.impl_name, "machine", "{r:?}");
+    assert_eq!(r.imp, "machine", "{r:?}");
     assert!(!r.case.is_empty() && r.case.chars().all(|c| c.is_ascii_lowercase() || c == '-'), "case name {:?}", r.case);
     match r.median_ns {
         None => {
-            let why = r.skip_reason().unwrap_or_else(|| panic!("{} has no median and no extra.skipped", r.case));
+            let why = r.skipped().unwrap_or_else(|| panic!("{} has no median and no extra.skipped", r.case));
             assert!(!why.trim().is_empty(), "{}: empty skip reason", r.case);
             assert!(r.p99_ns.is_none() && r.min_ns.is_none() && r.gbps.is_none(), "{r:?}");
         }
@@ -45,92 +47,13 @@ fn check_record(r: &Record) {
             }
             assert!(min <= m && m <= p99, "{}: min {min} median {m} p99 {p99} out of order", r.case);
             assert!(r.iters > 0, "{}: no iterations", r.case);
-            assert!(r.skip_reason().is_none(), "{}: measured but also skipped", r.case);
+            assert!(r.skipped().is_none(), "{}: measured but also skipped", r.case);
             match r.get_extra("unit") {
-                Some(Json::Str(u)) => assert!(u.starts_with("ns per"), "{}: unit {u:?}", r.case),
+                Some(Value::String(u)) => assert!(u.starts_with("ns per"), "{}: unit {u:?}", r.case),
                 other => panic!("{}: no unit ({other:?})", r.case),
             }
         }
     }
-}
-
-/// A minimal JSON syntax check (enough to catch a broken writer).
-fn parse(s: &[u8], i: &mut usize) -> Result<(), String> {
-    let ws = |i: &mut usize| {
-        while *i < s.len() && s[*i].is_ascii_whitespace() {
-            *i += 1;
-        }
-    };
-    ws(i);
-    let c = *s.get(*i).ok_or("unexpected end")?;
-    match c {
-        b'{' | b'[' => {
-            let close = if c == b'{' { b'}' } else { b']' };
-            *i += 1;
-            ws(i);
-            if s.get(*i) == Some(&close) {
-                *i += 1;
-                return Ok(());
-            }
-            loop {
-                if c == b'{' {
-                    ws(i);
-                    if s.get(*i) != Some(&b'"') {
-                        return Err(format!("key expected at {i}"));
-                    }
-                    parse(s, i)?;
-                    ws(i);
-                    if s.get(*i) != Some(&b':') {
-                        return Err(format!("':' expected at {i}"));
-                    }
-                    *i += 1;
-                }
-                parse(s, i)?;
-                ws(i);
-                match s.get(*i) {
-                    Some(b',') => *i += 1,
-                    Some(x) if *x == close => {
-                        *i += 1;
-                        return Ok(());
-                    }
-                    _ => return Err(format!("',' or close expected at {i}")),
-                }
-            }
-        }
-        b'"' => {
-            *i += 1;
-            while *i < s.len() {
-                match s[*i] {
-                    b'\\' => *i += 2,
-                    b'"' => {
-                        *i += 1;
-                        return Ok(());
-                    }
-                    x if x < 0x20 => return Err(format!("raw control byte at {i}")),
-                    _ => *i += 1,
-                }
-            }
-            Err("unterminated string".into())
-        }
-        _ => {
-            let start = *i;
-            while *i < s.len() && !b",]} \n\t\r".contains(&s[*i]) {
-                *i += 1;
-            }
-            let tok = std::str::from_utf8(&s[start..*i]).unwrap();
-            if tok == "null" || tok == "true" || tok == "false" || tok.parse::<f64>().is_ok() {
-                Ok(())
-            } else {
-                Err(format!("bad token {tok:?} at {start}"))
-            }
-        }
-    }
-}
-
-fn valid_json(text: &str) {
-    let mut i = 0;
-    parse(text.as_bytes(), &mut i).unwrap_or_else(|e| panic!("invalid JSON: {e}\n{text}"));
-    assert!(text[i..].trim().is_empty(), "trailing text after JSON: {:?}", &text[i..]);
 }
 
 #[test]
@@ -173,7 +96,7 @@ fn quick_probe_records_are_well_formed() {
     // Primitives that need nothing special must have run.
     for case in ["null-syscall", "pte-change", "mmap-munmap", "memcpy", "seal", "fd-pass"] {
         let r = find(&p, case, Placement::SameCore).unwrap();
-        assert!(r.median_ns.is_some(), "{case} skipped: {:?}", r.skip_reason());
+        assert!(r.median_ns.is_some(), "{case} skipped: {:?}", r.skipped());
     }
     for r in p.records.iter().filter(|r| r.case == "memcpy") {
         assert!(r.bytes > 0 && r.gbps.is_some_and(|g| g > 0.0), "{r:?}");
@@ -191,15 +114,17 @@ fn quick_probe_records_are_well_formed() {
     for (c, r) in p.crossovers.iter().zip(&xs) {
         assert_eq!(c.touch, r.touch);
         assert_eq!(c.bytes().unwrap_or(0), r.bytes);
-        assert_eq!(r.get_extra("kind"), Some(&Json::Str("model".into())));
+        assert_eq!(r.get_extra("kind"), Some(&Value::from("model")));
     }
 
-    // JSON texts parse; one record per element; the sidecar has the facilities.
+    // The records read back as they were written, one per line; the sidecar
+    // is JSON and has the facilities.
     let text = p.records_json();
-    valid_json(&text);
+    assert_eq!(ferry_bench::record::from_json_array(&text).unwrap_or_else(|e| panic!("{e}\n{text}")), p.records);
     assert_eq!(text.lines().filter(|l| l.starts_with("  {")).count(), p.records.len());
     let meta = p.meta_json();
-    valid_json(&meta);
+    let parsed: Value = serde_json::from_str(&meta).unwrap_or_else(|e| panic!("{e}\n{meta}"));
+    assert!(parsed["machine"]["userfaultfd"]["features"].is_object(), "{meta}");
     for key in ["\"shmem_enabled\"", "\"shmem_huge_mapped_in_test\"", "\"userfaultfd\"", "\"minor_shmem\"", "\"move\"", "\"pagefault_flag_wp\"", "\"kernel\""] {
         assert!(meta.contains(key), "meta lacks {key}: {meta}");
     }
@@ -212,21 +137,9 @@ fn quick_probe_records_are_well_formed() {
     assert!(table.contains("crossover") && table.contains("userfaultfd") && table.contains("shmem huge pages"));
 }
 
-#[test]
-fn json_writer_escapes_strings() {
-    let v = Json::Obj(vec![
-        ("a\"b".into(), Json::Str("line\nbreak \\ tab\t ctrl\u{1}".into())),
-        ("n".into(), Json::Num(f64::NAN)),
-        ("x".into(), Json::Arr(vec![Json::Num(1.5), Json::Num(2.0), Json::Null, Json::Bool(true)])),
-    ]);
-    let t = v.to_text();
-    valid_json(&t);
-    assert_eq!(t, r#"{"a\"b":"line\nbreak \\ tab\t ctrl\u0001","n":null,"x":[1.5,2,null,true]}"#);
-}
-
 fn rec(case: &str, bytes: u64, median: f64) -> Record {
     let st = probe::Stats { median_ns: median, p99_ns: median, min_ns: median, iters: 1, samples: 1 };
-    Record::measured(case, Placement::SameCore, st).bytes(bytes)
+    probe::record::measured(case, Placement::SameCore, st).bytes(bytes)
 }
 
 #[test]
@@ -261,7 +174,7 @@ fn crossover_model_solves_known_costs() {
     let r0 = xs[0].record();
     assert_eq!((r0.case.as_str(), r0.bytes, r0.touch), ("crossover", 35 * 4096, Touch::None));
     assert_eq!(r0.median_ns, Some(6500.0 + 35.0 * 10.0));
-    assert!(xs[1].record().skip_reason().is_some());
+    assert!(xs[1].record().skipped().is_some());
 
     // Copying that is cheap per page at 256 KiB (64 pages) but dear again
     // from 1 MiB: remapping wins at 35..63 pages, loses at 64..255 and wins

@@ -127,7 +127,15 @@ fn bad_files_get_typed_errors() {
     let nocase = dir.join("nocase.json");
     std::fs::write(&nocase, "[{\"suite\": \"port\", \"impl\": \"x\"}]").unwrap();
     let e = report::load(nocase.to_str().unwrap()).unwrap_err();
-    assert!(e.to_string().contains("no case"), "{e}");
+    assert!(matches!(e, ReportError::Shape { .. }) && e.to_string().contains("missing field `case`"), "{e}");
+    // A float where the contract wants an integer, and a key twice, are not
+    // records either.
+    let line = RESULTS.lines().nth(1).unwrap().trim_end_matches(',');
+    for bad in [line.replace("\"bytes\": 0", "\"bytes\": 0.5"), line.replace("\"iters\": 10", "\"iters\": 10, \"iters\": 10")] {
+        let f = dir.join("bad-record.json");
+        std::fs::write(&f, format!("[{bad}]")).unwrap();
+        assert!(matches!(report::load(f.to_str().unwrap()), Err(ReportError::Shape { .. })), "{bad}");
+    }
     assert!(matches!(report::load(dir.join("absent.json").to_str().unwrap()), Err(ReportError::Read { .. })));
     let _ = std::fs::remove_dir_all(&dir);
 }

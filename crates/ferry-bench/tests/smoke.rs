@@ -13,180 +13,9 @@ use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
 use ferry_bench::harness::{run_suite, Budget, Options};
-use ferry_bench::record::{to_json_array, Placement};
+use ferry_bench::record::{from_json_array, to_json_array, Placement, Record};
 use ferry_bench::suites;
-
-/// A parsed JSON value (enough of JSON for the contract).
-#[derive(Debug, Clone, PartialEq)]
-enum V {
-    Null,
-    Bool(bool),
-    Num { text: String },
-    Str(String),
-    Arr(Vec<V>),
-    Obj(Vec<(String, V)>),
-}
-
-struct P<'a> {
-    s: &'a [u8],
-    i: usize,
-}
-
-impl P<'_> {
-    fn ws(&mut self) {
-        while self.i < self.s.len() && b" \n\r\t".contains(&self.s[self.i]) {
-            self.i += 1;
-        }
-    }
-    fn eat(&mut self, c: u8) -> Result<(), String> {
-        self.ws();
-        if self.s.get(self.i) == Some(&c) {
-            self.i += 1;
-            Ok(())
-        } else {
-            Err(format!("expected {:?} at byte {}", c as char, self.i))
-        }
-    }
-    fn value(&mut self) -> Result<V, String> {
-        self.ws();
-        match self.s.get(self.i).copied() {
-            Some(b'{') => {
-                self.i += 1;
-                let mut v = Vec::new();
-                self.ws();
-                if self.s.get(self.i) == Some(&b'}') {
-                    self.i += 1;
-                    return Ok(V::Obj(v));
-                }
-                loop {
-                    let V::Str(k) = self.value()? else { return Err(format!("object key at {}", self.i)) };
-                    self.eat(b':')?;
-                    let x = self.value()?;
-                    if v.iter().any(|(kk, _)| *kk == k) {
-                        return Err(format!("duplicate key {k}"));
-                    }
-                    v.push((k, x));
-                    self.ws();
-                    match self.s.get(self.i) {
-                        Some(b',') => self.i += 1,
-                        Some(b'}') => {
-                            self.i += 1;
-                            return Ok(V::Obj(v));
-                        }
-                        _ => return Err(format!("bad object at {}", self.i)),
-                    }
-                }
-            }
-            Some(b'[') => {
-                self.i += 1;
-                let mut v = Vec::new();
-                self.ws();
-                if self.s.get(self.i) == Some(&b']') {
-                    self.i += 1;
-                    return Ok(V::Arr(v));
-                }
-                loop {
-                    v.push(self.value()?);
-                    self.ws();
-                    match self.s.get(self.i) {
-                        Some(b',') => self.i += 1,
-                        Some(b']') => {
-                            self.i += 1;
-                            return Ok(V::Arr(v));
-                        }
-                        _ => return Err(format!("bad array at {}", self.i)),
-                    }
-                }
-            }
-            Some(b'"') => {
-                self.i += 1;
-                let mut out = String::new();
-                loop {
-                    let c = *self.s.get(self.i).ok_or("unterminated string")?;
-                    self.i += 1;
-                    match c {
-                        b'"' => return Ok(V::Str(out)),
-                        b'\\' => {
-                            let e = *self.s.get(self.i).ok_or("bad escape")?;
-                            self.i += 1;
-                            match e {
-                                b'"' | b'\\' | b'/' => out.push(e as char),
-                                b'n' => out.push('\n'),
-                                b'r' => out.push('\r'),
-                                b't' => out.push('\t'),
-                                b'u' => {
-                                    let h = std::str::from_utf8(&self.s[self.i..self.i + 4]).map_err(|e| e.to_string())?;
-                                    out.push(char::from_u32(u32::from_str_radix(h, 16).map_err(|e| e.to_string())?).ok_or("bad \\u")?);
-                                    self.i += 4;
-                                }
-                                _ => return Err(format!("bad escape {:?}", e as char)),
-                            }
-                        }
-                        c if c < 0x20 => return Err("control character in string".into()),
-                        _ => {
-                            let start = self.i - 1;
-                            let len = match c {
-                                0..=0x7f => 1,
-                                0xc0..=0xdf => 2,
-                                0xe0..=0xef => 3,
-                                _ => 4,
-                            };
-                            out.push_str(std::str::from_utf8(&self.s[start..start + len]).map_err(|e| e.to_string())?);
-                            self.i = start + len;
-                        }
-                    }
-                }
-            }
-            Some(b't') if self.s[self.i..].starts_with(b"true") => {
-                self.i += 4;
-                Ok(V::Bool(true))
-            }
-            Some(b'f') if self.s[self.i..].starts_with(b"false") => {
-                self.i += 5;
-                Ok(V::Bool(false))
-            }
-            Some(b'n') if self.s[self.i..].starts_with(b"null") => {
-                self.i += 4;
-                Ok(V::Null)
-            }
-            Some(c) if c == b'-' || c.is_ascii_digit() => {
-                let start = self.i;
-                while self.i < self.s.len() && b"-+.eE0123456789".contains(&self.s[self.i]) {
-                    self.i += 1;
-                }
-                let text = std::str::from_utf8(&self.s[start..self.i]).unwrap().to_string();
-                text.parse::<f64>().map_err(|e| format!("bad number {text}: {e}"))?;
-                Ok(V::Num { text })
-            }
-            _ => Err(format!("unexpected input at byte {}", self.i)),
-        }
-    }
-}
-
-fn parse(s: &str) -> Result<V, String> {
-    let mut p = P { s: s.as_bytes(), i: 0 };
-    let v = p.value()?;
-    p.ws();
-    if p.i != s.len() {
-        return Err(format!("trailing bytes at {}", p.i));
-    }
-    Ok(v)
-}
-
-fn get<'a>(o: &'a [(String, V)], k: &str) -> Result<&'a V, String> {
-    o.iter().find(|(kk, _)| kk == k).map(|(_, v)| v).ok_or_else(|| format!("missing field {k}"))
-}
-
-fn is_uint(v: &V) -> bool {
-    matches!(v, V::Num { text } if text.bytes().all(|b| b.is_ascii_digit()))
-}
-
-fn num(v: &V) -> Option<f64> {
-    match v {
-        V::Num { text } => text.parse().ok(),
-        _ => None,
-    }
-}
+use serde_json::{Map, Value};
 
 const FIELDS: [&str; 12] =
     ["suite", "case", "impl", "bytes", "placement", "touch", "iters", "median_ns", "p99_ns", "min_ns", "gbps", "extra"];
@@ -194,82 +23,61 @@ const FIELDS: [&str; 12] =
 /// What identifies a record: (case, bytes, touch, placement, impl).
 type Key = (String, u64, String, String, String);
 
+/// Reads a results file as the contract wants it: every record's fields in
+/// the contract's order, then strictly as [`Record`]s (integers where it
+/// wants integers, known names, no field or `extra` key twice).
+fn read_results(text: &str) -> Result<Vec<Record>, String> {
+    let raw: Vec<Map<String, Value>> = serde_json::from_str(text).map_err(|e| format!("not an array of objects: {e}"))?;
+    for (i, o) in raw.iter().enumerate() {
+        let keys: Vec<&str> = o.keys().map(String::as_str).collect();
+        if keys != FIELDS {
+            return Err(format!("record {i}: fields {keys:?}, expected {FIELDS:?}"));
+        }
+    }
+    from_json_array(text).map_err(|e| format!("not benchmark records: {e}"))
+}
+
 /// Checks one record against the contract and the suite's declared names;
 /// returns its key and, if it was skipped, why.
-fn check_record(v: &V, suite: &ferry_bench::harness::Suite) -> Result<(Key, Option<String>), String> {
-    let V::Obj(o) = v else { return Err("record is not an object".into()) };
-    let keys: Vec<&str> = o.iter().map(|(k, _)| k.as_str()).collect();
-    if keys != FIELDS {
-        return Err(format!("fields {keys:?}, expected {FIELDS:?}"));
-    }
-    let s = |k: &str| -> Result<String, String> {
-        match get(o, k)? {
-            V::Str(s) => Ok(s.clone()),
-            other => Err(format!("{k} is {other:?}, not a string")),
-        }
-    };
-    let (su, case, imp, placement, touch) = (s("suite")?, s("case")?, s("impl")?, s("placement")?, s("touch")?);
-    if su != suite.name {
-        return Err(format!("suite {su} in the {} suite's output", suite.name));
+fn check_record(r: &Record, suite: &ferry_bench::harness::Suite) -> Result<(Key, Option<String>), String> {
+    if r.suite != suite.name {
+        return Err(format!("suite {} in the {} suite's output", r.suite, suite.name));
     }
     let cases = (suite.cases)();
-    if !cases.iter().any(|c| c.name == case) {
-        return Err(format!("case {case} is not a case of {su}"));
+    if !cases.iter().any(|c| c.name == r.case) {
+        return Err(format!("case {} is not a case of {}", r.case, r.suite));
     }
-    if !(suite.impls)().iter().any(|i| i.name == imp) {
-        return Err(format!("impl {imp} is not an impl of {su}"));
+    if !(suite.impls)().iter().any(|i| i.name == r.imp) {
+        return Err(format!("impl {} is not an impl of {}", r.imp, r.suite));
     }
-    if !["same-core", "cross-core", "unpinned"].contains(&placement.as_str()) {
-        return Err(format!("placement {placement}"));
+    if !cases.iter().any(|c| c.name == r.case && c.bytes == r.bytes && c.touch == r.touch) {
+        return Err(format!("{} with {} bytes and touch {} is not a declared case", r.case, r.bytes, r.touch));
     }
-    if !["none", "read", "write"].contains(&touch.as_str()) {
-        return Err(format!("touch {touch}"));
-    }
-    for k in ["bytes", "iters"] {
-        if !is_uint(get(o, k)?) {
-            return Err(format!("{k} is not a non-negative integer"));
-        }
-    }
-    let bytes = num(get(o, "bytes")?).unwrap() as u64;
-    if !cases.iter().any(|c| c.name == case && c.bytes == bytes && c.touch.name() == touch) {
-        return Err(format!("{case} with {bytes} bytes and touch {touch} is not a declared case"));
-    }
-    let V::Obj(extra) = get(o, "extra")? else { return Err("extra is not an object".into()) };
-    let median = get(o, "median_ns")?;
-    let skipped = match median {
-        V::Null => {
-            let reason = match get(extra, "skipped") {
-                Ok(V::Str(r)) if !r.is_empty() => r.clone(),
-                _ => return Err(format!("{imp}/{case}: median_ns is null but extra.skipped has no reason")),
+    let skipped = match r.median_ns {
+        None => {
+            let reason = match r.skipped() {
+                Some(why) if !why.is_empty() => why.to_string(),
+                _ => return Err(format!("{}/{}: median_ns is null but extra.skipped has no reason", r.imp, r.case)),
             };
-            for k in ["p99_ns", "min_ns", "gbps"] {
-                if *get(o, k)? != V::Null {
-                    return Err(format!("{k} is set on a skipped record"));
-                }
+            if r.p99_ns.is_some() || r.min_ns.is_some() || r.gbps.is_some() {
+                return Err(format!("p99_ns, min_ns or gbps set on a skipped record: {r:?}"));
             }
             Some(reason)
         }
-        V::Num { .. } => {
-            for k in ["p99_ns", "min_ns"] {
-                if num(get(o, k)?).is_none() {
-                    return Err(format!("{k} is not a number"));
-                }
+        Some(_) => {
+            if r.p99_ns.is_none() || r.min_ns.is_none() {
+                return Err(format!("a measured record without p99_ns or min_ns: {r:?}"));
             }
-            match get(o, "gbps")? {
-                V::Null | V::Num { .. } => {}
-                _ => return Err("gbps is neither a number nor null".into()),
-            }
-            if extra.iter().any(|(k, _)| k == "skipped") {
+            if r.extra.contains_key("skipped") {
                 return Err("a measured record carries extra.skipped".into());
             }
-            if num(get(o, "iters")?) == Some(0.0) {
+            if r.iters == 0 {
                 return Err("a measured record with zero iterations".into());
             }
             None
         }
-        other => return Err(format!("median_ns is {other:?}")),
     };
-    Ok(((case, bytes, touch, placement, imp), skipped))
+    Ok(((r.case.clone(), r.bytes, r.touch.to_string(), r.placement.to_string(), r.imp.clone()), skipped))
 }
 
 /// The plots of a suite's records: one latency plot for every (case, touch,
@@ -328,9 +136,10 @@ fn run_all() -> Result<(), String> {
             .map_err(|e| e.to_string())?;
         let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
         assert_eq!(text, to_json_array(&records));
-        let V::Arr(items) = parse(&text).map_err(|e| format!("{}: {e}", suite.name))? else {
-            return Err(format!("{}: the output is not a JSON array", suite.name));
-        };
+        let items = read_results(&text).map_err(|e| format!("{}: {e}", suite.name))?;
+        if items != records {
+            return Err(format!("{}: the file does not read back as the records written", suite.name));
+        }
         // Every case × placement × impl appears exactly once.
         let mut seen = BTreeMap::new();
         let mut measured = 0;
@@ -358,9 +167,11 @@ fn run_all() -> Result<(), String> {
             return Err(format!("{}: nothing was measured", suite.name));
         }
         let meta = std::fs::read_to_string(format!("{path}.meta.json")).map_err(|e| e.to_string())?;
-        let V::Obj(m) = parse(&meta).map_err(|e| format!("meta: {e}"))? else { return Err("meta is not an object".into()) };
+        let m: Map<String, Value> = serde_json::from_str(&meta).map_err(|e| format!("meta: {e}"))?;
         for k in ["cpu_model", "cores", "kernel", "thp_enabled", "thp_shmem_enabled", "unprivileged_userfaultfd", "userfaultfd_syscall_works", "ferry_version", "date", "command_line"] {
-            get(&m, k).map_err(|e| format!("meta: {e}"))?;
+            if !m.contains_key(k) {
+                return Err(format!("meta: missing field {k}"));
+            }
         }
         check_plots(&records, path).map_err(|e| format!("{}: plots: {e}", suite.name))?;
         println!("smoke: {}: {} records ({measured} measured) well formed", suite.name, items.len());

@@ -36,21 +36,24 @@ fn checksum(words: &[u64]) -> u64 {
 
 type Res<T = ()> = Result<T, Box<dyn std::error::Error>>;
 
+/// `ferry demo`.
+#[derive(Debug, clap::Args)]
+#[command(long_about = "Runs a server and two clients as separate processes that exchange ports \
+through an embedded name service, and narrates what crossed each boundary.")]
+pub struct Args {
+    /// The part this process plays when the demo re-executes itself.
+    #[arg(long, hide = true, value_parser = ["server", "client-a", "client-b"])]
+    role: Option<String>,
+}
+
 /// Runs `ferry demo`, or one of its roles when re-executed.
-pub fn main(args: &[String]) -> ExitCode {
-    let result = match args.first().map(String::as_str) {
-        Some("--role") => match args.get(1).map(String::as_str) {
-            Some("server") => server(),
-            Some("client-a") => client_a(),
-            Some("client-b") => client_b(),
-            other => Err(format!("unknown demo role {other:?}").into()),
-        },
-        Some("-h") | Some("--help") => {
-            println!("usage: ferry demo\n\nRuns a server and two clients as separate processes that exchange ports\nthrough an embedded name service, and narrates what crossed each boundary.");
-            return ExitCode::SUCCESS;
-        }
+pub fn main(args: &Args) -> ExitCode {
+    let result = match args.role.as_deref() {
+        Some("server") => server(),
+        Some("client-a") => client_a(),
+        Some("client-b") => client_b(),
+        Some(other) => Err(format!("unknown demo role {other:?}").into()),
         None => orchestrate(),
-        Some(other) => Err(format!("unknown argument {other:?}").into()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

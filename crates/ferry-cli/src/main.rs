@@ -1,43 +1,55 @@
-//! `ferry`: run the demo, inspect the name service, benchmark and probe.
+//! `ferry`: run the demo, inspect the name service and the live counters of
+//! ferry processes, and run the benchmarks and the machine probe when the
+//! separate `ferry-bench` program is installed.
+//!
+//! The command line is parsed by clap; each subcommand lives in its own
+//! module with its arguments.
 
 mod bench;
 mod demo;
 mod names;
-mod probe;
 mod stat;
 
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: ferry COMMAND [ARGS...]
+use clap::{Parser, Subcommand};
 
-commands:
-  demo            processes exchanging ports and a large region through ferryd
-  names           what is registered with the name service
-  bench SUITE     run benchmarks (see `ferry bench --help`)
-  bench report F  a Markdown report of a results file beside the papers' figures
-  probe           measure this machine's IPC primitives
-  stat [PID|NAME] live counters of running ferry processes
-";
+/// The `ferry` command line.
+#[derive(Debug, Parser)]
+#[command(
+    name = "ferry",
+    version,
+    about = "Message-passing IPC for Linux: demo, inspect, benchmark.",
+    arg_required_else_help = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Processes exchanging ports and a large region through an embedded
+    /// name service, narrated.
+    Demo(demo::Args),
+    /// What is registered with the name service.
+    Names(names::Args),
+    /// Live counters of running ferry processes, read from outside.
+    Stat(stat::Args),
+    /// Benchmarks against baselines in the same run (needs `ferry-bench`).
+    #[command(disable_help_flag = true)]
+    Bench(bench::Forward),
+    /// This machine's IPC primitives and copy/remap crossover (needs `ferry-bench`).
+    #[command(disable_help_flag = true)]
+    Probe(bench::Forward),
+}
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let Some((cmd, rest)) = args.split_first() else {
-        eprint!("{USAGE}");
-        return ExitCode::from(2);
-    };
-    match cmd.as_str() {
-        "demo" => demo::main(rest),
-        "names" => names::main(rest),
-        "bench" => bench::main(rest),
-        "probe" => probe::main(rest),
-        "stat" => stat::main(rest),
-        "-h" | "--help" | "help" => {
-            print!("{USAGE}");
-            ExitCode::SUCCESS
-        }
-        other => {
-            eprintln!("ferry: unknown command {other:?}\n{USAGE}");
-            ExitCode::from(2)
-        }
+    match Cli::parse().command {
+        Command::Demo(a) => demo::main(&a),
+        Command::Names(a) => names::main(&a),
+        Command::Stat(a) => stat::main(&a),
+        Command::Bench(a) => bench::main("bench", &a),
+        Command::Probe(a) => bench::main("probe", &a),
     }
 }

@@ -3,23 +3,20 @@
 
 use std::process::ExitCode;
 
-/// Runs `ferry names [--socket PATH]`.
-pub fn main(args: &[String]) -> ExitCode {
-    let mut path = None;
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--socket" => path = it.next().map(std::path::PathBuf::from),
-            "-h" | "--help" => {
-                println!("usage: ferry names [--socket PATH]\n\nLists the names registered with ferryd for this user (all users for root).\nThe daemon is found at $FERRY_BOOTSTRAP or the default path; no daemon is started.");
-                return ExitCode::SUCCESS;
-            }
-            other => {
-                eprintln!("ferry names: unknown argument {other:?}");
-                return ExitCode::from(2);
-            }
-        }
-    }
+/// `ferry names [--socket PATH]`.
+#[derive(Debug, clap::Args)]
+#[command(long_about = "Lists the names registered with ferryd for this user (all users for root), \
+with each registration's owner pid and queue depth. The daemon is found at $FERRY_BOOTSTRAP \
+or the default path; no daemon is started.")]
+pub struct Args {
+    /// The name server's socket (default: $FERRY_BOOTSTRAP, then the default path).
+    #[arg(long, value_name = "PATH")]
+    socket: Option<std::path::PathBuf>,
+}
+
+/// Runs `ferry names`.
+pub fn main(args: &Args) -> ExitCode {
+    let path = args.socket.clone();
     let path = path.unwrap_or_else(ferry::bootstrap::default_path);
     let mut bs = match ferry::Bootstrap::connect_to(&path) {
         Ok(b) => b,

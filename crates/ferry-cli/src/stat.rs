@@ -8,31 +8,25 @@ use std::process::ExitCode;
 
 use ferry::counters::{self, Published};
 
-const HELP: &str = "usage: ferry stat [PID|NAME] [--json]
-
-Without an argument, lists every process using ferry that you may inspect,
-with its message and region totals. With a PID, or a NAME registered with
-the name service, prints all of that process's counters, including its open
-RPC connections, and the queue depth of each port it registered.";
+/// `ferry stat [PID|NAME] [--json]`.
+#[derive(Debug, clap::Args)]
+#[command(long_about = "Without an argument, lists every process using ferry that you may inspect, \
+with its message and region totals. With a PID, or a NAME registered with the name service, \
+prints all of that process's counters, including its open RPC connections, and the queue \
+depth of each port it registered.")]
+pub struct Args {
+    /// A process id, or a name registered with the name service.
+    #[arg(value_name = "PID|NAME")]
+    target: Option<String>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
 
 /// Runs `ferry stat`.
-pub fn main(args: &[String]) -> ExitCode {
-    let mut json = false;
-    let mut target = None;
-    for a in args {
-        match a.as_str() {
-            "--json" => json = true,
-            "-h" | "--help" => {
-                println!("{HELP}");
-                return ExitCode::SUCCESS;
-            }
-            other if target.is_none() && !other.starts_with('-') => target = Some(other.to_owned()),
-            other => {
-                eprintln!("ferry stat: unexpected argument {other:?}\n{HELP}");
-                return ExitCode::from(2);
-            }
-        }
-    }
+pub fn main(args: &Args) -> ExitCode {
+    let json = args.json;
+    let target = args.target.clone();
     let Some(target) = target else { return list(json) };
     let pid = match target.parse::<i32>() {
         Ok(pid) => pid,
@@ -52,9 +46,9 @@ pub fn main(args: &[String]) -> ExitCode {
         Ok(c) => {
             let queues = queues_of(p.pid);
             if json {
-                let body: Vec<String> = c.fields().iter().map(|(k, v)| format!("\"{k}\": {v}")).collect();
-                let q: Vec<String> = queues.iter().map(|(n, b)| format!("{{\"name\": {n:?}, \"queued_bytes\": {b}}}")).collect();
-                println!("{{\"pid\": {}, \"command\": {:?}, {}, \"ports\": [{}]}}", p.pid, p.command, body.join(", "), q.join(", "));
+                let body: Vec<String> = c.fields().iter().map(|(k, v)| format!("{}: {v}", json_str(k))).collect();
+                let q: Vec<String> = queues.iter().map(|(n, b)| format!("{{\"name\": {}, \"queued_bytes\": {b}}}", json_str(n))).collect();
+                println!("{{\"pid\": {}, \"command\": {}, {}, \"ports\": [{}]}}", p.pid, json_str(&p.command), body.join(", "), q.join(", "));
             } else {
                 println!("pid {} ({})", p.pid, p.command);
                 for (k, v) in c.fields() {
@@ -71,6 +65,13 @@ pub fn main(args: &[String]) -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// `s` as a JSON string literal. Names come from other processes (a
+/// command name may hold quotes or control characters), so they are escaped
+/// by serde_json, not by Rust's `{:?}`, whose `\u{1}` is not JSON.
+fn json_str(s: &str) -> String {
+    serde_json::Value::from(s).to_string()
 }
 
 /// Queue depths of the ports `pid` registered with the name service, when
@@ -94,8 +95,8 @@ fn list(json: bool) -> ExitCode {
         let rows: Vec<String> = found
             .iter()
             .map(|(p, c)| {
-                let body: Vec<String> = c.fields().iter().map(|(k, v)| format!("\"{k}\": {v}")).collect();
-                format!("{{\"pid\": {}, \"command\": {:?}, {}}}", p.pid, p.command, body.join(", "))
+                let body: Vec<String> = c.fields().iter().map(|(k, v)| format!("{}: {v}", json_str(k))).collect();
+                format!("{{\"pid\": {}, \"command\": {}, {}}}", p.pid, json_str(&p.command), body.join(", "))
             })
             .collect();
         println!("[{}]", rows.join(",\n "));

@@ -74,3 +74,48 @@ fn stat_reads_counters_of_a_live_process() {
     assert!(text.contains("port \"demo.server\": 0 bytes queued"), "{text}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `ferry stat --json` is JSON whatever the observed process is called: its
+/// command name (the kernel's `comm`, from the executable's file name) may
+/// hold quotes, backslashes and control characters, which must be escaped
+/// as JSON escapes them, not as Rust's `{:?}` does (`\u{1}` is not JSON).
+#[test]
+fn stat_json_escapes_the_command_name() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let dir = std::env::temp_dir().join(format!("ferry-stat-json-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("bootstrap");
+    ferry::NameServer::bind(&path).unwrap().spawn().unwrap();
+    // The kernel names a process after the file it was started from (at
+    // most 15 bytes). A symbolic link, not a copy: writing a program while
+    // other tests fork would make running it fail with "Text file busy".
+    let name = "f\"e\\r\u{1}\u{7f}y";
+    let exe = dir.join(name);
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_ferry"), &exe).unwrap();
+    let mut server = Command::new(&exe)
+        .args(["demo", "--role", "server"])
+        .env("FERRY_BOOTSTRAP", &path)
+        .env("FERRY_NO_EMBED", "1")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    assert!(first.contains("registered"), "{first}");
+    let pid = server.id().to_string();
+    let one = Command::new(env!("CARGO_BIN_EXE_ferry")).args(["stat", &pid, "--json"]).env("FERRY_BOOTSTRAP", &path).output().unwrap();
+    let all = Command::new(env!("CARGO_BIN_EXE_ferry")).args(["stat", "--json"]).output().unwrap();
+    let _ = server.kill();
+    let _ = server.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(one.status.success() && all.status.success(), "{}{}", String::from_utf8_lossy(&one.stderr), String::from_utf8_lossy(&all.stderr));
+    let one: serde_json::Value = serde_json::from_slice(&one.stdout).unwrap_or_else(|e| panic!("ferry stat PID --json: {e}: {}", String::from_utf8_lossy(&one.stdout)));
+    assert_eq!(one["command"], name);
+    assert_eq!(one["pid"].as_u64(), Some(u64::from(server.id())));
+    assert!(one["messages_sent"].as_u64().is_some_and(|n| n >= 1), "{one}");
+    assert_eq!(one["ports"][0]["name"], "demo.server");
+    let all: serde_json::Value = serde_json::from_slice(&all.stdout).unwrap_or_else(|e| panic!("ferry stat --json: {e}: {}", String::from_utf8_lossy(&all.stdout)));
+    let listed = all.as_array().unwrap().iter().find(|p| p["pid"].as_u64() == Some(u64::from(server.id()))).expect("the server is listed");
+    assert_eq!(listed["command"], name);
+}

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::measure::{self, Samples};
 use super::sys::{self, Map, Peer, TrapPage, WaitMode, STOP, TURN};
-use super::{Ctx, Json, Placement, ProbeError, Record};
+use super::{record, Ctx, Placement, ProbeError, Record};
 
 /// `getppid`: the cheapest system call that really enters the kernel
 /// (glibc and rustix cache `getpid`, not `getppid`).
@@ -26,7 +26,7 @@ pub fn null_syscall(cx: &Ctx) -> Result<Vec<Record>, ProbeError> {
         s.push_dur(t.elapsed(), batch);
     }
     let st = s.stats().ok_or(ProbeError::NoSamples { what: "null-syscall" })?;
-    Ok(vec![Record::measured("null-syscall", Placement::SameCore, st)
+    Ok(vec![record::measured("null-syscall", Placement::SameCore, st)
         .extra("method", "getppid() in a loop, timed in batches")
         .extra("batch", batch)])
 }
@@ -62,7 +62,7 @@ pub fn trap(cx: &Ctx) -> Result<Vec<Record>, ProbeError> {
     let st = both.stats().ok_or(ProbeError::NoSamples { what: "trap" })?;
     let med = |s: &Samples| s.stats().map(|s| s.median_ns).unwrap_or(0.0);
     // The protect-before-each-trap mprotect is outside every interval.
-    Ok(vec![Record::measured("trap", Placement::SameCore, st)
+    Ok(vec![record::measured("trap", Placement::SameCore, st)
         .extra("method", "write to a PROT_READ page; SIGSEGV handler mprotects it back; delivery + return legs")
         .extra("delivery_ns", med(&deliver))
         .extra("return_ns", med(&ret))
@@ -76,7 +76,7 @@ pub fn pte_change(cx: &Ctx) -> Result<Vec<Record>, ProbeError> {
     map.write(0, 1);
     let s = protect_loop(cx, &map)?;
     let st = s.stats().ok_or(ProbeError::NoSamples { what: "pte-change" })?;
-    Ok(vec![Record::measured("pte-change", Placement::SameCore, st)
+    Ok(vec![record::measured("pte-change", Placement::SameCore, st)
         .bytes(cx.page as u64)
         .extra("method", "mprotect of one touched page, alternating PROT_READ and PROT_READ|PROT_WRITE; no other thread")])
 }
@@ -114,7 +114,7 @@ pub fn pte_change_shootdown(cx: &Ctx) -> Result<Vec<Record>, ProbeError> {
         r
     })?;
     let st = s.stats().ok_or(ProbeError::NoSamples { what: "pte-change-shootdown" })?;
-    Ok(vec![Record::measured("pte-change-shootdown", Placement::CrossCore, st)
+    Ok(vec![record::measured("pte-change-shootdown", Placement::CrossCore, st)
         .bytes(cx.page as u64)
         .extra("method", "mprotect of one page while a second thread reads it in a loop on another CPU (TLB shootdown IPI)")])
 }
@@ -195,8 +195,8 @@ pub fn futex_same_core(cx: &Ctx) -> Result<Vec<Record>, ProbeError> {
     let st = s.stats().ok_or(ProbeError::NoSamples { what: "futex-roundtrip" })?;
     let cs = s.scaled(0.5).stats().ok_or(ProbeError::NoSamples { what: "context-switch" })?;
     Ok(vec![
-        Record::measured("futex-roundtrip", Placement::SameCore, st).extra("method", FUTEX_METHOD),
-        Record::measured("context-switch", Placement::SameCore, cs)
+        record::measured("futex-roundtrip", Placement::SameCore, st).extra("method", FUTEX_METHOD),
+        record::measured("context-switch", Placement::SameCore, cs)
             .extra("method", "half a same-core futex round trip between two processes: futex_wake + futex_wait + one switch of address space")
             .extra("derived_from", "futex-roundtrip same-core"),
     ])
@@ -206,7 +206,7 @@ pub fn futex_same_core(cx: &Ctx) -> Result<Vec<Record>, ProbeError> {
 pub fn futex_cross_core(cx: &Ctx) -> Result<Vec<Record>, ProbeError> {
     let s = pingpong(cx, WaitMode::Futex, true, cx.budget.batch(200))?;
     let st = s.stats().ok_or(ProbeError::NoSamples { what: "futex-roundtrip" })?;
-    Ok(vec![Record::measured("futex-roundtrip", Placement::CrossCore, st).extra("method", FUTEX_METHOD)])
+    Ok(vec![record::measured("futex-roundtrip", Placement::CrossCore, st).extra("method", FUTEX_METHOD)])
 }
 
 /// Spin round trip on one CPU: a spinner can only make progress by giving
@@ -215,7 +215,7 @@ pub fn futex_cross_core(cx: &Ctx) -> Result<Vec<Record>, ProbeError> {
 pub fn spin_same_core(cx: &Ctx) -> Result<Vec<Record>, ProbeError> {
     let s = pingpong(cx, WaitMode::Spin { yield_every: 1 }, false, cx.budget.batch(200))?;
     let st = s.stats().ok_or(ProbeError::NoSamples { what: "spin-roundtrip" })?;
-    Ok(vec![Record::measured("spin-roundtrip", Placement::SameCore, st)
+    Ok(vec![record::measured("spin-roundtrip", Placement::SameCore, st)
         .extra("method", "two processes poll a shared word on one CPU, calling sched_yield after every poll")
         .extra("yield_every", 1)])
 }
@@ -225,7 +225,7 @@ pub fn spin_cross_core(cx: &Ctx) -> Result<Vec<Record>, ProbeError> {
     let every = 1 << 14;
     let s = pingpong(cx, WaitMode::Spin { yield_every: every }, true, cx.budget.batch(2000))?;
     let st = s.stats().ok_or(ProbeError::NoSamples { what: "spin-roundtrip" })?;
-    Ok(vec![Record::measured("spin-roundtrip", Placement::CrossCore, st)
+    Ok(vec![record::measured("spin-roundtrip", Placement::CrossCore, st)
         .extra("method", "two processes on two CPUs poll a shared word (one cache line there and back per round trip)")
-        .extra("yield_every", Json::Num(every as f64))])
+        .extra("yield_every", every)])
 }

@@ -28,7 +28,7 @@
 //! region (`shmem-alloc-fault-per-page`; ferry's lend mode reuses pages),
 //! and cache effects of the copies on the rest of the program.
 
-use super::{Json, Placement, Record, Touch, IMPL, SUITE};
+use super::{record, Placement, Record, Touch, IMPL, SUITE};
 
 /// Largest payload considered: 1 GiB of 4 KiB pages.
 pub const MAX_PAGES: u64 = 1 << 18;
@@ -70,34 +70,21 @@ impl Crossover {
     /// of either path there; `iters` 0 and no p99/min because it is
     /// computed, not timed.
     pub fn record(&self) -> Record {
-        let mut r = match (self.bytes(), &self.reason) {
-            (Some(b), _) => Record {
-                suite: SUITE,
-                case: "crossover".into(),
-                impl_name: IMPL,
-                bytes: b,
-                placement: Placement::SameCore,
-                touch: self.touch,
-                iters: 0,
-                median_ns: self.cost_ns(),
-                p99_ns: None,
-                min_ns: None,
-                gbps: None,
-                extra: vec![("pages".into(), Json::Num(self.pages.unwrap_or(0) as f64))],
-            },
-            (None, reason) => Record::skipped(
-                "crossover",
-                Placement::SameCore,
-                reason.as_deref().unwrap_or("no crossover"),
-            )
-            .touch(self.touch),
+        let r = match (self.bytes(), &self.reason) {
+            (Some(b), _) => {
+                let mut r = Record::new(SUITE, "crossover", IMPL, Placement::SameCore).bytes(b).touch(self.touch);
+                r.median_ns = self.cost_ns();
+                r.extra("pages", self.pages.unwrap_or(0))
+            }
+            (None, reason) => {
+                record::skipped("crossover", Placement::SameCore, reason.as_deref().unwrap_or("no crossover")).touch(self.touch)
+            }
         };
-        r.extra.push(("kind".into(), "model".into()));
-        r.extra.push(("fixed_ns".into(), self.fixed_ns.into()));
-        r.extra.push(("remap_per_page_ns".into(), self.remap_per_page_ns.into()));
-        r.extra.push(("copy_per_page_ns".into(), self.copy_per_page_ns.into()));
-        r.extra.push(("model".into(), MODEL.into()));
-        r
+        r.extra("kind", "model")
+            .extra("fixed_ns", self.fixed_ns)
+            .extra("remap_per_page_ns", self.remap_per_page_ns)
+            .extra("copy_per_page_ns", self.copy_per_page_ns)
+            .extra("model", MODEL)
     }
 }
 

@@ -5,7 +5,7 @@
 use std::fs;
 
 use super::sys::{Map, Uffd};
-use super::Json;
+use serde_json::{json, Value};
 
 /// Feature bits of `UFFDIO_API` the probe reports, by name.
 pub const UFFD_FEATURES: &[(&str, u64)] = &[
@@ -184,51 +184,30 @@ impl Machine {
     }
 
     /// As JSON, for the sidecar file.
-    pub fn to_json(&self) -> Json {
-        let opt = |o: &Option<String>| o.clone().map(Json::Str).unwrap_or(Json::Null);
-        let features = UFFD_FEATURES
-            .iter()
-            .map(|(n, bit)| (n.to_string(), Json::Bool(self.uffd.features & bit != 0)))
-            .collect();
-        Json::Obj(vec![
-            ("cpu_model".into(), self.cpu_model.as_str().into()),
-            ("cpus_online".into(), self.cpus_online.into()),
-            ("cpus_allowed".into(), self.cpus_allowed.into()),
-            ("kernel".into(), self.kernel.as_str().into()),
-            ("page_size".into(), self.page_size.into()),
-            (
-                "thp".into(),
-                Json::Obj(vec![
-                    ("enabled".into(), opt(&self.thp.enabled)),
-                    ("shmem_enabled".into(), opt(&self.thp.shmem_enabled)),
-                    ("shmem_available".into(), self.thp.shmem_available().into()),
-                    (
-                        "shmem_huge_mapped_in_test".into(),
-                        match &self.thp.shmem_test {
-                            Ok(b) => Json::Bool(*b),
-                            Err(_) => Json::Null,
-                        },
-                    ),
-                    (
-                        "shmem_test_error".into(),
-                        match &self.thp.shmem_test {
-                            Ok(_) => Json::Null,
-                            Err(e) => e.as_str().into(),
-                        },
-                    ),
-                ]),
-            ),
-            (
-                "userfaultfd".into(),
-                Json::Obj(vec![
-                    ("unprivileged_userfaultfd".into(), opt(&self.uffd.unprivileged_sysctl)),
-                    ("works".into(), self.uffd.works.into()),
-                    ("error".into(), opt(&self.uffd.error)),
-                    ("user_mode_only".into(), self.uffd.user_mode_only.into()),
-                    ("features_raw".into(), format!("{:#x}", self.uffd.features).into()),
-                    ("features".into(), Json::Obj(features)),
-                ]),
-            ),
-        ])
+    pub fn to_json(&self) -> Value {
+        let features: serde_json::Map<String, Value> =
+            UFFD_FEATURES.iter().map(|(n, bit)| (n.to_string(), Value::Bool(self.uffd.features & bit != 0))).collect();
+        json!({
+            "cpu_model": self.cpu_model,
+            "cpus_online": self.cpus_online,
+            "cpus_allowed": self.cpus_allowed,
+            "kernel": self.kernel,
+            "page_size": self.page_size,
+            "thp": {
+                "enabled": self.thp.enabled,
+                "shmem_enabled": self.thp.shmem_enabled,
+                "shmem_available": self.thp.shmem_available(),
+                "shmem_huge_mapped_in_test": self.thp.shmem_test.as_ref().ok(),
+                "shmem_test_error": self.thp.shmem_test.as_ref().err(),
+            },
+            "userfaultfd": {
+                "unprivileged_userfaultfd": self.uffd.unprivileged_sysctl,
+                "works": self.uffd.works,
+                "error": self.uffd.error,
+                "user_mode_only": self.uffd.user_mode_only,
+                "features_raw": format!("{:#x}", self.uffd.features),
+                "features": features,
+            },
+        })
     }
 }

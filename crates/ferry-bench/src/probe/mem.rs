@@ -19,7 +19,7 @@ use rustix::net::{
 
 use super::measure::Samples;
 use super::sys::{self, Map};
-use super::{Ctx, ProbeError, Record, Touch};
+use super::{record, Ctx, ProbeError, Record, Touch};
 use super::Placement::SameCore;
 
 /// Pages in the payload used for the per-page fault costs (1 MiB with
@@ -48,7 +48,7 @@ pub fn memcpy(cx: &Ctx) -> Result<Vec<Record>, ProbeError> {
         }
         let st = s.stats().ok_or(ProbeError::NoSamples { what: "memcpy" })?;
         out.push(
-            Record::measured("memcpy", SameCore, st)
+            record::measured("memcpy", SameCore, st)
                 .bytes(n as u64)
                 .gbps(n as f64 / st.median_ns)
                 .extra("method", "copy_from_slice between two pre-faulted buffers, repeated (warm caches)")
@@ -100,7 +100,7 @@ pub fn mmap_munmap(cx: &Ctx) -> Result<Vec<Record>, ProbeError> {
         }
         let st = s.stats().ok_or(ProbeError::NoSamples { what: "mmap-munmap" })?;
         out.push(
-            Record::measured("mmap-munmap", SameCore, st)
+            record::measured("mmap-munmap", SameCore, st)
                 .bytes(len as u64)
                 .extra("pages", pages)
                 .extra("method", "mmap(MAP_PRIVATE, PROT_READ) of a sealed memfd and munmap, pages untouched"),
@@ -148,13 +148,13 @@ fn fault_records(cx: &Ctx, write: bool) -> Result<Vec<Record>, ProbeError> {
     let st = touch.stats().ok_or(ProbeError::NoSamples { what: case })?;
     let ust = unmap.stats().ok_or(ProbeError::NoSamples { what: ucase })?;
     Ok(vec![
-        Record::measured(case, SameCore, st)
+        record::measured(case, SameCore, st)
             .bytes(bytes)
             .touch(t)
             .extra("pages", FAULT_PAGES)
             .extra("faults_per_page", faults_per_page)
             .extra("method", format!("MAP_PRIVATE mapping of a sealed {FAULT_PAGES}-page memfd; {how}")),
-        Record::measured(ucase, SameCore, ust)
+        record::measured(ucase, SameCore, ust)
             .bytes(bytes)
             .touch(t)
             .extra("pages", FAULT_PAGES)
@@ -186,7 +186,7 @@ pub fn shmem_alloc_fault(cx: &Ctx) -> Result<Vec<Record>, ProbeError> {
         s.push_dur(t.elapsed(), FAULT_PAGES as u64);
     }
     let st = s.stats().ok_or(ProbeError::NoSamples { what: "shmem-alloc-fault-per-page" })?;
-    Ok(vec![Record::measured("shmem-alloc-fault-per-page", SameCore, st)
+    Ok(vec![record::measured("shmem-alloc-fault-per-page", SameCore, st)
         .bytes(len as u64)
         .touch(Touch::Write)
         .extra("pages", FAULT_PAGES)
@@ -213,10 +213,10 @@ pub fn seal(cx: &Ctx) -> Result<Vec<Record>, ProbeError> {
     let s1 = one.stats().ok_or(ProbeError::NoSamples { what: "seal" })?;
     let sn = many.stats().ok_or(ProbeError::NoSamples { what: "seal-per-page" })?;
     Ok(vec![
-        Record::measured("seal", SameCore, s1)
+        record::measured("seal", SameCore, s1)
             .bytes(cx.page as u64)
             .extra("method", "F_ADD_SEALS(WRITE|SHRINK|GROW) on a one-page memfd with data, no mappings"),
-        Record::measured("seal-per-page", SameCore, sn)
+        record::measured("seal-per-page", SameCore, sn)
             .bytes((FAULT_PAGES * cx.page) as u64)
             .extra("pages", FAULT_PAGES)
             .extra("method", format!("the same seal on a {FAULT_PAGES}-page memfd, divided by its pages (includes 1/{FAULT_PAGES} of the fixed cost)")),
@@ -275,10 +275,10 @@ pub fn fd_pass(cx: &Ctx) -> Result<Vec<Record>, ProbeError> {
     let sw = with.stats().ok_or(ProbeError::NoSamples { what: "fd-pass" })?;
     let so = without.stats().ok_or(ProbeError::NoSamples { what: "seqpacket-message" })?;
     Ok(vec![
-        Record::measured("fd-pass", SameCore, sw)
+        record::measured("fd-pass", SameCore, sw)
             .extra("method", "sendmsg of 1 byte + SCM_RIGHTS(memfd), recvmsg, close the received fd; one thread, no wakeup")
             .extra("fd_extra_ns", (sw.median_ns - so.median_ns).max(0.0)),
-        Record::measured("seqpacket-message", SameCore, so)
+        record::measured("seqpacket-message", SameCore, so)
             .bytes(1)
             .extra("method", "sendmsg of 1 byte and recvmsg on a SOCK_SEQPACKET pair; one thread, no wakeup"),
     ])

@@ -1,163 +1,28 @@
-//! How a probe is shown: a minimal JSON writer for the records and the
-//! sidecar file, and the human table with the papers' numbers beside ours.
+//! How a probe is shown: its records and sidecar as JSON (serde_json), and
+//! the human table with the papers' numbers beside ours.
 
 use std::fmt::Write as _;
+
+use serde_json::json;
 
 use super::crossover::MODEL;
 use super::{Probe, Record, Touch};
 
-/// A JSON value, just enough for benchmark records.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Json {
-    /// `null`.
-    Null,
-    /// `true` / `false`.
-    Bool(bool),
-    /// A number; non-finite values are written as `null`.
-    Num(f64),
-    /// A string.
-    Str(String),
-    /// An array.
-    Arr(Vec<Json>),
-    /// An object, keys in order.
-    Obj(Vec<(String, Json)>),
-}
-
-impl From<bool> for Json {
-    fn from(b: bool) -> Json {
-        Json::Bool(b)
-    }
-}
-impl From<f64> for Json {
-    fn from(x: f64) -> Json {
-        Json::Num(x)
-    }
-}
-impl From<i32> for Json {
-    fn from(x: i32) -> Json {
-        Json::Num(x as f64)
-    }
-}
-impl From<u64> for Json {
-    fn from(x: u64) -> Json {
-        Json::Num(x as f64)
-    }
-}
-impl From<usize> for Json {
-    fn from(x: usize) -> Json {
-        Json::Num(x as f64)
-    }
-}
-impl From<&str> for Json {
-    fn from(s: &str) -> Json {
-        Json::Str(s.to_string())
-    }
-}
-impl From<String> for Json {
-    fn from(s: String) -> Json {
-        Json::Str(s)
-    }
-}
-impl<T: Into<Json>> From<Option<T>> for Json {
-    fn from(o: Option<T>) -> Json {
-        o.map_or(Json::Null, Into::into)
-    }
-}
-
-impl Json {
-    /// Appends the compact JSON text of this value to `out`.
-    pub fn write(&self, out: &mut String) {
-        match self {
-            Json::Null => out.push_str("null"),
-            Json::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
-            Json::Num(x) if !x.is_finite() => out.push_str("null"),
-            Json::Num(x) if x.fract() == 0.0 && x.abs() < 1e15 => {
-                let _ = write!(out, "{}", *x as i64);
-            }
-            Json::Num(x) => {
-                let _ = write!(out, "{x}");
-            }
-            Json::Str(s) => write_str(s, out),
-            Json::Arr(v) => {
-                out.push('[');
-                for (i, x) in v.iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    x.write(out);
-                }
-                out.push(']');
-            }
-            Json::Obj(kv) => {
-                out.push('{');
-                for (i, (k, v)) in kv.iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    write_str(k, out);
-                    out.push(':');
-                    v.write(out);
-                }
-                out.push('}');
-            }
-        }
-    }
-
-    /// The compact JSON text.
-    pub fn to_text(&self) -> String {
-        let mut s = String::new();
-        self.write(&mut s);
-        s
-    }
-}
-
-fn write_str(s: &str, out: &mut String) {
-    // Writing to a String cannot fail.
-    let _ = crate::record::write_str(out, s);
-}
-
-impl Record {
-    /// The record as a schema object.
-    pub fn to_json(&self) -> Json {
-        Json::Obj(vec![
-            ("suite".into(), self.suite.into()),
-            ("case".into(), self.case.as_str().into()),
-            ("impl".into(), self.impl_name.into()),
-            ("bytes".into(), self.bytes.into()),
-            ("placement".into(), self.placement.name().into()),
-            ("touch".into(), self.touch.name().into()),
-            ("iters".into(), self.iters.into()),
-            ("median_ns".into(), self.median_ns.into()),
-            ("p99_ns".into(), self.p99_ns.into()),
-            ("min_ns".into(), self.min_ns.into()),
-            ("gbps".into(), self.gbps.into()),
-            ("extra".into(), Json::Obj(self.extra.clone())),
-        ])
-    }
-}
-
 /// The records as a JSON array, one record per line.
 pub fn records_json(rs: &[Record]) -> String {
-    let mut out = String::from("[\n");
-    for (i, r) in rs.iter().enumerate() {
-        out.push_str("  ");
-        r.to_json().write(&mut out);
-        out.push_str(if i + 1 < rs.len() { ",\n" } else { "\n" });
-    }
-    out.push_str("]\n");
-    out
+    crate::record::to_json_array(rs)
 }
 
 /// The sidecar: machine, facilities, ferry's version, the crossover model.
 pub fn meta_json(p: &Probe) -> String {
-    let mut s = Json::Obj(vec![
-        ("suite".into(), "probe".into()),
-        ("ferry_version".into(), env!("CARGO_PKG_VERSION").into()),
-        ("quick".into(), p.quick.into()),
-        ("machine".into(), p.machine.to_json()),
-        ("crossover_model".into(), MODEL.into()),
-    ])
-    .to_text();
+    let meta = json!({
+        "suite": "probe",
+        "ferry_version": env!("CARGO_PKG_VERSION"),
+        "quick": p.quick,
+        "machine": p.machine.to_json(),
+        "crossover_model": MODEL,
+    });
+    let mut s = serde_json::to_string_pretty(&meta).expect("a JSON value always serialises");
     s.push('\n');
     s
 }
@@ -223,7 +88,7 @@ pub fn table(p: &Probe) -> String {
                     r.placement.name(),
                     size,
                     "-",
-                    r.skip_reason().unwrap_or("no reason given")
+                    r.skipped().unwrap_or("no reason given")
                 );
             }
             Some(med) => {
@@ -322,10 +187,7 @@ pub fn table(p: &Probe) -> String {
 }
 
 fn note(r: &Record) -> String {
-    let num = |k: &str| match r.get_extra(k) {
-        Some(super::Json::Num(x)) => Some(*x),
-        _ => None,
-    };
+    let num = |k: &str| r.extra_num(k);
     if let Some(g) = r.gbps {
         return format!("{g:.1} GB/s");
     }

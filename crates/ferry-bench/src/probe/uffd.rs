@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use super::measure::{self, Samples};
 use super::sys::{Map, Uffd};
-use super::{Ctx, Placement, ProbeError, Record, Touch};
+use super::{record, Ctx, Placement, ProbeError, Record, Touch};
 
 /// Pages touched per sample (one fault each: missing faults have no
 /// fault-around).
@@ -107,7 +107,7 @@ fn fault(cx: &Ctx, copy: bool, cross: bool) -> Result<Vec<Record>, ProbeError> {
     })?;
     let st = result.stats().ok_or(ProbeError::NoSamples { what: case })?;
     let how = if copy { "UFFDIO_COPY of one page of data" } else { "UFFDIO_ZEROPAGE" };
-    Ok(vec![Record::measured(case, placement, st)
+    Ok(vec![record::measured(case, placement, st)
         .bytes((PAGES * cx.page) as u64)
         .touch(Touch::Write)
         .extra("pages", PAGES)

@@ -1,30 +1,34 @@
-//! The benchmark command end to end, as CI runs it: the built `ferry`
-//! binary runs every suite (and the probe) with `--quick` under CI
-//! (`CI=true`) and `--smoke` otherwise, writes the
-//! results, the machine sidecar and the plots, and `ferry bench report`
-//! turns them into Markdown with every paper table; one suite also runs with
-//! `--quick`. Nothing here looks at a timing.
+//! The benchmark command end to end, as CI runs it: the built `ferry-bench`
+//! program (what `ferry bench` runs) runs every suite (and the probe) with
+//! `--quick` under CI (`CI=true`) and `--smoke` otherwise, writes the
+//! results, the machine sidecar and the plots, and `bench report` turns them
+//! into Markdown with every paper table; one suite also runs with `--quick`,
+//! and `probe --quick --json` writes its records. Nothing here looks at a
+//! timing.
 
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const FERRY: &str = env!("CARGO_BIN_EXE_ferry");
+const FERRY_BENCH: &str = env!("CARGO_BIN_EXE_ferry-bench");
 
-/// Runs `ferry ARGS`, killing it after `limit` (a hang fails the test).
+/// Runs `ferry-bench ARGS` as `ferry` runs it (named `ferry` in its
+/// `argv[0]`), killing it after `limit` (a hang fails the test).
 /// Its output goes to files, not pipes: a benchmark prints more than a pipe
 /// holds, and nobody reads a pipe while this waits.
 fn ferry(args: &[&str], limit: Duration) -> (bool, String, String) {
     static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let dir = temp_dir(&format!("out{}", N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)));
     let (out_path, err_path) = (dir.join("stdout"), dir.join("stderr"));
-    let mut child = Command::new(FERRY)
+    let mut child = Command::new(FERRY_BENCH)
+        .arg0("ferry")
         .args(args)
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(&out_path).expect("stdout file"))
         .stderr(std::fs::File::create(&err_path).expect("stderr file"))
         .spawn()
-        .expect("start ferry");
+        .expect("start ferry-bench");
     let deadline = Instant::now() + limit;
     let status = loop {
         if let Some(status) = child.try_wait().expect("wait for ferry") {
@@ -67,9 +71,12 @@ fn bench_all_then_report() {
         assert!(compact.contains(suite), "no {suite} in the results");
     }
     let meta = std::fs::read_to_string(format!("{json_s}.meta.json")).expect("the sidecar");
+    let meta: serde_json::Value = serde_json::from_str(&meta).unwrap_or_else(|e| panic!("the sidecar: {e}\n{meta}"));
     for k in ["cpu_model", "kernel", "loadavg_start", "loadavg_end", "command_line"] {
-        assert!(meta.contains(&format!("\"{k}\"")), "no {k} in the sidecar:\n{meta}");
+        assert!(meta.get(k).is_some(), "no {k} in the sidecar:\n{meta}");
     }
+    // The command as the user typed it.
+    assert_eq!(meta["command_line"], format!("ferry bench all {mode} --json {json_s}"));
     let plots: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
         .filter_map(Result::ok)
@@ -108,7 +115,42 @@ fn one_suite_quick_and_bad_report_input() {
     let (ok, _, err) = ferry(&["bench", "report", broken.to_str().unwrap()], Duration::from_secs(60));
     assert!(!ok && err.contains("not valid JSON"), "a broken file must fail clearly:\n{err}");
     let (ok, _, err) = ferry(&["bench", "report"], Duration::from_secs(60));
-    assert!(!ok && err.contains("name the results file"), "{err}");
+    assert!(!ok && err.contains("<FILE>") && err.contains("Usage: ferry bench report"), "{err}");
     assert!(!Path::new(&dir.join("absent")).exists());
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn probe_quick_writes_records_and_sidecar() {
+    let dir = temp_dir("probe");
+    let json = dir.join("probe.json");
+    let (ok, out, err) = ferry(&["probe", "--quick", "--json", json.to_str().unwrap()], Duration::from_secs(300));
+    assert!(ok, "ferry probe --quick failed:\n{err}");
+    assert!(out.contains("null-syscall") && out.contains("crossover"), "the probe's table:\n{out}");
+    let text = std::fs::read_to_string(&json).expect("the probe's records");
+    let compact = text.replace(' ', "");
+    assert!(compact.contains("\"suite\":\"probe\"") && compact.contains("\"case\":\"null-syscall\""), "{text}");
+    let meta = std::fs::read_to_string(format!("{}.meta.json", json.display())).expect("the probe's sidecar");
+    assert!(meta.contains("\"userfaultfd\""), "{meta}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Every subcommand has `--help`; the usage names `ferry` when `ferry` ran
+/// the program, and the suites are listed with what they measure.
+#[test]
+fn help_on_every_subcommand() {
+    for args in [&["--help"][..], &["bench", "--help"], &["bench", "report", "--help"], &["probe", "--help"]] {
+        let (ok, out, err) = ferry(args, Duration::from_secs(60));
+        assert!(ok, "ferry {args:?} failed:\n{err}");
+        assert!(out.contains("Usage: ferry"), "ferry {args:?}:\n{out}");
+    }
+    let (_, out, _) = ferry(&["bench", "--help"], Duration::from_secs(60));
+    for suite in ferry_bench::suites::all() {
+        assert!(out.contains(&format!("- {}:", suite.name)) && out.contains(suite.about), "bench --help lacks {}:\n{out}", suite.name);
+    }
+    for opt in ["--quick", "--smoke", "--json <FILE>", "--placement <P>"] {
+        assert!(out.contains(opt), "bench --help lacks {opt}:\n{out}");
+    }
+    let (ok, _, err) = ferry(&["bench", "nosuch"], Duration::from_secs(60));
+    assert!(!ok && err.contains("invalid value 'nosuch'") && err.contains("port"), "{err}");
 }

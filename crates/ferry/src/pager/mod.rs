@@ -49,6 +49,7 @@ use crate::wire::{self, ItemDesc};
 
 pub(crate) use client::call;
 pub use client::{MappedObject, MemoryObject, ObjectState, DEFAULT_TIMEOUT};
+pub(crate) use server::refusal;
 pub use server::{Answer, Extension, ObjectServer, ServerStats};
 
 /// The offset of a byte within a memory object.
@@ -159,6 +160,26 @@ impl Default for ObjectConfig {
     }
 }
 
+/// What one user (by kernel-reported uid) may make an [`ObjectServer`]
+/// hold at once. Requests past a budget fail with
+/// [`PagerError::OverBudget`]; the server goes on serving everyone else.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Budgets {
+    /// Mappings attached at once (each costs the server two descriptors:
+    /// the userfaultfd and the lifeline). Default 128.
+    pub clients_per_user: usize,
+    /// Objects held for the user at once ([`ObjectServer::hold`]: copies it
+    /// asked for, file snapshots it opened; each costs one descriptor).
+    /// Default 128.
+    pub holds_per_user: usize,
+}
+
+impl Default for Budgets {
+    fn default() -> Self {
+        Budgets { clients_per_user: 128, holds_per_user: 128 }
+    }
+}
+
 /// Counters of one object, as the server saw them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ObjectStats {
@@ -190,7 +211,8 @@ pub struct ObjectStats {
 pub enum PagerError {
     /// The pager's port is gone: its server exited or crashed.
     PagerDead,
-    /// The server has no object with this id.
+    /// The server has no object with this id that this user may use (the
+    /// two cases look the same, so ids cannot be probed).
     NoSuchObject(ObjectId),
     /// The server rejected the request as malformed.
     BadRequest(String),
@@ -201,6 +223,9 @@ pub enum PagerError {
     Denied(String),
     /// The request is valid but this object or kernel does not support it.
     Unsupported(String),
+    /// This user already holds what the server allows one user (mappings,
+    /// held objects: [`Budgets`]); release some and retry.
+    OverBudget(String),
     /// The kernel refused to create a userfaultfd for this process.
     UserfaultfdUnavailable(io::Error),
     /// The server's reply did not follow the protocol.
@@ -217,11 +242,12 @@ impl fmt::Display for PagerError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             PagerError::PagerDead => write!(f, "the object's pager is gone; open the object again from a live server"),
-            PagerError::NoSuchObject(id) => write!(f, "the pager has no object {id}"),
+            PagerError::NoSuchObject(id) => write!(f, "the pager has no object {id} that this user may use"),
             PagerError::BadRequest(w) => write!(f, "the pager rejected the request: {w}"),
             PagerError::Timeout => write!(f, "the pager did not answer in time; retry with a longer timeout, or give up on it"),
             PagerError::Denied(w) => write!(f, "permission denied by the pager: {w}"),
             PagerError::Unsupported(w) => write!(f, "not supported: {w}"),
+            PagerError::OverBudget(w) => write!(f, "over this user's budget at the pager: {w}"),
             PagerError::UserfaultfdUnavailable(e) => write!(
                 f,
                 "the kernel refused a userfaultfd ({e}); user-mode-only handling was also refused: \

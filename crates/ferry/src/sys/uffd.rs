@@ -39,6 +39,7 @@ pub const UFFD_USER_MODE_ONLY: u32 = 1;
 pub const FEATURE_PAGEFAULT_FLAG_WP: u64 = 1 << 0;
 /// Feature: fork events (Linux 4.11; needs `CAP_SYS_PTRACE`). Never asked
 /// for by ferry; a descriptor a client made may have it.
+#[cfg(test)]
 pub const FEATURE_EVENT_FORK: u64 = 1 << 1;
 /// Feature: missing faults on shmem (Linux 4.11).
 pub const FEATURE_MISSING_SHMEM: u64 = 1 << 5;

@@ -225,7 +225,7 @@ fn a_fifo_never_blocks_the_file_server() {
     let _serial = common::serial();
     common::watchdog(test, LIMIT, || {
         let s = Served::start("fifo", Budgets::default(), |root| {
-            rustix::fs::mknodat(rustix::fs::CWD, &root.join("pipe"), rustix::fs::FileType::Fifo, rustix::fs::Mode::from_raw_mode(0o666), 0)
+            rustix::fs::mknodat(rustix::fs::CWD, root.join("pipe"), rustix::fs::FileType::Fifo, rustix::fs::Mode::from_raw_mode(0o666), 0)
                 .unwrap();
             chmod(&root.join("pipe"), 0o666);
         });
@@ -323,5 +323,29 @@ fn snapshots_never_mapped_are_bounded_per_user_and_released_with_their_client() 
         let after = s.fds_settled(fds + 8);
         assert!(after <= fds + 8, "the server kept descriptors: {fds} before, {after} after");
         root_is_served(&s);
+    });
+}
+
+#[test]
+fn mappings_are_bounded_per_user_and_released_with_their_client() {
+    let test = "mappings_are_bounded_per_user_and_released_with_their_client";
+    if !common::can_play_other_user(test) {
+        return;
+    }
+    let _serial = common::serial();
+    common::watchdog(test, LIMIT, || {
+        let budgets = Budgets { clients_per_user: 8, ..Budgets::default() };
+        let s = Served::start("keep", budgets, |_| {});
+        let objects = s.objects_settled(0);
+        let fds = s.fds_settled(0);
+        let mut attacker = s.attacker("files-keep", &["README", "20"]);
+        let mut out = lines(&mut attacker);
+        assert_eq!(line(&mut out), "mapped 8 over-budget 12 other 0");
+        // Root has a budget of its own.
+        root_is_served(&s);
+        kill(attacker);
+        assert_eq!(s.objects_settled(objects), objects, "the dead client's mappings and snapshots are released");
+        let after = s.fds_settled(fds + 8);
+        assert!(after <= fds + 8, "the server kept descriptors: {fds} before, {after} after");
     });
 }

@@ -14,6 +14,9 @@
 //! - `files-hoard NAME N`: sends N opens of NAME and never maps them,
 //!   keeping the hold right of each open granted; prints `granted G
 //!   over-budget B other O`, then waits to be killed.
+//! - `files-keep NAME N`: opens (and maps) NAME N times, keeping every
+//!   snapshot; prints `mapped M over-budget B other O`, then waits to be
+//!   killed.
 //! - `files-block NAME READ_OWN`: opens NAME, clears `O_NONBLOCK` on its
 //!   userfaultfd (whose open file description the server shares), touches
 //!   page 0; with READ_OWN=1 a thread also reads the userfaultfd's events
@@ -41,6 +44,7 @@ pub fn run(role: &str, args: &[String]) -> Outcome {
         "files-churn" => Some(churn(args)),
         "files-hoard" => Some(hoard(args)),
         "files-block" => Some(block(args)),
+        "files-keep" => Some(keep(args)),
         _ => None,
     }
 }
@@ -143,6 +147,26 @@ fn hoard(args: &[String]) -> Res {
         }
     }
     println!("granted {} over-budget {over} other {other}", granted.len());
+    std::io::stdout().flush()?;
+    loop {
+        std::thread::sleep(Duration::from_secs(3600));
+    }
+}
+
+fn keep(args: &[String]) -> Res {
+    let [name, n] = args else { return Err("usage: files-keep NAME N".into()) };
+    let n: usize = n.parse()?;
+    let fs = client()?;
+    let (mut kept, mut over, mut other) = (Vec::new(), 0, 0);
+    for _ in 0..n {
+        let r = fs.open(name);
+        match kind(&r) {
+            "ok" => kept.push(r?),
+            "OverBudget" => over += 1,
+            _ => other += 1,
+        }
+    }
+    println!("mapped {} over-budget {over} other {other}", kept.len());
     std::io::stdout().flush()?;
     loop {
         std::thread::sleep(Duration::from_secs(3600));

@@ -187,6 +187,7 @@ fn resolve_refusal(name: &str, e: rustix::io::Errno) -> Refusal {
             refuse(proto::E_DENIED, format!("{name} leads outside the served directory"))
         }
         rustix::io::Errno::ACCESS | rustix::io::Errno::PERM => refuse(proto::E_DENIED, format!("{name}: permission denied")),
+        rustix::io::Errno::EXIST => refuse(proto::E_DENIED, format!("{name}: the temporary name for its new contents is taken")),
         e => refuse(proto::E_DENIED, format!("{name}: {e}")),
     }
 }
@@ -338,7 +339,9 @@ fn write_back(srv: &mut ObjectServer, root: &OwnedFd, versions: &mut Versions, m
     // New contents go to a fresh inode renamed over the name: snapshots
     // of the old version keep reading the old inode. Creating and renaming
     // need write permission on the directory, checked as the asker too.
-    let tmp = format!("{name}.ferry-new-{}", std::process::id());
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = format!("{name}.ferry-new-{}-{n}", std::process::id());
     let create = || files::create_beneath(root.as_fd(), &tmp, st.mode).map_err(|e| resolve_refusal(name, e));
     let new = match as_user(who, create)? {
         Some(r) => r?,

@@ -301,7 +301,8 @@ impl ObjectServer {
     /// `right` lives: the object is removed once that right is gone (the
     /// client dropped it, or exited), no client maps it and no copy of it
     /// remains. This is how objects made for one client (copies, the file
-    /// server's snapshots) never outlive it, even when never mapped. Each
+    /// server's snapshots) never outlive it, even when never mapped; a held
+    /// object is one that goes once unused, like a retired one. Each
     /// hold costs the server one descriptor and counts against
     /// [`Budgets::holds_per_user`].
     ///

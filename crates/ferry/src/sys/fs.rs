@@ -172,15 +172,16 @@ pub fn read_at(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> rustix::io::R
     Ok(done)
 }
 
-/// Creates (or truncates) `name` beneath `root` for writing, with `mode`'s
-/// permission bits (set-user-ID and set-group-ID never), without following
-/// a symbolic link or leaving `root`. With [`ActingAs`] in force the kernel
-/// checks the directory's write permission for that user.
+/// Creates `name` beneath `root` for writing, with `mode`'s permission bits
+/// (set-user-ID and set-group-ID never), failing with `EEXIST` if anything
+/// (a file, a link planted by someone else) already has that name, and
+/// without leaving `root`. With [`ActingAs`] in force the kernel checks the
+/// directory's write permission for that user.
 pub fn create_beneath(root: BorrowedFd<'_>, name: &str, mode: u32) -> rustix::io::Result<OwnedFd> {
     rustix::fs::openat2(
         root,
         name,
-        OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NOCTTY | OFlags::NONBLOCK,
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NOCTTY | OFlags::NONBLOCK,
         Mode::from_raw_mode(mode & 0o777),
         ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS,
     )

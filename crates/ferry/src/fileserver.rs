@@ -480,3 +480,40 @@ impl FileClient {
         MemoryObject::new(self.server.try_clone().map_err(PagerError::Io)?, id).with_timeout(self.timeout).stats()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// The check a server that cannot act as its clients makes itself:
+    /// directory search bits on the whole way, then the last directory's
+    /// bits for a write-back.
+    #[test]
+    fn mode_checks_cover_every_directory_on_the_way() {
+        let dir = std::env::temp_dir().join(format!("ferry-fs-modes-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("open/closed/inner")).unwrap();
+        std::fs::create_dir_all(dir.join("open/shared")).unwrap();
+        let chmod = |p: &str, m| std::fs::set_permissions(dir.join(p), std::fs::Permissions::from_mode(m)).unwrap();
+        chmod("open", 0o755);
+        chmod("open/shared", 0o777);
+        chmod("open/closed/inner", 0o755);
+        chmod("open/closed", 0o700);
+        let root = files::open_dir(&dir).unwrap();
+        let st = files::info(root.as_fd()).unwrap();
+        // Someone who is neither the owner nor in the group.
+        let other = Asker { uid: st.uid.wrapping_add(1), gid: st.gid.wrapping_add(1) };
+        assert!(check_by_mode(&root, "open/f", other, 1).is_ok());
+        assert_eq!(check_by_mode(&root, "open/closed/inner/f", other, 1).unwrap_err().0, proto::E_DENIED);
+        assert_eq!(check_by_mode(&root, "open/closed/f", other, 1).unwrap_err().0, proto::E_DENIED);
+        assert_eq!(check_by_mode(&root, "open/f", other, 3).unwrap_err().0, proto::E_DENIED, "no writing in a 0755 directory");
+        assert!(check_by_mode(&root, "open/shared/f", other, 3).is_ok());
+        assert_eq!(check_by_mode(&root, "open/../open/f", other, 1).unwrap_err().0, proto::E_DENIED, "no .. in the walk");
+        // The owner passes everywhere its bits allow.
+        let owner = Asker { uid: st.uid, gid: st.gid };
+        assert!(check_by_mode(&root, "open/closed/inner/f", owner, 1).is_ok());
+        chmod("open/closed", 0o755);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -88,6 +88,8 @@ struct Hold {
 /// }
 /// let (mut server, right) = ObjectServer::new()?;
 /// let id = server.add_object(1 << 20, Box::new(Squares), ObjectConfig::default())?;
+/// // Usable by this process's user only, unless granted to others:
+/// server.grant_everyone(id)?;
 /// // hand `right` and `id` to clients (e.g. through the name service), then:
 /// loop { server.serve(ferry::Timeout::Infinite)?; }
 /// # Ok::<(), ferry::pager::PagerError>(())
@@ -505,13 +507,12 @@ impl ObjectServer {
         if len != mem::page_round_up(size as usize) as u64 {
             return Err((proto::E_BAD_REQUEST, format!("registered {len} bytes for an object of {size}")));
         }
-        if let Some(u) = uid {
-            if self.usage(u).0 >= self.budgets.clients_per_user {
-                return Err((
-                    proto::E_BUDGET,
-                    format!("uid {u} already has {} mappings attached (the budget); unmap some first", self.budgets.clients_per_user),
-                ));
-            }
+        let Some(u) = uid else { return Err((proto::E_DENIED, "an attach needs the sender's credentials".into())) };
+        if self.usage(u).0 >= self.budgets.clients_per_user {
+            return Err((
+                proto::E_BUDGET,
+                format!("uid {u} already has {} mappings attached (the budget); unmap some first", self.budgets.clients_per_user),
+            ));
         }
         let slot = free_slot(&self.clients);
         let pages = (len as usize) / mem::page_size();

@@ -579,6 +579,57 @@ impl Drop for ObjectMapping {
     }
 }
 
+/// Forking children for tests of fork events (the pager's code is free of
+/// `unsafe`; this layer is not).
+#[cfg(test)]
+pub(crate) mod fork_support {
+    /// Tests that ask for fork events hold this for as long as their
+    /// userfaultfd lives: a fork anywhere in the process queues an event on
+    /// every such descriptor and waits until each is read, so two of them
+    /// at once would wait for each other.
+    pub(crate) static FORK_EVENTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    /// Takes [`FORK_EVENTS`].
+    pub(crate) fn exclusive() -> std::sync::MutexGuard<'static, ()> {
+        FORK_EVENTS.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Forks a child that reads the byte at `addr` (a mapping it inherits)
+    /// and exits with it as its status. Returns the child's pid.
+    pub(crate) fn fork_reader(addr: usize) -> i32 {
+        // SAFETY: the child only reads one byte of a mapping it inherited
+        // and leaves with `_exit`, both async-signal-safe.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // SAFETY: `addr` is mapped readable in the child (inherited).
+            let b = unsafe { std::ptr::read_volatile(addr as *const u8) };
+            // SAFETY: ends the child without running the parent's destructors.
+            unsafe { libc::_exit(b as i32) };
+        }
+        assert!(pid > 0, "fork failed");
+        pid
+    }
+
+    /// The exit code of child `pid` if it exits within about 20 seconds;
+    /// otherwise kills it and returns `None`.
+    pub(crate) fn reap_within(pid: i32) -> Option<i32> {
+        let mut status = 0;
+        for _ in 0..4000 {
+            // SAFETY: waits for our own child without blocking.
+            if unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == pid {
+                return Some(if libc::WIFEXITED(status) { libc::WEXITSTATUS(status) } else { -1 });
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        // SAFETY: kills and reaps our own child.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+            libc::waitpid(pid, &mut status, 0);
+        }
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -762,6 +813,7 @@ mod tests {
     /// handler nobody runs (and the reader leaks a descriptor per fork).
     #[test]
     fn a_fork_event_leaves_no_descriptor_behind() {
+        let _one = fork_support::exclusive();
         let (u, _) = Uffd::new().unwrap();
         match u.api(FEATURE_EVENT_FORK) {
             Ok(_) => {}
@@ -775,18 +827,7 @@ mod tests {
         u.register(m.addr(), p, MODE_MISSING).unwrap();
         let addr = m.addr();
         // The forking thread waits in fork() until the event is read.
-        let forker = std::thread::spawn(move || {
-            // SAFETY: the child only reads one byte of a mapping it inherited
-            // and exits with `_exit`, both async-signal-safe.
-            let pid = unsafe { libc::fork() };
-            if pid == 0 {
-                // SAFETY: `addr` is mapped readable in the child (inherited).
-                let b = unsafe { std::ptr::read_volatile(addr as *const u8) };
-                // SAFETY: ends the child without running the parent's destructors.
-                unsafe { libc::_exit(b as i32) };
-            }
-            pid
-        });
+        let forker = std::thread::spawn(move || fork_support::fork_reader(addr));
         let mut seen = Vec::new();
         for _ in 0..2000 {
             seen.extend(u.read_events(4).unwrap());
@@ -797,26 +838,11 @@ mod tests {
         }
         assert!(seen.contains(&Event::Fork), "{seen:?}");
         let pid = forker.join().unwrap();
-        assert!(pid > 0);
         // With the child's descriptor closed, its range is ordinary memory:
         // it reads a zero and exits. Left open, it would wait in the fault.
-        let mut status = 0;
-        for _ in 0..4000 {
-            // SAFETY: waits for our own child without blocking.
-            let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-            if r == pid {
-                assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "status {status:#x}");
-                drop(m);
-                return;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
-        // SAFETY: kills and reaps our own child.
-        unsafe {
-            libc::kill(pid, libc::SIGKILL);
-            libc::waitpid(pid, &mut status, 0);
-        }
-        panic!("the forked child waited in its fault: the fork event's descriptor was left open");
+        let code = fork_support::reap_within(pid);
+        assert_eq!(code, Some(0), "the forked child waited in its fault: the fork event's descriptor was left open");
+        drop(m);
     }
 
     #[test]

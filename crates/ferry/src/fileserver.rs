@@ -20,14 +20,29 @@
 //! snapshot (another writer's changes appear in pages not yet written by the
 //! mapper, and truncation by anyone turns accesses past the new end into
 //! `SIGBUS`), and it needs the right to open the file. Here the server
-//! opens the file, checks the client's kernel-reported uid and gid against
-//! the file's mode bits, and the client gets a value it can keep.
+//! opens the file with the client's permissions and the client gets a value
+//! it can keep.
 //!
-//! Access control: a request is granted by the file's mode bits for the
-//! sender's uid and gid exactly (owner, else group, else other). The server
-//! grants no privilege to uid 0: it hands out what the mode says. Names are
-//! resolved beneath the server's root (`openat2` with `RESOLVE_BENEATH`), so
-//! `..`, absolute paths and symlinks leading out are refused.
+//! Access control is the file system's own. When the server runs as root,
+//! the serving thread resolves and opens each name *as the asker*: its
+//! filesystem uid and gid become the message's kernel-reported uid and gid,
+//! with no supplementary groups (kernel credentials carry only the primary
+//! gid; nothing is granted that the kernel would not grant that uid and gid
+//! alone), so the kernel applies directory search permission, modes and
+//! ACLs; write-back creates and renames as the asker too. A server that
+//! cannot switch identities checks the mode bits itself, of every directory
+//! on the way and of the file. A root asker gets what the mode bits say,
+//! not root's privileges. Names are resolved beneath the server's root
+//! (`openat2` with `RESOLVE_BENEATH`), so `..`, absolute paths and symlinks
+//! leading out are refused; they are resolved with `O_PATH`, and only a
+//! regular file is then opened, so a FIFO or a device can never stall the
+//! server.
+//!
+//! Lifetimes and budgets: an open carries a hold send right; the snapshot
+//! is usable by the opener alone and lives while the hold (or a mapping of
+//! it) does. A file version, and the descriptor it reads the file through,
+//! goes with its last snapshot. Snapshots and mappings are counted per user
+//! ([`Budgets`]).
 //!
 //! The server lives in the library so that `ferryd` or any program can host
 //! it: make a [`FileServer`], register [`FileServer::new`]'s send right under
@@ -47,7 +62,8 @@ use crate::port::SendRight;
 use crate::sys::fs::{self as files, FileInfo};
 use crate::timeout::Timeout;
 
-/// Client → file server: body is the file's name. Reply: `FILE_OPENED
+/// Client → file server: body is the file's name; one item, a hold send
+/// right whose receive right keeps the snapshot alive. Reply: `FILE_OPENED
 /// snapshot, size, version` (snapshot 0 for an empty file).
 pub const OP_FILE_OPEN: u32 = 0x7066_0001;
 /// File server → client: the snapshot's object id, the size, and the id of
@@ -432,13 +448,18 @@ impl FileClient {
     }
 
     /// Opens `name` as a snapshot: mapped copy-on-write, read from disk
-    /// page by page as it is touched.
+    /// page by page as it is touched. The server keeps it while the
+    /// returned value lives.
     ///
     /// # Errors
-    /// [`PagerError::Denied`] when the file's mode does not let this
+    /// [`PagerError::Denied`] when the file system's permissions (the
+    /// file's, and search permission on its directories) do not let this
     /// process's user read it, or the name leads outside the served
-    /// directory; [`PagerError::BadRequest`] for a missing file; errors of
-    /// [`MemoryObject::map`].
+    /// directory; [`PagerError::BadRequest`] for a missing file;
+    /// [`PagerError::Unsupported`] for anything but a regular file (a FIFO,
+    /// a device, a directory); [`PagerError::OverBudget`] when this user
+    /// already holds as many snapshots or mappings as the server allows;
+    /// errors of [`MemoryObject::map`].
     pub fn open(&self, name: &str) -> Result<FileSnapshot, PagerError> {
         // The server keeps the snapshot while `hold` lives (or a mapping).
         let (hold, right) = crate::port().map_err(PagerError::Io)?;
@@ -461,8 +482,10 @@ impl FileClient {
     /// taken before keep the old contents.
     ///
     /// # Errors
-    /// [`PagerError::Denied`] when the file's mode does not let this
-    /// process's user write it.
+    /// [`PagerError::Denied`] when the file system's permissions do not let
+    /// this process's user write the file, or create and rename a file in
+    /// its directory; [`PagerError::Unsupported`] for anything but a regular
+    /// file.
     pub fn write(&self, name: &str, data: &[u8]) -> Result<(), PagerError> {
         let mut body = proto::body(&[name.len() as u64]);
         body.extend_from_slice(name.as_bytes());

@@ -198,10 +198,18 @@ fn directory_permissions_are_the_file_system_s() {
             }
             std::fs::write(root.join("shared"), b"shared").unwrap();
             chmod(&root.join("shared"), 0o666);
+            // Group permissions: by the asker's (primary) gid, not root's.
+            for (file, gid) in [("ours", NOBODY), ("roots", 0)] {
+                std::fs::write(root.join(file), b"group").unwrap();
+                rustix::fs::chown(root.join(file), None, Some(rustix::fs::Gid::from_raw(gid))).unwrap();
+                chmod(&root.join(file), 0o640);
+            }
         });
         // A world-readable file in a 0700 directory is not the world's.
         let out = common::finish(s.attacker("files-open", &["private/note", "public/note"]));
         assert_eq!(out, "private/note err Denied\npublic/note ok 6 567\n");
+        let out = common::finish(s.attacker("files-open", &["ours", "roots"]));
+        assert_eq!(out, "ours ok 5 557\nroots err Denied\n");
         // Writing back replaces the file by a rename: the directory must be
         // writable by the writer, not only the file.
         assert_eq!(common::finish(s.attacker("files-write", &["shared", "mine now"])), "err Denied\n");

@@ -357,3 +357,41 @@ fn mappings_are_bounded_per_user_and_released_with_their_client() {
         assert!(after <= fds + 8, "the server kept descriptors: {fds} before, {after} after");
     });
 }
+
+/// An access ACL (`system.posix_acl_access`, version 2) giving the owner
+/// read-write, `uid` nothing, and group, mask and others read.
+fn acl_denying(uid: u32) -> Vec<u8> {
+    let mut v = 2u32.to_le_bytes().to_vec();
+    for (tag, perm, id) in [(0x01u16, 6u16, u32::MAX), (0x02, 0, uid), (0x04, 4, u32::MAX), (0x10, 4, u32::MAX), (0x20, 4, u32::MAX)] {
+        v.extend_from_slice(&tag.to_le_bytes());
+        v.extend_from_slice(&perm.to_le_bytes());
+        v.extend_from_slice(&id.to_le_bytes());
+    }
+    v
+}
+
+#[test]
+fn acls_are_applied_by_the_kernel() {
+    let test = "acls_are_applied_by_the_kernel";
+    if !common::can_play_other_user(test) {
+        return;
+    }
+    let _serial = common::serial();
+    common::watchdog(test, LIMIT, || {
+        let mut supported = true;
+        let s = Served::start("acl", Budgets::default(), |root| {
+            std::fs::write(root.join("listed"), b"not for nobody").unwrap();
+            chmod(&root.join("listed"), 0o644);
+            let acl = acl_denying(NOBODY);
+            supported = rustix::fs::setxattr(root.join("listed"), "system.posix_acl_access", &acl, rustix::fs::XattrFlags::empty()).is_ok();
+        });
+        if !supported {
+            eprintln!("skipped {test}: the temporary directory's file system takes no POSIX ACLs");
+            return;
+        }
+        // The mode bits (0644 as far as `stat` shows) would let anyone read
+        // it; the ACL names nobody and gives it nothing.
+        let out = common::finish(s.attacker("files-open", &["listed", "README"]));
+        assert_eq!(out, format!("listed err Denied\nREADME ok {} {}\n", 40 * PAGE + 123, readme_sum()));
+    });
+}

@@ -20,14 +20,29 @@
 //! snapshot (another writer's changes appear in pages not yet written by the
 //! mapper, and truncation by anyone turns accesses past the new end into
 //! `SIGBUS`), and it needs the right to open the file. Here the server
-//! opens the file, checks the client's kernel-reported uid and gid against
-//! the file's mode bits, and the client gets a value it can keep.
+//! opens the file with the client's permissions and the client gets a value
+//! it can keep.
 //!
-//! Access control: a request is granted by the file's mode bits for the
-//! sender's uid and gid exactly (owner, else group, else other). The server
-//! grants no privilege to uid 0: it hands out what the mode says. Names are
-//! resolved beneath the server's root (`openat2` with `RESOLVE_BENEATH`), so
-//! `..`, absolute paths and symlinks leading out are refused.
+//! Access control is the file system's own. When the server runs as root,
+//! the serving thread resolves and opens each name *as the asker*: its
+//! filesystem uid and gid become the message's kernel-reported uid and gid,
+//! with no supplementary groups (kernel credentials carry only the primary
+//! gid; nothing is granted that the kernel would not grant that uid and gid
+//! alone), so the kernel applies directory search permission, modes and
+//! ACLs; write-back creates and renames as the asker too. A server that
+//! cannot switch identities checks the mode bits itself, of every directory
+//! on the way and of the file. A root asker gets what the mode bits say,
+//! not root's privileges. Names are resolved beneath the server's root
+//! (`openat2` with `RESOLVE_BENEATH`), so `..`, absolute paths and symlinks
+//! leading out are refused; they are resolved with `O_PATH`, and only a
+//! regular file is then opened, so a FIFO or a device can never stall the
+//! server.
+//!
+//! Lifetimes and budgets: an open carries a hold send right; the snapshot
+//! is usable by the opener alone and lives while the hold (or a mapping of
+//! it) does. A file version, and the descriptor it reads the file through,
+//! goes with its last snapshot. Snapshots and mappings are counted per user
+//! ([`Budgets`]).
 //!
 //! The server lives in the library so that `ferryd` or any program can host
 //! it: make a [`FileServer`], register [`FileServer::new`]'s send right under
@@ -37,17 +52,18 @@ use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
-use crate::message::Message;
+use crate::message::{Item, Message};
 use crate::pager::proto::{self, Fields};
 use crate::pager::{
-    Answer, MappedObject, MemoryObject, ObjectConfig, ObjectId, ObjectServer, Offset, Pager, PagerError, PagerFault,
-    Supply,
+    refusal, Answer, Budgets, MappedObject, MemoryObject, ObjectConfig, ObjectId, ObjectServer, Offset, Pager, PagerError,
+    PagerFault, Supply,
 };
 use crate::port::SendRight;
 use crate::sys::fs::{self as files, FileInfo};
 use crate::timeout::Timeout;
 
-/// Client → file server: body is the file's name. Reply: `FILE_OPENED
+/// Client → file server: body is the file's name; one item, a hold send
+/// right whose receive right keeps the snapshot alive. Reply: `FILE_OPENED
 /// snapshot, size, version` (snapshot 0 for an empty file).
 pub const OP_FILE_OPEN: u32 = 0x7066_0001;
 /// File server → client: the snapshot's object id, the size, and the id of
@@ -72,6 +88,9 @@ impl Pager for FilePager {
     }
 }
 
+/// The version of a name the server last opened: its object lives while a
+/// snapshot of it does (each snapshot is a copy of it), then goes with its
+/// descriptor; the entry is then stale and pruned.
 struct Version {
     object: ObjectId,
     identity: (u64, u64),
@@ -83,13 +102,29 @@ pub struct FileServer {
     objects: ObjectServer,
     root: OwnedFd,
     root_path: PathBuf,
-    versions: HashMap<String, Version>,
+    versions: Versions,
     config: ObjectConfig,
+}
+
+/// The versions by name, pruned of stale entries as the map grows.
+#[derive(Default)]
+struct Versions {
+    by_name: HashMap<String, Version>,
+    prune_at: usize,
+}
+
+impl Versions {
+    fn prune(&mut self, srv: &ObjectServer) {
+        if self.by_name.len() >= self.prune_at {
+            self.by_name.retain(|_, v| srv.contains(v.object));
+            self.prune_at = (2 * self.by_name.len()).max(64);
+        }
+    }
 }
 
 impl std::fmt::Debug for FileServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FileServer").field("root", &self.root_path).field("files", &self.versions.len()).finish()
+        f.debug_struct("FileServer").field("root", &self.root_path).field("files", &self.versions.by_name.len()).finish()
     }
 }
 
@@ -101,7 +136,9 @@ fn refuse(code: u64, why: impl Into<String>) -> Refusal {
 
 impl FileServer {
     /// Serves the files beneath `root`, reading ahead `config.cluster` pages
-    /// per fault. Returns the server and a first send right to it.
+    /// per fault. Returns the server and a first send right to it. Each user
+    /// may hold [`Budgets::default`] snapshots and mappings at once (see
+    /// [`FileServer::set_budgets`]).
     ///
     /// # Errors
     /// [`PagerError::Io`] if `root` cannot be opened as a directory.
@@ -109,7 +146,14 @@ impl FileServer {
         let dir = files::open_dir(root).map_err(|e| PagerError::Io(e.into()))?;
         let (objects, right) = ObjectServer::new()?;
         let config = ObjectConfig { mode: crate::pager::SupplyMode::Copy, track_dirty: false, ..config };
-        Ok((FileServer { objects, root: dir, root_path: root.to_owned(), versions: HashMap::new(), config }, right))
+        Ok((FileServer { objects, root: dir, root_path: root.to_owned(), versions: Versions::default(), config }, right))
+    }
+
+    /// Sets what one user may make the server hold at once: snapshots
+    /// opened and not yet released (each keeps its file version, and so a
+    /// descriptor, alive) and mappings attached.
+    pub fn set_budgets(&mut self, budgets: Budgets) {
+        self.objects.set_budgets(budgets);
     }
 
     /// Handles requests and faults until `timeout` passes with nothing to
@@ -137,7 +181,9 @@ fn name_of(bytes: &[u8]) -> Result<&str, Refusal> {
     Ok(name)
 }
 
-/// Whether the mode bits grant `want` (4 read, 2 write) to `uid`/`gid`.
+/// Whether the mode bits grant `want` (4 read, 2 write, 1 search) to
+/// `uid`/`gid` (owner class, else group class, else other: the kernel's
+/// order, without ACLs).
 fn permits(st: &FileInfo, uid: u32, gid: u32, want: u32) -> bool {
     let mode = st.mode;
     let bits = if uid == st.uid {
@@ -150,77 +196,195 @@ fn permits(st: &FileInfo, uid: u32, gid: u32, want: u32) -> bool {
     bits & want == want
 }
 
-fn open_beneath(root: &OwnedFd, name: &str) -> Result<OwnedFd, Refusal> {
-    files::open_read_beneath(root.as_fd(), name)
-        .map_err(|e| match e {
-            rustix::io::Errno::NOENT => refuse(proto::E_NO_OBJECT, format!("no file {name}")),
-            rustix::io::Errno::XDEV | rustix::io::Errno::LOOP => refuse(proto::E_DENIED, format!("{name} leads outside the served directory")),
-            e => refuse(proto::E_DENIED, format!("{name}: {e}")),
-        })
+fn resolve_refusal(name: &str, e: rustix::io::Errno) -> Refusal {
+    match e {
+        rustix::io::Errno::NOENT | rustix::io::Errno::NOTDIR => refuse(proto::E_NO_OBJECT, format!("no file {name}")),
+        rustix::io::Errno::XDEV | rustix::io::Errno::LOOP => {
+            refuse(proto::E_DENIED, format!("{name} leads outside the served directory"))
+        }
+        rustix::io::Errno::ACCESS | rustix::io::Errno::PERM => refuse(proto::E_DENIED, format!("{name}: permission denied")),
+        rustix::io::Errno::EXIST => refuse(proto::E_DENIED, format!("{name}: the temporary name for its new contents is taken")),
+        e => refuse(proto::E_DENIED, format!("{name}: {e}")),
+    }
 }
 
-fn open(srv: &mut ObjectServer, root: &OwnedFd, versions: &mut HashMap<String, Version>, config: ObjectConfig, m: &Message) -> Answer {
-    (|| {
-        let cred = m.sender().ok_or_else(|| refuse(proto::E_DENIED, "no credentials"))?;
-        let name = name_of(m.body())?;
-        let file = open_beneath(root, name)?;
-        let st = files::info(file.as_fd()).map_err(|e| refuse(proto::E_UNSUPPORTED, e.to_string()))?;
+/// Who asks, as the kernel reported it.
+#[derive(Clone, Copy)]
+struct Asker {
+    uid: u32,
+    gid: u32,
+}
+
+/// Runs `f` with the kernel applying the file system's permission rules
+/// for `who`: on this thread, as that user (when the server may switch its
+/// filesystem identity, i.e. runs as root). Returns `None` when it may not,
+/// or when `who` is root: the caller then checks mode bits itself
+/// ([`check_by_mode`]).
+fn as_user<T>(who: Asker, f: impl FnOnce() -> T) -> Result<Option<T>, Refusal> {
+    if who.uid == 0 {
+        // Root's privileges are not passed on: root clients get what the
+        // mode bits say, as every other user.
+        return Ok(None);
+    }
+    match files::ActingAs::user(who.uid, who.gid) {
+        Ok(acting) => {
+            let r = f();
+            drop(acting);
+            Ok(Some(r))
+        }
+        Err(rustix::io::Errno::PERM) => Ok(None),
+        Err(e) => Err(refuse(proto::E_UNSUPPORTED, format!("cannot act as uid {}: {e}", who.uid))),
+    }
+}
+
+/// What a server that cannot act as its clients checks itself: search
+/// permission on the root and every directory on the way to `name`
+/// (walked without symbolic links or `..`, stricter than the kernel), and
+/// `dir_want` on the last directory (write and search, for a write-back).
+fn check_by_mode(root: &OwnedFd, name: &str, who: Asker, dir_want: u32) -> Result<(), Refusal> {
+    let parts: Vec<&str> = name.split('/').filter(|p| !p.is_empty() && *p != ".").collect();
+    let Some((_, dirs)) = parts.split_last() else { return Err(refuse(proto::E_BAD_REQUEST, "no file name")) };
+    let info = |fd: &OwnedFd| files::info(fd.as_fd()).map_err(|e| refuse(proto::E_UNSUPPORTED, e.to_string()));
+    let mut st = info(root)?;
+    let mut cur: Option<OwnedFd> = None;
+    for d in dirs {
+        if *d == ".." || !permits(&st, who.uid, who.gid, 1) {
+            return Err(refuse(proto::E_DENIED, format!("{name}: permission denied")));
+        }
+        let next = files::resolve_dir_strictly(cur.as_ref().unwrap_or(root).as_fd(), d).map_err(|e| resolve_refusal(name, e))?;
+        st = info(&next)?;
+        cur = Some(next);
+    }
+    if !permits(&st, who.uid, who.gid, dir_want) {
+        return Err(refuse(proto::E_DENIED, format!("{name}: permission denied")));
+    }
+    Ok(())
+}
+
+/// Resolves `name` as `who` would and opens it for reading (or checks it
+/// may be written): only a regular file, never a FIFO, device or socket,
+/// and only if the file system's rules let `who` reach and open it.
+fn open_as(root: &OwnedFd, name: &str, who: Asker, write: bool) -> Result<(OwnedFd, FileInfo), Refusal> {
+    let open = |check_mode: bool| -> Result<(OwnedFd, FileInfo), Refusal> {
+        let path = files::resolve_beneath(root.as_fd(), name).map_err(|e| resolve_refusal(name, e))?;
+        if check_mode {
+            check_by_mode(root, name, who, 1)?;
+        }
+        let st = files::info(path.as_fd()).map_err(|e| refuse(proto::E_UNSUPPORTED, e.to_string()))?;
         if !st.is_file {
             return Err(refuse(proto::E_UNSUPPORTED, format!("{name} is not a regular file")));
         }
-        if !permits(&st, cred.uid, cred.gid, 4) {
-            return Err(refuse(proto::E_DENIED, format!("{name} is not readable by uid {}", cred.uid)));
+        if check_mode && !permits(&st, who.uid, who.gid, if write { 2 } else { 4 }) {
+            let what = if write { "writable" } else { "readable" };
+            return Err(refuse(proto::E_DENIED, format!("{name} is not {what} by uid {}", who.uid)));
         }
-        let identity = st.identity;
-        let size = st.size;
-        if size == 0 {
-            return Ok(Message::new(OP_FILE_OPENED).with_body(proto::body(&[0, 0, 0])));
-        }
-        let current = versions.get(name).filter(|v| v.identity == identity && v.size == size && srv.contains(v.object));
-        let version = match current {
-            Some(v) => v.object,
-            None => {
-                let id = srv
-                    .add_object(size, Box::new(FilePager { file }), config)
-                    .map_err(|e| refuse(proto::E_UNSUPPORTED, e.to_string()))?;
-                if let Some(old) = versions.insert(name.to_owned(), Version { object: id, identity, size }) {
-                    srv.retire(old.object);
-                }
-                id
-            }
-        };
-        let snapshot = srv.copy_object(version).map_err(|e| refuse(proto::E_UNSUPPORTED, e.to_string()))?;
-        let _ = srv.set_ephemeral(snapshot);
-        Ok(Message::new(OP_FILE_OPENED).with_body(proto::body(&[snapshot, size, version])))
-    })()
+        let file = files::reopen(path.as_fd(), write).map_err(|e| resolve_refusal(name, e))?;
+        Ok((file, st))
+    };
+    match as_user(who, || open(false))? {
+        Some(r) => r,
+        None => open(true),
+    }
 }
 
-fn write_back(srv: &mut ObjectServer, root: &OwnedFd, versions: &mut HashMap<String, Version>, m: &Message) -> Answer {
-    (|| {
-        let cred = m.sender().ok_or_else(|| refuse(proto::E_DENIED, "no credentials"))?;
-        let mut f = Fields::new(m.body());
-        let n = f.u64().ok_or_else(|| refuse(proto::E_BAD_REQUEST, "body too short"))? as usize;
-        let rest = f.rest();
-        if n > rest.len() {
-            return Err(refuse(proto::E_BAD_REQUEST, "name length past the body"));
+fn asker(m: &Message) -> Result<Asker, Refusal> {
+    let c = m.sender().ok_or_else(|| refuse(proto::E_DENIED, "no credentials"))?;
+    Ok(Asker { uid: c.uid, gid: c.gid })
+}
+
+fn open(srv: &mut ObjectServer, root: &OwnedFd, versions: &mut Versions, config: ObjectConfig, m: &mut Message) -> Answer {
+    let who = asker(m)?;
+    let mut items = m.take_items().into_iter();
+    let (Some(Item::Send(hold)), None) = (items.next(), items.next()) else {
+        return Err(refuse(proto::E_BAD_REQUEST, "an open carries one hold send right"));
+    };
+    // Over budget: refuse before touching the file system.
+    if !srv.can_hold(who.uid) {
+        return Err(refusal(PagerError::OverBudget(format!(
+            "uid {} already holds {} snapshots (the budget); release some first",
+            who.uid,
+            srv.budgets().holds_per_user
+        ))));
+    }
+    let name = name_of(m.body())?;
+    let (file, st) = open_as(root, name, who, false)?;
+    let (identity, size) = (st.identity, st.size);
+    if size == 0 {
+        return Ok(Message::new(OP_FILE_OPENED).with_body(proto::body(&[0, 0, 0])));
+    }
+    let current = versions.by_name.get(name).filter(|v| v.identity == identity && v.size == size && srv.contains(v.object));
+    let version = match current {
+        Some(v) => v.object,
+        None => {
+            let id = srv.add_object(size, Box::new(FilePager { file }), config).map_err(refusal)?;
+            if let Some(old) = versions.by_name.insert(name.to_owned(), Version { object: id, identity, size }) {
+                srv.retire(old.object);
+            }
+            versions.prune(srv);
+            id
         }
-        let name = name_of(&rest[..n])?;
-        let data = &rest[n..];
-        let old = open_beneath(root, name)?;
-        let st = files::info(old.as_fd()).map_err(|e| refuse(proto::E_UNSUPPORTED, e.to_string()))?;
-        if !st.is_file || !permits(&st, cred.uid, cred.gid, 2) {
-            return Err(refuse(proto::E_DENIED, format!("{name} is not writable by uid {}", cred.uid)));
+    };
+    // The snapshot is the opener's alone; the version's counters may be
+    // read by whoever opened it.
+    let snapshot = srv.copy_object(version).map_err(refusal)?;
+    let made = srv
+        .set_access(snapshot, &[who.uid])
+        .and_then(|()| srv.grant(version, who.uid))
+        .and_then(|()| srv.hold(snapshot, who.uid, hold));
+    // The version goes with its last snapshot (and with it the descriptor).
+    srv.retire(version);
+    if let Err(e) = made {
+        srv.retire(snapshot);
+        return Err(refusal(e));
+    }
+    Ok(Message::new(OP_FILE_OPENED).with_body(proto::body(&[snapshot, size, version])))
+}
+
+fn write_back(srv: &mut ObjectServer, root: &OwnedFd, versions: &mut Versions, m: &mut Message) -> Answer {
+    let who = asker(m)?;
+    let mut f = Fields::new(m.body());
+    let n = f.u64().ok_or_else(|| refuse(proto::E_BAD_REQUEST, "body too short"))? as usize;
+    let rest = f.rest();
+    if n > rest.len() {
+        return Err(refuse(proto::E_BAD_REQUEST, "name length past the body"));
+    }
+    let name = name_of(&rest[..n])?;
+    let data = &rest[n..];
+    // Write permission on the file, as the asker.
+    let (_, st) = open_as(root, name, who, true)?;
+    // New contents go to a fresh inode renamed over the name: snapshots
+    // of the old version keep reading the old inode. Creating and renaming
+    // need write permission on the directory, checked as the asker too.
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = format!("{name}.ferry-new-{}-{n}", std::process::id());
+    let create = || files::create_beneath(root.as_fd(), &tmp, st.mode).map_err(|e| resolve_refusal(name, e));
+    let new = match as_user(who, create)? {
+        Some(r) => r?,
+        None => {
+            check_by_mode(root, name, who, 3)?;
+            create()?
         }
-        // New contents go to a fresh inode renamed over the name: snapshots
-        // of the old version keep reading the old inode.
-        let tmp = format!("{name}.ferry-new-{}", std::process::id());
-        files::replace(root.as_fd(), name, &tmp, data, st.mode, st.uid, st.gid)
-            .map_err(|e| refuse(proto::E_UNSUPPORTED, format!("writing {name}: {e}")))?;
-        if let Some(v) = versions.remove(name) {
-            srv.retire(v.object);
+    };
+    let written = files::write_all_synced(new.as_fd(), data).map_err(|e| refuse(proto::E_UNSUPPORTED, format!("writing {name}: {e}")));
+    // The file keeps its owner where the server may give it (as itself).
+    files::keep_owner(new.as_fd(), st.uid, st.gid);
+    drop(new);
+    let renamed = written.and_then(|()| {
+        let rename = || files::rename_beneath(root.as_fd(), &tmp, name).map_err(|e| resolve_refusal(name, e));
+        match as_user(who, rename)? {
+            Some(r) => r,
+            None => rename(),
         }
-        Ok(Message::new(OP_FILE_WRITTEN).with_body(proto::body(&[data.len() as u64])))
-    })()
+    });
+    if let Err(e) = renamed {
+        files::remove_beneath(root.as_fd(), &tmp);
+        return Err(e);
+    }
+    if let Some(v) = versions.by_name.remove(name) {
+        srv.retire(v.object);
+    }
+    Ok(Message::new(OP_FILE_WRITTEN).with_body(proto::body(&[data.len() as u64])))
 }
 
 /// A client of a file server.
@@ -286,15 +450,22 @@ impl FileClient {
     }
 
     /// Opens `name` as a snapshot: mapped copy-on-write, read from disk
-    /// page by page as it is touched.
+    /// page by page as it is touched. The server keeps it while the
+    /// returned value lives.
     ///
     /// # Errors
-    /// [`PagerError::Denied`] when the file's mode does not let this
+    /// [`PagerError::Denied`] when the file system's permissions (the
+    /// file's, and search permission on its directories) do not let this
     /// process's user read it, or the name leads outside the served
-    /// directory; [`PagerError::BadRequest`] for a missing file; errors of
-    /// [`MemoryObject::map`].
+    /// directory; [`PagerError::BadRequest`] for a missing file;
+    /// [`PagerError::Unsupported`] for anything but a regular file (a FIFO,
+    /// a device, a directory); [`PagerError::OverBudget`] when this user
+    /// already holds as many snapshots or mappings as the server allows;
+    /// errors of [`MemoryObject::map`].
     pub fn open(&self, name: &str) -> Result<FileSnapshot, PagerError> {
-        let r = self.call(Message::new(OP_FILE_OPEN).with_body(name.as_bytes()))?;
+        // The server keeps the snapshot while `hold` lives (or a mapping).
+        let (hold, right) = crate::port().map_err(PagerError::Io)?;
+        let r = self.call(Message::new(OP_FILE_OPEN).with_body(name.as_bytes()).with_item(Item::Send(right)))?;
         let mut f = Fields::new(r.body());
         let (Some(id), Some(_size), Some(version), OP_FILE_OPENED) = (f.u64(), f.u64(), f.u64(), r.op()) else {
             return Err(PagerError::Protocol("bad reply to a file open".into()));
@@ -302,7 +473,8 @@ impl FileClient {
         if id == 0 {
             return Ok(FileSnapshot { mapped: None, object: None, version });
         }
-        let object = MemoryObject::new(self.server.try_clone().map_err(PagerError::Io)?, id).with_timeout(self.timeout);
+        let object =
+            MemoryObject::new(self.server.try_clone().map_err(PagerError::Io)?, id).with_timeout(self.timeout).with_hold(hold);
         let mapped = object.map()?;
         if mapped.mode() != crate::pager::SupplyMode::Copy {
             // Only pages copied into this process make a snapshot nobody
@@ -317,8 +489,10 @@ impl FileClient {
     /// taken before keep the old contents.
     ///
     /// # Errors
-    /// [`PagerError::Denied`] when the file's mode does not let this
-    /// process's user write it.
+    /// [`PagerError::Denied`] when the file system's permissions do not let
+    /// this process's user write the file, or create and rename a file in
+    /// its directory; [`PagerError::Unsupported`] for anything but a regular
+    /// file.
     pub fn write(&self, name: &str, data: &[u8]) -> Result<(), PagerError> {
         let mut body = proto::body(&[name.len() as u64]);
         body.extend_from_slice(name.as_bytes());
@@ -334,5 +508,42 @@ impl FileClient {
     /// [`FileSnapshot::version`], to see how many pages came from disk).
     pub fn stats(&self, id: ObjectId) -> Result<crate::pager::ObjectStats, PagerError> {
         MemoryObject::new(self.server.try_clone().map_err(PagerError::Io)?, id).with_timeout(self.timeout).stats()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// The check a server that cannot act as its clients makes itself:
+    /// directory search bits on the whole way, then the last directory's
+    /// bits for a write-back.
+    #[test]
+    fn mode_checks_cover_every_directory_on_the_way() {
+        let dir = std::env::temp_dir().join(format!("ferry-fs-modes-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("open/closed/inner")).unwrap();
+        std::fs::create_dir_all(dir.join("open/shared")).unwrap();
+        let chmod = |p: &str, m| std::fs::set_permissions(dir.join(p), std::fs::Permissions::from_mode(m)).unwrap();
+        chmod("open", 0o755);
+        chmod("open/shared", 0o777);
+        chmod("open/closed/inner", 0o755);
+        chmod("open/closed", 0o700);
+        let root = files::open_dir(&dir).unwrap();
+        let st = files::info(root.as_fd()).unwrap();
+        // Someone who is neither the owner nor in the group.
+        let other = Asker { uid: st.uid.wrapping_add(1), gid: st.gid.wrapping_add(1) };
+        assert!(check_by_mode(&root, "open/f", other, 1).is_ok());
+        assert_eq!(check_by_mode(&root, "open/closed/inner/f", other, 1).unwrap_err().0, proto::E_DENIED);
+        assert_eq!(check_by_mode(&root, "open/closed/f", other, 1).unwrap_err().0, proto::E_DENIED);
+        assert_eq!(check_by_mode(&root, "open/f", other, 3).unwrap_err().0, proto::E_DENIED, "no writing in a 0755 directory");
+        assert!(check_by_mode(&root, "open/shared/f", other, 3).is_ok());
+        assert_eq!(check_by_mode(&root, "open/../open/f", other, 1).unwrap_err().0, proto::E_DENIED, "no .. in the walk");
+        // The owner passes everywhere its bits allow.
+        let owner = Asker { uid: st.uid, gid: st.gid };
+        assert!(check_by_mode(&root, "open/closed/inner/f", owner, 1).is_ok());
+        chmod("open/closed", 0o755);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -12,7 +12,20 @@ pub const NAME: &str = "files";
 
 /// Starts serving the files beneath `root` and returns a send right to the
 /// server's port.
+///
+/// Every user is held to the file server's default budgets (snapshots held
+/// and mappings attached at once, `ferry::pager::Budgets`), which cost the
+/// daemon descriptors; the soft descriptor limit is raised to the hard one
+/// so that the budgets, not the limit, are what a user runs into.
 pub fn start(root: &Path) -> Result<SendRight, String> {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut limit = getrlimit(Resource::Nofile);
+    if limit.current < limit.maximum {
+        limit.current = limit.maximum;
+        if let Err(e) = setrlimit(Resource::Nofile, limit) {
+            eprintln!("ferryd: file server: cannot raise the descriptor limit: {e}");
+        }
+    }
     let (mut server, right) = ferry::fileserver::FileServer::new(root, ObjectConfig::default()).map_err(|e| e.to_string())?;
     std::thread::Builder::new()
         .name("ferry-files".into())

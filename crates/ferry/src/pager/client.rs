@@ -33,6 +33,9 @@ pub struct MemoryObject {
     server: SendRight,
     id: ObjectId,
     timeout: Timeout,
+    /// For an object the server made for us (a copy): the receive right of
+    /// the hold that keeps it there while this lives.
+    _hold: Option<crate::ReceiveRight>,
 }
 
 /// How long requests wait for the pager's reply unless told otherwise.
@@ -65,6 +68,7 @@ pub(crate) fn call(
             proto::E_NO_OBJECT => no_object(why),
             proto::E_DENIED => PagerError::Denied(why),
             proto::E_UNSUPPORTED => PagerError::Unsupported(why),
+            proto::E_BUDGET => PagerError::OverBudget(why),
             _ => PagerError::BadRequest(why),
         });
     }
@@ -74,7 +78,7 @@ pub(crate) fn call(
 impl MemoryObject {
     /// Names object `id` of the server reached through `server`.
     pub fn new(server: SendRight, id: ObjectId) -> MemoryObject {
-        MemoryObject { server, id, timeout: DEFAULT_TIMEOUT }
+        MemoryObject { server, id, timeout: DEFAULT_TIMEOUT, _hold: None }
     }
 
     /// Sets how long requests (open, attach, copy, stats, write, clean) wait
@@ -98,11 +102,24 @@ impl MemoryObject {
 
     /// Makes a copy-on-write copy of the object at its server (Accent's
     /// shadow object): the copy keeps today's contents whatever the owner
-    /// writes to the original later.
+    /// writes to the original later. The server keeps the copy while the
+    /// returned value lives, or a mapping of it does.
+    ///
+    /// # Errors
+    /// [`PagerError::OverBudget`] when this user already holds as many
+    /// objects at the server as it allows.
     pub fn copy(&self) -> Result<MemoryObject, PagerError> {
-        let r = self.call(Message::new(proto::COPY).with_body(proto::body(&[self.id])))?;
+        let (hold, right) = crate::port().map_err(PagerError::Io)?;
+        let r = self.call(Message::new(proto::COPY).with_body(proto::body(&[self.id])).with_item(Item::Send(right)))?;
         let id = expect(&r, proto::COPIED, 1)?[0];
-        Ok(MemoryObject { server: self.server.try_clone().map_err(PagerError::Io)?, id, timeout: self.timeout })
+        Ok(MemoryObject { server: self.server.try_clone().map_err(PagerError::Io)?, id, timeout: self.timeout, _hold: Some(hold) })
+    }
+
+    /// Keeps `hold` (the receive right of a hold the server took for this
+    /// object) as long as this value lives.
+    pub(crate) fn with_hold(mut self, hold: crate::ReceiveRight) -> MemoryObject {
+        self._hold = Some(hold);
+        self
     }
 
     /// The object's counters at its server.

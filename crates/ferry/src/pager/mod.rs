@@ -49,6 +49,7 @@ use crate::wire::{self, ItemDesc};
 
 pub(crate) use client::call;
 pub use client::{MappedObject, MemoryObject, ObjectState, DEFAULT_TIMEOUT};
+pub(crate) use server::refusal;
 pub use server::{Answer, Extension, ObjectServer, ServerStats};
 
 /// The offset of a byte within a memory object.
@@ -159,6 +160,26 @@ impl Default for ObjectConfig {
     }
 }
 
+/// What one user (by kernel-reported uid) may make an [`ObjectServer`]
+/// hold at once. Requests past a budget fail with
+/// [`PagerError::OverBudget`]; the server goes on serving everyone else.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Budgets {
+    /// Mappings attached at once (each costs the server two descriptors:
+    /// the userfaultfd and the lifeline). Default 128.
+    pub clients_per_user: usize,
+    /// Objects held for the user at once ([`ObjectServer::hold`]: copies it
+    /// asked for, file snapshots it opened; each costs one descriptor).
+    /// Default 128.
+    pub holds_per_user: usize,
+}
+
+impl Default for Budgets {
+    fn default() -> Self {
+        Budgets { clients_per_user: 128, holds_per_user: 128 }
+    }
+}
+
 /// Counters of one object, as the server saw them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ObjectStats {
@@ -190,7 +211,8 @@ pub struct ObjectStats {
 pub enum PagerError {
     /// The pager's port is gone: its server exited or crashed.
     PagerDead,
-    /// The server has no object with this id.
+    /// The server has no object with this id that this user may use (the
+    /// two cases look the same, so ids cannot be probed).
     NoSuchObject(ObjectId),
     /// The server rejected the request as malformed.
     BadRequest(String),
@@ -201,6 +223,9 @@ pub enum PagerError {
     Denied(String),
     /// The request is valid but this object or kernel does not support it.
     Unsupported(String),
+    /// This user already holds what the server allows one user (mappings,
+    /// held objects: [`Budgets`]); release some and retry.
+    OverBudget(String),
     /// The kernel refused to create a userfaultfd for this process.
     UserfaultfdUnavailable(io::Error),
     /// The server's reply did not follow the protocol.
@@ -217,11 +242,12 @@ impl fmt::Display for PagerError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             PagerError::PagerDead => write!(f, "the object's pager is gone; open the object again from a live server"),
-            PagerError::NoSuchObject(id) => write!(f, "the pager has no object {id}"),
+            PagerError::NoSuchObject(id) => write!(f, "the pager has no object {id} that this user may use"),
             PagerError::BadRequest(w) => write!(f, "the pager rejected the request: {w}"),
             PagerError::Timeout => write!(f, "the pager did not answer in time; retry with a longer timeout, or give up on it"),
             PagerError::Denied(w) => write!(f, "permission denied by the pager: {w}"),
             PagerError::Unsupported(w) => write!(f, "not supported: {w}"),
+            PagerError::OverBudget(w) => write!(f, "over this user's budget at the pager: {w}"),
             PagerError::UserfaultfdUnavailable(e) => write!(
                 f,
                 "the kernel refused a userfaultfd ({e}); user-mode-only handling was also refused: \
@@ -404,13 +430,13 @@ impl AsFd for PagerFd {
 }
 
 #[cfg(test)]
-mod tests {
+mod tests_support {
     use super::*;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
 
     /// Byte `i` of the object is `(i / 4096 + i) % 251`.
-    struct Pattern;
+    pub struct Pattern;
     impl Pager for Pattern {
         fn data_request(&mut self, offset: Offset, buf: &mut [u8]) -> Result<Supply, PagerFault> {
             for (i, b) in buf.iter_mut().enumerate() {
@@ -421,12 +447,12 @@ mod tests {
         }
     }
 
-    fn expected(at: usize) -> u8 {
+    pub fn expected(at: usize) -> u8 {
         ((at / 4096 + at) % 251) as u8
     }
 
     /// Runs a server in a thread until `stop`.
-    fn run(mut server: ObjectServer, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<ObjectServer> {
+    pub fn run(mut server: ObjectServer, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<ObjectServer> {
         std::thread::spawn(move || {
             while !stop.load(Ordering::Relaxed) {
                 server.serve(crate::Timeout::millis(20)).unwrap();
@@ -434,6 +460,14 @@ mod tests {
             server
         })
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tests_support::*;
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
 
     #[test]
     fn both_supply_modes_serve_touched_pages_in_process() {
@@ -476,6 +510,58 @@ mod tests {
         stop.store(true, Ordering::Relaxed);
         drop((m, z, z2));
         h.join().unwrap();
+    }
+}
+
+/// A client may hand the pager a userfaultfd made with fork events (ferry's
+/// own client never asks for them). Each fork then installs a descriptor in
+/// the pager; the pager must close it and go on serving the parent.
+#[cfg(test)]
+mod fork_tests {
+    use super::tests_support::*;
+    use super::*;
+    use crate::message::{Item, Message};
+    use crate::sys::uffd::{Backing, ObjectMapping};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    #[test]
+    fn a_client_forking_leaves_nothing_in_the_pager() {
+        let _one = crate::sys::uffd::fork_support::exclusive();
+        let page = mem::page_size();
+        let (u, _) = Uffd::new().unwrap();
+        if let Err(e) = u.api(uffd::FEATURE_EVENT_FORK | uffd::FEATURE_POISON) {
+            eprintln!("skipped a_client_forking_leaves_nothing_in_the_pager: fork events need CAP_SYS_PTRACE ({e})");
+            return;
+        }
+        let (mut server, right) = ObjectServer::new().unwrap();
+        let id = server.add_object(4 * page as u64, Box::new(Pattern), ObjectConfig { cluster: 1, ..Default::default() }).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let h = run(server, stop.clone());
+
+        let m = ObjectMapping::new(4 * page, Backing::Anonymous).unwrap();
+        u.register(m.addr(), 4 * page, uffd::MODE_MISSING).unwrap();
+        let theirs = Uffd::from_fd(crate::sys::socket::dup(u.as_fd()).unwrap());
+        let (_lifeline, lifeline) = crate::port().unwrap();
+        let attach = Message::new(proto::ATTACH)
+            .with_body(proto::body(&[id]))
+            .with_item(Item::Pager(PagerFd::userfault(theirs, m.addr(), 4 * page)))
+            .with_item(Item::Send(lifeline));
+        call(&right, attach, crate::Timeout::millis(10_000), PagerError::BadRequest).unwrap();
+        assert_eq!(m.as_slice()[page + 1], expected(page + 1));
+
+        // fork() returns once the pager has read the event. The pager
+        // closed the child's descriptor: the child's range is ordinary
+        // memory and it reads a zero. Left open in the pager (and never
+        // served), the child would wait in its fault forever.
+        let pid = crate::sys::uffd::fork_support::fork_reader(m.addr() + 2 * page);
+        let code = crate::sys::uffd::fork_support::reap_within(pid);
+        assert_eq!(code, Some(0), "the forked child waited in its fault: the pager kept its descriptor");
+        // And the parent is still served.
+        assert_eq!(m.as_slice()[3 * page + 5], expected(3 * page + 5));
+        stop.store(true, Ordering::Relaxed);
+        h.join().unwrap();
+        drop(m);
     }
 }
 

@@ -14,7 +14,8 @@ pub const OPENED: u32 = 0x7061_0002;
 pub const ATTACH: u32 = 0x7061_0003;
 /// Server → client: attached.
 pub const ATTACHED: u32 = 0x7061_0004;
-/// Client → server: make a copy-on-write copy of `id`. Reply: `COPIED id2`.
+/// Client → server: make a copy-on-write copy of `id`; item: a hold send
+/// right (the copy lives while its receive right does). Reply: `COPIED id2`.
 pub const COPY: u32 = 0x7061_0005;
 /// Server → client: the copy's id.
 pub const COPIED: u32 = 0x7061_0006;
@@ -49,6 +50,8 @@ pub const E_BAD_REQUEST: u64 = 2;
 pub const E_DENIED: u64 = 3;
 /// Not supported for this object.
 pub const E_UNSUPPORTED: u64 = 4;
+/// The sender's user is at its budget (mappings, held objects).
+pub const E_BUDGET: u64 = 5;
 
 /// Encodes `u64`s as a body.
 pub fn body(words: &[u64]) -> Vec<u8> {

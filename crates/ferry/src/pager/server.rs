@@ -6,8 +6,15 @@
 //! completely before anything is changed, a malformed one is answered with
 //! an `ERROR` reply (or dropped if it has no reply right), and a client whose
 //! address space has gone or whose registration is wrong is detached.
+//!
+//! Who asks is checked on every request, not only at open: each object has
+//! a set of users (kernel-reported uids) who may use it, and a request for
+//! an object the sender may not use is answered exactly as one for an
+//! object that does not exist, so ids cannot be probed. What a user can make
+//! the server hold (attached mappings, held objects) is counted per user
+//! against [`Budgets`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::AsFd;
 use std::time::Instant;
 
@@ -16,7 +23,7 @@ use rustix::io::Errno;
 use super::proto::{self, Fields};
 use super::store::{fill_cache, make_cache, read_object, write_object, Object, Source};
 use super::{
-    errno, Inner, ObjectConfig, ObjectId, ObjectStats, Offset, Pager, PagerError, PagerFd, Supply,
+    errno, Budgets, Inner, ObjectConfig, ObjectId, ObjectStats, Offset, Pager, PagerError, PagerFd, Supply,
     SupplyMode,
 };
 use crate::error::RecvError;
@@ -56,6 +63,15 @@ struct Client {
     supplied: Vec<bool>,
     dirty: Vec<bool>,
     pid: Option<i32>,
+    uid: Option<u32>,
+}
+
+/// An object kept alive for a client while the receive right behind
+/// `right` lives (see [`ObjectServer::hold`]).
+struct Hold {
+    object: ObjectId,
+    uid: u32,
+    right: SendRight,
 }
 
 /// Hosts memory objects and serves their pages to clients in other
@@ -72,6 +88,8 @@ struct Client {
 /// }
 /// let (mut server, right) = ObjectServer::new()?;
 /// let id = server.add_object(1 << 20, Box::new(Squares), ObjectConfig::default())?;
+/// // Usable by this process's user only, unless granted to others:
+/// server.grant_everyone(id)?;
 /// // hand `right` and `id` to clients (e.g. through the name service), then:
 /// loop { server.serve(ferry::Timeout::Infinite)?; }
 /// # Ok::<(), ferry::pager::PagerError>(())
@@ -83,6 +101,8 @@ pub struct ObjectServer {
     objects: BTreeMap<ObjectId, Object>,
     next_id: ObjectId,
     clients: Vec<Option<Client>>,
+    holds: Vec<Option<Hold>>,
+    budgets: Budgets,
     stats: ServerStats,
     /// The copy-mode staging buffer, kept between faults.
     scratch: Vec<u8>,
@@ -95,13 +115,32 @@ impl std::fmt::Debug for ObjectServer {
 }
 
 const KEY_PORT: u64 = 0;
+const KIND_UFFD: u64 = 0;
+const KIND_LIFELINE: u64 = 1;
+const KIND_HOLD: u64 = 2;
 
-fn key_uffd(slot: usize) -> u64 {
-    2 * slot as u64 + 2
+/// The epoll key of a client's descriptor or a hold: `(slot + 1) * 4 + kind`
+/// (never 0, the port's key).
+fn key(slot: usize, kind: u64) -> u64 {
+    (slot as u64 + 1) * 4 + kind
 }
 
-fn key_lifeline(slot: usize) -> u64 {
-    2 * slot as u64 + 3
+fn free_slot<T>(v: &[Option<T>]) -> usize {
+    v.iter().position(Option::is_none).unwrap_or(v.len())
+}
+
+fn put<T>(v: &mut Vec<Option<T>>, slot: usize, x: T) {
+    if slot == v.len() {
+        v.push(Some(x));
+    } else {
+        v[slot] = Some(x);
+    }
+}
+
+/// The one answer for an object that does not exist and for one the sender
+/// may not use: they must look the same, or ids could be probed.
+fn no_object(id: ObjectId) -> (u64, String) {
+    (proto::E_NO_OBJECT, format!("no object {id} that this user may use"))
 }
 
 impl ObjectServer {
@@ -123,6 +162,8 @@ impl ObjectServer {
             objects: BTreeMap::new(),
             next_id: 1,
             clients: Vec::new(),
+            holds: Vec::new(),
+            budgets: Budgets::default(),
             stats: ServerStats::default(),
             scratch: Vec::new(),
         })
@@ -130,7 +171,9 @@ impl ObjectServer {
 
     /// Adds an object of `size` bytes whose pages `pager` supplies; its
     /// owner (who may change it with [`write`](Self::write) requests) is
-    /// this process's user.
+    /// this process's user, and it is usable by that user only until the
+    /// host grants more ([`grant`](Self::grant),
+    /// [`grant_everyone`](Self::grant_everyone)).
     ///
     /// # Errors
     /// [`PagerError::BadRequest`] for a zero size or a zero cluster;
@@ -159,6 +202,8 @@ impl ObjectServer {
                 size,
                 config,
                 owner,
+                users: BTreeSet::from([owner]),
+                everyone: false,
                 source,
                 pages: BTreeMap::new(),
                 copies: Vec::new(),
@@ -194,19 +239,115 @@ impl ObjectServer {
         self.objects.contains_key(&id)
     }
 
-    /// Sets the user allowed to change object `id` by message.
+    /// Sets the user allowed to change object `id` by message (the owner
+    /// may also use it).
     pub fn set_owner(&mut self, id: ObjectId, uid: u32) -> Result<(), PagerError> {
-        self.objects.get_mut(&id).ok_or(PagerError::NoSuchObject(id))?.owner = uid;
+        let o = self.objects.get_mut(&id).ok_or(PagerError::NoSuchObject(id))?;
+        o.owner = uid;
+        o.users.insert(uid);
         Ok(())
+    }
+
+    /// Lets user `uid` use object `id`: open and map it, copy it, read its
+    /// counters, return its dirty pages. Checked against the kernel-reported
+    /// uid of every request.
+    pub fn grant(&mut self, id: ObjectId, uid: u32) -> Result<(), PagerError> {
+        self.objects.get_mut(&id).ok_or(PagerError::NoSuchObject(id))?.users.insert(uid);
+        Ok(())
+    }
+
+    /// Lets every user use object `id` (a public object).
+    pub fn grant_everyone(&mut self, id: ObjectId) -> Result<(), PagerError> {
+        self.objects.get_mut(&id).ok_or(PagerError::NoSuchObject(id))?.everyone = true;
+        Ok(())
+    }
+
+    /// Makes `users` the only users who may use object `id` (not even the
+    /// owner otherwise; mappings already attached stay).
+    pub fn set_access(&mut self, id: ObjectId, users: &[u32]) -> Result<(), PagerError> {
+        let o = self.objects.get_mut(&id).ok_or(PagerError::NoSuchObject(id))?;
+        o.users = users.iter().copied().collect();
+        o.everyone = false;
+        Ok(())
+    }
+
+    /// Whether user `uid` (`None`: a sender without credentials) may use
+    /// object `id`; false for an object that does not exist.
+    pub fn may_use(&self, id: ObjectId, uid: Option<u32>) -> bool {
+        self.objects.get(&id).is_some_and(|o| o.everyone || uid.is_some_and(|u| o.users.contains(&u)))
+    }
+
+    /// Sets the per-user budgets (they apply to requests from now on).
+    pub fn set_budgets(&mut self, budgets: Budgets) {
+        self.budgets = budgets;
+    }
+
+    /// The per-user budgets in force.
+    pub fn budgets(&self) -> Budgets {
+        self.budgets
+    }
+
+    /// What user `uid` holds now: (mappings attached, objects held).
+    pub fn usage(&self, uid: u32) -> (usize, usize) {
+        let clients = self.clients.iter().flatten().filter(|c| c.uid == Some(uid)).count();
+        let holds = self.holds.iter().flatten().filter(|h| h.uid == uid).count();
+        (clients, holds)
+    }
+
+    /// Whether user `uid` may take one more hold now.
+    pub fn can_hold(&self, uid: u32) -> bool {
+        self.usage(uid).1 < self.budgets.holds_per_user
+    }
+
+    /// Keeps object `id` for user `uid` while the receive right behind
+    /// `right` lives: the object is removed once that right is gone (the
+    /// client dropped it, or exited), no client maps it and no copy of it
+    /// remains. This is how objects made for one client (copies, the file
+    /// server's snapshots) never outlive it, even when never mapped; a held
+    /// object is one that goes once unused, like a retired one. Each
+    /// hold costs the server one descriptor and counts against
+    /// [`Budgets::holds_per_user`].
+    ///
+    /// # Errors
+    /// [`PagerError::NoSuchObject`]; [`PagerError::OverBudget`] when `uid`
+    /// already holds its budget; [`PagerError::Io`] if the right cannot be
+    /// watched. On error the object is left as it was.
+    pub fn hold(&mut self, id: ObjectId, uid: u32, right: SendRight) -> Result<(), PagerError> {
+        if !self.objects.contains_key(&id) {
+            return Err(PagerError::NoSuchObject(id));
+        }
+        if !self.can_hold(uid) {
+            return Err(PagerError::OverBudget(format!(
+                "uid {uid} already holds {} objects (the budget); drop some first",
+                self.budgets.holds_per_user
+            )));
+        }
+        let slot = free_slot(&self.holds);
+        self.epoll.add(right.as_fd(), Interest::HangUp, key(slot, KIND_HOLD)).map_err(|e| PagerError::Io(errno(e)))?;
+        put(&mut self.holds, slot, Hold { object: id, uid, right });
+        let o = self.objects.get_mut(&id).expect("checked above");
+        o.ephemeral = true;
+        o.attached_once = true;
+        Ok(())
+    }
+
+    fn release_hold(&mut self, slot: usize) {
+        if let Some(h) = self.holds.get_mut(slot).and_then(Option::take) {
+            let _ = self.epoll.remove(h.right.as_fd());
+            self.reclaim(h.object);
+        }
     }
 
     /// Makes a copy-on-write copy of `id` (Accent's shadow object): it keeps
     /// the contents `id` has now, whatever the owner later writes to `id`;
-    /// only pages the owner changes are duplicated, when they change.
+    /// only pages the owner changes are duplicated, when they change. The
+    /// copy has the owner and the users of `id`.
     pub fn copy_object(&mut self, id: ObjectId) -> Result<ObjectId, PagerError> {
         let o = self.objects.get(&id).ok_or(PagerError::NoSuchObject(id))?;
-        let (size, config, owner) = (o.size, o.config, o.owner);
+        let (size, config, owner, users, everyone) = (o.size, o.config, o.owner, o.users.clone(), o.everyone);
         let copy = self.insert(size, Source::CopyOf(id), config, owner)?;
+        let c = self.objects.get_mut(&copy).expect("just made");
+        (c.users, c.everyone) = (users, everyone);
         self.objects.get_mut(&id).expect("checked above").copies.push(copy);
         Ok(copy)
     }
@@ -259,13 +400,17 @@ impl ObjectServer {
             Timeout::Infinite => None,
         };
         let events = self.epoll.wait(64, deadline).map_err(|e| PagerError::Io(errno(e)))?;
-        for &(key, ready) in &events {
-            if key == KEY_PORT {
+        for &(k, ready) in &events {
+            if k == KEY_PORT {
                 self.drain_port(ext);
-            } else if key % 2 == 0 {
-                self.drain_faults(((key - 2) / 2) as usize);
-            } else if ready.hangup {
-                self.detach(((key - 3) / 2) as usize);
+                continue;
+            }
+            let slot = (k / 4 - 1) as usize;
+            match k % 4 {
+                KIND_UFFD => self.drain_faults(slot),
+                KIND_LIFELINE if ready.hangup => self.detach(slot),
+                KIND_HOLD if ready.hangup => self.release_hold(slot),
+                _ => {}
             }
         }
         Ok(events.len())
@@ -295,10 +440,10 @@ impl ObjectServer {
         let reply = m.take_reply();
         let uid = m.sender().map(|c| c.uid);
         let answer = match m.op() {
-            proto::OPEN => self.open(&m),
-            proto::ATTACH => self.attach(&mut m),
-            proto::COPY => self.req_copy(&m),
-            proto::STATS => self.req_stats(&m),
+            proto::OPEN => self.open(&m, uid),
+            proto::ATTACH => self.attach(&mut m, uid),
+            proto::COPY => self.req_copy(&mut m, uid),
+            proto::STATS => self.req_stats(&m, uid),
             proto::WRITE => self.req_write(&m, uid),
             proto::CLEAN_REQUEST => self.req_clean(&m, uid),
             proto::DIRTY => {
@@ -321,17 +466,18 @@ impl ObjectServer {
         }
     }
 
-    fn object_of(&self, f: &mut Fields<'_>) -> Result<ObjectId, (u64, String)> {
+    /// The object a request names, if the sender may use it.
+    fn object_of(&self, f: &mut Fields<'_>, uid: Option<u32>) -> Result<ObjectId, (u64, String)> {
         let id = f.u64().ok_or((proto::E_BAD_REQUEST, "body too short for an object id".into()))?;
-        if self.objects.contains_key(&id) {
+        if self.may_use(id, uid) {
             Ok(id)
         } else {
-            Err((proto::E_NO_OBJECT, format!("no object {id}")))
+            Err(no_object(id))
         }
     }
 
-    fn open(&mut self, m: &Message) -> Result<Message, (u64, String)> {
-        let id = self.object_of(&mut Fields::new(m.body()))?;
+    fn open(&mut self, m: &Message, uid: Option<u32>) -> Result<Message, (u64, String)> {
+        let id = self.object_of(&mut Fields::new(m.body()), uid)?;
         let o = &self.objects[&id];
         let mode = match o.config.mode {
             SupplyMode::Copy => 0,
@@ -349,8 +495,8 @@ impl ObjectServer {
         Ok(reply)
     }
 
-    fn attach(&mut self, m: &mut Message) -> Result<Message, (u64, String)> {
-        let id = self.object_of(&mut Fields::new(m.body()))?;
+    fn attach(&mut self, m: &mut Message, uid: Option<u32>) -> Result<Message, (u64, String)> {
+        let id = self.object_of(&mut Fields::new(m.body()), uid)?;
         let mut items = m.take_items().into_iter();
         let (Some(Item::Pager(PagerFd { inner: Inner::UserFault { uffd, addr, len } })), Some(Item::Send(lifeline)), None) =
             (items.next(), items.next(), items.next())
@@ -361,7 +507,14 @@ impl ObjectServer {
         if len != mem::page_round_up(size as usize) as u64 {
             return Err((proto::E_BAD_REQUEST, format!("registered {len} bytes for an object of {size}")));
         }
-        let slot = self.clients.iter().position(Option::is_none).unwrap_or(self.clients.len());
+        let Some(u) = uid else { return Err((proto::E_DENIED, "an attach needs the sender's credentials".into())) };
+        if self.usage(u).0 >= self.budgets.clients_per_user {
+            return Err((
+                proto::E_BUDGET,
+                format!("uid {u} already has {} mappings attached (the budget); unmap some first", self.budgets.clients_per_user),
+            ));
+        }
+        let slot = free_slot(&self.clients);
         let pages = (len as usize) / mem::page_size();
         let pid = m.sender().map(|c| c.pid);
         let client = Client {
@@ -373,32 +526,42 @@ impl ObjectServer {
             supplied: vec![false; pages],
             dirty: vec![false; pages],
             pid,
+            uid,
         };
         let watched = self
             .epoll
-            .add(client.uffd.as_fd(), Interest::Readable, key_uffd(slot))
-            .and_then(|()| self.epoll.add(client.lifeline.as_fd(), Interest::HangUp, key_lifeline(slot)));
+            .add(client.uffd.as_fd(), Interest::Readable, key(slot, KIND_UFFD))
+            .and_then(|()| self.epoll.add(client.lifeline.as_fd(), Interest::HangUp, key(slot, KIND_LIFELINE)));
         if let Err(e) = watched {
             let _ = self.epoll.remove(client.uffd.as_fd());
             return Err((proto::E_UNSUPPORTED, format!("cannot watch the client: {e}")));
         }
         self.objects.get_mut(&id).expect("checked above").attached_once = true;
-        if slot == self.clients.len() {
-            self.clients.push(Some(client));
-        } else {
-            self.clients[slot] = Some(client);
-        }
+        put(&mut self.clients, slot, client);
         Ok(Message::new(proto::ATTACHED))
     }
 
-    fn req_copy(&mut self, m: &Message) -> Result<Message, (u64, String)> {
-        let id = self.object_of(&mut Fields::new(m.body()))?;
+    /// A copy made for a client lives while the hold right it sent does (or
+    /// a mapping or a copy of it), and counts against its budget.
+    fn req_copy(&mut self, m: &mut Message, uid: Option<u32>) -> Result<Message, (u64, String)> {
+        let id = self.object_of(&mut Fields::new(m.body()), uid)?;
+        let mut items = m.take_items().into_iter();
+        let (Some(Item::Send(hold)), None, Some(uid)) = (items.next(), items.next(), uid) else {
+            return Err((proto::E_BAD_REQUEST, "a copy request carries one hold send right and credentials".into()));
+        };
+        if !self.can_hold(uid) {
+            return Err((proto::E_BUDGET, format!("uid {uid} already holds {} objects (the budget)", self.budgets.holds_per_user)));
+        }
         let copy = self.copy_object(id).map_err(|e| (proto::E_UNSUPPORTED, e.to_string()))?;
+        if let Err(e) = self.hold(copy, uid, hold) {
+            self.retire(copy);
+            return Err(refusal(e));
+        }
         Ok(Message::new(proto::COPIED).with_body(proto::body(&[copy])))
     }
 
-    fn req_stats(&mut self, m: &Message) -> Result<Message, (u64, String)> {
-        let id = self.object_of(&mut Fields::new(m.body()))?;
+    fn req_stats(&mut self, m: &Message, uid: Option<u32>) -> Result<Message, (u64, String)> {
+        let id = self.object_of(&mut Fields::new(m.body()), uid)?;
         let s = self.object_stats(id).expect("checked above");
         Ok(Message::new(proto::STATS_REPLY).with_body(proto::body(&[
             s.faults,
@@ -416,7 +579,7 @@ impl ObjectServer {
 
     fn req_write(&mut self, m: &Message, uid: Option<u32>) -> Result<Message, (u64, String)> {
         let mut f = Fields::new(m.body());
-        let id = self.object_of(&mut f)?;
+        let id = self.object_of(&mut f, uid)?;
         let offset = f.u64().ok_or((proto::E_BAD_REQUEST, "body too short for an offset".into()))?;
         if uid != Some(self.objects[&id].owner) {
             return Err((proto::E_DENIED, "only the object's owner may change it".into()));
@@ -430,7 +593,7 @@ impl ObjectServer {
     }
 
     fn req_clean(&mut self, m: &Message, uid: Option<u32>) -> Result<Message, (u64, String)> {
-        let id = self.object_of(&mut Fields::new(m.body()))?;
+        let id = self.object_of(&mut Fields::new(m.body()), uid)?;
         if uid != Some(self.objects[&id].owner) {
             return Err((proto::E_DENIED, "only the object's owner may ask for dirty pages".into()));
         }
@@ -473,7 +636,9 @@ impl ObjectServer {
         let mut f = Fields::new(m.body());
         let (Some(id), Some(offset)) = (f.u64(), f.u64()) else { return self.stats.rejected += 1 };
         let pid = m.sender().map(|c| c.pid);
-        let attached = self.clients.iter().flatten().any(|c| c.object == id && c.pid.is_some() && c.pid == pid);
+        let uid = m.sender().map(|c| c.uid);
+        let attached = self.may_use(id, uid)
+            && self.clients.iter().flatten().any(|c| c.object == id && c.pid.is_some() && c.pid == pid && c.uid == uid);
         let page = mem::page_size() as u64;
         let Some(o) = self.objects.get_mut(&id) else { return self.stats.rejected += 1 };
         let data = f.rest();
@@ -499,7 +664,8 @@ impl ObjectServer {
     /// Removes an ephemeral object nobody uses any more.
     fn reclaim(&mut self, id: ObjectId) {
         let unused = self.objects.get(&id).is_some_and(|o| o.ephemeral && o.attached_once && o.copies.is_empty())
-            && !self.clients.iter().flatten().any(|c| c.object == id);
+            && !self.clients.iter().flatten().any(|c| c.object == id)
+            && !self.holds.iter().flatten().any(|h| h.object == id);
         if !unused {
             return;
         }
@@ -658,6 +824,18 @@ impl ObjectServer {
             f(&mut o.stats);
         }
     }
+}
+
+/// A server-side error as a refusal to send back.
+pub(crate) fn refusal(e: PagerError) -> (u64, String) {
+    let code = match e {
+        PagerError::NoSuchObject(id) => return no_object(id),
+        PagerError::OverBudget(_) => proto::E_BUDGET,
+        PagerError::BadRequest(_) => proto::E_BAD_REQUEST,
+        PagerError::Denied(_) => proto::E_DENIED,
+        _ => proto::E_UNSUPPORTED,
+    };
+    (code, e.to_string())
 }
 
 /// What a fill did: whether the first (faulting) page was already present,

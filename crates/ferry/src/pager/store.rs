@@ -2,7 +2,7 @@
 //! or from a pager), the shared page cache of zero-copy objects, and how a
 //! range of an object is read, following copies back to their source.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::{AsFd, OwnedFd};
 
 use super::{ObjectConfig, ObjectId, ObjectStats, Offset, Pager, PagerError, PagerFault, Supply, SupplyMode};
@@ -24,6 +24,11 @@ pub(super) struct Object {
     pub(super) size: u64,
     pub(super) config: ObjectConfig,
     pub(super) owner: u32,
+    /// Users (by kernel-reported uid) who may use the object: open, attach,
+    /// copy, read counters, return pages.
+    pub(super) users: BTreeSet<u32>,
+    /// Every user may use it.
+    pub(super) everyone: bool,
     pub(super) source: Source,
     /// Pages held by the object itself: the owner's writes, or (for a copy)
     /// the old pages pushed into it before its original changed.

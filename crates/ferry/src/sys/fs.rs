@@ -1,8 +1,10 @@
-//! Files beneath a directory, for the file server: opening without escaping
-//! the served root, reading at offsets, and replacing a file's contents by
+//! Files beneath a directory, for the file server: resolving names without
+//! escaping the served root and without opening special files, acting as
+//! the requesting user on the serving thread so the kernel applies its own
+//! permission rules, reading at offsets, and replacing a file's contents by
 //! renaming a fresh inode over its name.
 
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 
 use rustix::fs::{AtFlags, FileType, Gid, Mode, OFlags, ResolveFlags, Uid};
@@ -30,19 +32,119 @@ pub fn open_dir(path: &Path) -> rustix::io::Result<OwnedFd> {
     rustix::fs::open(path, OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())
 }
 
-/// Opens `name` beneath `root` for reading, refusing to leave `root` (by
-/// `..`, absolute paths or symbolic links) with `EXDEV`/`ELOOP`.
-pub fn open_read_beneath(root: BorrowedFd<'_>, name: &str) -> rustix::io::Result<OwnedFd> {
+/// Resolves `name` beneath `root` to an `O_PATH` descriptor, refusing to
+/// leave `root` (by `..`, absolute paths or symbolic links) with
+/// `EXDEV`/`ELOOP`. Nothing is opened for I/O, so a FIFO, a device or a
+/// socket is never opened (opening a FIFO waits for a writer); the
+/// directories on the way are searched with this thread's filesystem
+/// credentials (see [`ActingAs`]).
+pub fn resolve_beneath(root: BorrowedFd<'_>, name: &str) -> rustix::io::Result<OwnedFd> {
     rustix::fs::openat2(
         root,
         name,
-        OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+        OFlags::PATH | OFlags::CLOEXEC | OFlags::NOFOLLOW,
         Mode::empty(),
         ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS,
     )
 }
 
-/// Describes an open file.
+/// Opens the inode behind `path` (an `O_PATH` descriptor of a regular file
+/// the caller has checked) for reading or writing, through its
+/// `/proc/self/fd` link: the same inode, whatever happened to its name
+/// since, with the kernel's permission check for this thread's filesystem
+/// credentials. `O_NONBLOCK|O_NOCTTY` as a second guard against special
+/// files.
+pub fn reopen(path: BorrowedFd<'_>, write: bool) -> rustix::io::Result<OwnedFd> {
+    let access = if write { OFlags::WRONLY } else { OFlags::RDONLY };
+    rustix::fs::open(
+        format!("/proc/self/fd/{}", path.as_raw_fd()),
+        access | OFlags::CLOEXEC | OFlags::NOCTTY | OFlags::NONBLOCK,
+        Mode::empty(),
+    )
+}
+
+/// Opens directory `name` beneath `dir` as an `O_PATH` descriptor without
+/// following any symbolic link or leaving `dir` (for walking a path one
+/// directory at a time).
+pub fn resolve_dir_strictly(dir: BorrowedFd<'_>, name: &str) -> rustix::io::Result<OwnedFd> {
+    rustix::fs::openat2(
+        dir,
+        name,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+        Mode::empty(),
+        ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+    )
+}
+
+/// The serving thread's filesystem identity switched to another user's, so
+/// that the kernel itself applies directory search permission, modes and
+/// ACLs to what the thread resolves and opens. Made by [`ActingAs::user`];
+/// dropping it restores the thread's own identity.
+///
+/// Only this thread changes: `setfsuid`, `setfsgid` and `setgroups` are
+/// per-thread system calls, made here directly (glibc's `setgroups`
+/// wrapper would change every thread of the process). The supplementary
+/// groups are emptied while acting: the kernel's credentials on a message
+/// carry only the primary gid, and nothing is granted that the kernel would
+/// not grant to that uid and gid alone.
+#[derive(Debug)]
+pub struct ActingAs {
+    fsuid: u32,
+    fsgid: u32,
+    groups: Vec<Gid>,
+}
+
+fn set_fsuid(uid: u32) -> u32 {
+    // SAFETY: setfsuid takes an integer and touches no memory; it returns
+    // the previous filesystem uid whether or not it changed it.
+    unsafe { libc::syscall(libc::SYS_setfsuid, uid as libc::c_long) as u32 }
+}
+
+fn set_fsgid(gid: u32) -> u32 {
+    // SAFETY: as for setfsuid.
+    unsafe { libc::syscall(libc::SYS_setfsgid, gid as libc::c_long) as u32 }
+}
+
+/// An id the kernel rejects, so `setfs[ug]id` with it only reports the
+/// current value.
+const QUERY: u32 = u32::MAX;
+
+impl ActingAs {
+    /// Switches this thread's filesystem uid and gid to `uid`/`gid` with no
+    /// supplementary groups.
+    ///
+    /// # Errors
+    /// `EPERM` when this process may not switch (it lacks `CAP_SETUID` and
+    /// `CAP_SETGID`: it is not root); nothing is changed then.
+    pub fn user(uid: u32, gid: u32) -> rustix::io::Result<ActingAs> {
+        let groups = rustix::process::getgroups()?;
+        rustix::thread::set_thread_groups(&[])?;
+        let acting = ActingAs { fsuid: set_fsuid(QUERY), fsgid: set_fsgid(QUERY), groups };
+        set_fsgid(gid);
+        set_fsuid(uid);
+        if set_fsgid(QUERY) != gid || set_fsuid(QUERY) != uid {
+            // Dropping `acting` restores what did change.
+            return Err(Errno::PERM);
+        }
+        Ok(acting)
+    }
+}
+
+impl Drop for ActingAs {
+    fn drop(&mut self) {
+        set_fsuid(self.fsuid);
+        set_fsgid(self.fsgid);
+        let groups = rustix::thread::set_thread_groups(&self.groups);
+        // A thread left with a client's identity would serve the next client
+        // with it: better to stop than to go on.
+        assert!(
+            groups.is_ok() && set_fsuid(QUERY) == self.fsuid && set_fsgid(QUERY) == self.fsgid,
+            "could not restore the serving thread's identity"
+        );
+    }
+}
+
+/// Describes an open file (an `O_PATH` descriptor will do).
 pub fn info(fd: BorrowedFd<'_>) -> rustix::io::Result<FileInfo> {
     let st = rustix::fs::fstat(fd)?;
     Ok(FileInfo {
@@ -70,35 +172,49 @@ pub fn read_at(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> rustix::io::R
     Ok(done)
 }
 
-/// Replaces the contents of `name` beneath `root` with `data`: writes a
-/// fresh inode under `tmp` (with the given mode and, where permitted, owner),
-/// syncs it and renames it over `name`, so that whoever has the old inode
-/// open keeps reading the old contents. On failure the temporary file is
-/// removed and `name` is untouched.
-pub fn replace(root: BorrowedFd<'_>, name: &str, tmp: &str, data: &[u8], mode: u32, uid: u32, gid: u32) -> rustix::io::Result<()> {
-    let new = rustix::fs::openat2(
+/// Creates `name` beneath `root` for writing, with `mode`'s permission bits
+/// (set-user-ID and set-group-ID never), failing with `EEXIST` if anything
+/// (a file, a link planted by someone else) already has that name, and
+/// without leaving `root`. With [`ActingAs`] in force the kernel checks the
+/// directory's write permission for that user.
+pub fn create_beneath(root: BorrowedFd<'_>, name: &str, mode: u32) -> rustix::io::Result<OwnedFd> {
+    rustix::fs::openat2(
         root,
-        tmp,
-        OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::CLOEXEC | OFlags::NOFOLLOW,
-        Mode::from_raw_mode(mode & 0o7777),
+        name,
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NOCTTY | OFlags::NONBLOCK,
+        Mode::from_raw_mode(mode & 0o777),
         ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS,
-    )?;
-    let result = (|| {
-        // Keeping the owner needs privilege; without it the file is ours.
-        let _ = rustix::fs::fchown(&new, Some(Uid::from_raw(uid)), Some(Gid::from_raw(gid)));
-        let mut done = 0;
-        while done < data.len() {
-            match rustix::io::write(&new, &data[done..]) {
-                Ok(n) => done += n,
-                Err(Errno::INTR) => {}
-                Err(e) => return Err(e),
-            }
+    )
+}
+
+/// Writes all of `data` to `fd` and syncs it to disk.
+pub fn write_all_synced(fd: BorrowedFd<'_>, data: &[u8]) -> rustix::io::Result<()> {
+    let mut done = 0;
+    while done < data.len() {
+        match rustix::io::write(fd, &data[done..]) {
+            Ok(n) => done += n,
+            Err(Errno::INTR) => {}
+            Err(e) => return Err(e),
         }
-        rustix::fs::fsync(new.as_fd())?;
-        rustix::fs::renameat(root, tmp, root, name)
-    })();
-    if result.is_err() {
-        let _ = rustix::fs::unlinkat(root, tmp, AtFlags::empty());
     }
-    result
+    rustix::fs::fsync(fd)
+}
+
+/// Gives `fd` the owner `uid`/`gid` where this process may (root); a
+/// process without the privilege leaves it as it is.
+pub fn keep_owner(fd: BorrowedFd<'_>, uid: u32, gid: u32) {
+    let _ = rustix::fs::fchown(fd, Some(Uid::from_raw(uid)), Some(Gid::from_raw(gid)));
+}
+
+/// Renames `from` over `to`, both beneath `root` (atomically: whoever has
+/// the old inode of `to` open keeps reading the old contents). With
+/// [`ActingAs`] in force the kernel checks the directory's write permission
+/// (and the sticky bit's rules) for that user.
+pub fn rename_beneath(root: BorrowedFd<'_>, from: &str, to: &str) -> rustix::io::Result<()> {
+    rustix::fs::renameat(root, from, root, to)
+}
+
+/// Removes `name` beneath `root` (a temporary file after a failure).
+pub fn remove_beneath(root: BorrowedFd<'_>, name: &str) {
+    let _ = rustix::fs::unlinkat(root, name, AtFlags::empty());
 }

@@ -37,6 +37,10 @@ pub const UFFD_USER_MODE_ONLY: u32 = 1;
 
 /// Feature: fault messages say whether a write-protect fault (Linux 5.7).
 pub const FEATURE_PAGEFAULT_FLAG_WP: u64 = 1 << 0;
+/// Feature: fork events (Linux 4.11; needs `CAP_SYS_PTRACE`). Never asked
+/// for by ferry; a descriptor a client made may have it.
+#[cfg(test)]
+pub const FEATURE_EVENT_FORK: u64 = 1 << 1;
 /// Feature: missing faults on shmem (Linux 4.11).
 pub const FEATURE_MISSING_SHMEM: u64 = 1 << 5;
 /// Feature: minor faults on shmem, resolved with `UFFDIO_CONTINUE` (5.14).
@@ -185,7 +189,8 @@ pub enum Event {
         /// Length.
         len: u64,
     },
-    /// The process forked with the range registered (not requested by ferry).
+    /// The process forked with the range registered (not requested by
+    /// ferry; the new descriptor the kernel installed has been closed).
     Fork,
     /// An event this code does not know.
     Unknown(u8),
@@ -363,12 +368,38 @@ impl Uffd {
     }
 
     /// Reads the events queued now (at most `max`); empty when none.
+    ///
+    /// Never blocks, whatever the descriptor's `O_NONBLOCK` flag says: that
+    /// flag belongs to the open file description, which a pager shares with
+    /// the client that made the descriptor, so the client can clear it. The
+    /// read asks the kernel not to wait with `RWF_NOWAIT` (`preadv2`, which
+    /// userfaultfd honours since it reads through `read_iter`, Linux 6.8);
+    /// on a kernel that refuses the flag, it polls first and reads only when
+    /// events are queued (a client reading its own events at the same
+    /// moment could still win that race there).
+    ///
+    /// A fork event's new descriptor, which the kernel installs in the
+    /// reading process, is closed here: ferry never asks for fork events,
+    /// but a client may have, on a descriptor it made itself.
     pub fn read_events(&self, max: usize) -> rustix::io::Result<Vec<Event>> {
         let mut msgs = vec![Msg::default(); max.clamp(1, 64)];
         let bytes = msgs.len() * std::mem::size_of::<Msg>();
-        // SAFETY: `msgs` is a live, writable buffer of `bytes` bytes of
-        // plain-old-data; the kernel writes whole 32-byte messages into it.
-        let n = unsafe { libc::read(self.fd.as_raw_fd(), msgs.as_mut_ptr().cast::<c_void>(), bytes) };
+        let iov = libc::iovec { iov_base: msgs.as_mut_ptr().cast::<c_void>(), iov_len: bytes };
+        // SAFETY: `iov` describes `msgs`, a live, writable buffer of `bytes`
+        // bytes of plain-old-data; the kernel writes whole 32-byte messages
+        // into it. Offset -1: the descriptor has no position to read at.
+        let mut n = unsafe { libc::preadv2(self.fd.as_raw_fd(), &iov, 1, -1, libc::RWF_NOWAIT) };
+        if n < 0 && last_errno() == Errno::OPNOTSUPP {
+            let mut fds = [rustix::event::PollFd::new(&self.fd, rustix::event::PollFlags::IN)];
+            let zero = rustix::event::Timespec { tv_sec: 0, tv_nsec: 0 };
+            match rustix::event::poll(&mut fds, Some(&zero)) {
+                Ok(0) | Err(Errno::INTR) => return Ok(Vec::new()),
+                Ok(_) => {}
+                Err(e) => return Err(e),
+            }
+            // SAFETY: as above.
+            n = unsafe { libc::read(self.fd.as_raw_fd(), iov.iov_base, bytes) };
+        }
         if n < 0 {
             return match last_errno() {
                 Errno::AGAIN | Errno::INTR => Ok(Vec::new()),
@@ -376,7 +407,13 @@ impl Uffd {
             };
         }
         let count = n as usize / std::mem::size_of::<Msg>();
-        Ok(msgs[..count].iter().map(decode).collect())
+        let events: Vec<Event> = msgs[..count].iter().map(decode).collect();
+        for (m, e) in msgs[..count].iter().zip(&events) {
+            if *e == Event::Fork {
+                close_forked(m.a as u32 as i32);
+            }
+        }
+        Ok(events)
     }
 
     fn ioctl<T>(&self, req: u64, arg: &mut T) -> rustix::io::Result<()> {
@@ -415,6 +452,20 @@ fn decode(m: &Msg) -> Event {
         EVENT_FORK => Event::Fork,
         e => Event::Unknown(e),
     }
+}
+
+/// Closes the descriptor the kernel installed in this process for a fork
+/// event (`uffd_msg.arg.fork.ufd`). Dropping it releases the forked
+/// child's userfaultfd context, so the child's registered ranges become
+/// ordinary memory instead of waiting for a handler nobody runs.
+fn close_forked(fd: i32) {
+    if fd < 0 {
+        return;
+    }
+    // SAFETY: the kernel installed `fd` in our descriptor table while
+    // delivering this very event, for the reader alone; nothing else in
+    // this process knows its number, so owning (and closing) it is sound.
+    drop(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) });
 }
 
 fn last_errno() -> Errno {
@@ -553,6 +604,57 @@ impl Drop for ObjectMapping {
     fn drop(&mut self) {
         // SAFETY: the range is ours and is unmapped once, here.
         let _ = unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+/// Forking children for tests of fork events (the pager's code is free of
+/// `unsafe`; this layer is not).
+#[cfg(test)]
+pub(crate) mod fork_support {
+    /// Tests that ask for fork events hold this for as long as their
+    /// userfaultfd lives: a fork anywhere in the process queues an event on
+    /// every such descriptor and waits until each is read, so two of them
+    /// at once would wait for each other.
+    pub(crate) static FORK_EVENTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    /// Takes [`FORK_EVENTS`].
+    pub(crate) fn exclusive() -> std::sync::MutexGuard<'static, ()> {
+        FORK_EVENTS.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Forks a child that reads the byte at `addr` (a mapping it inherits)
+    /// and exits with it as its status. Returns the child's pid.
+    pub(crate) fn fork_reader(addr: usize) -> i32 {
+        // SAFETY: the child only reads one byte of a mapping it inherited
+        // and leaves with `_exit`, both async-signal-safe.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // SAFETY: `addr` is mapped readable in the child (inherited).
+            let b = unsafe { std::ptr::read_volatile(addr as *const u8) };
+            // SAFETY: ends the child without running the parent's destructors.
+            unsafe { libc::_exit(b as i32) };
+        }
+        assert!(pid > 0, "fork failed");
+        pid
+    }
+
+    /// The exit code of child `pid` if it exits within about 20 seconds;
+    /// otherwise kills it and returns `None`.
+    pub(crate) fn reap_within(pid: i32) -> Option<i32> {
+        let mut status = 0;
+        for _ in 0..4000 {
+            // SAFETY: waits for our own child without blocking.
+            if unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == pid {
+                return Some(if libc::WIFEXITED(status) { libc::WEXITSTATUS(status) } else { -1 });
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        // SAFETY: kills and reaps our own child.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+            libc::waitpid(pid, &mut status, 0);
+        }
+        None
     }
 }
 
@@ -713,6 +815,62 @@ mod tests {
             // No device, or no permission to open it: `new` falls back.
             Err(e) => assert!(matches!(e, Errno::NOENT | Errno::ACCESS | Errno::PERM), "{e}"),
         }
+    }
+
+    /// The pager shares the open file description with the client, so the
+    /// client can clear `O_NONBLOCK`; reading must still never wait.
+    #[test]
+    fn reading_never_waits_even_when_the_descriptor_blocks() {
+        let (u, _) = Uffd::new().unwrap();
+        u.api(0).unwrap();
+        let fl = rustix::fs::fcntl_getfl(&u).unwrap();
+        rustix::fs::fcntl_setfl(&u, fl - rustix::fs::OFlags::NONBLOCK).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let r = u.read_events(4).map(|e| e.len());
+            let _ = tx.send(r);
+        });
+        match rx.recv_timeout(std::time::Duration::from_secs(20)) {
+            Ok(r) => assert_eq!(r, Ok(0)),
+            Err(_) => panic!("read_events waited on a descriptor without O_NONBLOCK"),
+        }
+    }
+
+    /// A fork event installs a descriptor for the child's context in the
+    /// reader; it must be closed, or the child's faults wait forever for a
+    /// handler nobody runs (and the reader leaks a descriptor per fork).
+    #[test]
+    fn a_fork_event_leaves_no_descriptor_behind() {
+        let _one = fork_support::exclusive();
+        let (u, _) = Uffd::new().unwrap();
+        match u.api(FEATURE_EVENT_FORK) {
+            Ok(_) => {}
+            Err(e) => {
+                eprintln!("skipped a_fork_event_leaves_no_descriptor_behind: fork events need CAP_SYS_PTRACE ({e})");
+                return;
+            }
+        }
+        let p = page_size();
+        let m = Arc::new(ObjectMapping::new(p, Backing::Anonymous).unwrap());
+        u.register(m.addr(), p, MODE_MISSING).unwrap();
+        let addr = m.addr();
+        // The forking thread waits in fork() until the event is read.
+        let forker = std::thread::spawn(move || fork_support::fork_reader(addr));
+        let mut seen = Vec::new();
+        for _ in 0..2000 {
+            seen.extend(u.read_events(4).unwrap());
+            if seen.contains(&Event::Fork) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(seen.contains(&Event::Fork), "{seen:?}");
+        let pid = forker.join().unwrap();
+        // With the child's descriptor closed, its range is ordinary memory:
+        // it reads a zero and exits. Left open, it would wait in the fault.
+        let code = fork_support::reap_within(pid);
+        assert_eq!(code, Some(0), "the forked child waited in its fault: the fork event's descriptor was left open");
+        drop(m);
     }
 
     #[test]

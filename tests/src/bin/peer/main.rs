@@ -7,6 +7,7 @@
 //! never leaves peers behind.
 
 mod core;
+mod files;
 mod hostile;
 mod names;
 mod pager;
@@ -27,6 +28,7 @@ fn main() -> ExitCode {
         .or_else(|| regions::run(role, rest))
         .or_else(|| rpc::run(role, rest))
         .or_else(|| pager::run(role, rest))
+        .or_else(|| files::run(role, rest))
         .or_else(|| hostile::run(role, rest))
         .or_else(|| names::run(role, rest))
         .or_else(|| xlang::run(role, rest));

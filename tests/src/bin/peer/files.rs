@@ -1,0 +1,234 @@
+//! Peer roles for the file-server tests: another local user probing and
+//! loading a file server that root runs (the test runs these as uid
+//! `nobody`). Each finds the server as the system name `files`.
+//!
+//! - `files-open NAME...`: opens each file and prints `NAME ok LEN SUM` or
+//!   `NAME err KIND` (the [`PagerError`] variant).
+//! - `files-write NAME DATA`: writes DATA over NAME; prints `ok` or
+//!   `err KIND`.
+//! - `files-steal ID...`: for each object id, tries to map it, read its
+//!   counters and copy it, and prints `ID map KIND stats KIND copy KIND`
+//!   (`ok` for a success).
+//! - `files-churn PREFIX N`: opens `PREFIX0` .. `PREFIX{N-1}`, reads each
+//!   and lets it go; prints `opened N`.
+//! - `files-hoard NAME N`: sends N opens of NAME and never maps them,
+//!   keeping the hold right of each open granted; prints `granted G
+//!   over-budget B other O`, then waits to be killed.
+//! - `files-keep NAME N`: opens (and maps) NAME N times, keeping every
+//!   snapshot; prints `mapped M over-budget B other O`, then waits to be
+//!   killed.
+//! - `files-block NAME READ_OWN`: opens NAME, clears `O_NONBLOCK` on its
+//!   userfaultfd (whose open file description the server shares), touches
+//!   page 0; with READ_OWN=1 a thread also reads the userfaultfd's events
+//!   itself. Prints `ready` and waits to be killed.
+
+use std::io::Write;
+use std::time::Duration;
+
+use ferry::fileserver::{FileClient, OP_FILE_OPEN, OP_FILE_OPENED};
+use ferry::pager::{MemoryObject, PagerError};
+use ferry::{Bootstrap, Item, Message, Timeout};
+
+use crate::Outcome;
+
+type Res = Result<(), Box<dyn std::error::Error>>;
+
+const WAIT: Timeout = Timeout::After(Duration::from_secs(10));
+
+/// Runs `role` if this module knows it.
+pub fn run(role: &str, args: &[String]) -> Outcome {
+    match role {
+        "files-open" => Some(open(args)),
+        "files-write" => Some(write(args)),
+        "files-steal" => Some(steal(args)),
+        "files-churn" => Some(churn(args)),
+        "files-hoard" => Some(hoard(args)),
+        "files-block" => Some(block(args)),
+        "files-keep" => Some(keep(args)),
+        _ => None,
+    }
+}
+
+fn server() -> Result<ferry::SendRight, Box<dyn std::error::Error>> {
+    Ok(Bootstrap::connect()?.lookup("files")?)
+}
+
+fn client() -> Result<FileClient, Box<dyn std::error::Error>> {
+    Ok(FileClient::new(server()?).with_timeout(WAIT))
+}
+
+/// The variant of an error, as the tests compare it.
+fn kind<T>(r: &Result<T, PagerError>) -> &'static str {
+    match r {
+        Ok(_) => "ok",
+        Err(PagerError::PagerDead) => "PagerDead",
+        Err(PagerError::NoSuchObject(_)) => "NoSuchObject",
+        Err(PagerError::BadRequest(_)) => "BadRequest",
+        Err(PagerError::Timeout) => "Timeout",
+        Err(PagerError::Denied(_)) => "Denied",
+        Err(PagerError::Unsupported(_)) => "Unsupported",
+        Err(PagerError::OverBudget(_)) => "OverBudget",
+        Err(_) => "Other",
+    }
+}
+
+fn open(args: &[String]) -> Res {
+    let fs = client()?;
+    for name in args {
+        let r = fs.open(name);
+        match &r {
+            Ok(s) => {
+                let sum: u64 = s.as_slice().iter().map(|&b| b as u64).sum();
+                println!("{name} ok {} {sum}", s.as_slice().len());
+            }
+            Err(e) => {
+                eprintln!("files-open {name}: {e}");
+                println!("{name} err {}", kind(&r));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn write(args: &[String]) -> Res {
+    let [name, data] = args else { return Err("usage: files-write NAME DATA".into()) };
+    let r = client()?.write(name, data.as_bytes());
+    match kind(&r) {
+        "ok" => println!("ok"),
+        k => println!("err {k}"),
+    }
+    Ok(())
+}
+
+fn steal(args: &[String]) -> Res {
+    let right = server()?;
+    for id in args {
+        let id: u64 = id.parse()?;
+        let obj = MemoryObject::new(right.try_clone()?, id).with_timeout(WAIT);
+        let map = obj.map();
+        let stats = obj.stats();
+        let copy = obj.copy();
+        println!("{id} map {} stats {} copy {}", kind(&map), kind(&stats), kind(&copy));
+    }
+    Ok(())
+}
+
+fn churn(args: &[String]) -> Res {
+    let [prefix, n] = args else { return Err("usage: files-churn PREFIX N".into()) };
+    let n: usize = n.parse()?;
+    let fs = client()?;
+    for i in 0..n {
+        let s = fs.open(&format!("{prefix}{i}"))?;
+        std::hint::black_box(s.as_slice().first());
+    }
+    println!("opened {n}");
+    Ok(())
+}
+
+fn hoard(args: &[String]) -> Res {
+    let [name, n] = args else { return Err("usage: files-hoard NAME N".into()) };
+    let n: usize = n.parse()?;
+    let right = server()?;
+    let (mut replies, _keep) = ferry::port()?;
+    let (mut granted, mut over, mut other) = (Vec::new(), 0, 0);
+    for _ in 0..n {
+        let (hold, hold_right) = ferry::port()?;
+        let once = replies.make_send_once()?;
+        let m = Message::new(OP_FILE_OPEN).with_body(name.as_bytes()).with_item(Item::Send(hold_right)).with_reply(once);
+        right.send(m, WAIT)?;
+        let r = replies.recv(WAIT)?;
+        let code = r.body().get(..8).map(|b| u64::from_le_bytes(b.try_into().unwrap()));
+        if r.op() == OP_FILE_OPENED {
+            granted.push(hold);
+        } else if code == Some(5) {
+            over += 1;
+        } else {
+            other += 1;
+        }
+    }
+    println!("granted {} over-budget {over} other {other}", granted.len());
+    std::io::stdout().flush()?;
+    loop {
+        std::thread::sleep(Duration::from_secs(3600));
+    }
+}
+
+fn keep(args: &[String]) -> Res {
+    let [name, n] = args else { return Err("usage: files-keep NAME N".into()) };
+    let n: usize = n.parse()?;
+    let fs = client()?;
+    let (mut kept, mut over, mut other) = (Vec::new(), 0, 0);
+    for _ in 0..n {
+        let r = fs.open(name);
+        match kind(&r) {
+            "ok" => kept.push(r?),
+            "OverBudget" => over += 1,
+            _ => other += 1,
+        }
+    }
+    println!("mapped {} over-budget {over} other {other}", kept.len());
+    std::io::stdout().flush()?;
+    loop {
+        std::thread::sleep(Duration::from_secs(3600));
+    }
+}
+
+/// The userfaultfds this process holds (found by their `/proc/self/fd`
+/// links).
+fn userfaultfds() -> Vec<i32> {
+    let mut v = Vec::new();
+    for e in std::fs::read_dir("/proc/self/fd").into_iter().flatten().flatten() {
+        let link = std::fs::read_link(e.path()).unwrap_or_default();
+        if link.as_os_str() == "anon_inode:[userfaultfd]" {
+            if let Some(fd) = e.file_name().to_str().and_then(|s| s.parse().ok()) {
+                v.push(fd);
+            }
+        }
+    }
+    v
+}
+
+fn block(args: &[String]) -> Res {
+    use std::os::fd::BorrowedFd;
+    let [name, read_own] = args else { return Err("usage: files-block NAME READ_OWN".into()) };
+    let snap = client()?.open(name)?;
+    let fds = userfaultfds();
+    if fds.is_empty() {
+        return Err("no userfaultfd found".into());
+    }
+    for &fd in &fds {
+        // SAFETY: `fd` is open in this process for as long as `snap` lives.
+        let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+        let fl = rustix::fs::fcntl_getfl(fd)?;
+        rustix::fs::fcntl_setfl(fd, fl - rustix::fs::OFlags::NONBLOCK)?;
+    }
+    std::hint::black_box(snap.as_slice()[0]);
+    if read_own == "1" {
+        let fd = fds[0];
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 32 * 16];
+            loop {
+                // SAFETY: as above; the thread only reads events.
+                let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+                if rustix::io::read(fd, &mut buf).is_err() {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
+        });
+        // A touch whose event this process may well read itself: that
+        // thread of ours then waits in its fault; the server must not.
+        let len = snap.as_slice().len();
+        let s = snap.as_slice().as_ptr() as usize;
+        std::thread::spawn(move || {
+            // SAFETY: the mapping lives until this process is killed (`snap`
+            // is never dropped: the main thread sleeps forever below).
+            let b = unsafe { std::ptr::read_volatile((s + len - 1) as *const u8) };
+            std::hint::black_box(b);
+        });
+    }
+    println!("ready");
+    std::io::stdout().flush()?;
+    loop {
+        std::thread::sleep(Duration::from_secs(3600));
+    }
+}

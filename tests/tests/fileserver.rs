@@ -1,0 +1,397 @@
+//! The file server against another local user: root serves a directory
+//! (in this test process, on a thread, published as the system name
+//! `files` as `ferryd --files` does), and an attacker process runs as uid
+//! `nobody`. Each test reproduces one attack and checks that it fails
+//! cleanly while everyone else keeps being served, and that whatever the
+//! attacker made the server hold is released when it goes.
+//!
+//! The tests of this file count the descriptors of this process, so they
+//! run one at a time (`common::serial`).
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use common::NOBODY;
+use ferry::fileserver::{FileClient, FileServer};
+use ferry::pager::{Budgets, ObjectConfig, PagerError};
+use ferry::{Bootstrap, Timeout};
+
+const PAGE: usize = 4096;
+const LIMIT: Duration = Duration::from_secs(120);
+
+/// A file server run by root for one test.
+struct Served {
+    root: PathBuf,
+    bootstrap: PathBuf,
+    objects: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+fn chmod(p: &Path, mode: u32) {
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+impl Served {
+    /// Serves a fresh directory holding `README` (40 pages and a bit,
+    /// world-readable), after `setup` adds what the test needs.
+    fn start(test: &str, budgets: Budgets, setup: impl FnOnce(&Path)) -> Served {
+        let dir = std::env::temp_dir().join(format!("ferry-files-{}-{test}", std::process::id()));
+        let root = dir.join("root");
+        std::fs::create_dir_all(&root).unwrap();
+        chmod(&dir, 0o755);
+        chmod(&root, 0o755);
+        std::fs::write(root.join("README"), readme()).unwrap();
+        chmod(&root.join("README"), 0o644);
+        setup(&root);
+
+        let (mut server, right) = FileServer::new(&root, ObjectConfig { cluster: 4, ..ObjectConfig::default() }).unwrap();
+        server.set_budgets(budgets);
+        let bootstrap = dir.join("bootstrap");
+        let mut names = ferry::NameServer::bind(&bootstrap).unwrap();
+        names.add_system_name("files", right).unwrap();
+        names.spawn().unwrap();
+        chmod(&bootstrap, 0o666);
+
+        let objects = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (o, s) = (objects.clone(), stop.clone());
+        let thread = std::thread::Builder::new()
+            .name("files".into())
+            .spawn(move || {
+                while !s.load(Ordering::Relaxed) {
+                    server.serve(Timeout::millis(20)).unwrap();
+                    o.store(server.objects().object_count(), Ordering::Relaxed);
+                }
+            })
+            .unwrap();
+        Served { root, bootstrap, objects, stop, thread: Some(thread) }
+    }
+
+    /// A client as root (this process).
+    fn client(&self) -> FileClient {
+        FileClient::new(Bootstrap::connect_to(&self.bootstrap).unwrap().lookup("files").unwrap())
+            .with_timeout(Timeout::After(Duration::from_secs(10)))
+    }
+
+    /// An attacker process as uid `nobody`.
+    fn attacker(&self, role: &str, args: &[&str]) -> Child {
+        common::spawn_peer_as(NOBODY, &self.bootstrap, role, args)
+    }
+
+    /// Objects the server hosts, once it has settled at `want` (or the
+    /// count it settled at if that never comes).
+    fn objects_settled(&self, want: usize) -> usize {
+        for _ in 0..2000 {
+            if self.objects.load(Ordering::Relaxed) == want {
+                return want;
+            }
+            common::nap();
+        }
+        self.objects.load(Ordering::Relaxed)
+    }
+
+    /// The descriptors of this process, once they are at most `most` (or
+    /// the count they settled at).
+    fn fds_settled(&self, most: usize) -> usize {
+        for _ in 0..2000 {
+            let n = common::open_fds();
+            if n <= most {
+                return n;
+            }
+            common::nap();
+        }
+        common::open_fds()
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn readme() -> Vec<u8> {
+    (0..40 * PAGE + 123).map(|i| ((i / 4096 + i) % 251) as u8).collect()
+}
+
+fn readme_sum() -> u64 {
+    readme().iter().map(|&b| b as u64).sum()
+}
+
+fn lines(child: &mut Child) -> BufReader<ChildStdout> {
+    BufReader::new(child.stdout.take().unwrap())
+}
+
+fn line(out: &mut BufReader<ChildStdout>) -> String {
+    let mut s = String::new();
+    out.read_line(&mut s).unwrap();
+    s.trim_end().to_owned()
+}
+
+fn kill(mut c: Child) {
+    let _ = c.kill();
+    let _ = c.wait();
+}
+
+/// Root reads README through the server: everyone else is still served.
+fn root_is_served(s: &Served) {
+    let snap = s.client().open("README").expect("root's open while the attack goes on");
+    assert_eq!(snap.as_slice().len(), 40 * PAGE + 123);
+    assert_eq!(snap.as_slice().iter().map(|&b| b as u64).sum::<u64>(), readme_sum());
+}
+
+#[test]
+fn another_user_cannot_use_root_s_objects_by_id() {
+    let test = "another_user_cannot_use_root_s_objects_by_id";
+    if !common::can_play_other_user(test) {
+        return;
+    }
+    let _serial = common::serial();
+    common::watchdog(test, LIMIT, || {
+        let s = Served::start("ids", Budgets::default(), |root| {
+            std::fs::write(root.join("secret"), vec![7u8; 3 * PAGE]).unwrap();
+            chmod(&root.join("secret"), 0o600);
+        });
+        // Root opens its secret; the ids are small integers anyone can guess.
+        let snap = s.client().open("secret").unwrap();
+        assert_eq!(snap.as_slice()[PAGE], 7);
+        let (snapshot, version) = (snap.object().unwrap().id(), snap.version());
+        let ids = [snapshot.to_string(), version.to_string(), "999999".to_string()];
+        let args: Vec<&str> = ids.iter().map(String::as_str).collect();
+        let out = common::finish(s.attacker("files-steal", &args));
+        // Denied looks exactly like missing: no oracle for probing ids.
+        let want: String = ids.iter().map(|id| format!("{id} map NoSuchObject stats NoSuchObject copy NoSuchObject\n")).collect();
+        assert_eq!(out, want);
+        // Nobody can open the file by name either, and root still reads it.
+        let out = common::finish(s.attacker("files-open", &["secret", "README"]));
+        assert_eq!(out, format!("secret err Denied\nREADME ok {} {}\n", 40 * PAGE + 123, readme_sum()));
+        assert_eq!(snap.as_slice()[2 * PAGE], 7);
+    });
+}
+
+#[test]
+fn directory_permissions_are_the_file_system_s() {
+    let test = "directory_permissions_are_the_file_system_s";
+    if !common::can_play_other_user(test) {
+        return;
+    }
+    let _serial = common::serial();
+    common::watchdog(test, LIMIT, || {
+        let s = Served::start("dirs", Budgets::default(), |root| {
+            for (dir, mode) in [("private", 0o700), ("public", 0o755), ("dropbox", 0o777)] {
+                std::fs::create_dir(root.join(dir)).unwrap();
+                std::fs::write(root.join(dir).join("note"), b"a note").unwrap();
+                chmod(&root.join(dir).join("note"), 0o666);
+                chmod(&root.join(dir), mode);
+            }
+            std::fs::write(root.join("shared"), b"shared").unwrap();
+            chmod(&root.join("shared"), 0o666);
+            // Group permissions: by the asker's (primary) gid, not root's.
+            for (file, gid) in [("ours", NOBODY), ("roots", 0)] {
+                std::fs::write(root.join(file), b"group").unwrap();
+                rustix::fs::chown(root.join(file), None, Some(rustix::fs::Gid::from_raw(gid))).unwrap();
+                chmod(&root.join(file), 0o640);
+            }
+        });
+        // A world-readable file in a 0700 directory is not the world's.
+        let out = common::finish(s.attacker("files-open", &["private/note", "public/note"]));
+        assert_eq!(out, "private/note err Denied\npublic/note ok 6 567\n");
+        let out = common::finish(s.attacker("files-open", &["ours", "roots"]));
+        assert_eq!(out, "ours ok 5 557\nroots err Denied\n");
+        // Writing back replaces the file by a rename: the directory must be
+        // writable by the writer, not only the file.
+        assert_eq!(common::finish(s.attacker("files-write", &["shared", "mine now"])), "err Denied\n");
+        assert_eq!(common::finish(s.attacker("files-write", &["public/note", "mine now"])), "err Denied\n");
+        assert_eq!(common::finish(s.attacker("files-write", &["private/note", "mine now"])), "err Denied\n");
+        assert_eq!(std::fs::read(s.root.join("shared")).unwrap(), b"shared");
+        assert_eq!(common::finish(s.attacker("files-write", &["dropbox/note", "mine now"])), "ok\n");
+        assert_eq!(std::fs::read(s.root.join("dropbox/note")).unwrap(), b"mine now");
+        // Root's own view is unchanged.
+        assert_eq!(s.client().open("private/note").unwrap().as_slice(), b"a note");
+        root_is_served(&s);
+    });
+}
+
+#[test]
+fn a_fifo_never_blocks_the_file_server() {
+    let test = "a_fifo_never_blocks_the_file_server";
+    if !common::can_play_other_user(test) {
+        return;
+    }
+    let _serial = common::serial();
+    common::watchdog(test, LIMIT, || {
+        let s = Served::start("fifo", Budgets::default(), |root| {
+            rustix::fs::mknodat(rustix::fs::CWD, root.join("pipe"), rustix::fs::FileType::Fifo, rustix::fs::Mode::from_raw_mode(0o666), 0)
+                .unwrap();
+            chmod(&root.join("pipe"), 0o666);
+        });
+        let out = common::finish(s.attacker("files-open", &["pipe", "README"]));
+        assert_eq!(out, format!("pipe err Unsupported\nREADME ok {} {}\n", 40 * PAGE + 123, readme_sum()));
+        assert!(matches!(s.client().write("pipe", b"x"), Err(PagerError::Unsupported(_))));
+        root_is_served(&s);
+    });
+}
+
+fn blocking_client_does_not_freeze(test: &str, read_own: &str) {
+    if !common::can_play_other_user(test) {
+        return;
+    }
+    let _serial = common::serial();
+    common::watchdog(test, LIMIT, || {
+        let s = Served::start(&format!("block{read_own}"), Budgets::default(), |_| {});
+        let mut attacker = s.attacker("files-block", &["README", read_own]);
+        let mut out = lines(&mut attacker);
+        assert_eq!(line(&mut out), "ready");
+        // The server keeps serving others, faults and requests alike.
+        for _ in 0..3 {
+            root_is_served(&s);
+        }
+        kill(attacker);
+        root_is_served(&s);
+    });
+}
+
+#[test]
+fn a_client_clearing_nonblock_on_its_userfaultfd_cannot_freeze_the_server() {
+    blocking_client_does_not_freeze("a_client_clearing_nonblock_on_its_userfaultfd_cannot_freeze_the_server", "0");
+}
+
+#[test]
+fn a_client_reading_its_own_userfaultfd_cannot_freeze_the_server() {
+    blocking_client_does_not_freeze("a_client_reading_its_own_userfaultfd_cannot_freeze_the_server", "1");
+}
+
+#[test]
+fn deleted_files_leave_no_descriptors_behind() {
+    let test = "deleted_files_leave_no_descriptors_behind";
+    if !common::can_play_other_user(test) {
+        return;
+    }
+    let _serial = common::serial();
+    common::watchdog(test, LIMIT, || {
+        const N: usize = 1000;
+        let s = Served::start("churn", Budgets::default(), |root| {
+            std::fs::create_dir(root.join("small")).unwrap();
+            chmod(&root.join("small"), 0o755);
+            for i in 0..N {
+                std::fs::write(root.join(format!("small/f{i}")), format!("file {i}")).unwrap();
+            }
+        });
+        root_is_served(&s);
+        let objects = s.objects_settled(0);
+        let fds = s.fds_settled(0);
+        assert_eq!(common::finish(s.attacker("files-churn", &["small/f", &N.to_string()])), format!("opened {N}\n"));
+        for i in 0..N {
+            std::fs::remove_file(s.root.join(format!("small/f{i}"))).unwrap();
+        }
+        // Every version went with its last snapshot, and its descriptor too.
+        assert_eq!(s.objects_settled(objects), objects);
+        let after = s.fds_settled(fds + 8);
+        assert!(after <= fds + 8, "the server kept descriptors: {fds} before, {after} after");
+        root_is_served(&s);
+    });
+}
+
+#[test]
+fn snapshots_never_mapped_are_bounded_per_user_and_released_with_their_client() {
+    let test = "snapshots_never_mapped_are_bounded_per_user_and_released_with_their_client";
+    if !common::can_play_other_user(test) {
+        return;
+    }
+    let _serial = common::serial();
+    common::watchdog(test, LIMIT, || {
+        const OPENS: usize = 20_000;
+        let budgets = Budgets::default();
+        let s = Served::start("hoard", budgets, |_| {});
+        let objects = s.objects_settled(0);
+        let fds = s.fds_settled(0);
+        let mut attacker = s.attacker("files-hoard", &["README", &OPENS.to_string()]);
+        let mut out = lines(&mut attacker);
+        let held = budgets.holds_per_user;
+        assert_eq!(line(&mut out), format!("granted {held} over-budget {} other 0", OPENS - held));
+        // At most a snapshot per hold, and one version of the file.
+        let during = s.objects.load(Ordering::Relaxed);
+        assert!(during <= objects + held + 1, "{during} objects for {held} holds");
+        // Root is not charged for nobody's snapshots.
+        root_is_served(&s);
+        kill(attacker);
+        assert_eq!(s.objects_settled(objects), objects, "the dead client's snapshots are released");
+        let after = s.fds_settled(fds + 8);
+        assert!(after <= fds + 8, "the server kept descriptors: {fds} before, {after} after");
+        root_is_served(&s);
+    });
+}
+
+#[test]
+fn mappings_are_bounded_per_user_and_released_with_their_client() {
+    let test = "mappings_are_bounded_per_user_and_released_with_their_client";
+    if !common::can_play_other_user(test) {
+        return;
+    }
+    let _serial = common::serial();
+    common::watchdog(test, LIMIT, || {
+        let budgets = Budgets { clients_per_user: 8, ..Budgets::default() };
+        let s = Served::start("keep", budgets, |_| {});
+        let objects = s.objects_settled(0);
+        let fds = s.fds_settled(0);
+        let mut attacker = s.attacker("files-keep", &["README", "20"]);
+        let mut out = lines(&mut attacker);
+        assert_eq!(line(&mut out), "mapped 8 over-budget 12 other 0");
+        // Root has a budget of its own.
+        root_is_served(&s);
+        kill(attacker);
+        assert_eq!(s.objects_settled(objects), objects, "the dead client's mappings and snapshots are released");
+        let after = s.fds_settled(fds + 8);
+        assert!(after <= fds + 8, "the server kept descriptors: {fds} before, {after} after");
+    });
+}
+
+/// An access ACL (`system.posix_acl_access`, version 2) giving the owner
+/// read-write, `uid` nothing, and group, mask and others read.
+fn acl_denying(uid: u32) -> Vec<u8> {
+    let mut v = 2u32.to_le_bytes().to_vec();
+    for (tag, perm, id) in [(0x01u16, 6u16, u32::MAX), (0x02, 0, uid), (0x04, 4, u32::MAX), (0x10, 4, u32::MAX), (0x20, 4, u32::MAX)] {
+        v.extend_from_slice(&tag.to_le_bytes());
+        v.extend_from_slice(&perm.to_le_bytes());
+        v.extend_from_slice(&id.to_le_bytes());
+    }
+    v
+}
+
+#[test]
+fn acls_are_applied_by_the_kernel() {
+    let test = "acls_are_applied_by_the_kernel";
+    if !common::can_play_other_user(test) {
+        return;
+    }
+    let _serial = common::serial();
+    common::watchdog(test, LIMIT, || {
+        let mut supported = true;
+        let s = Served::start("acl", Budgets::default(), |root| {
+            std::fs::write(root.join("listed"), b"not for nobody").unwrap();
+            chmod(&root.join("listed"), 0o644);
+            let acl = acl_denying(NOBODY);
+            supported = rustix::fs::setxattr(root.join("listed"), "system.posix_acl_access", &acl, rustix::fs::XattrFlags::empty()).is_ok();
+        });
+        if !supported {
+            eprintln!("skipped {test}: the temporary directory's file system takes no POSIX ACLs");
+            return;
+        }
+        // The mode bits (0644 as far as `stat` shows) would let anyone read
+        // it; the ACL names nobody and gives it nothing.
+        let out = common::finish(s.attacker("files-open", &["listed", "README"]));
+        assert_eq!(out, format!("listed err Denied\nREADME ok {} {}\n", 40 * PAGE + 123, readme_sum()));
+    });
+}

@@ -6,6 +6,7 @@
 //! It asks the kernel to kill it if the test process dies, so a failed test
 //! never leaves peers behind.
 
+mod chaos;
 mod core;
 mod hostile;
 mod pager;
@@ -25,7 +26,8 @@ fn main() -> ExitCode {
         .or_else(|| regions::run(role, rest))
         .or_else(|| rpc::run(role, rest))
         .or_else(|| pager::run(role, rest))
-        .or_else(|| hostile::run(role, rest));
+        .or_else(|| hostile::run(role, rest))
+        .or_else(|| chaos::run(role, rest));
     match outcome {
         Some(Ok(())) => ExitCode::SUCCESS,
         Some(Err(e)) => {

@@ -29,6 +29,7 @@ fn default_iters(target: &str) -> u64 {
         "rpc_frame" => 4000,
         "names" => 4000,
         "pager" => 2000,
+        "objects" => 1200,
         _ => 1000,
     }
 }
@@ -232,6 +233,11 @@ fn fuzz_names() {
 #[test]
 fn fuzz_pager() {
     common::watchdog("fuzz_pager", limit(), || run("pager"));
+}
+
+#[test]
+fn fuzz_objects() {
+    common::watchdog("fuzz_objects", limit(), || run("objects"));
 }
 
 #[test]

@@ -22,6 +22,10 @@
 //!   fuzzed operations, bodies and items through its port; afterwards it must
 //!   still serve a file to a good client, and must have let go of every
 //!   descriptor sent to it once their ports are gone.
+//! - [`objects`]: an [`ObjectServer`](crate::pager::ObjectServer) hosting
+//!   objects of every configuration (copy, zero-copy, dirty-tracking), fed
+//!   the same way; afterwards a good client must map an object and read its
+//!   bytes.
 //! - [`rpc_slot`]: the checks of an RPC slot received from a peer and the
 //!   copy-out-then-check reads of requests and replies from it.
 //! - [`rpc_frame`]: the RPC handshake and the framed requests and replies
@@ -52,8 +56,14 @@ use crate::wire::{self, ItemDesc};
 pub type Target = fn(&[u8]);
 
 /// Every target, by the name its corpus directory and cargo-fuzz binary use.
-pub const TARGETS: &[(&str, Target)] =
-    &[("wire", wire), ("names", names), ("pager", pager), ("rpc_slot", rpc_slot), ("rpc_frame", rpc_frame)];
+pub const TARGETS: &[(&str, Target)] = &[
+    ("wire", wire),
+    ("names", names),
+    ("pager", pager),
+    ("objects", objects),
+    ("rpc_slot", rpc_slot),
+    ("rpc_frame", rpc_frame),
+];
 
 /// Most real descriptors a target attaches to one datagram (the parser alone
 /// sees counts up to 255).
@@ -596,6 +606,79 @@ pub fn pager(data: &[u8]) {
     fds.check_released("pager");
 }
 
+/// Supplies byte `(offset + i) % 251` at offset `offset + i`.
+struct Pattern;
+
+impl crate::pager::Pager for Pattern {
+    fn data_request(&mut self, offset: u64, buf: &mut [u8]) -> Result<crate::pager::Supply, crate::pager::PagerFault> {
+        for (i, b) in buf.iter_mut().enumerate() {
+            *b = ((offset as usize + i) % 251) as u8;
+        }
+        Ok(crate::pager::Supply::Provided)
+    }
+}
+
+struct ObjectService {
+    right: SendRight,
+    map_works: bool,
+    /// An object nobody may change by message, which the health check maps.
+    fixed: u64,
+}
+
+/// Object ids 1-3 are writable by this process's user (copy, zero-copy
+/// where the kernel has it, dirty-tracking where it has that), id 4 is the
+/// one the health check maps.
+fn object_server() -> &'static ObjectService {
+    static SERVER: OnceLock<ObjectService> = OnceLock::new();
+    SERVER.get_or_init(|| {
+        use crate::pager::{ObjectConfig, ObjectServer, SupplyMode};
+        let support = crate::pager::probe().ok();
+        let (mut server, right) = ObjectServer::new().expect("object server");
+        let copy = ObjectConfig { cluster: 4, ..ObjectConfig::default() };
+        let zero = ObjectConfig { mode: SupplyMode::ZeroCopy, ..copy };
+        let dirty = ObjectConfig { track_dirty: true, ..copy };
+        let want_zero = support.as_ref().is_some_and(|k| k.zero_copy);
+        let want_dirty = support.as_ref().is_some_and(|k| k.dirty_tracking);
+        server.add_object(64 << 10, Box::new(Pattern), copy).expect("object");
+        server.add_object(64 << 10, Box::new(Pattern), if want_zero { zero } else { copy }).expect("object");
+        server.add_object(64 << 10, Box::new(Pattern), if want_dirty { dirty } else { copy }).expect("object");
+        let fixed = server.add_object(16 << 10, Box::new(Pattern), copy).expect("object");
+        server.set_owner(fixed, u32::MAX).expect("owner");
+        std::thread::Builder::new()
+            .name("ferry-fuzz-objects".into())
+            .spawn(move || loop {
+                if server.serve(Timeout::After(Duration::from_millis(200))).is_err() {
+                    return;
+                }
+            })
+            .expect("spawn object server");
+        ObjectService { right, map_works: support.is_some_and(|k| k.full_handling), fixed }
+    })
+}
+
+/// The object server through its port. Input: frames as for [`names`],
+/// sent to the server's port, whose objects are numbered 1 to 4 (see
+/// [`object_server`]); then a good client must map object 4 and read its
+/// bytes, and every descriptor sent in must be let go once the fuzzing
+/// ports are gone.
+pub fn objects(data: &[u8]) {
+    let svc = object_server();
+    let mut fds = Fds::default();
+    for f in frames(data, &PAGER_OPS) {
+        send_frame(svc.right.sock.as_fd(), &f, &mut fds);
+    }
+    let obj = crate::pager::MemoryObject::new(svc.right.try_clone().expect("clone"), svc.fixed).with_timeout(Timeout::After(Duration::from_secs(10)));
+    if svc.map_works {
+        let mapped = obj.map().unwrap_or_else(|e| panic!("a good client cannot map an object after fuzzing: {e}"));
+        let bytes = mapped.as_slice();
+        assert!(bytes.iter().enumerate().all(|(i, &b)| b == (i % 251) as u8), "the object server supplied wrong bytes after fuzzing");
+    } else {
+        obj.stats().unwrap_or_else(|e| panic!("the object server does not answer after fuzzing: {e}"));
+    }
+    drop(obj);
+    fds.check_released("objects");
+}
+
 // ---------------------------------------------------------------------------
 // The RPC slot and frames.
 
@@ -751,6 +834,7 @@ pub fn seeds(target: &str) -> Vec<Vec<u8>> {
         "wire" => wire_seeds(),
         "names" => name_seeds(),
         "pager" => pager_seeds(),
+        "objects" => object_seeds(),
         "rpc_slot" => slot_seeds(),
         "rpc_frame" => frame_seeds(),
         _ => Vec::new(),
@@ -857,6 +941,44 @@ fn pager_seeds() -> Vec<Vec<u8>> {
         message_frame(4, 0x10, &[HELLO_VERSION.to_le_bytes().as_slice(), &0u64.to_le_bytes(), b"changed by a message"].concat()),
         message_frame(6, 0x10, &HELLO_VERSION.to_le_bytes()),
     ]
+}
+
+fn object_seeds() -> Vec<Vec<u8>> {
+    let w = |words: &[u64]| crate::pager::proto::body(words);
+    let mut out = Vec::new();
+    for id in 1..=4u64 {
+        out.push([message_frame(0, 0x10, &w(&[id])), message_frame(2, 0x10, &w(&[id])), message_frame(3, 0x10, &w(&[id]))].concat());
+    }
+    out.extend([
+        message_frame(4, 0x10, &[w(&[1, 4096]), b"written by the owner".to_vec()].concat()),
+        message_frame(4, 0x10, &[w(&[4, 0]), b"not the owner".to_vec()].concat()),
+        message_frame(4, 0x10, &[w(&[2, 0]), b"zero-copy".to_vec()].concat()),
+        message_frame(6, 0x10, &w(&[3])),
+        message_frame(5, 0x10, &[w(&[3, 0]), vec![9; 4096]].concat()),
+        message_frame(1, 0x11, &w(&[1])),
+        frame_bytes(
+            2,
+            &[
+                [1, 0, 0, 0, 0, 2].as_slice(),
+                &encoded_item(wire::KIND_PAGER, 1, 1, 64 << 10, 0),
+                &encoded_item(wire::KIND_SEND, 0, 1, 0, 0),
+                &w(&[1]),
+            ]
+            .concat(),
+        ),
+        frame_bytes(
+            2,
+            &[
+                [1, 0, 0, 0, wire::FLAG_REPLY, 3].as_slice(),
+                &encoded_item(wire::KIND_SEND_ONCE, 0, 1, 0, 0),
+                &encoded_item(wire::KIND_PAGER, 1, 1, 16 << 10, 0),
+                &encoded_item(wire::KIND_SEND, 0, 1, 0, 0),
+                &w(&[4]),
+            ]
+            .concat(),
+        ),
+    ]);
+    out
 }
 
 fn slot_seeds() -> Vec<Vec<u8>> {

@@ -263,3 +263,50 @@ fn write_seed_corpus() {
         }
     }
 }
+
+/// Found by fuzzing the object server: every copy a client asked for by
+/// message lived as long as the server, and a copy of a zero-copy object
+/// cost the server two descriptors and a mapping, so one client repeating
+/// `COPY` exhausted the server's descriptors for every client. Copies made
+/// at one user's request are now bounded.
+#[test]
+fn fuzz_finding_copies_asked_for_by_one_user_are_bounded() {
+    use ferry::pager::{MemoryObject, ObjectConfig, ObjectServer, PagerError, SupplyMode, DEFAULT_USER_LIMIT};
+    common::watchdog("fuzz_finding_copies_asked_for_by_one_user_are_bounded", Duration::from_secs(120), || {
+        let zero_copy = ferry::pager::probe().is_ok_and(|k| k.zero_copy);
+        let mode = if zero_copy { SupplyMode::ZeroCopy } else { SupplyMode::Copy };
+        struct Zeros;
+        impl ferry::pager::Pager for Zeros {
+            fn data_request(&mut self, _: u64, _: &mut [u8]) -> Result<ferry::pager::Supply, ferry::pager::PagerFault> {
+                Ok(ferry::pager::Supply::Unavailable)
+            }
+        }
+        let (mut server, right) = ObjectServer::new().expect("object server");
+        let id = server.add_object(1 << 20, Box::new(Zeros), ObjectConfig { mode, ..ObjectConfig::default() }).expect("object");
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = stop.clone();
+        let thread = std::thread::spawn(move || {
+            while !stopped.load(std::sync::atomic::Ordering::SeqCst) {
+                server.serve(ferry::Timeout::After(Duration::from_millis(50))).expect("serve");
+            }
+            server
+        });
+        let obj = MemoryObject::new(right.try_clone().expect("clone"), id).with_timeout(ferry::Timeout::After(Duration::from_secs(10)));
+        let mut made = Vec::new();
+        let refused = loop {
+            match obj.copy() {
+                Ok(c) => made.push(c),
+                Err(e) => break e,
+            }
+            assert!(made.len() <= 4 * DEFAULT_USER_LIMIT, "{} copies made for one user and no end in sight", made.len());
+        };
+        assert_eq!(made.len(), DEFAULT_USER_LIMIT, "copies before the first refusal");
+        assert!(matches!(refused, PagerError::Unsupported(_)), "refused with {refused:?}");
+        // The server still serves everything else, this user included.
+        let s = obj.stats().expect("stats after the refusal");
+        assert_eq!(s.clients, 0);
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let server = thread.join().expect("server thread");
+        assert_eq!(server.object_count(), 1 + DEFAULT_USER_LIMIT);
+    });
+}

@@ -196,7 +196,7 @@ fn open(srv: &mut ObjectServer, root: &OwnedFd, versions: &mut HashMap<String, V
                 id
             }
         };
-        let snapshot = srv.copy_object(version).map_err(|e| refuse(proto::E_UNSUPPORTED, e.to_string()))?;
+        let snapshot = srv.copy_object_for(version, cred.uid).map_err(|e| refuse(proto::E_UNSUPPORTED, e.to_string()))?;
         let _ = srv.set_ephemeral(snapshot);
         Ok(Message::new(OP_FILE_OPENED).with_body(proto::body(&[snapshot, size, version])))
     })()

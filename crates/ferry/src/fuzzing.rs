@@ -543,7 +543,8 @@ fn file_server() -> &'static FileService {
         std::thread::Builder::new()
             .name("ferry-fuzz-files".into())
             .spawn(move || loop {
-                if server.serve(Timeout::After(Duration::from_millis(200))).is_err() {
+                if let Err(e) = server.serve(Timeout::After(Duration::from_millis(200))) {
+                    eprintln!("fuzzing: the file server stopped: {e}");
                     return;
                 }
             })
@@ -647,7 +648,8 @@ fn object_server() -> &'static ObjectService {
         std::thread::Builder::new()
             .name("ferry-fuzz-objects".into())
             .spawn(move || loop {
-                if server.serve(Timeout::After(Duration::from_millis(200))).is_err() {
+                if let Err(e) = server.serve(Timeout::After(Duration::from_millis(200))) {
+                    eprintln!("fuzzing: the object server stopped: {e}");
                     return;
                 }
             })
@@ -677,6 +679,13 @@ pub fn objects(data: &[u8]) {
     }
     drop(obj);
     fds.check_released("objects");
+    // What clients make the server hold is bounded: page caches of the
+    // zero-copy object and of at most the per-user limit of copies.
+    let caches = std::fs::read_dir("/proc/self/fd")
+        .map(|d| d.flatten().filter(|e| std::fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy().starts_with("/memfd:ferry-object"))).count())
+        .unwrap_or(0);
+    let bound = 2 * (crate::pager::DEFAULT_USER_LIMIT + 1) + 16;
+    assert!(caches <= bound, "the object server holds {caches} page-cache descriptors, more than clients may make it hold ({bound})");
 }
 
 // ---------------------------------------------------------------------------

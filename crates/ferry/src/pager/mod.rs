@@ -49,7 +49,7 @@ use crate::wire::{self, ItemDesc};
 
 pub(crate) use client::call;
 pub use client::{MappedObject, MemoryObject, ObjectState, DEFAULT_TIMEOUT};
-pub use server::{Answer, Extension, ObjectServer, ServerStats};
+pub use server::{Answer, Extension, ObjectServer, ServerStats, DEFAULT_USER_LIMIT};
 
 /// The offset of a byte within a memory object.
 pub type Offset = u64;

@@ -7,7 +7,7 @@
 //! an `ERROR` reply (or dropped if it has no reply right), and a client whose
 //! address space has gone or whose registration is wrong is detached.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::os::fd::AsFd;
 use std::time::Instant;
 
@@ -86,7 +86,15 @@ pub struct ObjectServer {
     stats: ServerStats,
     /// The copy-mode staging buffer, kept between faults.
     scratch: Vec<u8>,
+    /// Live objects made at each user's request, and the most allowed.
+    per_user: HashMap<u32, usize>,
+    user_limit: usize,
 }
+
+/// The default of [`ObjectServer::set_user_limit`]: how many objects made
+/// at one user's request (copies asked for by message, file snapshots) may
+/// exist at once.
+pub const DEFAULT_USER_LIMIT: usize = 128;
 
 impl std::fmt::Debug for ObjectServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -125,6 +133,8 @@ impl ObjectServer {
             clients: Vec::new(),
             stats: ServerStats::default(),
             scratch: Vec::new(),
+            per_user: HashMap::new(),
+            user_limit: DEFAULT_USER_LIMIT,
         })
     }
 
@@ -166,6 +176,7 @@ impl ObjectServer {
                 stats,
                 ephemeral: false,
                 attached_once: false,
+                requester: None,
             },
         );
         Ok(id)
@@ -208,6 +219,46 @@ impl ObjectServer {
         let (size, config, owner) = (o.size, o.config, o.owner);
         let copy = self.insert(size, Source::CopyOf(id), config, owner)?;
         self.objects.get_mut(&id).expect("checked above").copies.push(copy);
+        Ok(copy)
+    }
+
+    /// Sets how many objects made at one user's request (copies asked for
+    /// by message, file snapshots) may exist at once (default
+    /// [`DEFAULT_USER_LIMIT`]). At the limit, the user's oldest snapshot no
+    /// client ever attached is dropped to make room; if there is none, the
+    /// request is refused until some are removed. Every such object costs the server memory, and a copy
+    /// of a zero-copy object two descriptors and a mapping, so without a
+    /// bound one client could exhaust the server for all.
+    pub fn set_user_limit(&mut self, objects: usize) {
+        self.user_limit = objects;
+    }
+
+    /// Makes a copy of `id` at the request of user `uid`, charged to it.
+    pub(crate) fn copy_object_for(&mut self, id: ObjectId, uid: u32) -> Result<ObjectId, PagerError> {
+        let held = self.per_user.get(&uid).copied().unwrap_or(0);
+        if held >= self.user_limit {
+            // Make room by dropping this user's oldest object made per
+            // request that no client ever attached (a file snapshot whose
+            // client died before mapping it); copies asked for by `COPY`
+            // are values the user may still map, and are never dropped.
+            let stale = self
+                .objects
+                .iter()
+                .filter(|(_, o)| o.requester == Some(uid) && o.ephemeral && !o.attached_once && o.copies.is_empty())
+                .map(|(&id, _)| id)
+                .find(|&id| !self.clients.iter().flatten().any(|c| c.object == id));
+            match stale {
+                Some(old) => self.retire(old),
+                None => {
+                    return Err(PagerError::Unsupported(format!(
+                        "uid {uid} already has {held} objects made at its request, the most this server allows"
+                    )))
+                }
+            }
+        }
+        let copy = self.copy_object(id)?;
+        self.objects.get_mut(&copy).expect("just made").requester = Some(uid);
+        *self.per_user.entry(uid).or_default() += 1;
         Ok(copy)
     }
 
@@ -393,7 +444,8 @@ impl ObjectServer {
 
     fn req_copy(&mut self, m: &Message) -> Result<Message, (u64, String)> {
         let id = self.object_of(&mut Fields::new(m.body()))?;
-        let copy = self.copy_object(id).map_err(|e| (proto::E_UNSUPPORTED, e.to_string()))?;
+        let uid = m.sender().ok_or((proto::E_DENIED, "no credentials".to_string()))?.uid;
+        let copy = self.copy_object_for(id, uid).map_err(|e| (proto::E_UNSUPPORTED, e.to_string()))?;
         Ok(Message::new(proto::COPIED).with_body(proto::body(&[copy])))
     }
 
@@ -504,6 +556,14 @@ impl ObjectServer {
             return;
         }
         if let Some(o) = self.objects.remove(&id) {
+            if let Some(uid) = o.requester {
+                if let Some(n) = self.per_user.get_mut(&uid) {
+                    *n -= 1;
+                    if *n == 0 {
+                        self.per_user.remove(&uid);
+                    }
+                }
+            }
             if let Source::CopyOf(parent) = o.source {
                 if let Some(p) = self.objects.get_mut(&parent) {
                     p.copies.retain(|&c| c != id);

@@ -34,6 +34,9 @@ pub(super) struct Object {
     /// Removed once a client has attached and the last one detached.
     pub(super) ephemeral: bool,
     pub(super) attached_once: bool,
+    /// The user at whose request a client made it (a copy asked for by
+    /// message, a file snapshot): charged to that user until it is removed.
+    pub(super) requester: Option<u32>,
 }
 
 pub(super) fn make_cache(size: u64) -> rustix::io::Result<Cache> {

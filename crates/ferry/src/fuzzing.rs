@@ -449,6 +449,51 @@ fn drain(sock: BorrowedFd<'_>) {
 }
 
 // ---------------------------------------------------------------------------
+// The hostile client: another user.
+
+/// The user the server targets' hostile client acts as (`nobody`), as in
+/// the attacks they model: one local user against a service another uses.
+const OTHER_UID: u32 = 65534;
+
+/// An input that starts with these bytes is sent as this process's own
+/// user instead, as a good client's own mistakes are.
+const AS_SELF: &[u8] = b"SELF";
+
+/// Sends the frames of `data` (after an optional [`AS_SELF`]) through
+/// `sock` from a fresh thread acting as [`OTHER_UID`] (when this process
+/// runs as root and the input does not ask otherwise; the kernel keeps
+/// credentials per thread and stamps each datagram with the sender's).
+/// Returns the descriptors it made and whether it acted as another user.
+fn send_frames_as_client(sock: OwnedFd, data: Vec<u8>, ops: &'static [u32]) -> (Fds, bool) {
+    let (data, as_self) = match data.strip_prefix(AS_SELF) {
+        Some(rest) => (rest.to_vec(), true),
+        None => (data, false),
+    };
+    let thread = std::thread::spawn(move || {
+        use rustix::process::{Gid, Uid};
+        let other = !as_self
+            && rustix::process::geteuid().is_root()
+            && rustix::thread::set_thread_groups(&[]).is_ok()
+            && rustix::thread::set_thread_res_gid(Gid::from_raw(OTHER_UID), Gid::from_raw(OTHER_UID), Gid::from_raw(OTHER_UID)).is_ok()
+            && rustix::thread::set_thread_res_uid(Uid::from_raw(OTHER_UID), Uid::from_raw(OTHER_UID), Uid::from_raw(OTHER_UID)).is_ok();
+        let mut fds = Fds::default();
+        for f in frames(&data, ops) {
+            send_frame(sock.as_fd(), &f, &mut fds);
+        }
+        drain(sock.as_fd());
+        (fds, other)
+    });
+    thread.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
+}
+
+/// Whether `e` is a server's refusal to make more objects for the calling
+/// user (its budget), which a good client meets only when the same user
+/// spent the budget.
+fn over_budget(e: &crate::pager::PagerError) -> bool {
+    matches!(e, crate::pager::PagerError::Unsupported(w) if w.contains("objects made at its request"))
+}
+
+// ---------------------------------------------------------------------------
 // The name service.
 
 fn scratch_dir(what: &str) -> PathBuf {
@@ -477,14 +522,8 @@ const NAME_OPS: [u32; 5] =
 /// fuzzing ports are gone.
 pub fn names(data: &[u8]) {
     let path = name_server();
-    let mut fds = Fds::default();
-    {
-        let conn = socket::connect_to(path).expect("connect to the name server");
-        for f in frames(data, &NAME_OPS) {
-            send_frame(conn.as_fd(), &f, &mut fds);
-        }
-        drain(conn.as_fd());
-    }
+    let conn = socket::connect_to(path).expect("connect to the name server");
+    let (fds, _) = send_frames_as_client(conn, data.to_vec(), &NAME_OPS);
     // A good client is served.
     let n = serial();
     let name = format!("fuzz-health-{n}");
@@ -537,6 +576,8 @@ fn file_server() -> &'static FileService {
         std::fs::write(&hello, HELLO).expect("write hello");
         std::fs::set_permissions(&hello, std::fs::Permissions::from_mode(0o444)).expect("chmod hello");
         std::fs::write(root.join("rw"), vec![7u8; 9000]).expect("write rw");
+        // Writable by the hostile client's user too, to reach write-backs.
+        std::fs::set_permissions(root.join("rw"), std::fs::Permissions::from_mode(0o666)).expect("chmod rw");
         std::fs::write(root.join("empty"), b"").expect("write empty");
         let _ = std::fs::create_dir(root.join("sub"));
         let (mut server, right) = crate::fileserver::FileServer::new(&root, crate::pager::ObjectConfig::default()).expect("file server");
@@ -582,20 +623,24 @@ const PAGER_OPS: [u32; 15] = [
 /// let go once the fuzzing ports are gone.
 pub fn pager(data: &[u8]) {
     let svc = file_server();
-    let mut fds = Fds::default();
     let mut data = data.to_vec();
     let mut at = 0;
     while let Some(i) = data.get(at..).and_then(|d| d.windows(8).position(|w| w == HELLO_VERSION.to_le_bytes())) {
         data[at + i..at + i + 8].copy_from_slice(&svc.hello_version.to_le_bytes());
         at += i + 8;
     }
-    for f in frames(&data, &PAGER_OPS) {
-        send_frame(svc.right.sock.as_fd(), &f, &mut fds);
-    }
+    let sock = socket::dup(svc.right.sock.as_fd()).expect("dup");
+    let (fds, other) = send_frames_as_client(sock, data, &PAGER_OPS);
     let client = crate::fileserver::FileClient::new(svc.right.try_clone().expect("clone")).with_timeout(Timeout::After(Duration::from_secs(10)));
     if svc.map_works {
-        let snap = client.open("hello").unwrap_or_else(|e| panic!("a good client cannot open a file after fuzzing: {e}"));
-        assert_eq!(snap.as_slice(), HELLO, "the file server handed out wrong contents after fuzzing");
+        match client.open("hello") {
+            Ok(snap) => assert_eq!(snap.as_slice(), HELLO, "the file server handed out wrong contents after fuzzing"),
+            // This user spent its own budget: the server still answers.
+            Err(e) if !other && over_budget(&e) => {
+                client.stats(svc.hello_version).unwrap_or_else(|e| panic!("the file server does not answer after fuzzing: {e}"));
+            }
+            Err(e) => panic!("a good client cannot open a file after fuzzing: {e}"),
+        }
     } else {
         // Without userfaultfd no snapshot can be mapped: the server must
         // still answer a request, here with its refusal.
@@ -665,10 +710,8 @@ fn object_server() -> &'static ObjectService {
 /// ports are gone.
 pub fn objects(data: &[u8]) {
     let svc = object_server();
-    let mut fds = Fds::default();
-    for f in frames(data, &PAGER_OPS) {
-        send_frame(svc.right.sock.as_fd(), &f, &mut fds);
-    }
+    let sock = socket::dup(svc.right.sock.as_fd()).expect("dup");
+    let (fds, _) = send_frames_as_client(sock, data.to_vec(), &PAGER_OPS);
     let obj = crate::pager::MemoryObject::new(svc.right.try_clone().expect("clone"), svc.fixed).with_timeout(Timeout::After(Duration::from_secs(10)));
     if svc.map_works {
         let mapped = obj.map().unwrap_or_else(|e| panic!("a good client cannot map an object after fuzzing: {e}"));
@@ -680,11 +723,12 @@ pub fn objects(data: &[u8]) {
     drop(obj);
     fds.check_released("objects");
     // What clients make the server hold is bounded: page caches of the
-    // zero-copy object and of at most the per-user limit of copies.
+    // zero-copy object and of at most the per-user limit of copies, for
+    // each of the two users that send here.
     let caches = std::fs::read_dir("/proc/self/fd")
         .map(|d| d.flatten().filter(|e| std::fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy().starts_with("/memfd:ferry-object"))).count())
         .unwrap_or(0);
-    let bound = 2 * (crate::pager::DEFAULT_USER_LIMIT + 1) + 16;
+    let bound = 2 * (2 * crate::pager::DEFAULT_USER_LIMIT + 1) + 16;
     assert!(caches <= bound, "the object server holds {caches} page-cache descriptors, more than clients may make it hold ({bound})");
 }
 
@@ -946,9 +990,13 @@ fn pager_seeds() -> Vec<Vec<u8>> {
             .concat(),
         ),
         frame_bytes(0, &encoded(crate::fileserver::OP_FILE_OPEN, 0, &[], b"hello")),
-        // The object behind a read-only file, changed by message.
+        // The object behind a read-only file, changed by message by a
+        // client of the server's own user.
+        [AS_SELF, &message_frame(4, 0x10, &[HELLO_VERSION.to_le_bytes().as_slice(), &0u64.to_le_bytes(), b"changed by a message"].concat())].concat(),
+        [AS_SELF, &message_frame(6, 0x10, &HELLO_VERSION.to_le_bytes())].concat(),
+        // The same, and a copy of it, from another user.
         message_frame(4, 0x10, &[HELLO_VERSION.to_le_bytes().as_slice(), &0u64.to_le_bytes(), b"changed by a message"].concat()),
-        message_frame(6, 0x10, &HELLO_VERSION.to_le_bytes()),
+        message_frame(2, 0x10, &HELLO_VERSION.to_le_bytes()),
     ]
 }
 

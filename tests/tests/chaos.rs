@@ -25,7 +25,8 @@ use common::{private_bootstrap, watchdog};
 use ferry::{Message, Timeout};
 
 const SLOTS: u32 = 5;
-const MAX_KILLS: usize = 12;
+/// Most kills per second of chaos.
+const KILLS_PER_SEC: usize = 2;
 
 /// splitmix64.
 struct Rng(u64);
@@ -157,7 +158,7 @@ fn chaos_kills_lose_nothing_acknowledged_and_leak_nothing() {
         let start = Instant::now();
         while start.elapsed() < Duration::from_secs(secs) {
             std::thread::sleep(Duration::from_millis(100 + rng.below(500)));
-            if kills >= MAX_KILLS || peers.is_empty() {
+            if kills >= KILLS_PER_SEC * secs as usize || peers.is_empty() {
                 continue;
             }
             // Only kill processes that are up (registered), so kills land

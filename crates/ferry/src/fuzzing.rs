@@ -515,11 +515,24 @@ fn name_server() -> &'static PathBuf {
 const NAME_OPS: [u32; 5] =
     [crate::bootstrap::OP_REGISTER, crate::bootstrap::OP_LOOKUP, crate::bootstrap::OP_LIST, crate::bootstrap::OP_UNREGISTER, 0];
 
-/// The name server through its socket. Input: frames (see the module
-/// documentation of `docs/fuzzing.md`) sent on one connection; then a fresh
-/// client must register and look up a name and reach its port through the
-/// right it got back, and every descriptor sent in must be let go once the
-/// fuzzing ports are gone.
+/// The name server through its socket. Input: up to eight frames, each a
+/// tag byte, a little-endian `u16` length and that many bytes, sent on one
+/// connection by another user (see [`AS_SELF`]). By the tag modulo 3:
+/// - 0: the bytes as they are, with `(tag >> 2) & 7` descriptors of
+///   rotating kinds;
+/// - 1: a message built with the API: an operation byte (a small one picks
+///   one of the protocol's operations, else the first four bytes are the
+///   operation), an item byte (bits: send right, send-once right, region
+///   by copy, receive right, reply right, second send right, region by
+///   move, shared region), then the body;
+/// - 2: an operation as in 1 (four bytes), a flags byte, an item count
+///   (low three bits), that many 32-byte item descriptors and the inline
+///   bytes, framed by `wire::encode` with descriptors of the kinds the
+///   items ask for (`(tag >> 2) & 3` makes some of the wrong kind).
+///
+/// Then a fresh client must register and look up a name and reach its
+/// port through the right it got back, and every descriptor sent in must
+/// be let go once the fuzzing ports are gone.
 pub fn names(data: &[u8]) {
     let path = name_server();
     let conn = socket::connect_to(path).expect("connect to the name server");
@@ -704,8 +717,10 @@ fn object_server() -> &'static ObjectService {
 }
 
 /// The object server through its port. Input: frames as for [`names`],
-/// sent to the server's port, whose objects are numbered 1 to 4 (see
-/// [`object_server`]); then a good client must map object 4 and read its
+/// sent to the server's port, whose objects are numbered 1 to 4 (1-3 of
+/// 64 KiB, writable by this process's user: copy, zero-copy and
+/// dirty-tracking where the kernel has them; 4 of 16 KiB, which nobody may
+/// change); then a good client must map object 4 and read its
 /// bytes, and every descriptor sent in must be let go once the fuzzing
 /// ports are gone.
 pub fn objects(data: &[u8]) {

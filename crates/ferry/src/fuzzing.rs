@@ -517,7 +517,8 @@ const NAME_OPS: [u32; 5] =
 
 /// The name server through its socket. Input: up to eight frames, each a
 /// tag byte, a little-endian `u16` length and that many bytes, sent on one
-/// connection by another user (see [`AS_SELF`]). By the tag modulo 3:
+/// connection by another user (an input starting with `SELF` by this
+/// process's own). By the tag modulo 3:
 /// - 0: the bytes as they are, with `(tag >> 2) & 7` descriptors of
 ///   rotating kinds;
 /// - 1: a message built with the API: an operation byte (a small one picks

@@ -7,7 +7,7 @@
 //! vectors:
 //!
 //! ```text
-//! python3 tests/vectors/gen.py --corpus fuzz/corpus/parse
+//! python3 tests/vectors/gen.py --corpus fuzz/corpus/parse   # or reuse fuzz/corpus/wire
 //! cd fuzz && cargo +nightly fuzz run parse
 //! ```
 

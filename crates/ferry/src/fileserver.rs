@@ -75,6 +75,10 @@ pub const OP_FILE_WRITE: u32 = 0x7066_0003;
 /// File server → client: the file was replaced.
 pub const OP_FILE_WRITTEN: u32 = 0x7066_0004;
 
+/// The owner of the server's objects: no process has this uid, so the
+/// object protocol's `WRITE` and `CLEAN_REQUEST` are refused to everyone.
+const NO_OWNER: u32 = u32::MAX;
+
 /// Reads one version of a file on demand.
 struct FilePager {
     file: OwnedFd,
@@ -317,6 +321,10 @@ fn open(srv: &mut ObjectServer, root: &OwnedFd, versions: &mut Versions, config:
         Some(v) => v.object,
         None => {
             let id = srv.add_object(size, Box::new(FilePager { file }), config).map_err(refusal)?;
+            // A file changes only through a write-back, which checks the
+            // file's mode: no user, the server's own included, may change
+            // its object by message.
+            srv.set_owner(id, NO_OWNER).map_err(refusal)?;
             if let Some(old) = versions.by_name.insert(name.to_owned(), Version { object: id, identity, size }) {
                 srv.retire(old.object);
             }

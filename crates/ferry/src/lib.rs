@@ -40,6 +40,9 @@ pub mod bootstrap;
 pub mod counters;
 pub mod error;
 pub mod fileserver;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod message;
 pub mod nameserver;
 pub mod pager;

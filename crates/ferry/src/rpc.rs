@@ -67,11 +67,11 @@
 
 mod client;
 mod conn;
-mod frame;
+pub(crate) mod frame;
 mod policy;
 mod probe;
 mod server;
-mod slot;
+pub(crate) mod slot;
 
 use std::fmt;
 use std::io;

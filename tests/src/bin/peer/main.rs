@@ -6,6 +6,7 @@
 //! It asks the kernel to kill it if the test process dies, so a failed test
 //! never leaves peers behind.
 
+mod chaos;
 mod core;
 mod files;
 mod hostile;
@@ -28,6 +29,7 @@ fn main() -> ExitCode {
         .or_else(|| regions::run(role, rest))
         .or_else(|| rpc::run(role, rest))
         .or_else(|| pager::run(role, rest))
+        .or_else(|| chaos::run(role, rest))
         .or_else(|| files::run(role, rest))
         .or_else(|| hostile::run(role, rest))
         .or_else(|| names::run(role, rest))

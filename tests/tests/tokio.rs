@@ -382,7 +382,9 @@ fn an_async_server_serves_blocking_and_async_clients() {
             }
             drop(conn);
             drop(to);
-            blocking.join().unwrap();
+            // Joined off the runtime's thread: the server task must keep
+            // running on it while the blocking client finishes.
+            tokio::task::spawn_blocking(move || blocking.join().unwrap()).await.unwrap();
             assert_eq!(served.await.unwrap(), 900);
         });
     });

@@ -779,6 +779,26 @@ enum ferry_status ferry_message_new_reply(const struct ferry_message *request,
                                           struct ferry_message **out_msg);
 
 /**
+ * Sets the operation id, keeping the body, items and reply right (a
+ * received message's sender is forgotten: it becomes a message to send).
+ *
+ * # Safety
+ * `msg` is a live message handle used by no other call meanwhile.
+ */
+enum ferry_status ferry_message_set_op(struct ferry_message *msg, uint32_t op);
+
+/**
+ * Empties the message for reuse: operation id `op`, no body, and every
+ * item and the reply right closed. An RPC request keeps the connection it
+ * came on, so the handle can carry the reply
+ * (`ferry_rpc_server_reply_and_wait_in_place`).
+ *
+ * # Safety
+ * `msg` is a live message handle used by no other call meanwhile.
+ */
+enum ferry_status ferry_message_clear(struct ferry_message *msg, uint32_t op);
+
+/**
  * Connects to the name server (`$FERRY_BOOTSTRAP`, else the default path),
  * starting one on a thread of this process if none runs (unless
  * `FERRY_NO_EMBED=1`).
@@ -864,6 +884,18 @@ void ferry_receive_right_free(struct ferry_receive_right *right);
 enum ferry_status ferry_receive_right_recv(struct ferry_receive_right *right,
                                            int64_t timeout_ms,
                                            struct ferry_message **out_msg);
+
+/**
+ * Like [`ferry_receive_right_recv`], but into an existing message handle,
+ * whose contents are replaced (and closed) on success and left alone on
+ * failure.
+ *
+ * # Safety
+ * `right` and `msg` are live handles used by no other call meanwhile.
+ */
+enum ferry_status ferry_receive_right_recv_into(struct ferry_receive_right *right,
+                                                struct ferry_message *msg,
+                                                int64_t timeout_ms);
 
 /**
  * Makes a send-once right to this port (for a reply).
@@ -1161,6 +1193,19 @@ enum ferry_status ferry_connection_call(struct ferry_connection *conn,
                                         struct ferry_message **out_reply);
 
 /**
+ * Like [`ferry_connection_call`], but the reply comes back in the same
+ * handle: `msg`'s contents are sent and replaced by the reply's (L4's
+ * message registers; no handle is allocated per call). On failure the
+ * handle is left empty.
+ *
+ * # Safety
+ * `conn` and `msg` are live handles used by no other call meanwhile.
+ */
+enum ferry_status ferry_connection_call_in_place(struct ferry_connection *conn,
+                                                 struct ferry_message *msg,
+                                                 int64_t timeout_ms);
+
+/**
  * Makes an RPC server accepting connections on the port of `port`,
  * **consuming** the receive right (whatever the outcome).
  *
@@ -1205,6 +1250,22 @@ enum ferry_status ferry_rpc_server_reply_and_wait(struct ferry_rpc_server *serve
                                                   struct ferry_message *reply,
                                                   int64_t timeout_ms,
                                                   struct ferry_message **out_request);
+
+/**
+ * Like [`ferry_rpc_server_reply_and_wait`], with one handle for both
+ * directions: if `msg` holds a request received here (it remembers its
+ * connection), its current contents are sent as the reply to that request
+ * (clear it with `ferry_message_clear` and fill it first: whatever it holds
+ * is sent, items included); then the next request is received into it. A
+ * new message (from `ferry_message_new`) sends nothing, so the first call
+ * only waits. On failure the handle is left empty (no request).
+ *
+ * # Safety
+ * `server` and `msg` are live handles used by no other call meanwhile.
+ */
+enum ferry_status ferry_rpc_server_reply_and_wait_in_place(struct ferry_rpc_server *server,
+                                                           struct ferry_message *msg,
+                                                           int64_t timeout_ms);
 
 /**
  * The name of a status value as the header spells it

@@ -40,6 +40,12 @@ impl ferry_message {
         ferry_message { msg, items, reply, conn }
     }
 
+    /// Replaces the contents with a received message's (what was there is
+    /// closed).
+    pub(crate) fn refill(&mut self, msg: Message, conn: Option<ConnId>) {
+        *self = ferry_message::received(msg, conn);
+    }
+
     /// Takes the contents out for sending, leaving the handle empty (its
     /// operation id kept).
     pub(crate) fn take_contents(&mut self) -> Message {
@@ -592,6 +598,43 @@ pub unsafe extern "C" fn ferry_message_new_reply(request: *const ferry_message, 
         let conn = req.conn.ok_or_else(|| Failure::new(ferry_status::FERRY_ERR_NO_REPLY_RIGHT, "the message is not an RPC request"))?;
         // SAFETY: `o` checked non-null.
         unsafe { give(o, ferry_message { msg: Message::new(op), conn: Some(conn), ..Default::default() }) };
+        Ok(())
+    })
+}
+
+/// Sets the operation id, keeping the body, items and reply right (a
+/// received message's sender is forgotten: it becomes a message to send).
+///
+/// # Safety
+/// `msg` is a live message handle used by no other call meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn ferry_message_set_op(msg: *mut ferry_message, op: u32) -> ferry_status {
+    guard(|| {
+        // SAFETY: header contract: a live handle used by no other call.
+        let m = unsafe { obj_mut(msg, "msg") }?;
+        let body = mem::take(m.msg.body_mut());
+        m.msg = Message::new(op).with_body(body);
+        Ok(())
+    })
+}
+
+/// Empties the message for reuse: operation id `op`, no body, and every
+/// item and the reply right closed. An RPC request keeps the connection it
+/// came on, so the handle can carry the reply
+/// (`ferry_rpc_server_reply_and_wait_in_place`).
+///
+/// # Safety
+/// `msg` is a live message handle used by no other call meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn ferry_message_clear(msg: *mut ferry_message, op: u32) -> ferry_status {
+    guard(|| {
+        // SAFETY: header contract: a live handle used by no other call.
+        let m = unsafe { obj_mut(msg, "msg") }?;
+        let mut body = mem::take(m.msg.body_mut());
+        body.clear();
+        m.msg = Message::new(op).with_body(body);
+        m.items.clear();
+        m.reply = None;
         Ok(())
     })
 }

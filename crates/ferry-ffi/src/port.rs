@@ -86,6 +86,23 @@ pub unsafe extern "C" fn ferry_receive_right_recv(right: *mut ferry_receive_righ
     })
 }
 
+/// Like [`ferry_receive_right_recv`], but into an existing message handle,
+/// whose contents are replaced (and closed) on success and left alone on
+/// failure.
+///
+/// # Safety
+/// `right` and `msg` are live handles used by no other call meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn ferry_receive_right_recv_into(right: *mut ferry_receive_right, msg: *mut ferry_message, timeout_ms: i64) -> ferry_status {
+    guard(|| {
+        // SAFETY: header contract: live handles used by no other call.
+        let (rx, m) = unsafe { (obj_mut(right, "right")?, obj_mut(msg, "msg")?) };
+        let got = rx.right.recv(timeout(timeout_ms))?;
+        m.refill(got, None);
+        Ok(())
+    })
+}
+
 /// Makes a send-once right to this port (for a reply).
 ///
 /// # Safety

@@ -111,6 +111,24 @@ pub unsafe extern "C" fn ferry_connection_call(conn: *mut ferry_connection, requ
     })
 }
 
+/// Like [`ferry_connection_call`], but the reply comes back in the same
+/// handle: `msg`'s contents are sent and replaced by the reply's (L4's
+/// message registers; no handle is allocated per call). On failure the
+/// handle is left empty.
+///
+/// # Safety
+/// `conn` and `msg` are live handles used by no other call meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn ferry_connection_call_in_place(conn: *mut ferry_connection, msg: *mut ferry_message, timeout_ms: i64) -> ferry_status {
+    guard(|| {
+        // SAFETY: header contract: live handles used by no other call.
+        let (c, m) = unsafe { (obj_mut(conn, "conn")?, obj_mut(msg, "msg")?) };
+        let reply = c.conn.call(m.take_contents(), timeout(timeout_ms))?;
+        m.refill(reply, None);
+        Ok(())
+    })
+}
+
 /// Makes an RPC server accepting connections on the port of `port`,
 /// **consuming** the receive right (whatever the outcome).
 ///
@@ -191,6 +209,28 @@ pub unsafe extern "C" fn ferry_rpc_server_reply_and_wait(
         let (conn, req) = s.server.reply_and_wait(answer, timeout(timeout_ms))?;
         // SAFETY: `o` checked non-null.
         unsafe { give(o, ferry_message::received(req, Some(conn))) };
+        Ok(())
+    })
+}
+
+/// Like [`ferry_rpc_server_reply_and_wait`], with one handle for both
+/// directions: if `msg` holds a request received here (it remembers its
+/// connection), its current contents are sent as the reply to that request
+/// (clear it with `ferry_message_clear` and fill it first: whatever it holds
+/// is sent, items included); then the next request is received into it. A
+/// new message (from `ferry_message_new`) sends nothing, so the first call
+/// only waits. On failure the handle is left empty (no request).
+///
+/// # Safety
+/// `server` and `msg` are live handles used by no other call meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn ferry_rpc_server_reply_and_wait_in_place(server: *mut ferry_rpc_server, msg: *mut ferry_message, timeout_ms: i64) -> ferry_status {
+    guard(|| {
+        // SAFETY: header contract: live handles used by no other call.
+        let (s, m) = unsafe { (obj_mut(server, "server")?, obj_mut(msg, "msg")?) };
+        let answer = m.conn.take().map(|conn| (conn, m.take_contents()));
+        let (conn, req) = s.server.reply_and_wait(answer, timeout(timeout_ms)).inspect_err(|_| m.refill(ferry::Message::new(0), None))?;
+        m.refill(req, Some(conn));
         Ok(())
     })
 }

@@ -51,7 +51,7 @@ pub fn compile(name: &str, sources: &[&str], out_dir: &Path) -> PathBuf {
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let dir = crate_dir();
     let result = Command::new(&cc)
-        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O2"])
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O2", "-pthread"])
         .arg(format!("-I{}", dir.join("include").display()))
         .arg(format!("-I{}", dir.join("examples/c").display()))
         .args(sources.iter().map(|s| dir.join(s)))

@@ -8,9 +8,14 @@
  * poll and block policies. Prints one JSON record per case in the
  * benchmark schema (docs/bench/), one per line.
  *
- * Run: ferry_c_bench ITERS */
-#define _POSIX_C_SOURCE 200809L
+ * With --pin, the client runs on CPU 0 and every server thread on CPU 1
+ * (placement "cross-core"); otherwise the scheduler places them
+ * ("unpinned").
+ *
+ * Run: ferry_c_bench ITERS [--pin] */
+#define _GNU_SOURCE
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
@@ -23,6 +28,18 @@ static uint64_t now_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+static int pinned;
+
+/* Pins the calling thread to `cpu` when --pin was given. */
+static void pin(int cpu) {
+    if (!pinned)
+        return;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    EXPECT(pthread_setaffinity_np(pthread_self(), sizeof set, &set) == 0);
+}
+
 static int cmp_u64(const void *a, const void *b) {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return x < y ? -1 : x > y;
@@ -30,9 +47,9 @@ static int cmp_u64(const void *a, const void *b) {
 
 static void report(const char *suite, const char *case_, const char *impl, int bytes, uint64_t *ns, size_t n) {
     qsort(ns, n, sizeof *ns, cmp_u64);
-    printf("{\"suite\":\"%s\",\"case\":\"%s\",\"impl\":\"%s\",\"bytes\":%d,\"placement\":\"unpinned\",\"touch\":\"none\","
+    printf("{\"suite\":\"%s\",\"case\":\"%s\",\"impl\":\"%s\",\"bytes\":%d,\"placement\":\"%s\",\"touch\":\"none\","
            "\"iters\":%zu,\"median_ns\":%.1f,\"p99_ns\":%.1f,\"min_ns\":%.1f,\"gbps\":null,\"extra\":{\"peer\":\"thread\",\"api\":\"c\"}}\n",
-           suite, case_, impl, bytes, n, (double)ns[n / 2], (double)ns[n * 99 / 100], (double)ns[0]);
+           suite, case_, impl, bytes, pinned ? "cross-core" : "unpinned", n, (double)ns[n / 2], (double)ns[n * 99 / 100], (double)ns[0]);
     fflush(stdout);
 }
 
@@ -42,6 +59,7 @@ enum { WARM_UP = 1000, OP_CALL = 1, OP_STOP = 2 };
 
 static void *port_server(void *arg) {
     ferry_receive_right *rx = arg;
+    pin(1);
     ferry_message *reply, *req;
     CHECK(ferry_message_new(0, &reply));
     CHECK(ferry_message_new(0, &req));
@@ -98,6 +116,7 @@ struct rpc_args {
 
 static void *rpc_serve(void *arg) {
     struct rpc_args *a = arg;
+    pin(1);
     ferry_rpc_server *server;
     CHECK(ferry_rpc_server_new(a->rx, &server));
     CHECK(ferry_rpc_server_set_policy(server, a->policy));
@@ -152,6 +171,8 @@ static void rpc_roundtrip(uint32_t policy, size_t iters, uint64_t *ns) {
 
 int main(int argc, char **argv) {
     size_t iters = argc > 1 ? strtoul(argv[1], NULL, 10) : 100000;
+    pinned = argc > 2 && strcmp(argv[2], "--pin") == 0;
+    pin(0);
     EXPECT(iters > 0);
     uint64_t *ns = malloc(iters * sizeof *ns);
     EXPECT(ns != NULL);

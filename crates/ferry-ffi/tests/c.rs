@@ -101,6 +101,19 @@ fn c_misuse_gets_typed_errors_and_leaks_nothing() {
     assert!(out.contains("misuse: ok"), "{out}");
 }
 
+/// The static library links into a C program on its own (no
+/// `libferry.so` at run time) and behaves the same.
+#[test]
+fn c_program_links_statically() {
+    let misuse = compile_static("ferry_misuse_static", &["tests/c/misuse.c"], Path::new(env!("CARGO_TARGET_TMPDIR")));
+    let ldd = std::process::Command::new("ldd").arg(&misuse).output();
+    if let Ok(ldd) = ldd {
+        assert!(!String::from_utf8_lossy(&ldd.stdout).contains("libferry"), "linked against libferry.so");
+    }
+    let out = succeeded("ferry_misuse_static", &wait_bounded(spawn(&misuse, &[], Path::new("/nonexistent")), LIMIT));
+    assert!(out.contains("misuse: ok"), "{out}");
+}
+
 fn word(i: usize, salt: u64) -> u64 {
     (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ salt
 }

@@ -43,10 +43,20 @@ pub fn lib_dir() -> PathBuf {
 }
 
 /// Compiles `sources` (relative to the crate) into an executable named
-/// `name` under `out_dir`, warnings as errors; panics with the compiler's
-/// output if it fails.
+/// `name` under `out_dir` against `libferry.so`, warnings as errors;
+/// panics with the compiler's output if it fails.
 pub fn compile(name: &str, sources: &[&str], out_dir: &Path) -> PathBuf {
     let lib = lib_dir();
+    link(name, sources, out_dir, &[format!("-L{}", lib.display()), "-lferry".into(), format!("-Wl,-rpath,{}", lib.display())])
+}
+
+/// As [`compile`], against `libferry.a`: the program carries ferry in it.
+pub fn compile_static(name: &str, sources: &[&str], out_dir: &Path) -> PathBuf {
+    let lib = lib_dir().join("libferry.a");
+    link(name, sources, out_dir, &[lib.display().to_string(), "-ldl".into(), "-lm".into()])
+}
+
+fn link(name: &str, sources: &[&str], out_dir: &Path, libs: &[String]) -> PathBuf {
     let out = out_dir.join(name);
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let dir = crate_dir();
@@ -57,9 +67,7 @@ pub fn compile(name: &str, sources: &[&str], out_dir: &Path) -> PathBuf {
         .args(sources.iter().map(|s| dir.join(s)))
         .arg("-o")
         .arg(&out)
-        .arg(format!("-L{}", lib.display()))
-        .arg("-lferry")
-        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        .args(libs)
         .output()
         .unwrap_or_else(|e| panic!("run {cc}: {e}"));
     assert!(result.status.success(), "compiling {name} failed:\n{}", String::from_utf8_lossy(&result.stderr));

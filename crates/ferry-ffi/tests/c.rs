@@ -101,6 +101,13 @@ fn c_misuse_gets_typed_errors_and_leaks_nothing() {
     assert!(out.contains("misuse: ok"), "{out}");
 }
 
+#[test]
+fn c_port_set_reports_messages_no_senders_and_dead_names_per_member() {
+    let portset = build("ferry_portset", &["tests/c/portset.c"]);
+    let out = succeeded("ferry_portset", &wait_bounded(spawn(&portset, &[], Path::new("/nonexistent")), LIMIT));
+    assert!(out.contains("portset: ok"), "{out}");
+}
+
 /// The static library links into a C program on its own (no
 /// `libferry.so` at run time) and behaves the same.
 #[test]

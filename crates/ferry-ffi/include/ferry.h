@@ -788,15 +788,20 @@ enum ferry_status ferry_message_new_reply(const struct ferry_message *request,
 enum ferry_status ferry_message_set_op(struct ferry_message *msg, uint32_t op);
 
 /**
- * Empties the message for reuse: operation id `op`, no body, and every
+ * Empties the message for reuse and fills it again: operation id `op`,
+ * a copy of `len` bytes at `data` as its body (NULL and 0 for none), every
  * item and the reply right closed. An RPC request keeps the connection it
  * came on, so the handle can carry the reply
  * (`ferry_rpc_server_reply_and_wait_in_place`).
  *
  * # Safety
- * `msg` is a live message handle used by no other call meanwhile.
+ * `msg` is a live message handle used by no other call meanwhile; `data`
+ * points at `len` readable bytes (it may be NULL when `len` is 0).
  */
-enum ferry_status ferry_message_clear(struct ferry_message *msg, uint32_t op);
+enum ferry_status ferry_message_reset(struct ferry_message *msg,
+                                      uint32_t op,
+                                      const uint8_t *data,
+                                      size_t len);
 
 /**
  * Connects to the name server (`$FERRY_BOOTSTRAP`, else the default path),
@@ -1255,7 +1260,7 @@ enum ferry_status ferry_rpc_server_reply_and_wait(struct ferry_rpc_server *serve
  * Like [`ferry_rpc_server_reply_and_wait`], with one handle for both
  * directions: if `msg` holds a request received here (it remembers its
  * connection), its current contents are sent as the reply to that request
- * (clear it with `ferry_message_clear` and fill it first: whatever it holds
+ * (refill it with `ferry_message_reset` first: whatever it holds
  * is sent, items included); then the next request is received into it. A
  * new message (from `ferry_message_new`) sends nothing, so the first call
  * only waits. On failure the handle is left empty (no request).

@@ -618,20 +618,23 @@ pub unsafe extern "C" fn ferry_message_set_op(msg: *mut ferry_message, op: u32) 
     })
 }
 
-/// Empties the message for reuse: operation id `op`, no body, and every
+/// Empties the message for reuse and fills it again: operation id `op`,
+/// a copy of `len` bytes at `data` as its body (NULL and 0 for none), every
 /// item and the reply right closed. An RPC request keeps the connection it
 /// came on, so the handle can carry the reply
 /// (`ferry_rpc_server_reply_and_wait_in_place`).
 ///
 /// # Safety
-/// `msg` is a live message handle used by no other call meanwhile.
+/// `msg` is a live message handle used by no other call meanwhile; `data`
+/// points at `len` readable bytes (it may be NULL when `len` is 0).
 #[no_mangle]
-pub unsafe extern "C" fn ferry_message_clear(msg: *mut ferry_message, op: u32) -> ferry_status {
+pub unsafe extern "C" fn ferry_message_reset(msg: *mut ferry_message, op: u32, data: *const u8, len: usize) -> ferry_status {
     guard(|| {
-        // SAFETY: header contract: a live handle used by no other call.
-        let m = unsafe { obj_mut(msg, "msg") }?;
+        // SAFETY: header contract: a live handle used by no other call; `len` bytes at `data`.
+        let (m, src) = unsafe { (obj_mut(msg, "msg")?, bytes(data, len, "data")?) };
         let mut body = mem::take(m.msg.body_mut());
         body.clear();
+        body.extend_from_slice(src);
         m.msg = Message::new(op).with_body(body);
         m.items.clear();
         m.reply = None;

@@ -216,7 +216,7 @@ pub unsafe extern "C" fn ferry_rpc_server_reply_and_wait(
 /// Like [`ferry_rpc_server_reply_and_wait`], with one handle for both
 /// directions: if `msg` holds a request received here (it remembers its
 /// connection), its current contents are sent as the reply to that request
-/// (clear it with `ferry_message_clear` and fill it first: whatever it holds
+/// (refill it with `ferry_message_reset` first: whatever it holds
 /// is sent, items included); then the next request is received into it. A
 /// new message (from `ferry_message_new`) sends nothing, so the first call
 /// only waits. On failure the handle is left empty (no request).

@@ -127,8 +127,7 @@ static void *rpc_serve(void *arg) {
         CHECK(ferry_rpc_server_reply_and_wait_in_place(server, msg, FERRY_TIMEOUT_INFINITE));
         uint32_t op;
         CHECK(ferry_message_op(msg, &op));
-        CHECK(ferry_message_clear(msg, op));
-        CHECK(ferry_message_set_body(msg, body, sizeof body));
+        CHECK(ferry_message_reset(msg, op, body, sizeof body));
         if (op == OP_STOP)
             break;
     }
@@ -153,8 +152,7 @@ static void rpc_roundtrip(uint32_t policy, size_t iters, uint64_t *ns) {
     for (size_t i = 0; i < WARM_UP + iters; i++) {
         int last = i + 1 == WARM_UP + iters;
         uint64_t t0 = now_ns();
-        CHECK(ferry_message_set_op(m, last ? OP_STOP : OP_CALL));
-        CHECK(ferry_message_set_body(m, body, sizeof body));
+        CHECK(ferry_message_reset(m, last ? OP_STOP : OP_CALL, body, sizeof body));
         CHECK(ferry_connection_call_in_place(conn, m, FERRY_TIMEOUT_INFINITE));
         const uint8_t *got;
         size_t len;

@@ -13,7 +13,7 @@ use std::time::Duration;
 use common::*;
 use ferry::{Message, Timeout};
 
-const ROUND_TRIPS: usize = 40_000;
+const ROUND_TRIPS: usize = 20_000;
 
 #[test]
 fn send_once_replies_survive_the_close_that_follows_them() {

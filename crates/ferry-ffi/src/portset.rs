@@ -182,7 +182,7 @@ pub unsafe extern "C" fn ferry_port_set_wait(
             Event::SendOnceDropped(id) => (FERRY_EVENT_SEND_ONCE_DROPPED, id, None),
             Event::BadMessage(id, w) => {
                 // The text is for the caller to log; the call itself succeeded.
-                let _ = crate::status::guard(|| Err(Failure::from(w)));
+                crate::status::record(Failure::from(w));
                 (FERRY_EVENT_BAD_MESSAGE, id, None)
             }
             Event::DeadName(id) => (FERRY_EVENT_DEAD_NAME, id, None),

@@ -177,7 +177,8 @@ pub(crate) fn guard(body: impl FnOnce() -> Res) -> ferry_status {
     }
 }
 
-fn record(f: Failure) -> ferry_status {
+/// Records a failure's text for this thread and returns its status.
+pub(crate) fn record(f: Failure) -> ferry_status {
     let text = CString::new(f.text.replace('\0', "\\0")).unwrap_or_default();
     LAST.with(|l| *l.borrow_mut() = text);
     f.status

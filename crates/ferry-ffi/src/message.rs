@@ -35,7 +35,8 @@ pub struct ferry_message {
 impl ferry_message {
     /// Wraps a received message, its items moved into the indexed list.
     pub(crate) fn received(mut msg: Message, conn: Option<ConnId>) -> ferry_message {
-        let items = msg.take_items().into_iter().map(Some).collect();
+        // Most messages carry no item: skip the conversion for them.
+        let items = if msg.items().is_empty() { Vec::new() } else { msg.take_items().into_iter().map(Some).collect() };
         let reply = msg.take_reply();
         ferry_message { msg, items, reply, conn }
     }
@@ -51,8 +52,10 @@ impl ferry_message {
     pub(crate) fn take_contents(&mut self) -> Message {
         let op = self.msg.op();
         let mut msg = mem::replace(&mut self.msg, Message::new(op));
-        for item in self.items.drain(..).flatten() {
-            msg = msg.with_item(item);
+        if !self.items.is_empty() {
+            for item in self.items.drain(..).flatten() {
+                msg = msg.with_item(item);
+            }
         }
         match self.reply.take() {
             Some(r) => msg.with_reply(r),

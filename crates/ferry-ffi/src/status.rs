@@ -148,10 +148,12 @@ impl Failure {
         Failure { status, text: text.into() }
     }
 
+    #[cold]
     pub(crate) fn null(what: &str) -> Failure {
         Failure::new(FERRY_ERR_NULL, format!("{what} is NULL"))
     }
 
+    #[cold]
     pub(crate) fn invalid(text: impl Into<String>) -> Failure {
         Failure::new(FERRY_ERR_INVALID_ARGUMENT, text)
     }
@@ -162,22 +164,29 @@ pub(crate) type Res<T = ()> = Result<T, Failure>;
 
 /// Runs an entry point's body: catches panics, records the failure's text
 /// for this thread and returns its status.
+#[inline]
 pub(crate) fn guard(body: impl FnOnce() -> Res) -> ferry_status {
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(())) => FERRY_OK,
         Ok(Err(f)) => record(f),
-        Err(p) => {
-            let what = p
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| p.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".into());
-            record(Failure::new(FERRY_ERR_PANIC, format!("ferry panicked: {what}")))
-        }
+        Err(p) => panicked(p),
     }
 }
 
+#[cold]
+#[inline(never)]
+fn panicked(p: Box<dyn std::any::Any + Send>) -> ferry_status {
+    let what = p
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into());
+    record(Failure::new(FERRY_ERR_PANIC, format!("ferry panicked: {what}")))
+}
+
 /// Records a failure's text for this thread and returns its status.
+#[cold]
+#[inline(never)]
 pub(crate) fn record(f: Failure) -> ferry_status {
     let text = CString::new(f.text.replace('\0', "\\0")).unwrap_or_default();
     LAST.with(|l| *l.borrow_mut() = text);

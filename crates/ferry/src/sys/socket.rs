@@ -104,7 +104,22 @@ pub fn send(
 /// Receives one datagram into `buf`, with any descriptors and credentials.
 /// `wait == false` fails with `EAGAIN` when the queue is empty. A zero-length
 /// result with no descriptors is end-of-file: every peer socket is closed.
+///
+/// A non-blocking end-of-file is confirmed by a second look. The kernel
+/// decides it by checking the queue and then the peer's shutdown, not
+/// atomically: a peer that sends its last datagram and closes between the
+/// two checks reads as end-of-file with the datagram still queued (a
+/// send-once reply was lost that way as `SendOnceDropped`). The datagram was
+/// queued before the shutdown could be seen, so the second receive finds it
+/// if there is one.
 pub fn recv(sock: BorrowedFd<'_>, buf: &mut [u8], wait: bool) -> rustix::io::Result<Datagram> {
+    match recv_once(sock, buf, wait)? {
+        dg if dg.is_eof() && !wait => recv_once(sock, buf, false),
+        dg => Ok(dg),
+    }
+}
+
+fn recv_once(sock: BorrowedFd<'_>, buf: &mut [u8], wait: bool) -> rustix::io::Result<Datagram> {
     let mut space = [MaybeUninit::<u8>::uninit();
         rustix::cmsg_space!(ScmRights(MAX_FDS), ScmCredentials(1))];
     let mut control = RecvAncillaryBuffer::new(&mut space);

@@ -1,0 +1,95 @@
+//! The name service: register a send right under a name, look one up in
+//! another process. Names are per user.
+
+use ferry::Bootstrap;
+
+use crate::handle::{free, give, obj, obj_mut, out, string};
+use crate::port::ferry_send_right;
+use crate::status::{ferry_status, guard};
+
+/// A connection to the name server (opaque). Free with
+/// [`ferry_bootstrap_free`].
+#[derive(Debug)]
+pub struct ferry_bootstrap {
+    bs: Bootstrap,
+}
+
+/// Connects to the name server (`$FERRY_BOOTSTRAP`, else the default path),
+/// starting one on a thread of this process if none runs (unless
+/// `FERRY_NO_EMBED=1`).
+///
+/// # Safety
+/// `out_bootstrap` points at writable storage for a pointer.
+#[no_mangle]
+pub unsafe extern "C" fn ferry_bootstrap_connect(out_bootstrap: *mut *mut ferry_bootstrap) -> ferry_status {
+    guard(|| {
+        let o = out(out_bootstrap, "out_bootstrap")?;
+        let bs = Bootstrap::connect()?;
+        // SAFETY: `o` checked non-null.
+        unsafe { give(o, ferry_bootstrap { bs }) };
+        Ok(())
+    })
+}
+
+/// Frees a name-server connection (registrations stay). NULL is ignored.
+///
+/// # Safety
+/// `bootstrap` is NULL or a live handle, not used again.
+#[no_mangle]
+pub unsafe extern "C" fn ferry_bootstrap_free(bootstrap: *mut ferry_bootstrap) {
+    let _ = guard(|| {
+        // SAFETY: the caller gives the handle up; `free` ignores NULL.
+        unsafe { free(bootstrap) };
+        Ok(())
+    });
+}
+
+/// Registers (a copy of) `right` under `name` for the calling user; the
+/// registration disappears when the port dies. `FERRY_ERR_NAME_TAKEN` if
+/// the name is registered to a live port.
+///
+/// # Safety
+/// `bootstrap` is a live handle used by no other call; `name` is a
+/// NUL-terminated string; `right` is a live send-right handle.
+#[no_mangle]
+pub unsafe extern "C" fn ferry_bootstrap_register(bootstrap: *mut ferry_bootstrap, name: *const std::ffi::c_char, right: *const ferry_send_right) -> ferry_status {
+    guard(|| {
+        // SAFETY: header contract: live handles and a NUL-terminated name.
+        let (b, n, tx) = unsafe { (obj_mut(bootstrap, "bootstrap")?, string(name, "name")?, obj(right, "right")?) };
+        Ok(b.bs.register(n, &tx.right)?)
+    })
+}
+
+/// Looks `name` up for the calling user: a send right to its port in
+/// `*out_right`. `FERRY_ERR_NAME_NOT_FOUND` if no live port has it.
+///
+/// # Safety
+/// `bootstrap` is a live handle used by no other call; `name` is a
+/// NUL-terminated string; `out_right` points at writable storage for a
+/// pointer.
+#[no_mangle]
+pub unsafe extern "C" fn ferry_bootstrap_lookup(bootstrap: *mut ferry_bootstrap, name: *const std::ffi::c_char, out_right: *mut *mut ferry_send_right) -> ferry_status {
+    guard(|| {
+        let o = out(out_right, "out_right")?;
+        // SAFETY: header contract: a live handle and a NUL-terminated name.
+        let (b, n) = unsafe { (obj_mut(bootstrap, "bootstrap")?, string(name, "name")?) };
+        let right = b.bs.lookup(n)?;
+        // SAFETY: `o` checked non-null.
+        unsafe { give(o, ferry_send_right { right }) };
+        Ok(())
+    })
+}
+
+/// Removes this user's registration of `name`.
+///
+/// # Safety
+/// `bootstrap` is a live handle used by no other call; `name` is a
+/// NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn ferry_bootstrap_unregister(bootstrap: *mut ferry_bootstrap, name: *const std::ffi::c_char) -> ferry_status {
+    guard(|| {
+        // SAFETY: header contract: a live handle and a NUL-terminated name.
+        let (b, n) = unsafe { (obj_mut(bootstrap, "bootstrap")?, string(name, "name")?) };
+        Ok(b.bs.unregister(n)?)
+    })
+}

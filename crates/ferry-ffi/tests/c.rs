@@ -1,0 +1,198 @@
+//! The C API end to end: the C examples and C tests are compiled with the
+//! system compiler against `include/ferry.h` and `libferry.so` and run as
+//! real processes: a client/server pair, a big region by value, the
+//! wire-format vectors through the C parser, argument misuse, and a C
+//! program exchanging rights and regions with this (Rust) test.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use ferry::region::{MapOptions, Mode, Region, SharedRegion};
+use ferry::{Item, Message, Timeout};
+use support::*;
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// A private name server for one test, on a thread of this process.
+fn private_bootstrap(test: &str) -> PathBuf {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let dir = std::env::temp_dir().join(format!("ferry-ffi-test-{}-{test}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
+    std::fs::create_dir_all(&dir).expect("create test dir");
+    let path = dir.join("bootstrap");
+    ferry::NameServer::bind(&path).expect("bind name server").spawn().expect("start name server");
+    path
+}
+
+fn build(name: &str, sources: &[&str]) -> PathBuf {
+    compile(name, sources, Path::new(env!("CARGO_TARGET_TMPDIR")))
+}
+
+#[test]
+fn c_client_and_server_exchange_rights_replies_and_rpc_calls() {
+    let server = build("ferry_server", &["examples/c/server.c"]);
+    let client = build("ferry_client", &["examples/c/client.c"]);
+    let path = private_bootstrap("clisrv");
+    let s = spawn(&server, &["c-example"], &path);
+    let c = spawn(&client, &["c-example", "500"], &path);
+    let c_out = succeeded("ferry_client", &wait_bounded(c, LIMIT));
+    let s_out = succeeded("ferry_server", &wait_bounded(s, LIMIT));
+    assert!(c_out.contains("client: ok, 500 calls answered"), "{c_out}");
+    assert!(s_out.contains("served 500 calls"), "{s_out}");
+}
+
+#[test]
+fn c_big_region_travels_by_value_between_processes() {
+    let big = build("ferry_big_region", &["examples/c/big_region.c"]);
+    let path = private_bootstrap("big");
+    // The example embeds no server here (one runs); its child is told not to.
+    let out = succeeded("ferry_big_region", &wait_bounded(spawn(&big, &["32"], &path), LIMIT));
+    assert!(out.contains("0 words wrong"), "{out}");
+}
+
+fn vectors_dir() -> PathBuf {
+    crate_dir().join("../../tests/vectors")
+}
+
+#[test]
+fn c_parser_gives_every_vector_its_expected_outcome() {
+    let checker = build("ferry_vectors", &["tests/c/vectors.c"]);
+    let out = wait_bounded(spawn(&checker, &[vectors_dir().to_str().unwrap()], Path::new("/nonexistent")), LIMIT);
+    let stdout = succeeded("ferry_vectors", &out);
+    let manifest = std::fs::read_to_string(vectors_dir().join("vectors.txt")).unwrap();
+    let listed = manifest.lines().filter(|l| !l.split('#').next().unwrap().trim().is_empty()).count();
+    assert!(stdout.contains(&format!("{listed} vectors, 0 failed")), "{stdout}");
+}
+
+/// The C checker can fail: a manifest with one expectation changed in a
+/// field (and one with an error's reason changed) is reported.
+#[test]
+fn c_vector_checker_reports_a_wrong_expectation() {
+    let checker = build("ferry_vectors_neg", &["tests/c/vectors.c"]);
+    let manifest = std::fs::read_to_string(vectors_dir().join("vectors.txt")).unwrap();
+    for (from, to, name) in [
+        ("Truncated{need=24,got=10}", "Truncated{need=24,got=11}", "trunc_header_10"),
+        ("reason=\"zero length\"", "reason=\"zero lengths\"", "region_len_0"),
+        ("ok op=7 flags=0x00 items=- inline=12", "ok op=7 flags=0x00 items=- inline=13", "ok_inline"),
+    ] {
+        let altered_text: String = manifest
+            .lines()
+            .map(|l| if l.split_whitespace().next() == Some(name) { l.replacen(from, to, 1) } else { l.to_owned() } + "\n")
+            .collect();
+        assert_ne!(altered_text, manifest, "the manifest's line for {name} no longer has {from}");
+        let altered = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("vectors-{name}.txt"));
+        std::fs::write(&altered, altered_text).unwrap();
+        let out = wait_bounded(
+            spawn(&checker, &[vectors_dir().to_str().unwrap(), altered.to_str().unwrap()], Path::new("/nonexistent")),
+            LIMIT,
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(1), "{stdout}");
+        assert!(stdout.contains(&format!("FAIL {name}:")) && stdout.contains(", 1 failed"), "{stdout}");
+    }
+}
+
+#[test]
+fn c_misuse_gets_typed_errors_and_leaks_nothing() {
+    let misuse = build("ferry_misuse", &["tests/c/misuse.c"]);
+    let out = succeeded("ferry_misuse", &wait_bounded(spawn(&misuse, &[], Path::new("/nonexistent")), LIMIT));
+    assert!(out.contains("misuse: ok"), "{out}");
+}
+
+#[test]
+fn c_port_set_reports_messages_no_senders_and_dead_names_per_member() {
+    let portset = build("ferry_portset", &["tests/c/portset.c"]);
+    let out = succeeded("ferry_portset", &wait_bounded(spawn(&portset, &[], Path::new("/nonexistent")), LIMIT));
+    assert!(out.contains("portset: ok"), "{out}");
+}
+
+/// The static library links into a C program on its own (no
+/// `libferry.so` at run time) and behaves the same.
+#[test]
+fn c_program_links_statically() {
+    let misuse = compile_static("ferry_misuse_static", &["tests/c/misuse.c"], Path::new(env!("CARGO_TARGET_TMPDIR")));
+    let ldd = std::process::Command::new("ldd").arg(&misuse).output();
+    if let Ok(ldd) = ldd {
+        assert!(!String::from_utf8_lossy(&ldd.stdout).contains("libferry"), "linked against libferry.so");
+    }
+    let out = succeeded("ferry_misuse_static", &wait_bounded(spawn(&misuse, &[], Path::new("/nonexistent")), LIMIT));
+    assert!(out.contains("misuse: ok"), "{out}");
+}
+
+fn word(i: usize, salt: u64) -> u64 {
+    (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ salt
+}
+
+fn checksum(words: &[u64]) -> u64 {
+    words.iter().fold(0u64, |h, w| h.rotate_left(7) ^ w)
+}
+
+/// A C program and this Rust program exchange send rights and regions: the
+/// C side sends a send right to its port and a region by copy; the Rust
+/// side answers through that right with a region by move, a shared region
+/// and a send-once right for the C side's verdict.
+#[test]
+fn c_and_rust_exchange_rights_and_by_value_regions() {
+    let xlang = build("ferry_xlang", &["tests/c/xlang.c"]);
+    let path = private_bootstrap("xlang");
+    let mut names = ferry::Bootstrap::connect_to(&path).unwrap();
+    let (mut rx, tx) = ferry::port().unwrap();
+    names.register("rust-side", &tx).unwrap();
+    let child = spawn(&xlang, &["rust-side", "8"], &path);
+
+    let mut hello = rx.recv(Timeout::After(LIMIT)).expect("the C program's message");
+    assert_eq!(hello.op(), 1);
+    assert_eq!(hello.sender().unwrap().pid as u32, child.id(), "the kernel's sender is the C program");
+    let sum = u64::from_le_bytes(hello.body().try_into().expect("an 8-byte checksum"));
+    let mut items = hello.take_items().into_iter();
+    let (Some(Item::Send(to_c)), Some(Item::Region(region)), None) = (items.next(), items.next(), items.next()) else {
+        panic!("expected a send right and a region");
+    };
+    assert_eq!(region.mode(), Mode::Copy);
+    let view = region.map(MapOptions::lazy()).expect("map the C region");
+    let words = view.as_slice_of::<u64>();
+    assert_eq!(words.len(), (8 << 20) / 8);
+    assert!(words.iter().enumerate().all(|(i, w)| *w == word(i, 0)), "the C region's words");
+    assert_eq!(checksum(words), sum);
+
+    let mut mine = Region::new(4 << 20).unwrap();
+    for (i, w) in mine.as_mut_slice_of::<u64>().iter_mut().enumerate() {
+        *w = word(i, 0x5555_5555_5555_5555);
+    }
+    let rust_sum = checksum(mine.as_slice_of::<u64>());
+    let shared = SharedRegion::new(4096).unwrap();
+    assert!(shared.write_at(0, b"share"));
+    let verdict = rx.make_send_once().unwrap();
+    let msg = Message::new(2)
+        .with_body(rust_sum.to_le_bytes())
+        .with_item(mine.by_move().unwrap())
+        .with_item(shared.share().unwrap())
+        .with_reply(verdict);
+    to_c.send(msg, Timeout::Infinite).unwrap();
+
+    let answer = rx.recv(Timeout::After(LIMIT)).expect("the C program's verdict");
+    assert_eq!(answer.op(), 3);
+    assert!(answer.via_send_once());
+    assert_eq!(answer.body(), rust_sum.to_le_bytes());
+    let out = succeeded("ferry_xlang", &wait_bounded(child, LIMIT));
+    assert!(out.contains("xlang: ok"), "{out}");
+}
+
+/// The C benchmark compiles and runs (briefly, so it never rots): it uses
+/// the in-place call, reply-and-wait and receive paths, checks every reply
+/// and prints a record per case in the benchmark schema.
+#[test]
+fn c_benchmark_runs_and_reports_every_case() {
+    let bench = build("ferry_c_bench", &["examples/c/bench.c"]);
+    let out = succeeded("ferry_c_bench", &wait_bounded(spawn(&bench, &["200"], Path::new("/nonexistent")), LIMIT));
+    let records: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).expect("a JSON record")).collect();
+    let impls: Vec<&str> = records.iter().map(|r| r["impl"].as_str().unwrap()).collect();
+    assert_eq!(impls, ["ferry-c-port", "ferry-c-call-poll", "ferry-c-call-block"]);
+    for r in &records {
+        assert_eq!(r["iters"], 200);
+        let (min, median, p99) = (r["min_ns"].as_f64().unwrap(), r["median_ns"].as_f64().unwrap(), r["p99_ns"].as_f64().unwrap());
+        assert!(0.0 < min && min <= median && median <= p99, "{r}");
+    }
+}

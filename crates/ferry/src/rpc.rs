@@ -72,6 +72,7 @@ mod policy;
 mod probe;
 mod server;
 mod slot;
+mod watch;
 
 use std::fmt;
 use std::io;

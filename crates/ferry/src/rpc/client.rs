@@ -211,10 +211,18 @@ impl Inner {
         slot.put_request(seq, req.op(), req.body());
         drop(req);
         st.published = probe::now();
-        let rang = slot.word(slot::OFF_SERVER_SLEEPING).load(Ordering::SeqCst) != 0;
-        if rang {
-            frame::ring(self.sock())?;
-        }
+        let rang = match slot.word(slot::OFF_SERVER_SLEEPING).load(Ordering::SeqCst) {
+            0 => false,
+            slot::SLEEPING_FUTEX => {
+                policy::count_wake();
+                futex::wake(slot.word(slot::OFF_REQ_SEQ)).map_err(|e| RpcError::Io(io_err(e)))?;
+                true
+            }
+            _ => {
+                frame::ring(self.sock())?;
+                true
+            }
+        };
         st.woken = probe::now();
         self.wait_slot(seq, deadline, rang, my_cpu)?;
         st.seen = probe::now();

@@ -4,14 +4,16 @@
 //!
 //! A server thread waits for all its connections at once. While it spins it
 //! scans the slots' request sequence numbers; when it sleeps it first sets
-//! `server_sleeping` in every slot, scans once more, and then blocks in
-//! `epoll` on its port and on every connection socket, so one wait covers
-//! new connections, doorbells rung by clients that saw it sleeping, requests
-//! sent over sockets, and clients that died (their socket hangs up). A futex
-//! cannot be waited on together with descriptors, which is why the
-//! client-to-server wake-up is a one-byte doorbell datagram rather than a
-//! `FUTEX_WAKE`; it costs the same (the price is the sleeping thread's
-//! wake-up, not the system call) and it is only paid when the server sleeps.
+//! `server_sleeping` in every idle slot, scans once more, and then sleeps in
+//! one `futex_waitv` on the request word of every idle slot and on its
+//! watcher's generation word (`watch.rs`): a client wakes it with a plain
+//! `FUTEX_WAKE` on its request word, and descriptor events (new connections
+//! on the port, requests sent over sockets, clients that died) reach it
+//! through the watcher thread, which waits in `epoll` on its behalf. Where
+//! `futex_waitv` cannot serve (a kernel without it, more idle slots than one
+//! call watches, a watcher that stopped), the thread sleeps in `epoll`
+//! itself and clients ring a one-byte doorbell on their socket instead; the
+//! value of `server_sleeping` tells a client which of the two to use.
 
 use std::collections::VecDeque;
 use std::io;
@@ -25,10 +27,12 @@ use super::frame;
 use super::policy::{self, Budget, Policy, LIVENESS_INTERVAL, SPINS_PER_CLOCK};
 use super::probe;
 use super::slot::{self, Slot};
+use super::watch::{Watcher, STOP_KEY};
 use super::{RpcError, RPC_CONNECT};
 use crate::error::{io_err, RecvError};
 use crate::message::{Item, Message};
 use crate::port::ReceiveRight;
+use crate::sys::futex;
 use crate::sys::wait::{Epoll, Interest};
 use crate::timeout::Timeout;
 
@@ -45,7 +49,11 @@ const BATCH: usize = 16;
 #[derive(Debug)]
 pub struct RpcServer {
     port: Option<Arc<Mutex<ReceiveRight>>>,
-    epoll: Epoll,
+    epoll: Arc<Epoll>,
+    /// Waits in `epoll` while this thread sleeps on futexes.
+    watcher: Watcher,
+    /// Whether the kernel has `futex_waitv` (cleared at the first `NOSYS`).
+    waitv: bool,
     conns: Vec<Conn>,
     next_id: Arc<AtomicU64>,
     policy: Policy,
@@ -67,8 +75,11 @@ impl RpcServer {
     pub fn new(port: ReceiveRight) -> io::Result<RpcServer> {
         let epoll = Epoll::new().map_err(io_err)?;
         epoll.add(port.main_fd(), Interest::Readable, PORT_KEY).map_err(io_err)?;
+        let epoll = Arc::new(epoll);
         Ok(RpcServer {
             port: Some(Arc::new(Mutex::new(port))),
+            watcher: Watcher::start(epoll.clone())?,
+            waitv: true,
             epoll,
             conns: Vec::new(),
             next_id: Arc::new(AtomicU64::new(PORT_KEY + 1)),
@@ -92,8 +103,11 @@ impl RpcServer {
             let guard = p.lock().unwrap_or_else(|e| e.into_inner());
             epoll.add(guard.main_fd(), Interest::Readable, PORT_KEY).map_err(io_err)?;
         }
+        let epoll = Arc::new(epoll);
         Ok(RpcServer {
             port: self.port.clone(),
+            watcher: Watcher::start(epoll.clone())?,
+            waitv: true,
             epoll,
             conns: Vec::new(),
             next_id: self.next_id.clone(),
@@ -218,7 +232,9 @@ impl RpcServer {
             if self.port.is_none() && self.conns.is_empty() {
                 return Err(RpcError::NoClients);
             }
-            let now_due = self.last_look.elapsed() >= LIVENESS_INTERVAL;
+            // Housekeeping is due every LIVENESS_INTERVAL, and at once when
+            // the watcher reports descriptor events.
+            let now_due = self.last_look.elapsed() >= LIVENESS_INTERVAL || self.watcher.shared().pending();
             let spin = match self.policy {
                 Policy::Poll => true,
                 Policy::Block => false,
@@ -248,18 +264,53 @@ impl RpcServer {
         }
     }
 
-    /// Advertises sleep in every idle slot, scans once more, then blocks in
-    /// `epoll` until a doorbell, a socket event or the deadline.
+    /// Advertises sleep in every idle slot, scans once more, then sleeps
+    /// until a request, a descriptor event or the deadline: on futexes when
+    /// it can, else in `epoll`.
     fn sleep(&mut self, deadline: Option<std::time::Instant>) -> Result<(), RpcError> {
-        self.set_sleeping(1);
+        let watch = self.watcher.shared();
+        let gen = watch.gen.load(Ordering::SeqCst);
+        let idle = self.conns.iter().filter(|c| !c.dead && c.busy.is_none() && c.slot.is_some()).count();
+        let on_futex = self.waitv && watch.running() && idle < futex::WAIT_ANY_MAX;
+        if on_futex && gen != watch_acked(self) {
+            // Events already reported: look instead of sleeping.
+            return self.look(Some(Instant::now()));
+        }
+        let how = if on_futex { slot::SLEEPING_FUTEX } else { slot::SLEEPING_DOORBELL };
+        self.set_sleeping(how);
         if let Some(r) = self.scan() {
             self.set_sleeping(0);
             self.ready.push_back(r);
             return Ok(());
         }
-        let out = self.look(deadline);
+        let out = if on_futex { self.sleep_on_futexes(gen, deadline) } else { self.look(deadline) };
         self.set_sleeping(0);
         out
+    }
+
+    /// One `futex_waitv` on the watcher's generation (still `gen`) and on
+    /// the request word of every idle slot (still the last request taken).
+    /// A client that changes its word at any time only wakes this thread,
+    /// which then scans; it cannot keep others' requests from being seen.
+    fn sleep_on_futexes(&mut self, gen: u32, deadline: Option<Instant>) -> Result<(), RpcError> {
+        let watch = self.watcher.shared();
+        let mut words = Vec::with_capacity(self.conns.len() + 1);
+        words.push((&watch.gen, gen));
+        for c in self.conns.iter().filter(|c| !c.dead && c.busy.is_none()) {
+            if let Some(s) = &c.slot {
+                words.push((s.word(slot::OFF_REQ_SEQ), c.last_req));
+            }
+        }
+        policy::count_futex_wait();
+        match futex::wait_any(&words, deadline) {
+            Ok(_) => Ok(()),
+            Err(rustix::io::Errno::NOSYS) => {
+                // No futex_waitv here: sleep in epoll from now on.
+                self.waitv = false;
+                Ok(())
+            }
+            Err(e) => Err(RpcError::Io(io_err(e))),
+        }
     }
 
     /// Whether the client of connection `id` still sleeps (false once it is
@@ -337,11 +388,16 @@ impl RpcServer {
 
     /// Waits in `epoll` until `deadline` (now: just look) and handles what
     /// it reports: new connections, socket traffic, hang-ups.
+    /// Acknowledges the watcher's reports up to the generation read first.
     fn look(&mut self, deadline: Option<Instant>) -> Result<(), RpcError> {
+        let gen = self.watcher.shared().gen.load(Ordering::Acquire);
         policy::count_poll();
         let events = self.epoll.wait(64, deadline).map_err(|e| RpcError::Io(io_err(e)))?;
         self.last_look = Instant::now();
         for (key, _ready) in events {
+            if key == STOP_KEY {
+                continue;
+            }
             if key == PORT_KEY {
                 self.accept_all();
             } else if let Some(c) = self.conns.iter_mut().find(|c| c.id == key) {
@@ -349,6 +405,7 @@ impl RpcServer {
             }
         }
         self.reap();
+        self.watcher.shared().ack(gen);
         Ok(())
     }
 
@@ -407,4 +464,9 @@ impl RpcServer {
             self.next_scan = 0;
         }
     }
+}
+
+/// The generation the server last acknowledged to its watcher.
+fn watch_acked(s: &RpcServer) -> u32 {
+    s.watcher.shared().acked()
 }

@@ -18,7 +18,7 @@
 
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rustix::io::Errno;
 use rustix::thread::futex;
@@ -42,6 +42,48 @@ pub fn wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) -> rusti
     let ts = timeout.map(|d| futex::Timespec { tv_sec: d.as_secs() as i64, tv_nsec: d.subsec_nanos() as i64 });
     match futex::wait(word, futex::Flags::empty(), expected, ts.as_ref()) {
         Ok(()) | Err(Errno::INTR) => Ok(Woken::Maybe),
+        Err(Errno::AGAIN) => Ok(Woken::Changed),
+        Err(Errno::TIMEDOUT) => Ok(Woken::TimedOut),
+        Err(e) => Err(e),
+    }
+}
+
+/// Most words one [`wait_any`] can watch (the kernel's limit for
+/// `futex_waitv`).
+pub const WAIT_ANY_MAX: usize = 128;
+
+/// Sleeps until any of `words` no longer holds its expected value, or is
+/// woken with [`wake`], or `deadline` passes (`None`: never), with one
+/// `futex_waitv` (Linux 5.16 and later). Every word is a shared 32-bit
+/// futex, as for [`wait`]. At most [`WAIT_ANY_MAX`] words.
+///
+/// # Errors
+/// `NOSYS` where the kernel has no `futex_waitv`; `INVAL` for more than
+/// [`WAIT_ANY_MAX`] words.
+pub fn wait_any(words: &[(&AtomicU32, u32)], deadline: Option<Instant>) -> rustix::io::Result<Woken> {
+    if words.is_empty() || words.len() > WAIT_ANY_MAX {
+        return Err(Errno::INVAL);
+    }
+    let waits: Vec<futex::Wait> = words
+        .iter()
+        .map(|(w, v)| {
+            let mut x = futex::Wait::new();
+            x.val = u64::from(*v);
+            x.uaddr = futex::WaitPtr::new(w.as_ptr().cast());
+            x.flags = futex::WaitFlags::SIZE_U32;
+            x
+        })
+        .collect();
+    // futex_waitv takes an absolute time on the clock given; `Instant` is
+    // CLOCK_MONOTONIC on Linux.
+    let ts = deadline.map(|d| {
+        let left = d.saturating_duration_since(Instant::now());
+        let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+        let ns = now.tv_nsec as u64 + u64::from(left.subsec_nanos());
+        futex::Timespec { tv_sec: now.tv_sec + left.as_secs() as i64 + (ns / 1_000_000_000) as i64, tv_nsec: (ns % 1_000_000_000) as i64 }
+    });
+    match futex::waitv(&waits, futex::WaitvFlags::empty(), ts.as_ref(), rustix::time::ClockId::Monotonic) {
+        Ok(_) | Err(Errno::INTR) => Ok(Woken::Maybe),
         Err(Errno::AGAIN) => Ok(Woken::Changed),
         Err(Errno::TIMEDOUT) => Ok(Woken::TimedOut),
         Err(e) => Err(e),

@@ -248,10 +248,10 @@ impl Inner {
         let server_sleeping = slot.word(slot::OFF_SERVER_SLEEPING);
         let sleeping = slot.word(slot::OFF_CLIENT_SLEEPING);
         let server_cpu = slot.word(slot::OFF_SERVER_CPU);
-        let start = Instant::now();
-        let mut last_check = start;
+        // Clocks are read only by waiters that spin.
+        let mut last_check = (self.policy != Policy::Block).then(Instant::now);
         let mut spins = 0u32;
-        let mut budget = Budget::new(rang);
+        let mut budget = (self.policy == Policy::Adaptive).then(|| Budget::new(rang));
         loop {
             let seen = rep.load(Ordering::Acquire);
             if seen == seq {
@@ -263,7 +263,7 @@ impl Inner {
                 // A server on this very CPU can only answer once we sleep.
                 Policy::Adaptive => {
                     !policy::same_cpu(my_cpu, server_cpu.load(Ordering::Relaxed))
-                        && budget.spin(server_sleeping.load(Ordering::Relaxed) != 0)
+                        && budget.as_mut().is_some_and(|b| b.spin(server_sleeping.load(Ordering::Relaxed) != 0))
                 }
             };
             if spin {
@@ -274,8 +274,8 @@ impl Inner {
                     if deadline.is_some_and(|d| now >= d) {
                         return Err(RpcError::Timeout);
                     }
-                    if now.duration_since(last_check) >= LIVENESS_INTERVAL {
-                        last_check = now;
+                    if last_check.is_none_or(|t| now.duration_since(t) >= LIVENESS_INTERVAL) {
+                        last_check = Some(now);
                         self.check_alive(seq)?;
                     }
                 }

@@ -32,7 +32,7 @@ use super::{RpcError, RPC_CONNECT};
 use crate::error::{io_err, RecvError};
 use crate::message::{Item, Message};
 use crate::port::ReceiveRight;
-use crate::sys::futex;
+use crate::sys::futex::{self, AnyWord};
 use crate::sys::wait::{Epoll, Interest};
 use crate::timeout::Timeout;
 
@@ -214,7 +214,7 @@ impl RpcServer {
         let mut looked = false;
         let mut spins = 0u32;
         let waking = self.woke.take();
-        let mut budget = Budget::new(waking.is_some());
+        let mut budget = (self.policy == Policy::Adaptive).then(|| Budget::new(waking.is_some()));
         // The client just answered runs on this CPU: it can make its next
         // call only once this thread gives the CPU up, so do not spin.
         let peer_cpu = std::mem::take(&mut self.replied_cpu);
@@ -232,13 +232,15 @@ impl RpcServer {
             if self.port.is_none() && self.conns.is_empty() {
                 return Err(RpcError::NoClients);
             }
-            // Housekeeping is due every LIVENESS_INTERVAL, and at once when
-            // the watcher reports descriptor events.
-            let now_due = self.last_look.elapsed() >= LIVENESS_INTERVAL || self.watcher.shared().pending();
+            // Housekeeping is due at once when the watcher reports
+            // descriptor events, and every LIVENESS_INTERVAL while spinning
+            // (a thread that sleeps looks when it sleeps, or is told).
+            let now_due = self.watcher.shared().pending()
+                || (self.policy != Policy::Block && self.last_look.elapsed() >= LIVENESS_INTERVAL);
             let spin = match self.policy {
                 Policy::Poll => true,
                 Policy::Block => false,
-                Policy::Adaptive => !beside_peer && budget.spin(waking.is_some_and(|id| self.client_asleep(id))),
+                Policy::Adaptive => !beside_peer && budget.as_mut().is_some_and(|b| b.spin(waking.is_some_and(|id| self.client_asleep(id)))),
             };
             let expired = deadline.is_some_and(|d| Instant::now() >= d);
             if now_due || (expired && !looked) {
@@ -294,15 +296,13 @@ impl RpcServer {
     /// which then scans; it cannot keep others' requests from being seen.
     fn sleep_on_futexes(&mut self, gen: u32, deadline: Option<Instant>) -> Result<(), RpcError> {
         let watch = self.watcher.shared();
-        let mut words = Vec::with_capacity(self.conns.len() + 1);
-        words.push((&watch.gen, gen));
-        for c in self.conns.iter().filter(|c| !c.dead && c.busy.is_none()) {
-            if let Some(s) = &c.slot {
-                words.push((s.word(slot::OFF_REQ_SEQ), c.last_req));
-            }
-        }
+        let gen_word = AnyWord { word: &watch.gen, expected: gen, private: true };
+        let slots = self.conns.iter().filter(|c| !c.dead && c.busy.is_none()).filter_map(|c| {
+            c.slot.as_ref().map(|s| AnyWord { word: s.word(slot::OFF_REQ_SEQ), expected: c.last_req, private: false })
+        });
+        let words = std::iter::once(gen_word).chain(slots);
         policy::count_futex_wait();
-        match futex::wait_any(&words, deadline) {
+        match futex::wait_any(words, deadline) {
             Ok(_) => Ok(()),
             Err(rustix::io::Errno::NOSYS) => {
                 // No futex_waitv here: sleep in epoll from now on.

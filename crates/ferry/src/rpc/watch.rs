@@ -32,8 +32,8 @@ pub(super) const STOP_KEY: u64 = u64::MAX;
 /// What a server thread and its watcher share.
 #[derive(Debug, Default)]
 pub(super) struct Shared {
-    /// Bumped by the watcher for each batch of descriptor events; a futex
-    /// the sleeping server waits on with its slots.
+    /// Bumped by the watcher for each batch of descriptor events; a
+    /// (process-private) futex the sleeping server waits on with its slots.
     pub(super) gen: AtomicU32,
     /// The last generation the server has handled; the futex the watcher
     /// waits on.
@@ -63,7 +63,7 @@ impl Shared {
     /// lets the watcher wait again.
     pub(super) fn ack(&self, g: u32) {
         if self.acked.swap(g, Ordering::AcqRel) != g {
-            let _ = futex::wake(&self.acked);
+            let _ = futex::wake_private(&self.acked);
         }
     }
 }
@@ -97,7 +97,7 @@ impl Drop for Watcher {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::Release);
         let _ = self.bell.ring();
-        let _ = futex::wake(&self.shared.acked);
+        let _ = futex::wake_private(&self.shared.acked);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -119,13 +119,13 @@ fn run(epoll: &Epoll, s: &Shared) {
             continue;
         }
         let g = s.gen.fetch_add(1, Ordering::AcqRel).wrapping_add(1);
-        let _ = futex::wake(&s.gen);
+        let _ = futex::wake_private(&s.gen);
         loop {
             let a = s.acked.load(Ordering::Acquire);
             if a == g || !s.running() {
                 break;
             }
-            if futex::wait(&s.acked, a, None).is_err() {
+            if futex::wait_private(&s.acked, a).is_err() {
                 break;
             }
         }
@@ -134,5 +134,5 @@ fn run(epoll: &Epoll, s: &Shared) {
     // waiting in epoll itself.
     s.stop.store(true, Ordering::Release);
     s.gen.fetch_add(1, Ordering::AcqRel);
-    let _ = futex::wake(&s.gen);
+    let _ = futex::wake_private(&s.gen);
 }

@@ -52,28 +52,39 @@ pub fn wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) -> rusti
 /// `futex_waitv`).
 pub const WAIT_ANY_MAX: usize = 128;
 
+/// A word for [`wait_any`]: its expected value, and whether it is a
+/// process-private futex (memory only this process maps, woken with
+/// [`wake_private`]) rather than a shared one (woken with [`wake`]).
+#[derive(Clone, Copy, Debug)]
+pub struct AnyWord<'a> {
+    /// The futex word.
+    pub word: &'a AtomicU32,
+    /// Sleep only while it holds this value.
+    pub expected: u32,
+    /// Private to this process.
+    pub private: bool,
+}
+
 /// Sleeps until any of `words` no longer holds its expected value, or is
-/// woken with [`wake`], or `deadline` passes (`None`: never), with one
-/// `futex_waitv` (Linux 5.16 and later). Every word is a shared 32-bit
-/// futex, as for [`wait`]. At most [`WAIT_ANY_MAX`] words.
+/// woken, or `deadline` passes (`None`: never), with one `futex_waitv`
+/// (Linux 5.16 and later). At most [`WAIT_ANY_MAX`] words.
 ///
 /// # Errors
-/// `NOSYS` where the kernel has no `futex_waitv`; `INVAL` for more than
-/// [`WAIT_ANY_MAX`] words.
-pub fn wait_any(words: &[(&AtomicU32, u32)], deadline: Option<Instant>) -> rustix::io::Result<Woken> {
-    if words.is_empty() || words.len() > WAIT_ANY_MAX {
+/// `NOSYS` where the kernel has no `futex_waitv`; `INVAL` for no words or
+/// more than [`WAIT_ANY_MAX`].
+pub fn wait_any<'a>(words: impl IntoIterator<Item = AnyWord<'a>>, deadline: Option<Instant>) -> rustix::io::Result<Woken> {
+    let mut waits = [futex::Wait::new(); WAIT_ANY_MAX];
+    let mut n = 0;
+    for w in words {
+        let x = waits.get_mut(n).ok_or(Errno::INVAL)?;
+        x.val = u64::from(w.expected);
+        x.uaddr = futex::WaitPtr::new(w.word.as_ptr().cast());
+        x.flags = if w.private { futex::WaitFlags::SIZE_U32 | futex::WaitFlags::PRIVATE } else { futex::WaitFlags::SIZE_U32 };
+        n += 1;
+    }
+    if n == 0 {
         return Err(Errno::INVAL);
     }
-    let waits: Vec<futex::Wait> = words
-        .iter()
-        .map(|(w, v)| {
-            let mut x = futex::Wait::new();
-            x.val = u64::from(*v);
-            x.uaddr = futex::WaitPtr::new(w.as_ptr().cast());
-            x.flags = futex::WaitFlags::SIZE_U32;
-            x
-        })
-        .collect();
     // futex_waitv takes an absolute time on the clock given; `Instant` is
     // CLOCK_MONOTONIC on Linux.
     let ts = deadline.map(|d| {
@@ -82,12 +93,28 @@ pub fn wait_any(words: &[(&AtomicU32, u32)], deadline: Option<Instant>) -> rusti
         let ns = now.tv_nsec as u64 + u64::from(left.subsec_nanos());
         futex::Timespec { tv_sec: now.tv_sec + left.as_secs() as i64 + (ns / 1_000_000_000) as i64, tv_nsec: (ns % 1_000_000_000) as i64 }
     });
-    match futex::waitv(&waits, futex::WaitvFlags::empty(), ts.as_ref(), rustix::time::ClockId::Monotonic) {
+    match futex::waitv(&waits[..n], futex::WaitvFlags::empty(), ts.as_ref(), rustix::time::ClockId::Monotonic) {
         Ok(_) | Err(Errno::INTR) => Ok(Woken::Maybe),
         Err(Errno::AGAIN) => Ok(Woken::Changed),
         Err(Errno::TIMEDOUT) => Ok(Woken::TimedOut),
         Err(e) => Err(e),
     }
+}
+
+/// [`wait`] on a word only this process maps (a private futex: cheaper to
+/// key than a shared one).
+pub fn wait_private(word: &AtomicU32, expected: u32) -> rustix::io::Result<Woken> {
+    match futex::wait(word, futex::Flags::PRIVATE, expected, None) {
+        Ok(()) | Err(Errno::INTR) => Ok(Woken::Maybe),
+        Err(Errno::AGAIN) => Ok(Woken::Changed),
+        Err(Errno::TIMEDOUT) => Ok(Woken::TimedOut),
+        Err(e) => Err(e),
+    }
+}
+
+/// [`wake`] for a word only this process maps.
+pub fn wake_private(word: &AtomicU32) -> rustix::io::Result<usize> {
+    futex::wake(word, futex::Flags::PRIVATE, i32::MAX as u32)
 }
 
 /// Wakes every waiter sleeping on `word` (in any process that maps it);

@@ -491,6 +491,35 @@ fn scribbled_futex_words_stall_no_one() {
     })
 }
 
+/// One server thread with more idle connections than one `futex_waitv`
+/// can watch (128) sleeps in `epoll` instead, and its clients ring the
+/// socket doorbell: every call on every connection is still answered, and
+/// the server's socket reads show the doorbells were used.
+#[test]
+fn more_connections_than_one_futex_wait_use_the_doorbell() {
+    let _guard = shared();
+    common::watchdog("many_idle", LIMIT, || {
+        let server = start_server("many-idle", "block", 1);
+        let mut conns: Vec<Connection> = (0..130).map(|_| Connection::connect(&server.to, opts(Policy::Block)).unwrap()).collect();
+        let before = server_stats(&mut conns[0]);
+        for round in 0u32..3 {
+            for (i, c) in conns.iter_mut().enumerate() {
+                let body = [round.to_le_bytes(), (i as u32).to_le_bytes()].concat();
+                let r = c.call(Message::new(OP_ECHO).with_body(body.clone()), Timeout::millis(10_000)).unwrap();
+                assert_eq!(r.body(), &body[..]);
+            }
+        }
+        let d = server_stats(&mut conns[0]).since(&before);
+        eprintln!("server over 390 blocking calls on 130 connections: {d:?}");
+        assert!(d.socket_ops > 0, "no doorbell was read: {d:?}");
+        let n = u64s(conns[0].call(Message::new(OP_CONNS), Timeout::Infinite).unwrap().body())[0];
+        assert_eq!(n, 130);
+        let mut last = conns.pop().unwrap();
+        drop(conns);
+        server.exit(&mut last);
+    })
+}
+
 /// A pool of server threads serves many connections at once.
 #[test]
 fn thread_pool_serves_many_connections() {

@@ -13,7 +13,8 @@
 //! level-triggered, so it would otherwise report the same events at once).
 //! It consumes nothing itself: the server thread does every read.
 //!
-//! The watcher costs nothing per slot call: it sleeps until a descriptor
+//! Its system calls are counted in `rpc::stats()` with the rest of the
+//! RPC layer's. The watcher costs nothing per slot call: it sleeps until a descriptor
 //! event, which the slot path never causes. Nothing a client writes reaches
 //! it; a client that floods its socket only makes the server look more
 //! often, as the server's own `epoll` wait did.
@@ -23,6 +24,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+use super::policy;
 use crate::sys::futex;
 use crate::sys::wait::{Bell, Epoll, Interest};
 
@@ -63,6 +65,7 @@ impl Shared {
     /// lets the watcher wait again.
     pub(super) fn ack(&self, g: u32) {
         if self.acked.swap(g, Ordering::AcqRel) != g {
+            policy::count_wake();
             let _ = futex::wake_private(&self.acked);
         }
     }
@@ -108,6 +111,7 @@ impl Drop for Watcher {
 /// server's acknowledgement.
 fn run(epoll: &Epoll, s: &Shared) {
     while s.running() {
+        policy::count_poll();
         let events = match epoll.wait(8, None) {
             Ok(e) => e,
             Err(_) => break,
@@ -119,12 +123,14 @@ fn run(epoll: &Epoll, s: &Shared) {
             continue;
         }
         let g = s.gen.fetch_add(1, Ordering::AcqRel).wrapping_add(1);
+        policy::count_wake();
         let _ = futex::wake_private(&s.gen);
         loop {
             let a = s.acked.load(Ordering::Acquire);
             if a == g || !s.running() {
                 break;
             }
+            policy::count_futex_wait();
             if futex::wait_private(&s.acked, a).is_err() {
                 break;
             }

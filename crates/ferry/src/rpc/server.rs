@@ -277,7 +277,7 @@ impl RpcServer {
         let gen = watch.gen.load(Ordering::SeqCst);
         let idle = self.conns.iter().filter(|c| !c.dead && c.busy.is_none() && c.slot.is_some()).count();
         let on_futex = self.waitv && watch.running() && idle < futex::WAIT_ANY_MAX;
-        if on_futex && gen != watch_acked(self) {
+        if on_futex && gen != watch.acked() {
             // Events already reported: look instead of sleeping.
             return self.look(Some(Instant::now()));
         }
@@ -390,8 +390,8 @@ impl RpcServer {
     }
 
     /// Waits in `epoll` until `deadline` (now: just look) and handles what
-    /// it reports: new connections, socket traffic, hang-ups.
-    /// Acknowledges the watcher's reports up to the generation read first.
+    /// it reports: new connections, socket traffic, hang-ups. Then
+    /// acknowledges the watcher's reports up to the generation read first.
     fn look(&mut self, deadline: Option<Instant>) -> Result<(), RpcError> {
         let gen = self.watcher.shared().gen.load(Ordering::Acquire);
         policy::count_poll();
@@ -467,9 +467,4 @@ impl RpcServer {
             self.next_scan = 0;
         }
     }
-}
-
-/// The generation the server last acknowledged to its watcher.
-fn watch_acked(s: &RpcServer) -> u32 {
-    s.watcher.shared().acked()
 }

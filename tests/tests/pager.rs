@@ -144,6 +144,28 @@ fn unavailable_pages_are_zero_filled() {
     });
 }
 
+/// A pager that says a range is empty before any buffer is prepared gets
+/// it zero-filled without being asked for data (its `data_request` would
+/// supply 0xEE bytes there); ranges it does not declare are asked for as
+/// before.
+#[test]
+fn declared_empty_ranges_are_zero_filled_without_a_request() {
+    common::watchdog("declared_empty_ranges", Duration::from_secs(60), || {
+        let bs = names("pager-empty");
+        let pager = PagerPeer::start(&bs, "obj", &["pages=8", "cluster=1", "holes=1", "empty=1"]);
+        let obj = object(&bs, "obj");
+        let m = obj.map().unwrap();
+        for p in [1, 3, 5] {
+            assert!(read(&m, p * PAGE..(p + 1) * PAGE).iter().all(|&b| b == 0), "page {p} is not zeros");
+        }
+        check_page(&m, 2);
+        let s = obj.stats().unwrap();
+        assert_eq!((s.pages_zeroed, s.pages_copied, s.requests), (3, 1, 4));
+        drop(m);
+        pager.kill();
+    });
+}
+
 #[test]
 fn zero_copy_supply_shares_one_page_cache() {
     common::watchdog("zero_copy_supply_shares_one_page_cache", Duration::from_secs(60), || {

@@ -416,6 +416,110 @@ fn active_calls_make_no_system_calls() {
     })
 }
 
+/// A blocking server sleeps on its slots' futexes, not in `epoll`: a
+/// client wakes it with `FUTEX_WAKE`, and no doorbell is rung or read. The
+/// old design rang a one-byte doorbell on the connection socket for every
+/// call that found the server asleep, which the server then read: one
+/// socket operation and one `epoll` wait on the server per call.
+#[test]
+fn blocking_server_sleeps_on_futexes() {
+    let _guard = shared();
+    common::watchdog("block_futex", LIMIT, || {
+        let server = start_server("block-futex", "block", 1);
+        let mut c = Connection::connect(&server.to, opts(Policy::Block)).unwrap();
+        for _ in 0..20 {
+            c.call(Message::new(OP_ECHO).with_body(*b"warm"), Timeout::Infinite).unwrap();
+        }
+        let calls = 300u32;
+        let before = server_stats(&mut c);
+        for i in 0..calls {
+            let r = c.call(Message::new(OP_ECHO).with_body(i.to_le_bytes()), Timeout::Infinite).unwrap();
+            assert_eq!(r.body(), i.to_le_bytes());
+        }
+        let d = server_stats(&mut c).since(&before);
+        eprintln!("server over {calls} blocking calls: {d:?}");
+        assert_eq!(d.socket_ops, 0, "the server read doorbells from the socket");
+        assert!(d.futex_waits > 0, "the server never slept on a futex");
+        // Only the housekeeping look every LIVENESS_INTERVAL may wait in epoll.
+        assert!(d.polls < u64::from(calls) / 4, "the server slept in epoll: {d:?}");
+        server.exit(&mut c);
+    })
+}
+
+/// A client that keeps scribbling on its own slot's request word (the futex
+/// a sleeping server waits on), its request length, the server's sleeping
+/// flag and the socket-request word cannot stall a blocking server: another
+/// client's calls are all answered meanwhile, and afterwards.
+#[test]
+fn scribbled_futex_words_stall_no_one() {
+    let _guard = shared();
+    common::watchdog("scribbled_futex", LIMIT, || {
+        let server = start_server("scribble-futex", "block", 1);
+        let mut good = Connection::connect(&server.to, opts(Policy::Block)).unwrap();
+        let mut evil = Connection::connect(&server.to, opts(Policy::Block)).unwrap();
+        assert_eq!(evil.call(Message::new(OP_ECHO).with_body(*b"x"), Timeout::Infinite).unwrap().body(), b"x");
+        let fd = evil.slot_fd().unwrap().try_clone_to_owned().unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let scribbler = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut x = 0x9E37_79B9u32;
+                let start = Instant::now();
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) && start.elapsed() < Duration::from_secs(20) {
+                    x ^= x << 13;
+                    x ^= x >> 17;
+                    x ^= x << 5;
+                    // req_seq, req_op, req_len (small or huge), server_sleeping, req_sock
+                    let off = [64u64, 68, 72, 76, 80][(x % 5) as usize];
+                    let v = if off == 72 && x & 1 == 0 { x % 64 } else { x };
+                    let _ = rustix::io::pwrite(&fd, &v.to_le_bytes(), off);
+                }
+            })
+        };
+        for i in 0u32..300 {
+            let r = good.call(Message::new(OP_ECHO).with_body(i.to_le_bytes()), Timeout::millis(10_000)).unwrap();
+            assert_eq!(r.body(), i.to_le_bytes());
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        scribbler.join().unwrap();
+        for i in 0u32..20 {
+            let r = good.call(Message::new(OP_ECHO).with_body(i.to_le_bytes()), Timeout::millis(10_000)).unwrap();
+            assert_eq!(r.body(), i.to_le_bytes());
+        }
+        drop(evil);
+        server.exit(&mut good);
+    })
+}
+
+/// One server thread with more idle connections than one `futex_waitv`
+/// can watch (128) sleeps in `epoll` instead, and its clients ring the
+/// socket doorbell: every call on every connection is still answered, and
+/// the server's socket reads show the doorbells were used.
+#[test]
+fn more_connections_than_one_futex_wait_use_the_doorbell() {
+    let _guard = shared();
+    common::watchdog("many_idle", LIMIT, || {
+        let server = start_server("many-idle", "block", 1);
+        let mut conns: Vec<Connection> = (0..130).map(|_| Connection::connect(&server.to, opts(Policy::Block)).unwrap()).collect();
+        let before = server_stats(&mut conns[0]);
+        for round in 0u32..3 {
+            for (i, c) in conns.iter_mut().enumerate() {
+                let body = [round.to_le_bytes(), (i as u32).to_le_bytes()].concat();
+                let r = c.call(Message::new(OP_ECHO).with_body(body.clone()), Timeout::millis(10_000)).unwrap();
+                assert_eq!(r.body(), &body[..]);
+            }
+        }
+        let d = server_stats(&mut conns[0]).since(&before);
+        eprintln!("server over 390 blocking calls on 130 connections: {d:?}");
+        assert!(d.socket_ops > 0, "no doorbell was read: {d:?}");
+        let n = u64s(conns[0].call(Message::new(OP_CONNS), Timeout::Infinite).unwrap().body())[0];
+        assert_eq!(n, 130);
+        let mut last = conns.pop().unwrap();
+        drop(conns);
+        server.exit(&mut last);
+    })
+}
+
 /// A pool of server threads serves many connections at once.
 #[test]
 fn thread_pool_serves_many_connections() {

@@ -72,6 +72,7 @@ mod policy;
 mod probe;
 mod server;
 pub(crate) mod slot;
+mod watch;
 
 use std::fmt;
 use std::io;

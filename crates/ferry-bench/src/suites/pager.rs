@@ -190,6 +190,10 @@ impl Pager for Nothing {
     fn data_request(&mut self, _: u64, _: &mut [u8]) -> Result<Supply, PagerFault> {
         Ok(Supply::Unavailable)
     }
+
+    fn data_unavailable(&mut self, _: u64, _: usize) -> bool {
+        true
+    }
 }
 
 /// The cluster of a `fault` case, and the pages of one batch's object.

@@ -93,6 +93,9 @@ impl std::error::Error for PagerFault {}
 ///   touch, and never twice for a page of a zero-copy object (its page
 ///   cache keeps it); a copy-mode object asks again for a page a client
 ///   dropped and touched again.
+/// - [`data_unavailable`](Pager::data_unavailable) is asked first, for the
+///   same range; when it says the range has no data, `data_request` is not
+///   called for it.
 /// - [`data_return`](Pager::data_return) receives pages a client wrote and
 ///   gave back (Mach's `data_return` after a `lock_request`); the default
 ///   discards them.
@@ -102,6 +105,18 @@ pub trait Pager: Send {
     /// # Errors
     /// A [`PagerFault`] makes the client's access fail with `SIGBUS`.
     fn data_request(&mut self, offset: Offset, buf: &mut [u8]) -> Result<Supply, PagerFault>;
+
+    /// Says, before any buffer is prepared, whether `[offset, offset + len)`
+    /// (page-aligned, whole pages) has no data at all, so that the pages
+    /// can be answered as zeros (`UFFDIO_ZEROPAGE`) without zeroing a buffer
+    /// and calling [`data_request`](Pager::data_request), which a
+    /// zero-fill answer would never read. `true` is a promise for the whole
+    /// range: it is answered as [`Supply::Unavailable`] would be. The
+    /// default, `false`, always asks `data_request`.
+    fn data_unavailable(&mut self, offset: Offset, len: usize) -> bool {
+        let _ = (offset, len);
+        false
+    }
 
     /// Accepts a page a client dirtied and returned.
     fn data_return(&mut self, offset: Offset, data: &[u8]) {

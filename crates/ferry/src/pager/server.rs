@@ -21,7 +21,7 @@ use std::time::Instant;
 use rustix::io::Errno;
 
 use super::proto::{self, Fields};
-use super::store::{fill_cache, make_cache, read_object, write_object, Object, Source};
+use super::store::{fill_cache, make_cache, object_unavailable, read_object, write_object, Object, Source};
 use super::{
     errno, Budgets, Inner, ObjectConfig, ObjectId, ObjectStats, Offset, Pager, PagerError, PagerFd, Supply,
     SupplyMode,
@@ -749,6 +749,17 @@ impl ObjectServer {
         let n = (end - first) * page;
         let size = obj.size;
         let outcome = match mode {
+            // A pager that knows the range is empty: zero pages at once,
+            // no buffer prepared. (Tracked pages must be copied: there is no
+            // write-protected zero page.)
+            SupplyMode::Copy if !wp && object_unavailable(&mut self.objects, id, first as u64, (end - first) as u64) => {
+                let c = self.clients[slot].as_ref().expect("live slot");
+                let r = fill(n, |at, left| c.uffd.zeropage(dst + at, left, true));
+                r.map(|f| {
+                    self.stat(id, |s| s.pages_zeroed += f.pages);
+                    f.first_skipped
+                })
+            }
             SupplyMode::Copy => {
                 // One buffer reused across faults: zeroing it is the only
                 // per-fault cost (a fresh allocation per fault cost a

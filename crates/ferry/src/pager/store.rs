@@ -134,6 +134,32 @@ pub(super) fn read_object(objects: &mut BTreeMap<ObjectId, Object>, id: ObjectId
     Ok(if provided { Supply::Provided } else { Supply::Unavailable })
 }
 
+/// Whether pages `[first, first + npages)` of object `id` are known to hold
+/// no data, without preparing a buffer: no page of its own (or of the
+/// objects it copies) in the range and a pager that says the range is
+/// empty. Counted as a request to the pager when it is asked.
+pub(super) fn object_unavailable(objects: &mut BTreeMap<ObjectId, Object>, id: ObjectId, first: u64, npages: u64) -> bool {
+    let page = mem::page_size() as u64;
+    let Some(o) = objects.get_mut(&id) else { return false };
+    if o.pages.range(first..first + npages).next().is_some() {
+        return false;
+    }
+    match &mut o.source {
+        Source::CopyOf(parent) => {
+            let parent = *parent;
+            object_unavailable(objects, parent, first, npages)
+        }
+        Source::Pager(p) => {
+            let none = p.data_unavailable(first * page, (npages * page) as usize);
+            if none {
+                o.stats.requests += 1;
+                o.stats.pages_requested += npages;
+            }
+            none
+        }
+    }
+}
+
 /// Changes object `id` as its owner (see [`super::ObjectServer::write`]):
 /// for each page touched, the old page is first pushed into every copy that
 /// has no version of its own yet, then the object's own page is changed.

@@ -350,10 +350,18 @@ impl Inner {
         slot.put_request(seq, req.op(), req.body());
         drop(req);
         st.published = probe::now();
-        let rang = slot.word(slot::OFF_SERVER_SLEEPING).load(Ordering::SeqCst) != 0;
-        if rang {
-            frame::ring(self.sock())?;
-        }
+        let rang = match slot.word(slot::OFF_SERVER_SLEEPING).load(Ordering::SeqCst) {
+            0 => false,
+            slot::SLEEPING_FUTEX => {
+                policy::count_wake();
+                futex::wake(slot.word(slot::OFF_REQ_SEQ)).map_err(|e| RpcError::Io(io_err(e)))?;
+                true
+            }
+            _ => {
+                frame::ring(self.sock())?;
+                true
+            }
+        };
         st.woken = probe::now();
         self.wait_slot(seq, deadline, rang, my_cpu)?;
         st.seen = probe::now();
@@ -379,10 +387,10 @@ impl Inner {
         let server_sleeping = slot.word(slot::OFF_SERVER_SLEEPING);
         let sleeping = slot.word(slot::OFF_CLIENT_SLEEPING);
         let server_cpu = slot.word(slot::OFF_SERVER_CPU);
-        let start = Instant::now();
-        let mut last_check = start;
+        // Clocks are read only by waiters that spin.
+        let mut last_check = (self.policy != Policy::Block).then(Instant::now);
         let mut spins = 0u32;
-        let mut budget = Budget::new(rang);
+        let mut budget = (self.policy == Policy::Adaptive).then(|| Budget::new(rang));
         loop {
             let seen = rep.load(Ordering::Acquire);
             if seen == seq {
@@ -394,7 +402,7 @@ impl Inner {
                 // A server on this very CPU can only answer once we sleep.
                 Policy::Adaptive => {
                     !policy::same_cpu(my_cpu, server_cpu.load(Ordering::Relaxed))
-                        && budget.spin(server_sleeping.load(Ordering::Relaxed) != 0)
+                        && budget.as_mut().is_some_and(|b| b.spin(server_sleeping.load(Ordering::Relaxed) != 0))
                 }
             };
             if spin {
@@ -405,8 +413,8 @@ impl Inner {
                     if deadline.is_some_and(|d| now >= d) {
                         return Err(RpcError::Timeout);
                     }
-                    if now.duration_since(last_check) >= LIVENESS_INTERVAL {
-                        last_check = now;
+                    if last_check.is_none_or(|t| now.duration_since(t) >= LIVENESS_INTERVAL) {
+                        last_check = Some(now);
                         self.check_alive(seq)?;
                     }
                 }

@@ -4,14 +4,16 @@
 //!
 //! A server thread waits for all its connections at once. While it spins it
 //! scans the slots' request sequence numbers; when it sleeps it first sets
-//! `server_sleeping` in every slot, scans once more, and then blocks in
-//! `epoll` on its port and on every connection socket, so one wait covers
-//! new connections, doorbells rung by clients that saw it sleeping, requests
-//! sent over sockets, and clients that died (their socket hangs up). A futex
-//! cannot be waited on together with descriptors, which is why the
-//! client-to-server wake-up is a one-byte doorbell datagram rather than a
-//! `FUTEX_WAKE`; it costs the same (the price is the sleeping thread's
-//! wake-up, not the system call) and it is only paid when the server sleeps.
+//! `server_sleeping` in every idle slot, scans once more, and then sleeps in
+//! one `futex_waitv` on the request word of every idle slot and on its
+//! watcher's generation word (`watch.rs`): a client wakes it with a plain
+//! `FUTEX_WAKE` on its request word, and descriptor events (new connections
+//! on the port, requests sent over sockets, clients that died) reach it
+//! through the watcher thread, which waits in `epoll` on its behalf. Where
+//! `futex_waitv` cannot serve (a kernel without it, more idle slots than one
+//! call watches, a watcher that stopped), the thread sleeps in `epoll`
+//! itself and clients ring a one-byte doorbell on their socket instead; the
+//! value of `server_sleeping` tells a client which of the two to use.
 
 use std::collections::VecDeque;
 use std::io;
@@ -25,10 +27,12 @@ use super::frame;
 use super::policy::{self, Budget, Policy, LIVENESS_INTERVAL, SPINS_PER_CLOCK};
 use super::probe;
 use super::slot::{self, Slot};
+use super::watch::{Watcher, STOP_KEY};
 use super::{RpcError, RPC_CONNECT};
 use crate::error::{io_err, RecvError};
 use crate::message::{Item, Message};
 use crate::port::ReceiveRight;
+use crate::sys::futex::{self, AnyWord};
 use crate::sys::wait::{Epoll, Interest};
 use crate::timeout::Timeout;
 
@@ -45,7 +49,11 @@ const BATCH: usize = 16;
 #[derive(Debug)]
 pub struct RpcServer {
     port: Option<Arc<Mutex<ReceiveRight>>>,
-    epoll: Epoll,
+    epoll: Arc<Epoll>,
+    /// Waits in `epoll` while this thread sleeps on futexes.
+    watcher: Watcher,
+    /// Whether the kernel has `futex_waitv` (cleared at the first `NOSYS`).
+    waitv: bool,
     conns: Vec<Conn>,
     next_id: Arc<AtomicU64>,
     policy: Policy,
@@ -71,8 +79,11 @@ impl RpcServer {
     pub fn new(port: ReceiveRight) -> io::Result<RpcServer> {
         let epoll = Epoll::new().map_err(io_err)?;
         epoll.add(port.main_fd(), Interest::Readable, PORT_KEY).map_err(io_err)?;
+        let epoll = Arc::new(epoll);
         Ok(RpcServer {
             port: Some(Arc::new(Mutex::new(port))),
+            watcher: Watcher::start(epoll.clone())?,
+            waitv: true,
             epoll,
             conns: Vec::new(),
             next_id: Arc::new(AtomicU64::new(PORT_KEY + 1)),
@@ -97,8 +108,11 @@ impl RpcServer {
             let guard = p.lock().unwrap_or_else(|e| e.into_inner());
             epoll.add(guard.main_fd(), Interest::Readable, PORT_KEY).map_err(io_err)?;
         }
+        let epoll = Arc::new(epoll);
         Ok(RpcServer {
             port: self.port.clone(),
+            watcher: Watcher::start(epoll.clone())?,
+            waitv: true,
             epoll,
             conns: Vec::new(),
             next_id: self.next_id.clone(),
@@ -217,7 +231,7 @@ impl RpcServer {
         let mut looked = false;
         let mut spins = 0u32;
         let waking = self.woke.take();
-        let mut budget = Budget::new(waking.is_some());
+        let mut budget = (self.policy == Policy::Adaptive).then(|| Budget::new(waking.is_some()));
         // The client just answered runs on this CPU: it can make its next
         // call only once this thread gives the CPU up, so do not spin.
         let peer_cpu = std::mem::take(&mut self.replied_cpu);
@@ -235,17 +249,26 @@ impl RpcServer {
             if self.port.is_none() && self.conns.is_empty() {
                 return Err(RpcError::NoClients);
             }
-            let now_due = self.last_look.elapsed() >= LIVENESS_INTERVAL;
+            // The clock is read on the first pass, after each sleep and every
+            // SPINS_PER_CLOCK spins: a spinning server notices a request one
+            // clock read sooner.
+            let now = (spins % SPINS_PER_CLOCK == 0).then(Instant::now);
+            // Housekeeping is due at once when the watcher reports
+            // descriptor events, and every LIVENESS_INTERVAL while spinning
+            // (a thread that sleeps looks when it sleeps, or is told).
+            let now_due = self.watcher.shared().pending()
+                || (self.policy != Policy::Block && now.is_some_and(|n| n.duration_since(self.last_look) >= LIVENESS_INTERVAL));
             let spin = match self.policy {
                 Policy::Poll => true,
                 Policy::Block => false,
-                Policy::Adaptive => !beside_peer && budget.spin(waking.is_some_and(|id| self.client_asleep(id))),
+                Policy::Adaptive => !beside_peer && budget.as_mut().is_some_and(|b| b.spin(waking.is_some_and(|id| self.client_asleep(id)))),
             };
-            let expired = deadline.is_some_and(|d| Instant::now() >= d);
+            let expired = deadline.is_some_and(|d| now.is_some_and(|n| n >= d));
             if now_due || (expired && !looked) {
                 // Housekeeping while busy, or the one look at the sockets
                 // that even a zero timeout gets.
                 looked = true;
+                spins = 0;
                 self.look(Some(Instant::now()))?;
                 continue;
             }
@@ -255,26 +278,34 @@ impl RpcServer {
             if spin {
                 std::hint::spin_loop();
                 spins = spins.wrapping_add(1);
-                if spins % SPINS_PER_CLOCK == 0 && deadline.is_some_and(|d| Instant::now() >= d) {
-                    return Err(RpcError::Timeout);
-                }
                 continue;
             }
+            spins = 0;
             self.sleep(deadline)?;
             looked = true;
         }
     }
 
-    /// Advertises sleep in every idle slot, scans once more, then blocks in
-    /// `epoll` until a doorbell, a socket event or the deadline.
+    /// Advertises sleep in every idle slot, scans once more, then sleeps
+    /// until a request, a descriptor event or the deadline: on futexes when
+    /// it can, else in `epoll`.
     fn sleep(&mut self, deadline: Option<std::time::Instant>) -> Result<(), RpcError> {
-        self.set_sleeping(1);
+        let watch = self.watcher.shared();
+        let gen = watch.gen.load(Ordering::SeqCst);
+        let idle = self.conns.iter().filter(|c| !c.dead && c.busy.is_none() && c.slot.is_some()).count();
+        let on_futex = self.waitv && watch.running() && idle < futex::WAIT_ANY_MAX;
+        if on_futex && gen != watch.acked() {
+            // Events already reported: look instead of sleeping.
+            return self.look(Some(Instant::now()));
+        }
+        let how = if on_futex { slot::SLEEPING_FUTEX } else { slot::SLEEPING_DOORBELL };
+        self.set_sleeping(how);
         if let Some(r) = self.scan() {
             self.set_sleeping(0);
             self.ready.push_back(r);
             return Ok(());
         }
-        let out = self.look(deadline);
+        let out = if on_futex { self.sleep_on_futexes(gen, deadline) } else { self.look(deadline) };
         self.set_sleeping(0);
         out
     }
@@ -293,6 +324,29 @@ impl RpcServer {
         }
         self.away = true;
         Err(RpcError::Timeout)
+    }
+
+    /// One `futex_waitv` on the watcher's generation (still `gen`) and on
+    /// the request word of every idle slot (still the last request taken).
+    /// A client that changes its word at any time only wakes this thread,
+    /// which then scans; it cannot keep others' requests from being seen.
+    fn sleep_on_futexes(&mut self, gen: u32, deadline: Option<Instant>) -> Result<(), RpcError> {
+        let watch = self.watcher.shared();
+        let gen_word = AnyWord { word: &watch.gen, expected: gen, private: true };
+        let slots = self.conns.iter().filter(|c| !c.dead && c.busy.is_none()).filter_map(|c| {
+            c.slot.as_ref().map(|s| AnyWord { word: s.word(slot::OFF_REQ_SEQ), expected: c.last_req, private: false })
+        });
+        let words = std::iter::once(gen_word).chain(slots);
+        policy::count_futex_wait();
+        match futex::wait_any(words, deadline) {
+            Ok(_) => Ok(()),
+            Err(rustix::io::Errno::NOSYS) => {
+                // No futex_waitv here: sleep in epoll from now on.
+                self.waitv = false;
+                Ok(())
+            }
+            Err(e) => Err(RpcError::Io(io_err(e))),
+        }
     }
 
     /// Whether the client of connection `id` still sleeps (false once it is
@@ -369,12 +423,17 @@ impl RpcServer {
     }
 
     /// Waits in `epoll` until `deadline` (now: just look) and handles what
-    /// it reports: new connections, socket traffic, hang-ups.
+    /// it reports: new connections, socket traffic, hang-ups. Then
+    /// acknowledges the watcher's reports up to the generation read first.
     fn look(&mut self, deadline: Option<Instant>) -> Result<(), RpcError> {
+        let gen = self.watcher.shared().gen.load(Ordering::Acquire);
         policy::count_poll();
         let events = self.epoll.wait(64, deadline).map_err(|e| RpcError::Io(io_err(e)))?;
         self.last_look = Instant::now();
         for (key, _ready) in events {
+            if key == STOP_KEY {
+                continue;
+            }
             if key == PORT_KEY {
                 self.accept_all();
             } else if let Some(c) = self.conns.iter_mut().find(|c| c.id == key) {
@@ -382,6 +441,7 @@ impl RpcServer {
             }
         }
         self.reap();
+        self.watcher.shared().ack(gen);
         Ok(())
     }
 

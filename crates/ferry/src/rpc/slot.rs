@@ -7,7 +7,7 @@
 //! |---|---|---|
 //! | 0 | magic `"FRPS"`, version, size | client, at setup |
 //! | 64 | `req_seq` (publishes a request), `req_op`, `req_len` | client |
-//! | 76 | `server_sleeping` (1: the server is asleep, ring its doorbell) | server |
+//! | 76 | `server_sleeping` (1: asleep in `epoll`, ring its doorbell; 2: asleep on futexes, wake `req_seq`) | server |
 //! | 80 | `req_sock`: sequence number of the last request sent over the socket | client |
 //! | 128 | `rep_seq` (futex word the client sleeps on), `rep_op`, `rep_len`, `rep_via` | server |
 //! | 144 | `client_sleeping` (1: the client sleeps on `rep_seq`, wake it; 2: it waits on its socket, ring its doorbell) | client |
@@ -58,6 +58,12 @@ const OFF_REP_DATA: usize = 4096 + 256;
 /// `client_sleeping`: the client waits on the connection socket (an event
 /// loop), not on the futex: ring its doorbell instead of waking the futex.
 pub(crate) const CLIENT_WANTS_DOORBELL: u32 = 2;
+/// `server_sleeping`: the server sleeps in `epoll`; ring the doorbell on
+/// the connection socket.
+pub(crate) const SLEEPING_DOORBELL: u32 = 1;
+/// `server_sleeping`: the server sleeps on futexes; `FUTEX_WAKE` the
+/// request word.
+pub(crate) const SLEEPING_FUTEX: u32 = 2;
 
 /// `rep_via`: the reply body is in the slot.
 pub(crate) const VIA_SLOT: u32 = 0;

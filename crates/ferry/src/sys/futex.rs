@@ -18,7 +18,7 @@
 
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rustix::io::Errno;
 use rustix::thread::futex;
@@ -46,6 +46,75 @@ pub fn wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) -> rusti
         Err(Errno::TIMEDOUT) => Ok(Woken::TimedOut),
         Err(e) => Err(e),
     }
+}
+
+/// Most words one [`wait_any`] can watch (the kernel's limit for
+/// `futex_waitv`).
+pub const WAIT_ANY_MAX: usize = 128;
+
+/// A word for [`wait_any`]: its expected value, and whether it is a
+/// process-private futex (memory only this process maps, woken with
+/// [`wake_private`]) rather than a shared one (woken with [`wake`]).
+#[derive(Clone, Copy, Debug)]
+pub struct AnyWord<'a> {
+    /// The futex word.
+    pub word: &'a AtomicU32,
+    /// Sleep only while it holds this value.
+    pub expected: u32,
+    /// Private to this process.
+    pub private: bool,
+}
+
+/// Sleeps until any of `words` no longer holds its expected value, or is
+/// woken, or `deadline` passes (`None`: never), with one `futex_waitv`
+/// (Linux 5.16 and later). At most [`WAIT_ANY_MAX`] words.
+///
+/// # Errors
+/// `NOSYS` where the kernel has no `futex_waitv`; `INVAL` for no words or
+/// more than [`WAIT_ANY_MAX`].
+pub fn wait_any<'a>(words: impl IntoIterator<Item = AnyWord<'a>>, deadline: Option<Instant>) -> rustix::io::Result<Woken> {
+    let mut waits = [futex::Wait::new(); WAIT_ANY_MAX];
+    let mut n = 0;
+    for w in words {
+        let x = waits.get_mut(n).ok_or(Errno::INVAL)?;
+        x.val = u64::from(w.expected);
+        x.uaddr = futex::WaitPtr::new(w.word.as_ptr().cast());
+        x.flags = if w.private { futex::WaitFlags::SIZE_U32 | futex::WaitFlags::PRIVATE } else { futex::WaitFlags::SIZE_U32 };
+        n += 1;
+    }
+    if n == 0 {
+        return Err(Errno::INVAL);
+    }
+    // futex_waitv takes an absolute time on the clock given; `Instant` is
+    // CLOCK_MONOTONIC on Linux.
+    let ts = deadline.map(|d| {
+        let left = d.saturating_duration_since(Instant::now());
+        let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+        let ns = now.tv_nsec as u64 + u64::from(left.subsec_nanos());
+        futex::Timespec { tv_sec: now.tv_sec + left.as_secs() as i64 + (ns / 1_000_000_000) as i64, tv_nsec: (ns % 1_000_000_000) as i64 }
+    });
+    match futex::waitv(&waits[..n], futex::WaitvFlags::empty(), ts.as_ref(), rustix::time::ClockId::Monotonic) {
+        Ok(_) | Err(Errno::INTR) => Ok(Woken::Maybe),
+        Err(Errno::AGAIN) => Ok(Woken::Changed),
+        Err(Errno::TIMEDOUT) => Ok(Woken::TimedOut),
+        Err(e) => Err(e),
+    }
+}
+
+/// [`wait`] on a word only this process maps (a private futex: cheaper to
+/// key than a shared one).
+pub fn wait_private(word: &AtomicU32, expected: u32) -> rustix::io::Result<Woken> {
+    match futex::wait(word, futex::Flags::PRIVATE, expected, None) {
+        Ok(()) | Err(Errno::INTR) => Ok(Woken::Maybe),
+        Err(Errno::AGAIN) => Ok(Woken::Changed),
+        Err(Errno::TIMEDOUT) => Ok(Woken::TimedOut),
+        Err(e) => Err(e),
+    }
+}
+
+/// [`wake`] for a word only this process maps.
+pub fn wake_private(word: &AtomicU32) -> rustix::io::Result<usize> {
+    futex::wake(word, futex::Flags::PRIVATE, i32::MAX as u32)
 }
 
 /// Wakes every waiter sleeping on `word` (in any process that maps it);

@@ -1,4 +1,5 @@
-//! Waiting on descriptors: `poll` for a handful, `epoll` for port sets.
+//! Waiting on descriptors: `poll` for a handful, `epoll` for port sets, and
+//! an `eventfd` to interrupt a thread that waits in `epoll`.
 //!
 //! Timeouts are absolute deadlines here so that a wait interrupted by a
 //! signal, or woken spuriously, resumes with the time that is really left.
@@ -146,6 +147,35 @@ fn spare(v: &mut Vec<epoll::Event>) -> rustix::buffer::SpareCapacity<'_, epoll::
 }
 
 impl AsFd for Epoll {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+/// An `eventfd` that makes a thread waiting in `epoll` on it return: once
+/// rung it stays readable.
+#[derive(Debug)]
+pub struct Bell {
+    fd: OwnedFd,
+}
+
+impl Bell {
+    /// A new, unrung, non-blocking, close-on-exec bell.
+    pub fn new() -> rustix::io::Result<Bell> {
+        let fd = rustix::event::eventfd(0, rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK)?;
+        Ok(Bell { fd })
+    }
+
+    /// Rings it: its descriptor becomes readable (and stays so).
+    pub fn ring(&self) -> rustix::io::Result<()> {
+        match rustix::io::write(&self.fd, &1u64.to_ne_bytes()) {
+            Ok(_) | Err(Errno::AGAIN) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl AsFd for Bell {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
     }

@@ -5,6 +5,8 @@
 //!   Keys: `pages=N` (size in pages, default 64), `extra=N` (bytes past the
 //!   last whole page), `cluster=N`, `mode=copy|zerocopy`,
 //!   `policy=sigbus|zero`, `holes=1` (odd pages are unavailable: zeros),
+//!   `empty=1` (with `holes=1`: the pager says so before a buffer is
+//!   prepared, and would supply 0xEE bytes if asked for such a page anyway),
 //!   `hang=P` (the pager never answers for page P: it stops answering),
 //!   `dirty=1` (track dirty pages; returned pages become the object's).
 //! - `file-serve NAME ROOT`: a file server for the files beneath ROOT
@@ -51,6 +53,8 @@ pub fn pattern(at: usize) -> u8 {
 
 struct TestPager {
     holes: bool,
+    /// Declare the holes with `data_unavailable`.
+    empty: bool,
     hang: Option<u64>,
     /// Pages clients returned (dirty tracking): served from here after.
     returned: std::collections::HashMap<u64, Vec<u8>>,
@@ -77,10 +81,21 @@ impl Pager for TestPager {
             return Ok(Supply::Provided);
         }
         if self.holes && (offset / page) % 2 == 1 {
+            if self.empty {
+                // Declared empty: never asked for, so a client that sees
+                // these bytes shows the declaration was ignored.
+                buf.fill(0xEE);
+                return Ok(Supply::Provided);
+            }
             return Ok(Supply::Unavailable);
         }
         fill_pattern(offset, buf);
         Ok(Supply::Provided)
+    }
+
+    fn data_unavailable(&mut self, offset: Offset, len: usize) -> bool {
+        let page = 4096u64;
+        self.empty && self.holes && (offset / page..(offset + len as u64).div_ceil(page)).all(|p| p % 2 == 1)
     }
 
     fn data_return(&mut self, offset: Offset, data: &[u8]) {
@@ -99,7 +114,7 @@ fn serve(args: &[String]) -> Res {
     let mut pages = 64u64;
     let mut extra = 0u64;
     let mut config = ObjectConfig::default();
-    let mut pager = TestPager { holes: false, hang: None, returned: Default::default() };
+    let mut pager = TestPager { holes: false, empty: false, hang: None, returned: Default::default() };
     for kv in &args[1..] {
         let (k, v) = kv.split_once('=').ok_or("KEY=VALUE")?;
         match k {
@@ -109,6 +124,7 @@ fn serve(args: &[String]) -> Res {
             "mode" => config.mode = if v == "zerocopy" { SupplyMode::ZeroCopy } else { SupplyMode::Copy },
             "policy" => config.on_death = if v == "zero" { DeathPolicy::ZeroFill } else { DeathPolicy::Sigbus },
             "holes" => pager.holes = v == "1",
+            "empty" => pager.empty = v == "1",
             "hang" => pager.hang = Some(v.parse()?),
             "dirty" => config.track_dirty = v == "1",
             _ => return Err(format!("unknown key {k}").into()),
@@ -201,7 +217,7 @@ fn unprivileged() -> Res {
     println!("full={} poison={}", support.full_handling, support.poison);
     let (mut server, right) = ObjectServer::new()?;
     let config = ObjectConfig { cluster: 1, ..ObjectConfig::default() };
-    let id = server.add_object(8 * 4096, Box::new(TestPager { holes: false, hang: None, returned: Default::default() }), config)?;
+    let id = server.add_object(8 * 4096, Box::new(TestPager { holes: false, empty: false, hang: None, returned: Default::default() }), config)?;
     std::thread::spawn(move || loop {
         if server.serve(Timeout::Infinite).is_err() {
             return;

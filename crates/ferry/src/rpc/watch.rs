@@ -1,0 +1,144 @@
+//! The watcher: a thread that waits in `epoll` on a server thread's port and
+//! connection sockets while that server thread sleeps on futexes.
+//!
+//! A sleeping server thread waits with one `futex_waitv` on the request
+//! word of every idle slot, so a client wakes it with a plain `FUTEX_WAKE`,
+//! the cheapest wake-up there is. A futex cannot be waited on together with
+//! descriptors, though, and the port (new connections), socket-path requests
+//! and hang-ups are descriptor events. The watcher turns them into a futex
+//! event: it sleeps in `epoll_wait` on the server's `epoll` set, and when
+//! that reports anything it bumps `gen` (one more futex the server waits
+//! on), wakes it, and waits until the server has looked at its sockets and
+//! acknowledged that generation before it waits in `epoll` again (the set is
+//! level-triggered, so it would otherwise report the same events at once).
+//! It consumes nothing itself: the server thread does every read.
+//!
+//! Its system calls are counted in `rpc::stats()` with the rest of the
+//! RPC layer's. The watcher costs nothing per slot call: it sleeps until a descriptor
+//! event, which the slot path never causes. Nothing a client writes reaches
+//! it; a client that floods its socket only makes the server look more
+//! often, as the server's own `epoll` wait did.
+
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use super::policy;
+use crate::sys::futex;
+use crate::sys::wait::{Bell, Epoll, Interest};
+
+/// The `epoll` key of the bell that stops the watcher.
+pub(super) const STOP_KEY: u64 = u64::MAX;
+
+/// What a server thread and its watcher share.
+#[derive(Debug, Default)]
+pub(super) struct Shared {
+    /// Bumped by the watcher for each batch of descriptor events; a
+    /// (process-private) futex the sleeping server waits on with its slots.
+    pub(super) gen: AtomicU32,
+    /// The last generation the server has handled; the futex the watcher
+    /// waits on.
+    acked: AtomicU32,
+    /// Set when the server is dropped (or the watcher failed): no more
+    /// reports.
+    stop: AtomicBool,
+}
+
+impl Shared {
+    /// Whether descriptor events wait for the server to look.
+    pub(super) fn pending(&self) -> bool {
+        self.gen.load(Ordering::Acquire) != self.acked.load(Ordering::Relaxed)
+    }
+
+    /// The last generation the server acknowledged.
+    pub(super) fn acked(&self) -> u32 {
+        self.acked.load(Ordering::Acquire)
+    }
+
+    /// Whether the watcher still runs (the server may sleep on futexes).
+    pub(super) fn running(&self) -> bool {
+        !self.stop.load(Ordering::Acquire)
+    }
+
+    /// The server has looked at its sockets after reading `gen` as `g`:
+    /// lets the watcher wait again.
+    pub(super) fn ack(&self, g: u32) {
+        if self.acked.swap(g, Ordering::AcqRel) != g {
+            policy::count_wake();
+            let _ = futex::wake_private(&self.acked);
+        }
+    }
+}
+
+/// A running watcher; stopping it (on drop) joins its thread.
+#[derive(Debug)]
+pub(super) struct Watcher {
+    shared: Arc<Shared>,
+    bell: Bell,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Watcher {
+    /// Starts a watcher over `epoll` (which it adds a stop bell to).
+    pub(super) fn start(epoll: Arc<Epoll>) -> std::io::Result<Watcher> {
+        let shared = Arc::new(Shared::default());
+        let bell = Bell::new().map_err(crate::error::io_err)?;
+        epoll.add(bell.as_fd(), Interest::Readable, STOP_KEY).map_err(crate::error::io_err)?;
+        let s = shared.clone();
+        let thread = std::thread::Builder::new().name("ferry-rpc-watch".into()).spawn(move || run(&epoll, &s))?;
+        Ok(Watcher { shared, bell, thread: Some(thread) })
+    }
+
+    /// The state shared with the watcher thread.
+    pub(super) fn shared(&self) -> &Shared {
+        &self.shared
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        let _ = self.bell.ring();
+        let _ = futex::wake_private(&self.shared.acked);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The watcher thread: report each batch of events, then wait for the
+/// server's acknowledgement.
+fn run(epoll: &Epoll, s: &Shared) {
+    while s.running() {
+        policy::count_poll();
+        let events = match epoll.wait(8, None) {
+            Ok(e) => e,
+            Err(_) => break,
+        };
+        if !s.running() || events.iter().any(|(k, _)| *k == STOP_KEY) {
+            break;
+        }
+        if events.is_empty() {
+            continue;
+        }
+        let g = s.gen.fetch_add(1, Ordering::AcqRel).wrapping_add(1);
+        policy::count_wake();
+        let _ = futex::wake_private(&s.gen);
+        loop {
+            let a = s.acked.load(Ordering::Acquire);
+            if a == g || !s.running() {
+                break;
+            }
+            policy::count_futex_wait();
+            if futex::wait_private(&s.acked, a).is_err() {
+                break;
+            }
+        }
+    }
+    // The server must not sleep on futexes alone any more: it falls back to
+    // waiting in epoll itself.
+    s.stop.store(true, Ordering::Release);
+    s.gen.fetch_add(1, Ordering::AcqRel);
+    let _ = futex::wake_private(&s.gen);
+}

@@ -322,6 +322,7 @@ macro_rules! interface {
             }
 
             #[doc = concat!("What a server of `", $name, "` implements; serve it with [`Server`]. Each method runs only after its request was checked whole.")]
+            #[allow(clippy::too_many_arguments)]
             pub trait Service {
                 $(
                     $crate::__idl_service_fn! { [$($odoc)*] $kind $op ($($arg : $aty),*) [$($ret)?] [$($err)?] }
@@ -335,6 +336,7 @@ macro_rules! interface {
                 peer_version: u32,
             }
 
+            #[allow(clippy::too_many_arguments)]
             impl<C: $crate::Channel> Client<C> {
                 /// Checks the server's interface and version over `chan`
                 /// and returns the proxy.

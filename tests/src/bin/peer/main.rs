@@ -8,6 +8,7 @@
 
 mod core;
 mod hostile;
+mod idl;
 mod names;
 mod pager;
 mod regions;
@@ -29,7 +30,8 @@ fn main() -> ExitCode {
         .or_else(|| pager::run(role, rest))
         .or_else(|| hostile::run(role, rest))
         .or_else(|| names::run(role, rest))
-        .or_else(|| xlang::run(role, rest));
+        .or_else(|| xlang::run(role, rest))
+        .or_else(|| idl::run(role, rest));
     match outcome {
         Some(Ok(())) => ExitCode::SUCCESS,
         Some(Err(e)) => {

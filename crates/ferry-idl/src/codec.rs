@@ -119,8 +119,18 @@ impl Encoder {
     }
 
     /// An empty encoder with room for `bytes` inline bytes.
+    #[inline]
     pub fn with_capacity(bytes: usize) -> Encoder {
         Encoder { body: Vec::with_capacity(bytes), items: Vec::new() }
+    }
+
+    /// An empty encoder that writes into `buf`'s allocation (its contents
+    /// are discarded), so a reply can reuse its request's buffer.
+    #[inline]
+    pub fn reusing(mut buf: Vec<u8>, bytes: usize) -> Encoder {
+        buf.clear();
+        buf.reserve(bytes);
+        Encoder { body: buf, items: Vec::new() }
     }
 
     /// Appends raw bytes.
@@ -136,6 +146,7 @@ impl Encoder {
     }
 
     /// Appends an item and writes its index.
+    #[inline]
     pub fn put_item(&mut self, item: Item) {
         let index = self.items.len() as u32;
         self.items.push(item);
@@ -163,10 +174,13 @@ impl Encoder {
     }
 
     /// The message with operation id `op`, these bytes and these items.
+    #[inline]
     pub fn into_message(self, op: u32) -> Message {
         let mut m = Message::new(op).with_body(self.body);
-        for it in self.items {
-            m = m.with_item(it);
+        if !self.items.is_empty() {
+            for it in self.items {
+                m = m.with_item(it);
+            }
         }
         m
     }
@@ -183,11 +197,14 @@ pub struct Decoder<'a> {
 
 impl<'a> Decoder<'a> {
     /// A decoder over `body` and the message's `items`.
+    #[inline]
     pub fn new(body: &'a [u8], items: Vec<Item>) -> Decoder<'a> {
-        Decoder { buf: body, pos: 0, end: body.len(), items: items.into_iter().map(Some).collect() }
+        let items = if items.is_empty() { Vec::new() } else { items.into_iter().map(Some).collect() };
+        Decoder { buf: body, pos: 0, end: body.len(), items }
     }
 
     /// Bytes left before the current limit.
+    #[inline]
     pub fn left(&self) -> usize {
         self.end - self.pos
     }
@@ -220,6 +237,7 @@ impl<'a> Decoder<'a> {
 
     /// Reads a count of elements at least `min_size` bytes each, refusing
     /// one that the bytes left could not hold (so no huge allocation).
+    #[inline]
     pub fn count(&mut self, min_size: usize) -> Result<usize, DecodeError> {
         let n = self.u32()?;
         let fits = if min_size == 0 {
@@ -235,6 +253,7 @@ impl<'a> Decoder<'a> {
     }
 
     /// Reads an item index and takes that item.
+    #[inline]
     pub fn item(&mut self) -> Result<(u32, Item), DecodeError> {
         let i = self.u32()?;
         match self.items.get_mut(i as usize) {
@@ -275,6 +294,7 @@ impl<'a> Decoder<'a> {
     }
 
     /// Skips `len` bytes (a field this definition does not know).
+    #[inline]
     pub fn skip(&mut self, len: usize) -> Result<(), DecodeError> {
         self.take(len).map(|_| ())
     }
@@ -286,6 +306,7 @@ impl<'a> Decoder<'a> {
     }
 
     /// Checks that every byte and every item was consumed.
+    #[inline]
     pub fn finish(self) -> Result<(), DecodeError> {
         if self.pos != self.end || self.end != self.buf.len() {
             return Err(DecodeError::Trailing(self.buf.len() - self.pos));
@@ -322,6 +343,11 @@ pub trait Wire: Sized {
     /// Smallest encoded size, to refuse impossible counts early.
     fn min_size() -> usize {
         1
+    }
+    /// About how many bytes this value encodes to, so an encoder can
+    /// allocate once (a guess is fine: it is only a capacity).
+    fn size_hint(&self) -> usize {
+        Self::min_size()
     }
     /// Writes a list of values (after its count); types with a flat
     /// encoding write all of it at once.
@@ -431,6 +457,9 @@ impl Wire for String {
     fn min_size() -> usize {
         4
     }
+    fn size_hint(&self) -> usize {
+        4 + self.len()
+    }
 }
 
 impl<T: Wire> Wire for Vec<T> {
@@ -441,6 +470,9 @@ impl<T: Wire> Wire for Vec<T> {
     fn decode(dec: &mut Decoder<'_>) -> Result<Self, DecodeError> {
         let n = dec.count(T::min_size())?;
         T::decode_list(n, dec)
+    }
+    fn size_hint(&self) -> usize {
+        4 + self.iter().map(Wire::size_hint).sum::<usize>()
     }
     fn schema() -> Value {
         let inner = T::schema();
@@ -494,6 +526,9 @@ impl<T: Wire> Wire for Option<T> {
     }
     fn absent() -> Option<Self> {
         Some(None)
+    }
+    fn size_hint(&self) -> usize {
+        1 + self.as_ref().map_or(0, Wire::size_hint)
     }
 }
 

@@ -292,7 +292,19 @@ pub struct Context {
 /// The reply message for an operation's outcome.
 #[doc(hidden)]
 pub fn reply_of<R: Wire, E: Wire>(r: Result<R, E>) -> Message {
-    let mut enc = Encoder::new();
+    reply_in(Vec::new(), r)
+}
+
+/// The reply message for an operation's outcome, written into `buf`'s
+/// allocation (the request's, whose contents were decoded already).
+#[doc(hidden)]
+#[inline]
+pub fn reply_in<R: Wire, E: Wire>(buf: Vec<u8>, r: Result<R, E>) -> Message {
+    let hint = match &r {
+        Ok(v) => v.size_hint(),
+        Err(e) => e.size_hint(),
+    };
+    let mut enc = Encoder::reusing(buf, hint);
     match r {
         Ok(v) => {
             v.encode(&mut enc);
@@ -312,6 +324,7 @@ pub fn fault_message(f: Fault) -> Message {
     enc.into_message(REPLY_FAULT)
 }
 
+#[inline]
 fn decode_whole<T: Wire>(mut msg: Message) -> Result<T, IdlError> {
     let items = msg.take_items();
     let mut dec = Decoder::new(msg.body(), items);
@@ -322,6 +335,7 @@ fn decode_whole<T: Wire>(mut msg: Message) -> Result<T, IdlError> {
 
 /// Decodes a reply: the result, the typed error, or the server's fault.
 #[doc(hidden)]
+#[inline]
 pub fn decode_reply<R: Wire, E: Wire>(msg: Message) -> Result<Result<R, E>, IdlError> {
     match msg.op() {
         REPLY_OK => decode_whole(msg).map(Ok),

@@ -450,7 +450,8 @@ macro_rules! __idl_service_fn {
 #[macro_export]
 macro_rules! __idl_encode_args {
     ($ord:literal; $($arg:ident),*) => {{
-        let mut enc = $crate::Encoder::with_capacity(128);
+        let hint = 0 $( + 6 + $crate::Wire::size_hint(&$arg) )*;
+        let mut enc = $crate::Encoder::with_capacity(hint);
         #[allow(unused_mut, unused_variables)]
         let mut k: u16 = 0;
         $(
@@ -559,9 +560,12 @@ macro_rules! __idl_serve_op {
         } else {
             match $crate::__idl_decode_args!($req, concat!(stringify!($op), " arguments"); $($arg : $aty),*) {
                 Err(e) => $route.fault($crate::Fault::BadRequest(e.to_string())),
-                Ok(($($arg,)*)) => Some($crate::reply_of::<$crate::__idl_ty_or!([$($ret)?] ()), $crate::__idl_ty_or!([$($err)?] $crate::NoError)>(
-                    $crate::__idl_invoke!([$($err)?] $svc.$op(&$ctx, $($arg),*)),
-                )),
+                Ok(($($arg,)*)) => {
+                    let outcome = $crate::__idl_invoke!([$($err)?] $svc.$op(&$ctx, $($arg),*));
+                    // The request is decoded: its buffer carries the reply.
+                    let buf = ::core::mem::take($req.body_mut());
+                    Some($crate::reply_in::<$crate::__idl_ty_or!([$($ret)?] ()), $crate::__idl_ty_or!([$($err)?] $crate::NoError)>(buf, outcome))
+                }
             }
         }
     }};

@@ -79,7 +79,13 @@ pub enum DecodeError {
     UnclaimedItems(usize),
     /// A count larger than the bytes left could hold.
     BadCount(u32),
+    /// Records nested deeper than [`MAX_DEPTH`] (a recursive type cannot
+    /// make a receiver run out of stack).
+    TooDeep,
 }
+
+/// How deeply records may nest in one message.
+pub const MAX_DEPTH: usize = 32;
 
 impl fmt::Display for DecodeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -99,6 +105,7 @@ impl fmt::Display for DecodeError {
             WrongRegionMode { index, expected, got } => write!(f, "item {index} is a {got:?} region, not {expected}"),
             UnclaimedItems(n) => write!(f, "{n} items are claimed by no value"),
             BadCount(n) => write!(f, "a count of {n} exceeds what the message holds"),
+            TooDeep => write!(f, "records nested deeper than {MAX_DEPTH}"),
         }
     }
 }
@@ -192,6 +199,7 @@ pub struct Decoder<'a> {
     buf: &'a [u8],
     pos: usize,
     end: usize,
+    depth: usize,
     items: Vec<Option<Item>>,
 }
 
@@ -200,7 +208,7 @@ impl<'a> Decoder<'a> {
     #[inline]
     pub fn new(body: &'a [u8], items: Vec<Item>) -> Decoder<'a> {
         let items = if items.is_empty() { Vec::new() } else { items.into_iter().map(Some).collect() };
-        Decoder { buf: body, pos: 0, end: body.len(), items }
+        Decoder { buf: body, pos: 0, end: body.len(), depth: 0, items }
     }
 
     /// Bytes left before the current limit.
@@ -302,7 +310,13 @@ impl<'a> Decoder<'a> {
     /// Decodes a nested record (its `u32` length, then its fields) with `f`.
     pub fn record<T>(&mut self, f: impl FnOnce(&mut Decoder<'a>) -> Result<T, DecodeError>) -> Result<T, DecodeError> {
         let len = self.u32()? as usize;
-        self.within(len, f)
+        if self.depth >= MAX_DEPTH {
+            return Err(DecodeError::TooDeep);
+        }
+        self.depth += 1;
+        let v = self.within(len, f);
+        self.depth -= 1;
+        v
     }
 
     /// Checks that every byte and every item was consumed.

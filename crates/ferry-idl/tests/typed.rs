@@ -484,3 +484,32 @@ fn the_description_names_every_operation_and_type() {
     assert_eq!(ops[9]["doc"], "Records a note.");
     assert_eq!(<all::Protocol as Interface>::NAME, "test.all");
 }
+
+record! {
+    /// A recursive record: a hostile sender could nest it deeply.
+    #[derive(Debug, PartialEq)]
+    pub struct Node {
+        1 => pub children: Vec<Node>,
+    }
+}
+
+fn nested(depth: usize) -> Node {
+    let mut n = Node { children: Vec::new() };
+    for _ in 1..depth {
+        n = Node { children: vec![n] };
+    }
+    n
+}
+
+#[test]
+fn deeply_nested_records_are_refused_not_a_stack_overflow() {
+    let decode = |n: Node| {
+        let mut enc = Encoder::new();
+        n.encode(&mut enc);
+        let m = enc.into_message(0);
+        let mut dec = Decoder::new(m.body(), Vec::new());
+        Node::decode(&mut dec)
+    };
+    assert_eq!(decode(nested(ferry_idl::codec::MAX_DEPTH)).unwrap(), nested(ferry_idl::codec::MAX_DEPTH));
+    assert_eq!(decode(nested(200)), Err(DecodeError::TooDeep));
+}

@@ -98,3 +98,99 @@ fn a_key_value_store_in_another_process_keeps_values_by_value() {
         assert!(out.contains(&format!("callers [{}]", rustix::process::getuid().as_raw())), "{out}");
     });
 }
+
+#[test]
+fn async_clients_use_the_store_in_another_process() {
+    common::watchdog("async_clients_use_the_store_in_another_process", LIMIT, || {
+        let (child, port, rpc) = start_store();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let chan = ferry_idl::AsyncPortChannel::new(port.try_clone().unwrap()).unwrap();
+            let mut store = kv::AsyncClient::connect(chan).await.unwrap();
+            assert_eq!(store.peer_version(), 1);
+            let value = Region::copied_from(&pattern(5000)).unwrap().by_move().unwrap();
+            assert_eq!(store.put("k".into(), ByValue(value)).await.unwrap(), None);
+            let empty = Region::copied_from(b"v").unwrap().by_move().unwrap();
+            assert!(matches!(store.put(String::new(), ByValue(empty)).await, Err(CallError::App(KvError::EmptyKey))));
+
+            let got = store.get("k".into()).await.unwrap().unwrap();
+            assert_eq!(got.0.copy_out(1 << 20).unwrap(), pattern(5000));
+
+            let chan = ferry_idl::AsyncRpcChannel::connect(&rpc, Default::default()).await.unwrap();
+            let mut fast = kv::AsyncClient::connect(chan).await.unwrap();
+            assert_eq!(fast.list().await.unwrap(), vec![Entry { key: "k".into(), len: 5000 }]);
+            assert!(fast.remove("k".into()).await.unwrap());
+        });
+        drop((port, rpc));
+        drop(rt);
+        let out = common::finish(child);
+        // put, put, get by port; list and remove by RPC (the empty key
+        // reached the implementation, which refused it).
+        assert!(out.contains("served 5 requests"), "{out}");
+    });
+}
+
+#[test]
+fn a_task_serves_the_store_over_a_port_and_an_rpc_server() {
+    common::watchdog("a_task_serves_the_store_over_a_port_and_an_rpc_server", LIMIT, || {
+        let (port_rx, port_tx) = ferry::port().unwrap();
+        let (rpc_rx, rpc_tx) = ferry::port().unwrap();
+        let store = ferry_tests::kv::SharedStore::default();
+        let rpc_server = ferry::rpc::RpcServer::new(rpc_rx).unwrap();
+        // Blocking clients on a thread; the servers are tasks.
+        let clients = std::thread::spawn(move || {
+            let mut by_port = kv::Client::over_port(port_tx).unwrap();
+            let v = Region::copied_from(b"async").unwrap().by_move().unwrap();
+            by_port.put("a".into(), ByValue(v)).unwrap();
+            let mut by_rpc = kv::Client::over_rpc(&rpc_tx).unwrap();
+            let got = by_rpc.get("a".into()).unwrap().unwrap();
+            assert_eq!(got.0.copy_out(10).unwrap(), b"async");
+            // An unknown operation through the RPC server: a fault.
+            use ferry::rpc::Transport;
+            let r = by_rpc.channel_mut().transport_mut().call(Message::new(55), Timeout::Infinite).unwrap();
+            assert_eq!(Fault::decode(&mut Decoder::new(r.body(), Vec::new())).unwrap(), Fault::UnknownOperation(55));
+        });
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let (a, b) = (store.clone(), store.clone());
+        rt.block_on(async move {
+            let mut rx = ferry::tokio::AsyncReceiveRight::new(port_rx).unwrap();
+            let mut rpc = ferry::tokio::AsyncRpcServer::new(rpc_server).unwrap();
+            let (mut a, mut b) = (kv::Server(a), kv::Server(b));
+            let (p, r) = tokio::join!(ferry_idl::serve_port_async(&mut a, &mut rx), ferry_idl::serve_rpc_async(&mut b, &mut rpc));
+            p.unwrap();
+            r.unwrap();
+        });
+        clients.join().unwrap();
+        assert_eq!(store.0.lock().unwrap().requests, 2);
+    });
+}
+
+#[test]
+fn a_cancelled_async_call_never_lets_its_late_reply_answer_the_next() {
+    common::watchdog("a_cancelled_async_call_never_lets_its_late_reply_answer_the_next", LIMIT, || {
+        let (mut rx, tx) = ferry::port().unwrap();
+        let (go, wait) = std::sync::mpsc::channel::<()>();
+        let server = std::thread::spawn(move || {
+            let mut svc = kv::Server(ferry_tests::kv::SharedStore::default());
+            // The version check, then the next request is held until the
+            // client has given up on it, and answered with a stale list.
+            ferry_idl::serve_port_once(&mut svc, &mut rx, Timeout::Infinite).unwrap();
+            let mut held = rx.recv(Timeout::Infinite).unwrap();
+            wait.recv().unwrap();
+            let mut enc = ferry_idl::Encoder::new();
+            vec![Entry { key: "stale".into(), len: 1 }].encode(&mut enc);
+            let _ = held.take_reply().unwrap().send(enc.into_message(ferry_idl::REPLY_OK), Timeout::Infinite);
+            ferry_idl::serve_port(&mut svc, &mut rx).unwrap();
+        });
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let mut store = kv::AsyncClient::connect(ferry_idl::AsyncPortChannel::new(tx).unwrap()).await.unwrap();
+            let gave_up = tokio::time::timeout(Duration::from_millis(20), store.list()).await;
+            assert!(gave_up.is_err(), "the server holds the reply, so the call cannot finish");
+            go.send(()).unwrap();
+            assert!(store.list().await.unwrap().is_empty(), "the stale reply answered a later call");
+        });
+        drop(rt);
+        server.join().unwrap();
+    });
+}

@@ -61,6 +61,7 @@
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod asynchronous;
 pub mod channel;
 pub mod codec;
 mod macros;
@@ -73,6 +74,9 @@ use ferry::rpc::RpcError;
 use ferry::{Credentials, Message, RecvError, SendError};
 use serde_json::{json, Value};
 
+pub use asynchronous::AsyncChannel;
+#[cfg(feature = "tokio")]
+pub use asynchronous::{serve_port_async, serve_rpc_async, AsyncPortChannel, AsyncRpcChannel};
 pub use channel::{Channel, PortChannel, RpcChannel};
 pub use codec::{DecodeError, Decoder, Encoder, Wire};
 pub use serve::{serve_port, serve_port_once, serve_rpc, Dispatch, Route};
@@ -364,9 +368,24 @@ crate::record! {
 /// [`Fault::Incompatible`] (this client is too old for the server), or the
 /// channel's error.
 pub fn hello<I: Interface>(chan: &mut impl Channel) -> Result<u32, IdlError> {
+    let reply = chan.call(hello_request::<I>())?;
+    hello_check::<I>(reply)
+}
+
+/// The version check's request.
+#[doc(hidden)]
+pub fn hello_request<I: Interface>() -> Message {
     let mut enc = Encoder::new();
     Hello { name: I::NAME.to_owned(), version: I::VERSION, compatible: I::COMPATIBLE }.encode(&mut enc);
-    let reply = chan.call(enc.into_message(OP_HELLO))?;
+    enc.into_message(OP_HELLO)
+}
+
+/// Checks the server's answer to the version check; its version.
+///
+/// # Errors
+/// As [`hello`].
+#[doc(hidden)]
+pub fn hello_check<I: Interface>(reply: Message) -> Result<u32, IdlError> {
     let theirs: Hello = decode_reply::<Hello, NoError>(reply)?.unwrap_or_else(|e| match e {});
     if theirs.name != I::NAME {
         return Err(IdlError::WrongInterface { expected: I::NAME, got: theirs.name });

@@ -371,6 +371,46 @@ macro_rules! interface {
                 )*
             }
 
+            #[doc = concat!("An async typed proxy for `", $name, "` over an async channel (with the `tokio` feature of `ferry-idl`: `AsyncPortChannel` or `AsyncRpcChannel`). Its methods are those of [`Client`], awaited.")]
+            #[derive(Debug)]
+            pub struct AsyncClient<C: $crate::AsyncChannel> {
+                chan: C,
+                peer_version: u32,
+            }
+
+            #[allow(clippy::too_many_arguments)]
+            impl<C: $crate::AsyncChannel> AsyncClient<C> {
+                /// Checks the server's interface and version over `chan`
+                /// and returns the proxy.
+                ///
+                /// # Errors
+                /// As [`Client::connect`].
+                pub async fn connect(mut chan: C) -> ::core::result::Result<Self, $crate::IdlError> {
+                    let reply = $crate::AsyncChannel::call(&mut chan, $crate::hello_request::<Protocol>()).await?;
+                    let peer_version = $crate::hello_check::<Protocol>(reply)?;
+                    Ok(AsyncClient { chan, peer_version })
+                }
+
+                /// The server's version, learnt at connect.
+                pub fn peer_version(&self) -> u32 {
+                    self.peer_version
+                }
+
+                /// The channel.
+                pub fn channel_mut(&mut self) -> &mut C {
+                    &mut self.chan
+                }
+
+                /// Gives the channel back.
+                pub fn into_channel(self) -> C {
+                    self.chan
+                }
+
+                $(
+                    $crate::__idl_async_client_fn! { [$($odoc)*] $kind $op ($($arg : $aty),*) [$($ret)?] [$($err)?] $ord }
+                )*
+            }
+
             impl Client<$crate::PortChannel> {
                 /// Connects over a send right to the server's port.
                 ///
@@ -503,6 +543,50 @@ macro_rules! __idl_client_fn {
         pub fn $op(&mut self, $($arg: $aty),*) -> ::core::result::Result<(), $crate::IdlError> {
             let req = $crate::__idl_encode_args!($ord; $($arg),*);
             $crate::Channel::send(&mut self.chan, req)
+        }
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __idl_async_client_fn {
+    ([$($doc:literal)*] fn $op:ident ($($arg:ident : $aty:ty),*) [$($ret:ty)?] [] $ord:literal) => {
+        $(#[doc = $doc])*
+        ///
+        /// # Errors
+        /// The call's failure, or the server's refusal of the request.
+        pub async fn $op(&mut self, $($arg: $aty),*) -> ::core::result::Result<$crate::__idl_ty_or!([$($ret)?] ()), $crate::IdlError> {
+            let req = $crate::__idl_encode_args!($ord; $($arg),*);
+            let reply = $crate::AsyncChannel::call(&mut self.chan, req).await?;
+            match $crate::decode_reply::<$crate::__idl_ty_or!([$($ret)?] ()), $crate::NoError>(reply)? {
+                Ok(v) => Ok(v),
+                Err(never) => match never {},
+            }
+        }
+    };
+    ([$($doc:literal)*] fn $op:ident ($($arg:ident : $aty:ty),*) [$($ret:ty)?] [$err:ty] $ord:literal) => {
+        $(#[doc = $doc])*
+        ///
+        /// # Errors
+        /// [`CallError::App`]($crate::CallError::App) with the operation's
+        /// error, or [`CallError::Idl`]($crate::CallError::Idl) when the call
+        /// itself failed.
+        pub async fn $op(&mut self, $($arg: $aty),*) -> ::core::result::Result<$crate::__idl_ty_or!([$($ret)?] ()), $crate::CallError<$err>> {
+            let req = $crate::__idl_encode_args!($ord; $($arg),*);
+            let reply = $crate::AsyncChannel::call(&mut self.chan, req).await?;
+            $crate::decode_reply::<$crate::__idl_ty_or!([$($ret)?] ()), $err>(reply)?.map_err($crate::CallError::App)
+        }
+    };
+    ([$($doc:literal)*] oneway $op:ident ($($arg:ident : $aty:ty),*) [] [] $ord:literal) => {
+        $(#[doc = $doc])*
+        ///
+        /// One-way, as the blocking client's.
+        ///
+        /// # Errors
+        /// The send's failure (and over RPC the server's refusal).
+        pub async fn $op(&mut self, $($arg: $aty),*) -> ::core::result::Result<(), $crate::IdlError> {
+            let req = $crate::__idl_encode_args!($ord; $($arg),*);
+            $crate::AsyncChannel::send(&mut self.chan, req).await
         }
     };
 }

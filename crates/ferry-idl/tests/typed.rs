@@ -513,3 +513,88 @@ fn deeply_nested_records_are_refused_not_a_stack_overflow() {
     assert_eq!(decode(nested(ferry_idl::codec::MAX_DEPTH)).unwrap(), nested(ferry_idl::codec::MAX_DEPTH));
     assert_eq!(decode(nested(200)), Err(DecodeError::TooDeep));
 }
+
+/// A small deterministic generator (xorshift), so the mutation test needs
+/// no dependency and repeats exactly.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+#[test]
+fn mutated_requests_never_crash_the_dispatcher_and_never_half_run() {
+    // Valid requests of several operations, each then damaged at random
+    // (bytes flipped, cut short, lengthened): the dispatcher must answer
+    // every one with a reply (a result or a fault), never panic, and run
+    // the implementation only for requests that still decode whole.
+    let valid: Vec<(u32, Vec<u8>)> = {
+        let mut v = Vec::new();
+        let mut enc = Encoder::new();
+        enc.field(1, "text".to_string());
+        enc.field(2, vec![1u8, 2, 3]);
+        enc.field(3, vec![7u32, 8]);
+        enc.field(4, *b"abcdefgh");
+        v.push((all::ops::texts, enc.into_message(0).body().to_vec()));
+        let mut enc = Encoder::new();
+        enc.field(1, entry());
+        enc.field(2, Color::Custom(5));
+        enc.field(3, Some(entry()));
+        v.push((all::ops::entry, enc.into_message(0).body().to_vec()));
+        let mut enc = Encoder::new();
+        for ord in 1..=11u16 {
+            let len = [1usize, 2, 4, 8, 1, 2, 4, 8, 4, 8, 1][ord as usize - 1];
+            enc.put(&ord.to_le_bytes());
+            enc.put_u32(len as u32);
+            enc.put(&vec![0; len]);
+        }
+        v.push((all::ops::sum, enc.into_message(0).body().to_vec()));
+        v
+    };
+    let runs = Arc::new(AtomicU64::new(0));
+    let mut server = all::Server(Impl { runs: runs.clone(), notes: Vec::new() });
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let (mut ran, mut refused) = (0u64, 0u64);
+    for _ in 0..20_000 {
+        let (op, body) = &valid[rng.below(valid.len())];
+        let mut body = body.clone();
+        for _ in 0..1 + rng.below(3) {
+            match rng.below(4) {
+                0 if !body.is_empty() => {
+                    let i = rng.below(body.len());
+                    body[i] ^= 1 << rng.below(8);
+                }
+                1 if !body.is_empty() => {
+                    let i = rng.below(body.len());
+                    body[i] = [0u8, 1, 2, 0x7f, 0x80, 0xff][rng.below(6)];
+                }
+                2 => body.truncate(rng.below(body.len() + 1)),
+                _ => body.extend((0..rng.below(8)).map(|_| rng.next() as u8)),
+            }
+        }
+        let before = runs.load(Ordering::SeqCst);
+        let reply = ferry_idl::Dispatch::dispatch(&mut server, Message::new(*op).with_body(body), ferry_idl::Route::Rpc)
+            .expect("every request through a connection is answered");
+        let after = runs.load(Ordering::SeqCst);
+        match reply.op() {
+            ferry_idl::REPLY_FAULT => {
+                assert_eq!(before, after, "a refused request reached the implementation");
+                refused += 1;
+            }
+            ferry_idl::REPLY_OK | ferry_idl::REPLY_ERR => {
+                assert_eq!(before + 1, after);
+                ran += 1;
+            }
+            other => panic!("reply code {other}"),
+        }
+    }
+    assert!(ran > 0 && refused > 0, "the mutations should make both kinds: {ran} ran, {refused} refused");
+}

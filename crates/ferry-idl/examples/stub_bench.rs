@@ -14,8 +14,10 @@
 //! the same RPC server. Standard output is a JSON array of records in the
 //! benchmark schema (suite `rpc`, case `roundtrip`, placement `unpinned`);
 //! each stub record's `extra.ratio_to_hand_written` is its median over the
-//! hand-written median of the same size and policy. A summary goes to
-//! standard error.
+//! hand-written median of the same size and policy. Case `region-arg`
+//! compares a typed `ByValue` argument (`take(region) -> u64`) with a
+//! hand-written message carrying the same 1 MiB region by copy. A summary
+//! goes to standard error.
 
 use std::process::{Command, ExitCode};
 use std::time::Instant;
@@ -23,7 +25,7 @@ use std::time::Instant;
 use ferry::rpc::{ConnectOptions, Connection, Policy, RpcServer, Transport};
 use ferry::spawn::CommandExt;
 use ferry::{Item, Message, Timeout};
-use ferry_idl::{Context, Dispatch, Route, RpcChannel};
+use ferry_idl::{ByValue, Context, Dispatch, Route, RpcChannel};
 use serde_json::json;
 
 ferry_idl::interface! {
@@ -31,17 +33,27 @@ ferry_idl::interface! {
     pub mod echo: "bench.echo", version 1, compatible 1 {
         /// Returns `data`.
         fn echo(data: Vec<u8>) -> Vec<u8> = 1;
+        /// Returns the length of a region sent by value.
+        fn take(region: ByValue) -> u64 = 2;
     }
 }
 
 /// The hand-written operation id (outside the interface's ordinals).
 const RAW_OP: u32 = 1000;
+/// The hand-written region operation: one region item in, its length (8
+/// bytes) back.
+const RAW_REGION_OP: u32 = 1001;
+/// The region the `region-arg` case sends.
+const REGION_BYTES: usize = 1 << 20;
 
 struct Echo;
 
 impl echo::Service for Echo {
     fn echo(&mut self, _: &Context, data: Vec<u8>) -> Vec<u8> {
         data
+    }
+    fn take(&mut self, _: &Context, region: ByValue) -> u64 {
+        region.0.len() as u64
     }
 }
 
@@ -52,6 +64,14 @@ impl Dispatch for Both {
     fn dispatch(&mut self, req: Message, route: Route) -> Option<Message> {
         if req.op() == RAW_OP {
             return Some(Message::new(RAW_OP).with_body(req.body().to_vec()));
+        }
+        if req.op() == RAW_REGION_OP {
+            let mut req = req;
+            let len = match req.take_items().pop() {
+                Some(Item::Region(r)) => r.len() as u64,
+                _ => u64::MAX,
+            };
+            return Some(Message::new(RAW_REGION_OP).with_body(len.to_le_bytes()));
         }
         self.0.dispatch(req, route)
     }
@@ -134,21 +154,54 @@ fn measure(policy: &str, bytes: usize, iters: usize, records: &mut Vec<serde_jso
             }
         }
     }
+    // A region by value: the same region sent by copy each call (after the
+    // first, no byte is copied: only its descriptor travels).
+    let mut region = ferry::Region::new(REGION_BYTES)?;
+    region.as_mut_slice().fill(3);
+    let (mut hand_r, mut gen_r) = (Samples::default(), Samples::default());
+    let per_round_r = (per_round / 10).max(1);
+    for round in 0..=rounds {
+        for _ in 0..per_round_r {
+            let item = region.by_copy()?;
+            let t = Instant::now();
+            let raw = stub.channel_mut().transport_mut();
+            let reply = raw.call(Message::new(RAW_REGION_OP).with_item(item), Timeout::Infinite)?;
+            let ns = t.elapsed().as_nanos() as u64;
+            if reply.body() != (REGION_BYTES as u64).to_le_bytes() {
+                return Err("hand-written region reply is wrong".into());
+            }
+            if round > 0 {
+                hand_r.0.push(ns);
+            }
+            let item = region.by_copy()?;
+            let t = Instant::now();
+            let len = stub.take(ByValue(item))?;
+            let ns = t.elapsed().as_nanos() as u64;
+            if len != REGION_BYTES as u64 {
+                return Err("stub region reply is wrong".into());
+            }
+            if round > 0 {
+                gen_r.0.push(ns);
+            }
+        }
+    }
     drop(stub);
     child.wait()?;
 
     let (hm, hp, hmin) = hand.stats();
     let (gm, gp, gmin) = gen.stats();
-    let record = |name: &str, median: f64, p99: f64, min: f64, n: usize, extra: serde_json::Value| {
+    let record = |case: &str, bytes: usize, name: &str, median: f64, p99: f64, min: f64, n: usize, extra: serde_json::Value| {
         json!({
-            "suite": "rpc", "case": "roundtrip", "impl": name, "bytes": bytes,
+            "suite": "rpc", "case": case, "impl": name, "bytes": bytes,
             "placement": "unpinned", "touch": "none", "iters": n,
             "median_ns": median, "p99_ns": p99, "min_ns": min, "gbps": null, "extra": extra,
         })
     };
-    records.push(record(&format!("ferry-call-{policy}"), hm, hp, hmin, hand.0.len(), json!({})));
+    records.push(record("roundtrip", bytes, &format!("ferry-call-{policy}"), hm, hp, hmin, hand.0.len(), json!({})));
     let ratio = gm / hm;
     records.push(record(
+        "roundtrip",
+        bytes,
         &format!("ferry-stub-call-{policy}"),
         gm,
         gp,
@@ -157,6 +210,19 @@ fn measure(policy: &str, bytes: usize, iters: usize, records: &mut Vec<serde_jso
         json!({ "ratio_to_hand_written": ratio, "interface": "bench.echo", "operation": "echo(data: bytes) -> bytes" }),
     ));
     eprintln!("{policy:>5} {bytes:>5} B: hand-written {hm:>8.0} ns, stub {gm:>8.0} ns, ratio {ratio:.3}");
+    if bytes == 8 {
+        // Once per policy: the region case does not depend on `bytes`.
+        let (hm, hp, hmin) = hand_r.stats();
+        let (gm, gp, gmin) = gen_r.stats();
+        let extra = json!({ "region_mode": "copy", "reply_bytes": 8 });
+        records.push(record("region-arg", REGION_BYTES, &format!("ferry-call-{policy}"), hm, hp, hmin, hand_r.0.len(), extra.clone()));
+        let ratio = gm / hm;
+        let mut extra = extra;
+        extra["ratio_to_hand_written"] = json!(ratio);
+        extra["operation"] = json!("take(region: by_value region) -> u64");
+        records.push(record("region-arg", REGION_BYTES, &format!("ferry-stub-call-{policy}"), gm, gp, gmin, gen_r.0.len(), extra));
+        eprintln!("{policy:>5} region 1 MiB by value: hand-written {hm:>8.0} ns, stub {gm:>8.0} ns, ratio {ratio:.3}");
+    }
     Ok(())
 }
 

@@ -41,7 +41,9 @@ pub trait Dispatch {
 }
 
 /// Receives one request on `rx` (waiting as `timeout` allows), dispatches
-/// it and sends the reply.
+/// it and sends the reply. The reply never waits for room: a client that
+/// supplied a reply right to a full queue loses its reply instead of
+/// stalling the server for everybody.
 ///
 /// # Errors
 /// The receive right's error ([`RecvError::Timeout`],
@@ -53,11 +55,11 @@ pub fn serve_port_once(svc: &mut impl Dispatch, rx: &mut ReceiveRight, timeout: 
     let reply = req.take_reply();
     let route = Route::Port { reply: reply.is_some() };
     if let (Some(out), Some(right)) = (svc.dispatch(req, route), reply) {
-        if let Err(failed) = right.send(out, Timeout::Infinite) {
+        if let Err(failed) = right.send(out, Timeout::Zero) {
             // The answer could not be carried: say so instead.
             let (err, _, right) = failed.into_parts();
             if let SendError::TooLarge(why) = err {
-                let _ = right.send(fault_message(Fault::ReplyTooLarge(why)), Timeout::Infinite);
+                let _ = right.send(fault_message(Fault::ReplyTooLarge(why)), Timeout::Zero);
             }
         }
     }

@@ -598,3 +598,24 @@ fn mutated_requests_never_crash_the_dispatcher_and_never_half_run() {
     }
     assert!(ran > 0 && refused > 0, "the mutations should make both kinds: {ran} ran, {refused} refused");
 }
+
+#[test]
+fn a_client_whose_reply_queue_is_full_cannot_stall_the_server() {
+    watchdog(|| {
+        let (tx, runs) = port_server();
+        // A reply right (a plain send right) to a port whose queue is full.
+        let (_full_rx, full_tx) = ferry::port_with(ferry::PortOptions { queue_limit: Some(4096) }).unwrap();
+        while full_tx.send(Message::new(0).with_body(vec![0u8; 512]), Timeout::Zero).is_ok() {}
+        let mut enc = Encoder::new();
+        enc.field(1, "x".to_string());
+        enc.field(2, Vec::<u8>::new());
+        enc.field(3, Vec::<u32>::new());
+        enc.field(4, [0u8; 8]);
+        let stalling = enc.into_message(all::ops::texts).with_reply(full_tx.try_clone().unwrap());
+        tx.send(stalling, Timeout::Infinite).unwrap();
+        // The server ran that call, dropped its reply, and answers others.
+        let mut c = all::Client::over_port(tx).unwrap();
+        assert_eq!(c.sum(1, 0, 0, 0, 0, 0, 0, 0, 0.0, 0.0, false).unwrap(), 1.0);
+        assert_eq!(runs.load(Ordering::SeqCst), 2);
+    });
+}

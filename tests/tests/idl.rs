@@ -194,3 +194,106 @@ fn a_cancelled_async_call_never_lets_its_late_reply_answer_the_next() {
         server.join().unwrap();
     });
 }
+
+/// A channel that records each request and answers it from a script, to
+/// see exactly what the generated client writes.
+struct Recorder {
+    sent: Vec<Message>,
+}
+
+impl ferry_idl::Channel for Recorder {
+    fn call(&mut self, req: Message) -> Result<Message, ferry_idl::IdlError> {
+        let reply = if req.op() == ferry_idl::OP_HELLO {
+            let mut copy = Message::new(req.op()).with_body(req.body().to_vec());
+            copy.take_items();
+            ferry_idl::answer_hello::<kv::Protocol>(copy)
+        } else {
+            ferry_idl::fault_message(Fault::UnknownOperation(0))
+        };
+        self.sent.push(req);
+        Ok(reply)
+    }
+    fn send(&mut self, msg: Message) -> Result<(), ferry_idl::IdlError> {
+        self.sent.push(msg);
+        Ok(())
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn item_kinds(m: &Message) -> Vec<&'static str> {
+    m.items()
+        .iter()
+        .map(|i| match i {
+            Item::Region(_) => "region",
+            Item::Send(_) => "send_right",
+            Item::SendOnce(_) => "send_once_right",
+            Item::Receive(_) => "receive_right",
+            Item::Pager(_) => "pager",
+        })
+        .collect()
+}
+
+/// What the example store's definition says and writes, as other
+/// languages must: its description, and the exact bytes of its requests
+/// and replies.
+fn contract() -> serde_json::Value {
+    let mut client = kv::Client::connect(Recorder { sent: Vec::new() }).unwrap();
+    let _ = client.put("k".into(), ByValue(ferry::RegionItem::copied_from(b"v").unwrap()));
+    let _ = client.get("key".into());
+    let _ = client.remove("k".into());
+    let _ = client.list();
+    let sent = client.into_channel().sent;
+    let requests: Vec<serde_json::Value> = sent
+        .iter()
+        .map(|m| serde_json::json!({ "op": m.op(), "body_hex": hex(m.body()), "items": item_kinds(m) }))
+        .collect();
+    let reply = |r: Message| serde_json::json!({ "op": r.op(), "body_hex": hex(r.body()), "items": item_kinds(&r) });
+    let mut enc = ferry_idl::Encoder::new();
+    Some(1u64).encode(&mut enc);
+    let put_replaced = enc.into_message(ferry_idl::REPLY_OK);
+    let mut enc = ferry_idl::Encoder::new();
+    KvError::TooLarge(MAX_VALUE).encode(&mut enc);
+    let put_too_large = enc.into_message(ferry_idl::REPLY_ERR);
+    let mut enc = ferry_idl::Encoder::new();
+    vec![Entry { key: "k".into(), len: 1 }].encode(&mut enc);
+    let list = enc.into_message(ferry_idl::REPLY_OK);
+    serde_json::json!({
+        "description": kv::describe(),
+        "requests": {
+            "hello": requests[0],
+            "put(\"k\", region of b\"v\")": requests[1],
+            "get(\"key\")": requests[2],
+            "remove(\"k\")": requests[3],
+            "list()": requests[4],
+        },
+        "replies": {
+            "put: Ok(Some(1))": reply(put_replaced),
+            "put: Err(TooLarge(64 MiB))": reply(put_too_large),
+            "list: [Entry { key: \"k\", len: 1 }]": reply(list),
+            "fault: UnknownOperation(77)": reply(ferry_idl::fault_message(Fault::UnknownOperation(77))),
+        },
+    })
+}
+
+#[test]
+fn the_example_store_writes_what_its_contract_file_says() {
+    // `tests/idl/example.kv.json` is the contract other languages' stubs
+    // are checked against; a change to the definition or the encoding that
+    // alters it must be deliberate (FERRY_BLESS=1 rewrites the file).
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("idl/example.kv.json");
+    let now = contract();
+    if std::env::var_os("FERRY_BLESS").is_some() {
+        std::fs::write(&path, serde_json::to_string_pretty(&now).unwrap() + "\n").unwrap();
+    }
+    let text = std::fs::read_to_string(&path).expect("tests/idl/example.kv.json");
+    let want: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(now, want, "the example store's contract changed; if that is deliberate, rerun with FERRY_BLESS=1");
+    // The file says what the interface is.
+    assert_eq!(want["description"]["interface"], "example.kv");
+    assert_eq!(want["requests"]["get(\"key\")"]["op"], 2);
+    // get("key"): field 1, 7 bytes long: a string of 3 bytes.
+    assert_eq!(want["requests"]["get(\"key\")"]["body_hex"], "010007000000030000006b6579");
+}

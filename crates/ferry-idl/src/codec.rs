@@ -599,3 +599,11 @@ pub const fn ordinals_ok(ords: &[u32]) -> bool {
     }
     true
 }
+
+/// The text of doc-comment lines, as the description carries it: each
+/// line without the space after `///`, joined by newlines.
+#[doc(hidden)]
+pub fn doc_text(lines: &[&str]) -> String {
+    let lines: Vec<&str> = lines.iter().map(|l| l.strip_prefix(' ').unwrap_or(l).trim_end()).collect();
+    lines.join("\n").trim().to_owned()
+}

@@ -76,7 +76,7 @@ macro_rules! record {
                         "name": stringify!($f),
                         "ordinal": $ord,
                         "type": (<$t as $crate::Wire>::schema()),
-                        "doc": (concat!($($fdoc, "\n"),*).trim())
+                        "doc": ($crate::codec::doc_text(&[$($fdoc),*]))
                     } ),* ]
                 })
             }
@@ -151,7 +151,7 @@ macro_rules! enumeration {
                         "name": stringify!($v),
                         "ordinal": $ord,
                         "payload": ($crate::__idl_payload_schema!($($pt)?)),
-                        "doc": (concat!($($vdoc, "\n"),*).trim())
+                        "doc": ($crate::codec::doc_text(&[$($vdoc),*]))
                     } ),* ]
                 })
             }
@@ -282,12 +282,12 @@ macro_rules! interface {
                         "interface": $name,
                         "version": $version,
                         "compatible": $compat,
-                        "doc": (concat!($($doc, "\n"),*).trim()),
+                        "doc": ($crate::codec::doc_text(&[$($doc),*])),
                         "operations": [ $( {
                             "name": stringify!($op),
                             "ordinal": $ord,
                             "kind": ($crate::__idl_kind_name!($kind)),
-                            "doc": (concat!($($odoc, "\n"),*).trim()),
+                            "doc": ($crate::codec::doc_text(&[$($odoc),*])),
                             "args": ({
                                 #[allow(unused_mut)]
                                 let mut args: ::std::vec::Vec<$crate::__json::Value> = ::std::vec::Vec::new();

@@ -10,6 +10,7 @@ mod chaos;
 mod core;
 mod files;
 mod hostile;
+mod idl;
 mod names;
 mod pager;
 mod regions;
@@ -33,7 +34,8 @@ fn main() -> ExitCode {
         .or_else(|| files::run(role, rest))
         .or_else(|| hostile::run(role, rest))
         .or_else(|| names::run(role, rest))
-        .or_else(|| xlang::run(role, rest));
+        .or_else(|| xlang::run(role, rest))
+        .or_else(|| idl::run(role, rest));
     match outcome {
         Some(Ok(())) => ExitCode::SUCCESS,
         Some(Err(e)) => {

@@ -78,16 +78,17 @@ pub enum Frame {
         reply: Option<Cap>,
     },
     /// The sender drops `count` references to the receiver's export `id`;
-    /// `returns` is how many times in all the sender has sent that id back
-    /// as [`Cap::Returned`] (so a release that overtakes a message carrying
-    /// the right home on another stream cannot free it early).
+    /// `uses` is how many frames in all the sender has sent that name the
+    /// id (messages to it and [`Cap::Returned`] rights), so a release that
+    /// overtakes such a frame on another stream cannot free the export
+    /// before the frame arrives.
     Release {
         /// Export id in the receiver's table.
         id: u64,
         /// References dropped.
         count: u32,
-        /// Returns of this id sent so far, in all.
-        returns: u64,
+        /// Uses of this id sent so far, in all.
+        uses: u64,
     },
     /// The sender's export `id` is a dead name: its receive right is gone.
     Dead {
@@ -188,11 +189,11 @@ impl Frame {
                     Some(c) => put_cap(&mut out, *c),
                 }
             }
-            Frame::Release { id, count, returns } => {
+            Frame::Release { id, count, uses } => {
                 out.push(T_RELEASE);
                 out.extend_from_slice(&id.to_le_bytes());
                 out.extend_from_slice(&count.to_le_bytes());
-                out.extend_from_slice(&returns.to_le_bytes());
+                out.extend_from_slice(&uses.to_le_bytes());
             }
             Frame::Dead { id } => {
                 out.push(T_DEAD);
@@ -238,7 +239,7 @@ impl Frame {
                 let reply = r.opt_cap()?;
                 Frame::Message { target, op, body, parts, reply }
             }
-            T_RELEASE => Frame::Release { id: r.u64()?, count: r.u32()?, returns: r.u64()? },
+            T_RELEASE => Frame::Release { id: r.u64()?, count: r.u32()?, uses: r.u64()? },
             T_DEAD => Frame::Dead { id: r.u64()? },
             t => return Err(DecodeError::BadTag("frame", t)),
         };

@@ -14,5 +14,11 @@
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 
+mod deadwatch;
 pub mod frame;
 pub mod link;
+pub mod node;
+pub mod tls;
+
+pub use node::{LinkInfo, NetError, Node, NodeConfig};
+pub use tls::{Identity, Peer};

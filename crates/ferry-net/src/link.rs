@@ -18,10 +18,11 @@
 //!   out; anything else is a [`LinkError`] and the link is closed (only
 //!   that link: the state machine is per peer).
 //! - Export ids are never reused, so a late frame cannot reach a newer port.
-//! - A right that comes home ([`Cap::Returned`]) becomes the original port;
-//!   a release that overtakes, on another stream, the message carrying the
-//!   right home is held until that message arrives (the release says how
-//!   many returns were sent before it).
+//! - A right that comes home ([`Cap::Returned`]) becomes the original port.
+//! - Frames travel on several streams, so a release can overtake a message
+//!   sent before it (to the export, or carrying it home). Each release says
+//!   how many such uses its sender made in all; the export is freed only
+//!   when every reference is released *and* that many uses have arrived.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -174,8 +175,8 @@ struct Export {
     once: bool,
     refs: u64,
     key: Option<Key>,
-    returns_seen: u64,
-    returns_announced: u64,
+    uses_seen: u64,
+    uses_announced: u64,
     dead_sent: bool,
 }
 
@@ -183,7 +184,7 @@ struct Export {
 struct Import {
     once: bool,
     refs: u64,
-    returns_sent: u64,
+    uses: u64,
 }
 
 /// The state of one link to one peer. See the module doc.
@@ -271,11 +272,11 @@ impl Link {
         }
         let imp = self.imports.get_mut(&import)?;
         imp.refs -= 1;
-        let returns = imp.returns_sent;
+        let uses = imp.uses;
         if imp.refs == 0 {
             self.imports.remove(&import);
         }
-        Some(Frame::Release { id: import, count: 1, returns })
+        Some(Frame::Release { id: import, count: 1, uses })
     }
 
     /// A local port exported under `export` is dead; returns the frame
@@ -300,7 +301,7 @@ impl Link {
     fn export_send(&mut self, key: Key) -> (Cap, Store) {
         if let Some(&import) = self.proxies.get(&key) {
             if let Some(imp) = self.imports.get_mut(&import) {
-                imp.returns_sent += 1;
+                imp.uses += 1;
                 return (Cap::Returned(import), Store::Drop);
             }
         }
@@ -318,7 +319,7 @@ impl Link {
     fn new_export(&mut self, once: bool, key: Option<Key>) -> u64 {
         let id = self.next_export;
         self.next_export += 1;
-        self.exports.insert(id, Export { once, refs: 1, key, returns_seen: 0, returns_announced: 0, dead_sent: false });
+        self.exports.insert(id, Export { once, refs: 1, key, uses_seen: 0, uses_announced: 0, dead_sent: false });
         id
     }
 
@@ -352,8 +353,11 @@ impl Link {
         reply: Option<Outgoing>,
     ) -> Result<(Frame, Vec<Store>), LinkError> {
         self.open()?;
-        let once = match self.imports.get(&target) {
-            Some(i) => i.once,
+        let once = match self.imports.get_mut(&target) {
+            Some(i) => {
+                i.uses += 1;
+                i.once
+            }
             None => return Err(LinkError::UnknownExport(target)),
         };
         if let Some(Outgoing::Region(_)) = reply {
@@ -426,16 +430,16 @@ impl Link {
     fn apply_incoming(&mut self, c: Cap) -> Incoming {
         match c {
             Cap::Hosted(id) => {
-                self.imports.entry(id).or_insert(Import { once: false, refs: 0, returns_sent: 0 }).refs += 1;
+                self.imports.entry(id).or_insert(Import { once: false, refs: 0, uses: 0 }).refs += 1;
                 Incoming::Proxy { import: id, once: false }
             }
             Cap::HostedOnce(id) => {
-                self.imports.insert(id, Import { once: true, refs: 1, returns_sent: 0 });
+                self.imports.insert(id, Import { once: true, refs: 1, uses: 0 });
                 Incoming::Proxy { import: id, once: true }
             }
             Cap::Returned(id) => {
                 if let Some(e) = self.exports.get_mut(&id) {
-                    e.returns_seen += 1;
+                    e.uses_seen += 1;
                 }
                 Incoming::Home { export: id }
             }
@@ -445,7 +449,7 @@ impl Link {
     /// Frees export `id` if nothing across the link can still name it.
     fn maybe_free(&mut self, id: u64, out: &mut Output) {
         if let Some(e) = self.exports.get(&id) {
-            if e.refs == 0 && e.returns_seen >= e.returns_announced {
+            if e.refs == 0 && e.uses_seen >= e.uses_announced {
                 if let Some(k) = e.key {
                     self.by_key.remove(&k);
                 }
@@ -504,19 +508,25 @@ impl Link {
                             self.by_key.remove(&k);
                         }
                     }
+                } else if let Some(e) = self.exports.get_mut(&target) {
+                    e.uses_seen += 1;
                 }
                 out.events.push(Event::Deliver { export: target, once, op, body, items, reply });
+                if !once {
+                    homes.push(target);
+                }
+                homes.dedup();
                 for id in homes {
                     self.maybe_free(id, &mut out);
                 }
             }
-            Frame::Release { id, count, returns } => {
+            Frame::Release { id, count, uses } => {
                 let e = self.exports.get_mut(&id).ok_or(LinkError::UnknownExport(id))?;
                 if u64::from(count) > e.refs {
                     return Err(LinkError::OverRelease(id));
                 }
                 e.refs -= u64::from(count);
-                e.returns_announced = e.returns_announced.max(returns);
+                e.uses_announced = e.uses_announced.max(uses);
                 self.maybe_free(id, &mut out);
             }
             Frame::Dead { id } => {
@@ -526,9 +536,9 @@ impl Link {
                     out.events.push(Event::ImportDead { import: id });
                     if !imp.once {
                         let count = u32::try_from(imp.refs).unwrap_or(u32::MAX);
-                        out.frames.push(Frame::Release { id, count, returns: imp.returns_sent });
+                        out.frames.push(Frame::Release { id, count, uses: imp.uses });
                     } else {
-                        out.frames.push(Frame::Release { id, count: 1, returns: 0 });
+                        out.frames.push(Frame::Release { id, count: 1, uses: imp.uses });
                     }
                 }
             }

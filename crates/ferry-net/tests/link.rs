@@ -85,12 +85,25 @@ fn release_overtaking_the_return_waits_for_it() {
     b.proxy_made(PROXY, id);
     let (ret, _) = b.message(id, 7, vec![], vec![Outgoing::Send(PROXY)], None).unwrap();
     let rel = b.proxy_released(id, Some(PROXY)).unwrap();
-    assert!(matches!(rel, Frame::Release { returns: 1, .. }));
+    assert!(matches!(rel, Frame::Release { uses: 2, .. }), "{rel:?}");
     // The release arrives first (another stream): the export must survive.
     assert!(feed(&mut a, &rel).events.is_empty());
     let out = feed(&mut a, &ret);
     assert!(matches!(&out.events[0], Event::Deliver { items, .. } if items == &vec![Incoming::Home { export: id }]));
     assert_eq!(out.events[1], Event::DropExport { export: id }, "freed once the return arrived");
+}
+
+#[test]
+fn release_overtaking_a_message_to_the_export_waits_for_it() {
+    let (mut a, mut b, target) = linked();
+    let (m1, _) = a.message(target, 1, vec![], vec![], None).unwrap();
+    let (m2, _) = a.message(target, 2, vec![], vec![], None).unwrap();
+    let rel = a.proxy_released(target, None).unwrap();
+    assert_eq!(rel, Frame::Release { id: target, count: 1, uses: 2 });
+    assert!(feed(&mut b, &rel).events.is_empty(), "two messages are still on their way");
+    assert!(matches!(feed(&mut b, &m1).events[..], [Event::Deliver { op: 1, .. }]));
+    let out = feed(&mut b, &m2);
+    assert!(matches!(out.events[..], [Event::Deliver { op: 2, .. }, Event::DropExport { .. }]), "{:?}", out.events);
 }
 
 #[test]
@@ -128,7 +141,7 @@ fn dead_export_kills_imports_and_releases() {
     assert!(b.export_dead(target).is_none(), "said once");
     let out = feed(&mut a, &dead);
     assert_eq!(out.events, vec![Event::ImportDead { import: target }]);
-    assert_eq!(out.frames, vec![Frame::Release { id: target, count: 1, returns: 0 }]);
+    assert_eq!(out.frames, vec![Frame::Release { id: target, count: 1, uses: 0 }]);
     assert!(!a.import_alive(target));
     assert_eq!(feed(&mut b, &out.frames[0]).events, vec![Event::DropExport { export: target }]);
     assert_eq!(b.exports(), 0);
@@ -151,7 +164,7 @@ fn close_kills_everything() {
 #[test]
 fn protocol_violations_are_typed_and_close_the_link() {
     let (_, mut b, target) = linked();
-    let over = Frame::Release { id: target, count: 2, returns: 0 };
+    let over = Frame::Release { id: target, count: 2, uses: 0 };
     assert_eq!(b.handle(&over.encode()).unwrap_err(), LinkError::OverRelease(target));
     assert!(b.is_closed());
 
@@ -207,7 +220,7 @@ fn mutated_frames_never_panic_and_errors_close_only_that_link() {
         seed_msg.encode(),
         Frame::Lookup { req: 1, name: "svc".into() }.encode(),
         Frame::Found { req: 1, cap: Some(Cap::Hosted(1)) }.encode(),
-        Frame::Release { id: 1, count: 1, returns: 0 }.encode(),
+        Frame::Release { id: 1, count: 1, uses: 0 }.encode(),
         Frame::Dead { id: 1 }.encode(),
     ];
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);

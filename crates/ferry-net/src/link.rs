@@ -196,6 +196,7 @@ pub struct Link {
     imports: HashMap<u64, Import>,
     proxies: HashMap<Key, u64>,
     lookups: HashSet<u64>,
+    cancelled: HashSet<u64>,
     next_req: u64,
     closed: bool,
 }
@@ -231,10 +232,12 @@ impl Link {
         Ok((req, Frame::Lookup { req, name: name.to_owned() }))
     }
 
-    /// Forgets a lookup that timed out; a late answer then is a protocol
-    /// error no more but is released at once.
+    /// Forgets a lookup that timed out: a late answer is then no error, and
+    /// the right it carries is released at once.
     pub fn cancel_lookup(&mut self, req: u64) {
-        self.lookups.remove(&req);
+        if self.lookups.remove(&req) {
+            self.cancelled.insert(req);
+        }
     }
 
     /// Answers the peer's lookup `req` with the local port `key` (the
@@ -464,6 +467,17 @@ impl Link {
         match frame {
             Frame::Lookup { req, name } => out.events.push(Event::Lookup { req, name }),
             Frame::Found { req, cap } => {
+                if self.cancelled.remove(&req) {
+                    match cap {
+                        None => {}
+                        Some(Cap::Hosted(id)) => {
+                            let uses = self.imports.get(&id).map_or(0, |i| i.uses);
+                            out.frames.push(Frame::Release { id, count: 1, uses });
+                        }
+                        Some(_) => return Err(LinkError::BadRight("a lookup answers with a send right")),
+                    }
+                    return Ok(out);
+                }
                 if !self.lookups.remove(&req) {
                     return Err(LinkError::UnknownRequest(req));
                 }
@@ -555,6 +569,7 @@ impl Link {
         self.by_key.clear();
         self.proxies.clear();
         self.lookups.clear();
+        self.cancelled.clear();
         ev
     }
 

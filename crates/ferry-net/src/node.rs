@@ -160,6 +160,17 @@ struct State {
     lookups: HashMap<u64, oneshot::Sender<Option<SendRight>>>,
 }
 
+impl State {
+    /// Once import `import` is gone (released, used up), finishes its
+    /// stream and forgets its proxies' kill switch.
+    fn forget_if_gone(&mut self, import: u64) {
+        if !self.link.import_alive(import) {
+            self.streams.remove(&import);
+            self.kills.remove(&import);
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Conn {
     peer: String,
@@ -690,7 +701,12 @@ async fn forward(c: Arc<Conn>, mut rx: AsyncReceiveRight, import: u64, once: boo
                 }
             }
             Err(RecvError::NoSenders) | Err(RecvError::SendOnceDropped) => {
-                let f = c.state.lock().unwrap().link.proxy_released(import, key);
+                let f = {
+                    let mut st = c.state.lock().unwrap();
+                    let f = st.link.proxy_released(import, key);
+                    st.forget_if_gone(import);
+                    f
+                };
                 if let Some(f) = f {
                     c.send_control(&[f]).await;
                 }
@@ -791,6 +807,8 @@ impl Conn {
         };
         let mut s = stream.lock().await;
         let _ = write_frame(&mut s, &frame).await;
+        drop(s);
+        self.state.lock().unwrap().forget_if_gone(import);
     }
 
     fn drop_message(&self, why: &str) {

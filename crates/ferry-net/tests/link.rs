@@ -38,6 +38,19 @@ fn lookup_of_unexported_name_finds_nothing() {
 }
 
 #[test]
+fn a_late_answer_to_a_cancelled_lookup_is_released() {
+    let (mut a, mut b) = (Link::new(), Link::new());
+    let (req, f) = a.lookup("slow").unwrap();
+    feed(&mut b, &f);
+    a.cancel_lookup(req);
+    let (f, _) = b.answer_lookup(req, Some(K1)).unwrap();
+    let out = feed(&mut a, &f);
+    assert!(out.events.is_empty() && !a.is_closed(), "no error, no proxy");
+    assert_eq!(a.imports(), 0);
+    assert!(matches!(feed(&mut b, &out.frames[0]).events[..], [Event::DropExport { .. }]));
+}
+
+#[test]
 fn right_round_trip_comes_home_as_the_original() {
     let (mut a, mut b, target) = linked();
     // a sends its own port K2 to b inside a message.

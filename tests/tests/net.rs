@@ -270,24 +270,30 @@ fn malformed_frames_close_only_that_link() {
         a.export("svc", to_srv);
         let svc = b.lookup("svc@a").unwrap();
 
-        // A trusted but broken peer speaks garbage on the control stream.
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        let addr = a.local_addr().unwrap();
-        let peer_a = Peer { name: "a".into(), cert: ia.cert.clone() };
-        let closed = rt.block_on(async move {
-            let mut ep = quinn::Endpoint::client(loopback()).unwrap();
-            ep.set_default_client_config(ferry_net::tls::quic_client_config(&im, &peer_a).unwrap());
-            let conn = ep.connect(addr, "ferry-peer").unwrap().await.unwrap();
-            let (mut send, mut recv) = conn.accept_bi().await.unwrap();
-            let mut magic = [0u8; 4];
-            recv.read_exact(&mut magic).await.unwrap();
-            let junk = [9u8, 1, 2, 3];
-            send.write_all(&(junk.len() as u32).to_le_bytes()).await.unwrap();
-            send.write_all(&junk).await.unwrap();
-            tokio::time::timeout(Duration::from_secs(10), conn.closed()).await
-        });
-        let reason = closed.expect("the node closed the broken link");
-        assert!(reason.to_string().contains("protocol error"), "{reason}");
+        // A trusted but broken peer speaks garbage on the control stream:
+        // a malformed frame, a length over the limit, a frame cut short.
+        let mut junk = 4u32.to_le_bytes().to_vec();
+        junk.extend_from_slice(&[9, 1, 2, 3]);
+        let mut cut = (1u32 << 20).to_le_bytes().to_vec();
+        cut.extend_from_slice(&[3; 100]);
+        for (what, bytes) in [("junk", junk), ("oversize", u32::MAX.to_le_bytes().to_vec()), ("cut short", cut)] {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let addr = a.local_addr().unwrap();
+            let (peer_a, im) = (Peer { name: "a".into(), cert: ia.cert.clone() }, im.clone());
+            let closed = rt.block_on(async move {
+                let mut ep = quinn::Endpoint::client(loopback()).unwrap();
+                ep.set_default_client_config(ferry_net::tls::quic_client_config(&im, &peer_a).unwrap());
+                let conn = ep.connect(addr, "ferry-peer").unwrap().await.unwrap();
+                let (mut send, mut recv) = conn.accept_bi().await.unwrap();
+                let mut magic = [0u8; 4];
+                recv.read_exact(&mut magic).await.unwrap();
+                send.write_all(&bytes).await.unwrap();
+                let _ = send.finish();
+                tokio::time::timeout(Duration::from_secs(10), conn.closed()).await
+            });
+            let reason = closed.unwrap_or_else(|_| panic!("{what}: the node closed the broken link"));
+            assert!(reason.to_string().contains("protocol error"), "{what}: {reason}");
+        }
         // The good link is untouched.
         svc.send(Message::new(5), WAIT).unwrap();
         assert_eq!(srv.recv(WAIT).unwrap().op(), 5);

@@ -429,6 +429,7 @@ fn start_link(sh: Arc<Shared>, peer: String, conn: quinn::Connection, send: quin
     c
 }
 
+/// Reads one length-prefixed frame; `None` when the stream ended cleanly.
 async fn read_frame(s: &mut quinn::RecvStream) -> Result<Option<Vec<u8>>, String> {
     let mut len = [0u8; 4];
     match s.read_exact(&mut len).await {
@@ -440,14 +441,24 @@ async fn read_frame(s: &mut quinn::RecvStream) -> Result<Option<Vec<u8>>, String
     if n > MAX_FRAME {
         return Err(format!("frame of {n} bytes is over the limit"));
     }
-    let mut buf = vec![0u8; n];
-    s.read_exact(&mut buf).await.map_err(|e| e.to_string())?;
+    // The length is the peer's claim: memory grows with the bytes that
+    // actually arrive, a chunk at a time, not with the claim.
+    const CHUNK: usize = 256 << 10;
+    let mut buf = Vec::with_capacity(n.min(CHUNK));
+    while buf.len() < n {
+        let start = buf.len();
+        buf.resize(start + (n - start).min(CHUNK), 0);
+        s.read_exact(&mut buf[start..]).await.map_err(|e| e.to_string())?;
+    }
     Ok(Some(buf))
 }
 
+/// Writes one frame with its length prefix, in one stream write.
 async fn write_frame(s: &mut quinn::SendStream, f: &Frame) -> Result<(), quinn::WriteError> {
-    let bytes = f.encode();
-    s.write_all(&(bytes.len() as u32).to_le_bytes()).await?;
+    let body = f.encode();
+    let mut bytes = Vec::with_capacity(4 + body.len());
+    bytes.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    bytes.extend_from_slice(&body);
     s.write_all(&bytes).await
 }
 

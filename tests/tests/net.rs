@@ -380,3 +380,25 @@ fn loss_is_recovered_and_a_cut_link_turns_proxies_into_dead_names() {
         wait_until("both sides to drop the link", || a.links().is_empty() && b.links().is_empty());
     });
 }
+
+#[test]
+fn a_send_right_as_reply_right_serves_many_replies() {
+    watchdog("a_send_right_as_reply_right_serves_many_replies", LIMIT, || {
+        let (a, b) = pair();
+        let (mut srv, to_srv) = ferry::port().unwrap();
+        a.export("svc", to_srv);
+        let svc = b.lookup("svc@a").unwrap();
+        let (mut me, my_tx) = ferry::port().unwrap();
+        svc.send(Message::new(1).with_reply(my_tx), WAIT).unwrap();
+        let mut req = srv.recv(WAIT).unwrap();
+        let Some(Reply::Send(back)) = req.take_reply() else { panic!("a send right crossed as the reply right") };
+        for i in 0..3 {
+            back.send(Message::new(10 + i), WAIT).unwrap();
+        }
+        for i in 0..3 {
+            assert_eq!(me.recv(WAIT).unwrap().op(), 10 + i);
+        }
+        drop(back);
+        assert!(matches!(me.recv(WAIT), Err(RecvError::NoSenders)), "no-senders once the far side let go");
+    });
+}

@@ -87,8 +87,8 @@ impl Drop for Hosts {
     }
 }
 
-/// A daemon, killed on drop.
-struct Daemon(Child);
+/// A daemon, killed on drop, with what it has written to stderr so far.
+struct Daemon(Child, std::sync::Arc<std::sync::Mutex<String>>);
 impl Drop for Daemon {
     fn drop(&mut self) {
         let _ = self.0.kill();
@@ -96,16 +96,30 @@ impl Drop for Daemon {
     }
 }
 
-fn daemon(ns: &str, bootstrap: &Path, args: &[String]) -> Daemon {
+impl Daemon {
+    /// Waits (bounded) until the daemon has logged a line containing `what`.
+    fn logged(&self, what: &str) -> bool {
+        for _ in 0..300 {
+            if self.1.lock().unwrap().contains(what) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    }
+}
+
+fn spawn_daemon(ns: &str, bootstrap: &Path, args: &[String]) -> (Daemon, std::sync::mpsc::Receiver<()>) {
     let mut child = Command::new("ip")
         .args(["netns", "exec", ns, env!("CARGO_BIN_EXE_ferry-netd")])
         .args(args)
         .env("FERRY_BOOTSTRAP", bootstrap)
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("spawn ferry-netd");
     let out = child.stdout.take().unwrap();
+    let err = child.stderr.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(out).lines().take(100) {
@@ -115,8 +129,23 @@ fn daemon(ns: &str, bootstrap: &Path, args: &[String]) -> Daemon {
             }
         }
     });
-    let d = Daemon(child);
-    rx.recv_timeout(Duration::from_secs(30)).expect("ferry-netd did not become ready");
+    let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let l2 = log.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(err).lines().take(10_000) {
+            let Ok(line) = line else { break };
+            eprintln!("{line}");
+            let mut l = l2.lock().unwrap();
+            l.push_str(&line);
+            l.push('\n');
+        }
+    });
+    (Daemon(child, log), rx)
+}
+
+fn daemon(ns: &str, bootstrap: &Path, args: &[String]) -> Daemon {
+    let (d, ready) = spawn_daemon(ns, bootstrap, args);
+    ready.recv_timeout(Duration::from_secs(30)).expect("ferry-netd did not become ready");
     d
 }
 
@@ -204,6 +233,23 @@ fn two_daemons_in_two_namespaces() {
         assert_eq!(key_of(back.as_fd()).unwrap(), original, "no proxy chain after a round trip");
         back.send(Message::new(3), WAIT).unwrap();
         assert_eq!(home.recv(WAIT).unwrap().op(), 3);
+
+        // A host daemon a was not told to trust is refused, and a says so.
+        let id_s = identity(&dir.join("id-stranger"), "b");
+        let (_stranger, _) = spawn_daemon(
+            &hosts.ns[1],
+            &bs_b,
+            &[
+                "--identity".into(), s(&id_s),
+                "--listen".into(), format!("{}:7448", hosts.addr[1]),
+                "--trust".into(), format!("a={}", s(&id_a.join("cert.pem"))),
+                "--peer".into(), format!("a={}:{port}", hosts.addr[0]),
+            ],
+        );
+        assert!(
+            daemon_a.logged("refused a client whose certificate is not on the trusted list"),
+            "daemon a logged the refusal"
+        );
 
         // SIGKILL of daemon a: the proxy on b becomes a dead name.
         drop(daemon_a);

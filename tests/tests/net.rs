@@ -402,3 +402,21 @@ fn a_send_right_as_reply_right_serves_many_replies() {
         assert!(matches!(me.recv(WAIT), Err(RecvError::NoSenders)), "no-senders once the far side let go");
     });
 }
+
+#[test]
+fn a_dead_right_crosses_as_a_dead_name() {
+    watchdog("a_dead_right_crosses_as_a_dead_name", LIMIT, || {
+        let (a, b) = pair();
+        let (mut srv, to_srv) = ferry::port().unwrap();
+        a.export("svc", to_srv);
+        let svc = b.lookup("svc@a").unwrap();
+        for _ in 0..20 {
+            let (rx, tx) = ferry::port().unwrap();
+            drop(rx);
+            svc.send(Message::new(1).with_item(tx), WAIT).unwrap();
+            let Some(Item::Send(r)) = srv.recv(WAIT).unwrap().take_items().pop() else { panic!("a right arrived") };
+            assert!(r.wait_dead(WAIT), "it is a dead name on the far side too");
+        }
+        wait_until("nothing exported for the dead rights", || b.links()[0].exports == 0);
+    });
+}

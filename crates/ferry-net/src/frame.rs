@@ -35,6 +35,9 @@ pub enum Cap {
     /// A send right to a port the *receiver* of the frame exported under
     /// this id: the right comes home and becomes the original port again.
     Returned(u64),
+    /// A send right whose port is already dead: the receiver gets a dead
+    /// name (the id is unused and zero).
+    DeadName,
 }
 
 /// One item of a message frame.
@@ -137,6 +140,7 @@ fn put_cap(out: &mut Vec<u8>, cap: Cap) {
         Cap::Hosted(id) => (1, id),
         Cap::HostedOnce(id) => (2, id),
         Cap::Returned(id) => (3, id),
+        Cap::DeadName => (4, 0),
     };
     out.push(t);
     out.extend_from_slice(&id.to_le_bytes());
@@ -288,6 +292,7 @@ impl<'a> Reader<'a> {
             1 => Ok(Cap::Hosted(id)),
             2 => Ok(Cap::HostedOnce(id)),
             3 => Ok(Cap::Returned(id)),
+            4 => Ok(Cap::DeadName),
             t => Err(DecodeError::BadTag("right", t)),
         }
     }

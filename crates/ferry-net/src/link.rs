@@ -29,6 +29,9 @@ use std::fmt;
 
 use crate::frame::{Cap, DecodeError, Frame, Part};
 
+/// How many death notices for unknown ids a link remembers.
+const RECENT_DEAD: usize = 1024;
+
 /// The identity of a local port: device and inode of its send socket, the
 /// same for every send right to the port.
 pub type Key = (u64, u64);
@@ -90,6 +93,8 @@ pub enum Incoming {
     },
     /// Region bytes, to be sealed into a region locally.
     Region(Vec<u8>),
+    /// A send right to a port that is already dead: hand out a dead name.
+    DeadName,
 }
 
 /// What the driver must do after a frame.
@@ -155,6 +160,8 @@ pub enum Store {
 pub enum Outgoing {
     /// A send right to the local port with this identity (maybe a proxy).
     Send(Key),
+    /// A send right whose port the driver found dead already.
+    DeadSend,
     /// A send-once right.
     Once,
     /// A region's bytes.
@@ -197,6 +204,10 @@ pub struct Link {
     proxies: HashMap<Key, u64>,
     lookups: HashSet<u64>,
     cancelled: HashSet<u64>,
+    /// Recent `Dead` notices: a right to that export may still be on its
+    /// way on another stream, and must arrive dead. Export ids are never
+    /// reused, so an entry never misfires.
+    recent_dead: std::collections::VecDeque<u64>,
     next_req: u64,
     closed: bool,
 }
@@ -310,6 +321,9 @@ impl Link {
         }
         if let Some(&id) = self.by_key.get(&key) {
             if let Some(e) = self.exports.get_mut(&id) {
+                if e.dead_sent {
+                    return (Cap::DeadName, Store::Drop);
+                }
                 e.refs += 1;
                 return (Cap::Hosted(id), Store::Drop);
             }
@@ -332,6 +346,7 @@ impl Link {
                 let (c, s) = self.export_send(k);
                 (Part::Cap(c), s)
             }
+            Outgoing::DeadSend => (Part::Cap(Cap::DeadName), Store::Drop),
             Outgoing::Once => {
                 let id = self.new_export(true, None);
                 (Part::Cap(Cap::HostedOnce(id)), Store::Keep(id))
@@ -422,6 +437,7 @@ impl Link {
                     Ok(())
                 }
             }
+            Cap::DeadName => Ok(()),
             Cap::Returned(id) => match self.exports.get(&id) {
                 None => Err(LinkError::UnknownExport(id)),
                 Some(e) if e.once => Err(LinkError::BadRight("a send-once right cannot come home")),
@@ -430,8 +446,14 @@ impl Link {
         }
     }
 
-    fn apply_incoming(&mut self, c: Cap) -> Incoming {
+    fn apply_incoming(&mut self, c: Cap, out: &mut Output) -> Incoming {
         match c {
+            Cap::Hosted(id) | Cap::HostedOnce(id) if self.recent_dead.contains(&id) => {
+                // Its death notice overtook it: it arrives dead, released.
+                out.frames.push(Frame::Release { id, count: 1, uses: 0 });
+                Incoming::DeadName
+            }
+            Cap::DeadName => Incoming::DeadName,
             Cap::Hosted(id) => {
                 self.imports.entry(id).or_insert(Import { once: false, refs: 0, uses: 0 }).refs += 1;
                 Incoming::Proxy { import: id, once: false }
@@ -469,7 +491,7 @@ impl Link {
             Frame::Found { req, cap } => {
                 if self.cancelled.remove(&req) {
                     match cap {
-                        None => {}
+                        None | Some(Cap::DeadName) => {}
                         Some(Cap::Hosted(id)) => {
                             let uses = self.imports.get(&id).map_or(0, |i| i.uses);
                             out.frames.push(Frame::Release { id, count: 1, uses });
@@ -485,9 +507,13 @@ impl Link {
                     None => out.events.push(Event::Found { req, import: None }),
                     Some(c @ Cap::Hosted(id)) => {
                         self.check_incoming(c, &mut HashSet::new())?;
-                        self.apply_incoming(c);
-                        out.events.push(Event::Found { req, import: Some(id) });
+                        let import = match self.apply_incoming(c, &mut out) {
+                            Incoming::Proxy { .. } => Some(id),
+                            _ => None,
+                        };
+                        out.events.push(Event::Found { req, import });
                     }
+                    Some(Cap::DeadName) => out.events.push(Event::Found { req, import: None }),
                     Some(_) => return Err(LinkError::BadRight("a lookup answers with a send right")),
                 }
             }
@@ -508,14 +534,14 @@ impl Link {
                         homes.push(id);
                     }
                 }
-                let items = parts
-                    .into_iter()
-                    .map(|p| match p {
-                        Part::Cap(c) => self.apply_incoming(c),
+                let mut items = Vec::with_capacity(parts.len());
+                for p in parts {
+                    items.push(match p {
+                        Part::Cap(c) => self.apply_incoming(c, &mut out),
                         Part::Region(b) => Incoming::Region(b),
-                    })
-                    .collect();
-                let reply = reply.map(|c| self.apply_incoming(c));
+                    });
+                }
+                let reply = reply.map(|c| self.apply_incoming(c, &mut out));
                 if once {
                     if let Some(e) = self.exports.remove(&target) {
                         if let Some(k) = e.key {
@@ -555,6 +581,14 @@ impl Link {
                         out.frames.push(Frame::Release { id, count: 1, uses: imp.uses });
                     }
                 }
+                // A right to it sent before the notice may still arrive on
+                // another stream: it must arrive dead.
+                if !self.recent_dead.contains(&id) {
+                    if self.recent_dead.len() >= RECENT_DEAD {
+                        self.recent_dead.pop_front();
+                    }
+                    self.recent_dead.push_back(id);
+                }
             }
         }
         Ok(out)
@@ -570,6 +604,7 @@ impl Link {
         self.proxies.clear();
         self.lookups.clear();
         self.cancelled.clear();
+        self.recent_dead.clear();
         ev
     }
 

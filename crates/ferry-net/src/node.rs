@@ -599,7 +599,7 @@ fn apply_event(c: &Arc<Conn>, st: &mut State, sh: Option<&Arc<Shared>>, e: Event
             }
         }
         Event::Lookup { req, name } => {
-            let right = sh.and_then(|sh| sh.names.lock().unwrap().get(&name).and_then(|r| r.try_clone().ok()));
+            let right = sh.and_then(|sh| sh.names.lock().unwrap().get(&name).and_then(|r| r.try_clone().ok())).filter(|r| !r.is_dead());
             let key = right.as_ref().and_then(|r| key_of(r.as_fd()).ok());
             if let Ok((f, store)) = st.link.answer_lookup(req, key) {
                 if let (Store::Keep(id), Some(r)) = (store, right) {
@@ -644,6 +644,12 @@ fn incoming(c: &Arc<Conn>, st: &mut State, i: Incoming) -> io::Result<Item> {
             _ => Err(other("a right came home to an export that is gone")),
         },
         Incoming::Region(b) => Ok(Item::Region(RegionItem::copied_from(&b).map_err(other)?)),
+        Incoming::DeadName => {
+            // A port whose receive right is gone at once: a dead name.
+            let (rx, tx) = ferry::port()?;
+            drop(rx);
+            Ok(Item::Send(tx))
+        }
     }
 }
 
@@ -748,6 +754,10 @@ impl Conn {
         let mut taken = Vec::new();
         for item in m.take_items() {
             match item {
+                Item::Send(s) if s.is_dead() => {
+                    outs.push(Outgoing::DeadSend);
+                    taken.push(Taken::Send(s));
+                }
                 Item::Send(s) => match key_of(s.as_fd()) {
                     Ok(k) => {
                         outs.push(Outgoing::Send(k));
@@ -771,6 +781,10 @@ impl Conn {
             }
         }
         let reply = match m.take_reply() {
+            Some(Reply::Send(s)) if s.is_dead() => {
+                taken.push(Taken::Send(s));
+                Some(Outgoing::DeadSend)
+            }
             Some(Reply::Send(s)) => match key_of(s.as_fd()) {
                 Ok(k) => {
                     taken.push(Taken::Send(s));

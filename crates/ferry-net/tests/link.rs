@@ -161,6 +161,36 @@ fn dead_export_kills_imports_and_releases() {
 }
 
 #[test]
+fn a_right_overtaken_by_its_death_notice_arrives_dead() {
+    let (mut a, mut b, target) = linked();
+    let (m, s) = a.message(target, 1, vec![], vec![Outgoing::Send(K2)], None).unwrap();
+    let Store::Keep(id) = s[0] else { panic!() };
+    let dead = a.export_dead(id).unwrap();
+    // The notice rides the control stream and arrives first.
+    assert!(feed(&mut b, &dead).events.is_empty());
+    let out = feed(&mut b, &m);
+    assert!(matches!(&out.events[0], Event::Deliver { items, .. } if items == &vec![Incoming::DeadName]), "{:?}", out.events);
+    assert_eq!(out.frames, vec![Frame::Release { id, count: 1, uses: 0 }]);
+    assert_eq!(b.imports(), 0, "no import for a dead right");
+    assert_eq!(feed(&mut a, &out.frames[0]).events, vec![Event::DropExport { export: id }]);
+}
+
+#[test]
+fn a_port_known_dead_crosses_as_a_dead_name() {
+    let (mut a, mut b, target) = linked();
+    let (m, s) = a.message(target, 1, vec![], vec![Outgoing::Send(K2)], None).unwrap();
+    let Store::Keep(id) = s[0] else { panic!() };
+    feed(&mut b, &m);
+    a.export_dead(id).unwrap();
+    // Sent again before the peer's release arrives: no new reference.
+    let (m2, s2) = a.message(target, 2, vec![], vec![Outgoing::Send(K2), Outgoing::DeadSend], None).unwrap();
+    assert_eq!(s2, vec![Store::Drop, Store::Drop]);
+    assert!(matches!(&m2, Frame::Message { parts, .. } if parts == &vec![Part::Cap(Cap::DeadName), Part::Cap(Cap::DeadName)]));
+    let out = feed(&mut b, &m2);
+    assert!(matches!(&out.events[0], Event::Deliver { items, .. } if items == &vec![Incoming::DeadName, Incoming::DeadName]));
+}
+
+#[test]
 fn close_kills_everything() {
     let (mut a, mut b, target) = linked();
     let (f, _) = a.message(target, 1, vec![], vec![Outgoing::Send(K2)], None).unwrap();

@@ -570,13 +570,13 @@ fn apply_event(c: &Arc<Conn>, st: &mut State, sh: Option<&Arc<Shared>>, e: Event
         Event::Deliver { export, once, op, body, items, reply } => {
             let mut msg = Message::new(op).with_body(body);
             for i in items {
-                match incoming(c, st, i) {
+                match incoming(c, st, i, after) {
                     Ok(item) => msg = msg.with_item(item),
                     Err(e) => eprintln!("ferry-net: an item from {} was lost: {e}", c.peer),
                 }
             }
             if let Some(r) = reply {
-                match incoming(c, st, r) {
+                match incoming(c, st, r, after) {
                     Ok(Item::Send(s)) => msg = msg.with_reply(Reply::Send(s)),
                     Ok(Item::SendOnce(s)) => msg = msg.with_reply(Reply::SendOnce(s)),
                     Ok(_) => {}
@@ -611,7 +611,7 @@ fn apply_event(c: &Arc<Conn>, st: &mut State, sh: Option<&Arc<Shared>>, e: Event
         Event::Found { req, import } => {
             let waiter = st.lookups.remove(&req);
             let right = match import {
-                Some(id) => match make_proxy(c, st, id, false) {
+                Some(id) => match proxy_or_release(c, st, id, false, after) {
                     Ok(Item::Send(s)) => Some(s),
                     _ => None,
                 },
@@ -636,9 +636,9 @@ fn apply_event(c: &Arc<Conn>, st: &mut State, sh: Option<&Arc<Shared>>, e: Event
 }
 
 /// Turns an incoming right or region into a local item.
-fn incoming(c: &Arc<Conn>, st: &mut State, i: Incoming) -> io::Result<Item> {
+fn incoming(c: &Arc<Conn>, st: &mut State, i: Incoming, after: &mut After) -> io::Result<Item> {
     match i {
-        Incoming::Proxy { import, once } => make_proxy(c, st, import, once),
+        Incoming::Proxy { import, once } => proxy_or_release(c, st, import, once, after),
         Incoming::Home { export } => match st.held.get(&export) {
             Some(Held::Send { right, .. }) => Ok(Item::Send(right.get_ref().try_clone()?)),
             _ => Err(other("a right came home to an export that is gone")),
@@ -682,6 +682,15 @@ async fn watch_dead(c: std::sync::Weak<Conn>, id: u64, right: SendRight) {
             c.send_control(&[f]).await;
         }
     }
+}
+
+/// Makes a proxy, or if that fails here (out of descriptors), releases
+/// the reference at once so the peer's count stays right.
+fn proxy_or_release(c: &Arc<Conn>, st: &mut State, import: u64, once: bool, after: &mut After) -> io::Result<Item> {
+    make_proxy(c, st, import, once).inspect_err(|_| {
+        after.frames.extend(st.link.proxy_released(import, None));
+        st.forget_if_gone(import);
+    })
 }
 
 /// Makes a proxy port for import `import` and starts its forwarding task;

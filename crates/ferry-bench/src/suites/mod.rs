@@ -1,6 +1,7 @@
 //! The registered suites. Each suite module lists its cases and its
 //! implementations; `all()` is what `ferry bench all` runs.
 
+pub mod net;
 pub mod pager;
 pub mod peer_ipc_channel;
 pub mod pingpong;
@@ -14,7 +15,7 @@ use crate::harness::Suite;
 
 /// Every registered suite, in the order `ferry bench all` runs them.
 pub fn all() -> Vec<Suite> {
-    vec![port::suite(), rpc::suite(), transfer::suite(), pager::suite()]
+    vec![port::suite(), rpc::suite(), transfer::suite(), pager::suite(), net::suite()]
 }
 
 /// The suite called `name`.

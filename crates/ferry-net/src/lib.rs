@@ -1,0 +1,24 @@
+//! Ports across machines: ferry's network server.
+//!
+//! Two parts, in the shape of `quinn-proto` and `rustls`:
+//! - [`frame`] and [`link`]: the link protocol as a pure state machine —
+//!   frames in, frames and [`link::Event`]s out, export and import tables
+//!   with reference counts — with no sockets, no timers and no threads, so
+//!   it is tested and fuzzed without a network;
+//! - [`node`]: the thin driver that runs links over QUIC with TLS 1.3 and
+//!   mutual authentication, one QUIC stream per destination port, and turns
+//!   imported ports into local proxy ports.
+//!
+//! See `docs/network.md` for the protocol, the trust model and the costs.
+
+#![deny(missing_docs)]
+#![deny(unsafe_code)]
+
+mod deadwatch;
+pub mod frame;
+pub mod link;
+pub mod node;
+pub mod tls;
+
+pub use node::{LinkInfo, NetError, Node, NodeConfig};
+pub use tls::{Identity, Peer};

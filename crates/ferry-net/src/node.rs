@@ -1,0 +1,851 @@
+//! The driver: links over QUIC, proxy ports, exported names.
+//!
+//! A [`Node`] owns a QUIC endpoint (`quinn`, TLS 1.3 by `rustls` with the
+//! `ring` provider, mutual authentication by pinned certificates, see
+//! [`crate::tls`]) and a small tokio runtime. For each peer it keeps one
+//! connection and one [`Link`] state machine; everything the protocol
+//! decides happens in the state machine, and this module only moves frames
+//! and rights:
+//!
+//! - a bidirectional **control stream** (opened by the accepting side)
+//!   carries lookups, answers, releases and death notices;
+//! - every destination port gets its **own unidirectional stream**, so
+//!   messages to one port stay in order and a slow port (whose queue is
+//!   full) stalls only its stream: the reader awaits the local send before
+//!   reading on, QUIC flow control fills, and the sending side's proxy stops
+//!   being drained, which pushes back on the local sender;
+//! - each frame on a stream is a `u32` little-endian length and the frame.
+//!
+//! An imported port becomes a local **proxy port**: a task receives from it
+//! and forwards each message; when its last local send right is gone
+//! (no-senders) the reference is released; when the remote port dies, or
+//! the link drops (QUIC idle timeout, peer gone), every proxy's receive
+//! right is destroyed, so local holders see a dead name.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ferry::tokio::{AsyncReceiveRight, AsyncSendRight};
+use ferry::{Item, Message, RecvError, RegionItem, Reply, SendOnceRight, SendRight, Timeout};
+use tokio::sync::{oneshot, watch};
+
+use crate::frame::{Frame, MAX_EAGER_REGION, MAX_FRAME};
+use crate::link::{Event, Incoming, Key, Link, Outgoing, Store};
+use crate::tls::{self, Identity, Peer};
+
+/// How a node is set up.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// This node's certificate and key.
+    pub identity: Identity,
+    /// The peers it trusts (and the names it calls them by).
+    pub peers: Vec<Peer>,
+    /// The UDP address to listen on (port 0 picks one).
+    pub listen: SocketAddr,
+    /// Time after which a silent link is declared dead (its proxies become
+    /// dead names). Keep-alives are sent at a third of it.
+    pub idle_timeout: Duration,
+    /// Bound on connecting and on each lookup.
+    pub op_timeout: Duration,
+}
+
+impl NodeConfig {
+    /// A configuration with defaults: 10 s idle timeout, 5 s per operation.
+    pub fn new(identity: Identity, peers: Vec<Peer>, listen: SocketAddr) -> NodeConfig {
+        NodeConfig { identity, peers, listen, idle_timeout: Duration::from_secs(10), op_timeout: Duration::from_secs(5) }
+    }
+}
+
+/// Errors of the node's operations.
+#[derive(Debug)]
+pub enum NetError {
+    /// The peer name is not on the trusted list.
+    UnknownPeer(String),
+    /// No link to that peer is up.
+    NotLinked(String),
+    /// A remote name is not of the form `name@host`.
+    BadName(String),
+    /// The peer does not export that name.
+    NotExported(String),
+    /// The handshake failed or the peer refused this node.
+    Refused(String),
+    /// The operation did not finish in time.
+    Timeout,
+    /// The link broke during the operation.
+    LinkLost(String),
+    /// A local failure (sockets, ports, TLS setup).
+    Io(io::Error),
+}
+
+impl fmt::Display for NetError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NetError::UnknownPeer(p) => write!(f, "peer {p:?} is not on the trusted list"),
+            NetError::NotLinked(p) => write!(f, "no link to peer {p:?}: connect first"),
+            NetError::BadName(n) => write!(f, "remote name {n:?} is not of the form name@host"),
+            NetError::NotExported(n) => write!(f, "{n} is not exported by its host"),
+            NetError::Refused(why) => write!(f, "link refused: {why}"),
+            NetError::Timeout => write!(f, "the operation timed out"),
+            NetError::LinkLost(why) => write!(f, "link lost: {why}"),
+            NetError::Io(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for NetError {}
+
+impl From<io::Error> for NetError {
+    fn from(e: io::Error) -> Self {
+        NetError::Io(e)
+    }
+}
+
+fn other(e: impl fmt::Display) -> io::Error {
+    io::Error::other(e.to_string())
+}
+
+/// The identity of the port behind a send right (its socket's device and
+/// inode, shared by every send right to the port).
+pub fn key_of(fd: BorrowedFd<'_>) -> io::Result<Key> {
+    let st = rustix::fs::fstat(fd)?;
+    Ok((st.st_dev, st.st_ino))
+}
+
+/// What a link shows of itself ([`Node::links`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkInfo {
+    /// The peer's name.
+    pub peer: String,
+    /// Whether the link is up.
+    pub up: bool,
+    /// Peer ports with proxies here.
+    pub imports: usize,
+    /// Local ports the peer holds references to.
+    pub exports: usize,
+}
+
+/// A network node: exports names, links to peers, proxies their ports.
+#[derive(Debug)]
+pub struct Node {
+    rt: Option<tokio::runtime::Runtime>,
+    shared: Arc<Shared>,
+    endpoint: quinn::Endpoint,
+}
+
+#[derive(Debug)]
+struct Shared {
+    config: NodeConfig,
+    names: Mutex<HashMap<String, SendRight>>,
+    links: Mutex<HashMap<String, Arc<Conn>>>,
+}
+
+/// A right kept for an export.
+#[derive(Debug)]
+enum Held {
+    Send { right: Arc<AsyncSendRight>, watch: tokio::task::JoinHandle<()> },
+    Once(SendOnceRight),
+}
+
+#[derive(Debug)]
+struct State {
+    link: Link,
+    held: HashMap<u64, Held>,
+    kills: HashMap<u64, watch::Sender<bool>>,
+    streams: HashMap<u64, Arc<tokio::sync::Mutex<quinn::SendStream>>>,
+    lookups: HashMap<u64, oneshot::Sender<Option<SendRight>>>,
+}
+
+impl State {
+    /// Once import `import` is gone (released, used up), finishes its
+    /// stream and forgets its proxies' kill switch.
+    fn forget_if_gone(&mut self, import: u64) {
+        if !self.link.import_alive(import) {
+            self.streams.remove(&import);
+            self.kills.remove(&import);
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Conn {
+    peer: String,
+    conn: quinn::Connection,
+    control: tokio::sync::Mutex<quinn::SendStream>,
+    state: Mutex<State>,
+}
+
+impl Node {
+    /// Starts a node: binds the endpoint and begins accepting links from
+    /// trusted peers.
+    ///
+    /// # Errors
+    /// If the address cannot be bound or the TLS setup is refused.
+    pub fn start(config: NodeConfig) -> Result<Node, NetError> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("ferry-net")
+            .enable_all()
+            .build()?;
+        let mut server = tls::quic_server_config(&config.identity, config.peers.clone()).map_err(other)?;
+        server.transport_config(transport(&config));
+        let endpoint = rt.block_on(async { quinn::Endpoint::server(server, config.listen) })?;
+        let shared = Arc::new(Shared { config, names: Mutex::new(HashMap::new()), links: Mutex::new(HashMap::new()) });
+        let (ep, sh) = (endpoint.clone(), shared.clone());
+        rt.spawn(async move {
+            while let Some(incoming) = ep.accept().await {
+                let sh = sh.clone();
+                tokio::spawn(async move {
+                    let remote = incoming.remote_address();
+                    if let Err(e) = accept(sh, incoming).await {
+                        eprintln!("ferry-net: refused a link from {remote}: {e}");
+                    }
+                });
+            }
+        });
+        Ok(Node { rt: Some(rt), shared, endpoint })
+    }
+
+    fn rt(&self) -> &tokio::runtime::Runtime {
+        self.rt.as_ref().expect("runtime lives as long as the node")
+    }
+
+    /// The UDP address the node listens on.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.endpoint.local_addr()
+    }
+
+    /// Exports `right` under `name`: trusted peers may look it up as
+    /// `name@<this host>`. Only exported names can be reached from the
+    /// network.
+    pub fn export(&self, name: &str, right: SendRight) {
+        self.shared.names.lock().unwrap().insert(name.to_owned(), right);
+    }
+
+    /// Stops exporting `name` (rights already handed out stay valid).
+    pub fn unexport(&self, name: &str) -> Option<SendRight> {
+        self.shared.names.lock().unwrap().remove(name)
+    }
+
+    /// Links to the trusted peer `peer` at `addr`, within the operation
+    /// timeout. A link already up is replaced.
+    ///
+    /// # Errors
+    /// [`NetError::UnknownPeer`] if `peer` is not trusted;
+    /// [`NetError::Refused`] if the handshake fails either way (the peer's
+    /// certificate is not the pinned one, or the peer does not trust this
+    /// node); [`NetError::Timeout`].
+    pub fn connect(&self, peer: &str, addr: SocketAddr) -> Result<(), NetError> {
+        let sh = self.shared.clone();
+        let p = sh.config.peers.iter().find(|p| p.name == peer).cloned().ok_or_else(|| NetError::UnknownPeer(peer.into()))?;
+        let mut client = tls::quic_client_config(&sh.config.identity, &p).map_err(other)?;
+        client.transport_config(transport(&sh.config));
+        let ep = self.endpoint.clone();
+        let t = sh.config.op_timeout;
+        self.rt().block_on(async move {
+            let fut = async {
+                let conn = ep
+                    .connect_with(client, addr, "ferry-peer")
+                    .map_err(|e| NetError::Refused(e.to_string()))?
+                    .await
+                    .map_err(|e| NetError::Refused(e.to_string()))?;
+                // The accepting side opens the control stream only once it
+                // has checked this node's certificate.
+                let (send, mut recv) = conn.accept_bi().await.map_err(|e| NetError::Refused(e.to_string()))?;
+                let mut magic = [0u8; 4];
+                recv.read_exact(&mut magic).await.map_err(|e| NetError::Refused(e.to_string()))?;
+                if &magic != MAGIC {
+                    return Err(NetError::Refused("the peer does not speak the link protocol".into()));
+                }
+                Ok(start_link(sh, p.name.clone(), conn, send, recv))
+            };
+            match tokio::time::timeout(t, fut).await {
+                Ok(r) => r.map(|_| ()),
+                Err(_) => Err(NetError::Timeout),
+            }
+        })
+    }
+
+    /// Looks up a remote name, `name@host`, and returns a send right to a
+    /// local proxy port for it.
+    ///
+    /// # Errors
+    /// [`NetError::BadName`], [`NetError::NotLinked`],
+    /// [`NetError::NotExported`], [`NetError::Timeout`],
+    /// [`NetError::LinkLost`].
+    pub fn lookup(&self, remote: &str) -> Result<SendRight, NetError> {
+        let (name, host) = remote.rsplit_once('@').filter(|(n, h)| !n.is_empty() && !h.is_empty()).ok_or_else(|| NetError::BadName(remote.into()))?;
+        let conn = self.shared.links.lock().unwrap().get(host).cloned().ok_or_else(|| NetError::NotLinked(host.into()))?;
+        let t = self.shared.config.op_timeout;
+        let (tx, rx) = oneshot::channel();
+        let frame = {
+            let mut st = conn.state.lock().unwrap();
+            let (req, frame) = st.link.lookup(name).map_err(|e| NetError::LinkLost(e.to_string()))?;
+            st.lookups.insert(req, tx);
+            (req, frame)
+        };
+        let (req, frame) = frame;
+        let c2 = conn.clone();
+        let r = self.rt().block_on(async move {
+            c2.send_control(&[frame]).await;
+            tokio::time::timeout(t, rx).await
+        });
+        match r {
+            Ok(Ok(Some(right))) => Ok(right),
+            Ok(Ok(None)) => Err(NetError::NotExported(remote.into())),
+            Ok(Err(_)) => Err(NetError::LinkLost(format!("link to {host} closed during the lookup"))),
+            Err(_) => {
+                let mut st = conn.state.lock().unwrap();
+                st.lookups.remove(&req);
+                st.link.cancel_lookup(req);
+                Err(NetError::Timeout)
+            }
+        }
+    }
+
+    /// The links and what they hold.
+    pub fn links(&self) -> Vec<LinkInfo> {
+        let links: Vec<Arc<Conn>> = self.shared.links.lock().unwrap().values().cloned().collect();
+        let mut v: Vec<LinkInfo> = links
+            .iter()
+            .map(|c| {
+                let st = c.state.lock().unwrap();
+                LinkInfo { peer: c.peer.clone(), up: !st.link.is_closed(), imports: st.link.imports(), exports: st.link.exports() }
+            })
+            .collect();
+        v.sort_by(|a, b| a.peer.cmp(&b.peer));
+        v
+    }
+
+    /// Drops the link to `peer` at once (as if it had died): every proxy
+    /// for its ports becomes a dead name.
+    pub fn disconnect(&self, peer: &str) {
+        let c = self.shared.links.lock().unwrap().remove(peer);
+        if let Some(c) = c {
+            c.conn.close(0u32.into(), b"disconnect");
+            let _g = self.rt().enter();
+            c.close_link("disconnected");
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.endpoint.close(0u32.into(), b"node stopped");
+        let links: Vec<Arc<Conn>> = self.shared.links.lock().unwrap().drain().map(|(_, c)| c).collect();
+        if let Some(rt) = self.rt.take() {
+            {
+                let _g = rt.enter();
+                for c in links {
+                    c.close_link("node stopped");
+                }
+            }
+            rt.shutdown_timeout(Duration::from_secs(1));
+        }
+    }
+}
+
+const MAGIC: &[u8; 4] = b"FNL1";
+
+fn transport(c: &NodeConfig) -> Arc<quinn::TransportConfig> {
+    let mut t = quinn::TransportConfig::default();
+    t.max_idle_timeout(quinn::IdleTimeout::try_from(c.idle_timeout).ok());
+    t.keep_alive_interval(Some(c.idle_timeout / 3));
+    t.max_concurrent_uni_streams(4096u32.into());
+    Arc::new(t)
+}
+
+async fn accept(sh: Arc<Shared>, incoming: quinn::Incoming) -> Result<(), NetError> {
+    let conn = incoming.await.map_err(|e| NetError::Refused(e.to_string()))?;
+    let certs = conn
+        .peer_identity()
+        .and_then(|i| i.downcast::<Vec<rustls::pki_types::CertificateDer<'static>>>().ok())
+        .ok_or_else(|| NetError::Refused("no client certificate".into()))?;
+    let first = certs.first().ok_or_else(|| NetError::Refused("no client certificate".into()))?;
+    let peer = sh
+        .config
+        .peers
+        .iter()
+        .find(|p| p.cert.as_ref() == first.as_ref())
+        .ok_or_else(|| NetError::Refused("client certificate is not on the trusted list".into()))?
+        .name
+        .clone();
+    let (mut send, recv) = conn.open_bi().await.map_err(|e| NetError::LinkLost(e.to_string()))?;
+    send.write_all(MAGIC).await.map_err(|e| NetError::LinkLost(e.to_string()))?;
+    start_link(sh, peer, conn, send, recv);
+    Ok(())
+}
+
+/// Registers a new link and starts its readers.
+fn start_link(sh: Arc<Shared>, peer: String, conn: quinn::Connection, send: quinn::SendStream, recv: quinn::RecvStream) -> Arc<Conn> {
+    let c = Arc::new(Conn {
+        peer: peer.clone(),
+        conn: conn.clone(),
+        control: tokio::sync::Mutex::new(send),
+        state: Mutex::new(State {
+            link: Link::new(),
+            held: HashMap::new(),
+            kills: HashMap::new(),
+            streams: HashMap::new(),
+            lookups: HashMap::new(),
+        }),
+    });
+    if let Some(old) = sh.links.lock().unwrap().insert(peer.clone(), c.clone()) {
+        old.conn.close(0u32.into(), b"replaced");
+        old.close_link("replaced by a new link");
+    }
+    // Control stream reader.
+    {
+        let (c, sh) = (c.clone(), sh.clone());
+        tokio::spawn(async move { c.read_stream(sh, recv).await });
+    }
+    // Message streams, one per destination port.
+    {
+        let (c, sh) = (c.clone(), sh.clone());
+        tokio::spawn(async move {
+            while let Ok(s) = c.conn.accept_uni().await {
+                let (c, sh) = (c.clone(), sh.clone());
+                tokio::spawn(async move { c.read_stream(sh, s).await });
+            }
+        });
+    }
+    // Link loss.
+    {
+        let (c, sh) = (c.clone(), sh.clone());
+        tokio::spawn(async move {
+            let why = c.conn.closed().await;
+            eprintln!("ferry-net: link to {} lost: {why}", c.peer);
+            c.close_link(&why.to_string());
+            let mut links = sh.links.lock().unwrap();
+            if links.get(&c.peer).is_some_and(|x| Arc::ptr_eq(x, &c)) {
+                links.remove(&c.peer);
+            }
+        });
+    }
+    c
+}
+
+/// Reads one length-prefixed frame; `None` when the stream ended cleanly.
+async fn read_frame(s: &mut quinn::RecvStream) -> Result<Option<Vec<u8>>, String> {
+    let mut len = [0u8; 4];
+    match s.read_exact(&mut len).await {
+        Ok(()) => {}
+        Err(quinn::ReadExactError::FinishedEarly(0)) => return Ok(None),
+        Err(e) => return Err(e.to_string()),
+    }
+    let n = u32::from_le_bytes(len) as usize;
+    if n > MAX_FRAME {
+        return Err(format!("frame of {n} bytes is over the limit"));
+    }
+    // The length is the peer's claim: memory grows with the bytes that
+    // actually arrive, a chunk at a time, not with the claim.
+    const CHUNK: usize = 256 << 10;
+    let mut buf = Vec::with_capacity(n.min(CHUNK));
+    while buf.len() < n {
+        let start = buf.len();
+        buf.resize(start + (n - start).min(CHUNK), 0);
+        s.read_exact(&mut buf[start..]).await.map_err(|e| e.to_string())?;
+    }
+    Ok(Some(buf))
+}
+
+/// Writes one frame with its length prefix, in one stream write.
+async fn write_frame(s: &mut quinn::SendStream, f: &Frame) -> Result<(), quinn::WriteError> {
+    let body = f.encode();
+    let mut bytes = Vec::with_capacity(4 + body.len());
+    bytes.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    bytes.extend_from_slice(&body);
+    s.write_all(&bytes).await
+}
+
+/// Work to do after the state lock is released.
+#[derive(Default)]
+struct After {
+    deliver: Vec<(Target, Message)>,
+    frames: Vec<Frame>,
+}
+
+enum Target {
+    Send(Arc<AsyncSendRight>),
+    Once(SendOnceRight),
+}
+
+impl Conn {
+    async fn send_control(&self, frames: &[Frame]) {
+        if frames.is_empty() {
+            return;
+        }
+        let mut s = self.control.lock().await;
+        for f in frames {
+            if write_frame(&mut s, f).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Reads frames off one stream until it ends; a protocol error closes
+    /// the whole link (and only it).
+    async fn read_stream(self: Arc<Self>, sh: Arc<Shared>, mut s: quinn::RecvStream) {
+        loop {
+            let bytes = match read_frame(&mut s).await {
+                Ok(Some(b)) => b,
+                Ok(None) => return,
+                Err(e) => {
+                    if !self.state.lock().unwrap().link.is_closed() && self.conn.close_reason().is_none() {
+                        self.protocol_error(&e);
+                    }
+                    return;
+                }
+            };
+            let after = match self.handle(&sh, &bytes) {
+                Ok(a) => a,
+                Err(e) => {
+                    self.protocol_error(&e);
+                    return;
+                }
+            };
+            self.send_control(&after.frames).await;
+            for (t, m) in after.deliver {
+                match t {
+                    Target::Send(r) => {
+                        // Waits while the port's queue is full: back-pressure.
+                        let _ = r.send(m).await;
+                    }
+                    Target::Once(r) => {
+                        let t = sh.config.op_timeout;
+                        let _ = tokio::task::spawn_blocking(move || r.send(m, Timeout::After(t))).await;
+                    }
+                }
+            }
+        }
+    }
+
+    fn protocol_error(self: &Arc<Self>, e: &str) {
+        eprintln!("ferry-net: link to {} closed: protocol error: {e}", self.peer);
+        self.conn.close(1u32.into(), b"protocol error");
+        self.close_link(e);
+    }
+
+    /// Closes the state machine and carries out its last events.
+    fn close_link(self: &Arc<Self>, _why: &str) {
+        let mut st = self.state.lock().unwrap();
+        if st.link.is_closed() && st.held.is_empty() && st.kills.is_empty() {
+            return;
+        }
+        let ev = st.link.close();
+        let mut after = After::default();
+        for e in ev {
+            apply_event(self, &mut st, None, e, &mut after);
+        }
+        for (_, k) in st.kills.drain() {
+            let _ = k.send(true);
+        }
+        for (_, h) in st.held.drain() {
+            if let Held::Send { watch, .. } = h {
+                watch.abort();
+            }
+        }
+        st.lookups.clear();
+        st.streams.clear();
+    }
+
+    fn handle(self: &Arc<Self>, sh: &Arc<Shared>, bytes: &[u8]) -> Result<After, String> {
+        let mut st = self.state.lock().unwrap();
+        let out = st.link.handle(bytes).map_err(|e| e.to_string())?;
+        let mut after = After { deliver: Vec::new(), frames: out.frames };
+        for e in out.events {
+            apply_event(self, &mut st, Some(sh), e, &mut after);
+        }
+        Ok(after)
+    }
+}
+
+/// Carries out one event of the state machine, under the state lock.
+fn apply_event(c: &Arc<Conn>, st: &mut State, sh: Option<&Arc<Shared>>, e: Event, after: &mut After) {
+    match e {
+        Event::Deliver { export, once, op, body, items, reply } => {
+            let mut msg = Message::new(op).with_body(body);
+            for i in items {
+                match incoming(c, st, i, after) {
+                    Ok(item) => msg = msg.with_item(item),
+                    Err(e) => eprintln!("ferry-net: an item from {} was lost: {e}", c.peer),
+                }
+            }
+            if let Some(r) = reply {
+                match incoming(c, st, r, after) {
+                    Ok(Item::Send(s)) => msg = msg.with_reply(Reply::Send(s)),
+                    Ok(Item::SendOnce(s)) => msg = msg.with_reply(Reply::SendOnce(s)),
+                    Ok(_) => {}
+                    Err(e) => eprintln!("ferry-net: a reply right from {} was lost: {e}", c.peer),
+                }
+            }
+            let target = if once {
+                match st.held.remove(&export) {
+                    Some(Held::Once(r)) => Some(Target::Once(r)),
+                    _ => None,
+                }
+            } else {
+                match st.held.get(&export) {
+                    Some(Held::Send { right, .. }) => Some(Target::Send(right.clone())),
+                    _ => None,
+                }
+            };
+            if let Some(t) = target {
+                after.deliver.push((t, msg));
+            }
+        }
+        Event::Lookup { req, name } => {
+            let right = sh.and_then(|sh| sh.names.lock().unwrap().get(&name).and_then(|r| r.try_clone().ok())).filter(|r| !r.is_dead());
+            let key = right.as_ref().and_then(|r| key_of(r.as_fd()).ok());
+            if let Ok((f, store)) = st.link.answer_lookup(req, key) {
+                if let (Store::Keep(id), Some(r)) = (store, right) {
+                    keep_send(c, st, id, r);
+                }
+                after.frames.push(f);
+            }
+        }
+        Event::Found { req, import } => {
+            let waiter = st.lookups.remove(&req);
+            let right = match import {
+                Some(id) => match proxy_or_release(c, st, id, false, after) {
+                    Ok(Item::Send(s)) => Some(s),
+                    _ => None,
+                },
+                None => None,
+            };
+            if let Some(w) = waiter {
+                let _ = w.send(right);
+            }
+        }
+        Event::ImportDead { import } => {
+            if let Some(k) = st.kills.remove(&import) {
+                let _ = k.send(true);
+            }
+            st.streams.remove(&import);
+        }
+        Event::DropExport { export } => {
+            if let Some(Held::Send { watch, .. }) = st.held.remove(&export) {
+                watch.abort();
+            }
+        }
+    }
+}
+
+/// Turns an incoming right or region into a local item.
+fn incoming(c: &Arc<Conn>, st: &mut State, i: Incoming, after: &mut After) -> io::Result<Item> {
+    match i {
+        Incoming::Proxy { import, once } => proxy_or_release(c, st, import, once, after),
+        Incoming::Home { export } => match st.held.get(&export) {
+            Some(Held::Send { right, .. }) => Ok(Item::Send(right.get_ref().try_clone()?)),
+            _ => Err(other("a right came home to an export that is gone")),
+        },
+        Incoming::Region(b) => Ok(Item::Region(RegionItem::copied_from(&b).map_err(other)?)),
+        Incoming::DeadName => {
+            // A port whose receive right is gone at once: a dead name.
+            let (rx, tx) = ferry::port()?;
+            drop(rx);
+            Ok(Item::Send(tx))
+        }
+    }
+}
+
+/// Keeps a send right for export `id` and watches it for death.
+fn keep_send(c: &Arc<Conn>, st: &mut State, id: u64, right: SendRight) {
+    let watch_right = right.try_clone();
+    let right = match AsyncSendRight::new(right) {
+        Ok(r) => Arc::new(r),
+        Err(e) => {
+            eprintln!("ferry-net: cannot keep an exported right: {e}");
+            return;
+        }
+    };
+    let watch = match watch_right {
+        Ok(w) => tokio::spawn(watch_dead(Arc::downgrade(c), id, w)),
+        Err(_) => tokio::spawn(async {}),
+    };
+    st.held.insert(id, Held::Send { right, watch });
+}
+
+/// Waits until the exported port dies, then tells the peer. The task is
+/// aborted when the export is dropped, which lets go of its right.
+async fn watch_dead(c: std::sync::Weak<Conn>, id: u64, right: SendRight) {
+    if crate::deadwatch::wait_dead(right).await.is_err() {
+        return;
+    }
+    if let Some(c) = c.upgrade() {
+        let f = c.state.lock().unwrap().link.export_dead(id);
+        if let Some(f) = f {
+            c.send_control(&[f]).await;
+        }
+    }
+}
+
+/// Makes a proxy, or if that fails here (out of descriptors), releases
+/// the reference at once so the peer's count stays right.
+fn proxy_or_release(c: &Arc<Conn>, st: &mut State, import: u64, once: bool, after: &mut After) -> io::Result<Item> {
+    make_proxy(c, st, import, once).inspect_err(|_| {
+        after.frames.extend(st.link.proxy_released(import, None));
+        st.forget_if_gone(import);
+    })
+}
+
+/// Makes a proxy port for import `import` and starts its forwarding task;
+/// returns the local right to hand out.
+fn make_proxy(c: &Arc<Conn>, st: &mut State, import: u64, once: bool) -> io::Result<Item> {
+    let (rx, tx) = ferry::port()?;
+    let mut rx = AsyncReceiveRight::new(rx)?;
+    let (item, key) = if once {
+        let so = rx.make_send_once()?;
+        drop(tx);
+        (Item::SendOnce(so), None)
+    } else {
+        let k = key_of(tx.as_fd())?;
+        st.link.proxy_made(k, import);
+        (Item::Send(tx), Some(k))
+    };
+    let kill = st.kills.entry(import).or_insert_with(|| watch::channel(false).0).subscribe();
+    tokio::spawn(forward(c.clone(), rx, import, once, key, kill));
+    Ok(item)
+}
+
+/// The task behind one proxy port: forwards its messages to the peer.
+async fn forward(c: Arc<Conn>, mut rx: AsyncReceiveRight, import: u64, once: bool, key: Option<Key>, mut kill: watch::Receiver<bool>) {
+    loop {
+        let got = tokio::select! {
+            m = rx.recv() => m,
+            _ = kill.wait_for(|k| *k) => return,
+        };
+        match got {
+            Ok(m) => {
+                c.forward_one(import, m).await;
+                if once {
+                    return;
+                }
+            }
+            Err(RecvError::NoSenders) | Err(RecvError::SendOnceDropped) => {
+                let f = {
+                    let mut st = c.state.lock().unwrap();
+                    let f = st.link.proxy_released(import, key);
+                    st.forget_if_gone(import);
+                    f
+                };
+                if let Some(f) = f {
+                    c.send_control(&[f]).await;
+                }
+                return;
+            }
+            Err(RecvError::BadMessage(_)) | Err(RecvError::Timeout) => continue,
+            Err(RecvError::Io(e)) => {
+                eprintln!("ferry-net: proxy for {}'s port {import} failed: {e}", c.peer);
+                return;
+            }
+        }
+    }
+}
+
+/// A local right taken out of a message, waiting for the state machine to
+/// say whether to keep it.
+enum Taken {
+    Send(SendRight),
+    Once(SendOnceRight),
+    None,
+}
+
+impl Conn {
+    /// Translates one message from a proxy port and sends it on the
+    /// destination's stream.
+    async fn forward_one(self: &Arc<Self>, import: u64, mut m: Message) {
+        let mut outs = Vec::new();
+        let mut taken = Vec::new();
+        for item in m.take_items() {
+            match item {
+                Item::Send(s) if s.is_dead() => {
+                    outs.push(Outgoing::DeadSend);
+                    taken.push(Taken::Send(s));
+                }
+                Item::Send(s) => match key_of(s.as_fd()) {
+                    Ok(k) => {
+                        outs.push(Outgoing::Send(k));
+                        taken.push(Taken::Send(s));
+                    }
+                    Err(e) => return self.drop_message(&e.to_string()),
+                },
+                Item::SendOnce(s) => {
+                    outs.push(Outgoing::Once);
+                    taken.push(Taken::Once(s));
+                }
+                Item::Region(r) => match r.copy_out(MAX_EAGER_REGION) {
+                    Ok(b) => {
+                        outs.push(Outgoing::Region(b));
+                        taken.push(Taken::None);
+                    }
+                    Err(e) => return self.drop_message(&format!("region cannot cross: {e}")),
+                },
+                Item::Receive(_) => return self.drop_message("receive rights do not cross the network"),
+                _ => return self.drop_message("this kind of item does not cross the network"),
+            }
+        }
+        let reply = match m.take_reply() {
+            Some(Reply::Send(s)) if s.is_dead() => {
+                taken.push(Taken::Send(s));
+                Some(Outgoing::DeadSend)
+            }
+            Some(Reply::Send(s)) => match key_of(s.as_fd()) {
+                Ok(k) => {
+                    taken.push(Taken::Send(s));
+                    Some(Outgoing::Send(k))
+                }
+                Err(e) => return self.drop_message(&e.to_string()),
+            },
+            Some(Reply::SendOnce(s)) => {
+                taken.push(Taken::Once(s));
+                Some(Outgoing::Once)
+            }
+            None => None,
+        };
+        let body = std::mem::take(m.body_mut());
+        let (frame, stream) = {
+            let mut st = self.state.lock().unwrap();
+            let (frame, stores) = match st.link.message(import, m.op(), body, outs, reply) {
+                Ok(x) => x,
+                Err(_) => return, // the destination died meanwhile: the message is dropped
+            };
+            for (store, t) in stores.into_iter().zip(taken) {
+                match (store, t) {
+                    (Store::Keep(id), Taken::Send(s)) => keep_send(self, &mut st, id, s),
+                    (Store::Keep(id), Taken::Once(s)) => {
+                        st.held.insert(id, Held::Once(s));
+                    }
+                    _ => {}
+                }
+            }
+            (frame, st.streams.get(&import).cloned())
+        };
+        let stream = match stream {
+            Some(s) => s,
+            None => {
+                let s = match self.conn.open_uni().await {
+                    Ok(s) => Arc::new(tokio::sync::Mutex::new(s)),
+                    Err(_) => return,
+                };
+                let mut st = self.state.lock().unwrap();
+                if st.link.is_closed() {
+                    return;
+                }
+                st.streams.entry(import).or_insert(s).clone()
+            }
+        };
+        let mut s = stream.lock().await;
+        let _ = write_frame(&mut s, &frame).await;
+        drop(s);
+        self.state.lock().unwrap().forget_if_gone(import);
+    }
+
+    fn drop_message(&self, why: &str) {
+        eprintln!("ferry-net: a message to {}'s port was dropped: {why}", self.peer);
+    }
+}

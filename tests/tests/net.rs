@@ -1,0 +1,422 @@
+//! Ports across machines over loopback: two `ferry_net::Node`s in this
+//! process, linked by QUIC on 127.0.0.1 with mutual TLS authentication.
+//! Needs no root. Every wait is bounded and every test runs under a
+//! watchdog.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::os::fd::AsFd;
+use std::time::{Duration, Instant};
+
+use common::watchdog;
+use ferry::{Item, Message, RecvError, RegionItem, Reply, SendError, Timeout};
+use ferry_net::node::key_of;
+use ferry_net::{Identity, NetError, Node, NodeConfig, Peer};
+
+const LIMIT: Duration = Duration::from_secs(60);
+const WAIT: Timeout = Timeout::After(Duration::from_secs(10));
+
+fn loopback() -> SocketAddr {
+    "127.0.0.1:0".parse().unwrap()
+}
+
+fn config(me: &Identity, peers: Vec<Peer>) -> NodeConfig {
+    let mut c = NodeConfig::new(me.clone(), peers, loopback());
+    c.idle_timeout = Duration::from_secs(3);
+    c
+}
+
+/// Host `a` and host `b`, each trusting the other; `b` linked to `a`.
+fn pair() -> (Node, Node) {
+    let ia = Identity::generate("a").unwrap();
+    let ib = Identity::generate("b").unwrap();
+    let a = Node::start(config(&ia, vec![Peer { name: "b".into(), cert: ib.cert.clone() }])).unwrap();
+    let b = Node::start(config(&ib, vec![Peer { name: "a".into(), cert: ia.cert.clone() }])).unwrap();
+    b.connect("a", a.local_addr().unwrap()).unwrap();
+    (a, b)
+}
+
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let end = Instant::now() + Duration::from_secs(15);
+    for _ in 0..3000 {
+        if f() {
+            return;
+        }
+        assert!(Instant::now() < end, "gave up waiting for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    panic!("gave up waiting for {what}");
+}
+
+#[test]
+fn lookup_send_and_reply_through_a_send_once_right() {
+    watchdog("lookup_send_and_reply_through_a_send_once_right", LIMIT, || {
+        let (a, b) = pair();
+        let (mut srv, to_srv) = ferry::port().unwrap();
+        a.export("echo", to_srv);
+        let echo = b.lookup("echo@a").unwrap();
+        let (mut me, _keep) = ferry::port().unwrap();
+        let reply = me.make_send_once().unwrap();
+        echo.send(Message::new(7).with_body(*b"ping").with_reply(reply), WAIT).unwrap();
+        let mut req = srv.recv(WAIT).unwrap();
+        assert_eq!((req.op(), req.body()), (7, &b"ping"[..]));
+        let Some(Reply::SendOnce(r)) = req.take_reply() else { panic!("the send-once reply right crossed") };
+        r.send(Message::new(8).with_body(*b"pong"), WAIT).unwrap();
+        let got = me.recv(WAIT).unwrap();
+        assert_eq!((got.op(), got.body()), (8, &b"pong"[..]));
+        assert!(matches!(b.lookup("hidden@a"), Err(NetError::NotExported(_))), "only exported names are reachable");
+        assert!(matches!(b.lookup("echo"), Err(NetError::BadName(_))));
+        assert!(matches!(b.lookup("echo@nowhere"), Err(NetError::NotLinked(_))));
+    });
+}
+
+#[test]
+fn messages_on_one_port_arrive_in_order() {
+    watchdog("messages_on_one_port_arrive_in_order", LIMIT, || {
+        let (a, b) = pair();
+        let (mut srv, to_srv) = ferry::port().unwrap();
+        a.export("sink", to_srv);
+        let sink = b.lookup("sink@a").unwrap();
+        let t = std::thread::spawn(move || {
+            for i in 0u32..2000 {
+                sink.send(Message::new(i).with_body(i.to_le_bytes()), WAIT).unwrap();
+            }
+        });
+        for i in 0u32..2000 {
+            let m = srv.recv(WAIT).unwrap_or_else(|e| panic!("message {i}: {e}"));
+            assert_eq!(m.op(), i);
+        }
+        t.join().unwrap();
+    });
+}
+
+#[test]
+fn a_send_right_that_comes_home_is_the_original_port() {
+    watchdog("a_send_right_that_comes_home_is_the_original_port", LIMIT, || {
+        let (a, b) = pair();
+        let (mut srv, to_srv) = ferry::port().unwrap();
+        a.export("bounce", to_srv);
+        let bounce = b.lookup("bounce@a").unwrap();
+        let (mut home, home_tx) = ferry::port().unwrap();
+        let original = key_of(home_tx.as_fd()).unwrap();
+        let (mut me, _keep) = ferry::port().unwrap();
+        bounce.send(Message::new(1).with_item(home_tx).with_reply(me.make_send_once().unwrap()), WAIT).unwrap();
+        // On host a the right is a proxy; send it back in the reply.
+        let mut req = srv.recv(WAIT).unwrap();
+        let mut items = req.take_items();
+        let Some(Item::Send(proxy)) = items.pop() else { panic!("a send right crossed") };
+        assert_ne!(key_of(proxy.as_fd()).unwrap(), original, "on the far side it is a proxy");
+        let Some(reply) = req.take_reply() else { panic!() };
+        reply.send(Message::new(2).with_item(proxy), WAIT).unwrap();
+        let mut got = me.recv(WAIT).unwrap();
+        let Some(Item::Send(back)) = got.take_items().pop() else { panic!("the right came back") };
+        assert_eq!(key_of(back.as_fd()).unwrap(), original, "home again, it is the original port, not a proxy chain");
+        back.send(Message::new(3), WAIT).unwrap();
+        assert_eq!(home.recv(WAIT).unwrap().op(), 3);
+    });
+}
+
+#[test]
+fn no_senders_when_the_last_remote_holder_lets_go() {
+    watchdog("no_senders_when_the_last_remote_holder_lets_go", LIMIT, || {
+        let (a, b) = pair();
+        let (mut srv, to_srv) = ferry::port().unwrap();
+        a.export("keeper", to_srv);
+        let keeper = b.lookup("keeper@a").unwrap();
+        let (mut watched, tx) = ferry::port().unwrap();
+        keeper.send(Message::new(1).with_item(tx), WAIT).unwrap();
+        let mut held = srv.recv(WAIT).unwrap().take_items();
+        // The only sender now is the proxy's holder on host a.
+        assert!(matches!(watched.recv(Timeout::millis(300)), Err(RecvError::Timeout)), "still held across the link");
+        held.clear();
+        assert!(matches!(watched.recv(WAIT), Err(RecvError::NoSenders)), "no-senders crossed the link");
+        wait_until("the export to be freed", || b.links()[0].exports == 0);
+    });
+}
+
+#[test]
+fn dead_name_when_the_remote_receiver_dies() {
+    watchdog("dead_name_when_the_remote_receiver_dies", LIMIT, || {
+        let (a, b) = pair();
+        let (srv, to_srv) = ferry::port().unwrap();
+        a.export("mortal", to_srv);
+        let proxy = b.lookup("mortal@a").unwrap();
+        assert!(!proxy.is_dead());
+        drop(a.unexport("mortal"));
+        drop(srv);
+        assert!(proxy.wait_dead(WAIT), "the proxy became a dead name");
+        assert!(matches!(proxy.send(Message::new(1), WAIT).map_err(SendError::from), Err(SendError::PeerDead)));
+    });
+}
+
+#[test]
+fn proxies_die_when_the_link_drops_or_the_peer_stops() {
+    watchdog("proxies_die_when_the_link_drops_or_the_peer_stops", LIMIT, || {
+        let (a, b) = pair();
+        let (_srv, to_srv) = ferry::port().unwrap();
+        a.export("svc", to_srv);
+        let p1 = b.lookup("svc@a").unwrap();
+        b.disconnect("a");
+        assert!(p1.wait_dead(WAIT), "disconnect makes proxies dead names");
+        assert!(matches!(b.lookup("svc@a"), Err(NetError::NotLinked(_))));
+
+        b.connect("a", a.local_addr().unwrap()).unwrap();
+        let p2 = b.lookup("svc@a").unwrap();
+        drop(a); // the other daemon stops
+        assert!(p2.wait_dead(WAIT), "a stopped peer makes proxies dead names");
+    });
+}
+
+#[test]
+fn an_untrusted_peer_is_refused_both_ways() {
+    watchdog("an_untrusted_peer_is_refused_both_ways", LIMIT, || {
+        let ia = Identity::generate("a").unwrap();
+        let ib = Identity::generate("b").unwrap();
+        let stranger = Identity::generate("b").unwrap();
+        let a = Node::start(config(&ia, vec![Peer { name: "b".into(), cert: ib.cert.clone() }])).unwrap();
+        // A stranger that trusts a, but a does not trust it.
+        let s = Node::start(config(&stranger, vec![Peer { name: "a".into(), cert: ia.cert.clone() }])).unwrap();
+        assert!(matches!(s.connect("a", a.local_addr().unwrap()), Err(NetError::Refused(_)) | Err(NetError::Timeout)));
+        assert!(a.links().is_empty(), "no link was made");
+        // b trusts a's real certificate; an imposter at another address
+        // with its own certificate is refused by b.
+        let imposter = Node::start(config(&stranger, vec![Peer { name: "b".into(), cert: ib.cert.clone() }])).unwrap();
+        let b = Node::start(config(&ib, vec![Peer { name: "a".into(), cert: ia.cert.clone() }])).unwrap();
+        assert!(matches!(b.connect("a", imposter.local_addr().unwrap()), Err(NetError::Refused(_))));
+        assert!(matches!(b.connect("nobody", a.local_addr().unwrap()), Err(NetError::UnknownPeer(_))));
+        b.connect("a", a.local_addr().unwrap()).unwrap();
+    });
+}
+
+#[test]
+fn small_regions_cross_by_value() {
+    watchdog("small_regions_cross_by_value", LIMIT, || {
+        let (a, b) = pair();
+        let (mut srv, to_srv) = ferry::port().unwrap();
+        a.export("data", to_srv);
+        let data = b.lookup("data@a").unwrap();
+        let bytes: Vec<u8> = (0..300_000u32).map(|i| (i * 7) as u8).collect();
+        data.send(Message::new(1).with_item(RegionItem::copied_from(&bytes).unwrap()), WAIT).unwrap();
+        let mut m = srv.recv(WAIT).unwrap();
+        let Some(Item::Region(r)) = m.take_items().pop() else { panic!("a region crossed") };
+        assert_eq!(r.copy_out(1 << 20).unwrap(), bytes);
+    });
+}
+
+#[test]
+fn receive_rights_are_refused_and_nothing_leaks() {
+    watchdog("receive_rights_are_refused_and_nothing_leaks", LIMIT, || {
+        let (a, b) = pair();
+        let (mut srv, to_srv) = ferry::port().unwrap();
+        a.export("svc", to_srv);
+        let svc = b.lookup("svc@a").unwrap();
+        let (rx, mut tx_probe) = ferry::port().unwrap();
+        let _ = &mut tx_probe;
+        svc.send(Message::new(1).with_item(rx), WAIT).unwrap();
+        // The message is dropped (receive rights do not cross): the receive
+        // right is destroyed, so its send right is a dead name.
+        assert!(tx_probe.wait_dead(WAIT));
+        svc.send(Message::new(2), WAIT).unwrap();
+        assert_eq!(srv.recv(WAIT).unwrap().op(), 2, "the link still works");
+    });
+}
+
+#[test]
+fn a_full_remote_queue_pushes_back_and_does_not_stall_other_ports() {
+    watchdog("a_full_remote_queue_pushes_back_and_does_not_stall_other_ports", LIMIT, || {
+        let (a, b) = pair();
+        let (_slow_rx, slow_tx) = ferry::port_with(ferry::PortOptions { queue_limit: Some(16 << 10) }).unwrap();
+        let (mut fast_rx, fast_tx) = ferry::port().unwrap();
+        a.export("slow", slow_tx);
+        a.export("fast", fast_tx);
+        let slow = b.lookup("slow@a").unwrap();
+        let fast = b.lookup("fast@a").unwrap();
+        slow.set_queue_limit(16 << 10).unwrap();
+        // Nobody drains `slow`: eventually a send finds the proxy full.
+        let mut pushed_back = false;
+        for _ in 0..200_000 {
+            match slow.send(Message::new(1).with_body(vec![0u8; 8192]), Timeout::millis(200)).map_err(SendError::from) {
+                Ok(()) => {}
+                Err(SendError::Timeout) | Err(SendError::QueueFull) => {
+                    pushed_back = true;
+                    break;
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert!(pushed_back, "the full remote queue pushed back on the local sender");
+        for i in 0..50 {
+            fast.send(Message::new(i), WAIT).unwrap();
+            assert_eq!(fast_rx.recv(WAIT).unwrap().op(), i, "the other port flows past the stalled one");
+        }
+    });
+}
+
+#[test]
+fn malformed_frames_close_only_that_link() {
+    watchdog("malformed_frames_close_only_that_link", LIMIT, || {
+        let ia = Identity::generate("a").unwrap();
+        let ib = Identity::generate("b").unwrap();
+        let im = Identity::generate("m").unwrap();
+        let a = Node::start(config(
+            &ia,
+            vec![Peer { name: "b".into(), cert: ib.cert.clone() }, Peer { name: "m".into(), cert: im.cert.clone() }],
+        ))
+        .unwrap();
+        let b = Node::start(config(&ib, vec![Peer { name: "a".into(), cert: ia.cert.clone() }])).unwrap();
+        b.connect("a", a.local_addr().unwrap()).unwrap();
+        let (mut srv, to_srv) = ferry::port().unwrap();
+        a.export("svc", to_srv);
+        let svc = b.lookup("svc@a").unwrap();
+
+        // A trusted but broken peer speaks garbage on the control stream:
+        // a malformed frame, a length over the limit, a frame cut short.
+        let mut junk = 4u32.to_le_bytes().to_vec();
+        junk.extend_from_slice(&[9, 1, 2, 3]);
+        let mut cut = (1u32 << 20).to_le_bytes().to_vec();
+        cut.extend_from_slice(&[3; 100]);
+        for (what, bytes) in [("junk", junk), ("oversize", u32::MAX.to_le_bytes().to_vec()), ("cut short", cut)] {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let addr = a.local_addr().unwrap();
+            let (peer_a, im) = (Peer { name: "a".into(), cert: ia.cert.clone() }, im.clone());
+            let closed = rt.block_on(async move {
+                let mut ep = quinn::Endpoint::client(loopback()).unwrap();
+                ep.set_default_client_config(ferry_net::tls::quic_client_config(&im, &peer_a).unwrap());
+                let conn = ep.connect(addr, "ferry-peer").unwrap().await.unwrap();
+                let (mut send, mut recv) = conn.accept_bi().await.unwrap();
+                let mut magic = [0u8; 4];
+                recv.read_exact(&mut magic).await.unwrap();
+                send.write_all(&bytes).await.unwrap();
+                let _ = send.finish();
+                tokio::time::timeout(Duration::from_secs(10), conn.closed()).await
+            });
+            let reason = closed.unwrap_or_else(|_| panic!("{what}: the node closed the broken link"));
+            assert!(reason.to_string().contains("protocol error"), "{what}: {reason}");
+        }
+        // The good link is untouched.
+        svc.send(Message::new(5), WAIT).unwrap();
+        assert_eq!(srv.recv(WAIT).unwrap().op(), 5);
+        assert_eq!(a.links().iter().map(|l| l.peer.as_str()).collect::<Vec<_>>(), ["b"]);
+    });
+}
+
+/// A UDP relay on loopback between one client and `server`: drops one
+/// datagram in `drop_every` (0: none) and, once `cut` is set, forwards
+/// nothing. It stops when dropped, and after two minutes in any case.
+struct Relay {
+    addr: SocketAddr,
+    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Relay {
+    fn start(server: SocketAddr, drop_every: u64) -> Relay {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Arc;
+        let sock = std::net::UdpSocket::bind(loopback()).unwrap();
+        sock.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+        let addr = sock.local_addr().unwrap();
+        let (cut, stop) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+        let (c, s) = (cut.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let end = Instant::now() + Duration::from_secs(120);
+            let mut client: Option<SocketAddr> = None;
+            let mut buf = vec![0u8; 65536];
+            let mut n = 0u64;
+            while !s.load(Ordering::Relaxed) && Instant::now() < end {
+                let Ok((len, from)) = sock.recv_from(&mut buf) else { continue };
+                n += 1;
+                if c.load(Ordering::Relaxed) || (drop_every > 0 && n % drop_every == 0) {
+                    continue;
+                }
+                let to = if from == server {
+                    match client {
+                        Some(c) => c,
+                        None => continue,
+                    }
+                } else {
+                    client = Some(from);
+                    server
+                };
+                let _ = sock.send_to(&buf[..len], to);
+            }
+        });
+        Relay { addr, cut, stop }
+    }
+
+    fn cut(&self) {
+        self.cut.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+#[test]
+fn loss_is_recovered_and_a_cut_link_turns_proxies_into_dead_names() {
+    watchdog("loss_is_recovered_and_a_cut_link_turns_proxies_into_dead_names", LIMIT, || {
+        let ia = Identity::generate("a").unwrap();
+        let ib = Identity::generate("b").unwrap();
+        let a = Node::start(config(&ia, vec![Peer { name: "b".into(), cert: ib.cert.clone() }])).unwrap();
+        let b = Node::start(config(&ib, vec![Peer { name: "a".into(), cert: ia.cert.clone() }])).unwrap();
+        let relay = Relay::start(a.local_addr().unwrap(), 10);
+        b.connect("a", relay.addr).unwrap();
+        let (mut srv, to_srv) = ferry::port().unwrap();
+        a.export("svc", to_srv);
+        let svc = b.lookup("svc@a").unwrap();
+        for i in 0u32..300 {
+            svc.send(Message::new(i).with_body(vec![i as u8; 2000]), WAIT).unwrap();
+        }
+        for i in 0u32..300 {
+            let m = srv.recv(WAIT).unwrap_or_else(|e| panic!("message {i}: {e}"));
+            assert_eq!((m.op(), m.body().len()), (i, 2000), "every tenth datagram lost, yet all arrive in order");
+        }
+        relay.cut();
+        assert!(svc.wait_dead(WAIT), "the proxy became a dead name when the link was cut");
+        wait_until("both sides to drop the link", || a.links().is_empty() && b.links().is_empty());
+    });
+}
+
+#[test]
+fn a_send_right_as_reply_right_serves_many_replies() {
+    watchdog("a_send_right_as_reply_right_serves_many_replies", LIMIT, || {
+        let (a, b) = pair();
+        let (mut srv, to_srv) = ferry::port().unwrap();
+        a.export("svc", to_srv);
+        let svc = b.lookup("svc@a").unwrap();
+        let (mut me, my_tx) = ferry::port().unwrap();
+        svc.send(Message::new(1).with_reply(my_tx), WAIT).unwrap();
+        let mut req = srv.recv(WAIT).unwrap();
+        let Some(Reply::Send(back)) = req.take_reply() else { panic!("a send right crossed as the reply right") };
+        for i in 0..3 {
+            back.send(Message::new(10 + i), WAIT).unwrap();
+        }
+        for i in 0..3 {
+            assert_eq!(me.recv(WAIT).unwrap().op(), 10 + i);
+        }
+        drop(back);
+        assert!(matches!(me.recv(WAIT), Err(RecvError::NoSenders)), "no-senders once the far side let go");
+    });
+}
+
+#[test]
+fn a_dead_right_crosses_as_a_dead_name() {
+    watchdog("a_dead_right_crosses_as_a_dead_name", LIMIT, || {
+        let (a, b) = pair();
+        let (mut srv, to_srv) = ferry::port().unwrap();
+        a.export("svc", to_srv);
+        let svc = b.lookup("svc@a").unwrap();
+        for _ in 0..20 {
+            let (rx, tx) = ferry::port().unwrap();
+            drop(rx);
+            svc.send(Message::new(1).with_item(tx), WAIT).unwrap();
+            let Some(Item::Send(r)) = srv.recv(WAIT).unwrap().take_items().pop() else { panic!("a right arrived") };
+            assert!(r.wait_dead(WAIT), "it is a dead name on the far side too");
+        }
+        wait_until("nothing exported for the dead rights", || b.links()[0].exports == 0);
+    });
+}

@@ -109,9 +109,10 @@ pub fn can_play_other_user(test: &str) -> bool {
     false
 }
 
-/// A copy of `ferry-peer` that any user may execute: the build directory may
-/// sit below directories other users cannot enter, so it is copied once
-/// into a world-readable directory of the temporary directory.
+/// `ferry-peer` at a path any user may reach: the build directory may sit
+/// below directories other users cannot enter, so it is linked (or, across
+/// file systems, copied) once into a world-readable directory of the
+/// temporary directory.
 pub fn peer_for_other_users() -> PathBuf {
     static COPY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     COPY.get_or_init(|| {
@@ -121,8 +122,13 @@ pub fn peer_for_other_users() -> PathBuf {
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod peer copy dir");
         let path = dir.join("ferry-peer");
         let tmp = dir.join("ferry-peer.tmp");
-        std::fs::copy(env!("CARGO_BIN_EXE_ferry-peer"), &tmp).expect("copy ferry-peer");
-        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)).expect("chmod ferry-peer");
+        // A hard link costs no space; a copy where the build directory is
+        // on another file system.
+        let _ = std::fs::remove_file(&tmp);
+        if std::fs::hard_link(env!("CARGO_BIN_EXE_ferry-peer"), &tmp).is_err() {
+            std::fs::copy(env!("CARGO_BIN_EXE_ferry-peer"), &tmp).expect("copy ferry-peer");
+            std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)).expect("chmod ferry-peer");
+        }
         std::fs::rename(&tmp, &path).expect("place ferry-peer");
         path
     })

@@ -5,8 +5,8 @@
 //! (`spin-floor`), `pipe`, `uds-seqpacket` and `eventfd` (payload in shared
 //! memory, eventfds for wake-ups). ferry: `ferry-port` (two ports), and its
 //! RPC fast path `ferry-call-block`, `ferry-call-poll`, `ferry-call-adaptive`
-//! (in `rpc_ferry`). Peers: `iceoryx2-poll`, `iceoryx2-event` (in
-//! `rpc_iceoryx2`). An implementation is a function
+//! and, through the tokio API, `ferry-async-call` (in `rpc_ferry`). Peers:
+//! `iceoryx2-poll`, `iceoryx2-event` (in `rpc_iceoryx2`). An implementation is a function
 //! `fn(run: &mut Run) -> Result<(), Skip>` (set up, fork the server with
 //! `run.spawn`, loop `while run.more() { …; run.record(t) }`) and one line
 //! in [`impls`].
@@ -46,6 +46,7 @@ pub fn impls() -> Vec<Impl> {
         Impl { name: "ferry-call-block", run: rpc_ferry::ferry_call_block },
         Impl { name: "ferry-call-poll", run: rpc_ferry::ferry_call_poll },
         Impl { name: "ferry-call-adaptive", run: rpc_ferry::ferry_call_adaptive },
+        Impl { name: "ferry-async-call", run: rpc_ferry::ferry_async_call },
         Impl { name: "iceoryx2-poll", run: rpc_iceoryx2::iceoryx2_poll },
         Impl { name: "iceoryx2-event", run: rpc_iceoryx2::iceoryx2_event },
         Impl { name: "ipc-channel", run: crate::suites::peer_ipc_channel::roundtrip },

@@ -154,3 +154,71 @@ fn help_on_every_subcommand() {
     let (ok, _, err) = ferry(&["bench", "nosuch"], Duration::from_secs(60));
     assert!(!ok && err.contains("invalid value 'nosuch'") && err.contains("port"), "{err}");
 }
+
+/// The async API's cost is measured by `ferry bench rpc` itself, beside the
+/// blocking call it is compared with: a measured `ferry-async-call` record
+/// (tokio client, blocking server) at every size, next to
+/// `ferry-call-block` from the same run.
+#[test]
+fn rpc_suite_measures_the_async_call() {
+    let dir = temp_dir("async");
+    let json = dir.join("rpc.json");
+    let json_s = json.to_str().unwrap();
+    let (ok, out, err) =
+        ferry(&["bench", "rpc", "--smoke", "--placement", "unpinned", "--json", json_s], Duration::from_secs(600));
+    assert!(ok, "ferry bench rpc --smoke failed:\n{err}");
+    assert!(out.contains("ferry-async-call"), "no ferry-async-call row in the table:\n{out}");
+    let records: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("the results file")).expect("a JSON array");
+    for bytes in [8u64, 64, 1024] {
+        let find = |imp: &str| {
+            records
+                .iter()
+                .find(|r| r["impl"] == imp && r["bytes"] == bytes && r["case"] == "roundtrip")
+                .unwrap_or_else(|| panic!("no {imp} record at {bytes} bytes"))
+        };
+        let a = find("ferry-async-call");
+        assert_eq!(a["suite"], "rpc");
+        assert_eq!(a["placement"], "unpinned");
+        assert!(a["median_ns"].is_number(), "ferry-async-call at {bytes} bytes was not measured: {a}");
+        assert!(a["iters"].as_u64().is_some_and(|n| n > 0), "{a}");
+        assert!(a["extra"]["client"].as_str().is_some_and(|c| c.contains("tokio")), "{a}");
+        assert!(a["extra"]["syscalls_per_call_server"].is_number(), "{a}");
+        assert!(find("ferry-call-block")["median_ns"].is_number(), "the blocking call was not measured at {bytes} bytes");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The generated stubs' cost is measured by `ferry bench rpc` itself:
+/// measured `ferry-stub-call-block` and `ferry-stub-call-poll` records at
+/// every size (cross-core, where polling can run), next to the
+/// hand-written `ferry-call-block` and `ferry-call-poll` of the same run.
+#[test]
+fn rpc_suite_measures_the_generated_stubs() {
+    let dir = temp_dir("stub");
+    let json = dir.join("rpc.json");
+    let json_s = json.to_str().unwrap();
+    let (ok, out, err) =
+        ferry(&["bench", "rpc", "--smoke", "--placement", "cross-core", "--json", json_s], Duration::from_secs(600));
+    assert!(ok, "ferry bench rpc --smoke failed:\n{err}");
+    assert!(out.contains("ferry-stub-call-block"), "no ferry-stub-call-block row in the table:\n{out}");
+    let records: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("the results file")).expect("a JSON array");
+    for bytes in [8u64, 64, 1024] {
+        for (stub, hand) in [("ferry-stub-call-block", "ferry-call-block"), ("ferry-stub-call-poll", "ferry-call-poll")] {
+            let find = |imp: &str| {
+                records
+                    .iter()
+                    .find(|r| r["impl"] == imp && r["bytes"] == bytes && r["case"] == "roundtrip")
+                    .unwrap_or_else(|| panic!("no {imp} record at {bytes} bytes"))
+            };
+            let s = find(stub);
+            assert_eq!(s["placement"], "cross-core");
+            assert!(s["median_ns"].is_number(), "{stub} at {bytes} bytes was not measured: {s}");
+            assert!(s["iters"].as_u64().is_some_and(|n| n > 0), "{s}");
+            assert_eq!(s["extra"]["interface"], "bench.echo", "{s}");
+            assert!(find(hand)["median_ns"].is_number(), "{hand} was not measured at {bytes} bytes");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

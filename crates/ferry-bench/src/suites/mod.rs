@@ -9,6 +9,7 @@ pub mod port;
 pub mod rpc;
 pub mod rpc_ferry;
 pub mod rpc_iceoryx2;
+pub mod rpc_stub;
 pub mod transfer;
 
 use crate::harness::Suite;

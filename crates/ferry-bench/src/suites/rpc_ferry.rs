@@ -1,5 +1,6 @@
-//! `ferry-call-block`, `ferry-call-poll`, `ferry-call-adaptive`: the `rpc` /
-//! `roundtrip` case through ferry's RPC fast path.
+//! `ferry-call-block`, `ferry-call-poll`, `ferry-call-adaptive`,
+//! `ferry-async-call`: the `rpc` / `roundtrip` case through ferry's RPC fast
+//! path (the last through the tokio API).
 //!
 //! The timing process opens a [`Connection`] (with the policy the impl is
 //! named after) to an [`RpcServer`] in a forked peer process running the
@@ -214,4 +215,66 @@ pub fn ferry_call_poll(run: &mut Run<'_>) -> Result<(), Skip> {
 /// (`Policy::Adaptive`, the default).
 pub fn ferry_call_adaptive(run: &mut Run<'_>) -> Result<(), Skip> {
     ferry_call(run, Policy::Adaptive)
+}
+
+/// `ferry-async-call`: the client awaits each call with
+/// [`AsyncConnection::call`](ferry::tokio::AsyncConnection::call) on a
+/// current-thread tokio runtime (no runtime threads: the task runs in the
+/// timing process's own thread), against the same server as
+/// `ferry-call-block` (`Policy::Block`). The reply's wake-up reaches the
+/// client as a doorbell on the connection socket, which the runtime waits
+/// for in `epoll`, instead of the futex the blocking client sleeps on; the
+/// ratio to `ferry-call-block` in the same run is what the async API
+/// costs. The server's system calls per call are recorded as for the
+/// blocking impls; the client's are not (the runtime's `epoll` waits are
+/// not counted by ferry).
+pub fn ferry_async_call(run: &mut Run<'_>) -> Result<(), Skip> {
+    let n = run.bytes();
+    let (port, to_server) = ferry::port()?;
+    // Forked before the runtime exists: the timing process stays
+    // single-threaded while it forks.
+    let peer = run.spawn(&[], move || serve(port, Policy::Block, n))?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_io().build()?;
+    let opts = ConnectOptions { policy: Policy::Block, ..Default::default() };
+    // The handshake is blocking either way; connect outside the runtime and
+    // register the open connection with it.
+    let conn = Connection::connect(&to_server, opts).map_err(rpc_err)?;
+    let mut conn = {
+        let _in_runtime = rt.enter();
+        ferry::tokio::AsyncConnection::new(conn).map_err(rpc_err)?
+    };
+    let req = vec![1u8; n];
+    let call = |conn: &mut ferry::tokio::AsyncConnection, op: u32, body: Vec<u8>| {
+        rt.block_on(conn.call(Message::new(op).with_body(body))).map_err(rpc_err)
+    };
+    for _ in 0..WARM_UP {
+        call(&mut conn, OP_CALL, req.clone())?;
+    }
+    let server_before = stats_from(call(&mut conn, OP_STATS, Vec::new())?.body())?;
+    let mut calls = 0u64;
+    let mut last = Message::new(0);
+    rt.block_on(async {
+        while run.more() {
+            let t = Instant::now();
+            last = conn.call(Message::new(OP_CALL).with_body(req.clone())).await?;
+            run.record(t.elapsed());
+            calls += 1;
+        }
+        Ok::<(), ferry::rpc::RpcError>(())
+    })
+    .map_err(rpc_err)?;
+    let server_after = stats_from(call(&mut conn, OP_STATS, Vec::new())?.body())?;
+    let server = server_after.since(&server_before);
+    if last.body().len() != n {
+        return Err(Skip::new(format!("failed: ferry reply of {} bytes, expected {n}", last.body().len())));
+    }
+    run.note("syscalls_per_call_server", server.total() as f64 / calls.max(1) as f64);
+    run.note("syscalls_counted_by", "ferry::rpc::stats() of the server");
+    run.note("client", "tokio current_thread runtime, AsyncConnection::call");
+    run.note("server", "RpcServer, Policy::Block");
+    call(&mut conn, OP_STOP, Vec::new())?;
+    drop(conn);
+    drop(rt);
+    peer.wait()?;
+    Ok(())
 }

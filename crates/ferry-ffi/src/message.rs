@@ -450,6 +450,32 @@ pub unsafe extern "C" fn ferry_message_has_reply(msg: *const ferry_message, has:
     })
 }
 
+/// Takes item `index` of the kind `pick` accepts out of `msg` into a new
+/// handle made by `wrap`, stored at `*out`; the body of every
+/// `ferry_message_take_*` function.
+///
+/// # Safety
+/// `msg` is a live message handle used by no other call; `out` points at
+/// writable storage for a pointer.
+unsafe fn take_into<R, H>(
+    msg: *mut ferry_message,
+    index: usize,
+    out_handle: *mut *mut H,
+    want: &'static str,
+    pick: impl FnOnce(Item) -> Result<R, Item>,
+    wrap: impl FnOnce(R) -> H,
+) -> ferry_status {
+    guard(|| {
+        let o = out(out_handle, "out_right")?;
+        // SAFETY: the caller's contract: a live handle used by no other call.
+        let m = unsafe { obj_mut(msg, "msg") }?;
+        let right = m.take_item(index, want, pick)?;
+        // SAFETY: `o` checked non-null.
+        unsafe { give(o, wrap(right)) };
+        Ok(())
+    })
+}
+
 /// Takes send right `index` out of a received message into `*out_right`.
 ///
 /// # Safety
@@ -457,18 +483,12 @@ pub unsafe extern "C" fn ferry_message_has_reply(msg: *const ferry_message, has:
 /// points at writable storage for a pointer.
 #[no_mangle]
 pub unsafe extern "C" fn ferry_message_take_send_right(msg: *mut ferry_message, index: usize, out_right: *mut *mut ferry_send_right) -> ferry_status {
-    guard(|| {
-        let o = out(out_right, "out_right")?;
-        // SAFETY: header contract: a live handle used by no other call.
-        let m = unsafe { obj_mut(msg, "msg") }?;
-        let right = m.take_item(index, "send right", |i| match i {
-            Item::Send(r) => Ok(r),
-            other => Err(other),
-        })?;
-        // SAFETY: `o` checked non-null.
-        unsafe { give(o, ferry_send_right { right }) };
-        Ok(())
-    })
+    // SAFETY: the caller keeps this function's contract, which is the
+    // helper's.
+    unsafe { take_into(msg, index, out_right, "send right", |i| match i {
+        Item::Send(r) => Ok(r),
+        other => Err(other),
+    }, |right| ferry_send_right { right }) }
 }
 
 /// Takes send-once right `index` out of a received message into
@@ -478,18 +498,12 @@ pub unsafe extern "C" fn ferry_message_take_send_right(msg: *mut ferry_message, 
 /// As [`ferry_message_take_send_right`].
 #[no_mangle]
 pub unsafe extern "C" fn ferry_message_take_send_once_right(msg: *mut ferry_message, index: usize, out_right: *mut *mut ferry_send_once_right) -> ferry_status {
-    guard(|| {
-        let o = out(out_right, "out_right")?;
-        // SAFETY: header contract: a live handle used by no other call.
-        let m = unsafe { obj_mut(msg, "msg") }?;
-        let right = m.take_item(index, "send-once right", |i| match i {
-            Item::SendOnce(r) => Ok(r),
-            other => Err(other),
-        })?;
-        // SAFETY: `o` checked non-null.
-        unsafe { give(o, ferry_send_once_right { right }) };
-        Ok(())
-    })
+    // SAFETY: the caller keeps this function's contract, which is the
+    // helper's.
+    unsafe { take_into(msg, index, out_right, "send-once right", |i| match i {
+        Item::SendOnce(r) => Ok(r),
+        other => Err(other),
+    }, |right| ferry_send_once_right { right }) }
 }
 
 /// Takes receive right `index` out of a received message into
@@ -499,18 +513,12 @@ pub unsafe extern "C" fn ferry_message_take_send_once_right(msg: *mut ferry_mess
 /// As [`ferry_message_take_send_right`].
 #[no_mangle]
 pub unsafe extern "C" fn ferry_message_take_receive_right(msg: *mut ferry_message, index: usize, out_right: *mut *mut ferry_receive_right) -> ferry_status {
-    guard(|| {
-        let o = out(out_right, "out_right")?;
-        // SAFETY: header contract: a live handle used by no other call.
-        let m = unsafe { obj_mut(msg, "msg") }?;
-        let right = m.take_item(index, "receive right", |i| match i {
-            Item::Receive(r) => Ok(r),
-            other => Err(other),
-        })?;
-        // SAFETY: `o` checked non-null.
-        unsafe { give(o, ferry_receive_right { right }) };
-        Ok(())
-    })
+    // SAFETY: the caller keeps this function's contract, which is the
+    // helper's.
+    unsafe { take_into(msg, index, out_right, "receive right", |i| match i {
+        Item::Receive(r) => Ok(r),
+        other => Err(other),
+    }, |right| ferry_receive_right { right }) }
 }
 
 /// How a region travelled.

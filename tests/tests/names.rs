@@ -75,7 +75,7 @@ fn names_are_scoped_per_user() {
         let (mut rx, tx) = ferry::port().unwrap();
         bs.register("shared-name", &tx).unwrap();
         let run_as_nobody = |role: &str| {
-            let out = Command::new(env!("CARGO_BIN_EXE_ferry-peer"))
+            let out = Command::new(common::peer_for_other_users())
                 .args([role, "shared-name"])
                 .env("FERRY_BOOTSTRAP", &path)
                 .env("FERRY_NO_EMBED", "1")
@@ -110,7 +110,7 @@ fn names_are_scoped_per_user() {
 }
 
 fn spawn_peer_as_nobody(path: &std::path::Path) -> std::process::Child {
-    Command::new(env!("CARGO_BIN_EXE_ferry-peer"))
+    Command::new(common::peer_for_other_users())
         .args(["register", "shared-name"])
         .env("FERRY_BOOTSTRAP", path)
         .env("FERRY_NO_EMBED", "1")

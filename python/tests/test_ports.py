@@ -135,13 +135,34 @@ def test_receive_right_moves_with_its_queue():
 
 def test_ctrl_c_interrupts_a_blocking_receive():
     rx, _tx = ferry.port()
-    timer = threading.Timer(0.05, lambda: signal.pthread_kill(threading.main_thread().ident, signal.SIGINT))
-    timer.start()
+    # SIGINT is sent again and again until the receive ends, and raises only
+    # while armed, so neither a slow start of recv nor a late signal can
+    # interrupt anything but the receive under test.
+    armed = threading.Event()
+    armed.set()
+
+    def on_sigint(signum, frame):
+        if armed.is_set():
+            raise KeyboardInterrupt
+
+    def poke():
+        while armed.wait(0) and not done.wait(0.05):
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+
+    done = threading.Event()
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    poker = threading.Thread(target=poke)
     try:
         with pytest.raises(KeyboardInterrupt):
-            rx.recv()  # no timeout: only the signal can end it
+            poker.start()
+            try:
+                rx.recv()  # no timeout: only the signal can end it
+            finally:
+                armed.clear()
+                done.set()
+        poker.join(LIMIT)
     finally:
-        timer.cancel()
+        signal.signal(signal.SIGINT, previous)
 
 
 def test_send_once_dropped_unused_is_reported():

@@ -8,6 +8,7 @@
 mod bench;
 mod demo;
 mod names;
+mod run;
 mod stat;
 
 use std::process::ExitCode;
@@ -39,6 +40,11 @@ enum Command {
     /// Benchmarks against baselines in the same run (needs `ferry-bench`).
     #[command(disable_help_flag = true)]
     Bench(bench::Forward),
+    /// Runs a program with its files under a directory served by ferry.
+    Run(run::Args),
+    /// The emulation server `ferry run` starts (not for direct use).
+    #[command(name = "__emul-serve", hide = true)]
+    EmulServe(run::ServeArgs),
     /// This machine's IPC primitives and copy/remap crossover (needs `ferry-bench`).
     #[command(disable_help_flag = true)]
     Probe(bench::Forward),
@@ -51,5 +57,7 @@ fn main() -> ExitCode {
         Command::Stat(a) => stat::main(&a),
         Command::Bench(a) => bench::main("bench", &a),
         Command::Probe(a) => bench::main("probe", &a),
+        Command::Run(a) => run::main(&a),
+        Command::EmulServe(a) => run::serve(&a),
     }
 }

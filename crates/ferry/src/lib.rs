@@ -38,6 +38,7 @@
 
 pub mod bootstrap;
 pub mod counters;
+pub mod emulation;
 pub mod error;
 pub mod fileserver;
 #[cfg(feature = "fuzzing")]
@@ -48,6 +49,7 @@ pub mod nameserver;
 pub mod pager;
 pub mod port;
 pub mod portset;
+pub mod process;
 pub mod region;
 pub mod rpc;
 pub mod spawn;

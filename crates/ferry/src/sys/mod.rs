@@ -9,6 +9,7 @@ pub mod fs;
 pub mod futex;
 pub mod lock;
 pub mod mem;
+pub mod process;
 #[cfg(feature = "tokio")]
 pub mod reactor;
 pub mod socket;

@@ -69,3 +69,25 @@ pub fn take_inherited(fd: RawFd, is_ours: impl FnOnce(BorrowedFd<'_>) -> bool) -
     let _ = fcntl_setfd(&owned, FdFlags::CLOEXEC);
     Some(owned)
 }
+
+/// Copies descriptor `fd`, if it is open and `is_ours` accepts it, to a
+/// close-on-exec descriptor numbered `min` or above (or anywhere, when the
+/// limit forbids): the original stays as it is, for the programs this
+/// process starts in turn.
+pub fn copy_inherited(fd: RawFd, min: RawFd, is_ours: impl FnOnce(BorrowedFd<'_>) -> bool) -> Option<OwnedFd> {
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: `fcntl(F_GETFD)` on a number reads its flags or fails with
+    // EBADF; it touches no memory.
+    if unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1 {
+        return None;
+    }
+    // SAFETY: open (checked just now), and borrowed only for the check and
+    // the copy, during which nothing in this thread closes it.
+    let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
+    if !is_ours(borrowed) {
+        return None;
+    }
+    rustix::io::fcntl_dupfd_cloexec(borrowed, min).or_else(|_| rustix::io::fcntl_dupfd_cloexec(borrowed, 0)).ok()
+}

@@ -1,0 +1,132 @@
+//! `ferry run --files DIR -- PROGRAM ARGS`: runs an unmodified program with
+//! its file calls under `DIR` served by ferry's emulation server (see
+//! `docs/emulation.md`).
+//!
+//! This command only sets up: it starts a server for `DIR` (a detached
+//! process of this same binary, `ferry __emul-serve`, which lives while
+//! any emulated process or open file needs it), hands the program a send
+//! right to it, puts the `ferry-emul` preload library in its environment,
+//! and execs it.
+
+use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::Duration;
+
+use ferry::spawn::CommandExt as _;
+use ferry::{Item, Message, Timeout};
+
+/// `ferry run --files DIR -- PROGRAM [ARGS...]`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The directory whose files the program reaches through ferry.
+    #[arg(long, value_name = "DIR")]
+    files: PathBuf,
+    /// The preload library (default: $FERRY_EMUL_LIB, then
+    /// libferry_emul.so beside this program or in ../lib).
+    #[arg(long, value_name = "PATH")]
+    library: Option<PathBuf>,
+    /// The program and its arguments.
+    #[arg(trailing_var_arg = true, required = true, value_name = "PROGRAM")]
+    program: Vec<std::ffi::OsString>,
+}
+
+/// `ferry __emul-serve DIR`: the server process (not for direct use).
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// The served directory.
+    dir: PathBuf,
+    /// Start the server as a separate process and return at once.
+    #[arg(long)]
+    detach: bool,
+}
+
+fn library(explicit: Option<&Path>) -> Option<PathBuf> {
+    if let Some(p) = explicit {
+        return Some(p.to_owned());
+    }
+    if let Some(p) = std::env::var_os("FERRY_EMUL_LIB") {
+        return Some(p.into());
+    }
+    let exe = std::env::current_exe().ok()?;
+    let dir = exe.parent()?;
+    [dir.join("libferry_emul.so"), dir.join("../lib/libferry_emul.so")].into_iter().find(|p| p.is_file())
+}
+
+/// Runs `ferry run`.
+pub fn main(args: &Args) -> ExitCode {
+    let fail = |what: String| {
+        eprintln!("ferry run: {what}");
+        ExitCode::from(127)
+    };
+    let root = match args.files.canonicalize() {
+        Ok(r) if r.is_dir() => r,
+        Ok(r) => return fail(format!("{} is not a directory", r.display())),
+        Err(e) => return fail(format!("{}: {e}", args.files.display())),
+    };
+    let Some(lib) = library(args.library.as_deref()) else {
+        return fail("libferry_emul.so not found (set FERRY_EMUL_LIB or pass --library)".into());
+    };
+    let lib = lib.canonicalize().unwrap_or(lib);
+    let exe = match std::env::current_exe() {
+        Ok(e) => e,
+        Err(e) => return fail(format!("cannot find this program: {e}")),
+    };
+    let (mut rx, tx) = match ferry::port() {
+        Ok(p) => p,
+        Err(e) => return fail(format!("cannot make a port: {e}")),
+    };
+    let mut starter = Command::new(&exe);
+    starter.arg("__emul-serve").arg(&root).arg("--detach").stdin(Stdio::null()).stdout(Stdio::null());
+    if let Err(e) = starter.pass_right(&tx).and_then(|c| c.status()) {
+        return fail(format!("cannot start the emulation server: {e}"));
+    }
+    drop(tx);
+    let server = match rx.recv(Timeout::After(Duration::from_secs(30))) {
+        Ok(mut m) => match m.take_items().pop() {
+            Some(Item::Send(s)) => s,
+            _ => return fail("the emulation server sent no right".into()),
+        },
+        Err(e) => return fail(format!("the emulation server did not start: {e}")),
+    };
+    let mut cmd = Command::new(&args.program[0]);
+    cmd.args(&args.program[1..]);
+    if let Err(e) = ferry::emulation::prepare_command(&mut cmd, &server, &root, &lib) {
+        return fail(format!("cannot hand the program its right: {e}"));
+    }
+    let err = cmd.exec();
+    fail(format!("{}: {err}", Path::new(&args.program[0]).display()))
+}
+
+/// Runs the server (`ferry __emul-serve`).
+pub fn serve(args: &ServeArgs) -> ExitCode {
+    let Ok(parent) = ferry::spawn::inherited() else {
+        eprintln!("ferry __emul-serve: started without a right to answer on");
+        return ExitCode::from(2);
+    };
+    if args.detach {
+        // The server must not be a child of the program it serves (a
+        // shell waiting for all its children would wait for it forever).
+        let started = std::env::current_exe().and_then(|exe| {
+            Command::new(exe)
+                .arg("__emul-serve")
+                .arg(&args.dir)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .pass_right(&parent)?
+                .spawn()
+        });
+        return if started.is_ok() { ExitCode::SUCCESS } else { ExitCode::from(1) };
+    }
+    let (mut srv, right) = match ferry::emulation::EmulServer::new(&args.dir) {
+        Ok(s) => s,
+        Err(_) => return ExitCode::from(1),
+    };
+    if parent.send(Message::new(1).with_item(right), Timeout::After(Duration::from_secs(30))).is_err() {
+        return ExitCode::from(1);
+    }
+    drop(parent);
+    while srv.serve(Timeout::After(Duration::from_secs(1))) {}
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,348 @@
+//! One emulated open file in this process: the server's descriptor (kept
+//! at a high number, for mapping and for what reaches the kernel), the
+//! token page shared with every process sharing the open file, the hold,
+//! and this process's window.
+//!
+//! # Safety
+//! The window is a `MAP_SHARED` mapping of the file owned by [`Window`]
+//! and unmapped only when it moves or the file is dropped, both under the
+//! window's lock, which every copy holds. Copies touch only bytes below
+//! the size the token holders know (pages past the end of the file would
+//! fault); a file truncated behind the server's back can still make such
+//! an access fault, as with any `mmap` of a shared file.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use ferry::emulation::{OpenedFile, TokenPage, TokenState};
+use ferry::SendRight;
+use rustix::fs::SeekFrom;
+
+use crate::state;
+
+/// An `errno` value.
+pub type Errno = i32;
+
+struct Window {
+    addr: usize,
+    start: u64,
+    len: usize,
+}
+
+/// An emulated open file as this process sees it.
+pub struct File {
+    id: u64,
+    fd: OwnedFd,
+    page: TokenPage,
+    _hold: SendRight,
+    readable: bool,
+    writable: bool,
+    map_writable: bool,
+    append: bool,
+    window: Mutex<Window>,
+    wsize: usize,
+}
+
+fn errno(e: rustix::io::Errno) -> Errno {
+    e.raw_os_error()
+}
+
+/// The token held active by this process for one call; passive again on
+/// drop.
+struct Token<'a> {
+    page: &'a TokenPage,
+    pid: i32,
+}
+
+impl Drop for Token<'_> {
+    fn drop(&mut self) {
+        self.page.deactivate(self.pid);
+    }
+}
+
+impl File {
+    /// Wraps what the server opened with `flags`.
+    pub fn new(o: OpenedFile, flags: i32, wsize: usize) -> File {
+        let acc = flags & libc::O_ACCMODE;
+        File {
+            id: o.id,
+            fd: o.file,
+            page: o.page,
+            _hold: o.hold,
+            readable: acc != libc::O_WRONLY,
+            writable: acc != libc::O_RDONLY,
+            map_writable: acc == libc::O_RDWR,
+            append: flags & libc::O_APPEND != 0,
+            window: Mutex::new(Window { addr: 0, start: 0, len: 0 }),
+            wsize,
+        }
+    }
+
+    /// The server's descriptor of the file.
+    pub fn fd(&self) -> &OwnedFd {
+        &self.fd
+    }
+
+    /// Makes this process the token's active holder: one compare-and-swap
+    /// when it is the passive holder, else a wait for another thread of it,
+    /// else a request to the server (which calls the token back).
+    fn token(&self) -> Result<Token<'_>, Errno> {
+        let pid = state::pid();
+        for _ in 0..1_000_000 {
+            if self.page.try_activate(pid) {
+                return Ok(Token { page: &self.page, pid });
+            }
+            match self.page.state() {
+                TokenState::Active(p) if p == pid => self.page.wait_active(Duration::from_millis(10)),
+                _ => {
+                    let e = state::emul().ok_or(libc::EIO)?;
+                    e.client.token(self.id)?;
+                    return Ok(Token { page: &self.page, pid });
+                }
+            }
+        }
+        Err(libc::EDEADLK)
+    }
+
+    /// The size as far as `need` matters: the known size, or the kernel's
+    /// when a request reaches past it (the file may have grown elsewhere).
+    fn size_for(&self, need: u64) -> Result<u64, Errno> {
+        let known = self.page.size();
+        if need <= known {
+            return Ok(known);
+        }
+        let real = rustix::fs::fstat(&self.fd).map_err(errno)?.st_size as u64;
+        if real != known {
+            self.page.set_size(real);
+        }
+        Ok(real)
+    }
+
+    /// The window holding byte `p`, moved there if needed; returns the
+    /// address of `p` and the bytes mapped from it.
+    fn window_at(&self, w: &mut Window, p: u64) -> Result<(*mut u8, usize), Errno> {
+        if w.len == 0 || p < w.start || p >= w.start + w.len as u64 {
+            // Moving a window is where the server is consulted: a server
+            // that is gone fails the call (EIO) instead of serving on.
+            let e = state::emul().ok_or(libc::EIO)?;
+            if e.client.is_dead() {
+                return Err(libc::EIO);
+            }
+            self.unmap(w);
+            let start = p & !(self.wsize as u64 - 1);
+            let prot = if self.map_writable { libc::PROT_READ | libc::PROT_WRITE } else { libc::PROT_READ };
+            use std::os::fd::AsRawFd;
+            // SAFETY: a fresh shared mapping of our own descriptor, placed
+            // by the kernel; nothing else refers to its range yet.
+            let addr = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    self.wsize,
+                    prot,
+                    libc::MAP_SHARED | libc::MAP_POPULATE,
+                    self.fd.as_raw_fd(),
+                    start as libc::off_t,
+                )
+            };
+            if addr == libc::MAP_FAILED {
+                return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO));
+            }
+            *w = Window { addr: addr as usize, start, len: self.wsize };
+        }
+        let off = (p - w.start) as usize;
+        Ok(((w.addr + off) as *mut u8, w.len - off))
+    }
+
+    fn unmap(&self, w: &mut Window) {
+        if w.len != 0 {
+            // SAFETY: the range is the window's own mapping (module
+            // safety); the lock is held, so no copy is using it.
+            unsafe { libc::munmap(w.addr as *mut libc::c_void, w.len) };
+            w.len = 0;
+        }
+    }
+
+    /// Copies from the file at `pos` into `buf` through the windows.
+    fn copy_out(&self, pos: u64, buf: &mut [u8]) -> Result<usize, Errno> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let size = self.size_for(pos.saturating_add(buf.len() as u64))?;
+        if pos >= size {
+            return Ok(0);
+        }
+        let want = (buf.len() as u64).min(size - pos) as usize;
+        let mut w = self.window.lock().unwrap_or_else(|e| e.into_inner());
+        let mut done = 0;
+        while done < want {
+            let (src, avail) = self.window_at(&mut w, pos + done as u64)?;
+            let n = avail.min(want - done);
+            // SAFETY: `src..src+n` lies in the window (window_at) and below
+            // the file's size (module safety); `buf[done..done+n]` is ours.
+            unsafe { std::ptr::copy_nonoverlapping(src, buf.as_mut_ptr().add(done), n) };
+            done += n;
+        }
+        Ok(done)
+    }
+
+    /// Copies `buf` into the file at `pos`: through the windows for the
+    /// bytes inside the file when it is mapped writable, with `pwrite`
+    /// for the rest (which grows the file).
+    fn copy_in(&self, pos: u64, buf: &[u8]) -> Result<usize, Errno> {
+        let size = self.page.size();
+        let inside = if self.map_writable && pos < size { (buf.len() as u64).min(size - pos) as usize } else { 0 };
+        if inside > 0 {
+            let mut w = self.window.lock().unwrap_or_else(|e| e.into_inner());
+            let mut done = 0;
+            while done < inside {
+                let (dst, avail) = self.window_at(&mut w, pos + done as u64)?;
+                let n = avail.min(inside - done);
+                // SAFETY: `dst..dst+n` lies in the writable window and below
+                // the file's size; `buf[done..done+n]` is ours.
+                unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr().add(done), dst, n) };
+                done += n;
+            }
+        }
+        let mut done = inside;
+        while done < buf.len() {
+            match rustix::io::pwrite(&self.fd, &buf[done..], pos + done as u64) {
+                Ok(n) => done += n,
+                Err(rustix::io::Errno::INTR) => {}
+                Err(e) if done > 0 => {
+                    let _ = e;
+                    break;
+                }
+                Err(e) => return Err(errno(e)),
+            }
+        }
+        let end = pos + done as u64;
+        if end > size {
+            self.page.set_size(end);
+        }
+        Ok(done)
+    }
+
+    /// `read(2)` at the shared offset.
+    pub fn read(&self, buf: &mut [u8]) -> Result<usize, Errno> {
+        if !self.readable {
+            return Err(libc::EBADF);
+        }
+        let _t = self.token()?;
+        let pos = self.page.offset();
+        let n = self.copy_out(pos, buf)?;
+        self.page.set_offset(pos + n as u64);
+        Ok(n)
+    }
+
+    /// `pread(2)`: the offset is not used, so neither is the token.
+    pub fn pread(&self, buf: &mut [u8], pos: i64) -> Result<usize, Errno> {
+        if !self.readable {
+            return Err(libc::EBADF);
+        }
+        if pos < 0 {
+            return Err(libc::EINVAL);
+        }
+        self.copy_out(pos as u64, buf)
+    }
+
+    /// `write(2)` at the shared offset (at the end with `O_APPEND`, which
+    /// the kernel places atomically, as other openers of the file may be
+    /// appending too).
+    pub fn write(&self, buf: &[u8]) -> Result<usize, Errno> {
+        if !self.writable {
+            return Err(libc::EBADF);
+        }
+        let _t = self.token()?;
+        if self.append {
+            let n = rustix::io::write(&self.fd, buf).map_err(errno)?;
+            let end = rustix::fs::seek(&self.fd, SeekFrom::Current(0)).map_err(errno)?;
+            self.page.set_offset(end);
+            if end > self.page.size() {
+                self.page.set_size(end);
+            }
+            return Ok(n);
+        }
+        let pos = self.page.offset();
+        let n = self.copy_in(pos, buf)?;
+        self.page.set_offset(pos + n as u64);
+        Ok(n)
+    }
+
+    /// `pwrite(2)`.
+    pub fn pwrite(&self, buf: &[u8], pos: i64) -> Result<usize, Errno> {
+        if !self.writable {
+            return Err(libc::EBADF);
+        }
+        if pos < 0 {
+            return Err(libc::EINVAL);
+        }
+        if self.append {
+            // Linux appends a pwrite on an O_APPEND file: so does this.
+            let _t = self.token()?;
+            let n = rustix::io::pwrite(&self.fd, buf, pos as u64).map_err(errno)?;
+            let size = rustix::fs::fstat(&self.fd).map_err(errno)?.st_size as u64;
+            self.page.set_size(size);
+            return Ok(n);
+        }
+        let _t = self.token()?;
+        self.copy_in(pos as u64, buf)
+    }
+
+    /// `lseek(2)` on the shared offset.
+    pub fn lseek(&self, off: i64, whence: i32) -> Result<i64, Errno> {
+        let _t = self.token()?;
+        let base = match whence {
+            libc::SEEK_SET => 0,
+            libc::SEEK_CUR => self.page.offset() as i64,
+            libc::SEEK_END => {
+                let s = rustix::fs::fstat(&self.fd).map_err(errno)?.st_size;
+                self.page.set_size(s as u64);
+                s
+            }
+            libc::SEEK_DATA | libc::SEEK_HOLE => {
+                let how = if whence == libc::SEEK_DATA { SeekFrom::Data(off as u64) } else { SeekFrom::Hole(off as u64) };
+                let r = rustix::fs::seek(&self.fd, how).map_err(errno)?;
+                self.page.set_offset(r);
+                return Ok(r as i64);
+            }
+            _ => return Err(libc::EINVAL),
+        };
+        let new = base.checked_add(off).filter(|v| *v >= 0).ok_or(libc::EINVAL)?;
+        self.page.set_offset(new as u64);
+        Ok(new)
+    }
+
+    /// `ftruncate(2)`, by the server.
+    pub fn truncate(&self, len: i64) -> Result<(), Errno> {
+        if len < 0 {
+            return Err(libc::EINVAL);
+        }
+        let _t = self.token()?;
+        let e = state::emul().ok_or(libc::EIO)?;
+        e.client.truncate(self.id, len as u64)?;
+        self.page.set_size(len as u64);
+        Ok(())
+    }
+
+    /// `fsync(2)`, by the server.
+    pub fn fsync(&self) -> Result<(), Errno> {
+        let e = state::emul().ok_or(libc::EIO)?;
+        e.client.fsync(self.id)
+    }
+
+    /// The shared offset, for setting the kernel's before `exec`.
+    pub fn offset(&self) -> u64 {
+        self.page.offset()
+    }
+}
+
+impl Drop for File {
+    fn drop(&mut self) {
+        let mut w = self.window.lock().unwrap_or_else(|e| e.into_inner());
+        self.unmap(&mut w);
+        drop(w);
+        self.page.give_up(state::pid());
+        let _ = self.fd.as_fd();
+    }
+}

@@ -1,0 +1,924 @@
+//! The C functions this library exports in place of the C library's: each
+//! serves a descriptor or a name the emulation owns and passes everything
+//! else to the C library's own function untouched.
+//!
+//! # Safety
+//! These are C entry points: pointers come from the calling program with
+//! the C library's contracts (valid strings, buffers of the stated length,
+//! arrays of `iovec`), which the C library itself would rely on. The
+//! library's own work on them is limited to building slices of exactly the
+//! stated lengths for the duration of the call.
+
+#![allow(clippy::missing_safety_doc)]
+
+use std::ffi::CStr;
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+
+use ferry::emulation::{Opened, StatInfo};
+use libc::{c_char, c_int, c_uint, c_ulong, c_void, mode_t, off_t, size_t, ssize_t, FILE};
+
+use crate::file::{Errno, File};
+use crate::real;
+use crate::state::{self, emul, enter};
+
+fn set_errno(e: Errno) {
+    // SAFETY: the calling thread's errno slot, always valid.
+    unsafe { *libc::__errno_location() = e };
+}
+
+fn ret_size(r: Result<usize, Errno>) -> ssize_t {
+    match r {
+        Ok(n) => n as ssize_t,
+        Err(e) => {
+            set_errno(e);
+            -1
+        }
+    }
+}
+
+fn ret_int(r: Result<(), Errno>) -> c_int {
+    match r {
+        Ok(()) => 0,
+        Err(e) => {
+            set_errno(e);
+            -1
+        }
+    }
+}
+
+/// The emulated file behind `fd`, unless this thread is already inside the
+/// library.
+fn emulated(fd: c_int) -> Option<(Arc<File>, state::Busy)> {
+    let f = state::get(fd)?;
+    let b = enter()?;
+    Some((f, b))
+}
+
+unsafe fn cstr<'a>(p: *const c_char) -> Option<&'a [u8]> {
+    if p.is_null() {
+        None
+    } else {
+        // SAFETY: a C string from the caller (module safety).
+        Some(unsafe { CStr::from_ptr(p) }.to_bytes())
+    }
+}
+
+fn current_umask() -> u32 {
+    // SAFETY: umask only swaps an integer; set back at once.
+    unsafe {
+        let old = libc::umask(0o022);
+        libc::umask(old);
+        old
+    }
+}
+
+/// Opens `path` (relative to `dirfd`) through the server when it is under
+/// the served root: `None` when it is not (the caller passes through).
+fn emul_open(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> Option<c_int> {
+    let _b = enter()?;
+    let e = emul()?;
+    if flags & (libc::O_PATH | libc::O_TMPFILE) != 0 {
+        return None;
+    }
+    // SAFETY: the caller's path (module safety).
+    let rel = state::beneath(e, dirfd, unsafe { cstr(path) }?)?;
+    let mode = if flags & libc::O_CREAT != 0 { mode & 0o7777 & !current_umask() } else { 0 };
+    let cloexec = flags & libc::O_CLOEXEC != 0;
+    let dup_cmd = if cloexec { libc::F_DUPFD_CLOEXEC } else { libc::F_DUPFD };
+    Some(match e.client.open(&rel, flags, mode) {
+        Err(err) => {
+            set_errno(err);
+            -1
+        }
+        Ok(Opened::Dir(dir)) => {
+            // SAFETY: duplicates our own descriptor to the lowest free number.
+            let fd = unsafe { real::fcntl()(dir.as_raw_fd(), dup_cmd, 0) };
+            if fd < 0 {
+                return Some(-1);
+            }
+            state::take(fd);
+            fd
+        }
+        Ok(Opened::File(o)) => {
+            let file = File::new(o, flags, e.window);
+            let raw = file.fd().as_raw_fd();
+            // SAFETY: duplicates our own descriptor to the lowest free number.
+            let fd = unsafe { real::fcntl()(raw, dup_cmd, 0) };
+            if fd < 0 {
+                return Some(-1);
+            }
+            if flags & libc::O_NONBLOCK == 0 {
+                // The server opens with O_NONBLOCK against special files;
+                // the program asked for a plain descriptor.
+                // SAFETY: flag changes on our own descriptor.
+                unsafe {
+                    let fl = real::fcntl()(fd, libc::F_GETFL, 0);
+                    real::fcntl()(fd, libc::F_SETFL, (fl & !libc::O_NONBLOCK) as c_ulong);
+                }
+            }
+            state::set(fd, Arc::new(file));
+            fd
+        }
+    })
+}
+
+fn passed(fd: c_int) -> c_int {
+    // A number the kernel hands out again is no longer emulated (it was
+    // closed behind the library's back).
+    if fd >= 0 {
+        state::take(fd);
+    }
+    fd
+}
+
+/// `open(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn open(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+    emul_open(libc::AT_FDCWD, path, flags, mode).unwrap_or_else(|| passed(unsafe { real::open()(path, flags, mode) }))
+}
+/// `open64(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn open64(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+    emul_open(libc::AT_FDCWD, path, flags, mode).unwrap_or_else(|| passed(unsafe { real::open64()(path, flags, mode) }))
+}
+/// The fortified `open`.
+#[no_mangle]
+pub unsafe extern "C" fn __open_2(path: *const c_char, flags: c_int) -> c_int {
+    emul_open(libc::AT_FDCWD, path, flags, 0).unwrap_or_else(|| passed(unsafe { real::__open_2()(path, flags) }))
+}
+/// The fortified `open64`.
+#[no_mangle]
+pub unsafe extern "C" fn __open64_2(path: *const c_char, flags: c_int) -> c_int {
+    emul_open(libc::AT_FDCWD, path, flags, 0).unwrap_or_else(|| passed(unsafe { real::__open64_2()(path, flags) }))
+}
+/// `openat(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn openat(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+    emul_open(dirfd, path, flags, mode).unwrap_or_else(|| passed(unsafe { real::openat()(dirfd, path, flags, mode) }))
+}
+/// `openat64(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn openat64(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+    emul_open(dirfd, path, flags, mode).unwrap_or_else(|| passed(unsafe { real::openat64()(dirfd, path, flags, mode) }))
+}
+/// The fortified `openat`.
+#[no_mangle]
+pub unsafe extern "C" fn __openat_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+    emul_open(dirfd, path, flags, 0).unwrap_or_else(|| passed(unsafe { real::__openat_2()(dirfd, path, flags) }))
+}
+/// The fortified `openat64`.
+#[no_mangle]
+pub unsafe extern "C" fn __openat64_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+    emul_open(dirfd, path, flags, 0).unwrap_or_else(|| passed(unsafe { real::__openat64_2()(dirfd, path, flags) }))
+}
+/// `creat(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn creat(path: *const c_char, mode: mode_t) -> c_int {
+    let flags = libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC;
+    emul_open(libc::AT_FDCWD, path, flags, mode).unwrap_or_else(|| passed(unsafe { real::creat()(path, mode) }))
+}
+/// `creat64(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn creat64(path: *const c_char, mode: mode_t) -> c_int {
+    let flags = libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC;
+    emul_open(libc::AT_FDCWD, path, flags, mode).unwrap_or_else(|| passed(unsafe { real::creat64()(path, mode) }))
+}
+
+// ---- stdio: FILE objects over emulated descriptors -------------------------
+
+#[repr(C)]
+struct CookieIo {
+    read: Option<unsafe extern "C" fn(*mut c_void, *mut c_char, size_t) -> ssize_t>,
+    write: Option<unsafe extern "C" fn(*mut c_void, *const c_char, size_t) -> ssize_t>,
+    seek: Option<unsafe extern "C" fn(*mut c_void, *mut i64, c_int) -> c_int>,
+    close: Option<unsafe extern "C" fn(*mut c_void) -> c_int>,
+}
+
+extern "C" {
+    fn fopencookie(cookie: *mut c_void, mode: *const c_char, funcs: CookieIo) -> *mut FILE;
+}
+
+unsafe extern "C" fn cookie_read(c: *mut c_void, buf: *mut c_char, n: size_t) -> ssize_t {
+    // SAFETY: the C library hands a buffer of n bytes.
+    unsafe { read(c as usize as c_int, buf.cast(), n) }
+}
+unsafe extern "C" fn cookie_write(c: *mut c_void, buf: *const c_char, n: size_t) -> ssize_t {
+    // SAFETY: the C library hands a buffer of n bytes.
+    unsafe { write(c as usize as c_int, buf.cast(), n) }
+}
+unsafe extern "C" fn cookie_seek(c: *mut c_void, off: *mut i64, whence: c_int) -> c_int {
+    // SAFETY: the C library hands a valid offset to read and update.
+    unsafe {
+        let r = lseek(c as usize as c_int, *off, whence);
+        if r < 0 {
+            return -1;
+        }
+        *off = r;
+    }
+    0
+}
+unsafe extern "C" fn cookie_close(c: *mut c_void) -> c_int {
+    // SAFETY: closes the descriptor this FILE owns.
+    unsafe { close(c as usize as c_int) }
+}
+
+/// Where glibc's `struct _IO_FILE` keeps `_fileno` on 64-bit Linux.
+const FILENO_OFFSET: usize = 112;
+
+/// Whether the running C library keeps a `FILE`'s descriptor at
+/// [`FILENO_OFFSET`]: checked on a real `FILE` before the library ever
+/// writes there.
+pub(crate) fn check_fileno_patch() -> bool {
+    if cfg!(not(all(target_pointer_width = "64", target_env = "gnu"))) {
+        return false;
+    }
+    // SAFETY: opens and closes a FILE of the C library's own, reading one
+    // int inside it at an offset within the structure's public layout.
+    unsafe {
+        let f = real::fopen()(c"/dev/null".as_ptr(), c"r".as_ptr());
+        if f.is_null() {
+            return false;
+        }
+        let ok = *(f as *const u8).add(FILENO_OFFSET).cast::<c_int>() == real::fileno()(f);
+        real::fclose()(f);
+        ok
+    }
+}
+
+/// A `FILE` whose reads, writes, seeks and close go through the emulated
+/// descriptor `fd` (and which `fileno` reports as `fd`).
+fn cookie_file(fd: c_int, mode: *const c_char) -> *mut FILE {
+    let funcs = CookieIo { read: Some(cookie_read), write: Some(cookie_write), seek: Some(cookie_seek), close: Some(cookie_close) };
+    // SAFETY: the cookie is the descriptor number; the mode is the caller's.
+    let f = unsafe { fopencookie(fd as usize as *mut c_void, mode, funcs) };
+    if !f.is_null() && emul().is_some_and(|e| e.fileno_patch) {
+        // SAFETY: checked layout (check_fileno_patch); the field is an int
+        // the C library leaves at -1 for cookie streams and uses only to
+        // answer `fileno`.
+        unsafe { *(f as *mut u8).add(FILENO_OFFSET).cast::<c_int>() = fd };
+    }
+    f
+}
+
+fn mode_flags(mode: &[u8]) -> c_int {
+    let plus = mode.contains(&b'+');
+    let mut f = match mode.first() {
+        Some(b'w') => libc::O_CREAT | libc::O_TRUNC | if plus { libc::O_RDWR } else { libc::O_WRONLY },
+        Some(b'a') => libc::O_CREAT | libc::O_APPEND | if plus { libc::O_RDWR } else { libc::O_WRONLY },
+        _ => if plus { libc::O_RDWR } else { libc::O_RDONLY },
+    };
+    if mode.contains(&b'x') {
+        f |= libc::O_EXCL;
+    }
+    if mode.contains(&b'e') {
+        f |= libc::O_CLOEXEC;
+    }
+    f
+}
+
+fn emul_fopen(path: *const c_char, mode: *const c_char) -> Option<*mut FILE> {
+    // SAFETY: the caller's mode string.
+    let m = unsafe { cstr(mode) }?;
+    let fd = emul_open(libc::AT_FDCWD, path, mode_flags(m), 0o666)?;
+    if fd < 0 {
+        return Some(std::ptr::null_mut());
+    }
+    let f = cookie_file(fd, mode);
+    if f.is_null() {
+        // SAFETY: our own descriptor, just opened.
+        unsafe { close(fd) };
+    }
+    Some(f)
+}
+
+/// `fopen(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn fopen(path: *const c_char, mode: *const c_char) -> *mut FILE {
+    emul_fopen(path, mode).unwrap_or_else(|| unsafe { real::fopen()(path, mode) })
+}
+/// `fopen64(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *mut FILE {
+    emul_fopen(path, mode).unwrap_or_else(|| unsafe { real::fopen64()(path, mode) })
+}
+/// `fdopen(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn fdopen(fd: c_int, mode: *const c_char) -> *mut FILE {
+    if state::get(fd).is_some() {
+        return cookie_file(fd, mode);
+    }
+    unsafe { real::fdopen()(fd, mode) }
+}
+
+// ---- reading and writing ---------------------------------------------------
+
+/// `read(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
+    if let Some((f, _b)) = emulated(fd) {
+        // SAFETY: the caller's buffer of n bytes (module safety).
+        let s = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), n) };
+        return ret_size(f.read(s));
+    }
+    unsafe { real::read()(fd, buf, n) }
+}
+/// The fortified `read`.
+#[no_mangle]
+pub unsafe extern "C" fn __read_chk(fd: c_int, buf: *mut c_void, n: size_t, buflen: size_t) -> ssize_t {
+    if state::get(fd).is_some() && n <= buflen {
+        return unsafe { read(fd, buf, n) };
+    }
+    unsafe { real::__read_chk()(fd, buf, n, buflen) }
+}
+
+unsafe fn pread_impl(fd: c_int, buf: *mut c_void, n: size_t, off: off_t) -> Option<ssize_t> {
+    let (f, _b) = emulated(fd)?;
+    // SAFETY: the caller's buffer of n bytes.
+    let s = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), n) };
+    Some(ret_size(f.pread(s, off)))
+}
+/// `pread(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn pread(fd: c_int, buf: *mut c_void, n: size_t, off: off_t) -> ssize_t {
+    unsafe { pread_impl(fd, buf, n, off).unwrap_or_else(|| real::pread()(fd, buf, n, off)) }
+}
+/// `pread64(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn pread64(fd: c_int, buf: *mut c_void, n: size_t, off: off_t) -> ssize_t {
+    unsafe { pread_impl(fd, buf, n, off).unwrap_or_else(|| real::pread64()(fd, buf, n, off)) }
+}
+/// The fortified `pread`.
+#[no_mangle]
+pub unsafe extern "C" fn __pread_chk(fd: c_int, buf: *mut c_void, n: size_t, off: off_t, l: size_t) -> ssize_t {
+    unsafe { pread_impl(fd, buf, n.min(l), off).unwrap_or_else(|| real::__pread_chk()(fd, buf, n, off, l)) }
+}
+/// The fortified `pread64`.
+#[no_mangle]
+pub unsafe extern "C" fn __pread64_chk(fd: c_int, buf: *mut c_void, n: size_t, off: off_t, l: size_t) -> ssize_t {
+    unsafe { pread_impl(fd, buf, n.min(l), off).unwrap_or_else(|| real::__pread64_chk()(fd, buf, n, off, l)) }
+}
+
+/// `write(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t {
+    if let Some((f, _b)) = emulated(fd) {
+        // SAFETY: the caller's buffer of n bytes.
+        let s = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), n) };
+        return ret_size(f.write(s));
+    }
+    unsafe { real::write()(fd, buf, n) }
+}
+
+unsafe fn pwrite_impl(fd: c_int, buf: *const c_void, n: size_t, off: off_t) -> Option<ssize_t> {
+    let (f, _b) = emulated(fd)?;
+    // SAFETY: the caller's buffer of n bytes.
+    let s = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), n) };
+    Some(ret_size(f.pwrite(s, off)))
+}
+/// `pwrite(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn pwrite(fd: c_int, buf: *const c_void, n: size_t, off: off_t) -> ssize_t {
+    unsafe { pwrite_impl(fd, buf, n, off).unwrap_or_else(|| real::pwrite()(fd, buf, n, off)) }
+}
+/// `pwrite64(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn pwrite64(fd: c_int, buf: *const c_void, n: size_t, off: off_t) -> ssize_t {
+    unsafe { pwrite_impl(fd, buf, n, off).unwrap_or_else(|| real::pwrite64()(fd, buf, n, off)) }
+}
+
+/// Serves a vector call one buffer after another: `op(buffer, offset)`
+/// with the running offset when `off` is given. Stops at a short transfer.
+unsafe fn vector(
+    iov: *const libc::iovec,
+    cnt: c_int,
+    off: Option<i64>,
+    mut op: impl FnMut(*mut u8, usize, Option<i64>) -> Result<usize, Errno>,
+) -> ssize_t {
+    if cnt < 0 || cnt > libc::UIO_MAXIOV {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    // SAFETY: the caller's array of cnt iovecs.
+    let v = unsafe { std::slice::from_raw_parts(iov, cnt as usize) };
+    let mut total = 0usize;
+    for io in v {
+        match op(io.iov_base.cast(), io.iov_len, off.map(|o| o + total as i64)) {
+            Ok(n) => {
+                total += n;
+                if n < io.iov_len {
+                    break;
+                }
+            }
+            Err(e) if total == 0 => {
+                set_errno(e);
+                return -1;
+            }
+            Err(_) => break,
+        }
+    }
+    total as ssize_t
+}
+
+unsafe fn readv_impl(fd: c_int, iov: *const libc::iovec, cnt: c_int, off: Option<i64>) -> Option<ssize_t> {
+    let (f, _b) = emulated(fd)?;
+    Some(unsafe {
+        vector(iov, cnt, off, |p, n, o| {
+            // SAFETY: one of the caller's buffers.
+            let s = std::slice::from_raw_parts_mut(p, n);
+            match o {
+                Some(o) => f.pread(s, o),
+                None => f.read(s),
+            }
+        })
+    })
+}
+unsafe fn writev_impl(fd: c_int, iov: *const libc::iovec, cnt: c_int, off: Option<i64>) -> Option<ssize_t> {
+    let (f, _b) = emulated(fd)?;
+    Some(unsafe {
+        vector(iov, cnt, off, |p, n, o| {
+            // SAFETY: one of the caller's buffers.
+            let s = std::slice::from_raw_parts(p, n);
+            match o {
+                Some(o) => f.pwrite(s, o),
+                None => f.write(s),
+            }
+        })
+    })
+}
+fn at(off: off_t) -> Option<i64> {
+    // preadv2/pwritev2 take -1 for "at the current offset".
+    if off == -1 {
+        None
+    } else {
+        Some(off)
+    }
+}
+
+/// `readv(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn readv(fd: c_int, iov: *const libc::iovec, cnt: c_int) -> ssize_t {
+    unsafe { readv_impl(fd, iov, cnt, None).unwrap_or_else(|| real::readv()(fd, iov, cnt)) }
+}
+/// `writev(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, cnt: c_int) -> ssize_t {
+    unsafe { writev_impl(fd, iov, cnt, None).unwrap_or_else(|| real::writev()(fd, iov, cnt)) }
+}
+/// `preadv(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn preadv(fd: c_int, iov: *const libc::iovec, cnt: c_int, off: off_t) -> ssize_t {
+    unsafe { readv_impl(fd, iov, cnt, Some(off)).unwrap_or_else(|| real::preadv()(fd, iov, cnt, off)) }
+}
+/// `preadv64(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn preadv64(fd: c_int, iov: *const libc::iovec, cnt: c_int, off: off_t) -> ssize_t {
+    unsafe { readv_impl(fd, iov, cnt, Some(off)).unwrap_or_else(|| real::preadv64()(fd, iov, cnt, off)) }
+}
+/// `pwritev(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn pwritev(fd: c_int, iov: *const libc::iovec, cnt: c_int, off: off_t) -> ssize_t {
+    unsafe { writev_impl(fd, iov, cnt, Some(off)).unwrap_or_else(|| real::pwritev()(fd, iov, cnt, off)) }
+}
+/// `pwritev64(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn pwritev64(fd: c_int, iov: *const libc::iovec, cnt: c_int, off: off_t) -> ssize_t {
+    unsafe { writev_impl(fd, iov, cnt, Some(off)).unwrap_or_else(|| real::pwritev64()(fd, iov, cnt, off)) }
+}
+/// `preadv2(2)` (flags are hints and are ignored for emulated files).
+#[no_mangle]
+pub unsafe extern "C" fn preadv2(fd: c_int, iov: *const libc::iovec, cnt: c_int, off: off_t, fl: c_int) -> ssize_t {
+    unsafe { readv_impl(fd, iov, cnt, at(off)).unwrap_or_else(|| real::preadv2()(fd, iov, cnt, off, fl)) }
+}
+/// `preadv64v2(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn preadv64v2(fd: c_int, iov: *const libc::iovec, cnt: c_int, off: off_t, fl: c_int) -> ssize_t {
+    unsafe { readv_impl(fd, iov, cnt, at(off)).unwrap_or_else(|| real::preadv64v2()(fd, iov, cnt, off, fl)) }
+}
+/// `pwritev2(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn pwritev2(fd: c_int, iov: *const libc::iovec, cnt: c_int, off: off_t, fl: c_int) -> ssize_t {
+    unsafe { writev_impl(fd, iov, cnt, at(off)).unwrap_or_else(|| real::pwritev2()(fd, iov, cnt, off, fl)) }
+}
+/// `pwritev64v2(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn pwritev64v2(fd: c_int, iov: *const libc::iovec, cnt: c_int, off: off_t, fl: c_int) -> ssize_t {
+    unsafe { writev_impl(fd, iov, cnt, at(off)).unwrap_or_else(|| real::pwritev64v2()(fd, iov, cnt, off, fl)) }
+}
+
+fn lseek_impl(fd: c_int, off: off_t, whence: c_int) -> Option<off_t> {
+    let (f, _b) = emulated(fd)?;
+    Some(match f.lseek(off, whence) {
+        Ok(v) => v,
+        Err(e) => {
+            set_errno(e);
+            -1
+        }
+    })
+}
+/// `lseek(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn lseek(fd: c_int, off: off_t, whence: c_int) -> off_t {
+    lseek_impl(fd, off, whence).unwrap_or_else(|| unsafe { real::lseek()(fd, off, whence) })
+}
+/// `lseek64(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn lseek64(fd: c_int, off: off_t, whence: c_int) -> off_t {
+    lseek_impl(fd, off, whence).unwrap_or_else(|| unsafe { real::lseek64()(fd, off, whence) })
+}
+
+/// `ftruncate(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn ftruncate(fd: c_int, len: off_t) -> c_int {
+    if let Some((f, _b)) = emulated(fd) {
+        return ret_int(f.truncate(len));
+    }
+    unsafe { real::ftruncate()(fd, len) }
+}
+/// `ftruncate64(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn ftruncate64(fd: c_int, len: off_t) -> c_int {
+    if let Some((f, _b)) = emulated(fd) {
+        return ret_int(f.truncate(len));
+    }
+    unsafe { real::ftruncate64()(fd, len) }
+}
+/// `fsync(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn fsync(fd: c_int) -> c_int {
+    if let Some((f, _b)) = emulated(fd) {
+        return ret_int(f.fsync());
+    }
+    unsafe { real::fsync()(fd) }
+}
+/// `fdatasync(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn fdatasync(fd: c_int) -> c_int {
+    if let Some((f, _b)) = emulated(fd) {
+        return ret_int(f.fsync());
+    }
+    unsafe { real::fdatasync()(fd) }
+}
+
+// ---- descriptors -------------------------------------------------------------
+
+/// `close(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+    if let Some(_b) = enter() {
+        // The open file goes (with its window and hold) when its last
+        // descriptor in this process does.
+        drop(state::take(fd));
+    }
+    unsafe { real::close()(fd) }
+}
+/// `close_range(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
+    if flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 {
+        if let Some(_b) = enter() {
+            for (fd, _) in state::all() {
+                if fd as c_uint >= first && fd as c_uint <= last {
+                    drop(state::take(fd));
+                }
+            }
+        }
+    }
+    unsafe { real::close_range()(first, last, flags) }
+}
+
+fn duplicated(old: c_int, new: c_int) -> c_int {
+    if new >= 0 {
+        match state::get(old) {
+            Some(f) => state::set(new, f),
+            None => {
+                state::take(new);
+            }
+        }
+    }
+    new
+}
+
+/// `dup(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
+    duplicated(fd, unsafe { real::dup()(fd) })
+}
+/// `dup2(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
+    let r = unsafe { real::dup2()(old, new) };
+    if r >= 0 && old != new {
+        let _b = enter();
+        drop(state::take(new));
+        duplicated(old, r);
+    }
+    r
+}
+/// `dup3(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
+    let r = unsafe { real::dup3()(old, new, flags) };
+    if r >= 0 {
+        let _b = enter();
+        drop(state::take(new));
+        duplicated(old, r);
+    }
+    r
+}
+fn fcntl_impl(fd: c_int, cmd: c_int, arg: c_ulong, real: unsafe extern "C" fn(c_int, c_int, c_ulong) -> c_int) -> c_int {
+    // SAFETY: passes the caller's arguments through unchanged.
+    let r = unsafe { real(fd, cmd, arg) };
+    if (cmd == libc::F_DUPFD || cmd == libc::F_DUPFD_CLOEXEC) && r >= 0 {
+        return duplicated(fd, r);
+    }
+    r
+}
+/// `fcntl(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
+    fcntl_impl(fd, cmd, arg, real::fcntl())
+}
+/// `fcntl64(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
+    fcntl_impl(fd, cmd, arg, real::fcntl64())
+}
+
+fn kernel_copy_refused(a: c_int, b: c_int) -> bool {
+    // Copies inside the kernel use the kernel's offset, not the open
+    // file's: refused, so that programs fall back to read and write.
+    if state::get(a).is_some() || state::get(b).is_some() {
+        set_errno(libc::EXDEV);
+        return true;
+    }
+    false
+}
+/// `copy_file_range(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn copy_file_range(i: c_int, io: *mut i64, o: c_int, oo: *mut i64, n: size_t, fl: c_uint) -> ssize_t {
+    if kernel_copy_refused(i, o) {
+        return -1;
+    }
+    unsafe { real::copy_file_range()(i, io, o, oo, n, fl) }
+}
+/// `sendfile(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn sendfile(o: c_int, i: c_int, off: *mut off_t, n: size_t) -> ssize_t {
+    if kernel_copy_refused(i, o) {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    unsafe { real::sendfile()(o, i, off, n) }
+}
+/// `sendfile64(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn sendfile64(o: c_int, i: c_int, off: *mut off_t, n: size_t) -> ssize_t {
+    if kernel_copy_refused(i, o) {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    unsafe { real::sendfile64()(o, i, off, n) }
+}
+/// `splice(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn splice(i: c_int, io: *mut i64, o: c_int, oo: *mut i64, n: size_t, fl: c_uint) -> ssize_t {
+    if kernel_copy_refused(i, o) {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    unsafe { real::splice()(i, io, o, oo, n, fl) }
+}
+
+// ---- names -------------------------------------------------------------------
+
+fn fill_stat(s: &StatInfo, out: *mut libc::stat) {
+    // SAFETY: the caller's stat buffer; every field is plain data.
+    let st = unsafe { &mut *out };
+    // SAFETY: all-zero is a valid struct stat (plain integers).
+    *st = unsafe { std::mem::zeroed() };
+    st.st_dev = s.dev;
+    st.st_ino = s.ino;
+    st.st_mode = s.mode;
+    st.st_nlink = s.nlink;
+    st.st_uid = s.uid;
+    st.st_gid = s.gid;
+    st.st_rdev = s.rdev;
+    st.st_size = s.size;
+    st.st_blksize = s.blksize;
+    st.st_blocks = s.blocks;
+    st.st_atime = s.atime.0;
+    st.st_atime_nsec = s.atime.1;
+    st.st_mtime = s.mtime.0;
+    st.st_mtime_nsec = s.mtime.1;
+    st.st_ctime = s.ctime.0;
+    st.st_ctime_nsec = s.ctime.1;
+}
+
+/// Serves a name call when `path` (relative to `dirfd`) is under the
+/// served root.
+fn by_name(dirfd: c_int, path: *const c_char, f: impl FnOnce(&ferry::emulation::Client, &str) -> Result<(), Errno>) -> Option<c_int> {
+    let _b = enter()?;
+    let e = emul()?;
+    // SAFETY: the caller's path.
+    let rel = state::beneath(e, dirfd, unsafe { cstr(path) }?)?;
+    Some(ret_int(f(&e.client, &rel)))
+}
+
+fn stat_impl(dirfd: c_int, path: *const c_char, out: *mut libc::stat, nofollow: bool) -> Option<c_int> {
+    by_name(dirfd, path, |c, rel| {
+        let s = c.stat(rel, nofollow)?;
+        fill_stat(&s, out);
+        Ok(())
+    })
+}
+
+/// `stat(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn stat(path: *const c_char, out: *mut libc::stat) -> c_int {
+    stat_impl(libc::AT_FDCWD, path, out, false).unwrap_or_else(|| unsafe { real::stat()(path, out) })
+}
+/// `stat64(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn stat64(path: *const c_char, out: *mut libc::stat) -> c_int {
+    stat_impl(libc::AT_FDCWD, path, out, false).unwrap_or_else(|| unsafe { real::stat64()(path, out) })
+}
+/// `lstat(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn lstat(path: *const c_char, out: *mut libc::stat) -> c_int {
+    stat_impl(libc::AT_FDCWD, path, out, true).unwrap_or_else(|| unsafe { real::lstat()(path, out) })
+}
+/// `lstat64(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn lstat64(path: *const c_char, out: *mut libc::stat) -> c_int {
+    stat_impl(libc::AT_FDCWD, path, out, true).unwrap_or_else(|| unsafe { real::lstat64()(path, out) })
+}
+fn fstatat_impl(dirfd: c_int, path: *const c_char, out: *mut libc::stat, flags: c_int) -> Option<c_int> {
+    if flags & libc::AT_EMPTY_PATH != 0 {
+        // SAFETY: the caller's path.
+        if unsafe { cstr(path) }.is_none_or(|p| p.is_empty()) {
+            return None;
+        }
+    }
+    stat_impl(dirfd, path, out, flags & libc::AT_SYMLINK_NOFOLLOW != 0)
+}
+/// `fstatat(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn fstatat(dirfd: c_int, path: *const c_char, out: *mut libc::stat, flags: c_int) -> c_int {
+    fstatat_impl(dirfd, path, out, flags).unwrap_or_else(|| unsafe { real::fstatat()(dirfd, path, out, flags) })
+}
+/// `fstatat64(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn fstatat64(dirfd: c_int, path: *const c_char, out: *mut libc::stat, flags: c_int) -> c_int {
+    fstatat_impl(dirfd, path, out, flags).unwrap_or_else(|| unsafe { real::fstatat64()(dirfd, path, out, flags) })
+}
+
+/// `unlink(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn unlink(path: *const c_char) -> c_int {
+    by_name(libc::AT_FDCWD, path, |c, r| c.unlink(r, false)).unwrap_or_else(|| unsafe { real::unlink()(path) })
+}
+/// `unlinkat(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn unlinkat(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+    let dir = flags & libc::AT_REMOVEDIR != 0;
+    by_name(dirfd, path, |c, r| c.unlink(r, dir)).unwrap_or_else(|| unsafe { real::unlinkat()(dirfd, path, flags) })
+}
+/// `rmdir(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn rmdir(path: *const c_char) -> c_int {
+    by_name(libc::AT_FDCWD, path, |c, r| c.unlink(r, true)).unwrap_or_else(|| unsafe { real::rmdir()(path) })
+}
+/// `mkdir(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn mkdir(path: *const c_char, mode: mode_t) -> c_int {
+    let m = mode & 0o7777 & !current_umask();
+    by_name(libc::AT_FDCWD, path, |c, r| c.mkdir(r, m)).unwrap_or_else(|| unsafe { real::mkdir()(path, mode) })
+}
+/// `mkdirat(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn mkdirat(dirfd: c_int, path: *const c_char, mode: mode_t) -> c_int {
+    let m = mode & 0o7777 & !current_umask();
+    by_name(dirfd, path, |c, r| c.mkdir(r, m)).unwrap_or_else(|| unsafe { real::mkdirat()(dirfd, path, mode) })
+}
+
+/// Renames through the server when both names are under the root;
+/// `EXDEV` when only one is (the program copies instead, as across file
+/// systems).
+fn rename_impl(fd1: c_int, p1: *const c_char, fd2: c_int, p2: *const c_char) -> Option<c_int> {
+    let _b = enter()?;
+    let e = emul()?;
+    // SAFETY: the caller's paths.
+    let (a, b) = unsafe { (cstr(p1)?, cstr(p2)?) };
+    match (state::beneath(e, fd1, a), state::beneath(e, fd2, b)) {
+        (None, None) => None,
+        (Some(x), Some(y)) => Some(ret_int(e.client.rename(&x, &y))),
+        _ => Some(ret_int(Err(libc::EXDEV))),
+    }
+}
+/// `rename(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn rename(a: *const c_char, b: *const c_char) -> c_int {
+    rename_impl(libc::AT_FDCWD, a, libc::AT_FDCWD, b).unwrap_or_else(|| unsafe { real::rename()(a, b) })
+}
+/// `renameat(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn renameat(d1: c_int, a: *const c_char, d2: c_int, b: *const c_char) -> c_int {
+    rename_impl(d1, a, d2, b).unwrap_or_else(|| unsafe { real::renameat()(d1, a, d2, b) })
+}
+/// `renameat2(2)`: without flags through the server; with flags (no
+/// replace, exchange) through the kernel.
+#[no_mangle]
+pub unsafe extern "C" fn renameat2(d1: c_int, a: *const c_char, d2: c_int, b: *const c_char, fl: c_uint) -> c_int {
+    if fl == 0 {
+        if let Some(r) = rename_impl(d1, a, d2, b) {
+            return r;
+        }
+    }
+    unsafe { real::renameat2()(d1, a, d2, b, fl) }
+}
+
+/// `chdir(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn chdir(path: *const c_char) -> c_int {
+    let r = unsafe { real::chdir()(path) };
+    state::cwd_changed();
+    r
+}
+/// `fchdir(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn fchdir(fd: c_int) -> c_int {
+    let r = unsafe { real::fchdir()(fd) };
+    state::cwd_changed();
+    r
+}
+
+// ---- exec: the kernel's offsets take over ------------------------------------
+
+/// Before `exec`, every emulated descriptor's kernel offset is set to the
+/// open file's: the new program (emulated afresh or not) goes on from
+/// there with plain kernel descriptors.
+fn before_exec() {
+    let Some(_b) = enter() else { return };
+    for (fd, f) in state::all() {
+        // SAFETY: sets the offset of one of the process's descriptors.
+        unsafe { real::lseek()(fd, f.offset() as off_t, libc::SEEK_SET) };
+    }
+}
+
+/// `execve(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn execve(p: *const c_char, a: *const *const c_char, e: *const *const c_char) -> c_int {
+    before_exec();
+    unsafe { real::execve()(p, a, e) }
+}
+/// `execv(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn execv(p: *const c_char, a: *const *const c_char) -> c_int {
+    before_exec();
+    unsafe { real::execv()(p, a) }
+}
+/// `execvp(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn execvp(p: *const c_char, a: *const *const c_char) -> c_int {
+    before_exec();
+    unsafe { real::execvp()(p, a) }
+}
+/// `execvpe(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn execvpe(p: *const c_char, a: *const *const c_char, e: *const *const c_char) -> c_int {
+    before_exec();
+    unsafe { real::execvpe()(p, a, e) }
+}
+/// `fexecve(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn fexecve(fd: c_int, a: *const *const c_char, e: *const *const c_char) -> c_int {
+    before_exec();
+    unsafe { real::fexecve()(fd, a, e) }
+}
+/// `posix_spawn(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn posix_spawn(
+    pid: *mut libc::pid_t,
+    p: *const c_char,
+    fa: *const c_void,
+    at: *const c_void,
+    a: *const *mut c_char,
+    e: *const *mut c_char,
+) -> c_int {
+    before_exec();
+    unsafe { real::posix_spawn()(pid, p, fa, at, a, e) }
+}
+/// `posix_spawnp(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn posix_spawnp(
+    pid: *mut libc::pid_t,
+    p: *const c_char,
+    fa: *const c_void,
+    at: *const c_void,
+    a: *const *mut c_char,
+    e: *const *mut c_char,
+) -> c_int {
+    before_exec();
+    unsafe { real::posix_spawnp()(pid, p, fa, at, a, e) }
+}

@@ -1,0 +1,127 @@
+//! The C library's own functions, found with `dlsym(RTLD_NEXT)` on first
+//! use, for everything the library passes through.
+//!
+//! Variadic C functions (`open`, `openat`, `fcntl`) are called through a
+//! fixed signature with the optional argument always present: on the
+//! x86-64 and AArch64 Linux calling conventions the optional integer
+//! argument travels in the same register either way, and the callee reads
+//! it only when the flags say it is there.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use libc::{c_char, c_int, c_uint, c_ulong, c_void, mode_t, off_t, size_t, ssize_t, FILE};
+
+fn lookup(name: &'static str, slot: &AtomicUsize) -> usize {
+    let cached = slot.load(Ordering::Relaxed);
+    if cached != 0 {
+        return cached;
+    }
+    // SAFETY: `name` is a NUL-terminated literal (the macro appends the
+    // NUL); dlsym only reads it and returns an address or null.
+    let p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr().cast()) } as usize;
+    if p == 0 {
+        // Without the C library's own function there is nothing to pass
+        // the call on to: stop loudly rather than misbehave.
+        let msg = b"ferry-emul: a C library function is missing\n";
+        // SAFETY: writes a static buffer to standard error, then ends the
+        // process; neither touches Rust state.
+        unsafe {
+            libc::write(2, msg.as_ptr().cast(), msg.len());
+            libc::abort();
+        }
+    }
+    slot.store(p, Ordering::Relaxed);
+    p
+}
+
+macro_rules! real_fns {
+    ($($name:ident: fn($($arg:ty),*) -> $ret:ty;)*) => {
+        $(
+            #[allow(non_snake_case, dead_code)]
+            pub fn $name() -> unsafe extern "C" fn($($arg),*) -> $ret {
+                static SLOT: AtomicUsize = AtomicUsize::new(0);
+                let p = lookup(concat!(stringify!($name), "\0"), &SLOT);
+                // SAFETY: `p` is the address of the C library's function of
+                // this name, whose C signature is the one written here.
+                unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($arg),*) -> $ret>(p) }
+            }
+        )*
+    };
+}
+
+real_fns! {
+    open: fn(*const c_char, c_int, c_uint) -> c_int;
+    open64: fn(*const c_char, c_int, c_uint) -> c_int;
+    __open_2: fn(*const c_char, c_int) -> c_int;
+    __open64_2: fn(*const c_char, c_int) -> c_int;
+    openat: fn(c_int, *const c_char, c_int, c_uint) -> c_int;
+    openat64: fn(c_int, *const c_char, c_int, c_uint) -> c_int;
+    __openat_2: fn(c_int, *const c_char, c_int) -> c_int;
+    __openat64_2: fn(c_int, *const c_char, c_int) -> c_int;
+    creat: fn(*const c_char, mode_t) -> c_int;
+    creat64: fn(*const c_char, mode_t) -> c_int;
+    fopen: fn(*const c_char, *const c_char) -> *mut FILE;
+    fopen64: fn(*const c_char, *const c_char) -> *mut FILE;
+    fdopen: fn(c_int, *const c_char) -> *mut FILE;
+    fclose: fn(*mut FILE) -> c_int;
+    fileno: fn(*mut FILE) -> c_int;
+    read: fn(c_int, *mut c_void, size_t) -> ssize_t;
+    __read_chk: fn(c_int, *mut c_void, size_t, size_t) -> ssize_t;
+    pread: fn(c_int, *mut c_void, size_t, off_t) -> ssize_t;
+    pread64: fn(c_int, *mut c_void, size_t, off_t) -> ssize_t;
+    __pread_chk: fn(c_int, *mut c_void, size_t, off_t, size_t) -> ssize_t;
+    __pread64_chk: fn(c_int, *mut c_void, size_t, off_t, size_t) -> ssize_t;
+    write: fn(c_int, *const c_void, size_t) -> ssize_t;
+    pwrite: fn(c_int, *const c_void, size_t, off_t) -> ssize_t;
+    pwrite64: fn(c_int, *const c_void, size_t, off_t) -> ssize_t;
+    readv: fn(c_int, *const libc::iovec, c_int) -> ssize_t;
+    writev: fn(c_int, *const libc::iovec, c_int) -> ssize_t;
+    preadv: fn(c_int, *const libc::iovec, c_int, off_t) -> ssize_t;
+    preadv64: fn(c_int, *const libc::iovec, c_int, off_t) -> ssize_t;
+    pwritev: fn(c_int, *const libc::iovec, c_int, off_t) -> ssize_t;
+    pwritev64: fn(c_int, *const libc::iovec, c_int, off_t) -> ssize_t;
+    preadv2: fn(c_int, *const libc::iovec, c_int, off_t, c_int) -> ssize_t;
+    preadv64v2: fn(c_int, *const libc::iovec, c_int, off_t, c_int) -> ssize_t;
+    pwritev2: fn(c_int, *const libc::iovec, c_int, off_t, c_int) -> ssize_t;
+    pwritev64v2: fn(c_int, *const libc::iovec, c_int, off_t, c_int) -> ssize_t;
+    lseek: fn(c_int, off_t, c_int) -> off_t;
+    lseek64: fn(c_int, off_t, c_int) -> off_t;
+    ftruncate: fn(c_int, off_t) -> c_int;
+    ftruncate64: fn(c_int, off_t) -> c_int;
+    fsync: fn(c_int) -> c_int;
+    fdatasync: fn(c_int) -> c_int;
+    close: fn(c_int) -> c_int;
+    close_range: fn(c_uint, c_uint, c_int) -> c_int;
+    dup: fn(c_int) -> c_int;
+    dup2: fn(c_int, c_int) -> c_int;
+    dup3: fn(c_int, c_int, c_int) -> c_int;
+    fcntl: fn(c_int, c_int, c_ulong) -> c_int;
+    fcntl64: fn(c_int, c_int, c_ulong) -> c_int;
+    copy_file_range: fn(c_int, *mut i64, c_int, *mut i64, size_t, c_uint) -> ssize_t;
+    sendfile: fn(c_int, c_int, *mut off_t, size_t) -> ssize_t;
+    sendfile64: fn(c_int, c_int, *mut off_t, size_t) -> ssize_t;
+    splice: fn(c_int, *mut i64, c_int, *mut i64, size_t, c_uint) -> ssize_t;
+    stat: fn(*const c_char, *mut libc::stat) -> c_int;
+    stat64: fn(*const c_char, *mut libc::stat) -> c_int;
+    lstat: fn(*const c_char, *mut libc::stat) -> c_int;
+    lstat64: fn(*const c_char, *mut libc::stat) -> c_int;
+    fstatat: fn(c_int, *const c_char, *mut libc::stat, c_int) -> c_int;
+    fstatat64: fn(c_int, *const c_char, *mut libc::stat, c_int) -> c_int;
+    unlink: fn(*const c_char) -> c_int;
+    unlinkat: fn(c_int, *const c_char, c_int) -> c_int;
+    rmdir: fn(*const c_char) -> c_int;
+    rename: fn(*const c_char, *const c_char) -> c_int;
+    renameat: fn(c_int, *const c_char, c_int, *const c_char) -> c_int;
+    renameat2: fn(c_int, *const c_char, c_int, *const c_char, c_uint) -> c_int;
+    mkdir: fn(*const c_char, mode_t) -> c_int;
+    mkdirat: fn(c_int, *const c_char, mode_t) -> c_int;
+    chdir: fn(*const c_char) -> c_int;
+    fchdir: fn(c_int) -> c_int;
+    execve: fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
+    execv: fn(*const c_char, *const *const c_char) -> c_int;
+    execvp: fn(*const c_char, *const *const c_char) -> c_int;
+    execvpe: fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
+    fexecve: fn(c_int, *const *const c_char, *const *const c_char) -> c_int;
+    posix_spawn: fn(*mut libc::pid_t, *const c_char, *const c_void, *const c_void, *const *mut c_char, *const *mut c_char) -> c_int;
+    posix_spawnp: fn(*mut libc::pid_t, *const c_char, *const c_void, *const c_void, *const *mut c_char, *const *mut c_char) -> c_int;
+}

@@ -1,0 +1,191 @@
+//! The library's process-wide state: the connection to the emulation
+//! server, the served root, the table of emulated descriptors, the cached
+//! pid and working directory, and the per-thread guard against re-entry
+//! (the library's own code calls C functions that are themselves caught
+//! here; inside the library they pass straight through).
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+
+use ferry::emulation::Client;
+
+use crate::file::File;
+
+/// The connection and settings of an emulated process.
+pub struct Emul {
+    /// The client of the emulation server.
+    pub client: Client,
+    /// The served directory, absolute, without a trailing slash.
+    pub root: String,
+    /// Bytes per mapped window (a power of two, at least a page).
+    pub window: usize,
+    /// Whether `FILE` objects made here may carry their descriptor in the
+    /// C library's `_fileno` field (checked against the running library).
+    pub fileno_patch: bool,
+}
+
+static EMUL: OnceLock<Option<Emul>> = OnceLock::new();
+static PID: AtomicI32 = AtomicI32::new(0);
+static COUNT: AtomicUsize = AtomicUsize::new(0);
+static TABLE: RwLock<Vec<Option<Arc<File>>>> = RwLock::new(Vec::new());
+static CWD: Mutex<Option<String>> = Mutex::new(None);
+
+thread_local! {
+    static BUSY: Cell<bool> = const { Cell::new(false) };
+}
+
+/// The guard of one call being served by the library on this thread.
+pub struct Busy(());
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        BUSY.with(|b| b.set(false));
+    }
+}
+
+/// Enters the library on this thread; `None` if it is already inside (the
+/// call then passes through).
+pub fn enter() -> Option<Busy> {
+    BUSY.with(|b| if b.replace(true) { None } else { Some(Busy(())) })
+}
+
+extern "C" fn after_fork_in_child() {
+    // SAFETY: getpid takes no arguments and cannot fail.
+    PID.store(unsafe { libc::getpid() }, Ordering::Relaxed);
+}
+
+/// The emulation, set up on first use (`None`: this process is not
+/// emulated, everything passes through). Call with [`enter`] held.
+pub fn emul() -> Option<&'static Emul> {
+    EMUL.get_or_init(|| {
+        let root = std::env::var(ferry::emulation::ENV_ROOT).ok()?;
+        let root = root.trim_end_matches('/').to_owned();
+        if !root.starts_with('/') {
+            return None;
+        }
+        let client = Client::from_env()?;
+        let window = std::env::var("FERRY_EMUL_WINDOW")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .filter(|w| w.is_power_of_two() && *w >= 4096)
+            .unwrap_or(64 * 1024);
+        after_fork_in_child();
+        // SAFETY: registers a handler that only stores the new pid.
+        unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
+        Some(Emul { client, root, window, fileno_patch: crate::hooks::check_fileno_patch() })
+    })
+    .as_ref()
+}
+
+/// This process's pid, kept without a system call.
+pub fn pid() -> i32 {
+    PID.load(Ordering::Relaxed)
+}
+
+/// The emulated open file behind descriptor `fd`, if any (no lock taken
+/// while no descriptor is emulated, so unrelated calls cost one load).
+pub fn get(fd: i32) -> Option<Arc<File>> {
+    if fd < 0 || COUNT.load(Ordering::Relaxed) == 0 {
+        return None;
+    }
+    TABLE.read().ok()?.get(fd as usize)?.clone()
+}
+
+/// Records `fd` as a descriptor of `file`.
+pub fn set(fd: i32, file: Arc<File>) {
+    if fd < 0 {
+        return;
+    }
+    let mut t = TABLE.write().unwrap_or_else(|e| e.into_inner());
+    if t.len() <= fd as usize {
+        t.resize(fd as usize + 1, None);
+    }
+    if t[fd as usize].replace(file).is_none() {
+        COUNT.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Forgets descriptor `fd`; returns its open file if it was emulated.
+pub fn take(fd: i32) -> Option<Arc<File>> {
+    if fd < 0 || COUNT.load(Ordering::Relaxed) == 0 {
+        return None;
+    }
+    let mut t = TABLE.write().unwrap_or_else(|e| e.into_inner());
+    let f = t.get_mut(fd as usize)?.take();
+    if f.is_some() {
+        COUNT.fetch_sub(1, Ordering::Relaxed);
+    }
+    f
+}
+
+/// Every emulated descriptor and its open file.
+pub fn all() -> Vec<(i32, Arc<File>)> {
+    if COUNT.load(Ordering::Relaxed) == 0 {
+        return Vec::new();
+    }
+    let t = TABLE.read().unwrap_or_else(|e| e.into_inner());
+    t.iter().enumerate().filter_map(|(i, f)| f.clone().map(|f| (i as i32, f))).collect()
+}
+
+/// Forgets the working directory (after `chdir`/`fchdir`).
+pub fn cwd_changed() {
+    *CWD.lock().unwrap_or_else(|e| e.into_inner()) = None;
+}
+
+fn cwd() -> Option<String> {
+    let mut c = CWD.lock().unwrap_or_else(|e| e.into_inner());
+    if c.is_none() {
+        let p = rustix::process::getcwd(Vec::new()).ok()?;
+        *c = Some(p.to_str().ok()?.to_owned());
+    }
+    c.clone()
+}
+
+/// `path` with `.`, `..` and repeated slashes taken out, by name only.
+fn normalize(path: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for p in path.split('/') {
+        match p {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            p => parts.push(p),
+        }
+    }
+    let mut out = String::with_capacity(path.len());
+    for p in parts {
+        out.push('/');
+        out.push_str(p);
+    }
+    if out.is_empty() {
+        out.push('/');
+    }
+    out
+}
+
+/// The name beneath the served root that `path` (relative to `dirfd`)
+/// denotes, or `None` when it is outside (the call then passes through).
+pub fn beneath(e: &Emul, dirfd: i32, path: &[u8]) -> Option<String> {
+    let path = std::str::from_utf8(path).ok()?;
+    if path.is_empty() {
+        return None;
+    }
+    let full = if path.starts_with('/') {
+        normalize(path)
+    } else {
+        let base = if dirfd == libc::AT_FDCWD {
+            cwd()?
+        } else {
+            let link = rustix::fs::readlink(format!("/proc/self/fd/{dirfd}"), Vec::new()).ok()?;
+            link.to_str().ok()?.to_owned()
+        };
+        normalize(&format!("{base}/{path}"))
+    };
+    if full == e.root {
+        return Some(String::new());
+    }
+    let rest = full.strip_prefix(&e.root)?.strip_prefix('/')?;
+    Some(rest.to_owned())
+}

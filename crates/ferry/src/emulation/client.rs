@@ -1,0 +1,216 @@
+//! The client side of the emulation protocol, used by the `ferry-emul`
+//! preload library: one blocking call per request, errors as `errno`
+//! values (a server that is gone gives `EIO`).
+
+use std::os::fd::{AsFd, OwnedFd};
+
+use super::{get_u32, get_u64, put_u32, put_u64, TokenPage};
+use super::{OP_EMUL_FSYNC, OP_EMUL_MKDIR, OP_EMUL_OPEN, OP_EMUL_RENAME, OP_EMUL_STAT, OP_EMUL_TOKEN, OP_EMUL_TRUNCATE};
+use super::OP_EMUL_UNLINK;
+use crate::message::{Item, Message};
+use crate::port::{port, SendRight};
+use crate::timeout::Timeout;
+
+/// A connection to an emulation server.
+#[derive(Debug)]
+pub struct Client {
+    server: SendRight,
+}
+
+/// A regular file the server opened.
+#[derive(Debug)]
+pub struct OpenedFile {
+    /// The open file's id at the server.
+    pub id: u64,
+    /// The file, opened with the asker's rights and the requested access.
+    pub file: OwnedFd,
+    /// The open file's token page.
+    pub page: TokenPage,
+    /// Keeps the open file alive at the server; drop it on the last close.
+    pub hold: SendRight,
+}
+
+/// What an open gave.
+#[derive(Debug)]
+pub enum Opened {
+    /// A directory, opened for reading (listing) and as a base for names.
+    Dir(OwnedFd),
+    /// A regular file.
+    File(OpenedFile),
+}
+
+/// What `stat` reports, field by field as in `struct stat`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub struct StatInfo {
+    pub dev: u64,
+    pub ino: u64,
+    pub mode: u32,
+    pub nlink: u64,
+    pub uid: u32,
+    pub gid: u32,
+    pub rdev: u64,
+    pub size: i64,
+    pub blksize: i64,
+    pub blocks: i64,
+    pub atime: (i64, i64),
+    pub mtime: (i64, i64),
+    pub ctime: (i64, i64),
+}
+
+/// The lowest descriptor number the library's own descriptors take when
+/// the limit allows.
+pub const HIGH_FD: i32 = 1000;
+
+/// Moves `fd` to a close-on-exec descriptor numbered [`HIGH_FD`] or above
+/// when the limit allows (else it stays where it is).
+pub fn high(fd: OwnedFd) -> OwnedFd {
+    match rustix::io::fcntl_dupfd_cloexec(&fd, HIGH_FD) {
+        Ok(moved) => moved,
+        Err(_) => fd,
+    }
+}
+
+/// An `errno` value.
+pub type Errno = i32;
+
+impl Client {
+    /// A client of the server behind `server`.
+    pub fn new(server: SendRight) -> Client {
+        Client { server }
+    }
+
+    /// The client of an emulated program: the send right announced by
+    /// [`super::ENV_FD`], copied to a close-on-exec descriptor (the
+    /// announced one stays, for the programs this one starts). `None` when
+    /// nothing is announced or the descriptor is not a ferry port.
+    pub fn from_env() -> Option<Client> {
+        let fd: i32 = std::env::var(super::ENV_FD).ok()?.parse().ok()?;
+        let copy = crate::sys::spawn::copy_inherited(fd, HIGH_FD, crate::sys::socket::is_unix_seqpacket)?;
+        Some(Client::new(SendRight::from_fd(copy)))
+    }
+
+    /// The send right to the server.
+    pub fn right(&self) -> &SendRight {
+        &self.server
+    }
+
+    /// Whether the server is gone.
+    pub fn is_dead(&self) -> bool {
+        self.server.is_dead()
+    }
+
+    fn call(&self, op: u32, body: Vec<u8>) -> Result<(Vec<u8>, Vec<Item>), Errno> {
+        let (mut rx, tx) = port().map_err(|_| libc::EIO)?;
+        drop(tx);
+        let once = rx.make_send_once().map_err(|_| libc::EIO)?;
+        self.server.send(Message::new(op).with_body(body).with_reply(once), Timeout::Infinite).map_err(|_| libc::EIO)?;
+        let mut m = rx.recv(Timeout::Infinite).map_err(|_| libc::EIO)?;
+        let err = get_u32(m.body(), 0).ok_or(libc::EIO)? as i32;
+        if err != 0 {
+            return Err(err);
+        }
+        Ok((m.body()[4..].to_vec(), m.take_items()))
+    }
+
+    /// Opens `name` (relative to the served root) with `open(2)` flags and
+    /// the mode for a new file (the caller's umask already applied).
+    pub fn open(&self, name: &str, flags: i32, mode: u32) -> Result<Opened, Errno> {
+        let mut body = Vec::with_capacity(8 + name.len());
+        put_u32(&mut body, flags as u32);
+        put_u32(&mut body, mode);
+        body.extend_from_slice(name.as_bytes());
+        let (b, items) = self.call(OP_EMUL_OPEN, body)?;
+        let kind = get_u32(&b, 0).ok_or(libc::EIO)?;
+        let id = get_u64(&b, 4).ok_or(libc::EIO)?;
+        let mut items = items.into_iter();
+        let Some(Item::Send(envelope)) = items.next() else { return Err(libc::EIO) };
+        let mut buf = [0u8; 8];
+        let dg = crate::sys::socket::recv(envelope.as_fd(), &mut buf, true).map_err(|_| libc::EIO)?;
+        let mut fds = dg.fds.into_iter();
+        match (kind, fds.next(), fds.next(), items.next()) {
+            (1, Some(dir), None, None) => Ok(Opened::Dir(dir)),
+            (0, Some(file), Some(page), Some(Item::Send(hold))) => {
+                let page = TokenPage::map(page.as_fd()).map_err(|_| libc::EIO)?;
+                // The library's own descriptors keep out of the low numbers
+                // programs expect open(2) to return.
+                let file = high(file);
+                let hold = SendRight::from_fd(high(rustix::io::dup(hold.as_fd()).map_err(|_| libc::EMFILE)?));
+                Ok(Opened::File(OpenedFile { id, file, page, hold }))
+            }
+            _ => Err(libc::EIO),
+        }
+    }
+
+    /// `stat` (or `lstat` when `nofollow`) of `name`.
+    pub fn stat(&self, name: &str, nofollow: bool) -> Result<StatInfo, Errno> {
+        let mut body = Vec::new();
+        put_u32(&mut body, nofollow as u32);
+        body.extend_from_slice(name.as_bytes());
+        let (b, _) = self.call(OP_EMUL_STAT, body)?;
+        let f = |i: usize| get_u64(&b, i * 8).ok_or(libc::EIO);
+        Ok(StatInfo {
+            dev: f(0)?,
+            ino: f(1)?,
+            mode: f(2)? as u32,
+            nlink: f(3)?,
+            uid: f(4)? as u32,
+            gid: f(5)? as u32,
+            rdev: f(6)?,
+            size: f(7)? as i64,
+            blksize: f(8)? as i64,
+            blocks: f(9)? as i64,
+            atime: (f(10)? as i64, f(11)? as i64),
+            mtime: (f(12)? as i64, f(13)? as i64),
+            ctime: (f(14)? as i64, f(15)? as i64),
+        })
+    }
+
+    /// Removes a file (or, with `dir`, an empty directory).
+    pub fn unlink(&self, name: &str, dir: bool) -> Result<(), Errno> {
+        let mut body = Vec::new();
+        put_u32(&mut body, dir as u32);
+        body.extend_from_slice(name.as_bytes());
+        self.call(OP_EMUL_UNLINK, body).map(drop)
+    }
+
+    /// Renames `from` to `to`.
+    pub fn rename(&self, from: &str, to: &str) -> Result<(), Errno> {
+        let mut body = Vec::new();
+        put_u32(&mut body, from.len() as u32);
+        body.extend_from_slice(from.as_bytes());
+        body.extend_from_slice(to.as_bytes());
+        self.call(OP_EMUL_RENAME, body).map(drop)
+    }
+
+    /// Makes a directory (the caller's umask already applied to `mode`).
+    pub fn mkdir(&self, name: &str, mode: u32) -> Result<(), Errno> {
+        let mut body = Vec::new();
+        put_u32(&mut body, mode);
+        body.extend_from_slice(name.as_bytes());
+        self.call(OP_EMUL_MKDIR, body).map(drop)
+    }
+
+    /// Asks for the token of open file `id`; returns once this process is
+    /// its active holder.
+    pub fn token(&self, id: u64) -> Result<(), Errno> {
+        let mut body = Vec::new();
+        put_u64(&mut body, id);
+        self.call(OP_EMUL_TOKEN, body).map(drop)
+    }
+
+    /// Truncates (or extends) open file `id` to `len` bytes.
+    pub fn truncate(&self, id: u64, len: u64) -> Result<(), Errno> {
+        let mut body = Vec::new();
+        put_u64(&mut body, id);
+        put_u64(&mut body, len);
+        self.call(OP_EMUL_TRUNCATE, body).map(drop)
+    }
+
+    /// Flushes open file `id` to disk.
+    pub fn fsync(&self, id: u64) -> Result<(), Errno> {
+        let mut body = Vec::new();
+        put_u64(&mut body, id);
+        self.call(OP_EMUL_FSYNC, body).map(drop)
+    }
+}

@@ -1,0 +1,284 @@
+//! The Unix emulation service: open files served to unmodified programs
+//! through ferry, as Mach 3.0's BSD server served its emulation library
+//! (Dean & Armand).
+//!
+//! A program runs with the `ferry-emul` preload library (started by
+//! `ferry run --files DIR`); its opens, stats, unlinks, renames and
+//! directory creations under `DIR` become messages to an [`EmulServer`],
+//! which resolves every name beneath its root (`openat2` with
+//! `RESOLVE_BENEATH`) and acts with the asker's file-system identity, as the
+//! file server does. An open regular file comes back as
+//!
+//! - the file's descriptor, opened with the asker's rights and the
+//!   requested access, which the library maps in **windows** (`MAP_SHARED`
+//!   views of the file: reads and writes are memory copies, with no
+//!   message and no system call per call);
+//! - a **token page** ([`TokenPage`]), one shared page per open file that
+//!   holds the open file's offset and size and the **token** guarding
+//!   them (free, passive or active, with the holder's pid), shared by every
+//!   process that shares the open file (after `fork`, or when the
+//!   descriptor is passed on);
+//! - a **hold** send right: when every process has closed the open file
+//!   the server forgets it (its descriptor and page go with it).
+//!
+//! The token protocol: a process whose pid is in the word as the passive
+//! holder turns it active with one compare-and-swap, works on the offset
+//! and size, and turns it passive again; only when it does not hold the
+//! token does it ask the server ([`OP_EMUL_TOKEN`]). The server calls the
+//! token back from a passive holder (one compare-and-swap that makes the
+//! asker the active holder), and waits for an active holder to finish,
+//! which wakes it through a futex on the word. A holder that dies while
+//! active is found dead through its process port ([`crate::process`]) and
+//! loses the token.
+//!
+//! Descriptors travel in an **envelope**: a fresh socket pair, one end of
+//! which goes to the client as a send right in the reply; the other end
+//! carries exactly one datagram with the descriptors and is closed. ferry's
+//! message items carry only ports, regions and memory objects; a file is
+//! none of these, and the envelope keeps that rule (every item is still a
+//! port) while letting the client take exactly the descriptors of its own
+//! reply.
+
+pub mod client;
+pub mod server;
+
+use std::os::fd::BorrowedFd;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use crate::sys::futex::{self, SharedWords};
+
+pub use client::{Client, Opened, OpenedFile, StatInfo};
+pub use server::EmulServer;
+
+/// Client → server: open. Body: flags (i32), mode (u32), name. Reply body:
+/// errno (u32; 0 = success), kind (u32: 0 file, 1 directory), open-file id
+/// (u64), size (u64); items: the envelope (a send right whose socket holds
+/// the file descriptor and, for a file, the token page), then for a file
+/// the hold send right.
+pub const OP_EMUL_OPEN: u32 = 0x7065_0001;
+/// Client → server: stat. Body: flags (u32, 1 = do not follow a final
+/// symbolic link), name. Reply: errno, then [`StatInfo`]'s 13 fields (u64).
+pub const OP_EMUL_STAT: u32 = 0x7065_0002;
+/// Client → server: unlink. Body: flags (u32, 1 = remove a directory), name.
+pub const OP_EMUL_UNLINK: u32 = 0x7065_0003;
+/// Client → server: rename. Body: length of the first name (u32), the two
+/// names.
+pub const OP_EMUL_RENAME: u32 = 0x7065_0004;
+/// Client → server: make a directory. Body: mode (u32), name.
+pub const OP_EMUL_MKDIR: u32 = 0x7065_0005;
+/// Client → server: give me the token of open file `id` (u64). The reply
+/// comes once the asker is the active holder.
+pub const OP_EMUL_TOKEN: u32 = 0x7065_0006;
+/// Client → server: truncate open file `id` (u64) to a length (u64).
+pub const OP_EMUL_TRUNCATE: u32 = 0x7065_0007;
+/// Client → server: flush open file `id` (u64) to disk.
+pub const OP_EMUL_FSYNC: u32 = 0x7065_0008;
+/// Server → client: every reply (errno first).
+pub const OP_EMUL_REPLY: u32 = 0x7065_00ff;
+
+/// Environment variable naming the descriptor of the send right to the
+/// emulation server in an emulated program.
+pub const ENV_FD: &str = "FERRY_EMUL_FD";
+/// Environment variable naming the emulated directory (absolute, canonical).
+pub const ENV_ROOT: &str = "FERRY_EMUL_ROOT";
+
+/// Token states (low two bits of the token word).
+const FREE: u32 = 0;
+const PASSIVE: u32 = 1;
+const ACTIVE: u32 = 2;
+/// Someone waits for the active holder to finish.
+const WANTED: u32 = 4;
+const PID_SHIFT: u32 = 3;
+
+const TOKEN_OFF: usize = 0;
+const OFFSET_OFF: usize = 8;
+const SIZE_OFF: usize = 16;
+/// Bytes of the token page.
+const PAGE_LEN: usize = 4096;
+
+/// Who holds an open file's token, and how.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TokenState {
+    /// Nobody: the next user asks the server.
+    Free,
+    /// Held by this pid, which is not using it right now (the server may
+    /// call it back).
+    Passive(i32),
+    /// Held by this pid, which is using it right now (the server waits).
+    Active(i32),
+}
+
+fn word(state: u32, pid: i32) -> u32 {
+    ((pid as u32) << PID_SHIFT) | state
+}
+
+fn decode(w: u32) -> TokenState {
+    let pid = (w >> PID_SHIFT) as i32;
+    match w & 3 {
+        PASSIVE => TokenState::Passive(pid),
+        ACTIVE => TokenState::Active(pid),
+        _ => TokenState::Free,
+    }
+}
+
+/// One open file's shared page: the token word, the offset and the size,
+/// mapped by the server and by every process sharing the open file.
+/// Everything is read and written as atomics (any process may write any
+/// byte at any time); the offset and size are meaningful to the active
+/// holder only.
+#[derive(Debug)]
+pub struct TokenPage {
+    words: SharedWords,
+}
+
+impl TokenPage {
+    /// Maps a token page from its memfd.
+    pub fn map(fd: BorrowedFd<'_>) -> std::io::Result<TokenPage> {
+        if crate::sys::mem::file_size(fd).map_err(crate::error::io_err)? < PAGE_LEN as u64 {
+            return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        Ok(TokenPage { words: SharedWords::map(fd, PAGE_LEN).map_err(crate::error::io_err)? })
+    }
+
+    fn token(&self) -> &AtomicU32 {
+        self.words.u32_at(TOKEN_OFF)
+    }
+
+    /// The token's state now.
+    pub fn state(&self) -> TokenState {
+        decode(self.token().load(Ordering::Acquire))
+    }
+
+    /// Turns a passive token held by `pid` active, without asking anyone
+    /// (the fast path): `false` if `pid` is not the passive holder.
+    pub fn try_activate(&self, pid: i32) -> bool {
+        self.token().compare_exchange(word(PASSIVE, pid), word(ACTIVE, pid), Ordering::AcqRel, Ordering::Acquire).is_ok()
+    }
+
+    /// Turns the token `pid` holds active back to passive, waking whoever
+    /// waits for it.
+    pub fn deactivate(&self, pid: i32) {
+        let old = self.token().swap(word(PASSIVE, pid), Ordering::AcqRel);
+        if old & WANTED != 0 {
+            let _ = futex::wake(self.token());
+        }
+    }
+
+    /// Gives up a passive token `pid` holds (on its last close).
+    pub fn give_up(&self, pid: i32) {
+        let _ = self.token().compare_exchange(word(PASSIVE, pid), word(FREE, 0), Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    /// Makes `pid` the active holder if the token is free or passive
+    /// (calling it back from a passive holder); returns the state found
+    /// when it is active elsewhere.
+    pub(crate) fn take_for(&self, pid: i32) -> Result<(), TokenState> {
+        let w = self.token().load(Ordering::Acquire);
+        match decode(w) {
+            TokenState::Active(h) => Err(TokenState::Active(h)),
+            _ => match self.token().compare_exchange(w, word(ACTIVE, pid), Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => Ok(()),
+                Err(now) => Err(decode(now)),
+            },
+        }
+    }
+
+    /// Takes the token from an active holder that is dead.
+    pub(crate) fn seize_from_dead(&self, dead: i32, pid: i32) -> bool {
+        let w = self.token().load(Ordering::Acquire);
+        decode(w) == TokenState::Active(dead)
+            && self.token().compare_exchange(w, word(ACTIVE, pid), Ordering::AcqRel, Ordering::Acquire).is_ok()
+    }
+
+    /// Sets the passive holder (the opener) of a fresh page.
+    pub(crate) fn init(&self, pid: i32, size: u64) {
+        self.set_offset(0);
+        self.set_size(size);
+        self.token().store(word(PASSIVE, pid), Ordering::Release);
+    }
+
+    /// Waits (at most `timeout`) while the token is active, asking its
+    /// holder to wake the waiter when it finishes.
+    pub fn wait_active(&self, timeout: Duration) {
+        let w = self.token().load(Ordering::Acquire);
+        if w & 3 != ACTIVE {
+            return;
+        }
+        let with = w | WANTED;
+        if w & WANTED == 0 && self.token().compare_exchange(w, with, Ordering::AcqRel, Ordering::Acquire).is_err() {
+            return;
+        }
+        let _ = futex::wait(self.token(), with, Some(timeout));
+    }
+
+    fn get(&self, off: usize) -> u64 {
+        let mut b = [0u8; 8];
+        self.words.read(off, &mut b);
+        u64::from_le_bytes(b)
+    }
+
+    /// The open file's offset (the active holder's to use).
+    pub fn offset(&self) -> u64 {
+        self.get(OFFSET_OFF)
+    }
+
+    /// Sets the open file's offset.
+    pub fn set_offset(&self, v: u64) {
+        self.words.write(OFFSET_OFF, &v.to_le_bytes());
+    }
+
+    /// The file's size as the token holders know it.
+    pub fn size(&self) -> u64 {
+        self.get(SIZE_OFF)
+    }
+
+    /// Sets the file's size as the token holders know it.
+    pub fn set_size(&self, v: u64) {
+        self.words.write(SIZE_OFF, &v.to_le_bytes());
+    }
+}
+
+fn put_u32(b: &mut Vec<u8>, v: u32) {
+    b.extend_from_slice(&v.to_le_bytes());
+}
+fn put_u64(b: &mut Vec<u8>, v: u64) {
+    b.extend_from_slice(&v.to_le_bytes());
+}
+fn get_u32(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
+}
+fn get_u64(b: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
+}
+
+/// The descriptor number an emulated program finds the server's send right
+/// at (high, out of the way of the numbers programs expect).
+pub const INHERITED_AT: i32 = 1000;
+
+/// Prepares `cmd` to run emulated: the program inherits a copy of
+/// `server` at [`INHERITED_AT`] (announced in [`ENV_FD`]), `root` is
+/// announced in [`ENV_ROOT`], and `library` (the `ferry-emul` preload
+/// library) is put first in `LD_PRELOAD`. `root` should be absolute and
+/// canonical: names are matched against it as the program spells them
+/// after `.` and `..` are taken out.
+///
+/// # Errors
+/// When the right cannot be duplicated.
+pub fn prepare_command(
+    cmd: &mut std::process::Command,
+    server: &crate::port::SendRight,
+    root: &std::path::Path,
+    library: &std::path::Path,
+) -> std::io::Result<()> {
+    use std::os::fd::AsFd;
+    let copy = crate::sys::socket::dup(server.as_fd()).map_err(crate::error::io_err)?;
+    crate::sys::spawn::inherit_at(cmd, copy, INHERITED_AT);
+    let mut preload = library.as_os_str().to_owned();
+    if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|o| !o.is_empty()) {
+        preload.push(" ");
+        preload.push(old);
+    }
+    cmd.env("LD_PRELOAD", preload).env(ENV_ROOT, root).env(ENV_FD, INHERITED_AT.to_string());
+    Ok(())
+}

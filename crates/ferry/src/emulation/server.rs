@@ -1,0 +1,446 @@
+//! The emulation server: names resolved beneath a root as the asker, open
+//! files with their token pages and holds, and the token's arbitration.
+
+use std::collections::HashMap;
+use std::io::IoSlice;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags};
+use rustix::io::Errno;
+
+use super::{get_u32, get_u64, put_u32, put_u64, TokenPage, TokenState, PAGE_LEN};
+use super::{OP_EMUL_FSYNC, OP_EMUL_MKDIR, OP_EMUL_OPEN, OP_EMUL_RENAME, OP_EMUL_REPLY, OP_EMUL_STAT, OP_EMUL_TOKEN};
+use super::{OP_EMUL_TRUNCATE, OP_EMUL_UNLINK};
+use crate::message::{Item, Message, Reply};
+use crate::port::{port, SendRight};
+use crate::portset::{Event, MemberId, PortSet};
+use crate::process::ProcessPort;
+use crate::sys::fs::{self as files, ActingAs};
+use crate::timeout::Timeout;
+
+/// How long the server waits for an active token holder before answering
+/// `EDEADLK` (a holder is active only inside one library call).
+const ACTIVE_WAIT: Duration = Duration::from_secs(20);
+/// Most open files one user may hold at once.
+const OPEN_FILES_PER_USER: usize = 4096;
+
+/// One open file: the server's own descriptor (for `ftruncate` and `fsync`
+/// as the opener), its token page, and who opened it.
+struct OpenFile {
+    id: u64,
+    file: OwnedFd,
+    page: Arc<TokenPage>,
+    uid: u32,
+}
+
+/// Serves files under a root directory to emulated programs.
+pub struct EmulServer {
+    root: OwnedFd,
+    set: PortSet,
+    main: MemberId,
+    files: HashMap<MemberId, OpenFile>,
+    by_id: HashMap<u64, MemberId>,
+    per_user: HashMap<u32, usize>,
+    next_id: u64,
+    /// Process ports of the pids the token was last given to.
+    holders: Arc<Mutex<HashMap<i32, ProcessPort>>>,
+    euid: u32,
+}
+
+impl std::fmt::Debug for EmulServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EmulServer").field("open_files", &self.files.len()).finish()
+    }
+}
+
+/// Who asks, as the kernel reported it.
+#[derive(Clone, Copy)]
+struct Asker {
+    pid: i32,
+    uid: u32,
+    gid: u32,
+}
+
+type Res<T> = Result<T, Errno>;
+
+impl EmulServer {
+    /// Serves the files beneath `root`. Returns the server and a first send
+    /// right to it.
+    pub fn new(root: &Path) -> std::io::Result<(EmulServer, SendRight)> {
+        let dir = files::open_dir(root).map_err(crate::error::io_err)?;
+        let (rx, tx) = port()?;
+        let mut set = PortSet::new()?;
+        let main = set.insert(rx);
+        let euid = rustix::process::geteuid().as_raw();
+        let srv = EmulServer {
+            root: dir,
+            set,
+            main,
+            files: HashMap::new(),
+            by_id: HashMap::new(),
+            per_user: HashMap::new(),
+            next_id: 1,
+            holders: Arc::default(),
+            euid,
+        };
+        Ok((srv, tx))
+    }
+
+    /// How many open files the server holds (descriptors and token pages).
+    pub fn open_files(&self) -> usize {
+        self.files.len()
+    }
+
+    /// Handles requests until `timeout` passes with nothing to do, or until
+    /// every send right to the server (and every open file) is gone. Returns
+    /// `false` when there is nobody left to serve.
+    pub fn serve(&mut self, timeout: Timeout) -> bool {
+        loop {
+            let ev = match self.set.wait(timeout) {
+                Ok(ev) => ev,
+                Err(crate::RecvError::Timeout) => return true,
+                Err(_) => return true,
+            };
+            match ev {
+                Event::Message(id, mut m) if id == self.main => self.handle(&mut m),
+                Event::NoSenders(id) if id == self.main => {
+                    if self.files.is_empty() {
+                        return false;
+                    }
+                }
+                Event::NoSenders(id) => {
+                    self.set.remove(id);
+                    if let Some(f) = self.files.remove(&id) {
+                        self.by_id.remove(&f.id);
+                        if let Some(n) = self.per_user.get_mut(&f.uid) {
+                            *n = n.saturating_sub(1);
+                        }
+                    }
+                    if self.files.is_empty() && self.set.port_mut(self.main).is_some_and(|p| p.senders_gone()) {
+                        return false;
+                    }
+                }
+                // A message on a hold, or a malformed one: ignored (the hold
+                // carries nothing).
+                _ => {}
+            }
+        }
+    }
+
+    fn handle(&mut self, m: &mut Message) {
+        let Some(reply) = m.take_reply() else { return };
+        let Some(c) = m.sender() else { return };
+        let who = Asker { pid: c.pid, uid: c.uid, gid: c.gid };
+        let body = m.body().to_vec();
+        let answer = match m.op() {
+            OP_EMUL_OPEN => self.open(who, &body),
+            OP_EMUL_STAT => stat(&self.root, self.euid, who, &body).map(|b| (b, vec![])),
+            OP_EMUL_UNLINK => unlink(&self.root, self.euid, who, &body).map(|()| (vec![], vec![])),
+            OP_EMUL_RENAME => rename(&self.root, self.euid, who, &body).map(|()| (vec![], vec![])),
+            OP_EMUL_MKDIR => mkdir(&self.root, self.euid, who, &body).map(|()| (vec![], vec![])),
+            OP_EMUL_TRUNCATE | OP_EMUL_FSYNC => self.file_op(m.op(), who, &body).map(|()| (vec![], vec![])),
+            OP_EMUL_TOKEN => {
+                match self.token_page(who, &body) {
+                    // The wait for an active holder runs on its own thread,
+                    // so other clients are served meanwhile.
+                    Ok(page) => {
+                        let holders = self.holders.clone();
+                        std::thread::spawn(move || {
+                            let r = hand_token(&page, &holders, who.pid);
+                            send_reply(reply, r.map(|()| (vec![], vec![])));
+                        });
+                        return;
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+            _ => Err(Errno::NOSYS),
+        };
+        send_reply(reply, answer);
+    }
+
+    fn token_page(&self, who: Asker, body: &[u8]) -> Res<Arc<TokenPage>> {
+        let id = get_u64(body, 0).ok_or(Errno::INVAL)?;
+        let f = self.by_id.get(&id).and_then(|m| self.files.get(m)).ok_or(Errno::BADF)?;
+        if f.uid != who.uid {
+            return Err(Errno::BADF);
+        }
+        Ok(f.page.clone())
+    }
+
+    fn file_op(&self, op: u32, who: Asker, body: &[u8]) -> Res<()> {
+        let id = get_u64(body, 0).ok_or(Errno::INVAL)?;
+        let f = self.by_id.get(&id).and_then(|m| self.files.get(m)).ok_or(Errno::BADF)?;
+        if f.uid != who.uid {
+            return Err(Errno::BADF);
+        }
+        if op == OP_EMUL_FSYNC {
+            rustix::fs::fsync(&f.file)
+        } else {
+            let len = get_u64(body, 8).ok_or(Errno::INVAL)?;
+            rustix::fs::ftruncate(&f.file, len)
+        }
+    }
+
+    fn open(&mut self, who: Asker, body: &[u8]) -> Res<(Vec<u8>, Vec<Item>)> {
+        let flags = get_u32(body, 0).ok_or(Errno::INVAL)?;
+        let mode = get_u32(body, 4).ok_or(Errno::INVAL)?;
+        let name = name_of(&body[8..])?;
+        if self.per_user.get(&who.uid).copied().unwrap_or(0) >= OPEN_FILES_PER_USER {
+            return Err(Errno::NFILE);
+        }
+        let (fd, is_dir) = as_asker(self.euid, who, || open_beneath(&self.root, name, flags as i32, mode))??;
+        let (a, b) = crate::sys::socket::seqpacket_pair()?;
+        let envelope = SendRight::from_fd(b);
+        let mut out = Vec::new();
+        if is_dir {
+            crate::sys::socket::send(a.as_fd(), &[IoSlice::new(b"d")], &[fd.as_fd()], true)?;
+            put_u32(&mut out, 1);
+            put_u64(&mut out, 0);
+            put_u64(&mut out, 0);
+            return Ok((out, vec![Item::Send(envelope)]));
+        }
+        let size = rustix::fs::fstat(&fd)?.st_size as u64;
+        let memfd = crate::sys::mem::memfd("ferry-emul-token", PAGE_LEN as u64)?;
+        let page = Arc::new(TokenPage::map(memfd.as_fd()).map_err(|_| Errno::NOMEM)?);
+        page.init(who.pid, size);
+        if let Ok(p) = ProcessPort::open(who.pid) {
+            self.holders.lock().expect("holders").insert(who.pid, p);
+        }
+        crate::sys::socket::send(a.as_fd(), &[IoSlice::new(b"f")], &[fd.as_fd(), memfd.as_fd()], true)?;
+        let (hold_rx, hold) = port().map_err(|_| Errno::NOMEM)?;
+        let member = self.set.insert(hold_rx);
+        let id = self.next_id;
+        self.next_id += 1;
+        self.by_id.insert(id, member);
+        self.files.insert(member, OpenFile { id, file: fd, page, uid: who.uid });
+        *self.per_user.entry(who.uid).or_default() += 1;
+        put_u32(&mut out, 0);
+        put_u64(&mut out, id);
+        put_u64(&mut out, size);
+        Ok((out, vec![Item::Send(envelope), Item::Send(hold)]))
+    }
+}
+
+fn send_reply(reply: Reply, answer: Res<(Vec<u8>, Vec<Item>)>) {
+    let mut body = Vec::new();
+    let msg = match answer {
+        Ok((b, items)) => {
+            put_u32(&mut body, 0);
+            body.extend_from_slice(&b);
+            items.into_iter().fold(Message::new(OP_EMUL_REPLY).with_body(body), |m, i| m.with_item(i))
+        }
+        Err(e) => {
+            put_u32(&mut body, e.raw_os_error() as u32);
+            Message::new(OP_EMUL_REPLY).with_body(body)
+        }
+    };
+    // A client that went away takes its answer with it.
+    let _ = reply.send(msg, Timeout::After(Duration::from_secs(5)));
+}
+
+/// Makes `pid` the active holder of `page`'s token: at once if the token is
+/// free or passive (the passive holder is called back), else once the
+/// active holder finishes or is found dead.
+fn hand_token(page: &TokenPage, holders: &Mutex<HashMap<i32, ProcessPort>>, pid: i32) -> Res<()> {
+    let deadline = Instant::now() + ACTIVE_WAIT;
+    loop {
+        match page.take_for(pid) {
+            Ok(()) => {
+                if let Ok(p) = ProcessPort::open(pid) {
+                    holders.lock().expect("holders").insert(pid, p);
+                }
+                return Ok(());
+            }
+            Err(TokenState::Active(h)) => {
+                let dead = {
+                    let mut map = holders.lock().expect("holders");
+                    match map.get(&h) {
+                        Some(p) => p.is_dead(),
+                        // A holder the server never saw: look it up now.
+                        None => match ProcessPort::open(h) {
+                            Ok(p) => {
+                                let d = p.is_dead();
+                                map.insert(h, p);
+                                d
+                            }
+                            Err(_) => true,
+                        },
+                    }
+                };
+                if dead {
+                    holders.lock().expect("holders").remove(&h);
+                    if page.seize_from_dead(h, pid) {
+                        return Ok(());
+                    }
+                    continue;
+                }
+                if Instant::now() >= deadline {
+                    return Err(Errno::DEADLK);
+                }
+                page.wait_active(Duration::from_millis(20));
+            }
+            Err(_) => {}
+        }
+    }
+}
+
+fn name_of(bytes: &[u8]) -> Res<&str> {
+    let name = std::str::from_utf8(bytes).map_err(|_| Errno::INVAL)?;
+    if name.len() > 4096 || name.contains('\0') {
+        return Err(Errno::NAMETOOLONG);
+    }
+    Ok(if name.is_empty() { "." } else { name })
+}
+
+/// Runs `f` with the asker's file-system identity: directly when the server
+/// runs as the asker's uid, by switching this thread's identity when the
+/// server may (root), and never otherwise (`EACCES`).
+fn as_asker<T>(euid: u32, who: Asker, f: impl FnOnce() -> T) -> Res<T> {
+    if who.uid == euid {
+        return Ok(f());
+    }
+    let acting = ActingAs::user(who.uid, who.gid).map_err(|_| Errno::ACCESS)?;
+    let r = f();
+    drop(acting);
+    Ok(r)
+}
+
+fn resolve(root: &OwnedFd, name: &str, follow: bool, extra: OFlags) -> Res<OwnedFd> {
+    let mut flags = OFlags::PATH | OFlags::CLOEXEC | extra;
+    if !follow {
+        flags |= OFlags::NOFOLLOW;
+    }
+    rustix::fs::openat2(root, name, flags, Mode::empty(), ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS)
+}
+
+fn reopen(path: BorrowedFd<'_>, flags: OFlags) -> Res<OwnedFd> {
+    use std::os::fd::AsRawFd;
+    rustix::fs::open(format!("/proc/self/fd/{}", path.as_raw_fd()), flags | OFlags::CLOEXEC | OFlags::NOCTTY, Mode::empty())
+}
+
+/// Opens `name` beneath `root` with the client's `flags` (access mode,
+/// create, exclusive, truncate, append, directory, no-follow): only a
+/// regular file or a directory; a FIFO, device or socket is refused
+/// (`ENXIO`) before it is opened for I/O.
+fn open_beneath(root: &OwnedFd, name: &str, flags: i32, mode: u32) -> Res<(OwnedFd, bool)> {
+    let o = OFlags::from_bits_retain(flags as u32);
+    let access = o & (OFlags::RDONLY | OFlags::WRONLY | OFlags::RDWR);
+    let keep = o & (OFlags::TRUNC | OFlags::APPEND);
+    for _ in 0..4 {
+        match resolve(root, name, !o.contains(OFlags::NOFOLLOW), OFlags::empty()) {
+            Ok(path) => {
+                if o.contains(OFlags::CREATE | OFlags::EXCL) {
+                    return Err(Errno::EXIST);
+                }
+                let st = rustix::fs::fstat(&path)?;
+                let ft = rustix::fs::FileType::from_raw_mode(st.st_mode);
+                if ft.is_dir() {
+                    if !access.is_empty() {
+                        return Err(Errno::ISDIR);
+                    }
+                    return Ok((reopen(path.as_fd(), OFlags::RDONLY | OFlags::DIRECTORY)?, true));
+                }
+                if !ft.is_file() {
+                    return Err(if o.contains(OFlags::DIRECTORY) { Errno::NOTDIR } else { Errno::NXIO });
+                }
+                if o.contains(OFlags::DIRECTORY) {
+                    return Err(Errno::NOTDIR);
+                }
+                let fd = reopen(path.as_fd(), access | keep | OFlags::NONBLOCK)?;
+                // The name may have changed kind in between: only what was
+                // opened counts.
+                if !rustix::fs::FileType::from_raw_mode(rustix::fs::fstat(&fd)?.st_mode).is_file() {
+                    return Err(Errno::NXIO);
+                }
+                return Ok((fd, false));
+            }
+            Err(Errno::NOENT) if o.contains(OFlags::CREATE) => {
+                let f = access | keep | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NOCTTY;
+                match rustix::fs::openat2(root, name, f, Mode::from_raw_mode(mode & 0o777), ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS) {
+                    Ok(fd) => {
+                        // The client applied its umask; the server's own
+                        // must not apply on top.
+                        let _ = rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode & 0o777));
+                        return Ok((fd, false));
+                    }
+                    // Someone made it meanwhile: open what is there.
+                    Err(Errno::EXIST) if !o.contains(OFlags::EXCL) => continue,
+                    Err(e) => return Err(e),
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Err(Errno::AGAIN)
+}
+
+/// The parent directory of `name` beneath `root` and the last component.
+fn parent_of<'a>(root: &OwnedFd, name: &'a str) -> Res<(OwnedFd, &'a str)> {
+    let trimmed = name.trim_end_matches('/');
+    let (dir, last) = match trimmed.rfind('/') {
+        Some(i) => (&trimmed[..i], &trimmed[i + 1..]),
+        None => (".", trimmed),
+    };
+    if last.is_empty() || last == "." || last == ".." {
+        return Err(Errno::INVAL);
+    }
+    let dir = if dir.is_empty() { "." } else { dir };
+    Ok((resolve(root, dir, true, OFlags::DIRECTORY)?, last))
+}
+
+fn stat(root: &OwnedFd, euid: u32, who: Asker, body: &[u8]) -> Res<Vec<u8>> {
+    let flags = get_u32(body, 0).ok_or(Errno::INVAL)?;
+    let name = name_of(&body[4..])?;
+    let st = as_asker(euid, who, || resolve(root, name, flags & 1 == 0, OFlags::empty()).and_then(|p| rustix::fs::fstat(&p)))??;
+    let mut out = Vec::new();
+    for v in [
+        st.st_dev as u64,
+        st.st_ino as u64,
+        st.st_mode as u64,
+        st.st_nlink as u64,
+        st.st_uid as u64,
+        st.st_gid as u64,
+        st.st_rdev as u64,
+        st.st_size as u64,
+        st.st_blksize as u64,
+        st.st_blocks as u64,
+        st.st_atime as u64,
+        st.st_atime_nsec as u64,
+        st.st_mtime as u64,
+        st.st_mtime_nsec as u64,
+        st.st_ctime as u64,
+        st.st_ctime_nsec as u64,
+    ] {
+        put_u64(&mut out, v);
+    }
+    Ok(out)
+}
+
+fn unlink(root: &OwnedFd, euid: u32, who: Asker, body: &[u8]) -> Res<()> {
+    let flags = get_u32(body, 0).ok_or(Errno::INVAL)?;
+    let name = name_of(&body[4..])?;
+    let at = if flags & 1 != 0 { AtFlags::REMOVEDIR } else { AtFlags::empty() };
+    as_asker(euid, who, || parent_of(root, name).and_then(|(dir, last)| rustix::fs::unlinkat(&dir, last, at)))?
+}
+
+fn rename(root: &OwnedFd, euid: u32, who: Asker, body: &[u8]) -> Res<()> {
+    let n = get_u32(body, 0).ok_or(Errno::INVAL)? as usize;
+    let names = body.get(4..).ok_or(Errno::INVAL)?;
+    let from = name_of(names.get(..n).ok_or(Errno::INVAL)?)?;
+    let to = name_of(&names[n..])?;
+    as_asker(euid, who, || {
+        let (fd, fl) = parent_of(root, from)?;
+        let (td, tl) = parent_of(root, to)?;
+        rustix::fs::renameat(&fd, fl, &td, tl)
+    })?
+}
+
+fn mkdir(root: &OwnedFd, euid: u32, who: Asker, body: &[u8]) -> Res<()> {
+    let mode = get_u32(body, 0).ok_or(Errno::INVAL)?;
+    let name = name_of(&body[4..])?;
+    as_asker(euid, who, || parent_of(root, name).and_then(|(dir, last)| rustix::fs::mkdirat(&dir, last, Mode::from_raw_mode(mode & 0o7777))))?
+}

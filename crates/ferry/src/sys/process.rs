@@ -1,0 +1,47 @@
+//! Other processes: whether a `pidfd`'s process has exited, and copying to
+//! and from its memory (`process_vm_readv`/`process_vm_writev`, which the
+//! kernel permits only to a caller that may ptrace the target).
+
+use std::os::fd::BorrowedFd;
+use std::time::{Duration, Instant};
+
+use super::wait::{poll_one, Interest};
+
+/// Whether the process behind `pidfd` has exited, waiting at most
+/// `timeout_ms` milliseconds (0: just look).
+pub fn exited(pidfd: BorrowedFd<'_>, timeout_ms: i32) -> rustix::io::Result<bool> {
+    let deadline = Instant::now() + Duration::from_millis(timeout_ms.max(0) as u64);
+    Ok(poll_one(pidfd, Interest::Readable, Some(deadline))?.readable)
+}
+
+fn last_errno() -> rustix::io::Errno {
+    rustix::io::Errno::from_raw_os_error(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO))
+}
+
+/// Copies up to `buf.len()` bytes at `addr` in process `pid` into `buf`.
+pub fn vm_read(pid: i32, addr: usize, buf: &mut [u8]) -> rustix::io::Result<usize> {
+    let local = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: buf.len() };
+    // SAFETY: `local` describes `buf`, borrowed mutably for the call; the
+    // kernel checks the remote range and our right to read it and writes
+    // at most `buf.len()` bytes into `buf`; any bytes are valid u8.
+    let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
+    if n < 0 {
+        return Err(last_errno());
+    }
+    Ok(n as usize)
+}
+
+/// Copies `data` to `addr` in process `pid`; returns the bytes written.
+pub fn vm_write(pid: i32, addr: usize, data: &[u8]) -> rustix::io::Result<usize> {
+    let local = libc::iovec { iov_base: data.as_ptr() as *mut libc::c_void, iov_len: data.len() };
+    let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: data.len() };
+    // SAFETY: `local` describes `data`, which the kernel only reads; the
+    // remote range is the other process's and the kernel checks it and our
+    // right to write there. Nothing in this process is written.
+    let n = unsafe { libc::process_vm_writev(pid, &local, 1, &remote, 1, 0) };
+    if n < 0 {
+        return Err(last_errno());
+    }
+    Ok(n as usize)
+}

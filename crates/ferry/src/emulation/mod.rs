@@ -49,7 +49,7 @@ use std::time::Duration;
 use crate::sys::futex::{self, SharedWords};
 
 pub use client::{Client, Opened, OpenedFile, StatInfo};
-pub use server::EmulServer;
+pub use server::{EmulServer, EmulStats};
 
 /// Client → server: open. Body: flags (i32), mode (u32), name. Reply body:
 /// errno (u32; 0 = success), kind (u32: 0 file, 1 directory), open-file id

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::io::IoSlice;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -27,6 +28,33 @@ const ACTIVE_WAIT: Duration = Duration::from_secs(20);
 /// Most open files one user may hold at once.
 const OPEN_FILES_PER_USER: usize = 4096;
 
+/// What an [`EmulServer`] has done, counted since it started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EmulStats {
+    /// Opens answered (files and directories).
+    pub opens: u64,
+    /// Requests by name answered: stat, unlink, rename, mkdir.
+    pub names: u64,
+    /// Token requests (a process that did not hold the token wanted it).
+    pub token_requests: u64,
+    /// Tokens called back from a passive holder in another process.
+    pub callbacks: u64,
+    /// Tokens taken from an active holder found dead.
+    pub dead_holders: u64,
+    /// Truncations and flushes.
+    pub file_ops: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    opens: AtomicU64,
+    names: AtomicU64,
+    token_requests: AtomicU64,
+    callbacks: AtomicU64,
+    dead_holders: AtomicU64,
+    file_ops: AtomicU64,
+}
+
 /// One open file: the server's own descriptor (for `ftruncate` and `fsync`
 /// as the opener), its token page, and who opened it.
 struct OpenFile {
@@ -48,6 +76,7 @@ pub struct EmulServer {
     /// Process ports of the pids the token was last given to.
     holders: Arc<Mutex<HashMap<i32, ProcessPort>>>,
     euid: u32,
+    counters: Arc<Counters>,
 }
 
 impl std::fmt::Debug for EmulServer {
@@ -85,6 +114,7 @@ impl EmulServer {
             next_id: 1,
             holders: Arc::default(),
             euid,
+            counters: Arc::default(),
         };
         Ok((srv, tx))
     }
@@ -92,6 +122,20 @@ impl EmulServer {
     /// How many open files the server holds (descriptors and token pages).
     pub fn open_files(&self) -> usize {
         self.files.len()
+    }
+
+    /// What the server has done so far.
+    pub fn stats(&self) -> EmulStats {
+        let c = &self.counters;
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        EmulStats {
+            opens: l(&c.opens),
+            names: l(&c.names),
+            token_requests: l(&c.token_requests),
+            callbacks: l(&c.callbacks),
+            dead_holders: l(&c.dead_holders),
+            file_ops: l(&c.file_ops),
+        }
     }
 
     /// Handles requests until `timeout` passes with nothing to do, or until
@@ -135,6 +179,14 @@ impl EmulServer {
         let Some(c) = m.sender() else { return };
         let who = Asker { pid: c.pid, uid: c.uid, gid: c.gid };
         let body = m.body().to_vec();
+        let c = &self.counters;
+        match m.op() {
+            OP_EMUL_OPEN => &c.opens,
+            OP_EMUL_TOKEN => &c.token_requests,
+            OP_EMUL_TRUNCATE | OP_EMUL_FSYNC => &c.file_ops,
+            _ => &c.names,
+        }
+        .fetch_add(1, Ordering::Relaxed);
         let answer = match m.op() {
             OP_EMUL_OPEN => self.open(who, &body),
             OP_EMUL_STAT => stat(&self.root, self.euid, who, &body).map(|b| (b, vec![])),
@@ -148,8 +200,9 @@ impl EmulServer {
                     // so other clients are served meanwhile.
                     Ok(page) => {
                         let holders = self.holders.clone();
+                        let counters = self.counters.clone();
                         std::thread::spawn(move || {
-                            let r = hand_token(&page, &holders, who.pid);
+                            let r = hand_token(&page, &holders, &counters, who.pid);
                             send_reply(reply, r.map(|()| (vec![], vec![])));
                         });
                         return;
@@ -245,11 +298,15 @@ fn send_reply(reply: Reply, answer: Res<(Vec<u8>, Vec<Item>)>) {
 /// Makes `pid` the active holder of `page`'s token: at once if the token is
 /// free or passive (the passive holder is called back), else once the
 /// active holder finishes or is found dead.
-fn hand_token(page: &TokenPage, holders: &Mutex<HashMap<i32, ProcessPort>>, pid: i32) -> Res<()> {
+fn hand_token(page: &TokenPage, holders: &Mutex<HashMap<i32, ProcessPort>>, counters: &Counters, pid: i32) -> Res<()> {
     let deadline = Instant::now() + ACTIVE_WAIT;
     loop {
+        let before = page.state();
         match page.take_for(pid) {
             Ok(()) => {
+                if matches!(before, TokenState::Passive(h) if h != pid) {
+                    counters.callbacks.fetch_add(1, Ordering::Relaxed);
+                }
                 if let Ok(p) = ProcessPort::open(pid) {
                     holders.lock().expect("holders").insert(pid, p);
                 }
@@ -274,6 +331,7 @@ fn hand_token(page: &TokenPage, holders: &Mutex<HashMap<i32, ProcessPort>>, pid:
                 if dead {
                     holders.lock().expect("holders").remove(&h);
                     if page.seize_from_dead(h, pid) {
+                        counters.dead_holders.fetch_add(1, Ordering::Relaxed);
                         return Ok(());
                     }
                     continue;

@@ -8,6 +8,7 @@
 
 mod chaos;
 mod core;
+mod emul;
 mod files;
 mod hostile;
 mod idl;
@@ -35,7 +36,8 @@ fn main() -> ExitCode {
         .or_else(|| hostile::run(role, rest))
         .or_else(|| names::run(role, rest))
         .or_else(|| xlang::run(role, rest))
-        .or_else(|| idl::run(role, rest));
+        .or_else(|| idl::run(role, rest))
+        .or_else(|| emul::run(role, rest));
     match outcome {
         Some(Ok(())) => ExitCode::SUCCESS,
         Some(Err(e)) => {

@@ -1,0 +1,82 @@
+//! Roles for the emulation tests: an emulation server in its own process
+//! (so a test can kill it under a reader), and a token holder that dies
+//! while active.
+
+use std::io::{Read, Write};
+use std::os::fd::AsFd;
+use std::time::Duration;
+
+use ferry::emulation::{Client, EmulServer, Opened, TokenState};
+use ferry::{Message, Timeout};
+
+use crate::Outcome;
+
+pub fn run(role: &str, args: &[String]) -> Outcome {
+    match role {
+        "emul-server" => Some(server(args)),
+        "emul-token-dies" => Some(token_dies(args)),
+        _ => None,
+    }
+}
+
+type Res = Result<(), Box<dyn std::error::Error>>;
+
+/// `emul-server DIR`: serves DIR, sends the server's right through the
+/// inherited right, serves until nobody is left (or it is killed).
+fn server(args: &[String]) -> Res {
+    let dir = args.first().ok_or("usage: emul-server DIR")?;
+    let parent = ferry::spawn::inherited()?;
+    let (mut srv, right) = EmulServer::new(std::path::Path::new(dir))?;
+    parent.send(Message::new(1).with_item(right), Timeout::Infinite)?;
+    drop(parent);
+    while srv.serve(Timeout::After(Duration::from_millis(200))) {}
+    Ok(())
+}
+
+/// `emul-token-dies NAME`: opens NAME through the server passed as the
+/// inherited right, forks; the child takes the token (active) and is
+/// killed holding it; the parent then asks for the token, which the
+/// server must take from the dead child. Prints `seized`.
+fn token_dies(args: &[String]) -> Res {
+    let name = args.first().ok_or("usage: emul-token-dies NAME")?;
+    let client = Client::new(ferry::spawn::inherited()?);
+    let Opened::File(f) = client.open(name, libc::O_RDONLY, 0).map_err(|e| format!("open: errno {e}"))? else {
+        return Err("not a file".into());
+    };
+    let (r, w) = rustix::pipe::pipe()?;
+    // SAFETY: this process is single-threaded here; the child only makes
+    // system calls and the library calls the token protocol needs.
+    let child = unsafe { libc::fork() };
+    if child == 0 {
+        drop(r);
+        let ok = client.token(f.id).is_ok();
+        let mut w = std::fs::File::from(w);
+        let _ = w.write_all(if ok { b"A" } else { b"E" });
+        std::thread::sleep(Duration::from_secs(60));
+        // SAFETY: ends the child at once, as it would be killed.
+        unsafe { libc::_exit(0) };
+    }
+    drop(w);
+    let mut b = [0u8; 1];
+    std::fs::File::from(r).read_exact(&mut b)?;
+    if &b != b"A" {
+        return Err("the child did not get the token".into());
+    }
+    if f.page.state() != TokenState::Active(child) {
+        return Err(format!("the child holds no active token: {:?}", f.page.state()).into());
+    }
+    // SAFETY: signals and reaps our own child.
+    unsafe {
+        libc::kill(child, libc::SIGKILL);
+        libc::waitpid(child, std::ptr::null_mut(), 0);
+    }
+    client.token(f.id).map_err(|e| format!("token after the holder died: errno {e}"))?;
+    let me = std::process::id() as i32;
+    if f.page.state() != TokenState::Active(me) {
+        return Err(format!("the token did not come back: {:?}", f.page.state()).into());
+    }
+    f.page.deactivate(me);
+    let _ = f.file.as_fd();
+    println!("seized");
+    Ok(())
+}

@@ -1,0 +1,523 @@
+//! The emulation library end to end: real programs from the distribution
+//! (`cat`, `cp`, `sha256sum`, `sort`, `grep -r`, `tar`, `sqlite3`,
+//! `python3`) run with `libferry_emul.so` preloaded against an emulation
+//! server, and their results must be byte-identical to running them
+//! natively; the server's counters show the files really went through it.
+//! Then the token protocol (fork with a shared offset, several processes
+//! writing one open file), a holder killed while active, a server killed
+//! under a reader, and the server's open files after its clients are gone.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use common::watchdog;
+use ferry::emulation::{EmulServer, EmulStats};
+use ferry::spawn::CommandExt as _;
+use ferry::{Item, SendRight, Timeout};
+
+/// The preload library cargo built beside the test programs.
+fn library() -> PathBuf {
+    let bin = Path::new(env!("CARGO_BIN_EXE_ferry-peer"));
+    let dir = bin.parent().expect("build directory");
+    for p in [dir.join("libferry_emul.so"), dir.join("deps/libferry_emul.so")] {
+        if p.is_file() {
+            return p;
+        }
+    }
+    panic!("libferry_emul.so not built beside {} (it is a dev-dependency of the tests)", dir.display());
+}
+
+/// Whether `program` is installed; prints why the test is skipped if not.
+fn have(program: &str, test: &str) -> bool {
+    let found = Command::new("sh").arg("-c").arg(format!("command -v {program}")).output().is_ok_and(|o| o.status.success());
+    if !found {
+        eprintln!("skipped {test}: {program} is not installed");
+    }
+    found
+}
+
+/// A fresh directory for one test, canonical (the library matches names
+/// against it as programs spell them).
+fn scratch(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ferry-emul-{}-{test}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir.canonicalize().expect("canonical scratch dir")
+}
+
+/// An emulation server for `dir` on a thread of the test process.
+struct Served {
+    dir: PathBuf,
+    right: Option<SendRight>,
+    thread: Option<std::thread::JoinHandle<(EmulStats, usize)>>,
+}
+
+impl Served {
+    fn new(dir: &Path) -> Served {
+        let (mut srv, right) = EmulServer::new(dir).expect("emulation server");
+        let thread = std::thread::spawn(move || {
+            while srv.serve(Timeout::After(Duration::from_millis(100))) {}
+            (srv.stats(), srv.open_files())
+        });
+        Served { dir: dir.to_owned(), right: Some(right), thread: Some(thread) }
+    }
+
+    fn right(&self) -> &SendRight {
+        self.right.as_ref().expect("server right")
+    }
+
+    /// A command for `program` with the library preloaded and the server's
+    /// right handed over.
+    fn command(&self, program: &str) -> Command {
+        let mut cmd = Command::new(program);
+        ferry::emulation::prepare_command(&mut cmd, self.right(), &self.dir, &library()).expect("prepare command");
+        cmd.stdin(Stdio::null());
+        cmd
+    }
+
+    /// Runs `program args` emulated and returns its output, checking it
+    /// succeeded.
+    fn run(&self, program: &str, args: &[&str]) -> Output {
+        let out = self.command(program).args(args).output().expect("run emulated program");
+        assert!(
+            out.status.success(),
+            "{program} {args:?} failed under emulation: {}\nstderr: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    }
+
+    /// Stops the server (once every client is gone) and returns its
+    /// counters and the open files it still held.
+    fn finish(mut self) -> (EmulStats, usize) {
+        drop(self.right.take());
+        self.thread.take().expect("server thread").join().expect("server thread panicked")
+    }
+}
+
+fn native(program: &str, args: &[&str]) -> Output {
+    let out = Command::new(program).args(args).stdin(Stdio::null()).output().expect("run native program");
+    assert!(out.status.success(), "{program} {args:?} failed natively: {}", String::from_utf8_lossy(&out.stderr));
+    out
+}
+
+/// Pseudo-random bytes (xorshift), reproducible.
+fn noise(len: usize, mut seed: u64) -> Vec<u8> {
+    let mut v = Vec::with_capacity(len + 8);
+    while v.len() < len {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        v.extend_from_slice(&seed.to_le_bytes());
+    }
+    v.truncate(len);
+    v
+}
+
+/// Lines of numbers in a scrambled order, for sort and grep.
+fn lines(n: u64) -> String {
+    (0..n).map(|i| format!("{} item-{}\n", (i * 7919) % n, i % 97)).collect()
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+#[test]
+fn emul_cat_cp_sha256sum_are_identical_to_native() {
+    watchdog("emul_cat_cp_sha256sum_are_identical_to_native", Duration::from_secs(120), || {
+        let dir = scratch("cat");
+        // Larger than several windows, and not a multiple of a page.
+        let data = noise(3 * 1024 * 1024 + 12345, 7);
+        std::fs::write(dir.join("data.bin"), &data).unwrap();
+        let srv = Served::new(&dir);
+        let src = dir.join("data.bin");
+
+        let out = srv.run("cat", &[s(&src)]);
+        assert!(out.stdout == data, "cat through ferry differs from the file ({} vs {} bytes)", out.stdout.len(), data.len());
+
+        srv.run("cp", &[s(&src), s(&dir.join("copy.bin"))]);
+        assert!(std::fs::read(dir.join("copy.bin")).unwrap() == data, "cp through ferry wrote a different file");
+
+        let ours = srv.run("sha256sum", &[s(&src), s(&dir.join("copy.bin"))]);
+        let theirs = native("sha256sum", &[s(&src), s(&dir.join("copy.bin"))]);
+        assert_eq!(String::from_utf8_lossy(&ours.stdout), String::from_utf8_lossy(&theirs.stdout));
+
+        let (stats, open) = srv.finish();
+        // cat 1, cp 2, sha256sum 2 opens at least: the files went through
+        // the server, not around it.
+        assert!(stats.opens >= 5, "the programs' opens did not reach the server: {stats:?}");
+        assert_eq!(open, 0, "the server still holds open files after every client exited");
+        let _ = std::fs::remove_dir_all(&dir);
+    });
+}
+
+#[test]
+fn emul_sort_and_grep_r_are_identical_to_native() {
+    watchdog("emul_sort_and_grep_r_are_identical_to_native", Duration::from_secs(120), || {
+        let dir = scratch("sort");
+        std::fs::create_dir_all(dir.join("tree/a/b")).unwrap();
+        std::fs::write(dir.join("input.txt"), lines(40_000)).unwrap();
+        std::fs::write(dir.join("tree/one.txt"), "alpha\nneedle one\nomega\n").unwrap();
+        std::fs::write(dir.join("tree/a/two.txt"), lines(5000) + "needle two\n").unwrap();
+        std::fs::write(dir.join("tree/a/b/three.txt"), "no match here\n").unwrap();
+        let srv = Served::new(&dir);
+
+        srv.run("sort", &["-n", s(&dir.join("input.txt")), "-o", s(&dir.join("sorted.txt"))]);
+        let theirs = native("sort", &["-n", s(&dir.join("input.txt"))]);
+        assert!(std::fs::read(dir.join("sorted.txt")).unwrap() == theirs.stdout, "sort -o through ferry differs");
+
+        let ours = srv.run("grep", &["-r", "needle", s(&dir.join("tree"))]);
+        let theirs = native("grep", &["-r", "needle", s(&dir.join("tree"))]);
+        let sorted = |o: &[u8]| {
+            let mut l: Vec<String> = String::from_utf8_lossy(o).lines().map(str::to_owned).collect();
+            l.sort();
+            l
+        };
+        // grep -r lists in directory order, which both runs share; sorted
+        // anyway so only the contents count.
+        assert_eq!(sorted(&ours.stdout), sorted(&theirs.stdout));
+        assert_eq!(sorted(&ours.stdout).len(), 2);
+
+        let (stats, open) = srv.finish();
+        assert!(stats.opens >= 5, "sort and grep did not open through the server: {stats:?}");
+        assert_eq!(open, 0);
+        let _ = std::fs::remove_dir_all(&dir);
+    });
+}
+
+#[test]
+fn emul_tar_of_a_tree_round_trips_identically() {
+    if !have("tar", "emul_tar_of_a_tree_round_trips_identically") {
+        return;
+    }
+    watchdog("emul_tar_of_a_tree_round_trips_identically", Duration::from_secs(120), || {
+        let dir = scratch("tar");
+        for d in ["src/x/y", "src/z", "out"] {
+            std::fs::create_dir_all(dir.join(d)).unwrap();
+        }
+        std::fs::write(dir.join("src/x/y/big.bin"), noise(700_000, 3)).unwrap();
+        std::fs::write(dir.join("src/z/small.txt"), b"small\n").unwrap();
+        std::fs::write(dir.join("src/empty"), b"").unwrap();
+        let srv = Served::new(&dir);
+
+        srv.run("tar", &["cf", s(&dir.join("ours.tar")), "-C", s(&dir), "src"]);
+        native("tar", &["cf", s(&dir.join("theirs.tar")), "-C", s(&dir), "src"]);
+        assert!(
+            std::fs::read(dir.join("ours.tar")).unwrap() == std::fs::read(dir.join("theirs.tar")).unwrap(),
+            "tar c through ferry made a different archive"
+        );
+        srv.run("tar", &["xf", s(&dir.join("ours.tar")), "-C", s(&dir.join("out"))]);
+        let diff = native("diff", &["-r", s(&dir.join("src")), s(&dir.join("out/src"))]);
+        assert!(diff.stdout.is_empty());
+
+        let (stats, open) = srv.finish();
+        assert!(stats.opens >= 6 && stats.names > 0, "tar did not go through the server: {stats:?}");
+        assert_eq!(open, 0);
+        let _ = std::fs::remove_dir_all(&dir);
+    });
+}
+
+const SQL: &str = "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT, n REAL);
+BEGIN;
+WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 10000)
+INSERT INTO t SELECT x, 'row ' || x, x * 0.5 FROM c;
+COMMIT;
+CREATE INDEX t_v ON t(v);
+UPDATE t SET n = n + 1 WHERE id % 3 = 0;
+DELETE FROM t WHERE id % 10 = 0;
+SELECT count(*), sum(id), sum(n), min(v), max(v) FROM t;
+SELECT v FROM t WHERE id BETWEEN 4990 AND 5003 ORDER BY v;
+PRAGMA integrity_check;
+";
+
+#[test]
+fn emul_sqlite3_inserts_10000_rows_with_a_clean_integrity_check() {
+    if !have("sqlite3", "emul_sqlite3_inserts_10000_rows_with_a_clean_integrity_check") {
+        return;
+    }
+    watchdog("emul_sqlite3_inserts_10000_rows_with_a_clean_integrity_check", Duration::from_secs(180), || {
+        let dir = scratch("sqlite");
+        let script = dir.join("script.sql");
+        std::fs::write(&script, SQL).unwrap();
+        let srv = Served::new(&dir);
+        let read = format!(".read {}", s(&script));
+        let ours = srv.run("sqlite3", &[s(&dir.join("ours.db")), &read]);
+        let theirs = native("sqlite3", &[s(&dir.join("theirs.db")), &read]);
+        assert_eq!(String::from_utf8_lossy(&ours.stdout), String::from_utf8_lossy(&theirs.stdout));
+        assert!(String::from_utf8_lossy(&ours.stdout).trim_end().ends_with("ok"), "integrity check not clean");
+        // The database written through ferry reads back natively.
+        let check = native("sqlite3", &[s(&dir.join("ours.db")), "PRAGMA integrity_check; SELECT count(*) FROM t;"]);
+        assert_eq!(String::from_utf8_lossy(&check.stdout), "ok\n9000\n");
+        let (stats, open) = srv.finish();
+        assert!(stats.opens >= 2 && stats.file_ops > 0, "sqlite3 did not go through the server: {stats:?}");
+        assert_eq!(open, 0);
+        let _ = std::fs::remove_dir_all(&dir);
+    });
+}
+
+const PY_FILES: &str = r#"
+import os, sys
+d = sys.argv[1]
+with open(os.path.join(d, "in.txt")) as f:
+    words = f.read().split()
+with open(os.path.join(d, "out.txt"), "w") as f:
+    for w in sorted(words):
+        f.write(w + "\n")
+with open(os.path.join(d, "out.txt"), "r+b") as f:
+    f.seek(3)
+    f.write(b"XYZ")
+    f.seek(-4, 2)
+    tail = f.read()
+    f.truncate(1000)
+os.rename(os.path.join(d, "out.txt"), os.path.join(d, "renamed.txt"))
+st = os.stat(os.path.join(d, "renamed.txt"))
+os.mkdir(os.path.join(d, "newdir"))
+os.unlink(os.path.join(d, "in.txt"))
+print(len(words), tail, st.st_size, sorted(os.listdir(d)))
+"#;
+
+#[test]
+fn emul_python_reads_and_writes_files_like_native() {
+    if !have("python3", "emul_python_reads_and_writes_files_like_native") {
+        return;
+    }
+    watchdog("emul_python_reads_and_writes_files_like_native", Duration::from_secs(120), || {
+        let ours = scratch("py-ours");
+        let theirs = scratch("py-theirs");
+        let text = lines(3000);
+        for d in [&ours, &theirs] {
+            std::fs::write(d.join("in.txt"), &text).unwrap();
+        }
+        let script = std::env::temp_dir().join(format!("ferry-emul-{}-files.py", std::process::id()));
+        std::fs::write(&script, PY_FILES).unwrap();
+        let srv = Served::new(&ours);
+        let a = srv.run("python3", &[s(&script), s(&ours)]);
+        let b = native("python3", &[s(&script), s(&theirs)]);
+        assert_eq!(String::from_utf8_lossy(&a.stdout), String::from_utf8_lossy(&b.stdout));
+        assert!(std::fs::read(ours.join("renamed.txt")).unwrap() == std::fs::read(theirs.join("renamed.txt")).unwrap());
+        let (stats, open) = srv.finish();
+        assert!(stats.opens >= 3 && stats.names >= 3 && stats.file_ops >= 1, "python did not go through the server: {stats:?}");
+        assert_eq!(open, 0);
+        for d in [&ours, &theirs] {
+            let _ = std::fs::remove_dir_all(d);
+        }
+        let _ = std::fs::remove_file(&script);
+    });
+}
+
+const PY_FORK: &str = r#"
+import os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+a = os.read(fd, 10)
+pid = os.fork()
+if pid == 0:
+    b = os.read(fd, 10)
+    os.write(fd, b"<child>")
+    os._exit(0 if len(b) == 10 else 1)
+_, status = os.waitpid(pid, 0)
+c = os.read(fd, 10)
+os.write(fd, b"<parent>")
+print(a, c, status, os.lseek(fd, 0, os.SEEK_CUR))
+os.lseek(fd, 0, os.SEEK_SET)
+print(os.read(fd, 100))
+"#;
+
+#[test]
+fn emul_fork_shares_one_offset_between_parent_and_child() {
+    if !have("python3", "emul_fork_shares_one_offset_between_parent_and_child") {
+        return;
+    }
+    watchdog("emul_fork_shares_one_offset_between_parent_and_child", Duration::from_secs(60), || {
+        let dir = scratch("fork");
+        let content = b"0123456789abcdefghijABCDEFGHIJklmnopqrstKLMNOPQRST----------";
+        std::fs::write(dir.join("ours"), content).unwrap();
+        std::fs::write(dir.join("theirs"), content).unwrap();
+        let script = dir.join("fork.py");
+        std::fs::write(&script, PY_FORK).unwrap();
+        let srv = Served::new(&dir);
+        let a = srv.run("python3", &[s(&script), s(&dir.join("ours"))]);
+        let b = native("python3", &[s(&script), s(&dir.join("theirs"))]);
+        assert_eq!(String::from_utf8_lossy(&a.stdout), String::from_utf8_lossy(&b.stdout));
+        // The child read the second ten bytes and wrote after them; the
+        // parent read on from there: one offset, moved by both.
+        let text = String::from_utf8_lossy(&a.stdout);
+        assert!(text.starts_with("b'0123456789' b'HIJklmnopq' 0 45\n"), "{text}");
+        assert!(text.contains("abcdefghij<child>HIJklmnopq<parent>PQRST"), "{text}");
+        assert_eq!(std::fs::read(dir.join("ours")).unwrap(), std::fs::read(dir.join("theirs")).unwrap());
+        let (stats, open) = srv.finish();
+        assert!(stats.callbacks >= 1, "the child's reads never called the token back: {stats:?}");
+        assert_eq!(open, 0);
+        let _ = std::fs::remove_dir_all(&dir);
+    });
+}
+
+const PY_STRESS: &str = r#"
+import os, sys
+path, mode = sys.argv[1], sys.argv[2]
+flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if mode == "append" else os.O_TRUNC)
+fd = os.open(path, flags, 0o644)
+kids = []
+for i in range(4):
+    pid = os.fork()
+    if pid == 0:
+        for j in range(250):
+            os.write(fd, f"proc {i} line {j:04d}\n".encode())
+        os._exit(0)
+    kids.append(pid)
+for j in range(250):
+    os.write(fd, f"proc P line {j:04d}\n".encode())
+bad = sum(1 for k in kids if os.waitpid(k, 0)[1] != 0)
+print(bad, os.lseek(fd, 0, os.SEEK_CUR))
+"#;
+
+#[test]
+fn emul_token_stress_several_processes_write_one_open_file() {
+    if !have("python3", "emul_token_stress_several_processes_write_one_open_file") {
+        return;
+    }
+    watchdog("emul_token_stress_several_processes_write_one_open_file", Duration::from_secs(120), || {
+        let dir = scratch("stress");
+        let script = dir.join("stress.py");
+        std::fs::write(&script, PY_STRESS).unwrap();
+        let srv = Served::new(&dir);
+        let mut expected: Vec<String> = Vec::new();
+        for who in ["0", "1", "2", "3", "P"] {
+            for j in 0..250 {
+                expected.push(format!("proc {who} line {j:04}"));
+            }
+        }
+        expected.sort();
+        let total: usize = expected.iter().map(|l| l.len() + 1).sum();
+        // Shared offset without O_APPEND: only the token keeps writes from
+        // landing on one another; then O_APPEND.
+        for mode in ["offset", "append"] {
+            let file = dir.join(format!("{mode}.log"));
+            let out = srv.run("python3", &[s(&script), s(&file), mode]);
+            assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), format!("0 {total}"), "mode {mode}");
+            let text = std::fs::read_to_string(&file).unwrap();
+            let mut got: Vec<String> = text.lines().map(str::to_owned).collect();
+            got.sort();
+            assert!(got == expected, "mode {mode}: lines lost or torn ({} of {})", got.len(), expected.len());
+        }
+        let (stats, open) = srv.finish();
+        assert!(stats.callbacks >= 4, "the writers never passed the token around: {stats:?}");
+        assert_eq!(open, 0);
+        let _ = std::fs::remove_dir_all(&dir);
+    });
+}
+
+#[test]
+fn emul_token_of_a_holder_killed_while_active_goes_to_the_next_asker() {
+    watchdog("emul_token_of_a_holder_killed_while_active_goes_to_the_next_asker", Duration::from_secs(60), || {
+        let dir = scratch("dies");
+        std::fs::write(dir.join("f"), b"some bytes").unwrap();
+        let srv = Served::new(&dir);
+        let out = Command::new(env!("CARGO_BIN_EXE_ferry-peer"))
+            .arg("emul-token-dies")
+            .arg("f")
+            .pass_right(srv.right())
+            .unwrap()
+            .stderr(Stdio::inherit())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "peer failed: {}", out.status);
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "seized");
+        let (stats, open) = srv.finish();
+        assert_eq!(stats.dead_holders, 1, "{stats:?}");
+        assert_eq!(open, 0);
+        let _ = std::fs::remove_dir_all(&dir);
+    });
+}
+
+const PY_READER: &str = r#"
+import os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY)
+os.read(fd, 4096)
+print("ready", flush=True)
+sys.stdin.readline()
+n = 0
+try:
+    while True:
+        b = os.read(fd, 65536)
+        if not b:
+            print("eof", n)
+            break
+        n += len(b)
+except OSError as e:
+    print("errno", e.errno)
+try:
+    os.open(sys.argv[1], os.O_RDONLY)
+    print("opened")
+except OSError as e:
+    print("errno", e.errno)
+"#;
+
+#[test]
+fn emul_server_killed_under_a_reader_gives_eio_not_a_hang() {
+    if !have("python3", "emul_server_killed_under_a_reader_gives_eio_not_a_hang") {
+        return;
+    }
+    watchdog("emul_server_killed_under_a_reader_gives_eio_not_a_hang", Duration::from_secs(60), || {
+        use std::io::{BufRead, Write};
+        let dir = scratch("killed");
+        std::fs::write(dir.join("big"), noise(2 * 1024 * 1024, 5)).unwrap();
+        let script = dir.join("reader.py");
+        std::fs::write(&script, PY_READER).unwrap();
+        // The server in its own process, so it can be killed.
+        let (mut rx, tx) = ferry::port().unwrap();
+        let mut server = Command::new(env!("CARGO_BIN_EXE_ferry-peer"))
+            .arg("emul-server")
+            .arg(&dir)
+            .pass_right(&tx)
+            .unwrap()
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        drop(tx);
+        let mut m = rx.recv(Timeout::After(Duration::from_secs(30))).expect("server right");
+        let Some(Item::Send(right)) = m.take_items().pop() else { panic!("no right from the server") };
+        let mut cmd = Command::new("python3");
+        ferry::emulation::prepare_command(&mut cmd, &right, &dir, &library()).unwrap();
+        drop(right);
+        let mut reader =
+            cmd.arg(&script).arg(dir.join("big")).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+        let mut out = std::io::BufReader::new(reader.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "ready");
+        server.kill().unwrap();
+        server.wait().unwrap();
+        writeln!(reader.stdin.take().unwrap()).unwrap();
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+        assert!(reader.wait().unwrap().success());
+        // The window already mapped is served; the next one needs the
+        // server, which is gone: EIO, and so for a new open.
+        assert_eq!(rest, "errno 5\nerrno 5\n");
+        let _ = std::fs::remove_dir_all(&dir);
+    });
+}
+
+#[test]
+fn emul_names_outside_the_root_pass_through_untouched() {
+    watchdog("emul_names_outside_the_root_pass_through_untouched", Duration::from_secs(60), || {
+        let dir = scratch("inside");
+        let outside = scratch("outside");
+        std::fs::write(outside.join("f"), b"outside\n").unwrap();
+        let srv = Served::new(&dir);
+        let out = srv.run("cat", &[s(&outside.join("f"))]);
+        assert_eq!(out.stdout, b"outside\n");
+        // `..` out of the root is outside too.
+        let sneaky = format!("{}/../{}/f", s(&dir), outside.file_name().unwrap().to_str().unwrap());
+        assert_eq!(srv.run("cat", &[&sneaky]).stdout, b"outside\n");
+        let (stats, _) = srv.finish();
+        assert_eq!(stats.opens, 0, "names outside the root reached the server: {stats:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+        let _ = std::fs::remove_dir_all(&outside);
+    });
+}

@@ -521,3 +521,43 @@ fn emul_names_outside_the_root_pass_through_untouched() {
         let _ = std::fs::remove_dir_all(&outside);
     });
 }
+
+#[test]
+fn emul_sg_read_and_write_by_message_and_in_the_callers_thread() {
+    watchdog("emul_sg_read_and_write_by_message_and_in_the_callers_thread", Duration::from_secs(60), || {
+        use ferry::emulation::{Client, Opened};
+        let dir = scratch("sg");
+        let data = noise(200_000, 11);
+        std::fs::write(dir.join("seg"), &data).unwrap();
+        let (mut srv, right) = EmulServer::new(&dir).unwrap();
+        let handler = srv.handler();
+        let client = Client::new(right);
+        let t = std::thread::spawn(move || {
+            while srv.serve(Timeout::After(Duration::from_millis(100))) {}
+            (srv.stats(), srv.open_files())
+        });
+        let Ok(Opened::File(f)) = client.open("seg", libc::O_RDWR, 0) else { panic!("open seg") };
+        // By message: the bytes come back copied through the server.
+        let mut buf = vec![0u8; 5000];
+        assert_eq!(client.sg_read(f.id, 123_456, &mut buf), Ok(5000));
+        assert!(buf == data[123_456..128_456]);
+        assert_eq!(client.sg_read(f.id, 199_000, &mut buf), Ok(1000), "a read across the end is short");
+        assert_eq!(client.sg_write(f.id, 10, b"segment"), Ok(7));
+        // In the caller's thread: the same routine, no message.
+        let mut small = [0u8; 7];
+        assert_eq!(handler.sg_read(f.id, 10, &mut small), Ok(7));
+        assert_eq!(&small, b"segment");
+        assert_eq!(handler.sg_write(f.id, 200_000, b"tail"), Ok(4));
+        assert_eq!(handler.sg_read(f.id + 1000, 0, &mut small), Err(libc::EBADF), "an unknown open file");
+        // The native file sees both writes.
+        let now = std::fs::read(dir.join("seg")).unwrap();
+        assert_eq!(&now[10..17], b"segment");
+        assert_eq!(&now[200_000..], b"tail");
+        drop(f);
+        drop(client);
+        let (stats, open) = t.join().unwrap();
+        assert_eq!(stats.file_ops, 3, "{stats:?}");
+        assert_eq!(open, 0);
+        let _ = std::fs::remove_dir_all(&dir);
+    });
+}

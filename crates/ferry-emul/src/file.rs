@@ -176,7 +176,13 @@ impl File {
         let mut w = self.window.lock().unwrap_or_else(|e| e.into_inner());
         let mut done = 0;
         while done < want {
-            let (src, avail) = self.window_at(&mut w, pos + done as u64)?;
+            // Bytes already copied are returned; the failure comes with
+            // the next call, as a short read is followed by the error.
+            let (src, avail) = match self.window_at(&mut w, pos + done as u64) {
+                Ok(x) => x,
+                Err(_) if done > 0 => break,
+                Err(e) => return Err(e),
+            };
             let n = avail.min(want - done);
             // SAFETY: `src..src+n` lies in the window (window_at) and below
             // the file's size (module safety); `buf[done..done+n]` is ours.

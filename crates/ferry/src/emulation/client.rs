@@ -6,7 +6,7 @@ use std::os::fd::{AsFd, OwnedFd};
 
 use super::{get_u32, get_u64, put_u32, put_u64, TokenPage};
 use super::{OP_EMUL_FSYNC, OP_EMUL_MKDIR, OP_EMUL_OPEN, OP_EMUL_RENAME, OP_EMUL_STAT, OP_EMUL_TOKEN, OP_EMUL_TRUNCATE};
-use super::OP_EMUL_UNLINK;
+use super::{OP_EMUL_SG_READ, OP_EMUL_SG_WRITE, OP_EMUL_UNLINK, SG_MAX};
 use crate::message::{Item, Message};
 use crate::port::{port, SendRight};
 use crate::timeout::Timeout;
@@ -205,6 +205,32 @@ impl Client {
         put_u64(&mut body, id);
         put_u64(&mut body, len);
         self.call(OP_EMUL_TRUNCATE, body).map(drop)
+    }
+
+    /// Segment read by message (CHORUS's `sgRead`): up to `buf.len()`
+    /// bytes (at most [`SG_MAX`] per call) of open file `id` at `offset`,
+    /// copied through the server's cache without mapping anything here.
+    pub fn sg_read(&self, id: u64, offset: u64, buf: &mut [u8]) -> Result<usize, Errno> {
+        let mut body = Vec::with_capacity(20);
+        put_u64(&mut body, id);
+        put_u64(&mut body, offset);
+        put_u32(&mut body, buf.len().min(SG_MAX) as u32);
+        let (b, _) = self.call(OP_EMUL_SG_READ, body)?;
+        let n = b.len().min(buf.len());
+        buf[..n].copy_from_slice(&b[..n]);
+        Ok(n)
+    }
+
+    /// Segment write by message (`sgWrite`): `data` (at most [`SG_MAX`]
+    /// bytes per call) into open file `id` at `offset`.
+    pub fn sg_write(&self, id: u64, offset: u64, data: &[u8]) -> Result<usize, Errno> {
+        let data = &data[..data.len().min(SG_MAX)];
+        let mut body = Vec::with_capacity(16 + data.len());
+        put_u64(&mut body, id);
+        put_u64(&mut body, offset);
+        body.extend_from_slice(data);
+        let (b, _) = self.call(OP_EMUL_SG_WRITE, body)?;
+        Ok(get_u64(&b, 0).ok_or(libc::EIO)? as usize)
     }
 
     /// Flushes open file `id` to disk.

@@ -49,7 +49,7 @@ use std::time::Duration;
 use crate::sys::futex::{self, SharedWords};
 
 pub use client::{Client, Opened, OpenedFile, StatInfo};
-pub use server::{EmulServer, EmulStats};
+pub use server::{EmulServer, EmulStats, Handler};
 
 /// Client → server: open. Body: flags (i32), mode (u32), name. Reply body:
 /// errno (u32; 0 = success), kind (u32: 0 file, 1 directory), open-file id
@@ -74,6 +74,16 @@ pub const OP_EMUL_TOKEN: u32 = 0x7065_0006;
 pub const OP_EMUL_TRUNCATE: u32 = 0x7065_0007;
 /// Client → server: flush open file `id` (u64) to disk.
 pub const OP_EMUL_FSYNC: u32 = 0x7065_0008;
+/// Client → server: segment read (CHORUS's `sgRead`): open file `id`
+/// (u64), offset (u64), length (u32, at most [`SG_MAX`]). The reply
+/// carries the bytes, copied through the server's cache of the file.
+pub const OP_EMUL_SG_READ: u32 = 0x7065_0009;
+/// Client → server: segment write (`sgWrite`): `id` (u64), offset (u64),
+/// the bytes. Reply: the count written (u64).
+pub const OP_EMUL_SG_WRITE: u32 = 0x7065_000a;
+/// Most bytes one segment read or write moves (what fits inline in one
+/// message beside its header).
+pub const SG_MAX: usize = crate::wire::MAX_INLINE - 64;
 /// Server → client: every reply (errno first).
 pub const OP_EMUL_REPLY: u32 = 0x7065_00ff;
 

@@ -14,7 +14,7 @@ use rustix::io::Errno;
 
 use super::{get_u32, get_u64, put_u32, put_u64, TokenPage, TokenState, PAGE_LEN};
 use super::{OP_EMUL_FSYNC, OP_EMUL_MKDIR, OP_EMUL_OPEN, OP_EMUL_RENAME, OP_EMUL_REPLY, OP_EMUL_STAT, OP_EMUL_TOKEN};
-use super::{OP_EMUL_TRUNCATE, OP_EMUL_UNLINK};
+use super::{OP_EMUL_SG_READ, OP_EMUL_SG_WRITE, OP_EMUL_TRUNCATE, OP_EMUL_UNLINK, SG_MAX};
 use crate::message::{Item, Message, Reply};
 use crate::port::{port, SendRight};
 use crate::portset::{Event, MemberId, PortSet};
@@ -41,7 +41,7 @@ pub struct EmulStats {
     pub callbacks: u64,
     /// Tokens taken from an active holder found dead.
     pub dead_holders: u64,
-    /// Truncations and flushes.
+    /// Truncations, flushes, and segment reads and writes by message.
     pub file_ops: u64,
 }
 
@@ -55,13 +55,90 @@ struct Counters {
     file_ops: AtomicU64,
 }
 
-/// One open file: the server's own descriptor (for `ftruncate` and `fsync`
-/// as the opener), its token page, and who opened it.
+/// One open file: the server's own descriptor (for `ftruncate`, `fsync`
+/// and segment reads and writes, as the opener), its token page, and who
+/// opened it.
 struct OpenFile {
-    id: u64,
     file: OwnedFd,
     page: Arc<TokenPage>,
     uid: u32,
+}
+
+/// The open files by id, shared with [`Handler`]s.
+type Table = Arc<Mutex<HashMap<u64, Arc<OpenFile>>>>;
+
+/// The server's routines for open files, run in the caller's thread: the
+/// CHORUS message-handler form of the service, for a caller in the same
+/// process as the server (no message, no context switch). Made by
+/// [`EmulServer::handler`]; it acts for this process's user, under the same
+/// checks as a request by message.
+#[derive(Clone)]
+pub struct Handler {
+    table: Table,
+    uid: u32,
+}
+
+impl std::fmt::Debug for Handler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Handler").field("uid", &self.uid).finish()
+    }
+}
+
+impl Handler {
+    fn file(&self, id: u64) -> Res<Arc<OpenFile>> {
+        lookup(&self.table, id, self.uid)
+    }
+
+    /// Segment read: copies open file `id`'s bytes at `offset` into `buf`
+    /// through the server's cache (the kernel's page cache of the file),
+    /// without mapping; returns the bytes read (0 at the end).
+    pub fn sg_read(&self, id: u64, offset: u64, buf: &mut [u8]) -> Result<usize, i32> {
+        self.file(id).and_then(|f| sg_read(&f, offset, buf)).map_err(|e| e.raw_os_error())
+    }
+
+    /// Segment write: copies `data` into open file `id` at `offset` through
+    /// the server's cache; returns the bytes written.
+    pub fn sg_write(&self, id: u64, offset: u64, data: &[u8]) -> Result<usize, i32> {
+        self.file(id).and_then(|f| sg_write(&f, offset, data)).map_err(|e| e.raw_os_error())
+    }
+}
+
+fn lookup(table: &Table, id: u64, uid: u32) -> Res<Arc<OpenFile>> {
+    let f = table.lock().unwrap_or_else(|e| e.into_inner()).get(&id).cloned().ok_or(Errno::BADF)?;
+    // Another user's open file is as good as closed to the asker.
+    if f.uid != uid {
+        return Err(Errno::BADF);
+    }
+    Ok(f)
+}
+
+fn sg_read(f: &OpenFile, offset: u64, buf: &mut [u8]) -> Res<usize> {
+    let mut done = 0;
+    while done < buf.len() {
+        match rustix::io::pread(&f.file, &mut buf[done..], offset + done as u64) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(Errno::INTR) => {}
+            Err(e) if done == 0 => return Err(e),
+            Err(_) => break,
+        }
+    }
+    Ok(done)
+}
+
+fn sg_write(f: &OpenFile, offset: u64, data: &[u8]) -> Res<usize> {
+    let mut done = 0;
+    while done < data.len() {
+        match rustix::io::pwrite(&f.file, &data[done..], offset + done as u64) {
+            Ok(n) => done += n,
+            Err(Errno::INTR) => {}
+            Err(e) if done == 0 => return Err(e),
+            Err(_) => break,
+        }
+    }
+    // Token holders see the file grow at their next look past the end
+    // they know.
+    Ok(done)
 }
 
 /// Serves files under a root directory to emulated programs.
@@ -69,8 +146,9 @@ pub struct EmulServer {
     root: OwnedFd,
     set: PortSet,
     main: MemberId,
-    files: HashMap<MemberId, OpenFile>,
-    by_id: HashMap<u64, MemberId>,
+    /// Open files by hold, and by id (shared with handlers).
+    files: HashMap<MemberId, (u64, u32)>,
+    table: Table,
     per_user: HashMap<u32, usize>,
     next_id: u64,
     /// Process ports of the pids the token was last given to.
@@ -109,7 +187,7 @@ impl EmulServer {
             set,
             main,
             files: HashMap::new(),
-            by_id: HashMap::new(),
+            table: Arc::default(),
             per_user: HashMap::new(),
             next_id: 1,
             holders: Arc::default(),
@@ -157,9 +235,9 @@ impl EmulServer {
                 }
                 Event::NoSenders(id) => {
                     self.set.remove(id);
-                    if let Some(f) = self.files.remove(&id) {
-                        self.by_id.remove(&f.id);
-                        if let Some(n) = self.per_user.get_mut(&f.uid) {
+                    if let Some((fid, uid)) = self.files.remove(&id) {
+                        self.table.lock().unwrap_or_else(|e| e.into_inner()).remove(&fid);
+                        if let Some(n) = self.per_user.get_mut(&uid) {
                             *n = n.saturating_sub(1);
                         }
                     }
@@ -183,7 +261,7 @@ impl EmulServer {
         match m.op() {
             OP_EMUL_OPEN => &c.opens,
             OP_EMUL_TOKEN => &c.token_requests,
-            OP_EMUL_TRUNCATE | OP_EMUL_FSYNC => &c.file_ops,
+            OP_EMUL_TRUNCATE | OP_EMUL_FSYNC | OP_EMUL_SG_READ | OP_EMUL_SG_WRITE => &c.file_ops,
             _ => &c.names,
         }
         .fetch_add(1, Ordering::Relaxed);
@@ -194,6 +272,7 @@ impl EmulServer {
             OP_EMUL_RENAME => rename(&self.root, self.euid, who, &body).map(|()| (vec![], vec![])),
             OP_EMUL_MKDIR => mkdir(&self.root, self.euid, who, &body).map(|()| (vec![], vec![])),
             OP_EMUL_TRUNCATE | OP_EMUL_FSYNC => self.file_op(m.op(), who, &body).map(|()| (vec![], vec![])),
+            OP_EMUL_SG_READ | OP_EMUL_SG_WRITE => self.segment(m.op(), who, &body).map(|b| (b, vec![])),
             OP_EMUL_TOKEN => {
                 match self.token_page(who, &body) {
                     // The wait for an active holder runs on its own thread,
@@ -217,19 +296,36 @@ impl EmulServer {
 
     fn token_page(&self, who: Asker, body: &[u8]) -> Res<Arc<TokenPage>> {
         let id = get_u64(body, 0).ok_or(Errno::INVAL)?;
-        let f = self.by_id.get(&id).and_then(|m| self.files.get(m)).ok_or(Errno::BADF)?;
-        if f.uid != who.uid {
-            return Err(Errno::BADF);
+        Ok(lookup(&self.table, id, who.uid)?.page.clone())
+    }
+
+    /// The handler form of the server's open-file routines, for callers in
+    /// this process.
+    pub fn handler(&self) -> Handler {
+        Handler { table: self.table.clone(), uid: self.euid }
+    }
+
+    fn segment(&self, op: u32, who: Asker, body: &[u8]) -> Res<Vec<u8>> {
+        let id = get_u64(body, 0).ok_or(Errno::INVAL)?;
+        let offset = get_u64(body, 8).ok_or(Errno::INVAL)?;
+        let f = lookup(&self.table, id, who.uid)?;
+        if op == OP_EMUL_SG_READ {
+            let len = (get_u32(body, 16).ok_or(Errno::INVAL)? as usize).min(SG_MAX);
+            let mut buf = vec![0u8; len];
+            let n = sg_read(&f, offset, &mut buf)?;
+            buf.truncate(n);
+            Ok(buf)
+        } else {
+            let n = sg_write(&f, offset, &body[16..])?;
+            let mut out = Vec::new();
+            put_u64(&mut out, n as u64);
+            Ok(out)
         }
-        Ok(f.page.clone())
     }
 
     fn file_op(&self, op: u32, who: Asker, body: &[u8]) -> Res<()> {
         let id = get_u64(body, 0).ok_or(Errno::INVAL)?;
-        let f = self.by_id.get(&id).and_then(|m| self.files.get(m)).ok_or(Errno::BADF)?;
-        if f.uid != who.uid {
-            return Err(Errno::BADF);
-        }
+        let f = lookup(&self.table, id, who.uid)?;
         if op == OP_EMUL_FSYNC {
             rustix::fs::fsync(&f.file)
         } else {
@@ -268,8 +364,8 @@ impl EmulServer {
         let member = self.set.insert(hold_rx);
         let id = self.next_id;
         self.next_id += 1;
-        self.by_id.insert(id, member);
-        self.files.insert(member, OpenFile { id, file: fd, page, uid: who.uid });
+        self.table.lock().unwrap_or_else(|e| e.into_inner()).insert(id, Arc::new(OpenFile { file: fd, page, uid: who.uid }));
+        self.files.insert(member, (id, who.uid));
         *self.per_user.entry(who.uid).or_default() += 1;
         put_u32(&mut out, 0);
         put_u64(&mut out, id);

@@ -1,6 +1,7 @@
 //! The registered suites. Each suite module lists its cases and its
 //! implementations; `all()` is what `ferry bench all` runs.
 
+pub mod files;
 pub mod net;
 pub mod pager;
 pub mod peer_ipc_channel;
@@ -16,7 +17,7 @@ use crate::harness::Suite;
 
 /// Every registered suite, in the order `ferry bench all` runs them.
 pub fn all() -> Vec<Suite> {
-    vec![port::suite(), rpc::suite(), transfer::suite(), pager::suite(), net::suite()]
+    vec![port::suite(), rpc::suite(), transfer::suite(), pager::suite(), net::suite(), files::suite()]
 }
 
 /// The suite called `name`.

@@ -1,0 +1,382 @@
+//! `files`: Unix file calls through ferry's emulation (Dean & Armand's
+//! Tables 5-3, 5-4, 5-5 and 5-9), against native `read()`/`write()` on
+//! the same files in the same run.
+//!
+//! - `seqread`: sequential 4 KiB reads over a cached file of `bytes`
+//!   (16 MiB; 4 MiB with `--quick`), one pass per sample, reported per
+//!   read.
+//! - `byte-read`: `lseek` to a pseudo-random offset in the file's first
+//!   page, then a 1-byte read; reported per lseek+read pair (the paper's
+//!   loop re-reads cached bytes: the cost of the calls, not of moving
+//!   windows).
+//! - `write`: sequential 4 KiB writes overwriting a cached file of the same
+//!   size, one pass per sample, reported per write.
+//!
+//! Implementations: `ferry-emul` calls the emulation library's own `open`,
+//! `read`, `write`, `lseek` (the `libferry_emul.so` that `ferry run`
+//! preloads, opened here with `dlopen`; a preloaded program reaches the
+//! same functions through the same kind of PLT call as it reaches the C
+//! library's) with the emulation server on a thread of this process;
+//! `ferry-sg` is CHORUS's segment read and write by message to that server
+//! (copied through the server's cache, nothing mapped); `ferry-sg-handler`
+//! runs the same server routine in the caller's thread (CHORUS's message
+//! handler, for a co-located server); `native` is the C library's
+//! `read`/`write`/`lseek` on a descriptor of the same file.
+//!
+//! The files live in a temporary directory removed when the process
+//! exits. The library is looked for beside this program (`cargo build
+//! --release -p ferry-emul -p ferry-bench` puts it in `deps/`) or at
+//! `$FERRY_EMUL_LIB`; without it `ferry-emul` is recorded as skipped.
+//!
+//! # Safety
+//! The suite calls C functions through pointers (the emulation library's
+//! and the C library's `open`/`read`/`write`/`lseek`/`close`) on its own
+//! descriptors and buffers of the stated lengths, and loads the library
+//! with `dlopen`; each block says which.
+
+#![allow(unsafe_code)]
+
+use std::ffi::CString;
+use std::os::fd::{AsFd, AsRawFd};
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use ferry::emulation::{Client, EmulServer, Handler, Opened, OpenedFile};
+use ferry::Timeout;
+use libc::{c_char, c_int, c_uint, c_void, off_t, size_t, ssize_t};
+
+use crate::harness::{Case, Impl, Run, Skip, Suite};
+use crate::record::Touch;
+
+/// The cached file's size in full runs.
+pub const FILE_SIZE: u64 = 16 << 20;
+/// The file's size with `--quick`.
+pub const QUICK_SIZE: u64 = 4 << 20;
+/// Bytes per read or write in `seqread` and `write`.
+pub const IO: usize = 4096;
+/// The span `byte-read` seeks within.
+pub const BYTE_SPAN: u64 = 4096;
+
+/// The suite.
+pub fn suite() -> Suite {
+    Suite {
+        name: "files",
+        about: "Unix file calls through ferry's emulation library and segment reads vs native read()/write()",
+        reference: "native",
+        cases,
+        impls,
+    }
+}
+
+/// `seqread`, `byte-read`, `write`.
+pub fn cases() -> Vec<Case> {
+    vec![
+        Case { suite: "files", name: "seqread", bytes: FILE_SIZE, touch: Touch::Read },
+        Case { suite: "files", name: "byte-read", bytes: 1, touch: Touch::Read },
+        Case { suite: "files", name: "write", bytes: IO as u64, touch: Touch::Write },
+    ]
+}
+
+/// The emulation library, segment I/O by message and in the caller's
+/// thread, and native calls.
+pub fn impls() -> Vec<Impl> {
+    vec![
+        Impl { name: "ferry-emul", run: emul },
+        Impl { name: "ferry-sg", run: sg_message },
+        Impl { name: "ferry-sg-handler", run: sg_handler },
+        Impl { name: "native", run: native },
+    ]
+}
+
+type OpenFn = unsafe extern "C" fn(*const c_char, c_int, c_uint) -> c_int;
+type ReadFn = unsafe extern "C" fn(c_int, *mut c_void, size_t) -> ssize_t;
+type WriteFn = unsafe extern "C" fn(c_int, *const c_void, size_t) -> ssize_t;
+type SeekFn = unsafe extern "C" fn(c_int, off_t, c_int) -> off_t;
+type CloseFn = unsafe extern "C" fn(c_int) -> c_int;
+
+/// File calls: the emulation library's or the C library's.
+#[derive(Clone, Copy)]
+struct Calls {
+    open: OpenFn,
+    read: ReadFn,
+    write: WriteFn,
+    lseek: SeekFn,
+    close: CloseFn,
+}
+
+/// The files, the server, a client and a handler, made once per process.
+struct Env {
+    dir: PathBuf,
+    client: Client,
+    handler: Handler,
+    lib: Result<Calls, String>,
+}
+
+// SAFETY: every field is usable from any thread (ports, paths, function
+// pointers into a library that stays loaded).
+unsafe impl Sync for Env {}
+
+static ENV: OnceLock<Result<Env, String>> = OnceLock::new();
+
+extern "C" fn remove_dir() {
+    if let Some(Ok(e)) = ENV.get() {
+        let _ = std::fs::remove_dir_all(&e.dir);
+    }
+}
+
+fn library() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("FERRY_EMUL_LIB") {
+        return Some(p.into());
+    }
+    let exe = std::env::current_exe().ok()?;
+    let dir = exe.parent()?;
+    [dir.join("libferry_emul.so"), dir.join("deps/libferry_emul.so")].into_iter().find(|p| p.is_file())
+}
+
+fn load(path: &std::path::Path) -> Result<Calls, String> {
+    let c = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
+    // SAFETY: loads the emulation library (a Rust cdylib whose
+    // initialisation only reads the environment set just before).
+    let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    if h.is_null() {
+        return Err(format!("cannot load {}", path.display()));
+    }
+    let sym = |name: &std::ffi::CStr| -> Result<usize, String> {
+        // SAFETY: looks a symbol up in the handle just opened.
+        let p = unsafe { libc::dlsym(h, name.as_ptr()) } as usize;
+        if p == 0 {
+            Err(format!("{} has no {name:?}", path.display()))
+        } else {
+            Ok(p)
+        }
+    };
+    // SAFETY: the library's exported functions have exactly these C
+    // signatures (they stand in for the C library's).
+    unsafe {
+        Ok(Calls {
+            open: std::mem::transmute::<usize, OpenFn>(sym(c"open")?),
+            read: std::mem::transmute::<usize, ReadFn>(sym(c"read")?),
+            write: std::mem::transmute::<usize, WriteFn>(sym(c"write")?),
+            lseek: std::mem::transmute::<usize, SeekFn>(sym(c"lseek")?),
+            close: std::mem::transmute::<usize, CloseFn>(sym(c"close")?),
+        })
+    }
+}
+
+fn native_calls() -> Calls {
+    unsafe extern "C" fn open(p: *const c_char, f: c_int, m: c_uint) -> c_int {
+        // SAFETY: the caller's arguments, passed on.
+        unsafe { libc::open(p, f, m) }
+    }
+    Calls { open, read: libc::read, write: libc::write, lseek: libc::lseek, close: libc::close }
+}
+
+fn fill(path: &std::path::Path, size: u64) -> std::io::Result<()> {
+    let words: Vec<u8> = (0..size / 8).flat_map(|i| (i * 8).to_le_bytes()).collect();
+    std::fs::write(path, words)
+}
+
+fn env() -> Result<&'static Env, Skip> {
+    let e = ENV.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("ferry-bench-files-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        let dir = dir.canonicalize().map_err(|e| e.to_string())?;
+        // SAFETY: registers a function that removes the directory at exit.
+        unsafe { libc::atexit(remove_dir) };
+        for (name, size) in [("seq-full", FILE_SIZE), ("seq-quick", QUICK_SIZE), ("wr-full", FILE_SIZE), ("wr-quick", QUICK_SIZE)] {
+            fill(&dir.join(name), size).map_err(|e| e.to_string())?;
+        }
+        let (mut srv, right) = EmulServer::new(&dir).map_err(|e| e.to_string())?;
+        let handler = srv.handler();
+        // The library finds the server at a descriptor named in the
+        // environment (what `ferry run` arranges by inheritance).
+        let inherited = right.try_clone().map_err(|e| e.to_string())?;
+        std::env::set_var(ferry::emulation::ENV_ROOT, &dir);
+        std::env::set_var(ferry::emulation::ENV_FD, inherited.as_fd().as_raw_fd().to_string());
+        std::mem::forget(inherited);
+        std::thread::spawn(move || while srv.serve(Timeout::After(Duration::from_secs(1))) {});
+        let lib = match library() {
+            Some(p) => load(&p),
+            None => Err("libferry_emul.so not found beside ferry-bench (build ferry-emul) nor at $FERRY_EMUL_LIB".into()),
+        };
+        Ok(Env { dir, client: Client::new(right), handler, lib })
+    });
+    e.as_ref().map_err(|e| Skip::new(format!("set-up failed: {e}")))
+}
+
+fn file_for(run: &Run<'_>, write: bool) -> (String, u64) {
+    let quick = run.budget().round_time < Duration::from_millis(500);
+    let size = if quick { QUICK_SIZE } else { FILE_SIZE };
+    let stem = if write { "wr" } else { "seq" };
+    (format!("{stem}-{}", if quick { "quick" } else { "full" }), size)
+}
+
+/// A pseudo-random sequence for byte-read offsets.
+fn next(x: &mut u64) -> u64 {
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    *x
+}
+
+fn check_word(buf: &[u8], at: u64) -> Result<(), Skip> {
+    let w = u64::from_le_bytes(buf[..8].try_into().expect("8 bytes"));
+    if w != at {
+        return Err(Skip::new(format!("read the wrong bytes at {at}: {w}")));
+    }
+    Ok(())
+}
+
+fn with_calls(run: &mut Run<'_>, calls: Calls) -> Result<(), Skip> {
+    let e = env()?;
+    let write = run.case.name == "write";
+    let (name, size) = file_for(run, write);
+    let path = CString::new(e.dir.join(&name).into_os_string().into_encoded_bytes()).expect("path");
+    let flags = if write { libc::O_RDWR } else { libc::O_RDONLY };
+    // SAFETY: a C string path and plain flags.
+    let fd = unsafe { (calls.open)(path.as_ptr(), flags, 0) };
+    if fd < 0 {
+        return Err(Skip::new(format!("open {name}: {}", std::io::Error::last_os_error())));
+    }
+    let mut buf = vec![0u8; IO];
+    let result = (|| {
+        match run.case.name {
+            "seqread" | "write" => {
+                run.note("file_bytes", size);
+                while run.more() {
+                    // SAFETY: our descriptor; a buffer of IO bytes.
+                    unsafe { (calls.lseek)(fd, 0, libc::SEEK_SET) };
+                    let t = Instant::now();
+                    let mut ops = 0u64;
+                    let mut off = 0u64;
+                    while off < size {
+                        let n = if write {
+                            buf[..8].copy_from_slice(&off.to_le_bytes());
+                            // SAFETY: as above.
+                            unsafe { (calls.write)(fd, buf.as_ptr().cast(), IO) }
+                        } else {
+                            // SAFETY: as above.
+                            unsafe { (calls.read)(fd, buf.as_mut_ptr().cast(), IO) }
+                        };
+                        if n != IO as isize {
+                            return Err(Skip::new(format!("short transfer at {off}: {n}")));
+                        }
+                        ops += 1;
+                        off += IO as u64;
+                    }
+                    let el = t.elapsed();
+                    if !write {
+                        check_word(&buf, size - IO as u64)?;
+                    }
+                    run.record_batch(el, ops);
+                }
+            }
+            _ => {
+                let mut x = 0x9e37_79b9_7f4a_7c15u64;
+                let words = (BYTE_SPAN / 8).min(size / 8);
+                while run.more() {
+                    let t = Instant::now();
+                    let mut last = (0u64, 0u8);
+                    for _ in 0..1000 {
+                        let at = (next(&mut x) % words) * 8;
+                        // SAFETY: our descriptor; a one-byte read into buf.
+                        unsafe {
+                            (calls.lseek)(fd, at as off_t, libc::SEEK_SET);
+                            if (calls.read)(fd, buf.as_mut_ptr().cast(), 1) != 1 {
+                                return Err(Skip::new(format!("1-byte read at {at} failed")));
+                            }
+                        }
+                        last = (at, buf[0]);
+                    }
+                    let el = t.elapsed();
+                    if last.1 != last.0.to_le_bytes()[0] {
+                        return Err(Skip::new("the 1-byte read returned the wrong byte"));
+                    }
+                    run.record_batch(el, 1000);
+                }
+            }
+        }
+        Ok(())
+    })();
+    // SAFETY: closes our descriptor.
+    unsafe { (calls.close)(fd) };
+    result
+}
+
+fn emul(run: &mut Run<'_>) -> Result<(), Skip> {
+    let e = env()?;
+    let calls = e.lib.clone().map_err(Skip::new)?;
+    run.note("window_bytes", 64 * 1024);
+    with_calls(run, calls)
+}
+
+fn native(run: &mut Run<'_>) -> Result<(), Skip> {
+    with_calls(run, native_calls())
+}
+
+/// Segment I/O through `sg`, on a file opened through the server.
+fn with_sg(run: &mut Run<'_>, sg: &dyn Fn(u64, u64, &mut [u8], bool) -> Result<usize, i32>) -> Result<(), Skip> {
+    let e = env()?;
+    let write = run.case.name == "write";
+    let (name, size) = file_for(run, write);
+    let flags = if write { libc::O_RDWR } else { libc::O_RDONLY };
+    let f: OpenedFile = match e.client.open(&name, flags, 0) {
+        Ok(Opened::File(f)) => f,
+        _ => return Err(Skip::new(format!("open {name} through the server failed"))),
+    };
+    let mut buf = vec![0u8; IO];
+    match run.case.name {
+        "seqread" | "write" => {
+            run.note("file_bytes", size);
+            while run.more() {
+                let t = Instant::now();
+                let mut ops = 0u64;
+                let mut off = 0u64;
+                while off < size {
+                    if write {
+                        buf[..8].copy_from_slice(&off.to_le_bytes());
+                    }
+                    let n = sg(f.id, off, &mut buf, write).map_err(|e| Skip::new(format!("segment I/O: errno {e}")))?;
+                    if n != IO {
+                        return Err(Skip::new(format!("short segment transfer at {off}: {n}")));
+                    }
+                    ops += 1;
+                    off += IO as u64;
+                }
+                let el = t.elapsed();
+                if !write {
+                    check_word(&buf, size - IO as u64)?;
+                }
+                run.record_batch(el, ops);
+            }
+        }
+        _ => {
+            let mut x = 0x9e37_79b9_7f4a_7c15u64;
+            let words = (BYTE_SPAN / 8).min(size / 8);
+            while run.more() {
+                let t = Instant::now();
+                let n = 200;
+                for _ in 0..n {
+                    let at = (next(&mut x) % words) * 8;
+                    sg(f.id, at, &mut buf[..1], false).map_err(|e| Skip::new(format!("segment read: errno {e}")))?;
+                    if buf[0] != at.to_le_bytes()[0] {
+                        return Err(Skip::new("the 1-byte segment read returned the wrong byte"));
+                    }
+                }
+                run.record_batch(t.elapsed(), n);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn sg_message(run: &mut Run<'_>) -> Result<(), Skip> {
+    let e = env()?;
+    with_sg(run, &|id, off, buf, write| if write { e.client.sg_write(id, off, buf) } else { e.client.sg_read(id, off, buf) })
+}
+
+fn sg_handler(run: &mut Run<'_>) -> Result<(), Skip> {
+    let e = env()?;
+    with_sg(run, &|id, off, buf, write| if write { e.handler.sg_write(id, off, buf) } else { e.handler.sg_read(id, off, buf) })
+}

@@ -465,7 +465,7 @@ fn emul_server_killed_under_a_reader_gives_eio_not_a_hang() {
     watchdog("emul_server_killed_under_a_reader_gives_eio_not_a_hang", Duration::from_secs(60), || {
         use std::io::{BufRead, Write};
         let dir = scratch("killed");
-        std::fs::write(dir.join("big"), noise(2 * 1024 * 1024, 5)).unwrap();
+        std::fs::write(dir.join("big"), noise(4 * 1024 * 1024, 5)).unwrap();
         let script = dir.join("reader.py");
         std::fs::write(&script, PY_READER).unwrap();
         // The server in its own process, so it can be killed.
@@ -557,6 +557,46 @@ fn emul_sg_read_and_write_by_message_and_in_the_callers_thread() {
         drop(client);
         let (stats, open) = t.join().unwrap();
         assert_eq!(stats.file_ops, 3, "{stats:?}");
+        assert_eq!(open, 0);
+        let _ = std::fs::remove_dir_all(&dir);
+    });
+}
+
+#[test]
+fn emul_another_user_reaches_neither_unreadable_files_nor_others_open_files() {
+    if !common::can_play_other_user("emul_another_user_reaches_neither_unreadable_files_nor_others_open_files") {
+        return;
+    }
+    watchdog("emul_another_user_reaches_neither_unreadable_files_nor_others_open_files", Duration::from_secs(60), || {
+        use ferry::emulation::{Client, Opened};
+        use std::os::unix::fs::PermissionsExt;
+        use std::os::unix::process::CommandExt as _;
+        let dir = scratch("hostile");
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::write(dir.join("secret"), b"root only").unwrap();
+        std::fs::set_permissions(dir.join("secret"), std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::fs::write(dir.join("public"), b"anyone").unwrap();
+        std::fs::set_permissions(dir.join("public"), std::fs::Permissions::from_mode(0o644)).unwrap();
+        let srv = Served::new(&dir);
+        let mine = Client::new(srv.right().try_clone().unwrap());
+        let Ok(Opened::File(f)) = mine.open("secret", libc::O_RDWR, 0) else { panic!("root opens its own file") };
+        let out = Command::new(common::peer_for_other_users())
+            .arg("emul-other-user")
+            .arg(f.id.to_string())
+            .pass_right(srv.right())
+            .unwrap()
+            .uid(common::NOBODY)
+            .gid(common::NOBODY)
+            .current_dir("/")
+            .stderr(Stdio::inherit())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "peer failed: {}", out.status);
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "denied no-token no-read no-truncate beneath public");
+        assert_eq!(std::fs::read(dir.join("secret")).unwrap(), b"root only", "the other user changed the file");
+        drop(f);
+        drop(mine);
+        let (_, open) = srv.finish();
         assert_eq!(open, 0);
         let _ = std::fs::remove_dir_all(&dir);
     });

@@ -5,8 +5,8 @@
 //! It takes the C library's file calls for names under `DIR` and serves
 //! them from ferry's emulation server (`ferry::emulation`): opens, stats,
 //! unlinks, renames and directory creations are messages; reads, writes
-//! and seeks on an open file are served **in the process**, from 64 KiB (by
-//! default) windows of the file mapped shared, guarded by the open file's
+//! and seeks on an open file are served **in the process**, from 1 MiB (by
+//! default; `FERRY_EMUL_WINDOW`) windows of the file mapped shared, guarded by the open file's
 //! token, with no message and no system call while the token and the
 //! window are held. Everything else passes through to the C library
 //! untouched.

@@ -3,14 +3,19 @@
 //! the same files in the same run.
 //!
 //! - `seqread`: sequential 4 KiB reads over a cached file of `bytes`
-//!   (16 MiB; 4 MiB with `--quick`), one pass per sample, reported per
-//!   read.
+//!   (16 MiB), one pass per sample (GB/s is the pass's throughput;
+//!   `extra.reads_per_op` says how many reads a pass makes).
 //! - `byte-read`: `lseek` to a pseudo-random offset in the file's first
 //!   page, then a 1-byte read; reported per lseek+read pair (the paper's
 //!   loop re-reads cached bytes: the cost of the calls, not of moving
 //!   windows).
-//! - `write`: sequential 4 KiB writes overwriting a cached file of the same
-//!   size, one pass per sample, reported per write.
+//! - `remap-read`: a 4 KiB read after an `lseek` one window further on
+//!   (the library's 1 MiB, or `$FERRY_EMUL_WINDOW`), so that every read
+//!   needs a new window (the paper's 61440-byte `lseek`
+//!   test, which isolates the window change of Table 5-9); reported per
+//!   lseek+read pair.
+//! - `write`: sequential 4 KiB writes overwriting a cached 16 MiB file,
+//!   one pass per sample, reported per write.
 //!
 //! Implementations: `ferry-emul` calls the emulation library's own `open`,
 //! `read`, `write`, `lseek` (the `libferry_emul.so` that `ferry run`
@@ -51,10 +56,13 @@ use crate::record::Touch;
 
 /// The cached file's size in full runs.
 pub const FILE_SIZE: u64 = 16 << 20;
-/// The file's size with `--quick`.
-pub const QUICK_SIZE: u64 = 4 << 20;
 /// Bytes per read or write in `seqread` and `write`.
 pub const IO: usize = 4096;
+/// The emulation library's window: how far `remap-read` moves between
+/// reads.
+fn stride() -> u64 {
+    std::env::var("FERRY_EMUL_WINDOW").ok().and_then(|v| v.parse().ok()).unwrap_or(1 << 20)
+}
 /// The span `byte-read` seeks within.
 pub const BYTE_SPAN: u64 = 4096;
 
@@ -74,6 +82,7 @@ pub fn cases() -> Vec<Case> {
     vec![
         Case { suite: "files", name: "seqread", bytes: FILE_SIZE, touch: Touch::Read },
         Case { suite: "files", name: "byte-read", bytes: 1, touch: Touch::Read },
+        Case { suite: "files", name: "remap-read", bytes: IO as u64, touch: Touch::Read },
         Case { suite: "files", name: "write", bytes: IO as u64, touch: Touch::Write },
     ]
 }
@@ -184,7 +193,7 @@ fn env() -> Result<&'static Env, Skip> {
         let dir = dir.canonicalize().map_err(|e| e.to_string())?;
         // SAFETY: registers a function that removes the directory at exit.
         unsafe { libc::atexit(remove_dir) };
-        for (name, size) in [("seq-full", FILE_SIZE), ("seq-quick", QUICK_SIZE), ("wr-full", FILE_SIZE), ("wr-quick", QUICK_SIZE)] {
+        for (name, size) in [("seq", FILE_SIZE), ("wr", FILE_SIZE)] {
             fill(&dir.join(name), size).map_err(|e| e.to_string())?;
         }
         let (mut srv, right) = EmulServer::new(&dir).map_err(|e| e.to_string())?;
@@ -205,11 +214,8 @@ fn env() -> Result<&'static Env, Skip> {
     e.as_ref().map_err(|e| Skip::new(format!("set-up failed: {e}")))
 }
 
-fn file_for(run: &Run<'_>, write: bool) -> (String, u64) {
-    let quick = run.budget().round_time < Duration::from_millis(500);
-    let size = if quick { QUICK_SIZE } else { FILE_SIZE };
-    let stem = if write { "wr" } else { "seq" };
-    (format!("{stem}-{}", if quick { "quick" } else { "full" }), size)
+fn file_for(_run: &Run<'_>, write: bool) -> (String, u64) {
+    (if write { "wr" } else { "seq" }.to_string(), FILE_SIZE)
 }
 
 /// A pseudo-random sequence for byte-read offsets.
@@ -218,6 +224,17 @@ fn next(x: &mut u64) -> u64 {
     *x ^= *x >> 7;
     *x ^= *x << 17;
     *x
+}
+
+/// A `seqread` sample is one pass over the file; a `write` sample is
+/// reported per write.
+fn record_pass(run: &mut Run<'_>, el: Duration, ops: u64, write: bool) {
+    if write {
+        run.record_batch(el, ops);
+    } else {
+        run.note("reads_per_op", ops);
+        run.record_batch(el, 1);
+    }
 }
 
 fn check_word(buf: &[u8], at: u64) -> Result<(), Skip> {
@@ -269,6 +286,30 @@ fn with_calls(run: &mut Run<'_>, calls: Calls) -> Result<(), Skip> {
                     if !write {
                         check_word(&buf, size - IO as u64)?;
                     }
+                    record_pass(run, el, ops, write);
+                }
+            }
+            "remap-read" => {
+                let stride = stride();
+                run.note("window_bytes", stride);
+                while run.more() {
+                    let t = Instant::now();
+                    let mut ops = 0u64;
+                    let mut off = 0u64;
+                    while off + IO as u64 <= size {
+                        // SAFETY: our descriptor; a buffer of IO bytes.
+                        let n = unsafe {
+                            (calls.lseek)(fd, off as off_t, libc::SEEK_SET);
+                            (calls.read)(fd, buf.as_mut_ptr().cast(), IO)
+                        };
+                        if n != IO as isize {
+                            return Err(Skip::new(format!("short read at {off}: {n}")));
+                        }
+                        ops += 1;
+                        off += stride;
+                    }
+                    let el = t.elapsed();
+                    check_word(&buf, off - stride)?;
                     run.record_batch(el, ops);
                 }
             }
@@ -307,7 +348,7 @@ fn with_calls(run: &mut Run<'_>, calls: Calls) -> Result<(), Skip> {
 fn emul(run: &mut Run<'_>) -> Result<(), Skip> {
     let e = env()?;
     let calls = e.lib.clone().map_err(Skip::new)?;
-    run.note("window_bytes", 64 * 1024);
+    run.note("window_bytes", stride());
     with_calls(run, calls)
 }
 
@@ -348,6 +389,25 @@ fn with_sg(run: &mut Run<'_>, sg: &dyn Fn(u64, u64, &mut [u8], bool) -> Result<u
                 if !write {
                     check_word(&buf, size - IO as u64)?;
                 }
+                record_pass(run, el, ops, write);
+            }
+        }
+        "remap-read" => {
+            let stride = stride();
+            while run.more() {
+                let t = Instant::now();
+                let mut ops = 0u64;
+                let mut off = 0u64;
+                while off + IO as u64 <= size {
+                    let n = sg(f.id, off, &mut buf, false).map_err(|e| Skip::new(format!("segment read: errno {e}")))?;
+                    if n != IO {
+                        return Err(Skip::new(format!("short segment read at {off}: {n}")));
+                    }
+                    ops += 1;
+                    off += stride;
+                }
+                let el = t.elapsed();
+                check_word(&buf, off - stride)?;
                 run.record_batch(el, ops);
             }
         }

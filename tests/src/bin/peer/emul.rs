@@ -15,6 +15,7 @@ pub fn run(role: &str, args: &[String]) -> Outcome {
     match role {
         "emul-server" => Some(server(args)),
         "emul-token-dies" => Some(token_dies(args)),
+        "emul-other-user" => Some(other_user(args)),
         _ => None,
     }
 }
@@ -78,5 +79,49 @@ fn token_dies(args: &[String]) -> Res {
     f.page.deactivate(me);
     let _ = f.file.as_fd();
     println!("seized");
+    Ok(())
+}
+
+/// `emul-other-user ID`: as another user, through the server passed as
+/// the inherited right: a file only its owner may read is refused, the
+/// owner's open file `ID` is unknown to this user (token, segment read,
+/// truncation), `..` cannot leave the root, and a readable file opens.
+/// Prints one word per check.
+fn other_user(args: &[String]) -> Res {
+    let id: u64 = args.first().ok_or("usage: emul-other-user ID")?.parse()?;
+    let client = Client::new(ferry::spawn::inherited()?);
+    let mut out = Vec::new();
+    out.push(match client.open("secret", libc::O_RDONLY, 0) {
+        Err(libc::EACCES) => "denied".to_string(),
+        Err(e) => format!("errno-{e}"),
+        Ok(_) => "opened-secret".to_string(),
+    });
+    out.push(match client.token(id) {
+        Err(libc::EBADF) => "no-token".to_string(),
+        Err(e) => format!("errno-{e}"),
+        Ok(()) => "took-token".to_string(),
+    });
+    let mut buf = [0u8; 16];
+    out.push(match client.sg_read(id, 0, &mut buf) {
+        Err(libc::EBADF) => "no-read".to_string(),
+        Err(e) => format!("errno-{e}"),
+        Ok(_) => "read-secret".to_string(),
+    });
+    out.push(match client.truncate(id, 0) {
+        Err(libc::EBADF) => "no-truncate".to_string(),
+        Err(e) => format!("errno-{e}"),
+        Ok(()) => "truncated".to_string(),
+    });
+    out.push(match client.open("../../etc/passwd", libc::O_RDONLY, 0) {
+        Err(libc::EXDEV) => "beneath".to_string(),
+        Err(e) => format!("errno-{e}"),
+        Ok(_) => "escaped".to_string(),
+    });
+    out.push(match client.open("public", libc::O_RDONLY, 0) {
+        Ok(Opened::File(_)) => "public".to_string(),
+        Ok(_) => "not-a-file".to_string(),
+        Err(e) => format!("errno-{e}"),
+    });
+    println!("{}", out.join(" "));
     Ok(())
 }

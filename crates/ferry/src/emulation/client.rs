@@ -101,11 +101,40 @@ impl Client {
     }
 
     fn call(&self, op: u32, body: Vec<u8>) -> Result<(Vec<u8>, Vec<Item>), Errno> {
-        let (mut rx, tx) = port().map_err(|_| libc::EIO)?;
-        drop(tx);
-        let once = rx.make_send_once().map_err(|_| libc::EIO)?;
-        self.server.send(Message::new(op).with_body(body).with_reply(once), Timeout::Infinite).map_err(|_| libc::EIO)?;
-        let mut m = rx.recv(Timeout::Infinite).map_err(|_| libc::EIO)?;
+        // One reply port per thread and process, kept between calls; each
+        // call makes a fresh send-once right, so a server that dies with
+        // the request unanswered is seen (`SendOnceDropped`), never waited
+        // for. A child after fork makes its own (the parent's is shared).
+        thread_local! {
+            static REPLY: std::cell::RefCell<Option<(u32, crate::port::ReceiveRight)>> = const { std::cell::RefCell::new(None) };
+        }
+        let pid = std::process::id();
+        REPLY.with(|cell| {
+            let mut slot = cell.borrow_mut();
+            if slot.as_ref().is_none_or(|(p, _)| *p != pid) {
+                let (rx, tx) = port().map_err(|_| libc::EIO)?;
+                drop(tx);
+                if let Some((_, old)) = slot.take() {
+                    // Inherited from the parent: only this process's copy
+                    // of the descriptors goes.
+                    drop(old);
+                }
+                *slot = Some((pid, rx));
+            }
+            let (_, rx) = slot.as_mut().expect("set above");
+            let once = rx.make_send_once().map_err(|_| libc::EIO)?;
+            self.server.send(Message::new(op).with_body(body).with_reply(once), Timeout::Infinite).map_err(|_| libc::EIO)?;
+            let m = rx.recv(Timeout::Infinite);
+            if m.is_err() {
+                // A port in an unknown state is not reused.
+                *slot = None;
+            }
+            m.map_err(|_| libc::EIO)
+        })
+        .and_then(|m| Self::answer(m))
+    }
+
+    fn answer(mut m: Message) -> Result<(Vec<u8>, Vec<Item>), Errno> {
         let err = get_u32(m.body(), 0).ok_or(libc::EIO)? as i32;
         if err != 0 {
             return Err(err);

@@ -204,7 +204,15 @@ fn env() -> Result<&'static Env, Skip> {
         std::env::set_var(ferry::emulation::ENV_ROOT, &dir);
         std::env::set_var(ferry::emulation::ENV_FD, inherited.as_fd().as_raw_fd().to_string());
         std::mem::forget(inherited);
-        std::thread::spawn(move || while srv.serve(Timeout::After(Duration::from_secs(1))) {});
+        // The server thread runs wherever the scheduler puts it, not on the
+        // CPU of the round that happened to start it.
+        // (The round's thread may be pinned: every CPU is offered, and the
+        // kernel keeps those the process may use.)
+        let cpus: Vec<usize> = (0..rustix::thread::CpuSet::MAX_CPU).collect();
+        std::thread::spawn(move || {
+            let _ = crate::pin::unpin(&cpus);
+            while srv.serve(Timeout::After(Duration::from_secs(1))) {}
+        });
         let lib = match library() {
             Some(p) => load(&p),
             None => Err("libferry_emul.so not found beside ferry-bench (build ferry-emul) nor at $FERRY_EMUL_LIB".into()),

@@ -135,53 +135,63 @@ fn passed(fd: c_int) -> c_int {
 /// `open(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn open(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     emul_open(libc::AT_FDCWD, path, flags, mode).unwrap_or_else(|| passed(unsafe { real::open()(path, flags, mode) }))
 }
 /// `open64(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn open64(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     emul_open(libc::AT_FDCWD, path, flags, mode).unwrap_or_else(|| passed(unsafe { real::open64()(path, flags, mode) }))
 }
 /// The fortified `open`.
 #[no_mangle]
 pub unsafe extern "C" fn __open_2(path: *const c_char, flags: c_int) -> c_int {
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     emul_open(libc::AT_FDCWD, path, flags, 0).unwrap_or_else(|| passed(unsafe { real::__open_2()(path, flags) }))
 }
 /// The fortified `open64`.
 #[no_mangle]
 pub unsafe extern "C" fn __open64_2(path: *const c_char, flags: c_int) -> c_int {
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     emul_open(libc::AT_FDCWD, path, flags, 0).unwrap_or_else(|| passed(unsafe { real::__open64_2()(path, flags) }))
 }
 /// `openat(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn openat(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     emul_open(dirfd, path, flags, mode).unwrap_or_else(|| passed(unsafe { real::openat()(dirfd, path, flags, mode) }))
 }
 /// `openat64(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn openat64(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     emul_open(dirfd, path, flags, mode).unwrap_or_else(|| passed(unsafe { real::openat64()(dirfd, path, flags, mode) }))
 }
 /// The fortified `openat`.
 #[no_mangle]
 pub unsafe extern "C" fn __openat_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     emul_open(dirfd, path, flags, 0).unwrap_or_else(|| passed(unsafe { real::__openat_2()(dirfd, path, flags) }))
 }
 /// The fortified `openat64`.
 #[no_mangle]
 pub unsafe extern "C" fn __openat64_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     emul_open(dirfd, path, flags, 0).unwrap_or_else(|| passed(unsafe { real::__openat64_2()(dirfd, path, flags) }))
 }
 /// `creat(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn creat(path: *const c_char, mode: mode_t) -> c_int {
     let flags = libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC;
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     emul_open(libc::AT_FDCWD, path, flags, mode).unwrap_or_else(|| passed(unsafe { real::creat()(path, mode) }))
 }
 /// `creat64(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn creat64(path: *const c_char, mode: mode_t) -> c_int {
     let flags = libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC;
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     emul_open(libc::AT_FDCWD, path, flags, mode).unwrap_or_else(|| passed(unsafe { real::creat64()(path, mode) }))
 }
 
@@ -295,11 +305,13 @@ fn emul_fopen(path: *const c_char, mode: *const c_char) -> Option<*mut FILE> {
 /// `fopen(3)`.
 #[no_mangle]
 pub unsafe extern "C" fn fopen(path: *const c_char, mode: *const c_char) -> *mut FILE {
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     emul_fopen(path, mode).unwrap_or_else(|| unsafe { real::fopen()(path, mode) })
 }
 /// `fopen64(3)`.
 #[no_mangle]
 pub unsafe extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *mut FILE {
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     emul_fopen(path, mode).unwrap_or_else(|| unsafe { real::fopen64()(path, mode) })
 }
 /// `fdopen(3)`.
@@ -308,6 +320,7 @@ pub unsafe extern "C" fn fdopen(fd: c_int, mode: *const c_char) -> *mut FILE {
     if state::get(fd).is_some() {
         return cookie_file(fd, mode);
     }
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { real::fdopen()(fd, mode) }
 }
 
@@ -321,14 +334,17 @@ pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t
         let s = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), n) };
         return ret_size(f.read(s));
     }
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { real::read()(fd, buf, n) }
 }
 /// The fortified `read`.
 #[no_mangle]
 pub unsafe extern "C" fn __read_chk(fd: c_int, buf: *mut c_void, n: size_t, buflen: size_t) -> ssize_t {
     if state::get(fd).is_some() && n <= buflen {
+        // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
         return unsafe { read(fd, buf, n) };
     }
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { real::__read_chk()(fd, buf, n, buflen) }
 }
 
@@ -341,21 +357,25 @@ unsafe fn pread_impl(fd: c_int, buf: *mut c_void, n: size_t, off: off_t) -> Opti
 /// `pread(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn pread(fd: c_int, buf: *mut c_void, n: size_t, off: off_t) -> ssize_t {
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { pread_impl(fd, buf, n, off).unwrap_or_else(|| real::pread()(fd, buf, n, off)) }
 }
 /// `pread64(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn pread64(fd: c_int, buf: *mut c_void, n: size_t, off: off_t) -> ssize_t {
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { pread_impl(fd, buf, n, off).unwrap_or_else(|| real::pread64()(fd, buf, n, off)) }
 }
 /// The fortified `pread`.
 #[no_mangle]
 pub unsafe extern "C" fn __pread_chk(fd: c_int, buf: *mut c_void, n: size_t, off: off_t, l: size_t) -> ssize_t {
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { pread_impl(fd, buf, n.min(l), off).unwrap_or_else(|| real::__pread_chk()(fd, buf, n, off, l)) }
 }
 /// The fortified `pread64`.
 #[no_mangle]
 pub unsafe extern "C" fn __pread64_chk(fd: c_int, buf: *mut c_void, n: size_t, off: off_t, l: size_t) -> ssize_t {
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { pread_impl(fd, buf, n.min(l), off).unwrap_or_else(|| real::__pread64_chk()(fd, buf, n, off, l)) }
 }
 
@@ -367,6 +387,7 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssiz
         let s = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), n) };
         return ret_size(f.write(s));
     }
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { real::write()(fd, buf, n) }
 }
 
@@ -379,11 +400,13 @@ unsafe fn pwrite_impl(fd: c_int, buf: *const c_void, n: size_t, off: off_t) -> O
 /// `pwrite(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn pwrite(fd: c_int, buf: *const c_void, n: size_t, off: off_t) -> ssize_t {
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { pwrite_impl(fd, buf, n, off).unwrap_or_else(|| real::pwrite()(fd, buf, n, off)) }
 }
 /// `pwrite64(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn pwrite64(fd: c_int, buf: *const c_void, n: size_t, off: off_t) -> ssize_t {
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { pwrite_impl(fd, buf, n, off).unwrap_or_else(|| real::pwrite64()(fd, buf, n, off)) }
 }
 
@@ -395,7 +418,7 @@ unsafe fn vector(
     off: Option<i64>,
     mut op: impl FnMut(*mut u8, usize, Option<i64>) -> Result<usize, Errno>,
 ) -> ssize_t {
-    if cnt < 0 || cnt > libc::UIO_MAXIOV {
+    if !(0..=libc::UIO_MAXIOV).contains(&cnt) {
         set_errno(libc::EINVAL);
         return -1;
     }
@@ -422,6 +445,7 @@ unsafe fn vector(
 
 unsafe fn readv_impl(fd: c_int, iov: *const libc::iovec, cnt: c_int, off: Option<i64>) -> Option<ssize_t> {
     let (f, _b) = emulated(fd)?;
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     Some(unsafe {
         vector(iov, cnt, off, |p, n, o| {
             // SAFETY: one of the caller's buffers.
@@ -435,6 +459,7 @@ unsafe fn readv_impl(fd: c_int, iov: *const libc::iovec, cnt: c_int, off: Option
 }
 unsafe fn writev_impl(fd: c_int, iov: *const libc::iovec, cnt: c_int, off: Option<i64>) -> Option<ssize_t> {
     let (f, _b) = emulated(fd)?;
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     Some(unsafe {
         vector(iov, cnt, off, |p, n, o| {
             // SAFETY: one of the caller's buffers.
@@ -458,51 +483,61 @@ fn at(off: off_t) -> Option<i64> {
 /// `readv(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn readv(fd: c_int, iov: *const libc::iovec, cnt: c_int) -> ssize_t {
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { readv_impl(fd, iov, cnt, None).unwrap_or_else(|| real::readv()(fd, iov, cnt)) }
 }
 /// `writev(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, cnt: c_int) -> ssize_t {
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { writev_impl(fd, iov, cnt, None).unwrap_or_else(|| real::writev()(fd, iov, cnt)) }
 }
 /// `preadv(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn preadv(fd: c_int, iov: *const libc::iovec, cnt: c_int, off: off_t) -> ssize_t {
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { readv_impl(fd, iov, cnt, Some(off)).unwrap_or_else(|| real::preadv()(fd, iov, cnt, off)) }
 }
 /// `preadv64(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn preadv64(fd: c_int, iov: *const libc::iovec, cnt: c_int, off: off_t) -> ssize_t {
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { readv_impl(fd, iov, cnt, Some(off)).unwrap_or_else(|| real::preadv64()(fd, iov, cnt, off)) }
 }
 /// `pwritev(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn pwritev(fd: c_int, iov: *const libc::iovec, cnt: c_int, off: off_t) -> ssize_t {
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { writev_impl(fd, iov, cnt, Some(off)).unwrap_or_else(|| real::pwritev()(fd, iov, cnt, off)) }
 }
 /// `pwritev64(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn pwritev64(fd: c_int, iov: *const libc::iovec, cnt: c_int, off: off_t) -> ssize_t {
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { writev_impl(fd, iov, cnt, Some(off)).unwrap_or_else(|| real::pwritev64()(fd, iov, cnt, off)) }
 }
 /// `preadv2(2)` (flags are hints and are ignored for emulated files).
 #[no_mangle]
 pub unsafe extern "C" fn preadv2(fd: c_int, iov: *const libc::iovec, cnt: c_int, off: off_t, fl: c_int) -> ssize_t {
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { readv_impl(fd, iov, cnt, at(off)).unwrap_or_else(|| real::preadv2()(fd, iov, cnt, off, fl)) }
 }
 /// `preadv64v2(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn preadv64v2(fd: c_int, iov: *const libc::iovec, cnt: c_int, off: off_t, fl: c_int) -> ssize_t {
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { readv_impl(fd, iov, cnt, at(off)).unwrap_or_else(|| real::preadv64v2()(fd, iov, cnt, off, fl)) }
 }
 /// `pwritev2(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn pwritev2(fd: c_int, iov: *const libc::iovec, cnt: c_int, off: off_t, fl: c_int) -> ssize_t {
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { writev_impl(fd, iov, cnt, at(off)).unwrap_or_else(|| real::pwritev2()(fd, iov, cnt, off, fl)) }
 }
 /// `pwritev64v2(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn pwritev64v2(fd: c_int, iov: *const libc::iovec, cnt: c_int, off: off_t, fl: c_int) -> ssize_t {
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { writev_impl(fd, iov, cnt, at(off)).unwrap_or_else(|| real::pwritev64v2()(fd, iov, cnt, off, fl)) }
 }
 
@@ -519,11 +554,13 @@ fn lseek_impl(fd: c_int, off: off_t, whence: c_int) -> Option<off_t> {
 /// `lseek(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn lseek(fd: c_int, off: off_t, whence: c_int) -> off_t {
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     lseek_impl(fd, off, whence).unwrap_or_else(|| unsafe { real::lseek()(fd, off, whence) })
 }
 /// `lseek64(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn lseek64(fd: c_int, off: off_t, whence: c_int) -> off_t {
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     lseek_impl(fd, off, whence).unwrap_or_else(|| unsafe { real::lseek64()(fd, off, whence) })
 }
 
@@ -533,6 +570,7 @@ pub unsafe extern "C" fn ftruncate(fd: c_int, len: off_t) -> c_int {
     if let Some((f, _b)) = emulated(fd) {
         return ret_int(f.truncate(len));
     }
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { real::ftruncate()(fd, len) }
 }
 /// `ftruncate64(2)`.
@@ -541,6 +579,7 @@ pub unsafe extern "C" fn ftruncate64(fd: c_int, len: off_t) -> c_int {
     if let Some((f, _b)) = emulated(fd) {
         return ret_int(f.truncate(len));
     }
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { real::ftruncate64()(fd, len) }
 }
 /// `fsync(2)`.
@@ -549,6 +588,7 @@ pub unsafe extern "C" fn fsync(fd: c_int) -> c_int {
     if let Some((f, _b)) = emulated(fd) {
         return ret_int(f.fsync());
     }
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { real::fsync()(fd) }
 }
 /// `fdatasync(2)`.
@@ -557,6 +597,7 @@ pub unsafe extern "C" fn fdatasync(fd: c_int) -> c_int {
     if let Some((f, _b)) = emulated(fd) {
         return ret_int(f.fsync());
     }
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { real::fdatasync()(fd) }
 }
 
@@ -570,6 +611,7 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
         // descriptor in this process does.
         drop(state::take(fd));
     }
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { real::close()(fd) }
 }
 /// `close_range(2)`.
@@ -584,6 +626,7 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
             }
         }
     }
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { real::close_range()(first, last, flags) }
 }
 
@@ -602,11 +645,13 @@ fn duplicated(old: c_int, new: c_int) -> c_int {
 /// `dup(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     duplicated(fd, unsafe { real::dup()(fd) })
 }
 /// `dup2(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     let r = unsafe { real::dup2()(old, new) };
     if r >= 0 && old != new {
         let _b = enter();
@@ -618,6 +663,7 @@ pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
 /// `dup3(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     let r = unsafe { real::dup3()(old, new, flags) };
     if r >= 0 {
         let _b = enter();
@@ -660,6 +706,7 @@ pub unsafe extern "C" fn copy_file_range(i: c_int, io: *mut i64, o: c_int, oo: *
     if kernel_copy_refused(i, o) {
         return -1;
     }
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { real::copy_file_range()(i, io, o, oo, n, fl) }
 }
 /// `sendfile(2)`.
@@ -669,6 +716,7 @@ pub unsafe extern "C" fn sendfile(o: c_int, i: c_int, off: *mut off_t, n: size_t
         set_errno(libc::EINVAL);
         return -1;
     }
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { real::sendfile()(o, i, off, n) }
 }
 /// `sendfile64(2)`.
@@ -678,6 +726,7 @@ pub unsafe extern "C" fn sendfile64(o: c_int, i: c_int, off: *mut off_t, n: size
         set_errno(libc::EINVAL);
         return -1;
     }
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { real::sendfile64()(o, i, off, n) }
 }
 /// `splice(2)`.
@@ -687,6 +736,7 @@ pub unsafe extern "C" fn splice(i: c_int, io: *mut i64, o: c_int, oo: *mut i64, 
         set_errno(libc::EINVAL);
         return -1;
     }
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { real::splice()(i, io, o, oo, n, fl) }
 }
 
@@ -736,21 +786,25 @@ fn stat_impl(dirfd: c_int, path: *const c_char, out: *mut libc::stat, nofollow: 
 /// `stat(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn stat(path: *const c_char, out: *mut libc::stat) -> c_int {
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     stat_impl(libc::AT_FDCWD, path, out, false).unwrap_or_else(|| unsafe { real::stat()(path, out) })
 }
 /// `stat64(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn stat64(path: *const c_char, out: *mut libc::stat) -> c_int {
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     stat_impl(libc::AT_FDCWD, path, out, false).unwrap_or_else(|| unsafe { real::stat64()(path, out) })
 }
 /// `lstat(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn lstat(path: *const c_char, out: *mut libc::stat) -> c_int {
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     stat_impl(libc::AT_FDCWD, path, out, true).unwrap_or_else(|| unsafe { real::lstat()(path, out) })
 }
 /// `lstat64(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn lstat64(path: *const c_char, out: *mut libc::stat) -> c_int {
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     stat_impl(libc::AT_FDCWD, path, out, true).unwrap_or_else(|| unsafe { real::lstat64()(path, out) })
 }
 fn fstatat_impl(dirfd: c_int, path: *const c_char, out: *mut libc::stat, flags: c_int) -> Option<c_int> {
@@ -765,40 +819,47 @@ fn fstatat_impl(dirfd: c_int, path: *const c_char, out: *mut libc::stat, flags: 
 /// `fstatat(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn fstatat(dirfd: c_int, path: *const c_char, out: *mut libc::stat, flags: c_int) -> c_int {
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     fstatat_impl(dirfd, path, out, flags).unwrap_or_else(|| unsafe { real::fstatat()(dirfd, path, out, flags) })
 }
 /// `fstatat64(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn fstatat64(dirfd: c_int, path: *const c_char, out: *mut libc::stat, flags: c_int) -> c_int {
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     fstatat_impl(dirfd, path, out, flags).unwrap_or_else(|| unsafe { real::fstatat64()(dirfd, path, out, flags) })
 }
 
 /// `unlink(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn unlink(path: *const c_char) -> c_int {
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     by_name(libc::AT_FDCWD, path, |c, r| c.unlink(r, false)).unwrap_or_else(|| unsafe { real::unlink()(path) })
 }
 /// `unlinkat(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn unlinkat(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
     let dir = flags & libc::AT_REMOVEDIR != 0;
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     by_name(dirfd, path, |c, r| c.unlink(r, dir)).unwrap_or_else(|| unsafe { real::unlinkat()(dirfd, path, flags) })
 }
 /// `rmdir(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn rmdir(path: *const c_char) -> c_int {
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     by_name(libc::AT_FDCWD, path, |c, r| c.unlink(r, true)).unwrap_or_else(|| unsafe { real::rmdir()(path) })
 }
 /// `mkdir(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn mkdir(path: *const c_char, mode: mode_t) -> c_int {
     let m = mode & 0o7777 & !current_umask();
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     by_name(libc::AT_FDCWD, path, |c, r| c.mkdir(r, m)).unwrap_or_else(|| unsafe { real::mkdir()(path, mode) })
 }
 /// `mkdirat(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn mkdirat(dirfd: c_int, path: *const c_char, mode: mode_t) -> c_int {
     let m = mode & 0o7777 & !current_umask();
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     by_name(dirfd, path, |c, r| c.mkdir(r, m)).unwrap_or_else(|| unsafe { real::mkdirat()(dirfd, path, mode) })
 }
 
@@ -819,11 +880,13 @@ fn rename_impl(fd1: c_int, p1: *const c_char, fd2: c_int, p2: *const c_char) -> 
 /// `rename(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn rename(a: *const c_char, b: *const c_char) -> c_int {
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     rename_impl(libc::AT_FDCWD, a, libc::AT_FDCWD, b).unwrap_or_else(|| unsafe { real::rename()(a, b) })
 }
 /// `renameat(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn renameat(d1: c_int, a: *const c_char, d2: c_int, b: *const c_char) -> c_int {
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     rename_impl(d1, a, d2, b).unwrap_or_else(|| unsafe { real::renameat()(d1, a, d2, b) })
 }
 /// `renameat2(2)`: without flags through the server; with flags (no
@@ -835,12 +898,14 @@ pub unsafe extern "C" fn renameat2(d1: c_int, a: *const c_char, d2: c_int, b: *c
             return r;
         }
     }
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { real::renameat2()(d1, a, d2, b, fl) }
 }
 
 /// `chdir(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn chdir(path: *const c_char) -> c_int {
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     let r = unsafe { real::chdir()(path) };
     state::cwd_changed();
     r
@@ -848,6 +913,7 @@ pub unsafe extern "C" fn chdir(path: *const c_char) -> c_int {
 /// `fchdir(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn fchdir(fd: c_int) -> c_int {
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     let r = unsafe { real::fchdir()(fd) };
     state::cwd_changed();
     r
@@ -870,30 +936,35 @@ fn before_exec() {
 #[no_mangle]
 pub unsafe extern "C" fn execve(p: *const c_char, a: *const *const c_char, e: *const *const c_char) -> c_int {
     before_exec();
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { real::execve()(p, a, e) }
 }
 /// `execv(3)`.
 #[no_mangle]
 pub unsafe extern "C" fn execv(p: *const c_char, a: *const *const c_char) -> c_int {
     before_exec();
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { real::execv()(p, a) }
 }
 /// `execvp(3)`.
 #[no_mangle]
 pub unsafe extern "C" fn execvp(p: *const c_char, a: *const *const c_char) -> c_int {
     before_exec();
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { real::execvp()(p, a) }
 }
 /// `execvpe(3)`.
 #[no_mangle]
 pub unsafe extern "C" fn execvpe(p: *const c_char, a: *const *const c_char, e: *const *const c_char) -> c_int {
     before_exec();
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { real::execvpe()(p, a, e) }
 }
 /// `fexecve(3)`.
 #[no_mangle]
 pub unsafe extern "C" fn fexecve(fd: c_int, a: *const *const c_char, e: *const *const c_char) -> c_int {
     before_exec();
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { real::fexecve()(fd, a, e) }
 }
 /// `posix_spawn(3)`.
@@ -907,6 +978,7 @@ pub unsafe extern "C" fn posix_spawn(
     e: *const *mut c_char,
 ) -> c_int {
     before_exec();
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { real::posix_spawn()(pid, p, fa, at, a, e) }
 }
 /// `posix_spawnp(3)`.
@@ -920,5 +992,6 @@ pub unsafe extern "C" fn posix_spawnp(
     e: *const *mut c_char,
 ) -> c_int {
     before_exec();
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { real::posix_spawnp()(pid, p, fa, at, a, e) }
 }

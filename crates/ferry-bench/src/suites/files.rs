@@ -365,7 +365,10 @@ fn native(run: &mut Run<'_>) -> Result<(), Skip> {
 }
 
 /// Segment I/O through `sg`, on a file opened through the server.
-fn with_sg(run: &mut Run<'_>, sg: &dyn Fn(u64, u64, &mut [u8], bool) -> Result<usize, i32>) -> Result<(), Skip> {
+/// A segment read or write: (open file, offset, buffer, write?) → bytes.
+type SegmentIo<'a> = &'a dyn Fn(u64, u64, &mut [u8], bool) -> Result<usize, i32>;
+
+fn with_sg(run: &mut Run<'_>, sg: SegmentIo<'_>) -> Result<(), Skip> {
     let e = env()?;
     let write = run.case.name == "write";
     let (name, size) = file_for(run, write);

@@ -131,7 +131,7 @@ impl Client {
             }
             m.map_err(|_| libc::EIO)
         })
-        .and_then(|m| Self::answer(m))
+        .and_then(Self::answer)
     }
 
     fn answer(mut m: Message) -> Result<(Vec<u8>, Vec<Item>), Errno> {

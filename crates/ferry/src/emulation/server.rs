@@ -228,11 +228,10 @@ impl EmulServer {
             };
             match ev {
                 Event::Message(id, mut m) if id == self.main => self.handle(&mut m),
-                Event::NoSenders(id) if id == self.main => {
-                    if self.files.is_empty() {
-                        return false;
-                    }
-                }
+                // Nobody can ask any more: done once no open file is left
+                // either (else when the last hold goes, below).
+                Event::NoSenders(id) if id == self.main && self.files.is_empty() => return false,
+                Event::NoSenders(id) if id == self.main => {}
                 Event::NoSenders(id) => {
                     self.set.remove(id);
                     if let Some((fid, uid)) = self.files.remove(&id) {

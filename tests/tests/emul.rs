@@ -601,3 +601,47 @@ fn emul_another_user_reaches_neither_unreadable_files_nor_others_open_files() {
         let _ = std::fs::remove_dir_all(&dir);
     });
 }
+
+#[test]
+fn process_port_reads_and_writes_memory_takes_a_right_and_sees_death() {
+    watchdog("process_port_reads_and_writes_memory_takes_a_right_and_sees_death", Duration::from_secs(60), || {
+        use ferry::process::ProcessPort;
+        use ferry::Message;
+        use std::io::{BufRead, Write};
+        let (mut rx, tx) = ferry::port().unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_ferry-peer"))
+            .arg("process-target")
+            .pass_right(&tx)
+            .unwrap()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(tx);
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        let addr = usize::from_str_radix(line.trim(), 16).unwrap();
+        let port = ProcessPort::open(child.id() as i32).unwrap();
+        assert!(!port.is_dead());
+        let mut seen = [0u8; 16];
+        assert_eq!(port.read_memory(addr, &mut seen).unwrap(), 16);
+        assert_eq!(&seen, b"original-bytes!!");
+        assert_eq!(port.write_memory(addr, b"changed-by-port!").unwrap(), 16);
+        // A right the process holds, taken through its port.
+        let taken = port.take_right(ferry::spawn::INHERITED_FD).unwrap();
+        taken.send(Message::new(7), Timeout::Infinite).unwrap();
+        assert_eq!(rx.recv(Timeout::After(Duration::from_secs(10))).unwrap().op(), 7);
+        // Anything that is not a send right is refused.
+        assert!(port.take_right(0).is_err(), "standard input is not a send right");
+        let mut stdin = child.stdin.take().unwrap();
+        writeln!(stdin).unwrap();
+        line.clear();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "changed-by-port!", "the process did not see the write");
+        drop(stdin);
+        assert!(child.wait().unwrap().success());
+        assert!(port.wait_dead(10_000), "the port did not report the exit");
+        assert!(port.is_dead());
+    });
+}

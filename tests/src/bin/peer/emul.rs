@@ -16,6 +16,7 @@ pub fn run(role: &str, args: &[String]) -> Outcome {
         "emul-server" => Some(server(args)),
         "emul-token-dies" => Some(token_dies(args)),
         "emul-other-user" => Some(other_user(args)),
+        "process-target" => Some(process_target()),
         _ => None,
     }
 }
@@ -123,5 +124,27 @@ fn other_user(args: &[String]) -> Res {
         Err(e) => format!("errno-{e}"),
     });
     println!("{}", out.join(" "));
+    Ok(())
+}
+
+/// `process-target`: the process a process port is pointed at. Prints the
+/// address of a 16-byte buffer, waits for a line on standard input, prints
+/// the buffer as it is then (another process may have written it), and
+/// exits at end of input. A right passed with `pass_right` stays at its
+/// descriptor, for the other side to take.
+fn process_target() -> Res {
+    use std::io::BufRead;
+    let buf: &'static mut [u8; 16] = Box::leak(Box::new(*b"original-bytes!!"));
+    println!("{:x}", buf.as_ptr() as usize);
+    std::io::stdout().flush()?;
+    let mut line = String::new();
+    std::io::stdin().lock().read_line(&mut line)?;
+    // SAFETY: reads our own buffer; volatile because another process wrote
+    // it behind the compiler's back.
+    let now: [u8; 16] = unsafe { std::ptr::read_volatile(buf as *const [u8; 16]) };
+    println!("{}", String::from_utf8_lossy(&now));
+    std::io::stdout().flush()?;
+    line.clear();
+    std::io::stdin().lock().read_line(&mut line)?;
     Ok(())
 }

@@ -274,6 +274,21 @@ with open(os.path.join(d, "out.txt"), "r+b") as f:
     f.seek(-4, 2)
     tail = f.read()
     f.truncate(1000)
+import mmap, fcntl
+with open(os.path.join(d, "out.txt"), "rb") as f:
+    m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    mapped = m[:12]
+    m.close()
+fd = os.open(os.path.join(d, "out.txt"), os.O_RDONLY)
+fd2 = os.dup(fd)
+first = os.read(fd, 5)
+os.dup2(fd2, 50)
+after_dup = os.read(50, 5)
+flags = fcntl.fcntl(fd2, fcntl.F_GETFL) & os.O_ACCMODE
+os.close(fd); os.close(fd2)
+after_close = os.read(50, 5)
+os.close(50)
+print(mapped, first, after_dup, after_close, flags)
 os.rename(os.path.join(d, "out.txt"), os.path.join(d, "renamed.txt"))
 st = os.stat(os.path.join(d, "renamed.txt"))
 os.mkdir(os.path.join(d, "newdir"))

@@ -660,3 +660,61 @@ fn process_port_reads_and_writes_memory_takes_a_right_and_sees_death() {
         assert!(port.is_dead());
     });
 }
+
+const PY_HOLDS: &str = r#"
+import os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY)
+first = os.read(fd, 4096)
+print("ready", flush=True)
+sys.stdin.readline()
+print(len(first), os.pread(fd, 10, 500000), os.read(fd, 10), os.lseek(fd, 0, os.SEEK_END), flush=True)
+"#;
+
+const PY_TRUNCATES: &str = r#"
+import os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+os.ftruncate(fd, 100)
+print(os.fstat(fd).st_size)
+"#;
+
+#[test]
+fn emul_truncation_through_another_open_file_never_faults_a_reader() {
+    if !have("python3", "emul_truncation_through_another_open_file_never_faults_a_reader") {
+        return;
+    }
+    watchdog("emul_truncation_through_another_open_file_never_faults_a_reader", Duration::from_secs(60), || {
+        use std::io::{BufRead, Write};
+        let dir = scratch("truncate");
+        std::fs::write(dir.join("f"), noise(1 << 20, 9)).unwrap();
+        std::fs::write(dir.join("holds.py"), PY_HOLDS).unwrap();
+        std::fs::write(dir.join("truncates.py"), PY_TRUNCATES).unwrap();
+        let srv = Served::new(&dir);
+        // A reader with the file's first window mapped and its size known...
+        let mut reader = srv
+            .command("python3")
+            .arg(dir.join("holds.py"))
+            .arg(dir.join("f"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = std::io::BufReader::new(reader.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "ready");
+        // ...then another process, with its own open file, cuts the file.
+        let cut = srv.run("python3", &[s(&dir.join("truncates.py")), s(&dir.join("f"))]);
+        assert_eq!(String::from_utf8_lossy(&cut.stdout).trim(), "100");
+        writeln!(reader.stdin.take().unwrap()).unwrap();
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+        let status = reader.wait().unwrap();
+        assert!(status.success(), "the reader died ({status}) reading past the new end");
+        // Bytes past the new end are gone, as natively (no fault).
+        assert_eq!(rest.trim(), "4096 b'' b'' 100");
+        let (stats, open) = srv.finish();
+        assert!(stats.callbacks >= 1, "the reader's token was not called back: {stats:?}");
+        assert_eq!(open, 0);
+        let _ = std::fs::remove_dir_all(&dir);
+    });
+}

@@ -245,7 +245,8 @@ impl File {
         Ok(n)
     }
 
-    /// `pread(2)`: the offset is not used, so neither is the token.
+    /// `pread(2)`: the offset is not used, but the token is held for the
+    /// size.
     pub fn pread(&self, buf: &mut [u8], pos: i64) -> Result<usize, Errno> {
         if !self.readable {
             return Err(libc::EBADF);
@@ -253,6 +254,8 @@ impl File {
         if pos < 0 {
             return Err(libc::EINVAL);
         }
+        // The token keeps the size from shrinking under the copy.
+        let _t = self.token()?;
         self.copy_out(pos as u64, buf)
     }
 
@@ -328,11 +331,10 @@ impl File {
         if len < 0 {
             return Err(libc::EINVAL);
         }
-        let _t = self.token()?;
+        // Not under the token: the server calls back the token of every
+        // open file of this file (this one too) and sets their sizes.
         let e = state::emul().ok_or(libc::EIO)?;
-        e.client.truncate(self.id, len as u64)?;
-        self.page.set_size(len as u64);
-        Ok(())
+        e.client.truncate(self.id, len as u64)
     }
 
     /// `fsync(2)`, by the server.

@@ -175,6 +175,18 @@ impl TokenPage {
         }
     }
 
+    /// Frees a token `pid` holds active (the server, after calling it back
+    /// to change the file under every holder), waking waiters.
+    pub(crate) fn release(&self, pid: i32) {
+        if let Ok(old) = self.token().compare_exchange(word(ACTIVE, pid), word(FREE, 0), Ordering::AcqRel, Ordering::Acquire)
+            .or_else(|_| self.token().compare_exchange(word(ACTIVE, pid) | WANTED, word(FREE, 0), Ordering::AcqRel, Ordering::Acquire))
+        {
+            if old & WANTED != 0 {
+                let _ = futex::wake(self.token());
+            }
+        }
+    }
+
     /// Gives up a passive token `pid` holds (on its last close).
     pub fn give_up(&self, pid: i32) {
         let _ = self.token().compare_exchange(word(PASSIVE, pid), word(FREE, 0), Ordering::AcqRel, Ordering::Acquire);

@@ -62,6 +62,8 @@ struct OpenFile {
     file: OwnedFd,
     page: Arc<TokenPage>,
     uid: u32,
+    /// (device, inode): other open files of the same file.
+    identity: (u64, u64),
 }
 
 /// The open files by id, shared with [`Handler`]s.
@@ -326,11 +328,46 @@ impl EmulServer {
         let id = get_u64(body, 0).ok_or(Errno::INVAL)?;
         let f = lookup(&self.table, id, who.uid)?;
         if op == OP_EMUL_FSYNC {
-            rustix::fs::fsync(&f.file)
-        } else {
-            let len = get_u64(body, 8).ok_or(Errno::INVAL)?;
-            rustix::fs::ftruncate(&f.file, len)
+            return rustix::fs::fsync(&f.file);
         }
+        let len = get_u64(body, 8).ok_or(Errno::INVAL)?;
+        // Every open file of this file (this one included: after a fork
+        // others may share it) may be reading through a window the bytes
+        // about to go. Their tokens are called back first (the server waits
+        // for an active holder to finish its call: holders never wait for
+        // the server while active), their sizes set, and the tokens left
+        // free, so that no holder copies from beyond the new end (which
+        // would fault) or misses the new size.
+        let me = std::process::id() as i32;
+        let all: Vec<Arc<OpenFile>> = self
+            .table
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .filter(|o| o.identity == f.identity)
+            .cloned()
+            .collect();
+        let mut recalled = Vec::new();
+        let mut result = Ok(());
+        for o in &all {
+            match hand_token(&o.page, &self.holders, &self.counters, me) {
+                Ok(()) => recalled.push(o),
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        if result.is_ok() {
+            result = rustix::fs::ftruncate(&f.file, len);
+        }
+        for o in recalled {
+            if result.is_ok() {
+                o.page.set_size(len);
+            }
+            o.page.release(me);
+        }
+        result
     }
 
     fn open(&mut self, who: Asker, body: &[u8]) -> Res<(Vec<u8>, Vec<Item>)> {
@@ -351,7 +388,8 @@ impl EmulServer {
             put_u64(&mut out, 0);
             return Ok((out, vec![Item::Send(envelope)]));
         }
-        let size = rustix::fs::fstat(&fd)?.st_size as u64;
+        let st = rustix::fs::fstat(&fd)?;
+        let (size, identity) = (st.st_size as u64, (st.st_dev as u64, st.st_ino as u64));
         let memfd = crate::sys::mem::memfd("ferry-emul-token", PAGE_LEN as u64)?;
         let page = Arc::new(TokenPage::map(memfd.as_fd()).map_err(|_| Errno::NOMEM)?);
         page.init(who.pid, size);
@@ -363,7 +401,7 @@ impl EmulServer {
         let member = self.set.insert(hold_rx);
         let id = self.next_id;
         self.next_id += 1;
-        self.table.lock().unwrap_or_else(|e| e.into_inner()).insert(id, Arc::new(OpenFile { file: fd, page, uid: who.uid }));
+        self.table.lock().unwrap_or_else(|e| e.into_inner()).insert(id, Arc::new(OpenFile { file: fd, page, uid: who.uid, identity }));
         self.files.insert(member, (id, who.uid));
         *self.per_user.entry(who.uid).or_default() += 1;
         put_u32(&mut out, 0);

@@ -718,3 +718,55 @@ fn emul_truncation_through_another_open_file_never_faults_a_reader() {
         let _ = std::fs::remove_dir_all(&dir);
     });
 }
+
+#[test]
+fn emul_server_answers_malformed_requests_with_errors_and_keeps_serving() {
+    watchdog("emul_server_answers_malformed_requests_with_errors_and_keeps_serving", Duration::from_secs(60), || {
+        use ferry::emulation::{Client, Opened};
+        use ferry::Message;
+        let dir = scratch("malformed");
+        std::fs::write(dir.join("f"), b"still here").unwrap();
+        let srv = Served::new(&dir);
+        let ops = [
+            ferry::emulation::OP_EMUL_OPEN,
+            ferry::emulation::OP_EMUL_STAT,
+            ferry::emulation::OP_EMUL_UNLINK,
+            ferry::emulation::OP_EMUL_RENAME,
+            ferry::emulation::OP_EMUL_MKDIR,
+            ferry::emulation::OP_EMUL_TOKEN,
+            ferry::emulation::OP_EMUL_TRUNCATE,
+            ferry::emulation::OP_EMUL_FSYNC,
+            ferry::emulation::OP_EMUL_SG_READ,
+            ferry::emulation::OP_EMUL_SG_WRITE,
+            0x7065_00ee,
+        ];
+        let (mut rx, _) = ferry::port().unwrap();
+        let mut seed = 0x1234_5678_9abc_def0u64;
+        for op in ops {
+            for len in [0usize, 1, 3, 4, 7, 8, 12, 15, 16, 19, 20, 24, 40] {
+                let mut body: Vec<u8> = noise(len, seed);
+                seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+                // Names and lengths that point nowhere sensible.
+                if len >= 4 && op == ferry::emulation::OP_EMUL_RENAME {
+                    body[..4].copy_from_slice(&u32::MAX.to_le_bytes());
+                }
+                let once = rx.make_send_once().unwrap();
+                srv.right().send(Message::new(op).with_body(body).with_reply(once), Timeout::Infinite).unwrap();
+                let reply = rx.recv(Timeout::After(Duration::from_secs(20))).expect("the server answers");
+                assert!(reply.body().len() >= 4, "op {op:#x} len {len}: a reply carries an errno");
+            }
+        }
+        // A request without a reply right is dropped, not fatal.
+        srv.right().send(Message::new(ferry::emulation::OP_EMUL_OPEN).with_body(b"xxxxxxxxf".to_vec()), Timeout::Infinite).unwrap();
+        let client = Client::new(srv.right().try_clone().unwrap());
+        let Ok(Opened::File(f)) = client.open("f", libc::O_RDONLY, 0) else { panic!("the server stopped serving") };
+        let mut buf = [0u8; 10];
+        assert_eq!(client.sg_read(f.id, 0, &mut buf), Ok(10));
+        assert_eq!(&buf, b"still here");
+        drop(f);
+        drop(client);
+        let (_, open) = srv.finish();
+        assert_eq!(open, 0);
+        let _ = std::fs::remove_dir_all(&dir);
+    });
+}

@@ -93,7 +93,7 @@ impl File {
     /// else a request to the server (which calls the token back).
     fn token(&self) -> Result<Token<'_>, Errno> {
         let pid = state::pid();
-        for _ in 0..1_000_000 {
+        for _ in 0..100_000 {
             if self.page.try_activate(pid) {
                 return Ok(Token { page: &self.page, pid });
             }
@@ -101,8 +101,12 @@ impl File {
                 TokenState::Active(p) if p == pid => self.page.wait_active(Duration::from_millis(10)),
                 _ => {
                     let e = state::emul().ok_or(libc::EIO)?;
-                    e.client.token(self.id)?;
-                    return Ok(Token { page: &self.page, pid });
+                    match e.client.token(self.id) {
+                        Ok(()) => return Ok(Token { page: &self.page, pid }),
+                        // The server has too many waits going: ask again.
+                        Err(libc::EAGAIN) => std::thread::sleep(Duration::from_millis(1)),
+                        Err(err) => return Err(err),
+                    }
                 }
             }
         }

@@ -25,6 +25,9 @@ use crate::timeout::Timeout;
 /// How long the server waits for an active token holder before answering
 /// `EDEADLK` (a holder is active only inside one library call).
 const ACTIVE_WAIT: Duration = Duration::from_secs(20);
+/// Most token requests handed on their own threads at once (beyond,
+/// `EAGAIN`).
+const MAX_WAITING: usize = 256;
 /// Most open files one user may hold at once.
 const OPEN_FILES_PER_USER: usize = 4096;
 
@@ -53,6 +56,8 @@ struct Counters {
     callbacks: AtomicU64,
     dead_holders: AtomicU64,
     file_ops: AtomicU64,
+    /// Token requests being handed on their own threads now.
+    waiting: std::sync::atomic::AtomicUsize,
 }
 
 /// One open file: the server's own descriptor (for `ftruncate`, `fsync`
@@ -278,11 +283,16 @@ impl EmulServer {
                 match self.token_page(who, &body) {
                     // The wait for an active holder runs on its own thread,
                     // so other clients are served meanwhile.
+                    // Threads waiting for active holders are bounded: a
+                    // client cannot make the server spawn without end.
+                    Ok(_) if self.counters.waiting.load(Ordering::Relaxed) >= MAX_WAITING => Err(Errno::AGAIN),
                     Ok(page) => {
+                        self.counters.waiting.fetch_add(1, Ordering::Relaxed);
                         let holders = self.holders.clone();
                         let counters = self.counters.clone();
                         std::thread::spawn(move || {
                             let r = hand_token(&page, &holders, &counters, who.pid);
+                            counters.waiting.fetch_sub(1, Ordering::Relaxed);
                             send_reply(reply, r.map(|()| (vec![], vec![])));
                         });
                         return;

@@ -770,3 +770,62 @@ fn emul_server_answers_malformed_requests_with_errors_and_keeps_serving() {
         let _ = std::fs::remove_dir_all(&dir);
     });
 }
+
+#[test]
+fn emul_server_in_its_own_process_keeps_no_descriptor_after_its_clients_die() {
+    if !have("python3", "emul_server_in_its_own_process_keeps_no_descriptor_after_its_clients_die") {
+        return;
+    }
+    watchdog("emul_server_in_its_own_process_keeps_no_descriptor_after_its_clients_die", Duration::from_secs(90), || {
+        let dir = scratch("leaks");
+        std::fs::write(dir.join("data"), noise(3 << 20, 4)).unwrap();
+        std::fs::write(dir.join("fork.py"), PY_FORK).unwrap();
+        std::fs::write(dir.join("forked"), b"0123456789abcdefghijABCDEFGHIJklmnopqrstKLMNOPQRST----------").unwrap();
+        let (mut rx, tx) = ferry::port().unwrap();
+        let server = Command::new(env!("CARGO_BIN_EXE_ferry-peer"))
+            .arg("emul-server")
+            .arg(&dir)
+            .pass_right(&tx)
+            .unwrap()
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(tx);
+        let mut m = rx.recv(Timeout::After(Duration::from_secs(30))).expect("server right");
+        let Some(Item::Send(right)) = m.take_items().pop() else { panic!("no right from the server") };
+        let run = |program: &str, args: &[&str]| {
+            let mut cmd = Command::new(program);
+            ferry::emulation::prepare_command(&mut cmd, &right, &dir, &library()).unwrap();
+            cmd.args(args).stdin(Stdio::null()).output().unwrap()
+        };
+        assert!(run("cat", &[s(&dir.join("data"))]).status.success());
+        assert!(run("python3", &[s(&dir.join("fork.py")), s(&dir.join("forked"))]).status.success());
+        // A client killed with files open and the token held passive.
+        let mut cmd = Command::new("python3");
+        ferry::emulation::prepare_command(&mut cmd, &right, &dir, &library()).unwrap();
+        let mut victim = cmd
+            .arg("-c")
+            .arg(format!("import os,sys; fd=os.open('{}', os.O_RDWR); os.read(fd, 10); print('ready', flush=True); sys.stdin.read()", s(&dir.join("data"))))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(victim.stdout.take().unwrap()), &mut line).unwrap();
+        assert_eq!(line.trim(), "ready");
+        victim.kill().unwrap();
+        victim.wait().unwrap();
+        // The commands hold copies of the right for the children they
+        // start: gone with them.
+        drop(cmd);
+        drop(right);
+        let out = server.wait_with_output().unwrap();
+        assert!(out.status.success());
+        let text = String::from_utf8_lossy(&out.stdout);
+        let words: Vec<&str> = text.split_whitespace().collect();
+        assert_eq!(words.len(), 6, "{text}");
+        assert_eq!(words[1], "0", "open files left in the server: {text}");
+        assert_eq!(words[3], words[5], "descriptors left in the server: {text}");
+        let _ = std::fs::remove_dir_all(&dir);
+    });
+}

@@ -230,7 +230,10 @@ impl EmulServer {
         loop {
             let ev = match self.set.wait(timeout) {
                 Ok(ev) => ev,
-                Err(crate::RecvError::Timeout) => return true,
+                Err(crate::RecvError::Timeout) => {
+                    self.holders.lock().expect("holders").retain(|_, p| !p.is_dead());
+                    return true;
+                }
                 Err(_) => return true,
             };
             match ev {
@@ -241,14 +244,25 @@ impl EmulServer {
                 Event::NoSenders(id) if id == self.main => {}
                 Event::NoSenders(id) => {
                     self.set.remove(id);
+                    // A closing client is a good moment to forget the
+                    // process ports of processes gone (a process's files
+                    // close before it is seen to exit, so some are kept
+                    // until a later look), and all of them once no open
+                    // file is left (no token to hand).
+                    let mut holders = self.holders.lock().expect("holders");
+                    holders.retain(|_, p| !p.is_dead());
+                    drop(holders);
                     if let Some((fid, uid)) = self.files.remove(&id) {
                         self.table.lock().unwrap_or_else(|e| e.into_inner()).remove(&fid);
                         if let Some(n) = self.per_user.get_mut(&uid) {
                             *n = n.saturating_sub(1);
                         }
                     }
-                    if self.files.is_empty() && self.set.port_mut(self.main).is_some_and(|p| p.senders_gone()) {
-                        return false;
+                    if self.files.is_empty() {
+                        self.holders.lock().expect("holders").clear();
+                        if self.set.port_mut(self.main).is_some_and(|p| p.senders_gone()) {
+                            return false;
+                        }
                     }
                 }
                 // A message on a hold, or a malformed one: ignored (the hold
@@ -404,7 +418,11 @@ impl EmulServer {
         let page = Arc::new(TokenPage::map(memfd.as_fd()).map_err(|_| Errno::NOMEM)?);
         page.init(who.pid, size);
         if let Ok(p) = ProcessPort::open(who.pid) {
-            self.holders.lock().expect("holders").insert(who.pid, p);
+            let mut holders = self.holders.lock().expect("holders");
+            if holders.len() >= 64 {
+                holders.retain(|_, p| !p.is_dead());
+            }
+            holders.insert(who.pid, p);
         }
         crate::sys::socket::send(a.as_fd(), &[IoSlice::new(b"f")], &[fd.as_fd(), memfd.as_fd()], true)?;
         let (hold_rx, hold) = port().map_err(|_| Errno::NOMEM)?;

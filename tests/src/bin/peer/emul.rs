@@ -29,9 +29,15 @@ fn server(args: &[String]) -> Res {
     let dir = args.first().ok_or("usage: emul-server DIR")?;
     let parent = ferry::spawn::inherited()?;
     let (mut srv, right) = EmulServer::new(std::path::Path::new(dir))?;
+    let fds = || std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0);
     parent.send(Message::new(1).with_item(right), Timeout::Infinite)?;
     drop(parent);
+    // The descriptors the server holds before any client came.
+    let before = fds();
     while srv.serve(Timeout::After(Duration::from_millis(200))) {}
+    // Every client is gone: the server holds no open file, and no more
+    // descriptors than before.
+    println!("open-files {} descriptors-before {} after {}", srv.open_files(), before, fds());
     Ok(())
 }
 

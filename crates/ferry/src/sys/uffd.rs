@@ -856,15 +856,20 @@ mod tests {
         let addr = m.addr();
         // The forking thread waits in fork() until the event is read.
         let forker = std::thread::spawn(move || fork_support::fork_reader(addr));
+        // Events are read until our forker is back from fork(): a fork by
+        // another test of this process while `u` lives queues an event too,
+        // and stopping at the first one seen could leave ours unread, and
+        // our forker waiting in fork() for ever.
         let mut seen = Vec::new();
-        for _ in 0..2000 {
+        for _ in 0..4000 {
             seen.extend(u.read_events(4).unwrap());
-            if seen.contains(&Event::Fork) {
+            if seen.contains(&Event::Fork) && forker.is_finished() {
                 break;
             }
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
         assert!(seen.contains(&Event::Fork), "{seen:?}");
+        assert!(forker.is_finished(), "the forking thread is still in fork() after 20 s: its event was never read");
         let pid = forker.join().unwrap();
         // With the child's descriptor closed, its range is ordinary memory:
         // it reads a zero and exits. Left open, it would wait in the fault.

@@ -7,6 +7,7 @@ pub mod peer_ipc_channel;
 pub mod pingpong;
 pub mod port;
 pub mod rpc;
+pub mod rpc_c;
 pub mod rpc_ferry;
 pub mod rpc_iceoryx2;
 pub mod rpc_stub;

@@ -5,6 +5,7 @@ pub mod net;
 pub mod pager;
 pub mod peer_ipc_channel;
 pub mod pingpong;
+pub mod python;
 pub mod port;
 pub mod rpc;
 pub mod rpc_c;

@@ -66,10 +66,10 @@ fn interpreter() -> Option<PathBuf> {
 }
 
 /// The suite's records, all skipped for `why`.
-fn skipped(why: &str) -> Vec<Record> {
+fn skipped(mib: u64, why: &str) -> Vec<Record> {
     let mut v = Vec::new();
     for imp in ["ferry-py", "mp-pipe-pickle", "mp-shared-memory", "pickle5-oob"] {
-        v.push(Record::new("python", "oneshot", imp, Placement::Unpinned).bytes(256 << 20).touch(Touch::Read).extra("skipped", why));
+        v.push(Record::new("python", "oneshot", imp, Placement::Unpinned).bytes(mib << 20).touch(Touch::Read).extra("skipped", why));
     }
     for imp in ["ferry-py", "ferry-py-port", "mp-pipe"] {
         v.push(Record::new("python", "roundtrip", imp, Placement::Unpinned).bytes(64).extra("skipped", why));
@@ -84,16 +84,16 @@ pub fn run(quick: bool, mib: u64) -> Vec<Record> {
     if !script.exists() {
         let why = format!("the Python benchmark script is not at {} (set FERRY_PY_BENCH)", script.display());
         eprintln!("ferry bench python: {why}");
-        return skipped(&why);
+        return skipped(mib, &why);
     }
     let Some(python) = interpreter() else {
         let why = format!("no Python interpreter here can import ferry and numpy; {HOW}");
         eprintln!("ferry bench python: {why}");
-        return skipped(&why);
+        return skipped(mib, &why);
     };
     let out = match tempfile_path() {
         Ok(p) => p,
-        Err(e) => return skipped(&format!("no temporary file for the script's records: {e}")),
+        Err(e) => return skipped(mib, &format!("no temporary file for the script's records: {e}")),
     };
     let mut cmd = Command::new(&python);
     cmd.arg(&script).arg("--json").arg(&out).arg("--mib").arg(mib.to_string());
@@ -107,10 +107,10 @@ pub fn run(quick: bool, mib: u64) -> Vec<Record> {
     match (status, text) {
         (Ok(s), Ok(text)) if s.success() => match crate::record::from_json_array(&text) {
             Ok(records) => records,
-            Err(e) => skipped(&format!("the script's records do not follow the schema: {e}")),
+            Err(e) => skipped(mib, &format!("the script's records do not follow the schema: {e}")),
         },
-        (Ok(s), _) => skipped(&format!("{} {} failed ({s})", python.display(), script.display())),
-        (Err(e), _) => skipped(&format!("cannot run {}: {e}", python.display())),
+        (Ok(s), _) => skipped(mib, &format!("{} {} failed ({s})", python.display(), script.display())),
+        (Err(e), _) => skipped(mib, &format!("cannot run {}: {e}", python.display())),
     }
 }
 

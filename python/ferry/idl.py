@@ -365,8 +365,8 @@ class Interface:
             else:
                 x = getattr(v, name, None)
             ft = f["type"]
-            if x is None and isinstance(ft, dict) and "optional" in ft:
-                continue  # an absent optional field is not written
+            # Every field is written, an absent optional one as its tag 0,
+            # as the Rust stubs do.
             enc.body += struct.pack("<H", f["ordinal"])
             at = len(enc.body)
             enc.body += b"\0\0\0\0"

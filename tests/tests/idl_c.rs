@@ -123,3 +123,57 @@ fn the_rust_client_talks_to_a_c_store() {
         std::fs::remove_dir_all(dir).ok();
     });
 }
+
+/// The C dispatcher checks before it acts: requests that do not match the
+/// interface (cut short, bytes left over, not UTF-8, a required argument
+/// missing, a send right where a region belongs, an item nobody claims) are
+/// answered with a `BadRequest` fault, an unknown operation with
+/// `UnknownOperation`, and none of them reaches the C store's functions
+/// (it counts the requests that do).
+#[test]
+fn the_c_dispatcher_refuses_what_does_not_match() {
+    use ferry::{Message, Region, Timeout};
+    use ferry_idl::{Decoder, Fault, Wire, REPLY_FAULT};
+    watchdog("the_c_dispatcher_refuses_what_does_not_match", LIMIT, || {
+        let (exe, dir) = build("kv_server");
+        let path = private_bootstrap("idl-c-refuse");
+        let mut store = spawn_c(&exe, &path, &["refuse"]);
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(store.stdout.as_mut().unwrap()), &mut line).unwrap();
+        assert_eq!(line.trim(), "ready");
+        let mut bs = names(&path);
+        let to_store = common::lookup_retry(&mut bs, "refuse");
+        let (stray_rx, stray) = ferry::port().unwrap();
+        let hex = |s: &str| (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect::<Vec<u8>>();
+        let region = || Region::copied_from(b"x").unwrap().by_copy().unwrap();
+        let bad = vec![
+            Message::new(2).with_body(hex("0100070000000300000078")),
+            Message::new(2).with_body(hex("010005000000010000006bff")),
+            Message::new(2).with_body(hex("0100050000000100000080")),
+            Message::new(3),
+            Message::new(1).with_body(hex("010005000000010000006b02000400000000000000")).with_item(stray.try_clone().unwrap()),
+            Message::new(2).with_body(hex("010005000000010000006b")).with_item(region()),
+            Message::new(77),
+        ];
+        let (mut reply_rx, _keep) = ferry::port().unwrap();
+        for (k, m) in bad.into_iter().enumerate() {
+            to_store.send(m.with_reply(reply_rx.make_send_once().unwrap()), Timeout::Infinite).unwrap();
+            let mut answer = reply_rx.recv(Timeout::After(LIMIT)).expect("an answer to a bad request");
+            assert_eq!(answer.op(), REPLY_FAULT, "request {k}");
+            let items = answer.take_items();
+            let mut dec = Decoder::new(answer.body(), items);
+            let fault = Fault::decode(&mut dec).expect("a fault");
+            if k == 6 {
+                assert!(matches!(fault, Fault::UnknownOperation(77)), "{fault:?}");
+            } else {
+                assert!(matches!(fault, Fault::BadRequest(_)), "request {k}: {fault:?}");
+            }
+        }
+        drop((to_store, stray, stray_rx));
+        bs.unregister("refuse").unwrap();
+        bs.unregister("refuse.rpc").unwrap();
+        let served = finish(store);
+        assert!(served.contains("served 0 requests"), "{served}");
+        std::fs::remove_dir_all(dir).ok();
+    });
+}

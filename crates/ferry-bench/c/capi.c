@@ -45,9 +45,17 @@ ferry_status ferry_bench_c_port_serve(ferry_receive_right *rx, const ferry_send_
     if (body == NULL)
         return FERRY_ERR_IO;
     memset(body, 2, n);
-    TRY(ferry_message_new(0, &req));
-    TRY(ferry_message_new(OP_CALL, &reply));
-    ferry_status st;
+    ferry_status st = ferry_message_new(0, &req);
+    if (st != FERRY_OK) {
+        free(body);
+        return st;
+    }
+    st = ferry_message_new(OP_CALL, &reply);
+    if (st != FERRY_OK) {
+        ferry_message_free(req);
+        free(body);
+        return st;
+    }
     for (;;) {
         st = ferry_receive_right_recv_into(rx, req, FERRY_TIMEOUT_INFINITE);
         if (st != FERRY_OK)
@@ -93,8 +101,15 @@ ferry_status ferry_bench_c_port_open(const ferry_send_right *to_server, ferry_re
         return FERRY_ERR_IO;
     }
     memset(c->body, 1, n);
-    TRY(ferry_message_new(OP_CALL, &c->req));
-    TRY(ferry_message_new(0, &c->reply));
+    ferry_status st = ferry_message_new(OP_CALL, &c->req);
+    if (st == FERRY_OK)
+        st = ferry_message_new(0, &c->reply);
+    if (st != FERRY_OK) {
+        ferry_message_free(c->req);
+        free(c->body);
+        free(c);
+        return st;
+    }
     *out = c;
     return FERRY_OK;
 }
@@ -187,8 +202,15 @@ ferry_status ferry_bench_c_rpc_open(const ferry_send_right *server, uint32_t pol
         return FERRY_ERR_IO;
     }
     memset(c->body, 1, n);
-    TRY(ferry_connection_connect(server, policy, FERRY_TIMEOUT_INFINITE, &c->conn));
-    TRY(ferry_message_new(OP_CALL, &c->msg));
+    ferry_status st = ferry_connection_connect(server, policy, FERRY_TIMEOUT_INFINITE, &c->conn);
+    if (st == FERRY_OK)
+        st = ferry_message_new(OP_CALL, &c->msg);
+    if (st != FERRY_OK) {
+        ferry_connection_free(c->conn);
+        free(c->body);
+        free(c);
+        return st;
+    }
     *out = c;
     return FERRY_OK;
 }

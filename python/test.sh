@@ -4,7 +4,7 @@
 # Works from a clean clone: creates target/python-venv (installing Debian's
 # python3-venv first when running as root without it), installs maturin,
 # numpy, pytest and mypy (which checks the type stubs) from PyPI, builds
-# the extension (debug) and the Rust peer, then runs pytest. Extra
+# the extension (debug), the Rust peer and the C library, then runs pytest. Extra
 # arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,7 +41,10 @@ export VIRTUAL_ENV=$VENV
 export PATH="$VENV/bin:$PATH"
 python -m pip install --quiet --disable-pip-version-check "maturin>=1.5,<2" numpy pytest mypy
 
+# The Rust peer and libferry.so (the cross-language tests compile C
+# programs against it).
 cargo build --quiet -p ferry-tests --bin ferry-peer
+cargo build --quiet -p ferry-ffi
 maturin develop --quiet --manifest-path python/Cargo.toml
 cd python
 exec python -m pytest -q "$@"

@@ -46,10 +46,16 @@ LIMIT = 120.0
 STOP = 99
 
 
-def _bootstrap_env() -> None:
-    """A private name server for this run (the parent embeds it)."""
-    if "FERRY_BOOTSTRAP" not in os.environ:
-        os.environ["FERRY_BOOTSTRAP"] = os.path.join(tempfile.mkdtemp(prefix="ferry-pybench-"), "bootstrap")
+def _bootstrap_env() -> str | None:
+    """A private name server for this run, unless FERRY_BOOTSTRAP names one:
+    its directory (the parent runs it, see main); the children find it
+    through FERRY_BOOTSTRAP and never start one of their own."""
+    os.environ["FERRY_NO_AUTOSTART"] = "1"
+    if "FERRY_BOOTSTRAP" in os.environ:
+        return None
+    d = tempfile.mkdtemp(prefix="ferry-pybench-")
+    os.environ["FERRY_BOOTSTRAP"] = os.path.join(d, "bootstrap")
+    return d
 
 
 # Receivers (child processes) ---------------------------------------------
@@ -417,10 +423,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mib", type=int, default=256, help="oneshot payload in MiB (default 256)")
     ap.add_argument("--case", choices=["oneshot", "roundtrip", "all"], default="all")
     args = ap.parse_args(argv)
-    _bootstrap_env()
+    private = _bootstrap_env()
     import ferry
 
-    ferry.Bootstrap().close()  # start this run's name server here
+    # This run's name server, on a thread of this process for the whole run.
+    server = ferry.Bootstrap.private(private) if private is not None else None
     ctx = mp.get_context("spawn")
     records: list[dict] = []
 
@@ -466,6 +473,8 @@ def main(argv: list[str] | None = None) -> int:
             json.dump(records, f, indent=2)
         with open(args.json + ".meta.json", "w") as f:
             json.dump(machine(), f, indent=2)
+    if server is not None:
+        server.close()
     return 0
 
 

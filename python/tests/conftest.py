@@ -91,3 +91,28 @@ def finish(child: subprocess.Popen) -> str:
         pytest.fail(f"peer {child.args} hung; output:\n{out}")
     assert child.returncode == 0, f"peer {child.args} failed with {child.returncode}; output:\n{out}"
     return out
+
+
+def build_c(name: str, source: Path, out_dir: Path) -> Path:
+    """Compiles a C program of ``crates/ferry-ffi`` (``source`` relative to
+    that crate) against ``libferry.so`` (``cargo build -p ferry-ffi`` makes
+    it; python/test.sh does), with the C compiler ``$CC`` or ``cc``."""
+    crate = REPO / "crates" / "ferry-ffi"
+    lib = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target")) / "debug"
+    if not (lib / "libferry.so").exists():
+        pytest.fail(f"{lib / 'libferry.so'} is missing: run `cargo build -p ferry-ffi` first (python/test.sh does)")
+    exe = out_dir / name
+    cc = os.environ.get("CC", "cc")
+    cmd = [cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-O2", "-pthread", f"-I{crate / 'include'}", f"-I{crate / 'examples' / 'c'}",
+           str(crate / source), "-o", str(exe), f"-L{lib}", "-lferry", f"-Wl,-rpath,{lib}"]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=LIMIT * 4)
+    except FileNotFoundError:
+        pytest.fail(f"no C compiler: {cc} not found (set CC)")
+    assert out.returncode == 0, f"compiling {source} failed:\n{out.stderr}"
+    return exe
+
+
+def spawn_program(exe: Path, *args: str) -> subprocess.Popen:
+    """Starts a compiled peer program with the peers' environment."""
+    return subprocess.Popen([str(exe), *args], env=_peer_env(), stdout=subprocess.PIPE, text=True)

@@ -110,6 +110,9 @@ pub struct ProbeArgs {
 /// The suite names, each with its one-line description, and `all`.
 fn suite_names() -> PossibleValuesParser {
     let mut v: Vec<PossibleValue> = suites::all().into_iter().map(|s| PossibleValue::new(s.name).help(s.about)).collect();
+    v.push(PossibleValue::new("python").help(
+        "a 256 MiB NumPy array between two Python processes and 64-byte round trips vs multiprocessing (runs python/bench/bench.py; needs ferry's Python package)",
+    ));
     v.push(PossibleValue::new("all").help("every suite above, then the probe"));
     PossibleValuesParser::new(v)
 }
@@ -215,6 +218,12 @@ fn bench_main(parsed: &BenchArgs, argv: &[String]) -> ExitCode {
             eprintln!("ferry bench: suite {}/{}: {}", k + 1, chosen.len(), suite.name);
         }
         records.extend(run_suite(suite, &opts));
+    }
+    if parsed.suites.iter().any(|s| s == "python" || s == "all") {
+        // The smoke run's payload limit holds for the Python oneshot too.
+        let mib = if parsed.smoke { 1 } else { 256 };
+        let python = suites::python::run(parsed.quick || parsed.smoke, mib);
+        records.extend(python);
     }
     let probed = with_probe.then(|| {
         let popts = if parsed.quick || parsed.smoke { probe::Options::quick() } else { probe::Options::full() };

@@ -11,7 +11,8 @@
 //! [`report`] and [`plot`] (what a results file becomes) and [`cli`] (the
 //! `ferry-bench` program that `ferry bench` and `ferry probe` run). The raw system calls the baselines
 //! need (`fork`, `mmap`, `process_vm_readv`, `vmsplice`) sit in one private
-//! module, the only one allowed `unsafe`.
+//! module allowed `unsafe`; the other, [`capi`], holds the calls into the C
+//! code of the impls that go through ferry's C API.
 //!
 //! Running one suite from code, as the smoke test does:
 //!
@@ -39,3 +40,5 @@ pub mod suites;
 pub mod table;
 #[allow(unsafe_code)]
 mod sys;
+#[allow(unsafe_code)]
+pub mod capi;

@@ -18,12 +18,18 @@ const FERRY_BENCH: &str = env!("CARGO_BIN_EXE_ferry-bench");
 /// Its output goes to files, not pipes: a benchmark prints more than a pipe
 /// holds, and nobody reads a pipe while this waits.
 fn ferry(args: &[&str], limit: Duration) -> (bool, String, String) {
+    ferry_with(args, &[], limit)
+}
+
+/// As [`ferry`], with `env` added to the program's environment.
+fn ferry_with(args: &[&str], env: &[(&str, &str)], limit: Duration) -> (bool, String, String) {
     static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let dir = temp_dir(&format!("out{}", N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)));
     let (out_path, err_path) = (dir.join("stdout"), dir.join("stderr"));
     let mut child = Command::new(FERRY_BENCH)
         .arg0("ferry")
         .args(args)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(&out_path).expect("stdout file"))
         .stderr(std::fs::File::create(&err_path).expect("stderr file"))
@@ -220,5 +226,90 @@ fn rpc_suite_measures_the_generated_stubs() {
             assert!(find(hand)["median_ns"].is_number(), "{hand} was not measured at {bytes} bytes");
         }
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The C API's cost is measured by `ferry bench rpc` itself: measured
+/// `ferry-c-call-block`, `ferry-c-call-poll` and `ferry-c-port` records (C
+/// code calling libferry's functions) at every size, next to the Rust API's
+/// `ferry-call-block`, `ferry-call-poll` and `ferry-port` of the same run.
+#[test]
+fn rpc_suite_measures_the_c_api() {
+    let dir = temp_dir("capi");
+    let json = dir.join("rpc.json");
+    let json_s = json.to_str().unwrap();
+    let (ok, out, err) =
+        ferry(&["bench", "rpc", "--smoke", "--placement", "cross-core", "--json", json_s], Duration::from_secs(600));
+    assert!(ok, "ferry bench rpc --smoke failed:\n{err}");
+    let records: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("the results file")).expect("a JSON array");
+    for (c, rust) in [("ferry-c-call-block", "ferry-call-block"), ("ferry-c-call-poll", "ferry-call-poll"), ("ferry-c-port", "ferry-port")] {
+        assert!(out.contains(c), "no {c} row in the table:\n{out}");
+        for bytes in [8u64, 64, 1024] {
+            let find = |imp: &str| {
+                records
+                    .iter()
+                    .find(|r| r["impl"] == imp && r["bytes"] == bytes && r["case"] == "roundtrip" && r["placement"] == "cross-core")
+                    .unwrap_or_else(|| panic!("no {imp} record at {bytes} bytes"))
+            };
+            let r = find(c);
+            assert!(r["median_ns"].is_number(), "{c} at {bytes} bytes was not measured: {r}");
+            assert!(r["iters"].as_u64().is_some_and(|n| n > 0), "{r}");
+            assert_eq!(r["extra"]["api"], "c", "{r}");
+            assert!(find(rust)["median_ns"].is_number(), "{rust} was not measured at {bytes} bytes");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `ferry bench python` puts suite `python` into the results file: measured
+/// records of every case and impl when ferry's Python package is built
+/// (the virtual environment `python/test.sh` makes), otherwise every record
+/// skipped with how to build it, said on stderr too. A script that is not
+/// where it should be is a skip with its reason, never a silent hole.
+#[test]
+fn python_suite_lands_in_the_results_file() {
+    let dir = temp_dir("python");
+    let json = dir.join("py.json");
+    let json_s = json.to_str().unwrap();
+    let want = [
+        ("oneshot", "ferry-py"),
+        ("oneshot", "mp-pipe-pickle"),
+        ("oneshot", "mp-shared-memory"),
+        ("oneshot", "pickle5-oob"),
+        ("roundtrip", "ferry-py"),
+        ("roundtrip", "ferry-py-port"),
+        ("roundtrip", "mp-pipe"),
+    ];
+    let read = || -> Vec<serde_json::Value> {
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("the results file")).expect("a JSON array")
+    };
+    let (ok, _, err) = ferry(&["bench", "python", "--smoke", "--json", json_s], Duration::from_secs(600));
+    assert!(ok, "ferry bench python --smoke failed:\n{err}");
+    let records = read();
+    assert_eq!(records.len(), want.len(), "{records:?}");
+    for (case, imp) in want {
+        let r = records
+            .iter()
+            .find(|r| r["suite"] == "python" && r["case"] == case && r["impl"] == imp)
+            .unwrap_or_else(|| panic!("no python {case} {imp} record in {records:?}"));
+        // --smoke sends 1 MiB instead of 256.
+        assert_eq!(r["bytes"], if case == "oneshot" { 1u64 << 20 } else { 64 }, "{r}");
+        assert_eq!(r["touch"], if case == "oneshot" { "read" } else { "none" }, "{r}");
+        match r["extra"]["skipped"].as_str() {
+            None => assert!(r["median_ns"].is_number() && r["iters"].as_u64().is_some_and(|n| n > 0), "{r}"),
+            Some(why) => {
+                assert!(why.contains("python/test.sh") && why.contains("FERRY_PYTHON"), "the skip says how to get the package: {why}");
+                assert!(err.contains("python/test.sh"), "stderr says it too:\n{err}");
+            }
+        }
+    }
+    // The script missing: skipped with the reason.
+    let (ok, _, err) =
+        ferry_with(&["bench", "python", "--smoke", "--json", json_s], &[("FERRY_PY_BENCH", "/nonexistent/bench.py")], Duration::from_secs(60));
+    assert!(ok, "{err}");
+    let records = read();
+    assert_eq!(records.len(), want.len());
+    assert!(records.iter().all(|r| r["median_ns"].is_null() && r["extra"]["skipped"].as_str().is_some_and(|s| s.contains("FERRY_PY_BENCH"))), "{records:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }

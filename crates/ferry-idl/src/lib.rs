@@ -62,6 +62,7 @@
 #![deny(missing_docs)]
 
 pub mod asynchronous;
+pub mod c;
 pub mod channel;
 pub mod codec;
 mod macros;

@@ -1,6 +1,7 @@
 //! `port` / `null-roundtrip`: a message with no payload there and back
 //! through ferry ports, against the raw kernel objects underneath
-//! (`uds-seqpacket`, which ferry's ports are), pipes, and the futex floor.
+//! (`uds-seqpacket`, which ferry's ports are), pipes, and the futex floor;
+//! `ferry-c-port` is the same round trip through ferry's C API.
 //! The target: ferry's round trip within 1.2× of `uds-seqpacket`.
 
 use crate::harness::{Case, Impl, Suite};
@@ -27,6 +28,7 @@ pub fn cases() -> Vec<Case> {
 pub fn impls() -> Vec<Impl> {
     vec![
         Impl { name: "ferry-port", run: pingpong::ferry_port },
+        Impl { name: "ferry-c-port", run: crate::suites::rpc_c::ferry_c_port },
         Impl { name: "uds-seqpacket", run: pingpong::uds_seqpacket },
         Impl { name: "pipe", run: pingpong::pipe },
         Impl { name: "futex-floor", run: pingpong::futex_floor },

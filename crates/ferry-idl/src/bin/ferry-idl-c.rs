@@ -1,0 +1,44 @@
+//! `ferry-idl-c DESCRIPTION.json OUT_DIR [PREFIX]`: writes the C stubs of
+//! an interface (`PREFIX.h`, `PREFIX.c`, over ferry's C API) from the
+//! description its Rust definition emits (`describe()`); see
+//! `ferry_idl::c` and `docs/interfaces.md`.
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.len() < 2 || args.len() > 3 || args[0] == "--help" || args[0] == "-h" {
+        eprintln!("usage: ferry-idl-c DESCRIPTION.json OUT_DIR [PREFIX]");
+        return ExitCode::from(2);
+    }
+    let text = match std::fs::read_to_string(&args[0]) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("ferry-idl-c: cannot read {}: {e}", args[0]);
+            return ExitCode::from(1);
+        }
+    };
+    let desc: serde_json::Value = match serde_json::from_str(&text) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("ferry-idl-c: {} is not JSON: {e}", args[0]);
+            return ExitCode::from(1);
+        }
+    };
+    let stubs = match ferry_idl::c::generate(&desc, args.get(2).map(String::as_str)) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("ferry-idl-c: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let dir = std::path::Path::new(&args[1]);
+    for (name, text) in [(&stubs.header_name, &stubs.header), (&stubs.source_name, &stubs.source)] {
+        if let Err(e) = std::fs::write(dir.join(name), text) {
+            eprintln!("ferry-idl-c: cannot write {}: {e}", dir.join(name).display());
+            return ExitCode::from(1);
+        }
+    }
+    println!("{}\n{}", dir.join(&stubs.header_name).display(), dir.join(&stubs.source_name).display());
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,228 @@
+"""Typed interfaces from Python (``ferry.idl``), built from the description
+the Rust definition emits: the example key-value store of
+``tests/src/kv.rs``, whose description and exact request and reply bytes
+are the contract file ``tests/idl/example.kv.json`` (checked against the
+Rust stubs by ``tests/tests/idl.rs``). A Python client talks to the Rust
+store, a Rust client to a Python store, over ports and over RPC; a Python
+server refuses what does not match before its implementation runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from typing import Any
+
+import numpy as np
+import pytest
+
+import ferry
+import ferry.idl as idl
+from conftest import LIMIT, REPO, finish, spawn_rust, unique
+
+CONTRACT = json.loads((REPO / "tests" / "idl" / "example.kv.json").read_text())
+KV = idl.load(CONTRACT)
+MAX_VALUE = 64 << 20
+
+
+def region_of(data: bytes) -> ferry.Region:
+    r = ferry.Region(max(len(data), 1))
+    ferry.ndarray(r, "u1", len(data))[:] = np.frombuffer(data, "u1")
+    return r
+
+
+def test_requests_are_the_contract_bytes():
+    reqs = CONTRACT["requests"]
+    for text, m in [
+        ('get("key")', KV.request("get", "key")),
+        ('remove("k")', KV.request("remove", "k")),
+        ("list()", KV.request("list")),
+        ("hello", KV.hello_request()),
+    ]:
+        assert m.op == reqs[text]["op"], text
+        assert m.body.hex() == reqs[text]["body_hex"], text
+    put = KV.request("put", "k", region_of(b"v"))
+    want = reqs['put("k", region of b"v")']
+    assert (put.op, put.body.hex()) == (want["op"], want["body_hex"])
+
+
+def reply(text: str) -> ferry.Message:
+    r = CONTRACT["replies"][text]
+    return ferry.Message(r["op"], bytes.fromhex(r["body_hex"]))
+
+
+def test_replies_decode_as_the_contract_says():
+    assert KV.decode_reply("put", reply("put: Ok(Some(1))")) == 1
+    with pytest.raises(idl.ErrorReply) as e:
+        KV.decode_reply("put", reply("put: Err(TooLarge(64 MiB))"))
+    assert e.value.error == idl.Variant("TooLarge", MAX_VALUE)
+    (entry,) = KV.decode_reply("list", reply('list: [Entry { key: "k", len: 1 }]'))
+    assert entry == KV.types["Entry"](key="k", len=1)
+    with pytest.raises(idl.UnknownOperation) as f:
+        KV.decode_reply("get", reply("fault: UnknownOperation(77)"))
+    assert f.value.text == "77"
+
+
+def test_bad_arguments_are_refused_before_sending():
+    with pytest.raises(TypeError):
+        KV.request("get", 7)
+    with pytest.raises(TypeError):
+        KV.request("put", "k", b"not a region")
+    with pytest.raises(TypeError):
+        KV.request("get")
+    with pytest.raises(AttributeError):
+        KV.request("nosuch")
+
+
+def test_bad_replies_are_typed_errors():
+    for body in ["02", "0100", "01010000000000000000"]:  # bad tag, short, trailing
+        with pytest.raises(idl.BadReply):
+            KV.decode_reply("put", ferry.Message(0, bytes.fromhex(body)))
+    with pytest.raises(idl.UnexpectedReply):
+        KV.decode_reply("put", ferry.Message(9))
+
+
+def run_script(store: idl.Client, tag: str) -> None:
+    """Every operation against a store in another language."""
+    key, value = f"py-{tag}", f"value from Python over {tag}".encode()
+    assert store.put(key, region_of(value)) is None
+    assert store.put(key, region_of(value)) == len(value)
+    got = store.get(key)
+    assert isinstance(got, ferry.RegionItem) and got.mode in ("copy", "move")
+    assert got.copy_out() == value
+    with pytest.raises(idl.ErrorReply) as e:
+        store.put("", region_of(b"x"))
+    assert e.value.error == idl.Variant("EmptyKey")
+    assert KV.types["Entry"](key=key, len=len(value)) in store.list()
+    assert store.remove(key) is True and store.remove(key) is False
+    assert store.get(key) is None
+
+
+def test_python_client_rust_server_over_port_and_rpc():
+    name = unique("kv")
+    rust = spawn_rust("idl-kv-named", name)
+    assert rust.stdout is not None and rust.stdout.readline().strip() == "ready"
+    with ferry.Bootstrap() as bs:
+        to_port, to_rpc = bs.lookup(name), bs.lookup(name + ".rpc")
+        bs.unregister(name)
+        bs.unregister(name + ".rpc")
+    with KV.client(to_port, timeout=LIMIT) as by_port:
+        assert by_port.peer_version == 1
+        run_script(by_port, "port")
+    conn = ferry.Connection(to_rpc, timeout=LIMIT)
+    to_rpc.close()
+    with KV.client(conn, timeout=LIMIT) as by_rpc:
+        run_script(by_rpc, "rpc")
+        # An operation the server lacks is answered, not dropped.
+        with pytest.raises(idl.UnknownOperation):
+            KV.decode_reply("get", conn.call(ferry.Message(77), LIMIT))
+    out = finish(rust)
+    assert "served" in out
+
+
+class PyStore:
+    """The example store in Python: values kept in regions of their own,
+    handed out by value (copy-on-write)."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, tuple[ferry.Region, int]] = {}
+        self.calls = 0
+        self.lock = threading.Lock()
+
+    def put(self, key: str, value: ferry.RegionItem) -> int | None:
+        with self.lock:
+            self.calls += 1
+            if not key:
+                raise idl.ErrorReply(idl.Variant("EmptyKey"))
+            if len(value) > MAX_VALUE:
+                raise idl.ErrorReply(idl.Variant("TooLarge", MAX_VALUE))
+            data = value.copy_out()
+            old = self.values.get(key)
+            self.values[key] = (region_of(data), len(data))
+            return None if old is None else old[1]
+
+    def get(self, key: str) -> ferry.Region | None:
+        with self.lock:
+            self.calls += 1
+            v = self.values.get(key)
+            return None if v is None else v[0]
+
+    def remove(self, key: str) -> bool:
+        with self.lock:
+            self.calls += 1
+            return self.values.pop(key, None) is not None
+
+    def list(self) -> list[Any]:
+        with self.lock:
+            self.calls += 1
+            return [KV.types["Entry"](key=k, len=n) for k, (_, n) in sorted(self.values.items())]
+
+
+def test_rust_client_python_server_over_port_and_rpc():
+    store = PyStore()
+    name = unique("pykv")
+    port_rx, port_tx = ferry.port()
+    rpc_rx, rpc_tx = ferry.port()
+    server = ferry.RpcServer(rpc_rx)
+    with ferry.Bootstrap() as bs:
+        bs.register(name, port_tx)
+        bs.register(name + ".rpc", rpc_tx)
+    port_tx.close()
+    rpc_tx.close()
+    errors: list[BaseException] = []
+
+    def serve(f: Any, *args: Any) -> None:
+        try:
+            f(store, *args, LIMIT)
+        except BaseException as e:  # noqa: BLE001 - reported by the test
+            errors.append(e)
+
+    threads = [threading.Thread(target=serve, args=(KV.serve_port, port_rx)), threading.Thread(target=serve, args=(KV.serve_rpc, server))]
+    for t in threads:
+        t.start()
+    rust = spawn_rust("idl-kv-client", name)
+    out = finish(rust)
+    assert "kv-client-ok" in out, out
+    with ferry.Bootstrap() as bs:
+        bs.unregister(name)
+        bs.unregister(name + ".rpc")
+    for t in threads:
+        t.join(LIMIT * 2)
+        assert not t.is_alive()
+    assert not errors, errors
+    assert store.calls >= 12
+
+
+def fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_python_server_validates_then_acts():
+    """Requests that do not match the interface are answered with a
+    BadRequest fault (unknown operations with UnknownOperation), never reach
+    the implementation, and leave no descriptor behind."""
+    store = PyStore()
+    stray_rx, stray = ferry.port()
+    before = fds()
+    bad = [
+        ferry.Message(2, bytes.fromhex("0100070000000300000078")),  # get: string cut short
+        ferry.Message(2, bytes.fromhex("010005000000010000006bff")),  # get: trailing byte
+        ferry.Message(2, bytes.fromhex("0100050000000100000080")),  # get: not UTF-8
+        ferry.Message(3),  # remove: key missing
+        ferry.Message(1, bytes.fromhex("010005000000010000006b02000400000000000000")).add(stray.clone()),  # a right where a region belongs
+        ferry.Message(2, bytes.fromhex("010005000000010000006b")).add(region_of(b"x")),  # an item nobody claims
+    ]
+    for m in bad:
+        answer, ran = KV.dispatch(store, m)
+        assert not ran and answer is not None and answer.op == idl.REPLY_FAULT
+        with pytest.raises(idl.BadRequest):
+            KV.decode_reply("get", answer)
+    answer, ran = KV.dispatch(store, ferry.Message(77))
+    assert not ran
+    with pytest.raises(idl.UnknownOperation):
+        KV.decode_reply("get", answer)
+    del bad, m, answer
+    assert store.calls == 0
+    assert fds() == before
+    stray.close()
+    stray_rx.close()

@@ -1,0 +1,179 @@
+//! The example key-value store across Rust and C through typed interfaces:
+//! the C stubs are generated (`ferry_idl::c::generate`) from the store's
+//! description, `tests/idl/example.kv.json` (which `tests/tests/idl.rs`
+//! checks against the Rust definition), compiled with the C programs in
+//! `tests/idl/c/` against `libferry.so`, and run as real processes: a C
+//! client against the Rust store, the Rust client against a C store, over a
+//! port and over an RPC connection each. Needs a C compiler (`$CC`, else
+//! `cc`), as the C API's own tests do.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::{finish, names, private_bootstrap, spawn_peer, watchdog};
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the repository").to_path_buf()
+}
+
+/// `libferry.so`'s directory for this profile, after building it (cargo
+/// does not build another package's cdylib for these tests).
+fn lib_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let dir = exe.parent().and_then(Path::parent).expect("target/<profile>").to_path_buf();
+    let profile = match dir.file_name().and_then(|n| n.to_str()) {
+        Some("debug") => "dev".to_owned(),
+        Some(other) => other.to_owned(),
+        None => panic!("no profile directory above {}", exe.display()),
+    };
+    let out = Command::new(env!("CARGO")).args(["build", "--quiet", "-p", "ferry-ffi", "--profile", &profile]).output().expect("run cargo");
+    assert!(out.status.success(), "cargo build -p ferry-ffi failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    dir
+}
+
+/// Generates the store's C stubs into a fresh directory and compiles
+/// `program` (in `tests/idl/c/`) with them.
+fn build(program: &str) -> (PathBuf, PathBuf) {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let dir = std::env::temp_dir().join(format!("ferry-idl-c-{}-{}", std::process::id(), N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)));
+    std::fs::create_dir_all(&dir).unwrap();
+    let desc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(repo().join("tests/idl/example.kv.json")).unwrap()).unwrap();
+    let stubs = ferry_idl::c::generate(&desc, Some("kv")).expect("C stubs of the store");
+    std::fs::write(dir.join(&stubs.header_name), &stubs.header).unwrap();
+    std::fs::write(dir.join(&stubs.source_name), &stubs.source).unwrap();
+    let lib = lib_dir();
+    let exe = dir.join(program);
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let out = Command::new(&cc)
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O2", "-pthread", "-D_DEFAULT_SOURCE"])
+        .arg(format!("-I{}", repo().join("crates/ferry-ffi/include").display()))
+        .arg(format!("-I{}", dir.display()))
+        .arg(repo().join(format!("tests/idl/c/{program}.c")))
+        .arg(dir.join(&stubs.source_name))
+        .arg("-o")
+        .arg(&exe)
+        .arg(format!("-L{}", lib.display()))
+        .arg("-lferry")
+        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        .output()
+        .unwrap_or_else(|e| panic!("run {cc}: {e}"));
+    assert!(out.status.success(), "compiling {program} with the generated stubs failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    (exe, dir)
+}
+
+fn spawn_c(exe: &Path, bootstrap: &Path, args: &[&str]) -> std::process::Child {
+    Command::new(exe)
+        .args(args)
+        .env("FERRY_BOOTSTRAP", bootstrap)
+        .env("FERRY_NO_EMBED", "1")
+        .env("FERRY_NO_AUTOSTART", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start the C program")
+}
+
+/// A C client (generated stubs) against the Rust store: every operation,
+/// the typed error, regions both ways, over the port and over RPC.
+#[test]
+fn a_c_client_talks_to_the_rust_store() {
+    watchdog("a_c_client_talks_to_the_rust_store", LIMIT, || {
+        let (exe, dir) = build("kv_client");
+        let path = private_bootstrap("idl-c-client");
+        let store = spawn_peer(&path, "idl-kv-named", &["store"]);
+        let client = spawn_c(&exe, &path, &["store"]);
+        let out = finish(client);
+        assert!(out.contains("kv-c-client-ok"), "{out}");
+        let mut bs = names(&path);
+        bs.unregister("store").unwrap();
+        bs.unregister("store.rpc").unwrap();
+        let served = finish(store);
+        // 8 calls per transport reach the store (the version checks do not).
+        // 7 calls per transport reach the store.
+        assert!(served.contains("served 16 requests"), "{served}");
+        std::fs::remove_dir_all(dir).ok();
+    });
+}
+
+/// The Rust client against a store written in C with the generated server
+/// dispatch table.
+#[test]
+fn the_rust_client_talks_to_a_c_store() {
+    watchdog("the_rust_client_talks_to_a_c_store", LIMIT, || {
+        let (exe, dir) = build("kv_server");
+        let path = private_bootstrap("idl-c-server");
+        let mut store = spawn_c(&exe, &path, &["cstore"]);
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(store.stdout.as_mut().unwrap()), &mut line).unwrap();
+        assert_eq!(line.trim(), "ready");
+        let client = spawn_peer(&path, "idl-kv-client", &["cstore"]);
+        let out = finish(client);
+        assert!(out.contains("kv-client-ok"), "{out}");
+        let mut bs = names(&path);
+        bs.unregister("cstore").unwrap();
+        bs.unregister("cstore.rpc").unwrap();
+        let served = finish(store);
+        // 7 calls per transport reach the store.
+        assert!(served.contains("served 14 requests"), "{served}");
+        std::fs::remove_dir_all(dir).ok();
+    });
+}
+
+/// The C dispatcher checks before it acts: requests that do not match the
+/// interface (cut short, bytes left over, not UTF-8, a required argument
+/// missing, a send right where a region belongs, an item nobody claims) are
+/// answered with a `BadRequest` fault, an unknown operation with
+/// `UnknownOperation`, and none of them reaches the C store's functions
+/// (it counts the requests that do).
+#[test]
+fn the_c_dispatcher_refuses_what_does_not_match() {
+    use ferry::{Message, Region, Timeout};
+    use ferry_idl::{Decoder, Fault, Wire, REPLY_FAULT};
+    watchdog("the_c_dispatcher_refuses_what_does_not_match", LIMIT, || {
+        let (exe, dir) = build("kv_server");
+        let path = private_bootstrap("idl-c-refuse");
+        let mut store = spawn_c(&exe, &path, &["refuse"]);
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(store.stdout.as_mut().unwrap()), &mut line).unwrap();
+        assert_eq!(line.trim(), "ready");
+        let mut bs = names(&path);
+        let to_store = common::lookup_retry(&mut bs, "refuse");
+        let (stray_rx, stray) = ferry::port().unwrap();
+        let hex = |s: &str| (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect::<Vec<u8>>();
+        let region = || Region::copied_from(b"x").unwrap().by_copy().unwrap();
+        let bad = vec![
+            Message::new(2).with_body(hex("0100070000000300000078")),
+            Message::new(2).with_body(hex("010005000000010000006bff")),
+            Message::new(2).with_body(hex("0100050000000100000080")),
+            Message::new(3),
+            Message::new(1).with_body(hex("010005000000010000006b02000400000000000000")).with_item(stray.try_clone().unwrap()),
+            Message::new(2).with_body(hex("010005000000010000006b")).with_item(region()),
+            Message::new(77),
+        ];
+        let (mut reply_rx, _keep) = ferry::port().unwrap();
+        for (k, m) in bad.into_iter().enumerate() {
+            to_store.send(m.with_reply(reply_rx.make_send_once().unwrap()), Timeout::Infinite).unwrap();
+            let mut answer = reply_rx.recv(Timeout::After(LIMIT)).expect("an answer to a bad request");
+            assert_eq!(answer.op(), REPLY_FAULT, "request {k}");
+            let items = answer.take_items();
+            let mut dec = Decoder::new(answer.body(), items);
+            let fault = Fault::decode(&mut dec).expect("a fault");
+            if k == 6 {
+                assert!(matches!(fault, Fault::UnknownOperation(77)), "{fault:?}");
+            } else {
+                assert!(matches!(fault, Fault::BadRequest(_)), "request {k}: {fault:?}");
+            }
+        }
+        drop((to_store, stray, stray_rx));
+        bs.unregister("refuse").unwrap();
+        bs.unregister("refuse.rpc").unwrap();
+        let served = finish(store);
+        assert!(served.contains("served 0 requests"), "{served}");
+        std::fs::remove_dir_all(dir).ok();
+    });
+}

@@ -6,6 +6,14 @@
 //!   [`by_copy`](Region::by_copy), the receiver mapping it with
 //!   [`MapOptions::lazy`] / [`MapOptions::immediate`].
 //! - `ferry-move`: a region sent [`by_move`](Region::by_move) (mapped lazily).
+//! - `ferry-move-pool` (`stream` only): as `ferry-move`, each frame taken
+//!   from a [`RegionPool`] whose thread makes fresh, populated regions
+//!   ahead of use.
+//! - `ferry-move-huge` (`oneshot` and `stream`): as `ferry-move` (the
+//!   stream through a [`RegionPool`]) with shmem huge pages; where the
+//!   policy is `never` and the bench may change it (root) it is set to
+//!   `advise` for the round and put back after, elsewhere skipped with the
+//!   reason. `extra.shmem_enabled_was` records the policy found.
 //! - `ferry-lend`: a slot of a [`LendPool`], mapped read-only by the
 //!   receiver (so it does not do the `write` touch).
 //! - `ferry-auto`: ordinary memory through [`auto::attach`] / [`auto::take`]

@@ -279,11 +279,11 @@ impl Region {
     /// shmem policy grants them to regions that ask ([`shmem_huge_pages`] is
     /// `advise`, `always`, `within_size` or `force`), the pages are made
     /// through the fault path (`MADV_POPULATE_WRITE`), which takes huge
-    /// pages; otherwise the memfd's pages are allocated in one call
-    /// (`fallocate`) and mapped by reading one byte of each page, whose
-    /// faults map whole blocks of pages at once. Either way far cheaper than
-    /// a write fault per base page, and an allocation failure is a
-    /// [`RegionError::Alloc`] here rather than a fault later.
+    /// pages; otherwise zeros are written into the memfd (allocating its
+    /// pages, no mapping involved) and the pages are mapped by reading one
+    /// byte of each, whose faults map whole blocks of pages at once. Either
+    /// way cheaper than a write fault per base page, and an allocation
+    /// failure is a [`RegionError::Alloc`] here rather than a fault later.
     ///
     /// # Errors
     /// [`RegionError::Alloc`] when the memfd, the mapping or (populated)
@@ -476,10 +476,13 @@ fn populate(fd: &OwnedFd, map: &Mapping, len: usize, huge: bool) -> Result<(), R
     if huge && huge_pages_granted() && map.populate_write().is_ok() {
         return Ok(());
     }
-    // Base pages (or a kernel without MADV_POPULATE_WRITE): allocate them
-    // all in the file at once, then map them with read faults, each of
-    // which maps a block of cached neighbours (fault-around).
-    mem::allocate(fd.as_fd(), 0, len as u64).map_err(|e| RegionError::Alloc(io_err(e)))?;
+    // Base pages (or a kernel without MADV_POPULATE_WRITE): write zeros
+    // into the file, which allocates every page already filled, then map
+    // them with read faults, each of which maps a block of cached
+    // neighbours (fault-around). Pages allocated by `fallocate` would not
+    // do: shmem zeroes those at their first fault, one fault per page, and
+    // fault-around skips them.
+    mem::write_zeros(fd.as_fd(), len as u64).map_err(|e| RegionError::Alloc(io_err(e)))?;
     map.prefault_read();
     Ok(())
 }

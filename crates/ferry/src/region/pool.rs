@@ -24,14 +24,12 @@ use super::{Region, RegionError, RegionOptions};
 struct State {
     /// Populated regions ready to take, oldest first.
     ready: VecDeque<Region>,
-    /// The filler is making one right now.
-    filling: bool,
     /// The pool is being dropped: the filler stops.
     stop: bool,
     /// The filler could not make a region (it then stops; `take` makes its
     /// own, reporting the error if that fails too).
     failed: bool,
-    /// Takes that found nothing ready and nothing under way.
+    /// Takes that found nothing ready.
     misses: u64,
 }
 
@@ -63,11 +61,9 @@ impl Shared {
                 if s.stop {
                     return;
                 }
-                s.filling = true;
             }
             let made = Region::with_options(self.len, self.opts);
             let mut s = self.lock();
-            s.filling = false;
             match made {
                 Ok(r) => s.ready.push_back(r),
                 Err(_) => {
@@ -132,8 +128,9 @@ impl RegionPool {
     }
 
     /// A fresh, zeroed, populated region of the pool's size: one that is
-    /// ready, else the one the filler is making (waiting for it), else one
-    /// made here and now (counted in [`misses`](Self::misses)).
+    /// ready, else the next one the filler makes (waiting for it; counted
+    /// in [`misses`](Self::misses)), or, if the filler could not make one,
+    /// one made here and now.
     ///
     /// # Errors
     /// [`RegionError::Alloc`] when a region has to be made here and cannot be.
@@ -141,18 +138,25 @@ impl RegionPool {
         let sh = &*self.shared;
         {
             let mut s = sh.lock();
+            let mut missed = false;
             loop {
                 if let Some(r) = s.ready.pop_front() {
                     drop(s);
                     sh.changed.notify_all();
                     return Ok(r);
                 }
-                if !s.filling || s.failed || s.stop {
+                if !missed {
+                    missed = true;
+                    s.misses += 1;
+                }
+                // Nothing ready: the filler is making one (or is about to:
+                // it never idles with fewer than `depth` ready), unless it
+                // has failed.
+                if s.failed || s.stop {
                     break;
                 }
                 s = sh.changed.wait(s).unwrap_or_else(|e| e.into_inner());
             }
-            s.misses += 1;
         }
         Region::with_options(sh.len, sh.opts)
     }
@@ -172,7 +176,8 @@ impl RegionPool {
         self.shared.lock().ready.len()
     }
 
-    /// Takes that found no region ready or under way and made their own.
+    /// Takes that found no region ready (and waited for the filler, or
+    /// made their own if it had failed): the pool is not keeping up.
     pub fn misses(&self) -> u64 {
         self.shared.lock().misses
     }

@@ -450,6 +450,20 @@ impl Drop for Mapping {
 }
 
 
+/// Writes `len` zero bytes into `fd` from offset 0 (`pwrite`), which
+/// allocates the pages of a memfd already filled (and so, unlike pages
+/// made by `fallocate`, mappable in blocks by fault-around).
+pub fn write_zeros(fd: BorrowedFd<'_>, len: u64) -> rustix::io::Result<()> {
+    static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
+    let mut at = 0u64;
+    while at < len {
+        let n = (len - at).min(ZEROS.len() as u64) as usize;
+        pwrite_all(fd, &ZEROS[..n], at)?;
+        at += n as u64;
+    }
+    Ok(())
+}
+
 /// Makes the pages of `[offset, offset + len)` of a file present (zeros
 /// where nothing was written) without changing its size.
 pub fn allocate(fd: BorrowedFd<'_>, offset: u64, len: u64) -> rustix::io::Result<()> {

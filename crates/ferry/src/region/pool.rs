@@ -26,8 +26,9 @@ struct State {
     ready: VecDeque<Region>,
     /// The pool is being dropped: the filler stops.
     stop: bool,
-    /// The filler could not make a region (it then stops; `take` makes its
-    /// own, reporting the error if that fails too).
+    /// The filler has ended (it could not make a region, or the pool is
+    /// being dropped): `take` makes its own, reporting the error if that
+    /// fails too.
     failed: bool,
     /// Takes that found nothing ready.
     misses: u64,
@@ -52,6 +53,16 @@ impl Shared {
     /// The filler thread's loop: keep `depth` regions ready until told to
     /// stop.
     fn fill(&self) {
+        // However the thread ends (stopped, failed, or a panic), takers
+        // waiting for it go on and make their own.
+        struct Done<'a>(&'a Shared);
+        impl Drop for Done<'_> {
+            fn drop(&mut self) {
+                self.0.lock().failed = true;
+                self.0.changed.notify_all();
+            }
+        }
+        let _done = Done(self);
         loop {
             {
                 let mut s = self.lock();
@@ -66,11 +77,7 @@ impl Shared {
             let mut s = self.lock();
             match made {
                 Ok(r) => s.ready.push_back(r),
-                Err(_) => {
-                    s.failed = true;
-                    self.changed.notify_all();
-                    return;
-                }
+                Err(_) => return,
             }
             self.changed.notify_all();
         }

@@ -67,5 +67,5 @@ pub use message::{Credentials, Item, Message, Reply};
 pub use nameserver::{Limits, NameServer};
 pub use port::{port, port_with, PortOptions, ReceiveRight, SendOnceRight, SendRight};
 pub use portset::{Event, MemberId, PortSet};
-pub use region::{LendPool, MapOptions, MappedRegion, Region, RegionError, RegionItem, SharedMapping};
+pub use region::{LendPool, MapOptions, MappedRegion, Region, RegionError, RegionItem, RegionPool, SharedMapping};
 pub use timeout::Timeout;

@@ -80,6 +80,8 @@ pub fn impls() -> Vec<Impl> {
         Impl { name: "ferry-copy-lazy", run: transfer_ferry::copy_lazy },
         Impl { name: "ferry-copy-immediate", run: transfer_ferry::copy_immediate },
         Impl { name: "ferry-move", run: transfer_ferry::by_move },
+        Impl { name: "ferry-move-pool", run: transfer_ferry::move_pool },
+        Impl { name: "ferry-move-huge", run: transfer_ferry::move_huge },
         Impl { name: "ferry-lend", run: transfer_ferry::lend },
         Impl { name: "ferry-auto", run: transfer_ferry::auto_path },
         Impl { name: "ferry-inline", run: transfer_ferry::inline },

@@ -6,6 +6,14 @@
 //!   [`by_copy`](Region::by_copy), the receiver mapping it with
 //!   [`MapOptions::lazy`] / [`MapOptions::immediate`].
 //! - `ferry-move`: a region sent [`by_move`](Region::by_move) (mapped lazily).
+//! - `ferry-move-pool` (`stream` only): as `ferry-move`, each frame taken
+//!   from a [`RegionPool`] whose thread makes fresh, populated regions
+//!   ahead of use.
+//! - `ferry-move-huge` (`oneshot` and `stream`): as `ferry-move` (the
+//!   stream through a [`RegionPool`]) with shmem huge pages; where the
+//!   policy is `never` and the bench may change it (root) it is set to
+//!   `advise` for the round and put back after, elsewhere skipped with the
+//!   reason. `extra.shmem_enabled_was` records the policy found.
 //! - `ferry-lend`: a slot of a [`LendPool`], mapped read-only by the
 //!   receiver (so it does not do the `write` touch).
 //! - `ferry-auto`: ordinary memory through [`auto::attach`] / [`auto::take`]
@@ -35,7 +43,7 @@ use std::io;
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
-use ferry::region::{auto, LendPool, MapOptions, MappedRegion, Region, RegionItem, SharedMapping};
+use ferry::region::{auto, LendPool, MapOptions, MappedRegion, Region, RegionItem, RegionOptions, RegionPool, SharedMapping};
 use ferry::{Item, Message, ReceiveRight, RecvError, SendRight, Timeout};
 
 use super::per_pair;
@@ -60,6 +68,11 @@ enum Kind {
     Lend,
     Auto,
     Inline,
+    /// By move, each frame taken from a [`RegionPool`] (base pages).
+    MovePool,
+    /// By move with shmem huge pages, frames of a stream taken from a
+    /// [`RegionPool`].
+    MoveHuge,
 }
 
 impl Kind {
@@ -76,6 +89,11 @@ impl Kind {
     /// ordinary memory.
     fn uses_region(self) -> bool {
         !matches!(self, Kind::Auto | Kind::Inline)
+    }
+
+    /// Whether the region travels by move.
+    fn moves(self) -> bool {
+        matches!(self, Kind::Move | Kind::MovePool | Kind::MoveHuge)
     }
 }
 
@@ -107,6 +125,58 @@ pub fn lend(run: &mut Run<'_>) -> Result<(), Skip> {
     dispatch(run, Kind::Lend)
 }
 
+/// `ferry-move-pool`.
+pub fn move_pool(run: &mut Run<'_>) -> Result<(), Skip> {
+    dispatch(run, Kind::MovePool)
+}
+
+/// `ferry-move-huge`: shmem huge pages, switched on for the round where
+/// the policy is `never` and this process may change it (root), and put
+/// back afterwards; skipped, with the reason, where they cannot be had.
+pub fn move_huge(run: &mut Run<'_>) -> Result<(), Skip> {
+    let guard = ShmemHuge::enable()?;
+    run.note("shmem_enabled_was", guard.was.clone());
+    let r = dispatch(run, Kind::MoveHuge);
+    drop(guard);
+    r
+}
+
+/// Shmem huge pages granted to regions that ask, for as long as this lives.
+struct ShmemHuge {
+    was: String,
+    changed: bool,
+}
+
+const SHMEM_ENABLED: &str = "/sys/kernel/mm/transparent_hugepage/shmem_enabled";
+
+impl ShmemHuge {
+    fn enable() -> Result<ShmemHuge, Skip> {
+        let Some(was) = ferry::region::shmem_huge_pages() else {
+            return Err(Skip::new("no transparent huge pages in this kernel"));
+        };
+        match was.as_str() {
+            "advise" | "always" | "within_size" | "force" => Ok(ShmemHuge { was, changed: false }),
+            "never" => match std::fs::write(SHMEM_ENABLED, "advise") {
+                Ok(()) => Ok(ShmemHuge { was, changed: true }),
+                Err(e) => Err(Skip::new(format!(
+                    "shmem huge pages unavailable: {SHMEM_ENABLED} is never and cannot be set to advise ({e})"
+                ))),
+            },
+            other => Err(Skip::new(format!("shmem huge pages unavailable: {SHMEM_ENABLED} is {other}"))),
+        }
+    }
+}
+
+impl Drop for ShmemHuge {
+    fn drop(&mut self) {
+        if self.changed {
+            if let Err(e) = std::fs::write(SHMEM_ENABLED, &self.was) {
+                eprintln!("ferry-bench: could not restore {SHMEM_ENABLED} to {}: {e}", self.was);
+            }
+        }
+    }
+}
+
 /// `ferry-auto`.
 pub fn auto_path(run: &mut Run<'_>) -> Result<(), Skip> {
     dispatch(run, Kind::Auto)
@@ -130,6 +200,12 @@ fn dispatch(run: &mut Run<'_>, kind: Kind) -> Result<(), Skip> {
     }
     if let Some(p) = ferry::region::shmem_huge_pages() {
         run.note("shmem_enabled", p);
+    }
+    match (kind, run.case.name) {
+        (Kind::MovePool, "stream") | (Kind::MoveHuge, "oneshot" | "stream") => {}
+        (Kind::MovePool, _) => return Err(Skip::new("a region pool matters only for a stream of fresh frames")),
+        (Kind::MoveHuge, _) => return Err(Skip::new("forwarding passes on a received region: huge pages are the producer's choice")),
+        _ => {}
     }
     match run.case.name {
         "oneshot" => oneshot(run, kind),
@@ -292,7 +368,7 @@ fn oneshot(run: &mut Run<'_>, kind: Kind) -> Result<(), Skip> {
             }
             shuge = region.huge_bytes_mapped();
         }
-        Kind::Move => {
+        Kind::Move | Kind::MovePool | Kind::MoveHuge => {
             while run.more() {
                 let region = filled_region(n, 0x5a)?;
                 if shuge == 0 {
@@ -361,7 +437,7 @@ fn producer(kind: Kind, n: usize, mut want: ReceiveRight, out: SendRight) -> io:
             Err(e) => return Err(other(e)),
         }
         let item: RegionItem = match kind {
-            Kind::Move => {
+            Kind::Move | Kind::MovePool | Kind::MoveHuge => {
                 let mut r = Region::new(n).map_err(other)?;
                 r.as_mut_slice().fill(0x5a);
                 r.by_move().map_err(other)?
@@ -455,6 +531,14 @@ fn stream(run: &mut Run<'_>, kind: Kind) -> Result<(), Skip> {
     let n = run.bytes();
     let (tx, mut ack, peer) = spawn_receiver(run, kind, Touch::None, true)?;
     let pool = if kind == Kind::Lend { Some(LendPool::new(2, n).map_err(skip)?) } else { None };
+    // Made after the receiver is forked (a pool's filler thread stays in
+    // the process that made it). Two ready: the filler stays a frame
+    // ahead of the writer even when one frame took longer to make.
+    let fresh = if matches!(kind, Kind::MovePool | Kind::MoveHuge) {
+        Some(RegionPool::new(n, 2, RegionOptions::for_len(n)).map_err(skip)?)
+    } else {
+        None
+    };
     let mut slots = [vec![0x5au8; if kind.uses_region() { 0 } else { n }], vec![0x5au8; if kind.uses_region() { 0 } else { n }]];
     let (mut rhuge, mut shuge) = (0u64, 0u64);
     let (mut sent, mut acked) = (0u64, 0u64);
@@ -467,14 +551,21 @@ fn stream(run: &mut Run<'_>, kind: Kind) -> Result<(), Skip> {
         }
         let k = (sent as u8) | 1;
         let msg = match kind {
-            Kind::CopyLazy | Kind::CopyImmediate | Kind::Move => {
-                let region = filled_region(n, k)?;
+            Kind::CopyLazy | Kind::CopyImmediate | Kind::Move | Kind::MovePool | Kind::MoveHuge => {
+                let region = match &fresh {
+                    Some(p) => {
+                        let mut r = p.take().map_err(skip)?;
+                        r.as_mut_slice().fill(k);
+                        r
+                    }
+                    None => filled_region(n, k)?,
+                };
                 if sent == 0 {
                     // smaps is slow: look once per round.
                     shuge = region.huge_bytes_mapped();
                 }
                 let mut region = region;
-                let item = if kind == Kind::Move { region.by_move() } else { region.by_copy() }.map_err(skip)?;
+                let item = if kind.moves() { region.by_move() } else { region.by_copy() }.map_err(skip)?;
                 Message::new(OP_DATA).with_item(item)
             }
             Kind::Lend => {
@@ -504,6 +595,9 @@ fn stream(run: &mut Run<'_>, kind: Kind) -> Result<(), Skip> {
         run.record(last.elapsed());
     }
     run.note("in_flight", 2u64);
+    if let Some(p) = &fresh {
+        run.note("pool_misses", p.misses());
+    }
     note_huge(run, rhuge, shuge);
     drop(tx);
     peer.wait()?;

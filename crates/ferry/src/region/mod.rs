@@ -7,7 +7,8 @@
 //! pages shared copy-on-write), **move** ([`Region::by_move`]: the sender
 //! gives its copy up), **lend** ([`LendPool`]: trusted streaming from a
 //! reusable pool) and **share** ([`SharedRegion`]: explicitly shared mutable
-//! memory). Ordinary memory is sent with [`RegionItem::copied_from`] (one
+//! memory). A [`RegionPool`] makes fresh regions ahead of use, on a thread
+//! of its own, for senders that produce frame after frame. Ordinary memory is sent with [`RegionItem::copied_from`] (one
 //! copy, named so) or through [`auto`], which picks inline bytes below a
 //! crossover measured on the machine.
 //!
@@ -32,12 +33,14 @@ pub mod auto;
 mod item;
 mod lend;
 mod map;
+mod pool;
 mod share;
 
 pub use crate::sys::mem::Plain;
 pub use item::RegionItem;
 pub use map::{MapError, MapOptions, MappedRegion, SharedMapping};
 pub use lend::{LendPool, Lease};
+pub use pool::RegionPool;
 pub use share::SharedRegion;
 
 pub(crate) use item::{check, raise};
@@ -189,6 +192,25 @@ pub struct RegionOptions {
     /// elsewhere it changes nothing. [`Region::new`] sets it for regions of
     /// 2 MiB and more.
     pub huge_pages: bool,
+    /// Allocate and map every page now, so that writing the region takes
+    /// no page fault (see [`Region::with_options`]). What a fresh page costs
+    /// is paid here, before the bytes are produced, which is what a
+    /// [`RegionPool`] does on its own thread.
+    pub populate: bool,
+}
+
+impl RegionOptions {
+    /// The options [`Region::new`] uses for `len` bytes: huge pages from
+    /// [`HUGE_THRESHOLD`] on, pages allocated on first touch.
+    pub fn for_len(len: usize) -> RegionOptions {
+        RegionOptions { huge_pages: len >= HUGE_THRESHOLD, populate: false }
+    }
+
+    /// The same, with every page allocated and mapped up front.
+    pub fn populated(mut self) -> RegionOptions {
+        self.populate = true;
+        self
+    }
 }
 
 /// The system's shmem transparent-huge-page policy, as
@@ -247,10 +269,25 @@ impl Region {
     /// # Errors
     /// [`RegionError::Alloc`] when the memfd or mapping cannot be made.
     pub fn new(len: usize) -> Result<Region, RegionError> {
-        Region::with_options(len, RegionOptions { huge_pages: len >= HUGE_THRESHOLD })
+        Region::with_options(len, RegionOptions::for_len(len))
     }
 
-    /// Allocates a region with explicit options.
+    /// Allocates a zeroed region with explicit options.
+    ///
+    /// With [`RegionOptions::populate`] every page is allocated and mapped
+    /// before this returns. Where huge pages were asked for and the system's
+    /// shmem policy grants them to regions that ask ([`shmem_huge_pages`] is
+    /// `advise`, `always`, `within_size` or `force`), the pages are made
+    /// through the fault path (`MADV_POPULATE_WRITE`), which takes huge
+    /// pages; otherwise zeros are written into the memfd (allocating its
+    /// pages, no mapping involved) and the pages are mapped by reading one
+    /// byte of each, whose faults map whole blocks of pages at once. Either
+    /// way cheaper than a write fault per base page, and an allocation
+    /// failure is a [`RegionError::Alloc`] here rather than a fault later.
+    ///
+    /// # Errors
+    /// [`RegionError::Alloc`] when the memfd, the mapping or (populated)
+    /// the pages cannot be had.
     pub fn with_options(len: usize, opts: RegionOptions) -> Result<Region, RegionError> {
         let fd = new_memfd(len)?;
         // An empty region still maps a page (never reachable through its
@@ -259,6 +296,9 @@ impl Region {
             .map_err(|e| RegionError::Alloc(io_err(e)))?;
         if opts.huge_pages {
             map.advise_huge();
+        }
+        if opts.populate && len > 0 {
+            populate(&fd, &map, len, opts.huge_pages)?;
         }
         Ok(Region { fd, map, len, huge: opts.huge_pages, state: State::Open })
     }
@@ -424,6 +464,27 @@ impl Region {
             self.map.advise_huge();
         }
     }
+}
+
+/// Whether the shmem policy gives huge pages to mappings that ask.
+fn huge_pages_granted() -> bool {
+    matches!(mem::shmem_thp_policy().as_deref(), Some("advise" | "always" | "within_size" | "force"))
+}
+
+/// Allocates and maps every page of a fresh region's shared mapping.
+fn populate(fd: &OwnedFd, map: &Mapping, len: usize, huge: bool) -> Result<(), RegionError> {
+    if huge && huge_pages_granted() && map.populate_write().is_ok() {
+        return Ok(());
+    }
+    // Base pages (or a kernel without MADV_POPULATE_WRITE): write zeros
+    // into the file, which allocates every page already filled, then map
+    // them with read faults, each of which maps a block of cached
+    // neighbours (fault-around). Pages allocated by `fallocate` would not
+    // do: shmem zeroes those at their first fault, one fault per page, and
+    // fault-around skips them.
+    mem::write_zeros(fd.as_fd(), len as u64).map_err(|e| RegionError::Alloc(io_err(e)))?;
+    map.prefault_read();
+    Ok(())
 }
 
 /// A fresh memfd of `len` bytes, counted.

@@ -408,6 +408,38 @@ impl Mapping {
         // SAFETY: advice on a range we own changes no memory contents.
         let _ = unsafe { rustix::mm::madvise(self.ptr.as_ptr().cast(), self.len, rustix::mm::Advice::LinuxHugepage) };
     }
+
+    /// Allocates and maps every page of a shared writable mapping now
+    /// (`MADV_POPULATE_WRITE`, Linux ≥ 5.14), through the fault path, so a
+    /// range advised for huge pages gets them. Changes no byte.
+    pub fn populate_write(&self) -> rustix::io::Result<()> {
+        if !self.writable {
+            return Err(rustix::io::Errno::PERM);
+        }
+        // SAFETY: populating allocates and maps pages of a range we own as
+        // if each were written, without changing any byte of it.
+        unsafe { rustix::mm::madvise(self.ptr.as_ptr().cast(), self.len, rustix::mm::Advice::LinuxPopulateWrite) }
+    }
+
+    /// Maps the pages that already exist in the file behind this mapping by
+    /// reading one byte of each page. A read fault maps a whole block of
+    /// neighbouring cached pages at once (fault-around), and in a shared
+    /// writable mapping of a memfd they are mapped writable, so a later
+    /// write takes no fault: far fewer faults than touching each page by
+    /// writing (or `MADV_POPULATE_*`, which fault page by page). Pages
+    /// missing from the file are read as zeros (mapped to the shared zero
+    /// page or allocated, as the kernel does for any read).
+    pub fn prefault_read(&self) {
+        let page = page_size();
+        let mut at = 0;
+        while at < self.len {
+            // SAFETY: `at < len`, so the byte is inside the mapping, which is
+            // readable while self lives (module invariant). A volatile read
+            // of a byte forms no reference and tolerates concurrent writers.
+            let _ = unsafe { std::ptr::read_volatile(self.ptr.as_ptr().add(at)) };
+            at += page;
+        }
+    }
 }
 
 impl Drop for Mapping {
@@ -417,6 +449,20 @@ impl Drop for Mapping {
     }
 }
 
+
+/// Writes `len` zero bytes into `fd` from offset 0 (`pwrite`), which
+/// allocates the pages of a memfd already filled (and so, unlike pages
+/// made by `fallocate`, mappable in blocks by fault-around).
+pub fn write_zeros(fd: BorrowedFd<'_>, len: u64) -> rustix::io::Result<()> {
+    static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
+    let mut at = 0u64;
+    while at < len {
+        let n = (len - at).min(ZEROS.len() as u64) as usize;
+        pwrite_all(fd, &ZEROS[..n], at)?;
+        at += n as u64;
+    }
+    Ok(())
+}
 
 /// Makes the pages of `[offset, offset + len)` of a file present (zeros
 /// where nothing was written) without changing its size.

@@ -14,11 +14,13 @@
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 
+pub mod cor;
 mod deadwatch;
 pub mod frame;
 pub mod link;
 pub mod node;
 pub mod tls;
 
-pub use node::{LinkInfo, NetError, Node, NodeConfig};
+pub use cor::RemoteRegion;
+pub use node::{LinkInfo, NetError, NetStats, Node, NodeConfig};
 pub use tls::{Identity, Peer};

@@ -27,13 +27,15 @@ use std::fmt;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ferry::tokio::{AsyncReceiveRight, AsyncSendRight};
-use ferry::{Item, Message, RecvError, RegionItem, Reply, SendOnceRight, SendRight, Timeout};
+use ferry::{Item, MapOptions, MappedRegion, Message, RecvError, RegionItem, Reply, SendOnceRight, SendRight, Timeout};
 use tokio::sync::{oneshot, watch};
 
+use crate::cor::{self, Counters, Fetcher};
 use crate::frame::{Frame, MAX_EAGER_REGION, MAX_FRAME};
 use crate::link::{Event, Incoming, Key, Link, Outgoing, Store};
 use crate::tls::{self, Identity, Peer};
@@ -78,6 +80,9 @@ pub enum NetError {
     Timeout,
     /// The link broke during the operation.
     LinkLost(String),
+    /// A right that should name a region received by reference does not
+    /// ([`crate::RemoteRegion::open`]), or its server answered out of turn.
+    NotARegion(String),
     /// A local failure (sockets, ports, TLS setup).
     Io(io::Error),
 }
@@ -92,6 +97,7 @@ impl fmt::Display for NetError {
             NetError::Refused(why) => write!(f, "link refused: {why}"),
             NetError::Timeout => write!(f, "the operation timed out"),
             NetError::LinkLost(why) => write!(f, "link lost: {why}"),
+            NetError::NotARegion(why) => write!(f, "not a region received by reference: {why}"),
             NetError::Io(e) => write!(f, "{e}"),
         }
     }
@@ -127,6 +133,25 @@ pub struct LinkInfo {
     pub imports: usize,
     /// Local ports the peer holds references to.
     pub exports: usize,
+    /// Regions this node sent by reference that the peer may still fetch.
+    pub regions_out: usize,
+    /// The peer's regions served here (received by reference).
+    pub regions_in: usize,
+}
+
+/// Copy-on-reference traffic of a node, since it started ([`Node::stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NetStats {
+    /// Bytes of remote regions fetched from peers (on demand or whole).
+    pub bytes_fetched: u64,
+    /// Fetch requests sent (one per cluster fault, or per whole fetch).
+    pub fetches: u64,
+    /// Bytes of this node's regions sent to peers that fetched them.
+    pub bytes_served: u64,
+    /// Regions sent by reference.
+    pub regions_sent: u64,
+    /// Regions received by reference.
+    pub regions_received: u64,
 }
 
 /// A network node: exports names, links to peers, proxies their ports.
@@ -142,6 +167,7 @@ struct Shared {
     config: NodeConfig,
     names: Mutex<HashMap<String, SendRight>>,
     links: Mutex<HashMap<String, Arc<Conn>>>,
+    counters: Arc<Counters>,
 }
 
 /// A right kept for an export.
@@ -158,7 +184,16 @@ struct State {
     kills: HashMap<u64, watch::Sender<bool>>,
     streams: HashMap<u64, Arc<tokio::sync::Mutex<quinn::SendStream>>>,
     lookups: HashMap<u64, oneshot::Sender<Option<SendRight>>>,
+    /// Regions sent by reference, kept (mapped read-only; the sealed memfd
+    /// lives as long as the mapping) until the peer releases them.
+    regions: HashMap<u64, Arc<MappedRegion>>,
+    /// The peer's regions served here: the flag that stops their servers.
+    remote_regions: HashMap<u64, Arc<AtomicBool>>,
 }
+
+/// Most of one peer's regions a node serves at once (each costs a thread);
+/// more are released at once and the item is lost (logged).
+const MAX_REGIONS_IN: usize = 256;
 
 impl State {
     /// Once import `import` is gone (released, used up), finishes its
@@ -177,6 +212,7 @@ struct Conn {
     conn: quinn::Connection,
     control: tokio::sync::Mutex<quinn::SendStream>,
     state: Mutex<State>,
+    counters: Arc<Counters>,
 }
 
 impl Node {
@@ -194,7 +230,12 @@ impl Node {
         let mut server = tls::quic_server_config(&config.identity, config.peers.clone()).map_err(other)?;
         server.transport_config(transport(&config));
         let endpoint = rt.block_on(async { quinn::Endpoint::server(server, config.listen) })?;
-        let shared = Arc::new(Shared { config, names: Mutex::new(HashMap::new()), links: Mutex::new(HashMap::new()) });
+        let shared = Arc::new(Shared {
+            config,
+            names: Mutex::new(HashMap::new()),
+            links: Mutex::new(HashMap::new()),
+            counters: Arc::new(Counters::default()),
+        });
         let (ep, sh) = (endpoint.clone(), shared.clone());
         rt.spawn(async move {
             while let Some(incoming) = ep.accept().await {
@@ -314,11 +355,30 @@ impl Node {
             .iter()
             .map(|c| {
                 let st = c.state.lock().unwrap();
-                LinkInfo { peer: c.peer.clone(), up: !st.link.is_closed(), imports: st.link.imports(), exports: st.link.exports() }
+                LinkInfo {
+                    peer: c.peer.clone(),
+                    up: !st.link.is_closed(),
+                    imports: st.link.imports(),
+                    exports: st.link.exports(),
+                    regions_out: st.link.regions_out(),
+                    regions_in: st.link.regions_in(),
+                }
             })
             .collect();
         v.sort_by(|a, b| a.peer.cmp(&b.peer));
         v
+    }
+
+    /// Copy-on-reference traffic since the node started.
+    pub fn stats(&self) -> NetStats {
+        let c = &self.shared.counters;
+        NetStats {
+            bytes_fetched: c.bytes_fetched.load(Ordering::Relaxed),
+            fetches: c.fetches.load(Ordering::Relaxed),
+            bytes_served: c.bytes_served.load(Ordering::Relaxed),
+            regions_sent: c.regions_sent.load(Ordering::Relaxed),
+            regions_received: c.regions_received.load(Ordering::Relaxed),
+        }
     }
 
     /// Drops the link to `peer` at once (as if it had died): every proxy
@@ -356,6 +416,8 @@ fn transport(c: &NodeConfig) -> Arc<quinn::TransportConfig> {
     t.max_idle_timeout(quinn::IdleTimeout::try_from(c.idle_timeout).ok());
     t.keep_alive_interval(Some(c.idle_timeout / 3));
     t.max_concurrent_uni_streams(4096u32.into());
+    // Each page fetch rides a bidirectional stream of its own.
+    t.max_concurrent_bidi_streams(1024u32.into());
     Arc::new(t)
 }
 
@@ -386,12 +448,15 @@ fn start_link(sh: Arc<Shared>, peer: String, conn: quinn::Connection, send: quin
         peer: peer.clone(),
         conn: conn.clone(),
         control: tokio::sync::Mutex::new(send),
+        counters: sh.counters.clone(),
         state: Mutex::new(State {
             link: Link::new(),
             held: HashMap::new(),
             kills: HashMap::new(),
             streams: HashMap::new(),
             lookups: HashMap::new(),
+            regions: HashMap::new(),
+            remote_regions: HashMap::new(),
         }),
     });
     if let Some(old) = sh.links.lock().unwrap().insert(peer.clone(), c.clone()) {
@@ -410,6 +475,16 @@ fn start_link(sh: Arc<Shared>, peer: String, conn: quinn::Connection, send: quin
             while let Ok(s) = c.conn.accept_uni().await {
                 let (c, sh) = (c.clone(), sh.clone());
                 tokio::spawn(async move { c.read_stream(sh, s).await });
+            }
+        });
+    }
+    // Page fetches, one bidirectional stream each.
+    {
+        let (c, sh) = (c.clone(), sh.clone());
+        tokio::spawn(async move {
+            while let Ok((send, recv)) = c.conn.accept_bi().await {
+                let (c, sh) = (c.clone(), sh.clone());
+                tokio::spawn(async move { c.serve_fetch(&sh, send, recv).await });
             }
         });
     }
@@ -533,7 +608,7 @@ impl Conn {
     /// Closes the state machine and carries out its last events.
     fn close_link(self: &Arc<Self>, _why: &str) {
         let mut st = self.state.lock().unwrap();
-        if st.link.is_closed() && st.held.is_empty() && st.kills.is_empty() {
+        if st.link.is_closed() && st.held.is_empty() && st.kills.is_empty() && st.regions.is_empty() && st.remote_regions.is_empty() {
             return;
         }
         let ev = st.link.close();
@@ -551,6 +626,46 @@ impl Conn {
         }
         st.lookups.clear();
         st.streams.clear();
+        st.regions.clear();
+        for (_, lost) in st.remote_regions.drain() {
+            lost.store(true, Ordering::Release);
+        }
+    }
+
+    /// Answers one fetch stream: checks the request against the region
+    /// table (a bad one closes the link) and streams the bytes.
+    async fn serve_fetch(self: Arc<Self>, sh: &Arc<Shared>, mut send: quinn::SendStream, mut recv: quinn::RecvStream) {
+        // A fetch request is 25 bytes: anything longer is refused before
+        // it is read.
+        let mut len = [0u8; 4];
+        let t = sh.config.op_timeout;
+        let bytes = match tokio::time::timeout(t, recv.read_exact(&mut len)).await {
+            Ok(Ok(())) if u32::from_le_bytes(len) <= 64 => {
+                let mut b = vec![0u8; u32::from_le_bytes(len) as usize];
+                match tokio::time::timeout(t, recv.read_exact(&mut b)).await {
+                    Ok(Ok(())) => b,
+                    _ => return,
+                }
+            }
+            Ok(Ok(())) => return self.protocol_error("fetch request over 64 bytes"),
+            _ => return,
+        };
+        let checked = {
+            let mut st = self.state.lock().unwrap();
+            st.link.check_fetch(&bytes).map(|(r, off, n)| (st.regions.get(&r).cloned(), off as usize, n as usize))
+        };
+        let (map, off, n) = match checked {
+            Ok((Some(map), off, n)) => (map, off, n),
+            Ok((None, ..)) => return,
+            Err(e) => return self.protocol_error(&e.to_string()),
+        };
+        for chunk in map.as_slice()[off..off + n].chunks(1 << 20) {
+            if send.write_all(chunk).await.is_err() {
+                return;
+            }
+            sh.counters.bytes_served.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+        }
+        let _ = send.finish();
     }
 
     fn handle(self: &Arc<Self>, sh: &Arc<Shared>, bytes: &[u8]) -> Result<After, String> {
@@ -570,13 +685,13 @@ fn apply_event(c: &Arc<Conn>, st: &mut State, sh: Option<&Arc<Shared>>, e: Event
         Event::Deliver { export, once, op, body, items, reply } => {
             let mut msg = Message::new(op).with_body(body);
             for i in items {
-                match incoming(c, st, i, after) {
+                match incoming(c, st, sh, i, after) {
                     Ok(item) => msg = msg.with_item(item),
                     Err(e) => eprintln!("ferry-net: an item from {} was lost: {e}", c.peer),
                 }
             }
             if let Some(r) = reply {
-                match incoming(c, st, r, after) {
+                match incoming(c, st, sh, r, after) {
                     Ok(Item::Send(s)) => msg = msg.with_reply(Reply::Send(s)),
                     Ok(Item::SendOnce(s)) => msg = msg.with_reply(Reply::SendOnce(s)),
                     Ok(_) => {}
@@ -632,12 +747,66 @@ fn apply_event(c: &Arc<Conn>, st: &mut State, sh: Option<&Arc<Shared>>, e: Event
                 watch.abort();
             }
         }
+        Event::DropRegion { id } => {
+            st.regions.remove(&id);
+        }
+        Event::RegionLost { id } => {
+            if let Some(lost) = st.remote_regions.remove(&id) {
+                lost.store(true, Ordering::Release);
+            }
+        }
     }
 }
 
+/// Starts serving the peer's region `id` here; returns the right that
+/// takes the region's place in the message. If it cannot be served, the
+/// region is released at once.
+fn remote_region(c: &Arc<Conn>, st: &mut State, sh: Option<&Arc<Shared>>, id: u64, len: u64, after: &mut After) -> io::Result<Item> {
+    let r = (|| {
+        let sh = sh.ok_or_else(|| other("the node is stopping"))?;
+        if st.remote_regions.len() >= MAX_REGIONS_IN {
+            return Err(other(format!("{MAX_REGIONS_IN} regions from this peer are served already")));
+        }
+        let lost = Arc::new(AtomicBool::new(false));
+        let f = Arc::new(Fetcher {
+            handle: tokio::runtime::Handle::current(),
+            conn: c.conn.clone(),
+            peer: c.peer.clone(),
+            id,
+            len,
+            lost: lost.clone(),
+            timeout: sh.config.op_timeout,
+            counters: sh.counters.clone(),
+        });
+        let weak = Arc::downgrade(c);
+        let handle = f.handle.clone();
+        let on_exit = Box::new(move || {
+            if let Some(c) = weak.upgrade() {
+                let f = {
+                    let mut st = c.state.lock().unwrap();
+                    st.remote_regions.remove(&id);
+                    st.link.release_region(id)
+                };
+                if let Some(f) = f {
+                    handle.spawn(async move { c.send_control(&[f]).await });
+                }
+            }
+        });
+        let right = cor::serve(f, on_exit)?;
+        st.remote_regions.insert(id, lost);
+        sh.counters.regions_received.fetch_add(1, Ordering::Relaxed);
+        Ok(Item::Send(right))
+    })();
+    if r.is_err() {
+        after.frames.extend(st.link.release_region(id));
+    }
+    r
+}
+
 /// Turns an incoming right or region into a local item.
-fn incoming(c: &Arc<Conn>, st: &mut State, i: Incoming, after: &mut After) -> io::Result<Item> {
+fn incoming(c: &Arc<Conn>, st: &mut State, sh: Option<&Arc<Shared>>, i: Incoming, after: &mut After) -> io::Result<Item> {
     match i {
+        Incoming::Remote { id, len } => remote_region(c, st, sh, id, len, after),
         Incoming::Proxy { import, once } => proxy_or_release(c, st, import, once, after),
         Incoming::Home { export } => match st.held.get(&export) {
             Some(Held::Send { right, .. }) => Ok(Item::Send(right.get_ref().try_clone()?)),
@@ -752,6 +921,7 @@ async fn forward(c: Arc<Conn>, mut rx: AsyncReceiveRight, import: u64, once: boo
 enum Taken {
     Send(SendRight),
     Once(SendOnceRight),
+    Region(MappedRegion),
     None,
 }
 
@@ -777,6 +947,23 @@ impl Conn {
                 Item::SendOnce(s) => {
                     outs.push(Outgoing::Once);
                     taken.push(Taken::Once(s));
+                }
+                Item::Region(r) if r.len() > MAX_EAGER_REGION => {
+                    if !r.mode().is_by_value() {
+                        return self.drop_message(&format!(
+                            "a {:?} region of {} bytes cannot cross by reference: its sender may still change it (send it by copy or move)",
+                            r.mode(),
+                            r.len()
+                        ));
+                    }
+                    let len = r.len() as u64;
+                    match r.map(MapOptions::lazy().read_only()) {
+                        Ok(m) => {
+                            outs.push(Outgoing::Remote(len));
+                            taken.push(Taken::Region(m));
+                        }
+                        Err(e) => return self.drop_message(&format!("region cannot cross: {e}")),
+                    }
                 }
                 Item::Region(r) => match r.copy_out(MAX_EAGER_REGION) {
                     Ok(b) => {
@@ -820,6 +1007,10 @@ impl Conn {
                     (Store::Keep(id), Taken::Once(s)) => {
                         st.held.insert(id, Held::Once(s));
                     }
+                    (Store::Region(id), Taken::Region(m)) => {
+                        st.regions.insert(id, Arc::new(m));
+                        self.counters().regions_sent.fetch_add(1, Ordering::Relaxed);
+                    }
                     _ => {}
                 }
             }
@@ -843,6 +1034,10 @@ impl Conn {
         let _ = write_frame(&mut s, &frame).await;
         drop(s);
         self.state.lock().unwrap().forget_if_gone(import);
+    }
+
+    fn counters(&self) -> &Counters {
+        &self.counters
     }
 
     fn drop_message(&self, why: &str) {

@@ -137,6 +137,10 @@ pub struct LinkInfo {
     pub regions_out: usize,
     /// The peer's regions served here (received by reference).
     pub regions_in: usize,
+    /// UDP bytes this node sent on the link (QUIC, TLS and all).
+    pub wire_sent: u64,
+    /// UDP bytes this node received on the link.
+    pub wire_received: u64,
 }
 
 /// Copy-on-reference traffic of a node, since it started ([`Node::stats`]).
@@ -355,7 +359,10 @@ impl Node {
             .iter()
             .map(|c| {
                 let st = c.state.lock().unwrap();
+                let q = c.conn.stats();
                 LinkInfo {
+                    wire_sent: q.udp_tx.bytes,
+                    wire_received: q.udp_rx.bytes,
                     peer: c.peer.clone(),
                     up: !st.link.is_closed(),
                     imports: st.link.imports(),

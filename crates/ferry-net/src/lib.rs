@@ -22,5 +22,5 @@ pub mod node;
 pub mod tls;
 
 pub use cor::RemoteRegion;
-pub use node::{LinkInfo, NetError, NetStats, Node, NodeConfig};
+pub use node::{LinkInfo, NetError, NetStats, Node, NodeConfig, Refusal, REFUSED};
 pub use tls::{Identity, Peer};

@@ -122,6 +122,66 @@ pub fn key_of(fd: BorrowedFd<'_>) -> io::Result<Key> {
     Ok((st.st_dev, st.st_ino))
 }
 
+/// The operation code of the message a network server sends back on a
+/// message's reply right when it refuses to carry that message across
+/// ([`Refusal::of`] reads it).
+pub const REFUSED: u32 = 0x6e65_7f01;
+
+/// Why the network server refused to carry a message to another host. The
+/// refusal happens on the sender's host, before anything of the message
+/// leaves it: the message's rights are destroyed, and if it has a reply
+/// right the sender gets a message of op [`REFUSED`] on it (the body: the
+/// code as a little-endian `u32`, then the reason in UTF-8). A message
+/// without a reply right is dropped and logged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// It carries a receive right: receive rights do not cross hosts.
+    ReceiveRight,
+    /// It carries an item that only makes sense on one host (a pager
+    /// descriptor).
+    OtherItem,
+    /// It carries a lent or shared region over the eager limit, which its
+    /// sender could change while the far side fetches it; send it by copy
+    /// or move.
+    MutableRegion,
+    /// A local failure while translating it (out of descriptors, memory).
+    Failed,
+}
+
+impl Refusal {
+    fn code(self) -> u32 {
+        match self {
+            Refusal::ReceiveRight => 1,
+            Refusal::OtherItem => 2,
+            Refusal::MutableRegion => 3,
+            Refusal::Failed => 4,
+        }
+    }
+
+    fn message(self, why: &str) -> Message {
+        let mut body = self.code().to_le_bytes().to_vec();
+        body.extend_from_slice(why.as_bytes());
+        Message::new(REFUSED).with_body(body)
+    }
+
+    /// Reads a refusal from a reply: the refusal and its reason, or `None`
+    /// if `m` is not one.
+    pub fn of(m: &Message) -> Option<(Refusal, String)> {
+        if m.op() != REFUSED || m.body().len() < 4 {
+            return None;
+        }
+        let code = u32::from_le_bytes(m.body()[..4].try_into().ok()?);
+        let r = match code {
+            1 => Refusal::ReceiveRight,
+            2 => Refusal::OtherItem,
+            3 => Refusal::MutableRegion,
+            4 => Refusal::Failed,
+            _ => return None,
+        };
+        Some((r, String::from_utf8_lossy(&m.body()[4..]).into_owned()))
+    }
+}
+
 /// What a link shows of itself ([`Node::links`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LinkInfo {
@@ -949,7 +1009,7 @@ impl Conn {
                         outs.push(Outgoing::Send(k));
                         taken.push(Taken::Send(s));
                     }
-                    Err(e) => return self.drop_message(&e.to_string()),
+                    Err(e) => return self.refuse(&mut m, Refusal::Failed, &e.to_string()),
                 },
                 Item::SendOnce(s) => {
                     outs.push(Outgoing::Once);
@@ -957,7 +1017,7 @@ impl Conn {
                 }
                 Item::Region(r) if r.len() > MAX_EAGER_REGION => {
                     if !r.mode().is_by_value() {
-                        return self.drop_message(&format!(
+                        return self.refuse(&mut m, Refusal::MutableRegion, &format!(
                             "a {:?} region of {} bytes cannot cross by reference: its sender may still change it (send it by copy or move)",
                             r.mode(),
                             r.len()
@@ -969,7 +1029,7 @@ impl Conn {
                             outs.push(Outgoing::Remote(len));
                             taken.push(Taken::Region(m));
                         }
-                        Err(e) => return self.drop_message(&format!("region cannot cross: {e}")),
+                        Err(e) => return self.refuse(&mut m, Refusal::Failed, &format!("region cannot cross: {e}")),
                     }
                 }
                 Item::Region(r) => match r.copy_out(MAX_EAGER_REGION) {
@@ -977,10 +1037,10 @@ impl Conn {
                         outs.push(Outgoing::Region(b));
                         taken.push(Taken::None);
                     }
-                    Err(e) => return self.drop_message(&format!("region cannot cross: {e}")),
+                    Err(e) => return self.refuse(&mut m, Refusal::Failed, &format!("region cannot cross: {e}")),
                 },
-                Item::Receive(_) => return self.drop_message("receive rights do not cross the network"),
-                _ => return self.drop_message("this kind of item does not cross the network"),
+                Item::Receive(_) => return self.refuse(&mut m, Refusal::ReceiveRight, "receive rights do not cross the network"),
+                _ => return self.refuse(&mut m, Refusal::OtherItem, "this kind of item does not cross the network"),
             }
         }
         let reply = match m.take_reply() {
@@ -1045,6 +1105,17 @@ impl Conn {
 
     fn counters(&self) -> &Counters {
         &self.counters
+    }
+
+    /// Refuses a message that cannot cross, before anything of it leaves
+    /// this host: its rights are destroyed (their holders are told as for
+    /// any dropped right), and if it has a reply right, the sender is told
+    /// why on it ([`Refusal`]).
+    fn refuse(&self, m: &mut Message, code: Refusal, why: &str) {
+        self.drop_message(why);
+        if let Some(reply) = m.take_reply() {
+            let _ = reply.send(code.message(why), Timeout::Zero);
+        }
     }
 
     fn drop_message(&self, why: &str) {

@@ -7,6 +7,7 @@
 
 mod bench;
 mod demo;
+mod demo_net;
 mod names;
 mod stat;
 

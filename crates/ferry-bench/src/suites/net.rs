@@ -208,8 +208,8 @@ fn ferry_net_region(run: &mut Run<'_>, how: Fetch, region: u64) -> Result<(), Sk
         run.record(t.elapsed());
         ops += 1;
     }
-    if ops > 0 {
-        run.note("wire_bytes", (wire_bytes(&a) - wire0) / ops);
+    if let Some(w) = (wire_bytes(&a) - wire0).checked_div(ops) {
+        run.note("wire_bytes", w);
         run.note("fetched_bytes", (a.stats().bytes_fetched - fetched0) / ops);
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);

@@ -9,6 +9,7 @@ mod bench;
 mod demo;
 mod demo_net;
 mod names;
+mod netview;
 mod stat;
 
 use std::process::ExitCode;

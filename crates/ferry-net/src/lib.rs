@@ -19,6 +19,7 @@ mod deadwatch;
 pub mod frame;
 pub mod link;
 pub mod node;
+pub mod status;
 pub mod tls;
 
 pub use cor::RemoteRegion;

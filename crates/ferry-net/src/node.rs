@@ -183,7 +183,7 @@ impl Refusal {
 }
 
 /// What a link shows of itself ([`Node::links`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct LinkInfo {
     /// The peer's name.
     pub peer: String,
@@ -329,6 +329,11 @@ impl Node {
     /// network.
     pub fn export(&self, name: &str, right: SendRight) {
         self.shared.names.lock().unwrap().insert(name.to_owned(), right);
+    }
+
+    /// The names exported now.
+    pub fn exported(&self) -> Vec<String> {
+        self.shared.names.lock().unwrap().keys().cloned().collect()
     }
 
     /// Stops exporting `name` (rights already handed out stay valid).

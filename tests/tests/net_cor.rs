@@ -304,3 +304,49 @@ fn a_hostile_peer_fetching_a_region_it_was_never_sent_loses_only_its_link() {
         assert_eq!(view.as_slice().unwrap()[len - 1], byte_at(len - 1));
     });
 }
+
+#[test]
+fn per_user_budgets_refuse_what_one_user_would_have_kept_past_them() {
+    watchdog("per_user_budgets_refuse_what_one_user_would_have_kept_past_them", LIMIT, || {
+        let (ia, ib) = identities();
+        let a = Node::start(config(&ia, vec![Peer { name: "b".into(), cert: ib.cert.clone() }])).unwrap();
+        let mut cb = config(&ib, vec![Peer { name: "a".into(), cert: ia.cert.clone() }]);
+        cb.max_regions_per_user = 1;
+        cb.max_exports_per_user = 2;
+        let b = Node::start(cb).unwrap();
+        b.connect("a", a.local_addr().unwrap()).unwrap();
+        let (mut srv, to_srv) = ferry::port().unwrap();
+        a.export("data", to_srv);
+        let data = b.lookup("data@a").unwrap();
+        let (mut me, _keep) = ferry::port().unwrap();
+        let len = (17 << 20) + PAGE;
+        let refused = |me: &mut ferry::ReceiveRight| {
+            let answer = me.recv(WAIT).unwrap();
+            ferry_net::Refusal::of(&answer).map(|(r, _)| r)
+        };
+
+        // One region by reference: within the budget.
+        data.send(Message::new(1).with_item(pattern_region(len)), WAIT).unwrap();
+        let Some(Item::Send(first)) = srv.recv(WAIT).unwrap().take_items().pop() else { panic!("a region") };
+        // A second while the first is held: refused, typed, to the sender.
+        data.send(Message::new(2).with_item(pattern_region(len)).with_reply(me.make_send_once().unwrap()), WAIT).unwrap();
+        assert_eq!(refused(&mut me), Some(ferry_net::Refusal::OverBudget));
+        // Three rights kept at once would pass the budget of two.
+        let ports: Vec<_> = (0..3).map(|_| ferry::port().unwrap()).collect();
+        let mut m = Message::new(3).with_reply(me.make_send_once().unwrap());
+        for r in ports.iter().map(|(_, tx)| tx.try_clone().unwrap()) {
+            m = m.with_item(r);
+        }
+        data.send(m, WAIT).unwrap();
+        assert_eq!(refused(&mut me), Some(ferry_net::Refusal::OverBudget));
+        // Nothing of the refused messages arrived; the link still works.
+        data.send(Message::new(4), WAIT).unwrap();
+        assert_eq!(srv.recv(WAIT).unwrap().op(), 4);
+        // When the far side lets go of the first region, the budget is back.
+        drop(first);
+        wait_until("the first region to be released", || b.links()[0].regions_out == 0);
+        data.send(Message::new(5).with_item(pattern_region(len)), WAIT).unwrap();
+        let m = srv.recv(WAIT).unwrap();
+        assert_eq!((m.op(), m.items().len()), (5, 1));
+    });
+}

@@ -54,12 +54,30 @@ pub struct NodeConfig {
     pub idle_timeout: Duration,
     /// Bound on connecting and on each lookup.
     pub op_timeout: Duration,
+    /// Most rights one local user (by the kernel-reported uid of the
+    /// messages it sends to proxies) may have this node keep for one peer
+    /// at once (exports: each costs a kept right and a watcher). A message
+    /// that would pass it is refused with [`Refusal::OverBudget`].
+    pub max_exports_per_user: usize,
+    /// Most regions one local user may have this node keep for one peer at
+    /// once, sent by reference (each keeps the region's memory alive until
+    /// the peer lets go). Past it: [`Refusal::OverBudget`].
+    pub max_regions_per_user: usize,
 }
 
 impl NodeConfig {
-    /// A configuration with defaults: 10 s idle timeout, 5 s per operation.
+    /// A configuration with defaults: 10 s idle timeout, 5 s per operation,
+    /// 4096 kept rights and 64 regions by reference per local user and peer.
     pub fn new(identity: Identity, peers: Vec<Peer>, listen: SocketAddr) -> NodeConfig {
-        NodeConfig { identity, peers, listen, idle_timeout: Duration::from_secs(10), op_timeout: Duration::from_secs(5) }
+        NodeConfig {
+            identity,
+            peers,
+            listen,
+            idle_timeout: Duration::from_secs(10),
+            op_timeout: Duration::from_secs(5),
+            max_exports_per_user: 4096,
+            max_regions_per_user: 64,
+        }
     }
 }
 
@@ -146,6 +164,12 @@ pub enum Refusal {
     MutableRegion,
     /// A local failure while translating it (out of descriptors, memory).
     Failed,
+    /// Its sender's user already has as many rights or regions kept for
+    /// this peer as the node allows one user
+    /// ([`NodeConfig::max_exports_per_user`],
+    /// [`NodeConfig::max_regions_per_user`]); they are freed as the peer
+    /// lets go.
+    OverBudget,
 }
 
 impl Refusal {
@@ -155,6 +179,7 @@ impl Refusal {
             Refusal::OtherItem => 2,
             Refusal::MutableRegion => 3,
             Refusal::Failed => 4,
+            Refusal::OverBudget => 5,
         }
     }
 
@@ -176,6 +201,7 @@ impl Refusal {
             2 => Refusal::OtherItem,
             3 => Refusal::MutableRegion,
             4 => Refusal::Failed,
+            5 => Refusal::OverBudget,
             _ => return None,
         };
         Some((r, String::from_utf8_lossy(&m.body()[4..]).into_owned()))
@@ -253,13 +279,49 @@ struct State {
     regions: HashMap<u64, Arc<MappedRegion>>,
     /// The peer's regions served here: the flag that stops their servers.
     remote_regions: HashMap<u64, Arc<AtomicBool>>,
+    /// Which local user each kept export and region by reference counts
+    /// against, and each user's counts (exports, regions).
+    owners: HashMap<Owned, u32>,
+    usage: HashMap<u32, (usize, usize)>,
 }
 
 /// Most of one peer's regions a node serves at once (each costs a thread);
 /// more are released at once and the item is lost (logged).
 const MAX_REGIONS_IN: usize = 256;
 
+/// Something kept for the peer on a local user's behalf.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Owned {
+    Export(u64),
+    Region(u64),
+}
+
 impl State {
+    /// Counts `what` against `uid`.
+    fn charge(&mut self, uid: u32, what: Owned) {
+        self.owners.insert(what, uid);
+        let u = self.usage.entry(uid).or_default();
+        match what {
+            Owned::Export(_) => u.0 += 1,
+            Owned::Region(_) => u.1 += 1,
+        }
+    }
+
+    /// Gives back what `what` cost its user, if it was charged.
+    fn refund(&mut self, what: Owned) {
+        if let Some(uid) = self.owners.remove(&what) {
+            if let Some(u) = self.usage.get_mut(&uid) {
+                match what {
+                    Owned::Export(_) => u.0 -= 1,
+                    Owned::Region(_) => u.1 -= 1,
+                }
+                if *u == (0, 0) {
+                    self.usage.remove(&uid);
+                }
+            }
+        }
+    }
+
     /// Once import `import` is gone (released, used up), finishes its
     /// stream and forgets its proxies' kill switch.
     fn forget_if_gone(&mut self, import: u64) {
@@ -277,6 +339,8 @@ struct Conn {
     control: tokio::sync::Mutex<quinn::SendStream>,
     state: Mutex<State>,
     counters: Arc<Counters>,
+    /// Per-user budgets: (exports, regions) kept for this peer.
+    limits: (usize, usize),
 }
 
 impl Node {
@@ -521,6 +585,7 @@ fn start_link(sh: Arc<Shared>, peer: String, conn: quinn::Connection, send: quin
         conn: conn.clone(),
         control: tokio::sync::Mutex::new(send),
         counters: sh.counters.clone(),
+        limits: (sh.config.max_exports_per_user, sh.config.max_regions_per_user),
         state: Mutex::new(State {
             link: Link::new(),
             held: HashMap::new(),
@@ -529,6 +594,8 @@ fn start_link(sh: Arc<Shared>, peer: String, conn: quinn::Connection, send: quin
             lookups: HashMap::new(),
             regions: HashMap::new(),
             remote_regions: HashMap::new(),
+            owners: HashMap::new(),
+            usage: HashMap::new(),
         }),
     });
     if let Some(old) = sh.links.lock().unwrap().insert(peer.clone(), c.clone()) {
@@ -699,6 +766,8 @@ impl Conn {
         st.lookups.clear();
         st.streams.clear();
         st.regions.clear();
+        st.owners.clear();
+        st.usage.clear();
         for (_, lost) in st.remote_regions.drain() {
             lost.store(true, Ordering::Release);
         }
@@ -771,6 +840,7 @@ fn apply_event(c: &Arc<Conn>, st: &mut State, sh: Option<&Arc<Shared>>, e: Event
                 }
             }
             let target = if once {
+                st.refund(Owned::Export(export));
                 match st.held.remove(&export) {
                     Some(Held::Once(r)) => Some(Target::Once(r)),
                     _ => None,
@@ -818,9 +888,11 @@ fn apply_event(c: &Arc<Conn>, st: &mut State, sh: Option<&Arc<Shared>>, e: Event
             if let Some(Held::Send { watch, .. }) = st.held.remove(&export) {
                 watch.abort();
             }
+            st.refund(Owned::Export(export));
         }
         Event::DropRegion { id } => {
             st.regions.remove(&id);
+            st.refund(Owned::Region(id));
         }
         Event::RegionLost { id } => {
             if let Some(lost) = st.remote_regions.remove(&id) {
@@ -1048,6 +1120,34 @@ impl Conn {
                 _ => return self.refuse(&mut m, Refusal::OtherItem, "this kind of item does not cross the network"),
             }
         }
+        // Budgets: what this message could make this node keep for the
+        // peer on its sender's behalf, counted before anything is kept.
+        let uid = m.sender().map_or(u32::MAX, |c| c.uid);
+        let back = m.take_reply();
+        let regions = outs.iter().filter(|o| matches!(o, Outgoing::Remote(_))).count();
+        let rights = outs.iter().filter(|o| matches!(o, Outgoing::Send(_) | Outgoing::Once)).count() + usize::from(back.is_some());
+        let over = {
+            let st = self.state.lock().unwrap();
+            let (e, r) = st.usage.get(&uid).copied().unwrap_or_default();
+            let (max_e, max_r) = self.limits;
+            if regions > 0 && r + regions > max_r {
+                Some(format!("user {uid} already has {r} regions by reference kept for {} (the limit is {max_r})", self.peer))
+            } else if rights > 0 && e + rights > max_e {
+                Some(format!("user {uid} already has {e} rights kept for {} (the limit is {max_e})", self.peer))
+            } else {
+                None
+            }
+        };
+        if let Some(why) = over {
+            self.drop_message(&why);
+            if let Some(r) = back {
+                let _ = r.send(Refusal::OverBudget.message(&why), Timeout::Zero);
+            }
+            return;
+        }
+        if let Some(r) = back {
+            m = m.with_reply(r);
+        }
         let reply = match m.take_reply() {
             Some(Reply::Send(s)) if s.is_dead() => {
                 taken.push(Taken::Send(s));
@@ -1075,12 +1175,17 @@ impl Conn {
             };
             for (store, t) in stores.into_iter().zip(taken) {
                 match (store, t) {
-                    (Store::Keep(id), Taken::Send(s)) => keep_send(self, &mut st, id, s),
+                    (Store::Keep(id), Taken::Send(s)) => {
+                        keep_send(self, &mut st, id, s);
+                        st.charge(uid, Owned::Export(id));
+                    }
                     (Store::Keep(id), Taken::Once(s)) => {
                         st.held.insert(id, Held::Once(s));
+                        st.charge(uid, Owned::Export(id));
                     }
                     (Store::Region(id), Taken::Region(m)) => {
                         st.regions.insert(id, Arc::new(m));
+                        st.charge(uid, Owned::Region(id));
                         self.counters().regions_sent.fetch_add(1, Ordering::Relaxed);
                     }
                     _ => {}

@@ -92,7 +92,7 @@ impl Fetcher {
         if self.lost.load(Ordering::Acquire) {
             return Err(format!("the link to {} is lost", self.peer));
         }
-        let frame = Frame::Fetch { region: self.id, offset, len: buf.len() as u64 }.encode();
+        let req = Frame::Fetch { region: self.id, offset, len: buf.len() as u64 }.encode_with_len();
         let t = self.timeout;
         let step = |e: &dyn std::fmt::Display| format!("fetch from {} failed: {e}", self.peer);
         self.handle.block_on(async {
@@ -101,9 +101,6 @@ impl Fetcher {
                 Ok(Err(e)) => return Err(step(&e)),
                 Err(_) => return Err(step(&"timed out")),
             };
-            let mut req = Vec::with_capacity(4 + frame.len());
-            req.extend_from_slice(&(frame.len() as u32).to_le_bytes());
-            req.extend_from_slice(&frame);
             match tokio::time::timeout(t, send.write_all(&req)).await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => return Err(step(&e)),

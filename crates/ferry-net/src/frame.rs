@@ -187,18 +187,34 @@ impl Frame {
     /// Encodes the frame (without the stream's length prefix).
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(32);
+        self.encode_into(&mut out);
+        out
+    }
+
+    /// Encodes the frame after a `u32` little-endian length prefix, as it
+    /// goes on a stream, in one buffer.
+    pub fn encode_with_len(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(36);
+        out.extend_from_slice(&[0; 4]);
+        self.encode_into(&mut out);
+        let n = (out.len() - 4) as u32;
+        out[..4].copy_from_slice(&n.to_le_bytes());
+        out
+    }
+
+    fn encode_into(&self, out: &mut Vec<u8>) {
         match self {
             Frame::Lookup { req, name } => {
                 out.push(T_LOOKUP);
                 out.extend_from_slice(&req.to_le_bytes());
-                put_bytes(&mut out, name.as_bytes());
+                put_bytes(out, name.as_bytes());
             }
             Frame::Found { req, cap } => {
                 out.push(T_FOUND);
                 out.extend_from_slice(&req.to_le_bytes());
                 match cap {
                     None => out.push(0),
-                    Some(c) => put_cap(&mut out, *c),
+                    Some(c) => put_cap(out, *c),
                 }
             }
             Frame::Message { target, op, body, parts, reply } => {
@@ -206,17 +222,17 @@ impl Frame {
                 out.push(T_MESSAGE);
                 out.extend_from_slice(&target.to_le_bytes());
                 out.extend_from_slice(&op.to_le_bytes());
-                put_bytes(&mut out, body);
+                put_bytes(out, body);
                 out.extend_from_slice(&(parts.len() as u16).to_le_bytes());
                 for p in parts {
                     match p {
                         Part::Cap(c) => {
                             out.push(0);
-                            put_cap(&mut out, *c);
+                            put_cap(out, *c);
                         }
                         Part::Region(b) => {
                             out.push(1);
-                            put_bytes(&mut out, b);
+                            put_bytes(out, b);
                         }
                         Part::Remote { id, len } => {
                             out.push(2);
@@ -227,7 +243,7 @@ impl Frame {
                 }
                 match reply {
                     None => out.push(0),
-                    Some(c) => put_cap(&mut out, *c),
+                    Some(c) => put_cap(out, *c),
                 }
             }
             Frame::Release { id, count, uses } => {
@@ -251,7 +267,6 @@ impl Frame {
                 out.extend_from_slice(&len.to_le_bytes());
             }
         }
-        out
     }
 
     /// Decodes one frame, checking every length against the limits above.

@@ -669,11 +669,7 @@ async fn read_frame(s: &mut quinn::RecvStream) -> Result<Option<Vec<u8>>, String
 
 /// Writes one frame with its length prefix, in one stream write.
 async fn write_frame(s: &mut quinn::SendStream, f: &Frame) -> Result<(), quinn::WriteError> {
-    let body = f.encode();
-    let mut bytes = Vec::with_capacity(4 + body.len());
-    bytes.extend_from_slice(&(body.len() as u32).to_le_bytes());
-    bytes.extend_from_slice(&body);
-    s.write_all(&bytes).await
+    s.write_all(&f.encode_with_len()).await
 }
 
 /// Work to do after the state lock is released.

@@ -375,3 +375,18 @@ fn a_remote_region_id_twice_or_of_no_length_is_refused() {
     let id = send_by_reference(&mut a, &mut b, export, 10_000);
     assert!(b.close().contains(&Event::RegionLost { id }));
 }
+
+#[test]
+fn a_frame_with_its_length_prefix_is_the_prefix_and_the_frame() {
+    for f in [
+        Frame::Fetch { region: 3, offset: 4096, len: 65536 },
+        Frame::RegionRelease { id: 9 },
+        Frame::Message { target: 1, op: 2, body: vec![7; 300], parts: vec![Part::Remote { id: 4, len: 1 << 30 }], reply: None },
+    ] {
+        let body = f.encode();
+        let framed = f.encode_with_len();
+        assert_eq!(&framed[..4], &(body.len() as u32).to_le_bytes());
+        assert_eq!(&framed[4..], &body[..]);
+        assert_eq!(Frame::decode(&body), Ok(f));
+    }
+}

@@ -21,6 +21,13 @@
 //!   send costs) and then touches the same bytes. `extra.wire_bytes` is the
 //!   UDP bytes that crossed the link per operation, both ways. Target: at
 //!   1%, under 2% of the region's bytes and at least 20× sooner than eager.
+//!
+//! The `-veth` impls (`ferry-net-veth`, `quic-raw-veth`, `tcp-raw-veth`;
+//! `null-roundtrip` and `oneshot`) run the same code with the serving and
+//! the connecting side in two network namespaces joined by a veth pair,
+//! made for each round (`ip netns`) and removed after it; they need root and
+//! are recorded as skipped otherwise. `ferry bench net` as root runs both
+//! links in the same invocation, interleaved.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -69,7 +76,110 @@ pub fn impls() -> Vec<Impl> {
         Impl { name: "tcp-raw", run: tcp_raw },
         Impl { name: "ferry-net-cor", run: ferry_net_cor },
         Impl { name: "ferry-net-eager", run: ferry_net_eager },
+        Impl { name: "ferry-net-veth", run: |run| over_veth(run, ferry_net) },
+        Impl { name: "quic-raw-veth", run: |run| over_veth(run, quic_raw) },
+        Impl { name: "tcp-raw-veth", run: |run| over_veth(run, tcp_raw) },
     ]
+}
+
+/// Two network namespaces joined by a veth pair, made for one round of a
+/// `-veth` impl and removed after it.
+struct Veth {
+    names: [String; 2],
+    ns: [std::fs::File; 2],
+    addr: [std::net::IpAddr; 2],
+}
+
+fn ip(args: &[&str]) -> bool {
+    std::process::Command::new("ip")
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+impl Veth {
+    fn make() -> Result<Veth, Skip> {
+        if !rustix::process::geteuid().is_root() {
+            return Err(Skip::new("the veth variant needs root (it makes two network namespaces)"));
+        }
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let (pid, k) = (std::process::id(), NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+        let names = [format!("fba{pid}x{k}"), format!("fbb{pid}x{k}")];
+        let veth = [format!("vba{pid}x{k}"), format!("vbb{pid}x{k}")];
+        let net = (pid + k) % 250 + 1;
+        let addr = [format!("10.78.{net}.1"), format!("10.78.{net}.2")];
+        let made = ip(&["netns", "add", &names[0]]) && ip(&["netns", "add", &names[1]]);
+        let cleanup = |names: &[String; 2]| names.iter().for_each(|n| {
+            ip(&["netns", "del", n]);
+        });
+        let ok = made
+            && ip(&["link", "add", &veth[0], "type", "veth", "peer", "name", &veth[1]])
+            && (0..2).all(|i| {
+                ip(&["link", "set", &veth[i], "netns", &names[i]])
+                    && ip(&["-n", &names[i], "addr", "add", &format!("{}/24", addr[i]), "dev", &veth[i]])
+                    && ip(&["-n", &names[i], "link", "set", &veth[i], "up"])
+            });
+        if !ok {
+            cleanup(&names);
+            return Err(Skip::new("could not make two network namespaces and a veth pair (`ip netns`)"));
+        }
+        let open = |n: &str| std::fs::File::open(format!("/run/netns/{n}"));
+        match (open(&names[0]), open(&names[1]), addr[0].parse(), addr[1].parse()) {
+            (Ok(a), Ok(b), Ok(x), Ok(y)) => Ok(Veth { names, ns: [a, b], addr: [x, y] }),
+            _ => {
+                cleanup(&names);
+                Err(Skip::new("could not open the namespaces just made"))
+            }
+        }
+    }
+}
+
+impl Drop for Veth {
+    fn drop(&mut self) {
+        for n in &self.names {
+            ip(&["netns", "del", n]);
+        }
+    }
+}
+
+thread_local! {
+    /// The namespaces of the `-veth` impl now running on this thread.
+    static VETH: std::cell::RefCell<Option<Veth>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` for one round with side 0 and side 1 in two namespaces joined
+/// by a veth pair instead of both on loopback.
+fn over_veth(run: &mut Run<'_>, f: fn(&mut Run<'_>) -> Result<(), Skip>) -> Result<(), Skip> {
+    only(run, &["null-roundtrip", "oneshot"])?;
+    run.note("link", "veth between two network namespaces");
+    let veth = Veth::make()?;
+    VETH.with(|v| *v.borrow_mut() = Some(veth));
+    let r = f(run);
+    VETH.with(|v| v.borrow_mut().take());
+    r
+}
+
+/// The address side `side` (0 serves, 1 connects) binds: loopback, or its
+/// namespace's veth address.
+fn addr(side: usize) -> SocketAddr {
+    VETH.with(|v| v.borrow().as_ref().map_or_else(loopback, |v| SocketAddr::new(v.addr[side], 0)))
+}
+
+/// Runs `f`, which makes side `side`'s sockets, inside that side's network
+/// namespace when a `-veth` impl runs (the thread moves there and back).
+fn on<T>(side: usize, f: impl FnOnce() -> T) -> Result<T, Skip> {
+    VETH.with(|v| {
+        let v = v.borrow();
+        let Some(v) = v.as_ref() else { return Ok(f()) };
+        let home = std::fs::File::open("/proc/thread-self/ns/net").map_err(skip)?;
+        let net = Some(rustix::thread::LinkNameSpaceType::Network);
+        rustix::thread::move_into_link_name_space(std::os::fd::AsFd::as_fd(&v.ns[side]), net).map_err(skip)?;
+        let out = f();
+        rustix::thread::move_into_link_name_space(std::os::fd::AsFd::as_fd(&home), net).map_err(skip)?;
+        Ok(out)
+    })
 }
 
 fn only(run: &Run<'_>, cases: &[&str]) -> Result<(), Skip> {
@@ -136,8 +246,8 @@ fn touch_read(b: &[u8]) -> u64 {
 fn linked_nodes(name: &str, to: ferry::SendRight) -> Result<(Node, Node), Skip> {
     let ia = Identity::generate("a").map_err(skip)?;
     let ib = Identity::generate("b").map_err(skip)?;
-    let a = Node::start(NodeConfig::new(ia.clone(), vec![Peer { name: "b".into(), cert: ib.cert.clone() }], loopback())).map_err(skip)?;
-    let b = Node::start(NodeConfig::new(ib, vec![Peer { name: "a".into(), cert: ia.cert.clone() }], loopback())).map_err(skip)?;
+    let a = on(0, || Node::start(NodeConfig::new(ia.clone(), vec![Peer { name: "b".into(), cert: ib.cert.clone() }], addr(0))))?.map_err(skip)?;
+    let b = on(1, || Node::start(NodeConfig::new(ib, vec![Peer { name: "a".into(), cert: ia.cert.clone() }], addr(1))))?.map_err(skip)?;
     b.connect("a", a.local_addr().map_err(skip)?).map_err(skip)?;
     a.export(name, to);
     Ok((a, b))
@@ -271,13 +381,17 @@ fn quic_pair(rt: &tokio::runtime::Runtime) -> Result<(quinn::Endpoint, Connect),
     let ib = Identity::generate("b").map_err(skip)?;
     let server_cfg = ferry_net::tls::quic_server_config(&ia, vec![Peer { name: "b".into(), cert: ib.cert.clone() }]).map_err(skip)?;
     let client_cfg = ferry_net::tls::quic_client_config(&ib, &Peer { name: "a".into(), cert: ia.cert.clone() }).map_err(skip)?;
-    let server = rt.block_on(async { quinn::Endpoint::server(server_cfg, loopback()) }).map_err(skip)?;
-    let addr = server.local_addr().map_err(skip)?;
+    let server = on(0, || rt.block_on(async { quinn::Endpoint::server(server_cfg, addr(0)) }))?.map_err(skip)?;
+    let server_addr = server.local_addr().map_err(skip)?;
     let connect: Connect = Box::new(move |rt| {
-        rt.block_on(async {
-            let mut ep = quinn::Endpoint::client(loopback())?;
+        let ep = on(1, || {
+            let _in_runtime = rt.enter();
+            quinn::Endpoint::client(addr(1))
+        })?.map_err(skip)?;
+        rt.block_on(async move {
+            let mut ep = ep;
             ep.set_default_client_config(client_cfg);
-            let conn = ep.connect(addr, "ferry-peer").map_err(std::io::Error::other)?.await?;
+            let conn = ep.connect(server_addr, "ferry-peer").map_err(std::io::Error::other)?.await?;
             Ok::<_, std::io::Error>((conn, ep))
         })
         .map_err(skip)
@@ -290,7 +404,7 @@ fn quic_pair(rt: &tokio::runtime::Runtime) -> Result<(quinn::Endpoint, Connect),
 fn tcp_raw_oneshot(run: &mut Run<'_>) -> Result<(), Skip> {
     run.note("placement_ignored", "threads in one process, unpinned");
     let n = run.case.bytes as usize;
-    let l = TcpListener::bind(loopback()).map_err(skip)?;
+    let l = on(0, || TcpListener::bind(addr(0)))?.map_err(skip)?;
     let addr = l.local_addr().map_err(skip)?;
     let sink = unpinned(run, || {
         std::thread::spawn(move || {
@@ -304,7 +418,7 @@ fn tcp_raw_oneshot(run: &mut Run<'_>) -> Result<(), Skip> {
             }
         })
     });
-    let mut c = TcpStream::connect(addr).map_err(skip)?;
+    let mut c = on(1, || TcpStream::connect(addr))?.map_err(skip)?;
     c.set_nodelay(true).map_err(skip)?;
     let data = vec![7u8; n];
     let mut b = [0u8; 1];
@@ -346,8 +460,8 @@ fn ferry_net_roundtrip(run: &mut Run<'_>) -> Result<(), Skip> {
     let (a, b, echo, stop) = unpinned(run, || -> Result<_, Skip> {
         let ia = Identity::generate("a").map_err(skip)?;
         let ib = Identity::generate("b").map_err(skip)?;
-        let a = Node::start(NodeConfig::new(ia.clone(), vec![Peer { name: "b".into(), cert: ib.cert.clone() }], loopback())).map_err(skip)?;
-        let b = Node::start(NodeConfig::new(ib, vec![Peer { name: "a".into(), cert: ia.cert.clone() }], loopback())).map_err(skip)?;
+        let a = on(0, || Node::start(NodeConfig::new(ia.clone(), vec![Peer { name: "b".into(), cert: ib.cert.clone() }], addr(0))))?.map_err(skip)?;
+        let b = on(1, || Node::start(NodeConfig::new(ib, vec![Peer { name: "a".into(), cert: ia.cert.clone() }], addr(1))))?.map_err(skip)?;
         b.connect("a", a.local_addr().map_err(skip)?).map_err(skip)?;
         let (mut srv, to_srv) = ferry::port().map_err(skip)?;
         a.export("echo", to_srv);
@@ -396,13 +510,14 @@ fn quic_raw_roundtrip(run: &mut Run<'_>) -> Result<(), Skip> {
     let ib = Identity::generate("b").map_err(skip)?;
     let server_cfg = ferry_net::tls::quic_server_config(&ia, vec![Peer { name: "b".into(), cert: ib.cert.clone() }]).map_err(skip)?;
     let client_cfg = ferry_net::tls::quic_client_config(&ib, &Peer { name: "a".into(), cert: ia.cert.clone() }).map_err(skip)?;
-    let (server, addr) = rt
-        .block_on(async {
-            let ep = quinn::Endpoint::server(server_cfg, loopback())?;
+    let (server, server_addr) = on(0, || {
+        rt.block_on(async {
+            let ep = quinn::Endpoint::server(server_cfg, addr(0))?;
             let addr = ep.local_addr()?;
             Ok::<_, std::io::Error>((ep, addr))
         })
-        .map_err(skip)?;
+    })?
+    .map_err(skip)?;
     let srv = server.clone();
     rt.spawn(async move {
         let Some(inc) = srv.accept().await else { return };
@@ -415,11 +530,15 @@ fn quic_raw_roundtrip(run: &mut Run<'_>) -> Result<(), Skip> {
             }
         }
     });
+    let client = on(1, || {
+            let _in_runtime = rt.enter();
+            quinn::Endpoint::client(addr(1))
+        })?.map_err(skip)?;
     let (conn, mut send, mut recv) = rt
-        .block_on(async {
-            let mut ep = quinn::Endpoint::client(loopback())?;
+        .block_on(async move {
+            let mut ep = client;
             ep.set_default_client_config(client_cfg);
-            let conn = ep.connect(addr, "ferry-peer").map_err(std::io::Error::other)?.await?;
+            let conn = ep.connect(server_addr, "ferry-peer").map_err(std::io::Error::other)?.await?;
             let (send, recv) = conn.open_bi().await?;
             Ok::<_, std::io::Error>((conn, send, recv))
         })
@@ -442,7 +561,7 @@ fn quic_raw_roundtrip(run: &mut Run<'_>) -> Result<(), Skip> {
 fn tcp_raw_roundtrip(run: &mut Run<'_>) -> Result<(), Skip> {
     run.note("placement_ignored", "threads in one process, unpinned");
     run.note("token_bytes", 1u64);
-    let l = TcpListener::bind(loopback()).map_err(skip)?;
+    let l = on(0, || TcpListener::bind(addr(0)))?.map_err(skip)?;
     let addr = l.local_addr().map_err(skip)?;
     let echo = unpinned(run, || {
         std::thread::spawn(move || {
@@ -456,7 +575,7 @@ fn tcp_raw_roundtrip(run: &mut Run<'_>) -> Result<(), Skip> {
             }
         })
     });
-    let mut c = TcpStream::connect(addr).map_err(skip)?;
+    let mut c = on(1, || TcpStream::connect(addr))?.map_err(skip)?;
     c.set_nodelay(true).map_err(skip)?;
     let mut b = [1u8; 1];
     while run.more() {

@@ -350,3 +350,27 @@ fn per_user_budgets_refuse_what_one_user_would_have_kept_past_them() {
         assert_eq!((m.op(), m.items().len()), (5, 1));
     });
 }
+
+#[test]
+fn a_whole_fetch_over_the_limit_is_refused_and_the_region_still_maps() {
+    watchdog("a_whole_fetch_over_the_limit_is_refused_and_the_region_still_maps", LIMIT, || {
+        let (ia, ib) = identities();
+        let (a, b) = nodes(&ia, &ib);
+        b.connect("a", a.local_addr().unwrap()).unwrap();
+        let (mut srv, to_srv) = ferry::port().unwrap();
+        a.export("data", to_srv);
+        let data = b.lookup("data@a").unwrap();
+        // A sparse region past the whole-fetch limit: nothing of it is
+        // allocated unless touched.
+        let len = ferry_net::cor::MAX_FETCH_ALL as usize + PAGE;
+        let mut r = Region::new(len).unwrap();
+        r.as_mut_slice()[len - 1] = 42;
+        data.send(Message::new(1).with_item(r.by_move().unwrap()), WAIT).unwrap();
+        let Some(Item::Send(right)) = srv.recv(WAIT).unwrap().take_items().pop() else { panic!("a region by reference") };
+        let region = RemoteRegion::open(right).unwrap();
+        assert!(matches!(region.fetch_all(), Err(NetError::Io(_))), "refused, typed");
+        assert_eq!(a.stats().bytes_fetched, 0, "nothing crossed for the refused fetch");
+        let view = region.map().unwrap();
+        assert_eq!(view.as_slice().unwrap()[len - 1], 42, "the region maps and its last page comes on touch");
+    });
+}

@@ -48,6 +48,11 @@ use crate::node::NetError;
 /// Pages fetched per fault (see the module doc for why 16).
 pub const CLUSTER_PAGES: usize = 16;
 
+/// Largest region [`RemoteRegion::fetch_all`] fetches whole: the node
+/// fills the copy before handing it over, so a bigger one is mapped
+/// instead (pages on touch).
+pub const MAX_FETCH_ALL: u64 = 4 << 30;
+
 /// Bytes read or written per step of a large fetch (each step is bounded by
 /// the operation timeout, so a stalled link is noticed).
 const STEP: usize = 1 << 20;
@@ -187,6 +192,9 @@ fn run(port: ReceiveRight, f: &Arc<Fetcher>) {
 /// Fetches the whole region into a fresh by-value region (DASH's
 /// immediate-access hint): one request, streamed.
 fn fetch_all(f: &Fetcher) -> Answer {
+    if f.len > MAX_FETCH_ALL {
+        return Err((4, format!("a region of {} bytes is over the {MAX_FETCH_ALL}-byte limit of a whole fetch: map it instead", f.len)));
+    }
     let len = usize::try_from(f.len).map_err(|_| (4, "region too large for this host".to_string()))?;
     let mut r = Region::new(len).map_err(|e| (2, format!("cannot allocate {len} bytes: {e}")))?;
     f.fetch_into(0, r.as_mut_slice()).map_err(|e| (6, e))?;
@@ -266,7 +274,8 @@ impl RemoteRegion {
     ///
     /// # Errors
     /// [`NetError::LinkLost`] if the link is lost or stalls for the
-    /// operation timeout; [`NetError::Io`] if the memory cannot be had.
+    /// operation timeout; [`NetError::Io`] if the memory cannot be had or
+    /// the region is over [`MAX_FETCH_ALL`] (map it instead).
     pub fn fetch_all(&self) -> Result<RegionItem, NetError> {
         let wait = match self.timeout {
             Timeout::After(d) => Timeout::After(d + Duration::from_secs(1) + Duration::from_nanos(self.len.saturating_mul(20))),

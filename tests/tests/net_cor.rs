@@ -374,3 +374,64 @@ fn a_whole_fetch_over_the_limit_is_refused_and_the_region_still_maps() {
         assert_eq!(view.as_slice().unwrap()[len - 1], 42, "the region maps and its last page comes on touch");
     });
 }
+
+/// The child of [`a_touch_waiting_on_a_cut_link_ends_in_sigbus_not_a_hang`]:
+/// maps a region from a node behind a relay, cuts the link, and touches a
+/// page never fetched.
+fn touch_after_cut() {
+    let (ia, ib) = identities();
+    let (a, b) = nodes(&ia, &ib);
+    let relay = Relay::start(b.local_addr().unwrap());
+    a.connect("b", relay.addr).unwrap();
+    let (mut srv, to_srv) = ferry::port().unwrap();
+    a.export("data", to_srv);
+    wait_until("the link on both sides", || b.links().len() == 1);
+    let data = b.lookup("data@a").unwrap();
+    let len = (32 << 20) + 7 * PAGE;
+    data.send(Message::new(1).with_item(pattern_region(len)), WAIT).unwrap();
+    let Some(Item::Send(right)) = srv.recv(WAIT).unwrap().take_items().pop() else { panic!("a region by reference") };
+    let region = RemoteRegion::open(right).unwrap();
+    let view = region.map().unwrap();
+    let bytes = view.as_slice().unwrap();
+    assert_eq!(bytes[0], byte_at(0));
+    println!("child: fetched the first page");
+    relay.cut.store(true, std::sync::atomic::Ordering::Relaxed);
+    // This fault's fetch can never be answered: the link is cut.
+    let far = std::hint::black_box(bytes[len - 1]);
+    println!("child: no signal, read {far}");
+}
+
+#[test]
+fn a_touch_waiting_on_a_cut_link_ends_in_sigbus_not_a_hang() {
+    if std::env::var_os("FERRY_NET_COR_CHILD").is_some() {
+        return touch_after_cut();
+    }
+    watchdog("a_touch_waiting_on_a_cut_link_ends_in_sigbus_not_a_hang", LIMIT, || {
+        use std::os::unix::process::ExitStatusExt;
+        let name = "a_touch_waiting_on_a_cut_link_ends_in_sigbus_not_a_hang";
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", name, "--nocapture", "--test-threads=1"])
+            .env("FERRY_NET_COR_CHILD", "1")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let end = Instant::now() + Duration::from_secs(60);
+        while child.try_wait().unwrap().is_none() {
+            if Instant::now() > end {
+                let _ = child.kill();
+                panic!("the child still waits on its fault a minute after the cut");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let out = child.wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("child: fetched the first page"), "{text}");
+        assert!(!text.contains("no signal"), "{text}");
+        assert_eq!(out.status.signal(), Some(libc_sigbus()), "the waiting touch ends in SIGBUS (the pager's dead-pager failure): {:?}", out.status);
+    });
+}
+
+fn libc_sigbus() -> i32 {
+    rustix::process::Signal::BUS.as_raw()
+}

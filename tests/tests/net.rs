@@ -223,6 +223,34 @@ fn receive_rights_are_refused_and_nothing_leaks() {
 }
 
 #[test]
+fn a_message_with_a_receive_right_is_refused_back_to_its_sender() {
+    watchdog("a_message_with_a_receive_right_is_refused_back_to_its_sender", LIMIT, || {
+        let (a, b) = pair();
+        let (mut srv, to_srv) = ferry::port().unwrap();
+        a.export("svc", to_srv);
+        let svc = b.lookup("svc@a").unwrap();
+        let (mut me, _keep) = ferry::port().unwrap();
+        let (rx, probe) = ferry::port().unwrap();
+        let (keep_rx, kept) = ferry::port().unwrap();
+        let msg = Message::new(1).with_item(kept).with_item(rx).with_reply(me.make_send_once().unwrap());
+        svc.send(msg, WAIT).unwrap();
+        // The sender learns why on its reply right, typed.
+        let answer = me.recv(WAIT).unwrap();
+        let (why, text) = ferry_net::Refusal::of(&answer).expect("a refusal");
+        assert_eq!(why, ferry_net::Refusal::ReceiveRight);
+        assert!(text.contains("receive rights"), "{text}");
+        // Nothing of the message left the host or leaked: its rights were
+        // destroyed, and the far port received nothing.
+        assert!(probe.wait_dead(WAIT));
+        let mut keep_rx = keep_rx;
+        assert!(matches!(keep_rx.recv(WAIT), Err(RecvError::NoSenders)), "the send right in the message was destroyed");
+        assert_eq!(b.links()[0].exports, 0, "the sending host exported nothing of it");
+        svc.send(Message::new(2), WAIT).unwrap();
+        assert_eq!(srv.recv(WAIT).unwrap().op(), 2, "the next message is the first to arrive");
+    });
+}
+
+#[test]
 fn a_full_remote_queue_pushes_back_and_does_not_stall_other_ports() {
     watchdog("a_full_remote_queue_pushes_back_and_does_not_stall_other_ports", LIMIT, || {
         let (a, b) = pair();

@@ -245,6 +245,71 @@ fn accent(o: &mut String, c: &Ctx<'_>) {
     o.push('\n');
 }
 
+/// The `net` suite beside Accent's network figures: the paper (section
+/// 3.5) gives one, a system generation that retrieved about 6 MB from a
+/// file server over the Ethernet in about 40 minutes, while compiling, with
+/// the Ethernet file transfer processes charged 104.5 s of CPU (Table 3-5).
+fn net(o: &mut String, c: &Ctx<'_>) {
+    let _ = writeln!(
+        o,
+        "### Ports across machines (`net`), and Accent's network file transfer\n\n\
+         Fitzgerald & Rashid 1986 give one network figure: during a system generation the PERQ retrieved about \
+         6 MB from a file server in about 40 minutes (about 2.6 KB/s, paced by the compilations beside it), \
+         and the Ethernet file transfer processes used 104.5 s of CPU for it (about 17 ms per KB). They give no \
+         network round trip and no copy-on-reference timing. Today's figures are over loopback between two \
+         network servers in one process; `× raw QUIC` divides by `quic-raw` of the same run (targets: 1.3 for \
+         the round trip, 1.25 for the 256 MiB region).\n"
+    );
+    let _ = writeln!(o, "| case | placement | Accent (PERQ) | today, `ferry-net` | × raw QUIC | raw TCP |\n|---|---|---|---|---|---|");
+    for &p in &c.placements {
+        let rt = c.one("net", "null-roundtrip", 0, "none", p, "ferry-net");
+        let q = c.one("net", "null-roundtrip", 0, "none", p, "quic-raw");
+        let t = c.one("net", "null-roundtrip", 0, "none", p, "tcp-raw");
+        let _ = writeln!(o, "| null round trip | {p} | {NOT_MEASURED} (not given) | {} | {} | {} |", cell(rt, 1.0), ratio(med(rt), med(q)), cell(t, 1.0));
+        let n = 256 << 20;
+        let one = c.one("net", "oneshot", n, "read", p, "ferry-net");
+        let q = c.one("net", "oneshot", n, "read", p, "quic-raw");
+        let t = c.one("net", "oneshot", n, "read", p, "tcp-raw");
+        let gbps = |r: Option<&Record>| med(r).map_or(NOT_MEASURED.to_string(), |m| format!("{:.3} GB/s", n as f64 / m));
+        let _ = writeln!(
+            o,
+            "| 256 MiB region, read all | {p} | 6 MB in ~40 min: 0.0000026 GB/s | {} ({}) | {} | {} |",
+            cell(one, 1.0),
+            gbps(one),
+            ratio(med(one), med(q)),
+            gbps(t)
+        );
+    }
+    o.push('\n');
+    let _ = writeln!(
+        o,
+        "Copy-on-reference (Accent's port memory objects; the paper gives no figure): a 1 GiB region, the \
+         receiver reads the first `touched` of it. `ferry-net-cor` maps it and only touched pages (and their \
+         16-page clusters) cross; `ferry-net-eager` moves all of it first. The target at 1%: under 2% of the \
+         region's bytes on the wire and at least 20× sooner than eager.\n"
+    );
+    let _ = writeln!(o, "| touched | placement | on touch | eager | eager ÷ on touch | wire bytes on touch (of the region) |\n|---|---|---|---|---|---|");
+    let region = 1u64 << 30;
+    for per_mille in [1u64, 10, 100, 1000] {
+        let bytes = region * per_mille / 1000;
+        for &p in &c.placements {
+            let cor = c.one("net", "cor", bytes, "read", p, "ferry-net-cor");
+            let eager = c.one("net", "cor", bytes, "read", p, "ferry-net-eager");
+            let wire = cor.and_then(|r| r.extra.get("wire_bytes")).and_then(Value::as_f64);
+            let share = wire.map_or(NOT_MEASURED.to_string(), |w| format!("{:.0} B ({:.2}%)", w, w * 100.0 / region as f64));
+            let _ = writeln!(
+                o,
+                "| {:.1}% | {p} | {} | {} | {} | {share} |",
+                per_mille as f64 / 10.0,
+                cell(cor, 1.0),
+                cell(eager, 1.0),
+                ratio(med(eager), med(cor))
+            );
+        }
+    }
+    o.push('\n');
+}
+
 /// DASH's Table I (lazy) and II (eager) diagonals and first rows, ms, by
 /// 8 KB pages.
 const DASH_PAGES: [u64; 5] = [0, 1, 2, 4, 8];
@@ -728,6 +793,7 @@ pub fn render(rows: &[Record], meta: Option<&Value>, results: &str, plots: &[Str
     dean_armand(&mut o, &c);
     dean_armand_files(&mut o, &c);
     anderson(&mut o, &c);
+    net(&mut o, &c);
     if !plots.is_empty() {
         let _ = writeln!(o, "### Plots\n\nLatency and throughput against payload size, one line per implementation (DASH's Figures 3 and 4 again):\n");
         for p in plots {

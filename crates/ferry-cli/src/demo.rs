@@ -42,8 +42,13 @@ type Res<T = ()> = Result<T, Box<dyn std::error::Error>>;
 through an embedded name service, and narrates what crossed each boundary.")]
 pub struct Args {
     /// The part this process plays when the demo re-executes itself.
-    #[arg(long, hide = true, value_parser = ["server", "client-a", "client-b"])]
+    #[arg(long, hide = true, value_parser = ["server", "client-a", "client-b", "net-alpha", "net-beta"])]
     role: Option<String>,
+    /// Show ports across machines instead: two hosts (network nodes on
+    /// loopback, linked with fresh certificates) exchange rights and a
+    /// region that crosses by reference.
+    #[arg(long)]
+    net: bool,
 }
 
 /// Runs `ferry demo`, or one of its roles when re-executed.
@@ -52,7 +57,10 @@ pub fn main(args: &Args) -> ExitCode {
         Some("server") => server(),
         Some("client-a") => client_a(),
         Some("client-b") => client_b(),
+        Some("net-alpha") => crate::demo_net::alpha(),
+        Some("net-beta") => crate::demo_net::beta(),
         Some(other) => Err(format!("unknown demo role {other:?}").into()),
+        None if args.net => crate::demo_net::orchestrate(),
         None => orchestrate(),
     };
     match result {

@@ -7,8 +7,10 @@
 
 mod bench;
 mod demo;
+mod demo_net;
 mod names;
 mod run;
+mod netview;
 mod stat;
 
 use std::process::ExitCode;

@@ -6,7 +6,8 @@ use std::process::ExitCode;
 /// `ferry names [--socket PATH]`.
 #[derive(Debug, clap::Args)]
 #[command(long_about = "Lists the names registered with ferryd for this user (all users for root), \
-with each registration's owner pid and queue depth. The daemon is found at $FERRY_BOOTSTRAP \
+with each registration's owner pid and queue depth, then, when ferry-netd runs, its links, \
+remote names (NAME@HOST, each a proxy) and exported names. The daemon is found at $FERRY_BOOTSTRAP \
 or the default path; no daemon is started.")]
 pub struct Args {
     /// The name server's socket (default: $FERRY_BOOTSTRAP, then the default path).
@@ -33,6 +34,11 @@ pub fn main(args: &Args) -> ExitCode {
             }
             if entries.is_empty() {
                 println!("(no names registered)");
+            }
+            match crate::netview::status(&mut bs) {
+                Some(Ok(st)) => crate::netview::print_names(&st),
+                Some(Err(e)) => eprintln!("ferry names: the network server did not answer: {e}"),
+                None => {}
             }
             ExitCode::SUCCESS
         }

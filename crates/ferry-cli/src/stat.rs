@@ -13,7 +13,8 @@ use ferry::counters::{self, Published};
 #[command(long_about = "Without an argument, lists every process using ferry that you may inspect, \
 with its message and region totals. With a PID, or a NAME registered with the name service, \
 prints all of that process's counters, including its open RPC connections, and the queue \
-depth of each port it registered.")]
+depth of each port it registered. When ferry-netd runs, the list ends with its links, their \
+traffic and the bytes fetched on demand.")]
 pub struct Args {
     /// A process id, or a name registered with the name service.
     #[arg(value_name = "PID|NAME")]
@@ -113,6 +114,13 @@ fn list(json: bool) -> ExitCode {
     }
     if found.is_empty() {
         println!("(no process using ferry found)");
+    }
+    if let Ok(mut bs) = ferry::Bootstrap::connect_to(&ferry::bootstrap::default_path()) {
+        match crate::netview::status(&mut bs) {
+            Some(Ok(st)) => crate::netview::print_stat(&st),
+            Some(Err(e)) => eprintln!("ferry stat: the network server did not answer: {e}"),
+            None => {}
+        }
     }
     ExitCode::SUCCESS
 }

@@ -119,3 +119,49 @@ fn stat_json_escapes_the_command_name() {
     let listed = all.as_array().unwrap().iter().find(|p| p["pid"].as_u64() == Some(u64::from(server.id()))).expect("the server is listed");
     assert_eq!(listed["command"], name);
 }
+
+#[test]
+fn demo_net_shows_a_right_and_a_region_crossing_hosts() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ferry"))
+        .args(["demo", "--net"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run ferry demo --net");
+    // Bounded: the demo's own waits end within a minute; kill it after two.
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while child.try_wait().expect("wait").is_none() {
+        if std::time::Instant::now() > end {
+            let _ = child.kill();
+            panic!("ferry demo --net did not finish in two minutes");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().expect("output");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "ferry demo --net failed: {}\n{text}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+    for needle in [
+        "linked to alpha at 127.0.0.1:",
+        "looked up \"greeter@alpha\"",
+        "crossed by reference: nothing of it has moved yet",
+        "bytes are beta's: true",
+        "arrived via send-once: true",
+        "my own inbox port again, not a proxy: true",
+        "no-senders on my session port",
+    ] {
+        assert!(text.contains(needle), "demo output lacks {needle:?}:\n{text}");
+    }
+    // Only the touched pages' clusters crossed: far less than 1% of 64 MiB.
+    let pct: f64 = text
+        .split(" fetches, ")
+        .nth(1)
+        .and_then(|r| r.split('%').next())
+        .and_then(|p| p.parse().ok())
+        .expect("the fetched share is printed");
+    assert!(pct > 0.0 && pct < 1.0, "{pct}% of the region was fetched");
+    // The two hosts are separate processes.
+    let pid = |host: &str| {
+        text.lines().find(|l| l.starts_with(&format!("[host {host}"))).and_then(|l| l.split("pid").nth(1)).map(|p| p.split(']').next().unwrap().trim().to_string())
+    };
+    assert_ne!(pid("alpha"), pid("beta"));
+}

@@ -23,6 +23,9 @@ pub const MAX_BODY: usize = ferry::message::MAX_INLINE;
 pub const MAX_PARTS: usize = ferry::message::MAX_ITEMS;
 /// Longest name in a lookup.
 pub const MAX_NAME: usize = 255;
+/// Largest region sent by reference (copy-on-reference): the receiver
+/// reserves this much address space for it, nothing more until touched.
+pub const MAX_REMOTE_REGION: u64 = 1 << 40;
 
 /// A right as it crosses the link, named in one of the two export tables.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -47,6 +50,16 @@ pub enum Part {
     Cap(Cap),
     /// An out-of-line region's bytes, sent eagerly.
     Region(Vec<u8>),
+    /// A region sent by reference (copy-on-reference): the sender keeps its
+    /// sealed bytes under `id` in its region table, and the receiver
+    /// fetches pages with [`Frame::Fetch`] until it sends
+    /// [`Frame::RegionRelease`].
+    Remote {
+        /// Region id in the sender's region table.
+        id: u64,
+        /// Length in bytes (at least 1, at most [`MAX_REMOTE_REGION`]).
+        len: u64,
+    },
 }
 
 /// One unit of the link protocol.
@@ -98,6 +111,23 @@ pub enum Frame {
         /// Export id in the sender's table.
         id: u64,
     },
+    /// The sender will fetch no more of region `id` (the receiver's
+    /// [`Part::Remote`]): the receiver of this frame frees it.
+    RegionRelease {
+        /// Region id in the receiver's region table.
+        id: u64,
+    },
+    /// Asks for `len` bytes at `offset` of region `id` (in the receiver's
+    /// region table). Sent alone on a bidirectional stream of its own; the
+    /// answer is exactly `len` raw bytes on the same stream.
+    Fetch {
+        /// Region id in the receiver's region table.
+        region: u64,
+        /// First byte wanted.
+        offset: u64,
+        /// Bytes wanted.
+        len: u64,
+    },
 }
 
 /// Why a frame could not be decoded.
@@ -134,6 +164,8 @@ const T_FOUND: u8 = 2;
 const T_MESSAGE: u8 = 3;
 const T_RELEASE: u8 = 4;
 const T_DEAD: u8 = 5;
+const T_REGION_RELEASE: u8 = 6;
+const T_FETCH: u8 = 7;
 
 fn put_cap(out: &mut Vec<u8>, cap: Cap) {
     let (t, id) = match cap {
@@ -155,18 +187,34 @@ impl Frame {
     /// Encodes the frame (without the stream's length prefix).
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(32);
+        self.encode_into(&mut out);
+        out
+    }
+
+    /// Encodes the frame after a `u32` little-endian length prefix, as it
+    /// goes on a stream, in one buffer.
+    pub fn encode_with_len(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(36);
+        out.extend_from_slice(&[0; 4]);
+        self.encode_into(&mut out);
+        let n = (out.len() - 4) as u32;
+        out[..4].copy_from_slice(&n.to_le_bytes());
+        out
+    }
+
+    fn encode_into(&self, out: &mut Vec<u8>) {
         match self {
             Frame::Lookup { req, name } => {
                 out.push(T_LOOKUP);
                 out.extend_from_slice(&req.to_le_bytes());
-                put_bytes(&mut out, name.as_bytes());
+                put_bytes(out, name.as_bytes());
             }
             Frame::Found { req, cap } => {
                 out.push(T_FOUND);
                 out.extend_from_slice(&req.to_le_bytes());
                 match cap {
                     None => out.push(0),
-                    Some(c) => put_cap(&mut out, *c),
+                    Some(c) => put_cap(out, *c),
                 }
             }
             Frame::Message { target, op, body, parts, reply } => {
@@ -174,23 +222,28 @@ impl Frame {
                 out.push(T_MESSAGE);
                 out.extend_from_slice(&target.to_le_bytes());
                 out.extend_from_slice(&op.to_le_bytes());
-                put_bytes(&mut out, body);
+                put_bytes(out, body);
                 out.extend_from_slice(&(parts.len() as u16).to_le_bytes());
                 for p in parts {
                     match p {
                         Part::Cap(c) => {
                             out.push(0);
-                            put_cap(&mut out, *c);
+                            put_cap(out, *c);
                         }
                         Part::Region(b) => {
                             out.push(1);
-                            put_bytes(&mut out, b);
+                            put_bytes(out, b);
+                        }
+                        Part::Remote { id, len } => {
+                            out.push(2);
+                            out.extend_from_slice(&id.to_le_bytes());
+                            out.extend_from_slice(&len.to_le_bytes());
                         }
                     }
                 }
                 match reply {
                     None => out.push(0),
-                    Some(c) => put_cap(&mut out, *c),
+                    Some(c) => put_cap(out, *c),
                 }
             }
             Frame::Release { id, count, uses } => {
@@ -203,8 +256,17 @@ impl Frame {
                 out.push(T_DEAD);
                 out.extend_from_slice(&id.to_le_bytes());
             }
+            Frame::RegionRelease { id } => {
+                out.push(T_REGION_RELEASE);
+                out.extend_from_slice(&id.to_le_bytes());
+            }
+            Frame::Fetch { region, offset, len } => {
+                out.push(T_FETCH);
+                out.extend_from_slice(&region.to_le_bytes());
+                out.extend_from_slice(&offset.to_le_bytes());
+                out.extend_from_slice(&len.to_le_bytes());
+            }
         }
-        out
     }
 
     /// Decodes one frame, checking every length against the limits above.
@@ -237,6 +299,14 @@ impl Frame {
                     parts.push(match r.u8()? {
                         0 => Part::Cap(r.cap()?),
                         1 => Part::Region(r.bytes("region", MAX_EAGER_REGION)?.to_vec()),
+                        2 => {
+                            let id = r.u64()?;
+                            let len = r.u64()?;
+                            if len == 0 || len > MAX_REMOTE_REGION {
+                                return Err(DecodeError::TooLong("remote region", len as usize));
+                            }
+                            Part::Remote { id, len }
+                        }
                         t => return Err(DecodeError::BadTag("item", t)),
                     });
                 }
@@ -245,6 +315,8 @@ impl Frame {
             }
             T_RELEASE => Frame::Release { id: r.u64()?, count: r.u32()?, uses: r.u64()? },
             T_DEAD => Frame::Dead { id: r.u64()? },
+            T_REGION_RELEASE => Frame::RegionRelease { id: r.u64()? },
+            T_FETCH => Frame::Fetch { region: r.u64()?, offset: r.u64()?, len: r.u64()? },
             t => return Err(DecodeError::BadTag("frame", t)),
         };
         if !r.b.is_empty() {

@@ -14,11 +14,14 @@
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 
+pub mod cor;
 mod deadwatch;
 pub mod frame;
 pub mod link;
 pub mod node;
+pub mod status;
 pub mod tls;
 
-pub use node::{LinkInfo, NetError, Node, NodeConfig};
+pub use cor::RemoteRegion;
+pub use node::{LinkInfo, NetError, NetStats, Node, NodeConfig, Refusal, REFUSED};
 pub use tls::{Identity, Peer};

@@ -49,6 +49,12 @@ pub enum LinkError {
     BadRight(&'static str),
     /// A release of more references than were handed out.
     OverRelease(u64),
+    /// A region id this side never sent by reference, or already released.
+    UnknownRegion(u64),
+    /// A fetch of bytes outside the region: region, offset, length.
+    BadFetch(u64, u64, u64),
+    /// A frame on a stream where it does not belong.
+    Misplaced(&'static str),
     /// The link is closed.
     Closed,
 }
@@ -61,6 +67,9 @@ impl fmt::Display for LinkError {
             LinkError::UnknownRequest(r) => write!(f, "answer to lookup {r}, which was never asked"),
             LinkError::BadRight(why) => write!(f, "wrong kind of right: {why}"),
             LinkError::OverRelease(id) => write!(f, "release of more references to export {id} than were given"),
+            LinkError::UnknownRegion(id) => write!(f, "frame names region {id}, which was never sent or is released"),
+            LinkError::BadFetch(id, off, len) => write!(f, "fetch of {len} bytes at {off} leaves region {id}"),
+            LinkError::Misplaced(what) => write!(f, "misplaced frame: {what}"),
             LinkError::Closed => write!(f, "link closed"),
         }
     }
@@ -93,6 +102,14 @@ pub enum Incoming {
     },
     /// Region bytes, to be sealed into a region locally.
     Region(Vec<u8>),
+    /// A region sent by reference: serve it locally from the peer's region
+    /// `id` of `len` bytes, and release it with [`Link::release_region`].
+    Remote {
+        /// Region id in the peer's table.
+        id: u64,
+        /// Length in bytes.
+        len: u64,
+    },
     /// A send right to a port that is already dead: hand out a dead name.
     DeadName,
 }
@@ -142,6 +159,18 @@ pub enum Event {
         /// The export id.
         export: u64,
     },
+    /// The peer will fetch no more of region `id` this side sent by
+    /// reference (or the link closed): free its bytes.
+    DropRegion {
+        /// The region id.
+        id: u64,
+    },
+    /// The link closed while this side still served the peer's region `id`
+    /// (received by reference): its pages can no longer be fetched.
+    RegionLost {
+        /// The peer's region id.
+        id: u64,
+    },
 }
 
 /// What the driver does with a right it put into an outgoing message.
@@ -151,8 +180,11 @@ pub enum Store {
     Keep(u64),
     /// Drop it: the port is already exported, or it was a proxy going home.
     Drop,
-    /// Nothing to keep (a region).
+    /// Nothing to keep (a region sent eagerly).
     Nothing,
+    /// Keep the region's bytes under this region id until
+    /// [`Event::DropRegion`] (a region sent by reference).
+    Region(u64),
 }
 
 /// A right or region in an outgoing message, as the driver describes it.
@@ -166,6 +198,8 @@ pub enum Outgoing {
     Once,
     /// A region's bytes.
     Region(Vec<u8>),
+    /// A region of this many bytes, sent by reference.
+    Remote(u64),
 }
 
 /// The result of [`Link::handle`].
@@ -210,12 +244,17 @@ pub struct Link {
     recent_dead: std::collections::VecDeque<u64>,
     next_req: u64,
     closed: bool,
+    /// Regions this side sent by reference: id → length.
+    regions_out: HashMap<u64, u64>,
+    next_region: u64,
+    /// The peer's regions served here (received by reference).
+    regions_in: HashSet<u64>,
 }
 
 impl Link {
     /// A fresh link with empty tables.
     pub fn new() -> Link {
-        Link { next_export: 1, next_req: 1, ..Link::default() }
+        Link { next_export: 1, next_req: 1, next_region: 1, ..Link::default() }
     }
 
     /// Whether the link is closed.
@@ -231,6 +270,55 @@ impl Link {
     /// Number of live imports (peer ports with proxies here).
     pub fn imports(&self) -> usize {
         self.imports.len()
+    }
+
+    /// Number of regions this side sent by reference that the peer may
+    /// still fetch.
+    pub fn regions_out(&self) -> usize {
+        self.regions_out.len()
+    }
+
+    /// Number of the peer's regions served here.
+    pub fn regions_in(&self) -> usize {
+        self.regions_in.len()
+    }
+
+    /// Checks a [`Frame::Fetch`] from the peer (its bytes, read off a fetch
+    /// stream): the region must be one this side sent by reference and not
+    /// yet released, and the range must lie inside it. Returns the region,
+    /// offset and length to send.
+    ///
+    /// # Errors
+    /// [`LinkError::UnknownRegion`], [`LinkError::BadFetch`], a decode
+    /// error, or [`LinkError::Misplaced`] for any other frame; the link is
+    /// closed then.
+    pub fn check_fetch(&mut self, bytes: &[u8]) -> Result<(u64, u64, u64), LinkError> {
+        self.open()?;
+        let r = match Frame::decode(bytes) {
+            Ok(Frame::Fetch { region, offset, len }) => match self.regions_out.get(&region) {
+                None => Err(LinkError::UnknownRegion(region)),
+                Some(&size) if len == 0 || offset.checked_add(len).is_none_or(|end| end > size) => {
+                    Err(LinkError::BadFetch(region, offset, len))
+                }
+                Some(_) => Ok((region, offset, len)),
+            },
+            Ok(_) => Err(LinkError::Misplaced("only a fetch may open a fetch stream")),
+            Err(e) => Err(e.into()),
+        };
+        if r.is_err() {
+            self.closed = true;
+        }
+        r
+    }
+
+    /// This side will fetch no more of the peer's region `id`: returns the
+    /// frame that tells the peer to free it (none if the link is closed or
+    /// the region was already released).
+    pub fn release_region(&mut self, id: u64) -> Option<Frame> {
+        if self.closed || !self.regions_in.remove(&id) {
+            return None;
+        }
+        Some(Frame::RegionRelease { id })
     }
 
     /// Starts a lookup of `name` at the peer; returns the request id and
@@ -352,6 +440,12 @@ impl Link {
                 (Part::Cap(Cap::HostedOnce(id)), Store::Keep(id))
             }
             Outgoing::Region(b) => (Part::Region(b), Store::Nothing),
+            Outgoing::Remote(len) => {
+                let id = self.next_region;
+                self.next_region += 1;
+                self.regions_out.insert(id, len);
+                (Part::Remote { id, len }, Store::Region(id))
+            }
         }
     }
 
@@ -378,7 +472,7 @@ impl Link {
             }
             None => return Err(LinkError::UnknownExport(target)),
         };
-        if let Some(Outgoing::Region(_)) = reply {
+        if let Some(Outgoing::Region(_) | Outgoing::Remote(_)) = reply {
             return Err(LinkError::BadRight("a region as reply right"));
         }
         let mut stores = Vec::with_capacity(items.len() + 1);
@@ -393,7 +487,7 @@ impl Link {
             stores.push(s);
             match p {
                 Part::Cap(c) => c,
-                Part::Region(_) => unreachable!("checked above"),
+                Part::Region(_) | Part::Remote { .. } => unreachable!("checked above"),
             }
         });
         if once {
@@ -534,11 +628,23 @@ impl Link {
                         homes.push(id);
                     }
                 }
+                let mut remote = HashSet::new();
+                for p in &parts {
+                    if let Part::Remote { id, .. } = p {
+                        if self.regions_in.contains(id) || !remote.insert(*id) {
+                            return Err(LinkError::BadRight("a region id sent by reference twice"));
+                        }
+                    }
+                }
                 let mut items = Vec::with_capacity(parts.len());
                 for p in parts {
                     items.push(match p {
                         Part::Cap(c) => self.apply_incoming(c, &mut out),
                         Part::Region(b) => Incoming::Region(b),
+                        Part::Remote { id, len } => {
+                            self.regions_in.insert(id);
+                            Incoming::Remote { id, len }
+                        }
                     });
                 }
                 let reply = reply.map(|c| self.apply_incoming(c, &mut out));
@@ -569,6 +675,13 @@ impl Link {
                 e.uses_announced = e.uses_announced.max(uses);
                 self.maybe_free(id, &mut out);
             }
+            Frame::RegionRelease { id } => {
+                if self.regions_out.remove(&id).is_none() {
+                    return Err(LinkError::UnknownRegion(id));
+                }
+                out.events.push(Event::DropRegion { id });
+            }
+            Frame::Fetch { .. } => return Err(LinkError::Misplaced("a fetch on a message or control stream")),
             Frame::Dead { id } => {
                 // The import may be released already: a crossing is no error.
                 if let Some(imp) = self.imports.remove(&id) {
@@ -600,6 +713,8 @@ impl Link {
         self.closed = true;
         let mut ev: Vec<Event> = self.imports.drain().map(|(id, _)| Event::ImportDead { import: id }).collect();
         ev.extend(self.exports.drain().map(|(id, _)| Event::DropExport { export: id }));
+        ev.extend(self.regions_out.drain().map(|(id, _)| Event::DropRegion { id }));
+        ev.extend(self.regions_in.drain().map(|id| Event::RegionLost { id }));
         self.by_key.clear();
         self.proxies.clear();
         self.lookups.clear();

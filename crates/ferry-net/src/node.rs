@@ -27,13 +27,15 @@ use std::fmt;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ferry::tokio::{AsyncReceiveRight, AsyncSendRight};
-use ferry::{Item, Message, RecvError, RegionItem, Reply, SendOnceRight, SendRight, Timeout};
+use ferry::{Item, MapOptions, MappedRegion, Message, RecvError, RegionItem, Reply, SendOnceRight, SendRight, Timeout};
 use tokio::sync::{oneshot, watch};
 
+use crate::cor::{self, Counters, Fetcher};
 use crate::frame::{Frame, MAX_EAGER_REGION, MAX_FRAME};
 use crate::link::{Event, Incoming, Key, Link, Outgoing, Store};
 use crate::tls::{self, Identity, Peer};
@@ -52,12 +54,30 @@ pub struct NodeConfig {
     pub idle_timeout: Duration,
     /// Bound on connecting and on each lookup.
     pub op_timeout: Duration,
+    /// Most rights one local user (by the kernel-reported uid of the
+    /// messages it sends to proxies) may have this node keep for one peer
+    /// at once (exports: each costs a kept right and a watcher). A message
+    /// that would pass it is refused with [`Refusal::OverBudget`].
+    pub max_exports_per_user: usize,
+    /// Most regions one local user may have this node keep for one peer at
+    /// once, sent by reference (each keeps the region's memory alive until
+    /// the peer lets go). Past it: [`Refusal::OverBudget`].
+    pub max_regions_per_user: usize,
 }
 
 impl NodeConfig {
-    /// A configuration with defaults: 10 s idle timeout, 5 s per operation.
+    /// A configuration with defaults: 10 s idle timeout, 5 s per operation,
+    /// 4096 kept rights and 64 regions by reference per local user and peer.
     pub fn new(identity: Identity, peers: Vec<Peer>, listen: SocketAddr) -> NodeConfig {
-        NodeConfig { identity, peers, listen, idle_timeout: Duration::from_secs(10), op_timeout: Duration::from_secs(5) }
+        NodeConfig {
+            identity,
+            peers,
+            listen,
+            idle_timeout: Duration::from_secs(10),
+            op_timeout: Duration::from_secs(5),
+            max_exports_per_user: 4096,
+            max_regions_per_user: 64,
+        }
     }
 }
 
@@ -78,6 +98,9 @@ pub enum NetError {
     Timeout,
     /// The link broke during the operation.
     LinkLost(String),
+    /// A right that should name a region received by reference does not
+    /// ([`crate::RemoteRegion::open`]), or its server answered out of turn.
+    NotARegion(String),
     /// A local failure (sockets, ports, TLS setup).
     Io(io::Error),
 }
@@ -92,6 +115,7 @@ impl fmt::Display for NetError {
             NetError::Refused(why) => write!(f, "link refused: {why}"),
             NetError::Timeout => write!(f, "the operation timed out"),
             NetError::LinkLost(why) => write!(f, "link lost: {why}"),
+            NetError::NotARegion(why) => write!(f, "not a region received by reference: {why}"),
             NetError::Io(e) => write!(f, "{e}"),
         }
     }
@@ -116,8 +140,76 @@ pub fn key_of(fd: BorrowedFd<'_>) -> io::Result<Key> {
     Ok((st.st_dev, st.st_ino))
 }
 
+/// The operation code of the message a network server sends back on a
+/// message's reply right when it refuses to carry that message across
+/// ([`Refusal::of`] reads it).
+pub const REFUSED: u32 = 0x6e65_7f01;
+
+/// Why the network server refused to carry a message to another host. The
+/// refusal happens on the sender's host, before anything of the message
+/// leaves it: the message's rights are destroyed, and if it has a reply
+/// right the sender gets a message of op [`REFUSED`] on it (the body: the
+/// code as a little-endian `u32`, then the reason in UTF-8). A message
+/// without a reply right is dropped and logged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// It carries a receive right: receive rights do not cross hosts.
+    ReceiveRight,
+    /// It carries an item that only makes sense on one host (a pager
+    /// descriptor).
+    OtherItem,
+    /// It carries a lent or shared region over the eager limit, which its
+    /// sender could change while the far side fetches it; send it by copy
+    /// or move.
+    MutableRegion,
+    /// A local failure while translating it (out of descriptors, memory).
+    Failed,
+    /// Its sender's user already has as many rights or regions kept for
+    /// this peer as the node allows one user
+    /// ([`NodeConfig::max_exports_per_user`],
+    /// [`NodeConfig::max_regions_per_user`]); they are freed as the peer
+    /// lets go.
+    OverBudget,
+}
+
+impl Refusal {
+    fn code(self) -> u32 {
+        match self {
+            Refusal::ReceiveRight => 1,
+            Refusal::OtherItem => 2,
+            Refusal::MutableRegion => 3,
+            Refusal::Failed => 4,
+            Refusal::OverBudget => 5,
+        }
+    }
+
+    fn message(self, why: &str) -> Message {
+        let mut body = self.code().to_le_bytes().to_vec();
+        body.extend_from_slice(why.as_bytes());
+        Message::new(REFUSED).with_body(body)
+    }
+
+    /// Reads a refusal from a reply: the refusal and its reason, or `None`
+    /// if `m` is not one.
+    pub fn of(m: &Message) -> Option<(Refusal, String)> {
+        if m.op() != REFUSED || m.body().len() < 4 {
+            return None;
+        }
+        let code = u32::from_le_bytes(m.body()[..4].try_into().ok()?);
+        let r = match code {
+            1 => Refusal::ReceiveRight,
+            2 => Refusal::OtherItem,
+            3 => Refusal::MutableRegion,
+            4 => Refusal::Failed,
+            5 => Refusal::OverBudget,
+            _ => return None,
+        };
+        Some((r, String::from_utf8_lossy(&m.body()[4..]).into_owned()))
+    }
+}
+
 /// What a link shows of itself ([`Node::links`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct LinkInfo {
     /// The peer's name.
     pub peer: String,
@@ -127,6 +219,29 @@ pub struct LinkInfo {
     pub imports: usize,
     /// Local ports the peer holds references to.
     pub exports: usize,
+    /// Regions this node sent by reference that the peer may still fetch.
+    pub regions_out: usize,
+    /// The peer's regions served here (received by reference).
+    pub regions_in: usize,
+    /// UDP bytes this node sent on the link (QUIC, TLS and all).
+    pub wire_sent: u64,
+    /// UDP bytes this node received on the link.
+    pub wire_received: u64,
+}
+
+/// Copy-on-reference traffic of a node, since it started ([`Node::stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NetStats {
+    /// Bytes of remote regions fetched from peers (on demand or whole).
+    pub bytes_fetched: u64,
+    /// Fetch requests sent (one per cluster fault, or per whole fetch).
+    pub fetches: u64,
+    /// Bytes of this node's regions sent to peers that fetched them.
+    pub bytes_served: u64,
+    /// Regions sent by reference.
+    pub regions_sent: u64,
+    /// Regions received by reference.
+    pub regions_received: u64,
 }
 
 /// A network node: exports names, links to peers, proxies their ports.
@@ -142,6 +257,7 @@ struct Shared {
     config: NodeConfig,
     names: Mutex<HashMap<String, SendRight>>,
     links: Mutex<HashMap<String, Arc<Conn>>>,
+    counters: Arc<Counters>,
 }
 
 /// A right kept for an export.
@@ -158,9 +274,54 @@ struct State {
     kills: HashMap<u64, watch::Sender<bool>>,
     streams: HashMap<u64, Arc<tokio::sync::Mutex<quinn::SendStream>>>,
     lookups: HashMap<u64, oneshot::Sender<Option<SendRight>>>,
+    /// Regions sent by reference, kept (mapped read-only; the sealed memfd
+    /// lives as long as the mapping) until the peer releases them.
+    regions: HashMap<u64, Arc<MappedRegion>>,
+    /// The peer's regions served here: the flag that stops their servers.
+    remote_regions: HashMap<u64, Arc<AtomicBool>>,
+    /// Which local user each kept export and region by reference counts
+    /// against, and each user's counts (exports, regions).
+    owners: HashMap<Owned, u32>,
+    usage: HashMap<u32, (usize, usize)>,
+}
+
+/// Most of one peer's regions a node serves at once (each costs a thread);
+/// more are released at once and the item is lost (logged).
+const MAX_REGIONS_IN: usize = 256;
+
+/// Something kept for the peer on a local user's behalf.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Owned {
+    Export(u64),
+    Region(u64),
 }
 
 impl State {
+    /// Counts `what` against `uid`.
+    fn charge(&mut self, uid: u32, what: Owned) {
+        self.owners.insert(what, uid);
+        let u = self.usage.entry(uid).or_default();
+        match what {
+            Owned::Export(_) => u.0 += 1,
+            Owned::Region(_) => u.1 += 1,
+        }
+    }
+
+    /// Gives back what `what` cost its user, if it was charged.
+    fn refund(&mut self, what: Owned) {
+        if let Some(uid) = self.owners.remove(&what) {
+            if let Some(u) = self.usage.get_mut(&uid) {
+                match what {
+                    Owned::Export(_) => u.0 -= 1,
+                    Owned::Region(_) => u.1 -= 1,
+                }
+                if *u == (0, 0) {
+                    self.usage.remove(&uid);
+                }
+            }
+        }
+    }
+
     /// Once import `import` is gone (released, used up), finishes its
     /// stream and forgets its proxies' kill switch.
     fn forget_if_gone(&mut self, import: u64) {
@@ -177,6 +338,9 @@ struct Conn {
     conn: quinn::Connection,
     control: tokio::sync::Mutex<quinn::SendStream>,
     state: Mutex<State>,
+    counters: Arc<Counters>,
+    /// Per-user budgets: (exports, regions) kept for this peer.
+    limits: (usize, usize),
 }
 
 impl Node {
@@ -194,7 +358,12 @@ impl Node {
         let mut server = tls::quic_server_config(&config.identity, config.peers.clone()).map_err(other)?;
         server.transport_config(transport(&config));
         let endpoint = rt.block_on(async { quinn::Endpoint::server(server, config.listen) })?;
-        let shared = Arc::new(Shared { config, names: Mutex::new(HashMap::new()), links: Mutex::new(HashMap::new()) });
+        let shared = Arc::new(Shared {
+            config,
+            names: Mutex::new(HashMap::new()),
+            links: Mutex::new(HashMap::new()),
+            counters: Arc::new(Counters::default()),
+        });
         let (ep, sh) = (endpoint.clone(), shared.clone());
         rt.spawn(async move {
             while let Some(incoming) = ep.accept().await {
@@ -224,6 +393,11 @@ impl Node {
     /// network.
     pub fn export(&self, name: &str, right: SendRight) {
         self.shared.names.lock().unwrap().insert(name.to_owned(), right);
+    }
+
+    /// The names exported now.
+    pub fn exported(&self) -> Vec<String> {
+        self.shared.names.lock().unwrap().keys().cloned().collect()
     }
 
     /// Stops exporting `name` (rights already handed out stay valid).
@@ -314,11 +488,33 @@ impl Node {
             .iter()
             .map(|c| {
                 let st = c.state.lock().unwrap();
-                LinkInfo { peer: c.peer.clone(), up: !st.link.is_closed(), imports: st.link.imports(), exports: st.link.exports() }
+                let q = c.conn.stats();
+                LinkInfo {
+                    wire_sent: q.udp_tx.bytes,
+                    wire_received: q.udp_rx.bytes,
+                    peer: c.peer.clone(),
+                    up: !st.link.is_closed(),
+                    imports: st.link.imports(),
+                    exports: st.link.exports(),
+                    regions_out: st.link.regions_out(),
+                    regions_in: st.link.regions_in(),
+                }
             })
             .collect();
         v.sort_by(|a, b| a.peer.cmp(&b.peer));
         v
+    }
+
+    /// Copy-on-reference traffic since the node started.
+    pub fn stats(&self) -> NetStats {
+        let c = &self.shared.counters;
+        NetStats {
+            bytes_fetched: c.bytes_fetched.load(Ordering::Relaxed),
+            fetches: c.fetches.load(Ordering::Relaxed),
+            bytes_served: c.bytes_served.load(Ordering::Relaxed),
+            regions_sent: c.regions_sent.load(Ordering::Relaxed),
+            regions_received: c.regions_received.load(Ordering::Relaxed),
+        }
     }
 
     /// Drops the link to `peer` at once (as if it had died): every proxy
@@ -356,6 +552,8 @@ fn transport(c: &NodeConfig) -> Arc<quinn::TransportConfig> {
     t.max_idle_timeout(quinn::IdleTimeout::try_from(c.idle_timeout).ok());
     t.keep_alive_interval(Some(c.idle_timeout / 3));
     t.max_concurrent_uni_streams(4096u32.into());
+    // Each page fetch rides a bidirectional stream of its own.
+    t.max_concurrent_bidi_streams(1024u32.into());
     Arc::new(t)
 }
 
@@ -386,12 +584,18 @@ fn start_link(sh: Arc<Shared>, peer: String, conn: quinn::Connection, send: quin
         peer: peer.clone(),
         conn: conn.clone(),
         control: tokio::sync::Mutex::new(send),
+        counters: sh.counters.clone(),
+        limits: (sh.config.max_exports_per_user, sh.config.max_regions_per_user),
         state: Mutex::new(State {
             link: Link::new(),
             held: HashMap::new(),
             kills: HashMap::new(),
             streams: HashMap::new(),
             lookups: HashMap::new(),
+            regions: HashMap::new(),
+            remote_regions: HashMap::new(),
+            owners: HashMap::new(),
+            usage: HashMap::new(),
         }),
     });
     if let Some(old) = sh.links.lock().unwrap().insert(peer.clone(), c.clone()) {
@@ -410,6 +614,16 @@ fn start_link(sh: Arc<Shared>, peer: String, conn: quinn::Connection, send: quin
             while let Ok(s) = c.conn.accept_uni().await {
                 let (c, sh) = (c.clone(), sh.clone());
                 tokio::spawn(async move { c.read_stream(sh, s).await });
+            }
+        });
+    }
+    // Page fetches, one bidirectional stream each.
+    {
+        let (c, sh) = (c.clone(), sh.clone());
+        tokio::spawn(async move {
+            while let Ok((send, recv)) = c.conn.accept_bi().await {
+                let (c, sh) = (c.clone(), sh.clone());
+                tokio::spawn(async move { c.serve_fetch(&sh, send, recv).await });
             }
         });
     }
@@ -455,11 +669,7 @@ async fn read_frame(s: &mut quinn::RecvStream) -> Result<Option<Vec<u8>>, String
 
 /// Writes one frame with its length prefix, in one stream write.
 async fn write_frame(s: &mut quinn::SendStream, f: &Frame) -> Result<(), quinn::WriteError> {
-    let body = f.encode();
-    let mut bytes = Vec::with_capacity(4 + body.len());
-    bytes.extend_from_slice(&(body.len() as u32).to_le_bytes());
-    bytes.extend_from_slice(&body);
-    s.write_all(&bytes).await
+    s.write_all(&f.encode_with_len()).await
 }
 
 /// Work to do after the state lock is released.
@@ -533,7 +743,7 @@ impl Conn {
     /// Closes the state machine and carries out its last events.
     fn close_link(self: &Arc<Self>, _why: &str) {
         let mut st = self.state.lock().unwrap();
-        if st.link.is_closed() && st.held.is_empty() && st.kills.is_empty() {
+        if st.link.is_closed() && st.held.is_empty() && st.kills.is_empty() && st.regions.is_empty() && st.remote_regions.is_empty() {
             return;
         }
         let ev = st.link.close();
@@ -551,6 +761,48 @@ impl Conn {
         }
         st.lookups.clear();
         st.streams.clear();
+        st.regions.clear();
+        st.owners.clear();
+        st.usage.clear();
+        for (_, lost) in st.remote_regions.drain() {
+            lost.store(true, Ordering::Release);
+        }
+    }
+
+    /// Answers one fetch stream: checks the request against the region
+    /// table (a bad one closes the link) and streams the bytes.
+    async fn serve_fetch(self: Arc<Self>, sh: &Arc<Shared>, mut send: quinn::SendStream, mut recv: quinn::RecvStream) {
+        // A fetch request is 25 bytes: anything longer is refused before
+        // it is read.
+        let mut len = [0u8; 4];
+        let t = sh.config.op_timeout;
+        let bytes = match tokio::time::timeout(t, recv.read_exact(&mut len)).await {
+            Ok(Ok(())) if u32::from_le_bytes(len) <= 64 => {
+                let mut b = vec![0u8; u32::from_le_bytes(len) as usize];
+                match tokio::time::timeout(t, recv.read_exact(&mut b)).await {
+                    Ok(Ok(())) => b,
+                    _ => return,
+                }
+            }
+            Ok(Ok(())) => return self.protocol_error("fetch request over 64 bytes"),
+            _ => return,
+        };
+        let checked = {
+            let mut st = self.state.lock().unwrap();
+            st.link.check_fetch(&bytes).map(|(r, off, n)| (st.regions.get(&r).cloned(), off as usize, n as usize))
+        };
+        let (map, off, n) = match checked {
+            Ok((Some(map), off, n)) => (map, off, n),
+            Ok((None, ..)) => return,
+            Err(e) => return self.protocol_error(&e.to_string()),
+        };
+        for chunk in map.as_slice()[off..off + n].chunks(1 << 20) {
+            if send.write_all(chunk).await.is_err() {
+                return;
+            }
+            sh.counters.bytes_served.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+        }
+        let _ = send.finish();
     }
 
     fn handle(self: &Arc<Self>, sh: &Arc<Shared>, bytes: &[u8]) -> Result<After, String> {
@@ -570,13 +822,13 @@ fn apply_event(c: &Arc<Conn>, st: &mut State, sh: Option<&Arc<Shared>>, e: Event
         Event::Deliver { export, once, op, body, items, reply } => {
             let mut msg = Message::new(op).with_body(body);
             for i in items {
-                match incoming(c, st, i, after) {
+                match incoming(c, st, sh, i, after) {
                     Ok(item) => msg = msg.with_item(item),
                     Err(e) => eprintln!("ferry-net: an item from {} was lost: {e}", c.peer),
                 }
             }
             if let Some(r) = reply {
-                match incoming(c, st, r, after) {
+                match incoming(c, st, sh, r, after) {
                     Ok(Item::Send(s)) => msg = msg.with_reply(Reply::Send(s)),
                     Ok(Item::SendOnce(s)) => msg = msg.with_reply(Reply::SendOnce(s)),
                     Ok(_) => {}
@@ -584,6 +836,7 @@ fn apply_event(c: &Arc<Conn>, st: &mut State, sh: Option<&Arc<Shared>>, e: Event
                 }
             }
             let target = if once {
+                st.refund(Owned::Export(export));
                 match st.held.remove(&export) {
                     Some(Held::Once(r)) => Some(Target::Once(r)),
                     _ => None,
@@ -631,13 +884,69 @@ fn apply_event(c: &Arc<Conn>, st: &mut State, sh: Option<&Arc<Shared>>, e: Event
             if let Some(Held::Send { watch, .. }) = st.held.remove(&export) {
                 watch.abort();
             }
+            st.refund(Owned::Export(export));
+        }
+        Event::DropRegion { id } => {
+            st.regions.remove(&id);
+            st.refund(Owned::Region(id));
+        }
+        Event::RegionLost { id } => {
+            if let Some(lost) = st.remote_regions.remove(&id) {
+                lost.store(true, Ordering::Release);
+            }
         }
     }
 }
 
+/// Starts serving the peer's region `id` here; returns the right that
+/// takes the region's place in the message. If it cannot be served, the
+/// region is released at once.
+fn remote_region(c: &Arc<Conn>, st: &mut State, sh: Option<&Arc<Shared>>, id: u64, len: u64, after: &mut After) -> io::Result<Item> {
+    let r = (|| {
+        let sh = sh.ok_or_else(|| other("the node is stopping"))?;
+        if st.remote_regions.len() >= MAX_REGIONS_IN {
+            return Err(other(format!("{MAX_REGIONS_IN} regions from this peer are served already")));
+        }
+        let lost = Arc::new(AtomicBool::new(false));
+        let f = Arc::new(Fetcher {
+            handle: tokio::runtime::Handle::current(),
+            conn: c.conn.clone(),
+            peer: c.peer.clone(),
+            id,
+            len,
+            lost: lost.clone(),
+            timeout: sh.config.op_timeout,
+            counters: sh.counters.clone(),
+        });
+        let weak = Arc::downgrade(c);
+        let handle = f.handle.clone();
+        let on_exit = Box::new(move || {
+            if let Some(c) = weak.upgrade() {
+                let f = {
+                    let mut st = c.state.lock().unwrap();
+                    st.remote_regions.remove(&id);
+                    st.link.release_region(id)
+                };
+                if let Some(f) = f {
+                    handle.spawn(async move { c.send_control(&[f]).await });
+                }
+            }
+        });
+        let right = cor::serve(f, on_exit)?;
+        st.remote_regions.insert(id, lost);
+        sh.counters.regions_received.fetch_add(1, Ordering::Relaxed);
+        Ok(Item::Send(right))
+    })();
+    if r.is_err() {
+        after.frames.extend(st.link.release_region(id));
+    }
+    r
+}
+
 /// Turns an incoming right or region into a local item.
-fn incoming(c: &Arc<Conn>, st: &mut State, i: Incoming, after: &mut After) -> io::Result<Item> {
+fn incoming(c: &Arc<Conn>, st: &mut State, sh: Option<&Arc<Shared>>, i: Incoming, after: &mut After) -> io::Result<Item> {
     match i {
+        Incoming::Remote { id, len } => remote_region(c, st, sh, id, len, after),
         Incoming::Proxy { import, once } => proxy_or_release(c, st, import, once, after),
         Incoming::Home { export } => match st.held.get(&export) {
             Some(Held::Send { right, .. }) => Ok(Item::Send(right.get_ref().try_clone()?)),
@@ -752,6 +1061,7 @@ async fn forward(c: Arc<Conn>, mut rx: AsyncReceiveRight, import: u64, once: boo
 enum Taken {
     Send(SendRight),
     Once(SendOnceRight),
+    Region(MappedRegion),
     None,
 }
 
@@ -772,22 +1082,67 @@ impl Conn {
                         outs.push(Outgoing::Send(k));
                         taken.push(Taken::Send(s));
                     }
-                    Err(e) => return self.drop_message(&e.to_string()),
+                    Err(e) => return self.refuse(&mut m, Refusal::Failed, &e.to_string()),
                 },
                 Item::SendOnce(s) => {
                     outs.push(Outgoing::Once);
                     taken.push(Taken::Once(s));
+                }
+                Item::Region(r) if r.len() > MAX_EAGER_REGION => {
+                    if !r.mode().is_by_value() {
+                        return self.refuse(&mut m, Refusal::MutableRegion, &format!(
+                            "a {:?} region of {} bytes cannot cross by reference: its sender may still change it (send it by copy or move)",
+                            r.mode(),
+                            r.len()
+                        ));
+                    }
+                    let len = r.len() as u64;
+                    match r.map(MapOptions::lazy().read_only()) {
+                        Ok(m) => {
+                            outs.push(Outgoing::Remote(len));
+                            taken.push(Taken::Region(m));
+                        }
+                        Err(e) => return self.refuse(&mut m, Refusal::Failed, &format!("region cannot cross: {e}")),
+                    }
                 }
                 Item::Region(r) => match r.copy_out(MAX_EAGER_REGION) {
                     Ok(b) => {
                         outs.push(Outgoing::Region(b));
                         taken.push(Taken::None);
                     }
-                    Err(e) => return self.drop_message(&format!("region cannot cross: {e}")),
+                    Err(e) => return self.refuse(&mut m, Refusal::Failed, &format!("region cannot cross: {e}")),
                 },
-                Item::Receive(_) => return self.drop_message("receive rights do not cross the network"),
-                _ => return self.drop_message("this kind of item does not cross the network"),
+                Item::Receive(_) => return self.refuse(&mut m, Refusal::ReceiveRight, "receive rights do not cross the network"),
+                _ => return self.refuse(&mut m, Refusal::OtherItem, "this kind of item does not cross the network"),
             }
+        }
+        // Budgets: what this message could make this node keep for the
+        // peer on its sender's behalf, counted before anything is kept.
+        let uid = m.sender().map_or(u32::MAX, |c| c.uid);
+        let back = m.take_reply();
+        let regions = outs.iter().filter(|o| matches!(o, Outgoing::Remote(_))).count();
+        let rights = outs.iter().filter(|o| matches!(o, Outgoing::Send(_) | Outgoing::Once)).count() + usize::from(back.is_some());
+        let over = {
+            let st = self.state.lock().unwrap();
+            let (e, r) = st.usage.get(&uid).copied().unwrap_or_default();
+            let (max_e, max_r) = self.limits;
+            if regions > 0 && r + regions > max_r {
+                Some(format!("user {uid} already has {r} regions by reference kept for {} (the limit is {max_r})", self.peer))
+            } else if rights > 0 && e + rights > max_e {
+                Some(format!("user {uid} already has {e} rights kept for {} (the limit is {max_e})", self.peer))
+            } else {
+                None
+            }
+        };
+        if let Some(why) = over {
+            self.drop_message(&why);
+            if let Some(r) = back {
+                let _ = r.send(Refusal::OverBudget.message(&why), Timeout::Zero);
+            }
+            return;
+        }
+        if let Some(r) = back {
+            m = m.with_reply(r);
         }
         let reply = match m.take_reply() {
             Some(Reply::Send(s)) if s.is_dead() => {
@@ -816,9 +1171,18 @@ impl Conn {
             };
             for (store, t) in stores.into_iter().zip(taken) {
                 match (store, t) {
-                    (Store::Keep(id), Taken::Send(s)) => keep_send(self, &mut st, id, s),
+                    (Store::Keep(id), Taken::Send(s)) => {
+                        keep_send(self, &mut st, id, s);
+                        st.charge(uid, Owned::Export(id));
+                    }
                     (Store::Keep(id), Taken::Once(s)) => {
                         st.held.insert(id, Held::Once(s));
+                        st.charge(uid, Owned::Export(id));
+                    }
+                    (Store::Region(id), Taken::Region(m)) => {
+                        st.regions.insert(id, Arc::new(m));
+                        st.charge(uid, Owned::Region(id));
+                        self.counters().regions_sent.fetch_add(1, Ordering::Relaxed);
                     }
                     _ => {}
                 }
@@ -843,6 +1207,21 @@ impl Conn {
         let _ = write_frame(&mut s, &frame).await;
         drop(s);
         self.state.lock().unwrap().forget_if_gone(import);
+    }
+
+    fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// Refuses a message that cannot cross, before anything of it leaves
+    /// this host: its rights are destroyed (their holders are told as for
+    /// any dropped right), and if it has a reply right, the sender is told
+    /// why on it ([`Refusal`]).
+    fn refuse(&self, m: &mut Message, code: Refusal, why: &str) {
+        self.drop_message(why);
+        if let Some(reply) = m.take_reply() {
+            let _ = reply.send(code.message(why), Timeout::Zero);
+        }
     }
 
     fn drop_message(&self, why: &str) {

@@ -300,3 +300,93 @@ fn mutated_frames_never_panic_and_errors_close_only_that_link() {
     }
     assert!(errors > 1000 && oks > 10, "the mutations exercised both paths: {errors} errors, {oks} accepted");
 }
+
+/// `a` sends `b` a region of `len` bytes by reference through import
+/// `import`; returns the region id `b` received.
+fn send_by_reference(a: &mut Link, b: &mut Link, import: u64, len: u64) -> u64 {
+    let (f, stores) = a.message(import, 1, vec![], vec![Outgoing::Remote(len)], None).unwrap();
+    let [Store::Region(id)] = stores[..] else { panic!("a region by reference is kept: {stores:?}") };
+    let out = feed(b, &f);
+    let [Event::Deliver { items, .. }] = &out.events[..] else { panic!("delivered: {:?}", out.events) };
+    assert_eq!(items, &vec![Incoming::Remote { id, len }]);
+    assert_eq!((a.regions_out(), b.regions_in()), (1, 1));
+    id
+}
+
+fn fetch(region: u64, offset: u64, len: u64) -> Vec<u8> {
+    Frame::Fetch { region, offset, len }.encode()
+}
+
+#[test]
+fn fetches_inside_a_region_sent_by_reference_are_allowed_until_it_is_released() {
+    let (mut a, mut b, export) = linked();
+    // `a` sends a region to `b`'s port by reference; `b` fetches from `a`.
+    let id = send_by_reference(&mut a, &mut b, export, 10_000);
+    assert_eq!(a.check_fetch(&fetch(id, 0, 4096)), Ok((id, 0, 4096)));
+    assert_eq!(a.check_fetch(&fetch(id, 8192, 1808)), Ok((id, 8192, 1808)));
+    // The receiver lets go: the origin is told to free it, once.
+    let f = b.release_region(id).expect("a release frame");
+    assert_eq!(b.release_region(id), None);
+    assert_eq!(feed(&mut a, &f).events, vec![Event::DropRegion { id }]);
+    assert_eq!(a.regions_out(), 0);
+    // A fetch after the release is a protocol error: the link closes.
+    assert_eq!(a.check_fetch(&fetch(id, 0, 4096)), Err(LinkError::UnknownRegion(id)));
+    assert!(a.is_closed());
+}
+
+#[test]
+fn a_fetch_outside_the_region_or_of_a_region_never_sent_closes_the_link() {
+    for (what, req, want) in [
+        ("past the end", (1, 8192, 4096), LinkError::BadFetch(1, 8192, 4096)),
+        ("overflowing", (1, u64::MAX, 2), LinkError::BadFetch(1, u64::MAX, 2)),
+        ("empty", (1, 0, 0), LinkError::BadFetch(1, 0, 0)),
+        ("never sent", (7, 0, 4096), LinkError::UnknownRegion(7)),
+    ] {
+        let (mut a, mut b, export) = linked();
+        let id = send_by_reference(&mut a, &mut b, export, 10_000);
+        assert_eq!(id, 1);
+        assert_eq!(a.check_fetch(&fetch(req.0, req.1, req.2)), Err(want), "{what}");
+        assert!(a.is_closed(), "{what}: only this link closes");
+        // Closing frees what the peer could have fetched.
+        assert!(a.close().contains(&Event::DropRegion { id }), "{what}");
+    }
+    // Any other frame on a fetch stream, or a fetch elsewhere, is misplaced.
+    let (mut a, _b, _) = linked();
+    assert!(matches!(a.check_fetch(&Frame::Dead { id: 1 }.encode()), Err(LinkError::Misplaced(_))));
+    let (mut a, _b, _) = linked();
+    assert!(matches!(a.handle(&fetch(1, 0, 1)), Err(LinkError::Misplaced(_))));
+    // A release of a region never sent, too.
+    let (mut a, _b, _) = linked();
+    assert_eq!(a.handle(&Frame::RegionRelease { id: 3 }.encode()).map(|_| ()), Err(LinkError::UnknownRegion(3)));
+}
+
+#[test]
+fn a_remote_region_id_twice_or_of_no_length_is_refused() {
+    let (mut a, mut b, export) = linked();
+    let id = send_by_reference(&mut a, &mut b, export, 10_000);
+    // Its id again, while still held.
+    let again = Frame::Message { target: export, op: 1, body: vec![], parts: vec![Part::Remote { id, len: 5 }], reply: None };
+    assert!(matches!(b.handle(&again.encode()), Err(LinkError::BadRight(_))));
+    let (_a, mut b, export) = linked();
+    let zero = Frame::Message { target: export, op: 1, body: vec![], parts: vec![Part::Remote { id: 1, len: 0 }], reply: None };
+    assert!(matches!(b.handle(&zero.encode()), Err(LinkError::Decode(DecodeError::TooLong(..)))));
+    // A link that closes tells the driver which served regions are lost.
+    let (mut a, mut b, export) = linked();
+    let id = send_by_reference(&mut a, &mut b, export, 10_000);
+    assert!(b.close().contains(&Event::RegionLost { id }));
+}
+
+#[test]
+fn a_frame_with_its_length_prefix_is_the_prefix_and_the_frame() {
+    for f in [
+        Frame::Fetch { region: 3, offset: 4096, len: 65536 },
+        Frame::RegionRelease { id: 9 },
+        Frame::Message { target: 1, op: 2, body: vec![7; 300], parts: vec![Part::Remote { id: 4, len: 1 << 30 }], reply: None },
+    ] {
+        let body = f.encode();
+        let framed = f.encode_with_len();
+        assert_eq!(&framed[..4], &(body.len() as u32).to_le_bytes());
+        assert_eq!(&framed[4..], &body[..]);
+        assert_eq!(Frame::decode(&body), Ok(f));
+    }
+}

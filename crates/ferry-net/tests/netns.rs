@@ -2,7 +2,9 @@
 //! pair this test creates: a name exported on host `a` is imported on host
 //! `b`, a message with a send right, a send-once reply right and a region
 //! crosses, the right comes home as the original port, and SIGKILL of
-//! daemon `a` turns the proxy on `b` into a dead name. Needs root and
+//! daemon `a` turns the proxy on `b` into a dead name; a 64 MiB region
+//! crosses by reference and only the pages touched move, as the daemons'
+//! counters show, and the origin lets go of it when the receiver does. Needs root and
 //! `ip netns`; says so and skips otherwise. Traffic goes only to the
 //! addresses of the namespaces made here.
 
@@ -45,15 +47,16 @@ struct Hosts {
 }
 
 impl Hosts {
-    fn make() -> Option<Hosts> {
+    /// `tag` keeps the names and addresses of each test's hosts apart.
+    fn make(tag: u32) -> Option<Hosts> {
         if !rustix::process::geteuid().is_root() {
             eprintln!("netns test skipped: needs root to create network namespaces");
             return None;
         }
         let id = std::process::id();
-        let ns = [format!("fna{id}"), format!("fnb{id}")];
-        let veth = [format!("fva{id}"), format!("fvb{id}")];
-        let net = id % 250 + 1;
+        let ns = [format!("fna{id}t{tag}"), format!("fnb{id}t{tag}")];
+        let veth = [format!("fva{id}t{tag}"), format!("fvb{id}t{tag}")];
+        let net = (id * 2 + tag) % 250 + 1;
         let addr = [format!("10.77.{net}.1"), format!("10.77.{net}.2")];
         if !ip(&["netns", "add", &ns[0]]) {
             eprintln!("netns test skipped: `ip netns add` failed (no iproute2 or no namespace support)");
@@ -166,7 +169,7 @@ fn identity(dir: &Path, host: &str) -> PathBuf {
 #[test]
 fn two_daemons_in_two_namespaces() {
     watchdog("two_daemons_in_two_namespaces", Duration::from_secs(120), || {
-        let Some(hosts) = Hosts::make() else { return };
+        let Some(hosts) = Hosts::make(0) else { return };
         let dir = std::env::temp_dir().join(format!("ferry-netns-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let (bs_a, bs_b) = (name_server(&create(&dir.join("a"))), name_server(&create(&dir.join("b"))));
@@ -261,4 +264,80 @@ fn two_daemons_in_two_namespaces() {
 fn create(p: &Path) -> PathBuf {
     std::fs::create_dir_all(p).unwrap();
     p.to_owned()
+}
+
+#[test]
+fn a_large_region_crosses_by_reference_between_namespaces() {
+    watchdog("a_large_region_crosses_by_reference_between_namespaces", Duration::from_secs(120), || {
+        let Some(hosts) = Hosts::make(1) else { return };
+        let dir = std::env::temp_dir().join(format!("ferry-netns-cor-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let (bs_a, bs_b) = (name_server(&create(&dir.join("a"))), name_server(&create(&dir.join("b"))));
+        let (id_a, id_b) = (identity(&dir.join("id-a"), "a"), identity(&dir.join("id-b"), "b"));
+        let (mut srv, to_srv) = ferry::port().unwrap();
+        Bootstrap::connect_to(&bs_a).unwrap().register("sink", &to_srv).unwrap();
+        let s = |p: &Path| p.to_str().unwrap().to_owned();
+        let port = "7447";
+        let _daemon_a = daemon(
+            &hosts.ns[0],
+            &bs_a,
+            &[
+                "--identity".into(), s(&id_a),
+                "--listen".into(), format!("{}:{port}", hosts.addr[0]),
+                "--trust".into(), format!("b={}", s(&id_b.join("cert.pem"))),
+                "--export".into(), "sink".into(),
+            ],
+        );
+        let _daemon_b = daemon(
+            &hosts.ns[1],
+            &bs_b,
+            &[
+                "--identity".into(), s(&id_b),
+                "--listen".into(), format!("{}:{port}", hosts.addr[1]),
+                "--trust".into(), format!("a={}", s(&id_a.join("cert.pem"))),
+                "--peer".into(), format!("a={}:{port}", hosts.addr[0]),
+                "--import".into(), "sink@a".into(),
+            ],
+        );
+        let status = |bs: &Path| {
+            let right = Bootstrap::connect_to(bs).unwrap().lookup(ferry_net::status::NAME).unwrap();
+            ferry_net::status::query(&right).unwrap()
+        };
+
+        // Host b sends a 64 MiB region to a program on host a.
+        let len = 64 << 20;
+        let mut data = ferry::Region::new(len).unwrap();
+        for (i, b) in data.as_mut_slice().iter_mut().enumerate() {
+            *b = (i / 4096 % 251) as u8 ^ (i as u8);
+        }
+        let sink = Bootstrap::connect_to(&bs_b).unwrap().lookup("sink@a").unwrap();
+        sink.send(Message::new(1).with_item(data.by_move().unwrap()), WAIT).unwrap();
+        let Some(Item::Send(right)) = srv.recv(WAIT).unwrap().take_items().pop() else { panic!("the region arrived by reference") };
+        let region = ferry_net::RemoteRegion::open(right).unwrap();
+        assert_eq!(region.len(), len as u64);
+        let view = region.map().unwrap();
+        let bytes = view.as_slice().unwrap();
+        for at in [0usize, 3 << 20, len - 1] {
+            assert_eq!(bytes[at], (at / 4096 % 251) as u8 ^ (at as u8), "byte {at}");
+        }
+        // The daemons' counters: a fetched a sliver, b served exactly that.
+        let (sa, sb) = (status(&bs_a), status(&bs_b));
+        assert!(sa.stats.bytes_fetched > 0 && sa.stats.bytes_fetched * 100 < len as u64, "{:?}", sa.stats);
+        assert_eq!(sb.stats.bytes_served, sa.stats.bytes_fetched);
+        assert_eq!((sb.links[0].regions_out, sa.links[0].regions_in), (1, 1));
+
+        // The receiver lets go: the origin's daemon frees the region.
+        drop(view);
+        drop(region);
+        let mut freed = false;
+        for _ in 0..300 {
+            if status(&bs_b).links[0].regions_out == 0 {
+                freed = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(freed, "the origin's daemon released the region");
+        let _ = std::fs::remove_dir_all(&dir);
+    });
 }

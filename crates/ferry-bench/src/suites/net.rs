@@ -1,10 +1,33 @@
-//! `net` / `null-roundtrip`: a message with no payload there and back
-//! between two hosts' network servers over loopback, against a raw QUIC
-//! echo (`quinn`, the same TLS 1.3 setup) and a raw TCP echo of the same
-//! bytes. Everything runs in this process on threads (the nodes, their
-//! tokio runtimes and the echo servers), unpinned whatever the placement
-//! asks, since a network server is a set of threads. The target:
-//! `ferry-net` within 1.3× of `quic-raw`.
+//! The `net` suite: ports across machines, two network servers over
+//! loopback, against raw QUIC (`quinn`, the same TLS 1.3 setup) and raw
+//! TCP. Everything runs in this process on threads (the nodes, their tokio
+//! runtimes, the receivers and echo servers), unpinned whatever the
+//! placement asks, since a network server is a set of threads.
+//!
+//! - `null-roundtrip`: a message with no payload there and back
+//!   (`ferry-net`, `quic-raw`, `tcp-raw`). Target: `ferry-net` within 1.3×
+//!   of `quic-raw`.
+//! - `oneshot` (256 MiB, touch `read`): one region crosses and the receiver
+//!   reads all of it, then acknowledges (`ferry-net`: the region crosses by
+//!   reference and the receiver asks for all of it at once, `fetch_all`;
+//!   `quic-raw`: the bytes on a fresh stream; `tcp-raw`: on a connection).
+//!   Target: within 1.25× of `quic-raw`.
+//! - `cor` (a 1 GiB region; `bytes` is the part the receiver reads, 0.1%,
+//!   1%, 10% or 100% of it, and `extra.touched` that fraction, so each
+//!   fraction is its own comparable group): `ferry-net-cor` maps the
+//!   region and touches its first `bytes`, so only those pages (and their
+//!   cluster's read-ahead) cross; `ferry-net-eager` moves the whole region
+//!   first (`fetch_all`, one streamed transfer, which is what an eager
+//!   send costs) and then touches the same bytes. `extra.wire_bytes` is the
+//!   UDP bytes that crossed the link per operation, both ways. Target: at
+//!   1%, under 2% of the region's bytes and at least 20× sooner than eager.
+//!
+//! The `-veth` impls (`ferry-net-veth`, `quic-raw-veth`, `tcp-raw-veth`;
+//! `null-roundtrip` and `oneshot`) run the same code with the serving and
+//! the connecting side in two network namespaces joined by a veth pair,
+//! made for each round (`ip netns`) and removed after it; they need root and
+//! are recorded as skipped otherwise. `ferry bench net` as root runs both
+//! links in the same invocation, interleaved.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -21,25 +44,393 @@ use crate::record::Touch;
 pub fn suite() -> Suite {
     Suite {
         name: "net",
-        about: "null message round trip through two network servers over loopback vs raw QUIC and TCP echoes",
+        about: "two network servers over loopback vs raw QUIC and TCP: null round trip, a 256 MiB region, copy-on-reference sweep of a 1 GiB region",
         reference: "quic-raw",
         cases,
         impls,
     }
 }
 
-/// `null-roundtrip`, no payload.
+/// The region of the `cor` case.
+const COR_REGION: u64 = 1 << 30;
+/// The region of the `oneshot` case.
+const ONESHOT: u64 = 256 << 20;
+
+/// `null-roundtrip`, `oneshot`, and the `cor` sweep.
 pub fn cases() -> Vec<Case> {
-    vec![Case { suite: "net", name: "null-roundtrip", bytes: 0, touch: Touch::None }]
+    let mut v = vec![
+        Case { suite: "net", name: "null-roundtrip", bytes: 0, touch: Touch::None },
+        Case { suite: "net", name: "oneshot", bytes: ONESHOT, touch: Touch::Read },
+    ];
+    for per_mille in [1, 10, 100, 1000] {
+        v.push(Case { suite: "net", name: "cor", bytes: COR_REGION * per_mille / 1000, touch: Touch::Read });
+    }
+    v
 }
 
 /// ferry-net and the baselines.
 pub fn impls() -> Vec<Impl> {
     vec![
-        Impl { name: "ferry-net", run: ferry_net_roundtrip },
+        Impl { name: "ferry-net", run: ferry_net },
         Impl { name: "quic-raw", run: quic_raw },
         Impl { name: "tcp-raw", run: tcp_raw },
+        Impl { name: "ferry-net-cor", run: ferry_net_cor },
+        Impl { name: "ferry-net-eager", run: ferry_net_eager },
+        Impl { name: "ferry-net-veth", run: |run| over_veth(run, ferry_net) },
+        Impl { name: "quic-raw-veth", run: |run| over_veth(run, quic_raw) },
+        Impl { name: "tcp-raw-veth", run: |run| over_veth(run, tcp_raw) },
     ]
+}
+
+/// Two network namespaces joined by a veth pair, made for one round of a
+/// `-veth` impl and removed after it.
+struct Veth {
+    names: [String; 2],
+    ns: [std::fs::File; 2],
+    addr: [std::net::IpAddr; 2],
+}
+
+fn ip(args: &[&str]) -> bool {
+    std::process::Command::new("ip")
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+impl Veth {
+    fn make() -> Result<Veth, Skip> {
+        if !rustix::process::geteuid().is_root() {
+            return Err(Skip::new("the veth variant needs root (it makes two network namespaces)"));
+        }
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let (pid, k) = (std::process::id(), NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+        let names = [format!("fba{pid}x{k}"), format!("fbb{pid}x{k}")];
+        let veth = [format!("vba{pid}x{k}"), format!("vbb{pid}x{k}")];
+        let net = (pid + k) % 250 + 1;
+        let addr = [format!("10.78.{net}.1"), format!("10.78.{net}.2")];
+        let made = ip(&["netns", "add", &names[0]]) && ip(&["netns", "add", &names[1]]);
+        let cleanup = |names: &[String; 2]| names.iter().for_each(|n| {
+            ip(&["netns", "del", n]);
+        });
+        let ok = made
+            && ip(&["link", "add", &veth[0], "type", "veth", "peer", "name", &veth[1]])
+            && (0..2).all(|i| {
+                ip(&["link", "set", &veth[i], "netns", &names[i]])
+                    && ip(&["-n", &names[i], "addr", "add", &format!("{}/24", addr[i]), "dev", &veth[i]])
+                    && ip(&["-n", &names[i], "link", "set", &veth[i], "up"])
+            });
+        if !ok {
+            cleanup(&names);
+            return Err(Skip::new("could not make two network namespaces and a veth pair (`ip netns`)"));
+        }
+        let open = |n: &str| std::fs::File::open(format!("/run/netns/{n}"));
+        match (open(&names[0]), open(&names[1]), addr[0].parse(), addr[1].parse()) {
+            (Ok(a), Ok(b), Ok(x), Ok(y)) => Ok(Veth { names, ns: [a, b], addr: [x, y] }),
+            _ => {
+                cleanup(&names);
+                Err(Skip::new("could not open the namespaces just made"))
+            }
+        }
+    }
+}
+
+impl Drop for Veth {
+    fn drop(&mut self) {
+        for n in &self.names {
+            ip(&["netns", "del", n]);
+        }
+    }
+}
+
+thread_local! {
+    /// The namespaces of the `-veth` impl now running on this thread.
+    static VETH: std::cell::RefCell<Option<Veth>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` for one round with side 0 and side 1 in two namespaces joined
+/// by a veth pair instead of both on loopback.
+fn over_veth(run: &mut Run<'_>, f: fn(&mut Run<'_>) -> Result<(), Skip>) -> Result<(), Skip> {
+    only(run, &["null-roundtrip", "oneshot"])?;
+    run.note("link", "veth between two network namespaces");
+    let veth = Veth::make()?;
+    VETH.with(|v| *v.borrow_mut() = Some(veth));
+    let r = f(run);
+    VETH.with(|v| v.borrow_mut().take());
+    r
+}
+
+/// The address side `side` (0 serves, 1 connects) binds: loopback, or its
+/// namespace's veth address.
+fn addr(side: usize) -> SocketAddr {
+    VETH.with(|v| v.borrow().as_ref().map_or_else(loopback, |v| SocketAddr::new(v.addr[side], 0)))
+}
+
+/// Runs `f`, which makes side `side`'s sockets, inside that side's network
+/// namespace when a `-veth` impl runs (the thread moves there and back).
+fn on<T>(side: usize, f: impl FnOnce() -> T) -> Result<T, Skip> {
+    VETH.with(|v| {
+        let v = v.borrow();
+        let Some(v) = v.as_ref() else { return Ok(f()) };
+        let home = std::fs::File::open("/proc/thread-self/ns/net").map_err(skip)?;
+        let net = Some(rustix::thread::LinkNameSpaceType::Network);
+        rustix::thread::move_into_link_name_space(std::os::fd::AsFd::as_fd(&v.ns[side]), net).map_err(skip)?;
+        let out = f();
+        rustix::thread::move_into_link_name_space(std::os::fd::AsFd::as_fd(&home), net).map_err(skip)?;
+        Ok(out)
+    })
+}
+
+fn only(run: &Run<'_>, cases: &[&str]) -> Result<(), Skip> {
+    if cases.contains(&run.case.name) {
+        Ok(())
+    } else {
+        Err(Skip::new(format!("runs only the {} case", cases.join(" and "))))
+    }
+}
+
+fn ferry_net(run: &mut Run<'_>) -> Result<(), Skip> {
+    only(run, &["null-roundtrip", "oneshot"])?;
+    match run.case.name {
+        "null-roundtrip" => ferry_net_roundtrip(run),
+        _ => ferry_net_region(run, Fetch::Whole, ONESHOT),
+    }
+}
+
+fn quic_raw(run: &mut Run<'_>) -> Result<(), Skip> {
+    only(run, &["null-roundtrip", "oneshot"])?;
+    match run.case.name {
+        "null-roundtrip" => quic_raw_roundtrip(run),
+        _ => quic_raw_oneshot(run),
+    }
+}
+
+fn tcp_raw(run: &mut Run<'_>) -> Result<(), Skip> {
+    only(run, &["null-roundtrip", "oneshot"])?;
+    match run.case.name {
+        "null-roundtrip" => tcp_raw_roundtrip(run),
+        _ => tcp_raw_oneshot(run),
+    }
+}
+
+fn ferry_net_cor(run: &mut Run<'_>) -> Result<(), Skip> {
+    only(run, &["cor"])?;
+    ferry_net_region(run, Fetch::OnTouch, COR_REGION)
+}
+
+fn ferry_net_eager(run: &mut Run<'_>) -> Result<(), Skip> {
+    only(run, &["cor"])?;
+    ferry_net_region(run, Fetch::Whole, COR_REGION)
+}
+
+/// How the receiver gets a region's bytes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Fetch {
+    /// Maps it: pages cross as they are touched.
+    OnTouch,
+    /// Fetches all of it first (`fetch_all`).
+    Whole,
+}
+
+/// Reads one byte of every 64-byte line of `b` (the `read` touch).
+fn touch_read(b: &[u8]) -> u64 {
+    let mut sum = 0u64;
+    for i in (0..b.len()).step_by(64) {
+        sum = sum.wrapping_add(u64::from(b[i]));
+    }
+    std::hint::black_box(sum)
+}
+
+/// Two nodes over loopback, `b` linked to `a`; `a` exports `name`.
+fn linked_nodes(name: &str, to: ferry::SendRight) -> Result<(Node, Node), Skip> {
+    let ia = Identity::generate("a").map_err(skip)?;
+    let ib = Identity::generate("b").map_err(skip)?;
+    let a = on(0, || Node::start(NodeConfig::new(ia.clone(), vec![Peer { name: "b".into(), cert: ib.cert.clone() }], addr(0))))?.map_err(skip)?;
+    let b = on(1, || Node::start(NodeConfig::new(ib, vec![Peer { name: "a".into(), cert: ia.cert.clone() }], addr(1))))?.map_err(skip)?;
+    b.connect("a", a.local_addr().map_err(skip)?).map_err(skip)?;
+    a.export(name, to);
+    Ok((a, b))
+}
+
+/// UDP bytes both ways on `node`'s links.
+fn wire_bytes(node: &Node) -> u64 {
+    node.links().iter().map(|l| l.wire_sent + l.wire_received).sum()
+}
+
+/// One region of `region` bytes crosses from host `b` to a receiver on host
+/// `a` per operation; the receiver reads the case's `bytes` of it and
+/// acknowledges.
+fn ferry_net_region(run: &mut Run<'_>, how: Fetch, region: u64) -> Result<(), Skip> {
+    run.note("placement_ignored", "threads in one process, unpinned");
+    let touched = run.case.bytes.min(region) as usize;
+    run.note("region_bytes", region);
+    run.note("touched", touched as f64 / region as f64);
+    run.note("fetch", if how == Fetch::Whole { "whole (fetch_all)" } else { "on touch (mapped)" });
+    let (mut srv, to_srv) = ferry::port().map_err(skip)?;
+    let (a, b, receiver, stop) = unpinned(run, || -> Result<_, Skip> {
+        let (a, b) = linked_nodes("sink", to_srv)?;
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s2 = stop.clone();
+        // The receiving program: the first message brings the ack right.
+        let receiver = std::thread::spawn(move || {
+            let Ok(mut first) = srv.recv(WAIT) else { return };
+            let Some(ferry::Item::Send(ack)) = first.take_items().pop() else { return };
+            while !s2.load(std::sync::atomic::Ordering::Relaxed) {
+                let mut m = match srv.recv(Timeout::millis(200)) {
+                    Ok(m) => m,
+                    Err(ferry::RecvError::Timeout) => continue,
+                    Err(_) => return,
+                };
+                let Some(ferry::Item::Send(right)) = m.take_items().pop() else { return };
+                let Ok(r) = ferry_net::RemoteRegion::open(right) else { return };
+                let ok = match how {
+                    Fetch::OnTouch => r.map().ok().and_then(|v| v.as_slice().map(|s| touch_read(&s[..touched]))).is_some(),
+                    Fetch::Whole => r
+                        .fetch_all()
+                        .ok()
+                        .and_then(|w| w.map(ferry::MapOptions::lazy().read_only()).ok())
+                        .map(|v| touch_read(&v[..touched]))
+                        .is_some(),
+                };
+                if !ok || ack.send(Message::new(0), WAIT).is_err() {
+                    return;
+                }
+            }
+        });
+        Ok((a, b, receiver, stop))
+    })?;
+    let sink = b.lookup("sink@a").map_err(skip)?;
+    let (mut me, my_tx) = ferry::port().map_err(skip)?;
+    sink.send(Message::new(0).with_item(my_tx), WAIT)?;
+    let mut data = ferry::Region::new(region as usize).map_err(skip)?;
+    for (i, c) in data.as_mut_slice().chunks_mut(4096).enumerate() {
+        c.fill(i as u8);
+    }
+    let long = Timeout::After(Duration::from_secs(120));
+    let (wire0, fetched0) = (wire_bytes(&a), a.stats().bytes_fetched);
+    let mut ops = 0u64;
+    while run.more() {
+        let item = data.by_copy().map_err(skip)?;
+        let t = Instant::now();
+        sink.send(Message::new(1).with_item(item), long)?;
+        me.recv(long)?;
+        run.record(t.elapsed());
+        ops += 1;
+    }
+    if let Some(w) = (wire_bytes(&a) - wire0).checked_div(ops) {
+        run.note("wire_bytes", w);
+        run.note("fetched_bytes", (a.stats().bytes_fetched - fetched0) / ops);
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    drop(sink);
+    let _ = receiver.join();
+    drop((a, b));
+    Ok(())
+}
+
+/// 256 MiB on a fresh QUIC stream per operation; the receiver reads it all
+/// into its buffer, touches it and answers one byte on the same stream.
+fn quic_raw_oneshot(run: &mut Run<'_>) -> Result<(), Skip> {
+    run.note("placement_ignored", "threads in one process, unpinned");
+    let n = run.case.bytes as usize;
+    let rt = unpinned(run, || tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()).map_err(skip)?;
+    let (server, connect) = quic_pair(&rt)?;
+    let srv = server.clone();
+    rt.spawn(async move {
+        let Some(inc) = srv.accept().await else { return };
+        let Ok(conn) = inc.await else { return };
+        let mut buf = vec![0u8; n];
+        while let Ok((mut send, mut recv)) = conn.accept_bi().await {
+            if recv.read_exact(&mut buf).await.is_err() {
+                return;
+            }
+            touch_read(&buf);
+            if send.write_all(&[1]).await.is_err() {
+                return;
+            }
+            let _ = send.finish();
+        }
+    });
+    let (conn, _client_ep) = connect(&rt)?;
+    let data = vec![7u8; n];
+    while run.more() {
+        let t = Instant::now();
+        rt.block_on(async {
+            let (mut send, mut recv) = conn.open_bi().await.map_err(skip)?;
+            send.write_all(&data).await.map_err(skip)?;
+            let _ = send.finish();
+            let mut b = [0u8; 1];
+            recv.read_exact(&mut b).await.map_err(skip)
+        })?;
+        run.record(t.elapsed());
+    }
+    conn.close(0u32.into(), b"done");
+    server.close(0u32.into(), b"done");
+    rt.shutdown_timeout(Duration::from_secs(1));
+    Ok(())
+}
+
+/// How to connect a client to a [`quic_pair`] server.
+type Connect = Box<dyn FnOnce(&tokio::runtime::Runtime) -> Result<(quinn::Connection, quinn::Endpoint), Skip>>;
+
+/// A QUIC server endpoint with the nodes' TLS setup, and how to connect a
+/// client to it (once the server accepts: the handshake waits for that).
+fn quic_pair(rt: &tokio::runtime::Runtime) -> Result<(quinn::Endpoint, Connect), Skip> {
+    let ia = Identity::generate("a").map_err(skip)?;
+    let ib = Identity::generate("b").map_err(skip)?;
+    let server_cfg = ferry_net::tls::quic_server_config(&ia, vec![Peer { name: "b".into(), cert: ib.cert.clone() }]).map_err(skip)?;
+    let client_cfg = ferry_net::tls::quic_client_config(&ib, &Peer { name: "a".into(), cert: ia.cert.clone() }).map_err(skip)?;
+    let server = on(0, || rt.block_on(async { quinn::Endpoint::server(server_cfg, addr(0)) }))?.map_err(skip)?;
+    let server_addr = server.local_addr().map_err(skip)?;
+    let connect: Connect = Box::new(move |rt| {
+        let ep = on(1, || {
+            let _in_runtime = rt.enter();
+            quinn::Endpoint::client(addr(1))
+        })?.map_err(skip)?;
+        rt.block_on(async move {
+            let mut ep = ep;
+            ep.set_default_client_config(client_cfg);
+            let conn = ep.connect(server_addr, "ferry-peer").map_err(std::io::Error::other)?.await?;
+            Ok::<_, std::io::Error>((conn, ep))
+        })
+        .map_err(skip)
+    });
+    Ok((server, connect))
+}
+
+/// 256 MiB on one TCP connection per operation; the receiver reads it all,
+/// touches it and answers one byte.
+fn tcp_raw_oneshot(run: &mut Run<'_>) -> Result<(), Skip> {
+    run.note("placement_ignored", "threads in one process, unpinned");
+    let n = run.case.bytes as usize;
+    let l = on(0, || TcpListener::bind(addr(0)))?.map_err(skip)?;
+    let addr = l.local_addr().map_err(skip)?;
+    let sink = unpinned(run, || {
+        std::thread::spawn(move || {
+            let Ok((mut s, _)) = l.accept() else { return };
+            let mut buf = vec![0u8; n];
+            while s.read_exact(&mut buf).is_ok() {
+                touch_read(&buf);
+                if s.write_all(&[1]).is_err() {
+                    return;
+                }
+            }
+        })
+    });
+    let mut c = on(1, || TcpStream::connect(addr))?.map_err(skip)?;
+    c.set_nodelay(true).map_err(skip)?;
+    let data = vec![7u8; n];
+    let mut b = [0u8; 1];
+    while run.more() {
+        let t = Instant::now();
+        c.write_all(&data).map_err(skip)?;
+        c.read_exact(&mut b).map_err(skip)?;
+        run.record(t.elapsed());
+    }
+    drop(c);
+    let _ = sink.join();
+    Ok(())
 }
 
 const WAIT: Timeout = Timeout::After(Duration::from_secs(10));
@@ -69,8 +460,8 @@ fn ferry_net_roundtrip(run: &mut Run<'_>) -> Result<(), Skip> {
     let (a, b, echo, stop) = unpinned(run, || -> Result<_, Skip> {
         let ia = Identity::generate("a").map_err(skip)?;
         let ib = Identity::generate("b").map_err(skip)?;
-        let a = Node::start(NodeConfig::new(ia.clone(), vec![Peer { name: "b".into(), cert: ib.cert.clone() }], loopback())).map_err(skip)?;
-        let b = Node::start(NodeConfig::new(ib, vec![Peer { name: "a".into(), cert: ia.cert.clone() }], loopback())).map_err(skip)?;
+        let a = on(0, || Node::start(NodeConfig::new(ia.clone(), vec![Peer { name: "b".into(), cert: ib.cert.clone() }], addr(0))))?.map_err(skip)?;
+        let b = on(1, || Node::start(NodeConfig::new(ib, vec![Peer { name: "a".into(), cert: ia.cert.clone() }], addr(1))))?.map_err(skip)?;
         b.connect("a", a.local_addr().map_err(skip)?).map_err(skip)?;
         let (mut srv, to_srv) = ferry::port().map_err(skip)?;
         a.export("echo", to_srv);
@@ -111,7 +502,7 @@ fn ferry_net_roundtrip(run: &mut Run<'_>) -> Result<(), Skip> {
     Ok(())
 }
 
-fn quic_raw(run: &mut Run<'_>) -> Result<(), Skip> {
+fn quic_raw_roundtrip(run: &mut Run<'_>) -> Result<(), Skip> {
     run.note("placement_ignored", "threads in one process, unpinned");
     run.note("token_bytes", 1u64);
     let rt = unpinned(run, || tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()).map_err(skip)?;
@@ -119,13 +510,14 @@ fn quic_raw(run: &mut Run<'_>) -> Result<(), Skip> {
     let ib = Identity::generate("b").map_err(skip)?;
     let server_cfg = ferry_net::tls::quic_server_config(&ia, vec![Peer { name: "b".into(), cert: ib.cert.clone() }]).map_err(skip)?;
     let client_cfg = ferry_net::tls::quic_client_config(&ib, &Peer { name: "a".into(), cert: ia.cert.clone() }).map_err(skip)?;
-    let (server, addr) = rt
-        .block_on(async {
-            let ep = quinn::Endpoint::server(server_cfg, loopback())?;
+    let (server, server_addr) = on(0, || {
+        rt.block_on(async {
+            let ep = quinn::Endpoint::server(server_cfg, addr(0))?;
             let addr = ep.local_addr()?;
             Ok::<_, std::io::Error>((ep, addr))
         })
-        .map_err(skip)?;
+    })?
+    .map_err(skip)?;
     let srv = server.clone();
     rt.spawn(async move {
         let Some(inc) = srv.accept().await else { return };
@@ -138,11 +530,15 @@ fn quic_raw(run: &mut Run<'_>) -> Result<(), Skip> {
             }
         }
     });
+    let client = on(1, || {
+            let _in_runtime = rt.enter();
+            quinn::Endpoint::client(addr(1))
+        })?.map_err(skip)?;
     let (conn, mut send, mut recv) = rt
-        .block_on(async {
-            let mut ep = quinn::Endpoint::client(loopback())?;
+        .block_on(async move {
+            let mut ep = client;
             ep.set_default_client_config(client_cfg);
-            let conn = ep.connect(addr, "ferry-peer").map_err(std::io::Error::other)?.await?;
+            let conn = ep.connect(server_addr, "ferry-peer").map_err(std::io::Error::other)?.await?;
             let (send, recv) = conn.open_bi().await?;
             Ok::<_, std::io::Error>((conn, send, recv))
         })
@@ -162,10 +558,10 @@ fn quic_raw(run: &mut Run<'_>) -> Result<(), Skip> {
     Ok(())
 }
 
-fn tcp_raw(run: &mut Run<'_>) -> Result<(), Skip> {
+fn tcp_raw_roundtrip(run: &mut Run<'_>) -> Result<(), Skip> {
     run.note("placement_ignored", "threads in one process, unpinned");
     run.note("token_bytes", 1u64);
-    let l = TcpListener::bind(loopback()).map_err(skip)?;
+    let l = on(0, || TcpListener::bind(addr(0)))?.map_err(skip)?;
     let addr = l.local_addr().map_err(skip)?;
     let echo = unpinned(run, || {
         std::thread::spawn(move || {
@@ -179,7 +575,7 @@ fn tcp_raw(run: &mut Run<'_>) -> Result<(), Skip> {
             }
         })
     });
-    let mut c = TcpStream::connect(addr).map_err(skip)?;
+    let mut c = on(1, || TcpStream::connect(addr))?.map_err(skip)?;
     c.set_nodelay(true).map_err(skip)?;
     let mut b = [1u8; 1];
     while run.more() {

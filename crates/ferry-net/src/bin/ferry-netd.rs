@@ -127,9 +127,15 @@ fn run(a: Args) -> Result<(), String> {
         let right = node.lookup(remote).map_err(|e| format!("--import {remote}: {e}"))?;
         names.register(remote, &right).map_err(|e| format!("--import {remote}: {e}"))?;
     }
+    // The status port `ferry names` and `ferry stat` ask (see ferry_net::status).
+    let (mut status, to_status) = ferry::port().map_err(|e| e.to_string())?;
+    if let Err(e) = names.register(ferry_net::status::NAME, &to_status) {
+        eprintln!("ferry-netd: cannot register {:?} (ferry names and ferry stat will not show the network): {e}", ferry_net::status::NAME);
+    }
     println!("ferry-netd: ready on {}", node.local_addr().map_err(|e| e.to_string())?);
     loop {
-        std::thread::sleep(Duration::from_secs(3600));
+        ferry_net::status::serve(&node, &a.imports, &mut status, ferry::Timeout::Infinite);
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 

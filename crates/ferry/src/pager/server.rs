@@ -375,6 +375,15 @@ impl ObjectServer {
         Some(s)
     }
 
+    /// Whether the server's port has no senders left: every send right to
+    /// it is gone (clients' mappings keep one each), so no new request can
+    /// come. A server that hosts objects for one holder (such as a region
+    /// fetched from another host) stops once this is true and no client is
+    /// attached.
+    pub fn port_closed(&self) -> bool {
+        !self.port_open
+    }
+
     /// Counters of the server.
     pub fn stats(&self) -> ServerStats {
         self.stats

@@ -1,0 +1,71 @@
+//! The network server's part of `ferry names` and `ferry stat`: links and
+//! their state, remote names and proxies, bytes fetched on demand, asked of
+//! `ferry-netd` through its status port (`ferry_net::status`), which shows
+//! each user only what is theirs or public.
+
+use ferry::Bootstrap;
+use ferry_net::status::{self, Status};
+
+/// The status of the network server registered with `bs`, if one is.
+pub fn status(bs: &mut Bootstrap) -> Option<Result<Status, String>> {
+    let right = bs.lookup(status::NAME).ok()?;
+    Some(status::query(&right).map_err(|e| e.to_string()))
+}
+
+/// Prints the links and remote names (for `ferry names`).
+pub fn print_names(st: &Status) {
+    println!();
+    println!("network (ferry-netd):");
+    for l in &st.links {
+        if st.full {
+            println!("  link to {:<16} {:<5} {:>4} proxies {:>4} exports", l.peer, if l.up { "up" } else { "down" }, l.imports, l.exports);
+        } else {
+            println!("  link to {:<16} {}", l.peer, if l.up { "up" } else { "down" });
+        }
+    }
+    if st.links.is_empty() {
+        println!("  (no links)");
+    }
+    for n in &st.imports {
+        let host = n.rsplit_once('@').map_or("", |(_, h)| h);
+        let up = st.links.iter().any(|l| l.peer == host && l.up);
+        println!("  remote name {n:<28} proxy to host {host} ({})", if up { "link up" } else { "link down: a dead name" });
+    }
+    for n in &st.exports {
+        println!("  exported     {n:<28} (trusted peers may look it up)");
+    }
+    if !st.full {
+        println!("  (names and counters are shown to the daemon's own user only)");
+    }
+}
+
+/// Prints links with traffic and the copy-on-reference counters (for
+/// `ferry stat`).
+pub fn print_stat(st: &Status) {
+    println!();
+    println!("network (ferry-netd):");
+    for l in &st.links {
+        if st.full {
+            println!(
+                "  link to {:<16} {:<5} proxies {:>4}  exports {:>4}  regions sent {:>3} / mapped here {:>3}  wire {} B out, {} B in",
+                l.peer,
+                if l.up { "up" } else { "down" },
+                l.imports,
+                l.exports,
+                l.regions_out,
+                l.regions_in,
+                l.wire_sent,
+                l.wire_received
+            );
+        } else {
+            println!("  link to {:<16} {}", l.peer, if l.up { "up" } else { "down" });
+        }
+    }
+    if st.full {
+        let t = &st.stats;
+        println!(
+            "  fetched on demand {} B in {} fetches; served {} B; regions by reference: {} sent, {} received",
+            t.bytes_fetched, t.fetches, t.bytes_served, t.regions_sent, t.regions_received
+        );
+    }
+}

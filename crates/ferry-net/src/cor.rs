@@ -1,0 +1,314 @@
+//! Copy-on-reference regions: a region too large to send eagerly crosses
+//! as a reference, and its pages are fetched from the origin host on first
+//! touch.
+//!
+//! The receiving node serves each such region with a ferry pager
+//! ([`ferry::pager::ObjectServer`]) of its own, on its own thread, whose
+//! backing store is the far host: the [`RemotePager`] answers a fault by
+//! fetching the cluster of pages around it over a QUIC stream of its own
+//! ([`crate::frame::Frame::Fetch`]). The receiving program gets, in place of
+//! the region, a send right to that object server; [`RemoteRegion::open`]
+//! turns it into an ordinary memory object it maps
+//! ([`RemoteRegion::map`]) or, with DASH's immediate-access hint, into an
+//! ordinary by-value region holding every byte ([`RemoteRegion::fetch_all`]).
+//!
+//! Why these shapes:
+//! - **A thread and a stream per region.** A fault blocks the pager that
+//!   answers it until the bytes arrive, so each region has its own object
+//!   server thread, and each fetch its own bidirectional QUIC stream: a
+//!   fetch on one region never waits behind another region's fetch, nor
+//!   behind messages to any port (no head-of-line blocking).
+//! - **Clusters of [`CLUSTER_PAGES`] pages.** A fetch costs a round trip;
+//!   16 pages (64 KiB with 4 KiB pages) take about as long to send on a
+//!   gigabit link as a LAN round trip, so sequential readers pay roughly
+//!   half the round trips' cost in bandwidth, while a program that touches
+//!   one page moves at most 16 times what it needed.
+//! - **Failure is the pager's dead-pager failure.** When the link is lost,
+//!   the region's object server stops: mappings see
+//!   [`ferry::pager::ObjectState::PagerDead`], and a touch of a page never
+//!   fetched raises `SIGBUS` ([`ferry::pager::DeathPolicy::Sigbus`], as for
+//!   any pager that dies); a fault already waiting for the network fails
+//!   the same way within the operation timeout. Nothing hangs.
+//! - **Release.** The object server stops when nobody holds a send right
+//!   to it (the receiver dropped the right, the [`RemoteRegion`] and every
+//!   mapping); the node then tells the origin, which unmaps the sealed
+//!   memfd it kept.
+
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ferry::pager::{Answer, DeathPolicy, MappedObject, MemoryObject, ObjectConfig, ObjectServer, Pager, PagerError, PagerFault, Supply, SupplyMode};
+use ferry::{Item, Message, ReceiveRight, Region, RegionItem, SendRight, Timeout};
+
+use crate::frame::Frame;
+use crate::node::NetError;
+
+/// Pages fetched per fault (see the module doc for why 16).
+pub const CLUSTER_PAGES: usize = 16;
+
+/// Largest region [`RemoteRegion::fetch_all`] fetches whole: the node
+/// fills the copy before handing it over, so a bigger one is mapped
+/// instead (pages on touch).
+pub const MAX_FETCH_ALL: u64 = 4 << 30;
+
+/// Bytes read or written per step of a large fetch (each step is bounded by
+/// the operation timeout, so a stalled link is noticed).
+const STEP: usize = 1 << 20;
+
+/// Requests a region's object server answers besides the pager protocol.
+const INFO: u32 = 0x6e65_7401;
+const INFO_REPLY: u32 = 0x6e65_7402;
+const FETCH_ALL: u32 = 0x6e65_7403;
+const FETCHED: u32 = 0x6e65_7404;
+/// The pager protocol's error reply (`code`, then a reason).
+const ERROR: u32 = 0x7061_00ff;
+/// Marks an `INFO_REPLY` as coming from a region's object server.
+const MAGIC: u64 = 0x6665_7272_7972_6567;
+
+/// Counters of copy-on-reference traffic of one node.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub(crate) bytes_fetched: AtomicU64,
+    pub(crate) fetches: AtomicU64,
+    pub(crate) bytes_served: AtomicU64,
+    pub(crate) regions_sent: AtomicU64,
+    pub(crate) regions_received: AtomicU64,
+}
+
+/// Fetches the bytes of one remote region.
+#[derive(Debug)]
+pub(crate) struct Fetcher {
+    pub(crate) handle: tokio::runtime::Handle,
+    pub(crate) conn: quinn::Connection,
+    pub(crate) peer: String,
+    pub(crate) id: u64,
+    pub(crate) len: u64,
+    pub(crate) lost: Arc<AtomicBool>,
+    pub(crate) timeout: Duration,
+    pub(crate) counters: Arc<Counters>,
+}
+
+impl Fetcher {
+    /// Fills `buf` with the region's bytes at `offset`, over a stream of
+    /// its own; every step is bounded by the operation timeout.
+    fn fetch_into(&self, offset: u64, buf: &mut [u8]) -> Result<(), String> {
+        if self.lost.load(Ordering::Acquire) {
+            return Err(format!("the link to {} is lost", self.peer));
+        }
+        let req = Frame::Fetch { region: self.id, offset, len: buf.len() as u64 }.encode_with_len();
+        let t = self.timeout;
+        let step = |e: &dyn std::fmt::Display| format!("fetch from {} failed: {e}", self.peer);
+        self.handle.block_on(async {
+            let (mut send, mut recv) = match tokio::time::timeout(t, self.conn.open_bi()).await {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => return Err(step(&e)),
+                Err(_) => return Err(step(&"timed out")),
+            };
+            match tokio::time::timeout(t, send.write_all(&req)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Err(step(&e)),
+                Err(_) => return Err(step(&"timed out")),
+            }
+            let _ = send.finish();
+            self.counters.fetches.fetch_add(1, Ordering::Relaxed);
+            for chunk in buf.chunks_mut(STEP) {
+                match tokio::time::timeout(t, recv.read_exact(chunk)).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => return Err(step(&e)),
+                    Err(_) => return Err(step(&"timed out")),
+                }
+                self.counters.bytes_fetched.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+            }
+            Ok(())
+        })
+    }
+}
+
+/// The pager of a region received by reference: its backing store is the
+/// origin host.
+struct RemotePager {
+    f: Arc<Fetcher>,
+}
+
+impl Pager for RemotePager {
+    fn data_request(&mut self, offset: u64, buf: &mut [u8]) -> Result<Supply, PagerFault> {
+        // The buffer is whole pages; the region may end inside the last.
+        let n = (self.f.len.saturating_sub(offset) as usize).min(buf.len());
+        self.f.fetch_into(offset, &mut buf[..n]).map_err(PagerFault)?;
+        Ok(Supply::Provided)
+    }
+}
+
+/// Starts the object server of one region received by reference, on a
+/// thread of its own; returns the send right the receiving program gets.
+/// `on_exit` runs when the server stops (released, or the link lost).
+pub(crate) fn serve(f: Arc<Fetcher>, on_exit: Box<dyn FnOnce() + Send>) -> io::Result<SendRight> {
+    let (port, right) = ferry::port()?;
+    std::thread::Builder::new().name("ferry-net-region".into()).spawn(move || {
+        run(port, &f);
+        on_exit();
+    })?;
+    Ok(right)
+}
+
+fn words(w: &[u64]) -> Vec<u8> {
+    w.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn run(port: ReceiveRight, f: &Arc<Fetcher>) {
+    let mut server = match ObjectServer::with_port(port) {
+        Ok(s) => s,
+        Err(e) => return eprintln!("ferry-net: cannot serve a region from {}: {e}", f.peer),
+    };
+    let config = ObjectConfig { cluster: CLUSTER_PAGES, mode: SupplyMode::Copy, on_death: DeathPolicy::Sigbus, track_dirty: false };
+    let id = match server.add_object(f.len, Box::new(RemotePager { f: f.clone() }), config) {
+        Ok(id) => id,
+        Err(e) => return eprintln!("ferry-net: cannot serve a region from {}: {e}", f.peer),
+    };
+    // Holding a send right to this server is the capability: whoever the
+    // message's receiver gave it to may map the region, whatever its uid.
+    let _ = server.grant_everyone(id);
+    let mut ext = |_: &mut ObjectServer, m: &mut Message| -> Option<Answer> {
+        match m.op() {
+            INFO => Some(Ok(Message::new(INFO_REPLY).with_body(words(&[MAGIC, id, f.len])))),
+            FETCH_ALL => Some(fetch_all(f)),
+            _ => None,
+        }
+    };
+    // Bounded waits, so a lost link stops the server within one.
+    while !f.lost.load(Ordering::Acquire) {
+        if let Err(e) = server.serve_with(Timeout::After(Duration::from_millis(100)), &mut ext) {
+            eprintln!("ferry-net: the server of a region from {} failed: {e}", f.peer);
+            break;
+        }
+        if server.port_closed() && server.object_stats(id).is_none_or(|s| s.clients == 0) {
+            break;
+        }
+    }
+}
+
+/// Fetches the whole region into a fresh by-value region (DASH's
+/// immediate-access hint): one request, streamed.
+fn fetch_all(f: &Fetcher) -> Answer {
+    if f.len > MAX_FETCH_ALL {
+        return Err((4, format!("a region of {} bytes is over the {MAX_FETCH_ALL}-byte limit of a whole fetch: map it instead", f.len)));
+    }
+    let len = usize::try_from(f.len).map_err(|_| (4, "region too large for this host".to_string()))?;
+    let mut r = Region::new(len).map_err(|e| (2, format!("cannot allocate {len} bytes: {e}")))?;
+    f.fetch_into(0, r.as_mut_slice()).map_err(|e| (6, e))?;
+    let item = r.by_move().map_err(|e| (2, e.to_string()))?;
+    Ok(Message::new(FETCHED).with_item(Item::Region(item)))
+}
+
+/// A region that arrived by reference from another host: in the message,
+/// it is a send right to the receiving node's object server for it.
+///
+/// ```no_run
+/// # fn f(mut msg: ferry::Message) -> Result<(), Box<dyn std::error::Error>> {
+/// use ferry::Item;
+/// let Some(Item::Send(right)) = msg.take_items().pop() else { return Ok(()) };
+/// let region = ferry_net::RemoteRegion::open(right)?;
+/// let view = region.map()?;             // pages are fetched as they are touched
+/// let first = view.as_slice().unwrap()[0];
+/// # let _ = first; Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct RemoteRegion {
+    server: SendRight,
+    object: MemoryObject,
+    len: u64,
+    timeout: Timeout,
+}
+
+impl RemoteRegion {
+    /// Opens the region behind `right` (the item that took the region's
+    /// place in a message from another host).
+    ///
+    /// # Errors
+    /// [`NetError::NotARegion`] if `right` is not a region's object server
+    /// (or it did not answer in 5 s), [`NetError::LinkLost`] if it is gone.
+    pub fn open(right: SendRight) -> Result<RemoteRegion, NetError> {
+        let timeout = Timeout::After(Duration::from_secs(5));
+        let r = call(&right, Message::new(INFO), timeout)?;
+        let w: Vec<u64> = r.body().chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default())).collect();
+        match (r.op(), w.as_slice()) {
+            (INFO_REPLY, &[MAGIC, id, len]) => {
+                let object = MemoryObject::new(right.try_clone()?, id);
+                Ok(RemoteRegion { server: right, object, len, timeout })
+            }
+            _ => Err(NetError::NotARegion("the right's port did not answer as a remote region".into())),
+        }
+    }
+
+    /// The region's length in bytes.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Never empty (an empty region is sent eagerly).
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// The memory object serving the region (for its counters, or to map).
+    pub fn object(&self) -> &MemoryObject {
+        &self.object
+    }
+
+    /// Maps the region: pages are fetched from the origin host as they are
+    /// first touched, a cluster at a time. If the link is lost, pages never
+    /// fetched follow [`ferry::pager::DeathPolicy::Sigbus`] (see
+    /// [`MappedObject::state`]).
+    ///
+    /// # Errors
+    /// As [`MemoryObject::map`].
+    pub fn map(&self) -> Result<MappedObject, PagerError> {
+        self.object.map()
+    }
+
+    /// Fetches every byte now, in one streamed transfer, into an ordinary
+    /// by-value region (DASH's immediate-access hint): cheapest when the
+    /// receiver will read all of it.
+    ///
+    /// # Errors
+    /// [`NetError::LinkLost`] if the link is lost or stalls for the
+    /// operation timeout; [`NetError::Io`] if the memory cannot be had or
+    /// the region is over [`MAX_FETCH_ALL`] (map it instead).
+    pub fn fetch_all(&self) -> Result<RegionItem, NetError> {
+        let wait = match self.timeout {
+            Timeout::After(d) => Timeout::After(d + Duration::from_secs(1) + Duration::from_nanos(self.len.saturating_mul(20))),
+            t => t,
+        };
+        let mut r = call(&self.server, Message::new(FETCH_ALL), wait)?;
+        match (r.op(), r.take_items().pop()) {
+            (FETCHED, Some(Item::Region(item))) => Ok(item),
+            _ => Err(NetError::NotARegion("unexpected answer to a fetch".into())),
+        }
+    }
+}
+
+fn call(server: &SendRight, msg: Message, timeout: Timeout) -> Result<Message, NetError> {
+    let (mut rx, tx) = ferry::port()?;
+    drop(tx);
+    let once = rx.make_send_once()?;
+    server.send(msg.with_reply(once), timeout).map_err(|e| match e.into_error() {
+        ferry::SendError::Timeout | ferry::SendError::QueueFull => NetError::Timeout,
+        e => NetError::LinkLost(format!("the region's server is gone: {e}")),
+    })?;
+    let r = rx.recv(timeout).map_err(|e| match e {
+        ferry::RecvError::Timeout => NetError::Timeout,
+        e => NetError::LinkLost(format!("the region's server is gone: {e}")),
+    })?;
+    if r.op() == ERROR {
+        let code = r.body().get(..8).map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap_or_default()));
+        let why = String::from_utf8_lossy(r.body().get(8..).unwrap_or_default()).into_owned();
+        return Err(match code {
+            6 => NetError::LinkLost(why),
+            2 => NetError::NotARegion(why),
+            _ => NetError::Io(io::Error::other(why)),
+        });
+    }
+    Ok(r)
+}

@@ -1,0 +1,164 @@
+//! The network server's status query: what `ferry names` and `ferry stat`
+//! show of links, remote names, proxies and copy-on-reference traffic.
+//!
+//! `ferry-netd` registers a send right to a status port in the local name
+//! server under [`NAME`]; a client sends [`QUERY`] with a reply right and
+//! gets [`REPLY`] with a [`Status`] in a small line-based text encoding
+//! (tab-separated fields; names holding a tab or a newline are left out).
+//! Access follows ferryd's rule that a user sees only what is theirs or
+//! public: the daemon's own user (and root) sees everything; any other
+//! user sees the links and their state only, not the names, the table
+//! sizes or the traffic counters.
+
+use std::time::Duration;
+
+use ferry::{Message, ReceiveRight, RecvError, SendRight, Timeout};
+
+use crate::node::{LinkInfo, NetError, NetStats, Node};
+
+/// The name `ferry-netd` registers its status port under.
+pub const NAME: &str = "ferry-netd";
+/// Client → daemon: what is the status? (with a reply right).
+pub const QUERY: u32 = 0x6e65_5301;
+/// Daemon → client: the encoded [`Status`].
+pub const REPLY: u32 = 0x6e65_5302;
+
+/// What the network server shows of itself.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Status {
+    /// Whether the asker may see everything (names, tables, counters), or
+    /// only the links' state.
+    pub full: bool,
+    /// The links.
+    pub links: Vec<LinkInfo>,
+    /// Remote names registered here (`NAME@HOST`), each a proxy.
+    pub imports: Vec<String>,
+    /// Local names trusted peers may look up.
+    pub exports: Vec<String>,
+    /// Copy-on-reference traffic.
+    pub stats: NetStats,
+}
+
+fn clean(s: &str) -> bool {
+    !s.contains(['\t', '\n'])
+}
+
+impl Status {
+    /// The status of `node` with the names it imported, as user `asker`
+    /// (`None`: unknown) may see it.
+    pub fn of(node: &Node, imports: &[String], asker: Option<u32>) -> Status {
+        let me = rustix::process::getuid().as_raw();
+        let full = asker.is_some_and(|u| u == me || u == 0);
+        let mut links = node.links();
+        if !full {
+            for l in &mut links {
+                *l = LinkInfo { peer: l.peer.clone(), up: l.up, ..LinkInfo::default() };
+            }
+            return Status { full, links, ..Status::default() };
+        }
+        let mut exports = node.exported();
+        exports.sort();
+        Status { full, links, imports: imports.to_vec(), exports, stats: node.stats() }
+    }
+
+    /// Encodes the status as lines of tab-separated fields.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut s = format!("full\t{}\n", u8::from(self.full));
+        for l in self.links.iter().filter(|l| clean(&l.peer)) {
+            s += &format!(
+                "link\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\n",
+                l.peer,
+                u8::from(l.up),
+                l.imports,
+                l.exports,
+                l.regions_out,
+                l.regions_in,
+                l.wire_sent,
+                l.wire_received
+            );
+        }
+        for n in self.imports.iter().filter(|n| clean(n)) {
+            s += &format!("import\t{n}\n");
+        }
+        for n in self.exports.iter().filter(|n| clean(n)) {
+            s += &format!("export\t{n}\n");
+        }
+        let t = &self.stats;
+        s += &format!("stats\t{}\t{}\t{}\t{}\t{}\n", t.bytes_fetched, t.fetches, t.bytes_served, t.regions_sent, t.regions_received);
+        s.into_bytes()
+    }
+
+    /// Decodes [`encode`](Self::encode)'s output.
+    ///
+    /// # Errors
+    /// A line that is not of the expected shape.
+    pub fn decode(b: &[u8]) -> Result<Status, String> {
+        let text = std::str::from_utf8(b).map_err(|_| "status is not UTF-8".to_string())?;
+        let mut st = Status::default();
+        for line in text.lines() {
+            let f: Vec<&str> = line.split('\t').collect();
+            let n = |i: usize| -> Result<u64, String> { f.get(i).and_then(|v| v.parse().ok()).ok_or_else(|| format!("bad status line {line:?}")) };
+            match f[0] {
+                "full" => st.full = n(1)? == 1,
+                "link" if f.len() == 9 => st.links.push(LinkInfo {
+                    peer: f[1].to_string(),
+                    up: n(2)? == 1,
+                    imports: n(3)? as usize,
+                    exports: n(4)? as usize,
+                    regions_out: n(5)? as usize,
+                    regions_in: n(6)? as usize,
+                    wire_sent: n(7)?,
+                    wire_received: n(8)?,
+                }),
+                "import" if f.len() == 2 => st.imports.push(f[1].to_string()),
+                "export" if f.len() == 2 => st.exports.push(f[1].to_string()),
+                "stats" if f.len() == 6 => {
+                    st.stats = NetStats { bytes_fetched: n(1)?, fetches: n(2)?, bytes_served: n(3)?, regions_sent: n(4)?, regions_received: n(5)? }
+                }
+                _ => return Err(format!("bad status line {line:?}")),
+            }
+        }
+        Ok(st)
+    }
+}
+
+/// Answers status queries on `port` until `timeout` passes with none (or
+/// forever with [`Timeout::Infinite`]); returns how many were answered, or
+/// when nobody can send to the port any more.
+pub fn serve(node: &Node, imports: &[String], port: &mut ReceiveRight, timeout: Timeout) -> usize {
+    let mut n = 0;
+    loop {
+        let mut m = match port.recv(timeout) {
+            Ok(m) => m,
+            Err(RecvError::BadMessage(_)) => continue,
+            Err(_) => return n,
+        };
+        let asker = m.sender().map(|c| c.uid);
+        if let (QUERY, Some(reply)) = (m.op(), m.take_reply()) {
+            let body = Status::of(node, imports, asker).encode();
+            let _ = reply.send(Message::new(REPLY).with_body(body), Timeout::Zero);
+            n += 1;
+        }
+    }
+}
+
+/// Asks the network server behind `right` for its status (bounded: 5 s).
+///
+/// # Errors
+/// [`NetError::Timeout`]; [`NetError::LinkLost`] if the daemon is gone;
+/// [`NetError::Io`] for a malformed answer.
+pub fn query(right: &SendRight) -> Result<Status, NetError> {
+    let t = Timeout::After(Duration::from_secs(5));
+    let (mut rx, tx) = ferry::port()?;
+    drop(tx);
+    let once = rx.make_send_once()?;
+    right.send(Message::new(QUERY).with_reply(once), t).map_err(|e| NetError::LinkLost(e.into_error().to_string()))?;
+    let r = rx.recv(t).map_err(|e| match e {
+        RecvError::Timeout => NetError::Timeout,
+        e => NetError::LinkLost(e.to_string()),
+    })?;
+    if r.op() != REPLY {
+        return Err(NetError::Io(std::io::Error::other(format!("unexpected status reply op {:#x}", r.op()))));
+    }
+    Status::decode(r.body()).map_err(|e| NetError::Io(std::io::Error::other(e)))
+}

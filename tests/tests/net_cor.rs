@@ -1,0 +1,437 @@
+//! Copy-on-reference regions over loopback: a region too large to send
+//! eagerly crosses as a reference, the receiver maps it through a ferry
+//! pager in its node, and pages move only when touched. Two
+//! `ferry_net::Node`s in this process, linked by QUIC on 127.0.0.1; no
+//! root. Every wait is bounded and every test runs under a watchdog.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use common::watchdog;
+use ferry::pager::ObjectState;
+use ferry::{Item, MapOptions, Message, Region, SendRight, Timeout};
+use ferry_net::{Identity, NetError, Node, NodeConfig, Peer, RemoteRegion};
+
+const LIMIT: Duration = Duration::from_secs(90);
+const WAIT: Timeout = Timeout::After(Duration::from_secs(10));
+const PAGE: usize = 4096;
+
+fn loopback() -> SocketAddr {
+    "127.0.0.1:0".parse().unwrap()
+}
+
+fn config(me: &Identity, peers: Vec<Peer>) -> NodeConfig {
+    let mut c = NodeConfig::new(me.clone(), peers, loopback());
+    c.idle_timeout = Duration::from_secs(3);
+    c.op_timeout = Duration::from_secs(5);
+    c
+}
+
+fn identities() -> (Identity, Identity) {
+    (Identity::generate("a").unwrap(), Identity::generate("b").unwrap())
+}
+
+fn nodes(ia: &Identity, ib: &Identity) -> (Node, Node) {
+    let a = Node::start(config(ia, vec![Peer { name: "b".into(), cert: ib.cert.clone() }])).unwrap();
+    let b = Node::start(config(ib, vec![Peer { name: "a".into(), cert: ia.cert.clone() }])).unwrap();
+    (a, b)
+}
+
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let end = Instant::now() + Duration::from_secs(20);
+    for _ in 0..4000 {
+        if f() {
+            return;
+        }
+        assert!(Instant::now() < end, "gave up waiting for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    panic!("gave up waiting for {what}");
+}
+
+fn byte_at(i: usize) -> u8 {
+    (i.wrapping_mul(31) ^ (i >> 12)) as u8
+}
+
+/// A sealed by-value region of `len` bytes holding the test pattern.
+fn pattern_region(len: usize) -> ferry::RegionItem {
+    let mut r = Region::new(len).unwrap();
+    for (i, b) in r.as_mut_slice().iter_mut().enumerate() {
+        *b = byte_at(i);
+    }
+    r.by_move().unwrap()
+}
+
+/// Mappings of this process's ferry region memfds of exactly `len` bytes
+/// (rounded to pages): the origin's kept copy of a region sent by reference.
+fn region_mappings(len: usize) -> usize {
+    let len = len.div_ceil(PAGE) * PAGE;
+    std::fs::read_to_string("/proc/self/maps")
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains("memfd:ferry-region"))
+        .filter(|l| {
+            let range = l.split_whitespace().next().unwrap();
+            let (s, e) = range.split_once('-').unwrap();
+            usize::from_str_radix(e, 16).unwrap() - usize::from_str_radix(s, 16).unwrap() == len
+        })
+        .count()
+}
+
+/// Sends a region of `len` bytes from host `b` to a port on host `a`;
+/// returns the right that took the region's place in the delivered message.
+fn send_region(a: &Node, b: &Node, len: usize) -> (SendRight, ferry::ReceiveRight) {
+    let (mut srv, to_srv) = ferry::port().unwrap();
+    a.export("data", to_srv);
+    let data = b.lookup("data@a").unwrap();
+    data.send(Message::new(7).with_body(*b"by reference").with_item(pattern_region(len)), WAIT).unwrap();
+    let mut m = srv.recv(WAIT).unwrap();
+    assert_eq!((m.op(), m.body()), (7, &b"by reference"[..]));
+    let Some(Item::Send(right)) = m.take_items().pop() else { panic!("the region arrived as a right to its server") };
+    (right, srv)
+}
+
+#[test]
+fn a_large_region_crosses_by_reference_and_only_touched_pages_move() {
+    watchdog("a_large_region_crosses_by_reference_and_only_touched_pages_move", LIMIT, || {
+        let (ia, ib) = identities();
+        let (a, b) = nodes(&ia, &ib);
+        b.connect("a", a.local_addr().unwrap()).unwrap();
+        let len = (64 << 20) + 3 * PAGE + 100; // 64 MiB and a ragged tail
+        let (right, _srv) = send_region(&a, &b, len);
+        assert_eq!(region_mappings(len), 1, "the origin keeps the sealed bytes while the far side may fetch");
+        assert_eq!((b.stats().regions_sent, a.stats().regions_received), (1, 1));
+        assert_eq!((b.links()[0].regions_out, a.links()[0].regions_in), (1, 1));
+
+        let region = RemoteRegion::open(right).unwrap();
+        assert_eq!(region.len(), len as u64);
+        let view = region.map().unwrap();
+        let bytes = view.as_slice().expect("supplied by copy");
+        let touched = [0, 5 * PAGE + 17, 40 << 20, len - 1];
+        for &at in &touched {
+            assert_eq!(bytes[at], byte_at(at), "byte {at}");
+        }
+        let fetched = a.stats().bytes_fetched;
+        let most = (touched.len() * ferry_net::cor::CLUSTER_PAGES * PAGE) as u64;
+        assert!(fetched > 0 && fetched <= most, "{fetched} bytes fetched for {} touches (at most {most})", touched.len());
+        assert!(fetched * 100 < len as u64, "bytes fetched ({fetched}) are a sliver of the region ({len})");
+        assert_eq!(b.stats().bytes_served, fetched);
+        assert_eq!(region.object().stats().unwrap().pages_requested as usize * PAGE, fetched.div_ceil(PAGE as u64) as usize * PAGE);
+
+        // Letting go everywhere frees the origin's memfd.
+        drop(view);
+        drop(region);
+        wait_until("the origin to free the region", || b.links()[0].regions_out == 0 && a.links()[0].regions_in == 0);
+        assert_eq!(region_mappings(len), 0, "the origin's sealed memfd is gone");
+    });
+}
+
+#[test]
+fn the_whole_region_at_once_is_an_ordinary_by_value_region() {
+    watchdog("the_whole_region_at_once_is_an_ordinary_by_value_region", LIMIT, || {
+        let (ia, ib) = identities();
+        let (a, b) = nodes(&ia, &ib);
+        b.connect("a", a.local_addr().unwrap()).unwrap();
+        let len = (24 << 20) + 5 * PAGE + 1;
+        let (right, _srv) = send_region(&a, &b, len);
+        let region = RemoteRegion::open(right).unwrap();
+        let whole = region.fetch_all().unwrap();
+        assert_eq!(whole.len(), len);
+        assert!(whole.mode().is_by_value());
+        let view = whole.map(MapOptions::lazy().read_only()).unwrap();
+        assert!(view.as_slice().iter().enumerate().all(|(i, &b)| b == byte_at(i)), "every byte is the sender's");
+        assert_eq!(a.stats().bytes_fetched, len as u64, "one transfer of exactly the region");
+        assert_eq!(a.stats().fetches, 1);
+        drop(view); // the received copy is a memfd of the same size
+        drop(region);
+        wait_until("the origin to free the region", || b.links()[0].regions_out == 0);
+        assert_eq!(region_mappings(len), 0);
+    });
+}
+
+#[test]
+fn a_right_that_is_no_region_is_a_typed_error() {
+    watchdog("a_right_that_is_no_region_is_a_typed_error", LIMIT, || {
+        let (mut rx, tx) = ferry::port().unwrap();
+        let t = std::thread::spawn(move || {
+            // An ordinary server that knows nothing of regions: it drops
+            // the request (and its reply right) unanswered.
+            let _ = rx.recv(WAIT);
+        });
+        assert!(matches!(RemoteRegion::open(tx), Err(NetError::LinkLost(_) | NetError::NotARegion(_))));
+        t.join().unwrap();
+    });
+}
+
+/// A UDP relay on loopback between one client and `server` that forwards
+/// until `cut` is set, then nothing. It stops when dropped, and after two
+/// minutes in any case.
+struct Relay {
+    addr: SocketAddr,
+    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Relay {
+    fn start(server: SocketAddr) -> Relay {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Arc;
+        let sock = std::net::UdpSocket::bind(loopback()).unwrap();
+        sock.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+        let addr = sock.local_addr().unwrap();
+        let (cut, stop) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+        let (c, s) = (cut.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let end = Instant::now() + Duration::from_secs(120);
+            let mut client: Option<SocketAddr> = None;
+            let mut buf = vec![0u8; 65536];
+            while !s.load(Ordering::Relaxed) && Instant::now() < end {
+                let Ok((len, from)) = sock.recv_from(&mut buf) else { continue };
+                if c.load(Ordering::Relaxed) {
+                    continue;
+                }
+                let to = if from == server {
+                    match client {
+                        Some(c) => c,
+                        None => continue,
+                    }
+                } else {
+                    client = Some(from);
+                    server
+                };
+                let _ = sock.send_to(&buf[..len], to);
+            }
+        });
+        Relay { addr, cut, stop }
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+#[test]
+fn a_cut_link_mid_fetch_ends_with_a_clear_error_and_frees_the_origin() {
+    watchdog("a_cut_link_mid_fetch_ends_with_a_clear_error_and_frees_the_origin", LIMIT, || {
+        let (ia, ib) = identities();
+        let (a, b) = nodes(&ia, &ib);
+        let relay = Relay::start(b.local_addr().unwrap());
+        // `a` (the receiver) dials `b` (the origin) through the relay.
+        a.connect("b", relay.addr).unwrap();
+        let (mut srv, to_srv) = ferry::port().unwrap();
+        a.export("data", to_srv);
+        // The origin finds the receiver's port over the same link.
+        wait_until("the link on both sides", || b.links().len() == 1);
+        let data = b.lookup("data@a").unwrap();
+        let len = (32 << 20) + 7 * PAGE;
+        data.send(Message::new(1).with_item(pattern_region(len)), WAIT).unwrap();
+        let Some(Item::Send(right)) = srv.recv(WAIT).unwrap().take_items().pop() else { panic!("a region by reference") };
+        let region = RemoteRegion::open(right).unwrap();
+        let view = region.map().unwrap();
+        assert_eq!(view.as_slice().unwrap()[PAGE * 3], byte_at(PAGE * 3), "pages come while the link is up");
+
+        // The link is cut while a whole-region fetch is under way: it ends
+        // with a clear error, not a hang.
+        let started = Instant::now();
+        relay.cut.store(true, std::sync::atomic::Ordering::Relaxed);
+        let r = region.fetch_all();
+        assert!(matches!(r, Err(NetError::LinkLost(_)) | Err(NetError::Timeout)), "{r:?}");
+        assert!(started.elapsed() < Duration::from_secs(30));
+        // The mapping ends as for any dead pager: pages already fetched stay
+        // readable, the rest would raise SIGBUS (DeathPolicy::Sigbus).
+        assert_eq!(view.wait_until_ended(Duration::from_secs(20)), ObjectState::PagerDead);
+        assert_eq!(view.as_slice().unwrap()[PAGE * 3], byte_at(PAGE * 3));
+        // The origin lets go of the bytes when it sees the link die.
+        wait_until("the origin to drop the link", || b.links().is_empty());
+        assert_eq!(region_mappings(len), 0, "the origin's memfd is freed with the link");
+    });
+}
+
+#[test]
+fn a_hostile_peer_fetching_a_region_it_was_never_sent_loses_only_its_link() {
+    watchdog("a_hostile_peer_fetching_a_region_it_was_never_sent_loses_only_its_link", LIMIT, || {
+        let (ia, ib) = identities();
+        let im = Identity::generate("m").unwrap();
+        let a = Node::start(config(
+            &ia,
+            vec![Peer { name: "b".into(), cert: ib.cert.clone() }, Peer { name: "m".into(), cert: im.cert.clone() }],
+        ))
+        .unwrap();
+        let b = Node::start(config(&ib, vec![Peer { name: "a".into(), cert: ia.cert.clone() }])).unwrap();
+        b.connect("a", a.local_addr().unwrap()).unwrap();
+        // `a` sends `b` a region by reference (region id 1 on that link).
+        let (mut srv, to_srv) = ferry::port().unwrap();
+        b.export("data", to_srv);
+        let data = a.lookup("data@b").unwrap();
+        let len = (20 << 20) + PAGE;
+        data.send(Message::new(1).with_item(pattern_region(len)), WAIT).unwrap();
+        let Some(Item::Send(right)) = srv.recv(WAIT).unwrap().take_items().pop() else { panic!("a region by reference") };
+
+        // `m`, trusted but hostile, asks for region 1 (sent to `b`, not to
+        // it), and then for a region that never existed.
+        for (what, region) in [("another link's region", 1u64), ("no region", 99)] {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let addr = a.local_addr().unwrap();
+            let (peer_a, im) = (Peer { name: "a".into(), cert: ia.cert.clone() }, im.clone());
+            let closed = rt.block_on(async move {
+                let mut ep = quinn::Endpoint::client(loopback()).unwrap();
+                ep.set_default_client_config(ferry_net::tls::quic_client_config(&im, &peer_a).unwrap());
+                let conn = ep.connect(addr, "ferry-peer").unwrap().await.unwrap();
+                let (_control, mut recv) = conn.accept_bi().await.unwrap();
+                let mut magic = [0u8; 4];
+                recv.read_exact(&mut magic).await.unwrap();
+                let (mut send, mut got) = conn.open_bi().await.unwrap();
+                let f = ferry_net::frame::Frame::Fetch { region, offset: 0, len: 4096 }.encode();
+                let mut req = (f.len() as u32).to_le_bytes().to_vec();
+                req.extend_from_slice(&f);
+                send.write_all(&req).await.unwrap();
+                let _ = send.finish();
+                let mut b = [0u8; 1];
+                assert!(got.read_exact(&mut b).await.is_err(), "no byte of the region is sent");
+                tokio::time::timeout(Duration::from_secs(10), conn.closed()).await
+            });
+            let reason = closed.unwrap_or_else(|_| panic!("{what}: the node closed the hostile link"));
+            assert!(reason.to_string().contains("protocol error"), "{what}: {reason}");
+        }
+        // The good link and its region are untouched.
+        assert_eq!(a.links().iter().map(|l| (l.peer.as_str(), l.regions_out)).collect::<Vec<_>>(), [("b", 1)]);
+        let region = RemoteRegion::open(right).unwrap();
+        let view = region.map().unwrap();
+        assert_eq!(view.as_slice().unwrap()[len - 1], byte_at(len - 1));
+    });
+}
+
+#[test]
+fn per_user_budgets_refuse_what_one_user_would_have_kept_past_them() {
+    watchdog("per_user_budgets_refuse_what_one_user_would_have_kept_past_them", LIMIT, || {
+        let (ia, ib) = identities();
+        let a = Node::start(config(&ia, vec![Peer { name: "b".into(), cert: ib.cert.clone() }])).unwrap();
+        let mut cb = config(&ib, vec![Peer { name: "a".into(), cert: ia.cert.clone() }]);
+        cb.max_regions_per_user = 1;
+        cb.max_exports_per_user = 2;
+        let b = Node::start(cb).unwrap();
+        b.connect("a", a.local_addr().unwrap()).unwrap();
+        let (mut srv, to_srv) = ferry::port().unwrap();
+        a.export("data", to_srv);
+        let data = b.lookup("data@a").unwrap();
+        let (mut me, _keep) = ferry::port().unwrap();
+        let len = (17 << 20) + PAGE;
+        let refused = |me: &mut ferry::ReceiveRight| {
+            let answer = me.recv(WAIT).unwrap();
+            ferry_net::Refusal::of(&answer).map(|(r, _)| r)
+        };
+
+        // One region by reference: within the budget.
+        data.send(Message::new(1).with_item(pattern_region(len)), WAIT).unwrap();
+        let Some(Item::Send(first)) = srv.recv(WAIT).unwrap().take_items().pop() else { panic!("a region") };
+        // A second while the first is held: refused, typed, to the sender.
+        data.send(Message::new(2).with_item(pattern_region(len)).with_reply(me.make_send_once().unwrap()), WAIT).unwrap();
+        assert_eq!(refused(&mut me), Some(ferry_net::Refusal::OverBudget));
+        // Three rights kept at once would pass the budget of two.
+        let ports: Vec<_> = (0..3).map(|_| ferry::port().unwrap()).collect();
+        let mut m = Message::new(3).with_reply(me.make_send_once().unwrap());
+        for r in ports.iter().map(|(_, tx)| tx.try_clone().unwrap()) {
+            m = m.with_item(r);
+        }
+        data.send(m, WAIT).unwrap();
+        assert_eq!(refused(&mut me), Some(ferry_net::Refusal::OverBudget));
+        // Nothing of the refused messages arrived; the link still works.
+        data.send(Message::new(4), WAIT).unwrap();
+        assert_eq!(srv.recv(WAIT).unwrap().op(), 4);
+        // When the far side lets go of the first region, the budget is back.
+        drop(first);
+        wait_until("the first region to be released", || b.links()[0].regions_out == 0);
+        data.send(Message::new(5).with_item(pattern_region(len)), WAIT).unwrap();
+        let m = srv.recv(WAIT).unwrap();
+        assert_eq!((m.op(), m.items().len()), (5, 1));
+    });
+}
+
+#[test]
+fn a_whole_fetch_over_the_limit_is_refused_and_the_region_still_maps() {
+    watchdog("a_whole_fetch_over_the_limit_is_refused_and_the_region_still_maps", LIMIT, || {
+        let (ia, ib) = identities();
+        let (a, b) = nodes(&ia, &ib);
+        b.connect("a", a.local_addr().unwrap()).unwrap();
+        let (mut srv, to_srv) = ferry::port().unwrap();
+        a.export("data", to_srv);
+        let data = b.lookup("data@a").unwrap();
+        // A sparse region past the whole-fetch limit: nothing of it is
+        // allocated unless touched.
+        let len = ferry_net::cor::MAX_FETCH_ALL as usize + PAGE;
+        let mut r = Region::new(len).unwrap();
+        r.as_mut_slice()[len - 1] = 42;
+        data.send(Message::new(1).with_item(r.by_move().unwrap()), WAIT).unwrap();
+        let Some(Item::Send(right)) = srv.recv(WAIT).unwrap().take_items().pop() else { panic!("a region by reference") };
+        let region = RemoteRegion::open(right).unwrap();
+        assert!(matches!(region.fetch_all(), Err(NetError::Io(_))), "refused, typed");
+        assert_eq!(a.stats().bytes_fetched, 0, "nothing crossed for the refused fetch");
+        let view = region.map().unwrap();
+        assert_eq!(view.as_slice().unwrap()[len - 1], 42, "the region maps and its last page comes on touch");
+    });
+}
+
+/// The child of [`a_touch_waiting_on_a_cut_link_ends_in_sigbus_not_a_hang`]:
+/// maps a region from a node behind a relay, cuts the link, and touches a
+/// page never fetched.
+fn touch_after_cut() {
+    let (ia, ib) = identities();
+    let (a, b) = nodes(&ia, &ib);
+    let relay = Relay::start(b.local_addr().unwrap());
+    a.connect("b", relay.addr).unwrap();
+    let (mut srv, to_srv) = ferry::port().unwrap();
+    a.export("data", to_srv);
+    wait_until("the link on both sides", || b.links().len() == 1);
+    let data = b.lookup("data@a").unwrap();
+    let len = (32 << 20) + 7 * PAGE;
+    data.send(Message::new(1).with_item(pattern_region(len)), WAIT).unwrap();
+    let Some(Item::Send(right)) = srv.recv(WAIT).unwrap().take_items().pop() else { panic!("a region by reference") };
+    let region = RemoteRegion::open(right).unwrap();
+    let view = region.map().unwrap();
+    let bytes = view.as_slice().unwrap();
+    assert_eq!(bytes[0], byte_at(0));
+    println!("child: fetched the first page");
+    relay.cut.store(true, std::sync::atomic::Ordering::Relaxed);
+    // This fault's fetch can never be answered: the link is cut.
+    let far = std::hint::black_box(bytes[len - 1]);
+    println!("child: no signal, read {far}");
+}
+
+#[test]
+fn a_touch_waiting_on_a_cut_link_ends_in_sigbus_not_a_hang() {
+    if std::env::var_os("FERRY_NET_COR_CHILD").is_some() {
+        return touch_after_cut();
+    }
+    watchdog("a_touch_waiting_on_a_cut_link_ends_in_sigbus_not_a_hang", LIMIT, || {
+        use std::os::unix::process::ExitStatusExt;
+        let name = "a_touch_waiting_on_a_cut_link_ends_in_sigbus_not_a_hang";
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", name, "--nocapture", "--test-threads=1"])
+            .env("FERRY_NET_COR_CHILD", "1")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let end = Instant::now() + Duration::from_secs(60);
+        while child.try_wait().unwrap().is_none() {
+            if Instant::now() > end {
+                let _ = child.kill();
+                panic!("the child still waits on its fault a minute after the cut");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let out = child.wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("child: fetched the first page"), "{text}");
+        assert!(!text.contains("no signal"), "{text}");
+        assert_eq!(out.status.signal(), Some(libc_sigbus()), "the waiting touch ends in SIGBUS (the pager's dead-pager failure): {:?}", out.status);
+    });
+}
+
+fn libc_sigbus() -> i32 {
+    rustix::process::Signal::BUS.as_raw()
+}

@@ -57,10 +57,17 @@ pub fn main(args: &Args) -> ExitCode {
         Some("server") => server(),
         Some("client-a") => client_a(),
         Some("client-b") => client_b(),
+        #[cfg(feature = "net")]
         Some("net-alpha") => crate::demo_net::alpha(),
+        #[cfg(feature = "net")]
         Some("net-beta") => crate::demo_net::beta(),
         Some(other) => Err(format!("unknown demo role {other:?}").into()),
+        #[cfg(feature = "net")]
         None if args.net => crate::demo_net::orchestrate(),
+        #[cfg(not(feature = "net"))]
+        None if args.net => Err("this ferry was built without the `net` feature (which pulls in QUIC and TLS); \
+run: cargo run --release -p ferry-cli --features net -- demo --net"
+            .into()),
         None => orchestrate(),
     };
     match result {

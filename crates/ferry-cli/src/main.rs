@@ -7,9 +7,14 @@
 
 mod bench;
 mod demo;
+#[cfg(feature = "net")]
 mod demo_net;
 mod names;
 mod run;
+#[cfg(feature = "net")]
+mod netview;
+#[cfg(not(feature = "net"))]
+#[path = "netview_off.rs"]
 mod netview;
 mod stat;
 

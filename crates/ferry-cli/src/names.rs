@@ -35,11 +35,7 @@ pub fn main(args: &Args) -> ExitCode {
             if entries.is_empty() {
                 println!("(no names registered)");
             }
-            match crate::netview::status(&mut bs) {
-                Some(Ok(st)) => crate::netview::print_names(&st),
-                Some(Err(e)) => eprintln!("ferry names: the network server did not answer: {e}"),
-                None => {}
-            }
+            crate::netview::show_names(&mut bs);
             ExitCode::SUCCESS
         }
         Err(e) => {

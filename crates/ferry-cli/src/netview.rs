@@ -7,13 +7,31 @@ use ferry::Bootstrap;
 use ferry_net::status::{self, Status};
 
 /// The status of the network server registered with `bs`, if one is.
-pub fn status(bs: &mut Bootstrap) -> Option<Result<Status, String>> {
+fn status(bs: &mut Bootstrap) -> Option<Result<Status, String>> {
     let right = bs.lookup(status::NAME).ok()?;
     Some(status::query(&right).map_err(|e| e.to_string()))
 }
 
+/// The network part of `ferry names`, if a network server is registered.
+pub fn show_names(bs: &mut Bootstrap) {
+    match status(bs) {
+        Some(Ok(st)) => print_names(&st),
+        Some(Err(e)) => eprintln!("ferry names: the network server did not answer: {e}"),
+        None => {}
+    }
+}
+
+/// The network part of `ferry stat`, if a network server is registered.
+pub fn show_stat(bs: &mut Bootstrap) {
+    match status(bs) {
+        Some(Ok(st)) => print_stat(&st),
+        Some(Err(e)) => eprintln!("ferry stat: the network server did not answer: {e}"),
+        None => {}
+    }
+}
+
 /// Prints the links and remote names (for `ferry names`).
-pub fn print_names(st: &Status) {
+fn print_names(st: &Status) {
     println!();
     println!("network (ferry-netd):");
     for l in &st.links {
@@ -41,7 +59,7 @@ pub fn print_names(st: &Status) {
 
 /// Prints links with traffic and the copy-on-reference counters (for
 /// `ferry stat`).
-pub fn print_stat(st: &Status) {
+fn print_stat(st: &Status) {
     println!();
     println!("network (ferry-netd):");
     for l in &st.links {

@@ -116,11 +116,7 @@ fn list(json: bool) -> ExitCode {
         println!("(no process using ferry found)");
     }
     if let Ok(mut bs) = ferry::Bootstrap::connect_to(&ferry::bootstrap::default_path()) {
-        match crate::netview::status(&mut bs) {
-            Some(Ok(st)) => crate::netview::print_stat(&st),
-            Some(Err(e)) => eprintln!("ferry stat: the network server did not answer: {e}"),
-            None => {}
-        }
+        crate::netview::show_stat(&mut bs);
     }
     ExitCode::SUCCESS
 }

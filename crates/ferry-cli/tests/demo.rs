@@ -120,6 +120,7 @@ fn stat_json_escapes_the_command_name() {
     assert_eq!(listed["command"], name);
 }
 
+#[cfg(feature = "net")]
 #[test]
 fn demo_net_shows_a_right_and_a_region_crossing_hosts() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_ferry"))

@@ -3,6 +3,8 @@
 //! network server here is a `ferry_net::Node` in this process, linked over
 //! loopback to a second one, serving its status as `ferry-netd` does.
 
+#![cfg(feature = "net")]
+
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -707,6 +707,42 @@ mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
 
+    /// A confused server's memory is never mapped into a snapshot: only a
+    /// memfd sealed against writes (not merely future writes, which leave a
+    /// writable mapping its maker already has), shrinking and growing, of
+    /// the snapshot's length.
+    #[test]
+    fn snapshots_map_only_memory_sealed_against_writes() {
+        use rustix::fs::SealFlags;
+        let page = mem::page_size() as u64;
+        let sealed = |seals: SealFlags| {
+            let fd = mem::memfd("ferry-file-test", 2 * page).unwrap();
+            mem::pwrite_all(fd.as_fd(), b"kept", 0).unwrap();
+            mem::add_seals(fd.as_fd(), seals).unwrap();
+            fd
+        };
+        let all = SealFlags::WRITE | SealFlags::SHRINK | SealFlags::GROW;
+        // A writable shared mapping made before the seal: FUTURE_WRITE
+        // allows it to go on writing.
+        let future = mem::memfd("ferry-file-test", 2 * page).unwrap();
+        let mut theirs = Mapping::map(future.as_fd(), 2 * page as usize, true, mem::Share::Shared, mem::Place::Anywhere, false).unwrap();
+        mem::add_seals(future.as_fd(), SealFlags::FUTURE_WRITE | SealFlags::SHRINK | SealFlags::GROW).unwrap();
+        theirs.as_mut_slice().unwrap()[0] = 1;
+        assert!(matches!(map_sealed(&future, 2 * page, 2 * page), Err(PagerError::Protocol(_))));
+        for seals in [SealFlags::SHRINK | SealFlags::GROW, SealFlags::WRITE | SealFlags::GROW, SealFlags::WRITE | SealFlags::SHRINK] {
+            assert!(matches!(map_sealed(&sealed(seals), 2 * page, 2 * page), Err(PagerError::Protocol(_))), "{seals:?}");
+        }
+        let good = sealed(all);
+        assert!(matches!(map_sealed(&good, page, 2 * page), Err(PagerError::Protocol(_))), "length mismatch");
+        assert!(matches!(map_sealed(&good, 3 * page, 3 * page), Err(PagerError::Protocol(_))), "shorter than the file");
+        let mut m = map_sealed(&good, 2 * page, 2 * page).unwrap();
+        assert_eq!(&m.as_slice()[..4], b"kept");
+        // Private: our write stays ours.
+        m.as_mut_slice().unwrap()[0] = b'K';
+        let again = map_sealed(&good, 2 * page, 2 * page).unwrap();
+        assert_eq!(&again.as_slice()[..4], b"kept");
+    }
+
     /// The check a server that cannot act as its clients makes itself:
     /// directory search bits on the whole way, then the last directory's
     /// bits for a write-back.

@@ -27,7 +27,10 @@
 //!   random pages of a 256 MiB file (16 MiB with `--quick`), one read for
 //!   every 16 pages of the file per pass, each checked. Through the file
 //!   server (`ferry-fileserver`: read-ahead of 16 pages, the default;
-//!   `ferry-fileserver-ra512`: 512 pages), a fresh snapshot per pass,
+//!   `ferry-fileserver-ra512`: 512 pages, which matter only to a client
+//!   mapping through the pager), a fresh snapshot per pass (the file server
+//!   copies the file into a sealed memfd at each open, untimed like
+//!   `file-mmap`'s `mmap` call; `extra.open_us_mean` says what it cost),
 //!   against `file-mmap` (a fresh private mapping per pass) and `file-read`
 //!   (`pread` into a reused 1 MiB buffer). The file's page cache is warm
 //!   for all of them: it is written once and kept in
@@ -528,9 +531,16 @@ fn fileserver(run: &mut Run<'_>, cluster: usize) -> Result<(), Skip> {
         server.serve(Timeout::Infinite).map_err(|e| io::Error::other(e.to_string()))?;
     })?;
     let client = FileClient::new(right);
-    let (mut faults, mut passes, mut requested) = (0u64, 0u64, 0u64);
+    let (mut faults, mut passes, mut requested, mut direct) = (0u64, 0u64, 0u64, true);
+    let mut open_time = Duration::ZERO;
     while run.more() {
+        // Untimed, as `file-mmap`'s `mmap` call is; its mean is noted. The
+        // previous pass's snapshot is gone, so each open copies the file
+        // into a new version.
+        let t = Instant::now();
         let snap = client.open(&name).map_err(pager_err("open"))?;
+        open_time += t.elapsed();
+        direct &= snap.is_direct();
         let s = snap.as_slice();
         if s.len() as u64 != size {
             return Err(Skip::new(format!("failed: snapshot of {} bytes, the file has {size}", s.len())));
@@ -551,6 +561,8 @@ fn fileserver(run: &mut Run<'_>, cluster: usize) -> Result<(), Skip> {
     run.note("cluster", cluster as u64);
     run.note("faults_per_pass", faults as f64 / passes.max(1) as f64);
     run.note("pages_requested_per_pass", requested as f64 / passes.max(1) as f64);
+    run.note("open_us_mean", open_time.as_secs_f64() * 1e6 / passes.max(1) as f64);
+    run.note("mapped", if direct { "sealed memfd, privately" } else { "through the pager" });
     Ok(())
 }
 

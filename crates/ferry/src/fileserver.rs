@@ -524,7 +524,7 @@ fn write_back(srv: &mut ObjectServer, root: &OwnedFd, versions: &mut Versions, m
     Ok(Message::new(OP_FILE_WRITTEN).with_body(proto::body(&[data.len() as u64])))
 }
 
-/// Maps a version's memory privately, after checking that nobody can change
+/// Maps a version's memory privately (and populated), after checking that nobody can change
 /// it: a memfd of at least `size` bytes (the item's own length `len` must
 /// be the snapshot's) sealed against writes (`F_SEAL_WRITE`: no shared
 /// writable mapping of it exists or can be made, no `write` succeeds),
@@ -543,7 +543,11 @@ fn map_sealed(memfd: &OwnedFd, len: u64, size: u64) -> Result<Mapping, PagerErro
     if mem::file_size(memfd.as_fd()).map_or(true, |n| n < size) {
         return Err(PagerError::Protocol("the file server's snapshot memory is shorter than the file".into()));
     }
-    Mapping::map(memfd.as_fd(), size as usize, true, mem::Share::Private, mem::Place::Anywhere, false).map_err(|e| {
+    // Populated: the version's pages are all in memory already (copied at
+    // its first open), so they are mapped now, read-only and shared, in one
+    // call instead of one fault per 16 pages later; a write still copies
+    // only the page written.
+    Mapping::map(memfd.as_fd(), size as usize, true, mem::Share::Private, mem::Place::Anywhere, true).map_err(|e| {
         PagerError::Io(std::io::Error::from_raw_os_error(e.raw_os_error()))
     })
 }

@@ -513,7 +513,7 @@ fn dean_armand(o: &mut String, c: &Ctx<'_>) {
     for case in ["fault", "seqread"] {
         for b in sizes_of(c, "pager", case) {
             for &p in &c.placements {
-                let g = c.group("pager", case, b, "none", p);
+                let g = c.group("pager", case, b, "read", p);
                 let cp = g.iter().find(|r| is_ferry(&r.imp) && r.imp.contains("copy") && r.median_ns.is_some());
                 let mv = g.iter().find(|r| is_ferry(&r.imp) && r.imp.contains("move") && r.median_ns.is_some());
                 if let (Some(cp), Some(mv)) = (cp, mv) {
@@ -558,7 +558,7 @@ pub const CACHED_READ_ROWS: &[CachedReadRow] = &[
 
 /// The native `read()` row's record for a case, to divide by.
 fn native_read<'a>(c: &Ctx<'a>, case: &str, bytes: u64, p: &str) -> Option<&'a Record> {
-    c.one("pager", case, bytes, "none", p, "file-read")
+    c.one("pager", case, bytes, "read", p, "file-read")
 }
 
 /// Dean & Armand's Tables 5-4 (cached sequential read throughput) and 5-5
@@ -585,7 +585,7 @@ fn dean_armand_cached_reads(o: &mut String, c: &Ctx<'_>, rows: &[CachedReadRow])
         for &p in &c.placements {
             let native = per_page(native_read(c, "seqread", b, p), b);
             for (label, suite, case, _, pick) in rows {
-                let r = c.best(suite, case, b, "none", p, pick);
+                let r = c.best(suite, case, b, "read", p, pick);
                 let pp = per_page(r, b);
                 let mbps = med(r).map_or(String::new(), |m| format!("{:.0}", b as f64 / m * 1e3));
                 let shown = match (r, pp) {
@@ -615,7 +615,7 @@ fn dean_armand_cached_reads(o: &mut String, c: &Ctx<'_>, rows: &[CachedReadRow])
         for &p in &c.placements {
             let native = med(native_read(c, "randread", b, p));
             for (label, suite, _, case, pick) in rows {
-                let r = c.best(suite, case, b, "none", p, pick);
+                let r = c.best(suite, case, b, "read", p, pick);
                 let _ = writeln!(o, "| {p} | {label} | {} | {} | {} |", cell(r, 1.0), ratio(med(r), native), ratio(Some(210_000.0), med(r)));
             }
         }

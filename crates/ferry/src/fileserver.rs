@@ -2,8 +2,7 @@
 //! "give me README").
 //!
 //! A client asks for a file by name and receives a memory object holding a
-//! **snapshot** of it: it maps the object copy-on-write, pages nobody
-//! touches are never read from disk, and the client's own writes stay in
+//! **snapshot** of it: it maps it copy-on-write, and its own writes stay in
 //! its address space. Writing a file back replaces its contents in one
 //! message; clients holding older snapshots keep the old contents.
 //!
@@ -12,9 +11,9 @@
 //! page cache to page cache), which is then sealed against writes,
 //! shrinking and growing. Every snapshot of that version is the same
 //! memfd, sent in the open's reply; the client checks its seals and maps it
-//! privately, copy-on-write. So reading a snapshot is reading memory the
-//! kernel already holds: page faults are served by the kernel from the
-//! memfd's pages, with fault-around, and never reach the server. Later
+//! privately, copy-on-write, with every page mapped at once (they all
+//! exist). So reading a snapshot is reading memory the kernel already
+//! holds: no fault reaches the server, nor, once mapped, the kernel. Later
 //! opens of an unchanged file (same inode, size and change times) share the
 //! version; a file changed in any way since gets a new one. Because the
 //! version is a copy, a snapshot is exact: a write-back, another program

@@ -537,6 +537,10 @@ fn file_memory_is_bounded_per_user_and_released_with_its_client() {
         // their memory and descriptors; its budget is free again.
         assert_eq!(s.objects_settled(objects), objects, "the dead client's snapshots are released");
         assert_eq!(version_memfds_settled(memfds), memfds, "a version's memory outlived its last snapshot");
+        // Nor does the server (this process, whose own snapshots are all
+        // dropped) map any version.
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        assert!(!maps.contains("memfd:ferry-file"), "a version is still mapped here:\n{maps}");
         let after = s.fds_settled(fds + 8);
         assert!(after <= fds + 8, "the server kept descriptors: {fds} before, {after} after");
         let out = common::finish(s.attacker("files-open", &["b"]));

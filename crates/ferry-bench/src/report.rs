@@ -552,6 +552,7 @@ pub type CachedReadRow = (&'static str, &'static str, &'static str, &'static str
 pub const CACHED_READ_ROWS: &[CachedReadRow] = &[
     ("file server (`ferry-fileserver`)", "pager", "seqread", "randread", |i| i == "ferry-fileserver"),
     ("file server, 512-page cluster", "pager", "seqread", "randread", |i| i == "ferry-fileserver-ra512"),
+    ("file server, version kept by another snapshot", "pager", "seqread", "randread", |i| i == "ferry-fileserver-shared"),
     ("native `read()` (`file-read`)", "pager", "seqread", "randread", |i| i == "file-read"),
     ("native `mmap` (`file-mmap`)", "pager", "seqread", "randread", |i| i == "file-mmap"),
 ];

@@ -542,13 +542,14 @@ fn map_sealed(memfd: &OwnedFd, len: u64, size: u64) -> Result<Mapping, PagerErro
     if mem::file_size(memfd.as_fd()).map_or(true, |n| n < size) {
         return Err(PagerError::Protocol("the file server's snapshot memory is shorter than the file".into()));
     }
+    let map = Mapping::map(memfd.as_fd(), size as usize, true, mem::Share::Private, mem::Place::Anywhere, false)
+        .map_err(|e| PagerError::Io(std::io::Error::from_raw_os_error(e.raw_os_error())))?;
     // Populated: the version's pages are all in memory already (copied at
-    // its first open), so they are mapped now, read-only and shared, in one
+    // its first open), so they are mapped now, shared and read-only, in one
     // call instead of one fault per 16 pages later; a write still copies
     // only the page written.
-    Mapping::map(memfd.as_fd(), size as usize, true, mem::Share::Private, mem::Place::Anywhere, true).map_err(|e| {
-        PagerError::Io(std::io::Error::from_raw_os_error(e.raw_os_error()))
-    })
+    map.populate_read();
+    Ok(map)
 }
 
 /// A client of a file server.

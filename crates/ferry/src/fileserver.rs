@@ -105,7 +105,8 @@ pub const DEFAULT_MEMORY_PER_USER: u64 = 1 << 30;
 const COPY_ATTEMPTS: usize = 3;
 
 /// Supplies one version of a file, through the memory-object protocol,
-/// from its sealed copy (the same memfd that snapshots map directly).
+/// from its sealed copy (the same memfd that snapshots map directly), or,
+/// for a version served lazily, from the file itself.
 struct FilePager {
     cache: Arc<OwnedFd>,
 }
@@ -127,6 +128,9 @@ struct Version {
     size: u64,
     changed: [i64; 4],
     cache: Weak<OwnedFd>,
+    /// Served lazily from the file (too large to copy within the opener's
+    /// memory budget): no copy, nothing charged, nothing mapped directly.
+    lazy: bool,
 }
 
 /// Memory charged to a user: the version a live snapshot of theirs keeps.
@@ -219,8 +223,10 @@ impl FileServer {
 
     /// Sets how many bytes of file versions one user's snapshots may keep
     /// at the server at once (each distinct version counted once per user,
-    /// whoever else also holds it); default [`DEFAULT_MEMORY_PER_USER`]. An
-    /// open past it fails with [`PagerError::OverBudget`] and keeps nothing.
+    /// whoever else also holds it); default [`DEFAULT_MEMORY_PER_USER`]. A
+    /// file that would take its opener past it is not copied: its version
+    /// is served lazily from the file through the pager (nothing held but
+    /// its descriptor), and is exact only until the file is written in place.
     pub fn set_memory_budget(&mut self, bytes_per_user: u64) {
         self.memory.per_user = bytes_per_user;
     }
@@ -419,41 +425,46 @@ fn open(
     }
     let current = versions.by_name.get(name).and_then(|v| {
         let same = v.identity == identity && v.size == size && v.changed == st.changed && srv.contains(v.object);
-        same.then(|| v.cache.upgrade().map(|c| (v.object, c))).flatten()
+        same.then(|| v.cache.upgrade().map(|c| (v.object, c, v.lazy))).flatten()
     });
     // The memory this user's snapshots keep, this one's version included.
+    // A version that would take the user past the budget is not copied: it
+    // is served lazily from the file, as before versions were copied (pages
+    // read on demand, nothing held but the descriptor; a snapshot of it
+    // shows later in-place writes in pages not yet read, as `mmap` would).
     let (held, charged) = memory.held(srv, who.uid);
     let extra = match &current {
-        Some((v, _)) if charged.contains(v) => 0,
+        Some((v, _, lazy)) if *lazy || charged.contains(v) => 0,
         _ => size,
     };
-    if held.saturating_add(extra) > memory.per_user {
-        return Err(refusal(PagerError::OverBudget(format!(
-            "uid {}'s snapshots keep {held} bytes of files; {name} needs {extra} more, past the budget of {} bytes",
-            who.uid, memory.per_user
-        ))));
-    }
-    let (version, cache) = match current {
+    let over = held.saturating_add(extra) > memory.per_user;
+    let current = current.filter(|(_, _, lazy)| *lazy || !over);
+    let (version, cache, lazy) = match current {
         Some(v) => v,
         None => {
-            let (memfd, changed) = copy_version(&file, &st, name)?;
-            drop(file);
-            let cache = Arc::new(memfd);
+            let (backing, changed) = if over { (file, st.changed) } else { copy_version(&file, &st, name)? };
+            let cache = Arc::new(backing);
             let id = srv.add_object(size, Box::new(FilePager { cache: cache.clone() }), config).map_err(refusal)?;
             // A file changes only through a write-back, which checks the
             // file's mode: no user, the server's own included, may change
             // its object by message.
             srv.set_owner(id, NO_OWNER).map_err(refusal)?;
-            let v = Version { object: id, identity, size, changed, cache: Arc::downgrade(&cache) };
+            let v = Version { object: id, identity, size, changed, cache: Arc::downgrade(&cache), lazy: over };
             if let Some(old) = versions.by_name.insert(name.to_owned(), v) {
                 srv.retire(old.object);
             }
             versions.prune(srv);
-            (id, cache)
+            (id, cache, over)
         }
     };
-    let sent = crate::sys::socket::dup(cache.as_fd()).map_err(|e| refuse(proto::E_UNSUPPORTED, format!("{name}: {e}")));
+    // A lazy version's descriptor is the file itself: it never leaves.
+    let sent = if lazy {
+        None
+    } else {
+        Some(crate::sys::socket::dup(cache.as_fd()).map_err(|e| refuse(proto::E_UNSUPPORTED, format!("{name}: {e}"))))
+    };
     drop(cache);
+    let sent = sent.transpose();
     // The snapshot is the opener's alone; the version's counters may be
     // read by whoever opened it.
     let snapshot = srv.copy_object(version).map_err(refusal)?;
@@ -470,10 +481,12 @@ fn open(
             return Err(refusal(e));
         }
     };
-    memory.charges.entry(who.uid).or_default().push(Charge { snapshot, version, bytes: size });
-    Ok(Message::new(OP_FILE_OPENED)
-        .with_body(proto::body(&[snapshot, size, version]))
-        .with_item(Item::Pager(PagerFd::cache(sent, size))))
+    memory.charges.entry(who.uid).or_default().push(Charge { snapshot, version, bytes: if lazy { 0 } else { size } });
+    let reply = Message::new(OP_FILE_OPENED).with_body(proto::body(&[snapshot, size, version]));
+    Ok(match sent {
+        Some(sent) => reply.with_item(Item::Pager(PagerFd::cache(sent, size))),
+        None => reply,
+    })
 }
 
 fn write_back(srv: &mut ObjectServer, root: &OwnedFd, versions: &mut Versions, m: &mut Message) -> Answer {
@@ -643,8 +656,8 @@ impl FileClient {
     /// directory; [`PagerError::BadRequest`] for a missing file;
     /// [`PagerError::Unsupported`] for anything but a regular file (a FIFO,
     /// a device, a directory); [`PagerError::OverBudget`] when this user
-    /// already holds as many snapshots or mappings as the server allows, or
-    /// its snapshots keep as much file memory as the server allows;
+    /// already holds as many snapshots or mappings as the server allows (a
+    /// file past its memory budget is served lazily, not refused);
     /// [`PagerError::Protocol`] when the memory sent is not sealed against
     /// writes; errors of [`MemoryObject::map`].
     pub fn open(&self, name: &str) -> Result<FileSnapshot, PagerError> {

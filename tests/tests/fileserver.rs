@@ -44,6 +44,12 @@ impl Served {
     /// Serves a fresh directory holding `README` (40 pages and a bit,
     /// world-readable), after `setup` adds what the test needs.
     fn start(test: &str, budgets: Budgets, setup: impl FnOnce(&Path)) -> Served {
+        Served::start_with(test, budgets, None, setup)
+    }
+
+    /// As [`Served::start`], with a memory budget per user when `memory`
+    /// is given.
+    fn start_with(test: &str, budgets: Budgets, memory: Option<u64>, setup: impl FnOnce(&Path)) -> Served {
         let dir = std::env::temp_dir().join(format!("ferry-files-{}-{test}", std::process::id()));
         let root = dir.join("root");
         std::fs::create_dir_all(&root).unwrap();
@@ -55,6 +61,9 @@ impl Served {
 
         let (mut server, right) = FileServer::new(&root, ObjectConfig { cluster: 4, ..ObjectConfig::default() }).unwrap();
         server.set_budgets(budgets);
+        if let Some(bytes) = memory {
+            server.set_memory_budget(bytes);
+        }
         let bootstrap = dir.join("bootstrap");
         let mut names = ferry::NameServer::bind(&bootstrap).unwrap();
         names.add_system_name("files", right).unwrap();
@@ -120,6 +129,31 @@ impl Drop for Served {
             let _ = t.join();
         }
     }
+}
+
+/// The descriptors of this process that are file versions' memory (the
+/// server runs in this process).
+fn version_memfds() -> Vec<String> {
+    let mut v = Vec::new();
+    for e in std::fs::read_dir("/proc/self/fd").into_iter().flatten().flatten() {
+        if std::fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy().starts_with("/memfd:ferry-file")) {
+            v.push(e.file_name().to_string_lossy().into_owned());
+        }
+    }
+    v
+}
+
+/// Version memfds, once there are at most `most` (or the count they
+/// settled at).
+fn version_memfds_settled(most: usize) -> usize {
+    for _ in 0..2000 {
+        let n = version_memfds().len();
+        if n <= most {
+            return n;
+        }
+        common::nap();
+    }
+    version_memfds().len()
 }
 
 fn readme() -> Vec<u8> {
@@ -393,5 +427,125 @@ fn acls_are_applied_by_the_kernel() {
         // it; the ACL names nobody and gives it nothing.
         let out = common::finish(s.attacker("files-open", &["listed", "README"]));
         assert_eq!(out, format!("listed err Denied\nREADME ok {} {}\n", 40 * PAGE + 123, readme_sum()));
+    });
+}
+
+#[test]
+fn snapshots_stay_exact_when_the_file_is_changed_in_place_or_truncated() {
+    use std::os::unix::fs::FileExt;
+    let test = "snapshots_stay_exact_when_the_file_is_changed_in_place_or_truncated";
+    let _serial = common::serial();
+    common::watchdog(test, LIMIT, || {
+        let s = Served::start("inplace", Budgets::default(), |_| {});
+        let path = s.root.join("README");
+        let fs = s.client();
+        let before = fs.open("README").unwrap();
+        // Touch only the first page: the others are read after the changes.
+        assert_eq!(before.as_slice()[..PAGE], readme()[..PAGE]);
+        // Another program writes the file in place (same inode, no rename),
+        // then cuts it short.
+        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        f.write_all_at(&vec![0xEE; 10 * PAGE], 5 * PAGE as u64).unwrap();
+        let during = fs.open("README").unwrap();
+        f.set_len(7 * PAGE as u64 + 5).unwrap();
+        drop(f);
+        assert_eq!(before.as_slice(), &readme()[..], "the snapshot shows a later write or truncation");
+        let mut changed = readme();
+        changed[5 * PAGE..15 * PAGE].fill(0xEE);
+        assert_eq!(during.as_slice(), &changed[..], "a snapshot taken after the write in place");
+        // A new open sees the file as it is now.
+        let after = fs.open("README").unwrap();
+        assert_eq!(after.as_slice(), &changed[..7 * PAGE + 5]);
+        assert_ne!(after.version(), during.version());
+        // Nobody, not even root, can change a version's memory.
+        let fds = version_memfds();
+        assert!(!fds.is_empty());
+        for fd in &fds {
+            let m = std::fs::OpenOptions::new().read(true).write(true).open(format!("/proc/self/fd/{fd}")).unwrap();
+            assert!(m.write_at(b"x", 0).is_err(), "a version's memory took a write");
+            assert!(m.set_len(1).is_err(), "a version's memory was shrunk");
+        }
+        assert_eq!(before.as_slice(), &readme()[..]);
+    });
+}
+
+#[test]
+fn another_user_cannot_reach_a_version_s_memory() {
+    let test = "another_user_cannot_reach_a_version_s_memory";
+    if !common::can_play_other_user(test) {
+        return;
+    }
+    let _serial = common::serial();
+    common::watchdog(test, LIMIT, || {
+        let s = Served::start("reach", Budgets::default(), |root| {
+            std::fs::write(root.join("secret"), vec![7u8; 3 * PAGE]).unwrap();
+            chmod(&root.join("secret"), 0o600);
+        });
+        let snap = s.client().open("secret").unwrap();
+        assert_eq!(snap.as_slice()[PAGE], 7);
+        // The server (this process) holds the version's memfd: another
+        // user can neither open it through /proc nor see our mappings.
+        // (The server's copy sent in the reply may still be closing.)
+        assert_eq!(version_memfds_settled(1), 1);
+        let fds = version_memfds();
+        let mut args = vec![std::process::id().to_string()];
+        args.extend(fds.iter().cloned());
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = common::finish(s.attacker("files-reach", &args));
+        assert_eq!(out, format!("{} read denied write denied\nmaps denied\n", fds[0]));
+        // Nor open the file's version by name.
+        let out = common::finish(s.attacker("files-open", &["secret"]));
+        assert_eq!(out, "secret err Denied\n");
+        assert_eq!(snap.as_slice()[2 * PAGE], 7);
+    });
+}
+
+#[test]
+fn file_memory_is_bounded_per_user_and_released_with_its_client() {
+    let test = "file_memory_is_bounded_per_user_and_released_with_its_client";
+    if !common::can_play_other_user(test) {
+        return;
+    }
+    let _serial = common::serial();
+    common::watchdog(test, LIMIT, || {
+        // README is 40 pages and a bit; the budget lets a user keep copies
+        // of it and 20 pages more, not 30.
+        let budget = 64 * PAGE as u64;
+        let s = Served::start_with("memory", Budgets::default(), Some(budget), |root| {
+            for (name, pages) in [("a", 20), ("b", 30)] {
+                std::fs::write(root.join(name), vec![1u8; pages * PAGE]).unwrap();
+                chmod(&root.join(name), 0o644);
+            }
+        });
+        let objects = s.objects_settled(0);
+        let fds = s.fds_settled(0);
+        let memfds = version_memfds_settled(0);
+        let mut attacker = s.attacker("files-hold", &["README", "README", "a", "b"]);
+        let mut out = lines(&mut attacker);
+        let readme_line = format!("README ok {} {}", 40 * PAGE + 123, readme_sum());
+        assert_eq!(line(&mut out), readme_line);
+        assert_eq!(line(&mut out), readme_line, "one version is charged once");
+        assert_eq!(line(&mut out), format!("a ok {} {}", 20 * PAGE, 20 * PAGE));
+        // Past the budget, b is not copied: it is served lazily from the
+        // file through the pager, and nothing more is charged or held.
+        assert_eq!(line(&mut out), format!("b ok {} {}", 30 * PAGE, 30 * PAGE));
+        assert_eq!(line(&mut out), "ready");
+        assert_eq!(version_memfds_settled(memfds + 2), memfds + 2, "README's version and a's, and no copy of b");
+        // Root has a budget of its own.
+        assert_eq!(s.client().open("b").unwrap().as_slice().len(), 30 * PAGE);
+        root_is_served(&s);
+        kill(attacker);
+        // Everything the dead client kept is gone: snapshots, versions,
+        // their memory and descriptors; its budget is free again.
+        assert_eq!(s.objects_settled(objects), objects, "the dead client's snapshots are released");
+        assert_eq!(version_memfds_settled(memfds), memfds, "a version's memory outlived its last snapshot");
+        // Nor does the server (this process, whose own snapshots are all
+        // dropped) map any version.
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        assert!(!maps.contains("memfd:ferry-file"), "a version is still mapped here:\n{maps}");
+        let after = s.fds_settled(fds + 8);
+        assert!(after <= fds + 8, "the server kept descriptors: {fds} before, {after} after");
+        let out = common::finish(s.attacker("files-open", &["b"]));
+        assert_eq!(out, format!("b ok {} {}\n", 30 * PAGE, 30 * PAGE));
     });
 }

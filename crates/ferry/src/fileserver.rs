@@ -2,19 +2,30 @@
 //! "give me README").
 //!
 //! A client asks for a file by name and receives a memory object holding a
-//! **snapshot** of it: it maps the object copy-on-write, pages nobody
-//! touches are never read from disk, and the client's own writes stay in
+//! **snapshot** of it: it maps it copy-on-write, and its own writes stay in
 //! its address space. Writing a file back replaces its contents in one
 //! message; clients holding older snapshots keep the old contents.
 //!
-//! How the snapshot is kept without reading the file eagerly: each version
-//! of a file is one object whose pager reads the file's inode with `pread`
-//! on demand, and each `open` hands out a copy-on-write copy of it. A
-//! write-back never changes that inode: the new contents go to a fresh file
-//! that is renamed over the name, so older snapshots keep reading the old,
-//! now unlinked inode, lazily, and nothing is duplicated. (Programs that
-//! write the file *in place* behind the server's back do show through in
-//! pages a snapshot has not touched yet, exactly as with `mmap`.)
+//! How a snapshot is kept: each **version** of a file is copied once, at
+//! the first open that finds it, into a memfd inside the kernel (`sendfile`,
+//! page cache to page cache), which is then sealed against writes,
+//! shrinking and growing. Every snapshot of that version is the same
+//! memfd, sent in the open's reply; the client checks its seals and maps it
+//! privately, copy-on-write, with every page mapped at once (they all
+//! exist). So reading a snapshot is reading memory the kernel already
+//! holds: no fault reaches the server, nor, once mapped, the kernel. Later
+//! opens of an unchanged file (same inode, size and change times) share the
+//! version; a file changed in any way since gets a new one. Because the
+//! version is a copy, a snapshot is exact: a write-back, another program
+//! writing the file in place, or truncating it, never shows in a snapshot
+//! taken before. (A file being written *during* the open is copied again,
+//! up to three times, until no change happened while copying; a writer
+//! that never pauses gets a copy read while it wrote, as `read` would
+//! give, and never anything written after the open's reply.)
+//!
+//! The snapshot is also an object of the memory-object protocol (the
+//! version's pager reads the same memfd), so it can be copied, its counters
+//! read, or mapped through a pager by programs that want that.
 //!
 //! Compared with a plain `mmap(MAP_PRIVATE)` of the file: `mmap` is not a
 //! snapshot (another writer's changes appear in pages not yet written by the
@@ -40,9 +51,12 @@
 //!
 //! Lifetimes and budgets: an open carries a hold send right; the snapshot
 //! is usable by the opener alone and lives while the hold (or a mapping of
-//! it) does. A file version, and the descriptor it reads the file through,
-//! goes with its last snapshot. Snapshots and mappings are counted per user
-//! ([`Budgets`]).
+//! it) does. A file version, and its memfd, goes with its last snapshot at
+//! the server (a client keeps the memory it mapped until it unmaps it).
+//! Snapshots and mappings are counted per user ([`Budgets`]), and so is the
+//! memory of the versions a user's snapshots keep
+//! ([`FileServer::set_memory_budget`], [`DEFAULT_MEMORY_PER_USER`] by
+//! default).
 //!
 //! The server lives in the library so that `ferryd` or any program can host
 //! it: make a [`FileServer`], register [`FileServer::new`]'s send right under
@@ -51,20 +65,24 @@
 use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Weak};
 
 use crate::message::{Item, Message};
 use crate::pager::proto::{self, Fields};
 use crate::pager::{
     refusal, Answer, Budgets, MappedObject, MemoryObject, ObjectConfig, ObjectId, ObjectServer, Offset, Pager, PagerError,
-    PagerFault, Supply,
+    PagerFault, PagerFd, Supply,
 };
 use crate::port::SendRight;
 use crate::sys::fs::{self as files, FileInfo};
+use crate::sys::mem::{self, Mapping};
 use crate::timeout::Timeout;
 
 /// Client → file server: body is the file's name; one item, a hold send
 /// right whose receive right keeps the snapshot alive. Reply: `FILE_OPENED
-/// snapshot, size, version` (snapshot 0 for an empty file).
+/// snapshot, size, version` (snapshot 0 for an empty file) with one item,
+/// the version's memfd (a page-cache item, sealed against writes, shrinking
+/// and growing), for a file that is not empty.
 pub const OP_FILE_OPEN: u32 = 0x7066_0001;
 /// File server → client: the snapshot's object id, the size, and the id of
 /// the file version's own object (whose counters show disk reads).
@@ -79,26 +97,74 @@ pub const OP_FILE_WRITTEN: u32 = 0x7066_0004;
 /// object protocol's `WRITE` and `CLEAN_REQUEST` are refused to everyone.
 const NO_OWNER: u32 = u32::MAX;
 
-/// Reads one version of a file on demand.
+/// How much memory the versions a user's snapshots keep may hold at once,
+/// by default: 1 GiB (see [`FileServer::set_memory_budget`]).
+pub const DEFAULT_MEMORY_PER_USER: u64 = 1 << 30;
+
+/// How often a file found changed while it was being copied is copied again.
+const COPY_ATTEMPTS: usize = 3;
+
+/// Supplies one version of a file, through the memory-object protocol,
+/// from its sealed copy (the same memfd that snapshots map directly), or,
+/// for a version served lazily, from the file itself.
 struct FilePager {
-    file: OwnedFd,
+    cache: Arc<OwnedFd>,
 }
 
 impl Pager for FilePager {
     fn data_request(&mut self, offset: Offset, buf: &mut [u8]) -> Result<Supply, PagerFault> {
-        // A file shrunk in place by someone else reads as zeros past its end.
-        files::read_at(self.file.as_fd(), buf, offset).map_err(|e| PagerFault(format!("reading the file: {e}")))?;
+        files::read_at(self.cache.as_fd(), buf, offset).map_err(|e| PagerFault(format!("reading the file's copy: {e}")))?;
         Ok(Supply::Provided)
     }
 }
 
-/// The version of a name the server last opened: its object lives while a
-/// snapshot of it does (each snapshot is a copy of it), then goes with its
-/// descriptor; the entry is then stale and pruned.
+/// The version of a name the server last opened: its object (whose pager
+/// holds the memfd) lives while a snapshot of it does (each snapshot is a
+/// copy of it), then goes with its memfd; the entry is then stale and
+/// pruned.
 struct Version {
     object: ObjectId,
     identity: (u64, u64),
     size: u64,
+    changed: [i64; 4],
+    cache: Weak<OwnedFd>,
+    /// Served lazily from the file (too large to copy within the opener's
+    /// memory budget): no copy, nothing charged, nothing mapped directly.
+    lazy: bool,
+}
+
+/// Memory charged to a user: the version a live snapshot of theirs keeps.
+struct Charge {
+    snapshot: ObjectId,
+    version: ObjectId,
+    bytes: u64,
+}
+
+/// The memory of file versions charged to each user.
+struct Memory {
+    per_user: u64,
+    charges: HashMap<u32, Vec<Charge>>,
+}
+
+impl Memory {
+    /// Bytes of the distinct versions `uid`'s live snapshots keep, after
+    /// forgetting snapshots the server has released.
+    fn held(&mut self, srv: &ObjectServer, uid: u32) -> (u64, Vec<ObjectId>) {
+        let Some(list) = self.charges.get_mut(&uid) else { return (0, Vec::new()) };
+        list.retain(|c| srv.contains(c.snapshot));
+        let mut versions: Vec<ObjectId> = Vec::new();
+        let mut bytes = 0;
+        for c in list.iter() {
+            if !versions.contains(&c.version) {
+                versions.push(c.version);
+                bytes += c.bytes;
+            }
+        }
+        if list.is_empty() {
+            self.charges.remove(&uid);
+        }
+        (bytes, versions)
+    }
 }
 
 /// Serves files under a root directory as by-value memory objects.
@@ -108,6 +174,7 @@ pub struct FileServer {
     root_path: PathBuf,
     versions: Versions,
     config: ObjectConfig,
+    memory: Memory,
 }
 
 /// The versions by name, pruned of stale entries as the map grows.
@@ -150,7 +217,18 @@ impl FileServer {
         let dir = files::open_dir(root).map_err(|e| PagerError::Io(e.into()))?;
         let (objects, right) = ObjectServer::new()?;
         let config = ObjectConfig { mode: crate::pager::SupplyMode::Copy, track_dirty: false, ..config };
-        Ok((FileServer { objects, root: dir, root_path: root.to_owned(), versions: Versions::default(), config }, right))
+        let memory = Memory { per_user: DEFAULT_MEMORY_PER_USER, charges: HashMap::new() };
+        Ok((FileServer { objects, root: dir, root_path: root.to_owned(), versions: Versions::default(), config, memory }, right))
+    }
+
+    /// Sets how many bytes of file versions one user's snapshots may keep
+    /// at the server at once (each distinct version counted once per user,
+    /// whoever else also holds it); default [`DEFAULT_MEMORY_PER_USER`]. A
+    /// file that would take its opener past it is not copied: its version
+    /// is served lazily from the file through the pager (nothing held but
+    /// its descriptor), and is exact only until the file is written in place.
+    pub fn set_memory_budget(&mut self, bytes_per_user: u64) {
+        self.memory.per_user = bytes_per_user;
     }
 
     /// Sets what one user may make the server hold at once: snapshots
@@ -163,9 +241,9 @@ impl FileServer {
     /// Handles requests and faults until `timeout` passes with nothing to
     /// do; returns how many events were handled.
     pub fn serve(&mut self, timeout: Timeout) -> Result<usize, PagerError> {
-        let FileServer { objects, root, versions, config, .. } = self;
+        let FileServer { objects, root, versions, config, memory, .. } = self;
         objects.serve_with(timeout, &mut |srv, m| match m.op() {
-            OP_FILE_OPEN => Some(open(srv, root, versions, *config, m)),
+            OP_FILE_OPEN => Some(open(srv, root, versions, memory, *config, m)),
             OP_FILE_WRITE => Some(write_back(srv, root, versions, m)),
             _ => None,
         })
@@ -296,7 +374,36 @@ fn asker(m: &Message) -> Result<Asker, Refusal> {
     Ok(Asker { uid: c.uid, gid: c.gid })
 }
 
-fn open(srv: &mut ObjectServer, root: &OwnedFd, versions: &mut Versions, config: ObjectConfig, m: &mut Message) -> Answer {
+/// Copies `size` bytes of `file` into a fresh memfd and seals it against
+/// writes, shrinking and growing. Returns the memfd and the change stamp
+/// the copy is known to match (taken before the last copy; a change during
+/// it makes the next open copy again).
+fn copy_version(file: &OwnedFd, st: &FileInfo, name: &str) -> Result<(OwnedFd, [i64; 4]), Refusal> {
+    let io = |what: &str, e: rustix::io::Errno| refuse(proto::E_UNSUPPORTED, format!("{name}: {what}: {e}"));
+    let memfd = mem::memfd("ferry-file", st.size).map_err(|e| io("making its copy", e))?;
+    let mut before = st.changed;
+    for _ in 0..COPY_ATTEMPTS {
+        files::copy_into(file.as_fd(), memfd.as_fd(), st.size).map_err(|e| io("copying", e))?;
+        let after = files::info(file.as_fd()).map_err(|e| io("stat", e))?;
+        if after.changed == before && after.size == st.size {
+            break;
+        }
+        before = after.changed;
+    }
+    use rustix::fs::SealFlags;
+    let seals = SealFlags::WRITE | SealFlags::FUTURE_WRITE | SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL;
+    mem::add_seals(memfd.as_fd(), seals).map_err(|e| io("sealing its copy", e))?;
+    Ok((memfd, before))
+}
+
+fn open(
+    srv: &mut ObjectServer,
+    root: &OwnedFd,
+    versions: &mut Versions,
+    memory: &mut Memory,
+    config: ObjectConfig,
+    m: &mut Message,
+) -> Answer {
     let who = asker(m)?;
     let mut items = m.take_items().into_iter();
     let (Some(Item::Send(hold)), None) = (items.next(), items.next()) else {
@@ -316,36 +423,70 @@ fn open(srv: &mut ObjectServer, root: &OwnedFd, versions: &mut Versions, config:
     if size == 0 {
         return Ok(Message::new(OP_FILE_OPENED).with_body(proto::body(&[0, 0, 0])));
     }
-    let current = versions.by_name.get(name).filter(|v| v.identity == identity && v.size == size && srv.contains(v.object));
-    let version = match current {
-        Some(v) => v.object,
+    let current = versions.by_name.get(name).and_then(|v| {
+        let same = v.identity == identity && v.size == size && v.changed == st.changed && srv.contains(v.object);
+        same.then(|| v.cache.upgrade().map(|c| (v.object, c, v.lazy))).flatten()
+    });
+    // The memory this user's snapshots keep, this one's version included.
+    // A version that would take the user past the budget is not copied: it
+    // is served lazily from the file, as before versions were copied (pages
+    // read on demand, nothing held but the descriptor; a snapshot of it
+    // shows later in-place writes in pages not yet read, as `mmap` would).
+    let (held, charged) = memory.held(srv, who.uid);
+    let extra = match &current {
+        Some((v, _, lazy)) if *lazy || charged.contains(v) => 0,
+        _ => size,
+    };
+    let over = held.saturating_add(extra) > memory.per_user;
+    let current = current.filter(|(_, _, lazy)| *lazy || !over);
+    let (version, cache, lazy) = match current {
+        Some(v) => v,
         None => {
-            let id = srv.add_object(size, Box::new(FilePager { file }), config).map_err(refusal)?;
+            let (backing, changed) = if over { (file, st.changed) } else { copy_version(&file, &st, name)? };
+            let cache = Arc::new(backing);
+            let id = srv.add_object(size, Box::new(FilePager { cache: cache.clone() }), config).map_err(refusal)?;
             // A file changes only through a write-back, which checks the
             // file's mode: no user, the server's own included, may change
             // its object by message.
             srv.set_owner(id, NO_OWNER).map_err(refusal)?;
-            if let Some(old) = versions.by_name.insert(name.to_owned(), Version { object: id, identity, size }) {
+            let v = Version { object: id, identity, size, changed, cache: Arc::downgrade(&cache), lazy: over };
+            if let Some(old) = versions.by_name.insert(name.to_owned(), v) {
                 srv.retire(old.object);
             }
             versions.prune(srv);
-            id
+            (id, cache, over)
         }
     };
+    // A lazy version's descriptor is the file itself: it never leaves.
+    let sent = if lazy {
+        None
+    } else {
+        Some(crate::sys::socket::dup(cache.as_fd()).map_err(|e| refuse(proto::E_UNSUPPORTED, format!("{name}: {e}"))))
+    };
+    drop(cache);
+    let sent = sent.transpose();
     // The snapshot is the opener's alone; the version's counters may be
     // read by whoever opened it.
     let snapshot = srv.copy_object(version).map_err(refusal)?;
-    let made = srv
-        .set_access(snapshot, &[who.uid])
-        .and_then(|()| srv.grant(version, who.uid))
-        .and_then(|()| srv.hold(snapshot, who.uid, hold));
-    // The version goes with its last snapshot (and with it the descriptor).
+    let made = sent.map_err(|e| PagerError::Protocol(e.1)).and_then(|sent| {
+        srv.set_access(snapshot, &[who.uid]).and_then(|()| srv.grant(version, who.uid)).and_then(|()| srv.hold(snapshot, who.uid, hold))?;
+        Ok(sent)
+    });
+    // The version goes with its last snapshot (and with it the memfd).
     srv.retire(version);
-    if let Err(e) = made {
-        srv.retire(snapshot);
-        return Err(refusal(e));
-    }
-    Ok(Message::new(OP_FILE_OPENED).with_body(proto::body(&[snapshot, size, version])))
+    let sent = match made {
+        Ok(sent) => sent,
+        Err(e) => {
+            srv.retire(snapshot);
+            return Err(refusal(e));
+        }
+    };
+    memory.charges.entry(who.uid).or_default().push(Charge { snapshot, version, bytes: if lazy { 0 } else { size } });
+    let reply = Message::new(OP_FILE_OPENED).with_body(proto::body(&[snapshot, size, version]));
+    Ok(match sent {
+        Some(sent) => reply.with_item(Item::Pager(PagerFd::cache(sent, size))),
+        None => reply,
+    })
 }
 
 fn write_back(srv: &mut ObjectServer, root: &OwnedFd, versions: &mut Versions, m: &mut Message) -> Answer {
@@ -395,6 +536,35 @@ fn write_back(srv: &mut ObjectServer, root: &OwnedFd, versions: &mut Versions, m
     Ok(Message::new(OP_FILE_WRITTEN).with_body(proto::body(&[data.len() as u64])))
 }
 
+/// Maps a version's memory privately (and populated), after checking that nobody can change
+/// it: a memfd of at least `size` bytes (the item's own length `len` must
+/// be the snapshot's) sealed against writes (`F_SEAL_WRITE`: no shared
+/// writable mapping of it exists or can be made, no `write` succeeds),
+/// shrinking and growing. The page-cache item's own check on arrival only
+/// asks for `F_SEAL_FUTURE_WRITE`, which leaves a writable mapping its
+/// maker already had; a by-value snapshot must not accept that.
+fn map_sealed(memfd: &OwnedFd, len: u64, size: u64) -> Result<Mapping, PagerError> {
+    use rustix::fs::SealFlags;
+    if len != size || size > isize::MAX as u64 {
+        return Err(PagerError::Protocol(format!("the file server sent {len} bytes of memory for a {size}-byte snapshot")));
+    }
+    let need = SealFlags::WRITE | SealFlags::SHRINK | SealFlags::GROW;
+    if !mem::is_shmem(memfd.as_fd()) || !mem::seals(memfd.as_fd()).is_ok_and(|s| s.contains(need)) {
+        return Err(PagerError::Protocol("the file server's snapshot memory is not sealed against writes".into()));
+    }
+    if mem::file_size(memfd.as_fd()).map_or(true, |n| n < size) {
+        return Err(PagerError::Protocol("the file server's snapshot memory is shorter than the file".into()));
+    }
+    let map = Mapping::map(memfd.as_fd(), size as usize, true, mem::Share::Private, mem::Place::Anywhere, false)
+        .map_err(|e| PagerError::Io(std::io::Error::from_raw_os_error(e.raw_os_error())))?;
+    // Populated: the version's pages are all in memory already (copied at
+    // its first open), so they are mapped now, shared and read-only, in one
+    // call instead of one fault per 16 pages later; a write still copies
+    // only the page written.
+    map.populate_read();
+    Ok(map)
+}
+
 /// A client of a file server.
 #[derive(Debug)]
 pub struct FileClient {
@@ -405,27 +575,44 @@ pub struct FileClient {
 /// A snapshot of a file, mapped copy-on-write.
 #[derive(Debug)]
 pub struct FileSnapshot {
+    direct: Option<Mapping>,
     mapped: Option<MappedObject>,
     object: Option<MemoryObject>,
     version: ObjectId,
 }
 
 impl FileSnapshot {
-    /// The file's bytes as they were when it was opened. (A snapshot is
-    /// always supplied by copy, checked at [`FileClient::open`], so nobody
-    /// else can change them.)
+    /// The file's bytes as they were when it was opened. (A snapshot is a
+    /// private mapping of a memfd sealed against writes, or supplied by
+    /// copy; both are checked at [`FileClient::open`], so nobody else can
+    /// change them.)
     pub fn as_slice(&self) -> &[u8] {
+        if let Some(d) = &self.direct {
+            return d.as_slice();
+        }
         self.mapped.as_ref().and_then(|m| m.as_slice()).unwrap_or(&[])
     }
 
     /// The bytes, writable; writes stay in this process.
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        if let Some(d) = &mut self.direct {
+            return d.as_mut_slice().unwrap_or(&mut []);
+        }
         self.mapped.as_mut().and_then(|m| m.as_mut_slice()).unwrap_or(&mut [])
     }
 
-    /// The snapshot's mapping (`None` for an empty file).
+    /// The snapshot's mapping through the memory-object protocol: `None`
+    /// for an empty file and for a snapshot mapped directly from the
+    /// version's sealed memory (what this library's server hands out; map
+    /// [`FileSnapshot::object`] to go through the pager instead).
     pub fn mapped(&self) -> Option<&MappedObject> {
         self.mapped.as_ref()
+    }
+
+    /// Whether the bytes are a direct private mapping of the version's
+    /// sealed memory (faults never reach the server).
+    pub fn is_direct(&self) -> bool {
+        self.direct.is_some()
     }
 
     /// The snapshot as a memory object (to copy it or read its counters).
@@ -457,9 +644,10 @@ impl FileClient {
         self
     }
 
-    /// Opens `name` as a snapshot: mapped copy-on-write, read from disk
-    /// page by page as it is touched. The server keeps it while the
-    /// returned value lives.
+    /// Opens `name` as a snapshot: the version's sealed copy, mapped
+    /// privately (copy-on-write); its pages come from memory the kernel
+    /// already holds, without asking the server. The server keeps the
+    /// version while the returned value lives.
     ///
     /// # Errors
     /// [`PagerError::Denied`] when the file system's permissions (the
@@ -468,28 +656,40 @@ impl FileClient {
     /// directory; [`PagerError::BadRequest`] for a missing file;
     /// [`PagerError::Unsupported`] for anything but a regular file (a FIFO,
     /// a device, a directory); [`PagerError::OverBudget`] when this user
-    /// already holds as many snapshots or mappings as the server allows;
-    /// errors of [`MemoryObject::map`].
+    /// already holds as many snapshots or mappings as the server allows (a
+    /// file past its memory budget is served lazily, not refused);
+    /// [`PagerError::Protocol`] when the memory sent is not sealed against
+    /// writes; errors of [`MemoryObject::map`].
     pub fn open(&self, name: &str) -> Result<FileSnapshot, PagerError> {
         // The server keeps the snapshot while `hold` lives (or a mapping).
         let (hold, right) = crate::port().map_err(PagerError::Io)?;
-        let r = self.call(Message::new(OP_FILE_OPEN).with_body(name.as_bytes()).with_item(Item::Send(right)))?;
+        let mut r = self.call(Message::new(OP_FILE_OPEN).with_body(name.as_bytes()).with_item(Item::Send(right)))?;
         let mut f = Fields::new(r.body());
-        let (Some(id), Some(_size), Some(version), OP_FILE_OPENED) = (f.u64(), f.u64(), f.u64(), r.op()) else {
+        let (Some(id), Some(size), Some(version), OP_FILE_OPENED) = (f.u64(), f.u64(), f.u64(), r.op()) else {
             return Err(PagerError::Protocol("bad reply to a file open".into()));
         };
         if id == 0 {
-            return Ok(FileSnapshot { mapped: None, object: None, version });
+            return Ok(FileSnapshot { direct: None, mapped: None, object: None, version });
         }
+        let cache = r.take_items().into_iter().find_map(|i| match i {
+            Item::Pager(p) => p.into_cache(),
+            _ => None,
+        });
         let object =
             MemoryObject::new(self.server.try_clone().map_err(PagerError::Io)?, id).with_timeout(self.timeout).with_hold(hold);
+        if let Some((memfd, len)) = cache {
+            let direct = map_sealed(&memfd, len, size)?;
+            // The mapping keeps the memory; the descriptor is not needed.
+            drop(memfd);
+            return Ok(FileSnapshot { direct: Some(direct), mapped: None, object: Some(object), version });
+        }
         let mapped = object.map()?;
         if mapped.mode() != crate::pager::SupplyMode::Copy {
             // Only pages copied into this process make a snapshot nobody
             // else can change.
             return Err(PagerError::Protocol("the file server offered a zero-copy snapshot".into()));
         }
-        Ok(FileSnapshot { mapped: Some(mapped), object: Some(object), version })
+        Ok(FileSnapshot { direct: None, mapped: Some(mapped), object: Some(object), version })
     }
 
     /// Replaces the contents of `name` with `data`, in one message (at most
@@ -523,6 +723,42 @@ impl FileClient {
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
+
+    /// A confused server's memory is never mapped into a snapshot: only a
+    /// memfd sealed against writes (not merely future writes, which leave a
+    /// writable mapping its maker already has), shrinking and growing, of
+    /// the snapshot's length.
+    #[test]
+    fn snapshots_map_only_memory_sealed_against_writes() {
+        use rustix::fs::SealFlags;
+        let page = mem::page_size() as u64;
+        let sealed = |seals: SealFlags| {
+            let fd = mem::memfd("ferry-file-test", 2 * page).unwrap();
+            mem::pwrite_all(fd.as_fd(), b"kept", 0).unwrap();
+            mem::add_seals(fd.as_fd(), seals).unwrap();
+            fd
+        };
+        let all = SealFlags::WRITE | SealFlags::SHRINK | SealFlags::GROW;
+        // A writable shared mapping made before the seal: FUTURE_WRITE
+        // allows it to go on writing.
+        let future = mem::memfd("ferry-file-test", 2 * page).unwrap();
+        let mut theirs = Mapping::map(future.as_fd(), 2 * page as usize, true, mem::Share::Shared, mem::Place::Anywhere, false).unwrap();
+        mem::add_seals(future.as_fd(), SealFlags::FUTURE_WRITE | SealFlags::SHRINK | SealFlags::GROW).unwrap();
+        theirs.as_mut_slice().unwrap()[0] = 1;
+        assert!(matches!(map_sealed(&future, 2 * page, 2 * page), Err(PagerError::Protocol(_))));
+        for seals in [SealFlags::SHRINK | SealFlags::GROW, SealFlags::WRITE | SealFlags::GROW, SealFlags::WRITE | SealFlags::SHRINK] {
+            assert!(matches!(map_sealed(&sealed(seals), 2 * page, 2 * page), Err(PagerError::Protocol(_))), "{seals:?}");
+        }
+        let good = sealed(all);
+        assert!(matches!(map_sealed(&good, page, 2 * page), Err(PagerError::Protocol(_))), "length mismatch");
+        assert!(matches!(map_sealed(&good, 3 * page, 3 * page), Err(PagerError::Protocol(_))), "shorter than the file");
+        let mut m = map_sealed(&good, 2 * page, 2 * page).unwrap();
+        assert_eq!(&m.as_slice()[..4], b"kept");
+        // Private: our write stays ours.
+        m.as_mut_slice().unwrap()[0] = b'K';
+        let again = map_sealed(&good, 2 * page, 2 * page).unwrap();
+        assert_eq!(&again.as_slice()[..4], b"kept");
+    }
 
     /// The check a server that cannot act as its clients makes itself:
     /// directory search bits on the whole way, then the last directory's

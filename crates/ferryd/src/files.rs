@@ -14,8 +14,10 @@ pub const NAME: &str = "files";
 /// server's port.
 ///
 /// Every user is held to the file server's default budgets (snapshots held
-/// and mappings attached at once, `ferry::pager::Budgets`), which cost the
-/// daemon descriptors; the soft descriptor limit is raised to the hard one
+/// and mappings attached at once, `ferry::pager::Budgets`, and the memory
+/// of the file versions its snapshots keep,
+/// `ferry::fileserver::DEFAULT_MEMORY_PER_USER`), which cost the daemon
+/// descriptors and memory; the soft descriptor limit is raised to the hard one
 /// so that the budgets, not the limit, are what a user runs into.
 pub fn start(root: &Path) -> Result<SendRight, String> {
     use rustix::process::{getrlimit, setrlimit, Resource};

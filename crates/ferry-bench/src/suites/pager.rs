@@ -27,7 +27,12 @@
 //!   random pages of a 256 MiB file (16 MiB with `--quick`), one read for
 //!   every 16 pages of the file per pass, each checked. Through the file
 //!   server (`ferry-fileserver`: read-ahead of 16 pages, the default;
-//!   `ferry-fileserver-ra512`: 512 pages), a fresh snapshot per pass,
+//!   `ferry-fileserver-ra512`: 512 pages, which matter only to a client
+//!   mapping through the pager), a fresh snapshot per pass (the file server
+//!   copies the file into a sealed memfd at each open, untimed like
+//!   `file-mmap`'s `mmap` call; `extra.open_us_mean` says what it cost;
+//!   `ferry-fileserver-shared` keeps one snapshot open for the whole run,
+//!   as another client would, so its opens reuse the version),
 //!   against `file-mmap` (a fresh private mapping per pass) and `file-read`
 //!   (`pread` into a reused 1 MiB buffer). The file's page cache is warm
 //!   for all of them: it is written once and kept in
@@ -97,8 +102,9 @@ pub fn impls() -> Vec<Impl> {
         Impl { name: "uffd-raw-continue-warm", run: |r| raw_fault(r, Mode::ContinueWarm) },
         Impl { name: "ferry-pager-zerofill", run: |r| ferry_fault(r, Mode::Zero) },
         Impl { name: "uffd-raw-zeropage", run: |r| raw_fault(r, Mode::Zero) },
-        Impl { name: "ferry-fileserver", run: |r| fileserver(r, 16) },
-        Impl { name: "ferry-fileserver-ra512", run: |r| fileserver(r, 512) },
+        Impl { name: "ferry-fileserver", run: |r| fileserver(r, 16, false) },
+        Impl { name: "ferry-fileserver-ra512", run: |r| fileserver(r, 512, false) },
+        Impl { name: "ferry-fileserver-shared", run: |r| fileserver(r, 16, true) },
         Impl { name: "file-mmap", run: file_mmap },
         Impl { name: "file-read", run: file_read },
     ]
@@ -518,8 +524,11 @@ fn note_file(run: &mut Run<'_>, size: u64, pass: Pass) {
 }
 
 /// Reads through ferry's file server (in a forked process), a fresh
-/// snapshot per pass, read ahead `cluster` pages per fault.
-fn fileserver(run: &mut Run<'_>, cluster: usize) -> Result<(), Skip> {
+/// snapshot per pass, read ahead `cluster` pages per fault (for mappings
+/// through the pager). With `shared`, a first snapshot opened before the
+/// passes (untimed) stays open throughout, as another client's would: each
+/// pass's open then reuses the file's version instead of copying the file.
+fn fileserver(run: &mut Run<'_>, cluster: usize, shared: bool) -> Result<(), Skip> {
     let (size, pass) = file_shape(run)?;
     let (dir, name) = data_file(size)?;
     let (mut server, right) =
@@ -528,9 +537,17 @@ fn fileserver(run: &mut Run<'_>, cluster: usize) -> Result<(), Skip> {
         server.serve(Timeout::Infinite).map_err(|e| io::Error::other(e.to_string()))?;
     })?;
     let client = FileClient::new(right);
-    let (mut faults, mut passes, mut requested) = (0u64, 0u64, 0u64);
+    let (mut faults, mut passes, mut requested, mut direct) = (0u64, 0u64, 0u64, true);
+    let mut open_time = Duration::ZERO;
+    let first = if shared { Some(client.open(&name).map_err(pager_err("open"))?) } else { None };
     while run.more() {
+        // Untimed, as `file-mmap`'s `mmap` call is; its mean is noted.
+        // Unless `first` keeps the version, the previous pass's snapshot is
+        // gone, so each open copies the file into a new version.
+        let t = Instant::now();
         let snap = client.open(&name).map_err(pager_err("open"))?;
+        open_time += t.elapsed();
+        direct &= snap.is_direct();
         let s = snap.as_slice();
         if s.len() as u64 != size {
             return Err(Skip::new(format!("failed: snapshot of {} bytes, the file has {size}", s.len())));
@@ -545,12 +562,16 @@ fn fileserver(run: &mut Run<'_>, cluster: usize) -> Result<(), Skip> {
         passes += 1;
         drop(snap);
     }
+    drop(first);
     drop(client);
     drop(peer);
     note_file(run, size, pass);
     run.note("cluster", cluster as u64);
+    run.note("version_shared", shared);
     run.note("faults_per_pass", faults as f64 / passes.max(1) as f64);
     run.note("pages_requested_per_pass", requested as f64 / passes.max(1) as f64);
+    run.note("open_us_mean", open_time.as_secs_f64() * 1e6 / passes.max(1) as f64);
+    run.note("mapped", if direct { "sealed memfd, privately" } else { "through the pager" });
     Ok(())
 }
 

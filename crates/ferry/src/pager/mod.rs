@@ -430,8 +430,16 @@ impl PagerFd {
         PagerFd { inner: Inner::UserFault { uffd, addr: addr as u64, len: len as u64 } }
     }
 
-    fn cache(memfd: OwnedFd, len: u64) -> PagerFd {
+    pub(crate) fn cache(memfd: OwnedFd, len: u64) -> PagerFd {
         PagerFd { inner: Inner::Cache { memfd, len } }
+    }
+
+    /// The memfd and length of a page-cache item (`None` for a userfaultfd).
+    pub(crate) fn into_cache(self) -> Option<(OwnedFd, u64)> {
+        match self.inner {
+            Inner::Cache { memfd, len } => Some((memfd, len)),
+            Inner::UserFault { .. } => None,
+        }
     }
 }
 

@@ -25,6 +25,13 @@ pub struct FileInfo {
     pub size: u64,
     /// (device, inode): which version of a name this is.
     pub identity: (u64, u64),
+    /// When the inode last changed (status change and modification times,
+    /// seconds and nanoseconds): a write in place, a truncation or a
+    /// `chmod` moves the status change time, so equal stamps of the same
+    /// inode mean no such change in between (at the file system's timestamp
+    /// granularity; Linux ≥ 6.13 makes a change after a `stat` always visible
+    /// on tmpfs, ext4, XFS and Btrfs).
+    pub changed: [i64; 4],
 }
 
 /// Opens `path` as a directory to serve files beneath.
@@ -154,7 +161,28 @@ pub fn info(fd: BorrowedFd<'_>) -> rustix::io::Result<FileInfo> {
         gid: st.st_gid,
         size: st.st_size as u64,
         identity: (st.st_dev as u64, st.st_ino as u64),
+        #[allow(clippy::unnecessary_cast)] // the field types differ between architectures
+        changed: [st.st_ctime as i64, st.st_ctime_nsec as i64, st.st_mtime as i64, st.st_mtime_nsec as i64],
     })
+}
+
+/// Copies the first `len` bytes of `file` into `out` from offset 0 inside
+/// the kernel (`sendfile`: one copy, page cache to page cache, no buffer in
+/// this process), stopping early only at the end of `file`; returns the
+/// bytes copied. `out`'s file position is left after them.
+pub fn copy_into(file: BorrowedFd<'_>, out: BorrowedFd<'_>, len: u64) -> rustix::io::Result<u64> {
+    rustix::fs::seek(out, rustix::fs::SeekFrom::Start(0))?;
+    let mut offset = 0u64;
+    while offset < len {
+        let chunk = (len - offset).min(1 << 30) as usize;
+        match rustix::fs::sendfile(out, file, Some(&mut offset), chunk) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(Errno::INTR) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(offset)
 }
 
 /// Fills `buf` from `offset`, stopping early only at end of file; returns

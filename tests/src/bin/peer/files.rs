@@ -14,13 +14,21 @@
 //! - `files-hoard NAME N`: sends N opens of NAME and never maps them,
 //!   keeping the hold right of each open granted; prints `granted G
 //!   over-budget B other O`, then waits to be killed.
-//! - `files-keep NAME N`: opens (and maps) NAME N times, keeping every
-//!   snapshot; prints `mapped M over-budget B other O`, then waits to be
-//!   killed.
-//! - `files-block NAME READ_OWN`: opens NAME, clears `O_NONBLOCK` on its
-//!   userfaultfd (whose open file description the server shares), touches
-//!   page 0; with READ_OWN=1 a thread also reads the userfaultfd's events
-//!   itself. Prints `ready` and waits to be killed.
+//! - `files-keep NAME N`: opens NAME N times and maps each snapshot's
+//!   object through the pager too, keeping every snapshot and mapping;
+//!   prints `mapped M over-budget B other O`, then waits to be killed.
+//! - `files-hold NAME...`: opens each NAME and reads it whole, keeping
+//!   every snapshot; prints `NAME ok LEN SUM` or `NAME err KIND` for each,
+//!   then `ready`, and waits to be killed.
+//! - `files-reach PID FD...`: tries to open `/proc/PID/fd/FD` for reading
+//!   and for writing, and to read `/proc/PID/maps`; prints `FD read KIND
+//!   write KIND` for each and `maps KIND` (`ok`, or `denied` for any
+//!   error).
+//! - `files-block NAME READ_OWN`: opens NAME, maps its object through the
+//!   pager, clears `O_NONBLOCK` on that mapping's userfaultfd (whose open
+//!   file description the server shares), touches page 0; with READ_OWN=1
+//!   a thread also reads the userfaultfd's events itself. Prints `ready`
+//!   and waits to be killed.
 
 use std::io::Write;
 use std::time::Duration;
@@ -45,6 +53,8 @@ pub fn run(role: &str, args: &[String]) -> Outcome {
         "files-hoard" => Some(hoard(args)),
         "files-block" => Some(block(args)),
         "files-keep" => Some(keep(args)),
+        "files-hold" => Some(hold_files(args)),
+        "files-reach" => Some(reach(args)),
         _ => None,
     }
 }
@@ -159,7 +169,11 @@ fn keep(args: &[String]) -> Res {
     let fs = client()?;
     let (mut kept, mut over, mut other) = (Vec::new(), 0, 0);
     for _ in 0..n {
-        let r = fs.open(name);
+        // The snapshot, and a mapping of it through the pager.
+        let r = fs.open(name).and_then(|s| {
+            let m = s.object().ok_or_else(|| PagerError::Protocol("no object".into()))?.map()?;
+            Ok((s, m))
+        });
         match kind(&r) {
             "ok" => kept.push(r?),
             "OverBudget" => over += 1,
@@ -171,6 +185,44 @@ fn keep(args: &[String]) -> Res {
     loop {
         std::thread::sleep(Duration::from_secs(3600));
     }
+}
+
+fn hold_files(args: &[String]) -> Res {
+    let fs = client()?;
+    let mut kept = Vec::new();
+    for name in args {
+        let r = fs.open(name);
+        match &r {
+            Ok(s) => {
+                let sum: u64 = s.as_slice().iter().map(|&b| b as u64).sum();
+                println!("{name} ok {} {sum}", s.as_slice().len());
+            }
+            Err(e) => {
+                eprintln!("files-hold {name}: {e}");
+                println!("{name} err {}", kind(&r));
+            }
+        }
+        kept.push(r);
+    }
+    println!("ready");
+    std::io::stdout().flush()?;
+    loop {
+        std::thread::sleep(Duration::from_secs(3600));
+    }
+}
+
+fn reach(args: &[String]) -> Res {
+    let [pid, fds @ ..] = args else { return Err("usage: files-reach PID FD...".into()) };
+    let verdict = |r: std::io::Result<std::fs::File>| if r.is_ok() { "ok" } else { "denied" };
+    for fd in fds {
+        let path = format!("/proc/{pid}/fd/{fd}");
+        let read = verdict(std::fs::File::open(&path));
+        let write = verdict(std::fs::OpenOptions::new().write(true).open(&path));
+        println!("{fd} read {read} write {write}");
+    }
+    let maps = if std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|s| !s.is_empty()) { "ok" } else { "denied" };
+    println!("maps {maps}");
+    Ok(())
 }
 
 /// The userfaultfds this process holds (found by their `/proc/self/fd`
@@ -191,7 +243,8 @@ fn userfaultfds() -> Vec<i32> {
 fn block(args: &[String]) -> Res {
     use std::os::fd::BorrowedFd;
     let [name, read_own] = args else { return Err("usage: files-block NAME READ_OWN".into()) };
-    let snap = client()?.open(name)?;
+    let opened = client()?.open(name)?;
+    let snap = opened.object().ok_or("no object")?.map()?;
     let fds = userfaultfds();
     if fds.is_empty() {
         return Err("no userfaultfd found".into());
@@ -202,7 +255,7 @@ fn block(args: &[String]) -> Res {
         let fl = rustix::fs::fcntl_getfl(fd)?;
         rustix::fs::fcntl_setfl(fd, fl - rustix::fs::OFlags::NONBLOCK)?;
     }
-    std::hint::black_box(snap.as_slice()[0]);
+    std::hint::black_box(snap.as_slice().ok_or("not a copy")?[0]);
     if read_own == "1" {
         let fd = fds[0];
         std::thread::spawn(move || {
@@ -217,8 +270,8 @@ fn block(args: &[String]) -> Res {
         });
         // A touch whose event this process may well read itself: that
         // thread of ours then waits in its fault; the server must not.
-        let len = snap.as_slice().len();
-        let s = snap.as_slice().as_ptr() as usize;
+        let len = snap.len();
+        let s = snap.as_slice().ok_or("not a copy")?.as_ptr() as usize;
         std::thread::spawn(move || {
             // SAFETY: the mapping lives until this process is killed (`snap`
             // is never dropped: the main thread sleeps forever below).

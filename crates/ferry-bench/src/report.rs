@@ -619,7 +619,7 @@ fn dean_armand_files(o: &mut String, c: &Ctx<'_>) {
          900 µs per read, the same as Mach 2.6 (Table 5-4); a cached 1-byte read after lseek() 210 µs (Mach 2.6: \
          390 µs), a 1-byte write 200 µs, lseek() alone 95 µs (Table 5-5); the read path broken down: trap to the \
          emulation 61 µs, a window change (every 16 reads) 1440 µs, a fast page fault 316 µs (Table 5-9). Today: \
-         the `files` suite, `ferry-emul` (the emulation library: mapped 64 KiB windows and a token), `ferry-sg` \
+         the `files` suite, `ferry-emul` (the emulation library: mapped 1 MiB windows and a token), `ferry-sg` \
          (CHORUS's segment read/write by message), `ferry-sg-handler` (the same server routine run in the caller's \
          thread) and `native` (the kernel's read()/write()), on cached files (the disk rows of Table 5-3 are not \
          measured: the page cache is warm).\n"

@@ -166,42 +166,59 @@ fn identity(dir: &Path, host: &str) -> PathBuf {
     dir.to_owned()
 }
 
+/// Two name servers and two `ferry-netd` daemons, one per namespace of
+/// `hosts`, in a fresh directory: a program on host a serves `name` (its
+/// receive right is `srv`), daemon a exports it and daemon b imports it as
+/// `name@a`; `extra` goes to both daemons.
+struct Linked {
+    dir: PathBuf,
+    bs_a: PathBuf,
+    bs_b: PathBuf,
+    id_a: PathBuf,
+    daemon_a: Daemon,
+    _daemon_b: Daemon,
+    srv: ferry::ReceiveRight,
+}
+
+const PORT: &str = "7447";
+
+fn link_two(hosts: &Hosts, tag: &str, name: &str, extra: &[&str]) -> Linked {
+    let dir = std::env::temp_dir().join(format!("ferry-netns-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (bs_a, bs_b) = (name_server(&create(&dir.join("a"))), name_server(&create(&dir.join("b"))));
+    let (id_a, id_b) = (identity(&dir.join("id-a"), "a"), identity(&dir.join("id-b"), "b"));
+    let (srv, to_srv) = ferry::port().unwrap();
+    Bootstrap::connect_to(&bs_a).unwrap().register(name, &to_srv).unwrap();
+    let s = |p: &Path| p.to_str().unwrap().to_owned();
+    let extra: Vec<String> = extra.iter().map(|e| e.to_string()).collect();
+    let mut args_a = vec![
+        "--identity".into(), s(&id_a),
+        "--listen".into(), format!("{}:{PORT}", hosts.addr[0]),
+        "--trust".into(), format!("b={}", s(&id_b.join("cert.pem"))),
+        "--export".into(), name.into(),
+    ];
+    args_a.extend(extra.iter().cloned());
+    let mut args_b = vec![
+        "--identity".into(), s(&id_b),
+        "--listen".into(), format!("{}:{PORT}", hosts.addr[1]),
+        "--trust".into(), format!("a={}", s(&id_a.join("cert.pem"))),
+        "--peer".into(), format!("a={}:{PORT}", hosts.addr[0]),
+        "--import".into(), format!("{name}@a"),
+    ];
+    args_b.extend(extra);
+    let daemon_a = daemon(&hosts.ns[0], &bs_a, &args_a);
+    let _daemon_b = daemon(&hosts.ns[1], &bs_b, &args_b);
+    Linked { dir, bs_a, bs_b, id_a, daemon_a, _daemon_b, srv }
+}
+
 #[test]
 fn two_daemons_in_two_namespaces() {
     watchdog("two_daemons_in_two_namespaces", Duration::from_secs(120), || {
         let Some(hosts) = Hosts::make(0) else { return };
-        let dir = std::env::temp_dir().join(format!("ferry-netns-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let (bs_a, bs_b) = (name_server(&create(&dir.join("a"))), name_server(&create(&dir.join("b"))));
-        let (id_a, id_b) = (identity(&dir.join("id-a"), "a"), identity(&dir.join("id-b"), "b"));
-
-        let (mut srv, to_srv) = ferry::port().unwrap();
-        Bootstrap::connect_to(&bs_a).unwrap().register("echo", &to_srv).unwrap();
+        let Linked { dir, bs_a: _, bs_b, id_a, daemon_a, _daemon_b, mut srv } =
+            link_two(&hosts, "pair", "echo", &["--idle-timeout-ms", "1500"]);
         let s = |p: &Path| p.to_str().unwrap().to_owned();
-        let port = "7447";
-        let daemon_a = daemon(
-            &hosts.ns[0],
-            &bs_a,
-            &[
-                "--identity".into(), s(&id_a),
-                "--listen".into(), format!("{}:{port}", hosts.addr[0]),
-                "--trust".into(), format!("b={}", s(&id_b.join("cert.pem"))),
-                "--export".into(), "echo".into(),
-                "--idle-timeout-ms".into(), "1500".into(),
-            ],
-        );
-        let _daemon_b = daemon(
-            &hosts.ns[1],
-            &bs_b,
-            &[
-                "--identity".into(), s(&id_b),
-                "--listen".into(), format!("{}:{port}", hosts.addr[1]),
-                "--trust".into(), format!("a={}", s(&id_a.join("cert.pem"))),
-                "--peer".into(), format!("a={}:{port}", hosts.addr[0]),
-                "--import".into(), "echo@a".into(),
-                "--idle-timeout-ms".into(), "1500".into(),
-            ],
-        );
+        let port = PORT;
 
         // On host b, the remote name is looked up like any other.
         let echo = Bootstrap::connect_to(&bs_b).unwrap().lookup("echo@a").unwrap();
@@ -270,35 +287,7 @@ fn create(p: &Path) -> PathBuf {
 fn a_large_region_crosses_by_reference_between_namespaces() {
     watchdog("a_large_region_crosses_by_reference_between_namespaces", Duration::from_secs(120), || {
         let Some(hosts) = Hosts::make(1) else { return };
-        let dir = std::env::temp_dir().join(format!("ferry-netns-cor-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let (bs_a, bs_b) = (name_server(&create(&dir.join("a"))), name_server(&create(&dir.join("b"))));
-        let (id_a, id_b) = (identity(&dir.join("id-a"), "a"), identity(&dir.join("id-b"), "b"));
-        let (mut srv, to_srv) = ferry::port().unwrap();
-        Bootstrap::connect_to(&bs_a).unwrap().register("sink", &to_srv).unwrap();
-        let s = |p: &Path| p.to_str().unwrap().to_owned();
-        let port = "7447";
-        let _daemon_a = daemon(
-            &hosts.ns[0],
-            &bs_a,
-            &[
-                "--identity".into(), s(&id_a),
-                "--listen".into(), format!("{}:{port}", hosts.addr[0]),
-                "--trust".into(), format!("b={}", s(&id_b.join("cert.pem"))),
-                "--export".into(), "sink".into(),
-            ],
-        );
-        let _daemon_b = daemon(
-            &hosts.ns[1],
-            &bs_b,
-            &[
-                "--identity".into(), s(&id_b),
-                "--listen".into(), format!("{}:{port}", hosts.addr[1]),
-                "--trust".into(), format!("a={}", s(&id_a.join("cert.pem"))),
-                "--peer".into(), format!("a={}:{port}", hosts.addr[0]),
-                "--import".into(), "sink@a".into(),
-            ],
-        );
+        let Linked { dir, bs_a, bs_b, id_a: _, daemon_a: _daemon_a, _daemon_b, mut srv } = link_two(&hosts, "cor", "sink", &[]);
         let status = |bs: &Path| {
             let right = Bootstrap::connect_to(bs).unwrap().lookup(ferry_net::status::NAME).unwrap();
             ferry_net::status::query(&right).unwrap()

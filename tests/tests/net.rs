@@ -329,61 +329,6 @@ fn malformed_frames_close_only_that_link() {
     });
 }
 
-/// A UDP relay on loopback between one client and `server`: drops one
-/// datagram in `drop_every` (0: none) and, once `cut` is set, forwards
-/// nothing. It stops when dropped, and after two minutes in any case.
-struct Relay {
-    addr: SocketAddr,
-    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl Relay {
-    fn start(server: SocketAddr, drop_every: u64) -> Relay {
-        use std::sync::atomic::{AtomicBool, Ordering};
-        use std::sync::Arc;
-        let sock = std::net::UdpSocket::bind(loopback()).unwrap();
-        sock.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
-        let addr = sock.local_addr().unwrap();
-        let (cut, stop) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
-        let (c, s) = (cut.clone(), stop.clone());
-        std::thread::spawn(move || {
-            let end = Instant::now() + Duration::from_secs(120);
-            let mut client: Option<SocketAddr> = None;
-            let mut buf = vec![0u8; 65536];
-            let mut n = 0u64;
-            while !s.load(Ordering::Relaxed) && Instant::now() < end {
-                let Ok((len, from)) = sock.recv_from(&mut buf) else { continue };
-                n += 1;
-                if c.load(Ordering::Relaxed) || (drop_every > 0 && n % drop_every == 0) {
-                    continue;
-                }
-                let to = if from == server {
-                    match client {
-                        Some(c) => c,
-                        None => continue,
-                    }
-                } else {
-                    client = Some(from);
-                    server
-                };
-                let _ = sock.send_to(&buf[..len], to);
-            }
-        });
-        Relay { addr, cut, stop }
-    }
-
-    fn cut(&self) {
-        self.cut.store(true, std::sync::atomic::Ordering::Relaxed);
-    }
-}
-
-impl Drop for Relay {
-    fn drop(&mut self) {
-        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    }
-}
-
 #[test]
 fn loss_is_recovered_and_a_cut_link_turns_proxies_into_dead_names() {
     watchdog("loss_is_recovered_and_a_cut_link_turns_proxies_into_dead_names", LIMIT, || {
@@ -391,7 +336,7 @@ fn loss_is_recovered_and_a_cut_link_turns_proxies_into_dead_names() {
         let ib = Identity::generate("b").unwrap();
         let a = Node::start(config(&ia, vec![Peer { name: "b".into(), cert: ib.cert.clone() }])).unwrap();
         let b = Node::start(config(&ib, vec![Peer { name: "a".into(), cert: ia.cert.clone() }])).unwrap();
-        let relay = Relay::start(a.local_addr().unwrap(), 10);
+        let relay = common::Relay::start(a.local_addr().unwrap(), 10);
         b.connect("a", relay.addr).unwrap();
         let (mut srv, to_srv) = ferry::port().unwrap();
         a.export("svc", to_srv);

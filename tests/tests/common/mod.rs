@@ -2,6 +2,7 @@
 //! Shared helpers for ferry's integration tests: spawning peer processes,
 //! a watchdog that turns a deadlock into a failure, and descriptor counting.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -154,4 +155,62 @@ pub fn spawn_peer_as(uid: u32, bootstrap: &std::path::Path, role: &str, args: &[
         .stderr(Stdio::inherit())
         .spawn()
         .expect("spawn ferry-peer as another user")
+}
+
+/// A UDP relay on loopback between one client and `server`: drops one
+/// datagram in `drop_every` (0: none) and, once `cut` is set, forwards
+/// nothing. It stops when dropped, and after two minutes in any case.
+pub struct Relay {
+    /// Where the client sends: the relay's own address.
+    pub addr: SocketAddr,
+    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Relay {
+    /// Starts relaying between the first client heard from and `server`.
+    pub fn start(server: SocketAddr, drop_every: u64) -> Relay {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Arc;
+        let sock = std::net::UdpSocket::bind(SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
+        sock.set_read_timeout(Some(std::time::Duration::from_millis(50))).unwrap();
+        let addr = sock.local_addr().unwrap();
+        let (cut, stop) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+        let (c, s) = (cut.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let end = std::time::Instant::now() + std::time::Duration::from_secs(120);
+            let mut client: Option<SocketAddr> = None;
+            let mut buf = vec![0u8; 65536];
+            let mut n = 0u64;
+            while !s.load(Ordering::Relaxed) && std::time::Instant::now() < end {
+                let Ok((len, from)) = sock.recv_from(&mut buf) else { continue };
+                n += 1;
+                if c.load(Ordering::Relaxed) || (drop_every > 0 && n % drop_every == 0) {
+                    continue;
+                }
+                let to = if from == server {
+                    match client {
+                        Some(c) => c,
+                        None => continue,
+                    }
+                } else {
+                    client = Some(from);
+                    server
+                };
+                let _ = sock.send_to(&buf[..len], to);
+            }
+        });
+        Relay { addr, cut, stop }
+    }
+
+    /// From now on, forwards nothing (the link is cut).
+    pub fn cut(&self) {
+        self.cut.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
 }

@@ -363,6 +363,28 @@ pub trait Wire: Sized {
     fn size_hint(&self) -> usize {
         Self::min_size()
     }
+    /// About how many bytes a list of these values encodes to (after its
+    /// count); flat types answer without looking at each value.
+    fn list_size_hint(list: &[Self]) -> usize {
+        list.iter().map(Wire::size_hint).sum()
+    }
+    /// Reads and checks a value that is a message's whole body (a reply's
+    /// result), with the same checks and errors as [`Wire::decode`] and
+    /// [`Decoder::finish`]. Types that can keep the body's buffer (a byte
+    /// list) take it over instead of copying out of it.
+    ///
+    /// # Errors
+    /// As [`Wire::decode`], and [`Decoder::finish`]'s errors.
+    fn decode_whole(body: Vec<u8>, items: Vec<Item>) -> Result<Self, DecodeError> {
+        decode_in(&body, items)
+    }
+    /// [`Wire::decode_whole`] for a list of these values.
+    ///
+    /// # Errors
+    /// As [`Wire::decode_whole`].
+    fn decode_list_whole(body: Vec<u8>, items: Vec<Item>) -> Result<Vec<Self>, DecodeError> {
+        decode_in(&body, items)
+    }
     /// Writes a list of values (after its count); types with a flat
     /// encoding write all of it at once.
     fn encode_list(list: Vec<Self>, enc: &mut Encoder) {
@@ -423,6 +445,25 @@ impl Wire for u8 {
     }
     fn decode_list(n: usize, dec: &mut Decoder<'_>) -> Result<Vec<u8>, DecodeError> {
         Ok(dec.take(n)?.to_vec())
+    }
+    #[inline]
+    fn list_size_hint(list: &[u8]) -> usize {
+        list.len()
+    }
+    /// A body that is exactly a byte list (its count, then that many bytes,
+    /// no items) becomes the list in place: the four count bytes are
+    /// removed from the front of the same buffer, so no allocation and no
+    /// second copy. Anything else goes through the checking decoder, with
+    /// its errors.
+    fn decode_list_whole(mut body: Vec<u8>, items: Vec<Item>) -> Result<Vec<u8>, DecodeError> {
+        let exact = items.is_empty()
+            && body.len() >= 4
+            && u32::from_le_bytes([body[0], body[1], body[2], body[3]]) as usize == body.len() - 4;
+        if !exact {
+            return decode_in(&body, items);
+        }
+        body.drain(..4);
+        Ok(body)
     }
 }
 
@@ -486,7 +527,10 @@ impl<T: Wire> Wire for Vec<T> {
         T::decode_list(n, dec)
     }
     fn size_hint(&self) -> usize {
-        4 + self.iter().map(Wire::size_hint).sum::<usize>()
+        4 + T::list_size_hint(self)
+    }
+    fn decode_whole(body: Vec<u8>, items: Vec<Item>) -> Result<Self, DecodeError> {
+        T::decode_list_whole(body, items)
     }
     fn schema() -> Value {
         let inner = T::schema();
@@ -544,6 +588,14 @@ impl<T: Wire> Wire for Option<T> {
     fn size_hint(&self) -> usize {
         1 + self.as_ref().map_or(0, Wire::size_hint)
     }
+}
+
+/// Reads a `T` that must fill `body` and claim every item exactly.
+fn decode_in<T: Wire>(body: &[u8], items: Vec<Item>) -> Result<T, DecodeError> {
+    let mut dec = Decoder::new(body, items);
+    let v = T::decode(&mut dec)?;
+    dec.finish()?;
+    Ok(v)
 }
 
 /// Decodes one record field's value from exactly its `len` bytes.

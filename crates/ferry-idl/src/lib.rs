@@ -332,10 +332,8 @@ pub fn fault_message(f: Fault) -> Message {
 #[inline]
 fn decode_whole<T: Wire>(mut msg: Message) -> Result<T, IdlError> {
     let items = msg.take_items();
-    let mut dec = Decoder::new(msg.body(), items);
-    let v = T::decode(&mut dec).map_err(IdlError::BadReply)?;
-    dec.finish().map_err(IdlError::BadReply)?;
-    Ok(v)
+    // The reply's buffer is handed over: a byte-list result keeps it.
+    T::decode_whole(std::mem::take(msg.body_mut()), items).map_err(IdlError::BadReply)
 }
 
 /// Decodes a reply: the result, the typed error, or the server's fault.

@@ -13,86 +13,82 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use ferry::Bootstrap;
 use ferry_net::{Identity, Node, NodeConfig, Peer};
 
-const USAGE: &str = "usage: ferry-netd --identity DIR --listen ADDR [--trust HOST=CERT.pem]... [--peer HOST=ADDR]...
-                  [--export NAME]... [--import NAME@HOST]... [--idle-timeout-ms N]
-       ferry-netd --gen-identity DIR [--host-name NAME]
-
-  --identity DIR      this host's cert.pem and key.pem (make them with --gen-identity)
-  --listen ADDR       UDP address to listen on, e.g. 0.0.0.0:7447
-  --trust HOST=PEM    trust the peer presenting exactly this certificate, and call it HOST
-  --peer HOST=ADDR    link to trusted peer HOST at ADDR at start
-  --export NAME       let trusted peers look up the local name NAME as NAME@<this host>
-  --import NAME@HOST  look NAME up at HOST and register the proxy here as NAME@HOST
-The local name server is found as every ferry program finds it ($FERRY_BOOTSTRAP).";
-
+/// The ferry network server: links this host's names to trusted hosts over
+/// QUIC with mutual TLS.
+///
+/// Names given with --export can be looked up by trusted peers as
+/// NAME@<this host>; names given with --import NAME@HOST are looked up at
+/// HOST and registered here as proxy ports. The local name server is found
+/// as every ferry program finds it ($FERRY_BOOTSTRAP). Make this host's
+/// certificate and key once with --gen-identity DIR.
+#[derive(Debug, Parser)]
+#[command(name = "ferry-netd", version, about, long_about)]
 struct Args {
-    identity: PathBuf,
+    /// This host's cert.pem and key.pem (make them with --gen-identity).
+    #[arg(long, value_name = "DIR", required_unless_present = "gen_identity")]
+    identity: Option<PathBuf>,
+    /// UDP address to listen on.
+    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:7447")]
     listen: SocketAddr,
+    /// Trust the peer presenting exactly this certificate, and call it HOST
+    /// (repeatable).
+    #[arg(long, value_name = "HOST=CERT.pem", value_parser = parse_trust)]
     trust: Vec<(String, PathBuf)>,
+    /// Link to trusted peer HOST at ADDR at start (repeatable).
+    #[arg(long = "peer", value_name = "HOST=ADDR", value_parser = parse_peer)]
     peers: Vec<(String, SocketAddr)>,
+    /// Let trusted peers look up the local name NAME as NAME@<this host>
+    /// (repeatable).
+    #[arg(long = "export", value_name = "NAME")]
     exports: Vec<String>,
+    /// Look NAME up at HOST and register the proxy here as NAME@HOST
+    /// (repeatable).
+    #[arg(long = "import", value_name = "NAME@HOST")]
     imports: Vec<String>,
-    idle: Duration,
+    /// Close a link after this many milliseconds without traffic.
+    #[arg(long = "idle-timeout-ms", value_name = "N", default_value_t = 10_000)]
+    idle_timeout_ms: u64,
+    /// Write a new identity (cert.pem, and key.pem with mode 0600) into DIR
+    /// and exit.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["identity", "trust", "peers", "exports", "imports"])]
+    gen_identity: Option<PathBuf>,
+    /// The host name written into the certificate made by --gen-identity
+    /// [default: ferry-host].
+    #[arg(long, value_name = "NAME", requires = "gen_identity", conflicts_with = "identity")]
+    host_name: Option<String>,
 }
 
-fn split_eq(v: &str) -> Result<(String, String), String> {
-    v.split_once('=').map(|(a, b)| (a.to_owned(), b.to_owned())).ok_or_else(|| format!("{v:?}: expected HOST=VALUE"))
+/// Splits `HOST=VALUE`, with neither side empty.
+fn split_eq(v: &str) -> Result<(String, &str), String> {
+    match v.split_once('=') {
+        Some((h, rest)) if !h.is_empty() && !rest.is_empty() => Ok((h.to_owned(), rest)),
+        _ => Err("expected HOST=VALUE".to_owned()),
+    }
 }
 
-fn parse() -> Result<Option<Args>, String> {
-    let mut it = std::env::args().skip(1);
-    let mut a = Args {
-        identity: PathBuf::new(),
-        listen: "0.0.0.0:7447".parse().unwrap(),
-        trust: vec![],
-        peers: vec![],
-        exports: vec![],
-        imports: vec![],
-        idle: Duration::from_secs(10),
-    };
-    let mut gen: Option<(PathBuf, String)> = None;
-    let mut host_name = "ferry-host".to_owned();
-    while let Some(flag) = it.next() {
-        let mut val = || it.next().ok_or_else(|| format!("{flag} needs a value"));
-        match flag.as_str() {
-            "--identity" => a.identity = val()?.into(),
-            "--listen" => a.listen = val()?.parse().map_err(|e| format!("--listen: {e}"))?,
-            "--trust" => {
-                let (h, p) = split_eq(&val()?)?;
-                a.trust.push((h, p.into()));
-            }
-            "--peer" => {
-                let (h, p) = split_eq(&val()?)?;
-                a.peers.push((h, p.parse().map_err(|e| format!("--peer: {e}"))?));
-            }
-            "--export" => a.exports.push(val()?),
-            "--import" => a.imports.push(val()?),
-            "--idle-timeout-ms" => a.idle = Duration::from_millis(val()?.parse().map_err(|e| format!("--idle-timeout-ms: {e}"))?),
-            "--gen-identity" => gen = Some((val()?.into(), String::new())),
-            "--host-name" => host_name = val()?,
-            "-h" | "--help" => {
-                println!("{USAGE}");
-                return Ok(None);
-            }
-            other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
-        }
-    }
-    if let Some((dir, _)) = gen {
-        let id = Identity::generate(&host_name).map_err(|e| e.to_string())?;
-        let (cert, key) = id.to_pem();
-        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-        write_private(&dir.join("key.pem"), &key)?;
-        std::fs::write(dir.join("cert.pem"), cert).map_err(|e| e.to_string())?;
-        println!("ferry-netd: wrote {0}/cert.pem (give it to peers) and {0}/key.pem", dir.display());
-        return Ok(None);
-    }
-    if a.identity.as_os_str().is_empty() {
-        return Err(format!("--identity is required\n{USAGE}"));
-    }
-    Ok(Some(a))
+fn parse_trust(v: &str) -> Result<(String, PathBuf), String> {
+    let (h, pem) = split_eq(v)?;
+    Ok((h, pem.into()))
+}
+
+fn parse_peer(v: &str) -> Result<(String, SocketAddr), String> {
+    let (h, addr) = split_eq(v)?;
+    let addr = addr.parse().map_err(|e| format!("{addr:?} is not a socket address (IP:PORT): {e}"))?;
+    Ok((h, addr))
+}
+
+fn gen_identity(dir: &Path, host_name: &str) -> Result<(), String> {
+    let id = Identity::generate(host_name).map_err(|e| e.to_string())?;
+    let (cert, key) = id.to_pem();
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    write_private(&dir.join("key.pem"), &key)?;
+    std::fs::write(dir.join("cert.pem"), cert).map_err(|e| e.to_string())?;
+    println!("ferry-netd: wrote {0}/cert.pem (give it to peers) and {0}/key.pem", dir.display());
+    Ok(())
 }
 
 fn write_private(path: &Path, text: &str) -> Result<(), String> {
@@ -107,14 +103,18 @@ fn read(path: &Path) -> Result<String, String> {
 }
 
 fn run(a: Args) -> Result<(), String> {
-    let id = Identity::from_pem(&read(&a.identity.join("cert.pem"))?, &read(&a.identity.join("key.pem"))?)?;
+    if let Some(dir) = &a.gen_identity {
+        return gen_identity(dir, a.host_name.as_deref().unwrap_or("ferry-host"));
+    }
+    let dir = a.identity.as_deref().ok_or("--identity is required")?;
+    let id = Identity::from_pem(&read(&dir.join("cert.pem"))?, &read(&dir.join("key.pem"))?)?;
     let mut peers = Vec::new();
     for (host, pem) in &a.trust {
         peers.push(Peer { name: host.clone(), cert: ferry_net::tls::parse_cert_pem(&read(pem)?)? });
     }
     let mut names = Bootstrap::connect().map_err(|e| format!("local name server: {e}"))?;
     let mut cfg = NodeConfig::new(id, peers, a.listen);
-    cfg.idle_timeout = a.idle;
+    cfg.idle_timeout = Duration::from_millis(a.idle_timeout_ms);
     let node = Node::start(cfg).map_err(|e| e.to_string())?;
     for name in &a.exports {
         let right = names.lookup_wait(name, Duration::from_secs(10)).map_err(|e| format!("--export {name}: {e}"))?;
@@ -157,18 +157,12 @@ fn connect_retrying(node: &Node, host: &str, addr: SocketAddr) -> Result<(), Str
 }
 
 fn main() -> ExitCode {
-    match parse() {
-        Ok(None) => ExitCode::SUCCESS,
-        Ok(Some(a)) => match run(a) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("ferry-netd: {e}");
-                ExitCode::FAILURE
-            }
-        },
+    // Bad arguments: clap prints the error and the usage, and exits with 2.
+    match run(Args::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("ferry-netd: {e}");
-            ExitCode::from(2)
+            ExitCode::FAILURE
         }
     }
 }

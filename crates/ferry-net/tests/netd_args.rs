@@ -1,0 +1,113 @@
+//! `ferry-netd`'s command line, run as a user would: `--help` and
+//! `--version` work, bad flags and bad values are refused with a clear
+//! message and exit code 2 before anything starts, and `--gen-identity`
+//! writes a usable identity. No daemon is left running.
+
+use std::os::unix::fs::PermissionsExt;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Runs `ferry-netd ARGS` to completion, killing it after 30 seconds.
+fn netd(args: &[&str]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ferry-netd"))
+        .args(args)
+        // Never reach a real name server from these runs.
+        .env("FERRY_BOOTSTRAP", "/nonexistent/ferry-netd-args/bootstrap")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn ferry-netd");
+    let start = Instant::now();
+    while child.try_wait().expect("wait").is_none() {
+        if start.elapsed() > Duration::from_secs(30) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("ferry-netd {args:?} still running after 30 s");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child.wait_with_output().expect("output")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// A usage error: exit code 2, nothing on standard output, and standard
+/// error saying `what`.
+fn assert_usage_error(args: &[&str], what: &[&str]) {
+    let out = netd(args);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "ferry-netd {args:?}: {out:?}");
+    assert!(out.stdout.is_empty(), "ferry-netd {args:?} wrote to stdout: {}", text(&out.stdout));
+    for w in what {
+        assert!(err.contains(w), "ferry-netd {args:?}: stderr lacks {w:?}:\n{err}");
+    }
+}
+
+#[test]
+fn help_lists_every_flag() {
+    for flag in ["--help", "-h"] {
+        let out = netd(&[flag]);
+        assert!(out.status.success(), "{flag}: {out:?}");
+        let help = text(&out.stdout);
+        assert!(help.contains("Usage: ferry-netd"), "{help}");
+        for f in [
+            "--identity", "--listen", "--trust", "--peer", "--export", "--import", "--idle-timeout-ms", "--gen-identity",
+            "--host-name", "--version",
+        ] {
+            assert!(help.contains(f), "{flag} does not mention {f}:\n{help}");
+        }
+    }
+}
+
+#[test]
+fn version_prints_the_crate_version() {
+    for flag in ["--version", "-V"] {
+        let out = netd(&[flag]);
+        assert!(out.status.success(), "{flag}: {out:?}");
+        assert_eq!(text(&out.stdout).trim(), format!("ferry-netd {}", env!("CARGO_PKG_VERSION")));
+    }
+}
+
+#[test]
+fn unknown_flag_is_a_usage_error() {
+    assert_usage_error(&["--identity", "/nonexistent", "--bogus"], &["unexpected argument '--bogus'", "Usage: ferry-netd"]);
+}
+
+#[test]
+fn bad_values_are_usage_errors_naming_the_flag() {
+    assert_usage_error(&["--identity", "/nonexistent", "--listen", "not-an-address"], &["--listen", "not-an-address"]);
+    assert_usage_error(&["--identity", "/nonexistent", "--peer", "a=10.0.0.1"], &["--peer", "not a socket address"]);
+    assert_usage_error(&["--identity", "/nonexistent", "--peer", "10.0.0.1:7447"], &["--peer", "expected HOST=VALUE"]);
+    assert_usage_error(&["--identity", "/nonexistent", "--trust", "=cert.pem"], &["--trust", "expected HOST=VALUE"]);
+    assert_usage_error(&["--identity", "/nonexistent", "--idle-timeout-ms", "soon"], &["--idle-timeout-ms", "soon"]);
+    assert_usage_error(&["--identity"], &["--identity", "a value is required"]);
+}
+
+#[test]
+fn identity_is_required_and_gen_identity_stands_alone() {
+    assert_usage_error(&[], &["--identity"]);
+    assert_usage_error(&["--listen", "127.0.0.1:0"], &["--identity"]);
+    assert_usage_error(&["--gen-identity", "/nonexistent", "--identity", "/nonexistent"], &["cannot be used with"]);
+    assert_usage_error(&["--identity", "/nonexistent", "--host-name", "a"], &["--host-name"]);
+}
+
+#[test]
+fn gen_identity_writes_a_private_key_and_a_certificate() {
+    let dir = std::env::temp_dir().join(format!("ferry-netd-args-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let id = dir.join("id");
+    let out = netd(&["--gen-identity", id.to_str().unwrap(), "--host-name", "a"]);
+    assert!(out.status.success(), "{out:?}");
+    let (cert, key) = (std::fs::read_to_string(id.join("cert.pem")).unwrap(), std::fs::read_to_string(id.join("key.pem")).unwrap());
+    assert_eq!(std::fs::metadata(id.join("key.pem")).unwrap().permissions().mode() & 0o777, 0o600);
+    ferry_net::Identity::from_pem(&cert, &key).expect("the written identity loads");
+    // A daemon given that identity gets past its arguments and fails only
+    // at the (absent) local name server, as a run-time error (exit 1).
+    let out = netd(&["--identity", id.to_str().unwrap(), "--listen", "127.0.0.1:0"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(text(&out.stderr).contains("local name server"), "{out:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -896,7 +896,9 @@ sqlite3 w.db 'PRAGMA journal_mode;' 'UPDATE t SET y = "u" WHERE x % 7 = 0;' 'SEL
 "#;
 
 /// The Python half: copytree, scandir, the open modes, pread/pwrite,
-/// mmap writes, SEEK_DATA/SEEK_HOLE, fcntl flags and /proc/self/fd.
+/// mmap writes, SEEK_DATA/SEEK_HOLE, fcntl flags, /proc/self/fd, and
+/// copy_file_range/sendfile with an emulated end (which the kernel would
+/// do with its own offset and size, so the library copies).
 const TOOLS_PY: &str = r#"
 import errno, fcntl, mmap, os, shutil
 shutil.copytree('d', 'd2')
@@ -955,6 +957,15 @@ print(sorted(os.listdir(dfd)))
 os.close(dfd)
 print(os.access('a.txt', os.R_OK), os.access('nope', os.F_OK))
 os.rename('new.txt', 'd2/renamed.txt'); os.remove('p.txt')
+src = os.open('big.txt', os.O_RDONLY)
+dst = os.open('cfr.out', os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+print('cfr', os.copy_file_range(src, dst, 70000), os.copy_file_range(src, dst, 70000), os.lseek(src, 0, 1), os.lseek(dst, 0, 1))
+print('cfr at offsets', os.copy_file_range(src, dst, 100, 5, 200000), os.lseek(src, 0, 1), os.fstat(dst).st_size)
+os.write(dst, b'END')
+os.lseek(src, 10, 0)
+print('sendfile', os.sendfile(dst, src, None, 1000), os.sendfile(dst, src, 50000, 20), os.lseek(src, 0, 1), os.lseek(dst, 0, 1))
+os.close(dst); os.close(src)
+print(open('cfr.out', 'rb').read()[-40:])
 "#;
 
 /// Every file under `dir` (relative name, kind, size, mode, content or

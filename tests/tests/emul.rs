@@ -966,6 +966,11 @@ os.lseek(src, 10, 0)
 print('sendfile', os.sendfile(dst, src, None, 1000), os.sendfile(dst, src, 50000, 20), os.lseek(src, 0, 1), os.lseek(dst, 0, 1))
 os.close(dst); os.close(src)
 print(open('cfr.out', 'rb').read()[-40:])
+fd = os.open('cfr.out', os.O_RDWR)
+print('before truncate by name', os.pread(fd, 5, 70000))
+os.truncate('cfr.out', 20)
+print('after truncate by name', os.pread(fd, 5, 70000), os.pread(fd, 5, 100), os.pread(fd, 30, 0), os.fstat(fd).st_size)
+os.close(fd)
 "#;
 
 /// Every file under `dir` (relative name, kind, size, mode, content or

@@ -564,6 +564,37 @@ pub unsafe extern "C" fn lseek64(fd: c_int, off: off_t, whence: c_int) -> off_t 
     lseek_impl(fd, off, whence).unwrap_or_else(|| unsafe { real::lseek64()(fd, off, whence) })
 }
 
+/// `truncate` by name under the served root: opened for writing through
+/// the server and cut with the emulated `ftruncate`, so the token and every
+/// process's cached size and windows follow (the kernel's `truncate` would
+/// leave them describing bytes that are gone).
+fn emul_truncate(path: *const c_char, len: off_t) -> Option<c_int> {
+    let fd = emul_open(libc::AT_FDCWD, path, libc::O_WRONLY | libc::O_CLOEXEC, 0)?;
+    if fd < 0 {
+        return Some(-1);
+    }
+    // SAFETY: our own descriptor, just opened.
+    let r = unsafe { ftruncate(fd, len) };
+    let e = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+    // SAFETY: our own descriptor, just opened.
+    unsafe { close(fd) };
+    if r < 0 {
+        set_errno(e);
+    }
+    Some(r)
+}
+/// `truncate(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn truncate(path: *const c_char, len: off_t) -> c_int {
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
+    emul_truncate(path, len).unwrap_or_else(|| unsafe { real::truncate()(path, len) })
+}
+/// `truncate64(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn truncate64(path: *const c_char, len: off_t) -> c_int {
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
+    emul_truncate(path, len).unwrap_or_else(|| unsafe { real::truncate64()(path, len) })
+}
 /// `ftruncate(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn ftruncate(fd: c_int, len: off_t) -> c_int {

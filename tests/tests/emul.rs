@@ -971,6 +971,13 @@ print('before truncate by name', os.pread(fd, 5, 70000))
 os.truncate('cfr.out', 20)
 print('after truncate by name', os.pread(fd, 5, 70000), os.pread(fd, 5, 100), os.pread(fd, 30, 0), os.fstat(fd).st_size)
 os.close(fd)
+fd = os.open('big.txt', os.O_RDONLY)
+print('before O_TRUNC', os.pread(fd, 6, 90000))
+with open('big.txt', 'w') as w:
+    print('after O_TRUNC', os.pread(fd, 6, 90000), os.pread(fd, 6, 10), os.fstat(fd).st_size)
+    w.write('rewritten\n')
+print('reader sees', os.pread(fd, 100, 0))
+os.close(fd)
 "#;
 
 /// Every file under `dir` (relative name, kind, size, mode, content or

@@ -829,3 +829,225 @@ fn emul_server_in_its_own_process_keeps_no_descriptor_after_its_clients_die() {
         let _ = std::fs::remove_dir_all(&dir);
     });
 }
+
+/// The shell half of the broad tool run: every step prints what it
+/// produced (names, sizes, modes, contents, digests; never times or
+/// absolute paths), so the native run and the emulated run must print the
+/// same bytes and leave the same tree.
+const TOOLS_SCRIPT: &str = r#"
+set -e
+umask 022
+printf 'alpha\nbeta\ngamma\n' > a.txt
+seq 1 20000 > big.txt
+ls -l a.txt big.txt | awk '{print $1, $5, $9}'
+wc a.txt big.txt
+head -n 2 a.txt; tail -n 1 a.txt; head -c 50 big.txt; tail -c 30 big.txt
+mkdir -p d/e/f
+cp a.txt d/e/f/b.txt
+cp big.txt d/big.copy
+find . -type f | sort
+cmp a.txt d/e/f/b.txt && echo cmp-same
+cmp big.txt d/big.copy && echo cmp-big-same
+diff a.txt d/e/f/b.txt && echo diff-same
+md5sum a.txt big.txt d/big.copy
+gzip -k big.txt
+gunzip -c big.txt.gz | md5sum
+mv big.txt.gz d/moved.gz
+gunzip d/moved.gz
+md5sum d/moved
+sed -i 's/beta/BETA/' a.txt
+cat a.txt
+awk '{print NR ": " $0}' a.txt > numbered.txt
+awk 'BEGIN { print "from awk" > "awk-out.txt"; print "again" >> "awk-out.txt" }'
+cat numbered.txt awk-out.txt
+dd if=big.txt of=dd.out bs=4096 skip=2 count=3 status=none
+dd if=a.txt of=dd.out bs=1 seek=10 conv=notrunc status=none
+dd if=a.txt of=dd.out bs=7 seek=3000 status=none
+wc -c dd.out; md5sum dd.out
+touch t1
+touch -c not-there
+mv t1 t2
+ls
+rm t2
+rm -f numbered.txt
+ln -s a.txt link
+cat link
+readlink link
+split -b 10000 big.txt part.
+ls part.*
+cat part.* | cmp - big.txt && echo split-joins
+echo one | tee -a a.txt
+echo two | tee -a a.txt > /dev/null
+bash -c 'echo appended >> a.txt; echo fresh > r.txt; echo more >> r.txt'
+cat a.txt r.txt
+truncate -s 5 a.txt
+truncate -s 8192 sparse
+truncate -s +100 r.txt
+wc -c a.txt sparse r.txt
+umask 027
+touch masked
+mkdir masked-dir
+stat -c '%a %s %n' masked masked-dir a.txt sparse
+umask 022
+sqlite3 w.db 'PRAGMA journal_mode=WAL;' 'CREATE TABLE t(x INTEGER, y TEXT);' \
+  'WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM c WHERE i<3000) INSERT INTO t SELECT i, printf("row %d", i) FROM c;' \
+  'SELECT count(*), sum(x) FROM t;' 'PRAGMA integrity_check;'
+sqlite3 w.db 'PRAGMA journal_mode;' 'UPDATE t SET y = "u" WHERE x % 7 = 0;' 'SELECT count(*) FROM t WHERE y = "u";' 'PRAGMA integrity_check;'
+"#;
+
+/// The Python half: copytree, scandir, the open modes, pread/pwrite,
+/// mmap writes, SEEK_DATA/SEEK_HOLE, fcntl flags, /proc/self/fd, and
+/// copy_file_range/sendfile with an emulated end (which the kernel would
+/// do with its own offset and size, so the library copies).
+const TOOLS_PY: &str = r#"
+import errno, fcntl, mmap, os, shutil
+shutil.copytree('d', 'd2')
+print(sorted((e.name, e.is_dir(), e.is_file(), e.is_symlink()) for e in os.scandir('.')))
+print(sorted(os.listdir('d2')))
+with open('p.txt', 'a') as f:
+    f.write('one\n')
+with open('p.txt', 'a') as f:
+    f.write('two\n')
+    print('tell after append', f.tell())
+with open('p.txt', 'r+b') as f:
+    f.seek(1); f.write(b'X'); f.seek(0); print(f.read())
+try:
+    open('p.txt', 'x')
+except FileExistsError:
+    print('x on an existing file: exists')
+with open('new.txt', 'x') as f:
+    f.write('new')
+fd = os.open('pp.bin', os.O_RDWR | os.O_CREAT, 0o640)
+print(os.pwrite(fd, b'hello', 100), os.pread(fd, 5, 100), os.fstat(fd).st_size)
+os.ftruncate(fd, 3 * 65536)
+m = mmap.mmap(fd, 3 * 65536)
+m[0:5] = b'MMAPW'; m[70000:70004] = b'deep'
+m.flush(); m.close()
+print(os.fstat(fd).st_size, os.pread(fd, 5, 0), os.pread(fd, 4, 70000))
+print('data at', os.lseek(fd, 0, os.SEEK_DATA) <= 0, 'hole before end', os.lseek(fd, 0, os.SEEK_HOLE) <= 3 * 65536)
+try:
+    os.lseek(fd, 4 * 65536, os.SEEK_DATA)
+except OSError as e:
+    print('SEEK_DATA past the end', errno.errorcode[e.errno])
+os.close(fd)
+print(oct(os.stat('pp.bin').st_mode & 0o777), oct(os.stat('new.txt').st_mode & 0o777))
+fd = os.open('a.txt', os.O_WRONLY | os.O_APPEND)
+fl = fcntl.fcntl(fd, fcntl.F_GETFL)
+print('accmode', fl & os.O_ACCMODE, 'append', bool(fl & os.O_APPEND))
+fcntl.fcntl(fd, fcntl.F_SETFL, fl & ~os.O_APPEND)
+print('append after F_SETFL', bool(fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_APPEND))
+fcntl.fcntl(fd, fcntl.F_SETFL, fl)
+os.write(fd, b'py\n')
+d = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10)
+print('dupfd', d >= 10, 'cloexec', bool(fcntl.fcntl(d, fcntl.F_GETFD) & fcntl.FD_CLOEXEC))
+os.write(d, b'dup\n')
+print('link', os.path.basename(os.readlink('/proc/self/fd/%d' % d)))
+os.close(d); os.close(fd)
+print(open('a.txt').read())
+dfd = os.open('d', os.O_RDONLY | os.O_DIRECTORY)
+f2 = os.open('at.txt', os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600, dir_fd=dfd)
+os.write(f2, b'through a dirfd\n'); os.close(f2)
+try:
+    os.open('at.txt', os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600, dir_fd=dfd)
+except FileExistsError:
+    print('O_EXCL through a dirfd: exists')
+f2 = os.open('at.txt', os.O_RDWR | os.O_TRUNC, dir_fd=dfd)
+print('after O_TRUNC', os.fstat(f2).st_size); os.close(f2)
+print(sorted(os.listdir(dfd)))
+os.close(dfd)
+print(os.access('a.txt', os.R_OK), os.access('nope', os.F_OK))
+os.rename('new.txt', 'd2/renamed.txt'); os.remove('p.txt')
+src = os.open('big.txt', os.O_RDONLY)
+dst = os.open('cfr.out', os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+print('cfr', os.copy_file_range(src, dst, 70000), os.copy_file_range(src, dst, 70000), os.lseek(src, 0, 1), os.lseek(dst, 0, 1))
+print('cfr at offsets', os.copy_file_range(src, dst, 100, 5, 200000), os.lseek(src, 0, 1), os.fstat(dst).st_size)
+os.write(dst, b'END')
+os.lseek(src, 10, 0)
+print('sendfile', os.sendfile(dst, src, None, 1000), os.sendfile(dst, src, 50000, 20), os.lseek(src, 0, 1), os.lseek(dst, 0, 1))
+os.close(dst); os.close(src)
+print(open('cfr.out', 'rb').read()[-40:])
+fd = os.open('cfr.out', os.O_RDWR)
+print('before truncate by name', os.pread(fd, 5, 70000))
+os.truncate('cfr.out', 20)
+print('after truncate by name', os.pread(fd, 5, 70000), os.pread(fd, 5, 100), os.pread(fd, 30, 0), os.fstat(fd).st_size)
+os.close(fd)
+fd = os.open('big.txt', os.O_RDONLY)
+print('before O_TRUNC', os.pread(fd, 6, 90000))
+with open('big.txt', 'w') as w:
+    print('after O_TRUNC', os.pread(fd, 6, 90000), os.pread(fd, 6, 10), os.fstat(fd).st_size)
+    w.write('rewritten\n')
+print('reader sees', os.pread(fd, 100, 0))
+os.close(fd)
+"#;
+
+/// Every file under `dir` (relative name, kind, size, mode, content or
+/// link target), in name order: two trees are alike when these agree.
+fn tree(dir: &Path) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            let rel = p.strip_prefix(dir).unwrap().to_string_lossy().into_owned();
+            let md = std::fs::symlink_metadata(&p).unwrap();
+            use std::os::unix::fs::PermissionsExt as _;
+            let mode = md.permissions().mode() & 0o7777;
+            let what = if md.file_type().is_symlink() {
+                format!("link -> {}", std::fs::read_link(&p).unwrap().display())
+            } else if md.is_dir() {
+                stack.push(p.clone());
+                format!("dir {mode:o}")
+            } else {
+                let data = std::fs::read(&p).unwrap();
+                let sum = data.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+                format!("file {mode:o} {} {sum:016x}", data.len())
+            };
+            out.push((rel, what));
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn emul_ordinary_file_tools_leave_the_same_tree_and_output_as_native() {
+    watchdog("emul_ordinary_file_tools_leave_the_same_tree_and_output_as_native", Duration::from_secs(300), || {
+        let test = "emul_ordinary_file_tools_leave_the_same_tree_and_output_as_native";
+        for p in ["bash", "ls", "wc", "find", "diff", "cmp", "md5sum", "gzip", "sed", "awk", "dd", "split", "tee", "truncate", "stat", "sqlite3", "python3"] {
+            if !have(p, test) {
+                return;
+            }
+        }
+        let base = scratch("tools");
+        let (mine, theirs) = (base.join("emul"), base.join("native"));
+        std::fs::create_dir_all(&mine).unwrap();
+        std::fs::create_dir_all(&theirs).unwrap();
+        let script = format!("{TOOLS_SCRIPT}\npython3 -c \"$FERRY_TEST_PY\"\nfind . | sort\n");
+        let srv = Served::new(&mine);
+        let ours = srv.command("bash").arg("-c").arg(&script).env("FERRY_TEST_PY", TOOLS_PY).current_dir(&mine).output().unwrap();
+        let native = Command::new("bash")
+            .arg("-c")
+            .arg(&script)
+            .env("FERRY_TEST_PY", TOOLS_PY)
+            .current_dir(&theirs)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(native.status.success(), "the script failed natively: {}", String::from_utf8_lossy(&native.stderr));
+        let (o, n) = (String::from_utf8_lossy(&ours.stdout), String::from_utf8_lossy(&native.stdout));
+        if o != n || !ours.status.success() {
+            let first = o.lines().zip(n.lines()).position(|(a, b)| a != b);
+            panic!(
+                "the tools printed differently under emulation ({}); first differing line {first:?}\n--- emulated:\n{o}\n--- native:\n{n}\n--- emulated stderr:\n{}",
+                ours.status,
+                String::from_utf8_lossy(&ours.stderr)
+            );
+        }
+        assert_eq!(tree(&mine), tree(&theirs), "the tools left a different tree under emulation");
+        let (stats, open) = srv.finish();
+        assert!(stats.opens >= 50, "the tools' opens did not reach the server: {stats:?}");
+        assert!(stats.names >= 10, "the tools' renames, unlinks and mkdirs did not reach the server: {stats:?}");
+        assert_eq!(open, 0, "the server still holds open files after every client exited");
+        let _ = std::fs::remove_dir_all(&base);
+    });
+}

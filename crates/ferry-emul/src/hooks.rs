@@ -564,6 +564,37 @@ pub unsafe extern "C" fn lseek64(fd: c_int, off: off_t, whence: c_int) -> off_t 
     lseek_impl(fd, off, whence).unwrap_or_else(|| unsafe { real::lseek64()(fd, off, whence) })
 }
 
+/// `truncate` by name under the served root: opened for writing through
+/// the server and cut with the emulated `ftruncate`, so the token and every
+/// process's cached size and windows follow (the kernel's `truncate` would
+/// leave them describing bytes that are gone).
+fn emul_truncate(path: *const c_char, len: off_t) -> Option<c_int> {
+    let fd = emul_open(libc::AT_FDCWD, path, libc::O_WRONLY | libc::O_CLOEXEC, 0)?;
+    if fd < 0 {
+        return Some(-1);
+    }
+    // SAFETY: our own descriptor, just opened.
+    let r = unsafe { ftruncate(fd, len) };
+    let e = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+    // SAFETY: our own descriptor, just opened.
+    unsafe { close(fd) };
+    if r < 0 {
+        set_errno(e);
+    }
+    Some(r)
+}
+/// `truncate(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn truncate(path: *const c_char, len: off_t) -> c_int {
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
+    emul_truncate(path, len).unwrap_or_else(|| unsafe { real::truncate()(path, len) })
+}
+/// `truncate64(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn truncate64(path: *const c_char, len: off_t) -> c_int {
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
+    emul_truncate(path, len).unwrap_or_else(|| unsafe { real::truncate64()(path, len) })
+}
 /// `ftruncate(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn ftruncate(fd: c_int, len: off_t) -> c_int {
@@ -691,20 +722,128 @@ pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
     fcntl_impl(fd, cmd, arg, real::fcntl64())
 }
 
-fn kernel_copy_refused(a: c_int, b: c_int) -> bool {
-    // Copies inside the kernel use the kernel's offset, not the open
-    // file's: refused, so that programs fall back to read and write.
-    if state::get(a).is_some() || state::get(b).is_some() {
-        set_errno(libc::EXDEV);
-        return true;
-    }
-    false
+/// Whether either end of an in-kernel copy is emulated: the kernel would
+/// use its own offset and size for the descriptor, not the open file's, so
+/// the library copies instead (`user_copy`).
+fn either_emulated(a: c_int, b: c_int) -> bool {
+    state::get(a).is_some() || state::get(b).is_some()
 }
+
+/// Reads one chunk from `fd` at `at` (or at its offset when `None`),
+/// through the hooks so that emulated descriptors use the open file.
+unsafe fn chunk_read(fd: c_int, buf: &mut [u8], at: Option<i64>) -> ssize_t {
+    // SAFETY: our own buffer of buf.len() bytes.
+    unsafe {
+        match at {
+            Some(o) => pread(fd, buf.as_mut_ptr().cast(), buf.len(), o),
+            None => read(fd, buf.as_mut_ptr().cast(), buf.len()),
+        }
+    }
+}
+
+/// Writes all of `buf` to `fd` at `at` (or at its offset), retrying short
+/// writes: what was taken from the input must not be lost. Returns the
+/// bytes written and the error that stopped it, if any.
+unsafe fn chunk_write(fd: c_int, buf: &[u8], at: Option<i64>) -> (usize, Option<Errno>) {
+    let mut done = 0usize;
+    let mut tries = 0u32;
+    while done < buf.len() {
+        let rest = &buf[done..];
+        // SAFETY: our own buffer.
+        let r = unsafe {
+            match at {
+                Some(o) => pwrite(fd, rest.as_ptr().cast(), rest.len(), o + done as i64),
+                None => write(fd, rest.as_ptr().cast(), rest.len()),
+            }
+        };
+        if r < 0 {
+            let e = std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO);
+            if e == libc::EINTR && tries < 1000 {
+                tries += 1;
+                continue;
+            }
+            return (done, Some(e));
+        }
+        if r == 0 {
+            return (done, Some(libc::EIO));
+        }
+        done += r as usize;
+    }
+    (done, None)
+}
+
+/// `copy_file_range`, `sendfile` and `splice` with an emulated end, done in
+/// the library with read and write through the open files (the kernel would
+/// bypass the window, the token's offset and the cached size). `in_at` and
+/// `out_at` are the callers' offset pointers (null: the descriptor's own
+/// offset, which moves). Input is taken by `pread` and its offset moved by
+/// what was written, so nothing read is lost on a short write; an input
+/// that cannot seek (a pipe) is read and its bytes written in full.
+unsafe fn user_copy(i: c_int, in_at: *mut i64, o: c_int, out_at: *mut i64, n: size_t) -> ssize_t {
+    const CHUNK: usize = 256 * 1024;
+    let mut buf = vec![0u8; n.min(CHUNK)];
+    // SAFETY: the callers' offset pointers, null or valid (the kernel's contract).
+    let (mut ip, mut op) = unsafe { (in_at.as_mut(), out_at.as_mut()) };
+    if ip.as_deref().is_some_and(|v| *v < 0) || op.as_deref().is_some_and(|v| *v < 0) {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    // The input's own offset when it is seekable, to peek without consuming.
+    // SAFETY: lseek through the hook on the caller's descriptor.
+    let mut cur = if ip.is_none() { Some(unsafe { lseek(i, 0, libc::SEEK_CUR) }).filter(|&c| c >= 0) } else { None };
+    let mut total = 0usize;
+    while total < n {
+        let want = (n - total).min(buf.len());
+        let at = ip.as_deref().copied().or(cur);
+        // SAFETY: our own buffer.
+        let got = unsafe { chunk_read(i, &mut buf[..want], at) };
+        if got < 0 {
+            if total == 0 {
+                return -1;
+            }
+            break;
+        }
+        if got == 0 {
+            break;
+        }
+        let got = got as usize;
+        // SAFETY: our own buffer.
+        let (put, err) = unsafe { chunk_write(o, &buf[..got], op.as_deref().copied()) };
+        total += put;
+        if let Some(v) = op.as_deref_mut() {
+            *v += put as i64;
+        }
+        if let Some(v) = ip.as_deref_mut() {
+            *v += put as i64;
+        } else if let Some(c) = cur.as_mut() {
+            *c += put as i64;
+            // SAFETY: lseek through the hook on the caller's descriptor.
+            unsafe { lseek(i, *c, libc::SEEK_SET) };
+        }
+        if let Some(e) = err {
+            if total == 0 {
+                set_errno(e);
+                return -1;
+            }
+            break;
+        }
+        if put < got || got < want {
+            break;
+        }
+    }
+    total as ssize_t
+}
+
 /// `copy_file_range(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn copy_file_range(i: c_int, io: *mut i64, o: c_int, oo: *mut i64, n: size_t, fl: c_uint) -> ssize_t {
-    if kernel_copy_refused(i, o) {
-        return -1;
+    if either_emulated(i, o) {
+        if fl != 0 {
+            set_errno(libc::EINVAL);
+            return -1;
+        }
+        // SAFETY: the caller's arguments (the kernel's contract).
+        return unsafe { user_copy(i, io, o, oo, n) };
     }
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { real::copy_file_range()(i, io, o, oo, n, fl) }
@@ -712,9 +851,9 @@ pub unsafe extern "C" fn copy_file_range(i: c_int, io: *mut i64, o: c_int, oo: *
 /// `sendfile(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn sendfile(o: c_int, i: c_int, off: *mut off_t, n: size_t) -> ssize_t {
-    if kernel_copy_refused(i, o) {
-        set_errno(libc::EINVAL);
-        return -1;
+    if either_emulated(i, o) {
+        // SAFETY: the caller's arguments (the kernel's contract); the output's offset moves.
+        return unsafe { user_copy(i, off, o, std::ptr::null_mut(), n) };
     }
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { real::sendfile()(o, i, off, n) }
@@ -722,9 +861,9 @@ pub unsafe extern "C" fn sendfile(o: c_int, i: c_int, off: *mut off_t, n: size_t
 /// `sendfile64(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn sendfile64(o: c_int, i: c_int, off: *mut off_t, n: size_t) -> ssize_t {
-    if kernel_copy_refused(i, o) {
-        set_errno(libc::EINVAL);
-        return -1;
+    if either_emulated(i, o) {
+        // SAFETY: the caller's arguments (the kernel's contract); the output's offset moves.
+        return unsafe { user_copy(i, off, o, std::ptr::null_mut(), n) };
     }
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { real::sendfile64()(o, i, off, n) }
@@ -732,9 +871,10 @@ pub unsafe extern "C" fn sendfile64(o: c_int, i: c_int, off: *mut off_t, n: size
 /// `splice(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn splice(i: c_int, io: *mut i64, o: c_int, oo: *mut i64, n: size_t, fl: c_uint) -> ssize_t {
-    if kernel_copy_refused(i, o) {
-        set_errno(libc::EINVAL);
-        return -1;
+    if either_emulated(i, o) {
+        let _ = fl; // SPLICE_F_* are hints; the copy is done either way.
+        // SAFETY: the caller's arguments (the kernel's contract).
+        return unsafe { user_copy(i, io, o, oo, n) };
     }
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { real::splice()(i, io, o, oo, n, fl) }

@@ -88,6 +88,8 @@ real_fns! {
     lseek64: fn(c_int, off_t, c_int) -> off_t;
     ftruncate: fn(c_int, off_t) -> c_int;
     ftruncate64: fn(c_int, off_t) -> c_int;
+    truncate: fn(*const c_char, off_t) -> c_int;
+    truncate64: fn(*const c_char, off_t) -> c_int;
     fsync: fn(c_int) -> c_int;
     fdatasync: fn(c_int) -> c_int;
     close: fn(c_int) -> c_int;

@@ -355,20 +355,25 @@ impl EmulServer {
             return rustix::fs::fsync(&f.file);
         }
         let len = get_u64(body, 8).ok_or(Errno::INVAL)?;
-        // Every open file of this file (this one included: after a fork
-        // others may share it) may be reading through a window the bytes
-        // about to go. Their tokens are called back first (the server waits
-        // for an active holder to finish its call: holders never wait for
-        // the server while active), their sizes set, and the tokens left
-        // free, so that no holder copies from beyond the new end (which
-        // would fault) or misses the new size.
+        self.cut(f.identity, f.file.as_fd(), len)
+    }
+
+    /// Sets the length of the file `identity` (open as `file`) to `len`.
+    /// Every open file of this file (the caller's included: after a fork
+    /// others may share it) may be reading through a window the bytes about
+    /// to go. Their tokens are called back first (the server waits for an
+    /// active holder to finish its call: holders never wait for the server
+    /// while active), their sizes set, and the tokens left free, so that no
+    /// holder copies from beyond the new end (which would fault) or misses
+    /// the new size.
+    fn cut(&self, identity: (u64, u64), file: BorrowedFd<'_>, len: u64) -> Res<()> {
         let me = std::process::id() as i32;
         let all: Vec<Arc<OpenFile>> = self
             .table
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .values()
-            .filter(|o| o.identity == f.identity)
+            .filter(|o| o.identity == identity)
             .cloned()
             .collect();
         let mut recalled = Vec::new();
@@ -383,7 +388,7 @@ impl EmulServer {
             }
         }
         if result.is_ok() {
-            result = rustix::fs::ftruncate(&f.file, len);
+            result = rustix::fs::ftruncate(file, len);
         }
         for o in recalled {
             if result.is_ok() {
@@ -401,7 +406,14 @@ impl EmulServer {
         if self.per_user.get(&who.uid).copied().unwrap_or(0) >= OPEN_FILES_PER_USER {
             return Err(Errno::NFILE);
         }
-        let (fd, is_dir) = as_asker(self.euid, who, || open_beneath(&self.root, name, flags as i32, mode))??;
+        // O_TRUNC on a file opened for writing is done below as a cut, with
+        // the other open files' tokens called back: the kernel's would take
+        // bytes from under their windows (a reader there would fault).
+        // Opening for writing checked the permission a truncation needs.
+        let writes = flags as i32 & libc::O_ACCMODE != libc::O_RDONLY;
+        let trunc = writes && flags as i32 & libc::O_TRUNC != 0;
+        let open_flags = if trunc { flags as i32 & !libc::O_TRUNC } else { flags as i32 };
+        let (fd, is_dir) = as_asker(self.euid, who, || open_beneath(&self.root, name, open_flags, mode))??;
         let (a, b) = crate::sys::socket::seqpacket_pair()?;
         let envelope = SendRight::from_fd(b);
         let mut out = Vec::new();
@@ -413,7 +425,13 @@ impl EmulServer {
             return Ok((out, vec![Item::Send(envelope)]));
         }
         let st = rustix::fs::fstat(&fd)?;
-        let (size, identity) = (st.st_size as u64, (st.st_dev as u64, st.st_ino as u64));
+        let identity = (st.st_dev as u64, st.st_ino as u64);
+        let size = if trunc {
+            self.cut(identity, fd.as_fd(), 0)?;
+            0
+        } else {
+            st.st_size as u64
+        };
         let memfd = crate::sys::mem::memfd("ferry-emul-token", PAGE_LEN as u64)?;
         let page = Arc::new(TokenPage::map(memfd.as_fd()).map_err(|_| Errno::NOMEM)?);
         page.init(who.pid, size);

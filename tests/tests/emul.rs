@@ -22,10 +22,14 @@ use ferry::{Item, SendRight, Timeout};
 fn library() -> PathBuf {
     let bin = Path::new(env!("CARGO_BIN_EXE_ferry-peer"));
     let dir = bin.parent().expect("build directory");
-    for p in [dir.join("libferry_emul.so"), dir.join("deps/libferry_emul.so")] {
-        if p.is_file() {
-            return p;
-        }
+    // `cargo build` leaves a copy beside the programs that `cargo test`
+    // does not refresh: the newer of the two is this build's.
+    let newest = [dir.join("libferry_emul.so"), dir.join("deps/libferry_emul.so")]
+        .into_iter()
+        .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
+        .max();
+    if let Some((_, p)) = newest {
+        return p;
     }
     panic!("libferry_emul.so not built beside {} (it is a dev-dependency of the tests)", dir.display());
 }

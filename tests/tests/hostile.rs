@@ -52,7 +52,9 @@ fn counted(name: &str, f: impl FnOnce()) {
             common::nap();
             after = common::open_fds();
         }
-        assert_eq!(before, after, "{name}: {} descriptors leaked; open now: {}", after as isize - before as isize, fd_list());
+        // Fewer than before is no leak: a descriptor of an earlier case
+        // (closed by the name server thread when it got to it) went meanwhile.
+        assert!(after <= before, "{name}: {} descriptors leaked; open now: {}", after as isize - before as isize, fd_list());
     });
 }
 

@@ -10,9 +10,13 @@ use std::time::{Duration, Instant};
 fn library() -> PathBuf {
     let bin = Path::new(env!("CARGO_BIN_EXE_ferry"));
     let dir = bin.parent().expect("build directory");
+    // The newer copy is this build's (`cargo test` does not refresh the
+    // one `cargo build` left beside the programs).
     [dir.join("libferry_emul.so"), dir.join("deps/libferry_emul.so")]
         .into_iter()
-        .find(|p| p.is_file())
+        .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
+        .max()
+        .map(|(_, p)| p)
         .expect("libferry_emul.so is built beside ferry (a dev-dependency)")
 }
 

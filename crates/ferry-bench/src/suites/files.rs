@@ -140,7 +140,12 @@ fn library() -> Option<PathBuf> {
     }
     let exe = std::env::current_exe().ok()?;
     let dir = exe.parent()?;
-    [dir.join("libferry_emul.so"), dir.join("deps/libferry_emul.so")].into_iter().find(|p| p.is_file())
+    // The newer copy is this build's.
+    [dir.join("libferry_emul.so"), dir.join("deps/libferry_emul.so")]
+        .into_iter()
+        .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
+        .max()
+        .map(|(_, p)| p)
 }
 
 fn load(path: &std::path::Path) -> Result<Calls, String> {

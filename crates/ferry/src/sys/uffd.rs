@@ -624,10 +624,16 @@ pub(crate) mod fork_support {
 
     /// Forks a child that reads the byte at `addr` (a mapping it inherits)
     /// and exits with it as its status. Returns the child's pid.
+    ///
+    /// The raw `clone` system call, not the C library's `fork()`: that one
+    /// holds the allocator's locks across the system call, which waits
+    /// until the fork event is read, and the thread reading it in this
+    /// same process allocates: each would wait for the other for ever.
     pub(crate) fn fork_reader(addr: usize) -> i32 {
-        // SAFETY: the child only reads one byte of a mapping it inherited
-        // and leaves with `_exit`, both async-signal-safe.
-        let pid = unsafe { libc::fork() };
+        // SAFETY: a plain fork by `clone(SIGCHLD)` (no shared memory, no
+        // new stack); the child only reads one byte of a mapping it
+        // inherited and leaves with `_exit`, touching no C library state.
+        let pid = unsafe { libc::syscall(libc::SYS_clone, libc::SIGCHLD as libc::c_long, 0, 0, 0, 0) } as i32;
         if pid == 0 {
             // SAFETY: `addr` is mapped readable in the child (inherited).
             let b = unsafe { std::ptr::read_volatile(addr as *const u8) };

@@ -412,6 +412,64 @@ fn connections_per_user_are_budgeted() {
     });
 }
 
+#[test]
+fn rpc_connections_per_user_are_budgeted() {
+    if !can_play_other_user("rpc_connections_per_user_are_budgeted") {
+        return;
+    }
+    watchdog("rpc_conn_budget", LIMIT, || {
+        use ferry::rpc::{ConnectOptions, Connection, RpcError, RpcLimits, RpcServer, Transport};
+        let d = Daemon::start("rpcbudget", &["--system"], None);
+        // Names are scoped per user, so the other users get the server's
+        // right as a program is handed one at its start.
+        let (port, tx) = ferry::port().unwrap();
+        let hold_as = |uid: u32, max: &str| {
+            use ferry::spawn::CommandExt as _;
+            Peer::new(peer_command_as(uid, &d.path, "rpc-hold", &["-", max]).pass_right(&tx).unwrap().spawn().unwrap())
+        };
+        // A real server on its own thread, answering echoes, with a budget
+        // of 4 connections per user.
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let server = std::thread::spawn(move || {
+            let mut srv = RpcServer::new(port).unwrap();
+            srv.set_limits(RpcLimits { connections_per_user: 4, ..RpcLimits::default() });
+            assert_eq!(srv.limits().connections_per_user, 4);
+            let mut reply = None;
+            while !stop2.load(std::sync::atomic::Ordering::Relaxed) {
+                match srv.reply_and_wait(reply.take(), Timeout::millis(50)) {
+                    Ok((id, m)) => reply = Some((id, Message::new(m.op()).with_body(m.body().to_vec()))),
+                    Err(RpcError::Timeout) => {}
+                    Err(e) => panic!("server: {e}"),
+                }
+            }
+        });
+        let mut hog = hold_as(NOBODY, "1000");
+        let said = hog.until_ready();
+        assert_eq!(said[0], "connected 4", "{said:?}");
+        assert!(said[1].starts_with("stopped: Refused(") && said[1].contains("as many connections"), "{said:?}");
+        // Another user, and the owner, are served meanwhile.
+        let mut other = hold_as(OTHER, "3");
+        assert_eq!(other.until_ready()[0], "connected 3");
+        let mut mine = Connection::connect(&tx, ConnectOptions::default()).unwrap();
+        assert_eq!(mine.call(Message::new(1).with_body(*b"ok"), Timeout::Infinite).unwrap().body(), b"ok");
+        // A dead client's connections are given back to its user.
+        drop(hog);
+        let mut again = None;
+        for _ in 0..200 {
+            let mut p = hold_as(NOBODY, "4");
+            if p.until_ready()[0] == "connected 4" {
+                again = Some(p);
+                break;
+            }
+            nap();
+        }
+        assert!(again.is_some(), "the connections of a dead client were never given back");
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        server.join().unwrap();
+    });
+}
+
 /// CPU time (user + system) a process has used, in clock ticks.
 fn cpu_ticks(pid: u32) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();

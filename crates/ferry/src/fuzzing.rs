@@ -848,6 +848,10 @@ pub fn rpc_frame(data: &[u8]) {
     if which == 3 {
         let ack = frame::is_ack(bytes);
         assert_eq!(ack, bytes.len() == 12 && bytes[..4] == *b"FRPC" && bytes[4..8] == [1, 0, 0, 0] && bytes[8..] == [0; 4]);
+        // A refusal is the same frame with a non-zero status, never an ack.
+        let refused = frame::refusal(bytes);
+        assert!(!(ack && refused.is_some()));
+        assert!(!frame::refusal_reason(refused.unwrap_or(0)).is_empty());
         return;
     }
     let n = ((spec & 0x1f) as usize).min(MAX_REAL_FDS);

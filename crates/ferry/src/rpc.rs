@@ -85,7 +85,7 @@ pub use client::{ConnectOptions, Connection, SocketConnection};
 pub(crate) use client::Look;
 pub use policy::{pin_current_thread, stats, Policy, RpcStats, ADAPTIVE_SPIN, LIVENESS_INTERVAL, WAKE_GRACE};
 pub use probe::CallProbe;
-pub use server::{ConnId, RpcServer};
+pub use server::{ConnId, RpcLimits, RpcServer};
 pub use slot::{SLOT_INLINE, SLOT_SIZE};
 
 /// Operation id of the message that opens a connection, sent to the

@@ -140,9 +140,16 @@ pub fn peer_for_other_users() -> PathBuf {
 /// groups), pointed at `bootstrap`: another local user attacking what this
 /// test process (root) set up. Callers check [`can_play_other_user`] first.
 pub fn spawn_peer_as(uid: u32, bootstrap: &std::path::Path, role: &str, args: &[&str]) -> Child {
+    peer_command_as(uid, bootstrap, role, args).spawn().expect("spawn ferry-peer as another user")
+}
+
+/// The command [`spawn_peer_as`] runs, for a caller that adds to it (say,
+/// a right passed with `ferry::spawn::CommandExt::pass_right`).
+#[allow(dead_code)]
+pub fn peer_command_as(uid: u32, bootstrap: &std::path::Path, role: &str, args: &[&str]) -> Command {
     use std::os::unix::process::CommandExt;
-    Command::new(peer_for_other_users())
-        .arg(role)
+    let mut cmd = Command::new(peer_for_other_users());
+    cmd.arg(role)
         .args(args)
         .env("FERRY_BOOTSTRAP", bootstrap)
         .env("FERRY_NO_EMBED", "1")
@@ -152,9 +159,8 @@ pub fn spawn_peer_as(uid: u32, bootstrap: &std::path::Path, role: &str, args: &[
         .uid(uid)
         .gid(uid)
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn ferry-peer as another user")
+        .stderr(Stdio::inherit());
+    cmd
 }
 
 /// A UDP relay on loopback between one client and `server`: drops one

@@ -243,6 +243,9 @@ impl Inner {
                     return Err(RpcError::Refused("the server closed the connection during the handshake".into()))
                 }
                 Ok(dg) if frame::is_ack(&buf[..dg.len]) && dg.fds.is_empty() => break,
+                Ok(dg) if dg.fds.is_empty() && frame::refusal(&buf[..dg.len]).is_some() => {
+                    return Err(RpcError::Refused(frame::refusal_reason(frame::refusal(&buf[..dg.len]).unwrap_or(0))));
+                }
                 Ok(_) => return Err(RpcError::protocol("malformed handshake acknowledgement")),
                 Err(rustix::io::Errno::AGAIN) | Err(rustix::io::Errno::INTR) => continue,
                 Err(e) => return Err(io(e)),

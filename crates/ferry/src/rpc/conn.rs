@@ -40,6 +40,8 @@ pub(super) struct Conn {
     pub(super) dead: bool,
     /// Counts this connection in the process's open-connection gauge.
     pub(super) _open: crate::counters::ConnectionGauge,
+    /// Counts this connection against its user's budget.
+    pub(super) _held: super::server::HeldConn,
 }
 
 impl Conn {

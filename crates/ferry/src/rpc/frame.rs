@@ -5,7 +5,10 @@
 //!   flags (bit 0: a slot memfd is attached), slot size; 16 bytes, with the
 //!   slot memfd as its only descriptor when flag bit 0 is set.
 //! - Acknowledgement (server → client): `"FRPC"`, version 1, status 0;
-//!   12 bytes. A server that refuses closes the connection instead.
+//!   12 bytes. A server that refuses a connection over a budget sends the
+//!   same frame with a non-zero status ([`REFUSED_USER_BUDGET`],
+//!   [`REFUSED_SERVER_FULL`]) and closes it; on other faults it closes the
+//!   connection without a word.
 //! - Doorbell (client → server): the single byte `0xDB`, no descriptors.
 //! - Socket request / reply: an ordinary ferry message with operation
 //!   [`RPC_SOCKET_REQUEST`] / [`RPC_SOCKET_REPLY`] whose body starts with the
@@ -88,6 +91,40 @@ pub(crate) fn send_ack(sock: BorrowedFd<'_>) -> rustix::io::Result<()> {
     b.extend_from_slice(&0u32.to_le_bytes());
     super::policy::count_socket();
     socket::send(sock, &[IoSlice::new(&b)], &[], false).map(|_| ())
+}
+
+/// Refusal status: the connecting user holds its budget of connections.
+pub(crate) const REFUSED_USER_BUDGET: u32 = 1;
+/// Refusal status: the server holds as many connections as it takes.
+pub(crate) const REFUSED_SERVER_FULL: u32 = 2;
+
+/// Sends a refusal with `status` in place of the acknowledgement.
+pub(crate) fn send_refusal(sock: BorrowedFd<'_>, status: u32) -> rustix::io::Result<()> {
+    let mut b = Vec::with_capacity(12);
+    b.extend_from_slice(&MAGIC);
+    b.extend_from_slice(&VERSION.to_le_bytes());
+    b.extend_from_slice(&status.to_le_bytes());
+    socket::send(sock, &[IoSlice::new(&b)], &[], false).map(|_| ())
+}
+
+/// The status of a refusal datagram (an acknowledgement with a non-zero
+/// status), if `bytes` is one.
+pub(crate) fn refusal(bytes: &[u8]) -> Option<u32> {
+    if bytes.len() == 12 && bytes[..4] == MAGIC && bytes[4..8] == VERSION.to_le_bytes() {
+        let status = u32::from_le_bytes(bytes[8..12].try_into().ok()?);
+        (status != 0).then_some(status)
+    } else {
+        None
+    }
+}
+
+/// What a refusal with `status` means, for the client's error.
+pub(crate) fn refusal_reason(status: u32) -> String {
+    match status {
+        REFUSED_USER_BUDGET => "this user holds as many connections to the server as it allows; close some first".into(),
+        REFUSED_SERVER_FULL => "the server holds as many connections as it takes".into(),
+        other => format!("the server refused the connection (status {other})"),
+    }
 }
 
 /// Checks an acknowledgement datagram.

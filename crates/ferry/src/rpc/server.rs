@@ -56,6 +56,8 @@ pub struct RpcServer {
     waitv: bool,
     conns: Vec<Conn>,
     next_id: Arc<AtomicU64>,
+    /// Connections held per user, shared by the server and its workers.
+    held: Arc<Held>,
     policy: Policy,
     next_scan: usize,
     last_look: Instant,
@@ -87,6 +89,7 @@ impl RpcServer {
             epoll,
             conns: Vec::new(),
             next_id: Arc::new(AtomicU64::new(PORT_KEY + 1)),
+            held: Arc::new(Held::default()),
             policy: Policy::default(),
             next_scan: 0,
             last_look: Instant::now(),
@@ -116,6 +119,7 @@ impl RpcServer {
             epoll,
             conns: Vec::new(),
             next_id: self.next_id.clone(),
+            held: self.held.clone(),
             policy: self.policy,
             next_scan: 0,
             last_look: Instant::now(),
@@ -138,6 +142,18 @@ impl RpcServer {
     /// [`Policy::Poll`] never sleeps, [`Policy::Block`] never spins.
     pub fn set_policy(&mut self, policy: Policy) {
         self.policy = policy;
+    }
+
+    /// The connection budgets of this server and all its workers.
+    pub fn limits(&self) -> RpcLimits {
+        self.held.limits()
+    }
+
+    /// Changes the connection budgets of this server and all its workers.
+    /// Connections already open stay open; the new budgets apply to the
+    /// next ones.
+    pub fn set_limits(&mut self, limits: RpcLimits) {
+        *self.held.limits.lock().unwrap_or_else(|e| e.into_inner()) = limits;
     }
 
     /// Number of live connections this server (thread) serves.
@@ -453,8 +469,11 @@ impl RpcServer {
             let got = port.lock().unwrap_or_else(|e| e.into_inner()).recv(Timeout::Zero);
             match got {
                 Ok(mut m) if m.op() == RPC_CONNECT && m.items().len() == 1 => {
+                    // The kernel's word on who sent the request; a message
+                    // without credentials is charged to a user of its own.
+                    let uid = m.sender().map_or(u32::MAX, |c| c.uid);
                     if let Some(Item::Send(s)) = m.take_items().pop() {
-                        self.accept(s.sock);
+                        self.accept(s.sock, uid);
                     }
                 }
                 Ok(_) | Err(RecvError::BadMessage(_)) | Err(RecvError::SendOnceDropped) => {}
@@ -472,9 +491,20 @@ impl RpcServer {
     }
 
     /// Checks a new connection's handshake and slot; on any fault the
-    /// socket is closed, which the client sees as a refusal.
-    fn accept(&mut self, sock: OwnedFd) {
+    /// socket is closed, which the client sees as a refusal. A user over
+    /// its budget (or a server at its total) is told so before the close.
+    fn accept(&mut self, sock: OwnedFd, uid: u32) {
         let Ok(hello) = frame::recv_hello(sock.as_fd()) else { return };
+        // The hello is read first: closing a socket with a datagram unread
+        // resets the connection, and the client would lose the refusal.
+        let held = match Held::take(&self.held, uid) {
+            Ok(h) => h,
+            Err(status) => {
+                crate::trace::event!(warn, uid, status, "rpc connection refused: over its connection budget");
+                let _ = frame::send_refusal(sock.as_fd(), status);
+                return;
+            }
+        };
         let slot = match hello.slot.map(Slot::open).transpose() {
             Ok(s) => s,
             Err(_) => return,
@@ -486,7 +516,7 @@ impl RpcServer {
         // Sequence numbers start at 0 and a client's first call is 1; the
         // client may already have published it, since it saw the ack.
         let identity = frame::identity_of(&sock);
-        self.conns.push(Conn { id, sock, identity, slot, last_req: 0, last_sock: 0, busy: None, pending: None, dead: false, _open: crate::counters::ConnectionGauge::open() });
+        self.conns.push(Conn { id, sock, identity, slot, last_req: 0, last_sock: 0, busy: None, pending: None, dead: false, _open: crate::counters::ConnectionGauge::open(), _held: held });
     }
 
     /// Forgets dead connections (closing their sockets and unmapping their
@@ -519,5 +549,84 @@ impl AsFd for RpcServer {
     /// from the descriptor or change its registrations yourself.
     fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         self.epoll.as_fd()
+    }
+}
+
+/// How many connections an [`RpcServer`] (with all its workers) holds open
+/// at once: per user, so that one local user opening connections in a loop
+/// cannot take a shared service from the others, and in all, so that the
+/// server keeps descriptors for its own work.
+///
+/// A client over a budget is refused at connect
+/// ([`RpcError::Refused`](super::RpcError::Refused), saying which budget);
+/// connections already open are never closed for it. The defaults suit a
+/// service shared by the users of one machine: raise them with
+/// [`RpcServer::set_limits`] for a server expecting more clients.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RpcLimits {
+    /// Connections one user (by the kernel's credentials on the connect
+    /// request) may hold open. Default 256.
+    pub connections_per_user: usize,
+    /// Connections the server may hold open in all. Default 4096.
+    pub connections: usize,
+}
+
+impl Default for RpcLimits {
+    fn default() -> RpcLimits {
+        RpcLimits { connections_per_user: 256, connections: 4096 }
+    }
+}
+
+/// The connections held open per user by a server and its workers.
+#[derive(Debug, Default)]
+struct Held {
+    limits: Mutex<RpcLimits>,
+    /// Open connections by user, and in all.
+    count: Mutex<(std::collections::HashMap<u32, usize>, usize)>,
+}
+
+impl Held {
+    fn limits(&self) -> RpcLimits {
+        *self.limits.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Counts one more connection of `uid`, or the refusal status when a
+    /// budget is spent.
+    fn take(this: &Arc<Held>, uid: u32) -> Result<HeldConn, u32> {
+        let limits = this.limits();
+        let mut guard = this.count.lock().unwrap_or_else(|e| e.into_inner());
+        let (by_user, total) = &mut *guard;
+        if *total >= limits.connections {
+            return Err(frame::REFUSED_SERVER_FULL);
+        }
+        let mine = by_user.entry(uid).or_insert(0);
+        if *mine >= limits.connections_per_user {
+            return Err(frame::REFUSED_USER_BUDGET);
+        }
+        *mine += 1;
+        *total += 1;
+        Ok(HeldConn { held: this.clone(), uid })
+    }
+}
+
+/// One connection counted in its server's [`Held`]; uncounted when dropped
+/// with the connection.
+#[derive(Debug)]
+pub(super) struct HeldConn {
+    held: Arc<Held>,
+    uid: u32,
+}
+
+impl Drop for HeldConn {
+    fn drop(&mut self) {
+        let mut guard = self.held.count.lock().unwrap_or_else(|e| e.into_inner());
+        let (by_user, total) = &mut *guard;
+        *total = total.saturating_sub(1);
+        if let Some(n) = by_user.get_mut(&self.uid) {
+            *n -= 1;
+            if *n == 0 {
+                by_user.remove(&self.uid);
+            }
+        }
     }
 }

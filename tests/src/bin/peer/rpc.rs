@@ -11,6 +11,10 @@
 //!   every kind (slot, socket, rights, timeouts, garbage in its slot), drops
 //!   them, and fails unless its descriptors and slot mappings are back to
 //!   where they started.
+//! - `rpc-hold NAME MAX`: opens RPC connections to NAME (`-`: the right
+//!   this process inherited) (each makes one
+//!   echo call) until refused or MAX, prints `connected K` and
+//!   `stopped: ERROR`, then `ready`, and holds them until killed.
 
 use std::io::Write;
 use std::time::Duration;
@@ -54,6 +58,7 @@ pub fn run(role: &str, args: &[String]) -> Outcome {
         "rpc-server" => Some(server(args)),
         "rpc-client" => Some(client(args)),
         "rpc-fds" => Some(fds(args)),
+        "rpc-hold" => Some(hold(args)),
         _ => None,
     }
 }
@@ -171,6 +176,32 @@ fn client(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
     match conn.call(Message::new(OP_SLOW).with_body(slow), Timeout::Infinite) {
         Ok(_) | Err(RpcError::PeerDead) => Ok(()),
         Err(e) => Err(e.into()),
+    }
+}
+
+fn hold(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
+    let [name, max] = args else { return Err("usage: rpc-hold NAME MAX".into()) };
+    let max: usize = max.parse()?;
+    let to = if name == "-" { ferry::spawn::inherited()? } else { Bootstrap::connect()?.lookup(name)? };
+    let mut held = Vec::new();
+    let mut why = String::from("none");
+    while held.len() < max {
+        let made = Connection::connect(&to, ConnectOptions::default())
+            .and_then(|mut c| c.call(Message::new(OP_ECHO).with_body(*b"hi"), Timeout::After(Duration::from_secs(10))).map(|_| c));
+        match made {
+            Ok(c) => held.push(c),
+            Err(e) => {
+                why = format!("{e:?}");
+                break;
+            }
+        }
+    }
+    println!("connected {}", held.len());
+    println!("stopped: {why}");
+    println!("ready");
+    std::io::stdout().flush()?;
+    loop {
+        std::thread::sleep(Duration::from_secs(3600));
     }
 }
 

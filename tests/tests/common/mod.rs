@@ -3,7 +3,7 @@
 //! a watchdog that turns a deadlock into a failure, and descriptor counting.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -118,6 +118,17 @@ pub fn peer_for_other_users() -> PathBuf {
     static COPY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     COPY.get_or_init(|| {
         use std::os::unix::fs::PermissionsExt;
+        // Copies left by test processes that have ended are removed: a hard
+        // link keeps an old build's program on disk after cargo replaced it.
+        if let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) {
+            for e in entries.flatten() {
+                let name = e.file_name();
+                let pid = name.to_str().and_then(|n| n.strip_prefix("ferry-peer-")).and_then(|p| p.parse::<u32>().ok());
+                if pid.is_some_and(|p| p != std::process::id() && !Path::new(&format!("/proc/{p}")).exists()) {
+                    let _ = std::fs::remove_dir_all(e.path());
+                }
+            }
+        }
         let dir = std::env::temp_dir().join(format!("ferry-peer-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("create peer copy dir");
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod peer copy dir");

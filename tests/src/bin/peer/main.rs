@@ -53,3 +53,29 @@ fn main() -> ExitCode {
 
 /// What a role returns: `None` from a module that does not know the role.
 pub type Outcome = Option<Result<(), Box<dyn std::error::Error>>>;
+
+/// Opens things with `open` until it fails or `max` are open, prints
+/// `connected K`, `stopped: ERROR` (`none` if none failed) and `ready`,
+/// and holds them until the process is killed: a user taking all a
+/// server's budget lets it.
+pub fn hold_until_refused<T, E: std::fmt::Debug>(max: usize, mut open: impl FnMut() -> Result<T, E>) -> ! {
+    use std::io::Write as _;
+    let mut held = Vec::new();
+    let mut why = String::from("none");
+    while held.len() < max {
+        match open() {
+            Ok(t) => held.push(t),
+            Err(e) => {
+                why = format!("{e:?}");
+                break;
+            }
+        }
+    }
+    println!("connected {}", held.len());
+    println!("stopped: {why}");
+    println!("ready");
+    let _ = std::io::stdout().flush();
+    loop {
+        std::thread::sleep(std::time::Duration::from_secs(3600));
+    }
+}

@@ -95,21 +95,7 @@ fn fill_names(prefix: &str, max: usize) -> Res {
 
 fn hold_connections(max: usize) -> Res {
     let path = ferry::bootstrap::default_path();
-    let mut held = Vec::new();
-    let mut why = String::from("none");
-    while held.len() < max {
-        match Bootstrap::connect_to(&path).and_then(|mut b| b.list().map(|_| b)) {
-            Ok(b) => held.push(b),
-            Err(e) => {
-                why = format!("{e:?}");
-                break;
-            }
-        }
-    }
-    println!("connected {}", held.len());
-    println!("stopped: {why}");
-    println!("ready");
-    wait_forever()
+    crate::hold_until_refused(max, || Bootstrap::connect_to(&path).and_then(|mut b| b.list().map(|_| b)))
 }
 
 fn flood_connections(max: usize) -> Res {

@@ -183,26 +183,11 @@ fn hold(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
     let [name, max] = args else { return Err("usage: rpc-hold NAME MAX".into()) };
     let max: usize = max.parse()?;
     let to = if name == "-" { ferry::spawn::inherited()? } else { Bootstrap::connect()?.lookup(name)? };
-    let mut held = Vec::new();
-    let mut why = String::from("none");
-    while held.len() < max {
-        let made = Connection::connect(&to, ConnectOptions::default())
-            .and_then(|mut c| c.call(Message::new(OP_ECHO).with_body(*b"hi"), Timeout::After(Duration::from_secs(10))).map(|_| c));
-        match made {
-            Ok(c) => held.push(c),
-            Err(e) => {
-                why = format!("{e:?}");
-                break;
-            }
-        }
-    }
-    println!("connected {}", held.len());
-    println!("stopped: {why}");
-    println!("ready");
-    std::io::stdout().flush()?;
-    loop {
-        std::thread::sleep(Duration::from_secs(3600));
-    }
+    crate::hold_until_refused(max, || {
+        let mut c = Connection::connect(&to, ConnectOptions::default())?;
+        c.call(Message::new(OP_ECHO).with_body(*b"hi"), Timeout::After(Duration::from_secs(10)))?;
+        Ok::<_, RpcError>(c)
+    })
 }
 
 fn fds(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {

@@ -1055,3 +1055,57 @@ fn emul_ordinary_file_tools_leave_the_same_tree_and_output_as_native() {
         let _ = std::fs::remove_dir_all(&base);
     });
 }
+
+/// Version control, a build, a script language and archivers on served
+/// files. `git gc` removes files from an `atexit` handler, after the
+/// program's thread-local storage is gone; the library must still serve
+/// those calls (it used to abort the program there).
+const DEV_TOOLS_SCRIPT: &str = r#"set -e
+export GIT_AUTHOR_DATE='2001-02-03T04:05:06Z' GIT_COMMITTER_DATE='2001-02-03T04:05:06Z'
+git init -q repo && cd repo
+git config user.email ferry@example.invalid && git config user.name ferry
+printf 'hello\nworld\n' > f.txt
+seq 1 5000 > nums
+git add . && git commit -qm first
+sed -i 's/hello/HELLO/' f.txt
+git commit -qam second
+git log --format='%H %s'
+git show HEAD:f.txt
+git diff HEAD~1 --stat | tail -1
+git gc -q
+git fsck 2>&1
+git status --porcelain
+cd ..
+perl -e 'open(my $f, ">", "p.txt") or die; print $f "x" x 100000; close $f; open($f, "<", "p.txt") or die; local $/; my $d = <$f>; print length($d), "\n"; END { unlink "gone.txt" }'
+printf 'out.txt: in.txt\n\ttr a-z A-Z < in.txt > out.txt\n' > Makefile
+echo abc > in.txt
+make -s && cat out.txt && make -s && echo up-to-date
+cp repo/nums n2 && xz n2 && xz -d n2.xz && cmp n2 repo/nums && echo xz-ok
+bzip2 -k n2 && bzip2 -dc n2.bz2 | sha256sum
+tar czf t.tgz repo && tar tzf t.tgz | sort | sha256sum
+"#;
+
+#[test]
+fn emul_git_make_perl_and_archivers_match_native() {
+    watchdog("emul_git_make_perl_and_archivers_match_native", Duration::from_secs(300), || {
+        let test = "emul_git_make_perl_and_archivers_match_native";
+        for p in ["bash", "git", "perl", "make", "xz", "bzip2", "tar", "gzip", "seq", "sha256sum"] {
+            if !have(p, test) {
+                return;
+            }
+        }
+        let base = scratch("devtools");
+        let (mine, theirs) = (base.join("emul"), base.join("native"));
+        std::fs::create_dir_all(&mine).unwrap();
+        std::fs::create_dir_all(&theirs).unwrap();
+        let srv = Served::new(&mine);
+        let ours = srv.command("bash").arg("-c").arg(DEV_TOOLS_SCRIPT).env("HOME", &mine).current_dir(&mine).output().unwrap();
+        let native =
+            Command::new("bash").arg("-c").arg(DEV_TOOLS_SCRIPT).env("HOME", &theirs).current_dir(&theirs).stdin(Stdio::null()).output().unwrap();
+        assert!(native.status.success(), "the script failed natively: {}", String::from_utf8_lossy(&native.stderr));
+        assert!(ours.status.success(), "the script failed under emulation ({}): {}", ours.status, String::from_utf8_lossy(&ours.stderr));
+        assert_eq!(String::from_utf8_lossy(&ours.stdout), String::from_utf8_lossy(&native.stdout));
+        drop(srv);
+        let _ = std::fs::remove_dir_all(&base);
+    });
+}

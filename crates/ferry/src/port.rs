@@ -78,9 +78,18 @@ thread_local! {
     static RECV_BUF: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![0; crate::wire::MAX_MESSAGE + 1]);
 }
 
-/// Runs `f` with this thread's receive buffer.
+/// Runs `f` with this thread's receive buffer, or with a buffer of its own
+/// where the thread's is out of reach: torn down (a receive from an
+/// `atexit` handler or a thread-local destructor) or in use further up
+/// this thread's stack.
 fn with_buf<R>(f: impl FnOnce(&mut [u8]) -> R) -> R {
-    RECV_BUF.with(|b| f(&mut b.borrow_mut()))
+    let mut f = Some(f);
+    let kept = RECV_BUF.try_with(|b| b.try_borrow_mut().ok().map(|mut buf| f.take().map(|f| f(&mut buf))));
+    match (kept, f) {
+        (Ok(Some(Some(r))), _) => r,
+        (_, Some(f)) => f(&mut vec![0; crate::wire::MAX_MESSAGE + 1]),
+        (_, None) => unreachable!("the closure ran, so it returned"),
+    }
 }
 
 impl ReceiveRight {

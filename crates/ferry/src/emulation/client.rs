@@ -109,7 +109,15 @@ impl Client {
             static REPLY: std::cell::RefCell<Option<(u32, crate::port::ReceiveRight)>> = const { std::cell::RefCell::new(None) };
         }
         let pid = std::process::id();
-        REPLY.with(|cell| {
+        let exchange = |rx: &mut crate::port::ReceiveRight, body: Vec<u8>| -> Result<Message, Errno> {
+            let once = rx.make_send_once().map_err(|_| libc::EIO)?;
+            self.server.send(Message::new(op).with_body(body).with_reply(once), Timeout::Infinite).map_err(|_| libc::EIO)?;
+            rx.recv(Timeout::Infinite).map_err(|_| libc::EIO)
+        };
+        // The body moves into whichever exchange runs; `try_with` hands it
+        // back when this thread's storage is already gone.
+        let mut body = Some(body);
+        let kept = REPLY.try_with(|cell| {
             let mut slot = cell.borrow_mut();
             if slot.as_ref().is_none_or(|(p, _)| *p != pid) {
                 let (rx, tx) = port().map_err(|_| libc::EIO)?;
@@ -122,16 +130,25 @@ impl Client {
                 *slot = Some((pid, rx));
             }
             let (_, rx) = slot.as_mut().expect("set above");
-            let once = rx.make_send_once().map_err(|_| libc::EIO)?;
-            self.server.send(Message::new(op).with_body(body).with_reply(once), Timeout::Infinite).map_err(|_| libc::EIO)?;
-            let m = rx.recv(Timeout::Infinite);
+            let m = exchange(rx, body.take().unwrap_or_default());
             if m.is_err() {
                 // A port in an unknown state is not reused.
                 *slot = None;
             }
-            m.map_err(|_| libc::EIO)
-        })
-        .and_then(Self::answer)
+            m
+        });
+        let reply = match kept {
+            Ok(m) => m,
+            // Called while the thread's storage is torn down (from an
+            // `atexit` handler or a thread-local destructor of the
+            // program, say): a reply port for this call alone.
+            Err(_) => {
+                let (mut rx, tx) = port().map_err(|_| libc::EIO)?;
+                drop(tx);
+                exchange(&mut rx, body.take().unwrap_or_default())
+            }
+        };
+        reply.and_then(Self::answer)
     }
 
     fn answer(mut m: Message) -> Result<(Vec<u8>, Vec<Item>), Errno> {

@@ -1109,3 +1109,48 @@ fn emul_git_make_perl_and_archivers_match_native() {
         let _ = std::fs::remove_dir_all(&base);
     });
 }
+
+/// A shell and the programs it starts sharing open files: the shell reads
+/// and writes some itself, the programs others through inherited
+/// descriptors, and each sees where the others left the offset. Found
+/// three defects: the library's reply port sat at a low number that
+/// `exec 4>file` replaced (the library later closed the program's file and
+/// Rust's descriptor checks aborted the program); a program exec'd on an
+/// inherited descriptor moved only the kernel's offset, so the shell read
+/// on from a stale one; and the C library's streams on standard output
+/// write with internal calls the library never sees.
+const SHARED_OFFSETS_SCRIPT: &str = r#"
+seq 1 10 > f.txt
+{ read a; read b; echo "got $a $b"; cat; } < f.txt
+exec 3< f.txt; read -u 3 x; echo "x=$x"; head -n 2 <&3; read -u 3 y; echo "y=$y"; exec 3<&-
+( read l; echo "sub $l"; sed -n 1p ) < f.txt
+while read l; do echo "L $l"; head -n 1; done < f.txt
+exec 4>> out.txt; echo one >&4; sh -c 'echo two >&4'; echo three >&4; exec 4>&-; cat out.txt
+exec 5> w.txt; echo aaa >&5; python3 -c 'import os; os.write(5, b"bbb\n")'; echo ccc >&5; exec 5>&-; cat w.txt
+{ echo first; sh -c 'echo second'; printf 'third\n'; } > s.txt; cat s.txt
+"#;
+
+#[test]
+fn emul_shell_and_its_children_share_offsets_like_native() {
+    watchdog("emul_shell_and_its_children_share_offsets_like_native", Duration::from_secs(120), || {
+        let test = "emul_shell_and_its_children_share_offsets_like_native";
+        for p in ["bash", "sh", "seq", "head", "sed", "cat", "python3"] {
+            if !have(p, test) {
+                return;
+            }
+        }
+        let base = scratch("sharedoffsets");
+        let (mine, theirs) = (base.join("emul"), base.join("native"));
+        std::fs::create_dir_all(&mine).unwrap();
+        std::fs::create_dir_all(&theirs).unwrap();
+        let srv = Served::new(&mine);
+        let ours = srv.command("bash").arg("-c").arg(SHARED_OFFSETS_SCRIPT).current_dir(&mine).output().unwrap();
+        let native = Command::new("bash").arg("-c").arg(SHARED_OFFSETS_SCRIPT).current_dir(&theirs).stdin(Stdio::null()).output().unwrap();
+        assert!(native.status.success(), "the script failed natively: {}", String::from_utf8_lossy(&native.stderr));
+        assert!(ours.status.success(), "the script failed under emulation ({}): {}", ours.status, String::from_utf8_lossy(&ours.stderr));
+        assert_eq!(String::from_utf8_lossy(&ours.stdout), String::from_utf8_lossy(&native.stdout));
+        assert_eq!(String::from_utf8_lossy(&ours.stderr), String::from_utf8_lossy(&native.stderr));
+        drop(srv);
+        let _ = std::fs::remove_dir_all(&base);
+    });
+}

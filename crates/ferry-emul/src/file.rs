@@ -237,15 +237,36 @@ impl File {
         Ok(done)
     }
 
+    /// The open file's offset: the token page's, or the kernel's once a
+    /// program that execs may move it behind the library (see
+    /// `TokenPage::kernel_offset`). The caller holds the token.
+    fn offset_now(&self) -> Result<u64, Errno> {
+        if self.page.kernel_offset() {
+            rustix::fs::seek(&self.fd, SeekFrom::Current(0)).map_err(errno)
+        } else {
+            Ok(self.page.offset())
+        }
+    }
+
+    /// Moves the open file's offset (the kernel's too, where it rules).
+    /// The caller holds the token.
+    fn set_offset_now(&self, v: u64) -> Result<(), Errno> {
+        self.page.set_offset(v);
+        if self.page.kernel_offset() {
+            rustix::fs::seek(&self.fd, SeekFrom::Start(v)).map_err(errno)?;
+        }
+        Ok(())
+    }
+
     /// `read(2)` at the shared offset.
     pub fn read(&self, buf: &mut [u8]) -> Result<usize, Errno> {
         if !self.readable {
             return Err(libc::EBADF);
         }
         let _t = self.token()?;
-        let pos = self.page.offset();
+        let pos = self.offset_now()?;
         let n = self.copy_out(pos, buf)?;
-        self.page.set_offset(pos + n as u64);
+        self.set_offset_now(pos + n as u64)?;
         Ok(n)
     }
 
@@ -280,9 +301,9 @@ impl File {
             }
             return Ok(n);
         }
-        let pos = self.page.offset();
+        let pos = self.offset_now()?;
         let n = self.copy_in(pos, buf)?;
-        self.page.set_offset(pos + n as u64);
+        self.set_offset_now(pos + n as u64)?;
         Ok(n)
     }
 
@@ -311,7 +332,7 @@ impl File {
         let _t = self.token()?;
         let base = match whence {
             libc::SEEK_SET => 0,
-            libc::SEEK_CUR => self.page.offset() as i64,
+            libc::SEEK_CUR => self.offset_now()? as i64,
             libc::SEEK_END => {
                 let s = rustix::fs::fstat(&self.fd).map_err(errno)?.st_size;
                 self.page.set_size(s as u64);
@@ -326,7 +347,7 @@ impl File {
             _ => return Err(libc::EINVAL),
         };
         let new = base.checked_add(off).filter(|v| *v >= 0).ok_or(libc::EINVAL)?;
-        self.page.set_offset(new as u64);
+        self.set_offset_now(new as u64)?;
         Ok(new)
     }
 
@@ -347,9 +368,18 @@ impl File {
         e.client.fsync(self.id)
     }
 
-    /// The shared offset, for setting the kernel's before `exec`.
-    pub fn offset(&self) -> u64 {
-        self.page.offset()
+    /// Before `exec` with this open file inherited: sets the kernel's
+    /// offset to the open file's and makes the kernel's the one from now
+    /// on, for every process sharing the open file, since the new program
+    /// moves it without the library (it starts with an empty table).
+    pub fn hand_offset_to_kernel(&self) {
+        let Ok(_t) = self.token() else { return };
+        if !self.page.kernel_offset() {
+            if rustix::fs::seek(&self.fd, SeekFrom::Start(self.page.offset())).is_err() {
+                return;
+            }
+            self.page.hand_offset_to_kernel();
+        }
     }
 }
 

@@ -1061,49 +1061,56 @@ pub unsafe extern "C" fn fchdir(fd: c_int) -> c_int {
 
 // ---- exec: the kernel's offsets take over ------------------------------------
 
-/// Before `exec`, every emulated descriptor's kernel offset is set to the
-/// open file's: the new program (emulated afresh or not) goes on from
-/// there with plain kernel descriptors.
-fn before_exec() {
+/// Before `exec`, every emulated descriptor the new program inherits hands
+/// its open file's offset to the kernel: the new program (emulated afresh
+/// or not) goes on from there with plain kernel descriptors, and the
+/// processes still sharing the open file use the kernel's offset from then
+/// on, so that what the new program reads or seeks is seen by them. For
+/// `posix_spawn` (`spawn`), whose file actions may hand on any descriptor,
+/// every emulated descriptor does.
+fn before_exec(spawn: bool) {
     let Some(_b) = enter() else { return };
     for (fd, f) in state::all() {
-        // SAFETY: sets the offset of one of the process's descriptors.
-        unsafe { real::lseek()(fd, f.offset() as off_t, libc::SEEK_SET) };
+        // SAFETY: reads the flags of one of the process's descriptors.
+        let flags = unsafe { real::fcntl()(fd, libc::F_GETFD, 0) };
+        if spawn || (flags >= 0 && flags & libc::FD_CLOEXEC == 0) {
+            f.hand_offset_to_kernel();
+        }
     }
 }
 
 /// `execve(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn execve(p: *const c_char, a: *const *const c_char, e: *const *const c_char) -> c_int {
-    before_exec();
+    before_exec(false);
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { real::execve()(p, a, e) }
 }
 /// `execv(3)`.
 #[no_mangle]
 pub unsafe extern "C" fn execv(p: *const c_char, a: *const *const c_char) -> c_int {
-    before_exec();
+    before_exec(false);
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { real::execv()(p, a) }
 }
 /// `execvp(3)`.
 #[no_mangle]
 pub unsafe extern "C" fn execvp(p: *const c_char, a: *const *const c_char) -> c_int {
-    before_exec();
+    before_exec(false);
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { real::execvp()(p, a) }
 }
 /// `execvpe(3)`.
 #[no_mangle]
 pub unsafe extern "C" fn execvpe(p: *const c_char, a: *const *const c_char, e: *const *const c_char) -> c_int {
-    before_exec();
+    before_exec(false);
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { real::execvpe()(p, a, e) }
 }
 /// `fexecve(3)`.
 #[no_mangle]
 pub unsafe extern "C" fn fexecve(fd: c_int, a: *const *const c_char, e: *const *const c_char) -> c_int {
-    before_exec();
+    before_exec(false);
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { real::fexecve()(fd, a, e) }
 }
@@ -1117,7 +1124,7 @@ pub unsafe extern "C" fn posix_spawn(
     a: *const *mut c_char,
     e: *const *mut c_char,
 ) -> c_int {
-    before_exec();
+    before_exec(true);
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { real::posix_spawn()(pid, p, fa, at, a, e) }
 }
@@ -1131,7 +1138,7 @@ pub unsafe extern "C" fn posix_spawnp(
     a: *const *mut c_char,
     e: *const *mut c_char,
 ) -> c_int {
-    before_exec();
+    before_exec(true);
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { real::posix_spawnp()(pid, p, fa, at, a, e) }
 }

@@ -103,9 +103,18 @@ pub fn get(fd: i32) -> Option<Arc<File>> {
 }
 
 /// Records `fd` as a descriptor of `file`.
+///
+/// Standard input, output and error hand the open file's offset to the
+/// kernel (`File::hand_offset_to_kernel`): the C library's own streams on
+/// them (`printf`, `fwrite` to `stdout`, `scanf`) write and read with
+/// internal system calls the library never sees, which move the kernel's
+/// offset only.
 pub fn set(fd: i32, file: Arc<File>) {
     if fd < 0 {
         return;
+    }
+    if fd <= 2 {
+        file.hand_offset_to_kernel();
     }
     let mut t = TABLE.write().unwrap_or_else(|e| e.into_inner());
     if t.len() <= fd as usize {

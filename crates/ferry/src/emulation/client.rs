@@ -8,7 +8,7 @@ use super::{get_u32, get_u64, put_u32, put_u64, TokenPage};
 use super::{OP_EMUL_FSYNC, OP_EMUL_MKDIR, OP_EMUL_OPEN, OP_EMUL_RENAME, OP_EMUL_STAT, OP_EMUL_TOKEN, OP_EMUL_TRUNCATE};
 use super::{OP_EMUL_SG_READ, OP_EMUL_SG_WRITE, OP_EMUL_UNLINK, SG_MAX};
 use crate::message::{Item, Message};
-use crate::port::{port, SendRight};
+use crate::port::SendRight;
 use crate::timeout::Timeout;
 
 /// A connection to an emulation server.
@@ -74,6 +74,16 @@ pub fn high(fd: OwnedFd) -> OwnedFd {
 /// An `errno` value.
 pub type Errno = i32;
 
+/// A port for the server's replies, its descriptor placed high (see
+/// [`high`]): the program owns the low numbers and may `dup2` onto any of
+/// them, which would silently replace a descriptor of the library's (and
+/// the library, closing "its" descriptor later, would close the program's).
+fn reply_port() -> Result<crate::port::ReceiveRight, Errno> {
+    let (rx, tx) = crate::sys::socket::seqpacket_pair().map_err(|e| e.raw_os_error())?;
+    drop(tx);
+    crate::port::ReceiveRight::from_parts(high(rx), Vec::new()).map_err(|e| e.raw_os_error())
+}
+
 impl Client {
     /// A client of the server behind `server`.
     pub fn new(server: SendRight) -> Client {
@@ -120,8 +130,7 @@ impl Client {
         let kept = REPLY.try_with(|cell| {
             let mut slot = cell.borrow_mut();
             if slot.as_ref().is_none_or(|(p, _)| *p != pid) {
-                let (rx, tx) = port().map_err(|_| libc::EIO)?;
-                drop(tx);
+                let rx = reply_port()?;
                 if let Some((_, old)) = slot.take() {
                     // Inherited from the parent: only this process's copy
                     // of the descriptors goes.
@@ -143,8 +152,7 @@ impl Client {
             // `atexit` handler or a thread-local destructor of the
             // program, say): a reply port for this call alone.
             Err(_) => {
-                let (mut rx, tx) = port().map_err(|_| libc::EIO)?;
-                drop(tx);
+                let mut rx = reply_port()?;
                 exchange(&mut rx, body.take().unwrap_or_default())
             }
         };

@@ -104,6 +104,9 @@ const PID_SHIFT: u32 = 3;
 const TOKEN_OFF: usize = 0;
 const OFFSET_OFF: usize = 8;
 const SIZE_OFF: usize = 16;
+/// Non-zero once a program without the library may share the open file
+/// (it was inherited across `exec`): the kernel's offset is then the one.
+const KERNEL_OFFSET_OFF: usize = 24;
 /// Bytes of the token page.
 const PAGE_LEN: usize = 4096;
 
@@ -248,6 +251,20 @@ impl TokenPage {
     /// Sets the open file's offset.
     pub fn set_offset(&self, v: u64) {
         self.words.write(OFFSET_OFF, &v.to_le_bytes());
+    }
+
+    /// Whether the open file's offset is the kernel's, not the page's: set
+    /// for good once the open file was inherited across `exec`, where the
+    /// new program (or one without the library) moves the kernel's offset
+    /// and cannot know of this page.
+    pub fn kernel_offset(&self) -> bool {
+        self.words.u32_at(KERNEL_OFFSET_OFF).load(Ordering::Acquire) != 0
+    }
+
+    /// Makes the kernel's offset the open file's from now on (see
+    /// [`kernel_offset`](Self::kernel_offset)); the caller has set it.
+    pub fn hand_offset_to_kernel(&self) {
+        self.words.u32_at(KERNEL_OFFSET_OFF).store(1, Ordering::Release);
     }
 
     /// The file's size as the token holders know it.

@@ -1154,3 +1154,76 @@ fn emul_shell_and_its_children_share_offsets_like_native() {
         let _ = std::fs::remove_dir_all(&base);
     });
 }
+
+/// Python's standard library on served files, with `subprocess` children
+/// writing into files the parent goes on using, and text tools with their
+/// own redirections. Python's `subprocess` starts children with `vfork`,
+/// whose `dup2` used to rewrite the parent's table (its next `print` went
+/// to the child's output file).
+const STDLIB_SCRIPT: &str = r#"set -e
+python3 - <<'PY'
+import os, subprocess, tempfile, pathlib, zipfile, tarfile, gzip, fcntl, io
+p = pathlib.Path('t.txt'); p.write_text('alpha\nbeta\ngamma\n'); print(p.read_text().split())
+with open('t.txt', 'a+') as f:
+    f.write('delta\n'); f.seek(0); print(f.readline().strip(), f.tell()); f.seek(0, 2); print(f.tell())
+with open('t.txt') as f:
+    for i, l in enumerate(f): pass
+    print(i)
+with open('out.txt', 'w') as o:
+    subprocess.run(['echo', 'from child'], stdout=o, check=True)
+    o.write('after child\n')
+print(open('out.txt').read().split('\n'))
+with open('t.txt') as i:
+    i.readline()
+    r = subprocess.run(['cat'], stdin=i, capture_output=True, text=True); print(repr(r.stdout))
+with tempfile.NamedTemporaryFile('w+', dir='.', delete=False) as t:
+    t.write('tmp'); t.flush(); t.seek(0); print(t.read()); name = t.name
+os.unlink(name)
+with zipfile.ZipFile('z.zip', 'w') as z: z.writestr('a', 'A' * 1000)
+with zipfile.ZipFile('z.zip', 'a') as z: z.writestr('b', 'B' * 1000)
+print(zipfile.ZipFile('z.zip').namelist(), zipfile.ZipFile('z.zip').testzip())
+with tarfile.open('t.tar.gz', 'w:gz') as t: t.add('t.txt'); t.add('z.zip')
+with tarfile.open('t.tar.gz') as t: print(t.getnames())
+with gzip.open('g.gz', 'wt') as g: g.write('x' * 100000)
+print(len(gzip.open('g.gz', 'rt').read()))
+with open('lock', 'w') as l: fcntl.flock(l, fcntl.LOCK_EX); fcntl.lockf(l, fcntl.LOCK_UN); print('locked')
+os.truncate('t.txt', 6); print(repr(open('t.txt').read()))
+fd = os.open('t.txt', os.O_RDONLY); print(os.pread(fd, 100, 1000), os.pread(fd, 3, 2)); os.close(fd)
+fd = os.open('d.txt', os.O_RDWR | os.O_CREAT); os.write(fd, b'0123456789'); fd2 = os.dup(fd); os.lseek(fd2, 2, 0); print(os.read(fd, 3)); os.dup2(fd, 9); print(os.lseek(9, 0, 1)); os.close(9); os.close(fd2); os.close(fd)
+with open('bin', 'wb') as b: b.write(bytes(range(256)) * 100)
+with open('bin', 'rb') as b: b.seek(-10, 2); print(b.read())
+with open('rw', 'w+b') as f:
+    f.write(b'hello world'); f.seek(6); f.write(b'W'); f.seek(0); print(f.read())
+print(sorted(os.listdir('.')))
+PY
+perl -i -pe 's/alpha/ALPHA/' t.txt && cat t.txt
+awk 'BEGIN { for (i = 0; i < 5; i++) print i > "awk.txt"; close("awk.txt"); while ((getline l < "awk.txt") > 0) s += l; print s }'
+seq 1 5 > a && seq 3 8 > b && comm -12 a b | tr '\n' ' ' && echo && paste a b | tail -1 && join <(sort a) <(sort b) | wc -l
+tar cf arch.tar a && tar rf arch.tar b && tar tf arch.tar
+dd if=/dev/zero of=a bs=1 count=2 seek=3 conv=notrunc 2>/dev/null && od -c a | head -2
+printf 'abc' | dd of=b bs=1 seek=1 conv=notrunc 2>/dev/null && cat b | head -2
+"#;
+
+#[test]
+fn emul_python_subprocess_stdlib_and_text_tools_match_native() {
+    watchdog("emul_python_subprocess_stdlib_and_text_tools_match_native", Duration::from_secs(120), || {
+        let test = "emul_python_subprocess_stdlib_and_text_tools_match_native";
+        for p in ["bash", "python3", "perl", "awk", "comm", "paste", "join", "tar", "dd", "od"] {
+            if !have(p, test) {
+                return;
+            }
+        }
+        let base = scratch("stdlib");
+        let (mine, theirs) = (base.join("emul"), base.join("native"));
+        std::fs::create_dir_all(&mine).unwrap();
+        std::fs::create_dir_all(&theirs).unwrap();
+        let srv = Served::new(&mine);
+        let ours = srv.command("bash").arg("-c").arg(STDLIB_SCRIPT).current_dir(&mine).output().unwrap();
+        let native = Command::new("bash").arg("-c").arg(STDLIB_SCRIPT).current_dir(&theirs).stdin(Stdio::null()).output().unwrap();
+        assert!(native.status.success(), "the script failed natively: {}", String::from_utf8_lossy(&native.stderr));
+        assert!(ours.status.success(), "the script failed under emulation ({}): {}", ours.status, String::from_utf8_lossy(&ours.stderr));
+        assert_eq!(String::from_utf8_lossy(&ours.stdout), String::from_utf8_lossy(&native.stdout));
+        drop(srv);
+        let _ = std::fs::remove_dir_all(&base);
+    });
+}

@@ -1059,6 +1059,24 @@ pub unsafe extern "C" fn fchdir(fd: c_int) -> c_int {
     r
 }
 
+// ---- vfork: a fork ------------------------------------------------------------
+
+/// `vfork(2)`, done as `fork`: a child of `vfork` shares the parent's
+/// memory until it execs, so the `dup2` and `close` with which it sets up
+/// its descriptors (Python's `subprocess` does this) would change the
+/// parent's table of emulated descriptors: the parent's next `print`
+/// went to the child's output file. POSIX lets `vfork` be a `fork`, and
+/// the children of `vfork` do only what is safe after a `fork`. (A wrapper
+/// cannot call the real `vfork` and return: the child would return
+/// through the wrapper's frame and the parent resume in a frame the child
+/// overwrote.)
+#[no_mangle]
+pub extern "C" fn vfork() -> libc::pid_t {
+    // SAFETY: fork takes no arguments; the C library runs its fork
+    // handlers (the library's among them, which records the child's pid).
+    unsafe { libc::fork() }
+}
+
 // ---- exec: the kernel's offsets take over ------------------------------------
 
 /// Before `exec`, every emulated descriptor the new program inherits hands

@@ -18,7 +18,8 @@
 //! When nothing listens at the default path, [`Bootstrap::connect`] starts
 //! `ferryd` detached from the caller (its own session, output to
 //! `ferryd.log` beside the socket), so the name service outlives any one
-//! client. The binary is `$FERRY_DAEMON`, else `ferryd` beside the running
+//! client; it exits after [`AUTOSTART_IDLE_EXIT`] with no connection and
+//! no registered name, and the next client starts another. The binary is `$FERRY_DAEMON`, else `ferryd` beside the running
 //! program (or one directory up), else on `PATH`. Set
 //! `FERRY_NO_AUTOSTART=1` (or the older `FERRY_NO_EMBED=1`) to forbid
 //! this; a path given by `FERRY_BOOTSTRAP` is never started on demand.
@@ -288,6 +289,10 @@ fn daemon_candidates() -> Vec<PathBuf> {
     out
 }
 
+/// How long a daemon started on demand stays with no connection and no
+/// name before it exits (`ferryd --idle-exit`).
+pub const AUTOSTART_IDLE_EXIT: Duration = Duration::from_secs(600);
+
 /// Starts `ferryd` detached, serving `path`, and waits (bounded) until it
 /// answers there.
 fn start_daemon(path: &Path) -> Result<Bootstrap, NameError> {
@@ -317,7 +322,7 @@ fn start_daemon(path: &Path) -> Result<Bootstrap, NameError> {
     // child exits at once, so the daemon is nobody's child here and outlives
     // this process.
     let status = Command::new(bin)
-        .args(["--detach", "--socket"])
+        .args(["--detach", "--idle-exit", &AUTOSTART_IDLE_EXIT.as_secs().to_string(), "--socket"])
         .arg(path)
         .stdin(Stdio::null())
         .stdout(Stdio::null())

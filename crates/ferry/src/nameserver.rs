@@ -95,6 +95,8 @@ struct Entry {
 pub struct NameServer {
     listener: OwnedFd,
     path: PathBuf,
+    /// The inode of the socket file this server made at `path`.
+    path_ino: Option<u64>,
     epoll: Epoll,
     conns: HashMap<u32, Conn>,
     names: HashMap<(u32, String), Entry>,
@@ -114,6 +116,10 @@ pub struct NameServer {
     next: u32,
     buf: Vec<u8>,
     log: bool,
+    /// Stop serving after this long with no connection and no name.
+    idle_exit: Option<Duration>,
+    /// The last turn that found a connection or a name.
+    last_busy: Instant,
 }
 
 /// Checks that `dir` is a real directory owned by this user or root that
@@ -192,6 +198,7 @@ impl NameServer {
             Err(e) => return Err(io_err(e)),
         }
         let listener = socket::listen_at_mode(path, 128, mode).map_err(io_err)?;
+        let path_ino = std::fs::symlink_metadata(path).map(|m| std::os::unix::fs::MetadataExt::ino(&m)).ok();
         let epoll = Epoll::new().map_err(io_err)?;
         epoll.add(listener.as_fd(), Interest::Readable, KEY_LISTENER).map_err(io_err)?;
         drop(lock);
@@ -199,6 +206,7 @@ impl NameServer {
         Ok(NameServer {
             listener,
             path: path.to_owned(),
+            path_ino,
             epoll,
             conns: HashMap::new(),
             names: HashMap::new(),
@@ -214,6 +222,8 @@ impl NameServer {
             next: 0,
             buf: vec![0; crate::wire::MAX_MESSAGE + 1],
             log: false,
+            idle_exit: None,
+            last_busy: Instant::now(),
         })
     }
 
@@ -292,12 +302,53 @@ impl NameServer {
         }
     }
 
-    /// Serves requests until an unrecoverable kernel error.
+    /// Makes [`serve`](Self::serve) return once the server has had no
+    /// connection and held no name (system names included) for `after`:
+    /// how a daemon started on demand goes away when nobody needs it. It
+    /// removes its socket first (unless another server's socket has taken
+    /// the path meanwhile), so the next client starts a fresh daemon; a
+    /// client that connected in the moment before sees the connection
+    /// close and reconnects once on its next request, as it does when any
+    /// daemon stops. `None` (the default) serves for ever.
+    pub fn set_idle_exit(&mut self, after: Option<Duration>) {
+        self.idle_exit = after;
+        self.last_busy = Instant::now();
+    }
+
+    /// Serves requests until an unrecoverable kernel error, or until idle
+    /// for the time given to [`set_idle_exit`](Self::set_idle_exit).
     pub fn serve(mut self) -> io::Result<()> {
         self.say(format_args!("name service listening at {}", self.path.display()));
         loop {
             self.turn()?;
+            if self.idle_for_long_enough() {
+                self.leave();
+                return Ok(());
+            }
         }
+    }
+
+    /// Whether nothing is held now, and has not been for the idle time.
+    fn idle_for_long_enough(&mut self) -> bool {
+        let Some(after) = self.idle_exit else { return false };
+        if !self.conns.is_empty() || !self.names.is_empty() {
+            self.last_busy = Instant::now();
+            return false;
+        }
+        self.last_busy.elapsed() >= after
+    }
+
+    /// Removes the socket if it is still this server's, before exiting,
+    /// under the lock a server takes to bind there (so a successor's
+    /// socket is never removed).
+    fn leave(&self) {
+        let lock = crate::sys::lock::lock_exclusive(&self.path.with_extension("lock"));
+        let at_path = std::fs::symlink_metadata(&self.path).ok().map(|m| std::os::unix::fs::MetadataExt::ino(&m));
+        if lock.is_ok() && self.path_ino.is_some() && self.path_ino == at_path {
+            let _ = std::fs::remove_file(&self.path);
+        }
+        drop(lock);
+        self.say(format_args!("no connection and no name for {:?}: exiting", self.idle_exit.unwrap_or_default()));
     }
 
     /// Serves on a background thread of this process (named `ferry-names`)
@@ -314,7 +365,11 @@ impl NameServer {
     /// Handles whatever is ready; while the listener is set aside, waits no
     /// longer than until it is due back.
     fn turn(&mut self) -> io::Result<()> {
-        let deadline = self.listener_paused.map(|since| since + ACCEPT_PAUSE);
+        let mut deadline = self.listener_paused.map(|since| since + ACCEPT_PAUSE);
+        if let Some(after) = self.idle_exit.filter(|_| self.conns.is_empty() && self.names.is_empty()) {
+            let idle_at = self.last_busy + after;
+            deadline = Some(deadline.map_or(idle_at, |d| d.min(idle_at)));
+        }
         let events = self.epoll.wait(32, deadline).map_err(io_err)?;
         if deadline.is_some_and(|d| Instant::now() >= d) {
             self.resume_listener();

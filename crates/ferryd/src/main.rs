@@ -50,6 +50,11 @@ struct Args {
     /// Descriptors below the open-file limit kept for the daemon itself.
     #[arg(long, value_name = "N", default_value_t = ferry::Limits::default().fd_reserve)]
     fd_reserve: usize,
+    /// Exit after SECS seconds with no connection and no registered name
+    /// (programs that start the daemon on demand pass 600); by default the
+    /// daemon serves until it is stopped.
+    #[arg(long, value_name = "SECS")]
+    idle_exit: Option<u64>,
     /// Start in the background, in a new session, and return once the
     /// daemon answers (how programs start it on demand).
     #[arg(long)]
@@ -98,6 +103,12 @@ fn main() -> ExitCode {
         fd_reserve: args.fd_reserve,
     });
     server.set_logging(true);
+    if let Some(secs) = args.idle_exit {
+        if args.files.is_some() {
+            eprintln!("ferryd: --idle-exit is ignored with --files: the file server's name is always held");
+        }
+        server.set_idle_exit(Some(Duration::from_secs(secs)));
+    }
     let l = server.limits();
     eprintln!(
         "ferryd: {} daemon; per user at most {} names and {} connections; {} descriptors kept in reserve",

@@ -56,3 +56,65 @@ fn file_server_hands_out_files_by_value() {
     assert!(client.open("../outside").is_err(), "a name leading outside the served directory is refused");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn an_idle_daemon_exits_and_removes_its_socket_once_nothing_is_held() {
+    let dir = std::env::temp_dir().join(format!("ferryd-idle-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let sock = dir.join("bootstrap");
+    let mut daemon = Daemon(
+        Command::new(env!("CARGO_BIN_EXE_ferryd"))
+            .args(["--socket", sock.to_str().unwrap(), "--idle-exit", "1"])
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start ferryd"),
+    );
+    let mut bs = None;
+    for _ in 0..1000 {
+        if let Ok(b) = ferry::Bootstrap::connect_to(&sock) {
+            bs = Some(b);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mut bs = bs.expect("ferryd never listened");
+    // A registered name keeps the daemon, after its client has gone.
+    let (rx, tx) = ferry::port().unwrap();
+    bs.register("kept", &tx).unwrap();
+    drop((bs, tx));
+    std::thread::sleep(Duration::from_millis(2500));
+    assert!(daemon.0.try_wait().unwrap().is_none(), "ferryd exited while a name was registered");
+    // So does a connection with no name.
+    let mut watcher = ferry::Bootstrap::connect_to(&sock).unwrap();
+    // The name goes with its port.
+    drop(rx);
+    for _ in 0..400 {
+        if watcher.lookup("kept").is_err() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(watcher.lookup("kept").is_err(), "the name of a dead port stayed");
+    std::thread::sleep(Duration::from_millis(2500));
+    assert!(daemon.0.try_wait().unwrap().is_none(), "ferryd exited while a client was connected");
+    // Nothing held: it goes, and takes its socket with it.
+    drop(watcher);
+    let mut status = None;
+    for _ in 0..1000 {
+        status = daemon.0.try_wait().unwrap();
+        if status.is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let status = status.expect("an idle ferryd did not exit within ten seconds");
+    assert!(status.success(), "ferryd exited with {status}");
+    assert!(!sock.exists(), "the idle daemon left its socket behind");
+    let mut log = String::new();
+    std::io::Read::read_to_string(daemon.0.stderr.as_mut().unwrap(), &mut log).unwrap();
+    assert!(log.contains("no connection and no name"), "{log}");
+    // The next server binds the same path.
+    drop(ferry::NameServer::bind(&sock).expect("bind after the idle daemon left"));
+    let _ = std::fs::remove_dir_all(&dir);
+}

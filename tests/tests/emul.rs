@@ -1227,3 +1227,33 @@ fn emul_python_subprocess_stdlib_and_text_tools_match_native() {
         let _ = std::fs::remove_dir_all(&base);
     });
 }
+
+#[test]
+fn emul_symbolic_links_out_of_the_tree_reach_their_targets_like_native() {
+    watchdog("emul_symbolic_links_out_of_the_tree_reach_their_targets_like_native", Duration::from_secs(60), || {
+        if !have("bash", "emul_symbolic_links_out_of_the_tree_reach_their_targets_like_native") {
+            return;
+        }
+        let dir = scratch("linksin");
+        let outside = scratch("linksout");
+        std::fs::write(outside.join("f"), b"outside\n").unwrap();
+        std::os::unix::fs::symlink(outside.join("f"), dir.join("abs")).unwrap();
+        let rel = format!("../{}/f", outside.file_name().unwrap().to_str().unwrap());
+        std::os::unix::fs::symlink(&rel, dir.join("rel")).unwrap();
+        std::os::unix::fs::symlink(outside.join("new"), dir.join("dangling")).unwrap();
+        std::fs::create_dir(dir.join("sub")).unwrap();
+        std::fs::write(dir.join("sub/x"), b"inside\n").unwrap();
+        std::os::unix::fs::symlink("sub", dir.join("dirlink")).unwrap();
+        let srv = Served::new(&dir);
+        // Read through links out of the tree, stat them, and create a file
+        // through a dangling one, as the kernel does without the library.
+        let script = "cat abs rel dirlink/x; stat -L -c %s abs; echo made > dangling; cat dangling";
+        let out = srv.command("bash").arg("-c").arg(script).current_dir(&dir).output().unwrap();
+        assert!(out.status.success(), "failed under emulation: {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "outside\noutside\ninside\n8\nmade\n");
+        assert_eq!(std::fs::read(outside.join("new")).unwrap(), b"made\n");
+        drop(srv);
+        let _ = std::fs::remove_dir_all(&dir);
+        let _ = std::fs::remove_dir_all(&outside);
+    });
+}

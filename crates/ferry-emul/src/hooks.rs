@@ -87,6 +87,9 @@ fn emul_open(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> O
     let cloexec = flags & libc::O_CLOEXEC != 0;
     let dup_cmd = if cloexec { libc::F_DUPFD_CLOEXEC } else { libc::F_DUPFD };
     Some(match e.client.open(&rel, flags, mode) {
+        // The name leads out of the served tree (a symbolic link to
+        // elsewhere): the kernel opens it, as it would without the library.
+        Err(libc::EXDEV) => return None,
         Err(err) => {
             set_errno(err);
             -1
@@ -912,7 +915,12 @@ fn by_name(dirfd: c_int, path: *const c_char, f: impl FnOnce(&ferry::emulation::
     let e = emul()?;
     // SAFETY: the caller's path.
     let rel = state::beneath(e, dirfd, unsafe { cstr(path) }?)?;
-    Some(ret_int(f(&e.client, &rel)))
+    match f(&e.client, &rel) {
+        // Out of the served tree through a symbolic link (or across file
+        // systems, where the kernel says the same): the kernel decides.
+        Err(libc::EXDEV) => None,
+        r => Some(ret_int(r)),
+    }
 }
 
 fn stat_impl(dirfd: c_int, path: *const c_char, out: *mut libc::stat, nofollow: bool) -> Option<c_int> {

@@ -194,3 +194,67 @@ fn many_senders_full_queue_nothing_lost_or_duplicated() {
         assert_eq!(received, 3 * N as usize + sent.len());
     });
 }
+
+#[test]
+fn a_process_port_hands_a_started_process_a_right() {
+    let _serial = serial();
+    watchdog("hand_off", Duration::from_secs(60), || {
+        // ferry's one long-lived descriptor (its published counters) is
+        // not a leak.
+        ferry::counters::publish();
+        let fds_before = open_fds();
+        let (mut rx, tx) = ferry::port().unwrap();
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_ferry-peer"));
+        cmd.arg("handed-right").stdout(std::process::Stdio::piped());
+        let (child, port, handoff) = ferry::process::spawn_with_hand_off(&mut cmd).expect("start under the hand-off filter");
+        assert_eq!(port.pid(), child.id() as i32);
+        // Two asks, two answers: each is a fresh copy of the right.
+        for _ in 0..2 {
+            let mut asker = None;
+            for _ in 0..200 {
+                asker = handoff.hand(&tx, Timeout::millis(100)).expect("hand the right");
+                if asker.is_some() {
+                    break;
+                }
+            }
+            assert_eq!(asker, Some(child.id()), "the child never asked");
+            let m = rx.recv(Timeout::After(Duration::from_secs(10))).expect("the child sends on the handed right");
+            assert_eq!((m.op(), m.body()), (77, &b"handed"[..]));
+        }
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success());
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "got\ngot\nioctl ok\n");
+        assert!(port.wait_dead(1000));
+        // Nobody asks any more: the hand-off times out, keeping nothing.
+        assert_eq!(handoff.hand(&tx, Timeout::millis(50)).unwrap(), None);
+        drop((handoff, port, tx, rx));
+        let mut settled = false;
+        for _ in 0..200 {
+            if open_fds() <= fds_before {
+                settled = true;
+                break;
+            }
+            nap();
+        }
+        assert!(settled, "descriptor leak: {} before, {} after", fds_before, open_fds());
+        // A process started without the filter hears from nobody.
+        let plain = std::process::Command::new(env!("CARGO_BIN_EXE_ferry-peer")).arg("handed-right").output().unwrap();
+        assert!(plain.status.success());
+        assert_eq!(String::from_utf8_lossy(&plain.stdout), "none\nnone\nioctl ok\n");
+    });
+}
+
+#[test]
+fn a_hand_off_whose_holder_is_gone_is_an_error_not_a_hang() {
+    let _serial = serial();
+    watchdog("hand_off_gone", Duration::from_secs(60), || {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_ferry-peer"));
+        cmd.arg("handed-right").stdout(std::process::Stdio::piped());
+        let (child, _port, handoff) = ferry::process::spawn_with_hand_off(&mut cmd).unwrap();
+        drop(handoff);
+        let out = child.wait_with_output().unwrap();
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert!(said.starts_with("error: ") && said.ends_with("ioctl ok\n"), "{said}");
+        assert!(!said.contains("got"), "{said}");
+    });
+}

@@ -4,11 +4,12 @@
 //!
 //! This command only sets up: it starts a server for `DIR` (a detached
 //! process of this same binary, `ferry __emul-serve`, which lives while
-//! any emulated process or open file needs it), hands the program a send
-//! right to it, puts the `ferry-emul` preload library in its environment,
-//! and execs it.
+//! any emulated process or open file needs it), puts the `ferry-emul`
+//! preload library in the program's environment, starts the program under
+//! the process port's hand-off filter, hands it a send right to the server
+//! when its library asks (`ferry::process::HandOff`), and waits for it,
+//! exiting with its status.
 
-use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::Duration;
@@ -91,11 +92,39 @@ pub fn main(args: &Args) -> ExitCode {
     };
     let mut cmd = Command::new(&args.program[0]);
     cmd.args(&args.program[1..]);
-    if let Err(e) = ferry::emulation::prepare_command(&mut cmd, &server, &root, &lib) {
-        return fail(format!("cannot hand the program its right: {e}"));
+    ferry::emulation::prepare_command_for_hand_off(&mut cmd, &root, &lib);
+    let (mut child, port, handoff) = match ferry::process::spawn_with_hand_off(&mut cmd) {
+        Ok(c) => c,
+        Err(e) => return fail(format!("{}: {e}", Path::new(&args.program[0]).display())),
+    };
+    // As a shell waits for a command (see `pass_signals_to`).
+    ferry::process::pass_signals_to(child.id() as i32);
+    // The program (and any process it starts before it has the right)
+    // asks through the process port; this thread answers until it is gone.
+    let answering = std::thread::spawn(move || {
+        while !port.is_dead() {
+            if handoff.hand(&server, Timeout::After(Duration::from_millis(200))).is_err() {
+                break;
+            }
+        }
+    });
+    let status = child.wait();
+    let _ = answering.join();
+    match status {
+        Ok(st) => exit_code_of(st),
+        Err(e) => fail(format!("cannot wait for {}: {e}", Path::new(&args.program[0]).display())),
     }
-    let err = cmd.exec();
-    fail(format!("{}: {err}", Path::new(&args.program[0]).display()))
+}
+
+/// The program's exit status as `ferry run`'s: its code, or 128 plus the
+/// signal that killed it, as a shell reports it.
+fn exit_code_of(st: std::process::ExitStatus) -> ExitCode {
+    use std::os::unix::process::ExitStatusExt as _;
+    match (st.code(), st.signal()) {
+        (Some(c), _) => ExitCode::from(c as u8),
+        (None, Some(sig)) => ExitCode::from((128 + sig) as u8),
+        _ => ExitCode::from(1),
+    }
 }
 
 /// Runs the server (`ferry __emul-serve`).

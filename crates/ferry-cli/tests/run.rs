@@ -74,3 +74,43 @@ fn ferry_run_refuses_a_missing_directory_clearly() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/ferry-run-dir"), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// Runs `ferry run --files DIR -- ARGS` and returns its output.
+fn ferry_run(dir: &str, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_ferry")).args(["run", "--files", dir, "--library"]).arg(library()).arg("--").args(args).output().unwrap()
+}
+
+#[test]
+fn ferry_run_hands_the_right_through_the_process_port_and_passes_the_status_on() {
+    if Command::new("python3").arg("-c").arg("pass").output().is_err() {
+        eprintln!("skipped: python3 is not installed");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("ferry-run-handoff-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let dir = dir.canonicalize().unwrap();
+    std::fs::write(dir.join("f"), b"served\n").unwrap();
+    let d = dir.to_str().unwrap();
+    // Nothing is inherited: the program asks at its first file call, and
+    // its holder places the right at descriptor 1000, under the filter.
+    let py = format!(
+        "import os\nprint(open('{d}/f').read(), end='')\nprint(os.readlink('/proc/self/fd/1000').split(':')[0])\n\
+         st = dict(l.split(':\\t') for l in open('/proc/self/status').read().splitlines() if ':\\t' in l)\n\
+         print(st['Seccomp'].strip(), st['NoNewPrivs'].strip())"
+    );
+    let out = ferry_run(d, &["python3", "-c", &py]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "served\nsocket\n2 1\n");
+    // A program that starts another that starts another: the last one
+    // finds the right its parents were handed.
+    let out = ferry_run(d, &["sh", "-c", &format!("sh -c 'cat {d}/f; echo more >> {d}/f'; cat {d}/f")]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "served\nserved\nmore\n");
+    // The program's exit status is ferry run's, a signal's as a shell
+    // reports it.
+    assert_eq!(ferry_run(d, &["sh", "-c", "exit 3"]).status.code(), Some(3));
+    assert_eq!(ferry_run(d, &["sh", "-c", "kill -TERM $$"]).status.code(), Some(128 + 15));
+    assert_eq!(ferry_run(d, &["/nonexistent/program"]).status.code(), Some(127));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -10,13 +10,17 @@
 //! ptrace the process: same user and not setuid, or `CAP_SYS_PTRACE`), and
 //! takes a descriptor from it (`pidfd_getfd`, under the same check).
 //!
-//! Handing the process a port: Linux has no call that puts a descriptor
-//! into another process, so a port is handed the way `fork`/`exec` hand
-//! one, by inheritance ([`crate::spawn`]), or by the process taking it
-//! from its holder (the holder keeps it at a descriptor the process may
-//! take with [`ProcessPort::take_right`] on a port to the holder). The
-//! emulation server (`crate::emulation`) uses process ports to learn that
-//! a token holder died.
+//! Handing the process a port: Linux has one call that places a
+//! descriptor into another process, the answer of a seccomp supervisor to
+//! a system call it trapped (`SECCOMP_IOCTL_NOTIF_ADDFD`). A process
+//! started with [`spawn_with_hand_off`] runs under a filter that traps one
+//! marker call and nothing else; its holder's [`HandOff`] answers that
+//! call with a send right, which [`handed_right`] returns in the process.
+//! `ferry run` hands the emulated program its file server this way. A port
+//! can also be handed by inheritance ([`crate::spawn`]), or taken from its
+//! holder ([`ProcessPort::take_right`]). The emulation server
+//! (`crate::emulation`) uses process ports to learn that a token holder
+//! died.
 
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
@@ -26,6 +30,7 @@ use rustix::process::{Pid, PidfdFlags, PidfdGetfdFlags};
 use crate::error::io_err;
 use crate::port::SendRight;
 use crate::sys::socket;
+use crate::timeout::Timeout;
 
 /// A right to one process, through its `pidfd`.
 #[derive(Debug)]
@@ -101,4 +106,114 @@ impl AsFd for ProcessPort {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
     }
+}
+
+/// The holder's side of the hand-off: the supervisor of the filter a
+/// process started with [`spawn_with_hand_off`] runs under, through which
+/// its holder hands that process (and any process it starts) send rights.
+///
+/// Only the marker call of [`handed_right`] is trapped: every other system
+/// call of the process runs as it would without the filter. The filter
+/// sets `no_new_privs` on the process, so set-user-ID programs it starts
+/// do not gain privileges. When the `HandOff` is dropped, later marker
+/// calls fail and [`handed_right`] reports an error.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[derive(Debug)]
+pub struct HandOff {
+    listener: OwnedFd,
+}
+
+/// Starts `cmd` under the hand-off filter and returns the child, a process
+/// port to it, and the [`HandOff`] that answers its requests.
+///
+/// # Errors
+/// What starting the command gives (the filter is installed in the child
+/// before `exec`; a kernel without seccomp user notification fails the
+/// start with its error).
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+pub fn spawn_with_hand_off(cmd: &mut std::process::Command) -> io::Result<(std::process::Child, ProcessPort, HandOff)> {
+    let (child, listener) = crate::sys::seccomp::spawn_filtered(cmd)?;
+    let port = ProcessPort::open(child.id() as i32)?;
+    Ok((child, port, HandOff { listener }))
+}
+
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+impl HandOff {
+    /// Waits, as `timeout` allows, for one process under the filter to ask
+    /// ([`handed_right`]), and answers it with a copy of `right`. Returns
+    /// the pid of the process answered, or `None` when nobody asked in
+    /// time (or the asker died before the answer).
+    ///
+    /// # Errors
+    /// What the kernel gives for the listener (a process tree that has
+    /// all exited leaves it readable and failing with `ENOENT`, reported
+    /// as `None`).
+    pub fn hand(&self, right: &SendRight, timeout: Timeout) -> io::Result<Option<u32>> {
+        let deadline = timeout.deadline();
+        let ready = crate::sys::wait::poll_one(self.listener.as_fd(), crate::sys::wait::Interest::Readable, deadline).map_err(io_err)?;
+        if ready.hangup && !ready.readable {
+            return Ok(None);
+        }
+        if !ready.readable {
+            return Ok(None);
+        }
+        let req = match crate::sys::seccomp::receive(self.listener.as_fd()) {
+            Ok(Some(r)) => r,
+            Ok(None) => return Ok(None),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        if !crate::sys::seccomp::still_waiting(self.listener.as_fd(), req.id) {
+            return Ok(None);
+        }
+        match crate::sys::seccomp::hand_fd(self.listener.as_fd(), &req, right.as_fd()) {
+            Ok(_) => Ok(Some(req.pid)),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
+            Err(e) => {
+                crate::sys::seccomp::refuse(self.listener.as_fd(), req.id, e.raw_os_error().unwrap_or(libc::EIO));
+                Err(e)
+            }
+        }
+    }
+}
+
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+impl AsFd for HandOff {
+    /// The seccomp listener: readable when a process asks.
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.listener.as_fd()
+    }
+}
+
+/// In a process started with [`spawn_with_hand_off`]: asks its holder for
+/// a send right and waits for it. `None` when this process runs under no
+/// hand-off filter (nobody would answer).
+///
+/// # Errors
+/// `ENOSYS` when the filter's holder is gone; `EBADF` (with the descriptor
+/// closed) if what arrived is not a send right.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+pub fn handed_right() -> io::Result<Option<SendRight>> {
+    handed_right_at(None, true)
+}
+
+/// [`handed_right`], placing the right at descriptor `want` when that
+/// number is free (the holder chooses otherwise), close-on-exec or not.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+pub(crate) fn handed_right_at(want: Option<RawFd>, cloexec: bool) -> io::Result<Option<SendRight>> {
+    let Some(fd) = crate::sys::seccomp::ask_for_fd(want, cloexec)? else { return Ok(None) };
+    if !socket::is_unix_seqpacket(fd.as_fd()) {
+        return Err(io::Error::from_raw_os_error(libc::EBADF));
+    }
+    Ok(Some(SendRight::from_fd(fd)))
+}
+
+/// Waits for `child` as a shell waits for a command: interrupt and quit
+/// from the terminal reach the child directly (it is in the terminal's
+/// process group), so this process ignores them from now on; termination
+/// and hang-up sent to this process alone are passed on to the child. Call
+/// it after starting the child, which should start with the dispositions
+/// this process was given. For a supervisor such as `ferry run`.
+pub fn pass_signals_to(child: i32) {
+    crate::sys::process::pass_signals_to(child);
 }

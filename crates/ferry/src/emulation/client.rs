@@ -96,8 +96,28 @@ impl Client {
     /// nothing is announced or the descriptor is not a ferry port.
     pub fn from_env() -> Option<Client> {
         let fd: i32 = std::env::var(super::ENV_FD).ok()?.parse().ok()?;
-        let copy = crate::sys::spawn::copy_inherited(fd, HIGH_FD, crate::sys::socket::is_unix_seqpacket)?;
-        Some(Client::new(SendRight::from_fd(copy)))
+        if let Some(copy) = crate::sys::spawn::copy_inherited(fd, HIGH_FD, crate::sys::socket::is_unix_seqpacket) {
+            return Some(Client::new(SendRight::from_fd(copy)));
+        }
+        std::env::var_os(super::ENV_HANDOFF)?;
+        // Asked of the holder through the process port: the right lands at
+        // `fd`, inheritable, for the programs this one starts (which find
+        // it there and ask nobody).
+        #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+        {
+            use std::os::fd::AsRawFd as _;
+            let right = crate::process::handed_right_at(Some(fd), false).ok()??;
+            if right.sock.as_raw_fd() == fd {
+                // Kept open at `fd` for the life of the process, as an
+                // inherited one would be; this process uses a copy.
+                let copy = rustix::io::fcntl_dupfd_cloexec(&right.sock, HIGH_FD).ok()?;
+                std::mem::forget(right);
+                return Some(Client::new(SendRight::from_fd(copy)));
+            }
+            Some(Client::new(SendRight::from_fd(high(right.sock))))
+        }
+        #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+        None
     }
 
     /// The send right to the server.

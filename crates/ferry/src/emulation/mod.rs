@@ -92,6 +92,10 @@ pub const OP_EMUL_REPLY: u32 = 0x7065_00ff;
 pub const ENV_FD: &str = "FERRY_EMUL_FD";
 /// Environment variable naming the emulated directory (absolute, canonical).
 pub const ENV_ROOT: &str = "FERRY_EMUL_ROOT";
+/// Set (to `1`) when the program gets the server's right from its holder
+/// through the process port's hand-off (`crate::process::HandOff`), placed
+/// at the descriptor [`ENV_FD`] names, rather than inheriting it there.
+pub const ENV_HANDOFF: &str = "FERRY_EMUL_HANDOFF";
 
 /// Token states (low two bits of the token word).
 const FREE: u32 = 0;
@@ -320,4 +324,20 @@ pub fn prepare_command(
     }
     cmd.env("LD_PRELOAD", preload).env(ENV_ROOT, root).env(ENV_FD, INHERITED_AT.to_string());
     Ok(())
+}
+
+/// Prepares `cmd` to run emulated with the server's right handed over
+/// through the process port (start it with
+/// [`crate::process::spawn_with_hand_off`] and answer with
+/// [`crate::process::HandOff::hand`]): the preload library at `library`
+/// in `LD_PRELOAD`, files under `root` served, and the right asked for at
+/// its first file call and placed at [`INHERITED_AT`], where the programs
+/// it starts inherit it. Nothing is inherited from the caller.
+pub fn prepare_command_for_hand_off(cmd: &mut std::process::Command, root: &std::path::Path, library: &std::path::Path) {
+    let mut preload = library.as_os_str().to_owned();
+    if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|o| !o.is_empty()) {
+        preload.push(" ");
+        preload.push(old);
+    }
+    cmd.env("LD_PRELOAD", preload).env(ENV_ROOT, root).env(ENV_FD, INHERITED_AT.to_string()).env(ENV_HANDOFF, "1");
 }

@@ -10,6 +10,8 @@ pub mod futex;
 pub mod lock;
 pub mod mem;
 pub mod process;
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+pub mod seccomp;
 #[cfg(feature = "tokio")]
 pub mod reactor;
 pub mod socket;

@@ -45,3 +45,28 @@ pub fn vm_write(pid: i32, addr: usize, data: &[u8]) -> rustix::io::Result<usize>
     }
     Ok(n as usize)
 }
+
+/// The child whose signals [`pass_signals_to`] passes on (0: none).
+static CHILD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+extern "C" fn pass_on(sig: libc::c_int) {
+    let pid = CHILD.load(std::sync::atomic::Ordering::Relaxed);
+    if pid > 0 {
+        // SAFETY: kill is async-signal-safe and takes integers only.
+        unsafe { libc::kill(pid, sig) };
+    }
+}
+
+/// Ignores SIGINT and SIGQUIT in this process and passes SIGTERM and
+/// SIGHUP on to `child`.
+pub fn pass_signals_to(child: i32) {
+    CHILD.store(child, std::sync::atomic::Ordering::Relaxed);
+    // SAFETY: sets this process's dispositions; `pass_on` is
+    // async-signal-safe (an atomic load and kill).
+    unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_IGN);
+        libc::signal(libc::SIGQUIT, libc::SIG_IGN);
+        libc::signal(libc::SIGTERM, pass_on as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGHUP, pass_on as *const () as libc::sighandler_t);
+    }
+}

@@ -20,6 +20,7 @@ pub fn run(role: &str, args: &[String]) -> Outcome {
         "send-forever" => send_forever(&arg(0)),
         "inherited" => inherited(),
         "inherited-refused" => inherited_refused(),
+        "handed-right" => handed_right(),
         _ => return None,
     })
 }
@@ -192,5 +193,26 @@ fn inherited_refused() -> R {
     }
     let stdin_open = std::fs::metadata("/proc/self/fd/0").is_ok();
     println!("refused; stdin open: {stdin_open}");
+    Ok(())
+}
+
+/// Asks the holder of its hand-off filter for a right (twice, to see the
+/// second answer too), sends "handed" on each it gets, checks that an
+/// ordinary `ioctl` still runs under the filter, and prints what happened:
+/// `got`, `none` or `error: ...` per ask, then `ioctl ok`.
+fn handed_right() -> Result<(), Box<dyn std::error::Error>> {
+    for _ in 0..2 {
+        match ferry::process::handed_right() {
+            Ok(Some(r)) => {
+                r.send(ferry::Message::new(77).with_body(*b"handed"), ferry::Timeout::Infinite)?;
+                println!("got");
+            }
+            Ok(None) => println!("none"),
+            Err(e) => println!("error: {e}"),
+        }
+    }
+    let (a, _b) = rustix::pipe::pipe()?;
+    rustix::io::ioctl_fionread(&a)?;
+    println!("ioctl ok");
     Ok(())
 }

@@ -1087,27 +1087,7 @@ tar czf t.tgz repo && tar tzf t.tgz | sort | sha256sum
 
 #[test]
 fn emul_git_make_perl_and_archivers_match_native() {
-    watchdog("emul_git_make_perl_and_archivers_match_native", Duration::from_secs(300), || {
-        let test = "emul_git_make_perl_and_archivers_match_native";
-        for p in ["bash", "git", "perl", "make", "xz", "bzip2", "tar", "gzip", "seq", "sha256sum"] {
-            if !have(p, test) {
-                return;
-            }
-        }
-        let base = scratch("devtools");
-        let (mine, theirs) = (base.join("emul"), base.join("native"));
-        std::fs::create_dir_all(&mine).unwrap();
-        std::fs::create_dir_all(&theirs).unwrap();
-        let srv = Served::new(&mine);
-        let ours = srv.command("bash").arg("-c").arg(DEV_TOOLS_SCRIPT).env("HOME", &mine).current_dir(&mine).output().unwrap();
-        let native =
-            Command::new("bash").arg("-c").arg(DEV_TOOLS_SCRIPT).env("HOME", &theirs).current_dir(&theirs).stdin(Stdio::null()).output().unwrap();
-        assert!(native.status.success(), "the script failed natively: {}", String::from_utf8_lossy(&native.stderr));
-        assert!(ours.status.success(), "the script failed under emulation ({}): {}", ours.status, String::from_utf8_lossy(&ours.stderr));
-        assert_eq!(String::from_utf8_lossy(&ours.stdout), String::from_utf8_lossy(&native.stdout));
-        drop(srv);
-        let _ = std::fs::remove_dir_all(&base);
-    });
+    script_matches_native("emul_git_make_perl_and_archivers_match_native", &["bash", "git", "perl", "make", "xz", "bzip2", "tar", "gzip", "seq", "sha256sum"], DEV_TOOLS_SCRIPT, false);
 }
 
 /// A shell and the programs it starts sharing open files: the shell reads
@@ -1132,27 +1112,7 @@ exec 5> w.txt; echo aaa >&5; python3 -c 'import os; os.write(5, b"bbb\n")'; echo
 
 #[test]
 fn emul_shell_and_its_children_share_offsets_like_native() {
-    watchdog("emul_shell_and_its_children_share_offsets_like_native", Duration::from_secs(120), || {
-        let test = "emul_shell_and_its_children_share_offsets_like_native";
-        for p in ["bash", "sh", "seq", "head", "sed", "cat", "python3"] {
-            if !have(p, test) {
-                return;
-            }
-        }
-        let base = scratch("sharedoffsets");
-        let (mine, theirs) = (base.join("emul"), base.join("native"));
-        std::fs::create_dir_all(&mine).unwrap();
-        std::fs::create_dir_all(&theirs).unwrap();
-        let srv = Served::new(&mine);
-        let ours = srv.command("bash").arg("-c").arg(SHARED_OFFSETS_SCRIPT).current_dir(&mine).output().unwrap();
-        let native = Command::new("bash").arg("-c").arg(SHARED_OFFSETS_SCRIPT).current_dir(&theirs).stdin(Stdio::null()).output().unwrap();
-        assert!(native.status.success(), "the script failed natively: {}", String::from_utf8_lossy(&native.stderr));
-        assert!(ours.status.success(), "the script failed under emulation ({}): {}", ours.status, String::from_utf8_lossy(&ours.stderr));
-        assert_eq!(String::from_utf8_lossy(&ours.stdout), String::from_utf8_lossy(&native.stdout));
-        assert_eq!(String::from_utf8_lossy(&ours.stderr), String::from_utf8_lossy(&native.stderr));
-        drop(srv);
-        let _ = std::fs::remove_dir_all(&base);
-    });
+    script_matches_native("emul_shell_and_its_children_share_offsets_like_native", &["bash", "sh", "seq", "head", "sed", "cat", "python3"], SHARED_OFFSETS_SCRIPT, true);
 }
 
 /// Python's standard library on served files, with `subprocess` children
@@ -1206,26 +1166,7 @@ printf 'abc' | dd of=b bs=1 seek=1 conv=notrunc 2>/dev/null && cat b | head -2
 
 #[test]
 fn emul_python_subprocess_stdlib_and_text_tools_match_native() {
-    watchdog("emul_python_subprocess_stdlib_and_text_tools_match_native", Duration::from_secs(120), || {
-        let test = "emul_python_subprocess_stdlib_and_text_tools_match_native";
-        for p in ["bash", "python3", "perl", "awk", "comm", "paste", "join", "tar", "dd", "od"] {
-            if !have(p, test) {
-                return;
-            }
-        }
-        let base = scratch("stdlib");
-        let (mine, theirs) = (base.join("emul"), base.join("native"));
-        std::fs::create_dir_all(&mine).unwrap();
-        std::fs::create_dir_all(&theirs).unwrap();
-        let srv = Served::new(&mine);
-        let ours = srv.command("bash").arg("-c").arg(STDLIB_SCRIPT).current_dir(&mine).output().unwrap();
-        let native = Command::new("bash").arg("-c").arg(STDLIB_SCRIPT).current_dir(&theirs).stdin(Stdio::null()).output().unwrap();
-        assert!(native.status.success(), "the script failed natively: {}", String::from_utf8_lossy(&native.stderr));
-        assert!(ours.status.success(), "the script failed under emulation ({}): {}", ours.status, String::from_utf8_lossy(&ours.stderr));
-        assert_eq!(String::from_utf8_lossy(&ours.stdout), String::from_utf8_lossy(&native.stdout));
-        drop(srv);
-        let _ = std::fs::remove_dir_all(&base);
-    });
+    script_matches_native("emul_python_subprocess_stdlib_and_text_tools_match_native", &["bash", "python3", "perl", "awk", "comm", "paste", "join", "tar", "dd", "od"], STDLIB_SCRIPT, false);
 }
 
 #[test]
@@ -1255,5 +1196,34 @@ fn emul_symbolic_links_out_of_the_tree_reach_their_targets_like_native() {
         drop(srv);
         let _ = std::fs::remove_dir_all(&dir);
         let _ = std::fs::remove_dir_all(&outside);
+    });
+}
+
+/// Runs the bash `script` twice, in a served scratch directory and natively
+/// in another (each its own `HOME`); both must succeed with the same
+/// standard output (and, with `same_stderr`, the same standard error).
+/// Skipped when a program of `needs` is not installed.
+fn script_matches_native(test: &str, needs: &[&str], script: &str, same_stderr: bool) {
+    watchdog(test, Duration::from_secs(300), || {
+        for p in needs {
+            if !have(p, test) {
+                return;
+            }
+        }
+        let base = scratch(test);
+        let (mine, theirs) = (base.join("emul"), base.join("native"));
+        std::fs::create_dir_all(&mine).unwrap();
+        std::fs::create_dir_all(&theirs).unwrap();
+        let srv = Served::new(&mine);
+        let ours = srv.command("bash").arg("-c").arg(script).env("HOME", &mine).current_dir(&mine).output().unwrap();
+        let native = Command::new("bash").arg("-c").arg(script).env("HOME", &theirs).current_dir(&theirs).stdin(Stdio::null()).output().unwrap();
+        assert!(native.status.success(), "the script failed natively: {}", String::from_utf8_lossy(&native.stderr));
+        assert!(ours.status.success(), "the script failed under emulation ({}): {}", ours.status, String::from_utf8_lossy(&ours.stderr));
+        assert_eq!(String::from_utf8_lossy(&ours.stdout), String::from_utf8_lossy(&native.stdout));
+        if same_stderr {
+            assert_eq!(String::from_utf8_lossy(&ours.stderr), String::from_utf8_lossy(&native.stderr));
+        }
+        drop(srv);
+        let _ = std::fs::remove_dir_all(&base);
     });
 }

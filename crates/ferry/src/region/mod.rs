@@ -99,7 +99,9 @@ pub enum RegionError {
     Alloc(io::Error),
     /// The memfd could not be sealed. `EBUSY` means something still holds a
     /// writable shared mapping of it or has pages pinned for I/O: finish
-    /// that I/O first.
+    /// that I/O first. (A child just forked by another thread holds the
+    /// parent's mappings until it execs; sealing a region of this process's
+    /// own waits a bounded time for that before failing.)
     Seal(io::Error),
     /// Same-address placement was asked for but something is already mapped
     /// in `[addr, addr+len)` here. Map it anywhere instead, or free the range.
@@ -416,7 +418,7 @@ impl Region {
         let addr = map.addr();
         drop(map);
         if state == State::Open {
-            mem::add_seals(fd.as_fd(), BY_VALUE_SEALS).map_err(|e| RegionError::Seal(io_err(e)))?;
+            mem::add_seals_own(fd.as_fd(), BY_VALUE_SEALS).map_err(|e| RegionError::Seal(io_err(e)))?;
         }
         Ok(RegionItem::outgoing(Mode::Move, fd, len, addr, huge))
     }
@@ -430,7 +432,7 @@ impl Region {
                 self.map
                     .remap_in_place(self.fd.as_fd(), true, Share::Private)
                     .map_err(|e| RegionError::Map(io_err(e)))?;
-                if let Err(e) = mem::add_seals(self.fd.as_fd(), BY_VALUE_SEALS) {
+                if let Err(e) = mem::add_seals_own(self.fd.as_fd(), BY_VALUE_SEALS) {
                     // Nothing was written since the remap: the shared view
                     // holds the same bytes. Go back to it.
                     let _ = self.map.remap_in_place(self.fd.as_fd(), true, Share::Shared);
@@ -451,7 +453,7 @@ impl Region {
         let fd = new_memfd(self.len)?;
         mem::pwrite_all(fd.as_fd(), self.as_slice(), 0).map_err(|e| RegionError::Io(io_err(e)))?;
         counters::add(counters::BYTES_COPIED, self.len as u64);
-        mem::add_seals(fd.as_fd(), BY_VALUE_SEALS).map_err(|e| RegionError::Seal(io_err(e)))?;
+        mem::add_seals_own(fd.as_fd(), BY_VALUE_SEALS).map_err(|e| RegionError::Seal(io_err(e)))?;
         self.map.remap_in_place(fd.as_fd(), true, Share::Private).map_err(|e| RegionError::Map(io_err(e)))?;
         self.rehuge();
         self.fd = fd;

@@ -176,6 +176,30 @@ pub fn add_seals(fd: BorrowedFd<'_>, seals: SealFlags) -> rustix::io::Result<()>
     rustix::fs::fcntl_add_seals(fd, seals)
 }
 
+/// [`add_seals`] for a memfd this process made and maps only privately
+/// (a region of its own). Sealing `WRITE` fails with `EBUSY` while any
+/// process maps the memfd shared and writable, and a child that another
+/// thread of this process has just forked holds a copy of every mapping
+/// the parent had until it execs: a region written through its shared
+/// view a moment before could not be sealed (seen as a rare failure of
+/// `by_copy` in tests that start processes). Such a refusal is tried again
+/// for a bounded time (about 60 ms), which covers a child on its way to
+/// `exec`; a mapping that stays longer still fails with `EBUSY`. Only for
+/// the process's own memfds: a peer's memfd is refused at once.
+pub fn add_seals_own(fd: BorrowedFd<'_>, seals: SealFlags) -> rustix::io::Result<()> {
+    let mut pause = std::time::Duration::from_micros(500);
+    for _ in 0..7 {
+        match rustix::fs::fcntl_add_seals(fd, seals) {
+            Err(rustix::io::Errno::BUSY) => {
+                std::thread::sleep(pause);
+                pause *= 2;
+            }
+            other => return other,
+        }
+    }
+    rustix::fs::fcntl_add_seals(fd, seals)
+}
+
 /// Element types that may be viewed directly in mapped memory: every bit
 /// pattern is a valid value and there is no padding or interior pointer.
 ///

@@ -556,3 +556,33 @@ fn regions_and_leases_are_written_and_read_as_streams() {
     let v = region_of(&mut rx.recv(T).unwrap()).map_shared(MapOptions::lazy()).unwrap();
     assert_eq!(v.to_vec(4096).unwrap(), b"frame");
 }
+
+#[test]
+fn a_region_seals_once_a_just_forked_child_lets_go_of_its_mapping() {
+    let _s = serial();
+    watchdog("seal_after_fork", Duration::from_secs(60), || {
+        let mut r = Region::new(1 << 20).unwrap();
+        r.as_mut_slice().fill(7);
+        // A child forked now holds a copy of the region's shared writable
+        // mapping for 20 ms (as a child another thread forked holds it
+        // until it execs); the seal must wait for it, not fail.
+        // SAFETY: the raw clone gives the child a copy of this process;
+        // the child makes only the nanosleep and exit_group system calls,
+        // taking no lock and allocating nothing.
+        let pid = unsafe { libc::syscall(libc::SYS_clone, libc::SIGCHLD as libc::c_long, 0, 0, 0, 0) } as i32;
+        if pid == 0 {
+            let ts = libc::timespec { tv_sec: 0, tv_nsec: 20_000_000 };
+            // SAFETY: see above; exit_group does not return.
+            unsafe {
+                libc::syscall(libc::SYS_nanosleep, &ts as *const libc::timespec, std::ptr::null::<libc::timespec>());
+                libc::syscall(libc::SYS_exit_group, 0);
+            }
+        }
+        assert!(pid > 0, "clone failed");
+        let item = r.by_copy().expect("sealed once the child let go");
+        let mut status = 0;
+        // SAFETY: waits for the child made above; `status` is ours.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert_eq!(item.copy_out(1 << 20).unwrap(), vec![7u8; 1 << 20]);
+    });
+}

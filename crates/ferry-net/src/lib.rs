@@ -19,9 +19,11 @@ mod deadwatch;
 pub mod frame;
 pub mod link;
 pub mod node;
+pub mod redial;
 pub mod status;
 pub mod tls;
 
 pub use cor::RemoteRegion;
+pub use redial::Redial;
 pub use node::{LinkInfo, NetError, NetStats, Node, NodeConfig, Refusal, REFUSED};
 pub use tls::{Identity, Peer};

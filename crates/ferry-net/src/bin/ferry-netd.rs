@@ -115,7 +115,7 @@ fn run(a: Args) -> Result<(), String> {
     let mut names = Bootstrap::connect().map_err(|e| format!("local name server: {e}"))?;
     let mut cfg = NodeConfig::new(id, peers, a.listen);
     cfg.idle_timeout = Duration::from_millis(a.idle_timeout_ms);
-    let node = Node::start(cfg).map_err(|e| e.to_string())?;
+    let node = std::sync::Arc::new(Node::start(cfg).map_err(|e| e.to_string())?);
     for name in &a.exports {
         let right = names.lookup_wait(name, Duration::from_secs(10)).map_err(|e| format!("--export {name}: {e}"))?;
         node.export(name, right);
@@ -127,6 +127,24 @@ fn run(a: Args) -> Result<(), String> {
         let right = node.lookup(remote).map_err(|e| format!("--import {remote}: {e}"))?;
         names.register(remote, &right).map_err(|e| format!("--import {remote}: {e}"))?;
     }
+    // A lost link is dialled again; once it is back, the names imported
+    // from that host are looked up and registered afresh (their old
+    // proxies are dead names, and their registrations went with them).
+    let (n2, imports) = (node.clone(), a.imports.clone());
+    let _redial = ferry_net::Redial::start(node.clone(), a.peers.clone(), move |host| {
+        let Ok(mut names) = Bootstrap::connect() else { return };
+        for remote in imports.iter().filter(|r| r.rsplit_once('@').is_some_and(|(_, h)| h == host)) {
+            let _ = names.unregister(remote);
+            match n2.lookup(remote) {
+                Ok(right) => {
+                    if let Err(e) = names.register(remote, &right) {
+                        eprintln!("ferry-netd: --import {remote}: {e}");
+                    }
+                }
+                Err(e) => eprintln!("ferry-netd: --import {remote}: {e}"),
+            }
+        }
+    });
     // The status port `ferry names` and `ferry stat` ask (see ferry_net::status).
     let (mut status, to_status) = ferry::port().map_err(|e| e.to_string())?;
     if let Err(e) = names.register(ferry_net::status::NAME, &to_status) {

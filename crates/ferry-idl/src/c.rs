@@ -4,13 +4,13 @@
 //! per operation and a server dispatch table. The `ferry-idl-c` program
 //! runs it (`ferry-idl-c DESCRIPTION.json OUT_DIR [PREFIX]`).
 //!
-//! The generated code speaks the wire encoding of [`crate::codec`] byte for
+//! The generated code speaks the wire encoding of [`ferry::idl::codec`] byte for
 //! byte and makes the same checks before a server's function runs (validate,
 //! then act): a value cut short or with bytes left over, a bad `bool` or
 //! option tag, an unknown enumeration tag, a count larger than the bytes
 //! left, a missing or repeated field, an item that does not exist, is
 //! claimed twice, is of another kind or travels in another mode, an item no
-//! value claims, records nested deeper than [`crate::codec::MAX_DEPTH`]. A
+//! value claims, records nested deeper than [`ferry::idl::codec::MAX_DEPTH`]. A
 //! request that fails any of them is answered with a `BadRequest` fault.
 //!
 //! C types: the scalars are `<stdint.h>` types and `bool`; strings and byte

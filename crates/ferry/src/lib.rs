@@ -41,6 +41,7 @@ pub mod counters;
 pub mod emulation;
 pub mod error;
 pub mod fileserver;
+pub mod idl;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;

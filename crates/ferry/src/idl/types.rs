@@ -9,12 +9,12 @@
 use std::fmt;
 use std::marker::PhantomData;
 
-use ferry::region::Mode;
-use ferry::{Item, ReceiveRight, RegionItem, SendOnceRight, SendRight};
+use crate::region::Mode;
+use crate::{Item, ReceiveRight, RegionItem, SendOnceRight, SendRight};
 use serde_json::{json, Value};
 
-use crate::codec::{DecodeError, Decoder, Encoder, Wire};
-use crate::Interface;
+use crate::idl::codec::{DecodeError, Decoder, Encoder, Wire};
+use crate::idl::Interface;
 
 /// A send right to a port that serves interface `I`.
 pub struct SendTo<I: Interface> {

@@ -3,10 +3,10 @@
 //! request fits the shared slot take the fast path; the rest travel over
 //! the connection's socket, which `ferry::rpc::Connection` chooses itself).
 
-use ferry::rpc::{ConnectOptions, Connection, Transport};
-use ferry::{Message, ReceiveRight, RecvError, SendRight, Timeout};
+use crate::rpc::{ConnectOptions, Connection, Transport};
+use crate::{Message, ReceiveRight, RecvError, SendRight, Timeout};
 
-use crate::{decode_reply, IdlError, NoError};
+use crate::idl::{decode_reply, IdlError, NoError};
 
 /// Carries typed requests to a server.
 pub trait Channel {
@@ -53,7 +53,7 @@ impl PortChannel {
 impl Channel for PortChannel {
     fn call(&mut self, req: Message) -> Result<Message, IdlError> {
         if self.replies.is_none() {
-            let (rx, _tx) = ferry::port().map_err(|e| IdlError::Recv(RecvError::Io(e)))?;
+            let (rx, _tx) = crate::port().map_err(|e| IdlError::Recv(RecvError::Io(e)))?;
             self.replies = Some(rx);
         }
         let replies = self.replies.as_mut().expect("made above");

@@ -13,7 +13,7 @@
 /// description); the struct takes any attributes.
 ///
 /// ```
-/// ferry_idl::record! {
+/// ferry::record! {
 ///     /// A point.
 ///     #[derive(Debug, PartialEq)]
 ///     pub struct Point {
@@ -40,43 +40,43 @@ macro_rules! record {
         }
 
         const _: () = assert!(
-            $crate::codec::ordinals_ok(&[$($ord as u32),*]),
+            $crate::idl::codec::ordinals_ok(&[$($ord as u32),*]),
             concat!("record ", stringify!($name), ": field ordinals must be distinct and non-zero")
         );
 
-        impl $crate::Wire for $name {
-            fn encode(self, enc: &mut $crate::Encoder) {
+        impl $crate::idl::Wire for $name {
+            fn encode(self, enc: &mut $crate::idl::Encoder) {
                 enc.record(|enc| {
                     $( enc.field($ord, self.$f); )*
                 });
             }
 
-            fn decode(dec: &mut $crate::Decoder<'_>) -> ::core::result::Result<Self, $crate::DecodeError> {
+            fn decode(dec: &mut $crate::idl::Decoder<'_>) -> ::core::result::Result<Self, $crate::idl::DecodeError> {
                 dec.record(|dec| {
                     $( let mut $f: ::core::option::Option<$t> = None; )*
                     while let Some((ord, len)) = dec.next_field()? {
                         $(
                             if ord == $ord {
-                                $crate::codec::field_value(dec, &mut $f, len, stringify!($name), $ord)?;
+                                $crate::idl::codec::field_value(dec, &mut $f, len, stringify!($name), $ord)?;
                                 continue;
                             }
                         )*
                         dec.skip(len)?;
                     }
                     Ok($name {
-                        $( $f: $crate::codec::field_or_absent($f, stringify!($name), $ord)?, )*
+                        $( $f: $crate::idl::codec::field_or_absent($f, stringify!($name), $ord)?, )*
                     })
                 })
             }
 
-            fn schema() -> $crate::__json::Value {
-                $crate::__json::json!({
+            fn schema() -> $crate::idl::__json::Value {
+                $crate::idl::__json::json!({
                     "record": stringify!($name),
                     "fields": [ $( {
                         "name": stringify!($f),
                         "ordinal": $ord,
-                        "type": (<$t as $crate::Wire>::schema()),
-                        "doc": ($crate::codec::doc_text(&[$($fdoc),*]))
+                        "type": (<$t as $crate::idl::Wire>::schema()),
+                        "doc": ($crate::idl::codec::doc_text(&[$($fdoc),*]))
                     } ),* ]
                 })
             }
@@ -94,7 +94,7 @@ macro_rules! record {
 /// [`DecodeError::UnknownVariant`](crate::DecodeError::UnknownVariant).
 ///
 /// ```
-/// ferry_idl::enumeration! {
+/// ferry::enumeration! {
 ///     /// Why it failed.
 ///     #[derive(Debug, PartialEq)]
 ///     pub enum StoreError {
@@ -119,12 +119,12 @@ macro_rules! enumeration {
         }
 
         const _: () = assert!(
-            $crate::codec::ordinals_ok(&[$($ord as u32),*]),
+            $crate::idl::codec::ordinals_ok(&[$($ord as u32),*]),
             concat!("enumeration ", stringify!($name), ": variant ordinals must be distinct and non-zero")
         );
 
-        impl $crate::Wire for $name {
-            fn encode(self, enc: &mut $crate::Encoder) {
+        impl $crate::idl::Wire for $name {
+            fn encode(self, enc: &mut $crate::idl::Encoder) {
                 let this = self;
                 $(
                     #[allow(unreachable_patterns)]
@@ -134,24 +134,24 @@ macro_rules! enumeration {
                 unreachable!("every variant is encoded above")
             }
 
-            fn decode(dec: &mut $crate::Decoder<'_>) -> ::core::result::Result<Self, $crate::DecodeError> {
+            fn decode(dec: &mut $crate::idl::Decoder<'_>) -> ::core::result::Result<Self, $crate::idl::DecodeError> {
                 let tag = dec.u32()?;
                 $(
                     if tag == $ord {
                         return Ok($crate::__idl_enum_decode!(dec, $name, $v $(, $pt)?));
                     }
                 )*
-                Err($crate::DecodeError::UnknownVariant { ty: stringify!($name), tag })
+                Err($crate::idl::DecodeError::UnknownVariant { ty: stringify!($name), tag })
             }
 
-            fn schema() -> $crate::__json::Value {
-                $crate::__json::json!({
+            fn schema() -> $crate::idl::__json::Value {
+                $crate::idl::__json::json!({
                     "enum": stringify!($name),
                     "variants": [ $( {
                         "name": stringify!($v),
                         "ordinal": $ord,
                         "payload": ($crate::__idl_payload_schema!($($pt)?)),
-                        "doc": ($crate::codec::doc_text(&[$($vdoc),*]))
+                        "doc": ($crate::idl::codec::doc_text(&[$($vdoc),*]))
                     } ),* ]
                 })
             }
@@ -179,7 +179,7 @@ macro_rules! __idl_enum_encode {
         match $this {
             $name::$v(p) => {
                 $enc.put_u32($ord);
-                $crate::Wire::encode(p, $enc);
+                $crate::idl::Wire::encode(p, $enc);
                 return;
             }
             other => other,
@@ -194,7 +194,7 @@ macro_rules! __idl_enum_decode {
         $name::$v
     };
     ($dec:ident, $name:ident, $v:ident, $pt:ty) => {
-        $name::$v(<$pt as $crate::Wire>::decode($dec)?)
+        $name::$v(<$pt as $crate::idl::Wire>::decode($dec)?)
     };
 }
 
@@ -202,10 +202,10 @@ macro_rules! __idl_enum_decode {
 #[macro_export]
 macro_rules! __idl_payload_schema {
     () => {
-        $crate::__json::Value::Null
+        $crate::idl::__json::Value::Null
     };
     ($pt:ty) => {
-        <$pt as $crate::Wire>::schema()
+        <$pt as $crate::idl::Wire>::schema()
     };
 }
 
@@ -231,7 +231,7 @@ macro_rules! __idl_ty_or {
 /// description.
 ///
 /// ```
-/// ferry_idl::interface! {
+/// ferry::interface! {
 ///     /// Counts things.
 ///     pub mod counter: "example.counter", version 1, compatible 1 {
 ///         /// Adds `n`; returns the new total.
@@ -242,8 +242,8 @@ macro_rules! __idl_ty_or {
 /// }
 /// struct Total(u64);
 /// impl counter::Service for Total {
-///     fn add(&mut self, _: &ferry_idl::Context, n: u64) -> u64 { self.0 += n; self.0 }
-///     fn reset(&mut self, _: &ferry_idl::Context) { self.0 = 0; }
+///     fn add(&mut self, _: &ferry::idl::Context, n: u64) -> u64 { self.0 += n; self.0 }
+///     fn reset(&mut self, _: &ferry::idl::Context) { self.0 = 0; }
 /// }
 /// # let _ = counter::Server(Total(0));
 /// ```
@@ -268,48 +268,48 @@ macro_rules! interface {
             pub enum Protocol {}
 
             const _: () = assert!(
-                $crate::codec::ordinals_ok(&[$($ord),*]),
+                $crate::idl::codec::ordinals_ok(&[$($ord),*]),
                 "operation ordinals must be distinct and non-zero (0 is the version check)"
             );
             const _: () = assert!($compat <= $version, "compatible must not be newer than version");
 
-            impl $crate::Interface for Protocol {
+            impl $crate::idl::Interface for Protocol {
                 const NAME: &'static str = $name;
                 const VERSION: u32 = $version;
                 const COMPATIBLE: u32 = $compat;
-                fn describe() -> $crate::__json::Value {
-                    $crate::__json::json!({
+                fn describe() -> $crate::idl::__json::Value {
+                    $crate::idl::__json::json!({
                         "interface": $name,
                         "version": $version,
                         "compatible": $compat,
-                        "doc": ($crate::codec::doc_text(&[$($doc),*])),
+                        "doc": ($crate::idl::codec::doc_text(&[$($doc),*])),
                         "operations": [ $( {
                             "name": stringify!($op),
                             "ordinal": $ord,
                             "kind": ($crate::__idl_kind_name!($kind)),
-                            "doc": ($crate::codec::doc_text(&[$($odoc),*])),
+                            "doc": ($crate::idl::codec::doc_text(&[$($odoc),*])),
                             "args": ({
                                 #[allow(unused_mut)]
-                                let mut args: ::std::vec::Vec<$crate::__json::Value> = ::std::vec::Vec::new();
+                                let mut args: ::std::vec::Vec<$crate::idl::__json::Value> = ::std::vec::Vec::new();
                                 $(
-                                    args.push($crate::__json::json!({
+                                    args.push($crate::idl::__json::json!({
                                         "name": stringify!($arg),
                                         "ordinal": args.len() + 1,
-                                        "type": (<$aty as $crate::Wire>::schema())
+                                        "type": (<$aty as $crate::idl::Wire>::schema())
                                     }));
                                 )*
                                 args
                             }),
-                            "result": (<$crate::__idl_ty_or!([$($ret)?] ()) as $crate::Wire>::schema()),
-                            "error": (<$crate::__idl_ty_or!([$($err)?] $crate::NoError) as $crate::Wire>::schema())
+                            "result": (<$crate::__idl_ty_or!([$($ret)?] ()) as $crate::idl::Wire>::schema()),
+                            "error": (<$crate::__idl_ty_or!([$($err)?] $crate::idl::NoError) as $crate::idl::Wire>::schema())
                         } ),* ]
                     })
                 }
             }
 
             /// This interface's description (see [`Protocol`]).
-            pub fn describe() -> $crate::__json::Value {
-                <Protocol as $crate::Interface>::describe()
+            pub fn describe() -> $crate::idl::__json::Value {
+                <Protocol as $crate::idl::Interface>::describe()
             }
 
             /// The operations' ordinals (their operation ids on the wire).
@@ -331,23 +331,23 @@ macro_rules! interface {
 
             #[doc = concat!("A typed proxy for `", $name, "` over a channel (a port, or an RPC connection).")]
             #[derive(Debug)]
-            pub struct Client<C: $crate::Channel = $crate::PortChannel> {
+            pub struct Client<C: $crate::idl::Channel = $crate::idl::PortChannel> {
                 chan: C,
                 peer_version: u32,
             }
 
             #[allow(clippy::too_many_arguments)]
-            impl<C: $crate::Channel> Client<C> {
+            impl<C: $crate::idl::Channel> Client<C> {
                 /// Checks the server's interface and version over `chan`
                 /// and returns the proxy.
                 ///
                 /// # Errors
-                /// [`IdlError::WrongInterface`]($crate::IdlError::WrongInterface),
-                /// [`IdlError::Incompatible`]($crate::IdlError::Incompatible), a
-                /// [`Fault::Incompatible`]($crate::Fault::Incompatible) from a
+                /// [`IdlError::WrongInterface`]($crate::idl::IdlError::WrongInterface),
+                /// [`IdlError::Incompatible`]($crate::idl::IdlError::Incompatible), a
+                /// [`Fault::Incompatible`]($crate::idl::Fault::Incompatible) from a
                 /// server that finds this client too old, or the channel's error.
-                pub fn connect(mut chan: C) -> ::core::result::Result<Self, $crate::IdlError> {
-                    let peer_version = $crate::hello::<Protocol>(&mut chan)?;
+                pub fn connect(mut chan: C) -> ::core::result::Result<Self, $crate::idl::IdlError> {
+                    let peer_version = $crate::idl::hello::<Protocol>(&mut chan)?;
                     Ok(Client { chan, peer_version })
                 }
 
@@ -371,23 +371,23 @@ macro_rules! interface {
                 )*
             }
 
-            #[doc = concat!("An async typed proxy for `", $name, "` over an async channel (with the `tokio` feature of `ferry-idl`: `AsyncPortChannel` or `AsyncRpcChannel`). Its methods are those of [`Client`], awaited.")]
+            #[doc = concat!("An async typed proxy for `", $name, "` over an async channel (with the `tokio` feature of `ferry`: `AsyncPortChannel` or `AsyncRpcChannel`). Its methods are those of [`Client`], awaited.")]
             #[derive(Debug)]
-            pub struct AsyncClient<C: $crate::AsyncChannel> {
+            pub struct AsyncClient<C: $crate::idl::AsyncChannel> {
                 chan: C,
                 peer_version: u32,
             }
 
             #[allow(clippy::too_many_arguments)]
-            impl<C: $crate::AsyncChannel> AsyncClient<C> {
+            impl<C: $crate::idl::AsyncChannel> AsyncClient<C> {
                 /// Checks the server's interface and version over `chan`
                 /// and returns the proxy.
                 ///
                 /// # Errors
                 /// As [`Client::connect`].
-                pub async fn connect(mut chan: C) -> ::core::result::Result<Self, $crate::IdlError> {
-                    let reply = $crate::AsyncChannel::call(&mut chan, $crate::hello_request::<Protocol>()).await?;
-                    let peer_version = $crate::hello_check::<Protocol>(reply)?;
+                pub async fn connect(mut chan: C) -> ::core::result::Result<Self, $crate::idl::IdlError> {
+                    let reply = $crate::idl::AsyncChannel::call(&mut chan, $crate::idl::hello_request::<Protocol>()).await?;
+                    let peer_version = $crate::idl::hello_check::<Protocol>(reply)?;
                     Ok(AsyncClient { chan, peer_version })
                 }
 
@@ -411,39 +411,39 @@ macro_rules! interface {
                 )*
             }
 
-            impl Client<$crate::PortChannel> {
+            impl Client<$crate::idl::PortChannel> {
                 /// Connects over a send right to the server's port.
                 ///
                 /// # Errors
                 /// As [`Client::connect`].
-                pub fn over_port(to: $crate::__ferry::SendRight) -> ::core::result::Result<Self, $crate::IdlError> {
-                    Self::connect($crate::PortChannel::new(to))
+                pub fn over_port(to: $crate::SendRight) -> ::core::result::Result<Self, $crate::idl::IdlError> {
+                    Self::connect($crate::idl::PortChannel::new(to))
                 }
             }
 
-            impl Client<$crate::RpcChannel> {
+            impl Client<$crate::idl::RpcChannel> {
                 /// Opens an RPC connection (calls that fit the shared slot
                 /// take the fast path) to the server whose port `server`
                 /// names.
                 ///
                 /// # Errors
                 /// As [`Client::connect`], and the connection's refusal.
-                pub fn over_rpc(server: &$crate::__ferry::SendRight) -> ::core::result::Result<Self, $crate::IdlError> {
-                    Self::connect($crate::RpcChannel::connect(server, ::core::default::Default::default())?)
+                pub fn over_rpc(server: &$crate::SendRight) -> ::core::result::Result<Self, $crate::idl::IdlError> {
+                    Self::connect($crate::idl::RpcChannel::connect(server, ::core::default::Default::default())?)
                 }
             }
 
-            #[doc = concat!("Serves an implementation of [`Service`] (through [`", stringify!($crate), "::serve_port`] or [`", stringify!($crate), "::serve_rpc`]): answers the version check, checks each request whole before the implementation runs, answers anything else with a fault.")]
+            #[doc = concat!("Serves an implementation of [`Service`] (through [`", stringify!($crate), "::idl::serve_port`] or [`", stringify!($crate), "::idl::serve_rpc`]): answers the version check, checks each request whole before the implementation runs, answers anything else with a fault.")]
             #[derive(Debug)]
             pub struct Server<S: Service>(pub S);
 
-            impl<S: Service> $crate::Dispatch for Server<S> {
-                fn dispatch(&mut self, mut req: $crate::__ferry::Message, route: $crate::Route) -> ::core::option::Option<$crate::__ferry::Message> {
+            impl<S: Service> $crate::idl::Dispatch for Server<S> {
+                fn dispatch(&mut self, mut req: $crate::Message, route: $crate::idl::Route) -> ::core::option::Option<$crate::Message> {
                     let op = req.op();
-                    if op == $crate::OP_HELLO {
-                        return route.can_reply().then(|| $crate::answer_hello::<Protocol>(req));
+                    if op == $crate::idl::OP_HELLO {
+                        return route.can_reply().then(|| $crate::idl::answer_hello::<Protocol>(req));
                     }
-                    let ctx = $crate::Context { sender: req.sender() };
+                    let ctx = $crate::idl::Context { sender: req.sender() };
                     let svc = &mut self.0;
                     $(
                         if op == $ord {
@@ -451,7 +451,7 @@ macro_rules! interface {
                         }
                     )*
                     let _ = (svc, ctx, &mut req);
-                    route.fault($crate::Fault::UnknownOperation(op))
+                    route.fault($crate::idl::Fault::UnknownOperation(op))
                 }
             }
         }
@@ -474,15 +474,15 @@ macro_rules! __idl_kind_name {
 macro_rules! __idl_service_fn {
     ([$($doc:literal)*] fn $op:ident ($($arg:ident : $aty:ty),*) [$($ret:ty)?] []) => {
         $(#[doc = $doc])*
-        fn $op(&mut self, ctx: &$crate::Context, $($arg: $aty),*) -> $crate::__idl_ty_or!([$($ret)?] ());
+        fn $op(&mut self, ctx: &$crate::idl::Context, $($arg: $aty),*) -> $crate::__idl_ty_or!([$($ret)?] ());
     };
     ([$($doc:literal)*] fn $op:ident ($($arg:ident : $aty:ty),*) [$($ret:ty)?] [$err:ty]) => {
         $(#[doc = $doc])*
-        fn $op(&mut self, ctx: &$crate::Context, $($arg: $aty),*) -> ::core::result::Result<$crate::__idl_ty_or!([$($ret)?] ()), $err>;
+        fn $op(&mut self, ctx: &$crate::idl::Context, $($arg: $aty),*) -> ::core::result::Result<$crate::__idl_ty_or!([$($ret)?] ()), $err>;
     };
     ([$($doc:literal)*] oneway $op:ident ($($arg:ident : $aty:ty),*) [] []) => {
         $(#[doc = $doc])*
-        fn $op(&mut self, ctx: &$crate::Context, $($arg: $aty),*);
+        fn $op(&mut self, ctx: &$crate::idl::Context, $($arg: $aty),*);
     };
 }
 
@@ -490,8 +490,8 @@ macro_rules! __idl_service_fn {
 #[macro_export]
 macro_rules! __idl_encode_args {
     ($ord:literal; $($arg:ident),*) => {{
-        let hint = 0 $( + 6 + $crate::Wire::size_hint(&$arg) )*;
-        let mut enc = $crate::Encoder::with_capacity(hint);
+        let hint = 0 $( + 6 + $crate::idl::Wire::size_hint(&$arg) )*;
+        let mut enc = $crate::idl::Encoder::with_capacity(hint);
         #[allow(unused_mut, unused_variables)]
         let mut k: u16 = 0;
         $(
@@ -510,10 +510,10 @@ macro_rules! __idl_client_fn {
         ///
         /// # Errors
         /// The call's failure, or the server's refusal of the request.
-        pub fn $op(&mut self, $($arg: $aty),*) -> ::core::result::Result<$crate::__idl_ty_or!([$($ret)?] ()), $crate::IdlError> {
+        pub fn $op(&mut self, $($arg: $aty),*) -> ::core::result::Result<$crate::__idl_ty_or!([$($ret)?] ()), $crate::idl::IdlError> {
             let req = $crate::__idl_encode_args!($ord; $($arg),*);
-            let reply = $crate::Channel::call(&mut self.chan, req)?;
-            match $crate::decode_reply::<$crate::__idl_ty_or!([$($ret)?] ()), $crate::NoError>(reply)? {
+            let reply = $crate::idl::Channel::call(&mut self.chan, req)?;
+            match $crate::idl::decode_reply::<$crate::__idl_ty_or!([$($ret)?] ()), $crate::idl::NoError>(reply)? {
                 Ok(v) => Ok(v),
                 Err(never) => match never {},
             }
@@ -523,13 +523,13 @@ macro_rules! __idl_client_fn {
         $(#[doc = $doc])*
         ///
         /// # Errors
-        /// [`CallError::App`]($crate::CallError::App) with the operation's
-        /// error, or [`CallError::Idl`]($crate::CallError::Idl) when the call
+        /// [`CallError::App`]($crate::idl::CallError::App) with the operation's
+        /// error, or [`CallError::Idl`]($crate::idl::CallError::Idl) when the call
         /// itself failed.
-        pub fn $op(&mut self, $($arg: $aty),*) -> ::core::result::Result<$crate::__idl_ty_or!([$($ret)?] ()), $crate::CallError<$err>> {
+        pub fn $op(&mut self, $($arg: $aty),*) -> ::core::result::Result<$crate::__idl_ty_or!([$($ret)?] ()), $crate::idl::CallError<$err>> {
             let req = $crate::__idl_encode_args!($ord; $($arg),*);
-            let reply = $crate::Channel::call(&mut self.chan, req)?;
-            $crate::decode_reply::<$crate::__idl_ty_or!([$($ret)?] ()), $err>(reply)?.map_err($crate::CallError::App)
+            let reply = $crate::idl::Channel::call(&mut self.chan, req)?;
+            $crate::idl::decode_reply::<$crate::__idl_ty_or!([$($ret)?] ()), $err>(reply)?.map_err($crate::idl::CallError::App)
         }
     };
     ([$($doc:literal)*] oneway $op:ident ($($arg:ident : $aty:ty),*) [] [] $ord:literal) => {
@@ -540,9 +540,9 @@ macro_rules! __idl_client_fn {
         ///
         /// # Errors
         /// The send's failure (and over RPC the server's refusal).
-        pub fn $op(&mut self, $($arg: $aty),*) -> ::core::result::Result<(), $crate::IdlError> {
+        pub fn $op(&mut self, $($arg: $aty),*) -> ::core::result::Result<(), $crate::idl::IdlError> {
             let req = $crate::__idl_encode_args!($ord; $($arg),*);
-            $crate::Channel::send(&mut self.chan, req)
+            $crate::idl::Channel::send(&mut self.chan, req)
         }
     };
 }
@@ -555,10 +555,10 @@ macro_rules! __idl_async_client_fn {
         ///
         /// # Errors
         /// The call's failure, or the server's refusal of the request.
-        pub async fn $op(&mut self, $($arg: $aty),*) -> ::core::result::Result<$crate::__idl_ty_or!([$($ret)?] ()), $crate::IdlError> {
+        pub async fn $op(&mut self, $($arg: $aty),*) -> ::core::result::Result<$crate::__idl_ty_or!([$($ret)?] ()), $crate::idl::IdlError> {
             let req = $crate::__idl_encode_args!($ord; $($arg),*);
-            let reply = $crate::AsyncChannel::call(&mut self.chan, req).await?;
-            match $crate::decode_reply::<$crate::__idl_ty_or!([$($ret)?] ()), $crate::NoError>(reply)? {
+            let reply = $crate::idl::AsyncChannel::call(&mut self.chan, req).await?;
+            match $crate::idl::decode_reply::<$crate::__idl_ty_or!([$($ret)?] ()), $crate::idl::NoError>(reply)? {
                 Ok(v) => Ok(v),
                 Err(never) => match never {},
             }
@@ -568,13 +568,13 @@ macro_rules! __idl_async_client_fn {
         $(#[doc = $doc])*
         ///
         /// # Errors
-        /// [`CallError::App`]($crate::CallError::App) with the operation's
-        /// error, or [`CallError::Idl`]($crate::CallError::Idl) when the call
+        /// [`CallError::App`]($crate::idl::CallError::App) with the operation's
+        /// error, or [`CallError::Idl`]($crate::idl::CallError::Idl) when the call
         /// itself failed.
-        pub async fn $op(&mut self, $($arg: $aty),*) -> ::core::result::Result<$crate::__idl_ty_or!([$($ret)?] ()), $crate::CallError<$err>> {
+        pub async fn $op(&mut self, $($arg: $aty),*) -> ::core::result::Result<$crate::__idl_ty_or!([$($ret)?] ()), $crate::idl::CallError<$err>> {
             let req = $crate::__idl_encode_args!($ord; $($arg),*);
-            let reply = $crate::AsyncChannel::call(&mut self.chan, req).await?;
-            $crate::decode_reply::<$crate::__idl_ty_or!([$($ret)?] ()), $err>(reply)?.map_err($crate::CallError::App)
+            let reply = $crate::idl::AsyncChannel::call(&mut self.chan, req).await?;
+            $crate::idl::decode_reply::<$crate::__idl_ty_or!([$($ret)?] ()), $err>(reply)?.map_err($crate::idl::CallError::App)
         }
     };
     ([$($doc:literal)*] oneway $op:ident ($($arg:ident : $aty:ty),*) [] [] $ord:literal) => {
@@ -584,9 +584,9 @@ macro_rules! __idl_async_client_fn {
         ///
         /// # Errors
         /// The send's failure (and over RPC the server's refusal).
-        pub async fn $op(&mut self, $($arg: $aty),*) -> ::core::result::Result<(), $crate::IdlError> {
+        pub async fn $op(&mut self, $($arg: $aty),*) -> ::core::result::Result<(), $crate::idl::IdlError> {
             let req = $crate::__idl_encode_args!($ord; $($arg),*);
-            $crate::AsyncChannel::send(&mut self.chan, req).await
+            $crate::idl::AsyncChannel::send(&mut self.chan, req).await
         }
     };
 }
@@ -596,8 +596,8 @@ macro_rules! __idl_async_client_fn {
 macro_rules! __idl_decode_args {
     ($req:ident, $opname:expr; $($arg:ident : $aty:ty),*) => {{
         let items = $req.take_items();
-        let mut dec = $crate::Decoder::new($req.body(), items);
-        (move || -> ::core::result::Result<($($aty,)*), $crate::DecodeError> {
+        let mut dec = $crate::idl::Decoder::new($req.body(), items);
+        (move || -> ::core::result::Result<($($aty,)*), $crate::idl::DecodeError> {
             $( let mut $arg: ::core::option::Option<$aty> = None; )*
             while let Some((ord, len)) = dec.next_field()? {
                 #[allow(unused_mut, unused_variables)]
@@ -605,7 +605,7 @@ macro_rules! __idl_decode_args {
                 $(
                     k += 1;
                     if ord == k {
-                        $crate::codec::field_value(&mut dec, &mut $arg, len, $opname, k)?;
+                        $crate::idl::codec::field_value(&mut dec, &mut $arg, len, $opname, k)?;
                         continue;
                     }
                 )*
@@ -615,7 +615,7 @@ macro_rules! __idl_decode_args {
             let mut k: u16 = 0;
             $(
                 k += 1;
-                let $arg = $crate::codec::field_or_absent($arg, $opname, k)?;
+                let $arg = $crate::idl::codec::field_or_absent($arg, $opname, k)?;
             )*
             dec.finish()?;
             Ok(($($arg,)*))
@@ -627,7 +627,7 @@ macro_rules! __idl_decode_args {
 #[macro_export]
 macro_rules! __idl_invoke {
     ([] $call:expr) => {
-        ::core::result::Result::<_, $crate::NoError>::Ok($call)
+        ::core::result::Result::<_, $crate::idl::NoError>::Ok($call)
     };
     ([$err:ty] $call:expr) => {
         $call
@@ -643,24 +643,24 @@ macro_rules! __idl_serve_op {
             None
         } else {
             match $crate::__idl_decode_args!($req, concat!(stringify!($op), " arguments"); $($arg : $aty),*) {
-                Err(e) => $route.fault($crate::Fault::BadRequest(e.to_string())),
+                Err(e) => $route.fault($crate::idl::Fault::BadRequest(e.to_string())),
                 Ok(($($arg,)*)) => {
                     let outcome = $crate::__idl_invoke!([$($err)?] $svc.$op(&$ctx, $($arg),*));
                     // The request is decoded: its buffer carries the reply.
                     let buf = ::core::mem::take($req.body_mut());
-                    Some($crate::reply_in::<$crate::__idl_ty_or!([$($ret)?] ()), $crate::__idl_ty_or!([$($err)?] $crate::NoError)>(buf, outcome))
+                    Some($crate::idl::reply_in::<$crate::__idl_ty_or!([$($ret)?] ()), $crate::__idl_ty_or!([$($err)?] $crate::idl::NoError)>(buf, outcome))
                 }
             }
         }
     }};
     ($svc:ident, $req:ident, $route:ident, $ctx:ident, oneway $op:ident ($($arg:ident : $aty:ty),*) [] []) => {{
         match $crate::__idl_decode_args!($req, concat!(stringify!($op), " arguments"); $($arg : $aty),*) {
-            Err(e) => $route.fault($crate::Fault::BadRequest(e.to_string())),
+            Err(e) => $route.fault($crate::idl::Fault::BadRequest(e.to_string())),
             Ok(($($arg,)*)) => {
                 $svc.$op(&$ctx, $($arg),*);
                 match $route {
-                    $crate::Route::Rpc => Some($crate::reply_of::<(), $crate::NoError>(Ok(()))),
-                    $crate::Route::Port { .. } => None,
+                    $crate::idl::Route::Rpc => Some($crate::idl::reply_of::<(), $crate::idl::NoError>(Ok(()))),
+                    $crate::idl::Route::Port { .. } => None,
                 }
             }
         }

@@ -9,12 +9,12 @@
 
 use std::future::Future;
 
-use ferry::Message;
+use crate::Message;
 
-use crate::IdlError;
+use crate::idl::IdlError;
 
 /// Carries typed requests to a server, awaiting replies (the async
-/// counterpart of [`crate::Channel`]).
+/// counterpart of [`crate::idl::Channel`]).
 pub trait AsyncChannel {
     /// Sends `req` and resolves to the server's reply.
     ///
@@ -25,7 +25,7 @@ pub trait AsyncChannel {
     /// Sends a one-way request.
     ///
     /// # Errors
-    /// As [`crate::Channel::send`].
+    /// As [`crate::idl::Channel::send`].
     fn send(&mut self, msg: Message) -> impl Future<Output = Result<(), IdlError>> + Send;
 }
 
@@ -34,13 +34,13 @@ pub use with_tokio::*;
 
 #[cfg(feature = "tokio")]
 mod with_tokio {
-    use ferry::rpc::{ConnectOptions, RpcError};
-    use ferry::tokio::{AsyncConnection, AsyncReceiveRight, AsyncRpcServer, AsyncSendRight};
-    use ferry::{Message, RecvError, SendRight, Timeout};
+    use crate::rpc::{ConnectOptions, RpcError};
+    use crate::tokio::{AsyncConnection, AsyncReceiveRight, AsyncRpcServer, AsyncSendRight};
+    use crate::{Message, RecvError, SendRight, Timeout};
 
     use super::AsyncChannel;
-    use crate::serve::{Dispatch, Route};
-    use crate::{decode_reply, fault_message, Fault, IdlError, NoError};
+    use crate::idl::serve::{Dispatch, Route};
+    use crate::idl::{decode_reply, fault_message, Fault, IdlError, NoError};
 
     /// An async channel over a send right to the server's port; each call
     /// waits on a private reply port for its send-once reply.
@@ -70,7 +70,7 @@ mod with_tokio {
             }
             if self.replies.is_none() {
                 let io = |e| IdlError::Recv(RecvError::Io(e));
-                let (rx, _tx) = ferry::port().map_err(io)?;
+                let (rx, _tx) = crate::port().map_err(io)?;
                 self.replies = Some(AsyncReceiveRight::new(rx).map_err(io)?);
             }
             let replies = self.replies.as_mut().expect("made above");
@@ -120,7 +120,7 @@ mod with_tokio {
             Ok(self.conn.call(req).await?)
         }
 
-        /// Acknowledged once run, as [`crate::RpcChannel`]'s.
+        /// Acknowledged once run, as [`crate::idl::RpcChannel`]'s.
         async fn send(&mut self, msg: Message) -> Result<(), IdlError> {
             let reply = self.conn.call(msg).await?;
             decode_reply::<(), NoError>(reply)?.unwrap_or_else(|e| match e {});
@@ -129,7 +129,7 @@ mod with_tokio {
     }
 
     /// Serves requests arriving on `rx` until every sender is gone, as
-    /// [`crate::serve_port`] does, from a task. Replies are sent without
+    /// [`crate::idl::serve_port`] does, from a task. Replies are sent without
     /// waiting: one that cannot be queued at once is dropped (its caller
     /// learns [`IdlError::NoReply`]).
     ///
@@ -149,7 +149,7 @@ mod with_tokio {
             if let (Some(out), Some(right)) = (svc.dispatch(req, route), reply) {
                 if let Err(failed) = right.send(out, Timeout::Zero) {
                     let (err, _, right) = failed.into_parts();
-                    if let ferry::SendError::TooLarge(why) = err {
+                    if let crate::SendError::TooLarge(why) = err {
                         let _ = right.send(fault_message(Fault::ReplyTooLarge(why)), Timeout::Zero);
                     }
                 }
@@ -158,7 +158,7 @@ mod with_tokio {
     }
 
     /// Serves calls on `server`'s connections until it has no connections
-    /// and no send right to its port is left, as [`crate::serve_rpc`] does,
+    /// and no send right to its port is left, as [`crate::idl::serve_rpc`] does,
     /// from a task.
     ///
     /// # Errors

@@ -13,7 +13,7 @@
 
 use std::fmt;
 
-use ferry::{Item, Message};
+use crate::{Item, Message};
 use serde_json::{json, Value};
 
 /// Why bytes or items did not decode as the type the interface declares.
@@ -73,7 +73,7 @@ pub enum DecodeError {
         /// What the type declares.
         expected: &'static str,
         /// What arrived.
-        got: ferry::region::Mode,
+        got: crate::region::Mode,
     },
     /// The message carries items no value claims.
     UnclaimedItems(usize),
@@ -249,7 +249,7 @@ impl<'a> Decoder<'a> {
     pub fn count(&mut self, min_size: usize) -> Result<usize, DecodeError> {
         let n = self.u32()?;
         let fits = if min_size == 0 {
-            n as usize <= ferry::message::MAX_INLINE
+            n as usize <= crate::message::MAX_INLINE
         } else {
             (n as usize).saturating_mul(min_size) <= self.left()
         };
@@ -337,7 +337,7 @@ impl<'a> Decoder<'a> {
 /// back and checked, and how it is described to other languages.
 ///
 /// Implemented for the scalars, `bool`, `String`, `Vec<T>`, byte arrays,
-/// `Option<T>`, `()`, ferry's rights and regions ([`crate::types`]), and by
+/// `Option<T>`, `()`, ferry's rights and regions ([`crate::idl::types`]), and by
 /// [`crate::record!`] and [`crate::enumeration!`] for user types.
 pub trait Wire: Sized {
     /// Writes the value (moving any right or region into the message).

@@ -2,10 +2,10 @@
 //! and run the implementation, send its reply; over a port or over an RPC
 //! server's connections.
 
-use ferry::rpc::{RpcError, RpcServer};
-use ferry::{Message, ReceiveRight, RecvError, SendError, Timeout};
+use crate::rpc::{RpcError, RpcServer};
+use crate::{Message, ReceiveRight, RecvError, SendError, Timeout};
 
-use crate::{fault_message, Fault};
+use crate::idl::{fault_message, Fault};
 
 /// How a request arrived, which decides whether and how it is answered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

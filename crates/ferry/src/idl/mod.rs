@@ -1,0 +1,414 @@
+//! Typed interfaces: define a service once with
+//! [`interface!`] (and its types with [`record!`] and [`enumeration!`]),
+//! and get a typed client proxy, a server trait with its dispatcher, and a
+//! language-neutral JSON description of the interface for stubs in other
+//! languages. The design and the rules of evolution are in
+//! `docs/interfaces.md`.
+//!
+//! ```
+//! use ferry::idl::{ByValue, Context};
+//! use ferry::{enumeration, interface, record};
+//!
+//! enumeration! {
+//!     /// Why a key-value operation failed.
+//!     #[derive(Debug, PartialEq)]
+//!     pub enum KvError {
+//!         /// No value under that key.
+//!         1 => NotFound,
+//!     }
+//! }
+//!
+//! interface! {
+//!     /// A key-value store whose values are by-value regions.
+//!     pub mod kv: "example.kv", version 1, compatible 1 {
+//!         /// Stores `value` under `key`.
+//!         fn put(key: String, value: ByValue) = 1;
+//!         /// The value under `key`.
+//!         fn get(key: String) -> ByValue | KvError = 2;
+//!     }
+//! }
+//!
+//! struct Store(std::collections::HashMap<String, ferry::MappedRegion>);
+//! impl kv::Service for Store {
+//!     fn put(&mut self, _: &Context, key: String, value: ByValue) {
+//!         let map = value.0.map(ferry::MapOptions::lazy()).unwrap();
+//!         self.0.insert(key, map);
+//!     }
+//!     fn get(&mut self, _: &Context, key: String) -> Result<ByValue, KvError> {
+//!         let v = self.0.get(&key).ok_or(KvError::NotFound)?;
+//!         Ok(ByValue(ferry::RegionItem::copied_from(v.as_slice()).unwrap()))
+//!     }
+//! }
+//!
+//! fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let (mut rx, tx) = ferry::port()?;
+//! let server = std::thread::spawn(move || {
+//!     ferry::idl::serve_port(&mut kv::Server(Store(Default::default())), &mut rx)
+//! });
+//! let mut client = kv::Client::over_port(tx)?;
+//! client.put("greeting".into(), ByValue(ferry::RegionItem::copied_from(b"hello")?))?;
+//! let v = client.get("greeting".into())?;
+//! assert_eq!(v.0.copy_out(1 << 20)?, b"hello");
+//! assert!(matches!(client.get("nothing".into()), Err(ferry::idl::CallError::App(KvError::NotFound))));
+//! drop(client);
+//! server.join().unwrap()?;
+//! Ok(())
+//! }
+//! ```
+//!
+//! Definitions belong at module level (not inside a function body): the
+//! generated module reaches the types it names through `use super::*`.
+
+pub mod asynchronous;
+pub mod channel;
+pub mod codec;
+mod macros;
+pub mod serve;
+pub mod types;
+
+use std::fmt;
+
+use crate::rpc::RpcError;
+use crate::{Credentials, Message, RecvError, SendError};
+use serde_json::{json, Value};
+
+pub use asynchronous::AsyncChannel;
+#[cfg(feature = "tokio")]
+pub use asynchronous::{serve_port_async, serve_rpc_async, AsyncPortChannel, AsyncRpcChannel};
+pub use channel::{Channel, PortChannel, RpcChannel};
+pub use codec::{DecodeError, Decoder, Encoder, Wire};
+pub use serve::{serve_port, serve_port_once, serve_rpc, Dispatch, Route};
+pub use types::{ByValue, Lent, ReceiveOf, SendOnceTo, SendTo, Shared};
+
+#[doc(hidden)]
+pub use serde_json as __json;
+
+/// What every generated interface tells about itself.
+pub trait Interface {
+    /// The interface's name, checked at connect.
+    const NAME: &'static str;
+    /// The version this build speaks.
+    const VERSION: u32;
+    /// The oldest peer version this build still talks to.
+    const COMPATIBLE: u32;
+    /// The language-neutral description: operations with their ordinals,
+    /// argument and result types, and documentation.
+    fn describe() -> Value;
+}
+
+/// Operation id of the version check a client sends at connect. Interface
+/// operations use ordinals from 1.
+pub const OP_HELLO: u32 = 0;
+/// Reply operation id: the operation succeeded; the body is its result.
+pub const REPLY_OK: u32 = 0;
+/// Reply operation id: the operation failed; the body is its typed error.
+pub const REPLY_ERR: u32 = 1;
+/// Reply operation id: the server refused the request before running it;
+/// the body is a [`Fault`].
+pub const REPLY_FAULT: u32 = 2;
+
+/// What the server says about the request it sent to the caller as
+/// [`REPLY_FAULT`]: the implementation did not run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// The server's interface has no operation with this ordinal (an older
+    /// server, or a wrong peer).
+    UnknownOperation(u32),
+    /// The request did not decode as the operation's arguments.
+    BadRequest(String),
+    /// The version check at connect failed on the server's side.
+    Incompatible(String),
+    /// The server could not send its answer (too large for a message); the
+    /// operation did run.
+    ReplyTooLarge(String),
+}
+
+impl fmt::Display for Fault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Fault::UnknownOperation(op) => write!(f, "the server has no operation {op}"),
+            Fault::BadRequest(why) => write!(f, "the server refused the request: {why}"),
+            Fault::Incompatible(why) => write!(f, "the server refused the connection: {why}"),
+            Fault::ReplyTooLarge(why) => write!(f, "the server's reply could not be sent: {why}"),
+        }
+    }
+}
+
+impl Wire for Fault {
+    fn encode(self, enc: &mut Encoder) {
+        let (code, text) = match self {
+            Fault::UnknownOperation(op) => (1u32, op.to_string()),
+            Fault::BadRequest(s) => (2, s),
+            Fault::Incompatible(s) => (3, s),
+            Fault::ReplyTooLarge(s) => (4, s),
+        };
+        code.encode(enc);
+        text.encode(enc);
+    }
+    fn decode(dec: &mut Decoder<'_>) -> Result<Self, DecodeError> {
+        let code = u32::decode(dec)?;
+        let text = String::decode(dec)?;
+        Ok(match code {
+            1 => Fault::UnknownOperation(text.parse().map_err(|_| DecodeError::BadUtf8)?),
+            2 => Fault::BadRequest(text),
+            3 => Fault::Incompatible(text),
+            4 => Fault::ReplyTooLarge(text),
+            tag => return Err(DecodeError::UnknownVariant { ty: "Fault", tag }),
+        })
+    }
+    fn schema() -> Value {
+        json!({ "fault": null })
+    }
+}
+
+/// Why a typed call failed (apart from the operation's own typed error).
+#[derive(Debug)]
+pub enum IdlError {
+    /// Sending the request failed.
+    Send(SendError),
+    /// Receiving the reply failed.
+    Recv(RecvError),
+    /// The RPC connection failed.
+    Rpc(RpcError),
+    /// The server destroyed the reply right without answering.
+    NoReply,
+    /// The server refused the request before running it.
+    Fault(Fault),
+    /// The reply did not decode as the operation's result.
+    BadReply(DecodeError),
+    /// The reply's operation id is none of [`REPLY_OK`], [`REPLY_ERR`],
+    /// [`REPLY_FAULT`].
+    UnexpectedReply(u32),
+    /// The peer serves another interface.
+    WrongInterface {
+        /// The interface this client speaks.
+        expected: &'static str,
+        /// The one the server named.
+        got: String,
+    },
+    /// The server's version is older than this build still talks to.
+    Incompatible {
+        /// The server's version.
+        server: u32,
+        /// The oldest version this client accepts.
+        oldest: u32,
+    },
+}
+
+impl fmt::Display for IdlError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            IdlError::Send(e) => write!(f, "sending the request failed: {e}"),
+            IdlError::Recv(e) => write!(f, "receiving the reply failed: {e}"),
+            IdlError::Rpc(e) => write!(f, "the call failed: {e}"),
+            IdlError::NoReply => write!(f, "the server dropped the reply right without answering"),
+            IdlError::Fault(x) => write!(f, "{x}"),
+            IdlError::BadReply(e) => write!(f, "the server's reply does not match the interface: {e}"),
+            IdlError::UnexpectedReply(op) => write!(f, "the server's reply has operation id {op}, not a reply code"),
+            IdlError::WrongInterface { expected, got } => write!(f, "the server speaks {got:?}, not {expected:?}"),
+            IdlError::Incompatible { server, oldest } => {
+                write!(f, "the server speaks version {server}; this client needs at least {oldest}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for IdlError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            IdlError::Send(e) => Some(e),
+            IdlError::Recv(e) => Some(e),
+            IdlError::Rpc(e) => Some(e),
+            IdlError::BadReply(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<SendError> for IdlError {
+    fn from(e: SendError) -> IdlError {
+        IdlError::Send(e)
+    }
+}
+impl From<RpcError> for IdlError {
+    fn from(e: RpcError) -> IdlError {
+        IdlError::Rpc(e)
+    }
+}
+
+/// A failed call of an operation that declares a typed error: the server's
+/// error, or a failure of the call itself.
+#[derive(Debug)]
+pub enum CallError<E> {
+    /// The operation ran and returned its typed error.
+    App(E),
+    /// The call failed (transport, version, a refused request).
+    Idl(IdlError),
+}
+
+impl<E> From<IdlError> for CallError<E> {
+    fn from(e: IdlError) -> Self {
+        CallError::Idl(e)
+    }
+}
+
+impl<E: fmt::Debug> fmt::Display for CallError<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CallError::App(e) => write!(f, "the operation failed: {e:?}"),
+            CallError::Idl(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl<E: fmt::Debug> std::error::Error for CallError<E> {}
+
+/// The error type of operations that declare none: it has no values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NoError {}
+
+impl Wire for NoError {
+    fn encode(self, _: &mut Encoder) {
+        match self {}
+    }
+    fn decode(dec: &mut Decoder<'_>) -> Result<Self, DecodeError> {
+        let tag = dec.left() as u32;
+        Err(DecodeError::UnknownVariant { ty: "NoError", tag })
+    }
+    fn schema() -> Value {
+        Value::Null
+    }
+}
+
+/// What a server implementation learns about a request besides its
+/// arguments.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Context {
+    /// Who sent it, as the kernel recorded it (`None` where the transport
+    /// does not tell, such as a call through an RPC connection's slot).
+    pub sender: Option<Credentials>,
+}
+
+/// The reply message for an operation's outcome.
+#[doc(hidden)]
+pub fn reply_of<R: Wire, E: Wire>(r: Result<R, E>) -> Message {
+    reply_in(Vec::new(), r)
+}
+
+/// The reply message for an operation's outcome, written into `buf`'s
+/// allocation (the request's, whose contents were decoded already).
+#[doc(hidden)]
+#[inline]
+pub fn reply_in<R: Wire, E: Wire>(buf: Vec<u8>, r: Result<R, E>) -> Message {
+    let hint = match &r {
+        Ok(v) => v.size_hint(),
+        Err(e) => e.size_hint(),
+    };
+    let mut enc = Encoder::reusing(buf, hint);
+    match r {
+        Ok(v) => {
+            v.encode(&mut enc);
+            enc.into_message(REPLY_OK)
+        }
+        Err(e) => {
+            e.encode(&mut enc);
+            enc.into_message(REPLY_ERR)
+        }
+    }
+}
+
+/// The reply message for a fault.
+pub fn fault_message(f: Fault) -> Message {
+    let mut enc = Encoder::new();
+    f.encode(&mut enc);
+    enc.into_message(REPLY_FAULT)
+}
+
+#[inline]
+fn decode_whole<T: Wire>(mut msg: Message) -> Result<T, IdlError> {
+    let items = msg.take_items();
+    // The reply's buffer is handed over: a byte-list result keeps it.
+    T::decode_whole(std::mem::take(msg.body_mut()), items).map_err(IdlError::BadReply)
+}
+
+/// Decodes a reply: the result, the typed error, or the server's fault.
+#[doc(hidden)]
+#[inline]
+pub fn decode_reply<R: Wire, E: Wire>(msg: Message) -> Result<Result<R, E>, IdlError> {
+    match msg.op() {
+        REPLY_OK => decode_whole(msg).map(Ok),
+        REPLY_ERR => decode_whole(msg).map(Err),
+        REPLY_FAULT => Err(IdlError::Fault(decode_whole(msg)?)),
+        op => Err(IdlError::UnexpectedReply(op)),
+    }
+}
+
+crate::record! {
+    /// The version check's request and answer.
+    #[derive(Debug)]
+    struct Hello {
+        1 => name: String,
+        2 => version: u32,
+        3 => compatible: u32,
+    }
+}
+
+/// The version check at connect: tells the server this build's interface
+/// and version, learns the server's, and returns the server's version.
+///
+/// # Errors
+/// [`IdlError::WrongInterface`], [`IdlError::Incompatible`] (the server is
+/// too old for this client), [`IdlError::Fault`] with
+/// [`Fault::Incompatible`] (this client is too old for the server), or the
+/// channel's error.
+pub fn hello<I: Interface>(chan: &mut impl Channel) -> Result<u32, IdlError> {
+    let reply = chan.call(hello_request::<I>())?;
+    hello_check::<I>(reply)
+}
+
+/// The version check's request.
+#[doc(hidden)]
+pub fn hello_request<I: Interface>() -> Message {
+    let mut enc = Encoder::new();
+    Hello { name: I::NAME.to_owned(), version: I::VERSION, compatible: I::COMPATIBLE }.encode(&mut enc);
+    enc.into_message(OP_HELLO)
+}
+
+/// Checks the server's answer to the version check; its version.
+///
+/// # Errors
+/// As [`hello`].
+#[doc(hidden)]
+pub fn hello_check<I: Interface>(reply: Message) -> Result<u32, IdlError> {
+    let theirs: Hello = decode_reply::<Hello, NoError>(reply)?.unwrap_or_else(|e| match e {});
+    if theirs.name != I::NAME {
+        return Err(IdlError::WrongInterface { expected: I::NAME, got: theirs.name });
+    }
+    if theirs.version < I::COMPATIBLE {
+        return Err(IdlError::Incompatible { server: theirs.version, oldest: I::COMPATIBLE });
+    }
+    Ok(theirs.version)
+}
+
+/// The server's answer to a version check.
+#[doc(hidden)]
+pub fn answer_hello<I: Interface>(mut msg: Message) -> Message {
+    let items = msg.take_items();
+    let mut dec = Decoder::new(msg.body(), items);
+    let theirs = match Hello::decode(&mut dec).and_then(|h| dec.finish().map(|()| h)) {
+        Ok(h) => h,
+        Err(e) => return fault_message(Fault::BadRequest(format!("version check: {e}"))),
+    };
+    if theirs.name != I::NAME {
+        return fault_message(Fault::Incompatible(format!("this server speaks {:?}, not {:?}", I::NAME, theirs.name)));
+    }
+    if theirs.version < I::COMPATIBLE {
+        return fault_message(Fault::Incompatible(format!(
+            "{} version {} is older than {}, the oldest this server talks to",
+            I::NAME,
+            theirs.version,
+            I::COMPATIBLE
+        )));
+    }
+    reply_of::<Hello, NoError>(Ok(Hello { name: I::NAME.to_owned(), version: I::VERSION, compatible: I::COMPATIBLE }))
+}

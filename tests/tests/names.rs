@@ -138,7 +138,7 @@ fn ferryd_bin() -> PathBuf {
     let built = std::fs::metadata(&bin).and_then(|m| m.modified());
     let Ok(built) = built else { panic!("ferryd is not built at {}: run `cargo build -p ferryd`", bin.display()) };
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("crates");
-    let newest_source = ["ferryd/src", "ferry/src", "ferry/src/sys"]
+    let newest_source = ["ferryd/src", "ferry/src", "ferry/src/sys", "ferry/src/idl"]
         .iter()
         .filter_map(|d| std::fs::read_dir(root.join(d)).ok())
         .flatten()
@@ -580,24 +580,54 @@ fn a_server_whose_process_ran_out_of_descriptors_does_not_spin() {
     });
 }
 
-/// Sends a hand-made REGISTER of `name` carrying `fd` as a send right on a
-/// raw connection and returns the status of the reply.
-fn raw_register(conn: std::os::fd::BorrowedFd<'_>, name: &str, fd: std::os::fd::BorrowedFd<'_>) -> u32 {
+/// Sends one hand-framed request on a raw connection (`fd`, if any, as a
+/// send right) and returns the reply's operation id and body.
+fn raw_request(conn: std::os::fd::BorrowedFd<'_>, op: u32, body: &[u8], fd: Option<std::os::fd::BorrowedFd<'_>>) -> (u32, Vec<u8>) {
     use rustix::net::{RecvAncillaryBuffer, RecvFlags, SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
     use std::mem::MaybeUninit;
     let mut bytes = Vec::new();
-    let item = ferry::wire::ItemDesc { kind: ferry::wire::KIND_SEND, fds: 1, ..Default::default() };
-    ferry::wire::encode(&mut bytes, 1, 0, &[item], name.as_bytes());
+    let items: Vec<_> = fd.iter().map(|_| ferry::wire::ItemDesc { kind: ferry::wire::KIND_SEND, fds: 1, ..Default::default() }).collect();
+    ferry::wire::encode(&mut bytes, op, 0, &items, body);
     let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(1))];
     let mut control = SendAncillaryBuffer::new(&mut space);
-    let fds = [fd];
-    assert!(control.push(SendAncillaryMessage::ScmRights(&fds)));
+    let fds: Vec<_> = fd.into_iter().collect();
+    if !fds.is_empty() {
+        assert!(control.push(SendAncillaryMessage::ScmRights(&fds)));
+    }
     rustix::net::sendmsg(conn, &[std::io::IoSlice::new(&bytes)], &mut control, SendFlags::NOSIGNAL).unwrap();
     let mut buf = vec![0u8; ferry::wire::MAX_MESSAGE];
     let mut rspace = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(4), ScmCredentials(1))];
     let mut rcontrol = RecvAncillaryBuffer::new(&mut rspace);
     let got = rustix::net::recvmsg(conn, &mut [std::io::IoSliceMut::new(&mut buf)], &mut rcontrol, RecvFlags::CMSG_CLOEXEC).unwrap();
-    ferry::wire::parse(&buf[..got.bytes], 0).expect("a valid reply").op
+    let parsed = ferry::wire::parse(&buf[..got.bytes], 0).expect("a valid reply");
+    (parsed.op, buf[parsed.inline].to_vec())
+}
+
+/// Passes the version check of the name service's protocol on a raw
+/// connection.
+fn raw_hello(conn: std::os::fd::BorrowedFd<'_>) {
+    let hello = ferry::idl::hello_request::<ferry::bootstrap::protocol::Protocol>();
+    assert_eq!(raw_request(conn, hello.op(), hello.body(), None).0, ferry::idl::REPLY_OK);
+}
+
+/// Sends a hand-framed `register` of `name` carrying `fd` as the send
+/// right and returns the server's refusal (`None` when it registered).
+fn raw_register(conn: std::os::fd::BorrowedFd<'_>, name: &str, fd: std::os::fd::BorrowedFd<'_>) -> Option<ferry::bootstrap::Refusal> {
+    use ferry::idl::Wire;
+    let mut enc = ferry::idl::Encoder::new();
+    enc.field(1, name.to_owned());
+    // The right is item 0: its value is the item's index.
+    enc.field(2, 0u32);
+    let body = enc.into_message(0).body().to_vec();
+    let (op, reply) = raw_request(conn, ferry::bootstrap::protocol::ops::register, &body, Some(fd));
+    match op {
+        ferry::idl::REPLY_OK => None,
+        ferry::idl::REPLY_ERR => {
+            let mut dec = ferry::idl::Decoder::new(&reply, Vec::new());
+            Some(ferry::bootstrap::Refusal::decode(&mut dec).expect("a refusal"))
+        }
+        op => panic!("reply op {op} to a register"),
+    }
 }
 
 #[test]
@@ -610,13 +640,16 @@ fn the_server_never_holds_both_ends_of_a_port() {
         rustix::net::sockopt::set_socket_passcred(&conn, true).unwrap();
         rustix::net::connect(&conn, &SocketAddrUnix::new(&path).unwrap()).unwrap();
         let (a, b) = rustix::net::socketpair(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None).unwrap();
+        raw_hello(conn.as_fd());
         // One end is a fine registration: the other end lives here.
-        assert_eq!(raw_register(conn.as_fd(), "one-end", a.as_fd()), 0);
+        assert_eq!(raw_register(conn.as_fd(), "one-end", a.as_fd()), None);
         // The other end too would leave the server keeping the pair alive
         // by itself, forever.
-        assert_eq!(raw_register(conn.as_fd(), "other-end", b.as_fd()), 5, "both ends of a pair were registered");
+        let refused = raw_register(conn.as_fd(), "other-end", b.as_fd());
+        assert!(matches!(&refused, Some(ferry::bootstrap::Refusal::Refused(why)) if why.contains("held by the name server")), "both ends of a pair were registered: {refused:?}");
         // So would this client's own connection to the server.
-        assert_eq!(raw_register(conn.as_fd(), "own-conn", conn.as_fd()), 5, "the client's own connection was registered");
+        let refused = raw_register(conn.as_fd(), "own-conn", conn.as_fd());
+        assert!(matches!(&refused, Some(ferry::bootstrap::Refusal::Refused(why)) if why.contains("held by the name server")), "the client's own connection was registered: {refused:?}");
         // With the other end gone here, the registration dies as it should.
         drop((a, b));
         let mut bs = names(&path);
@@ -645,8 +678,11 @@ fn a_listing_longer_than_a_message_arrives_whole() {
         }
         let listed = bs.list().expect("list");
         assert_eq!(listed.len(), count);
-        let text_len: usize = listed.iter().map(|e| format!("{}\t{}\t{}\t{}\n", e.uid, e.owner_pid, e.queued_bytes, e.name).len()).sum();
-        assert!(text_len > ferry::wire::MAX_INLINE, "the listing must not fit inline ({text_len} bytes)");
+        // Encoded as the protocol does, the listing is larger than a message.
+        let mut enc = ferry::idl::Encoder::new();
+        ferry::idl::Wire::encode(listed.clone(), &mut enc);
+        let encoded = enc.into_message(0).body().len();
+        assert!(encoded > ferry::wire::MAX_INLINE, "the listing must not fit inline ({encoded} bytes)");
         assert!(listed.iter().enumerate().all(|(i, e)| e.name.starts_with(&format!("{i:04}-"))));
     });
 }
@@ -752,5 +788,72 @@ fn a_private_server_and_waiting_for_a_name() {
         right.send(Message::new(4), Timeout::Infinite).unwrap();
         assert_eq!(rx.recv(Timeout::Infinite).unwrap().op(), 4);
         assert!(matches!(bs.lookup_wait("never", Duration::from_millis(20)), Err(NameError::NotFound)));
+    });
+}
+
+/// Opens a raw connection (credentials on) to the name server at `path`.
+fn raw_connection(path: &std::path::Path) -> std::os::fd::OwnedFd {
+    use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+    let conn = rustix::net::socket_with(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None).unwrap();
+    rustix::net::sockopt::set_socket_passcred(&conn, true).unwrap();
+    rustix::net::connect(&conn, &SocketAddrUnix::new(path).unwrap()).unwrap();
+    conn
+}
+
+#[test]
+fn the_protocol_is_the_typed_interface_and_a_version_1_client_is_told() {
+    watchdog("versioned", LIMIT, || {
+        use ferry::bootstrap::protocol;
+        use std::os::fd::AsFd;
+        let path = private_bootstrap("versioned");
+        // The description says what the server speaks.
+        let desc = protocol::describe();
+        assert_eq!((desc["interface"].as_str(), desc["version"].as_u64()), (Some("ferry.names"), Some(2)));
+        let ops: Vec<_> = desc["operations"].as_array().unwrap().iter().map(|o| o["name"].as_str().unwrap().to_owned()).collect();
+        assert_eq!(ops, ["register", "lookup", "list", "unregister"]);
+        let bs = names(&path);
+        assert_eq!(bs.server_version(), 2);
+
+        // A version-1 request (the name as the whole body, no version
+        // check) is answered with version 1's "bad request" and a text.
+        let conn = raw_connection(&path);
+        let (op, body) = raw_request(conn.as_fd(), protocol::ops::lookup, b"svc", None);
+        let text = String::from_utf8_lossy(&body);
+        assert_eq!(op, 5, "{text}");
+        assert!(text.contains("version 2"), "{text}");
+
+        // After the check, a request that does not match its operation
+        // never reaches the server's code: a fault says why, and the
+        // connection goes on.
+        raw_hello(conn.as_fd());
+        let (op, _) = raw_request(conn.as_fd(), protocol::ops::register, b"\x01\x00\x03\x00\x00\x00abc", None);
+        assert_eq!(op, ferry::idl::REPLY_FAULT);
+        let (op, _) = raw_request(conn.as_fd(), 99, b"", None);
+        assert_eq!(op, ferry::idl::REPLY_FAULT);
+        let (_rx, tx) = ferry::port().unwrap();
+        let (a, _b) = rustix::net::socketpair(rustix::net::AddressFamily::UNIX, rustix::net::SocketType::SEQPACKET, rustix::net::SocketFlags::CLOEXEC, None).unwrap();
+        assert_eq!(raw_register(conn.as_fd(), "raw", a.as_fd()), None);
+        drop(tx);
+
+        // A client of this version meeting a version-1 server is told so.
+        let old = std::env::temp_dir().join(format!("ferry-test-{}-v1-server", std::process::id()));
+        let _ = std::fs::remove_file(&old);
+        let listener = rustix::net::socket_with(rustix::net::AddressFamily::UNIX, rustix::net::SocketType::SEQPACKET, rustix::net::SocketFlags::CLOEXEC, None).unwrap();
+        rustix::net::bind(&listener, &rustix::net::SocketAddrUnix::new(&old).unwrap()).unwrap();
+        rustix::net::listen(&listener, 4).unwrap();
+        let server = std::thread::spawn(move || {
+            // What a version-1 server answered an operation it did not
+            // know: status 5 with a text.
+            let c = rustix::net::accept(&listener).unwrap();
+            let mut buf = vec![0u8; ferry::wire::MAX_MESSAGE];
+            let _ = rustix::io::read(&c, &mut buf);
+            let mut reply = Vec::new();
+            ferry::wire::encode(&mut reply, 5, 0, &[], b"unknown operation");
+            rustix::io::write(&c, &reply).unwrap();
+        });
+        let e = ferry::Bootstrap::connect_to(&old).expect_err("a version-1 server");
+        server.join().unwrap();
+        let _ = std::fs::remove_file(&old);
+        assert!(matches!(&e, NameError::Protocol(why) if why.contains("older protocol")), "{e}");
     });
 }

@@ -79,7 +79,7 @@ fn json_str(s: &str) -> String {
 /// one is reachable (none is started for this).
 fn queues_of(pid: i32) -> Vec<(String, usize)> {
     let Ok(mut bs) = ferry::Bootstrap::connect_to(&ferry::bootstrap::default_path()) else { return Vec::new() };
-    bs.list().map(|l| l.into_iter().filter(|e| e.owner_pid == pid).map(|e| (e.name, e.queued_bytes)).collect()).unwrap_or_default()
+    bs.list().map(|l| l.into_iter().filter(|e| e.owner_pid == pid).map(|e| (e.name, e.queued_bytes as usize)).collect()).unwrap_or_default()
 }
 
 /// The pid that registered `name` with the name service.

@@ -44,27 +44,16 @@ use std::time::{Duration, Instant};
 use rustix::io::Errno;
 
 use crate::error::{io_err, RecvError, SendError};
-use crate::message::{Item, Message};
+use crate::idl::{CallError, Channel, Decoder, Fault, IdlError, Wire, REPLY_ERR};
+use crate::message::Message;
 use crate::port::{recv_on, send_on, SendRight};
 use crate::sys::socket;
 use crate::timeout::Timeout;
 
-pub(crate) const OP_REGISTER: u32 = 1;
-pub(crate) const OP_LOOKUP: u32 = 2;
-pub(crate) const OP_LIST: u32 = 3;
-pub(crate) const OP_UNREGISTER: u32 = 4;
-
-pub(crate) const ST_OK: u32 = 0;
-pub(crate) const ST_TAKEN: u32 = 1;
-pub(crate) const ST_NOT_FOUND: u32 = 2;
-pub(crate) const ST_INVALID: u32 = 3;
-pub(crate) const ST_DENIED: u32 = 4;
-pub(crate) const ST_BAD_REQUEST: u32 = 5;
-pub(crate) const ST_LIMIT: u32 = 6;
-
-pub(crate) const LIMIT_NAMES: &str = "names";
-pub(crate) const LIMIT_CONNECTIONS: &str = "connections";
-pub(crate) const LIMIT_DESCRIPTORS: &str = "descriptors";
+/// The first reply op of the hand-packed protocol of version 1 that a
+/// client of that version reads as "bad request" (the body says why): what
+/// the server answers a request sent before the version check.
+pub(crate) const V1_BAD_REQUEST: u32 = 5;
 
 /// Longest name accepted, in bytes.
 pub const MAX_NAME: usize = 255;
@@ -79,15 +68,17 @@ const REQUEST_TIMEOUT: Timeout = Timeout::After(Duration::from_secs(10));
 /// How long [`Bootstrap::connect`] waits for a daemon it started to answer.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Which budget of the name server a request would have exceeded.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Limit {
-    /// Live registrations of one user.
-    Names,
-    /// Open connections of one user.
-    Connections,
-    /// The server's descriptors (its reserve is not for clients).
-    Descriptors,
+crate::enumeration! {
+    /// Which budget of the name server a request would have exceeded.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Limit {
+        /// Live registrations of one user.
+        1 => Names,
+        /// Open connections of one user.
+        2 => Connections,
+        /// The server's descriptors (its reserve is not for clients).
+        3 => Descriptors,
+    }
 }
 
 impl fmt::Display for Limit {
@@ -199,17 +190,124 @@ impl From<RecvError> for NameError {
     }
 }
 
-/// One registration as [`Bootstrap::list`] reports it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NameEntry {
-    /// The registered name.
-    pub name: String,
-    /// The user that registered it (names are scoped per user).
-    pub uid: u32,
-    /// The process that registered it.
-    pub owner_pid: i32,
-    /// Bytes queued at the port and not yet received.
-    pub queued_bytes: usize,
+crate::record! {
+    /// One registration as [`Bootstrap::list`] reports it.
+    #[derive(Clone, Debug, PartialEq, Eq)]
+    pub struct NameEntry {
+        /// The registered name.
+        1 => pub name: String,
+        /// The user that registered it (names are scoped per user).
+        2 => pub uid: u32,
+        /// The process that registered it.
+        3 => pub owner_pid: i32,
+        /// Bytes queued at the port and not yet received.
+        4 => pub queued_bytes: u64,
+    }
+}
+
+crate::record! {
+    /// A budget of the name server that a request would exceed, and its
+    /// size on that server.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct Budget {
+        /// Which budget.
+        1 => pub what: Limit,
+        /// Its size on that server.
+        2 => pub limit: u64,
+    }
+}
+
+crate::enumeration! {
+    /// Why the name server refused a request: the typed error of every
+    /// operation of [`protocol`] ([`NameError`] on the client's side).
+    #[derive(Clone, Debug, PartialEq, Eq)]
+    pub enum Refusal {
+        /// The name is registered to a live port already.
+        1 => Taken,
+        /// No live registration under that name for this user.
+        2 => NotFound,
+        /// Empty, longer than [`MAX_NAME`] bytes, or containing control
+        /// characters.
+        3 => Invalid,
+        /// Another user's registration, or a request the caller may not
+        /// make.
+        4 => Denied,
+        /// The request (or the connection, refused with this as the answer
+        /// to its version check) would exceed a budget.
+        5 => LimitReached(Budget),
+        /// The server could not carry out a well-formed request, and says
+        /// why.
+        6 => Refused(String),
+    }
+}
+
+crate::enumeration! {
+    /// The registrations [`protocol`]'s `list` answers with.
+    #[derive(Debug)]
+    pub enum Listing {
+        /// In the reply itself.
+        1 => Inline(Vec<NameEntry>),
+        /// Too many to travel inline: a by-value region that holds the
+        /// list (`Vec<NameEntry>`) in the interface's encoding.
+        2 => InRegion(crate::idl::ByValue),
+    }
+}
+
+crate::interface! {
+    /// The name service's protocol, version 2 (version 1 was packed by
+    /// hand). A connection starts with the version check; the server
+    /// answers requests sent before it with version 1's "bad request" so a
+    /// client of either version is told. Every name is scoped by the uid
+    /// the kernel reports for the connection, never by what a request
+    /// says.
+    pub mod protocol: "ferry.names", version 2, compatible 2 {
+        /// Registers `right` under `name` for the calling user; the server
+        /// keeps a copy until the port's receive right is gone or the name
+        /// is unregistered.
+        fn register(name: String, right: SendRight) | Refusal = 1;
+        /// A new send right to the port registered under `name` by the
+        /// calling user, else among the system names.
+        fn lookup(name: String) -> SendRight | Refusal = 2;
+        /// The calling user's live registrations and the system names (all
+        /// users' for root).
+        fn list() -> Listing | Refusal = 3;
+        /// Removes the calling user's registration of `name`.
+        fn unregister(name: String) | Refusal = 4;
+    }
+}
+
+impl From<Refusal> for NameError {
+    fn from(r: Refusal) -> NameError {
+        match r {
+            Refusal::Taken => NameError::Taken,
+            Refusal::NotFound => NameError::NotFound,
+            Refusal::Invalid => NameError::Invalid,
+            Refusal::Denied => NameError::Denied,
+            Refusal::LimitReached(b) => NameError::LimitReached { what: b.what, limit: usize::try_from(b.limit).unwrap_or(usize::MAX) },
+            Refusal::Refused(why) => NameError::Refused(why),
+        }
+    }
+}
+
+impl From<IdlError> for NameError {
+    fn from(e: IdlError) -> NameError {
+        match e {
+            IdlError::Fault(Fault::BadRequest(why)) => NameError::Refused(why),
+            IdlError::Fault(f) => NameError::Refused(f.to_string()),
+            IdlError::Send(e) => NameError::from(e),
+            IdlError::Recv(e) => NameError::from(e),
+            e => NameError::Protocol(e.to_string()),
+        }
+    }
+}
+
+impl From<CallError<Refusal>> for NameError {
+    fn from(e: CallError<Refusal>) -> NameError {
+        match e {
+            CallError::App(r) => r.into(),
+            CallError::Idl(e) => e.into(),
+        }
+    }
 }
 
 /// Checks a name against the rules.
@@ -359,21 +457,75 @@ fn start_daemon(path: &Path) -> Result<Bootstrap, NameError> {
 /// A connection to the name server.
 #[derive(Debug)]
 pub struct Bootstrap {
-    conn: OwnedFd,
-    identity: (u64, u64),
-    buf: Vec<u8>,
+    client: protocol::Client<Link>,
     path: PathBuf,
     server: socket::Cred,
     /// Whether a reconnection may start a daemon (the per-user default).
     autostart: bool,
 }
 
+/// The connection's socket as the typed client's channel. A call that
+/// ends without a reply leaves why in `lost`, which [`Bootstrap`] reads
+/// to decide whether reconnecting helps.
+#[derive(Debug)]
+struct Link {
+    conn: OwnedFd,
+    identity: (u64, u64),
+    buf: Vec<u8>,
+    path: PathBuf,
+    lost: Option<Lost>,
+}
+
 /// How one exchange with the server ended, when not with a reply.
+#[derive(Debug)]
 enum Lost {
     /// The server closed the connection (or was gone): reconnecting helps.
     Closed(String),
     /// Anything else: reconnecting would not help.
     Failed(NameError),
+}
+
+impl Link {
+    /// One request and its reply, without retrying.
+    fn exchange(&mut self, msg: Message) -> Result<Message, Lost> {
+        let sent = send_on(self.conn.as_fd(), msg, REQUEST_TIMEOUT).map_err(|(e, _unsent)| e);
+        if let Err(e) = sent {
+            // A server that refused this connection left a farewell saying
+            // why before closing it; read it if it is there.
+            if let Ok(Some(m)) = recv_on(self.conn.as_fd(), &mut self.buf, self.identity, Timeout::Zero, false) {
+                return Ok(m);
+            }
+            return Err(match e {
+                SendError::PeerDead | SendError::Io(_) => Lost::Closed(format!("the connection failed: {e}")),
+                e => Lost::Failed(e.into()),
+            });
+        }
+        match recv_on(self.conn.as_fd(), &mut self.buf, self.identity, REQUEST_TIMEOUT, false) {
+            Ok(Some(m)) => Ok(m),
+            Ok(None) => Err(Lost::Closed("it closed the connection".into())),
+            Err(RecvError::Timeout) => Err(Lost::Failed(NameError::Unavailable(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("the name server at {} did not answer within {REQUEST_TIMEOUT:?}", self.path.display()),
+            )))),
+            Err(RecvError::Io(e)) => Err(Lost::Closed(format!("the connection failed: {e}"))),
+            Err(e) => Err(Lost::Failed(e.into())),
+        }
+    }
+}
+
+impl Channel for Link {
+    fn call(&mut self, req: Message) -> Result<Message, IdlError> {
+        self.exchange(req).map_err(|lost| {
+            self.lost = Some(lost);
+            IdlError::NoReply
+        })
+    }
+
+    /// The protocol has no one-way operation; a one-way message would be
+    /// answered anyway, so it is a call whose reply is read and dropped.
+    fn send(&mut self, msg: Message) -> Result<(), IdlError> {
+        self.call(msg).map(drop)
+    }
 }
 
 impl Bootstrap {
@@ -430,7 +582,9 @@ impl Bootstrap {
             return Err(NameError::Impostor { path: path.to_owned(), uid: server.uid });
         }
         let identity = socket::identity(conn.as_fd()).map_err(|e| NameError::Unavailable(io_err(e)))?;
-        Ok(Bootstrap { conn, identity, buf: vec![0; crate::wire::MAX_MESSAGE + 1], path: path.to_owned(), server, autostart: false })
+        let mut link = Link { conn, identity, buf: vec![0; crate::wire::MAX_MESSAGE + 1], path: path.to_owned(), lost: None };
+        let version = hello(&mut link)?;
+        Ok(Bootstrap { client: protocol::Client::after_hello(link, version), path: path.to_owned(), server, autostart: false })
     }
 
     /// Starts a private name server on a thread of this process, listening
@@ -459,72 +613,41 @@ impl Bootstrap {
         self.server.pid
     }
 
-    /// One request and its reply, without retrying.
-    fn exchange(&mut self, msg: Message) -> Result<Message, Lost> {
-        let sent = send_on(self.conn.as_fd(), msg, REQUEST_TIMEOUT).map_err(|(e, _unsent)| e);
-        if let Err(e) = sent {
-            // A server that refused this connection left a farewell saying
-            // why before closing it; read it if it is there.
-            if let Ok(Some(m)) = recv_on(self.conn.as_fd(), &mut self.buf, self.identity, Timeout::Zero, false) {
-                return Ok(m);
+    /// Runs one typed call. A connection the server closed is re-made
+    /// once (with its version check) and the call made again (see the
+    /// module documentation).
+    fn call<T>(&mut self, op: &dyn Fn(&mut protocol::Client<Link>) -> Result<T, NameError>) -> Result<T, NameError> {
+        let first = op(&mut self.client);
+        let why = match self.client.channel_mut().lost.take() {
+            None => return first,
+            Some(Lost::Failed(e)) => return Err(e),
+            Some(Lost::Closed(why)) => why,
+        };
+        let what = format!("the name server at {} went away ({why})", self.path.display());
+        let fresh = if self.autostart { Bootstrap::connect() } else { Bootstrap::connect_to(&self.path) };
+        match fresh {
+            Ok(b) => {
+                let autostart = self.autostart;
+                *self = b;
+                self.autostart = autostart;
             }
-            return Err(match e {
-                SendError::PeerDead | SendError::Io(_) => Lost::Closed(format!("the connection failed: {e}")),
-                e => Lost::Failed(e.into()),
-            });
+            Err(e) => return Err(NameError::Unavailable(io::Error::new(io::ErrorKind::ConnectionReset, format!("{what}; reconnecting failed: {e}")))),
         }
-        match recv_on(self.conn.as_fd(), &mut self.buf, self.identity, REQUEST_TIMEOUT, false) {
-            Ok(Some(m)) => Ok(m),
-            Ok(None) => Err(Lost::Closed("it closed the connection".into())),
-            Err(RecvError::Timeout) => Err(Lost::Failed(NameError::Unavailable(io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!("the name server at {} did not answer within {REQUEST_TIMEOUT:?}", self.path.display()),
-            )))),
-            Err(RecvError::Io(e)) => Err(Lost::Closed(format!("the connection failed: {e}"))),
-            Err(e) => Err(Lost::Failed(e.into())),
+        let second = op(&mut self.client);
+        match self.client.channel_mut().lost.take() {
+            None => second,
+            Some(Lost::Failed(e)) => Err(e),
+            Some(Lost::Closed(why)) => Err(NameError::Unavailable(io::Error::new(
+                io::ErrorKind::ConnectionReset,
+                format!("{what}; the new connection was lost too ({why})"),
+            ))),
         }
     }
 
-    /// Sends the request `build` makes and returns the reply's message on
-    /// success. A connection the server closed is re-made once and the
-    /// request sent again (see the module documentation).
-    fn request(&mut self, build: &dyn Fn() -> Result<Message, NameError>) -> Result<Message, NameError> {
-        let reply = match self.exchange(build()?) {
-            Ok(m) => m,
-            Err(Lost::Failed(e)) => return Err(e),
-            Err(Lost::Closed(why)) => {
-                let what = format!("the name server at {} went away ({why})", self.path.display());
-                let fresh = if self.autostart { Bootstrap::connect() } else { Bootstrap::connect_to(&self.path) };
-                match fresh {
-                    Ok(b) => {
-                        let autostart = self.autostart;
-                        *self = b;
-                        self.autostart = autostart;
-                    }
-                    Err(e) => return Err(NameError::Unavailable(io::Error::new(io::ErrorKind::ConnectionReset, format!("{what}; reconnecting failed: {e}")))),
-                }
-                match self.exchange(build()?) {
-                    Ok(m) => m,
-                    Err(Lost::Failed(e)) => return Err(e),
-                    Err(Lost::Closed(why)) => {
-                        return Err(NameError::Unavailable(io::Error::new(
-                            io::ErrorKind::ConnectionReset,
-                            format!("{what}; the new connection was lost too ({why})"),
-                        )))
-                    }
-                }
-            }
-        };
-        match reply.op() {
-            ST_OK => Ok(reply),
-            ST_TAKEN => Err(NameError::Taken),
-            ST_NOT_FOUND => Err(NameError::NotFound),
-            ST_INVALID => Err(NameError::Invalid),
-            ST_DENIED => Err(NameError::Denied),
-            ST_BAD_REQUEST => Err(NameError::Refused(String::from_utf8_lossy(reply.body()).into_owned())),
-            ST_LIMIT => Err(parse_limit(reply.body())),
-            other => Err(NameError::Protocol(format!("status {other}"))),
-        }
+    /// The version of the name service's protocol the server speaks
+    /// (learnt at connect; see [`protocol`]).
+    pub fn server_version(&self) -> u32 {
+        self.client.peer_version()
     }
 
     /// Registers `right` under `name` for the calling user. The server keeps
@@ -539,11 +662,10 @@ impl Bootstrap {
         if !valid_name(name.as_bytes()) {
             return Err(NameError::Invalid);
         }
-        self.request(&|| {
+        self.call(&|c| {
             let copy = right.try_clone().map_err(NameError::Unavailable)?;
-            Ok(Message::new(OP_REGISTER).with_body(name.as_bytes()).with_item(copy))
-        })?;
-        Ok(())
+            Ok(c.register(name.to_owned(), copy)?)
+        })
     }
 
     /// Looks `name` up among the calling user's registrations (then the
@@ -552,11 +674,7 @@ impl Bootstrap {
         if !valid_name(name.as_bytes()) {
             return Err(NameError::Invalid);
         }
-        let mut m = self.request(&|| Ok(Message::new(OP_LOOKUP).with_body(name.as_bytes())))?;
-        match m.take_items().pop() {
-            Some(Item::Send(s)) => Ok(s),
-            _ => Err(NameError::Protocol("lookup reply carries no send right".into())),
-        }
+        self.call(&|c| Ok(c.lookup(name.to_owned())?))
     }
 
     /// Looks `name` up until it is registered or `timeout` has passed (for a
@@ -581,53 +699,52 @@ impl Bootstrap {
 
     /// Removes the calling user's registration of `name`.
     pub fn unregister(&mut self, name: &str) -> Result<(), NameError> {
-        self.request(&|| Ok(Message::new(OP_UNREGISTER).with_body(name.as_bytes())))?;
-        Ok(())
+        self.call(&|c| Ok(c.unregister(name.to_owned())?))
     }
 
     /// Lists the calling user's live registrations and the system names (all
     /// users' for root), however many there are.
     pub fn list(&mut self) -> Result<Vec<NameEntry>, NameError> {
-        let mut m = self.request(&|| Ok(Message::new(OP_LIST)))?;
-        // A long listing comes as a by-value region instead of inline.
-        let region = m.take_items().into_iter().find_map(|i| if let Item::Region(r) = i { Some(r) } else { None });
-        let bytes = match region {
-            Some(r) => r.copy_out(MAX_LIST_BYTES).map_err(|e| NameError::Protocol(format!("list region: {e}")))?,
-            None => m.body().to_vec(),
-        };
-        let text = std::str::from_utf8(&bytes).map_err(|_| NameError::Protocol("list is not UTF-8".into()))?;
-        text.lines()
-            .map(|l| {
-                let f: Vec<&str> = l.splitn(4, '\t').collect();
-                let bad = || NameError::Protocol(format!("bad list line {l:?}"));
-                if f.len() != 4 {
-                    return Err(bad());
-                }
-                Ok(NameEntry {
-                    uid: f[0].parse().map_err(|_| bad())?,
-                    owner_pid: f[1].parse().map_err(|_| bad())?,
-                    queued_bytes: f[2].parse().map_err(|_| bad())?,
-                    name: f[3].to_owned(),
-                })
-            })
-            .collect()
+        match self.call(&|c| Ok(c.list()?))? {
+            Listing::Inline(entries) => Ok(entries),
+            Listing::InRegion(region) => {
+                let bytes = region.0.copy_out(MAX_LIST_BYTES).map_err(|e| NameError::Protocol(format!("list region: {e}")))?;
+                let mut dec = Decoder::new(&bytes, Vec::new());
+                let entries = Vec::<NameEntry>::decode(&mut dec).and_then(|l| dec.finish().map(|()| l));
+                entries.map_err(|e| NameError::Protocol(format!("list region: {e}")))
+            }
+        }
     }
 }
 
-/// Reads the body of a `LIMIT` status: `KIND SPACE LIMIT`.
-fn parse_limit(body: &[u8]) -> NameError {
-    let text = String::from_utf8_lossy(body);
-    let mut parts = text.split_whitespace();
-    let what = match parts.next() {
-        Some(LIMIT_NAMES) => Limit::Names,
-        Some(LIMIT_CONNECTIONS) => Limit::Connections,
-        Some(LIMIT_DESCRIPTORS) => Limit::Descriptors,
-        _ => return NameError::Protocol(format!("bad limit reply {text:?}")),
+/// The version check at connect. The server's refusal of the connection
+/// (a budget reached) arrives as the answer to it.
+fn hello(link: &mut Link) -> Result<u32, NameError> {
+    let reply = link.call(crate::idl::hello_request::<protocol::Protocol>());
+    let reply = match (reply, link.lost.take()) {
+        (Ok(m), _) => m,
+        (Err(_), Some(Lost::Failed(e))) => return Err(e),
+        (Err(_), Some(Lost::Closed(why))) => {
+            return Err(NameError::Unavailable(io::Error::new(
+                io::ErrorKind::ConnectionReset,
+                format!("the name server at {} closed the connection at its version check ({why})", link.path.display()),
+            )))
+        }
+        (Err(e), None) => return Err(e.into()),
     };
-    match parts.next().and_then(|n| n.parse().ok()) {
-        Some(limit) => NameError::LimitReached { what, limit },
-        None => NameError::Protocol(format!("bad limit reply {text:?}")),
+    if reply.op() == REPLY_ERR {
+        return Err(match crate::idl::decode_reply::<(), Refusal>(reply)? {
+            Err(refusal) => refusal.into(),
+            Ok(()) => NameError::Protocol("the version check's error reply decoded as a success".into()),
+        });
     }
+    crate::idl::hello_check::<protocol::Protocol>(reply).map_err(|e| match e {
+        IdlError::UnexpectedReply(status) => NameError::Protocol(format!(
+            "the name server at {} speaks an older protocol (it answered the version check with status {status}); stop it, and a new one starts on demand",
+            link.path.display()
+        )),
+        e => NameError::Protocol(format!("the name server at {}: {e}", link.path.display())),
+    })
 }
 
 /// Whether a connect error means "nobody is listening there".

@@ -29,9 +29,10 @@ use std::time::{Duration, Instant};
 
 use rustix::io::Errno;
 
-use crate::bootstrap::{self, *};
+use crate::bootstrap::{self, protocol, valid_name, Budget, Limit, Listing, NameEntry, Refusal, V1_BAD_REQUEST};
 use crate::error::{io_err, RecvError};
-use crate::message::{Item, Message};
+use crate::idl::{answer_hello, fault_message, reply_of, ByValue, Context, Dispatch, Encoder, Fault, Route, Wire, OP_HELLO, REPLY_OK};
+use crate::message::Message;
 use crate::port::{recv_on, send_on, SendRight};
 use crate::region::RegionItem;
 use crate::sys::socket::{self, Cred};
@@ -80,6 +81,8 @@ struct Conn {
     sock: OwnedFd,
     identity: (u64, u64),
     peer: Option<Cred>,
+    /// The client passed the version check.
+    spoke: bool,
 }
 
 #[derive(Debug)]
@@ -449,18 +452,30 @@ impl NameServer {
         };
         let (Ok(identity), Ok(peer)) = (socket::identity(sock.as_fd()), socket::peer_cred(sock.as_fd())) else { return };
         let refuse = if self.conns_of.get(&peer.uid).copied().unwrap_or(0) >= self.limits.connections_per_user {
-            Some((LIMIT_CONNECTIONS, self.limits.connections_per_user))
+            Some((Limit::Connections, self.limits.connections_per_user))
         } else if self.user_fds_exhausted(peer.uid) {
-            Some((LIMIT_DESCRIPTORS, self.user_fd_share()))
+            Some((Limit::Descriptors, self.user_fd_share()))
         } else if self.fds_exhausted() {
-            Some((LIMIT_DESCRIPTORS, self.fd_capacity))
+            Some((Limit::Descriptors, self.fd_capacity))
         } else {
             None
         };
         if let Some((what, limit)) = refuse {
-            self.say_limited("refused", format_args!("connection of pid {} uid {} refused: {what} limit {limit} reached", peer.pid, peer.uid));
-            // A farewell the client reads as the answer to its first request.
-            let _ = send_on(sock.as_fd(), limit_reply(what, limit), Timeout::Zero);
+            self.say_limited("refused", format_args!("connection of pid {} uid {} refused: {} limit {limit} reached", peer.pid, peer.uid, kind(what)));
+            // A farewell the client reads as the answer to its version
+            // check. Closing a socket with a request unread resets the
+            // connection and the farewell with it: read what came already.
+            let drain = || {
+                let mut scratch = [0u8; 64];
+                for _ in 0..8 {
+                    if !socket::recv(sock.as_fd(), &mut scratch, false).is_ok_and(|d| !d.is_eof()) {
+                        break;
+                    }
+                }
+            };
+            drain();
+            let _ = send_on(sock.as_fd(), refusal(limit_reached(what, limit)), Timeout::Zero);
+            drain();
             return;
         }
         self.next += 1;
@@ -469,7 +484,7 @@ impl NameServer {
             self.say(format_args!("client connected: pid {} uid {}", peer.pid, peer.uid));
             *self.conns_of.entry(peer.uid).or_insert(0) += 1;
             self.hold(identity.1);
-            self.conns.insert(id, Conn { sock, identity, peer: Some(peer) });
+            self.conns.insert(id, Conn { sock, identity, peer: Some(peer), spoke: false });
         }
     }
 
@@ -493,14 +508,14 @@ impl NameServer {
         let Some(conn) = self.conns.get(&id) else { return };
         let got = recv_on(conn.sock.as_fd(), &mut self.buf, conn.identity, Timeout::Zero, false);
         let reply = match got {
-            Ok(Some(msg)) => self.handle(msg, conn.peer),
+            Ok(Some(msg)) => self.handle(id, msg),
             Ok(None) | Err(RecvError::Io(_)) => {
                 self.close_conn(id);
                 return;
             }
             Err(RecvError::BadMessage(w)) => {
                 self.say(format_args!("malformed request discarded: {w}"));
-                Message::new(ST_BAD_REQUEST).with_body(w.to_string())
+                fault_message(Fault::BadRequest(w.to_string()))
             }
             Err(RecvError::Timeout) => return,
             Err(_) => {
@@ -514,109 +529,68 @@ impl NameServer {
         }
     }
 
-    fn handle(&mut self, mut msg: Message, peer: Option<Cred>) -> Message {
-        let Some(cred) = msg.sender().or(peer) else { return Message::new(ST_DENIED) };
-        let name = msg.body().to_vec();
-        match msg.op() {
-            OP_REGISTER => {
-                let mut items = msg.take_items();
-                let (Some(Item::Send(right)), true) = (items.pop(), items.is_empty()) else {
-                    return Message::new(ST_BAD_REQUEST).with_body("register takes exactly one send right");
-                };
-                if !valid_name(&name) {
-                    return Message::new(ST_INVALID);
-                }
-                let name = String::from_utf8(name).expect("valid_name checks UTF-8");
-                self.register(cred, name, right)
+    /// Answers one request of connection `id`: the version check, else
+    /// (once it passed) an operation of [`protocol`], checked whole by the
+    /// generated dispatcher before it runs.
+    fn handle(&mut self, id: u32, msg: Message) -> Message {
+        let Some(conn) = self.conns.get(&id) else { return refusal(Refusal::Denied) };
+        let (spoke, peer) = (conn.spoke, conn.peer);
+        let Some(cred) = msg.sender().or(peer) else { return refusal(Refusal::Denied) };
+        if msg.op() == OP_HELLO {
+            let reply = answer_hello::<protocol::Protocol>(msg);
+            if let (REPLY_OK, Some(c)) = (reply.op(), self.conns.get_mut(&id)) {
+                c.spoke = true;
             }
-            OP_LOOKUP => {
-                if !valid_name(&name) {
-                    return Message::new(ST_INVALID);
-                }
-                let name = String::from_utf8(name).expect("valid_name checks UTF-8");
-                let live = |k: &(u32, String)| self.names.get(k).filter(|e| !e.right.is_dead());
-                let found = live(&(cred.uid, name.clone())).or_else(|| live(&(SYSTEM_UID, name)));
-                match found {
-                    Some(e) => match e.right.try_clone() {
-                        Ok(copy) => Message::new(ST_OK).with_item(copy),
-                        Err(_) => limit_reply(LIMIT_DESCRIPTORS, self.fd_capacity),
-                    },
-                    _ => Message::new(ST_NOT_FOUND),
-                }
-            }
-            OP_UNREGISTER => {
-                let key = (cred.uid, String::from_utf8_lossy(&name).into_owned());
-                match self.names.get(&key) {
-                    Some(e) => {
-                        let w = e.watch;
-                        self.drop_watch(w);
-                        Message::new(ST_OK)
-                    }
-                    None => Message::new(ST_NOT_FOUND),
-                }
-            }
-            OP_LIST => {
-                let mut out = String::new();
-                let mut rows: Vec<_> =
-                    self.names.iter().filter(|((uid, _), _)| cred.uid == 0 || *uid == cred.uid || *uid == SYSTEM_UID).collect();
-                rows.sort_by(|a, b| a.0.cmp(b.0));
-                for ((uid, name), e) in rows {
-                    if e.right.is_dead() {
-                        continue;
-                    }
-                    let q = e.right.queued_bytes().unwrap_or(0);
-                    out.push_str(&format!("{uid}\t{}\t{q}\t{name}\n", e.owner_pid));
-                }
-                if out.len() <= crate::wire::MAX_INLINE {
-                    return Message::new(ST_OK).with_body(out);
-                }
-                // Too long to travel inline: a sealed by-value region.
-                match RegionItem::copied_from(out.as_bytes()) {
-                    Ok(region) => Message::new(ST_OK).with_item(region),
-                    Err(e) => Message::new(ST_BAD_REQUEST).with_body(format!("cannot send the listing: {e}")),
-                }
-            }
-            _ => Message::new(ST_BAD_REQUEST).with_body("unknown operation"),
+            return reply;
         }
+        if !spoke {
+            // Before the version check: a client of version 1 reads this
+            // as "bad request" and shows the text.
+            return Message::new(V1_BAD_REQUEST).with_body(
+                "this name server speaks ferry.names version 2, which starts with a version check; this client speaks an older version",
+            );
+        }
+        protocol::Server(Requests { ns: self, cred }).dispatch(msg, Route::Rpc).unwrap_or_else(|| refusal(Refusal::Denied))
     }
 
     /// Checks a registration completely, then records it.
-    fn register(&mut self, cred: Cred, name: String, right: SendRight) -> Message {
+    fn register(&mut self, cred: Cred, name: String, right: SendRight) -> Result<(), Refusal> {
         let key = (cred.uid, name);
         if let Some(e) = self.names.get(&key) {
             if !e.right.is_dead() {
-                return Message::new(ST_TAKEN);
+                return Err(Refusal::Taken);
             }
             let w = e.watch;
             self.drop_watch(w);
         }
         if self.names_of.get(&cred.uid).copied().unwrap_or(0) >= self.limits.names_per_user {
             self.say_limited("refused", format_args!("registration of {:?} for uid {} refused: names limit reached", key.1, cred.uid));
-            return limit_reply(LIMIT_NAMES, self.limits.names_per_user);
+            return Err(limit_reached(Limit::Names, self.limits.names_per_user));
         }
         if self.user_fds_exhausted(cred.uid) {
             self.say_limited("refused", format_args!("registration of {:?} for uid {} refused: its share of descriptors is taken", key.1, cred.uid));
-            return limit_reply(LIMIT_DESCRIPTORS, self.user_fd_share());
+            return Err(limit_reached(Limit::Descriptors, self.user_fd_share()));
         }
         if self.fds_exhausted() {
             self.say_limited("refused", format_args!("registration of {:?} for uid {} refused: descriptor reserve reached", key.1, cred.uid));
-            return limit_reply(LIMIT_DESCRIPTORS, self.fd_capacity);
+            return Err(limit_reached(Limit::Descriptors, self.fd_capacity));
         }
         // The server must not keep a port alive by itself: the right's
         // socket must be connected, and its other end must not be a socket
         // the server holds (the receive end registered as a "send right"
         // under another name, or the client's own connection to us).
         let Ok(inode) = socket::identity(right.as_fd()).map(|id| id.1) else {
-            return Message::new(ST_BAD_REQUEST).with_body("cannot identify the registered socket");
+            return Err(Refusal::Refused("cannot identify the registered socket".into()));
         };
         match socket::peer_inode(right.as_fd()) {
             Ok(Some(peer)) if self.held.contains_key(&peer) => {
                 self.say_limited("refused", format_args!("registration of {:?} for uid {} refused: the server holds the other end", key.1, cred.uid));
-                return Message::new(ST_BAD_REQUEST)
-                    .with_body("the other end of this socket is held by the name server itself: a registered right must lead to a receive right held elsewhere");
+                return Err(Refusal::Refused(
+                    "the other end of this socket is held by the name server itself: a registered right must lead to a receive right held elsewhere".into(),
+                ));
             }
             Ok(Some(_)) => {}
-            Ok(None) => return Message::new(ST_BAD_REQUEST).with_body("the registered socket is not connected to a port"),
+            Ok(None) => return Err(Refusal::Refused("the registered socket is not connected to a port".into())),
             // A kernel without sock_diag for Unix sockets (CONFIG_UNIX_DIAG)
             // cannot say; refusing every registration there would leave no
             // name service at all, so the check is skipped, and said so.
@@ -627,8 +601,8 @@ impl NameServer {
         }
         self.next += 1;
         let watch = self.next;
-        if self.epoll.add(right.as_fd(), Interest::HangUp, KEY_WATCH | watch as u64).is_err() {
-            return Message::new(ST_BAD_REQUEST);
+        if let Err(e) = self.epoll.add(right.as_fd(), Interest::HangUp, KEY_WATCH | watch as u64) {
+            return Err(Refusal::Refused(format!("cannot watch the registered port: {e}")));
         }
         self.say(format_args!("registered {:?} for uid {} by pid {}", key.1, cred.uid, cred.pid));
         crate::trace::event!(info, name = %key.1, uid = cred.uid, pid = cred.pid, "name registered");
@@ -636,7 +610,7 @@ impl NameServer {
         *self.names_of.entry(cred.uid).or_insert(0) += 1;
         self.watches.insert(watch, key.clone());
         self.names.insert(key, Entry { right, inode, owner_pid: cred.pid, watch });
-        Message::new(ST_OK)
+        Ok(())
     }
 
     fn drop_watch(&mut self, watch: u32) {
@@ -659,7 +633,91 @@ impl NameServer {
     }
 }
 
-/// The reply to a request that would exceed a budget.
-fn limit_reply(what: &str, limit: usize) -> Message {
-    Message::new(ST_LIMIT).with_body(format!("{what} {limit}"))
+/// A budget's short name in the log.
+fn kind(what: Limit) -> &'static str {
+    match what {
+        Limit::Names => "names",
+        Limit::Connections => "connections",
+        Limit::Descriptors => "descriptors",
+    }
+}
+
+/// The refusal of a request that would exceed a budget.
+fn limit_reached(what: Limit, limit: usize) -> Refusal {
+    Refusal::LimitReached(Budget { what, limit: limit as u64 })
+}
+
+/// The reply that refuses a request (or a connection).
+fn refusal(why: Refusal) -> Message {
+    reply_of::<(), Refusal>(Err(why))
+}
+
+/// The operations of one request, with the caller the kernel named.
+struct Requests<'a> {
+    ns: &'a mut NameServer,
+    cred: Cred,
+}
+
+/// Listings whose entries take more than this (estimated from above)
+/// travel in a region.
+const INLINE_LISTING: usize = crate::wire::MAX_INLINE - 1024;
+
+impl protocol::Service for Requests<'_> {
+    fn register(&mut self, _: &Context, name: String, right: SendRight) -> Result<(), Refusal> {
+        if !valid_name(name.as_bytes()) {
+            return Err(Refusal::Invalid);
+        }
+        self.ns.register(self.cred, name, right)
+    }
+
+    fn lookup(&mut self, _: &Context, name: String) -> Result<SendRight, Refusal> {
+        if !valid_name(name.as_bytes()) {
+            return Err(Refusal::Invalid);
+        }
+        let names = &self.ns.names;
+        let live = |k: &(u32, String)| names.get(k).filter(|e| !e.right.is_dead());
+        let found = live(&(self.cred.uid, name.clone())).or_else(|| live(&(SYSTEM_UID, name)));
+        match found {
+            Some(e) => e.right.try_clone().map_err(|_| limit_reached(Limit::Descriptors, self.ns.fd_capacity)),
+            None => Err(Refusal::NotFound),
+        }
+    }
+
+    fn list(&mut self, _: &Context) -> Result<Listing, Refusal> {
+        let uid = self.cred.uid;
+        let mut rows: Vec<_> = self.ns.names.iter().filter(|((u, _), e)| (uid == 0 || *u == uid || *u == SYSTEM_UID) && !e.right.is_dead()).collect();
+        rows.sort_by(|a, b| a.0.cmp(b.0));
+        let entries: Vec<NameEntry> = rows
+            .into_iter()
+            .map(|((u, name), e)| NameEntry {
+                name: name.clone(),
+                uid: *u,
+                owner_pid: e.owner_pid,
+                queued_bytes: e.right.queued_bytes().unwrap_or(0) as u64,
+            })
+            .collect();
+        // Each entry takes its name and under 64 bytes of framing.
+        if entries.iter().map(|e| e.name.len() + 64).sum::<usize>() <= INLINE_LISTING {
+            return Ok(Listing::Inline(entries));
+        }
+        // Too long to travel inline: a sealed by-value region.
+        let mut enc = Encoder::new();
+        entries.encode(&mut enc);
+        let bytes = enc.into_message(0);
+        match RegionItem::copied_from(bytes.body()) {
+            Ok(region) => Ok(Listing::InRegion(ByValue(region))),
+            Err(e) => Err(Refusal::Refused(format!("cannot send the listing: {e}"))),
+        }
+    }
+
+    fn unregister(&mut self, _: &Context, name: String) -> Result<(), Refusal> {
+        match self.ns.names.get(&(self.cred.uid, name)) {
+            Some(e) => {
+                let w = e.watch;
+                self.ns.drop_watch(w);
+                Ok(())
+            }
+            None => Err(Refusal::NotFound),
+        }
+    }
 }

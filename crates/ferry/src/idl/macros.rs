@@ -351,6 +351,17 @@ macro_rules! interface {
                     Ok(Client { chan, peer_version })
                 }
 
+                /// The proxy over a channel whose version check the caller
+                /// made itself ([`hello_request`]($crate::idl::hello_request)
+                /// and [`hello_check`]($crate::idl::hello_check)), for a
+                /// transport that must read the server's first answer
+                /// itself (a server that can refuse the connection with the
+                /// interface's own error); the server answered
+                /// `peer_version`.
+                pub fn after_hello(chan: C, peer_version: u32) -> Self {
+                    Client { chan, peer_version }
+                }
+
                 /// The server's version, learnt at connect.
                 pub fn peer_version(&self) -> u32 {
                     self.peer_version
@@ -491,6 +502,7 @@ macro_rules! __idl_service_fn {
 macro_rules! __idl_encode_args {
     ($ord:literal; $($arg:ident),*) => {{
         let hint = 0 $( + 6 + $crate::idl::Wire::size_hint(&$arg) )*;
+        #[allow(unused_mut)]
         let mut enc = $crate::idl::Encoder::with_capacity(hint);
         #[allow(unused_mut, unused_variables)]
         let mut k: u16 = 0;
@@ -599,6 +611,7 @@ macro_rules! __idl_decode_args {
         let mut dec = $crate::idl::Decoder::new($req.body(), items);
         (move || -> ::core::result::Result<($($aty,)*), $crate::idl::DecodeError> {
             $( let mut $arg: ::core::option::Option<$aty> = None; )*
+            #[allow(unused_variables)]
             while let Some((ord, len)) = dec.next_field()? {
                 #[allow(unused_mut, unused_variables)]
                 let mut k: u16 = 0;

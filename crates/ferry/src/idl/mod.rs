@@ -366,8 +366,7 @@ pub fn hello<I: Interface>(chan: &mut impl Channel) -> Result<u32, IdlError> {
     hello_check::<I>(reply)
 }
 
-/// The version check's request.
-#[doc(hidden)]
+/// The version check's request (what [`hello`] sends).
 pub fn hello_request<I: Interface>() -> Message {
     let mut enc = Encoder::new();
     Hello { name: I::NAME.to_owned(), version: I::VERSION, compatible: I::COMPATIBLE }.encode(&mut enc);
@@ -378,7 +377,6 @@ pub fn hello_request<I: Interface>() -> Message {
 ///
 /// # Errors
 /// As [`hello`].
-#[doc(hidden)]
 pub fn hello_check<I: Interface>(reply: Message) -> Result<u32, IdlError> {
     let theirs: Hello = decode_reply::<Hello, NoError>(reply)?.unwrap_or_else(|e| match e {});
     if theirs.name != I::NAME {

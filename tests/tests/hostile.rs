@@ -508,7 +508,8 @@ fn receiver_out_of_descriptors() {
 }
 
 /// The name server is a ferry port like any other: garbage gets a
-/// "bad request" reply and the server goes on serving everyone.
+/// refusal that says why (before and after the version check) and the
+/// server goes on serving everyone.
 #[test]
 fn name_server_survives_garbage() {
     let _one = serial();
@@ -522,18 +523,30 @@ fn name_server_survives_garbage() {
         let mut version2 = bytes(1, 0, &[], b"name");
         version2[4] = 2;
         let not_a_port = bytes(1, 0, &[desc(KIND_SEND, 1)], b"name");
-        for (garbage, fds) in [
-            (&b""[..], &[][..]),
-            (&b"hello"[..], &[r.as_fd()][..]),
-            (&version2[..], &[][..]),
-            (&not_a_port[..], &[r.as_fd()][..]),
-        ] {
-            send_raw(conn.as_fd(), garbage, fds).unwrap();
-            let mut buf = vec![0u8; wire::MAX_MESSAGE];
-            let n = rustix::net::recv(&conn, &mut buf, rustix::net::RecvFlags::empty()).unwrap().0;
-            let p = wire::parse(&buf[..n], 0).expect("a well-formed reply");
-            assert_eq!(p.op, 5, "status BAD_REQUEST for {garbage:?}");
-            assert!(!buf[p.inline].is_empty(), "the reply says why");
+        let hello = ferry::idl::hello_request::<ferry::bootstrap::protocol::Protocol>();
+        let hello = bytes(hello.op(), 0, &[], hello.body());
+        // Before the version check, garbage gets the "bad request" of the
+        // protocol's version 1; after it, a fault of the typed interface.
+        for (spoke, want) in [(false, 5), (true, ferry::idl::REPLY_FAULT)] {
+            if spoke {
+                send_raw(conn.as_fd(), &hello, &[]).unwrap();
+                let mut buf = vec![0u8; wire::MAX_MESSAGE];
+                let n = rustix::net::recv(&conn, &mut buf, rustix::net::RecvFlags::empty()).unwrap().0;
+                assert_eq!(wire::parse(&buf[..n], 0).expect("a well-formed reply").op, ferry::idl::REPLY_OK, "the version check");
+            }
+            for (garbage, fds) in [
+                (&b""[..], &[][..]),
+                (&b"hello"[..], &[r.as_fd()][..]),
+                (&version2[..], &[][..]),
+                (&not_a_port[..], &[r.as_fd()][..]),
+            ] {
+                send_raw(conn.as_fd(), garbage, fds).unwrap();
+                let mut buf = vec![0u8; wire::MAX_MESSAGE];
+                let n = rustix::net::recv(&conn, &mut buf, rustix::net::RecvFlags::empty()).unwrap().0;
+                let p = wire::parse(&buf[..n], 0).expect("a well-formed reply");
+                assert_eq!(p.op, want, "the refusal of {garbage:?} (version check passed: {spoke})");
+                assert!(!buf[p.inline].is_empty(), "the reply says why");
+            }
         }
         // The server still serves this connection and others.
         let (_port_rx, port_tx) = ferry::port().unwrap();

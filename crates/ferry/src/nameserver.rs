@@ -515,7 +515,11 @@ impl NameServer {
             }
             Err(RecvError::BadMessage(w)) => {
                 self.say(format_args!("malformed request discarded: {w}"));
-                fault_message(Fault::BadRequest(w.to_string()))
+                if conn.spoke {
+                    fault_message(Fault::BadRequest(w.to_string()))
+                } else {
+                    Message::new(V1_BAD_REQUEST).with_body(w.to_string())
+                }
             }
             Err(RecvError::Timeout) => return,
             Err(_) => {

@@ -7,7 +7,7 @@
 //! which a profile of the spinning `poll` benchmark hides under spinning.
 //!
 //! ```text
-//! cargo run --release -p ferry-idl --example stub_cost [-- --iters N]
+//! cargo run --release -p ferry-idl --example stub_cost [-- --iters N] [--size BYTES]
 //! ```
 //!
 //! Prints, per size and round, the per-call time of each and their
@@ -58,7 +58,11 @@ impl Channel for Direct {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let iters: u32 = args.iter().position(|a| a == "--iters").and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(1_000_000);
-    for n in [8usize, 1024] {
+    let sizes: Vec<usize> = match args.iter().position(|a| a == "--size").and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()) {
+        Some(n) => vec![n],
+        None => vec![8, 1024],
+    };
+    for n in sizes {
         let mut stub = echo::Client::connect(Direct(echo::Server(Echo))).expect("version check");
         let data = vec![1u8; n];
         for round in 0..3 {

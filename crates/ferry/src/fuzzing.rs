@@ -517,9 +517,10 @@ const NAME_OPS: [u32; 5] = {
     [ops::register, ops::lookup, ops::list, ops::unregister, crate::idl::OP_HELLO]
 };
 
-/// The name server through its socket. Unless the input's last byte is
-/// odd, the connection passes the version check first, so the frames reach
-/// the operations. Input: up to eight frames, each a
+/// The name server through its socket. Unless the input starts with `V1`
+/// (a client of the protocol's version 1, taken off), the connection passes
+/// the version check first, so the frames reach the operations. Input: up
+/// to eight frames, each a
 /// tag byte, a little-endian `u16` length and that many bytes, sent on one
 /// connection by another user (an input starting with `SELF` by this
 /// process's own). By the tag modulo 3:
@@ -541,7 +542,11 @@ const NAME_OPS: [u32; 5] = {
 pub fn names(data: &[u8]) {
     let path = name_server();
     let conn = socket::connect_to(path).expect("connect to the name server");
-    if data.last().is_none_or(|b| b & 1 == 0) {
+    let (data, version_1) = match data.strip_prefix(b"V1") {
+        Some(rest) => (rest, true),
+        None => (data, false),
+    };
+    if !version_1 {
         // Most inputs reach the operations: the version check goes first.
         let hello = crate::idl::hello_request::<crate::bootstrap::protocol::Protocol>();
         crate::port::send_on(conn.as_fd(), hello, Timeout::After(Duration::from_secs(10))).map_err(|(e, _)| e).expect("send the version check");
@@ -981,19 +986,40 @@ fn message_frame(sel: u8, items: u8, body: &[u8]) -> Vec<u8> {
     frame_bytes(1, &c)
 }
 
+/// The body of a name-service request as the typed interface encodes it:
+/// a name, and for `register` the right as item 0.
+fn name_request(name: &str, with_right: bool) -> Vec<u8> {
+    let mut enc = crate::idl::Encoder::new();
+    enc.field(1, name.to_owned());
+    if with_right {
+        enc.field(2, 0u32);
+    }
+    enc.into_message(0).body().to_vec()
+}
+
 fn name_seeds() -> Vec<Vec<u8>> {
+    let hello = crate::idl::hello_request::<crate::bootstrap::protocol::Protocol>();
     vec![
-        message_frame(0, 0x01, b"fuzz-a"),
-        [message_frame(0, 0x01, b"fuzz-b"), message_frame(1, 0, b"fuzz-b"), message_frame(3, 0, b"fuzz-b")].concat(),
-        message_frame(1, 0, b"no-such-name"),
+        message_frame(0, 0x01, &name_request("fuzz-a", true)),
+        [
+            message_frame(0, 0x01, &name_request("fuzz-b", true)),
+            message_frame(1, 0, &name_request("fuzz-b", false)),
+            message_frame(2, 0, b""),
+            message_frame(3, 0, &name_request("fuzz-b", false)),
+        ]
+        .concat(),
+        message_frame(1, 0, &name_request("no-such-name", false)),
         message_frame(2, 0, b""),
-        message_frame(0, 0x05, b"two items"),
-        message_frame(0, 0x11, b"with-reply"),
-        message_frame(1, 0, b"bad\nname"),
-        frame_bytes(0, &encoded(2, 0, &[], b"raw lookup")),
-        frame_bytes(4, &encoded(1, 0, &[item(wire::KIND_SEND, 0, 1, 0, 0)], b"raw-register")),
-        frame_bytes(2, &[[1, 0, 0, 0, 0, 1].as_slice(), &encoded_item(wire::KIND_SEND, 0, 1, 0, 0), b"encoded"].concat()),
+        message_frame(0, 0x05, &name_request("two items", true)),
+        message_frame(0, 0x11, &name_request("with-reply", true)),
+        message_frame(1, 0, &name_request("bad\nname", false)),
+        message_frame(4, 0, hello.body()),
+        frame_bytes(0, &encoded(2, 0, &[], &name_request("raw lookup", false))),
+        frame_bytes(4, &encoded(1, 0, &[item(wire::KIND_SEND, 0, 1, 0, 0)], &name_request("raw-register", true))),
+        frame_bytes(2, &[[1, 0, 0, 0, 0, 1].as_slice(), &encoded_item(wire::KIND_SEND, 0, 1, 0, 0), &name_request("encoded", true)].concat()),
         frame_bytes(0, b"not a ferry message"),
+        // Protocol version 1's requests, without the version check.
+        [b"V1".as_slice(), &message_frame(0, 0x01, b"fuzz-v1"), &message_frame(1, 0, b"fuzz-v1")].concat(),
     ]
 }
 

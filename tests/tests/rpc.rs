@@ -593,6 +593,47 @@ fn in_process_server_interleaves_connections() {
     })
 }
 
+/// `call_reusing` leaves a fast-path request's buffer with the caller (the
+/// same allocation, ready for the next request) and takes a request that
+/// carries rights or does not fit the slot whole; every reply is the one
+/// asked for, on both transports.
+#[test]
+fn call_reusing_keeps_the_buffer_only_where_the_request_was_only_read() {
+    let _guard = shared();
+    common::watchdog("call_reusing", LIMIT, || {
+        let server = start_server("call_reusing", "block", 1);
+        let mut c = Connection::connect(&server.to, opts(Policy::Block)).unwrap();
+        let mut req = Message::new(OP_ECHO).with_body(vec![7u8; 100]);
+        let at = req.body().as_ptr();
+        for i in 0u8..20 {
+            req.body_mut().clear();
+            req.body_mut().extend_from_slice(&[i; 100]);
+            let r = c.call_reusing(&mut req, Timeout::Infinite).unwrap();
+            assert_eq!(r.body(), &[i; 100][..]);
+            assert_eq!(req.body().as_ptr(), at, "the fast path kept the request's buffer");
+        }
+        // Rights take the socket path: the request is taken whole.
+        let (mut rx, tx) = ferry::port().unwrap();
+        let mut req = Message::new(OP_RIGHTS).with_item(tx);
+        let r = c.call_reusing(&mut req, Timeout::Infinite).unwrap();
+        assert_eq!(r.body(), b"right-returned");
+        assert_eq!(rx.recv(Timeout::Infinite).unwrap().body(), b"through-right");
+        assert!(req.items().is_empty() && req.body().is_empty(), "a request with rights is taken");
+        // So does a body larger than the slot.
+        let mut req = Message::new(OP_ECHO).with_body(vec![3u8; SLOT_INLINE + 1]);
+        let r = c.call_reusing(&mut req, Timeout::Infinite).unwrap();
+        assert_eq!(r.body(), &vec![3u8; SLOT_INLINE + 1][..]);
+        assert!(req.body().is_empty(), "a request over the slot is taken");
+        // A socket-only connection takes every request whole.
+        let mut s = SocketConnection::connect(&server.to, opts(Policy::Block)).unwrap();
+        let mut req = Message::new(OP_ECHO).with_body(*b"whole");
+        assert_eq!(s.call_reusing(&mut req, Timeout::Infinite).unwrap().body(), b"whole");
+        assert!(req.body().is_empty());
+        drop(s);
+        server.exit(&mut c);
+    })
+}
+
 /// A reply too large for any path is reported to both sides: the server's
 /// `reply_and_wait` fails with `TooLarge` (the peer counts them), the call
 /// fails with `ReplyTooLarge` (not `PeerDead`: the server is alive), and the

@@ -175,6 +175,18 @@ impl Message {
         self.reply.take()
     }
 
+    /// Whether the message carries a reply right.
+    pub fn has_reply(&self) -> bool {
+        self.reply.is_some()
+    }
+
+    /// A message of these parts, with no reply right (what an encoder
+    /// built).
+    #[inline]
+    pub(crate) fn from_parts(op: u32, body: Vec<u8>, items: Vec<Item>) -> Message {
+        Message { op, body, items, reply: None, sender: None, via_send_once: false }
+    }
+
     /// Who sent this message (pid, uid, gid), for a received message.
     pub fn sender(&self) -> Option<Credentials> {
         self.sender

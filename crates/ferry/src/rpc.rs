@@ -177,4 +177,18 @@ pub trait Transport {
     /// [`RpcError::Timeout`], [`RpcError::PeerDead`], [`RpcError::Protocol`],
     /// [`RpcError::TooLarge`], as the module documentation describes.
     fn call(&mut self, req: Message, timeout: Timeout) -> Result<Message, RpcError>;
+
+    /// As [`call`](Transport::call), but the request stays with the caller
+    /// where the transport only needed to read it: a call that takes the
+    /// fast path copies `req`'s body into the slot and leaves the buffer in
+    /// `req`, so a caller that builds its requests in the same message
+    /// allocates once, not per call. A request that travels otherwise (with
+    /// rights, or too large for the slot) is taken whole and `req` is left
+    /// empty. The default takes every request whole.
+    ///
+    /// # Errors
+    /// As [`call`](Transport::call).
+    fn call_reusing(&mut self, req: &mut Message, timeout: Timeout) -> Result<Message, RpcError> {
+        self.call(std::mem::take(req), timeout)
+    }
 }

@@ -22,6 +22,17 @@ pub trait Channel {
     /// The transport's failure as an [`IdlError`]; over an RPC connection
     /// also the server's refusal ([`IdlError::Fault`]).
     fn send(&mut self, msg: Message) -> Result<(), IdlError>;
+
+    /// As [`call`](Channel::call), leaving `req`'s body buffer with the
+    /// caller where the transport only read it (an RPC call on the fast
+    /// path), so a client that encodes every request into the same message
+    /// allocates once. The default takes the request whole.
+    ///
+    /// # Errors
+    /// As [`call`](Channel::call).
+    fn call_reusing(&mut self, req: &mut Message) -> Result<Message, IdlError> {
+        self.call(std::mem::take(req))
+    }
 }
 
 /// A channel over a send right to the server's port; replies come back
@@ -114,6 +125,10 @@ impl RpcChannel<Connection> {
 impl<T: Transport> Channel for RpcChannel<T> {
     fn call(&mut self, req: Message) -> Result<Message, IdlError> {
         Ok(self.conn.call(req, self.timeout)?)
+    }
+
+    fn call_reusing(&mut self, req: &mut Message) -> Result<Message, IdlError> {
+        Ok(self.conn.call_reusing(req, self.timeout)?)
     }
 
     /// The fast path has no one-way message: the server acknowledges a

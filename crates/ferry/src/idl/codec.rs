@@ -183,13 +183,7 @@ impl Encoder {
     /// The message with operation id `op`, these bytes and these items.
     #[inline]
     pub fn into_message(self, op: u32) -> Message {
-        let mut m = Message::new(op).with_body(self.body);
-        if !self.items.is_empty() {
-            for it in self.items {
-                m = m.with_item(it);
-            }
-        }
-        m
+        Message::from_parts(op, self.body, self.items)
     }
 }
 
@@ -440,9 +434,11 @@ impl Wire for u8 {
     fn schema() -> Value {
         json!("u8")
     }
+    #[inline]
     fn encode_list(list: Vec<u8>, enc: &mut Encoder) {
         enc.put(&list);
     }
+    #[inline]
     fn decode_list(n: usize, dec: &mut Decoder<'_>) -> Result<Vec<u8>, DecodeError> {
         Ok(dec.take(n)?.to_vec())
     }
@@ -455,6 +451,7 @@ impl Wire for u8 {
     /// removed from the front of the same buffer, so no allocation and no
     /// second copy. Anything else goes through the checking decoder, with
     /// its errors.
+    #[inline]
     fn decode_list_whole(mut body: Vec<u8>, items: Vec<Item>) -> Result<Vec<u8>, DecodeError> {
         let exact = items.is_empty()
             && body.len() >= 4
@@ -518,10 +515,12 @@ impl Wire for String {
 }
 
 impl<T: Wire> Wire for Vec<T> {
+    #[inline]
     fn encode(self, enc: &mut Encoder) {
         enc.put_u32(self.len() as u32);
         T::encode_list(self, enc);
     }
+    #[inline]
     fn decode(dec: &mut Decoder<'_>) -> Result<Self, DecodeError> {
         let n = dec.count(T::min_size())?;
         T::decode_list(n, dec)

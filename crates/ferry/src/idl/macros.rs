@@ -334,6 +334,9 @@ macro_rules! interface {
             pub struct Client<C: $crate::idl::Channel = $crate::idl::PortChannel> {
                 chan: C,
                 peer_version: u32,
+                /// The message every request is encoded into, whose buffer
+                /// the channel leaves here where it can.
+                scratch: $crate::Message,
             }
 
             #[allow(clippy::too_many_arguments)]
@@ -348,7 +351,7 @@ macro_rules! interface {
                 /// server that finds this client too old, or the channel's error.
                 pub fn connect(mut chan: C) -> ::core::result::Result<Self, $crate::idl::IdlError> {
                     let peer_version = $crate::idl::hello::<Protocol>(&mut chan)?;
-                    Ok(Client { chan, peer_version })
+                    Ok(Client { chan, peer_version, scratch: $crate::Message::new(0) })
                 }
 
                 /// The proxy over a channel whose version check the caller
@@ -359,7 +362,7 @@ macro_rules! interface {
                 /// interface's own error); the server answered
                 /// `peer_version`.
                 pub fn after_hello(chan: C, peer_version: u32) -> Self {
-                    Client { chan, peer_version }
+                    Client { chan, peer_version, scratch: $crate::Message::new(0) }
                 }
 
                 /// The server's version, learnt at connect.
@@ -501,9 +504,12 @@ macro_rules! __idl_service_fn {
 #[macro_export]
 macro_rules! __idl_encode_args {
     ($ord:literal; $($arg:ident),*) => {{
+        $crate::__idl_encode_args!($ord; ::std::vec::Vec::new(); $($arg),*)
+    }};
+    ($ord:literal; $buf:expr; $($arg:ident),*) => {{
         let hint = 0 $( + 6 + $crate::idl::Wire::size_hint(&$arg) )*;
         #[allow(unused_mut)]
-        let mut enc = $crate::idl::Encoder::with_capacity(hint);
+        let mut enc = $crate::idl::Encoder::reusing($buf, hint);
         #[allow(unused_mut, unused_variables)]
         let mut k: u16 = 0;
         $(
@@ -523,8 +529,8 @@ macro_rules! __idl_client_fn {
         /// # Errors
         /// The call's failure, or the server's refusal of the request.
         pub fn $op(&mut self, $($arg: $aty),*) -> ::core::result::Result<$crate::__idl_ty_or!([$($ret)?] ()), $crate::idl::IdlError> {
-            let req = $crate::__idl_encode_args!($ord; $($arg),*);
-            let reply = $crate::idl::Channel::call(&mut self.chan, req)?;
+            self.scratch = $crate::__idl_encode_args!($ord; ::core::mem::take(self.scratch.body_mut()); $($arg),*);
+            let reply = $crate::idl::Channel::call_reusing(&mut self.chan, &mut self.scratch)?;
             match $crate::idl::decode_reply::<$crate::__idl_ty_or!([$($ret)?] ()), $crate::idl::NoError>(reply)? {
                 Ok(v) => Ok(v),
                 Err(never) => match never {},
@@ -539,8 +545,8 @@ macro_rules! __idl_client_fn {
         /// error, or [`CallError::Idl`]($crate::idl::CallError::Idl) when the call
         /// itself failed.
         pub fn $op(&mut self, $($arg: $aty),*) -> ::core::result::Result<$crate::__idl_ty_or!([$($ret)?] ()), $crate::idl::CallError<$err>> {
-            let req = $crate::__idl_encode_args!($ord; $($arg),*);
-            let reply = $crate::idl::Channel::call(&mut self.chan, req)?;
+            self.scratch = $crate::__idl_encode_args!($ord; ::core::mem::take(self.scratch.body_mut()); $($arg),*);
+            let reply = $crate::idl::Channel::call_reusing(&mut self.chan, &mut self.scratch)?;
             $crate::idl::decode_reply::<$crate::__idl_ty_or!([$($ret)?] ()), $err>(reply)?.map_err($crate::idl::CallError::App)
         }
     };

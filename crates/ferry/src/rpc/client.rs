@@ -102,6 +102,10 @@ impl Transport for Connection {
     fn call(&mut self, req: Message, timeout: Timeout) -> Result<Message, RpcError> {
         self.inner.call(req, timeout)
     }
+
+    fn call_reusing(&mut self, req: &mut Message, timeout: Timeout) -> Result<Message, RpcError> {
+        self.inner.call_reusing(req, timeout)
+    }
 }
 
 impl SocketConnection {
@@ -265,6 +269,10 @@ impl Inner {
     }
 
     fn call(&mut self, mut req: Message, timeout: Timeout) -> Result<Message, RpcError> {
+        self.call_reusing(&mut req, timeout)
+    }
+
+    fn call_reusing(&mut self, req: &mut Message, timeout: Timeout) -> Result<Message, RpcError> {
         if self.sock.is_none() {
             return Err(RpcError::PeerDead);
         }
@@ -272,15 +280,11 @@ impl Inner {
         crate::counters::add(crate::counters::RPC_CALLS, 1);
         let seq = self.seq;
         let deadline = timeout.deadline();
-        let reply_right = req.take_reply();
-        let fits = reply_right.is_none() && req.items().is_empty() && req.body().len() <= SLOT_INLINE;
-        if let Some(r) = reply_right {
-            req = req.with_reply(r);
-        }
+        let fits = !req.has_reply() && req.items().is_empty() && req.body().len() <= SLOT_INLINE;
         let out = if fits && self.slot.is_some() {
             self.slot_call(seq, req, deadline)
         } else {
-            self.socket_call(seq, req, deadline)
+            self.socket_call(seq, std::mem::take(req), deadline)
         };
         if let Err(e @ (RpcError::PeerDead | RpcError::Protocol { .. })) = &out {
             // Broken or dead: close our end so the server drops it too.
@@ -345,13 +349,12 @@ impl Inner {
         self.sock.as_ref().expect("checked open at the start of the call").as_fd()
     }
 
-    fn slot_call(&mut self, seq: u32, req: Message, deadline: Option<Instant>) -> Result<Message, RpcError> {
+    fn slot_call(&mut self, seq: u32, req: &Message, deadline: Option<Instant>) -> Result<Message, RpcError> {
         let mut st = ClientStamps { start: probe::now(), ..Default::default() };
         let slot = &self.slot.as_ref().expect("slot path needs a slot").0;
         let my_cpu = if self.policy == Policy::Adaptive { policy::cpu_tag() } else { 0 };
         slot.word(slot::OFF_CLIENT_CPU).store(my_cpu, Ordering::Relaxed);
         slot.put_request(seq, req.op(), req.body());
-        drop(req);
         st.published = probe::now();
         let rang = match slot.word(slot::OFF_SERVER_SLEEPING).load(Ordering::SeqCst) {
             0 => false,

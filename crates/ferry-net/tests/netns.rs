@@ -6,7 +6,9 @@
 //! crosses by reference and only the pages touched move, as the daemons'
 //! counters show, and the origin lets go of it when the receiver does. Needs root and
 //! `ip netns`; says so and skips otherwise. Traffic goes only to the
-//! addresses of the namespaces made here.
+//! addresses of the namespaces made here, and to loopback: over loopback
+//! (no root needed), a daemon that is killed and started again is dialled
+//! again and the names imported from it are registered afresh.
 
 use std::io::{BufRead, BufReader};
 use std::os::fd::AsFd;
@@ -112,9 +114,18 @@ impl Daemon {
     }
 }
 
+/// Starts `ferry-netd ARGS` in network namespace `ns` (`""`: in this
+/// process's own, for loopback tests that need no root).
 fn spawn_daemon(ns: &str, bootstrap: &Path, args: &[String]) -> (Daemon, std::sync::mpsc::Receiver<()>) {
-    let mut child = Command::new("ip")
-        .args(["netns", "exec", ns, env!("CARGO_BIN_EXE_ferry-netd")])
+    let bin = env!("CARGO_BIN_EXE_ferry-netd");
+    let mut cmd = if ns.is_empty() {
+        Command::new(bin)
+    } else {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", ns, bin]);
+        c
+    };
+    let mut child = cmd
         .args(args)
         .env("FERRY_BOOTSTRAP", bootstrap)
         .stdout(Stdio::piped())
@@ -327,6 +338,70 @@ fn a_large_region_crosses_by_reference_between_namespaces() {
             std::thread::sleep(Duration::from_millis(50));
         }
         assert!(freed, "the origin's daemon released the region");
+        let _ = std::fs::remove_dir_all(&dir);
+    });
+}
+
+/// A UDP port on loopback that was free a moment ago.
+fn free_udp_port() -> u16 {
+    std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+#[test]
+fn a_daemon_that_comes_back_is_dialled_again_and_its_names_imported_afresh() {
+    watchdog("a_daemon_that_comes_back_is_dialled_again_and_its_names_imported_afresh", Duration::from_secs(120), || {
+        let dir = std::env::temp_dir().join(format!("ferry-netd-reimport-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let (bs_a, bs_b) = (name_server(&create(&dir.join("a"))), name_server(&create(&dir.join("b"))));
+        let (id_a, id_b) = (identity(&dir.join("id-a"), "a"), identity(&dir.join("id-b"), "b"));
+        let (mut srv, to_srv) = ferry::port().unwrap();
+        Bootstrap::connect_to(&bs_a).unwrap().register("svc", &to_srv).unwrap();
+        let s = |p: &Path| p.to_str().unwrap().to_owned();
+        let port = free_udp_port();
+        let args_a: Vec<String> = vec![
+            "--identity".into(), s(&id_a),
+            "--listen".into(), format!("127.0.0.1:{port}"),
+            "--trust".into(), format!("b={}", s(&id_b.join("cert.pem"))),
+            "--export".into(), "svc".into(),
+            "--idle-timeout-ms".into(), "1000".into(),
+        ];
+        let args_b: Vec<String> = vec![
+            "--identity".into(), s(&id_b),
+            "--listen".into(), "127.0.0.1:0".into(),
+            "--trust".into(), format!("a={}", s(&id_a.join("cert.pem"))),
+            "--peer".into(), format!("a=127.0.0.1:{port}"),
+            "--import".into(), "svc@a".into(),
+            "--idle-timeout-ms".into(), "1000".into(),
+        ];
+        let daemon_a = daemon("", &bs_a, &args_a);
+        let daemon_b = daemon("", &bs_b, &args_b);
+        let mut names_b = Bootstrap::connect_to(&bs_b).unwrap();
+        let old = names_b.lookup("svc@a").expect("daemon b imported svc@a at start");
+        old.send(Message::new(1), WAIT).unwrap();
+        assert_eq!(srv.recv(WAIT).unwrap().op(), 1);
+
+        // Daemon a dies: the imported name on b leads to a dead name.
+        drop(daemon_a);
+        assert!(old.wait_dead(WAIT), "the proxy stayed alive after daemon a was killed");
+
+        // It starts again on the same address: daemon b dials it again and
+        // registers svc@a afresh, which reaches the program on a.
+        let _daemon_a = daemon("", &bs_a, &args_a);
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let fresh = loop {
+            match names_b.lookup("svc@a") {
+                Ok(r) if !r.is_dead() => break r,
+                _ => {
+                    assert!(std::time::Instant::now() < deadline, "svc@a was not imported again:\n{}", daemon_b.1.lock().unwrap());
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+        };
+        fresh.send(Message::new(2), WAIT).unwrap();
+        assert_eq!(srv.recv(WAIT).unwrap().op(), 2, "the fresh import reaches the program on a");
+        assert!(daemon_b.logged("is back"), "daemon b logged the link's return");
+        assert!(old.is_dead(), "the old proxy never re-binds");
+        drop(daemon_b);
         let _ = std::fs::remove_dir_all(&dir);
     });
 }

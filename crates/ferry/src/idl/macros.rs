@@ -1,7 +1,7 @@
 //! The definition macros: [`interface!`](crate::interface),
 //! [`record!`](crate::record) and [`enumeration!`](crate::enumeration), and
 //! the hidden helpers they expand through. Everything they generate is plain
-//! Rust over the [`Wire`](crate::Wire) trait; `docs/interfaces.md` shows
+//! Rust over the [`Wire`](crate::idl::Wire) trait; `docs/interfaces.md` shows
 //! what a definition turns into.
 
 /// Defines a struct that travels as a record: each field has an ordinal,
@@ -91,7 +91,7 @@ macro_rules! record {
 /// Defines an enumeration that travels as a `u32` tag (the variant's
 /// ordinal) and, for a variant that carries one, its payload. Unit and
 /// one-payload variants are allowed; a tag the reader does not know is a
-/// [`DecodeError::UnknownVariant`](crate::DecodeError::UnknownVariant).
+/// [`DecodeError::UnknownVariant`](crate::idl::DecodeError::UnknownVariant).
 ///
 /// ```
 /// ferry::enumeration! {
@@ -219,7 +219,7 @@ macro_rules! __idl_ty_or {
 /// Defines a typed interface: a module holding the client proxy
 /// (`Client`), the trait an implementation provides (`Service`), its
 /// dispatcher (`Server`), the operations' ordinals (`ops`) and the marker
-/// type (`Protocol`) that implements [`Interface`](crate::Interface) and
+/// type (`Protocol`) that implements [`Interface`](crate::idl::Interface) and
 /// describes the interface in JSON.
 ///
 /// Each operation is `fn name(args) -> Result | Error = ordinal;` (a call;

@@ -1,5 +1,6 @@
 //! Typed interfaces: define a service once with
-//! [`interface!`] (and its types with [`record!`] and [`enumeration!`]),
+//! [`interface!`](crate::interface) (and its types with
+//! [`record!`](crate::record) and [`enumeration!`](crate::enumeration)),
 //! and get a typed client proxy, a server trait with its dispatcher, and a
 //! language-neutral JSON description of the interface for stubs in other
 //! languages. The design and the rules of evolution are in

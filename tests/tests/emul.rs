@@ -1199,6 +1199,27 @@ fn emul_symbolic_links_out_of_the_tree_reach_their_targets_like_native() {
     });
 }
 
+#[test]
+fn emul_fifos_in_the_tree_work_like_native() {
+    // Both ends of a FIFO under the served directory, from two processes,
+    // and a second round through the same FIFO; a Python reader that opens
+    // it with O_NONBLOCK and a writer that finds no reader (ENXIO, as the
+    // kernel says).
+    script_matches_native(
+        "emul_fifos_in_the_tree_work_like_native",
+        &["bash", "mkfifo", "python3"],
+        "mkfifo p; (echo first > p &); cat p; (printf 'a\\nb\\n' > p &); sort -r < p; \
+         python3 -c \"import os, errno
+fd = os.open('p', os.O_RDONLY | os.O_NONBLOCK)
+w = os.open('p', os.O_WRONLY | os.O_NONBLOCK)
+os.write(w, b'nb'); print(os.read(fd, 10)); os.close(w); os.close(fd)
+try: os.open('p', os.O_WRONLY | os.O_NONBLOCK)
+except OSError as e: print(errno.errorcode[e.errno])
+print(os.stat('p').st_mode & 0o170000 == 0o010000)\"",
+        true,
+    );
+}
+
 /// Runs the bash `script` twice, in a served scratch directory and natively
 /// in another (each its own `HOME`); both must succeed with the same
 /// standard output (and, with `same_stderr`, the same standard error).

@@ -561,8 +561,10 @@ fn reopen(path: BorrowedFd<'_>, flags: OFlags) -> Res<OwnedFd> {
 
 /// Opens `name` beneath `root` with the client's `flags` (access mode,
 /// create, exclusive, truncate, append, directory, no-follow): only a
-/// regular file or a directory; a FIFO, device or socket is refused
-/// (`ENXIO`) before it is opened for I/O.
+/// regular file or a directory. A FIFO, device or socket is never opened
+/// here (opening a FIFO would stall the server until a writer came):
+/// it is answered `EXDEV`, and the client's library lets the program's
+/// own kernel open it, as it does for a name that leads out of the tree.
 fn open_beneath(root: &OwnedFd, name: &str, flags: i32, mode: u32) -> Res<(OwnedFd, bool)> {
     let o = OFlags::from_bits_retain(flags as u32);
     let access = o & (OFlags::RDONLY | OFlags::WRONLY | OFlags::RDWR);
@@ -582,7 +584,7 @@ fn open_beneath(root: &OwnedFd, name: &str, flags: i32, mode: u32) -> Res<(Owned
                     return Ok((reopen(path.as_fd(), OFlags::RDONLY | OFlags::DIRECTORY)?, true));
                 }
                 if !ft.is_file() {
-                    return Err(if o.contains(OFlags::DIRECTORY) { Errno::NOTDIR } else { Errno::NXIO });
+                    return Err(if o.contains(OFlags::DIRECTORY) { Errno::NOTDIR } else { Errno::XDEV });
                 }
                 if o.contains(OFlags::DIRECTORY) {
                     return Err(Errno::NOTDIR);
@@ -591,7 +593,7 @@ fn open_beneath(root: &OwnedFd, name: &str, flags: i32, mode: u32) -> Res<(Owned
                 // The name may have changed kind in between: only what was
                 // opened counts.
                 if !rustix::fs::FileType::from_raw_mode(rustix::fs::fstat(&fd)?.st_mode).is_file() {
-                    return Err(Errno::NXIO);
+                    return Err(Errno::XDEV);
                 }
                 return Ok((fd, false));
             }

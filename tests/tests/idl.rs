@@ -199,6 +199,14 @@ fn a_cancelled_async_call_never_lets_its_late_reply_answer_the_next() {
 /// see exactly what the generated client writes.
 struct Recorder {
     sent: Vec<Message>,
+    /// The server's answer to the version check of the interface recorded.
+    hello: fn(Message) -> Message,
+}
+
+impl Recorder {
+    fn of<I: ferry_idl::Interface>() -> Recorder {
+        Recorder { sent: Vec::new(), hello: ferry_idl::answer_hello::<I> }
+    }
 }
 
 impl ferry_idl::Channel for Recorder {
@@ -206,7 +214,7 @@ impl ferry_idl::Channel for Recorder {
         let reply = if req.op() == ferry_idl::OP_HELLO {
             let mut copy = Message::new(req.op()).with_body(req.body().to_vec());
             copy.take_items();
-            ferry_idl::answer_hello::<kv::Protocol>(copy)
+            (self.hello)(copy)
         } else {
             ferry_idl::fault_message(Fault::UnknownOperation(0))
         };
@@ -240,7 +248,7 @@ fn item_kinds(m: &Message) -> Vec<&'static str> {
 /// languages must: its description, and the exact bytes of its requests
 /// and replies.
 fn contract() -> serde_json::Value {
-    let mut client = kv::Client::connect(Recorder { sent: Vec::new() }).unwrap();
+    let mut client = kv::Client::connect(Recorder::of::<kv::Protocol>()).unwrap();
     let _ = client.put("k".into(), ByValue(ferry::RegionItem::copied_from(b"v").unwrap()));
     let _ = client.get("key".into());
     let _ = client.remove("k".into());
@@ -296,4 +304,63 @@ fn the_example_store_writes_what_its_contract_file_says() {
     assert_eq!(want["requests"]["get(\"key\")"]["op"], 2);
     // get("key"): field 1, 7 bytes long: a string of 3 bytes.
     assert_eq!(want["requests"]["get(\"key\")"]["body_hex"], "010007000000030000006b6579");
+}
+
+/// The name service's protocol as other languages must speak it: its
+/// description and the exact bytes of each request and of the replies.
+fn names_contract() -> serde_json::Value {
+    use ferry::bootstrap::{protocol, Budget, Limit, Listing, NameEntry, Refusal};
+    let mut client = protocol::Client::connect(Recorder::of::<protocol::Protocol>()).unwrap();
+    let (_rx, tx) = ferry::port().unwrap();
+    let _ = client.register("svc".into(), tx);
+    let _ = client.lookup("svc".into());
+    let _ = client.list();
+    let _ = client.unregister("svc".into());
+    let sent = client.into_channel().sent;
+    let m = |m: &Message| serde_json::json!({ "op": m.op(), "body_hex": hex(m.body()), "items": item_kinds(m) });
+    let encoded = |op: u32, f: &dyn Fn(&mut ferry_idl::Encoder)| {
+        let mut enc = ferry_idl::Encoder::new();
+        f(&mut enc);
+        m(&enc.into_message(op))
+    };
+    let entry = NameEntry { name: "svc".into(), uid: 1000, owner_pid: 42, queued_bytes: 0 };
+    serde_json::json!({
+        "description": protocol::describe(),
+        "requests": {
+            "hello": m(&sent[0]),
+            "register(\"svc\", send right)": m(&sent[1]),
+            "lookup(\"svc\")": m(&sent[2]),
+            "list()": m(&sent[3]),
+            "unregister(\"svc\")": m(&sent[4]),
+        },
+        "replies": {
+            "register: Ok(())": encoded(ferry_idl::REPLY_OK, &|_| {}),
+            "lookup: Err(NotFound)": encoded(ferry_idl::REPLY_ERR, &|e| Refusal::NotFound.encode(e)),
+            "register: Err(LimitReached(names 256))":
+                encoded(ferry_idl::REPLY_ERR, &|e| Refusal::LimitReached(Budget { what: Limit::Names, limit: 256 }).encode(e)),
+            "list: Inline([svc of uid 1000, pid 42])": encoded(ferry_idl::REPLY_OK, &|e| Listing::Inline(vec![entry.clone()]).encode(e)),
+        },
+    })
+}
+
+#[test]
+fn the_name_service_speaks_what_its_contract_file_says() {
+    // `tests/idl/ferry.names.json` fixes the name service's protocol (its
+    // description and bytes) for stubs in other languages and for old
+    // peers; a change must be deliberate (FERRY_BLESS=1 rewrites it) and
+    // come with a new version (docs/interfaces.md, "Evolution").
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("idl/ferry.names.json");
+    let now = names_contract();
+    if std::env::var_os("FERRY_BLESS").is_some() {
+        std::fs::write(&path, serde_json::to_string_pretty(&now).unwrap() + "\n").unwrap();
+    }
+    let text = std::fs::read_to_string(&path).expect("tests/idl/ferry.names.json");
+    let want: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(now, want, "the name service's contract changed; if that is deliberate, give it a new version and rerun with FERRY_BLESS=1");
+    assert_eq!((want["description"]["interface"].as_str(), want["description"]["version"].as_u64()), (Some("ferry.names"), Some(2)));
+    // lookup("svc"): operation 2, field 1 of 7 bytes: a string of 3.
+    assert_eq!(want["requests"]["lookup(\"svc\")"]["op"], 2);
+    assert_eq!(want["requests"]["lookup(\"svc\")"]["body_hex"], "01000700000003000000737663");
+    // register carries the right as item 0.
+    assert_eq!(want["requests"]["register(\"svc\", send right)"]["items"], serde_json::json!(["send_right"]));
 }

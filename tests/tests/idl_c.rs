@@ -177,3 +177,75 @@ fn the_c_dispatcher_refuses_what_does_not_match() {
         std::fs::remove_dir_all(dir).ok();
     });
 }
+
+ferry_idl::record! {
+    /// Fields whose names are reserved words in C or C++.
+    #[derive(Debug)]
+    pub struct Reserved {
+        /// A C keyword.
+        1 => pub inline: u32,
+        /// A C++ keyword.
+        2 => pub class: String,
+        /// A macro of <errno.h>.
+        3 => pub errno: i32,
+    }
+}
+
+ferry_idl::enumeration! {
+    /// Variants that become reserved words in snake case.
+    #[derive(Debug)]
+    pub enum Answer {
+        /// `true`.
+        1 => True,
+        /// `default`, with a payload.
+        2 => Default(u64),
+    }
+}
+
+ferry_idl::interface! {
+    /// Operations named like C and C++ keywords.
+    pub mod reserved: "test.reserved", version 1, compatible 1 {
+        /// `register`.
+        fn register(int: u32, new: Reserved) -> Answer = 1;
+        /// `delete`.
+        oneway delete(this: String) = 2;
+    }
+}
+
+/// Generates the C stubs of `desc` and compiles them as C11 with every
+/// warning an error, and their header as C++, in a fresh directory.
+fn compile_stubs(desc: &serde_json::Value, prefix: &str) {
+    let dir = std::env::temp_dir().join(format!("ferry-idl-c-{}-{prefix}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let stubs = ferry_idl::c::generate(desc, Some(prefix)).unwrap_or_else(|e| panic!("C stubs of {prefix}: {e}"));
+    std::fs::write(dir.join(&stubs.header_name), &stubs.header).unwrap();
+    std::fs::write(dir.join(&stubs.source_name), &stubs.source).unwrap();
+    let include = format!("-I{}", repo().join("crates/ferry-ffi/include").display());
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let out = Command::new(&cc)
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-D_DEFAULT_SOURCE", "-c"])
+        .arg(&include)
+        .arg(format!("-I{}", dir.display()))
+        .arg(dir.join(&stubs.source_name))
+        .arg("-o")
+        .arg(dir.join(format!("{prefix}.o")))
+        .output()
+        .unwrap_or_else(|e| panic!("run {cc}: {e}"));
+    assert!(out.status.success(), "{prefix}'s C stubs do not compile:\n{}", String::from_utf8_lossy(&out.stderr));
+    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+    match Command::new(&cxx).args(["-x", "c++", "-fsyntax-only", "-Wall", "-Werror"]).arg(&include).arg(dir.join(&stubs.header_name)).output() {
+        Ok(out) => assert!(out.status.success(), "{prefix}'s C header is not valid C++:\n{}", String::from_utf8_lossy(&out.stderr)),
+        Err(e) => eprintln!("{cxx} not run ({e}): the header was checked as C only"),
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_name_service_and_names_that_are_reserved_words_compile_to_c() {
+    // The name service's operations include `register` and its listing a
+    // variant `Inline`: both are C keywords, which the generator renames
+    // (`register_`, `inline_`) rather than writing code that does not
+    // compile.
+    compile_stubs(&ferry::bootstrap::protocol::describe(), "names");
+    compile_stubs(&reserved::describe(), "reserved");
+}

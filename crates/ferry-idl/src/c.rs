@@ -75,6 +75,30 @@ fn snake(s: &str) -> String {
     out
 }
 
+/// Words a name from the description cannot be used as in C or C++ (the
+/// header is meant for both): keywords, and the macros the standard
+/// headers and GNU C define for themselves.
+const RESERVED: &[&str] = &[
+    "auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else", "enum", "extern", "float",
+    "for", "goto", "if", "inline", "int", "long", "register", "restrict", "return", "short", "signed", "sizeof", "static",
+    "struct", "switch", "typedef", "union", "unsigned", "void", "volatile", "while", "alignas", "alignof", "bool",
+    "constexpr", "false", "nullptr", "static_assert", "thread_local", "true", "typeof", "typeof_unqual", "asm",
+    "catch", "class", "const_cast", "delete", "dynamic_cast", "explicit", "export", "friend", "mutable", "namespace",
+    "new", "noexcept", "operator", "private", "protected", "public", "reinterpret_cast", "static_cast", "template",
+    "this", "throw", "try", "typeid", "typename", "using", "virtual", "wchar_t", "and", "or", "not", "xor", "errno",
+    "assert", "offsetof", "stdin", "stdout", "stderr", "unix", "linux", "i386", "NULL", "EOF",
+];
+
+/// A name from the description as a C struct member or parameter: itself,
+/// or with a trailing `_` where it is a reserved word (`register_`).
+fn member(name: &str) -> String {
+    if RESERVED.contains(&name) {
+        format!("{name}_")
+    } else {
+        name.to_owned()
+    }
+}
+
 fn ident_ok(s: &str) -> bool {
     !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') && !s.starts_with(|c: char| c.is_ascii_digit())
 }
@@ -249,7 +273,7 @@ impl Gen {
                     let ord = v.get("ordinal").and_then(Value::as_u64).ok_or_else(|| bad("a variant without an ordinal"))?;
                     let konst = format!("{}_{}_{}", self.p, m, snake(vname)).to_ascii_uppercase();
                     let _ = writeln!(self.consts, "/** `{name}::{vname}`. */\n#define {konst} {ord}u");
-                    let field = snake(vname);
+                    let field = member(&snake(vname));
                     match v.get("payload") {
                         Some(p) if !p.is_null() => {
                             let t = self.ty(p)?;
@@ -352,6 +376,7 @@ impl Gen {
             }
             let ord = f.get("ordinal").and_then(Value::as_u64).ok_or_else(|| bad(format!("{what}: field {name} without an ordinal")))?;
             let t = self.ty(f.get("type").ok_or_else(|| bad(format!("{what}: field {name} without a type")))?)?;
+            let name = member(name);
             let _ = writeln!(out.enc, "    {{\n        uint16_t ord = {ord};\n        fidl_le_put(e, &ord, 2);\n        size_t f = fidl_begin(e);\n        enc_{}(e, &{access}{name});\n        fidl_end(e, f);\n    }}", t.m);
             let _ = writeln!(
                 dec_cases,
@@ -716,6 +741,8 @@ pub fn generate(description: &Value, prefix: Option<&str>) -> Result<CStubs, CEr
             return Err(bad(format!("{name}: ordinal {ord} is 0 or used twice")));
         }
         seen_ords.push(ord);
+        // The server's table names the operation as a struct member.
+        let op_member = member(name);
         let oneway = op.get("kind").and_then(Value::as_str) == Some("oneway");
         let args = op.get("args").and_then(Value::as_array).cloned().unwrap_or_default();
         // The arguments as a record struct of their own.
@@ -801,7 +828,7 @@ pub fn generate(description: &Value, prefix: Option<&str>) -> Result<CStubs, CEr
         if let Some(t) = &et {
             let _ = write!(sig, ", {} *error", t.c);
         }
-        let _ = writeln!(ops_struct, "    /** `{name}`: return 0 with *result set{}. The arguments are freed after it returns (take a right out by setting it to NULL); results are freed after they are sent, regions' `out` excepted. */\n    int (*{name})({sig});", if et.is_some() { ", or 1 with *error set" } else { "" });
+        let _ = writeln!(ops_struct, "    /** `{name}`: return 0 with *result set{}. The arguments are freed after it returns (take a right out by setting it to NULL); results are freed after they are sent, regions' `out` excepted. */\n    int (*{op_member})({sig});", if et.is_some() { ", or 1 with *error set" } else { "" });
         let mut call_args = "ctx".to_owned();
         for (f, _) in &fields.types {
             let _ = write!(call_args, ", &a.{f}");
@@ -828,7 +855,7 @@ pub fn generate(description: &Value, prefix: Option<&str>) -> Result<CStubs, CEr
         };
         let _ = writeln!(
             dispatch_cases,
-            "    case {ord}u: {{\n        if (ops->{name} == NULL) return fidl_fault(request, 1, \"{ord}\");\n        {args_c} a;\n        memset(&a, 0, sizeof a);\n        if (dec_{name}_args(d, &a) || fidl_finish(d)) {{\n            ferry_message *f = fidl_fault(request, 2, d->err);\n            free_{name}_args(&a);\n            return f;\n        }}\n{locals}        int rc = ops->{name}({call_args});\n{}        (void)rc;\n{reply_enc}    }}",
+            "    case {ord}u: {{\n        if (ops->{op_member} == NULL) return fidl_fault(request, 1, \"{ord}\");\n        {args_c} a;\n        memset(&a, 0, sizeof a);\n        if (dec_{name}_args(d, &a) || fidl_finish(d)) {{\n            ferry_message *f = fidl_fault(request, 2, d->err);\n            free_{name}_args(&a);\n            return f;\n        }}\n{locals}        int rc = ops->{op_member}({call_args});\n{}        (void)rc;\n{reply_enc}    }}",
             if et.is_some() { "" } else { "        rc = 0;\n" }
         );
     }

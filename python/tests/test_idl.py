@@ -63,6 +63,25 @@ def test_replies_decode_as_the_contract_says():
     assert f.value.text == "77"
 
 
+def test_the_name_service_protocol_is_spoken_from_its_description():
+    # The name service is a typed interface too; its contract file
+    # (tests/idl/ferry.names.json) is what any other language needs.
+    names = json.loads((REPO / "tests" / "idl" / "ferry.names.json").read_text())
+    proto = idl.load(names)
+    assert (proto.name, sorted(proto.operations)) == ("ferry.names", ["list", "lookup", "register", "unregister"])
+    reqs = names["requests"]
+    for text, m in [('lookup("svc")', proto.request("lookup", "svc")), ('unregister("svc")', proto.request("unregister", "svc")), ("list()", proto.request("list")), ("hello", proto.hello_request())]:
+        assert (m.op, m.body.hex()) == (reqs[text]["op"], reqs[text]["body_hex"]), text
+    r = names["replies"]
+    listing = proto.decode_reply("list", ferry.Message(r["list: Inline([svc of uid 1000, pid 42])"]["op"], bytes.fromhex(r["list: Inline([svc of uid 1000, pid 42])"]["body_hex"])))
+    assert listing.name == "Inline"
+    (entry,) = listing.payload
+    assert (entry.name, entry.uid, entry.owner_pid, entry.queued_bytes) == ("svc", 1000, 42, 0)
+    with pytest.raises(idl.ErrorReply) as e:
+        proto.decode_reply("lookup", ferry.Message(r["lookup: Err(NotFound)"]["op"], bytes.fromhex(r["lookup: Err(NotFound)"]["body_hex"])))
+    assert e.value.error == idl.Variant("NotFound", None)
+
+
 def test_bad_arguments_are_refused_before_sending():
     with pytest.raises(TypeError):
         KV.request("get", 7)

@@ -1220,6 +1220,51 @@ print(os.stat('p').st_mode & 0o170000 == 0o010000)\"",
     );
 }
 
+#[test]
+fn emul_wide_character_stdio_matches_native() {
+    // The library's FILE objects are cookie streams, which the C library
+    // makes byte-only: `rev FILE` (fgetws) died of SIGSEGV under the
+    // library. util-linux's rev, colrm and column, and a C program using
+    // every wide function the library takes over, in a UTF-8 locale.
+    script_matches_native(
+        "emul_wide_character_stdio_matches_native",
+        &["bash", "rev", "colrm", "column", "cc"],
+        r#"export LC_ALL=C.UTF-8
+printf 'h\xc3\xa9llo w\xc3\xb6rld\nsecond line\n' > u.txt; seq 1 300 > n.txt
+rev u.txt; rev n.txt | tail -2; colrm 2 4 < u.txt; column -t u.txt
+cat > w.c <<'C'
+#include <locale.h>
+#include <stdio.h>
+#include <wchar.h>
+int main(void) {
+    setlocale(LC_ALL, "");
+    FILE *f = fopen("u.txt", "r");
+    wchar_t buf[64];
+    int lines = 0;
+    while (fgetws(buf, 64, f)) lines++;
+    rewind(f);
+    wint_t c = fgetwc(f), d = getwc(f), e = getwc(f);
+    ungetwc(e, f);
+    wint_t again = fgetwc(f);
+    printf("lines %d first %lc %lc %lc again %lc\n", lines, c, d, e, again);
+    fclose(f);
+    f = fopen("out.txt", "w");
+    fputws(L"gr\u00fc\u00dfe ", f); fputwc(L'\u00e9', f); putwc(L'\n', f);
+    fclose(f);
+    f = fopen("out.txt", "a+");
+    fputws(L"more\n", f);
+    rewind(f);
+    while (fgetws(buf, 4, f)) printf("[%ls]", buf);
+    printf("\n");
+    fclose(f);
+    return 0;
+}
+C
+cc -o w w.c && ./w && cat out.txt"#,
+        true,
+    );
+}
+
 /// Runs the bash `script` twice, in a served scratch directory and natively
 /// in another (each its own `HOME`); both must succeed with the same
 /// standard output (and, with `same_stderr`, the same standard error).

@@ -29,7 +29,8 @@
 //!
 //! Modules: `real` finds the C library's functions, `state` holds the
 //! process's connection and descriptor table, `file` serves one open
-//! file, `hooks` are the exported C functions.
+//! file, `hooks` are the exported C functions, `wide` the wide-character
+//! stdio functions for the library's streams.
 
 #![deny(missing_docs)]
 
@@ -37,3 +38,4 @@ mod file;
 pub mod hooks;
 mod real;
 mod state;
+pub mod wide;

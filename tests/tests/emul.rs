@@ -1265,6 +1265,43 @@ cc -o w w.c && ./w && cat out.txt"#,
     );
 }
 
+#[test]
+fn emul_freopen_of_a_served_stream_matches_native() {
+    // freopen of a stream opened under the served directory reopened the
+    // file behind the library's back and crashed; now the stream keeps its
+    // FILE and takes the new file and mode: another file, the same file
+    // in another mode (a NULL path), and append after write.
+    script_matches_native(
+        "emul_freopen_of_a_served_stream_matches_native",
+        &["bash", "cc"],
+        r#"cat > fr.c <<'C'
+#include <stdio.h>
+int main(void) {
+    char s[64];
+    FILE *w = fopen("a.txt", "w"); fputs("from a\n", w); fclose(w);
+    w = fopen("b.txt", "w"); fputs("from b\nline 2\n", w); fclose(w);
+    FILE *f = fopen("a.txt", "r");
+    fgets(s, 64, f); printf("%s", s);
+    FILE *g = freopen("b.txt", "r", f);
+    printf("same stream %d\n", g == f);
+    fgets(s, 64, f); printf("%s", s);
+    f = freopen(NULL, "r+", f);
+    fgets(s, 64, f); printf("again %s", s);
+    fputs("X", f); fflush(f);
+    fclose(f);
+    f = fopen("c.txt", "w"); fputs("one\n", f);
+    f = freopen("c.txt", "a", f); fputs("two\n", f); fclose(f);
+    f = fopen("c.txt", "r"); while (fgets(s, 64, f)) printf("c: %s", s); fclose(f);
+    f = fopen("c.txt", "r");
+    printf("missing %s\n", freopen("no/such/file", "r", f) ? "opened" : "NULL");
+    return 0;
+}
+C
+cc -o fr fr.c && ./fr && cat b.txt"#,
+        true,
+    );
+}
+
 /// Runs the bash `script` twice, in a served scratch directory and natively
 /// in another (each its own `HOME`); both must succeed with the same
 /// standard output (and, with `same_stderr`, the same standard error).

@@ -327,6 +327,116 @@ pub unsafe extern "C" fn fdopen(fd: c_int, mode: *const c_char) -> *mut FILE {
     unsafe { real::fdopen()(fd, mode) }
 }
 
+/// glibc's `_flags` bits for what a stream may do (stable since the
+/// library's first `libio`): no reading, no writing, appending.
+const IO_NO_READS: c_int = 0x4;
+const IO_NO_WRITES: c_int = 0x8;
+const IO_IS_APPENDING: c_int = 0x1000;
+const IO_MODE_BITS: c_int = IO_NO_READS | IO_NO_WRITES | IO_IS_APPENDING;
+
+/// The `_flags` bits a stream opened with `mode` carries.
+fn mode_bits(mode: &[u8]) -> c_int {
+    match (mode.first(), mode.contains(&b'+')) {
+        (Some(b'a'), true) => IO_IS_APPENDING,
+        (Some(b'a'), false) => IO_IS_APPENDING | IO_NO_READS,
+        (Some(b'w'), false) => IO_NO_READS,
+        (_, true) => 0,
+        _ => IO_NO_WRITES,
+    }
+}
+
+/// Whether the running C library gives cookie streams the `_flags` bits
+/// [`mode_bits`] says, so that [`freopen`] may set them: checked once on
+/// three streams of every kind of mode before any is changed.
+fn check_mode_bits() -> bool {
+    static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *OK.get_or_init(|| {
+        if cfg!(not(all(target_pointer_width = "64", target_env = "gnu"))) {
+            return false;
+        }
+        [c"r", c"w", c"a+"].iter().all(|m| {
+            let funcs = CookieIo { read: None, write: None, seek: None, close: None };
+            // SAFETY: a cookie stream with no functions, one int read at
+            // the start of the structure (its first, public field), closed.
+            unsafe {
+                let f = fopencookie(std::ptr::null_mut(), m.as_ptr(), funcs);
+                if f.is_null() {
+                    return false;
+                }
+                let ok = *(f as *const c_int) & IO_MODE_BITS == mode_bits(m.to_bytes());
+                real::fclose()(f);
+                ok
+            }
+        })
+    })
+}
+
+/// `freopen` of one of the library's streams, keeping the `FILE`: the new
+/// file is opened (through the library when it is under the served
+/// directory) and put in place of the stream's descriptor, which is the
+/// cookie its reads and writes go to, and the stream takes the new mode.
+/// The C library's own `freopen` would reopen the file through its
+/// internal calls behind the cookie's back (a crash).
+fn cookie_reopen(path: *const c_char, mode: *const c_char, f: *mut FILE) -> Option<*mut FILE> {
+    if !crate::wide::is_cookie(f) || !emul().is_some_and(|e| e.fileno_patch) || !check_mode_bits() {
+        return None;
+    }
+    // SAFETY: the caller's mode string.
+    let m = unsafe { cstr(mode) }?;
+    // SAFETY: a stream of ours, whose descriptor `fileno` reports (patched
+    // in by `cookie_file`).
+    let fd = unsafe { real::fileno()(f) };
+    if fd < 0 {
+        return None;
+    }
+    let flags = mode_flags(m) & !libc::O_CLOEXEC;
+    // SAFETY: the caller's stream and path; `open` is this library's.
+    unsafe {
+        libc::fflush(f);
+        let new = if path.is_null() {
+            // The same file in the new mode, through the kernel's link to it.
+            let proc = format!("/proc/self/fd/{fd}\0");
+            open(proc.as_ptr().cast(), flags & !(libc::O_CREAT | libc::O_EXCL), 0)
+        } else {
+            open(path, flags, 0o666)
+        };
+        if new < 0 {
+            // As the C library does: the stream is closed either way.
+            let e = *libc::__errno_location();
+            real::fclose()(f);
+            set_errno(e);
+            return Some(std::ptr::null_mut());
+        }
+        if dup2(new, fd) < 0 {
+            let e = *libc::__errno_location();
+            close(new);
+            real::fclose()(f);
+            set_errno(e);
+            return Some(std::ptr::null_mut());
+        }
+        close(new);
+        // The stream may now do what the new mode allows, and starts over.
+        let flags_field = f as *mut c_int;
+        *flags_field = (*flags_field & !IO_MODE_BITS) | mode_bits(m);
+        libc::clearerr(f);
+        libc::fseek(f, 0, if m.first() == Some(&b'a') { libc::SEEK_END } else { libc::SEEK_SET });
+    }
+    Some(f)
+}
+
+/// `freopen(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn freopen(path: *const c_char, mode: *const c_char, f: *mut FILE) -> *mut FILE {
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
+    cookie_reopen(path, mode, f).unwrap_or_else(|| unsafe { real::freopen()(path, mode, f) })
+}
+/// `freopen64(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn freopen64(path: *const c_char, mode: *const c_char, f: *mut FILE) -> *mut FILE {
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
+    cookie_reopen(path, mode, f).unwrap_or_else(|| unsafe { real::freopen64()(path, mode, f) })
+}
+
 // ---- reading and writing ---------------------------------------------------
 
 /// `read(2)`.

@@ -64,6 +64,8 @@ real_fns! {
     fopen64: fn(*const c_char, *const c_char) -> *mut FILE;
     fdopen: fn(c_int, *const c_char) -> *mut FILE;
     fclose: fn(*mut FILE) -> c_int;
+    freopen: fn(*const c_char, *const c_char, *mut FILE) -> *mut FILE;
+    freopen64: fn(*const c_char, *const c_char, *mut FILE) -> *mut FILE;
     fgetwc: fn(*mut FILE) -> u32;
     getwc: fn(*mut FILE) -> u32;
     fgetwc_unlocked: fn(*mut FILE) -> u32;

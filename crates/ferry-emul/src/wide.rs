@@ -90,6 +90,12 @@ unsafe fn wide_data(f: *mut FILE) -> usize {
     unsafe { *(f as *const u8).add(WIDE_DATA_OFFSET).cast::<usize>() }
 }
 
+/// Whether `f` is a cookie stream (one of the library's own, or any other
+/// `fopencookie` stream): byte-only, as [`check_layout`] confirmed.
+pub(crate) fn is_cookie(f: *mut FILE) -> bool {
+    byte_only(f)
+}
+
 /// Whether `f` is a byte-only stream the C library's wide functions
 /// cannot handle.
 fn byte_only(f: *mut FILE) -> bool {

@@ -1302,6 +1302,52 @@ cc -o fr fr.c && ./fr && cat b.txt"#,
     );
 }
 
+#[test]
+fn emul_descriptor_flags_and_fionread_match_native() {
+    // O_APPEND switched on with fcntl(F_SETFL) moved the data to the end
+    // but left the offset where it was, and FIONREAD counted from the
+    // kernel's offset rather than the open file's; also SEEK_DATA/HOLE,
+    // fadvise, fdatasync, flock, a second open and a dup sharing an offset.
+    script_matches_native(
+        "emul_descriptor_flags_and_fionread_match_native",
+        &["bash", "cc"],
+        r#"cat > misc.c <<'C'
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <fcntl.h>
+#include <unistd.h>
+#include <sys/ioctl.h>
+#include <sys/file.h>
+#include <string.h>
+int main(void) {
+    int fd = open("m.txt", O_CREAT|O_RDWR|O_TRUNC, 0644);
+    write(fd, "0123456789", 10);
+    lseek(fd, 3, SEEK_SET);
+    int avail = -1; ioctl(fd, FIONREAD, &avail); printf("fionread %d\n", avail);
+    printf("seek_data %ld seek_hole %ld\n", (long)lseek(fd, 0, SEEK_DATA), (long)lseek(fd, 0, SEEK_HOLE));
+    printf("pos after %ld\n", (long)lseek(fd, 0, SEEK_CUR));
+    lseek(fd, 2, SEEK_SET);
+    int fl = fcntl(fd, F_GETFL); printf("append before %d\n", !!(fl & O_APPEND));
+    fcntl(fd, F_SETFL, fl | O_APPEND);
+    printf("append after %d\n", !!(fcntl(fd, F_GETFL) & O_APPEND));
+    write(fd, "AB", 2);
+    printf("pos after append write %ld\n", (long)lseek(fd, 0, SEEK_CUR));
+    fcntl(fd, F_SETFL, fl);
+    lseek(fd, 0, SEEK_SET); write(fd, "Z", 1);
+    char b[32] = {0}; pread(fd, b, 31, 0); printf("content %s\n", b);
+    printf("fadvise %d fdatasync %d flock %d\n", posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL), fdatasync(fd), flock(fd, LOCK_EX));
+    int r = open("m.txt", O_RDONLY); char c; lseek(r, 5, SEEK_SET); read(r, &c, 1); printf("other fd %c pos %ld\n", c, (long)lseek(r, 0, SEEK_CUR));
+    int d = dup(r); read(d, &c, 1); printf("dup shares %c %ld\n", c, (long)lseek(r, 0, SEEK_CUR));
+    int rw = open("m.txt", O_WRONLY|O_APPEND); write(rw, "END", 3); close(rw);
+    memset(b, 0, sizeof b); pread(r, b, 31, 0); printf("final %s\n", b);
+    return 0;
+}
+C
+cc -o misc misc.c && ./misc"#,
+        true,
+    );
+}
+
 /// Runs the bash `script` twice, in a served scratch directory and natively
 /// in another (each its own `HOME`); both must succeed with the same
 /// standard output (and, with `same_stderr`, the same standard error).

@@ -39,7 +39,8 @@ pub struct File {
     readable: bool,
     writable: bool,
     map_writable: bool,
-    append: bool,
+    /// `O_APPEND`, as opened or as `fcntl(F_SETFL)` last set it.
+    append: std::sync::atomic::AtomicBool,
     window: Mutex<Window>,
     wsize: usize,
 }
@@ -77,7 +78,7 @@ impl File {
             // a write fault through the file system (`page_mkwrite`), which
             // measured 2.9x slower than the system call (docs/emulation.md).
             map_writable: false,
-            append: flags & libc::O_APPEND != 0,
+            append: std::sync::atomic::AtomicBool::new(flags & libc::O_APPEND != 0),
             window: Mutex::new(Window { addr: 0, start: 0, len: 0 }),
             wsize,
         }
@@ -292,7 +293,7 @@ impl File {
             return Err(libc::EBADF);
         }
         let _t = self.token()?;
-        if self.append {
+        if self.append.load(std::sync::atomic::Ordering::Relaxed) {
             let n = rustix::io::write(&self.fd, buf).map_err(errno)?;
             let end = rustix::fs::seek(&self.fd, SeekFrom::Current(0)).map_err(errno)?;
             self.page.set_offset(end);
@@ -315,7 +316,7 @@ impl File {
         if pos < 0 {
             return Err(libc::EINVAL);
         }
-        if self.append {
+        if self.append.load(std::sync::atomic::Ordering::Relaxed) {
             // Linux appends a pwrite on an O_APPEND file: so does this.
             let _t = self.token()?;
             let n = rustix::io::pwrite(&self.fd, buf, pos as u64).map_err(errno)?;
@@ -325,6 +326,19 @@ impl File {
         }
         let _t = self.token()?;
         self.copy_in(pos as u64, buf)
+    }
+
+    /// Follows `fcntl(F_SETFL)` on a descriptor of this open file: whether
+    /// writes go to the end.
+    pub fn set_append(&self, on: bool) {
+        self.append.store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// `ioctl(FIONREAD)`: the bytes from the shared offset to the end.
+    pub fn readable_bytes(&self) -> Result<u64, Errno> {
+        let _t = self.token()?;
+        let size = rustix::fs::fstat(&self.fd).map_err(errno)?.st_size as u64;
+        Ok(size.saturating_sub(self.offset_now()?))
     }
 
     /// `lseek(2)` on the shared offset.

@@ -822,7 +822,38 @@ fn fcntl_impl(fd: c_int, cmd: c_int, arg: c_ulong, real: unsafe extern "C" fn(c_
     if (cmd == libc::F_DUPFD || cmd == libc::F_DUPFD_CLOEXEC) && r >= 0 {
         return duplicated(fd, r);
     }
+    if cmd == libc::F_SETFL && r >= 0 {
+        // The open file's flags changed in the kernel; writes must follow
+        // O_APPEND (the data lands at the end either way, the offset too).
+        if let Some(f) = state::get(fd) {
+            f.set_append(arg as c_int & libc::O_APPEND != 0);
+        }
+    }
     r
+}
+
+/// `ioctl(2)`: `FIONREAD` on an emulated descriptor counts from the open
+/// file's offset (the kernel's own offset is not it); everything else is
+/// the C library's.
+#[no_mangle]
+pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
+    if request == libc::FIONREAD as c_ulong && !arg.is_null() {
+        if let Some(f) = state::get(fd) {
+            return match f.readable_bytes() {
+                Ok(n) => {
+                    // SAFETY: FIONREAD's argument is the caller's int.
+                    unsafe { *arg.cast::<c_int>() = n.min(c_int::MAX as u64) as c_int };
+                    0
+                }
+                Err(e) => {
+                    set_errno(e);
+                    -1
+                }
+            };
+        }
+    }
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
+    unsafe { real::ioctl()(fd, request, arg) }
 }
 /// `fcntl(2)`.
 #[no_mangle]

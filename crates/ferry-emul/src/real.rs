@@ -64,6 +64,7 @@ real_fns! {
     fopen64: fn(*const c_char, *const c_char) -> *mut FILE;
     fdopen: fn(c_int, *const c_char) -> *mut FILE;
     fclose: fn(*mut FILE) -> c_int;
+    ioctl: fn(c_int, c_ulong, *mut c_void) -> c_int;
     freopen: fn(*const c_char, *const c_char, *mut FILE) -> *mut FILE;
     freopen64: fn(*const c_char, *const c_char, *mut FILE) -> *mut FILE;
     fgetwc: fn(*mut FILE) -> u32;

@@ -1348,6 +1348,51 @@ cc -o misc misc.c && ./misc"#,
     );
 }
 
+#[test]
+fn emul_closing_every_descriptor_keeps_the_library_working_like_native() {
+    // A program that closes every descriptor above the standard ones
+    // (closefrom, close_range; daemons do) also closed the library's own
+    // connection to its server and its open files' descriptors: the next
+    // opens under the served directory failed. Now the library's own are
+    // spared and the program's are closed, as natively.
+    script_matches_native(
+        "emul_closing_every_descriptor_keeps_the_library_working_like_native",
+        &["bash", "cc", "python3"],
+        r#"cat > cf.c <<'C'
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <fcntl.h>
+#include <unistd.h>
+#include <string.h>
+int main(void) {
+    int a = open("a.txt", O_CREAT|O_RDWR|O_TRUNC, 0644); write(a, "AAAA", 4);
+    int b = open("b.txt", O_CREAT|O_RDWR|O_TRUNC, 0644); write(b, "BBBB", 4);
+    printf("fds %d %d\n", a, b);
+    closefrom(a);
+    int c = open("/etc/hostname", O_RDONLY);
+    int d = open("c.txt", O_CREAT|O_RDWR|O_TRUNC, 0644);
+    printf("reused %d %d\n", c == a, d == b);
+    char buf[8] = {0}; int n = read(c, buf, 4); printf("read native %d %s\n", n, n > 0 ? "ok" : "bad");
+    write(d, "CC", 2); lseek(d, 0, SEEK_SET); memset(buf, 0, 8); read(d, buf, 8); printf("c.txt %s\n", buf);
+    int e = open("a.txt", O_RDONLY); memset(buf, 0, 8); read(e, buf, 8); printf("a.txt %s\n", buf);
+    return 0;
+}
+C
+cc -o cf cf.c && ./cf
+python3 -c "
+import os
+fd = os.open('p.txt', os.O_CREAT | os.O_RDWR, 0o644); os.write(fd, b'before')
+os.closerange(3, 65536)
+try: os.write(fd, b'x')
+except OSError as e: print('closed', e.errno == 9)
+with open('p.txt') as f: print(f.read())
+with open('q.txt', 'w') as f: f.write('after')
+print(open('q.txt').read())
+""#,
+        true,
+    );
+}
+
 /// Runs the bash `script` twice, in a served scratch directory and natively
 /// in another (each its own `HOME`); both must succeed with the same
 /// standard output (and, with `same_stderr`, the same standard error).

@@ -758,7 +758,73 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { real::close()(fd) }
 }
-/// `close_range(2)`.
+/// Whether `fd` is one of the library's own descriptors, which it keeps at
+/// [`HIGH_FD`](ferry::emulation::client::HIGH_FD) and above: an open
+/// file's own descriptor (`files`), or a close-on-exec Unix
+/// `SOCK_SEQPACKET` socket (the server's right, a thread's reply port, an
+/// open file's hold), which a program that did not make it with ferry
+/// does not have up there.
+fn library_owned(fd: c_int, files: &[c_int]) -> bool {
+    // SAFETY: a descriptor number only; the borrow lasts for the checks.
+    let b = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    let cloexec = rustix::io::fcntl_getfd(b).is_ok_and(|f| f.contains(rustix::io::FdFlags::CLOEXEC));
+    cloexec
+        && (files.contains(&fd)
+            || (rustix::net::sockopt::socket_type(b).is_ok_and(|t| t == rustix::net::SocketType::SEQPACKET)
+                && rustix::net::sockopt::socket_domain(b).is_ok_and(|d| d == rustix::net::AddressFamily::UNIX)))
+}
+
+/// Closes (or, with `CLOSE_RANGE_CLOEXEC`, marks) `first..=last` as
+/// `close_range` would, sparing the library's own descriptors: a program
+/// that closes every descriptor but the standard ones (daemons,
+/// `closefrom(3)`) would otherwise cut the library off its server and its
+/// open files.
+fn close_range_sparing(first: c_uint, last: c_uint, flags: c_int) -> c_int {
+    let high = ferry::emulation::client::HIGH_FD as c_uint;
+    if last < high || first > last {
+        // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
+        return unsafe { real::close_range()(first, last, flags) };
+    }
+    if first < high {
+        // SAFETY: the caller's range below the library's descriptors.
+        let r = unsafe { real::close_range()(first, high - 1, flags) };
+        if r < 0 {
+            return r;
+        }
+    }
+    let files: Vec<c_int> = state::all().iter().map(|(_, f)| f.fd().as_raw_fd()).collect();
+    let Ok(dir) = rustix::fs::open("/proc/self/fd", rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC, rustix::fs::Mode::empty()) else {
+        set_errno(libc::EMFILE);
+        return -1;
+    };
+    let listing = dir.as_raw_fd();
+    let mut open = Vec::new();
+    if let Ok(entries) = rustix::fs::Dir::read_from(&dir) {
+        for e in entries.flatten() {
+            if let Some(fd) = e.file_name().to_str().ok().and_then(|n| n.parse::<c_int>().ok()) {
+                if fd != listing && fd as c_uint >= first.max(high) && fd as c_uint <= last {
+                    open.push(fd);
+                }
+            }
+        }
+    }
+    drop(dir);
+    for fd in open {
+        if library_owned(fd, &files) {
+            continue;
+        }
+        if flags & libc::CLOSE_RANGE_CLOEXEC as c_int != 0 {
+            // SAFETY: sets the close-on-exec flag of a descriptor the caller named.
+            unsafe { real::fcntl()(fd, libc::F_SETFD, libc::FD_CLOEXEC as c_ulong) };
+        } else {
+            // SAFETY: closes a descriptor in the caller's range, not the library's.
+            unsafe { real::close()(fd) };
+        }
+    }
+    0
+}
+
+/// `close_range(2)`, sparing the library's own descriptors.
 #[no_mangle]
 pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
     if flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 {
@@ -770,8 +836,22 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
             }
         }
     }
-    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
-    unsafe { real::close_range()(first, last, flags) }
+    close_range_sparing(first, last, flags)
+}
+
+/// `closefrom(3)`: as `close_range` (the C library's own closes through
+/// its internal `close_range`, which the hook above never sees).
+#[no_mangle]
+pub unsafe extern "C" fn closefrom(low: c_int) {
+    if let Some(_b) = enter() {
+        for (fd, _) in state::all() {
+            if fd >= low {
+                drop(state::take(fd));
+            }
+        }
+    }
+    // The C library's closefrom would close the library's own too.
+    let _ = close_range_sparing(low.max(0) as c_uint, c_uint::MAX, 0);
 }
 
 fn duplicated(old: c_int, new: c_int) -> c_int {

@@ -1275,6 +1275,7 @@ fn emul_freopen_of_a_served_stream_matches_native() {
         "emul_freopen_of_a_served_stream_matches_native",
         &["bash", "cc"],
         r#"cat > fr.c <<'C'
+#include <fcntl.h>
 #include <stdio.h>
 int main(void) {
     char s[64];
@@ -1292,6 +1293,11 @@ int main(void) {
     f = fopen("c.txt", "w"); fputs("one\n", f);
     f = freopen("c.txt", "a", f); fputs("two\n", f); fclose(f);
     f = fopen("c.txt", "r"); while (fgets(s, 64, f)) printf("c: %s", s); fclose(f);
+    f = freopen("c.txt", "re", fopen("c.txt", "r"));
+    printf("cloexec %d\n", !!(fcntl(fileno(f), F_GETFD) & FD_CLOEXEC));
+    f = freopen("c.txt", "r", f);
+    printf("still cloexec %d\n", !!(fcntl(fileno(f), F_GETFD) & FD_CLOEXEC));
+    fclose(f);
     f = fopen("c.txt", "r");
     printf("missing %s\n", freopen("no/such/file", "r", f) ? "opened" : "NULL");
     return 0;

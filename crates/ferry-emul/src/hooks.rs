@@ -392,6 +392,7 @@ fn cookie_reopen(path: *const c_char, mode: *const c_char, f: *mut FILE) -> Opti
     let flags = mode_flags(m) & !libc::O_CLOEXEC;
     // SAFETY: the caller's stream and path; `open` is this library's.
     unsafe {
+        let was_cloexec = real::fcntl()(fd, libc::F_GETFD, 0) & libc::FD_CLOEXEC != 0;
         libc::fflush(f);
         let new = if path.is_null() {
             // The same file in the new mode, through the kernel's link to it.
@@ -415,6 +416,11 @@ fn cookie_reopen(path: *const c_char, mode: *const c_char, f: *mut FILE) -> Opti
             return Some(std::ptr::null_mut());
         }
         close(new);
+        if m.contains(&b'e') || was_cloexec {
+            // dup2 clears close-on-exec; the C library keeps it once a
+            // mode asked for it, and so does this.
+            real::fcntl()(fd, libc::F_SETFD, libc::FD_CLOEXEC as c_ulong);
+        }
         // The stream may now do what the new mode allows, and starts over.
         let flags_field = f as *mut c_int;
         *flags_field = (*flags_field & !IO_MODE_BITS) | mode_bits(m);

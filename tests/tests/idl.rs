@@ -286,19 +286,27 @@ fn contract() -> serde_json::Value {
     })
 }
 
+/// Checks `now` against the contract file `tests/idl/NAME` and returns
+/// the file's contents (`FERRY_BLESS=1` rewrites the file from `now`
+/// first, for a deliberate change; `what_else` says what else such a
+/// change needs).
+fn matches_contract_file(name: &str, now: serde_json::Value, what_else: &str) -> serde_json::Value {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("idl").join(name);
+    if std::env::var_os("FERRY_BLESS").is_some() {
+        std::fs::write(&path, serde_json::to_string_pretty(&now).unwrap() + "\n").unwrap();
+    }
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("tests/idl/{name}: {e}"));
+    let want: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(now, want, "the contract in tests/idl/{name} changed; if that is deliberate, {what_else}rerun with FERRY_BLESS=1");
+    want
+}
+
 #[test]
 fn the_example_store_writes_what_its_contract_file_says() {
     // `tests/idl/example.kv.json` is the contract other languages' stubs
     // are checked against; a change to the definition or the encoding that
     // alters it must be deliberate (FERRY_BLESS=1 rewrites the file).
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("idl/example.kv.json");
-    let now = contract();
-    if std::env::var_os("FERRY_BLESS").is_some() {
-        std::fs::write(&path, serde_json::to_string_pretty(&now).unwrap() + "\n").unwrap();
-    }
-    let text = std::fs::read_to_string(&path).expect("tests/idl/example.kv.json");
-    let want: serde_json::Value = serde_json::from_str(&text).unwrap();
-    assert_eq!(now, want, "the example store's contract changed; if that is deliberate, rerun with FERRY_BLESS=1");
+    let want = matches_contract_file("example.kv.json", contract(), "");
     // The file says what the interface is.
     assert_eq!(want["description"]["interface"], "example.kv");
     assert_eq!(want["requests"]["get(\"key\")"]["op"], 2);
@@ -349,14 +357,7 @@ fn the_name_service_speaks_what_its_contract_file_says() {
     // description and bytes) for stubs in other languages and for old
     // peers; a change must be deliberate (FERRY_BLESS=1 rewrites it) and
     // come with a new version (docs/interfaces.md, "Evolution").
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("idl/ferry.names.json");
-    let now = names_contract();
-    if std::env::var_os("FERRY_BLESS").is_some() {
-        std::fs::write(&path, serde_json::to_string_pretty(&now).unwrap() + "\n").unwrap();
-    }
-    let text = std::fs::read_to_string(&path).expect("tests/idl/ferry.names.json");
-    let want: serde_json::Value = serde_json::from_str(&text).unwrap();
-    assert_eq!(now, want, "the name service's contract changed; if that is deliberate, give it a new version and rerun with FERRY_BLESS=1");
+    let want = matches_contract_file("ferry.names.json", names_contract(), "give it a new version and ");
     assert_eq!((want["description"]["interface"].as_str(), want["description"]["version"].as_u64()), (Some("ferry.names"), Some(2)));
     // lookup("svc"): operation 2, field 1 of 7 bytes: a string of 3.
     assert_eq!(want["requests"]["lookup(\"svc\")"]["op"], 2);

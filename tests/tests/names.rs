@@ -633,12 +633,10 @@ fn raw_register(conn: std::os::fd::BorrowedFd<'_>, name: &str, fd: std::os::fd::
 #[test]
 fn the_server_never_holds_both_ends_of_a_port() {
     watchdog("both_ends", LIMIT, || {
-        use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+        use rustix::net::{AddressFamily, SocketFlags, SocketType};
         use std::os::fd::AsFd;
         let path = private_bootstrap("bothends");
-        let conn = rustix::net::socket_with(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None).unwrap();
-        rustix::net::sockopt::set_socket_passcred(&conn, true).unwrap();
-        rustix::net::connect(&conn, &SocketAddrUnix::new(&path).unwrap()).unwrap();
+        let conn = raw_connection(&path);
         let (a, b) = rustix::net::socketpair(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None).unwrap();
         raw_hello(conn.as_fd());
         // One end is a fine registration: the other end lives here.

@@ -22,7 +22,7 @@ use crate::file::{Errno, File};
 use crate::real;
 use crate::state::{self, emul, enter};
 
-fn set_errno(e: Errno) {
+pub(crate) fn set_errno(e: Errno) {
     // SAFETY: the calling thread's errno slot, always valid.
     unsafe { *libc::__errno_location() = e };
 }
@@ -200,16 +200,17 @@ pub unsafe extern "C" fn creat64(path: *const c_char, mode: mode_t) -> c_int {
 
 // ---- stdio: FILE objects over emulated descriptors -------------------------
 
+/// The functions of a `fopencookie` stream.
 #[repr(C)]
-struct CookieIo {
-    read: Option<unsafe extern "C" fn(*mut c_void, *mut c_char, size_t) -> ssize_t>,
-    write: Option<unsafe extern "C" fn(*mut c_void, *const c_char, size_t) -> ssize_t>,
-    seek: Option<unsafe extern "C" fn(*mut c_void, *mut i64, c_int) -> c_int>,
-    close: Option<unsafe extern "C" fn(*mut c_void) -> c_int>,
+pub(crate) struct CookieIo {
+    pub(crate) read: Option<unsafe extern "C" fn(*mut c_void, *mut c_char, size_t) -> ssize_t>,
+    pub(crate) write: Option<unsafe extern "C" fn(*mut c_void, *const c_char, size_t) -> ssize_t>,
+    pub(crate) seek: Option<unsafe extern "C" fn(*mut c_void, *mut i64, c_int) -> c_int>,
+    pub(crate) close: Option<unsafe extern "C" fn(*mut c_void) -> c_int>,
 }
 
 extern "C" {
-    fn fopencookie(cookie: *mut c_void, mode: *const c_char, funcs: CookieIo) -> *mut FILE;
+    pub(crate) fn fopencookie(cookie: *mut c_void, mode: *const c_char, funcs: CookieIo) -> *mut FILE;
 }
 
 unsafe extern "C" fn cookie_read(c: *mut c_void, buf: *mut c_char, n: size_t) -> ssize_t {
@@ -378,7 +379,7 @@ fn check_mode_bits() -> bool {
 /// The C library's own `freopen` would reopen the file through its
 /// internal calls behind the cookie's back (a crash).
 fn cookie_reopen(path: *const c_char, mode: *const c_char, f: *mut FILE) -> Option<*mut FILE> {
-    if !crate::wide::is_cookie(f) || !emul().is_some_and(|e| e.fileno_patch) || !check_mode_bits() {
+    if !crate::wide::byte_only(f) || !emul().is_some_and(|e| e.fileno_patch) || !check_mode_bits() {
         return None;
     }
     // SAFETY: the caller's mode string.

@@ -20,8 +20,9 @@
 
 #![allow(clippy::missing_safety_doc)]
 
-use libc::{c_char, c_int, c_void, size_t, wchar_t, FILE};
+use libc::{c_char, c_int, size_t, wchar_t, FILE};
 
+use crate::hooks::{fopencookie, set_errno, CookieIo};
 use crate::real;
 
 /// `WEOF`.
@@ -53,21 +54,11 @@ pub(crate) fn check_layout() -> bool {
     if cfg!(not(all(target_pointer_width = "64", target_env = "gnu"))) {
         return false;
     }
-    #[repr(C)]
-    struct Io {
-        read: Option<unsafe extern "C" fn(*mut c_void, *mut c_char, size_t) -> libc::ssize_t>,
-        write: Option<unsafe extern "C" fn(*mut c_void, *const c_char, size_t) -> libc::ssize_t>,
-        seek: Option<unsafe extern "C" fn(*mut c_void, *mut i64, c_int) -> c_int>,
-        close: Option<unsafe extern "C" fn(*mut c_void) -> c_int>,
-    }
-    extern "C" {
-        fn fopencookie(cookie: *mut c_void, mode: *const c_char, funcs: Io) -> *mut FILE;
-    }
     // SAFETY: makes a cookie stream with no functions and a stream of the
     // C library's own, reads one pointer-sized field inside each (within
     // the structure's public size), and closes both.
     unsafe {
-        let cookie = fopencookie(std::ptr::null_mut(), c"r".as_ptr(), Io { read: None, write: None, seek: None, close: None });
+        let cookie = fopencookie(std::ptr::null_mut(), c"r".as_ptr(), CookieIo { read: None, write: None, seek: None, close: None });
         let own = real::fopen()(c"/dev/null".as_ptr(), c"r".as_ptr());
         let ok = !cookie.is_null() && !own.is_null() && wide_data(cookie) == POISON && !matches!(wide_data(own), 0 | POISON);
         if !cookie.is_null() {
@@ -90,25 +81,16 @@ unsafe fn wide_data(f: *mut FILE) -> usize {
     unsafe { *(f as *const u8).add(WIDE_DATA_OFFSET).cast::<usize>() }
 }
 
-/// Whether `f` is a cookie stream (one of the library's own, or any other
-/// `fopencookie` stream): byte-only, as [`check_layout`] confirmed.
-pub(crate) fn is_cookie(f: *mut FILE) -> bool {
-    byte_only(f)
-}
-
 /// Whether `f` is a byte-only stream the C library's wide functions
-/// cannot handle.
-fn byte_only(f: *mut FILE) -> bool {
+/// cannot handle: a cookie stream (the library's own, or any other
+/// `fopencookie` stream), as [`check_layout`] confirmed.
+pub(crate) fn byte_only(f: *mut FILE) -> bool {
     static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     // SAFETY: a stream the program passed to a stdio function, which the
     // C library itself would read the same field of; the layout is checked.
     !f.is_null() && *OK.get_or_init(check_layout) && unsafe { wide_data(f) } == POISON
 }
 
-fn set_errno(e: c_int) {
-    // SAFETY: the calling thread's errno slot, always valid.
-    unsafe { *libc::__errno_location() = e };
-}
 
 /// Reads one character of `f` (a byte-only stream) through its narrow
 /// functions.

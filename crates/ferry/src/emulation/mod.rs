@@ -242,9 +242,7 @@ impl TokenPage {
     }
 
     fn get(&self, off: usize) -> u64 {
-        let mut b = [0u8; 8];
-        self.words.read(off, &mut b);
-        u64::from_le_bytes(b)
+        self.words.u64_at(off).load(Ordering::Relaxed)
     }
 
     /// The open file's offset (the active holder's to use).
@@ -254,7 +252,7 @@ impl TokenPage {
 
     /// Sets the open file's offset.
     pub fn set_offset(&self, v: u64) {
-        self.words.write(OFFSET_OFF, &v.to_le_bytes());
+        self.words.u64_at(OFFSET_OFF).store(v, Ordering::Relaxed);
     }
 
     /// Whether the open file's offset is the kernel's, not the page's: set
@@ -278,7 +276,7 @@ impl TokenPage {
 
     /// Sets the file's size as the token holders know it.
     pub fn set_size(&self, v: u64) {
-        self.words.write(SIZE_OFF, &v.to_le_bytes());
+        self.words.u64_at(SIZE_OFF).store(v, Ordering::Relaxed);
     }
 }
 

@@ -8,16 +8,20 @@
 //!
 //! # Safety
 //! [`SharedWords`] owns a [`Mapping`] of a shared memfd and hands out
-//! `&AtomicU32` / reads and writes through `AtomicU64`, never plain
+//! `&AtomicU32` / `&AtomicU64` and copies of byte ranges, never plain
 //! references to the bytes: another process may write any byte at any time,
-//! and through atomics such writes are defined behaviour (a racing reader
-//! sees some value, possibly torn across words, never undefined behaviour).
+//! and through atomics (or, for bulk copies on x86-64, one `rep movsb` in
+//! inline assembly, which the compiler cannot reason about) such writes are
+//! defined behaviour (a racing reader sees some value, possibly torn across
+//! words, never undefined behaviour).
 //! Every offset is checked against the mapping's length and the type's
 //! alignment before a reference is made, and the references borrow `self`,
 //! so they cannot outlive the mapping.
 
 use std::os::fd::BorrowedFd;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+#[cfg(not(target_arch = "x86_64"))]
+use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::time::{Duration, Instant};
 
 use rustix::io::Errno;
@@ -176,9 +180,21 @@ impl SharedWords {
         unsafe { &*(self.map.as_ptr().add(off) as *const AtomicU32) }
     }
 
+    /// The 64-bit word at byte offset `off`. Panics if `off` is not 8-aligned
+    /// or out of range (offsets are the caller's constants, not peer data).
+    pub fn u64_at(&self, off: usize) -> &AtomicU64 {
+        assert!(off % 8 == 0 && off + 8 <= self.map.len(), "bad u64 offset {off}");
+        // SAFETY: in bounds and 8-aligned (the mapping is page-aligned) as
+        // just checked; the mapping lives as long as the returned borrow of
+        // self; AtomicU64 has the size and alignment of u64 and tolerates
+        // concurrent writes from the other process (module invariant).
+        unsafe { &*(self.map.as_ptr().add(off) as *const AtomicU64) }
+    }
+
     /// The 64-bit words covering `len` bytes from byte offset `off`
     /// (8-aligned), checked once for the whole range so that copies need no
     /// check per word. Panics if the range is misaligned or out of range.
+    #[cfg(not(target_arch = "x86_64"))]
     fn words(&self, off: usize, len: usize) -> &[AtomicU64] {
         let n = len.div_ceil(8);
         assert!(off % 8 == 0 && off + n * 8 <= self.map.len(), "bad word range {off}+{len}");
@@ -190,35 +206,230 @@ impl SharedWords {
         unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(off) as *const AtomicU64, n) }
     }
 
+    /// The address of `len` bytes of the mapping from byte offset `off`
+    /// (8-aligned), checked once for the whole range. Panics if the range
+    /// is misaligned or out of range (offsets and lengths come from the
+    /// caller, checked against the slot's limits before they get here).
+    #[cfg(target_arch = "x86_64")]
+    fn bytes(&self, off: usize, len: usize) -> *mut u8 {
+        assert!(off % 8 == 0 && off.checked_add(len).is_some_and(|end| end <= self.map.len()), "bad byte range {off}+{len}");
+        // SAFETY: `off` is within the mapping, as just checked.
+        unsafe { self.map.as_ptr().add(off) }
+    }
+
     /// Copies `dst.len()` bytes starting at byte offset `off` (8-aligned) out
-    /// of the shared memory. The copy is made with relaxed atomic loads; a
-    /// peer writing at the same time can make it inconsistent, never unsound.
+    /// of the shared memory. A peer writing at the same time can make the
+    /// copy inconsistent (torn), never unsound.
+    ///
+    /// On x86-64 the copy is one `rep movsb` ([`block_copy`]); elsewhere
+    /// relaxed 64-bit atomic loads.
     pub fn read(&self, off: usize, dst: &mut [u8]) {
-        let words = self.words(off, dst.len());
-        let mut chunks = dst.chunks_exact_mut(8);
-        for (chunk, w) in (&mut chunks).zip(words) {
-            chunk.copy_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
+        #[cfg(target_arch = "x86_64")]
+        {
+            let src = self.bytes(off, dst.len());
+            // SAFETY: `src` is `dst.len()` bytes of our mapping (checked by
+            // `bytes`, alive while `self` is borrowed); `dst` is a private
+            // buffer we borrow mutably, so disjoint from the mapping.
+            unsafe { block_copy(src, dst.as_mut_ptr(), dst.len()) }
         }
-        let rest = chunks.into_remainder();
-        if !rest.is_empty() {
-            let w = words[words.len() - 1].load(Ordering::Relaxed).to_le_bytes();
-            rest.copy_from_slice(&w[..rest.len()]);
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let words = self.words(off, dst.len());
+            let mut chunks = dst.chunks_exact_mut(8);
+            for (chunk, w) in (&mut chunks).zip(words) {
+                chunk.copy_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
+            }
+            let rest = chunks.into_remainder();
+            if !rest.is_empty() {
+                let w = words[words.len() - 1].load(Ordering::Relaxed).to_le_bytes();
+                rest.copy_from_slice(&w[..rest.len()]);
+            }
         }
     }
 
-    /// Writes `src` at byte offset `off` (8-aligned) with relaxed atomic
-    /// stores (a partial last word is padded with zeros).
+    /// Copies `len` bytes starting at byte offset `off` (8-aligned) out of
+    /// the shared memory into a new vector. Torn copies as for
+    /// [`read`](Self::read).
+    pub fn read_vec(&self, off: usize, len: usize) -> Vec<u8> {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let src = self.bytes(off, len);
+            let mut v = Vec::with_capacity(len);
+            // SAFETY: `src` is `len` bytes of our mapping (checked); the
+            // vector's buffer has room for `len` bytes and is private.
+            unsafe { block_copy(src, v.as_mut_ptr(), len) };
+            // SAFETY: the copy above initialised all `len` bytes.
+            unsafe { v.set_len(len) };
+            v
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let mut v = vec![0u8; len];
+            self.read(off, &mut v);
+            v
+        }
+    }
+
+    /// Writes `src` at byte offset `off` (8-aligned) into the shared memory
+    /// (elsewhere than x86-64, a partial last word is padded with zeros).
     pub fn write(&self, off: usize, src: &[u8]) {
-        let words = self.words(off, src.len());
-        let mut chunks = src.chunks_exact(8);
-        for (chunk, w) in (&mut chunks).zip(words) {
-            w.store(u64::from_le_bytes(chunk.try_into().expect("8 bytes")), Ordering::Relaxed);
+        #[cfg(target_arch = "x86_64")]
+        {
+            let dst = self.bytes(off, src.len());
+            // SAFETY: `dst` is `src.len()` bytes of our writable mapping
+            // (checked by `bytes`); `src` is private memory we borrow, so
+            // disjoint from the mapping.
+            unsafe { block_copy(src.as_ptr(), dst, src.len()) }
         }
-        let rest = chunks.remainder();
-        if !rest.is_empty() {
-            let mut b = [0u8; 8];
-            b[..rest.len()].copy_from_slice(rest);
-            words[words.len() - 1].store(u64::from_le_bytes(b), Ordering::Relaxed);
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let words = self.words(off, src.len());
+            let mut chunks = src.chunks_exact(8);
+            for (chunk, w) in (&mut chunks).zip(words) {
+                w.store(u64::from_le_bytes(chunk.try_into().expect("8 bytes")), Ordering::Relaxed);
+            }
+            let rest = chunks.remainder();
+            if !rest.is_empty() {
+                let mut b = [0u8; 8];
+                b[..rest.len()].copy_from_slice(rest);
+                words[words.len() - 1].store(u64::from_le_bytes(b), Ordering::Relaxed);
+            }
         }
+    }
+}
+
+/// Copies `len` bytes from `src` to `dst`, where one side is shared memory
+/// that another process may write during the copy.
+///
+/// Plain Rust loads and stores (`copy_nonoverlapping`) must not race with
+/// another writer, and atomics copy a word at a time (a 1 KiB body in 128
+/// moves: measured at about 160 ns more per 1 KiB each way than a block
+/// copy when the lines sit in the other CPU's cache). The copy is therefore
+/// made in inline assembly, which the compiler treats as an opaque block
+/// that reads and writes the memory it is given: 32-byte AVX2 moves for
+/// bodies of 128 bytes and more where the CPU has AVX2 (measured 40 ns
+/// faster per 1 KiB round trip than `rep movsb` on the development machine),
+/// else one `rep movsb` (fast for short copies where the CPU has FSRM). A
+/// byte another process writes during the copy arrives either old or new;
+/// the callers check sequence numbers after copying and never act on a body
+/// before they have.
+///
+/// # Safety
+/// `src` must be valid for reading and `dst` for writing `len` bytes, the
+/// two ranges must not overlap, and the side that is not shared memory must
+/// be memory nothing else accesses during the copy.
+#[cfg(target_arch = "x86_64")]
+unsafe fn block_copy(src: *const u8, dst: *mut u8, len: usize) {
+    if len >= 128 && std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2 (just checked); the ranges are the
+        // caller's, as this function's contract says.
+        unsafe { avx2_copy(src, dst, len) };
+        return;
+    }
+    // SAFETY: the caller guarantees both ranges; `rep movsb` copies exactly
+    // `rcx` bytes forwards (the ABI guarantees the direction flag is clear
+    // on entry) and changes only rcx, rsi and rdi, which are declared
+    // clobbered; it touches no stack and leaves the flags alone.
+    unsafe {
+        std::arch::asm!(
+            "rep movsb",
+            inout("rcx") len => _,
+            inout("rsi") src => _,
+            inout("rdi") dst => _,
+            options(nostack, preserves_flags),
+        );
+    }
+}
+
+/// [`block_copy`] in 64-byte steps of two 32-byte AVX2 moves, the last
+/// partial step with `rep movsb`.
+///
+/// # Safety
+/// As for [`block_copy`], and the CPU must have AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn avx2_copy(src: *const u8, dst: *mut u8, len: usize) {
+    // SAFETY: the caller guarantees both ranges and AVX2. The loop reads
+    // and writes only within `[src, src + len)` and `[dst, dst + len)`:
+    // it moves 64 bytes while at least 64 are left, then `rep movsb` moves
+    // the rest (the direction flag is clear on entry, by the ABI). It
+    // changes rcx, rsi, rdi and the flags, and `clobber_abi("C")` declares
+    // every register a call may change, so `vzeroupper` (which clears the
+    // upper halves of all vector registers, avoiding the SSE transition
+    // penalty after the function) disturbs nothing the compiler keeps.
+    unsafe {
+        std::arch::asm!(
+            "2:",
+            "cmp rcx, 64",
+            "jb 3f",
+            "vmovdqu ymm0, [rsi]",
+            "vmovdqu ymm1, [rsi + 32]",
+            "vmovdqu [rdi], ymm0",
+            "vmovdqu [rdi + 32], ymm1",
+            "add rsi, 64",
+            "add rdi, 64",
+            "sub rcx, 64",
+            "jmp 2b",
+            "3:",
+            "rep movsb",
+            "vzeroupper",
+            inout("rcx") len => _,
+            inout("rsi") src => _,
+            inout("rdi") dst => _,
+            clobber_abi("C"),
+            options(nostack),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    /// Every length the slot carries (and the AVX2 path's boundaries) round
+    /// trips exactly, and a write touches no byte outside its range.
+    #[test]
+    fn copies_in_and_out_of_shared_memory_are_exact_and_stay_in_range() {
+        const LEN: usize = 8192;
+        let fd = crate::sys::mem::memfd("ferry-test-words", LEN as u64).unwrap();
+        let words = SharedWords::map(fd.as_fd(), LEN).unwrap();
+        let other = SharedWords::map(fd.as_fd(), LEN).unwrap();
+        let mut x = 0x2545_F491u32;
+        let mut byte = move || {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x as u8
+        };
+        let lens = (0..=200).chain([255, 256, 257, 1023, 1024, 1025, 3839, 3840]);
+        for len in lens {
+            for off in [0usize, 8, 88, 4096 + 88] {
+                let fill: Vec<u8> = (0..LEN).map(|_| 0xA5).collect();
+                words.write(0, &fill);
+                let src: Vec<u8> = (0..len).map(|_| byte()).collect();
+                words.write(off, &src);
+                // Seen through a second mapping of the same memfd, as the
+                // peer process sees it.
+                let mut back = vec![0u8; len];
+                other.read(off, &mut back);
+                assert_eq!(back, src, "read of {len} bytes at {off}");
+                assert_eq!(other.read_vec(off, len), src, "read_vec of {len} bytes at {off}");
+                let all = other.read_vec(0, LEN);
+                assert!(all[..off].iter().all(|&b| b == 0xA5), "a write of {len} at {off} touched bytes before it");
+                // Elsewhere than x86-64 a partial last word is zero-padded.
+                let end = if cfg!(target_arch = "x86_64") { off + len } else { off + len.div_ceil(8) * 8 };
+                assert!(all[end..].iter().all(|&b| b == 0xA5), "a write of {len} at {off} touched bytes after it");
+            }
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "bad")]
+    fn a_copy_past_the_mapping_panics_before_touching_memory() {
+        let fd = crate::sys::mem::memfd("ferry-test-words", 4096).unwrap();
+        let words = SharedWords::map(fd.as_fd(), 4096).unwrap();
+        let mut buf = vec![0u8; 16];
+        words.read(4088, &mut buf);
     }
 }

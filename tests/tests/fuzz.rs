@@ -83,7 +83,9 @@ fn fields(target: &str) -> &'static [usize] {
     match target {
         "wire" => &[1 + 6, 1 + 12, 1 + 16, 0],
         "rpc_frame" => &[2 + 6, 2 + 12, 2 + 16, 1, 2 + 24],
-        "rpc_slot" => &[2 + 64, 2 + 72, 2 + 128, 2 + 136, 2 + 140, 0, 1],
+        // req_seq, req_len, then rep_seq, rep_len, rep_via (the reply
+        // page's control words follow the request page's 88 bytes).
+        "rpc_slot" => &[2 + 64, 2 + 72, 2 + 88 + 64, 2 + 88 + 72, 2 + 88 + 76, 0, 1],
         _ => &[1, 3, 4, 5],
     }
 }

@@ -323,12 +323,13 @@ fn garbage_reply_is_a_protocol_error() {
         assert_eq!(c.call(Message::new(OP_ECHO).with_body(*b"1"), Timeout::Infinite).unwrap().body(), b"1");
         // Stop the real server so that only the forgery answers; the next
         // call is sequence number 2: forge its reply with a length beyond
-        // the slot (rep_len at 136, rep_seq at 128).
+        // the slot (rep_len at 4168, rep_seq at 4160: the reply page's
+        // control words, docs/rpc.md).
         let pid = rustix::process::Pid::from_raw(server.child.id() as i32).unwrap();
         rustix::process::kill_process(pid, rustix::process::Signal::STOP).unwrap();
         let fd = c.slot_fd().unwrap();
-        rustix::io::pwrite(fd, &0x10_0000u32.to_le_bytes(), 136).unwrap();
-        rustix::io::pwrite(fd, &2u32.to_le_bytes(), 128).unwrap();
+        rustix::io::pwrite(fd, &0x10_0000u32.to_le_bytes(), 4096 + 72).unwrap();
+        rustix::io::pwrite(fd, &2u32.to_le_bytes(), 4096 + 64).unwrap();
         let got = c.call(Message::new(OP_ECHO).with_body(*b"2"), Timeout::Infinite);
         rustix::process::kill_process(pid, rustix::process::Signal::CONT).unwrap();
         match got {

@@ -770,6 +770,10 @@ pub fn objects(data: &[u8]) {
 // ---------------------------------------------------------------------------
 // The RPC slot and frames.
 
+/// Bytes of control words an `rpc_slot` input carries: the request page's
+/// up to its body, then as many of the reply page's.
+pub const SLOT_CONTROL: usize = 2 * slot::OFF_REQ_DATA;
+
 const SLOT_HEADER: [u8; 12] = {
     let mut h = [0u8; 12];
     let m = *b"FRPS";
@@ -778,7 +782,7 @@ const SLOT_HEADER: [u8; 12] = {
         h[i] = m[i];
         i += 1;
     }
-    h[4] = 1;
+    h[4] = slot::VERSION as u8;
     let size = (slot::SLOT_SIZE as u32).to_le_bytes();
     h[8] = size[0];
     h[9] = size[1];
@@ -790,12 +794,13 @@ const SLOT_HEADER: [u8; 12] = {
 /// The RPC slot as a peer hands it over. Input: a seal byte (bit 0: sealed
 /// against shrinking and growing; bit 1 also `F_SEAL_SEAL`; bit 7: write a
 /// good header over the input's), a size byte (0: the right size, else that
-/// many 512-byte blocks), up to 256 bytes of control area, then the body
-/// placed in both the request and the reply area.
+/// many 512-byte blocks), up to [`SLOT_CONTROL`] bytes of control words (the
+/// request page's first 88 bytes, then the reply page's first 88), then the
+/// body placed in both the request and the reply area.
 pub fn rpc_slot(data: &[u8]) {
     let (Some(&seal), Some(&size)) = (data.first(), data.get(1)) else { return };
     let rest = &data[2..];
-    let (control, body) = rest.split_at(rest.len().min(256));
+    let (control, body) = rest.split_at(rest.len().min(SLOT_CONTROL));
     let len = if size == 0 { slot::SLOT_SIZE as u64 } else { size as u64 * 512 };
     let fd = mem::memfd("ferry-fuzz-slot", len).expect("memfd");
     let mut image = vec![0u8; len as usize];
@@ -805,12 +810,14 @@ pub fn rpc_slot(data: &[u8]) {
             image[at..at + n].copy_from_slice(&b[..n]);
         }
     };
-    put(&mut image, 0, control);
+    let (req_control, rep_control) = control.split_at(control.len().min(slot::OFF_REQ_DATA));
+    put(&mut image, 0, req_control);
+    put(&mut image, slot::REPLY_PAGE, rep_control);
     if seal & 0x80 != 0 {
         put(&mut image, 0, &SLOT_HEADER);
     }
-    put(&mut image, 256, body);
-    put(&mut image, 4096 + 256, body);
+    put(&mut image, slot::OFF_REQ_DATA, body);
+    put(&mut image, slot::OFF_REP_DATA, body);
     mem::pwrite_all(fd.as_fd(), &image, 0).expect("fill the slot");
     let mut seals = SealFlags::empty();
     if seal & 1 != 0 {
@@ -829,13 +836,13 @@ pub fn rpc_slot(data: &[u8]) {
         Ok(s) => {
             assert!(good, "a slot that fails the checks was accepted");
             let seq = s.request_seq();
-            assert_eq!(seq, word(64));
-            let (req_len, rep_len, via) = (word(72) as usize, word(136) as usize, word(140));
+            assert_eq!(seq, word(slot::OFF_REQ_SEQ));
+            let (req_len, rep_len, via) = (word(slot::OFF_REQ_LEN) as usize, word(slot::OFF_REP_LEN) as usize, word(slot::OFF_REP_VIA));
             match s.take_request(seq) {
                 Ok(Some(c)) => {
                     assert!(req_len <= slot::SLOT_INLINE);
-                    assert_eq!((c.op, c.body.len()), (word(68), req_len));
-                    assert_eq!(&c.body[..], &image[256..256 + req_len]);
+                    assert_eq!((c.op, c.body.len()), (word(slot::OFF_REQ_OP), req_len));
+                    assert_eq!(&c.body[..], &image[slot::OFF_REQ_DATA..slot::OFF_REQ_DATA + req_len]);
                 }
                 Ok(None) => panic!("a request nobody changed read as replaced"),
                 Err(_) => assert!(req_len > slot::SLOT_INLINE, "a good request was refused"),
@@ -844,7 +851,7 @@ pub fn rpc_slot(data: &[u8]) {
                 Ok(c) => {
                     assert!(rep_len <= slot::SLOT_INLINE && [slot::VIA_SLOT, slot::VIA_SOCKET, slot::VIA_TOO_LARGE].contains(&via));
                     let want = if via == slot::VIA_SLOT { rep_len } else { 0 };
-                    assert_eq!(&c.body[..], &image[4096 + 256..4096 + 256 + want]);
+                    assert_eq!(&c.body[..], &image[slot::OFF_REP_DATA..slot::OFF_REP_DATA + want]);
                 }
                 Err(_) => assert!(rep_len > slot::SLOT_INLINE || ![slot::VIA_SLOT, slot::VIA_SOCKET, slot::VIA_TOO_LARGE].contains(&via)),
             }
@@ -1102,19 +1109,21 @@ fn object_seeds() -> Vec<Vec<u8>> {
 }
 
 fn slot_seeds() -> Vec<Vec<u8>> {
-    let mut control = vec![0u8; 256];
+    let mut control = vec![0u8; SLOT_CONTROL];
     control[..12].copy_from_slice(&SLOT_HEADER);
-    let put = |c: &mut Vec<u8>, at: usize, v: u32| c[at..at + 4].copy_from_slice(&v.to_le_bytes());
+    // Offsets in the slot, as offsets in the input's control words.
+    let at = |off: usize| if off < slot::OFF_REQ_DATA { off } else { off - (slot::REPLY_PAGE) };
+    let put = |c: &mut Vec<u8>, off: usize, v: u32| c[at(off)..at(off) + 4].copy_from_slice(&v.to_le_bytes());
     let mut out = Vec::new();
     for (req_len, rep_len, via) in [(0u32, 0u32, 0u32), (5, 7, 0), (5, 7, 1), (3840, 3840, 0), (3841, 1, 0), (1, 1, 2)] {
         let mut c = control.clone();
-        put(&mut c, 64, 9);
-        put(&mut c, 68, 42);
-        put(&mut c, 72, req_len);
-        put(&mut c, 128, 9);
-        put(&mut c, 132, 43);
-        put(&mut c, 136, rep_len);
-        put(&mut c, 140, via);
+        put(&mut c, slot::OFF_REQ_SEQ, 9);
+        put(&mut c, slot::OFF_REQ_OP, 42);
+        put(&mut c, slot::OFF_REQ_LEN, req_len);
+        put(&mut c, slot::OFF_REP_SEQ, 9);
+        put(&mut c, slot::OFF_REP_OP, 43);
+        put(&mut c, slot::OFF_REP_LEN, rep_len);
+        put(&mut c, slot::OFF_REP_VIA, via);
         let mut s = vec![1, 0];
         s.extend(c);
         s.extend_from_slice(b"body bytes of the request and the reply");

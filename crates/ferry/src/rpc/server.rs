@@ -393,8 +393,11 @@ impl RpcServer {
         let n = self.conns.len();
         let cpu = self.cpu;
         let mut found = None;
+        // Round-robin from `next_scan`, without a division per pass (this
+        // loop is what a spinning server runs between requests).
+        let start = if self.next_scan < n { self.next_scan } else { 0 };
         for k in 0..n {
-            let i = (self.next_scan + k) % n;
+            let i = if start + k < n { start + k } else { start + k - n };
             let c = &mut self.conns[i];
             if c.dead || c.busy.is_some() {
                 continue;

@@ -1,19 +1,24 @@
 //! The shared slot: layout, creation, validation, and the copy-out-then-check
 //! reads and writes of requests and replies.
 //!
-//! Layout (all little-endian 32-bit words unless said; see `docs/rpc.md`):
+//! Layout (all little-endian 32-bit words unless said; see `docs/rpc.md`).
+//! Each direction has a page of its own, and its control words share their
+//! cache line with the first 40 bytes of its body, so a short call moves one
+//! line each way (the floor a spinning pair of processes reaches), not two:
 //!
 //! | offset | field | written by |
 //! |---|---|---|
 //! | 0 | magic `"FRPS"`, version, size | client, at setup |
+//! | 16 | probe timestamps (ns): request seen, reply published | server |
 //! | 64 | `req_seq` (publishes a request), `req_op`, `req_len` | client |
 //! | 76 | `server_sleeping` (1: asleep in `epoll`, ring its doorbell; 2: asleep on futexes, wake `req_seq`) | server |
 //! | 80 | `req_sock`: sequence number of the last request sent over the socket | client |
-//! | 128 | `rep_seq` (futex word the client sleeps on), `rep_op`, `rep_len`, `rep_via` | server |
-//! | 144 | `client_sleeping` (1: the client sleeps on `rep_seq`, wake it; 2: it waits on its socket, ring its doorbell) | client |
-//! | 192 | probe timestamps (ns): request seen, reply published | server |
-//! | 256 | request body, [`SLOT_INLINE`] bytes | client |
-//! | 4352 | reply body, [`SLOT_INLINE`] bytes | server |
+//! | 84 | `client_cpu`: the client's CPU tag (adaptive policy) | client |
+//! | 88 | request body, [`SLOT_INLINE`] bytes | client |
+//! | 4160 | `rep_seq` (futex word the client sleeps on), `rep_op`, `rep_len`, `rep_via` | server |
+//! | 4176 | `client_sleeping` (1: the client sleeps on `rep_seq`, wake it; 2: it waits on its socket, ring its doorbell) | client |
+//! | 4180 | `server_cpu`: the server thread's CPU tag (adaptive policy) | server |
+//! | 4184 | reply body, [`SLOT_INLINE`] bytes | server |
 //!
 //! A side writes the body and its length first and publishes the sequence
 //! number last (release); the other side loads the sequence number (acquire),
@@ -31,29 +36,37 @@ use crate::sys::mem;
 pub const SLOT_SIZE: usize = 8192;
 /// Largest body that travels through the slot; larger bodies, and messages
 /// with items, go over the connection socket.
-pub const SLOT_INLINE: usize = 4096 - 256;
+pub const SLOT_INLINE: usize = 3840;
 
 const MAGIC: u32 = u32::from_le_bytes(*b"FRPS");
-const VERSION: u32 = 1;
+/// 2: control words and body share a cache line (1 had them apart).
+pub(crate) const VERSION: u32 = 2;
+
+/// The reply side's page.
+pub(crate) const REPLY_PAGE: usize = 4096;
 
 const OFF_MAGIC: usize = 0;
 const OFF_VERSION: usize = 4;
 const OFF_SIZE: usize = 8;
 pub(crate) const OFF_REQ_SEQ: usize = 64;
-const OFF_REQ_OP: usize = 68;
-const OFF_REQ_LEN: usize = 72;
+pub(crate) const OFF_REQ_OP: usize = 68;
+pub(crate) const OFF_REQ_LEN: usize = 72;
 pub(crate) const OFF_SERVER_SLEEPING: usize = 76;
 pub(crate) const OFF_REQ_SOCK: usize = 80;
 pub(crate) const OFF_CLIENT_CPU: usize = 84;
-pub(crate) const OFF_REP_SEQ: usize = 128;
-const OFF_REP_OP: usize = 132;
-const OFF_REP_LEN: usize = 136;
-const OFF_REP_VIA: usize = 140;
-pub(crate) const OFF_CLIENT_SLEEPING: usize = 144;
-pub(crate) const OFF_SERVER_CPU: usize = 148;
-pub(crate) const OFF_PROBE: usize = 192;
-const OFF_REQ_DATA: usize = 256;
-const OFF_REP_DATA: usize = 4096 + 256;
+pub(crate) const OFF_REP_SEQ: usize = REPLY_PAGE + 64;
+pub(crate) const OFF_REP_OP: usize = REPLY_PAGE + 68;
+pub(crate) const OFF_REP_LEN: usize = REPLY_PAGE + 72;
+pub(crate) const OFF_REP_VIA: usize = REPLY_PAGE + 76;
+pub(crate) const OFF_CLIENT_SLEEPING: usize = REPLY_PAGE + 80;
+pub(crate) const OFF_SERVER_CPU: usize = REPLY_PAGE + 84;
+pub(crate) const OFF_PROBE: usize = 16;
+pub(crate) const OFF_REQ_DATA: usize = 88;
+pub(crate) const OFF_REP_DATA: usize = REPLY_PAGE + 88;
+
+// Each body area fits in its page, after its control words.
+const _: () = assert!(OFF_CLIENT_CPU + 4 <= OFF_REQ_DATA && OFF_REQ_DATA + SLOT_INLINE <= REPLY_PAGE);
+const _: () = assert!(OFF_SERVER_CPU + 4 <= OFF_REP_DATA && OFF_REP_DATA + SLOT_INLINE <= SLOT_SIZE);
 
 /// `client_sleeping`: the client waits on the connection socket (an event
 /// loop), not on the futex: ring its doorbell instead of waking the futex.
@@ -155,8 +168,7 @@ impl Slot {
         if len > SLOT_INLINE {
             return Err(format!("request length {len} exceeds the slot's {SLOT_INLINE} bytes"));
         }
-        let mut body = vec![0u8; len];
-        self.mem.read(OFF_REQ_DATA, &mut body);
+        let body = self.mem.read_vec(OFF_REQ_DATA, len);
         // Seqlock check: the copy is good only if `req_seq` did not move.
         fence(Ordering::Acquire);
         if self.word(OFF_REQ_SEQ).load(Ordering::Relaxed) != seq {
@@ -192,8 +204,7 @@ impl Slot {
         if len > SLOT_INLINE {
             return Err(format!("reply length {len} exceeds the slot's {SLOT_INLINE} bytes"));
         }
-        let mut body = vec![0u8; if via == VIA_SLOT { len } else { 0 }];
-        self.mem.read(OFF_REP_DATA, &mut body);
+        let body = self.mem.read_vec(OFF_REP_DATA, if via == VIA_SLOT { len } else { 0 });
         Ok(Copied { op, via, body })
     }
 

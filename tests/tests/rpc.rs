@@ -447,6 +447,42 @@ fn blocking_server_sleeps_on_futexes() {
     })
 }
 
+/// A blocking server with one client sleeps on that client's request word
+/// alone (`FUTEX_WAIT`, not `futex_waitv`); what arrives on descriptors
+/// meanwhile must still wake it, through its watcher: a call carrying a
+/// right (it travels over the socket), a second client's connection
+/// request at the port, and that client's hang-up.
+#[test]
+fn a_server_asleep_on_its_one_client_still_hears_sockets_and_its_port() {
+    let _guard = shared();
+    common::watchdog("one_slot_sleep", LIMIT, || {
+        let server = start_server("one-slot-sleep", "block", 1);
+        let mut only = Connection::connect(&server.to, opts(Policy::Block)).unwrap();
+        let conns = |c: &mut Connection| u64s(c.call(Message::new(OP_CONNS), Timeout::Infinite).unwrap().body())[0];
+        for round in 0..3 {
+            assert_eq!(only.call(Message::new(OP_ECHO).with_body(*b"warm"), Timeout::Infinite).unwrap().body(), b"warm");
+            // Long enough for the server to be asleep on the one slot.
+            std::thread::sleep(Duration::from_millis(50));
+            let (mut rx, tx) = ferry::port().unwrap();
+            let r = only.call(Message::new(OP_RIGHTS).with_item(tx), Timeout::millis(5_000));
+            assert_eq!(r.expect("a socket call to a server asleep on the slot").body(), b"right-returned", "round {round}");
+            assert_eq!(rx.recv(Timeout::millis(5_000)).unwrap().body(), b"through-right");
+            std::thread::sleep(Duration::from_millis(50));
+            let mut second = Connection::connect(&server.to, ConnectOptions { policy: Policy::Block, timeout: Timeout::millis(5_000) })
+                .expect("a connection to a server asleep on its one slot");
+            assert_eq!(second.call(Message::new(OP_ECHO).with_body(*b"2nd"), Timeout::millis(5_000)).unwrap().body(), b"2nd");
+            assert_eq!(conns(&mut only), 2);
+            drop(second);
+            let start = Instant::now();
+            while conns(&mut only) != 1 {
+                assert!(start.elapsed() < Duration::from_secs(10), "the server never noticed the second client hang up");
+                common::nap();
+            }
+        }
+        server.exit(&mut only);
+    })
+}
+
 /// A client that keeps scribbling on its own slot's request word (the futex
 /// a sleeping server waits on), its request length, the server's sleeping
 /// flag and the socket-request word cannot stall a blocking server: another

@@ -3,6 +3,7 @@
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use super::frame::{self, Incoming};
 use super::policy;
@@ -25,8 +26,10 @@ pub(super) struct Conn {
     pub(super) sock: OwnedFd,
     /// The socket's identity, to refuse its own receive right in frames.
     pub(super) identity: (u64, u64),
-    /// The mapped slot; `None` for a socket-only connection.
-    pub(super) slot: Option<Slot>,
+    /// The mapped slot; `None` for a socket-only connection. Shared with
+    /// the watcher while the server thread sleeps on this slot's request
+    /// word alone (see `RpcServer::sleep_on_futexes`).
+    pub(super) slot: Option<Arc<Slot>>,
     /// The last request sequence number taken from the slot.
     pub(super) last_req: u32,
     /// The last value of the slot's `req_sock` word seen.

@@ -342,11 +342,25 @@ impl RpcServer {
         Err(RpcError::Timeout)
     }
 
-    /// One `futex_waitv` on the watcher's generation (still `gen`) and on
-    /// the request word of every idle slot (still the last request taken).
-    /// A client that changes its word at any time only wakes this thread,
-    /// which then scans; it cannot keep others' requests from being seen.
+    /// Sleeps until a request or a descriptor event (or the deadline).
+    ///
+    /// With one idle slot (one client, the case where a call's latency is
+    /// the whole story) the thread sleeps with a plain `FUTEX_WAIT` on that
+    /// slot's request word, and the watcher, which shares the slot while
+    /// the thread sleeps, wakes the same word for descriptor events: a
+    /// multi-word `futex_waitv` costs about half a microsecond more per
+    /// sleep (`docs/rpc.md`). With more, one `futex_waitv` on the watcher's
+    /// generation (still `gen`) and on the request word of every idle slot
+    /// (still the last request taken). Either way a client that changes its
+    /// word at any time only wakes this thread, which then scans; it cannot
+    /// keep others' requests from being seen.
     fn sleep_on_futexes(&mut self, gen: u32, deadline: Option<Instant>) -> Result<(), RpcError> {
+        let mut idle = self.conns.iter().filter(|c| !c.dead && c.busy.is_none() && c.slot.is_some());
+        if let (Some(only), None) = (idle.next(), idle.next()) {
+            let slot = only.slot.clone().expect("filtered on a slot");
+            let expected = only.last_req;
+            return self.sleep_on_one(slot, expected, gen, deadline);
+        }
         let watch = self.watcher.shared();
         let gen_word = AnyWord { word: &watch.gen, expected: gen, private: true };
         let slots = self.conns.iter().filter(|c| !c.dead && c.busy.is_none()).filter_map(|c| {
@@ -363,6 +377,33 @@ impl RpcServer {
             }
             Err(e) => Err(RpcError::Io(io_err(e))),
         }
+    }
+
+    /// The one-slot sleep of [`sleep_on_futexes`](Self::sleep_on_futexes):
+    /// hands the watcher the slot, checks the generation once more (the
+    /// watcher bumps it before it looks for a sleeper, the lock orders the
+    /// two), and waits while the request word still holds `expected`.
+    fn sleep_on_one(&mut self, slot: Arc<Slot>, expected: u32, gen: u32, deadline: Option<Instant>) -> Result<(), RpcError> {
+        let watch = self.watcher.shared();
+        watch.set_sleeper(Some(slot.clone()));
+        let out = if watch.gen.load(Ordering::SeqCst) != gen || !watch.running() {
+            Ok(())
+        } else {
+            let timeout = match deadline {
+                Some(d) => match d.checked_duration_since(Instant::now()) {
+                    Some(left) if !left.is_zero() => Some(left),
+                    _ => {
+                        watch.set_sleeper(None);
+                        return Ok(());
+                    }
+                },
+                None => None,
+            };
+            policy::count_futex_wait();
+            futex::wait(slot.word(slot::OFF_REQ_SEQ), expected, timeout).map(|_| ()).map_err(|e| RpcError::Io(io_err(e)))
+        };
+        watch.set_sleeper(None);
+        out
     }
 
     /// Whether the client of connection `id` still sleeps (false once it is
@@ -509,7 +550,7 @@ impl RpcServer {
             }
         };
         let slot = match hello.slot.map(Slot::open).transpose() {
-            Ok(s) => s,
+            Ok(s) => s.map(Arc::new),
             Err(_) => return,
         };
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);

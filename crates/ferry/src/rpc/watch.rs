@@ -2,13 +2,14 @@
 //! connection sockets while that server thread sleeps on futexes.
 //!
 //! A sleeping server thread waits with one `futex_waitv` on the request
-//! word of every idle slot, so a client wakes it with a plain `FUTEX_WAKE`,
-//! the cheapest wake-up there is. A futex cannot be waited on together with
+//! word of every idle slot (or, with one idle slot, a plain `FUTEX_WAIT` on
+//! its word), so a client wakes it with a plain `FUTEX_WAKE`, the cheapest
+//! wake-up there is. A futex cannot be waited on together with
 //! descriptors, though, and the port (new connections), socket-path requests
 //! and hang-ups are descriptor events. The watcher turns them into a futex
 //! event: it sleeps in `epoll_wait` on the server's `epoll` set, and when
 //! that reports anything it bumps `gen` (one more futex the server waits
-//! on), wakes it, and waits until the server has looked at its sockets and
+//! on), wakes it (on `gen`, and on the one slot's word if it sleeps there), and waits until the server has looked at its sockets and
 //! acknowledged that generation before it waits in `epoll` again (the set is
 //! level-triggered, so it would otherwise report the same events at once).
 //! It consumes nothing itself: the server thread does every read.
@@ -21,10 +22,11 @@
 
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use super::policy;
+use super::slot::{Slot, OFF_REQ_SEQ};
 use crate::sys::futex;
 use crate::sys::wait::{Bell, Epoll, Interest};
 
@@ -43,6 +45,11 @@ pub(super) struct Shared {
     /// Set when the server is dropped (or the watcher failed): no more
     /// reports.
     stop: AtomicBool,
+    /// The slot whose request word the server thread sleeps on alone
+    /// (`FUTEX_WAIT`, one client), if it does: the watcher wakes that word
+    /// too when it reports. Held only while the thread sleeps, so the slot
+    /// stays mapped for the watcher's wake.
+    sleeper: Mutex<Option<Arc<Slot>>>,
 }
 
 impl Shared {
@@ -59,6 +66,28 @@ impl Shared {
     /// Whether the watcher still runs (the server may sleep on futexes).
     pub(super) fn running(&self) -> bool {
         !self.stop.load(Ordering::Acquire)
+    }
+
+    /// The server thread is about to sleep on `slot`'s request word alone
+    /// (`Some`), or is awake again (`None`). It sets the sleeper before it
+    /// checks `gen` a last time, and the watcher bumps `gen` before it
+    /// takes the sleeper, both under this lock: either the thread sees the
+    /// new generation, or the watcher sees the sleeper and wakes it.
+    pub(super) fn set_sleeper(&self, slot: Option<Arc<Slot>>) {
+        *self.sleeper.lock().unwrap_or_else(|e| e.into_inner()) = slot;
+    }
+
+    /// Bumps the generation and wakes the server thread, wherever it
+    /// sleeps: on the generation (with its slots) or on one slot's word.
+    fn report(&self) -> u32 {
+        let g = self.gen.fetch_add(1, Ordering::SeqCst).wrapping_add(1);
+        policy::count_wake();
+        let _ = futex::wake_private(&self.gen);
+        if let Some(slot) = self.sleeper.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            policy::count_wake();
+            let _ = futex::wake(slot.word(OFF_REQ_SEQ));
+        }
+        g
     }
 
     /// The server has looked at its sockets after reading `gen` as `g`:
@@ -122,9 +151,7 @@ fn run(epoll: &Epoll, s: &Shared) {
         if events.is_empty() {
             continue;
         }
-        let g = s.gen.fetch_add(1, Ordering::AcqRel).wrapping_add(1);
-        policy::count_wake();
-        let _ = futex::wake_private(&s.gen);
+        let g = s.report();
         loop {
             let a = s.acked.load(Ordering::Acquire);
             if a == g || !s.running() {
@@ -139,6 +166,5 @@ fn run(epoll: &Epoll, s: &Shared) {
     // The server must not sleep on futexes alone any more: it falls back to
     // waiting in epoll itself.
     s.stop.store(true, Ordering::Release);
-    s.gen.fetch_add(1, Ordering::AcqRel);
-    let _ = futex::wake_private(&s.gen);
+    s.report();
 }

@@ -838,7 +838,7 @@ pub fn rpc_slot(data: &[u8]) {
             let seq = s.request_seq();
             assert_eq!(seq, word(slot::OFF_REQ_SEQ));
             let (req_len, rep_len, via) = (word(slot::OFF_REQ_LEN) as usize, word(slot::OFF_REP_LEN) as usize, word(slot::OFF_REP_VIA));
-            match s.take_request(seq) {
+            match s.take_request(seq, Vec::new()) {
                 Ok(Some(c)) => {
                     assert!(req_len <= slot::SLOT_INLINE);
                     assert_eq!((c.op, c.body.len()), (word(slot::OFF_REQ_OP), req_len));
@@ -847,7 +847,7 @@ pub fn rpc_slot(data: &[u8]) {
                 Ok(None) => panic!("a request nobody changed read as replaced"),
                 Err(_) => assert!(req_len > slot::SLOT_INLINE, "a good request was refused"),
             }
-            match s.take_reply() {
+            match s.take_reply(Vec::new()) {
                 Ok(c) => {
                     assert!(rep_len <= slot::SLOT_INLINE && [slot::VIA_SLOT, slot::VIA_SOCKET, slot::VIA_TOO_LARGE].contains(&via));
                     let want = if via == slot::VIA_SLOT { rep_len } else { 0 };

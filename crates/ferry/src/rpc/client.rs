@@ -268,11 +268,20 @@ impl Inner {
         })
     }
 
+    /// A call that owns its request: on the fast path the reply is copied
+    /// into the request's buffer, which is no longer needed once the
+    /// request is in the slot (one allocation less per call).
     fn call(&mut self, mut req: Message, timeout: Timeout) -> Result<Message, RpcError> {
-        self.call_reusing(&mut req, timeout)
+        self.call_inner(&mut req, timeout, true)
     }
 
     fn call_reusing(&mut self, req: &mut Message, timeout: Timeout) -> Result<Message, RpcError> {
+        self.call_inner(req, timeout, false)
+    }
+
+    /// `recycle`: the caller does not want `req` back, so its body buffer
+    /// may carry the reply.
+    fn call_inner(&mut self, req: &mut Message, timeout: Timeout, recycle: bool) -> Result<Message, RpcError> {
         if self.sock.is_none() {
             return Err(RpcError::PeerDead);
         }
@@ -282,7 +291,7 @@ impl Inner {
         let deadline = timeout.deadline();
         let fits = !req.has_reply() && req.items().is_empty() && req.body().len() <= SLOT_INLINE;
         let out = if fits && self.slot.is_some() {
-            self.slot_call(seq, req, deadline)
+            self.slot_call(seq, req, deadline, recycle)
         } else {
             self.socket_call(seq, std::mem::take(req), deadline)
         };
@@ -314,7 +323,7 @@ impl Inner {
         if slot.reply_seq() != seq {
             return None;
         }
-        match slot.take_reply() {
+        match slot.take_reply(Vec::new()) {
             Ok(c) if c.via == slot::VIA_SLOT => Some(Ok(Message::new(c.op).with_body(c.body))),
             Ok(c) if c.via == slot::VIA_TOO_LARGE => Some(Err(RpcError::ReplyTooLarge)),
             Ok(_) => None,
@@ -349,7 +358,7 @@ impl Inner {
         self.sock.as_ref().expect("checked open at the start of the call").as_fd()
     }
 
-    fn slot_call(&mut self, seq: u32, req: &Message, deadline: Option<Instant>) -> Result<Message, RpcError> {
+    fn slot_call(&mut self, seq: u32, req: &mut Message, deadline: Option<Instant>, recycle: bool) -> Result<Message, RpcError> {
         let mut st = ClientStamps { start: probe::now(), ..Default::default() };
         let slot = &self.slot.as_ref().expect("slot path needs a slot").0;
         let my_cpu = if self.policy == Policy::Adaptive { policy::cpu_tag() } else { 0 };
@@ -372,7 +381,8 @@ impl Inner {
         self.wait_slot(seq, deadline, rang, my_cpu)?;
         st.seen = probe::now();
         let slot = &self.slot.as_ref().expect("slot path needs a slot").0;
-        let copied = slot.take_reply().map_err(RpcError::protocol)?;
+        let buf = if recycle { std::mem::take(req.body_mut()) } else { Vec::new() };
+        let copied = slot.take_reply(buf).map_err(RpcError::protocol)?;
         if copied.via == slot::VIA_SOCKET {
             return self.recv_reply(seq, deadline);
         }

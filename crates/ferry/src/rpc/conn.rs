@@ -88,7 +88,9 @@ pub(super) fn drain(c: &mut Conn, buf: &mut [u8], after_doorbell_stop: bool) {
 /// slot, or over the socket), so its call fails with
 /// [`RpcError::ReplyTooLarge`] and the connection stays usable; the result
 /// is then `Err(TooLarge)` with `Conn::dead` still false.
-pub(super) fn send_reply(c: &mut Conn, seq: u32, via_slot: bool, mut msg: Message) -> Result<bool, RpcError> {
+/// `spare`: where a slot reply's body buffer is left for the server's next
+/// request (when it is no larger than a slot body needs).
+pub(super) fn send_reply(c: &mut Conn, seq: u32, via_slot: bool, mut msg: Message, spare: &mut Vec<u8>) -> Result<bool, RpcError> {
     let reply_right = msg.take_reply();
     let fits = reply_right.is_none() && msg.items().is_empty() && msg.body().len() <= SLOT_INLINE;
     if let Some(r) = reply_right {
@@ -110,6 +112,9 @@ pub(super) fn send_reply(c: &mut Conn, seq: u32, via_slot: bool, mut msg: Messag
     if fits {
         probe::server_stamp(slot, 1);
         slot.put_reply(seq, msg.op(), msg.body(), slot::VIA_SLOT);
+        if msg.body_mut().capacity() <= 2 * SLOT_INLINE {
+            *spare = std::mem::take(msg.body_mut());
+        }
     } else {
         match frame::send_framed(c.sock.as_fd(), RPC_SOCKET_REPLY, seq, msg) {
             Ok(()) => slot.put_reply(seq, 0, &[], slot::VIA_SOCKET),

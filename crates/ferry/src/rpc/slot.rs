@@ -159,16 +159,18 @@ impl Slot {
         self.word(OFF_REQ_SEQ).load(Ordering::Acquire)
     }
 
-    /// Server: copies out the request published under `seq`, then checks it.
-    /// `Ok(None)` when the client replaced it while it was being copied (the
-    /// client gave up on it: it is dropped without a reply).
-    pub(crate) fn take_request(&self, seq: u32) -> Result<Option<Copied>, String> {
+    /// Server: copies out the request published under `seq` (into `buf`'s
+    /// allocation when it is large enough), then checks it. `Ok(None)` when
+    /// the client replaced it while it was being copied (the client gave up
+    /// on it: it is dropped without a reply).
+    pub(crate) fn take_request(&self, seq: u32, mut buf: Vec<u8>) -> Result<Option<Copied>, String> {
         let op = self.word(OFF_REQ_OP).load(Ordering::Relaxed);
         let len = self.word(OFF_REQ_LEN).load(Ordering::Relaxed) as usize;
         if len > SLOT_INLINE {
             return Err(format!("request length {len} exceeds the slot's {SLOT_INLINE} bytes"));
         }
-        let body = self.mem.read_vec(OFF_REQ_DATA, len);
+        self.mem.read_into(OFF_REQ_DATA, len, &mut buf);
+        let body = buf;
         // Seqlock check: the copy is good only if `req_seq` did not move.
         fence(Ordering::Acquire);
         if self.word(OFF_REQ_SEQ).load(Ordering::Relaxed) != seq {
@@ -193,8 +195,9 @@ impl Slot {
     }
 
     /// Client: copies out the reply published under the current `rep_seq`
-    /// and checks its length and path marker.
-    pub(crate) fn take_reply(&self) -> Result<Copied, String> {
+    /// (into `buf`'s allocation when it is large enough) and checks its
+    /// length and path marker.
+    pub(crate) fn take_reply(&self, mut buf: Vec<u8>) -> Result<Copied, String> {
         let op = self.word(OFF_REP_OP).load(Ordering::Relaxed);
         let len = self.word(OFF_REP_LEN).load(Ordering::Relaxed) as usize;
         let via = self.word(OFF_REP_VIA).load(Ordering::Relaxed);
@@ -204,7 +207,8 @@ impl Slot {
         if len > SLOT_INLINE {
             return Err(format!("reply length {len} exceeds the slot's {SLOT_INLINE} bytes"));
         }
-        let body = self.mem.read_vec(OFF_REP_DATA, if via == VIA_SLOT { len } else { 0 });
+        self.mem.read_into(OFF_REP_DATA, if via == VIA_SLOT { len } else { 0 }, &mut buf);
+        let body = buf;
         Ok(Copied { op, via, body })
     }
 

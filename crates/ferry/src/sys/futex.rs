@@ -248,25 +248,27 @@ impl SharedWords {
     }
 
     /// Copies `len` bytes starting at byte offset `off` (8-aligned) out of
-    /// the shared memory into a new vector. Torn copies as for
-    /// [`read`](Self::read).
-    pub fn read_vec(&self, off: usize, len: usize) -> Vec<u8> {
+    /// the shared memory into `buf`, replacing its contents; `buf`'s
+    /// allocation is reused when it is large enough (a receiver that hands
+    /// back the last body it was given allocates nothing). Torn copies as
+    /// for [`read`](Self::read).
+    pub fn read_into(&self, off: usize, len: usize, buf: &mut Vec<u8>) {
+        buf.clear();
+        buf.reserve(len);
         #[cfg(target_arch = "x86_64")]
         {
             let src = self.bytes(off, len);
-            let mut v = Vec::with_capacity(len);
             // SAFETY: `src` is `len` bytes of our mapping (checked); the
-            // vector's buffer has room for `len` bytes and is private.
-            unsafe { block_copy(src, v.as_mut_ptr(), len) };
-            // SAFETY: the copy above initialised all `len` bytes.
-            unsafe { v.set_len(len) };
-            v
+            // vector's buffer has room for `len` bytes (reserved above)
+            // and is private.
+            unsafe { block_copy(src, buf.as_mut_ptr(), len) };
+            // SAFETY: the copy above initialised the first `len` bytes.
+            unsafe { buf.set_len(len) };
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
-            let mut v = vec![0u8; len];
-            self.read(off, &mut v);
-            v
+            buf.resize(len, 0);
+            self.read(off, buf);
         }
     }
 
@@ -414,8 +416,11 @@ mod tests {
                 let mut back = vec![0u8; len];
                 other.read(off, &mut back);
                 assert_eq!(back, src, "read of {len} bytes at {off}");
-                assert_eq!(other.read_vec(off, len), src, "read_vec of {len} bytes at {off}");
-                let all = other.read_vec(0, LEN);
+                let mut into = vec![7u8; (len * 3) % 50];
+                other.read_into(off, len, &mut into);
+                assert_eq!(into, src, "read_into of {len} bytes at {off}");
+                let mut all = Vec::new();
+                other.read_into(0, LEN, &mut all);
                 assert!(all[..off].iter().all(|&b| b == 0xA5), "a write of {len} at {off} touched bytes before it");
                 // Elsewhere than x86-64 a partial last word is zero-padded.
                 let end = if cfg!(target_arch = "x86_64") { off + len } else { off + len.div_ceil(8) * 8 };

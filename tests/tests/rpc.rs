@@ -246,10 +246,7 @@ fn client_killed_server_keeps_serving() {
             let mut line = String::new();
             out.read_line(&mut line).unwrap();
             assert_eq!(line.trim(), "connected");
-            let conns = |c: &mut Connection| {
-                u64s(c.call(Message::new(OP_CONNS), Timeout::Infinite).unwrap().body())[0]
-            };
-            assert_eq!(conns(&mut mine), 2);
+            assert_eq!(connections_held(&mut mine), 2);
             line.clear();
             out.read_line(&mut line).unwrap();
             assert_eq!(line.trim(), "calling");
@@ -257,7 +254,7 @@ fn client_killed_server_keeps_serving() {
             victim.kill().unwrap();
             victim.wait().unwrap();
             // The server finishes the dead client's call, then must notice.
-            while conns(&mut mine) != 1 {
+            while connections_held(&mut mine) != 1 {
                 common::nap();
             }
             let r = mine.call(Message::new(OP_ECHO).with_body(*b"alive"), Timeout::Infinite).unwrap();
@@ -304,7 +301,7 @@ fn hostile_client_breaks_only_itself() {
                 let r = good.call(Message::new(OP_ECHO).with_body(i.to_le_bytes()), Timeout::Infinite).unwrap();
                 assert_eq!(r.body(), i.to_le_bytes());
             }
-            let n = u64s(good.call(Message::new(OP_CONNS), Timeout::Infinite).unwrap().body())[0];
+            let n = connections_held(&mut good);
             assert_eq!(n, 1);
             server.exit(&mut good);
         }
@@ -341,6 +338,11 @@ fn garbage_reply_is_a_protocol_error() {
         assert_eq!(other.call(Message::new(OP_ECHO).with_body(*b"ok"), Timeout::Infinite).unwrap().body(), b"ok");
         server.exit(&mut other);
     })
+}
+
+/// How many connections the test server holds.
+fn connections_held(c: &mut Connection) -> u64 {
+    u64s(c.call(Message::new(OP_CONNS), Timeout::Infinite).unwrap().body())[0]
 }
 
 fn server_stats(c: &mut Connection) -> RpcStats {
@@ -458,7 +460,6 @@ fn a_server_asleep_on_its_one_client_still_hears_sockets_and_its_port() {
     common::watchdog("one_slot_sleep", LIMIT, || {
         let server = start_server("one-slot-sleep", "block", 1);
         let mut only = Connection::connect(&server.to, opts(Policy::Block)).unwrap();
-        let conns = |c: &mut Connection| u64s(c.call(Message::new(OP_CONNS), Timeout::Infinite).unwrap().body())[0];
         for round in 0..3 {
             assert_eq!(only.call(Message::new(OP_ECHO).with_body(*b"warm"), Timeout::Infinite).unwrap().body(), b"warm");
             // Long enough for the server to be asleep on the one slot.
@@ -471,10 +472,10 @@ fn a_server_asleep_on_its_one_client_still_hears_sockets_and_its_port() {
             let mut second = Connection::connect(&server.to, ConnectOptions { policy: Policy::Block, timeout: Timeout::millis(5_000) })
                 .expect("a connection to a server asleep on its one slot");
             assert_eq!(second.call(Message::new(OP_ECHO).with_body(*b"2nd"), Timeout::millis(5_000)).unwrap().body(), b"2nd");
-            assert_eq!(conns(&mut only), 2);
+            assert_eq!(connections_held(&mut only), 2);
             drop(second);
             let start = Instant::now();
-            while conns(&mut only) != 1 {
+            while connections_held(&mut only) != 1 {
                 assert!(start.elapsed() < Duration::from_secs(10), "the server never noticed the second client hang up");
                 common::nap();
             }
@@ -549,7 +550,7 @@ fn more_connections_than_one_futex_wait_use_the_doorbell() {
         let d = server_stats(&mut conns[0]).since(&before);
         eprintln!("server over 390 blocking calls on 130 connections: {d:?}");
         assert!(d.socket_ops > 0, "no doorbell was read: {d:?}");
-        let n = u64s(conns[0].call(Message::new(OP_CONNS), Timeout::Infinite).unwrap().body())[0];
+        let n = connections_held(&mut conns[0]);
         assert_eq!(n, 130);
         let mut last = conns.pop().unwrap();
         drop(conns);
@@ -713,11 +714,10 @@ fn no_descriptor_or_mapping_leaks() {
         let server = start_server("leaks", "adaptive", 1);
         let mut mine = Connection::connect(&server.to, opts(Policy::Block)).unwrap();
         let server_fds = |c: &mut Connection| u64s(c.call(Message::new(OP_FDS), Timeout::Infinite).unwrap().body());
-        let conns = |c: &mut Connection| u64s(c.call(Message::new(OP_CONNS), Timeout::Infinite).unwrap().body())[0];
         let before = server_fds(&mut mine);
         let out = common::finish(common::spawn_peer(&bootstrap(), "rpc-fds", &["leaks"]));
         eprintln!("client: {}", out.trim());
-        while conns(&mut mine) != 1 {
+        while connections_held(&mut mine) != 1 {
             common::nap();
         }
         let after = server_fds(&mut mine);

@@ -389,7 +389,7 @@ impl RpcServer {
     /// hands the watcher the slot, checks the generation once more (the
     /// watcher bumps it before it looks for a sleeper, the lock orders the
     /// two), and waits while the request word still holds `expected`.
-    fn sleep_on_one(&mut self, slot: Arc<Slot>, expected: u32, gen: u32, deadline: Option<Instant>) -> Result<(), RpcError> {
+    fn sleep_on_one(&self, slot: Arc<Slot>, expected: u32, gen: u32, deadline: Option<Instant>) -> Result<(), RpcError> {
         let watch = self.watcher.shared();
         watch.set_sleeper(Some(slot.clone()));
         let out = if watch.gen.load(Ordering::SeqCst) != gen || !watch.running() {

@@ -9,8 +9,9 @@
 //! and hang-ups are descriptor events. The watcher turns them into a futex
 //! event: it sleeps in `epoll_wait` on the server's `epoll` set, and when
 //! that reports anything it bumps `gen` (one more futex the server waits
-//! on), wakes it (on `gen`, and on the one slot's word if it sleeps there), and waits until the server has looked at its sockets and
-//! acknowledged that generation before it waits in `epoll` again (the set is
+//! on), wakes it (on `gen`, and on the one slot's word if it sleeps there),
+//! and waits until the server has looked at its sockets and acknowledged
+//! that generation before it waits in `epoll` again (the set is
 //! level-triggered, so it would otherwise report the same events at once).
 //! It consumes nothing itself: the server thread does every read.
 //!

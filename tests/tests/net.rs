@@ -71,6 +71,45 @@ fn lookup_send_and_reply_through_a_send_once_right() {
     });
 }
 
+/// Replies through many send-once rights at once: fifty requests, each with
+/// a send-once right to a port of its own, are answered in the reverse
+/// order they came in; every reply reaches its own port and no other (the
+/// one message of every send-once right shares one stream of the link).
+#[test]
+fn many_replies_in_flight_each_reach_their_own_send_once_right() {
+    watchdog("many_replies_in_flight_each_reach_their_own_send_once_right", LIMIT, || {
+        let (a, b) = pair();
+        let (mut srv, to_srv) = ferry::port().unwrap();
+        a.export("echo", to_srv);
+        let echo = b.lookup("echo@a").unwrap();
+        let mut callers = Vec::new();
+        for i in 0u32..50 {
+            let (mut rx, keep) = ferry::port().unwrap();
+            let once = rx.make_send_once().unwrap();
+            echo.send(Message::new(1).with_body(i.to_le_bytes()).with_reply(once), WAIT).unwrap();
+            callers.push((rx, keep));
+        }
+        let mut requests: Vec<Message> = (0..50).map(|_| srv.recv(WAIT).unwrap()).collect();
+        while let Some(mut req) = requests.pop() {
+            let Some(Reply::SendOnce(r)) = req.take_reply() else { panic!("a request lost its send-once right") };
+            let body = req.body().to_vec();
+            r.send(Message::new(2).with_body(body), WAIT).unwrap();
+        }
+        for (i, (rx, _keep)) in callers.iter_mut().enumerate() {
+            let got = rx.recv(WAIT).unwrap();
+            assert_eq!((got.op(), got.body()), (2, &(i as u32).to_le_bytes()[..]), "caller {i} got another's reply");
+            assert!(matches!(rx.recv(Timeout::millis(20)), Err(RecvError::Timeout)), "caller {i} got two replies");
+        }
+        // And the link still carries ordinary messages afterwards.
+        let (mut me, _keep) = ferry::port().unwrap();
+        echo.send(Message::new(3).with_reply(me.make_send_once().unwrap()), WAIT).unwrap();
+        let mut req = srv.recv(WAIT).unwrap();
+        let Some(Reply::SendOnce(r)) = req.take_reply() else { panic!("no send-once right") };
+        r.send(Message::new(4), WAIT).unwrap();
+        assert_eq!(me.recv(WAIT).unwrap().op(), 4);
+    });
+}
+
 #[test]
 fn messages_on_one_port_arrive_in_order() {
     watchdog("messages_on_one_port_arrive_in_order", LIMIT, || {

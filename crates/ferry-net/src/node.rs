@@ -726,8 +726,20 @@ impl Conn {
                         let _ = r.send(m).await;
                     }
                     Target::Once(r) => {
-                        let t = sh.config.op_timeout;
-                        let _ = tokio::task::spawn_blocking(move || r.send(m, Timeout::After(t))).await;
+                        // A send-once right's socket holds exactly one
+                        // message, so the send almost never has to wait:
+                        // try it here, and only hand a send that must wait
+                        // to a blocking thread (a hop between threads costs
+                        // more than the send).
+                        // It is not awaited: the stream the message came
+                        // on carries other send-once rights' messages too.
+                        if let Err(failed) = r.send(m, Timeout::Zero) {
+                            let (err, m, r) = failed.into_parts();
+                            if matches!(err, ferry::SendError::QueueFull | ferry::SendError::Timeout) {
+                                let t = sh.config.op_timeout;
+                                drop(tokio::task::spawn_blocking(move || r.send(m, Timeout::After(t))));
+                            }
+                        }
                     }
                 }
             }
@@ -1021,6 +1033,25 @@ fn make_proxy(c: &Arc<Conn>, st: &mut State, import: u64, once: bool) -> io::Res
     Ok(item)
 }
 
+/// The key in `State::streams` of the stream that carries messages for
+/// import `import`. A port's messages share one stream (in order, and a
+/// slow port holds up only its own stream); the one message of each
+/// send-once right (a reply, usually) goes on one stream the link keeps for
+/// them all. A stream of its own would cost every reply a stream opened,
+/// accepted and finished, and delivery to a send-once right never waits, so
+/// sharing the stream holds no reply up behind another.
+fn stream_key(import: u64, once: bool) -> u64 {
+    if once {
+        ONCE_STREAM
+    } else {
+        import
+    }
+}
+
+/// [`stream_key`] of the stream for send-once rights' messages (no import
+/// id reaches it: ids count up from 1).
+const ONCE_STREAM: u64 = u64::MAX;
+
 /// The task behind one proxy port: forwards its messages to the peer.
 async fn forward(c: Arc<Conn>, mut rx: AsyncReceiveRight, import: u64, once: bool, key: Option<Key>, mut kill: watch::Receiver<bool>) {
     loop {
@@ -1030,7 +1061,7 @@ async fn forward(c: Arc<Conn>, mut rx: AsyncReceiveRight, import: u64, once: boo
         };
         match got {
             Ok(m) => {
-                c.forward_one(import, m).await;
+                c.forward_one(import, once, m).await;
                 if once {
                     return;
                 }
@@ -1067,8 +1098,9 @@ enum Taken {
 
 impl Conn {
     /// Translates one message from a proxy port and sends it on the
-    /// destination's stream.
-    async fn forward_one(self: &Arc<Self>, import: u64, mut m: Message) {
+    /// destination's stream; `once`: the proxy stands for a send-once
+    /// right, whose one message goes on the link's stream for those.
+    async fn forward_one(self: &Arc<Self>, import: u64, once: bool, mut m: Message) {
         let mut outs = Vec::new();
         let mut taken = Vec::new();
         for item in m.take_items() {
@@ -1187,7 +1219,7 @@ impl Conn {
                     _ => {}
                 }
             }
-            (frame, st.streams.get(&import).cloned())
+            (frame, st.streams.get(&stream_key(import, once)).cloned())
         };
         let stream = match stream {
             Some(s) => s,
@@ -1200,7 +1232,7 @@ impl Conn {
                 if st.link.is_closed() {
                     return;
                 }
-                st.streams.entry(import).or_insert(s).clone()
+                st.streams.entry(stream_key(import, once)).or_insert(s).clone()
             }
         };
         let mut s = stream.lock().await;

@@ -1111,8 +1111,9 @@ fn object_seeds() -> Vec<Vec<u8>> {
 fn slot_seeds() -> Vec<Vec<u8>> {
     let mut control = vec![0u8; SLOT_CONTROL];
     control[..12].copy_from_slice(&SLOT_HEADER);
-    // Offsets in the slot, as offsets in the input's control words.
-    let at = |off: usize| if off < slot::OFF_REQ_DATA { off } else { off - (slot::REPLY_PAGE) };
+    // Offsets in the slot, as offsets in the input's control words (the
+    // reply page's words follow the request page's `OFF_REQ_DATA` bytes).
+    let at = |off: usize| if off < slot::OFF_REQ_DATA { off } else { off - slot::REPLY_PAGE + slot::OFF_REQ_DATA };
     let put = |c: &mut Vec<u8>, off: usize, v: u32| c[at(off)..at(off) + 4].copy_from_slice(&v.to_le_bytes());
     let mut out = Vec::new();
     for (req_len, rep_len, via) in [(0u32, 0u32, 0u32), (5, 7, 0), (5, 7, 1), (3840, 3840, 0), (3841, 1, 0), (1, 1, 2)] {

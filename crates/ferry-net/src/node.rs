@@ -809,10 +809,15 @@ impl Conn {
             Err(e) => return self.protocol_error(&e.to_string()),
         };
         for chunk in map.as_slice()[off..off + n].chunks(1 << 20) {
+            // Counted before the write, so that no byte reaches the fetcher
+            // (and its own count) before it is counted here: both sides'
+            // counters agree whenever the fetch has ended. A chunk that
+            // could not be written is taken back.
+            sh.counters.bytes_served.fetch_add(chunk.len() as u64, Ordering::Relaxed);
             if send.write_all(chunk).await.is_err() {
+                sh.counters.bytes_served.fetch_sub(chunk.len() as u64, Ordering::Relaxed);
                 return;
             }
-            sh.counters.bytes_served.fetch_add(chunk.len() as u64, Ordering::Relaxed);
         }
         let _ = send.finish();
     }

@@ -12,6 +12,7 @@
 //! an access fault, as with any `mmap` of a shared file.
 
 use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -40,7 +41,7 @@ pub struct File {
     writable: bool,
     map_writable: bool,
     /// `O_APPEND`, as opened or as `fcntl(F_SETFL)` last set it.
-    append: std::sync::atomic::AtomicBool,
+    append: AtomicBool,
     window: Mutex<Window>,
     wsize: usize,
 }
@@ -78,7 +79,7 @@ impl File {
             // a write fault through the file system (`page_mkwrite`), which
             // measured 2.9x slower than the system call (docs/emulation.md).
             map_writable: false,
-            append: std::sync::atomic::AtomicBool::new(flags & libc::O_APPEND != 0),
+            append: AtomicBool::new(flags & libc::O_APPEND != 0),
             window: Mutex::new(Window { addr: 0, start: 0, len: 0 }),
             wsize,
         }
@@ -293,7 +294,7 @@ impl File {
             return Err(libc::EBADF);
         }
         let _t = self.token()?;
-        if self.append.load(std::sync::atomic::Ordering::Relaxed) {
+        if self.append.load(Ordering::Relaxed) {
             let n = rustix::io::write(&self.fd, buf).map_err(errno)?;
             let end = rustix::fs::seek(&self.fd, SeekFrom::Current(0)).map_err(errno)?;
             self.page.set_offset(end);
@@ -316,7 +317,7 @@ impl File {
         if pos < 0 {
             return Err(libc::EINVAL);
         }
-        if self.append.load(std::sync::atomic::Ordering::Relaxed) {
+        if self.append.load(Ordering::Relaxed) {
             // Linux appends a pwrite on an O_APPEND file: so does this.
             let _t = self.token()?;
             let n = rustix::io::pwrite(&self.fd, buf, pos as u64).map_err(errno)?;
@@ -331,7 +332,7 @@ impl File {
     /// Follows `fcntl(F_SETFL)` on a descriptor of this open file: whether
     /// writes go to the end.
     pub fn set_append(&self, on: bool) {
-        self.append.store(on, std::sync::atomic::Ordering::Relaxed);
+        self.append.store(on, Ordering::Relaxed);
     }
 
     /// `ioctl(FIONREAD)`: the bytes from the shared offset to the end.

@@ -4,8 +4,9 @@
 //!
 //! The receiving node serves each such region with a ferry pager
 //! ([`ferry::pager::ObjectServer`]) of its own, on its own thread, whose
-//! backing store is the far host: the remote pager (`RemotePager`) answers a fault by
-//! fetching the cluster of pages around it over a QUIC stream of its own
+//! backing store is the far host: the remote pager (`RemotePager`) answers
+//! a fault by fetching the cluster of pages around it over a QUIC stream of
+//! its own
 //! ([`crate::frame::Frame::Fetch`]). The receiving program gets, in place of
 //! the region, a send right to that object server; [`RemoteRegion::open`]
 //! turns it into an ordinary memory object it maps

@@ -728,11 +728,10 @@ impl Conn {
                     Target::Once(r) => {
                         // A send-once right's socket holds exactly one
                         // message, so the send almost never has to wait:
-                        // try it here, and only hand a send that must wait
-                        // to a blocking thread (a hop between threads costs
-                        // more than the send).
-                        // It is not awaited: the stream the message came
-                        // on carries other send-once rights' messages too.
+                        // try it here (a hop to a blocking thread costs more
+                        // than the send), and hand only a send that must wait
+                        // to a blocking thread, not awaited, since the stream
+                        // it came on carries other send-once messages too.
                         if let Err(failed) = r.send(m, Timeout::Zero) {
                             let (err, m, r) = failed.into_parts();
                             if matches!(err, ferry::SendError::QueueFull | ferry::SendError::Timeout) {
@@ -1053,8 +1052,9 @@ fn stream_key(import: u64, once: bool) -> u64 {
     }
 }
 
-/// [`stream_key`] of the stream for send-once rights' messages (no import
-/// id reaches it: ids count up from 1).
+/// [`stream_key`] of the stream for send-once rights' messages. Import ids
+/// are the peer's export ids, which count up from 1; a peer that used this
+/// one would only put that port's messages on the shared stream.
 const ONCE_STREAM: u64 = u64::MAX;
 
 /// The task behind one proxy port: forwards its messages to the peer.

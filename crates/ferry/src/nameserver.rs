@@ -56,7 +56,8 @@ const ACCEPT_PAUSE: Duration = Duration::from_secs(1);
 const QUIET_FOR: Duration = Duration::from_secs(30);
 
 /// What a name server lets each user make it hold. Exceeding a budget is a
-/// typed error for that request ([`NameError::LimitReached`](crate::NameError::LimitReached)); everyone
+/// typed error for that request
+/// ([`NameError::LimitReached`](crate::NameError::LimitReached)); everyone
 /// else is served as before.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {

@@ -22,8 +22,9 @@ use ferry_net::{Identity, Node, NodeConfig, Peer};
 ///
 /// Names given with --export can be looked up by trusted peers as NAME@ME
 /// (ME: the name they trust this host under); names given with --import
-/// NAME@HOST are looked up at HOST and registered here as proxy ports. The local name server is found
-/// as every ferry program finds it ($FERRY_BOOTSTRAP). Make this host's
+/// NAME@HOST are looked up at HOST and registered here as proxy ports. The
+/// local name server is found as every ferry program finds it
+/// ($FERRY_BOOTSTRAP). Make this host's
 /// certificate and key once with --gen-identity DIR.
 #[derive(Debug, Parser)]
 #[command(name = "ferry-netd", version, about, long_about)]
@@ -41,8 +42,8 @@ struct Args {
     /// Link to trusted peer HOST at ADDR at start (repeatable).
     #[arg(long = "peer", value_name = "HOST=ADDR", value_parser = parse_peer)]
     peers: Vec<(String, SocketAddr)>,
-    /// Let trusted peers look up the local name NAME as NAME@ME (ME: the name they
-    /// trust this host under; repeatable).
+    /// Let trusted peers look up the local name NAME as NAME@ME (ME: the
+    /// name they trust this host under; repeatable).
     #[arg(long = "export", value_name = "NAME")]
     exports: Vec<String>,
     /// Look NAME up at HOST and register the proxy here as NAME@HOST

@@ -103,7 +103,8 @@ typed_right!(ReceiveOf, ReceiveRight, Receive, "receive_right");
 
 /// A region sent by value ([`Mode::Copy`] or [`Mode::Move`]): sealed memory
 /// the sender can no longer change. Make one with
-/// [`Region::by_copy`](crate::Region::by_copy), [`Region::by_move`](crate::Region::by_move) or
+/// [`Region::by_copy`](crate::Region::by_copy),
+/// [`Region::by_move`](crate::Region::by_move) or
 /// [`RegionItem::copied_from`].
 #[derive(Debug)]
 pub struct ByValue(pub RegionItem);

@@ -314,7 +314,7 @@ impl RpcServer {
     fn sleep(&mut self, deadline: Option<std::time::Instant>) -> Result<(), RpcError> {
         let watch = self.watcher.shared();
         let gen = watch.gen.load(Ordering::SeqCst);
-        let idle = self.conns.iter().filter(|c| !c.dead && c.busy.is_none() && c.slot.is_some()).count();
+        let idle = self.idle_slots().count();
         let on_futex = self.waitv && watch.running() && idle < futex::WAIT_ANY_MAX;
         if on_futex && gen != watch.acked() {
             // Events already reported: look instead of sleeping.
@@ -361,17 +361,19 @@ impl RpcServer {
     /// word at any time only wakes this thread, which then scans; it cannot
     /// keep others' requests from being seen.
     fn sleep_on_futexes(&mut self, gen: u32, deadline: Option<Instant>) -> Result<(), RpcError> {
-        let mut idle = self.conns.iter().filter(|c| !c.dead && c.busy.is_none() && c.slot.is_some());
-        if let (Some(only), None) = (idle.next(), idle.next()) {
-            let slot = only.slot.clone().expect("filtered on a slot");
-            let expected = only.last_req;
+        let one = {
+            let mut idle = self.idle_slots();
+            match (idle.next(), idle.next()) {
+                (Some((only, slot)), None) => Some((slot.clone(), only.last_req)),
+                _ => None,
+            }
+        };
+        if let Some((slot, expected)) = one {
             return self.sleep_on_one(slot, expected, gen, deadline);
         }
         let watch = self.watcher.shared();
         let gen_word = AnyWord { word: &watch.gen, expected: gen, private: true };
-        let slots = self.conns.iter().filter(|c| !c.dead && c.busy.is_none()).filter_map(|c| {
-            c.slot.as_ref().map(|s| AnyWord { word: s.word(slot::OFF_REQ_SEQ), expected: c.last_req, private: false })
-        });
+        let slots = self.idle_slots().map(|(c, s)| AnyWord { word: s.word(slot::OFF_REQ_SEQ), expected: c.last_req, private: false });
         let words = std::iter::once(gen_word).chain(slots);
         policy::count_futex_wait();
         match futex::wait_any(words, deadline) {
@@ -410,6 +412,12 @@ impl RpcServer {
         };
         watch.set_sleeper(None);
         out
+    }
+
+    /// The live connections with a slot and no request in service: the
+    /// ones whose request words a sleeping thread waits on.
+    fn idle_slots(&self) -> impl Iterator<Item = (&Conn, &Arc<Slot>)> {
+        self.conns.iter().filter(|c| !c.dead && c.busy.is_none()).filter_map(|c| c.slot.as_ref().map(|s| (c, s)))
     }
 
     /// Whether the client of connection `id` still sleeps (false once it is

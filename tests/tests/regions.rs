@@ -428,6 +428,44 @@ fn region_api_in_process() {
     assert_eq!(err.region.copy_out(64 << 20).unwrap(), vec![5u8; 5000]);
 }
 
+/// `Region::write_at` writes a fresh region through its memfd and a sent
+/// one through its private mapping: the writer sees every write, a
+/// receiver by copy only what was there when it was sent, and a write
+/// that would end past the region is refused whole.
+#[test]
+fn write_at_fills_a_region_and_never_reaches_a_receiver_by_copy() {
+    let _s = serial();
+    let len = 3 * 4096 + 100;
+    let mut r = Region::new(len).unwrap();
+    let pattern: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+    // Pieces that straddle page boundaries, written out of order.
+    for (at, n) in [(4000, 5000), (0, 4000), (9000, len - 9000)] {
+        r.write_at(at, &pattern[at..at + n]).unwrap();
+    }
+    assert!(r.as_slice() == &pattern[..], "the region does not read back what was written");
+    // Past the end: an error, and not a byte written.
+    for (at, n) in [(len - 10, 11), (len + 1, 0), (usize::MAX, 2)] {
+        let e = r.write_at(at, &vec![0xEE; n]).unwrap_err();
+        assert!(matches!(&e, RegionError::Io(io) if io.kind() == std::io::ErrorKind::InvalidInput), "{e}");
+    }
+    assert!(r.as_slice() == &pattern[..], "a refused write changed the region");
+    r.write_at(len, &[]).unwrap();
+
+    let (mut rx, tx) = ferry::port().unwrap();
+    tx.send(Message::new(1).with_item(r.by_copy().unwrap()), T).unwrap();
+    // After the send the memfd is sealed: the write goes to this copy only.
+    r.write_at(100, &[0xAB; 5000]).unwrap();
+    assert!(r.as_slice()[100..5100].iter().all(|&b| b == 0xAB));
+    let mut m = rx.recv(T).unwrap();
+    let v = region_of(&mut m).map(MapOptions::lazy()).unwrap();
+    assert!(v.as_slice() == &pattern[..], "a write after the send reached the receiver");
+    // A second send by copy carries the write.
+    tx.send(Message::new(2).with_item(r.by_copy().unwrap()), T).unwrap();
+    let mut m = rx.recv(T).unwrap();
+    let again = region_of(&mut m).copy_out(1 << 20).unwrap();
+    assert!(again[100..5100].iter().all(|&b| b == 0xAB) && again[5100..] == pattern[5100..]);
+}
+
 #[test]
 fn many_gigabyte_region_costs_only_touched_pages() {
     let _s = serial();

@@ -58,6 +58,11 @@ pub const MAX_FETCH_ALL: u64 = 4 << 30;
 /// the operation timeout, so a stalled link is noticed).
 const STEP: usize = 1 << 20;
 
+/// Bytes of a whole fetch gathered before they are written into the
+/// region: few enough to stay in cache, enough that each write's system
+/// call is cheap next to its copy.
+const WRITE_BLOCK: usize = 256 << 10;
+
 /// Requests a region's object server answers besides the pager protocol.
 const INFO: u32 = 0x6e65_7401;
 const INFO_REPLY: u32 = 0x6e65_7402;
@@ -95,35 +100,49 @@ impl Fetcher {
     /// Fills `buf` with the region's bytes at `offset`, over a stream of
     /// its own; every step is bounded by the operation timeout.
     fn fetch_into(&self, offset: u64, buf: &mut [u8]) -> Result<(), String> {
+        self.handle.block_on(self.stream(offset, buf.len() as u64, |at, bytes| {
+            buf[at..at + bytes.len()].copy_from_slice(bytes);
+            Ok(())
+        }))
+    }
+
+    /// Fetches `len` bytes of the region at `offset` over a stream of its
+    /// own and hands them to `sink` in order as they arrive, with each
+    /// piece's position from `offset`; every step is bounded by the
+    /// operation timeout.
+    async fn stream(&self, offset: u64, len: u64, mut sink: impl FnMut(usize, &[u8]) -> Result<(), String>) -> Result<(), String> {
         if self.lost.load(Ordering::Acquire) {
             return Err(format!("the link to {} is lost", self.peer));
         }
-        let req = Frame::Fetch { region: self.id, offset, len: buf.len() as u64 }.encode_with_len();
+        let req = Frame::Fetch { region: self.id, offset, len }.encode_with_len();
         let t = self.timeout;
         let step = |e: &dyn std::fmt::Display| format!("fetch from {} failed: {e}", self.peer);
-        self.handle.block_on(async {
-            let (mut send, mut recv) = match tokio::time::timeout(t, self.conn.open_bi()).await {
-                Ok(Ok(s)) => s,
+        let (mut send, mut recv) = match tokio::time::timeout(t, self.conn.open_bi()).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => return Err(step(&e)),
+            Err(_) => return Err(step(&"timed out")),
+        };
+        match tokio::time::timeout(t, send.write_all(&req)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(step(&e)),
+            Err(_) => return Err(step(&"timed out")),
+        }
+        let _ = send.finish();
+        self.counters.fetches.fetch_add(1, Ordering::Relaxed);
+        let mut at = 0u64;
+        while at < len {
+            let want = (len - at).min(STEP as u64) as usize;
+            let chunk = match tokio::time::timeout(t, recv.read_chunk(want, true)).await {
+                Ok(Ok(Some(c))) => c,
+                Ok(Ok(None)) => return Err(step(&format_args!("the stream ended after {at} of {len} bytes"))),
                 Ok(Err(e)) => return Err(step(&e)),
                 Err(_) => return Err(step(&"timed out")),
             };
-            match tokio::time::timeout(t, send.write_all(&req)).await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => return Err(step(&e)),
-                Err(_) => return Err(step(&"timed out")),
-            }
-            let _ = send.finish();
-            self.counters.fetches.fetch_add(1, Ordering::Relaxed);
-            for chunk in buf.chunks_mut(STEP) {
-                match tokio::time::timeout(t, recv.read_exact(chunk)).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => return Err(step(&e)),
-                    Err(_) => return Err(step(&"timed out")),
-                }
-                self.counters.bytes_fetched.fetch_add(chunk.len() as u64, Ordering::Relaxed);
-            }
-            Ok(())
-        })
+            sink(at as usize, &chunk.bytes)?;
+            at += chunk.bytes.len() as u64;
+            self.counters.bytes_fetched.fetch_add(chunk.bytes.len() as u64, Ordering::Relaxed);
+        }
+        Ok(())
     }
 }
 
@@ -192,13 +211,42 @@ fn run(port: ReceiveRight, f: &Arc<Fetcher>) {
 
 /// Fetches the whole region into a fresh by-value region (DASH's
 /// immediate-access hint): one request, streamed.
-fn fetch_all(f: &Fetcher) -> Answer {
+fn fetch_all(f: &Arc<Fetcher>) -> Answer {
     if f.len > MAX_FETCH_ALL {
         return Err((4, format!("a region of {} bytes is over the {MAX_FETCH_ALL}-byte limit of a whole fetch: map it instead", f.len)));
     }
     let len = usize::try_from(f.len).map_err(|_| (4, "region too large for this host".to_string()))?;
     let mut r = Region::new(len).map_err(|e| (2, format!("cannot allocate {len} bytes: {e}")))?;
-    f.fetch_into(0, r.as_mut_slice()).map_err(|e| (6, e))?;
+    // The stream is read by a task of the node's runtime, beside the
+    // connection that receives its packets, not by this thread, which would
+    // be woken across threads each time it had drained what had arrived.
+    // The packets' bytes are gathered into a block that stays in cache and
+    // written into the fresh memfd (`Region::write_at`: pages allocated as
+    // they are filled, no fault or zeroing per page); a write of a block
+    // holds the runtime's thread for well under a millisecond.
+    let fetcher = f.clone();
+    let task = f.handle.spawn(async move {
+        let mut block = Vec::with_capacity(WRITE_BLOCK);
+        let mut block_at = 0;
+        let filled = fetcher
+            .stream(0, fetcher.len, |at, bytes| {
+                if block.is_empty() {
+                    block_at = at;
+                }
+                block.extend_from_slice(bytes);
+                if block.len() >= WRITE_BLOCK || at + bytes.len() == len {
+                    r.write_at(block_at, &block).map_err(|e| e.to_string())?;
+                    block.clear();
+                }
+                Ok(())
+            })
+            .await;
+        filled.map(|()| r)
+    });
+    let r = match f.handle.block_on(task) {
+        Ok(filled) => filled.map_err(|e| (6, e))?,
+        Err(e) => return Err((6, format!("the fetch stopped: {e}"))),
+    };
     let item = r.by_move().map_err(|e| (2, e.to_string()))?;
     Ok(Message::new(FETCHED).with_item(Item::Region(item)))
 }

@@ -110,6 +110,28 @@ fn many_replies_in_flight_each_reach_their_own_send_once_right() {
     });
 }
 
+/// A send-once right that crossed the link and is destroyed there unused
+/// is heard at home, as a local one would be: the caller's port reports
+/// `SendOnceDropped` instead of waiting for a reply that cannot come.
+#[test]
+fn a_send_once_right_dropped_across_the_link_is_heard_at_home() {
+    watchdog("a_send_once_right_dropped_across_the_link_is_heard_at_home", LIMIT, || {
+        let (a, b) = pair();
+        let (mut srv, to_srv) = ferry::port().unwrap();
+        a.export("echo", to_srv);
+        let echo = b.lookup("echo@a").unwrap();
+        for round in 0..20 {
+            let (mut me, _keep) = ferry::port().unwrap();
+            echo.send(Message::new(1).with_reply(me.make_send_once().unwrap()), WAIT).unwrap();
+            let mut req = srv.recv(WAIT).unwrap();
+            let Some(Reply::SendOnce(r)) = req.take_reply() else { panic!("no send-once right") };
+            drop(r);
+            assert!(matches!(me.recv(WAIT), Err(RecvError::SendOnceDropped)), "round {round}: the drop was not heard");
+            assert_eq!(me.send_once_outstanding(), 0);
+        }
+    });
+}
+
 #[test]
 fn messages_on_one_port_arrive_in_order() {
     watchdog("messages_on_one_port_arrive_in_order", LIMIT, || {

@@ -87,6 +87,51 @@ fn send_once_delivers_once_and_reports_drop() {
     });
 }
 
+/// A reply receiver (`ferry::reply_pair`) gets its right's one message,
+/// carried as a request's reply right through a port; hears when a right
+/// is destroyed unused; answers every later receive with `NoSenders`; and
+/// closes its descriptors when dropped.
+#[test]
+fn a_reply_receiver_gets_one_message_or_hears_the_right_was_dropped() {
+    let _serial = common::serial();
+    watchdog("reply_receiver", LIMIT, || {
+        let before = open_fds();
+        let (mut server, to_server) = ferry::port().unwrap();
+        for round in 0..50u32 {
+            let (mut answer, right) = ferry::reply_pair().unwrap();
+            assert!(matches!(answer.try_recv(), Err(RecvError::Timeout)));
+            assert!(matches!(answer.recv(Timeout::millis(5)), Err(RecvError::Timeout)));
+            assert!(!answer.is_done());
+            to_server.send(Message::new(1).with_reply(right).with_body(round.to_le_bytes()), Timeout::Infinite).unwrap();
+            let mut req = server.recv(Timeout::Infinite).unwrap();
+            // The server answers with a right of its own inside the reply.
+            let (_keep, carried) = ferry::port().unwrap();
+            let reply = Message::new(2).with_body(req.body().to_vec()).with_item(carried);
+            req.take_reply().expect("the reply right").send(reply, Timeout::Infinite).unwrap();
+            let mut m = answer.recv(Timeout::Infinite).unwrap();
+            assert_eq!((m.op(), m.body(), m.via_send_once()), (2, &round.to_le_bytes()[..], true));
+            assert!(matches!(m.take_items().pop(), Some(Item::Send(_))));
+            assert!(answer.is_done());
+            assert!(matches!(answer.recv(Timeout::Infinite), Err(RecvError::NoSenders)));
+        }
+        // Destroyed unused, before or while the receiver waits.
+        let (mut answer, right) = ferry::reply_pair().unwrap();
+        drop(right);
+        assert!(matches!(answer.recv(Timeout::Infinite), Err(RecvError::SendOnceDropped)));
+        assert!(matches!(answer.try_recv(), Err(RecvError::NoSenders)));
+        drop(answer);
+        let (mut answer, right) = ferry::reply_pair().unwrap();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            drop(right);
+        });
+        assert!(matches!(answer.recv(Timeout::Infinite), Err(RecvError::SendOnceDropped)));
+        t.join().unwrap();
+        drop((answer, server, to_server));
+        assert_eq!(open_fds(), before, "descriptors left behind");
+    });
+}
+
 #[test]
 fn reply_right_travels_in_header() {
     let _serial = common::serial();

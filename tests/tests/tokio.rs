@@ -15,7 +15,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use ferry::rpc::{ConnectOptions, Connection, Policy, RpcError, RpcServer, Transport, SLOT_INLINE};
-use ferry::tokio::{AsyncConnection, AsyncPortSet, AsyncReceiveRight, AsyncRpcServer, AsyncSendRight};
+use ferry::tokio::{AsyncConnection, AsyncPortSet, AsyncReceiveRight, AsyncReplyReceiver, AsyncRpcServer, AsyncSendRight};
 use ferry::{Event, Item, Message, PortOptions, PortSet, RecvError, SendError, SendRight, Timeout};
 
 const OP_ECHO: u32 = 1;
@@ -90,6 +90,41 @@ fn recv_sees_replies_through_send_once_rights() {
         got.sort();
         assert_eq!(got, ["dropped", "msg 0 once=true", "msg 2 once=true"]);
         assert_eq!(rx.get_ref().send_once_outstanding(), 0);
+    });
+}
+
+#[test]
+fn a_reply_receiver_is_awaited_and_a_dropped_future_loses_nothing() {
+    run("a_reply_receiver_is_awaited_and_a_dropped_future_loses_nothing", || async {
+        // Awaited while the answer comes from another thread.
+        let (answer, right) = ferry::reply_pair().unwrap();
+        let mut answer = AsyncReplyReceiver::new(answer).unwrap();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            right.send(Message::new(3).with_body(*b"late"), Timeout::Infinite).unwrap();
+        });
+        let m = answer.recv().await.unwrap();
+        assert_eq!((m.op(), m.body(), m.via_send_once()), (3, &b"late"[..], true));
+        t.join().unwrap();
+        assert!(matches!(answer.recv().await, Err(RecvError::NoSenders)));
+        // A receive abandoned while waiting takes nothing.
+        let (answer, right) = ferry::reply_pair().unwrap();
+        let mut answer = AsyncReplyReceiver::new(answer).unwrap();
+        let mut fut = Box::pin(answer.recv());
+        assert!(poll_once(&mut fut).await, "nothing was sent yet");
+        drop(fut);
+        right.send(Message::new(4), Timeout::Infinite).unwrap();
+        assert_eq!(answer.recv().await.unwrap().op(), 4);
+        // A right destroyed unused is heard, and the receiver comes back.
+        let (answer, right) = ferry::reply_pair().unwrap();
+        let mut answer = AsyncReplyReceiver::new(answer).unwrap();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            drop(right);
+        });
+        assert!(matches!(answer.recv().await, Err(RecvError::SendOnceDropped)));
+        t.join().unwrap();
+        assert!(answer.into_inner().is_done());
     });
 }
 

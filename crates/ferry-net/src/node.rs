@@ -31,7 +31,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ferry::tokio::{AsyncReceiveRight, AsyncSendRight};
+use ferry::tokio::{AsyncReceiveRight, AsyncReplyReceiver, AsyncSendRight};
 use ferry::{Item, MapOptions, MappedRegion, Message, RecvError, RegionItem, Reply, SendOnceRight, SendRight, Timeout};
 use tokio::sync::{oneshot, watch};
 
@@ -1018,23 +1018,26 @@ fn proxy_or_release(c: &Arc<Conn>, st: &mut State, import: u64, once: bool, afte
     })
 }
 
-/// Makes a proxy port for import `import` and starts its forwarding task;
+/// Makes a proxy for import `import` (a port behind a send right, a reply
+/// receiver behind a send-once right) and starts its forwarding task;
 /// returns the local right to hand out.
 fn make_proxy(c: &Arc<Conn>, st: &mut State, import: u64, once: bool) -> io::Result<Item> {
+    if once {
+        // A send-once right needs no port behind it: one socket pair,
+        // registered once, is a proxy for its one message.
+        let (rx, so) = ferry::reply_pair()?;
+        let rx = AsyncReplyReceiver::new(rx)?;
+        let kill = st.kills.entry(import).or_insert_with(|| watch::channel(false).0).subscribe();
+        tokio::spawn(forward_once(c.clone(), rx, import, kill));
+        return Ok(Item::SendOnce(so));
+    }
     let (rx, tx) = ferry::port()?;
-    let mut rx = AsyncReceiveRight::new(rx)?;
-    let (item, key) = if once {
-        let so = rx.make_send_once()?;
-        drop(tx);
-        (Item::SendOnce(so), None)
-    } else {
-        let k = key_of(tx.as_fd())?;
-        st.link.proxy_made(k, import);
-        (Item::Send(tx), Some(k))
-    };
+    let rx = AsyncReceiveRight::new(rx)?;
+    let k = key_of(tx.as_fd())?;
+    st.link.proxy_made(k, import);
     let kill = st.kills.entry(import).or_insert_with(|| watch::channel(false).0).subscribe();
-    tokio::spawn(forward(c.clone(), rx, import, once, key, kill));
-    Ok(item)
+    tokio::spawn(forward(c.clone(), rx, import, Some(k), kill));
+    Ok(Item::Send(tx))
 }
 
 /// The key in `State::streams` of the stream that carries messages for
@@ -1058,37 +1061,38 @@ fn stream_key(import: u64, once: bool) -> u64 {
 const ONCE_STREAM: u64 = u64::MAX;
 
 /// The task behind one proxy port: forwards its messages to the peer.
-async fn forward(c: Arc<Conn>, mut rx: AsyncReceiveRight, import: u64, once: bool, key: Option<Key>, mut kill: watch::Receiver<bool>) {
+async fn forward(c: Arc<Conn>, mut rx: AsyncReceiveRight, import: u64, key: Option<Key>, mut kill: watch::Receiver<bool>) {
     loop {
         let got = tokio::select! {
             m = rx.recv() => m,
             _ = kill.wait_for(|k| *k) => return,
         };
         match got {
-            Ok(m) => {
-                c.forward_one(import, once, m).await;
-                if once {
-                    return;
-                }
-            }
-            Err(RecvError::NoSenders) | Err(RecvError::SendOnceDropped) => {
-                let f = {
-                    let mut st = c.state.lock().unwrap();
-                    let f = st.link.proxy_released(import, key);
-                    st.forget_if_gone(import);
-                    f
-                };
-                if let Some(f) = f {
-                    c.send_control(&[f]).await;
-                }
-                return;
-            }
+            Ok(m) => c.forward_one(import, false, m).await,
+            Err(RecvError::NoSenders) | Err(RecvError::SendOnceDropped) => return c.proxy_gone(import, key).await,
             Err(RecvError::BadMessage(_)) | Err(RecvError::Timeout) => continue,
             Err(RecvError::Io(e)) => {
                 eprintln!("ferry-net: proxy for {}'s port {import} failed: {e}", c.peer);
                 return;
             }
         }
+    }
+}
+
+/// The task behind the proxy of one send-once right: forwards its one
+/// message to the peer, or tells the peer that none will come.
+async fn forward_once(c: Arc<Conn>, mut rx: AsyncReplyReceiver, import: u64, mut kill: watch::Receiver<bool>) {
+    let got = tokio::select! {
+        m = rx.recv() => m,
+        _ = kill.wait_for(|k| *k) => return,
+    };
+    match got {
+        Ok(m) => c.forward_one(import, true, m).await,
+        // Destroyed unused, or what came was malformed (and discarded):
+        // either way the right is used up.
+        Err(RecvError::SendOnceDropped) | Err(RecvError::BadMessage(_)) | Err(RecvError::NoSenders) => c.proxy_gone(import, None).await,
+        Err(RecvError::Timeout) => {}
+        Err(RecvError::Io(e)) => eprintln!("ferry-net: proxy for {}'s send-once right {import} failed: {e}", c.peer),
     }
 }
 
@@ -1102,6 +1106,20 @@ enum Taken {
 }
 
 impl Conn {
+    /// A proxy can deliver nothing more (every right to it is gone): tells
+    /// the peer its reference is released.
+    async fn proxy_gone(self: &Arc<Self>, import: u64, key: Option<Key>) {
+        let f = {
+            let mut st = self.state.lock().unwrap();
+            let f = st.link.proxy_released(import, key);
+            st.forget_if_gone(import);
+            f
+        };
+        if let Some(f) = f {
+            self.send_control(&[f]).await;
+        }
+    }
+
     /// Translates one message from a proxy port and sends it on the
     /// destination's stream; `once`: the proxy stands for a send-once
     /// right, whose one message goes on the link's stream for those.

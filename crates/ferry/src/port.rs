@@ -429,6 +429,90 @@ impl SendOnceRight {
     }
 }
 
+/// Makes a send-once right together with the [`ReplyReceiver`] its one
+/// message arrives on, without a port: one socket pair, where
+/// [`ReceiveRight::make_send_once`] needs a port first. For a caller that
+/// waits for exactly one answer, and for an event loop waiting for many
+/// answers at once (in tokio, [`crate::tokio::AsyncReplyReceiver`]).
+///
+/// ```
+/// use ferry::{Message, RecvError, Timeout};
+/// let (mut answer, right) = ferry::reply_pair()?;
+/// right.send(Message::new(7), Timeout::Infinite)?; // usually in another process
+/// assert_eq!(answer.recv(Timeout::Infinite)?.op(), 7);
+/// // The right was used up: nothing more can come.
+/// assert!(matches!(answer.recv(Timeout::Zero), Err(RecvError::NoSenders)));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// # Errors
+/// The kernel's refusal of a socket pair (out of descriptors).
+pub fn reply_pair() -> io::Result<(ReplyReceiver, SendOnceRight)> {
+    let (rx, tx) = socket::seqpacket_pair().map_err(io_err)?;
+    let identity = socket::identity(rx.as_fd()).map_err(io_err)?;
+    Ok((ReplyReceiver { sock: rx, identity, done: false }, SendOnceRight { sock: tx }))
+}
+
+/// The receiving end of one send-once right made by [`reply_pair`]: it
+/// gets that right's one message, or learns that the right was destroyed
+/// unused. Unlike a [`ReceiveRight`] it cannot be sent to another process.
+#[derive(Debug)]
+pub struct ReplyReceiver {
+    sock: OwnedFd,
+    identity: (u64, u64),
+    /// The message, or the news that none will come, was handed out.
+    done: bool,
+}
+
+impl ReplyReceiver {
+    /// Waits for the one message, as `timeout` allows.
+    ///
+    /// # Errors
+    /// [`RecvError::Timeout`] when it has not come in time (call again);
+    /// [`RecvError::SendOnceDropped`] when the right was destroyed unused;
+    /// [`RecvError::BadMessage`] when what came was malformed (it is
+    /// discarded and its descriptors closed); [`RecvError::NoSenders`] once
+    /// one of these or the message was handed out, since nothing more can
+    /// come.
+    pub fn recv(&mut self, timeout: Timeout) -> Result<Message, RecvError> {
+        if self.done {
+            return Err(RecvError::NoSenders);
+        }
+        let (sock, identity) = (self.sock.as_fd(), self.identity);
+        match with_buf(|buf| recv_on(sock, buf, identity, timeout, true)) {
+            Err(e @ (RecvError::Timeout | RecvError::Io(_))) => Err(e),
+            got => {
+                self.done = true;
+                got?.ok_or(RecvError::SendOnceDropped)
+            }
+        }
+    }
+
+    /// Receives the message if it is here now.
+    ///
+    /// # Errors
+    /// As [`recv`](Self::recv); [`RecvError::Timeout`] when it is not.
+    pub fn try_recv(&mut self) -> Result<Message, RecvError> {
+        self.recv(Timeout::Zero)
+    }
+
+    /// Whether the message, or the news that none will come, was handed
+    /// out (every later receive says [`RecvError::NoSenders`]).
+    pub fn is_done(&self) -> bool {
+        self.done
+    }
+}
+
+impl AsFd for ReplyReceiver {
+    /// The socket the message arrives on, for any event loop: readable
+    /// when [`try_recv`](ReplyReceiver::try_recv) has an answer (the
+    /// message, or that the right is gone). It stays readable once the
+    /// answer was taken, so stop watching it then.
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.sock.as_fd()
+    }
+}
+
 /// Receives one message from a single socket, waiting as `timeout` allows.
 /// `Ok(None)` is end-of-file: every peer descriptor is closed.
 pub(crate) fn recv_on(

@@ -60,7 +60,7 @@ use ::tokio::io::Interest;
 
 use crate::error::{io_err, RecvError, SendError};
 use crate::message::Message;
-use crate::port::{ReceiveRight, SendRight};
+use crate::port::{ReceiveRight, ReplyReceiver, SendRight};
 use crate::portset::{Event, MemberId, PortSet};
 use crate::rpc::{ConnId, ConnectOptions, Connection, Look, RpcError, RpcServer};
 use crate::sys::reactor::{register, Watched};
@@ -146,6 +146,62 @@ impl AsyncReceiveRight {
 
     /// Unregisters from the runtime and returns the receive right.
     pub fn into_inner(self) -> ReceiveRight {
+        self.fd.into_inner().0
+    }
+}
+
+/// A [`ReplyReceiver`] whose one message is awaited: the cheap way to wait
+/// for one answer in an event loop (one socket pair and one registration,
+/// where a port with a send-once right costs two socket pairs and an
+/// `epoll` instance of its own).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use ferry::tokio::AsyncReplyReceiver;
+/// use ferry::{Message, Timeout};
+///
+/// let (answer, right) = ferry::reply_pair()?;
+/// let mut answer = AsyncReplyReceiver::new(answer)?;
+/// std::thread::spawn(move || right.send(Message::new(9), Timeout::Infinite));
+/// assert_eq!(answer.recv().await?.op(), 9);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct AsyncReplyReceiver {
+    fd: AsyncFd<Watched<ReplyReceiver>>,
+}
+
+impl AsyncReplyReceiver {
+    /// Wraps `receiver`, registering it with the runtime.
+    ///
+    /// # Errors
+    /// When called outside a tokio runtime with I/O enabled.
+    pub fn new(receiver: ReplyReceiver) -> io::Result<AsyncReplyReceiver> {
+        Ok(AsyncReplyReceiver { fd: register(receiver, Interest::READABLE)? })
+    }
+
+    /// Waits for the one message without blocking the thread. Dropping the
+    /// future loses nothing: the message is taken only when this returns.
+    ///
+    /// # Errors
+    /// As [`ReplyReceiver::recv`] (never [`RecvError::Timeout`]: wrap the
+    /// future in `tokio::time::timeout` for a deadline).
+    pub async fn recv(&mut self) -> Result<Message, RecvError> {
+        readable_loop(
+            &mut self.fd,
+            |r| match r.try_recv() {
+                Err(RecvError::Timeout) => None,
+                other => Some(other),
+            },
+            |e| Err(RecvError::Io(e)),
+        )
+        .await
+    }
+
+    /// Unregisters from the runtime and returns the receiver.
+    pub fn into_inner(self) -> ReplyReceiver {
         self.fd.into_inner().0
     }
 }

@@ -8,7 +8,8 @@
 //! time. [`Stable`] is implemented only for types whose descriptor is fixed
 //! for the value's whole life and closed only when the value is dropped:
 //! a receive right's readiness `epoll` (made once, never replaced), a send
-//! right's socket, a port set's and an RPC server's `epoll`, an `OwnedFd`.
+//! right's socket, a reply receiver's socket, a port set's and an RPC
+//! server's `epoll`, an `OwnedFd`.
 //! The value is moved into the `AsyncFd`, which drops the registration
 //! before the value; and the async wrappers built on [`register`] never
 //! hand out a `&mut` to the registered value, so it cannot be swapped for
@@ -20,7 +21,7 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 
-use crate::port::{ReceiveRight, SendRight};
+use crate::port::{ReceiveRight, ReplyReceiver, SendRight};
 use crate::portset::PortSet;
 use crate::rpc::RpcServer;
 
@@ -30,6 +31,7 @@ pub trait Stable: AsFd {}
 
 impl Stable for ReceiveRight {}
 impl Stable for SendRight {}
+impl Stable for ReplyReceiver {}
 impl Stable for PortSet {}
 impl Stable for RpcServer {}
 impl Stable for OwnedFd {}

@@ -91,6 +91,23 @@ async fn readable_loop<T: AsFd, R>(
     }
 }
 
+/// [`readable_loop`] around a receive that says [`RecvError::Timeout`]
+/// when nothing is there yet.
+async fn recv_loop<T: AsFd>(
+    fd: &mut AsyncFd<Watched<T>>,
+    mut try_recv: impl FnMut(&mut T) -> Result<Message, RecvError>,
+) -> Result<Message, RecvError> {
+    readable_loop(
+        fd,
+        |r| match try_recv(r) {
+            Err(RecvError::Timeout) => None,
+            other => Some(other),
+        },
+        |e| Err(RecvError::Io(e)),
+    )
+    .await
+}
+
 /// A [`ReceiveRight`] whose messages are awaited.
 #[derive(Debug)]
 pub struct AsyncReceiveRight {
@@ -117,15 +134,7 @@ impl AsyncReceiveRight {
     /// As [`ReceiveRight::recv`] (never [`RecvError::Timeout`]: wrap the
     /// future in `tokio::time::timeout` for a deadline).
     pub async fn recv(&mut self) -> Result<Message, RecvError> {
-        readable_loop(
-            &mut self.fd,
-            |r| match r.try_recv() {
-                Err(RecvError::Timeout) => None,
-                other => Some(other),
-            },
-            |e| Err(RecvError::Io(e)),
-        )
-        .await
+        recv_loop(&mut self.fd, |r| r.try_recv()).await
     }
 
     /// Makes a send-once right to this port ([`ReceiveRight::make_send_once`]);
@@ -189,15 +198,7 @@ impl AsyncReplyReceiver {
     /// As [`ReplyReceiver::recv`] (never [`RecvError::Timeout`]: wrap the
     /// future in `tokio::time::timeout` for a deadline).
     pub async fn recv(&mut self) -> Result<Message, RecvError> {
-        readable_loop(
-            &mut self.fd,
-            |r| match r.try_recv() {
-                Err(RecvError::Timeout) => None,
-                other => Some(other),
-            },
-            |e| Err(RecvError::Io(e)),
-        )
-        .await
+        recv_loop(&mut self.fd, |r| r.try_recv()).await
     }
 
     /// Unregisters from the runtime and returns the receiver.

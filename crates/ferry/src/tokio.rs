@@ -91,21 +91,26 @@ async fn readable_loop<T: AsFd, R>(
     }
 }
 
-/// [`readable_loop`] around a receive that says [`RecvError::Timeout`]
-/// when nothing is there yet.
+/// Receives with `try_recv` (which says [`RecvError::Timeout`] when
+/// nothing is there yet) once `fd` is readable, as [`readable_loop`] but
+/// without its first attempt: a receive has nothing to do before it waits,
+/// and readiness is cleared only after a receive found nothing, so when it
+/// is clear nothing is queued (a message that arrives later sets it again,
+/// as does one already queued when the descriptor was registered). A
+/// receiver that waits for each message makes two receive calls per
+/// message (the one that finds the queue empty, the one that takes it),
+/// not three.
 async fn recv_loop<T: AsFd>(
     fd: &mut AsyncFd<Watched<T>>,
     mut try_recv: impl FnMut(&mut T) -> Result<Message, RecvError>,
 ) -> Result<Message, RecvError> {
-    readable_loop(
-        fd,
-        |r| match try_recv(r) {
-            Err(RecvError::Timeout) => None,
-            other => Some(other),
-        },
-        |e| Err(RecvError::Io(e)),
-    )
-    .await
+    loop {
+        let mut guard = fd.readable_mut().await.map_err(RecvError::Io)?;
+        match try_recv(&mut guard.get_inner_mut().0) {
+            Err(RecvError::Timeout) => guard.clear_ready(),
+            other => return other,
+        }
+    }
 }
 
 /// A [`ReceiveRight`] whose messages are awaited.

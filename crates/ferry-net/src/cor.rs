@@ -98,12 +98,28 @@ pub(crate) struct Fetcher {
 
 impl Fetcher {
     /// Fills `buf` with the region's bytes at `offset`, over a stream of
-    /// its own; every step is bounded by the operation timeout.
-    fn fetch_into(&self, offset: u64, buf: &mut [u8]) -> Result<(), String> {
-        self.handle.block_on(self.stream(offset, buf.len() as u64, |at, bytes| {
-            buf[at..at + bytes.len()].copy_from_slice(bytes);
-            Ok(())
-        }))
+    /// its own; every step is bounded by the operation timeout. As for a
+    /// whole fetch, the stream is read by a task of the node's runtime
+    /// (into a buffer of its own, copied into `buf` at the end), so this
+    /// thread is woken once, when the bytes are all there.
+    fn fetch_into(self: &Arc<Self>, offset: u64, buf: &mut [u8]) -> Result<(), String> {
+        let me = self.clone();
+        let len = buf.len();
+        let task = self.handle.spawn(async move {
+            let mut got = Vec::with_capacity(len);
+            me.stream(offset, len as u64, |_, bytes| {
+                got.extend_from_slice(bytes);
+                Ok(())
+            })
+            .await
+            .map(|()| got)
+        });
+        let got = match self.handle.block_on(task) {
+            Ok(got) => got?,
+            Err(e) => return Err(format!("the fetch from {} stopped: {e}", self.peer)),
+        };
+        buf.copy_from_slice(&got);
+        Ok(())
     }
 
     /// Fetches `len` bytes of the region at `offset` over a stream of its

@@ -118,6 +118,9 @@ impl Fetcher {
             Ok(got) => got?,
             Err(e) => return Err(format!("the fetch from {} stopped: {e}", self.peer)),
         };
+        if got.len() != buf.len() {
+            return Err(format!("a fetch from {} brought {} bytes, not {}", self.peer, got.len(), buf.len()));
+        }
         buf.copy_from_slice(&got);
         Ok(())
     }

@@ -33,11 +33,13 @@ from ._ferry import (
     ReceiveRight,
     Region,
     RegionItem,
+    ReplyReceiver,
     RpcServer,
     SendOnceRight,
     SendRight,
     counters,
     port,
+    reply_pair,
 )
 from .aio import recv_async, wait_async
 from .errors import *  # noqa: F401,F403
@@ -58,6 +60,7 @@ __all__ = [
     "ReceiveRight",
     "Region",
     "RegionItem",
+    "ReplyReceiver",
     "RpcServer",
     "SendOnceRight",
     "SendRight",
@@ -65,6 +68,7 @@ __all__ = [
     "ndarray",
     "port",
     "recv_async",
+    "reply_pair",
     "wait_async",
     # `from ferry import *` must not shadow the built-in NameError.
     *(name for name in _errors_all if name != "NameError"),

@@ -9,10 +9,12 @@ from typing_extensions import Buffer
 
 __all__ = [
     "port",
+    "reply_pair",
     "counters",
     "ReceiveRight",
     "SendRight",
     "SendOnceRight",
+    "ReplyReceiver",
     "Message",
     "Region",
     "RegionItem",
@@ -34,6 +36,7 @@ _Right = SendRight | SendOnceRight | ReceiveRight
 _Item = SendRight | SendOnceRight | ReceiveRight | RegionItem | None
 
 def port(queue_limit: int | None = None) -> tuple[ReceiveRight, SendRight]: ...
+def reply_pair() -> tuple[ReplyReceiver, SendOnceRight]: ...
 def counters() -> dict[str, int]: ...
 
 class _Handle:
@@ -70,6 +73,15 @@ class SendOnceRight(_Handle):
     def send(self, msg: Message, timeout: float | None = None) -> None: ...
     @property
     def is_dead(self) -> bool: ...
+    def close(self) -> None: ...
+
+@final
+class ReplyReceiver(_Handle):
+    def recv(self, timeout: float | None = None) -> Message: ...
+    def try_recv(self) -> Message: ...
+    @property
+    def done(self) -> bool: ...
+    def fileno(self) -> int: ...
     def close(self) -> None: ...
 
 @final

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from .errors import RecvTimeout
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ._ferry import Event, Message, PortSet, ReceiveRight
+    from ._ferry import Event, Message, PortSet, ReceiveRight, ReplyReceiver
 
 
 async def _readable(fd: int) -> None:
@@ -32,10 +32,11 @@ async def _readable(fd: int) -> None:
         loop.remove_reader(fd)
 
 
-async def recv_async(port: "ReceiveRight", timeout: float | None = None) -> "Message":
-    """Receives the next message on ``port`` without blocking the event
-    loop. Raises what ``ReceiveRight.recv`` raises; ``timeout`` (seconds)
-    raises ``RecvTimeout``."""
+async def recv_async(port: "ReceiveRight | ReplyReceiver", timeout: float | None = None) -> "Message":
+    """Receives the next message on ``port`` (a receive right, or the
+    reply receiver of ``reply_pair()``) without blocking the event loop.
+    Raises what its ``recv`` raises; ``timeout`` (seconds) raises
+    ``RecvTimeout``."""
 
     async def loop() -> "Message":
         while True:

@@ -68,10 +68,12 @@ fn counters(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
 #[pymodule]
 fn _ferry(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(port::port, m)?)?;
+    m.add_function(wrap_pyfunction!(port::reply_pair, m)?)?;
     m.add_function(wrap_pyfunction!(counters, m)?)?;
     m.add_class::<port::ReceiveRight>()?;
     m.add_class::<port::SendRight>()?;
     m.add_class::<port::SendOnceRight>()?;
+    m.add_class::<port::ReplyReceiver>()?;
     m.add_class::<message::Message>()?;
     m.add_class::<region::Region>()?;
     m.add_class::<region::RegionItem>()?;

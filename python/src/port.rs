@@ -1,5 +1,5 @@
-//! Rights and ports: `ReceiveRight`, `SendRight`, `SendOnceRight` and
-//! `port()`.
+//! Rights and ports: `ReceiveRight`, `SendRight`, `SendOnceRight`,
+//! `ReplyReceiver`, `port()` and `reply_pair()`.
 //!
 //! Each handle owns its ferry right until the right is moved into a message
 //! (or a port set) or closed; after that the handle raises `ValueError`. A
@@ -7,7 +7,7 @@
 //! [`ferry::PortSet`], whose descriptor is readable when the port has
 //! something to deliver (its main socket or any send-once reply).
 
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::sync::{Mutex, RwLock};
 
 use pyo3::prelude::*;
@@ -361,6 +361,95 @@ impl SendOnceRight {
     fn __repr__(&self) -> String {
         format!("<ferry.SendOnceRight{}>", if self.closed() { " used" } else { "" })
     }
+}
+
+/// The receiving end of one send-once right made by `reply_pair()`: it gets
+/// that right's one message, or learns that the right was destroyed unused.
+/// Cheaper than a port when one answer is all that is awaited; it cannot be
+/// moved into a message.
+#[pyclass(module = "ferry._ferry", frozen)]
+#[derive(Debug)]
+pub struct ReplyReceiver {
+    inner: Mutex<Option<ferry::ReplyReceiver>>,
+}
+
+#[pymethods]
+impl ReplyReceiver {
+    /// Receives the one message, waiting up to `timeout` seconds (`None`:
+    /// forever; `0`: only if it is here). Raises `RecvTimeout`,
+    /// `SendOnceDropped` (the right was destroyed unused), `BadMessage` (it
+    /// was malformed and discarded), and `NoSenders` once the answer was
+    /// taken.
+    #[pyo3(signature = (timeout=None))]
+    fn recv(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Message> {
+        let t = crate::timeout(timeout)?;
+        let inner = &self.inner;
+        let r = interruptible(py, t, |e| matches!(e, Some(ferry::RecvError::Timeout)), |slice| {
+            let mut g = lock(inner);
+            match g.as_mut() {
+                Some(r) => r.recv(slice).map_err(Some),
+                None => Err(None),
+            }
+        })?;
+        match r {
+            Ok(m) => Ok(Message::received(m)),
+            Err(Some(e)) => Err(recv_error(e)),
+            Err(None) => Err(gone("ReplyReceiver")),
+        }
+    }
+
+    /// Receives the message if it is here now; raises `RecvTimeout` if not.
+    fn try_recv(&self, py: Python<'_>) -> PyResult<Message> {
+        self.recv(py, Some(0.0))
+    }
+
+    /// Whether the message, or the news that none will come, was taken.
+    #[getter]
+    fn done(&self) -> PyResult<bool> {
+        Ok(lock(&self.inner).as_ref().ok_or_else(|| gone("ReplyReceiver"))?.is_done())
+    }
+
+    /// A descriptor that polls readable when `try_recv` has an answer, for
+    /// `selectors` and `asyncio` (`ferry.recv_async` takes this receiver
+    /// too). It stays readable once the answer was taken.
+    fn fileno(&self) -> PyResult<RawFd> {
+        Ok(lock(&self.inner).as_ref().ok_or_else(|| gone("ReplyReceiver"))?.as_fd().as_raw_fd())
+    }
+
+    /// Whether the receiver was closed.
+    #[getter]
+    fn closed(&self) -> bool {
+        lock(&self.inner).is_none()
+    }
+
+    /// Closes the receiver now (a send through its right then fails with
+    /// `PeerDead`). Idempotent.
+    fn close(&self) {
+        let r = lock(&self.inner).take();
+        drop(r);
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&self, _exc: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+        self.close();
+        false
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<ferry.ReplyReceiver{}>", if self.closed() { " closed" } else { "" })
+    }
+}
+
+/// Makes a send-once right and the `ReplyReceiver` its one message arrives
+/// on, without a port; returns `(receiver, right)`.
+#[pyfunction]
+pub fn reply_pair() -> PyResult<(ReplyReceiver, SendOnceRight)> {
+    let (rx, tx) = ferry::reply_pair().map_err(os_error)?;
+    Ok((ReplyReceiver { inner: Mutex::new(Some(rx)) }, SendOnceRight::wrap(tx)))
 }
 
 /// Makes a port; returns its receive right and a first send right.

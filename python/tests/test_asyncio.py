@@ -42,6 +42,24 @@ def test_recv_async_gets_a_reply_from_another_process(names):
     finish(peer)
 
 
+def test_recv_async_awaits_a_reply_pair(names):
+    name = unique("echo")
+    peer = spawn_python("echo", name)
+    to_echo = _lookup(names, name)
+
+    async def main():
+        answer, once = ferry.reply_pair()
+        with pytest.raises(ferry.RecvTimeout):
+            await ferry.recv_async(answer, timeout=0.05)
+        to_echo.send(ferry.Message(10, b"xy").set_reply(once))
+        return await ferry.recv_async(answer, timeout=LIMIT)
+
+    reply = asyncio.run(main())
+    assert (reply.op, reply.body, reply.via_send_once) == (11, b"yx", True)
+    to_echo.send(ferry.Message(99))
+    finish(peer)
+
+
 def test_recv_async_times_out_and_reports_no_senders():
     async def main():
         rx, tx = ferry.port()

@@ -50,6 +50,36 @@ def test_send_once_reply_from_another_process(names):
     finish(peer)
 
 
+def test_reply_pair_gets_a_reply_from_another_process_or_hears_it_dropped(names):
+    name = unique("echo")
+    peer = spawn_python("echo", name)
+    to_echo = _lookup(names, name)
+    answer, once = ferry.reply_pair()
+    with pytest.raises(ferry.RecvTimeout):
+        answer.try_recv()
+    to_echo.send(ferry.Message(41, b"abc").set_reply(once))
+    assert once.closed, "the reply right moved into the message"
+    reply = answer.recv(LIMIT)
+    assert (reply.op, reply.body, reply.via_send_once, answer.done) == (42, b"cba", True, True)
+    with pytest.raises(ferry.NoSenders):
+        answer.recv(0)
+    # A right destroyed unused is heard; a closed receiver refuses use.
+    answer, once = ferry.reply_pair()
+    once.close()
+    with pytest.raises(ferry.SendOnceDropped):
+        answer.recv(LIMIT)
+    answer.close()
+    with pytest.raises(ValueError):
+        answer.recv(0)
+    # A reply right whose receiver is gone fails to send.
+    answer, once = ferry.reply_pair()
+    answer.close()
+    with pytest.raises(ferry.PeerDead):
+        once.send(ferry.Message(1))
+    to_echo.send(ferry.Message(99))
+    finish(peer)
+
+
 def test_dead_name_and_no_senders_across_processes(names):
     name = unique("hold")
     rx, tx = ferry.port()

@@ -408,6 +408,13 @@ typedef struct ferry_receive_right ferry_receive_right;
 typedef struct ferry_region ferry_region;
 
 /**
+ * The receiving end of one send-once right made by [`ferry_reply_pair_new`]
+ * (opaque): it gets that right's one message, or learns that the right
+ * was destroyed unused. Free with [`ferry_reply_receiver_free`].
+ */
+typedef struct ferry_reply_receiver ferry_reply_receiver;
+
+/**
  * An RPC server accepting connections on a port (opaque). Free with
  * [`ferry_rpc_server_free`].
  */
@@ -869,6 +876,42 @@ enum ferry_status ferry_bootstrap_lookup(struct ferry_bootstrap *bootstrap,
  * NUL-terminated string.
  */
 enum ferry_status ferry_bootstrap_unregister(struct ferry_bootstrap *bootstrap, const char *name);
+
+/**
+ * Creates a send-once right and the receiver its one message arrives on,
+ * without a port (one socket pair): the cheap way to wait for one reply.
+ *
+ * # Safety
+ * `out_receiver` and `out_once` point at writable storage for a pointer
+ * each; on success they hold new handles the caller frees.
+ */
+enum ferry_status ferry_reply_pair_new(struct ferry_reply_receiver **out_receiver,
+                                       struct ferry_send_once_right **out_once);
+
+/**
+ * Receives the one message, waiting as `timeout_ms` says (negative:
+ * forever; 0: not at all). `FERRY_ERR_TIMEOUT` when it has not come;
+ * `FERRY_ERR_SEND_ONCE_DROPPED` when the right was destroyed unused;
+ * `FERRY_ERR_BAD_MESSAGE` when it was malformed (discarded);
+ * `FERRY_ERR_NO_SENDERS` once one of these or the message was returned.
+ *
+ * # Safety
+ * `receiver` is a live handle used by no other call meanwhile; `out_msg`
+ * points at writable storage for a pointer; on success it holds a new
+ * message the caller frees.
+ */
+enum ferry_status ferry_reply_receiver_recv(struct ferry_reply_receiver *receiver,
+                                            int64_t timeout_ms,
+                                            struct ferry_message **out_msg);
+
+/**
+ * Frees a reply receiver (a send through its right then fails with
+ * `FERRY_ERR_PEER_DEAD`). NULL is ignored.
+ *
+ * # Safety
+ * `receiver` is NULL or a live reply-receiver handle, not used again.
+ */
+void ferry_reply_receiver_free(struct ferry_reply_receiver *receiver);
 
 /**
  * Creates a port: its receive right and a first send right.

@@ -1,8 +1,8 @@
 //! Ports and rights: make a port, receive on its receive right, send
 //! through send and send-once rights, clone send rights, watch for dead
-//! names.
+//! names; a send-once right without a port (a reply pair).
 
-use ferry::{ReceiveRight, SendOnceRight, SendRight};
+use ferry::{ReceiveRight, ReplyReceiver, SendOnceRight, SendRight};
 
 use crate::handle::{free, give, obj, obj_mut, out, put, take};
 use crate::message::{ferry_message, send_contents};
@@ -29,6 +29,71 @@ pub struct ferry_send_right {
 #[derive(Debug)]
 pub struct ferry_send_once_right {
     pub(crate) right: SendOnceRight,
+}
+
+/// The receiving end of one send-once right made by [`ferry_reply_pair_new`]
+/// (opaque): it gets that right's one message, or learns that the right
+/// was destroyed unused. Free with [`ferry_reply_receiver_free`].
+#[derive(Debug)]
+pub struct ferry_reply_receiver {
+    pub(crate) receiver: ReplyReceiver,
+}
+
+/// Creates a send-once right and the receiver its one message arrives on,
+/// without a port (one socket pair): the cheap way to wait for one reply.
+///
+/// # Safety
+/// `out_receiver` and `out_once` point at writable storage for a pointer
+/// each; on success they hold new handles the caller frees.
+#[no_mangle]
+pub unsafe extern "C" fn ferry_reply_pair_new(out_receiver: *mut *mut ferry_reply_receiver, out_once: *mut *mut ferry_send_once_right) -> ferry_status {
+    guard(|| {
+        let (r, o) = (out(out_receiver, "out_receiver")?, out(out_once, "out_once")?);
+        let (receiver, once) = ferry::reply_pair()?;
+        // SAFETY: both checked non-null, writable per the header.
+        unsafe {
+            give(r, ferry_reply_receiver { receiver });
+            give(o, ferry_send_once_right { right: once });
+        }
+        Ok(())
+    })
+}
+
+/// Receives the one message, waiting as `timeout_ms` says (negative:
+/// forever; 0: not at all). `FERRY_ERR_TIMEOUT` when it has not come;
+/// `FERRY_ERR_SEND_ONCE_DROPPED` when the right was destroyed unused;
+/// `FERRY_ERR_BAD_MESSAGE` when it was malformed (discarded);
+/// `FERRY_ERR_NO_SENDERS` once one of these or the message was returned.
+///
+/// # Safety
+/// `receiver` is a live handle used by no other call meanwhile; `out_msg`
+/// points at writable storage for a pointer; on success it holds a new
+/// message the caller frees.
+#[no_mangle]
+pub unsafe extern "C" fn ferry_reply_receiver_recv(receiver: *mut ferry_reply_receiver, timeout_ms: i64, out_msg: *mut *mut ferry_message) -> ferry_status {
+    guard(|| {
+        let o = out(out_msg, "out_msg")?;
+        // SAFETY: header contract: a live handle used by no other call.
+        let r = unsafe { obj_mut(receiver, "receiver") }?;
+        let msg = r.receiver.recv(timeout(timeout_ms))?;
+        // SAFETY: `o` checked non-null.
+        unsafe { give(o, ferry_message::received(msg, None)) };
+        Ok(())
+    })
+}
+
+/// Frees a reply receiver (a send through its right then fails with
+/// `FERRY_ERR_PEER_DEAD`). NULL is ignored.
+///
+/// # Safety
+/// `receiver` is NULL or a live reply-receiver handle, not used again.
+#[no_mangle]
+pub unsafe extern "C" fn ferry_reply_receiver_free(receiver: *mut ferry_reply_receiver) {
+    let _ = guard(|| {
+        // SAFETY: the caller gives the handle up; `free` ignores NULL.
+        unsafe { free(receiver) };
+        Ok(())
+    });
 }
 
 /// Creates a port: its receive right and a first send right.

@@ -108,6 +108,13 @@ fn c_port_set_reports_messages_no_senders_and_dead_names_per_member() {
     assert!(out.contains("portset: ok"), "{out}");
 }
 
+#[test]
+fn c_reply_pairs_carry_one_answer_or_report_the_right_dropped() {
+    let reply = build("ferry_reply", &["tests/c/reply.c"]);
+    let out = succeeded("ferry_reply", &wait_bounded(spawn(&reply, &[], Path::new("/nonexistent")), LIMIT));
+    assert!(out.contains("reply: ok"), "{out}");
+}
+
 /// The static library links into a C program on its own (no
 /// `libferry.so` at run time) and behaves the same.
 #[test]

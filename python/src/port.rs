@@ -40,6 +40,31 @@ impl Holder {
     }
 }
 
+/// Receives with `recv` through the handle in `inner` (named `what` when it
+/// is closed), waiting as `timeout` says (seconds; `None` forever) in
+/// slices, so that a signal (Ctrl-C) interrupts the wait.
+fn recv_through<H: Send>(
+    py: Python<'_>,
+    timeout: Option<f64>,
+    inner: &Mutex<Option<H>>,
+    what: &'static str,
+    recv: impl Fn(&mut H, ferry::Timeout) -> Result<ferry::Message, ferry::RecvError> + Sync,
+) -> PyResult<Message> {
+    let t = crate::timeout(timeout)?;
+    let r = interruptible(py, t, |e| matches!(e, Some(ferry::RecvError::Timeout)), |slice| {
+        let mut g = lock(inner);
+        match g.as_mut() {
+            Some(h) => recv(h, slice).map_err(Some),
+            None => Err(None),
+        }
+    })?;
+    match r {
+        Ok(m) => Ok(Message::received(m)),
+        Err(Some(e)) => Err(recv_error(e)),
+        Err(None) => Err(gone(what)),
+    }
+}
+
 /// The right to receive from a port: exactly one per port. Move it to
 /// another process with `Message.add(right)`.
 #[pyclass(module = "ferry._ferry", frozen)]
@@ -68,20 +93,7 @@ impl ReceiveRight {
     /// `BadMessage` (the message was discarded; the port stays usable).
     #[pyo3(signature = (timeout=None))]
     fn recv(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Message> {
-        let t = crate::timeout(timeout)?;
-        let inner = &self.inner;
-        let r = interruptible(py, t, |e| matches!(e, Some(ferry::RecvError::Timeout)), |slice| {
-            let mut g = lock(inner);
-            match g.as_mut() {
-                Some(h) => h.port().recv(slice).map_err(Some),
-                None => Err(None),
-            }
-        })?;
-        match r {
-            Ok(m) => Ok(Message::received(m)),
-            Err(Some(e)) => Err(recv_error(e)),
-            Err(None) => Err(gone("ReceiveRight")),
-        }
+        recv_through(py, timeout, &self.inner, "ReceiveRight", |h, t| h.port().recv(t))
     }
 
     /// Receives a message if one is queued now; raises `RecvTimeout` if not.
@@ -382,20 +394,7 @@ impl ReplyReceiver {
     /// taken.
     #[pyo3(signature = (timeout=None))]
     fn recv(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Message> {
-        let t = crate::timeout(timeout)?;
-        let inner = &self.inner;
-        let r = interruptible(py, t, |e| matches!(e, Some(ferry::RecvError::Timeout)), |slice| {
-            let mut g = lock(inner);
-            match g.as_mut() {
-                Some(r) => r.recv(slice).map_err(Some),
-                None => Err(None),
-            }
-        })?;
-        match r {
-            Ok(m) => Ok(Message::received(m)),
-            Err(Some(e)) => Err(recv_error(e)),
-            Err(None) => Err(gone("ReplyReceiver")),
-        }
+        recv_through(py, timeout, &self.inner, "ReplyReceiver", ferry::ReplyReceiver::recv)
     }
 
     /// Receives the message if it is here now; raises `RecvTimeout` if not.

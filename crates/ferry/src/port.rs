@@ -433,7 +433,8 @@ impl SendOnceRight {
 /// message arrives on, without a port: one socket pair, where
 /// [`ReceiveRight::make_send_once`] needs a port first. For a caller that
 /// waits for exactly one answer, and for an event loop waiting for many
-/// answers at once (in tokio, [`crate::tokio::AsyncReplyReceiver`]).
+/// answers at once (with the `tokio` feature,
+/// `ferry::tokio::AsyncReplyReceiver` awaits it).
 ///
 /// ```
 /// use ferry::{Message, RecvError, Timeout};

@@ -252,7 +252,8 @@ impl Uffd {
             | UserfaultfdFlags::NONBLOCK
             | UserfaultfdFlags::from_bits_retain(UFFD_USER_MODE_ONLY);
         // SAFETY: as in `new`.
-        Ok(Uffd { fd: unsafe { rustix::mm::userfaultfd(flags)? } })
+        let fd = unsafe { rustix::mm::userfaultfd(flags)? };
+        Ok(Uffd { fd })
     }
 
     fn from_device(flags: UserfaultfdFlags) -> rustix::io::Result<OwnedFd> {

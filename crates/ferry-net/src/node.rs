@@ -322,6 +322,12 @@ impl State {
         }
     }
 
+    /// The kill switch of import `import`'s proxies (made with the first
+    /// proxy), for a new proxy's task to watch.
+    fn kill_switch(&mut self, import: u64) -> watch::Receiver<bool> {
+        self.kills.entry(import).or_insert_with(|| watch::channel(false).0).subscribe()
+    }
+
     /// Once import `import` is gone (released, used up), finishes its
     /// stream and forgets its proxies' kill switch.
     fn forget_if_gone(&mut self, import: u64) {
@@ -1027,16 +1033,14 @@ fn make_proxy(c: &Arc<Conn>, st: &mut State, import: u64, once: bool) -> io::Res
         // registered once, is a proxy for its one message.
         let (rx, so) = ferry::reply_pair()?;
         let rx = AsyncReplyReceiver::new(rx)?;
-        let kill = st.kills.entry(import).or_insert_with(|| watch::channel(false).0).subscribe();
-        tokio::spawn(forward_once(c.clone(), rx, import, kill));
+        tokio::spawn(forward_once(c.clone(), rx, import, st.kill_switch(import)));
         return Ok(Item::SendOnce(so));
     }
     let (rx, tx) = ferry::port()?;
     let rx = AsyncReceiveRight::new(rx)?;
     let k = key_of(tx.as_fd())?;
     st.link.proxy_made(k, import);
-    let kill = st.kills.entry(import).or_insert_with(|| watch::channel(false).0).subscribe();
-    tokio::spawn(forward(c.clone(), rx, import, Some(k), kill));
+    tokio::spawn(forward(c.clone(), rx, import, k, st.kill_switch(import)));
     Ok(Item::Send(tx))
 }
 
@@ -1061,7 +1065,7 @@ fn stream_key(import: u64, once: bool) -> u64 {
 const ONCE_STREAM: u64 = u64::MAX;
 
 /// The task behind one proxy port: forwards its messages to the peer.
-async fn forward(c: Arc<Conn>, mut rx: AsyncReceiveRight, import: u64, key: Option<Key>, mut kill: watch::Receiver<bool>) {
+async fn forward(c: Arc<Conn>, mut rx: AsyncReceiveRight, import: u64, key: Key, mut kill: watch::Receiver<bool>) {
     loop {
         let got = tokio::select! {
             m = rx.recv() => m,
@@ -1069,7 +1073,7 @@ async fn forward(c: Arc<Conn>, mut rx: AsyncReceiveRight, import: u64, key: Opti
         };
         match got {
             Ok(m) => c.forward_one(import, false, m).await,
-            Err(RecvError::NoSenders) | Err(RecvError::SendOnceDropped) => return c.proxy_gone(import, key).await,
+            Err(RecvError::NoSenders) | Err(RecvError::SendOnceDropped) => return c.proxy_gone(import, Some(key)).await,
             Err(RecvError::BadMessage(_)) | Err(RecvError::Timeout) => continue,
             Err(RecvError::Io(e)) => {
                 eprintln!("ferry-net: proxy for {}'s port {import} failed: {e}", c.peer);

@@ -251,7 +251,8 @@ impl Uffd {
         let flags = UserfaultfdFlags::CLOEXEC
             | UserfaultfdFlags::NONBLOCK
             | UserfaultfdFlags::from_bits_retain(UFFD_USER_MODE_ONLY);
-        // SAFETY: as in `new`.
+        // SAFETY: creating the descriptor touches no memory; what it allows
+        // later is confined to ranges this process registers (module doc).
         let fd = unsafe { rustix::mm::userfaultfd(flags)? };
         Ok(Uffd { fd })
     }

@@ -311,6 +311,73 @@ fn per_user_budgets_refuse_what_one_user_would_have_kept_past_them() {
     });
 }
 
+/// The budgets are per local user: another user (uid nobody) sending
+/// through the same proxy is counted on its own. It is not refused because
+/// root has used up its budget, and it cannot go past its own.
+#[test]
+fn per_user_budgets_count_each_local_user_on_its_own() {
+    use std::io::{BufRead, Write};
+    use std::process::Stdio;
+
+    use ferry::spawn::CommandExt;
+    use ferry_net::Refusal;
+
+    if !common::can_play_other_user("per_user_budgets_count_each_local_user_on_its_own") {
+        return;
+    }
+    watchdog("per_user_budgets_count_each_local_user_on_its_own", LIMIT, || {
+        let (ia, ib) = identities();
+        let a = Node::start(config(&ia, vec![Peer { name: "b".into(), cert: ib.cert.clone() }])).unwrap();
+        let mut cb = config(&ib, vec![Peer { name: "a".into(), cert: ia.cert.clone() }]);
+        cb.max_exports_per_user = 2;
+        let b = Node::start(cb).unwrap();
+        b.connect("a", a.local_addr().unwrap()).unwrap();
+        let (mut srv, to_srv) = ferry::port().unwrap();
+        a.export("data", to_srv);
+        let data = b.lookup("data@a").unwrap();
+        let refused = |me: &mut ferry::ReceiveRight| Refusal::of(&me.recv(WAIT).unwrap()).map(|(r, _)| r);
+
+        // Root uses its whole budget: two rights the far side keeps.
+        let mine: Vec<_> = (0..2).map(|_| ferry::port().unwrap()).collect();
+        let m = mine.iter().fold(Message::new(1), |m, (_, tx)| m.with_item(tx.try_clone().unwrap()));
+        data.send(m, WAIT).unwrap();
+        let held_for_root = srv.recv(WAIT).unwrap();
+        assert_eq!((held_for_root.op(), held_for_root.items().len()), (1, 2));
+
+        // Another user's two rights through the same proxy are its own.
+        let mut other = common::peer_command_as(common::NOBODY, std::path::Path::new("/nonexistent"), "keep-rights", &[])
+            .pass_right(&data)
+            .unwrap()
+            .stdin(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut said = std::io::BufReader::new(other.stdout.take().unwrap()).lines();
+        let mut tell = other.stdin.take().unwrap();
+        assert_eq!(said.next().unwrap().unwrap(), "sent 10");
+        let held_for_other = srv.recv(WAIT).unwrap();
+        assert_eq!((held_for_other.op(), held_for_other.items().len()), (10, 2), "refused because root's budget was used up");
+
+        // Its third is past its own budget: refused, typed, to it.
+        writeln!(tell).unwrap();
+        let line = said.next().unwrap().unwrap();
+        let answer = match line.split(' ').collect::<Vec<_>>()[..] {
+            ["answer", op, body] => Message::new(op.parse().unwrap())
+                .with_body((0..body.len()).step_by(2).map(|i| u8::from_str_radix(&body[i..i + 2], 16).unwrap()).collect::<Vec<_>>()),
+            _ => panic!("the other user's peer said {line:?}"),
+        };
+        assert_eq!(Refusal::of(&answer).map(|(r, _)| r), Some(Refusal::OverBudget), "{line}");
+        // And root is still held to its own.
+        let (mut me, _keep) = ferry::port().unwrap();
+        let (_port, extra) = ferry::port().unwrap();
+        data.send(Message::new(2).with_item(extra).with_reply(me.make_send_once().unwrap()), WAIT).unwrap();
+        assert_eq!(refused(&mut me), Some(Refusal::OverBudget));
+        drop(tell);
+        assert!(other.wait().unwrap().success());
+        assert!(matches!(srv.recv(Timeout::Zero), Err(ferry::RecvError::Timeout)), "a refused message arrived");
+        drop((held_for_root, held_for_other));
+    });
+}
+
 #[test]
 fn a_whole_fetch_over_the_limit_is_refused_and_the_region_still_maps() {
     watchdog("a_whole_fetch_over_the_limit_is_refused_and_the_region_still_maps", LIMIT, || {

@@ -21,6 +21,7 @@ pub fn run(role: &str, args: &[String]) -> Outcome {
         "inherited" => inherited(),
         "inherited-refused" => inherited_refused(),
         "handed-right" => handed_right(),
+        "keep-rights" => keep_rights(),
         _ => return None,
     })
 }
@@ -181,6 +182,31 @@ fn inherited() -> R {
         Err(e) => e.to_string(),
     };
     parent.send(Message::new(1).with_body(format!("again: {again}")), Timeout::Infinite)?;
+    Ok(())
+}
+
+/// Sends rights through the send right its parent passed (a network
+/// proxy, in `net_cor`): first op 10 with two send rights to ports of its
+/// own, kept alive; then, once a line arrives on standard input, op 11
+/// with one more and a reply right, and prints the answer to that
+/// (`answer OP BODY-IN-HEX`). Exits when standard input closes.
+fn keep_rights() -> R {
+    use std::io::BufRead;
+    let to = ferry::spawn::inherited()?;
+    let kept: Vec<_> = (0..3).map(|_| ferry::port()).collect::<Result<_, _>>()?;
+    let right = |i: usize| kept[i].1.try_clone();
+    to.send(Message::new(10).with_item(right(0)?).with_item(right(1)?), Timeout::Infinite)?;
+    println!("sent 10");
+    let mut lines = std::io::stdin().lock().lines();
+    lines.next().transpose()?;
+    let (mut answers, _keep) = ferry::port()?;
+    to.send(Message::new(11).with_item(right(2)?).with_reply(answers.make_send_once()?), Timeout::Infinite)?;
+    let answer = answers.recv(Timeout::After(std::time::Duration::from_secs(30)))?;
+    let body: String = answer.body().iter().map(|b| format!("{b:02x}")).collect();
+    println!("answer {} {body}", answer.op());
+    // Holds its ports (and so what the far side keeps) until told to go.
+    lines.next().transpose()?;
+    drop(kept);
     Ok(())
 }
 

@@ -3,6 +3,7 @@
 //! shared words.
 
 use std::io;
+use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -54,6 +55,56 @@ pub fn read_some(fd: impl AsFd, buf: &mut [u8]) -> io::Result<usize> {
 /// passing): the raw kernel object ferry's ports are built on.
 pub fn seqpacket() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(net::socketpair(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None)?)
+}
+
+/// A connected pair of `SOCK_SEQPACKET` sockets with `SO_PASSCRED` on both
+/// ends, as every ferry port's sockets are: the kernel attaches the
+/// sender's pid, uid and gid to each datagram.
+pub fn seqpacket_with_credentials() -> io::Result<(OwnedFd, OwnedFd)> {
+    let (a, b) = seqpacket()?;
+    net::sockopt::set_socket_passcred(&a, true)?;
+    net::sockopt::set_socket_passcred(&b, true)?;
+    Ok((a, b))
+}
+
+/// Sends one datagram with `send(2)` (no ancillary data), as a port sends a
+/// message that carries no rights.
+pub fn send_datagram(fd: impl AsFd, buf: &[u8]) -> io::Result<()> {
+    loop {
+        match net::send(&fd, buf, net::SendFlags::NOSIGNAL) {
+            Err(Errno::INTR) => {}
+            Ok(n) if n == buf.len() => return Ok(()),
+            Ok(n) => return Err(io::Error::other(format!("a datagram of {} bytes went out as {n}", buf.len()))),
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Receives one datagram with `recvmsg(2)` and a control buffer with room
+/// for the descriptors one datagram can carry and the sender's credentials,
+/// as a port receives; returns its length and the credentials' uid.
+/// Descriptors that arrive are closed.
+pub fn recv_with_credentials(fd: impl AsFd, buf: &mut [u8]) -> io::Result<(usize, Option<u32>)> {
+    let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(253), ScmCredentials(1))];
+    loop {
+        let mut control = net::RecvAncillaryBuffer::new(&mut space);
+        let mut iov = [io::IoSliceMut::new(&mut *buf)];
+        match net::recvmsg(&fd, &mut iov, &mut control, net::RecvFlags::CMSG_CLOEXEC) {
+            Err(Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+            Ok(got) => {
+                let mut uid = None;
+                for msg in control.drain() {
+                    match msg {
+                        net::RecvAncillaryMessage::ScmCredentials(c) => uid = Some(c.uid.as_raw()),
+                        net::RecvAncillaryMessage::ScmRights(fds) => fds.for_each(drop),
+                        _ => {}
+                    }
+                }
+                return Ok((got.bytes, uid));
+            }
+        }
+    }
 }
 
 /// A connected pair of `SOCK_STREAM` Unix sockets.

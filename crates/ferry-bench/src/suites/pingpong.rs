@@ -88,6 +88,50 @@ pub fn uds_seqpacket(run: &mut Run<'_>) -> Result<(), Skip> {
     fd_pingpong(run, (a, a2), (b, b2), true)
 }
 
+/// `uds-seqpacket-cred`: the same socket pair with what a port's kernel
+/// path adds to every message: `SO_PASSCRED` on both ends, so the kernel
+/// attaches the sender's credentials to each datagram, and `recvmsg` with a
+/// control buffer for a port's descriptors and those credentials, which
+/// are read. The floor of a port round trip that keeps the guarantee that
+/// a receiver learns who sent each message; `uds-seqpacket` gives it up.
+pub fn uds_seqpacket_cred(run: &mut Run<'_>) -> Result<(), Skip> {
+    let n = wire_bytes(run);
+    let (mine, theirs) = chan::seqpacket_with_credentials()?;
+    let peer = run.spawn(&[mine.as_fd()], move || {
+        let mut buf = vec![0u8; n + 1];
+        let reply = vec![2u8; n];
+        loop {
+            let (got, uid) = chan::recv_with_credentials(&theirs, &mut buf)?;
+            if got == 0 {
+                return Ok(());
+            }
+            if uid.is_none() {
+                return Err(std::io::Error::other("a datagram arrived without its sender's credentials"));
+            }
+            chan::send_datagram(&theirs, &reply)?;
+        }
+    })?;
+    let req = vec![1u8; n];
+    let mut buf = vec![0u8; n + 1];
+    let mut last = None;
+    while run.more() {
+        let t = Instant::now();
+        chan::send_datagram(&mine, &req)?;
+        let (got, uid) = chan::recv_with_credentials(&mine, &mut buf)?;
+        run.record(t.elapsed());
+        if got != n {
+            return Err(short("reply", got, n));
+        }
+        last = uid;
+    }
+    if last.is_none() {
+        return Err(Skip::new("failed: the replies carried no credentials"));
+    }
+    drop(mine);
+    peer.wait()?;
+    Ok(())
+}
+
 /// `pipe`: two pipes, one each way.
 pub fn pipe(run: &mut Run<'_>) -> Result<(), Skip> {
     let (req_r, req_w) = chan::pipe()?;

@@ -242,6 +242,10 @@ fn touch_read(b: &[u8]) -> u64 {
     std::hint::black_box(sum)
 }
 
+/// The receiver's untimed message after a region's teardown (its
+/// acknowledgement is op 0).
+const READY: u32 = 2;
+
 /// Two nodes over loopback, `b` linked to `a`; `a` exports `name`.
 fn linked_nodes(name: &str, to: ferry::SendRight) -> Result<(Node, Node), Skip> {
     let ia = Identity::generate("a").map_err(skip)?;
@@ -284,16 +288,31 @@ fn ferry_net_region(run: &mut Run<'_>, how: Fetch, region: u64) -> Result<(), Sk
                 };
                 let Some(ferry::Item::Send(right)) = m.take_items().pop() else { return };
                 let Ok(r) = ferry_net::RemoteRegion::open(right) else { return };
+                // As in the transfer suite: touch, acknowledge (the end of
+                // the timed operation), and only then let the region go,
+                // then say ready, untimed. Unmapping and freeing 256 MiB of
+                // fresh pages takes tens of milliseconds, which the raw
+                // receivers, reading into one buffer they keep, never pay;
+                // the "ready" keeps that teardown out of the next transfer.
+                let mut on_touch = None;
+                let mut whole = None;
                 let ok = match how {
-                    Fetch::OnTouch => r.map().ok().and_then(|v| v.as_slice().map(|s| touch_read(&s[..touched]))).is_some(),
-                    Fetch::Whole => r
-                        .fetch_all()
-                        .ok()
-                        .and_then(|w| w.map(ferry::MapOptions::lazy().read_only()).ok())
-                        .map(|v| touch_read(&v[..touched]))
-                        .is_some(),
+                    Fetch::OnTouch => r.map().ok().is_some_and(|v| {
+                        let read = v.as_slice().map(|s| touch_read(&s[..touched])).is_some();
+                        on_touch = Some(v);
+                        read
+                    }),
+                    Fetch::Whole => r.fetch_all().ok().and_then(|w| w.map(ferry::MapOptions::lazy().read_only()).ok()).is_some_and(|v| {
+                        touch_read(&v[..touched]);
+                        whole = Some(v);
+                        true
+                    }),
                 };
                 if !ok || ack.send(Message::new(0), WAIT).is_err() {
+                    return;
+                }
+                drop((on_touch, whole, r));
+                if ack.send(Message::new(READY), WAIT).is_err() {
                     return;
                 }
             }
@@ -314,9 +333,14 @@ fn ferry_net_region(run: &mut Run<'_>, how: Fetch, region: u64) -> Result<(), Sk
         let item = data.by_copy().map_err(skip)?;
         let t = Instant::now();
         sink.send(Message::new(1).with_item(item), long)?;
-        me.recv(long)?;
+        if me.recv(long)?.op() != 0 {
+            return Err(Skip::new("failed: the receiver said ready before it acknowledged"));
+        }
         run.record(t.elapsed());
         ops += 1;
+        if me.recv(long)?.op() != READY {
+            return Err(Skip::new("failed: the receiver acknowledged twice"));
+        }
     }
     if let Some(w) = (wire_bytes(&a) - wire0).checked_div(ops) {
         run.note("wire_bytes", w);

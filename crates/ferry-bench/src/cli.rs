@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use clap::builder::{PossibleValue, PossibleValuesParser};
 use clap::{Parser, Subcommand};
 
-use crate::harness::{run_suite, Budget, Options};
+use crate::harness::{run_suite_with, Budget, Options};
 use serde_json::Value;
 
 use crate::record::{to_json_array, Placement, Record};
@@ -69,6 +69,28 @@ pub struct BenchArgs {
     /// default).
     #[arg(long, value_name = "P", value_parser = ["same-core", "cross-core", "unpinned", "all"])]
     pub placement: Option<String>,
+    /// Record cases whose payload is larger than SIZE as skipped (bytes, or
+    /// with a suffix: 256KiB, 16MiB, 1GiB): a default-length run of every
+    /// suite without its longest cases.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub max_bytes: Option<u64>,
+}
+
+/// A size in bytes: digits, optionally followed by `KiB`, `MiB` or `GiB`
+/// (binary multiples; `K`, `M`, `G` are read the same way).
+fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (n, unit) = t.split_at(digits);
+    let n: u64 = n.parse().map_err(|_| format!("{text:?} is not a size: digits, then KiB, MiB or GiB"))?;
+    let shift = match unit.trim() {
+        "" | "B" => 0,
+        "K" | "KiB" => 10,
+        "M" | "MiB" => 20,
+        "G" | "GiB" => 30,
+        other => return Err(format!("unknown unit {other:?} in {text:?}: use KiB, MiB or GiB")),
+    };
+    n.checked_mul(1 << shift).ok_or_else(|| format!("{text:?} is too large"))
 }
 
 /// What `bench` can do besides running suites.
@@ -122,6 +144,23 @@ fn suite_names() -> PossibleValuesParser {
 pub fn write_json(path: &str, records: &[Record], command_line: &[String]) -> std::io::Result<()> {
     std::fs::write(path, to_json_array(records))?;
     std::fs::write(format!("{path}.meta.json"), machine::to_json(&machine::describe(command_line)))
+}
+
+/// Writes the records of an unfinished run to `path` and its sidecar,
+/// each through a temporary file renamed into place, so a reader (or an
+/// interruption) never sees half a file. The sidecar says `"complete":
+/// false`; the final write replaces both.
+fn save_partial(path: &str, records: &[Record], argv: &[String], load_start: &Value) -> std::io::Result<()> {
+    let mut meta = machine::describe(&typed(argv));
+    meta.insert("loadavg_start".into(), load_start.clone());
+    meta.insert("complete".into(), Value::Bool(false));
+    let replace = |to: &str, text: String| {
+        let tmp = format!("{to}.partial");
+        std::fs::write(&tmp, text)?;
+        std::fs::rename(&tmp, to)
+    };
+    replace(path, to_json_array(records))?;
+    replace(&format!("{path}.meta.json"), machine::to_json(&meta))
 }
 
 /// The system's load averages (1, 5, 15 minutes), for the sidecar: how
@@ -210,6 +249,10 @@ fn bench_main(parsed: &BenchArgs, argv: &[String]) -> ExitCode {
         None | Some("all") => {}
         Some(p) => opts.placements = Placement::parse(p).into_iter().collect(),
     }
+    if let Some(max) = parsed.max_bytes.filter(|&m| m < opts.max_bytes) {
+        opts.max_bytes = max;
+        opts.max_bytes_reason = format!("payloads above {max} bytes are skipped with --max-bytes");
+    }
     let with_probe = parsed.suites.iter().any(|s| s == "all");
     let load_start = loadavg();
     let mut records = Vec::new();
@@ -217,13 +260,29 @@ fn bench_main(parsed: &BenchArgs, argv: &[String]) -> ExitCode {
         if chosen.len() > 1 && opts.progress && std::io::IsTerminal::is_terminal(&std::io::stderr()) {
             eprintln!("ferry bench: suite {}/{}: {}", k + 1, chosen.len(), suite.name);
         }
-        records.extend(run_suite(suite, &opts));
+        let measured = run_suite_with(suite, &opts, |group| {
+            // What is measured so far, saved after every group: an
+            // interrupted run of hours keeps all but its last group.
+            if let Some(path) = &parsed.json {
+                let mut so_far = records.clone();
+                so_far.extend_from_slice(group);
+                if let Err(e) = save_partial(path, &so_far, argv, &load_start) {
+                    eprintln!("ferry bench: cannot save the results so far to {path}: {e}");
+                }
+            }
+        });
+        records.extend(measured);
     }
     if parsed.suites.iter().any(|s| s == "python" || s == "all") {
         // The smoke run's payload limit holds for the Python oneshot too.
         let mib = if parsed.smoke { 1 } else { 256 };
         let python = suites::python::run(parsed.quick || parsed.smoke, mib);
         records.extend(python);
+        if let Some(path) = &parsed.json {
+            if let Err(e) = save_partial(path, &records, argv, &load_start) {
+                eprintln!("ferry bench: cannot save the results so far to {path}: {e}");
+            }
+        }
     }
     let probed = with_probe.then(|| {
         let popts = if parsed.quick || parsed.smoke { probe::Options::quick() } else { probe::Options::full() };
@@ -245,6 +304,7 @@ fn bench_main(parsed: &BenchArgs, argv: &[String]) -> ExitCode {
         let mut meta = machine::describe(&typed(argv));
         meta.insert("loadavg_start".into(), load_start);
         meta.insert("loadavg_end".into(), loadavg());
+        meta.insert("complete".into(), Value::Bool(true));
         let mut all = records.clone();
         all.extend(probed.iter().flat_map(|p| p.records.iter().cloned()));
         let written = std::fs::write(path, to_json_array(&all)).and_then(|()| std::fs::write(format!("{path}.meta.json"), machine::to_json(&meta)));

@@ -340,6 +340,13 @@ pub fn progress_bar(done: usize, total: usize, width: usize) -> String {
 /// Runs every case of `suite` in every placement of `opts`, interleaving the
 /// implementations, prints the table (if asked) and returns the records.
 pub fn run_suite(suite: &Suite, opts: &Options) -> Vec<Record> {
+    run_suite_with(suite, opts, |_| {})
+}
+
+/// [`run_suite`], calling `on_group` with the records of each case and
+/// placement as soon as they are measured (a long run saves what it has
+/// after each group, so an interruption loses at most one group).
+pub fn run_suite_with(suite: &Suite, opts: &Options, mut on_group: impl FnMut(&[Record])) -> Vec<Record> {
     let show = opts.progress && io::stderr().is_terminal();
     let allowed = pin::allowed_cpus().unwrap_or_else(|_| vec![0]);
     let impls = (suite.impls)();
@@ -420,6 +427,7 @@ pub fn run_suite(suite: &Suite, opts: &Options) -> Vec<Record> {
             if opts.table {
                 table::print_group(suite, &group);
             }
+            on_group(&group);
             records.extend(group);
         }
     }

@@ -129,6 +129,61 @@ fn one_suite_quick_and_bad_report_input() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `--max-bytes` records larger cases as skipped, with the reason; a bad
+/// size is refused with a message; a run's results are on disk, whole,
+/// from its first group on, and a finished run's sidecar says so.
+#[test]
+fn max_bytes_skips_large_cases_and_results_are_saved_group_by_group() {
+    let dir = temp_dir("maxbytes");
+    let json = dir.join("rpc.json");
+    let json_s = json.to_str().unwrap();
+    let (ok, _, err) = ferry(&["bench", "rpc", "--smoke", "--placement", "same-core", "--max-bytes", "64", "--json", json_s], Duration::from_secs(600));
+    assert!(ok, "ferry bench rpc --max-bytes 64 failed:\n{err}");
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let (mut small, mut large) = (0, 0);
+    for r in &rows {
+        let skipped = r["extra"]["skipped"].as_str().unwrap_or("");
+        if r["bytes"].as_u64() == Some(1024) {
+            large += 1;
+            assert!(r["median_ns"].is_null() && skipped.contains("--max-bytes"), "a 1 KiB case was not skipped for --max-bytes: {r}");
+        } else if !skipped.contains("--max-bytes") {
+            small += 1;
+        }
+    }
+    assert!(large > 0 && small > 0, "expected both measured and skipped cases, got {small} and {large}");
+    let every_group = 2 * rows.len();
+    let meta: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("rpc.json.meta.json")).unwrap()).unwrap();
+    assert_eq!(meta["complete"], serde_json::Value::Bool(true), "a finished run's sidecar must say complete: {meta}");
+    assert!(!dir.join("rpc.json.partial").exists(), "a temporary file was left behind");
+
+    let (ok, _, err) = ferry(&["bench", "rpc", "--smoke", "--max-bytes", "12XB"], Duration::from_secs(60));
+    assert!(!ok && err.contains("unknown unit") && err.contains("KiB"), "a bad size must be refused clearly:\n{err}");
+
+    // Interrupted as soon as its results file appears, a run leaves a whole
+    // JSON array of the groups it finished and a sidecar saying so.
+    let part = dir.join("part.json");
+    let mut child = Command::new(FERRY_BENCH)
+        .args(["bench", "rpc", "--smoke", "--json", part.to_str().unwrap()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start ferry-bench");
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while !part.exists() && Instant::now() < deadline && child.try_wait().unwrap().is_none() {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&std::fs::read_to_string(&part).expect("the results of the first group")).expect("a whole JSON array");
+    let meta: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("part.json.meta.json")).unwrap()).unwrap();
+    assert!(!rows.is_empty(), "the first group's records");
+    if meta["complete"] == serde_json::Value::Bool(false) {
+        assert!(rows.len() < every_group, "an interrupted run cannot hold every group");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn probe_quick_writes_records_and_sidecar() {
     let dir = temp_dir("probe");

@@ -35,7 +35,7 @@ pub enum Command {
     Probe(ProbeArgs),
 }
 
-/// `bench SUITE|all [--quick|--smoke] [--json FILE] [--placement P]`, or
+/// `bench SUITE|all [--quick|--smoke] [--json FILE] [--placement P] [--max-bytes SIZE]`, or
 /// `bench report FILE [--out REPORT.md]`.
 #[derive(Debug, clap::Args)]
 #[command(

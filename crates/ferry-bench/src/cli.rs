@@ -146,21 +146,23 @@ pub fn write_json(path: &str, records: &[Record], command_line: &[String]) -> st
     std::fs::write(format!("{path}.meta.json"), machine::to_json(&machine::describe(command_line)))
 }
 
-/// Writes the records of an unfinished run to `path` and its sidecar,
-/// each through a temporary file renamed into place, so a reader (or an
-/// interruption) never sees half a file. The sidecar says `"complete":
-/// false`; the final write replaces both.
+/// Writes `text` to `to` through a temporary file renamed into place, so a
+/// reader (or an interruption) never sees half a file.
+fn replace_file(to: &str, text: String) -> std::io::Result<()> {
+    let tmp = format!("{to}.partial");
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, to)
+}
+
+/// Writes the records of an unfinished run to `path` and its sidecar, the
+/// sidecar first: whenever the results file exists, so does a sidecar
+/// saying `"complete": false`. The final write replaces both.
 fn save_partial(path: &str, records: &[Record], argv: &[String], load_start: &Value) -> std::io::Result<()> {
     let mut meta = machine::describe(&typed(argv));
     meta.insert("loadavg_start".into(), load_start.clone());
     meta.insert("complete".into(), Value::Bool(false));
-    let replace = |to: &str, text: String| {
-        let tmp = format!("{to}.partial");
-        std::fs::write(&tmp, text)?;
-        std::fs::rename(&tmp, to)
-    };
-    replace(path, to_json_array(records))?;
-    replace(&format!("{path}.meta.json"), machine::to_json(&meta))
+    replace_file(&format!("{path}.meta.json"), machine::to_json(&meta))?;
+    replace_file(path, to_json_array(records))
 }
 
 /// The system's load averages (1, 5, 15 minutes), for the sidecar: how
@@ -307,7 +309,8 @@ fn bench_main(parsed: &BenchArgs, argv: &[String]) -> ExitCode {
         meta.insert("complete".into(), Value::Bool(true));
         let mut all = records.clone();
         all.extend(probed.iter().flat_map(|p| p.records.iter().cloned()));
-        let written = std::fs::write(path, to_json_array(&all)).and_then(|()| std::fs::write(format!("{path}.meta.json"), machine::to_json(&meta)));
+        // The records, then the sidecar that says they are complete.
+        let written = replace_file(path, to_json_array(&all)).and_then(|()| replace_file(&format!("{path}.meta.json"), machine::to_json(&meta)));
         if let Err(e) = written {
             eprintln!("ferry bench: cannot write {path}: {e}");
             return ExitCode::from(1);

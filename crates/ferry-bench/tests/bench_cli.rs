@@ -160,28 +160,41 @@ fn max_bytes_skips_large_cases_and_results_are_saved_group_by_group() {
     assert!(!ok && err.contains("unknown unit") && err.contains("KiB"), "a bad size must be refused clearly:\n{err}");
 
     // Interrupted as soon as its results file appears, a run leaves a whole
-    // JSON array of the groups it finished and a sidecar saying so.
-    let part = dir.join("part.json");
+    // JSON array of the groups it finished and a sidecar saying so (five
+    // times: the interruption lands at a different point each time).
+    for attempt in 0..5 {
+        interrupted_run_leaves_whole_files(&dir.join(format!("part{attempt}.json")), every_group);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Starts `ferry bench rpc --smoke --json part`, kills it as soon as the
+/// results file appears, and checks what it left.
+fn interrupted_run_leaves_whole_files(part: &Path, every_group: usize) {
     let mut child = Command::new(FERRY_BENCH)
-        .args(["bench", "rpc", "--smoke", "--json", part.to_str().unwrap()])
+        .args(["bench", "rpc", "--smoke", "--json", part.to_str().expect("a UTF-8 path")])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .expect("start ferry-bench");
+    let sidecar = format!("{}.meta.json", part.display());
+    // Watched without sleeping, so that a results file written before its
+    // sidecar is seen in the moment between the two.
     let deadline = Instant::now() + Duration::from_secs(300);
     while !part.exists() && Instant::now() < deadline && child.try_wait().unwrap().is_none() {
-        std::thread::sleep(Duration::from_millis(5));
+        std::hint::spin_loop();
     }
+    let sidecar_first = Path::new(&sidecar).exists();
     let _ = child.kill();
     let _ = child.wait();
-    let rows: Vec<serde_json::Value> = serde_json::from_str(&std::fs::read_to_string(&part).expect("the results of the first group")).expect("a whole JSON array");
-    let meta: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("part.json.meta.json")).unwrap()).unwrap();
+    assert!(sidecar_first, "the results file appeared before its sidecar");
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&std::fs::read_to_string(part).expect("the results of the first group")).expect("a whole JSON array");
+    let meta: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&sidecar).expect("a results file without its sidecar")).expect("a whole sidecar");
     assert!(!rows.is_empty(), "the first group's records");
     if meta["complete"] == serde_json::Value::Bool(false) {
         assert!(rows.len() < every_group, "an interrupted run cannot hold every group");
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

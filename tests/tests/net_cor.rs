@@ -34,9 +34,23 @@ fn identities() -> (Identity, Identity) {
 }
 
 fn nodes(ia: &Identity, ib: &Identity) -> (Node, Node) {
+    nodes_with(ia, ib, |_| {})
+}
+
+/// [`nodes`], with `b`'s configuration changed by `tune` (budgets).
+fn nodes_with(ia: &Identity, ib: &Identity, tune: impl FnOnce(&mut NodeConfig)) -> (Node, Node) {
     let a = Node::start(config(ia, vec![Peer { name: "b".into(), cert: ib.cert.clone() }])).unwrap();
-    let b = Node::start(config(ib, vec![Peer { name: "a".into(), cert: ia.cert.clone() }])).unwrap();
+    let mut cb = config(ib, vec![Peer { name: "a".into(), cert: ia.cert.clone() }]);
+    tune(&mut cb);
+    let b = Node::start(cb).unwrap();
     (a, b)
+}
+
+/// A port on host `a` exported as `data`, and host `b`'s right to it.
+fn export_data(a: &Node, b: &Node) -> (ferry::ReceiveRight, SendRight) {
+    let (srv, to_srv) = ferry::port().unwrap();
+    a.export("data", to_srv);
+    (srv, b.lookup("data@a").unwrap())
 }
 
 fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
@@ -83,9 +97,7 @@ fn region_mappings(len: usize) -> usize {
 /// Sends a region of `len` bytes from host `b` to a port on host `a`;
 /// returns the right that took the region's place in the delivered message.
 fn send_region(a: &Node, b: &Node, len: usize) -> (SendRight, ferry::ReceiveRight) {
-    let (mut srv, to_srv) = ferry::port().unwrap();
-    a.export("data", to_srv);
-    let data = b.lookup("data@a").unwrap();
+    let (mut srv, data) = export_data(a, b);
     data.send(Message::new(7).with_body(*b"by reference").with_item(pattern_region(len)), WAIT).unwrap();
     let mut m = srv.recv(WAIT).unwrap();
     assert_eq!((m.op(), m.body()), (7, &b"by reference"[..]));
@@ -269,15 +281,12 @@ fn a_hostile_peer_fetching_a_region_it_was_never_sent_loses_only_its_link() {
 fn per_user_budgets_refuse_what_one_user_would_have_kept_past_them() {
     watchdog("per_user_budgets_refuse_what_one_user_would_have_kept_past_them", LIMIT, || {
         let (ia, ib) = identities();
-        let a = Node::start(config(&ia, vec![Peer { name: "b".into(), cert: ib.cert.clone() }])).unwrap();
-        let mut cb = config(&ib, vec![Peer { name: "a".into(), cert: ia.cert.clone() }]);
-        cb.max_regions_per_user = 1;
-        cb.max_exports_per_user = 2;
-        let b = Node::start(cb).unwrap();
+        let (a, b) = nodes_with(&ia, &ib, |c| {
+            c.max_regions_per_user = 1;
+            c.max_exports_per_user = 2;
+        });
         b.connect("a", a.local_addr().unwrap()).unwrap();
-        let (mut srv, to_srv) = ferry::port().unwrap();
-        a.export("data", to_srv);
-        let data = b.lookup("data@a").unwrap();
+        let (mut srv, data) = export_data(&a, &b);
         let (mut me, _keep) = ferry::port().unwrap();
         let len = (17 << 20) + PAGE;
         let refused = |me: &mut ferry::ReceiveRight| {
@@ -327,14 +336,9 @@ fn per_user_budgets_count_each_local_user_on_its_own() {
     }
     watchdog("per_user_budgets_count_each_local_user_on_its_own", LIMIT, || {
         let (ia, ib) = identities();
-        let a = Node::start(config(&ia, vec![Peer { name: "b".into(), cert: ib.cert.clone() }])).unwrap();
-        let mut cb = config(&ib, vec![Peer { name: "a".into(), cert: ia.cert.clone() }]);
-        cb.max_exports_per_user = 2;
-        let b = Node::start(cb).unwrap();
+        let (a, b) = nodes_with(&ia, &ib, |c| c.max_exports_per_user = 2);
         b.connect("a", a.local_addr().unwrap()).unwrap();
-        let (mut srv, to_srv) = ferry::port().unwrap();
-        a.export("data", to_srv);
-        let data = b.lookup("data@a").unwrap();
+        let (mut srv, data) = export_data(&a, &b);
         let refused = |me: &mut ferry::ReceiveRight| Refusal::of(&me.recv(WAIT).unwrap()).map(|(r, _)| r);
 
         // Root uses its whole budget: two rights the far side keeps.
@@ -384,9 +388,7 @@ fn a_whole_fetch_over_the_limit_is_refused_and_the_region_still_maps() {
         let (ia, ib) = identities();
         let (a, b) = nodes(&ia, &ib);
         b.connect("a", a.local_addr().unwrap()).unwrap();
-        let (mut srv, to_srv) = ferry::port().unwrap();
-        a.export("data", to_srv);
-        let data = b.lookup("data@a").unwrap();
+        let (mut srv, data) = export_data(&a, &b);
         // A sparse region past the whole-fetch limit: nothing of it is
         // allocated unless touched.
         let len = ferry_net::cor::MAX_FETCH_ALL as usize + PAGE;

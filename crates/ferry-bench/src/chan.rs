@@ -85,7 +85,7 @@ pub fn send_datagram(fd: impl AsFd, buf: &[u8]) -> io::Result<()> {
 /// as a port receives; returns its length and the credentials' uid.
 /// Descriptors that arrive are closed.
 pub fn recv_with_credentials(fd: impl AsFd, buf: &mut [u8]) -> io::Result<(usize, Option<u32>)> {
-    let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(253), ScmCredentials(1))];
+    let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(ferry::message::MAX_FDS), ScmCredentials(1))];
     loop {
         let mut control = net::RecvAncillaryBuffer::new(&mut space);
         let mut iov = [io::IoSliceMut::new(&mut *buf)];

@@ -114,15 +114,21 @@ impl Fetcher {
             .await
             .map(|()| got)
         });
-        let got = match self.handle.block_on(task) {
-            Ok(got) => got?,
-            Err(e) => return Err(format!("the fetch from {} stopped: {e}", self.peer)),
-        };
+        let got = self.wait_for(task)?;
         if got.len() != buf.len() {
             return Err(format!("a fetch from {} brought {} bytes, not {}", self.peer, got.len(), buf.len()));
         }
         buf.copy_from_slice(&got);
         Ok(())
+    }
+
+    /// Waits on this (non-runtime) thread for a fetch task of the node's
+    /// runtime to end, and gives its result.
+    fn wait_for<T>(&self, task: tokio::task::JoinHandle<Result<T, String>>) -> Result<T, String> {
+        match self.handle.block_on(task) {
+            Ok(done) => done,
+            Err(e) => Err(format!("the fetch from {} stopped: {e}", self.peer)),
+        }
     }
 
     /// Fetches `len` bytes of the region at `offset` over a stream of its
@@ -262,10 +268,7 @@ fn fetch_all(f: &Arc<Fetcher>) -> Answer {
             .await;
         filled.map(|()| r)
     });
-    let r = match f.handle.block_on(task) {
-        Ok(filled) => filled.map_err(|e| (6, e))?,
-        Err(e) => return Err((6, format!("the fetch stopped: {e}"))),
-    };
+    let r = f.wait_for(task).map_err(|e| (6, e))?;
     let item = r.by_move().map_err(|e| (2, e.to_string()))?;
     Ok(Message::new(FETCHED).with_item(Item::Region(item)))
 }

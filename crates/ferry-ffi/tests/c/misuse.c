@@ -5,11 +5,11 @@
  *
  * Run: ferry_misuse   (with FERRY_BOOTSTRAP pointing nowhere, FERRY_NO_EMBED=1) */
 #define _POSIX_C_SOURCE 200809L
-#include <dirent.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "check.h"
+#include "fds.h"
 
 #define IS(call, status)                                                                      \
     do {                                                                                      \
@@ -20,15 +20,6 @@
             exit(1);                                                                          \
         }                                                                                     \
     } while (0)
-
-static int open_fds(void) {
-    DIR *d = opendir("/proc/self/fd");
-    int n = 0;
-    while (readdir(d))
-        n++;
-    closedir(d);
-    return n;
-}
 
 static ferry_message *msg(uint32_t op) {
     ferry_message *m;

@@ -6,20 +6,11 @@
  *
  * Run: ferry_reply */
 #define _POSIX_C_SOURCE 200809L
-#include <dirent.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "check.h"
-
-static int open_fds(void) {
-    DIR *d = opendir("/proc/self/fd");
-    int n = 0;
-    while (readdir(d))
-        n++;
-    closedir(d);
-    return n;
-}
+#include "fds.h"
 
 static void round_trip(ferry_receive_right *server, ferry_send_right *to_server, uint32_t i) {
     ferry_reply_receiver *answer;

@@ -37,7 +37,7 @@ use tokio::sync::{oneshot, watch};
 
 use crate::cor::{self, Counters, Fetcher};
 use crate::frame::{Frame, MAX_EAGER_REGION, MAX_FRAME};
-use crate::link::{Event, Incoming, Key, Link, Outgoing, Store};
+use crate::link::{Event, Incoming, Key, Link, LinkError, Outgoing, Store};
 use crate::tls::{self, Identity, Peer};
 
 /// How a node is set up.
@@ -719,8 +719,11 @@ impl Conn {
             };
             let after = match self.handle(&sh, &bytes) {
                 Ok(a) => a,
+                // A frame still in flight when the link was closed (the
+                // peer stopped, or this node did): nothing is wrong with it.
+                Err(LinkError::Closed) => return,
                 Err(e) => {
-                    self.protocol_error(&e);
+                    self.protocol_error(&e.to_string());
                     return;
                 }
             };
@@ -827,9 +830,9 @@ impl Conn {
         let _ = send.finish();
     }
 
-    fn handle(self: &Arc<Self>, sh: &Arc<Shared>, bytes: &[u8]) -> Result<After, String> {
+    fn handle(self: &Arc<Self>, sh: &Arc<Shared>, bytes: &[u8]) -> Result<After, LinkError> {
         let mut st = self.state.lock().unwrap();
-        let out = st.link.handle(bytes).map_err(|e| e.to_string())?;
+        let out = st.link.handle(bytes)?;
         let mut after = After { deliver: Vec::new(), frames: out.frames };
         for e in out.events {
             apply_event(self, &mut st, Some(sh), e, &mut after);

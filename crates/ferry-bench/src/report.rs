@@ -258,14 +258,24 @@ fn net(o: &mut String, c: &Ctx<'_>) {
          and the Ethernet file transfer processes used 104.5 s of CPU for it (about 17 ms per KB). They give no \
          network round trip and no copy-on-reference timing. Today's figures are over loopback between two \
          network servers in one process; `× raw QUIC` divides by `quic-raw` of the same run (targets: 1.3 for \
-         the round trip, 1.25 for the 256 MiB region).\n"
+         the round trip, 1.25 for the 256 MiB region), and `× relay floor` by `quic-relay`, raw QUIC between \
+         two relay tasks each a Unix datagram socket away from its program (the four local hops of a round \
+         trip through network servers, with none of ferry's work).\n"
     );
-    let _ = writeln!(o, "| case | placement | Accent (PERQ) | today, `ferry-net` | × raw QUIC | raw TCP |\n|---|---|---|---|---|---|");
+    let _ = writeln!(o, "| case | placement | Accent (PERQ) | today, `ferry-net` | × raw QUIC | × relay floor | raw TCP |\n|---|---|---|---|---|---|---|");
     for &p in &c.placements {
         let rt = c.one("net", "null-roundtrip", 0, "none", p, "ferry-net");
         let q = c.one("net", "null-roundtrip", 0, "none", p, "quic-raw");
         let t = c.one("net", "null-roundtrip", 0, "none", p, "tcp-raw");
-        let _ = writeln!(o, "| null round trip | {p} | {NOT_MEASURED} (not given) | {} | {} | {} |", cell(rt, 1.0), ratio(med(rt), med(q)), cell(t, 1.0));
+        let relay = c.one("net", "null-roundtrip", 0, "none", p, "quic-relay");
+        let _ = writeln!(
+            o,
+            "| null round trip | {p} | {NOT_MEASURED} (not given) | {} | {} | {} | {} |",
+            cell(rt, 1.0),
+            ratio(med(rt), med(q)),
+            ratio(med(rt), med(relay)),
+            cell(t, 1.0)
+        );
         let n = 256 << 20;
         let one = c.one("net", "oneshot", n, "read", p, "ferry-net");
         let q = c.one("net", "oneshot", n, "read", p, "quic-raw");
@@ -273,7 +283,7 @@ fn net(o: &mut String, c: &Ctx<'_>) {
         let gbps = |r: Option<&Record>| med(r).map_or(NOT_MEASURED.to_string(), |m| format!("{:.3} GB/s", n as f64 / m));
         let _ = writeln!(
             o,
-            "| 256 MiB region, read all | {p} | 6 MB in ~40 min: 0.0000026 GB/s | {} ({}) | {} | {} |",
+            "| 256 MiB region, read all | {p} | 6 MB in ~40 min: 0.0000026 GB/s | {} ({}) | {} | n/a | {} |",
             cell(one, 1.0),
             gbps(one),
             ratio(med(one), med(q)),

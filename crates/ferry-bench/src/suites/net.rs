@@ -22,11 +22,17 @@
 //!   UDP bytes that crossed the link per operation, both ways. Target: at
 //!   1%, under 2% of the region's bytes and at least 20× sooner than eager.
 //!
-//! The `-veth` impls (`ferry-net-veth`, `quic-raw-veth`, `tcp-raw-veth`;
-//! `null-roundtrip` and `oneshot`) run the same code with the serving and
-//! the connecting side in two network namespaces joined by a veth pair,
-//! made for each round (`ip netns`) and removed after it; they need root and
-//! are recorded as skipped otherwise. `ferry bench net` as root runs both
+//! - `quic-relay` (`null-roundtrip` only): the floor of a design in which
+//!   a network server on each host holds the link: raw QUIC between two
+//!   relay tasks, each a Unix datagram socket away from its program, so
+//!   the four local hops of `ferry-net` with none of ferry's work.
+//!
+//! The `-veth` impls (`ferry-net-veth`, `quic-raw-veth`, `tcp-raw-veth`,
+//! `quic-relay-veth`; `null-roundtrip`, and `oneshot` but for the relay)
+//! run the same code with the serving and the connecting side in two
+//! network namespaces joined by a veth pair, made for each round
+//! (`ip netns`) and removed after it; they need root and are recorded as
+//! skipped otherwise. `ferry bench net` as root runs both
 //! links in the same invocation, interleaved.
 
 use std::io::{Read, Write};
@@ -79,6 +85,8 @@ pub fn impls() -> Vec<Impl> {
         Impl { name: "ferry-net-veth", run: |run| over_veth(run, ferry_net) },
         Impl { name: "quic-raw-veth", run: |run| over_veth(run, quic_raw) },
         Impl { name: "tcp-raw-veth", run: |run| over_veth(run, tcp_raw) },
+        Impl { name: "quic-relay", run: quic_relay },
+        Impl { name: "quic-relay-veth", run: |run| over_veth(run, quic_relay) },
     ]
 }
 
@@ -579,6 +587,114 @@ fn quic_raw_roundtrip(run: &mut Run<'_>) -> Result<(), Skip> {
     conn.close(0u32.into(), b"done");
     server.close(0u32.into(), b"done");
     rt.shutdown_timeout(Duration::from_secs(1));
+    Ok(())
+}
+
+/// `quic-relay` (`null-roundtrip` only): the floor of any design in which a
+/// daemon on each host holds the link. The token goes from the timing
+/// thread over a Unix datagram socket to a relay task on its side's tokio
+/// runtime, over raw QUIC to the other side's runtime, over a second Unix
+/// datagram socket to the echo thread, and back the same way: the four
+/// local hops and two runtimes of `ferry-net`, with none of ferry's work
+/// (no ports, no credentials, no translation). `ferry-net` ÷ `quic-relay`
+/// is then what ferry's own code costs; `quic-relay` ÷ `quic-raw` what the
+/// hops cost.
+fn quic_relay(run: &mut Run<'_>) -> Result<(), Skip> {
+    use tokio::net::UnixDatagram;
+    only(run, &["null-roundtrip"])?;
+    run.note("placement_ignored", "threads in one process, unpinned");
+    run.note("token_bytes", 1u64);
+    run.note("local_hops", "Unix datagram socket pairs, one per host, each way");
+    let runtime = || tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().map_err(skip);
+    let (rt_a, rt_b) = unpinned(run, || Ok::<_, Skip>((runtime()?, runtime()?)))?;
+    let (server, connect) = quic_pair(&rt_a)?;
+    // Side 1 (the caller's host): the timing thread's socket and its relay's.
+    let (mine, relay_b) = std::os::unix::net::UnixDatagram::pair().map_err(skip)?;
+    // Side 0 (the serving host): the echo thread's socket and its relay's.
+    let (echo_sock, relay_a) = std::os::unix::net::UnixDatagram::pair().map_err(skip)?;
+    let srv = server.clone();
+    rt_a.spawn(async move {
+        let Some(inc) = srv.accept().await else { return };
+        let Ok(conn) = inc.await else { return };
+        let Ok((mut send, mut recv)) = conn.accept_bi().await else { return };
+        let Ok(sock) = relay_a.set_nonblocking(true).and_then(|()| UnixDatagram::from_std(relay_a)) else { return };
+        let sock = Arc::new(sock);
+        let up = sock.clone();
+        // Echo's answers go back over the link.
+        tokio::spawn(async move {
+            let mut b = [0u8; 1];
+            while up.recv(&mut b).await.is_ok() {
+                if send.write_all(&b).await.is_err() {
+                    return;
+                }
+            }
+        });
+        // What comes over the link goes to the echo thread.
+        let mut b = [0u8; 1];
+        while recv.read_exact(&mut b).await.is_ok() {
+            if sock.send(&b).await.is_err() {
+                return;
+            }
+        }
+    });
+    echo_sock.set_read_timeout(Some(Duration::from_millis(200))).map_err(skip)?;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let s2 = stop.clone();
+    let echo = unpinned(run, || {
+        std::thread::spawn(move || {
+            let mut b = [0u8; 1];
+            while !s2.load(std::sync::atomic::Ordering::Relaxed) {
+                match echo_sock.recv(&mut b) {
+                    Ok(_) => {
+                        if echo_sock.send(&b).is_err() {
+                            return;
+                        }
+                    }
+                    Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => continue,
+                    Err(_) => return,
+                }
+            }
+        })
+    });
+    let (conn, _client_ep) = connect(&rt_b)?;
+    let (mut send, mut recv) = rt_b.block_on(conn.open_bi()).map_err(skip)?;
+    let sock = {
+        let _in_runtime = rt_b.enter();
+        relay_b.set_nonblocking(true).map_err(skip)?;
+        Arc::new(UnixDatagram::from_std(relay_b).map_err(skip)?)
+    };
+    let down = sock.clone();
+    // The caller's messages go over the link; the answers come back to it.
+    rt_b.spawn(async move {
+        let mut b = [0u8; 1];
+        while sock.recv(&mut b).await.is_ok() {
+            if send.write_all(&b).await.is_err() {
+                return;
+            }
+        }
+    });
+    rt_b.spawn(async move {
+        let mut b = [0u8; 1];
+        while recv.read_exact(&mut b).await.is_ok() {
+            if down.send(&b).await.is_err() {
+                return;
+            }
+        }
+    });
+    mine.set_read_timeout(Some(Duration::from_secs(10))).map_err(skip)?;
+    let mut b = [1u8; 1];
+    while run.more() {
+        let t = Instant::now();
+        mine.send(&b).map_err(skip)?;
+        mine.recv(&mut b).map_err(skip)?;
+        run.record(t.elapsed());
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = echo.join();
+    conn.close(0u32.into(), b"done");
+    server.close(0u32.into(), b"done");
+    rt_b.shutdown_timeout(Duration::from_secs(1));
+    rt_a.shutdown_timeout(Duration::from_secs(1));
     Ok(())
 }
 

@@ -165,6 +165,32 @@ fn the_whole_region_at_once_is_an_ordinary_by_value_region() {
 }
 
 #[test]
+fn a_region_crosses_a_slow_lossy_link_intact() {
+    watchdog("a_region_crosses_a_slow_lossy_link_intact", LIMIT, || {
+        let (ia, ib) = identities();
+        let (a, b) = nodes(&ia, &ib);
+        // 3 ms each way, one datagram in 200 lost.
+        let relay = common::Relay::with_delay(a.local_addr().unwrap(), 200, Duration::from_millis(3), Duration::ZERO);
+        b.connect("a", relay.addr).unwrap();
+        let len = (16 << 20) + 3 * PAGE + 11;
+        let (right, _srv) = send_region(&a, &b, len);
+        let region = RemoteRegion::open(right).unwrap();
+        // Pages fetched on touch, scattered over the region.
+        let view = region.map().unwrap();
+        let bytes = view.as_slice().unwrap();
+        for i in (0..len).step_by(len / 13).chain([len - 1]) {
+            assert_eq!(bytes[i], byte_at(i), "byte {i} fetched on touch is the sender's");
+        }
+        // And the whole region at once.
+        let whole = region.fetch_all().unwrap();
+        let copy = whole.map(MapOptions::lazy().read_only()).unwrap();
+        assert!(copy.as_slice().iter().enumerate().all(|(i, &b)| b == byte_at(i)), "every byte is the sender's");
+        drop((copy, view, region));
+        wait_until("the origin to free the region", || b.links()[0].regions_out == 0);
+    });
+}
+
+#[test]
 fn a_right_that_is_no_region_is_a_typed_error() {
     watchdog("a_right_that_is_no_region_is_a_typed_error", LIMIT, || {
         let (mut rx, tx) = ferry::port().unwrap();

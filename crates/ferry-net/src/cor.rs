@@ -290,7 +290,6 @@ pub struct RemoteRegion {
     server: SendRight,
     object: MemoryObject,
     len: u64,
-    timeout: Timeout,
 }
 
 impl RemoteRegion {
@@ -301,13 +300,12 @@ impl RemoteRegion {
     /// [`NetError::NotARegion`] if `right` is not a region's object server
     /// (or it did not answer in 5 s), [`NetError::LinkLost`] if it is gone.
     pub fn open(right: SendRight) -> Result<RemoteRegion, NetError> {
-        let timeout = Timeout::After(Duration::from_secs(5));
-        let r = call(&right, Message::new(INFO), timeout)?;
+        let r = call(&right, Message::new(INFO), Timeout::After(Duration::from_secs(5)))?;
         let w: Vec<u64> = r.body().chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default())).collect();
         match (r.op(), w.as_slice()) {
             (INFO_REPLY, &[MAGIC, id, len]) => {
                 let object = MemoryObject::new(right.try_clone()?, id);
-                Ok(RemoteRegion { server: right, object, len, timeout })
+                Ok(RemoteRegion { server: right, object, len })
             }
             _ => Err(NetError::NotARegion("the right's port did not answer as a remote region".into())),
         }
@@ -343,16 +341,20 @@ impl RemoteRegion {
     /// by-value region (DASH's immediate-access hint): cheapest when the
     /// receiver will read all of it.
     ///
+    /// It waits as long as the transfer makes progress, however slow the
+    /// link: the node bounds each step (opening the stream, sending the
+    /// request, every piece of the answer) by its operation timeout and
+    /// answers with an error when one stalls, and a node that dies drops
+    /// the answer's send-once right, which ends the wait too. (A fixed
+    /// deadline scaled by the length would fail healthy transfers over a
+    /// slow link, and leave the node fetching bytes nobody waits for.)
+    ///
     /// # Errors
-    /// [`NetError::LinkLost`] if the link is lost or stalls for the
-    /// operation timeout; [`NetError::Io`] if the memory cannot be had or
-    /// the region is over [`MAX_FETCH_ALL`] (map it instead).
+    /// [`NetError::LinkLost`] if the link is lost or no bytes arrive for
+    /// the operation timeout; [`NetError::Io`] if the memory cannot be had
+    /// or the region is over [`MAX_FETCH_ALL`] (map it instead).
     pub fn fetch_all(&self) -> Result<RegionItem, NetError> {
-        let wait = match self.timeout {
-            Timeout::After(d) => Timeout::After(d + Duration::from_secs(1) + Duration::from_nanos(self.len.saturating_mul(20))),
-            t => t,
-        };
-        let mut r = call(&self.server, Message::new(FETCH_ALL), wait)?;
+        let mut r = call(&self.server, Message::new(FETCH_ALL), Timeout::Infinite)?;
         match (r.op(), r.take_items().pop()) {
             (FETCHED, Some(Item::Region(item))) => Ok(item),
             _ => Err(NetError::NotARegion("unexpected answer to a fetch".into())),

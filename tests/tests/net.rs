@@ -416,6 +416,58 @@ fn loss_is_recovered_and_a_cut_link_turns_proxies_into_dead_names() {
 }
 
 #[test]
+fn a_slow_link_that_reorders_keeps_each_port_in_order_and_bounds_every_wait() {
+    watchdog("a_slow_link_that_reorders_keeps_each_port_in_order_and_bounds_every_wait", LIMIT, || {
+        let ia = Identity::generate("a").unwrap();
+        let ib = Identity::generate("b").unwrap();
+        let a = Node::start(config(&ia, vec![Peer { name: "b".into(), cert: ib.cert.clone() }])).unwrap();
+        let mut cb = config(&ib, vec![Peer { name: "a".into(), cert: ia.cert.clone() }]);
+        cb.op_timeout = Duration::from_millis(1500);
+        let b = Node::start(cb).unwrap();
+        // 10-30 ms each way: datagrams overtake each other.
+        let relay = common::Relay::with_delay(a.local_addr().unwrap(), 0, Duration::from_millis(10), Duration::from_millis(20));
+        b.connect("a", relay.addr).unwrap();
+        let (mut srv, to_srv) = ferry::port().unwrap();
+        let (mut other_srv, to_other) = ferry::port().unwrap();
+        a.export("svc", to_srv);
+        a.export("other", to_other);
+        let svc = b.lookup("svc@a").unwrap();
+        let other = b.lookup("other@a").unwrap();
+        // Two ports' messages interleaved, some a few datagrams long.
+        for i in 0u32..100 {
+            svc.send(Message::new(i).with_body(vec![i as u8; 3000]), WAIT).unwrap();
+            other.send(Message::new(1000 + i), WAIT).unwrap();
+        }
+        for i in 0u32..100 {
+            let m = srv.recv(WAIT).unwrap_or_else(|e| panic!("message {i}: {e}"));
+            assert_eq!(m.op(), i, "each port's messages arrive in the order sent");
+            assert!(m.body().len() == 3000 && m.body().iter().all(|&x| x == i as u8), "message {i} arrived whole");
+            assert_eq!(other_srv.recv(WAIT).unwrap().op(), 1000 + i);
+        }
+        assert!(relay.overtaken() > 0, "the relay reordered datagrams ({} forwarded)", relay.forwarded());
+        // A reply right crosses, is answered, and the answer comes home.
+        let (mut me, my_tx) = ferry::port().unwrap();
+        svc.send(Message::new(7).with_reply(my_tx), WAIT).unwrap();
+        let mut req = srv.recv(WAIT).unwrap();
+        let Some(Reply::Send(back)) = req.take_reply() else { panic!("the reply right crossed") };
+        back.send(Message::new(8), WAIT).unwrap();
+        assert_eq!(me.recv(WAIT).unwrap().op(), 8);
+        // A link slower than the node's bound: the lookup fails with a
+        // timeout instead of hanging.
+        relay.set_delay(Duration::from_secs(2), Duration::ZERO);
+        assert!(matches!(b.lookup("other@a"), Err(NetError::Timeout)), "a lookup slower than op_timeout times out");
+        // The link recovers; the abandoned lookup's late answer is dropped
+        // and a new lookup gets its own.
+        relay.set_delay(Duration::from_millis(10), Duration::from_millis(20));
+        let again = b.lookup("other@a").unwrap();
+        again.send(Message::new(9), WAIT).unwrap();
+        assert_eq!(other_srv.recv(WAIT).unwrap().op(), 9);
+        svc.send(Message::new(10), WAIT).unwrap();
+        assert_eq!(srv.recv(WAIT).unwrap().op(), 10, "the link outlived the slow spell");
+    });
+}
+
+#[test]
 fn a_send_right_as_reply_right_serves_many_replies() {
     watchdog("a_send_right_as_reply_right_serves_many_replies", LIMIT, || {
         let (a, b) = pair();

@@ -174,32 +174,74 @@ pub fn peer_command_as(uid: u32, bootstrap: &std::path::Path, role: &str, args: 
     cmd
 }
 
-/// A UDP relay on loopback between one client and `server`: drops one
-/// datagram in `drop_every` (0: none) and, once `cut` is set, forwards
-/// nothing. It stops when dropped, and after two minutes in any case.
+/// A UDP relay on loopback between one client and `server`, standing in
+/// for a bad network (the kernel here has no `netem`): it can drop one
+/// datagram in `drop_every` (0: none), hold each datagram for a delay
+/// and one in eight a random jitter longer (so others overtake it), and, once
+/// `cut` is set, forward nothing. It stops when dropped, and after two
+/// minutes in any case.
 pub struct Relay {
     /// Where the client sends: the relay's own address.
     pub addr: SocketAddr,
     cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Delay and jitter, in microseconds, applied to datagrams from now on.
+    delay: std::sync::Arc<[std::sync::atomic::AtomicU64; 2]>,
+    forwarded: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    overtaken: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
+/// A datagram the relay holds until it is due: when, its arrival number,
+/// where it goes, its bytes.
+type Held = std::cmp::Reverse<(std::time::Instant, u64, SocketAddr, Vec<u8>)>;
+
 impl Relay {
-    /// Starts relaying between the first client heard from and `server`.
+    /// Starts relaying between the first client heard from and `server`,
+    /// dropping one datagram in `drop_every` and delaying none.
     pub fn start(server: SocketAddr, drop_every: u64) -> Relay {
-        use std::sync::atomic::{AtomicBool, Ordering};
+        Relay::with_delay(server, drop_every, Duration::ZERO, Duration::ZERO)
+    }
+
+    /// As [`Relay::start`], each datagram held for `delay` before it is
+    /// forwarded, and one in eight a random part of `jitter` longer.
+    pub fn with_delay(server: SocketAddr, drop_every: u64, delay: Duration, jitter: Duration) -> Relay {
+        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
         use std::sync::Arc;
         let sock = std::net::UdpSocket::bind(SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
-        sock.set_read_timeout(Some(std::time::Duration::from_millis(50))).unwrap();
         let addr = sock.local_addr().unwrap();
         let (cut, stop) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
-        let (c, s) = (cut.clone(), stop.clone());
+        let us = |d: Duration| AtomicU64::new(d.as_micros() as u64);
+        let delays = Arc::new([us(delay), us(jitter)]);
+        let (forwarded, overtaken) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let (c, s, d, f, o) = (cut.clone(), stop.clone(), delays.clone(), forwarded.clone(), overtaken.clone());
         std::thread::spawn(move || {
-            let end = std::time::Instant::now() + std::time::Duration::from_secs(120);
+            let end = std::time::Instant::now() + Duration::from_secs(120);
             let mut client: Option<SocketAddr> = None;
             let mut buf = vec![0u8; 65536];
             let mut n = 0u64;
+            let mut held: std::collections::BinaryHeap<Held> = std::collections::BinaryHeap::new();
+            // The last arrival number forwarded each way (to the server,
+            // to the client), to count datagrams that overtook others.
+            let mut last_sent = [0u64; 2];
+            let mut rng = 0x9e37_79b9_7f4a_7c15u64;
             while !s.load(Ordering::Relaxed) && std::time::Instant::now() < end {
+                let now = std::time::Instant::now();
+                // Forward what is due, in order of due time.
+                while held.peek().is_some_and(|h| h.0 .0 <= now) {
+                    let std::cmp::Reverse((_, seq, to, bytes)) = held.pop().expect("checked above");
+                    if c.load(Ordering::Relaxed) {
+                        continue;
+                    }
+                    let way = usize::from(to != server);
+                    if seq < last_sent[way] {
+                        o.fetch_add(1, Ordering::Relaxed);
+                    }
+                    last_sent[way] = last_sent[way].max(seq);
+                    let _ = sock.send_to(&bytes, to);
+                    f.fetch_add(1, Ordering::Relaxed);
+                }
+                let wait = held.peek().map_or(Duration::from_millis(50), |h| h.0 .0.saturating_duration_since(now));
+                sock.set_read_timeout(Some(wait.clamp(Duration::from_micros(100), Duration::from_millis(50)))).unwrap();
                 let Ok((len, from)) = sock.recv_from(&mut buf) else { continue };
                 n += 1;
                 if c.load(Ordering::Relaxed) || (drop_every > 0 && n % drop_every == 0) {
@@ -214,15 +256,41 @@ impl Relay {
                     client = Some(from);
                     server
                 };
-                let _ = sock.send_to(&buf[..len], to);
+                // One datagram in eight (chosen by xorshift) is held a
+                // random part of `jitter` longer, so those behind it
+                // overtake it; the rest keep their order, as in a queue.
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                let jitter = d[1].load(Ordering::Relaxed);
+                let extra = if jitter == 0 || rng % 8 != 0 { 0 } else { (rng >> 3) % jitter };
+                let hold = Duration::from_micros(d[0].load(Ordering::Relaxed) + extra);
+                held.push(std::cmp::Reverse((std::time::Instant::now() + hold, n, to, buf[..len].to_vec())));
             }
         });
-        Relay { addr, cut, stop }
+        Relay { addr, cut, stop, delay: delays, forwarded, overtaken }
     }
 
     /// From now on, forwards nothing (the link is cut).
     pub fn cut(&self) {
         self.cut.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Holds datagrams that arrive from now on for `delay`, and one in
+    /// eight a random part of `jitter` longer.
+    pub fn set_delay(&self, delay: Duration, jitter: Duration) {
+        self.delay[0].store(delay.as_micros() as u64, std::sync::atomic::Ordering::Relaxed);
+        self.delay[1].store(jitter.as_micros() as u64, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Datagrams forwarded so far.
+    pub fn forwarded(&self) -> u64 {
+        self.forwarded.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Datagrams forwarded after one that arrived later than they did.
+    pub fn overtaken(&self) -> u64 {
+        self.overtaken.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 

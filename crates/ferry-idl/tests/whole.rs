@@ -75,3 +75,159 @@ fn lists_of_other_types_decode_as_before() {
     assert_eq!(decode_reply::<Vec<Vec<u8>>, NoError>(enc.into_message(REPLY_OK)).unwrap().unwrap(), nested);
     assert_eq!(vec![1u8; 5].size_hint(), 9);
 }
+
+ferry_idl::interface! {
+    /// Byte-list arguments in every position.
+    pub mod bytes_args: "test.bytes_args", version 1, compatible 1 {
+        /// Returns `data`.
+        fn echo(data: Vec<u8>) -> Vec<u8> = 1;
+        /// Returns both.
+        fn pair(a: Vec<u8>, b: Vec<u8>) -> Vec<Vec<u8>> = 2;
+        /// Returns `x`.
+        fn nested(x: Vec<Vec<u8>>) -> Vec<Vec<u8>> = 3;
+        /// Returns `x`.
+        fn maybe(x: Option<Vec<u8>>) -> Option<Vec<u8>> = 4;
+        /// Returns the key's length and the value.
+        fn put(key: String, value: Vec<u8>) -> Vec<u8> = 5;
+        /// Keeps `data`.
+        oneway keep(data: Vec<u8>) = 6;
+    }
+}
+
+/// The implementation: hands back what it was given.
+#[derive(Default)]
+struct Back {
+    kept: Vec<Vec<u8>>,
+    /// Where `echo`'s argument was.
+    echo_at: usize,
+}
+
+impl bytes_args::Service for Back {
+    fn echo(&mut self, _: &ferry_idl::Context, data: Vec<u8>) -> Vec<u8> {
+        self.echo_at = data.as_ptr() as usize;
+        data
+    }
+    fn pair(&mut self, _: &ferry_idl::Context, a: Vec<u8>, b: Vec<u8>) -> Vec<Vec<u8>> {
+        vec![a, b]
+    }
+    fn nested(&mut self, _: &ferry_idl::Context, x: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
+        x
+    }
+    fn maybe(&mut self, _: &ferry_idl::Context, x: Option<Vec<u8>>) -> Option<Vec<u8>> {
+        x
+    }
+    fn put(&mut self, _: &ferry_idl::Context, key: String, mut value: Vec<u8>) -> Vec<u8> {
+        value.push(key.len() as u8);
+        value
+    }
+    fn keep(&mut self, _: &ferry_idl::Context, data: Vec<u8>) {
+        self.kept.push(data);
+    }
+}
+
+/// A request for operation `op` whose fields `write` puts in, in its order.
+fn request(op: u32, write: impl FnOnce(&mut Encoder)) -> Message {
+    let mut enc = Encoder::new();
+    write(&mut enc);
+    enc.into_message(op)
+}
+
+fn answer<R: Wire>(srv: &mut bytes_args::Server<Back>, req: Message) -> Result<R, IdlError> {
+    use ferry_idl::{Dispatch, Route};
+    let reply = srv.dispatch(req, Route::Rpc).expect("a call is answered");
+    decode_reply::<R, NoError>(reply).map(|r| r.unwrap_or_else(|e| match e {}))
+}
+
+#[test]
+fn a_byte_list_argument_that_ends_the_request_takes_its_buffer() {
+    let mut srv = bytes_args::Server(Back::default());
+    for data in [vec![9u8; 1], vec![7u8; 8], (0..1024u32).map(|i| i as u8).collect::<Vec<u8>>()] {
+        let req = request(1, |e| e.field(1, data.clone()));
+        let at = req.body().as_ptr();
+        use ferry_idl::{Dispatch, Route};
+        let reply = srv.dispatch(req, Route::Rpc).unwrap();
+        assert_eq!(srv.0.echo_at, at as usize, "the argument is the request's buffer, not a copy");
+        assert_eq!(reply.body().as_ptr(), at, "the request's buffer carried the argument and then the reply");
+        assert_eq!(decode_reply::<Vec<u8>, NoError>(reply).unwrap().unwrap(), data);
+    }
+    // Behind another argument, and with the reply grown by the server.
+    let v: Vec<u8> = answer(&mut srv, request(5, |e| {
+        e.field(1, String::from("key"));
+        e.field(2, vec![1u8, 2, 3]);
+    }))
+    .unwrap();
+    assert_eq!(v, [1, 2, 3, 3]);
+    // One-way.
+    let reply = {
+        use ferry_idl::{Dispatch, Route};
+        srv.dispatch(request(6, |e| e.field(1, vec![5u8; 100])), Route::Port { reply: false })
+    };
+    assert!(reply.is_none());
+    assert_eq!(srv.0.kept, [vec![5u8; 100]]);
+}
+
+#[test]
+fn byte_list_arguments_anywhere_else_decode_as_before() {
+    let mut srv = bytes_args::Server(Back::default());
+    let (a, b) = (vec![1u8, 2, 3], vec![4u8; 40]);
+    // In order, in reverse order (the first argument ends the body), and
+    // with either one empty.
+    let cases: Vec<(Vec<u8>, Vec<u8>, bool)> =
+        vec![(a.clone(), b.clone(), false), (a.clone(), b.clone(), true), (vec![], b.clone(), false), (a.clone(), vec![], false), (vec![], b.clone(), true), (a.clone(), vec![], true)];
+    for (x, y, reversed) in cases {
+        let req = request(2, |e| {
+            if reversed {
+                e.field(2, y.clone());
+                e.field(1, x.clone());
+            } else {
+                e.field(1, x.clone());
+                e.field(2, y.clone());
+            }
+        });
+        let got: Vec<Vec<u8>> = answer(&mut srv, req).unwrap();
+        assert_eq!(got, [x.clone(), y.clone()], "reversed: {reversed}");
+    }
+    // A field this build does not know ends the body: skipped, and the
+    // byte list before it is copied out.
+    let req = request(1, |e| {
+        e.field(1, a.clone());
+        e.field(9, vec![0xeeu8; 16]);
+    });
+    assert_eq!(answer::<Vec<u8>>(&mut srv, req).unwrap(), a);
+    // Byte lists inside other values never take the buffer.
+    let nested = vec![vec![1u8], vec![], vec![2u8; 30]];
+    assert_eq!(answer::<Vec<Vec<u8>>>(&mut srv, request(3, |e| e.field(1, nested.clone()))).unwrap(), nested);
+    assert_eq!(answer::<Option<Vec<u8>>>(&mut srv, request(4, |e| e.field(1, Some(b.clone())))).unwrap(), Some(b.clone()));
+    assert_eq!(answer::<Option<Vec<u8>>>(&mut srv, request(4, |e| e.field(1, None::<Vec<u8>>))).unwrap(), None);
+}
+
+#[test]
+fn a_malformed_request_ending_in_bytes_is_refused_whole() {
+    use ferry_idl::Fault;
+    let mut srv = bytes_args::Server(Back::default());
+    let refused = |srv: &mut bytes_args::Server<Back>, req: Message| match answer::<Vec<u8>>(srv, req) {
+        Err(IdlError::Fault(Fault::BadRequest(why))) => why,
+        other => panic!("{other:?}"),
+    };
+    // The same argument twice, the second ending the body.
+    let why = refused(&mut srv, request(1, |e| {
+        e.field(1, vec![1u8; 4]);
+        e.field(1, vec![2u8; 4]);
+    }));
+    assert!(why.contains("appears twice"), "{why}");
+    // A count that promises more than the field holds.
+    let mut req = request(1, |e| e.field(1, vec![3u8; 8]));
+    let n = req.body().len();
+    req.body_mut().truncate(n - 1);
+    let why = refused(&mut srv, req);
+    assert!(!why.is_empty());
+    // A count shorter than the field: bytes left inside it.
+    let mut req = request(1, |e| e.field(1, vec![3u8; 8]));
+    req.body_mut()[6] = 7;
+    let why = refused(&mut srv, req);
+    assert!(why.contains("left") || why.contains("trailing") || why.contains("Trailing"), "{why}");
+    // A missing argument behind one that ends the body.
+    let why = refused(&mut srv, request(5, |e| e.field(2, vec![1u8; 4])));
+    assert!(why.contains("missing"), "{why}");
+    assert!(srv.0.kept.is_empty());
+}

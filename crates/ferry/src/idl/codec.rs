@@ -195,6 +195,34 @@ pub struct Decoder<'a> {
     end: usize,
     depth: usize,
     items: Vec<Option<Item>>,
+    /// The ordinal of the operation argument being read (0: none).
+    arg: u16,
+    /// A byte-list argument that ends the body, left in the body's buffer.
+    claim: Option<TailClaim>,
+}
+
+/// A byte-list argument that runs to the end of a request's body: instead
+/// of copying it out, the decoder notes where it lies, and the argument
+/// takes the body's buffer once every check has passed (see
+/// [`Wire::adopt`]), so a request whose last argument is bytes costs no
+/// second allocation. Used by the generated server code.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TailClaim {
+    /// The argument's ordinal.
+    pub field: u16,
+    /// Where its bytes start in the body.
+    pub start: usize,
+    /// How many there are (they end the body).
+    pub len: usize,
+}
+
+impl TailClaim {
+    /// Cuts `body` down to the claimed bytes, in place.
+    pub fn cut(&self, body: &mut Vec<u8>) {
+        body.truncate(self.start + self.len);
+        body.drain(..self.start);
+    }
 }
 
 impl<'a> Decoder<'a> {
@@ -202,7 +230,14 @@ impl<'a> Decoder<'a> {
     #[inline]
     pub fn new(body: &'a [u8], items: Vec<Item>) -> Decoder<'a> {
         let items = if items.is_empty() { Vec::new() } else { items.into_iter().map(Some).collect() };
-        Decoder { buf: body, pos: 0, end: body.len(), depth: 0, items }
+        Decoder { buf: body, pos: 0, end: body.len(), depth: 0, items, arg: 0, claim: None }
+    }
+
+    /// The byte-list argument left in the body, if one was (see
+    /// [`TailClaim`]).
+    #[doc(hidden)]
+    pub fn take_claim(&mut self) -> Option<TailClaim> {
+        self.claim.take()
     }
 
     /// Bytes left before the current limit.
@@ -397,6 +432,55 @@ pub trait Wire: Sized {
         }
         Ok(v)
     }
+    /// Reads an operation's argument: as [`Wire::decode`], except that a
+    /// byte list ending the body is left there ([`TailClaim`]) and filled
+    /// in by [`Wire::adopt`].
+    ///
+    /// # Errors
+    /// As [`Wire::decode`].
+    #[doc(hidden)]
+    #[inline]
+    fn decode_arg(dec: &mut Decoder<'_>) -> Result<Self, DecodeError> {
+        Self::decode(dec)
+    }
+    /// [`Wire::decode_arg`] of a list of these values.
+    ///
+    /// # Errors
+    /// As [`Wire::decode`].
+    #[doc(hidden)]
+    #[inline]
+    fn decode_list_arg(dec: &mut Decoder<'_>) -> Result<Vec<Self>, DecodeError> {
+        let n = dec.count(Self::min_size())?;
+        Self::decode_list(n, dec)
+    }
+    /// Takes `body` (already cut to the claimed bytes) if this argument,
+    /// ordinal `field`, is the one that claimed it.
+    #[doc(hidden)]
+    #[inline]
+    fn adopt(&mut self, _field: u16, _claim: &TailClaim, _body: &mut Vec<u8>) {}
+    /// [`Wire::adopt`] of a list of these values.
+    #[doc(hidden)]
+    #[inline]
+    fn adopt_list(_list: &mut Vec<Self>, _field: u16, _claim: &TailClaim, _body: &mut Vec<u8>) {}
+    /// The message with operation id `op` whose body is this value alone,
+    /// written into `buf`'s allocation (a reply written over its request).
+    #[doc(hidden)]
+    #[inline]
+    fn encode_whole(self, buf: Vec<u8>, op: u32) -> Message {
+        let hint = self.size_hint();
+        let mut enc = Encoder::reusing(buf, hint);
+        self.encode(&mut enc);
+        enc.into_message(op)
+    }
+    /// [`Wire::encode_whole`] of a list of these values.
+    #[doc(hidden)]
+    #[inline]
+    fn encode_list_whole(list: Vec<Self>, buf: Vec<u8>, op: u32) -> Message {
+        let mut enc = Encoder::reusing(buf, 4 + Self::list_size_hint(&list));
+        enc.put_u32(list.len() as u32);
+        Self::encode_list(list, &mut enc);
+        enc.into_message(op)
+    }
 }
 
 macro_rules! scalar {
@@ -461,6 +545,40 @@ impl Wire for u8 {
         }
         body.drain(..4);
         Ok(body)
+    }
+    /// A byte-list argument that runs to the end of the body is left in
+    /// the body's buffer ([`TailClaim`]); the empty list returned here is
+    /// replaced by [`Wire::adopt_list`] once the whole request is checked.
+    #[inline]
+    fn decode_list_arg(dec: &mut Decoder<'_>) -> Result<Vec<u8>, DecodeError> {
+        let n = dec.count(1)?;
+        if n > 0 && dec.arg != 0 && dec.end == dec.buf.len() && dec.pos + n == dec.end {
+            dec.claim = Some(TailClaim { field: dec.arg, start: dec.pos, len: n });
+            dec.pos += n;
+            return Ok(Vec::new());
+        }
+        Self::decode_list(n, dec)
+    }
+    #[inline]
+    fn adopt_list(list: &mut Vec<u8>, field: u16, claim: &TailClaim, body: &mut Vec<u8>) {
+        if claim.field == field && list.is_empty() && body.len() == claim.len {
+            *list = std::mem::take(body);
+        }
+    }
+    /// A reply that is one byte list whose own buffer has room for the
+    /// count in front is written in that buffer (an argument that took its
+    /// request's buffer and is handed back costs no allocation); otherwise
+    /// into `buf`.
+    #[inline]
+    fn encode_list_whole(mut list: Vec<u8>, buf: Vec<u8>, op: u32) -> Message {
+        if buf.capacity() < list.len() + 4 && list.capacity() >= list.len() + 4 {
+            list.splice(0..0, (list.len() as u32).to_le_bytes());
+            return Message::from_parts(op, list, Vec::new());
+        }
+        let mut enc = Encoder::reusing(buf, 4 + list.len());
+        enc.put_u32(list.len() as u32);
+        enc.put(&list);
+        enc.into_message(op)
     }
 }
 
@@ -530,6 +648,18 @@ impl<T: Wire> Wire for Vec<T> {
     }
     fn decode_whole(body: Vec<u8>, items: Vec<Item>) -> Result<Self, DecodeError> {
         T::decode_list_whole(body, items)
+    }
+    #[inline]
+    fn decode_arg(dec: &mut Decoder<'_>) -> Result<Self, DecodeError> {
+        T::decode_list_arg(dec)
+    }
+    #[inline]
+    fn adopt(&mut self, field: u16, claim: &TailClaim, body: &mut Vec<u8>) {
+        T::adopt_list(self, field, claim, body);
+    }
+    #[inline]
+    fn encode_whole(self, buf: Vec<u8>, op: u32) -> Message {
+        T::encode_list_whole(self, buf, op)
     }
     fn schema() -> Value {
         let inner = T::schema();
@@ -614,6 +744,24 @@ pub fn field_value<T: Wire>(
         return Err(DecodeError::DuplicateField { record, ordinal });
     }
     *slot = Some(dec.within(len, T::decode)?);
+    Ok(())
+}
+
+/// Reads an operation's argument `ordinal` into `slot` (see
+/// [`Wire::decode_arg`]).
+///
+/// # Errors
+/// [`DecodeError::DuplicateField`], or the value's error.
+#[doc(hidden)]
+#[inline]
+pub fn field_arg<T: Wire>(dec: &mut Decoder<'_>, slot: &mut Option<T>, len: usize, op: &'static str, ordinal: u16) -> Result<(), DecodeError> {
+    if slot.is_some() {
+        return Err(DecodeError::DuplicateField { record: op, ordinal });
+    }
+    dec.arg = ordinal;
+    let v = dec.within(len, T::decode_arg);
+    dec.arg = 0;
+    *slot = Some(v?);
     Ok(())
 }
 

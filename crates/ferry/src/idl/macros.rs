@@ -615,7 +615,7 @@ macro_rules! __idl_decode_args {
     ($req:ident, $opname:expr; $($arg:ident : $aty:ty),*) => {{
         let items = $req.take_items();
         let mut dec = $crate::idl::Decoder::new($req.body(), items);
-        (move || -> ::core::result::Result<($($aty,)*), $crate::idl::DecodeError> {
+        (move || -> ::core::result::Result<(($($aty,)*), ::core::option::Option<$crate::idl::codec::TailClaim>), $crate::idl::DecodeError> {
             $( let mut $arg: ::core::option::Option<$aty> = None; )*
             #[allow(unused_variables)]
             while let Some((ord, len)) = dec.next_field()? {
@@ -624,7 +624,7 @@ macro_rules! __idl_decode_args {
                 $(
                     k += 1;
                     if ord == k {
-                        $crate::idl::codec::field_value(&mut dec, &mut $arg, len, $opname, k)?;
+                        $crate::idl::codec::field_arg(&mut dec, &mut $arg, len, $opname, k)?;
                         continue;
                     }
                 )*
@@ -636,9 +636,29 @@ macro_rules! __idl_decode_args {
                 k += 1;
                 let $arg = $crate::idl::codec::field_or_absent($arg, $opname, k)?;
             )*
+            let claim = dec.take_claim();
             dec.finish()?;
-            Ok(($($arg,)*))
+            Ok((($($arg,)*), claim))
         })()
+    }};
+}
+
+/// Hands the request's buffer, cut to the claimed bytes, to the byte-list
+/// argument that claimed it (see `TailClaim`); the buffer is left empty
+/// then, else it keeps the request's bytes (and carries the reply).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __idl_adopt {
+    ($claim:ident, $buf:ident; $($arg:ident),*) => {{
+        if let ::core::option::Option::Some(c) = $claim {
+            c.cut(&mut $buf);
+            #[allow(unused_mut, unused_variables)]
+            let mut k: u16 = 0;
+            $(
+                k += 1;
+                $crate::idl::Wire::adopt(&mut $arg, k, &c, &mut $buf);
+            )*
+        }
     }};
 }
 
@@ -663,10 +683,14 @@ macro_rules! __idl_serve_op {
         } else {
             match $crate::__idl_decode_args!($req, concat!(stringify!($op), " arguments"); $($arg : $aty),*) {
                 Err(e) => $route.fault($crate::idl::Fault::BadRequest(e.to_string())),
-                Ok(($($arg,)*)) => {
+                #[allow(unused_mut)]
+                Ok((($(mut $arg,)*), claim)) => {
+                    // The request is decoded: its buffer goes to a byte-list
+                    // argument that ends it, or else carries the reply.
+                    #[allow(unused_mut)]
+                    let mut buf = ::core::mem::take($req.body_mut());
+                    $crate::__idl_adopt!(claim, buf; $($arg),*);
                     let outcome = $crate::__idl_invoke!([$($err)?] $svc.$op(&$ctx, $($arg),*));
-                    // The request is decoded: its buffer carries the reply.
-                    let buf = ::core::mem::take($req.body_mut());
                     Some($crate::idl::reply_in::<$crate::__idl_ty_or!([$($ret)?] ()), $crate::__idl_ty_or!([$($err)?] $crate::idl::NoError)>(buf, outcome))
                 }
             }
@@ -675,7 +699,12 @@ macro_rules! __idl_serve_op {
     ($svc:ident, $req:ident, $route:ident, $ctx:ident, oneway $op:ident ($($arg:ident : $aty:ty),*) [] []) => {{
         match $crate::__idl_decode_args!($req, concat!(stringify!($op), " arguments"); $($arg : $aty),*) {
             Err(e) => $route.fault($crate::idl::Fault::BadRequest(e.to_string())),
-            Ok(($($arg,)*)) => {
+            #[allow(unused_mut)]
+            Ok((($(mut $arg,)*), claim)) => {
+                #[allow(unused_mut)]
+                let mut buf = ::core::mem::take($req.body_mut());
+                $crate::__idl_adopt!(claim, buf; $($arg),*);
+                drop(buf);
                 $svc.$op(&$ctx, $($arg),*);
                 match $route {
                     $crate::idl::Route::Rpc => Some($crate::idl::reply_of::<(), $crate::idl::NoError>(Ok(()))),

@@ -301,20 +301,9 @@ pub fn reply_of<R: Wire, E: Wire>(r: Result<R, E>) -> Message {
 #[doc(hidden)]
 #[inline]
 pub fn reply_in<R: Wire, E: Wire>(buf: Vec<u8>, r: Result<R, E>) -> Message {
-    let hint = match &r {
-        Ok(v) => v.size_hint(),
-        Err(e) => e.size_hint(),
-    };
-    let mut enc = Encoder::reusing(buf, hint);
     match r {
-        Ok(v) => {
-            v.encode(&mut enc);
-            enc.into_message(REPLY_OK)
-        }
-        Err(e) => {
-            e.encode(&mut enc);
-            enc.into_message(REPLY_ERR)
-        }
+        Ok(v) => v.encode_whole(buf, REPLY_OK),
+        Err(e) => e.encode_whole(buf, REPLY_ERR),
     }
 }
 

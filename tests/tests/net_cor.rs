@@ -191,6 +191,88 @@ fn a_region_crosses_a_slow_lossy_link_intact() {
 }
 
 #[test]
+fn a_peer_that_stops_reading_a_fetch_loses_that_stream_within_the_timeout() {
+    watchdog("a_peer_that_stops_reading_a_fetch_loses_that_stream_within_the_timeout", LIMIT, || {
+        use ferry_net::frame::{Cap, Frame, Part};
+        let ia = Identity::generate("a").unwrap();
+        let im = Identity::generate("m").unwrap();
+        let mut ca = config(&ia, vec![Peer { name: "m".into(), cert: im.cert.clone() }]);
+        ca.op_timeout = Duration::from_secs(1);
+        let a = Node::start(ca).unwrap();
+        let addr = a.local_addr().unwrap();
+        let len = (20 << 20) + PAGE;
+        // A worker drives `m`'s connection while this thread waits.
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        // `m`, trusted but hostile, links to `a` by hand.
+        let (conn, mut control, mut control_in) = rt.block_on(async {
+            let mut ep = quinn::Endpoint::client(loopback()).unwrap();
+            let peer_a = Peer { name: "a".into(), cert: ia.cert.clone() };
+            ep.set_default_client_config(ferry_net::tls::quic_client_config(&im, &peer_a).unwrap());
+            let conn = ep.connect(addr, "ferry-peer").unwrap().await.unwrap();
+            let (control, mut control_in) = conn.accept_bi().await.unwrap();
+            let mut magic = [0u8; 4];
+            control_in.read_exact(&mut magic).await.unwrap();
+            (conn, control, control_in)
+        });
+        let read_frame = |s: &mut quinn::RecvStream| {
+            rt.block_on(async {
+                let mut n = [0u8; 4];
+                s.read_exact(&mut n).await.unwrap();
+                let mut b = vec![0u8; u32::from_le_bytes(n) as usize];
+                s.read_exact(&mut b).await.unwrap();
+                Frame::decode(&b).unwrap()
+            })
+        };
+        // A program on `a` looks up `x@m` (answered by hand) and sends a
+        // region by reference to it.
+        let sender = std::thread::spawn(move || {
+            let x = a.lookup("x@m").unwrap();
+            x.send(Message::new(1).with_item(pattern_region(len)), WAIT).unwrap();
+            (a, x)
+        });
+        let Frame::Lookup { req, name } = read_frame(&mut control_in) else { panic!("a lookup") };
+        assert_eq!(name, "x");
+        rt.block_on(control.write_all(&Frame::Found { req, cap: Some(Cap::Hosted(1)) }.encode_with_len())).unwrap();
+        let (a, _x) = sender.join().unwrap();
+        let mut messages = rt.block_on(conn.accept_uni()).unwrap();
+        let Frame::Message { target: 1, parts, .. } = read_frame(&mut messages) else { panic!("the message") };
+        let [Part::Remote { id, len: got_len }] = parts[..] else { panic!("a region by reference: {parts:?}") };
+        assert_eq!(got_len, len as u64);
+        // It asks for the whole region and reads none of it.
+        let (mut send, mut recv) = rt.block_on(conn.open_bi()).unwrap();
+        rt.block_on(send.write_all(&Frame::Fetch { region: id, offset: 0, len: got_len }.encode_with_len())).unwrap();
+        let _ = send.finish();
+        std::thread::sleep(Duration::from_secs(3));
+        // The origin gave up on the stream: what it wrote before its flow
+        // window shut can still be read, then the stream ends in a reset,
+        // never in the whole region.
+        let mut buf = vec![0u8; 1 << 20];
+        let mut got = 0usize;
+        let ended = rt.block_on(async {
+            loop {
+                match tokio::time::timeout(Duration::from_secs(10), recv.read(&mut buf)).await {
+                    Ok(Ok(Some(n))) => got += n,
+                    Ok(Ok(None)) => return "finished",
+                    Ok(Err(_)) => return "reset",
+                    Err(_) => return "still open",
+                }
+            }
+        });
+        assert_eq!(ended, "reset", "after {got} of {len} bytes");
+        assert!(got < len);
+        // Only that stream: the link is up, and a fetch that is read works.
+        assert_eq!(a.links().iter().map(|l| (l.peer.as_str(), l.regions_out)).collect::<Vec<_>>(), [("m", 1)]);
+        let page = rt.block_on(async {
+            let (mut send, mut recv) = conn.open_bi().await.unwrap();
+            send.write_all(&Frame::Fetch { region: id, offset: PAGE as u64, len: PAGE as u64 }.encode_with_len()).await.unwrap();
+            let _ = send.finish();
+            recv.read_to_end(PAGE).await.unwrap()
+        });
+        assert!(page.iter().enumerate().all(|(i, &b)| b == byte_at(PAGE + i)), "a fetch that is read gets the sender's bytes");
+    });
+}
+
+#[test]
 fn a_right_that_is_no_region_is_a_typed_error() {
     watchdog("a_right_that_is_no_region_is_a_typed_error", LIMIT, || {
         let (mut rx, tx) = ferry::port().unwrap();

@@ -54,8 +54,8 @@ pub const CLUSTER_PAGES: usize = 16;
 /// instead (pages on touch).
 pub const MAX_FETCH_ALL: u64 = 4 << 30;
 
-/// Bytes read or written per step of a large fetch (each step is bounded by
-/// the operation timeout, so a stalled link is noticed).
+/// Bytes read or written per step of a large fetch (each step must arrive
+/// within the operation timeout, so a stalled or trickling link is noticed).
 const STEP: usize = 1 << 20;
 
 /// Bytes of a whole fetch gathered before they are written into the
@@ -133,8 +133,8 @@ impl Fetcher {
 
     /// Fetches `len` bytes of the region at `offset` over a stream of its
     /// own and hands them to `sink` in order as they arrive, with each
-    /// piece's position from `offset`; every step is bounded by the
-    /// operation timeout.
+    /// piece's position from `offset`; every step ([`STEP`] bytes) is
+    /// bounded by the operation timeout.
     async fn stream(&self, offset: u64, len: u64, mut sink: impl FnMut(usize, &[u8]) -> Result<(), String>) -> Result<(), String> {
         if self.lost.load(Ordering::Acquire) {
             return Err(format!("the link to {} is lost", self.peer));
@@ -155,9 +155,19 @@ impl Fetcher {
         let _ = send.finish();
         self.counters.fetches.fetch_add(1, Ordering::Relaxed);
         let mut at = 0u64;
+        // Each step of STEP bytes must arrive within the operation timeout:
+        // a link that stalls is noticed within it, and one that trickles
+        // (a peer sending a byte now and then) cannot hold the fetch for
+        // longer than the region's steps allow.
+        let mut step_end = 0u64;
+        let mut deadline = tokio::time::Instant::now() + t;
         while at < len {
-            let want = (len - at).min(STEP as u64) as usize;
-            let chunk = match tokio::time::timeout(t, recv.read_chunk(want, true)).await {
+            if at >= step_end {
+                step_end = at + STEP as u64;
+                deadline = tokio::time::Instant::now() + t;
+            }
+            let want = (len.min(step_end) - at) as usize;
+            let chunk = match tokio::time::timeout_at(deadline, recv.read_chunk(want, true)).await {
                 Ok(Ok(Some(c))) => c,
                 Ok(Ok(None)) => return Err(step(&format_args!("the stream ended after {at} of {len} bytes"))),
                 Ok(Err(e)) => return Err(step(&e)),
@@ -341,17 +351,19 @@ impl RemoteRegion {
     /// by-value region (DASH's immediate-access hint): cheapest when the
     /// receiver will read all of it.
     ///
-    /// It waits as long as the transfer makes progress, however slow the
-    /// link: the node bounds each step (opening the stream, sending the
-    /// request, every piece of the answer) by its operation timeout and
-    /// answers with an error when one stalls, and a node that dies drops
-    /// the answer's send-once right, which ends the wait too. (A fixed
-    /// deadline scaled by the length would fail healthy transfers over a
-    /// slow link, and leave the node fetching bytes nobody waits for.)
+    /// It waits as long as the transfer keeps moving: the node bounds each
+    /// step (opening the stream, sending the request, every mebibyte of
+    /// the answer) by its operation timeout and answers with an error when
+    /// one takes longer, and a node that dies drops the answer's send-once
+    /// right, which ends the wait too. So a link that stalls, or trickles
+    /// under a mebibyte per operation timeout, fails; a slow one that
+    /// keeps up does not. (A fixed deadline scaled by the length failed
+    /// healthy transfers over slow links, and left the node fetching bytes
+    /// nobody waited for.)
     ///
     /// # Errors
-    /// [`NetError::LinkLost`] if the link is lost or no bytes arrive for
-    /// the operation timeout; [`NetError::Io`] if the memory cannot be had
+    /// [`NetError::LinkLost`] if the link is lost, or a mebibyte does not
+    /// arrive within the operation timeout; [`NetError::Io`] if the memory cannot be had
     /// or the region is over [`MAX_FETCH_ALL`] (map it instead).
     pub fn fetch_all(&self) -> Result<RegionItem, NetError> {
         let mut r = call(&self.server, Message::new(FETCH_ALL), Timeout::Infinite)?;

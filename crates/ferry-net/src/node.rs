@@ -52,7 +52,8 @@ pub struct NodeConfig {
     /// Time after which a silent link is declared dead (its proxies become
     /// dead names). Keep-alives are sent at a third of it.
     pub idle_timeout: Duration,
-    /// Bound on connecting and on each lookup.
+    /// Bound on connecting, on each lookup, and on each step of a region's
+    /// fetch (opening its stream, and each mebibyte of the answer).
     pub op_timeout: Duration,
     /// Most rights one local user (by the kernel-reported uid of the
     /// messages it sends to proxies) may have this node keep for one peer
@@ -820,10 +821,13 @@ impl Conn {
             // Counted before the write, so that no byte reaches the fetcher
             // (and its own count) before it is counted here: both sides'
             // counters agree whenever the fetch has ended. A chunk that
-            // could not be written is taken back.
+            // could not be written is taken back. A fetcher that stops
+            // reading (its flow-control window stays shut) holds a chunk
+            // for at most the operation timeout, then loses the stream.
             sh.counters.bytes_served.fetch_add(chunk.len() as u64, Ordering::Relaxed);
-            if send.write_all(chunk).await.is_err() {
+            if !matches!(tokio::time::timeout(t, send.write_all(chunk)).await, Ok(Ok(()))) {
                 sh.counters.bytes_served.fetch_sub(chunk.len() as u64, Ordering::Relaxed);
+                let _ = send.reset(0u32.into());
                 return;
             }
         }

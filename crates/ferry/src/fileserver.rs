@@ -649,6 +649,12 @@ impl FileClient {
     /// already holds, without asking the server. The server keeps the
     /// version while the returned value lives.
     ///
+    /// Such a snapshot is exact: no later write to the file shows in it.
+    /// A file that would take this user past the server's memory budget
+    /// is served lazily from the file instead (pages read on first touch,
+    /// [`FileSnapshot::is_direct`] false): an in-place write to a page the
+    /// snapshot has not read yet then shows through, as with `mmap`.
+    ///
     /// # Errors
     /// [`PagerError::Denied`] when the file system's permissions (the
     /// file's, and search permission on its directories) do not let this

@@ -616,26 +616,13 @@ fn quic_relay(run: &mut Run<'_>) -> Result<(), Skip> {
     rt_a.spawn(async move {
         let Some(inc) = srv.accept().await else { return };
         let Ok(conn) = inc.await else { return };
-        let Ok((mut send, mut recv)) = conn.accept_bi().await else { return };
+        let Ok((send, recv)) = conn.accept_bi().await else { return };
         let Ok(sock) = relay_a.set_nonblocking(true).and_then(|()| UnixDatagram::from_std(relay_a)) else { return };
         let sock = Arc::new(sock);
-        let up = sock.clone();
-        // Echo's answers go back over the link.
-        tokio::spawn(async move {
-            let mut b = [0u8; 1];
-            while up.recv(&mut b).await.is_ok() {
-                if send.write_all(&b).await.is_err() {
-                    return;
-                }
-            }
-        });
-        // What comes over the link goes to the echo thread.
-        let mut b = [0u8; 1];
-        while recv.read_exact(&mut b).await.is_ok() {
-            if sock.send(&b).await.is_err() {
-                return;
-            }
-        }
+        // Echo's answers go back over the link; what comes over the link
+        // goes to the echo thread.
+        tokio::spawn(relay_up(sock.clone(), send));
+        relay_down(recv, sock).await;
     });
     echo_sock.set_read_timeout(Some(Duration::from_millis(200))).map_err(skip)?;
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -657,30 +644,15 @@ fn quic_relay(run: &mut Run<'_>) -> Result<(), Skip> {
         })
     });
     let (conn, _client_ep) = connect(&rt_b)?;
-    let (mut send, mut recv) = rt_b.block_on(conn.open_bi()).map_err(skip)?;
+    let (send, recv) = rt_b.block_on(conn.open_bi()).map_err(skip)?;
     let sock = {
         let _in_runtime = rt_b.enter();
         relay_b.set_nonblocking(true).map_err(skip)?;
         Arc::new(UnixDatagram::from_std(relay_b).map_err(skip)?)
     };
-    let down = sock.clone();
     // The caller's messages go over the link; the answers come back to it.
-    rt_b.spawn(async move {
-        let mut b = [0u8; 1];
-        while sock.recv(&mut b).await.is_ok() {
-            if send.write_all(&b).await.is_err() {
-                return;
-            }
-        }
-    });
-    rt_b.spawn(async move {
-        let mut b = [0u8; 1];
-        while recv.read_exact(&mut b).await.is_ok() {
-            if down.send(&b).await.is_err() {
-                return;
-            }
-        }
-    });
+    rt_b.spawn(relay_up(sock.clone(), send));
+    rt_b.spawn(relay_down(recv, sock));
     mine.set_read_timeout(Some(Duration::from_secs(10))).map_err(skip)?;
     let mut b = [1u8; 1];
     while run.more() {
@@ -696,6 +668,28 @@ fn quic_relay(run: &mut Run<'_>) -> Result<(), Skip> {
     rt_b.shutdown_timeout(Duration::from_secs(1));
     rt_a.shutdown_timeout(Duration::from_secs(1));
     Ok(())
+}
+
+/// A relay task of `quic-relay`: each byte from the local program's
+/// socket goes over the link.
+async fn relay_up(sock: Arc<tokio::net::UnixDatagram>, mut send: quinn::SendStream) {
+    let mut b = [0u8; 1];
+    while sock.recv(&mut b).await.is_ok() {
+        if send.write_all(&b).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// A relay task of `quic-relay`: each byte from the link goes to the local
+/// program's socket.
+async fn relay_down(mut recv: quinn::RecvStream, sock: Arc<tokio::net::UnixDatagram>) {
+    let mut b = [0u8; 1];
+    while recv.read_exact(&mut b).await.is_ok() {
+        if sock.send(&b).await.is_err() {
+            return;
+        }
+    }
 }
 
 fn tcp_raw_roundtrip(run: &mut Run<'_>) -> Result<(), Skip> {

@@ -477,6 +477,66 @@ fn a_slow_link_that_reorders_keeps_each_port_in_order_and_bounds_every_wait() {
 }
 
 #[test]
+fn a_peer_that_stops_reading_its_control_stream_loses_its_link_and_nothing_hangs() {
+    watchdog("a_peer_that_stops_reading_its_control_stream_loses_its_link_and_nothing_hangs", LIMIT, || {
+        let ia = Identity::generate("a").unwrap();
+        let ib = Identity::generate("b").unwrap();
+        let im = Identity::generate("m").unwrap();
+        let peers = vec![Peer { name: "b".into(), cert: ib.cert.clone() }, Peer { name: "m".into(), cert: im.cert.clone() }];
+        let mut ca = config(&ia, peers);
+        ca.op_timeout = Duration::from_secs(1);
+        let a = std::sync::Arc::new(Node::start(ca).unwrap());
+        let b = Node::start(config(&ib, vec![Peer { name: "a".into(), cert: ia.cert.clone() }])).unwrap();
+        b.connect("a", a.local_addr().unwrap()).unwrap();
+        let (mut srv, to_srv) = ferry::port().unwrap();
+        b.export("svc", to_srv);
+        // `m`, trusted but hostile, links to `a` with a 1 KiB window per
+        // stream and never reads the control stream `a` opens to it.
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        let addr = a.local_addr().unwrap();
+        let peer_a = Peer { name: "a".into(), cert: ia.cert.clone() };
+        let _conn = rt.block_on(async {
+            let mut cfg = ferry_net::tls::quic_client_config(&im, &peer_a).unwrap();
+            let mut t = quinn::TransportConfig::default();
+            t.stream_receive_window(1024u32.into());
+            cfg.transport_config(std::sync::Arc::new(t));
+            let mut ep = quinn::Endpoint::client(loopback()).unwrap();
+            ep.set_default_client_config(cfg);
+            ep.connect(addr, "ferry-peer").unwrap().await.unwrap()
+        });
+        let end = Instant::now() + Duration::from_secs(10);
+        while !a.links().iter().any(|l| l.peer == "m") && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // Programs on `a` look names up on `m`: their frames soon fill the
+        // window. Every lookup must come back, none may hang.
+        let (tx, rx) = std::sync::mpsc::channel();
+        for i in 0..120 {
+            let (a, tx) = (a.clone(), tx.clone());
+            std::thread::spawn(move || {
+                let _ = tx.send(a.lookup(&format!("name{i}@m")));
+            });
+        }
+        for i in 0..120 {
+            match rx.recv_timeout(Duration::from_secs(20)) {
+                Ok(Err(NetError::Timeout | NetError::LinkLost(_) | NetError::NotLinked(_))) => {}
+                Ok(other) => panic!("lookup {i}: {other:?}"),
+                Err(_) => panic!("{i} of 120 lookups came back; the rest hang"),
+            }
+        }
+        let end = Instant::now() + Duration::from_secs(10);
+        while a.links().iter().any(|l| l.peer == "m") && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(a.links().iter().map(|l| l.peer.clone()).collect::<Vec<_>>(), ["b"], "only the stalled link was closed");
+        // The other link works.
+        let svc = a.lookup("svc@b").unwrap();
+        svc.send(Message::new(3), WAIT).unwrap();
+        assert_eq!(srv.recv(WAIT).unwrap().op(), 3);
+    });
+}
+
+#[test]
 fn a_send_right_as_reply_right_serves_many_replies() {
     watchdog("a_send_right_as_reply_right_serves_many_replies", LIMIT, || {
         let (a, b) = pair();

@@ -348,6 +348,9 @@ struct Conn {
     counters: Arc<Counters>,
     /// Per-user budgets: (exports, regions) kept for this peer.
     limits: (usize, usize),
+    /// The operation timeout: how long a control frame may wait to be
+    /// written before the link is given up as stalled.
+    op_timeout: Duration,
 }
 
 impl Node {
@@ -593,6 +596,7 @@ fn start_link(sh: Arc<Shared>, peer: String, conn: quinn::Connection, send: quin
         control: tokio::sync::Mutex::new(send),
         counters: sh.counters.clone(),
         limits: (sh.config.max_exports_per_user, sh.config.max_regions_per_user),
+        op_timeout: sh.config.op_timeout,
         state: Mutex::new(State {
             link: Link::new(),
             held: HashMap::new(),
@@ -692,15 +696,26 @@ enum Target {
 }
 
 impl Conn {
+    /// Writes `frames` on the control stream, in order. A peer that stops
+    /// reading its control stream (its flow-control window stays shut)
+    /// would hold every writer here, and with them lookups, releases and
+    /// the readers that answer frames: a write that waits longer than the
+    /// operation timeout closes the link instead.
     async fn send_control(&self, frames: &[Frame]) {
         if frames.is_empty() {
             return;
         }
-        let mut s = self.control.lock().await;
-        for f in frames {
-            if write_frame(&mut s, f).await.is_err() {
-                return;
+        let write = async {
+            let mut s = self.control.lock().await;
+            for f in frames {
+                if write_frame(&mut s, f).await.is_err() {
+                    return;
+                }
             }
+        };
+        if tokio::time::timeout(self.op_timeout, write).await.is_err() && self.conn.close_reason().is_none() {
+            eprintln!("ferry-net: link to {} closed: it stopped reading its control stream", self.peer);
+            self.conn.close(1u32.into(), b"control stream stalled");
         }
     }
 

@@ -537,6 +537,36 @@ fn a_peer_that_stops_reading_its_control_stream_loses_its_link_and_nothing_hangs
 }
 
 #[test]
+fn a_peer_that_lets_no_stream_be_opened_is_dropped_within_the_timeout() {
+    watchdog("a_peer_that_lets_no_stream_be_opened_is_dropped_within_the_timeout", LIMIT, || {
+        let ia = Identity::generate("a").unwrap();
+        let im = Identity::generate("m").unwrap();
+        let mut ca = config(&ia, vec![Peer { name: "m".into(), cert: im.cert.clone() }]);
+        ca.op_timeout = Duration::from_secs(1);
+        let a = Node::start(ca).unwrap();
+        let addr = a.local_addr().unwrap();
+        let peer_a = Peer { name: "a".into(), cert: ia.cert.clone() };
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        // `m` completes the handshake and allows no stream, so the node can
+        // never open the link's control stream to it.
+        let closed = rt.block_on(async {
+            let mut cfg = ferry_net::tls::quic_client_config(&im, &peer_a).unwrap();
+            let mut t = quinn::TransportConfig::default();
+            t.max_concurrent_bidi_streams(0u32.into());
+            t.keep_alive_interval(Some(Duration::from_millis(200)));
+            cfg.transport_config(std::sync::Arc::new(t));
+            let mut ep = quinn::Endpoint::client(loopback()).unwrap();
+            ep.set_default_client_config(cfg);
+            let conn = ep.connect(addr, "ferry-peer").unwrap().await.unwrap();
+            tokio::time::timeout(Duration::from_secs(10), conn.closed()).await
+        });
+        let why = closed.expect("the node dropped the connection instead of waiting for ever");
+        assert!(why.to_string().contains("no control stream"), "{why}");
+        assert!(a.links().is_empty());
+    });
+}
+
+#[test]
 fn a_send_right_as_reply_right_serves_many_replies() {
     watchdog("a_send_right_as_reply_right_serves_many_replies", LIMIT, || {
         let (a, b) = pair();

@@ -582,8 +582,21 @@ async fn accept(sh: Arc<Shared>, incoming: quinn::Incoming) -> Result<(), NetErr
         .ok_or_else(|| NetError::Refused("client certificate is not on the trusted list".into()))?
         .name
         .clone();
-    let (mut send, recv) = conn.open_bi().await.map_err(|e| NetError::LinkLost(e.to_string()))?;
-    send.write_all(MAGIC).await.map_err(|e| NetError::LinkLost(e.to_string()))?;
+    // A peer that lets no stream be opened, or reads nothing, would hold
+    // this task and its connection for ever: the control stream must be
+    // open within the operation timeout.
+    let open = async {
+        let (mut send, recv) = conn.open_bi().await.map_err(|e| NetError::LinkLost(e.to_string()))?;
+        send.write_all(MAGIC).await.map_err(|e| NetError::LinkLost(e.to_string()))?;
+        Ok::<_, NetError>((send, recv))
+    };
+    let (send, recv) = match tokio::time::timeout(sh.config.op_timeout, open).await {
+        Ok(r) => r?,
+        Err(_) => {
+            conn.close(1u32.into(), b"no control stream");
+            return Err(NetError::Timeout);
+        }
+    };
     start_link(sh, peer, conn, send, recv);
     Ok(())
 }

@@ -566,6 +566,61 @@ fn a_peer_that_lets_no_stream_be_opened_is_dropped_within_the_timeout() {
     });
 }
 
+/// This process's resident memory, in MiB.
+fn rss_mib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let kib: u64 = status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok()).unwrap();
+    kib >> 10
+}
+
+#[test]
+fn a_peer_announcing_large_frames_on_many_streams_cannot_fill_the_hosts_memory() {
+    watchdog("a_peer_announcing_large_frames_on_many_streams_cannot_fill_the_hosts_memory", LIMIT, || {
+        let ia = Identity::generate("a").unwrap();
+        let im = Identity::generate("m").unwrap();
+        let a = Node::start(config(&ia, vec![Peer { name: "m".into(), cert: im.cert.clone() }])).unwrap();
+        let addr = a.local_addr().unwrap();
+        let peer_a = Peer { name: "a".into(), cert: ia.cert.clone() };
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        let conn = rt.block_on(async {
+            let mut ep = quinn::Endpoint::client(loopback()).unwrap();
+            ep.set_default_client_config(ferry_net::tls::quic_client_config(&im, &peer_a).unwrap());
+            ep.connect(addr, "ferry-peer").unwrap().await.unwrap()
+        });
+        let end = Instant::now() + Duration::from_secs(10);
+        while !a.links().iter().any(|l| l.peer == "m") && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let before = rss_mib();
+        // `m`, trusted but hostile: 64 message streams, each announcing a
+        // frame of the largest size and sending 30 MiB of it, never the
+        // rest. Read as it arrives, that is 1.9 GiB held by the node.
+        let data = std::sync::Arc::new(vec![7u8; 30 << 20]);
+        let claim = (ferry_net::frame::MAX_FRAME as u32).to_le_bytes();
+        for _ in 0..64 {
+            let (conn, data) = (conn.clone(), data.clone());
+            rt.spawn(async move {
+                let Ok(mut s) = conn.open_uni().await else { return };
+                let send = async {
+                    s.write_all(&claim).await?;
+                    s.write_all(&data).await
+                };
+                let _ = tokio::time::timeout(Duration::from_secs(6), send).await;
+                // Keep the stream open, unfinished.
+                tokio::time::sleep(Duration::from_secs(30)).await;
+                drop(s);
+            });
+        }
+        std::thread::sleep(Duration::from_secs(6));
+        let grew = rss_mib().saturating_sub(before);
+        // The link's frame budget (256 MiB) and its receive window
+        // (128 MiB) bound what the node holds; the rest waits at `m`.
+        assert!(grew < 700, "the process grew by {grew} MiB");
+        drop(rt);
+        drop(conn);
+    });
+}
+
 #[test]
 fn a_send_right_as_reply_right_serves_many_replies() {
     watchdog("a_send_right_as_reply_right_serves_many_replies", LIMIT, || {

@@ -351,7 +351,19 @@ struct Conn {
     /// The operation timeout: how long a control frame may wait to be
     /// written before the link is given up as stalled.
     op_timeout: Duration,
+    /// Bytes of the peer's frames this link holds at once, being read or
+    /// waiting for delivery ([`LINK_FRAME_BUDGET`]).
+    frames: tokio::sync::Semaphore,
 }
+
+/// Most bytes of frames one link holds at once, from the first byte read
+/// until the frame is delivered. Each frame takes its whole announced
+/// length before its body is read, so a peer that announces large frames
+/// on many streams and sends them slowly, or towards ports that do not
+/// read, stalls its own link here instead of filling this host's memory;
+/// a stream waiting for room reads nothing, and QUIC's flow control then
+/// holds the peer back. Six frames of the largest size fit.
+const LINK_FRAME_BUDGET: usize = 256 << 20;
 
 impl Node {
     /// Starts a node: binds the endpoint and begins accepting links from
@@ -562,6 +574,10 @@ fn transport(c: &NodeConfig) -> Arc<quinn::TransportConfig> {
     t.max_idle_timeout(quinn::IdleTimeout::try_from(c.idle_timeout).ok());
     t.keep_alive_interval(Some(c.idle_timeout / 3));
     t.max_concurrent_uni_streams(4096u32.into());
+    // What the peer may have in flight unread across all streams of the
+    // link (each stream's own window is QUIC's default): bounded, since
+    // streams waiting for the frame budget read nothing.
+    t.receive_window((128u32 << 20).into());
     // Each page fetch rides a bidirectional stream of its own.
     t.max_concurrent_bidi_streams(1024u32.into());
     Arc::new(t)
@@ -610,6 +626,7 @@ fn start_link(sh: Arc<Shared>, peer: String, conn: quinn::Connection, send: quin
         counters: sh.counters.clone(),
         limits: (sh.config.max_exports_per_user, sh.config.max_regions_per_user),
         op_timeout: sh.config.op_timeout,
+        frames: tokio::sync::Semaphore::new(LINK_FRAME_BUDGET),
         state: Mutex::new(State {
             link: Link::new(),
             held: HashMap::new(),
@@ -668,7 +685,9 @@ fn start_link(sh: Arc<Shared>, peer: String, conn: quinn::Connection, send: quin
 }
 
 /// Reads one length-prefixed frame; `None` when the stream ended cleanly.
-async fn read_frame(s: &mut quinn::RecvStream) -> Result<Option<Vec<u8>>, String> {
+/// The frame's announced length is taken from `budget` before its body is
+/// read, and given back when the returned permit is dropped.
+async fn read_frame<'a>(s: &mut quinn::RecvStream, budget: &'a tokio::sync::Semaphore) -> Result<Option<(Vec<u8>, tokio::sync::SemaphorePermit<'a>)>, String> {
     let mut len = [0u8; 4];
     match s.read_exact(&mut len).await {
         Ok(()) => {}
@@ -679,6 +698,7 @@ async fn read_frame(s: &mut quinn::RecvStream) -> Result<Option<Vec<u8>>, String
     if n > MAX_FRAME {
         return Err(format!("frame of {n} bytes is over the limit"));
     }
+    let permit = budget.acquire_many(n as u32).await.map_err(|_| "link closed".to_string())?;
     // The length is the peer's claim: memory grows with the bytes that
     // actually arrive, a chunk at a time, not with the claim.
     const CHUNK: usize = 256 << 10;
@@ -688,7 +708,7 @@ async fn read_frame(s: &mut quinn::RecvStream) -> Result<Option<Vec<u8>>, String
         buf.resize(start + (n - start).min(CHUNK), 0);
         s.read_exact(&mut buf[start..]).await.map_err(|e| e.to_string())?;
     }
-    Ok(Some(buf))
+    Ok(Some((buf, permit)))
 }
 
 /// Writes one frame with its length prefix, in one stream write.
@@ -736,7 +756,8 @@ impl Conn {
     /// the whole link (and only it).
     async fn read_stream(self: Arc<Self>, sh: Arc<Shared>, mut s: quinn::RecvStream) {
         loop {
-            let bytes = match read_frame(&mut s).await {
+            // The permit is held until the frame's messages are delivered.
+            let (bytes, _held) = match read_frame(&mut s, &self.frames).await {
                 Ok(Some(b)) => b,
                 Ok(None) => return,
                 Err(e) => {
@@ -791,6 +812,8 @@ impl Conn {
 
     /// Closes the state machine and carries out its last events.
     fn close_link(self: &Arc<Self>, _why: &str) {
+        // Readers waiting for frame budget end now.
+        self.frames.close();
         let mut st = self.state.lock().unwrap();
         if st.link.is_closed() && st.held.is_empty() && st.kills.is_empty() && st.regions.is_empty() && st.remote_regions.is_empty() {
             return;

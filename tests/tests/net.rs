@@ -622,6 +622,67 @@ fn a_peer_announcing_large_frames_on_many_streams_cannot_fill_the_hosts_memory()
 }
 
 #[test]
+fn rights_past_a_peers_proxy_limit_arrive_as_dead_names_and_go_back() {
+    watchdog("rights_past_a_peers_proxy_limit_arrive_as_dead_names_and_go_back", LIMIT, || {
+        let ia = Identity::generate("a").unwrap();
+        let ib = Identity::generate("b").unwrap();
+        let a = Node::start(config(&ia, vec![Peer { name: "b".into(), cert: ib.cert.clone() }])).unwrap();
+        let mut cb = config(&ib, vec![Peer { name: "a".into(), cert: ia.cert.clone() }]);
+        cb.max_proxies_per_peer = 4;
+        let b = Node::start(cb).unwrap();
+        a.connect("b", b.local_addr().unwrap()).unwrap();
+        let (mut srv, to_srv) = ferry::port().unwrap();
+        b.export("svc", to_srv);
+        let svc = a.lookup("svc@b").unwrap();
+        // `a` sends eight rights to its own ports; `b` keeps at most four
+        // proxies for `a`.
+        let mut homes = Vec::new();
+        let mut m = Message::new(1);
+        for _ in 0..8 {
+            let (rx, tx) = ferry::port().unwrap();
+            homes.push(rx);
+            m = m.with_item(tx);
+        }
+        svc.send(m, WAIT).unwrap();
+        let mut got = srv.recv(WAIT).unwrap();
+        let rights: Vec<ferry::SendRight> = got
+            .take_items()
+            .into_iter()
+            .map(|i| match i {
+                Item::Send(s) => s,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(rights.len(), 8);
+        assert_eq!(rights.iter().filter(|r| !r.is_dead()).count(), 4, "four proxies, four dead names");
+        // The references that made no proxy went back: `a` keeps four.
+        let end = Instant::now() + Duration::from_secs(10);
+        while a.links()[0].exports != 4 && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(a.links()[0].exports, 4);
+        // The live ones work.
+        for (i, r) in rights.iter().enumerate().filter(|(_, r)| !r.is_dead()) {
+            r.send(Message::new(100 + i as u32), WAIT).unwrap();
+            assert_eq!(homes[i].recv(WAIT).unwrap().op(), 100 + i as u32);
+        }
+        // A lookup on a full table says so.
+        let (_other, to_other) = ferry::port().unwrap();
+        a.export("other", to_other);
+        assert!(matches!(b.lookup("other@a"), Err(NetError::TooManyProxies(p)) if p == "a"));
+        // Letting one proxy go makes room.
+        drop(rights);
+        let end = Instant::now() + Duration::from_secs(10);
+        let mut found = b.lookup("other@a");
+        while found.is_err() && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(20));
+            found = b.lookup("other@a");
+        }
+        assert!(found.is_ok(), "{found:?}");
+    });
+}
+
+#[test]
 fn a_send_right_as_reply_right_serves_many_replies() {
     watchdog("a_send_right_as_reply_right_serves_many_replies", LIMIT, || {
         let (a, b) = pair();

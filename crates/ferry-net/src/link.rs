@@ -148,6 +148,13 @@ pub enum Event {
         /// Import id to make a proxy for.
         import: Option<u64>,
     },
+    /// The answer to this side's lookup `req` named a port, but this side
+    /// already holds as many references to the peer's ports as it may
+    /// ([`Link::set_max_proxies`]): no proxy, and the reference went back.
+    LookupOverLimit {
+        /// The request answered.
+        req: u64,
+    },
     /// The peer's port `import` is dead: destroy every proxy for it.
     ImportDead {
         /// The import id.
@@ -249,12 +256,34 @@ pub struct Link {
     next_region: u64,
     /// The peer's regions served here (received by reference).
     regions_in: HashSet<u64>,
+    /// References to the peer's ports held here (each a proxy here): the
+    /// sum of the imports' counts.
+    proxy_refs: u64,
+    /// Most of those at once ([`DEFAULT_MAX_PROXIES`]).
+    max_proxies: u64,
 }
+
+/// Most references to the peer's ports one link holds at once by default
+/// (each is a proxy port, a descriptor and a task on this host): past it, a
+/// right from the peer arrives as a dead name and its reference goes back
+/// at once, so one peer cannot take every descriptor of the host.
+pub const DEFAULT_MAX_PROXIES: u64 = 16384;
 
 impl Link {
     /// A fresh link with empty tables.
     pub fn new() -> Link {
-        Link { next_export: 1, next_req: 1, next_region: 1, ..Link::default() }
+        Link { next_export: 1, next_req: 1, next_region: 1, max_proxies: DEFAULT_MAX_PROXIES, ..Link::default() }
+    }
+
+    /// Sets how many references to the peer's ports this link holds at
+    /// once (see [`DEFAULT_MAX_PROXIES`]).
+    pub fn set_max_proxies(&mut self, n: u64) {
+        self.max_proxies = n;
+    }
+
+    /// References to the peer's ports held here now (proxies).
+    pub fn proxy_refs(&self) -> u64 {
+        self.proxy_refs
     }
 
     /// Whether the link is closed.
@@ -374,6 +403,7 @@ impl Link {
         }
         let imp = self.imports.get_mut(&import)?;
         imp.refs -= 1;
+        self.proxy_refs = self.proxy_refs.saturating_sub(1);
         let uses = imp.uses;
         if imp.refs == 0 {
             self.imports.remove(&import);
@@ -491,7 +521,9 @@ impl Link {
             }
         });
         if once {
-            self.imports.remove(&target);
+            if let Some(imp) = self.imports.remove(&target) {
+                self.proxy_refs = self.proxy_refs.saturating_sub(imp.refs);
+            }
         }
         Ok((Frame::Message { target, op, body, parts, reply }, stores))
     }
@@ -548,12 +580,20 @@ impl Link {
                 Incoming::DeadName
             }
             Cap::DeadName => Incoming::DeadName,
+            Cap::Hosted(id) | Cap::HostedOnce(id) if self.proxy_refs >= self.max_proxies => {
+                // Past the limit: no proxy; the reference goes back at once.
+                let uses = self.imports.get(&id).map_or(0, |i| i.uses);
+                out.frames.push(Frame::Release { id, count: 1, uses });
+                Incoming::DeadName
+            }
             Cap::Hosted(id) => {
                 self.imports.entry(id).or_insert(Import { once: false, refs: 0, uses: 0 }).refs += 1;
+                self.proxy_refs += 1;
                 Incoming::Proxy { import: id, once: false }
             }
             Cap::HostedOnce(id) => {
                 self.imports.insert(id, Import { once: true, refs: 1, uses: 0 });
+                self.proxy_refs += 1;
                 Incoming::Proxy { import: id, once: true }
             }
             Cap::Returned(id) => {
@@ -601,11 +641,12 @@ impl Link {
                     None => out.events.push(Event::Found { req, import: None }),
                     Some(c @ Cap::Hosted(id)) => {
                         self.check_incoming(c, &mut HashSet::new())?;
-                        let import = match self.apply_incoming(c, &mut out) {
-                            Incoming::Proxy { .. } => Some(id),
-                            _ => None,
-                        };
-                        out.events.push(Event::Found { req, import });
+                        let over = self.proxy_refs >= self.max_proxies && !self.recent_dead.contains(&id);
+                        match self.apply_incoming(c, &mut out) {
+                            Incoming::Proxy { .. } => out.events.push(Event::Found { req, import: Some(id) }),
+                            _ if over => out.events.push(Event::LookupOverLimit { req }),
+                            _ => out.events.push(Event::Found { req, import: None }),
+                        }
                     }
                     Some(Cap::DeadName) => out.events.push(Event::Found { req, import: None }),
                     Some(_) => return Err(LinkError::BadRight("a lookup answers with a send right")),
@@ -685,6 +726,7 @@ impl Link {
             Frame::Dead { id } => {
                 // The import may be released already: a crossing is no error.
                 if let Some(imp) = self.imports.remove(&id) {
+                    self.proxy_refs = self.proxy_refs.saturating_sub(imp.refs);
                     self.proxies.retain(|_, v| *v != id);
                     out.events.push(Event::ImportDead { import: id });
                     if !imp.once {
@@ -720,6 +762,7 @@ impl Link {
         self.lookups.clear();
         self.cancelled.clear();
         self.recent_dead.clear();
+        self.proxy_refs = 0;
         ev
     }
 

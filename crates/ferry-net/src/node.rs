@@ -64,11 +64,17 @@ pub struct NodeConfig {
     /// once, sent by reference (each keeps the region's memory alive until
     /// the peer lets go). Past it: [`Refusal::OverBudget`].
     pub max_regions_per_user: usize,
+    /// Most references to one peer's ports this node holds at once, each a
+    /// proxy port with a descriptor and a task here. Past it, a right from
+    /// that peer arrives as a dead name and its reference goes back at
+    /// once, so one peer cannot take every descriptor of the host.
+    pub max_proxies_per_peer: u64,
 }
 
 impl NodeConfig {
     /// A configuration with defaults: 10 s idle timeout, 5 s per operation,
-    /// 4096 kept rights and 64 regions by reference per local user and peer.
+    /// 4096 kept rights and 64 regions by reference per local user and
+    /// peer, 16 384 proxies per peer.
     pub fn new(identity: Identity, peers: Vec<Peer>, listen: SocketAddr) -> NodeConfig {
         NodeConfig {
             identity,
@@ -78,6 +84,7 @@ impl NodeConfig {
             op_timeout: Duration::from_secs(5),
             max_exports_per_user: 4096,
             max_regions_per_user: 64,
+            max_proxies_per_peer: crate::link::DEFAULT_MAX_PROXIES,
         }
     }
 }
@@ -102,6 +109,9 @@ pub enum NetError {
     /// A right that should name a region received by reference does not
     /// ([`crate::RemoteRegion::open`]), or its server answered out of turn.
     NotARegion(String),
+    /// This node already holds as many references to the peer's ports as
+    /// it may ([`NodeConfig::max_proxies_per_peer`]).
+    TooManyProxies(String),
     /// A local failure (sockets, ports, TLS setup).
     Io(io::Error),
 }
@@ -117,6 +127,7 @@ impl fmt::Display for NetError {
             NetError::Timeout => write!(f, "the operation timed out"),
             NetError::LinkLost(why) => write!(f, "link lost: {why}"),
             NetError::NotARegion(why) => write!(f, "not a region received by reference: {why}"),
+            NetError::TooManyProxies(p) => write!(f, "this node holds as many of {p}'s ports as it may (max_proxies_per_peer)"),
             NetError::Io(e) => write!(f, "{e}"),
         }
     }
@@ -274,7 +285,7 @@ struct State {
     held: HashMap<u64, Held>,
     kills: HashMap<u64, watch::Sender<bool>>,
     streams: HashMap<u64, Arc<tokio::sync::Mutex<quinn::SendStream>>>,
-    lookups: HashMap<u64, oneshot::Sender<Option<SendRight>>>,
+    lookups: HashMap<u64, oneshot::Sender<Answer>>,
     /// Regions sent by reference, kept (mapped read-only; the sealed memfd
     /// lives as long as the mapping) until the peer releases them.
     regions: HashMap<u64, Arc<MappedRegion>>,
@@ -491,8 +502,9 @@ impl Node {
             tokio::time::timeout(t, rx).await
         });
         match r {
-            Ok(Ok(Some(right))) => Ok(right),
-            Ok(Ok(None)) => Err(NetError::NotExported(remote.into())),
+            Ok(Ok(Answer::Right(right))) => Ok(right),
+            Ok(Ok(Answer::NotExported)) => Err(NetError::NotExported(remote.into())),
+            Ok(Ok(Answer::OverLimit)) => Err(NetError::TooManyProxies(host.into())),
             Ok(Err(_)) => Err(NetError::LinkLost(format!("link to {host} closed during the lookup"))),
             Err(_) => {
                 let mut st = conn.state.lock().unwrap();
@@ -628,7 +640,11 @@ fn start_link(sh: Arc<Shared>, peer: String, conn: quinn::Connection, send: quin
         op_timeout: sh.config.op_timeout,
         frames: tokio::sync::Semaphore::new(LINK_FRAME_BUDGET),
         state: Mutex::new(State {
-            link: Link::new(),
+            link: {
+                let mut l = Link::new();
+                l.set_max_proxies(sh.config.max_proxies_per_peer);
+                l
+            },
             held: HashMap::new(),
             kills: HashMap::new(),
             streams: HashMap::new(),
@@ -714,6 +730,18 @@ async fn read_frame<'a>(s: &mut quinn::RecvStream, budget: &'a tokio::sync::Sema
 /// Writes one frame with its length prefix, in one stream write.
 async fn write_frame(s: &mut quinn::SendStream, f: &Frame) -> Result<(), quinn::WriteError> {
     s.write_all(&f.encode_with_len()).await
+}
+
+/// What a lookup's waiter is told.
+#[derive(Debug)]
+enum Answer {
+    /// A proxy for the exported port.
+    Right(SendRight),
+    /// The name is not exported (or its port is dead).
+    NotExported,
+    /// The port exists, but this node holds as many of the peer's ports
+    /// as it may.
+    OverLimit,
 }
 
 /// Work to do after the state lock is released.
@@ -943,15 +971,20 @@ fn apply_event(c: &Arc<Conn>, st: &mut State, sh: Option<&Arc<Shared>>, e: Event
         }
         Event::Found { req, import } => {
             let waiter = st.lookups.remove(&req);
-            let right = match import {
+            let answer = match import {
                 Some(id) => match proxy_or_release(c, st, id, false, after) {
-                    Ok(Item::Send(s)) => Some(s),
-                    _ => None,
+                    Ok(Item::Send(s)) => Answer::Right(s),
+                    _ => Answer::NotExported,
                 },
-                None => None,
+                None => Answer::NotExported,
             };
             if let Some(w) = waiter {
-                let _ = w.send(right);
+                let _ = w.send(answer);
+            }
+        }
+        Event::LookupOverLimit { req } => {
+            if let Some(w) = st.lookups.remove(&req) {
+                let _ = w.send(Answer::OverLimit);
             }
         }
         Event::ImportDead { import } => {

@@ -390,3 +390,60 @@ fn a_frame_with_its_length_prefix_is_the_prefix_and_the_frame() {
         assert_eq!(Frame::decode(&body), Ok(f));
     }
 }
+
+#[test]
+fn rights_past_the_proxy_limit_arrive_dead_and_go_back_at_once() {
+    let (mut a, mut b, target) = linked();
+    // `b` holds at most three references to `a`'s ports.
+    b.set_max_proxies(3);
+    let keys: Vec<Key> = (0..5).map(|i| (2, 300 + i)).collect();
+    let (f, stores) = a.message(target, 1, vec![], keys.iter().map(|&k| Outgoing::Send(k)).collect(), Some(Outgoing::Once)).unwrap();
+    let ids: Vec<u64> = stores.iter().map(|s| match s {
+        Store::Keep(id) => *id,
+        other => panic!("{other:?}"),
+    }).collect();
+    let out = feed(&mut b, &f);
+    let Event::Deliver { items, reply, .. } = &out.events[0] else { panic!("{:?}", out.events) };
+    let proxies = items.iter().filter(|i| matches!(i, Incoming::Proxy { .. })).count();
+    assert_eq!(proxies, 3, "three proxies: {items:?}");
+    assert!(items[3..].iter().all(|i| *i == Incoming::DeadName), "the rest arrive dead: {items:?}");
+    assert_eq!(reply, &Some(Incoming::DeadName), "so does the reply right past the limit");
+    assert_eq!(b.proxy_refs(), 3);
+    // The references that made no proxy go back at once, and `a` frees
+    // those exports (and only those).
+    assert_eq!(out.frames.len(), 3);
+    let mut dropped = Vec::new();
+    for f in &out.frames {
+        for e in feed(&mut a, f).events {
+            let Event::DropExport { export } = e else { panic!("{e:?}") };
+            dropped.push(export);
+        }
+    }
+    dropped.sort_unstable();
+    assert_eq!(dropped, ids[3..].to_vec());
+    assert_eq!(a.exports(), 3, "the three proxied rights stay exported");
+    // A proxy let go makes room for the next right.
+    let rel = b.proxy_released(ids[0], Some(PROXY)).unwrap();
+    feed(&mut a, &rel);
+    assert_eq!(b.proxy_refs(), 2);
+    let (f, _) = a.message(target, 2, vec![], vec![Outgoing::Send((2, 999))], None).unwrap();
+    let out = feed(&mut b, &f);
+    let Event::Deliver { items, .. } = &out.events[0] else { panic!() };
+    assert!(matches!(items[0], Incoming::Proxy { .. }));
+    assert_eq!(b.proxy_refs(), 3);
+    assert!(!a.is_closed() && !b.is_closed());
+}
+
+#[test]
+fn a_lookup_past_the_proxy_limit_is_told_so_and_its_reference_goes_back() {
+    let (mut a, mut b) = (Link::new(), Link::new());
+    a.set_max_proxies(0);
+    let (req, f) = a.lookup("svc").unwrap();
+    feed(&mut b, &f);
+    let (f, store) = b.answer_lookup(req, Some(K1)).unwrap();
+    let Store::Keep(export) = store else { panic!("{store:?}") };
+    let out = feed(&mut a, &f);
+    assert_eq!(out.events, vec![Event::LookupOverLimit { req }]);
+    assert_eq!(a.imports(), 0);
+    assert_eq!(feed(&mut b, &out.frames[0]).events, vec![Event::DropExport { export }]);
+}

@@ -367,13 +367,16 @@ struct Conn {
     frames: tokio::sync::Semaphore,
 }
 
-/// Most bytes of frames one link holds at once, from the first byte read
-/// until the frame is delivered. Each frame takes its whole announced
-/// length before its body is read, so a peer that announces large frames
-/// on many streams and sends them slowly, or towards ports that do not
-/// read, stalls its own link here instead of filling this host's memory;
-/// a stream waiting for room reads nothing, and QUIC's flow control then
-/// holds the peer back. Six frames of the largest size fit.
+/// Most bytes of message frames one link holds at once, from the first
+/// byte read until the frame is delivered. Each frame takes its whole
+/// announced length before its body is read, so a peer that announces
+/// large frames on many streams and sends them slowly, or towards ports
+/// that do not read, stalls its own link's messages here instead of
+/// filling this host's memory; a stream waiting for room reads nothing,
+/// and QUIC's flow control then holds the peer back. Six frames of the
+/// largest size fit. (A local receiver that never reads and is sent that
+/// much by one peer slows that peer's other messages until it reads or
+/// its port goes: the price of the bound.)
 const LINK_FRAME_BUDGET: usize = 256 << 20;
 
 impl Node {
@@ -662,7 +665,7 @@ fn start_link(sh: Arc<Shared>, peer: String, conn: quinn::Connection, send: quin
     // Control stream reader.
     {
         let (c, sh) = (c.clone(), sh.clone());
-        tokio::spawn(async move { c.read_stream(sh, recv).await });
+        tokio::spawn(async move { c.read_stream(sh, recv, false).await });
     }
     // Message streams, one per destination port.
     {
@@ -670,7 +673,7 @@ fn start_link(sh: Arc<Shared>, peer: String, conn: quinn::Connection, send: quin
         tokio::spawn(async move {
             while let Ok(s) = c.conn.accept_uni().await {
                 let (c, sh) = (c.clone(), sh.clone());
-                tokio::spawn(async move { c.read_stream(sh, s).await });
+                tokio::spawn(async move { c.read_stream(sh, s, true).await });
             }
         });
     }
@@ -701,9 +704,12 @@ fn start_link(sh: Arc<Shared>, peer: String, conn: quinn::Connection, send: quin
 }
 
 /// Reads one length-prefixed frame; `None` when the stream ended cleanly.
-/// The frame's announced length is taken from `budget` before its body is
-/// read, and given back when the returned permit is dropped.
-async fn read_frame<'a>(s: &mut quinn::RecvStream, budget: &'a tokio::sync::Semaphore) -> Result<Option<(Vec<u8>, tokio::sync::SemaphorePermit<'a>)>, String> {
+/// With a `budget`, the frame's announced length is taken from it before
+/// its body is read, and given back when the returned permit is dropped.
+async fn read_frame<'a>(
+    s: &mut quinn::RecvStream,
+    budget: Option<&'a tokio::sync::Semaphore>,
+) -> Result<Option<(Vec<u8>, Option<tokio::sync::SemaphorePermit<'a>>)>, String> {
     let mut len = [0u8; 4];
     match s.read_exact(&mut len).await {
         Ok(()) => {}
@@ -714,7 +720,10 @@ async fn read_frame<'a>(s: &mut quinn::RecvStream, budget: &'a tokio::sync::Sema
     if n > MAX_FRAME {
         return Err(format!("frame of {n} bytes is over the limit"));
     }
-    let permit = budget.acquire_many(n as u32).await.map_err(|_| "link closed".to_string())?;
+    let permit = match budget {
+        Some(b) => Some(b.acquire_many(n as u32).await.map_err(|_| "link closed".to_string())?),
+        None => None,
+    };
     // The length is the peer's claim: memory grows with the bytes that
     // actually arrive, a chunk at a time, not with the claim.
     const CHUNK: usize = 256 << 10;
@@ -782,10 +791,14 @@ impl Conn {
 
     /// Reads frames off one stream until it ends; a protocol error closes
     /// the whole link (and only it).
-    async fn read_stream(self: Arc<Self>, sh: Arc<Shared>, mut s: quinn::RecvStream) {
+    /// `budgeted`: its frames count against the link's frame budget (the
+    /// message streams; the control stream, one per link and read at once,
+    /// does not, so a budget held by messages waiting for ports that do
+    /// not read never stops lookups, releases and death notices).
+    async fn read_stream(self: Arc<Self>, sh: Arc<Shared>, mut s: quinn::RecvStream, budgeted: bool) {
         loop {
             // The permit is held until the frame's messages are delivered.
-            let (bytes, _held) = match read_frame(&mut s, &self.frames).await {
+            let (bytes, _held) = match read_frame(&mut s, budgeted.then_some(&self.frames)).await {
                 Ok(Some(b)) => b,
                 Ok(None) => return,
                 Err(e) => {

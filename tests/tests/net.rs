@@ -368,11 +368,8 @@ fn malformed_frames_close_only_that_link() {
         for (what, bytes) in [("junk", junk), ("oversize", u32::MAX.to_le_bytes().to_vec()), ("cut short", cut)] {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
             let addr = a.local_addr().unwrap();
-            let (peer_a, im) = (Peer { name: "a".into(), cert: ia.cert.clone() }, im.clone());
-            let closed = rt.block_on(async move {
-                let mut ep = quinn::Endpoint::client(loopback()).unwrap();
-                ep.set_default_client_config(ferry_net::tls::quic_client_config(&im, &peer_a).unwrap());
-                let conn = ep.connect(addr, "ferry-peer").unwrap().await.unwrap();
+            let closed = rt.block_on(async {
+                let conn = common::dial(&im, &ia, addr, |_| {}).await;
                 let (mut send, mut recv) = conn.accept_bi().await.unwrap();
                 let mut magic = [0u8; 4];
                 recv.read_exact(&mut magic).await.unwrap();
@@ -494,16 +491,9 @@ fn a_peer_that_stops_reading_its_control_stream_loses_its_link_and_nothing_hangs
         // stream and never reads the control stream `a` opens to it.
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
         let addr = a.local_addr().unwrap();
-        let peer_a = Peer { name: "a".into(), cert: ia.cert.clone() };
-        let _conn = rt.block_on(async {
-            let mut cfg = ferry_net::tls::quic_client_config(&im, &peer_a).unwrap();
-            let mut t = quinn::TransportConfig::default();
+        let _conn = rt.block_on(common::dial(&im, &ia, addr, |t| {
             t.stream_receive_window(1024u32.into());
-            cfg.transport_config(std::sync::Arc::new(t));
-            let mut ep = quinn::Endpoint::client(loopback()).unwrap();
-            ep.set_default_client_config(cfg);
-            ep.connect(addr, "ferry-peer").unwrap().await.unwrap()
-        });
+        }));
         let end = Instant::now() + Duration::from_secs(10);
         while !a.links().iter().any(|l| l.peer == "m") && Instant::now() < end {
             std::thread::sleep(Duration::from_millis(10));
@@ -545,19 +535,15 @@ fn a_peer_that_lets_no_stream_be_opened_is_dropped_within_the_timeout() {
         ca.op_timeout = Duration::from_secs(1);
         let a = Node::start(ca).unwrap();
         let addr = a.local_addr().unwrap();
-        let peer_a = Peer { name: "a".into(), cert: ia.cert.clone() };
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
         // `m` completes the handshake and allows no stream, so the node can
         // never open the link's control stream to it.
         let closed = rt.block_on(async {
-            let mut cfg = ferry_net::tls::quic_client_config(&im, &peer_a).unwrap();
-            let mut t = quinn::TransportConfig::default();
-            t.max_concurrent_bidi_streams(0u32.into());
-            t.keep_alive_interval(Some(Duration::from_millis(200)));
-            cfg.transport_config(std::sync::Arc::new(t));
-            let mut ep = quinn::Endpoint::client(loopback()).unwrap();
-            ep.set_default_client_config(cfg);
-            let conn = ep.connect(addr, "ferry-peer").unwrap().await.unwrap();
+            let conn = common::dial(&im, &ia, addr, |t| {
+                t.max_concurrent_bidi_streams(0u32.into());
+                t.keep_alive_interval(Some(Duration::from_millis(200)));
+            })
+            .await;
             tokio::time::timeout(Duration::from_secs(10), conn.closed()).await
         });
         let why = closed.expect("the node dropped the connection instead of waiting for ever");
@@ -580,13 +566,8 @@ fn a_peer_announcing_large_frames_on_many_streams_cannot_fill_the_hosts_memory()
         let im = Identity::generate("m").unwrap();
         let a = Node::start(config(&ia, vec![Peer { name: "m".into(), cert: im.cert.clone() }])).unwrap();
         let addr = a.local_addr().unwrap();
-        let peer_a = Peer { name: "a".into(), cert: ia.cert.clone() };
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-        let conn = rt.block_on(async {
-            let mut ep = quinn::Endpoint::client(loopback()).unwrap();
-            ep.set_default_client_config(ferry_net::tls::quic_client_config(&im, &peer_a).unwrap());
-            ep.connect(addr, "ferry-peer").unwrap().await.unwrap()
-        });
+        let conn = rt.block_on(common::dial(&im, &ia, addr, |_| {}));
         let end = Instant::now() + Duration::from_secs(10);
         while !a.links().iter().any(|l| l.peer == "m") && Instant::now() < end {
             std::thread::sleep(Duration::from_millis(10));

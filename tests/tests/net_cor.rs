@@ -205,10 +205,7 @@ fn a_peer_that_stops_reading_a_fetch_loses_that_stream_within_the_timeout() {
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
         // `m`, trusted but hostile, links to `a` by hand.
         let (conn, mut control, mut control_in) = rt.block_on(async {
-            let mut ep = quinn::Endpoint::client(loopback()).unwrap();
-            let peer_a = Peer { name: "a".into(), cert: ia.cert.clone() };
-            ep.set_default_client_config(ferry_net::tls::quic_client_config(&im, &peer_a).unwrap());
-            let conn = ep.connect(addr, "ferry-peer").unwrap().await.unwrap();
+            let conn = common::dial(&im, &ia, addr, |_| {}).await;
             let (control, mut control_in) = conn.accept_bi().await.unwrap();
             let mut magic = [0u8; 4];
             control_in.read_exact(&mut magic).await.unwrap();
@@ -349,11 +346,8 @@ fn a_hostile_peer_fetching_a_region_it_was_never_sent_loses_only_its_link() {
         for (what, region) in [("another link's region", 1u64), ("no region", 99)] {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
             let addr = a.local_addr().unwrap();
-            let (peer_a, im) = (Peer { name: "a".into(), cert: ia.cert.clone() }, im.clone());
-            let closed = rt.block_on(async move {
-                let mut ep = quinn::Endpoint::client(loopback()).unwrap();
-                ep.set_default_client_config(ferry_net::tls::quic_client_config(&im, &peer_a).unwrap());
-                let conn = ep.connect(addr, "ferry-peer").unwrap().await.unwrap();
+            let closed = rt.block_on(async {
+                let conn = common::dial(&im, &ia, addr, |_| {}).await;
                 let (_control, mut recv) = conn.accept_bi().await.unwrap();
                 let mut magic = [0u8; 4];
                 recv.read_exact(&mut magic).await.unwrap();

@@ -299,3 +299,23 @@ impl Drop for Relay {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 }
+
+/// Dials the network node at `addr` by hand over QUIC, as the host whose
+/// identity is `me`, trusting `node`'s certificate; `tune` sets the
+/// transport as a hostile peer might. For tests that play a peer that
+/// misbehaves where a `ferry_net::Node` never would.
+pub async fn dial(
+    me: &ferry_net::Identity,
+    node: &ferry_net::Identity,
+    addr: SocketAddr,
+    tune: impl FnOnce(&mut quinn::TransportConfig),
+) -> quinn::Connection {
+    let peer = ferry_net::Peer { name: "node".into(), cert: node.cert.clone() };
+    let mut cfg = ferry_net::tls::quic_client_config(me, &peer).unwrap();
+    let mut t = quinn::TransportConfig::default();
+    tune(&mut t);
+    cfg.transport_config(std::sync::Arc::new(t));
+    let mut ep = quinn::Endpoint::client(SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
+    ep.set_default_client_config(cfg);
+    ep.connect(addr, "ferry-peer").unwrap().await.unwrap()
+}

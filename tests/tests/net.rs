@@ -664,6 +664,45 @@ fn rights_past_a_peers_proxy_limit_arrive_as_dead_names_and_go_back() {
 }
 
 #[test]
+fn messages_stuck_at_ports_that_do_not_read_never_stop_lookups_on_the_link() {
+    watchdog("messages_stuck_at_ports_that_do_not_read_never_stop_lookups_on_the_link", LIMIT, || {
+        let ia = Identity::generate("a").unwrap();
+        let ib = Identity::generate("b").unwrap();
+        let a = Node::start(config(&ia, vec![Peer { name: "b".into(), cert: ib.cert.clone() }])).unwrap();
+        let mut cb = config(&ib, vec![Peer { name: "a".into(), cert: ia.cert.clone() }]);
+        cb.max_frame_bytes_per_peer = 0; // raised to the smallest budget, one largest frame
+        let b = Node::start(cb).unwrap();
+        a.connect("b", b.local_addr().unwrap()).unwrap();
+        // Three ports on `b` with small queues that nobody reads.
+        let mut sinks = Vec::new();
+        for i in 0..3 {
+            let (rx, tx) = ferry::port_with(ferry::PortOptions { queue_limit: Some(4096) }).unwrap();
+            b.export(&format!("sink{i}"), tx);
+            sinks.push(rx);
+        }
+        let (mut other, to_other) = ferry::port().unwrap();
+        b.export("other", to_other);
+        // To each: a message that fills its queue, then one carrying a
+        // 15 MiB region that waits for room. Two such frames hold 30 MiB of
+        // `b`'s 40 MiB budget for `a`, and the third waits for the rest, so
+        // every later message frame from `a` waits too.
+        let bytes = vec![5u8; 15 << 20];
+        for i in 0..3 {
+            let sink = a.lookup(&format!("sink{i}@b")).unwrap();
+            sink.send(Message::new(1).with_body(vec![1u8; 7000]), WAIT).unwrap();
+            sink.send(Message::new(2).with_body(vec![2u8; 7000]).with_item(RegionItem::copied_from(&bytes).unwrap()), WAIT).unwrap();
+        }
+        std::thread::sleep(Duration::from_secs(1));
+        // The control stream is outside the budget: lookups still work.
+        let to_other = a.lookup("other@b").expect("a lookup while message frames wait for ports that do not read");
+        // Once the ports that do not read go, everything moves again.
+        drop(sinks);
+        to_other.send(Message::new(7), WAIT).unwrap();
+        assert_eq!(other.recv(WAIT).unwrap().op(), 7);
+    });
+}
+
+#[test]
 fn a_send_right_as_reply_right_serves_many_replies() {
     watchdog("a_send_right_as_reply_right_serves_many_replies", LIMIT, || {
         let (a, b) = pair();

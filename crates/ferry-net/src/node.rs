@@ -69,12 +69,18 @@ pub struct NodeConfig {
     /// that peer arrives as a dead name and its reference goes back at
     /// once, so one peer cannot take every descriptor of the host.
     pub max_proxies_per_peer: u64,
+    /// Most bytes of one peer's message frames this node holds at once,
+    /// from their first byte read until they are delivered (at least
+    /// [`crate::frame::MAX_FRAME`]; smaller values are raised to it).
+    /// Past it, that peer's message streams wait, and QUIC's flow control
+    /// holds the peer back.
+    pub max_frame_bytes_per_peer: usize,
 }
 
 impl NodeConfig {
     /// A configuration with defaults: 10 s idle timeout, 5 s per operation,
     /// 4096 kept rights and 64 regions by reference per local user and
-    /// peer, 16 384 proxies per peer.
+    /// peer, 16 384 proxies and 256 MiB of message frames per peer.
     pub fn new(identity: Identity, peers: Vec<Peer>, listen: SocketAddr) -> NodeConfig {
         NodeConfig {
             identity,
@@ -85,6 +91,7 @@ impl NodeConfig {
             max_exports_per_user: 4096,
             max_regions_per_user: 64,
             max_proxies_per_peer: crate::link::DEFAULT_MAX_PROXIES,
+            max_frame_bytes_per_peer: DEFAULT_FRAME_BUDGET,
         }
     }
 }
@@ -363,11 +370,12 @@ struct Conn {
     /// written before the link is given up as stalled.
     op_timeout: Duration,
     /// Bytes of the peer's frames this link holds at once, being read or
-    /// waiting for delivery ([`LINK_FRAME_BUDGET`]).
+    /// waiting for delivery ([`NodeConfig::max_frame_bytes_per_peer`]).
     frames: tokio::sync::Semaphore,
 }
 
-/// Most bytes of message frames one link holds at once, from the first
+/// Most bytes of message frames one link holds at once by default
+/// ([`NodeConfig::max_frame_bytes_per_peer`]), from the first
 /// byte read until the frame is delivered. Each frame takes its whole
 /// announced length before its body is read, so a peer that announces
 /// large frames on many streams and sends them slowly, or towards ports
@@ -377,7 +385,7 @@ struct Conn {
 /// largest size fit. (A local receiver that never reads and is sent that
 /// much by one peer slows that peer's other messages until it reads or
 /// its port goes: the price of the bound.)
-const LINK_FRAME_BUDGET: usize = 256 << 20;
+pub const DEFAULT_FRAME_BUDGET: usize = 256 << 20;
 
 impl Node {
     /// Starts a node: binds the endpoint and begins accepting links from
@@ -641,7 +649,7 @@ fn start_link(sh: Arc<Shared>, peer: String, conn: quinn::Connection, send: quin
         counters: sh.counters.clone(),
         limits: (sh.config.max_exports_per_user, sh.config.max_regions_per_user),
         op_timeout: sh.config.op_timeout,
-        frames: tokio::sync::Semaphore::new(LINK_FRAME_BUDGET),
+        frames: tokio::sync::Semaphore::new(sh.config.max_frame_bytes_per_peer.max(MAX_FRAME)),
         state: Mutex::new(State {
             link: {
                 let mut l = Link::new();

@@ -7,9 +7,9 @@ mod common;
 
 use std::net::SocketAddr;
 use std::os::fd::AsFd;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::watchdog;
+use common::{wait_until, watchdog};
 use ferry::{Item, Message, RecvError, RegionItem, Reply, SendError, Timeout};
 use ferry_net::node::key_of;
 use ferry_net::{Identity, NetError, Node, NodeConfig, Peer};
@@ -29,24 +29,20 @@ fn config(me: &Identity, peers: Vec<Peer>) -> NodeConfig {
 
 /// Host `a` and host `b`, each trusting the other; `b` linked to `a`.
 fn pair() -> (Node, Node) {
-    let ia = Identity::generate("a").unwrap();
-    let ib = Identity::generate("b").unwrap();
-    let a = Node::start(config(&ia, vec![Peer { name: "b".into(), cert: ib.cert.clone() }])).unwrap();
-    let b = Node::start(config(&ib, vec![Peer { name: "a".into(), cert: ia.cert.clone() }])).unwrap();
+    let (a, b) = nodes_with(|_| {});
     b.connect("a", a.local_addr().unwrap()).unwrap();
     (a, b)
 }
 
-fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
-    let end = Instant::now() + Duration::from_secs(15);
-    for _ in 0..3000 {
-        if f() {
-            return;
-        }
-        assert!(Instant::now() < end, "gave up waiting for {what}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    panic!("gave up waiting for {what}");
+/// Host `a` and host `b`, each trusting the other, `b` set up by `tune`;
+/// not linked yet.
+fn nodes_with(tune: impl FnOnce(&mut NodeConfig)) -> (Node, Node) {
+    let ia = Identity::generate("a").unwrap();
+    let ib = Identity::generate("b").unwrap();
+    let a = Node::start(config(&ia, vec![Peer { name: "b".into(), cert: ib.cert.clone() }])).unwrap();
+    let mut cb = config(&ib, vec![Peer { name: "a".into(), cert: ia.cert.clone() }]);
+    tune(&mut cb);
+    (a, Node::start(cb).unwrap())
 }
 
 #[test]
@@ -415,12 +411,7 @@ fn loss_is_recovered_and_a_cut_link_turns_proxies_into_dead_names() {
 #[test]
 fn a_slow_link_that_reorders_keeps_each_port_in_order_and_bounds_every_wait() {
     watchdog("a_slow_link_that_reorders_keeps_each_port_in_order_and_bounds_every_wait", LIMIT, || {
-        let ia = Identity::generate("a").unwrap();
-        let ib = Identity::generate("b").unwrap();
-        let a = Node::start(config(&ia, vec![Peer { name: "b".into(), cert: ib.cert.clone() }])).unwrap();
-        let mut cb = config(&ib, vec![Peer { name: "a".into(), cert: ia.cert.clone() }]);
-        cb.op_timeout = Duration::from_millis(1500);
-        let b = Node::start(cb).unwrap();
+        let (a, b) = nodes_with(|c| c.op_timeout = Duration::from_millis(1500));
         // 10-30 ms each way: datagrams overtake each other.
         let relay = common::Relay::with_delay(a.local_addr().unwrap(), 0, Duration::from_millis(10), Duration::from_millis(20));
         b.connect("a", relay.addr).unwrap();
@@ -494,10 +485,7 @@ fn a_peer_that_stops_reading_its_control_stream_loses_its_link_and_nothing_hangs
         let _conn = rt.block_on(common::dial(&im, &ia, addr, |t| {
             t.stream_receive_window(1024u32.into());
         }));
-        let end = Instant::now() + Duration::from_secs(10);
-        while !a.links().iter().any(|l| l.peer == "m") && Instant::now() < end {
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        wait_until("the link to m", || a.links().iter().any(|l| l.peer == "m"));
         // Programs on `a` look names up on `m`: their frames soon fill the
         // window. Every lookup must come back, none may hang.
         let (tx, rx) = std::sync::mpsc::channel();
@@ -514,10 +502,7 @@ fn a_peer_that_stops_reading_its_control_stream_loses_its_link_and_nothing_hangs
                 Err(_) => panic!("{i} of 120 lookups came back; the rest hang"),
             }
         }
-        let end = Instant::now() + Duration::from_secs(10);
-        while a.links().iter().any(|l| l.peer == "m") && Instant::now() < end {
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        wait_until("the stalled link to close", || !a.links().iter().any(|l| l.peer == "m"));
         assert_eq!(a.links().iter().map(|l| l.peer.clone()).collect::<Vec<_>>(), ["b"], "only the stalled link was closed");
         // The other link works.
         let svc = a.lookup("svc@b").unwrap();
@@ -529,11 +514,7 @@ fn a_peer_that_stops_reading_its_control_stream_loses_its_link_and_nothing_hangs
 #[test]
 fn a_peer_that_lets_no_stream_be_opened_is_dropped_within_the_timeout() {
     watchdog("a_peer_that_lets_no_stream_be_opened_is_dropped_within_the_timeout", LIMIT, || {
-        let ia = Identity::generate("a").unwrap();
-        let im = Identity::generate("m").unwrap();
-        let mut ca = config(&ia, vec![Peer { name: "m".into(), cert: im.cert.clone() }]);
-        ca.op_timeout = Duration::from_secs(1);
-        let a = Node::start(ca).unwrap();
+        let (a, ia, im) = common::host_facing_m(Duration::from_secs(1));
         let addr = a.local_addr().unwrap();
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
         // `m` completes the handshake and allows no stream, so the node can
@@ -562,16 +543,11 @@ fn rss_mib() -> u64 {
 #[test]
 fn a_peer_announcing_large_frames_on_many_streams_cannot_fill_the_hosts_memory() {
     watchdog("a_peer_announcing_large_frames_on_many_streams_cannot_fill_the_hosts_memory", LIMIT, || {
-        let ia = Identity::generate("a").unwrap();
-        let im = Identity::generate("m").unwrap();
-        let a = Node::start(config(&ia, vec![Peer { name: "m".into(), cert: im.cert.clone() }])).unwrap();
+        let (a, ia, im) = common::host_facing_m(Duration::from_secs(5));
         let addr = a.local_addr().unwrap();
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
         let conn = rt.block_on(common::dial(&im, &ia, addr, |_| {}));
-        let end = Instant::now() + Duration::from_secs(10);
-        while !a.links().iter().any(|l| l.peer == "m") && Instant::now() < end {
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        wait_until("the link to m", || a.links().iter().any(|l| l.peer == "m"));
         let before = rss_mib();
         // `m`, trusted but hostile: 64 message streams, each announcing a
         // frame of the largest size and sending 30 MiB of it, never the
@@ -605,12 +581,7 @@ fn a_peer_announcing_large_frames_on_many_streams_cannot_fill_the_hosts_memory()
 #[test]
 fn rights_past_a_peers_proxy_limit_arrive_as_dead_names_and_go_back() {
     watchdog("rights_past_a_peers_proxy_limit_arrive_as_dead_names_and_go_back", LIMIT, || {
-        let ia = Identity::generate("a").unwrap();
-        let ib = Identity::generate("b").unwrap();
-        let a = Node::start(config(&ia, vec![Peer { name: "b".into(), cert: ib.cert.clone() }])).unwrap();
-        let mut cb = config(&ib, vec![Peer { name: "a".into(), cert: ia.cert.clone() }]);
-        cb.max_proxies_per_peer = 4;
-        let b = Node::start(cb).unwrap();
+        let (a, b) = nodes_with(|c| c.max_proxies_per_peer = 4);
         a.connect("b", b.local_addr().unwrap()).unwrap();
         let (mut srv, to_srv) = ferry::port().unwrap();
         b.export("svc", to_srv);
@@ -637,11 +608,7 @@ fn rights_past_a_peers_proxy_limit_arrive_as_dead_names_and_go_back() {
         assert_eq!(rights.len(), 8);
         assert_eq!(rights.iter().filter(|r| !r.is_dead()).count(), 4, "four proxies, four dead names");
         // The references that made no proxy went back: `a` keeps four.
-        let end = Instant::now() + Duration::from_secs(10);
-        while a.links()[0].exports != 4 && Instant::now() < end {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        assert_eq!(a.links()[0].exports, 4);
+        wait_until("a to keep four exports", || a.links()[0].exports == 4);
         // The live ones work.
         for (i, r) in rights.iter().enumerate().filter(|(_, r)| !r.is_dead()) {
             r.send(Message::new(100 + i as u32), WAIT).unwrap();
@@ -653,25 +620,15 @@ fn rights_past_a_peers_proxy_limit_arrive_as_dead_names_and_go_back() {
         assert!(matches!(b.lookup("other@a"), Err(NetError::TooManyProxies(p)) if p == "a"));
         // Letting one proxy go makes room.
         drop(rights);
-        let end = Instant::now() + Duration::from_secs(10);
-        let mut found = b.lookup("other@a");
-        while found.is_err() && Instant::now() < end {
-            std::thread::sleep(Duration::from_millis(20));
-            found = b.lookup("other@a");
-        }
-        assert!(found.is_ok(), "{found:?}");
+        wait_until("room for a proxy", || b.lookup("other@a").is_ok());
     });
 }
 
 #[test]
 fn messages_stuck_at_ports_that_do_not_read_never_stop_lookups_on_the_link() {
     watchdog("messages_stuck_at_ports_that_do_not_read_never_stop_lookups_on_the_link", LIMIT, || {
-        let ia = Identity::generate("a").unwrap();
-        let ib = Identity::generate("b").unwrap();
-        let a = Node::start(config(&ia, vec![Peer { name: "b".into(), cert: ib.cert.clone() }])).unwrap();
-        let mut cb = config(&ib, vec![Peer { name: "a".into(), cert: ia.cert.clone() }]);
-        cb.max_frame_bytes_per_peer = 0; // raised to the smallest budget, one largest frame
-        let b = Node::start(cb).unwrap();
+        // Raised to the smallest budget: one frame of the largest size.
+        let (a, b) = nodes_with(|c| c.max_frame_bytes_per_peer = 0);
         a.connect("b", b.local_addr().unwrap()).unwrap();
         // Three ports on `b` with small queues that nobody reads.
         let mut sinks = Vec::new();

@@ -9,7 +9,7 @@ mod common;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use common::watchdog;
+use common::{wait_until, watchdog};
 use ferry::pager::ObjectState;
 use ferry::{Item, MapOptions, Message, Region, SendRight, Timeout};
 use ferry_net::{Identity, NetError, Node, NodeConfig, Peer, RemoteRegion};
@@ -51,18 +51,6 @@ fn export_data(a: &Node, b: &Node) -> (ferry::ReceiveRight, SendRight) {
     let (srv, to_srv) = ferry::port().unwrap();
     a.export("data", to_srv);
     (srv, b.lookup("data@a").unwrap())
-}
-
-fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
-    let end = Instant::now() + Duration::from_secs(20);
-    for _ in 0..4000 {
-        if f() {
-            return;
-        }
-        assert!(Instant::now() < end, "gave up waiting for {what}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    panic!("gave up waiting for {what}");
 }
 
 fn byte_at(i: usize) -> u8 {
@@ -194,11 +182,7 @@ fn a_region_crosses_a_slow_lossy_link_intact() {
 fn a_peer_that_stops_reading_a_fetch_loses_that_stream_within_the_timeout() {
     watchdog("a_peer_that_stops_reading_a_fetch_loses_that_stream_within_the_timeout", LIMIT, || {
         use ferry_net::frame::{Cap, Frame, Part};
-        let ia = Identity::generate("a").unwrap();
-        let im = Identity::generate("m").unwrap();
-        let mut ca = config(&ia, vec![Peer { name: "m".into(), cert: im.cert.clone() }]);
-        ca.op_timeout = Duration::from_secs(1);
-        let a = Node::start(ca).unwrap();
+        let (a, ia, im) = common::host_facing_m(Duration::from_secs(1));
         let addr = a.local_addr().unwrap();
         let len = (20 << 20) + PAGE;
         // A worker drives `m`'s connection while this thread waits.

@@ -319,3 +319,30 @@ pub async fn dial(
     ep.set_default_client_config(cfg);
     ep.connect(addr, "ferry-peer").unwrap().await.unwrap()
 }
+
+/// Polls `f` every 5 ms until it holds; fails the test, naming `what`,
+/// after 20 s (bounded in count and time).
+pub fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let end = std::time::Instant::now() + Duration::from_secs(20);
+    for _ in 0..4000 {
+        if f() {
+            return;
+        }
+        assert!(std::time::Instant::now() < end, "gave up waiting for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    panic!("gave up waiting for {what}");
+}
+
+/// Host `a` trusting only host `m`, a peer the test plays by hand with
+/// [`dial`] (3 s idle timeout, `op_timeout` per operation): the node, its
+/// identity and `m`'s.
+pub fn host_facing_m(op_timeout: Duration) -> (ferry_net::Node, ferry_net::Identity, ferry_net::Identity) {
+    let ia = ferry_net::Identity::generate("a").unwrap();
+    let im = ferry_net::Identity::generate("m").unwrap();
+    let peers = vec![ferry_net::Peer { name: "m".into(), cert: im.cert.clone() }];
+    let mut c = ferry_net::NodeConfig::new(ia.clone(), peers, SocketAddr::from(([127, 0, 0, 1], 0)));
+    c.idle_timeout = Duration::from_secs(3);
+    c.op_timeout = op_timeout;
+    (ferry_net::Node::start(c).unwrap(), ia, im)
+}

@@ -450,8 +450,7 @@ pub trait Wire: Sized {
     #[doc(hidden)]
     #[inline]
     fn decode_list_arg(dec: &mut Decoder<'_>) -> Result<Vec<Self>, DecodeError> {
-        let n = dec.count(Self::min_size())?;
-        Self::decode_list(n, dec)
+        <Vec<Self>>::decode(dec)
     }
     /// Takes `body` (already cut to the claimed bytes) if this argument,
     /// ordinal `field`, is the one that claimed it.
@@ -467,20 +466,24 @@ pub trait Wire: Sized {
     #[doc(hidden)]
     #[inline]
     fn encode_whole(self, buf: Vec<u8>, op: u32) -> Message {
-        let hint = self.size_hint();
-        let mut enc = Encoder::reusing(buf, hint);
-        self.encode(&mut enc);
-        enc.into_message(op)
+        whole_in(self, buf, op)
     }
     /// [`Wire::encode_whole`] of a list of these values.
     #[doc(hidden)]
     #[inline]
     fn encode_list_whole(list: Vec<Self>, buf: Vec<u8>, op: u32) -> Message {
-        let mut enc = Encoder::reusing(buf, 4 + Self::list_size_hint(&list));
-        enc.put_u32(list.len() as u32);
-        Self::encode_list(list, &mut enc);
-        enc.into_message(op)
+        whole_in(list, buf, op)
     }
+}
+
+/// The message with operation id `op` whose body is `v` alone, encoded
+/// into `buf`'s allocation (what [`Wire::encode_whole`] does unless a type
+/// can do better).
+#[inline]
+fn whole_in<T: Wire>(v: T, buf: Vec<u8>, op: u32) -> Message {
+    let mut enc = Encoder::reusing(buf, v.size_hint());
+    v.encode(&mut enc);
+    enc.into_message(op)
 }
 
 macro_rules! scalar {
@@ -575,10 +578,7 @@ impl Wire for u8 {
             list.splice(0..0, (list.len() as u32).to_le_bytes());
             return Message::from_parts(op, list, Vec::new());
         }
-        let mut enc = Encoder::reusing(buf, 4 + list.len());
-        enc.put_u32(list.len() as u32);
-        enc.put(&list);
-        enc.into_message(op)
+        whole_in(list, buf, op)
     }
 }
 

@@ -13,7 +13,7 @@ use std::sync::{OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
 use ferry::rpc::{
-    ConnectOptions, Connection, Policy, RpcError, RpcServer, RpcStats, SocketConnection, Transport, ADAPTIVE_SPIN,
+    ConnectOptions, Connection, Policy, RpcError, RpcServer, RpcStats, SocketConnection, SplitReply, Transport, ADAPTIVE_SPIN,
     LIVENESS_INTERVAL,
     SLOT_INLINE,
 };
@@ -28,6 +28,7 @@ const OP_BIG: u32 = 6;
 const OP_EXIT: u32 = 7;
 const OP_FDS: u32 = 8;
 const OP_FAILED: u32 = 9;
+const OP_PARTS: u32 = 10;
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -153,6 +154,56 @@ fn conformance<T: Transport>(conn: &mut T) {
         let r = conn.call(Message::new(OP_ECHO).with_body(i.to_le_bytes()), Timeout::Infinite).unwrap();
         assert_eq!(r.body(), i.to_le_bytes());
     }
+    parts_conformance(conn);
+}
+
+/// `call_parts` and `reply_parts`: a body sent in two pieces arrives as
+/// one, and comes back in two pieces cut where the server said, split
+/// where the caller asked, at every size class (in the slot, just over
+/// it, far over it) and every cut; timeouts and errors as for `call`.
+fn parts_conformance<T: Transport>(conn: &mut T) {
+    let mut reply = SplitReply::default();
+    for len in [0usize, 1, 5, 100, SLOT_INLINE - 4, SLOT_INLINE - 3, 60_000] {
+        let payload: Vec<u8> = (0..len).map(|i| (i * 13 + len) as u8).collect();
+        for cut in [0, 1, 4, len / 2, len].into_iter().filter(|&c| c <= len) {
+            for (server_cut, split) in [(0, 0), (cut, 4), (len, usize::MAX), (len / 3, len / 2)] {
+                // The request: the server's cut word and the payload's
+                // first `cut` bytes, then the rest as the tail.
+                let mut head = (server_cut as u32).to_le_bytes().to_vec();
+                head.extend_from_slice(&payload[..cut]);
+                reply.split = split;
+                conn.call_parts(OP_PARTS, &head, &payload[cut..], &mut reply, Timeout::Infinite).expect("parts call");
+                assert_eq!(reply.op, OP_PARTS);
+                assert!(reply.items.is_empty());
+                assert_eq!(reply.head.len(), split.min(len), "{len} bytes cut at {cut}, split at {split}");
+                assert_eq!([&reply.head[..], &reply.tail[..]].concat(), payload, "{len} bytes cut at {cut}/{server_cut}, split at {split}");
+            }
+        }
+    }
+    // A timeout, then the late reply is discarded.
+    let mut late = 300u32.to_le_bytes().to_vec();
+    late.extend_from_slice(b"la");
+    match conn.call_parts(OP_SLOW, &late, b"te", &mut reply, Timeout::millis(30)) {
+        Err(RpcError::Timeout) => {}
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    conn.call_parts(OP_PARTS, &0u32.to_le_bytes(), b"mine", &mut reply, Timeout::Infinite).unwrap();
+    assert_eq!([&reply.head[..], &reply.tail[..]].concat(), b"mine", "a late reply leaked into the next call");
+    // Too large for any path: a typed error, the connection still usable.
+    match conn.call_parts(OP_ECHO, &[0; 8], &vec![0; ferry::message::MAX_INLINE], &mut reply, Timeout::Infinite) {
+        Err(RpcError::TooLarge(_)) => {}
+        other => panic!("expected TooLarge, got {other:?}"),
+    }
+    reply.split = 2;
+    conn.call_parts(OP_ECHO, b"st", b"ill", &mut reply, Timeout::Infinite).unwrap();
+    assert_eq!((reply.op, &reply.head[..], &reply.tail[..]), (OP_ECHO, &b"st"[..], &b"ill"[..]));
+    // A reply with rights, split after it arrived whole.
+    let (mut rx, tx) = ferry::port().unwrap();
+    reply.split = 5;
+    let r = conn.call(Message::new(OP_RIGHTS).with_item(tx), Timeout::Infinite).unwrap();
+    reply.fill(r);
+    assert_eq!((&reply.head[..], &reply.tail[..], reply.items.len()), (&b"right"[..], &b"-returned"[..], 1));
+    assert_eq!(rx.recv(Timeout::Infinite).unwrap().body(), b"through-right");
 }
 
 fn conformance_for(name: &str, server_policy: &str, client: Policy, slot: bool) {

@@ -1,10 +1,11 @@
 //! The generated stub's own work per call, without a transport: the typed
 //! `echo(data: Vec<u8>) -> Vec<u8>` call through the generated client and
-//! the generated dispatcher, joined by a channel that copies each message
-//! as a transport would, against the hand-written call's messages built
-//! and copied the same way. Both run on one thread, so the difference is
-//! the stub's CPU time per call (encoding, checks, decoding, allocations),
-//! which a profile of the spinning `poll` benchmark hides under spinning.
+//! the generated dispatcher, joined by a channel that copies the request
+//! and the reply as the RPC slot does (in their two pieces), against the
+//! hand-written call's messages built and copied the same way. Both run on
+//! one thread, so the difference is the stub's CPU time per call
+//! (encoding, checks, decoding, allocations), which a profile of the
+//! spinning `poll` benchmark hides under spinning.
 //!
 //! ```text
 //! cargo run --release -p ferry-idl --example stub_cost [-- --iters N] [--size BYTES]
@@ -17,7 +18,8 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use ferry::Message;
-use ferry_idl::{Channel, Context, Dispatch, IdlError, Route};
+use ferry::rpc::SplitReply;
+use ferry_idl::{Answer, Channel, Context, Dispatch, Encoder, IdlError, Route};
 
 ferry_idl::interface! {
     /// The benchmark's service: a payload there and back.
@@ -36,9 +38,16 @@ impl echo::Service for Echo {
     }
 }
 
-/// A channel straight into the dispatcher: the request's and the reply's
-/// bodies are copied into new messages, as the RPC slot copies them.
-struct Direct(echo::Server<Echo>);
+/// A channel straight into the dispatcher that copies as the RPC slot
+/// does: a request's two pieces into the slot, the slot into the server's
+/// vector, the reply's two pieces into the slot, and the slot out to the
+/// client cut where it asks ([`Channel::call_parts`], the path a typed
+/// call over an RPC connection takes).
+struct Direct {
+    server: echo::Server<Echo>,
+    slot: Vec<u8>,
+    enc: Encoder,
+}
 
 /// A copy of `m`'s operation and body, as a transport delivers it.
 fn delivered(m: Message) -> Message {
@@ -47,17 +56,31 @@ fn delivered(m: Message) -> Message {
 
 impl Channel for Direct {
     fn call(&mut self, req: Message) -> Result<Message, IdlError> {
-        let out = self.0.dispatch(delivered(req), Route::Rpc).ok_or(IdlError::NoReply)?;
+        let out = self.server.dispatch(delivered(req), Route::Rpc).ok_or(IdlError::NoReply)?;
         Ok(delivered(out))
     }
     fn send(&mut self, _: Message) -> Result<(), IdlError> {
         Ok(())
     }
-    /// As the RPC slot does: the body is copied and its buffer stays.
-    fn call_reusing(&mut self, req: &mut Message) -> Result<Message, IdlError> {
-        let copy = Message::new(req.op()).with_body(req.body().to_vec());
-        let out = self.0.dispatch(copy, Route::Rpc).ok_or(IdlError::NoReply)?;
-        Ok(delivered(out))
+    fn call_parts(&mut self, op: u32, head: &[u8], tail: &[u8], reply: &mut SplitReply) -> Result<(), IdlError> {
+        self.slot.clear();
+        self.slot.extend_from_slice(head);
+        self.slot.extend_from_slice(tail);
+        let req = Message::new(op).with_body(black_box(&self.slot[..]).to_vec());
+        let answer = self.server.dispatch_encoded(req, Route::Rpc, &mut self.enc).ok_or(IdlError::NoReply)?;
+        let Answer::Encoded(op) = answer else { return Err(IdlError::NoReply) };
+        let (h, t) = self.enc.parts();
+        self.slot.clear();
+        self.slot.extend_from_slice(h);
+        self.slot.extend_from_slice(t);
+        self.enc.clear();
+        let at = reply.split.min(self.slot.len());
+        reply.op = op;
+        reply.head.clear();
+        reply.head.extend_from_slice(black_box(&self.slot[..at]));
+        reply.tail.clear();
+        reply.tail.extend_from_slice(black_box(&self.slot[at..]));
+        Ok(())
     }
 }
 
@@ -69,7 +92,8 @@ fn main() {
         None => vec![8, 1024],
     };
     for n in sizes {
-        let mut stub = echo::Client::connect(Direct(echo::Server(Echo))).expect("version check");
+        let direct = Direct { server: echo::Server(Echo), slot: Vec::new(), enc: Encoder::new() };
+        let mut stub = echo::Client::connect(direct).expect("version check");
         let data = vec![1u8; n];
         for round in 0..3 {
             let t = Instant::now();

@@ -231,3 +231,151 @@ fn a_malformed_request_ending_in_bytes_is_refused_whole() {
     assert!(why.contains("missing"), "{why}");
     assert!(srv.0.kept.is_empty());
 }
+
+/// The bytes a field of `value` encodes to, built by hand: ordinal,
+/// length, value.
+fn field_bytes(ordinal: u16, value: &[u8]) -> Vec<u8> {
+    let mut b = ordinal.to_le_bytes().to_vec();
+    b.extend_from_slice(&(value.len() as u32).to_le_bytes());
+    b.extend_from_slice(value);
+    b
+}
+
+fn list_bytes(list: &[u8]) -> Vec<u8> {
+    let mut b = (list.len() as u32).to_le_bytes().to_vec();
+    b.extend_from_slice(list);
+    b
+}
+
+/// A byte list written last is kept in its own vector (the encoder's tail)
+/// and the two pieces are exactly the bytes of the message; anything
+/// written after it brings it into the body, so field and record lengths
+/// are those of the flat encoding in every order.
+#[test]
+fn an_encoder_keeps_a_last_byte_list_apart_and_writes_the_same_bytes() {
+    let data = vec![0xabu8; 40];
+    let at = data.as_ptr();
+    let mut enc = Encoder::new();
+    enc.field(1, String::from("k"));
+    enc.field(2, data.clone());
+    let (body, tail) = enc.parts();
+    let want = [field_bytes(1, &list_bytes(b"k")), field_bytes(2, &list_bytes(&data))].concat();
+    assert_eq!([body, tail].concat(), want);
+    assert_eq!(tail, &data[..], "the list is the tail");
+    let mut enc = Encoder::new();
+    enc.field(1, data);
+    assert_eq!(enc.parts().1.as_ptr(), at, "the tail is the caller's vector, not a copy");
+
+    // A field after the list, a nested record ending in a list and then a
+    // scalar, two lists in a row: the same bytes as written flat.
+    let mut enc = Encoder::new();
+    enc.field(1, vec![1u8, 2, 3]);
+    enc.field(2, 9u32);
+    enc.record(|e| {
+        e.field(1, vec![4u8; 5]);
+    });
+    enc.put_u32(7);
+    enc.field(3, vec![6u8; 2]);
+    enc.field(4, vec![8u8; 3]);
+    let want = [
+        field_bytes(1, &list_bytes(&[1, 2, 3])),
+        field_bytes(2, &9u32.to_le_bytes()),
+        list_bytes(&field_bytes(1, &list_bytes(&[4; 5]))),
+        7u32.to_le_bytes().to_vec(),
+        field_bytes(3, &list_bytes(&[6; 2])),
+        field_bytes(4, &list_bytes(&[8; 3])),
+    ]
+    .concat();
+    let (body, tail) = enc.parts();
+    assert_eq!([body, tail].concat(), want);
+    assert_eq!(tail, &[8u8; 3][..]);
+    assert_eq!(enc.into_message(3).body(), &want[..]);
+
+    // `clear` keeps nothing but allocations.
+    let mut enc = Encoder::new();
+    enc.field(1, vec![1u8; 9]);
+    enc.clear();
+    assert_eq!(enc.parts(), (&[][..], &[][..]));
+    assert!(!enc.has_items());
+}
+
+/// A message made from an encoder whose last byte list has room in front
+/// is that list's vector (the framing moved in front of it); otherwise
+/// the list is copied after the framing. Either way the same bytes.
+#[test]
+fn a_message_from_an_encoder_reuses_the_lists_vector_where_it_has_room() {
+    let mut roomy = Vec::with_capacity(64);
+    roomy.extend_from_slice(&[5u8; 20]);
+    let at = roomy.as_ptr();
+    let mut enc = Encoder::new();
+    roomy.encode(&mut enc);
+    let m = enc.into_message(REPLY_OK);
+    assert_eq!(m.body(), &list_bytes(&[5; 20])[..]);
+    assert_eq!(m.body().as_ptr(), at, "the list's vector carries the message");
+    let tight = vec![6u8; 20];
+    let mut enc = Encoder::new();
+    tight.encode(&mut enc);
+    assert_eq!(enc.into_message(REPLY_OK).body(), &list_bytes(&[6; 20])[..]);
+}
+
+/// A fake RPC server answers a typed client's `echo` with what a broken or
+/// hostile server could send: counts that promise more or less than the
+/// reply holds, a count cut short, trailing bytes, an unknown reply code,
+/// a reply with a right nobody asked for, garbage where the fault belongs.
+/// Each is a typed error for that call only (the reply is split out of
+/// the slot in two pieces and still checked whole), and the next call on
+/// the same connection gets its own good answer.
+#[test]
+fn a_split_reply_that_does_not_match_is_a_typed_error_and_the_connection_goes_on() {
+    use ferry::rpc::{ConnectOptions, RpcServer};
+    use ferry::Timeout;
+    use ferry_idl::RpcChannel;
+    let (port, to) = ferry::port().unwrap();
+    let (right_rx, right) = ferry::port().unwrap();
+    let bad: Vec<Message> = vec![
+        reply_with([&5u32.to_le_bytes()[..], b"abc"].concat()),
+        reply_with([&2u32.to_le_bytes()[..], b"abc"].concat()),
+        reply_with(vec![3, 0]),
+        reply_with(vec![]),
+        reply_with([&list_bytes(b"abc")[..], b"x"].concat()),
+        Message::new(77).with_body(list_bytes(b"abc")),
+        reply_with(list_bytes(b"abc")).with_item(right),
+        Message::new(ferry_idl::REPLY_FAULT).with_body(vec![0xff; 9]),
+    ];
+    let cases = bad.len();
+    let server = std::thread::spawn(move || {
+        let mut srv = RpcServer::new(port).unwrap();
+        let mut fixed = bad.into_iter();
+        let mut hello = true;
+        let mut reply = None;
+        loop {
+            let (conn, req) = match srv.reply_and_wait(reply.take(), Timeout::Infinite) {
+                Ok(r) => r,
+                Err(_) => return,
+            };
+            let answer = if std::mem::take(&mut hello) {
+                ferry_idl::answer_hello::<bytes_args::Protocol>(req)
+            } else if req.body().ends_with(b"good") {
+                reply_with(list_bytes(b"good"))
+            } else {
+                fixed.next().expect("no more bad replies")
+            };
+            reply = Some((conn, answer));
+        }
+    });
+    let conn = ferry::rpc::Connection::connect(&to, ConnectOptions::default()).unwrap();
+    drop(to);
+    let mut c = bytes_args::Client::connect(RpcChannel::new(conn)).unwrap();
+    for i in 0..cases {
+        match c.echo(b"bad".to_vec()) {
+            Err(IdlError::BadReply(_)) if i != 5 && i != 7 => {}
+            Err(IdlError::UnexpectedReply(77)) if i == 5 => {}
+            Err(IdlError::BadReply(_)) if i == 7 => {}
+            other => panic!("bad reply {i}: {other:?}"),
+        }
+        assert_eq!(c.echo(b"good".to_vec()).unwrap(), b"good", "after bad reply {i}");
+    }
+    drop(c);
+    server.join().unwrap();
+    drop(right_rx);
+}

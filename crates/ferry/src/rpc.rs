@@ -191,4 +191,63 @@ pub trait Transport {
     fn call_reusing(&mut self, req: &mut Message, timeout: Timeout) -> Result<Message, RpcError> {
         self.call(std::mem::take(req), timeout)
     }
+
+    /// A call whose request is inline bytes only, given in two pieces that
+    /// travel as one body (`head`, then `tail`), and whose reply is taken
+    /// apart into `reply` where [`SplitReply::split`] says. On the fast
+    /// path neither piece is joined to the other first and the reply's two
+    /// parts are copied straight out of the slot into their own buffers:
+    /// a caller that frames a payload it holds in a vector of its own (a
+    /// generated stub's last byte-list argument) sends and receives it
+    /// with no copy beyond the slot's. A request too large for the slot
+    /// travels whole over the socket, and its reply is split after it
+    /// arrives. The default joins the pieces, calls and splits.
+    ///
+    /// # Errors
+    /// As [`call`](Transport::call).
+    fn call_parts(&mut self, op: u32, head: &[u8], tail: &[u8], reply: &mut SplitReply, timeout: Timeout) -> Result<(), RpcError> {
+        let msg = self.call(Message::new(op).with_body([head, tail].concat()), timeout)?;
+        reply.fill(msg);
+        Ok(())
+    }
+}
+
+/// A reply taken apart where its reader wants it
+/// ([`Transport::call_parts`]): the first [`split`](Self::split) bytes of
+/// its body in [`head`](Self::head), the rest in [`tail`](Self::tail).
+/// The buffers are filled in place call after call, so their allocations
+/// are reused; a caller that takes `tail` away (to keep a payload in its
+/// own allocation) leaves an empty vector for the next reply.
+#[derive(Debug, Default)]
+pub struct SplitReply {
+    /// Where the body is cut: `head` gets the bytes before this offset
+    /// (all of them in a shorter body), `tail` the rest.
+    pub split: usize,
+    /// The reply's operation id.
+    pub op: u32,
+    /// The body's first `split` bytes.
+    pub head: Vec<u8>,
+    /// The body's bytes from `split` on.
+    pub tail: Vec<u8>,
+    /// The reply's items (rights, regions, descriptors), in order.
+    pub items: Vec<crate::message::Item>,
+}
+
+impl SplitReply {
+    /// A reply buffer cut at `split`.
+    pub fn new(split: usize) -> SplitReply {
+        SplitReply { split, ..Default::default() }
+    }
+
+    /// Takes apart a reply that arrived whole.
+    pub fn fill(&mut self, mut msg: Message) {
+        self.op = msg.op();
+        self.items = msg.take_items();
+        let body = std::mem::take(msg.body_mut());
+        let at = self.split.min(body.len());
+        self.tail.clear();
+        self.tail.extend_from_slice(&body[at..]);
+        self.head = body;
+        self.head.truncate(at);
+    }
 }

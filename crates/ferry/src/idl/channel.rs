@@ -3,7 +3,7 @@
 //! request fits the shared slot take the fast path; the rest travel over
 //! the connection's socket, which `ferry::rpc::Connection` chooses itself).
 
-use crate::rpc::{ConnectOptions, Connection, Transport};
+use crate::rpc::{ConnectOptions, Connection, SplitReply, Transport};
 use crate::{Message, ReceiveRight, RecvError, SendRight, Timeout};
 
 use crate::idl::{decode_reply, IdlError, NoError};
@@ -32,6 +32,20 @@ pub trait Channel {
     /// As [`call`](Channel::call).
     fn call_reusing(&mut self, req: &mut Message) -> Result<Message, IdlError> {
         self.call(std::mem::take(req))
+    }
+
+    /// Sends operation `op` whose body is `head` then `tail` (no items)
+    /// and leaves the reply taken apart in `reply`, as
+    /// [`Transport::call_parts`] does; an RPC connection copies both
+    /// pieces straight into its slot. The default joins them into one
+    /// message.
+    ///
+    /// # Errors
+    /// As [`call`](Channel::call).
+    fn call_parts(&mut self, op: u32, head: &[u8], tail: &[u8], reply: &mut SplitReply) -> Result<(), IdlError> {
+        let msg = self.call(Message::new(op).with_body([head, tail].concat()))?;
+        reply.fill(msg);
+        Ok(())
     }
 }
 
@@ -129,6 +143,10 @@ impl<T: Transport> Channel for RpcChannel<T> {
 
     fn call_reusing(&mut self, req: &mut Message) -> Result<Message, IdlError> {
         Ok(self.conn.call_reusing(req, self.timeout)?)
+    }
+
+    fn call_parts(&mut self, op: u32, head: &[u8], tail: &[u8], reply: &mut SplitReply) -> Result<(), IdlError> {
+        Ok(self.conn.call_parts(op, head, tail, reply, self.timeout)?)
     }
 
     /// The fast path has no one-way message: the server acknowledges a

@@ -13,6 +13,7 @@
 
 use std::fmt;
 
+use crate::rpc::SplitReply;
 use crate::{Item, Message};
 use serde_json::{json, Value};
 
@@ -113,10 +114,20 @@ impl fmt::Display for DecodeError {
 impl std::error::Error for DecodeError {}
 
 /// Writes values into a message's inline bytes and items.
+///
+/// A byte list is not copied when it is written: the encoder keeps the
+/// list's own vector as the body's tail and copies it in only when
+/// something is written after it. A request whose last argument is a byte
+/// list therefore reaches the transport in two pieces, the framing and the
+/// caller's vector ([`Encoder::parts`]), and goes into the RPC slot from
+/// both with one copy ([`crate::rpc::Transport::call_parts`]).
 #[derive(Debug, Default)]
 pub struct Encoder {
     body: Vec<u8>,
     items: Vec<Item>,
+    /// Bytes that follow `body`, still in the vector they were written
+    /// from.
+    tail: Vec<u8>,
 }
 
 impl Encoder {
@@ -128,7 +139,7 @@ impl Encoder {
     /// An empty encoder with room for `bytes` inline bytes.
     #[inline]
     pub fn with_capacity(bytes: usize) -> Encoder {
-        Encoder { body: Vec::with_capacity(bytes), items: Vec::new() }
+        Encoder { body: Vec::with_capacity(bytes), ..Encoder::default() }
     }
 
     /// An empty encoder that writes into `buf`'s allocation (its contents
@@ -137,13 +148,39 @@ impl Encoder {
     pub fn reusing(mut buf: Vec<u8>, bytes: usize) -> Encoder {
         buf.clear();
         buf.reserve(bytes);
-        Encoder { body: buf, items: Vec::new() }
+        Encoder { body: buf, ..Encoder::default() }
     }
 
     /// Appends raw bytes.
     #[inline]
     pub fn put(&mut self, bytes: &[u8]) {
+        if !self.tail.is_empty() {
+            self.flush_tail();
+        }
         self.body.extend_from_slice(bytes);
+    }
+
+    /// Appends a byte list's bytes, keeping its vector as the tail instead
+    /// of copying it (see [`Encoder`]).
+    #[inline(always)]
+    pub fn put_vec(&mut self, bytes: Vec<u8>) {
+        if !self.tail.is_empty() {
+            self.flush_tail();
+        }
+        self.tail = bytes;
+    }
+
+    /// Copies the tail into the body: something follows it.
+    #[cold]
+    fn flush_tail(&mut self) {
+        self.body.extend_from_slice(&self.tail);
+        self.tail.clear();
+    }
+
+    /// How many bytes are written so far.
+    #[inline]
+    fn len(&self) -> usize {
+        self.body.len() + self.tail.len()
     }
 
     /// Appends a `u32`.
@@ -161,29 +198,93 @@ impl Encoder {
     }
 
     /// Writes one field of a record: its ordinal, its length, its value.
-    #[inline]
+    #[inline(always)]
     pub fn field<T: Wire>(&mut self, ordinal: u16, value: T) {
         self.put(&ordinal.to_le_bytes());
+        // Written by `put`, so no tail follows it.
         let at = self.body.len();
         self.put_u32(0);
         value.encode(self);
-        let len = (self.body.len() - at - 4) as u32;
+        let len = (self.len() - at - 4) as u32;
         self.body[at..at + 4].copy_from_slice(&len.to_le_bytes());
     }
 
     /// Writes a nested record: its length, then what `fields` writes.
     pub fn record(&mut self, fields: impl FnOnce(&mut Encoder)) {
-        let at = self.body.len();
         self.put_u32(0);
+        let at = self.body.len() - 4;
         fields(self);
-        let len = (self.body.len() - at - 4) as u32;
+        let len = (self.len() - at - 4) as u32;
         self.body[at..at + 4].copy_from_slice(&len.to_le_bytes());
     }
 
     /// The message with operation id `op`, these bytes and these items.
+    ///
+    /// A byte list written last stays in its own vector when the bytes
+    /// before it are few and that vector has room for them too (a reply
+    /// that hands back its request's byte list): they are moved in front
+    /// of it, so the message costs no allocation and no second copy of the
+    /// list.
     #[inline]
-    pub fn into_message(self, op: u32) -> Message {
+    pub fn into_message(mut self, op: u32) -> Message {
+        if !self.tail.is_empty() {
+            let room = self.tail.capacity() - self.tail.len();
+            if self.body.len() <= 64 && room >= self.body.len() {
+                self.tail.splice(0..0, self.body.drain(..));
+                return Message::from_parts(op, std::mem::take(&mut self.tail), self.items);
+            }
+            self.flush_tail();
+        }
         Message::from_parts(op, self.body, self.items)
+    }
+
+    /// The bytes written, in two pieces that follow each other: the body
+    /// and the byte list written last, if nothing followed it.
+    #[inline]
+    pub fn parts(&self) -> (&[u8], &[u8]) {
+        (&self.body, &self.tail)
+    }
+
+    /// Empties the encoder for the next message, keeping its allocations.
+    #[inline]
+    pub fn clear(&mut self) {
+        self.body.clear();
+        self.items.clear();
+        self.tail.clear();
+    }
+
+    /// Offers `buf`'s allocation for the encoder's tail (its contents are
+    /// discarded): an encoder that has no tail's allocation of its own
+    /// takes it, and a transport that keeps the tail's allocation for its
+    /// next receive ([`crate::rpc::RpcServer::reply_parts`]) then gets it
+    /// back.
+    #[inline]
+    pub fn recycle(&mut self, mut buf: Vec<u8>) {
+        if self.tail.is_empty() && buf.capacity() > self.tail.capacity() {
+            buf.clear();
+            self.tail = buf;
+        }
+    }
+
+    /// The body's and the tail's vectors, for a transport in this crate
+    /// that sends them as they are and reuses their allocations.
+    #[inline]
+    pub(crate) fn pieces_mut(&mut self) -> (&mut Vec<u8>, &mut Vec<u8>) {
+        (&mut self.body, &mut self.tail)
+    }
+
+    /// Whether any item (right, region, descriptor) was written.
+    #[inline]
+    pub fn has_items(&self) -> bool {
+        !self.items.is_empty()
+    }
+
+    /// Takes the encoder apart: the body, the items and the tail
+    /// ([`parts`](Self::parts)), for a caller that reuses their
+    /// allocations.
+    #[inline]
+    pub fn into_parts(self) -> (Vec<u8>, Vec<Item>, Vec<u8>) {
+        (self.body, self.items, self.tail)
     }
 }
 
@@ -407,6 +508,40 @@ pub trait Wire: Sized {
     fn decode_whole(body: Vec<u8>, items: Vec<Item>) -> Result<Self, DecodeError> {
         decode_in(&body, items)
     }
+    /// Where a reply whose body is this value alone is cut by
+    /// [`crate::rpc::Transport::call_parts`] for [`Wire::decode_split`]:
+    /// never (`usize::MAX`), except for a byte list, after its count.
+    #[doc(hidden)]
+    #[inline]
+    fn split_at() -> usize {
+        usize::MAX
+    }
+    /// [`Wire::decode_whole`] of a reply taken apart at
+    /// [`Wire::split_at`]; a byte list takes the tail's vector. The
+    /// buffers left in `reply` are reused for the next call.
+    ///
+    /// # Errors
+    /// As [`Wire::decode_whole`].
+    #[doc(hidden)]
+    #[inline]
+    fn decode_split(reply: &mut SplitReply) -> Result<Self, DecodeError> {
+        decode_joined(reply)
+    }
+    /// [`Wire::split_at`] of a list of these values.
+    #[doc(hidden)]
+    #[inline]
+    fn list_split_at() -> usize {
+        usize::MAX
+    }
+    /// [`Wire::decode_split`] of a list of these values.
+    ///
+    /// # Errors
+    /// As [`Wire::decode_whole`].
+    #[doc(hidden)]
+    #[inline]
+    fn decode_list_split(reply: &mut SplitReply) -> Result<Vec<Self>, DecodeError> {
+        decode_joined(reply)
+    }
     /// [`Wire::decode_whole`] for a list of these values.
     ///
     /// # Errors
@@ -461,29 +596,17 @@ pub trait Wire: Sized {
     #[doc(hidden)]
     #[inline]
     fn adopt_list(_list: &mut Vec<Self>, _field: u16, _claim: &TailClaim, _body: &mut Vec<u8>) {}
-    /// The message with operation id `op` whose body is this value alone,
-    /// written into `buf`'s allocation (a reply written over its request).
-    #[doc(hidden)]
-    #[inline]
-    fn encode_whole(self, buf: Vec<u8>, op: u32) -> Message {
-        whole_in(self, buf, op)
-    }
-    /// [`Wire::encode_whole`] of a list of these values.
-    #[doc(hidden)]
-    #[inline]
-    fn encode_list_whole(list: Vec<Self>, buf: Vec<u8>, op: u32) -> Message {
-        whole_in(list, buf, op)
-    }
 }
 
-/// The message with operation id `op` whose body is `v` alone, encoded
-/// into `buf`'s allocation (what [`Wire::encode_whole`] does unless a type
-/// can do better).
+/// Decodes a value from a reply's body taken apart in two pieces,
+/// joining them first if it was cut (the tail is then left empty).
 #[inline]
-fn whole_in<T: Wire>(v: T, buf: Vec<u8>, op: u32) -> Message {
-    let mut enc = Encoder::reusing(buf, v.size_hint());
-    v.encode(&mut enc);
-    enc.into_message(op)
+pub(crate) fn decode_joined<T: Wire>(reply: &mut SplitReply) -> Result<T, DecodeError> {
+    let items = std::mem::take(&mut reply.items);
+    if !reply.tail.is_empty() {
+        reply.head.append(&mut reply.tail);
+    }
+    decode_in(&reply.head, items)
 }
 
 macro_rules! scalar {
@@ -521,9 +644,9 @@ impl Wire for u8 {
     fn schema() -> Value {
         json!("u8")
     }
-    #[inline]
+    #[inline(always)]
     fn encode_list(list: Vec<u8>, enc: &mut Encoder) {
-        enc.put(&list);
+        enc.put_vec(list);
     }
     #[inline]
     fn decode_list(n: usize, dec: &mut Decoder<'_>) -> Result<Vec<u8>, DecodeError> {
@@ -549,6 +672,22 @@ impl Wire for u8 {
         body.drain(..4);
         Ok(body)
     }
+    /// A reply that is one byte list is cut after its count, so that its
+    /// bytes arrive in a vector of their own.
+    #[inline]
+    fn list_split_at() -> usize {
+        4
+    }
+    /// The tail becomes the list when the head is exactly its count and
+    /// there are no items; anything else goes through the checking decoder.
+    #[inline]
+    fn decode_list_split(reply: &mut SplitReply) -> Result<Vec<u8>, DecodeError> {
+        let h = &reply.head;
+        if reply.items.is_empty() && h.len() == 4 && u32::from_le_bytes([h[0], h[1], h[2], h[3]]) as usize == reply.tail.len() {
+            return Ok(std::mem::take(&mut reply.tail));
+        }
+        decode_joined(reply)
+    }
     /// A byte-list argument that runs to the end of the body is left in
     /// the body's buffer ([`TailClaim`]); the empty list returned here is
     /// replaced by [`Wire::adopt_list`] once the whole request is checked.
@@ -567,18 +706,6 @@ impl Wire for u8 {
         if claim.field == field && list.is_empty() && body.len() == claim.len {
             *list = std::mem::take(body);
         }
-    }
-    /// A reply that is one byte list whose own buffer has room for the
-    /// count in front is written in that buffer (an argument that took its
-    /// request's buffer and is handed back costs no allocation); otherwise
-    /// into `buf`.
-    #[inline]
-    fn encode_list_whole(mut list: Vec<u8>, buf: Vec<u8>, op: u32) -> Message {
-        if buf.capacity() < list.len() + 4 && list.capacity() >= list.len() + 4 {
-            list.splice(0..0, (list.len() as u32).to_le_bytes());
-            return Message::from_parts(op, list, Vec::new());
-        }
-        whole_in(list, buf, op)
     }
 }
 
@@ -633,7 +760,7 @@ impl Wire for String {
 }
 
 impl<T: Wire> Wire for Vec<T> {
-    #[inline]
+    #[inline(always)]
     fn encode(self, enc: &mut Encoder) {
         enc.put_u32(self.len() as u32);
         T::encode_list(self, enc);
@@ -650,16 +777,20 @@ impl<T: Wire> Wire for Vec<T> {
         T::decode_list_whole(body, items)
     }
     #[inline]
+    fn split_at() -> usize {
+        T::list_split_at()
+    }
+    #[inline]
+    fn decode_split(reply: &mut SplitReply) -> Result<Self, DecodeError> {
+        T::decode_list_split(reply)
+    }
+    #[inline]
     fn decode_arg(dec: &mut Decoder<'_>) -> Result<Self, DecodeError> {
         T::decode_list_arg(dec)
     }
     #[inline]
     fn adopt(&mut self, field: u16, claim: &TailClaim, body: &mut Vec<u8>) {
         T::adopt_list(self, field, claim, body);
-    }
-    #[inline]
-    fn encode_whole(self, buf: Vec<u8>, op: u32) -> Message {
-        T::encode_list_whole(self, buf, op)
     }
     fn schema() -> Value {
         let inner = T::schema();

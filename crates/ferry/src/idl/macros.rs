@@ -334,9 +334,8 @@ macro_rules! interface {
             pub struct Client<C: $crate::idl::Channel = $crate::idl::PortChannel> {
                 chan: C,
                 peer_version: u32,
-                /// The message every request is encoded into, whose buffer
-                /// the channel leaves here where it can.
-                scratch: $crate::Message,
+                /// The buffers every call reuses.
+                bufs: $crate::idl::CallBuffers,
             }
 
             #[allow(clippy::too_many_arguments)]
@@ -351,7 +350,7 @@ macro_rules! interface {
                 /// server that finds this client too old, or the channel's error.
                 pub fn connect(mut chan: C) -> ::core::result::Result<Self, $crate::idl::IdlError> {
                     let peer_version = $crate::idl::hello::<Protocol>(&mut chan)?;
-                    Ok(Client { chan, peer_version, scratch: $crate::Message::new(0) })
+                    Ok(Client { chan, peer_version, bufs: ::core::default::Default::default() })
                 }
 
                 /// The proxy over a channel whose version check the caller
@@ -362,7 +361,7 @@ macro_rules! interface {
                 /// interface's own error); the server answered
                 /// `peer_version`.
                 pub fn after_hello(chan: C, peer_version: u32) -> Self {
-                    Client { chan, peer_version, scratch: $crate::Message::new(0) }
+                    Client { chan, peer_version, bufs: ::core::default::Default::default() }
                 }
 
                 /// The server's version, learnt at connect.
@@ -452,20 +451,26 @@ macro_rules! interface {
             pub struct Server<S: Service>(pub S);
 
             impl<S: Service> $crate::idl::Dispatch for Server<S> {
-                fn dispatch(&mut self, mut req: $crate::Message, route: $crate::idl::Route) -> ::core::option::Option<$crate::Message> {
+                fn dispatch(&mut self, req: $crate::Message, route: $crate::idl::Route) -> ::core::option::Option<$crate::Message> {
+                    let mut enc = $crate::idl::Encoder::new();
+                    let answer = self.dispatch_encoded(req, route, &mut enc)?;
+                    Some(answer.into_message(enc))
+                }
+
+                fn dispatch_encoded(&mut self, mut req: $crate::Message, route: $crate::idl::Route, out: &mut $crate::idl::Encoder) -> ::core::option::Option<$crate::idl::Answer> {
                     let op = req.op();
                     if op == $crate::idl::OP_HELLO {
-                        return route.can_reply().then(|| $crate::idl::answer_hello::<Protocol>(req));
+                        return route.can_reply().then(|| $crate::idl::Answer::Message($crate::idl::answer_hello::<Protocol>(req)));
                     }
                     let ctx = $crate::idl::Context { sender: req.sender() };
                     let svc = &mut self.0;
                     $(
                         if op == $ord {
-                            return $crate::__idl_serve_op! { svc, req, route, ctx, $kind $op ($($arg : $aty),*) [$($ret)?] [$($err)?] };
+                            return $crate::__idl_serve_op! { svc, req, route, ctx, out, $kind $op ($($arg : $aty),*) [$($ret)?] [$($err)?] };
                         }
                     )*
-                    let _ = (svc, ctx, &mut req);
-                    route.fault($crate::idl::Fault::UnknownOperation(op))
+                    let _ = (svc, ctx, &mut req, out);
+                    route.fault($crate::idl::Fault::UnknownOperation(op)).map($crate::idl::Answer::Message)
                 }
             }
         }
@@ -504,19 +509,20 @@ macro_rules! __idl_service_fn {
 #[macro_export]
 macro_rules! __idl_encode_args {
     ($ord:literal; $($arg:ident),*) => {{
-        $crate::__idl_encode_args!($ord; ::std::vec::Vec::new(); $($arg),*)
-    }};
-    ($ord:literal; $buf:expr; $($arg:ident),*) => {{
         let hint = 0 $( + 6 + $crate::idl::Wire::size_hint(&$arg) )*;
-        #[allow(unused_mut)]
-        let mut enc = $crate::idl::Encoder::reusing($buf, hint);
+        let mut enc = $crate::idl::Encoder::with_capacity(hint);
+        $crate::__idl_encode_args!(@into &mut enc; $($arg),*);
+        enc.into_message($ord)
+    }};
+    (@into $enc:expr; $($arg:ident),*) => {{
+        #[allow(unused_variables)]
+        let enc: &mut $crate::idl::Encoder = $enc;
         #[allow(unused_mut, unused_variables)]
         let mut k: u16 = 0;
         $(
             k += 1;
             enc.field(k, $arg);
         )*
-        enc.into_message($ord)
     }};
 }
 
@@ -529,9 +535,8 @@ macro_rules! __idl_client_fn {
         /// # Errors
         /// The call's failure, or the server's refusal of the request.
         pub fn $op(&mut self, $($arg: $aty),*) -> ::core::result::Result<$crate::__idl_ty_or!([$($ret)?] ()), $crate::idl::IdlError> {
-            self.scratch = $crate::__idl_encode_args!($ord; ::core::mem::take(self.scratch.body_mut()); $($arg),*);
-            let reply = $crate::idl::Channel::call_reusing(&mut self.chan, &mut self.scratch)?;
-            match $crate::idl::decode_reply::<$crate::__idl_ty_or!([$($ret)?] ()), $crate::idl::NoError>(reply)? {
+            $crate::__idl_encode_args!(@into self.bufs.encoder(); $($arg),*);
+            match $crate::idl::call_encoded::<$crate::__idl_ty_or!([$($ret)?] ()), $crate::idl::NoError>(&mut self.chan, &mut self.bufs, $ord)? {
                 Ok(v) => Ok(v),
                 Err(never) => match never {},
             }
@@ -545,9 +550,8 @@ macro_rules! __idl_client_fn {
         /// error, or [`CallError::Idl`]($crate::idl::CallError::Idl) when the call
         /// itself failed.
         pub fn $op(&mut self, $($arg: $aty),*) -> ::core::result::Result<$crate::__idl_ty_or!([$($ret)?] ()), $crate::idl::CallError<$err>> {
-            self.scratch = $crate::__idl_encode_args!($ord; ::core::mem::take(self.scratch.body_mut()); $($arg),*);
-            let reply = $crate::idl::Channel::call_reusing(&mut self.chan, &mut self.scratch)?;
-            $crate::idl::decode_reply::<$crate::__idl_ty_or!([$($ret)?] ()), $err>(reply)?.map_err($crate::idl::CallError::App)
+            $crate::__idl_encode_args!(@into self.bufs.encoder(); $($arg),*);
+            $crate::idl::call_encoded::<$crate::__idl_ty_or!([$($ret)?] ()), $err>(&mut self.chan, &mut self.bufs, $ord)?.map_err($crate::idl::CallError::App)
         }
     };
     ([$($doc:literal)*] oneway $op:ident ($($arg:ident : $aty:ty),*) [] [] $ord:literal) => {
@@ -676,13 +680,13 @@ macro_rules! __idl_invoke {
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __idl_serve_op {
-    ($svc:ident, $req:ident, $route:ident, $ctx:ident, fn $op:ident ($($arg:ident : $aty:ty),*) [$($ret:ty)?] [$($err:ty)?]) => {{
+    ($svc:ident, $req:ident, $route:ident, $ctx:ident, $out:ident, fn $op:ident ($($arg:ident : $aty:ty),*) [$($ret:ty)?] [$($err:ty)?]) => {{
         if !$route.can_reply() {
             // A call with no one to answer is not run.
             None
         } else {
             match $crate::__idl_decode_args!($req, concat!(stringify!($op), " arguments"); $($arg : $aty),*) {
-                Err(e) => $route.fault($crate::idl::Fault::BadRequest(e.to_string())),
+                Err(e) => $route.fault($crate::idl::Fault::BadRequest(e.to_string())).map($crate::idl::Answer::Message),
                 #[allow(unused_mut)]
                 Ok((($(mut $arg,)*), claim)) => {
                     // The request is decoded: its buffer goes to a byte-list
@@ -691,14 +695,16 @@ macro_rules! __idl_serve_op {
                     let mut buf = ::core::mem::take($req.body_mut());
                     $crate::__idl_adopt!(claim, buf; $($arg),*);
                     let outcome = $crate::__idl_invoke!([$($err)?] $svc.$op(&$ctx, $($arg),*));
-                    Some($crate::idl::reply_in::<$crate::__idl_ty_or!([$($ret)?] ()), $crate::__idl_ty_or!([$($err)?] $crate::idl::NoError)>(buf, outcome))
+                    $out.clear();
+                    $out.recycle(buf);
+                    Some($crate::idl::answer_into::<$crate::__idl_ty_or!([$($ret)?] ()), $crate::__idl_ty_or!([$($err)?] $crate::idl::NoError)>($out, outcome))
                 }
             }
         }
     }};
-    ($svc:ident, $req:ident, $route:ident, $ctx:ident, oneway $op:ident ($($arg:ident : $aty:ty),*) [] []) => {{
+    ($svc:ident, $req:ident, $route:ident, $ctx:ident, $out:ident, oneway $op:ident ($($arg:ident : $aty:ty),*) [] []) => {{
         match $crate::__idl_decode_args!($req, concat!(stringify!($op), " arguments"); $($arg : $aty),*) {
-            Err(e) => $route.fault($crate::idl::Fault::BadRequest(e.to_string())),
+            Err(e) => $route.fault($crate::idl::Fault::BadRequest(e.to_string())).map($crate::idl::Answer::Message),
             #[allow(unused_mut)]
             Ok((($(mut $arg,)*), claim)) => {
                 #[allow(unused_mut)]
@@ -707,7 +713,10 @@ macro_rules! __idl_serve_op {
                 drop(buf);
                 $svc.$op(&$ctx, $($arg),*);
                 match $route {
-                    $crate::idl::Route::Rpc => Some($crate::idl::reply_of::<(), $crate::idl::NoError>(Ok(()))),
+                    $crate::idl::Route::Rpc => {
+                        $out.clear();
+                        Some($crate::idl::answer_into::<(), $crate::idl::NoError>($out, Ok(())))
+                    }
                     $crate::idl::Route::Port { .. } => None,
                 }
             }

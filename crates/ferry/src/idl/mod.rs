@@ -293,17 +293,48 @@ pub struct Context {
 /// The reply message for an operation's outcome.
 #[doc(hidden)]
 pub fn reply_of<R: Wire, E: Wire>(r: Result<R, E>) -> Message {
-    reply_in(Vec::new(), r)
+    let mut enc = Encoder::new();
+    answer_into(&mut enc, r).into_message(enc)
 }
 
-/// The reply message for an operation's outcome, written into `buf`'s
-/// allocation (the request's, whose contents were decoded already).
+/// A server's answer to one request ([`Dispatch::dispatch_encoded`]).
+#[derive(Debug)]
+pub enum Answer {
+    /// A reply message, to send as it is.
+    Message(Message),
+    /// A reply with this operation id ([`REPLY_OK`] or [`REPLY_ERR`]),
+    /// whose body and items are in the encoder the dispatcher was given:
+    /// an RPC server writes its two pieces ([`Encoder::parts`]) into the
+    /// connection's slot without joining them
+    /// ([`crate::rpc::RpcServer::reply_parts`]).
+    Encoded(u32),
+}
+
+impl Answer {
+    /// The answer as one message; `enc` is the encoder the dispatcher
+    /// wrote an [`Answer::Encoded`] reply into.
+    pub fn into_message(self, enc: Encoder) -> Message {
+        match self {
+            Answer::Message(m) => m,
+            Answer::Encoded(op) => enc.into_message(op),
+        }
+    }
+}
+
+/// Writes an operation's outcome into `enc` (emptied first) and says which
+/// reply it is.
 #[doc(hidden)]
 #[inline]
-pub fn reply_in<R: Wire, E: Wire>(buf: Vec<u8>, r: Result<R, E>) -> Message {
+pub fn answer_into<R: Wire, E: Wire>(enc: &mut Encoder, r: Result<R, E>) -> Answer {
     match r {
-        Ok(v) => v.encode_whole(buf, REPLY_OK),
-        Err(e) => e.encode_whole(buf, REPLY_ERR),
+        Ok(v) => {
+            v.encode(enc);
+            Answer::Encoded(REPLY_OK)
+        }
+        Err(e) => {
+            e.encode(enc);
+            Answer::Encoded(REPLY_ERR)
+        }
     }
 }
 
@@ -329,6 +360,73 @@ pub fn decode_reply<R: Wire, E: Wire>(msg: Message) -> Result<Result<R, E>, IdlE
         REPLY_OK => decode_whole(msg).map(Ok),
         REPLY_ERR => decode_whole(msg).map(Err),
         REPLY_FAULT => Err(IdlError::Fault(decode_whole(msg)?)),
+        op => Err(IdlError::UnexpectedReply(op)),
+    }
+}
+
+/// A generated client's buffers, reused call after call: the encoder of
+/// each request and the reply taken apart ([`crate::rpc::SplitReply`]).
+/// The vector of a byte-list argument that ends a request is kept after
+/// the call, and the next reply whose result is a byte list is copied into
+/// it; so a typed call allocates no more than the payloads it hands over.
+#[doc(hidden)]
+#[derive(Debug, Default)]
+pub struct CallBuffers {
+    enc: Encoder,
+    reply: crate::rpc::SplitReply,
+    /// A byte list's vector, emptied, for the next reply's tail.
+    spare: Vec<u8>,
+}
+
+impl CallBuffers {
+    /// The request encoder, emptied.
+    #[inline]
+    pub fn encoder(&mut self) -> &mut Encoder {
+        self.enc.clear();
+        &mut self.enc
+    }
+}
+
+/// The largest buffer a client keeps between calls: one large call does
+/// not pin its memory for the client's lifetime.
+const KEPT_BUFFER: usize = 64 << 10;
+
+/// Sends the request in `bufs`' encoder as operation `op` and decodes the
+/// reply: a request of inline bytes goes out in its two pieces and its
+/// reply comes back cut where the result type wants it
+/// ([`Channel::call_parts`]); one with items travels as a message.
+///
+/// # Errors
+/// The channel's failure, the server's fault, or a reply that does not
+/// decode.
+#[doc(hidden)]
+#[inline]
+pub fn call_encoded<R: Wire, E: Wire>(chan: &mut impl Channel, bufs: &mut CallBuffers, op: u32) -> Result<Result<R, E>, IdlError> {
+    if bufs.enc.has_items() {
+        return decode_reply(chan.call(std::mem::take(&mut bufs.enc).into_message(op))?);
+    }
+    let reply = &mut bufs.reply;
+    reply.split = R::split_at();
+    if reply.tail.capacity() == 0 {
+        reply.tail = std::mem::take(&mut bufs.spare);
+    }
+    let (head, tail) = bufs.enc.pieces_mut();
+    let out = chan.call_parts(op, head, tail, reply);
+    // The argument's vector receives a later reply's byte list.
+    if tail.capacity() > bufs.spare.capacity() && tail.capacity() <= KEPT_BUFFER {
+        std::mem::swap(tail, &mut bufs.spare);
+        bufs.spare.clear();
+    }
+    for b in [head, tail, &mut reply.head] {
+        if b.capacity() > KEPT_BUFFER {
+            *b = Vec::new();
+        }
+    }
+    out?;
+    match reply.op {
+        REPLY_OK => R::decode_split(reply).map(Ok).map_err(IdlError::BadReply),
+        REPLY_ERR => codec::decode_joined(reply).map(Err).map_err(IdlError::BadReply),
+        REPLY_FAULT => Err(IdlError::Fault(codec::decode_joined(reply).map_err(IdlError::BadReply)?)),
         op => Err(IdlError::UnexpectedReply(op)),
     }
 }

@@ -9,7 +9,7 @@ use super::frame::{self, Incoming};
 use super::policy::{self, Budget, Policy, LIVENESS_INTERVAL, SPINS_PER_CLOCK};
 use super::probe::{self, CallProbe, ClientStamps};
 use super::slot::{self, Slot, SLOT_INLINE};
-use super::{RpcError, Transport, RPC_CONNECT};
+use super::{RpcError, SplitReply, Transport, RPC_CONNECT};
 use crate::error::io_err;
 use crate::message::Message;
 use crate::port::SendRight;
@@ -106,6 +106,10 @@ impl Transport for Connection {
     fn call_reusing(&mut self, req: &mut Message, timeout: Timeout) -> Result<Message, RpcError> {
         self.inner.call_reusing(req, timeout)
     }
+
+    fn call_parts(&mut self, op: u32, head: &[u8], tail: &[u8], reply: &mut SplitReply, timeout: Timeout) -> Result<(), RpcError> {
+        self.inner.call_parts(op, head, tail, reply, timeout)
+    }
 }
 
 impl SocketConnection {
@@ -181,7 +185,7 @@ impl Connection {
                 (seq, false)
             }),
         };
-        inner.broken_if(out)
+        inner.close_if_broken(out)
     }
 
     /// Asks the server to ring the socket (`on`) when it publishes a reply
@@ -198,7 +202,7 @@ impl Connection {
     /// travels over the socket ([`read_socket`](Self::read_socket) gets it).
     pub(crate) fn slot_reply(&mut self, seq: u32) -> Option<Result<Message, RpcError>> {
         let out = self.inner.slot_reply(seq)?;
-        Some(self.inner.broken_if(out))
+        Some(self.inner.close_if_broken(out))
     }
 
     /// Reads what the socket holds without waiting: the socket reply to
@@ -206,7 +210,7 @@ impl Connection {
     /// the hang-up.
     pub(crate) fn read_socket(&mut self, seq: u32, via_slot: bool) -> Result<Look, RpcError> {
         let out = self.inner.read_socket(seq, via_slot);
-        self.inner.broken_if(out)
+        self.inner.close_if_broken(out)
     }
 }
 
@@ -295,19 +299,12 @@ impl Inner {
         } else {
             self.socket_call(seq, std::mem::take(req), deadline)
         };
-        if let Err(e @ (RpcError::PeerDead | RpcError::Protocol { .. })) = &out {
-            // Broken or dead: close our end so the server drops it too.
-            crate::trace::event!(info, error = %e, "rpc connection closed");
-            let _ = e;
-            self.sock = None;
-        }
-        out
+        self.close_if_broken(out)
     }
 
     /// Closes our end when `out` says the connection is broken or the peer
     /// dead, so the server drops it too.
-    #[cfg(feature = "tokio")]
-    fn broken_if<T>(&mut self, out: Result<T, RpcError>) -> Result<T, RpcError> {
+    fn close_if_broken<T>(&mut self, out: Result<T, RpcError>) -> Result<T, RpcError> {
         if let Err(e @ (RpcError::PeerDead | RpcError::Protocol { .. })) = &out {
             crate::trace::event!(info, error = %e, "rpc connection closed");
             let _ = e;
@@ -359,11 +356,68 @@ impl Inner {
     }
 
     fn slot_call(&mut self, seq: u32, req: &mut Message, deadline: Option<Instant>, recycle: bool) -> Result<Message, RpcError> {
+        let mut st = self.slot_round(seq, deadline, |slot| slot.put_request(seq, req.op(), req.body()))?;
+        let slot = &self.slot.as_ref().expect("slot path needs a slot").0;
+        let buf = if recycle { std::mem::take(req.body_mut()) } else { Vec::new() };
+        let copied = slot.take_reply(buf).map_err(RpcError::protocol)?;
+        if copied.via == slot::VIA_SOCKET {
+            return self.recv_reply(seq, deadline);
+        }
+        if copied.via == slot::VIA_TOO_LARGE {
+            return Err(RpcError::ReplyTooLarge);
+        }
+        st.done = probe::now();
+        self.probe = probe::assemble(slot, &st);
+        Ok(Message::new(copied.op).with_body(copied.body))
+    }
+
+    /// [`Transport::call_parts`]: the request gathered into the slot from
+    /// its two pieces, the reply split out of it.
+    fn call_parts(&mut self, op: u32, head: &[u8], tail: &[u8], reply: &mut SplitReply, timeout: Timeout) -> Result<(), RpcError> {
+        if self.slot.is_none() || head.len() + tail.len() > SLOT_INLINE {
+            let msg = self.call(Message::new(op).with_body([head, tail].concat()), timeout)?;
+            reply.fill(msg);
+            return Ok(());
+        }
+        if self.sock.is_none() {
+            return Err(RpcError::PeerDead);
+        }
+        self.seq = self.seq.wrapping_add(1).max(1);
+        crate::counters::add(crate::counters::RPC_CALLS, 1);
+        let seq = self.seq;
+        let deadline = timeout.deadline();
+        let out = self.slot_call_parts(seq, op, head, tail, reply, deadline);
+        self.close_if_broken(out)
+    }
+
+    fn slot_call_parts(&mut self, seq: u32, op: u32, head: &[u8], tail: &[u8], reply: &mut SplitReply, deadline: Option<Instant>) -> Result<(), RpcError> {
+        let mut st = self.slot_round(seq, deadline, |slot| slot.put_request_parts(seq, op, head, tail))?;
+        let slot = &self.slot.as_ref().expect("slot path needs a slot").0;
+        let (rep_op, via) = slot.take_reply_split(reply.split, &mut reply.head, &mut reply.tail).map_err(RpcError::protocol)?;
+        if via == slot::VIA_SOCKET {
+            let msg = self.recv_reply(seq, deadline)?;
+            reply.fill(msg);
+            return Ok(());
+        }
+        if via == slot::VIA_TOO_LARGE {
+            return Err(RpcError::ReplyTooLarge);
+        }
+        reply.op = rep_op;
+        reply.items.clear();
+        st.done = probe::now();
+        self.probe = probe::assemble(slot, &st);
+        Ok(())
+    }
+
+    /// Publishes a request through the slot with `put`, wakes the server if
+    /// it sleeps, and waits (as the policy says) until the reply to `seq`
+    /// is published; returns the probe stamps so far.
+    fn slot_round(&self, seq: u32, deadline: Option<Instant>, put: impl FnOnce(&Slot)) -> Result<ClientStamps, RpcError> {
         let mut st = ClientStamps { start: probe::now(), ..Default::default() };
         let slot = &self.slot.as_ref().expect("slot path needs a slot").0;
         let my_cpu = if self.policy == Policy::Adaptive { policy::cpu_tag() } else { 0 };
         slot.word(slot::OFF_CLIENT_CPU).store(my_cpu, Ordering::Relaxed);
-        slot.put_request(seq, req.op(), req.body());
+        put(slot);
         st.published = probe::now();
         let rang = match slot.word(slot::OFF_SERVER_SLEEPING).load(Ordering::SeqCst) {
             0 => false,
@@ -380,18 +434,7 @@ impl Inner {
         st.woken = probe::now();
         self.wait_slot(seq, deadline, rang, my_cpu)?;
         st.seen = probe::now();
-        let slot = &self.slot.as_ref().expect("slot path needs a slot").0;
-        let buf = if recycle { std::mem::take(req.body_mut()) } else { Vec::new() };
-        let copied = slot.take_reply(buf).map_err(RpcError::protocol)?;
-        if copied.via == slot::VIA_SOCKET {
-            return self.recv_reply(seq, deadline);
-        }
-        if copied.via == slot::VIA_TOO_LARGE {
-            return Err(RpcError::ReplyTooLarge);
-        }
-        st.done = probe::now();
-        self.probe = probe::assemble(slot, &st);
-        Ok(Message::new(copied.op).with_body(copied.body))
+        Ok(st)
     }
 
     /// Waits until the slot's `rep_seq` is `seq`, as the policy says.

@@ -125,7 +125,39 @@ pub(super) fn send_reply(c: &mut Conn, seq: u32, via_slot: bool, mut msg: Messag
             Err(e) => return Err(e),
         }
     }
-    let woke = match slot.word(slot::OFF_CLIENT_SLEEPING).load(Ordering::SeqCst) {
+    let woke = wake_client(c, slot)?;
+    match too_large {
+        Some(why) => Err(RpcError::TooLarge(why)),
+        None => Ok(woke),
+    }
+}
+
+/// As [`send_reply`] for a reply of inline bytes given in two pieces,
+/// `head` then `tail`: written into the slot from both without joining
+/// them when it fits there (a slot request), else joined and sent as a
+/// message. Both are left empty; the larger allocation of `tail` and
+/// `spare` is left in `spare` for the next request.
+pub(super) fn send_reply_parts(c: &mut Conn, seq: u32, via_slot: bool, op: u32, head: &mut Vec<u8>, tail: &mut Vec<u8>, spare: &mut Vec<u8>) -> Result<bool, RpcError> {
+    let out = match &c.slot {
+        Some(slot) if via_slot && head.len() + tail.len() <= SLOT_INLINE => {
+            probe::server_stamp(slot, 1);
+            slot.put_reply_parts(seq, op, head, tail);
+            if tail.capacity() > spare.capacity() && tail.capacity() <= 2 * SLOT_INLINE {
+                std::mem::swap(tail, spare);
+            }
+            wake_client(c, slot)
+        }
+        _ => send_reply(c, seq, via_slot, Message::new(op).with_body([&head[..], &tail[..]].concat()), spare),
+    };
+    head.clear();
+    tail.clear();
+    out
+}
+
+/// Wakes the client of `c` after a reply was published in its slot, if it
+/// sleeps; says whether it did.
+fn wake_client(c: &Conn, slot: &Slot) -> Result<bool, RpcError> {
+    Ok(match slot.word(slot::OFF_CLIENT_SLEEPING).load(Ordering::SeqCst) {
         0 => false,
         // An event-driven client waits on its socket. `ring` never blocks:
         // a full socket already holds a doorbell.
@@ -135,9 +167,5 @@ pub(super) fn send_reply(c: &mut Conn, seq: u32, via_slot: bool, mut msg: Messag
             futex::wake(slot.word(slot::OFF_REP_SEQ)).map_err(|e| RpcError::Io(io_err(e)))?;
             true
         }
-    };
-    match too_large {
-        Some(why) => Err(RpcError::TooLarge(why)),
-        None => Ok(woke),
-    }
+    })
 }

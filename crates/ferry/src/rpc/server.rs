@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use super::conn::{drain, send_reply, Conn};
+use super::conn::{drain, send_reply, send_reply_parts, Conn};
 use super::frame;
 use super::policy::{self, Budget, Policy, LIVENESS_INTERVAL, SPINS_PER_CLOCK};
 use super::probe;
@@ -206,6 +206,27 @@ impl RpcServer {
     /// dropped); [`RpcError::Io`] if no request of that connection is
     /// waiting for a reply (nothing changes).
     pub fn reply(&mut self, id: ConnId, msg: Message) -> Result<(), RpcError> {
+        self.reply_with(id, |c, seq, via_slot, spare| send_reply(c, seq, via_slot, msg, spare))
+    }
+
+    /// As [`reply`](Self::reply), for a reply of inline bytes given in two
+    /// pieces that travel as one body (`head`, then `tail`): a reply that
+    /// fits the slot is written there from both without joining them
+    /// first (the server's half of [`Transport::call_parts`](super::Transport::call_parts)).
+    /// Both are left empty; `tail`'s allocation may be exchanged for the
+    /// server's buffer for its next request (the larger of the two is
+    /// kept for that), so a loop that answers this way, reusing its two
+    /// vectors, allocates nothing per call.
+    ///
+    /// # Errors
+    /// As [`reply`](Self::reply).
+    pub fn reply_parts(&mut self, id: ConnId, op: u32, head: &mut Vec<u8>, tail: &mut Vec<u8>) -> Result<(), RpcError> {
+        self.reply_with(id, |c, seq, via_slot, spare| send_reply_parts(c, seq, via_slot, op, head, tail, spare))
+    }
+
+    /// Sends the reply to connection `id`'s request with `send`, keeping
+    /// the books of [`reply`](Self::reply).
+    fn reply_with(&mut self, id: ConnId, send: impl FnOnce(&mut Conn, u32, bool, &mut Vec<u8>) -> Result<bool, RpcError>) -> Result<(), RpcError> {
         let Some(i) = self.conns.iter().position(|c| c.id == id.0 && !c.dead) else {
             return Err(RpcError::PeerDead);
         };
@@ -222,7 +243,7 @@ impl RpcServer {
                 s.word(slot::OFF_SERVER_SLEEPING).store(1, Ordering::SeqCst);
             }
         }
-        let out = send_reply(c, seq, via_slot, msg, &mut self.spare);
+        let out = send(c, seq, via_slot, &mut self.spare);
         if let Ok(true) = out {
             self.woke = Some(id.0);
         }

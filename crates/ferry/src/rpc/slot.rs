@@ -154,6 +154,17 @@ impl Slot {
         self.word(OFF_REQ_SEQ).store(seq, Ordering::SeqCst);
     }
 
+    /// Client: as [`put_request`](Self::put_request) for a body given in
+    /// two pieces, `head` then `tail` (together within [`SLOT_INLINE`];
+    /// the caller checked).
+    pub(crate) fn put_request_parts(&self, seq: u32, op: u32, head: &[u8], tail: &[u8]) {
+        self.mem.write_parts(OFF_REQ_DATA, head, tail);
+        self.word(OFF_REQ_OP).store(op, Ordering::Relaxed);
+        self.word(OFF_REQ_LEN).store((head.len() + tail.len()) as u32, Ordering::Relaxed);
+        // SeqCst for the same reason as in `put_request`.
+        self.word(OFF_REQ_SEQ).store(seq, Ordering::SeqCst);
+    }
+
     /// Server: the published request sequence number.
     pub(crate) fn request_seq(&self) -> u32 {
         self.word(OFF_REQ_SEQ).load(Ordering::Acquire)
@@ -189,6 +200,17 @@ impl Slot {
         self.word(OFF_REP_SEQ).store(seq, Ordering::SeqCst);
     }
 
+    /// Server: as [`put_reply`](Self::put_reply) for a body in the slot
+    /// given in two pieces, `head` then `tail` (together within
+    /// [`SLOT_INLINE`]; the caller checked).
+    pub(crate) fn put_reply_parts(&self, seq: u32, op: u32, head: &[u8], tail: &[u8]) {
+        self.mem.write_parts(OFF_REP_DATA, head, tail);
+        self.word(OFF_REP_OP).store(op, Ordering::Relaxed);
+        self.word(OFF_REP_LEN).store((head.len() + tail.len()) as u32, Ordering::Relaxed);
+        self.word(OFF_REP_VIA).store(VIA_SLOT, Ordering::Relaxed);
+        self.word(OFF_REP_SEQ).store(seq, Ordering::SeqCst);
+    }
+
     /// Client: the published reply sequence number.
     pub(crate) fn reply_seq(&self) -> u32 {
         self.word(OFF_REP_SEQ).load(Ordering::Acquire)
@@ -198,6 +220,15 @@ impl Slot {
     /// (into `buf`'s allocation when it is large enough) and checks its
     /// length and path marker.
     pub(crate) fn take_reply(&self, mut buf: Vec<u8>) -> Result<Copied, String> {
+        let (op, len, via) = self.reply_header()?;
+        self.mem.read_into(OFF_REP_DATA, len, &mut buf);
+        let body = buf;
+        Ok(Copied { op, via, body })
+    }
+
+    /// Client: the published reply's operation id, the length of its body
+    /// in the slot (0 unless it is there) and its path marker, checked.
+    fn reply_header(&self) -> Result<(u32, usize, u32), String> {
         let op = self.word(OFF_REP_OP).load(Ordering::Relaxed);
         let len = self.word(OFF_REP_LEN).load(Ordering::Relaxed) as usize;
         let via = self.word(OFF_REP_VIA).load(Ordering::Relaxed);
@@ -207,9 +238,16 @@ impl Slot {
         if len > SLOT_INLINE {
             return Err(format!("reply length {len} exceeds the slot's {SLOT_INLINE} bytes"));
         }
-        self.mem.read_into(OFF_REP_DATA, if via == VIA_SLOT { len } else { 0 }, &mut buf);
-        let body = buf;
-        Ok(Copied { op, via, body })
+        Ok((op, if via == VIA_SLOT { len } else { 0 }, via))
+    }
+
+    /// Client: as [`take_reply`](Self::take_reply), with the body's first
+    /// `at` bytes copied into `head` and the rest into `tail` (their
+    /// allocations reused); returns the operation id and path marker.
+    pub(crate) fn take_reply_split(&self, at: usize, head: &mut Vec<u8>, tail: &mut Vec<u8>) -> Result<(u32, u32), String> {
+        let (op, len, via) = self.reply_header()?;
+        self.mem.read_split(OFF_REP_DATA, len, at, head, tail);
+        Ok((op, via))
     }
 
     /// Raw access to the probe area (timestamps only; never trusted).

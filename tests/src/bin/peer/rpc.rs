@@ -44,6 +44,9 @@ pub const OP_FDS: u32 = 8;
 /// Reply with how many replies this serving thread could not deliver
 /// because they were too large (u64), as `reply_and_wait` reported them.
 pub const OP_FAILED: u32 = 9;
+/// Echo the body after its first 4 bytes through `reply_parts`, cut where
+/// the u32 in those 4 bytes says (the rest of the body in two pieces).
+pub const OP_PARTS: u32 = 10;
 
 /// Open descriptors and mappings of RPC slots in this process.
 pub fn fds_and_slots() -> (u64, u64) {
@@ -151,6 +154,20 @@ fn serve(mut server: RpcServer) -> Result<(), Box<dyn std::error::Error>> {
             OP_EXIT => {
                 server.reply(conn, Message::new(OP_EXIT))?;
                 std::process::exit(0);
+            }
+            OP_PARTS => {
+                let cut = u32::from_le_bytes(body.get(..4).ok_or("short parts request")?.try_into()?) as usize;
+                let rest = &body[4..];
+                let (mut head, mut tail) = (rest[..cut.min(rest.len())].to_vec(), rest[cut.min(rest.len())..].to_vec());
+                match server.reply_parts(conn, OP_PARTS, &mut head, &mut tail) {
+                    Ok(()) => {}
+                    Err(RpcError::TooLarge(_)) => failed += 1,
+                    Err(e) => return Err(e.into()),
+                }
+                if !head.is_empty() || !tail.is_empty() {
+                    return Err("reply_parts left bytes in its buffers".into());
+                }
+                continue;
             }
             other => Message::new(other).with_body(*b"unknown"),
         };

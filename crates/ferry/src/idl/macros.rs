@@ -619,32 +619,46 @@ macro_rules! __idl_decode_args {
     ($req:ident, $opname:expr; $($arg:ident : $aty:ty),*) => {{
         let items = $req.take_items();
         let mut dec = $crate::idl::Decoder::new($req.body(), items);
-        (move || -> ::core::result::Result<(($($aty,)*), ::core::option::Option<$crate::idl::codec::TailClaim>), $crate::idl::DecodeError> {
+        // A labelled block, not a closure: the decoded arguments stay in
+        // this frame instead of travelling back in a returned `Result`.
+        'decode: {
             $( let mut $arg: ::core::option::Option<$aty> = None; )*
             #[allow(unused_variables)]
-            while let Some((ord, len)) = dec.next_field()? {
+            while let Some((ord, len)) = $crate::__idl_try!('decode, dec.next_field()) {
                 #[allow(unused_mut, unused_variables)]
                 let mut k: u16 = 0;
                 $(
                     k += 1;
                     if ord == k {
-                        $crate::idl::codec::field_arg(&mut dec, &mut $arg, len, $opname, k)?;
+                        $crate::__idl_try!('decode, $crate::idl::codec::field_arg(&mut dec, &mut $arg, len, $opname, k));
                         continue;
                     }
                 )*
-                dec.skip(len)?;
+                $crate::__idl_try!('decode, dec.skip(len));
             }
             #[allow(unused_mut, unused_variables)]
             let mut k: u16 = 0;
             $(
                 k += 1;
-                let $arg = $crate::idl::codec::field_or_absent($arg, $opname, k)?;
+                let $arg = $crate::__idl_try!('decode, $crate::idl::codec::field_or_absent($arg, $opname, k));
             )*
             let claim = dec.take_claim();
-            dec.finish()?;
-            Ok((($($arg,)*), claim))
-        })()
+            $crate::__idl_try!('decode, dec.finish());
+            ::core::result::Result::<_, $crate::idl::DecodeError>::Ok((($($arg,)*), claim))
+        }
     }};
+}
+
+/// `?` for a labelled block: the value, or the block's result is the error.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __idl_try {
+    ($label:lifetime, $e:expr) => {
+        match $e {
+            ::core::result::Result::Ok(v) => v,
+            ::core::result::Result::Err(e) => break $label ::core::result::Result::Err(e),
+        }
+    };
 }
 
 /// Hands the request's buffer, cut to the claimed bytes, to the byte-list

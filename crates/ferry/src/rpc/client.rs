@@ -157,12 +157,7 @@ impl Connection {
     /// through the slot.
     pub(crate) fn start_call(&mut self, mut req: Message) -> Result<(u32, bool), RpcError> {
         let inner = &mut self.inner;
-        if inner.sock.is_none() {
-            return Err(RpcError::PeerDead);
-        }
-        inner.seq = inner.seq.wrapping_add(1).max(1);
-        crate::counters::add(crate::counters::RPC_CALLS, 1);
-        let seq = inner.seq;
+        let seq = inner.next_seq()?;
         let reply_right = req.take_reply();
         let fits = reply_right.is_none() && req.items().is_empty() && req.body().len() <= SLOT_INLINE;
         if let Some(r) = reply_right {
@@ -286,12 +281,7 @@ impl Inner {
     /// `recycle`: the caller does not want `req` back, so its body buffer
     /// may carry the reply.
     fn call_inner(&mut self, req: &mut Message, timeout: Timeout, recycle: bool) -> Result<Message, RpcError> {
-        if self.sock.is_none() {
-            return Err(RpcError::PeerDead);
-        }
-        self.seq = self.seq.wrapping_add(1).max(1);
-        crate::counters::add(crate::counters::RPC_CALLS, 1);
-        let seq = self.seq;
+        let seq = self.next_seq()?;
         let deadline = timeout.deadline();
         let fits = !req.has_reply() && req.items().is_empty() && req.body().len() <= SLOT_INLINE;
         let out = if fits && self.slot.is_some() {
@@ -300,6 +290,17 @@ impl Inner {
             self.socket_call(seq, std::mem::take(req), deadline)
         };
         self.close_if_broken(out)
+    }
+
+    /// The sequence number of a new call (never 0), counted; `PeerDead`
+    /// once the connection is closed.
+    fn next_seq(&mut self) -> Result<u32, RpcError> {
+        if self.sock.is_none() {
+            return Err(RpcError::PeerDead);
+        }
+        self.seq = self.seq.wrapping_add(1).max(1);
+        crate::counters::add(crate::counters::RPC_CALLS, 1);
+        Ok(self.seq)
     }
 
     /// Closes our end when `out` says the connection is broken or the peer
@@ -379,12 +380,7 @@ impl Inner {
             reply.fill(msg);
             return Ok(());
         }
-        if self.sock.is_none() {
-            return Err(RpcError::PeerDead);
-        }
-        self.seq = self.seq.wrapping_add(1).max(1);
-        crate::counters::add(crate::counters::RPC_CALLS, 1);
-        let seq = self.seq;
+        let seq = self.next_seq()?;
         let deadline = timeout.deadline();
         let out = self.slot_call_parts(seq, op, head, tail, reply, deadline);
         self.close_if_broken(out)

@@ -381,6 +381,35 @@ fn one_user_cannot_take_every_descriptor() {
     });
 }
 
+/// A refused client is told why even when its version check arrives late:
+/// the server keeps the refused connection open (for a bounded time) and
+/// reads what comes, instead of closing at once, when a request arriving
+/// later would find the connection gone or reset the refusal away.
+#[test]
+fn a_refused_client_that_asks_late_still_reads_the_refusal() {
+    use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketAddrUnix, SocketFlags, SocketType};
+    watchdog("late_refusal", LIMIT, || {
+        let d = Daemon::start("laterefusal", &["--max-connections", "2"], None);
+        let held: Vec<_> = (0..2).map(|_| names(&d.path)).collect();
+        let s = rustix::net::socket_with(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None).unwrap();
+        rustix::net::connect(&s, &SocketAddrUnix::new(&d.path).unwrap()).unwrap();
+        // The server refuses at accept; ask only well after that.
+        std::thread::sleep(Duration::from_millis(150));
+        let mut hello = Vec::new();
+        ferry::wire::encode(&mut hello, 0, 0, &[], b"late");
+        rustix::net::send(&s, &hello, SendFlags::NOSIGNAL).expect("the refused connection was closed before its client asked");
+        let mut buf = vec![0u8; 4096];
+        let n = rustix::net::recv(&s, &mut buf, RecvFlags::empty()).expect("the refusal was reset away").0;
+        let reply = ferry::wire::parse(&buf[..n], 0).expect("a well-formed refusal");
+        assert_eq!(reply.op, ferry::idl::REPLY_ERR, "{reply:?}");
+        // The server goes on serving once the connections are gone.
+        drop(s);
+        drop(held);
+        let mut bs = names(&d.path);
+        bs.list().unwrap();
+    });
+}
+
 #[test]
 fn connections_per_user_are_budgeted() {
     if !can_play_other_user("connections_per_user_are_budgeted") {
@@ -392,6 +421,11 @@ fn connections_per_user_are_budgeted() {
         let said = hog.until_ready();
         assert_eq!(said[0], "connected 8", "{said:?}");
         assert_eq!(said[1], "stopped: LimitReached { what: Connections, limit: 8 }", "{said:?}");
+        // Every further connection of that user is refused with the typed
+        // error, never reset before its client could read why.
+        let mut late = Peer::new(spawn_peer_as(NOBODY, &d.path, "refused-connections", &["200"]));
+        let said = late.until_ready();
+        assert_eq!(said, ["refused 200"], "{said:?}");
         let mut other = Peer::new(spawn_peer_as(OTHER, &d.path, "hold-connections", &["3"]));
         assert_eq!(other.until_ready()[0], "connected 3");
         let mut bs = names(&d.path);

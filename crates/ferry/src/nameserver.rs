@@ -45,6 +45,17 @@ const KEY_LISTENER: u64 = 0;
 pub const SYSTEM_UID: u32 = u32::MAX;
 const KEY_CONN: u64 = 1 << 32;
 const KEY_WATCH: u64 = 2 << 32;
+const KEY_REFUSED: u64 = 3 << 32;
+
+/// How long a refused connection is kept open for its client to read the
+/// refusal and hang up. Closing it earlier, with the client's version check
+/// arriving unread, resets the connection and the refusal with it.
+const REFUSED_LINGER: Duration = Duration::from_millis(500);
+
+/// Most refused connections kept open at once (the oldest is closed to make
+/// room): a client that opens connections as fast as it can makes the
+/// server hold no more descriptors than this for them.
+const MAX_REFUSED: usize = 16;
 
 /// How long the listener stays set aside after `accept` ran out of
 /// descriptors, unless a descriptor is freed sooner.
@@ -115,6 +126,9 @@ pub struct NameServer {
     /// Descriptors open when the server was bound (not clients').
     fd_base: usize,
     listener_paused: Option<Instant>,
+    /// Refused connections kept open until their client hangs up or
+    /// [`REFUSED_LINGER`] has passed, by key, with when they were refused.
+    refused: HashMap<u32, (OwnedFd, Instant)>,
     /// Per kind of rate-limited log line: when last logged, lines held back.
     quiet: HashMap<&'static str, (Instant, u64)>,
     next: u32,
@@ -222,6 +236,7 @@ impl NameServer {
             fd_capacity: nofile_limit().saturating_sub(limits.fd_reserve),
             fd_base: open_fds(),
             listener_paused: None,
+            refused: HashMap::new(),
             quiet: HashMap::new(),
             next: 0,
             buf: vec![0; crate::wire::MAX_MESSAGE + 1],
@@ -374,8 +389,11 @@ impl NameServer {
             let idle_at = self.last_busy + after;
             deadline = Some(deadline.map_or(idle_at, |d| d.min(idle_at)));
         }
+        if let Some(due) = self.refused.values().map(|(_, at)| *at + REFUSED_LINGER).min() {
+            deadline = Some(deadline.map_or(due, |d| d.min(due)));
+        }
         let events = self.epoll.wait(32, deadline).map_err(io_err)?;
-        if deadline.is_some_and(|d| Instant::now() >= d) {
+        if self.listener_paused.is_some_and(|since| Instant::now() >= since + ACCEPT_PAUSE) {
             self.resume_listener();
         }
         for (key, ready) in events {
@@ -383,10 +401,39 @@ impl NameServer {
                 KEY_LISTENER => self.accept(),
                 KEY_CONN => self.serve_conn(key as u32),
                 KEY_WATCH if ready.hangup => self.drop_watch(key as u32),
+                KEY_REFUSED => self.drain_refused(key as u32),
                 _ => {}
             }
         }
+        let now = Instant::now();
+        let expired: Vec<u32> = self.refused.iter().filter(|(_, (_, at))| now >= *at + REFUSED_LINGER).map(|(k, _)| *k).collect();
+        for k in expired {
+            self.close_refused(k);
+        }
         Ok(())
+    }
+
+    /// Reads what the client of a refused connection sent (so that closing
+    /// does not reset the refusal away) and closes the connection once the
+    /// client has hung up.
+    fn drain_refused(&mut self, key: u32) {
+        let Some((sock, _)) = self.refused.get(&key) else { return };
+        let mut scratch = [0u8; 64];
+        for _ in 0..8 {
+            match socket::recv(sock.as_fd(), &mut scratch, false) {
+                Ok(d) if d.is_eof() => break,
+                Ok(_) => continue,
+                Err(Errno::AGAIN) => return,
+                Err(_) => break,
+            }
+        }
+        self.close_refused(key);
+    }
+
+    fn close_refused(&mut self, key: u32) {
+        if let Some((sock, _)) = self.refused.remove(&key) {
+            let _ = self.epoll.remove(sock.as_fd());
+        }
     }
 
     /// Descriptors the server holds for clients.
@@ -466,6 +513,8 @@ impl NameServer {
             // A farewell the client reads as the answer to its version
             // check. Closing a socket with a request unread resets the
             // connection and the farewell with it: read what came already.
+            // The connection is kept open (within bounds) until the client
+            // hangs up, reading what it sends meanwhile.
             let drain = || {
                 let mut scratch = [0u8; 64];
                 for _ in 0..8 {
@@ -477,6 +526,9 @@ impl NameServer {
             drain();
             let _ = send_on(sock.as_fd(), refusal(limit_reached(what, limit)), Timeout::Zero);
             drain();
+            if what == Limit::Connections || !self.fds_exhausted() {
+                self.linger(sock);
+            }
             return;
         }
         self.next += 1;
@@ -486,6 +538,21 @@ impl NameServer {
             *self.conns_of.entry(peer.uid).or_insert(0) += 1;
             self.hold(identity.1);
             self.conns.insert(id, Conn { sock, identity, peer: Some(peer), spoke: false });
+        }
+    }
+
+    /// Keeps a refused connection open for its client to read the refusal
+    /// (see [`REFUSED_LINGER`], [`MAX_REFUSED`]).
+    fn linger(&mut self, sock: OwnedFd) {
+        if self.refused.len() >= MAX_REFUSED {
+            if let Some(oldest) = self.refused.iter().min_by_key(|(_, (_, at))| *at).map(|(k, _)| *k) {
+                self.close_refused(oldest);
+            }
+        }
+        self.next += 1;
+        let key = self.next;
+        if self.epoll.add(sock.as_fd(), Interest::Readable, KEY_REFUSED | key as u64).is_ok() {
+            self.refused.insert(key, (sock, Instant::now()));
         }
     }
 

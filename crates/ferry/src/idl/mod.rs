@@ -413,22 +413,23 @@ pub fn call_encoded<R: Wire, E: Wire>(chan: &mut impl Channel, bufs: &mut CallBu
     let (head, tail) = bufs.enc.pieces_mut();
     let out = chan.call_parts(op, head, tail, reply);
     // The argument's vector receives a later reply's byte list.
-    if tail.capacity() > bufs.spare.capacity() && tail.capacity() <= KEPT_BUFFER {
+    if tail.capacity() > bufs.spare.capacity() {
         std::mem::swap(tail, &mut bufs.spare);
         bufs.spare.clear();
     }
-    for b in [head, tail, &mut reply.head] {
-        if b.capacity() > KEPT_BUFFER {
-            *b = Vec::new();
-        }
-    }
-    out?;
-    match reply.op {
+    let decoded = out.and_then(|()| match reply.op {
         REPLY_OK => R::decode_split(reply).map(Ok).map_err(IdlError::BadReply),
         REPLY_ERR => codec::decode_joined(reply).map(Err).map_err(IdlError::BadReply),
         REPLY_FAULT => Err(IdlError::Fault(codec::decode_joined(reply).map_err(IdlError::BadReply)?)),
         op => Err(IdlError::UnexpectedReply(op)),
+    });
+    let (head, tail) = bufs.enc.pieces_mut();
+    for b in [head, tail, &mut bufs.spare, &mut bufs.reply.head, &mut bufs.reply.tail] {
+        if b.capacity() > KEPT_BUFFER {
+            *b = Vec::new();
+        }
     }
+    decoded
 }
 
 crate::record! {

@@ -12,6 +12,9 @@
 //! - `hold-connections MAX`: opens connections (each makes one request) until
 //!   refused or MAX, prints `connected K` and `stopped: ERROR`, then `ready`,
 //!   and holds them until killed.
+//! - `refused-connections N`: tries N connections (each making one
+//!   request) that the server is expected to refuse, one after another, and
+//!   prints `refused K`, then one line per other outcome (`other: ...`).
 //! - `flood-connections MAX`: opens up to MAX raw connections without a
 //!   request, stopping when a connect would block, prints `opened K`, and
 //!   holds them until killed.
@@ -39,6 +42,7 @@ pub fn run(role: &str, args: &[String]) -> Outcome {
         "fill-names" => fill_names(&arg(0), num(1)),
         "hold-connections" => hold_connections(num(0)),
         "flood-connections" => flood_connections(num(0)),
+        "refused-connections" => refused_connections(num(0)),
         "server-out-of-fds" => server_out_of_fds(&arg(0)),
         _ => return None,
     })
@@ -96,6 +100,25 @@ fn fill_names(prefix: &str, max: usize) -> Res {
 fn hold_connections(max: usize) -> Res {
     let path = ferry::bootstrap::default_path();
     crate::hold_until_refused(max, || Bootstrap::connect_to(&path).and_then(|mut b| b.list().map(|_| b)))
+}
+
+fn refused_connections(n: usize) -> Res {
+    let path = ferry::bootstrap::default_path();
+    let mut refused = 0;
+    let mut other = Vec::new();
+    for _ in 0..n {
+        match Bootstrap::connect_to(&path).and_then(|mut b| b.list().map(|_| b)) {
+            Err(ferry::NameError::LimitReached { what: ferry::Limit::Connections, .. }) => refused += 1,
+            Err(e) => other.push(format!("{e:?}")),
+            Ok(_) => other.push("accepted".into()),
+        }
+    }
+    println!("refused {refused}");
+    for o in other {
+        println!("other: {o}");
+    }
+    println!("ready");
+    Ok(())
 }
 
 fn flood_connections(max: usize) -> Res {

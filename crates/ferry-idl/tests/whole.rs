@@ -379,3 +379,18 @@ fn a_split_reply_that_does_not_match_is_a_typed_error_and_the_connection_goes_on
     server.join().unwrap();
     drop(right_rx);
 }
+
+/// A reply that is not a byte list is written into its request's buffer
+/// when the request was not handed to an argument: answering through a
+/// port allocates nothing for the reply.
+#[test]
+fn a_reply_is_written_into_its_requests_buffer() {
+    use ferry_idl::{Dispatch, Route};
+    let mut srv = bytes_args::Server(Back::default());
+    let nested = vec![vec![1u8; 10], vec![2u8; 20]];
+    let req = request(3, |e| e.field(1, nested.clone()));
+    let at = req.body().as_ptr();
+    let reply = srv.dispatch(req, Route::Rpc).unwrap();
+    assert_eq!(reply.body().as_ptr(), at, "the reply was not written into the request's buffer");
+    assert_eq!(decode_reply::<Vec<Vec<u8>>, NoError>(reply).unwrap().unwrap(), nested);
+}

@@ -253,15 +253,17 @@ impl Encoder {
         self.tail.clear();
     }
 
-    /// Offers `buf`'s allocation for the encoder's tail (its contents are
-    /// discarded): an encoder that has no tail's allocation of its own
-    /// takes it, and a transport that keeps the tail's allocation for its
-    /// next receive ([`crate::rpc::RpcServer::reply_parts`]) then gets it
-    /// back.
+    /// Offers `buf`'s allocation (its contents are discarded) to an empty
+    /// encoder: the body takes it if it has no allocation yet (a reply is
+    /// then written into its request's buffer), else the tail does if it
+    /// has none, and a transport that keeps the tail's allocation for its
+    /// next receive ([`crate::rpc::RpcServer::reply_parts`]) gets it back.
     #[inline]
     pub fn recycle(&mut self, mut buf: Vec<u8>) {
-        if self.tail.is_empty() && buf.capacity() > self.tail.capacity() {
-            buf.clear();
+        buf.clear();
+        if self.body.is_empty() && self.body.capacity() == 0 {
+            self.body = buf;
+        } else if self.tail.is_empty() && buf.capacity() > self.tail.capacity() {
             self.tail = buf;
         }
     }

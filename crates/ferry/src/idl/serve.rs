@@ -114,7 +114,9 @@ pub fn serve_rpc(svc: &mut impl Dispatch, server: &mut RpcServer, timeout: Timeo
                         Err(e) => return Err(e),
                     }
                 }
-                Some(answer) => reply = Some((conn, answer.into_message(std::mem::take(&mut enc)))),
+                Some(Answer::Message(m)) => reply = Some((conn, m)),
+                // Items travel over the socket, in a message.
+                Some(Answer::Encoded(op)) => reply = Some((conn, std::mem::take(&mut enc).into_message(op))),
                 None => reply = Some((conn, fault_message(Fault::BadRequest("no answer".into())))),
             },
             Err(RpcError::NoClients) => return Ok(()),

@@ -234,11 +234,6 @@ pub struct SplitReply {
 }
 
 impl SplitReply {
-    /// A reply buffer cut at `split`.
-    pub fn new(split: usize) -> SplitReply {
-        SplitReply { split, ..Default::default() }
-    }
-
     /// Takes apart a reply that arrived whole.
     pub fn fill(&mut self, mut msg: Message) {
         self.op = msg.op();

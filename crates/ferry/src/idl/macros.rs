@@ -699,41 +699,48 @@ macro_rules! __idl_serve_op {
             // A call with no one to answer is not run.
             None
         } else {
-            match $crate::__idl_decode_args!($req, concat!(stringify!($op), " arguments"); $($arg : $aty),*) {
-                Err(e) => $route.fault($crate::idl::Fault::BadRequest(e.to_string())).map($crate::idl::Answer::Message),
-                #[allow(unused_mut)]
-                Ok((($(mut $arg,)*), claim)) => {
-                    // The request is decoded: its buffer goes to a byte-list
-                    // argument that ends it, or else carries the reply.
-                    #[allow(unused_mut)]
-                    let mut buf = ::core::mem::take($req.body_mut());
-                    $crate::__idl_adopt!(claim, buf; $($arg),*);
-                    let outcome = $crate::__idl_invoke!([$($err)?] $svc.$op(&$ctx, $($arg),*));
-                    $out.clear();
-                    $out.recycle(buf);
-                    Some($crate::idl::answer_into::<$crate::__idl_ty_or!([$($ret)?] ()), $crate::__idl_ty_or!([$($err)?] $crate::idl::NoError)>($out, outcome))
-                }
-            }
+            $crate::__idl_with_args!($req, $route, $op ($($arg : $aty),*), buf => {
+                let outcome = $crate::__idl_invoke!([$($err)?] $svc.$op(&$ctx, $($arg),*));
+                // The request's buffer, if no argument took it, carries the
+                // reply.
+                $out.clear();
+                $out.recycle(buf);
+                Some($crate::idl::answer_into::<$crate::__idl_ty_or!([$($ret)?] ()), $crate::__idl_ty_or!([$($err)?] $crate::idl::NoError)>($out, outcome))
+            })
         }
     }};
     ($svc:ident, $req:ident, $route:ident, $ctx:ident, $out:ident, oneway $op:ident ($($arg:ident : $aty:ty),*) [] []) => {{
+        $crate::__idl_with_args!($req, $route, $op ($($arg : $aty),*), buf => {
+            drop(buf);
+            $svc.$op(&$ctx, $($arg),*);
+            match $route {
+                $crate::idl::Route::Rpc => {
+                    $out.clear();
+                    Some($crate::idl::answer_into::<(), $crate::idl::NoError>($out, Ok(())))
+                }
+                $crate::idl::Route::Port { .. } => None,
+            }
+        })
+    }};
+}
+
+/// Decodes operation `$op`'s arguments out of `$req` (a fault answers a
+/// request that does not match) and runs `$body` with them and with the
+/// request's buffer as `$buf`: handed to a byte-list argument that ends
+/// the request (then empty), else still holding the request's bytes.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __idl_with_args {
+    ($req:ident, $route:ident, $op:ident ($($arg:ident : $aty:ty),*), $buf:ident => $body:block) => {
         match $crate::__idl_decode_args!($req, concat!(stringify!($op), " arguments"); $($arg : $aty),*) {
             Err(e) => $route.fault($crate::idl::Fault::BadRequest(e.to_string())).map($crate::idl::Answer::Message),
             #[allow(unused_mut)]
             Ok((($(mut $arg,)*), claim)) => {
                 #[allow(unused_mut)]
-                let mut buf = ::core::mem::take($req.body_mut());
-                $crate::__idl_adopt!(claim, buf; $($arg),*);
-                drop(buf);
-                $svc.$op(&$ctx, $($arg),*);
-                match $route {
-                    $crate::idl::Route::Rpc => {
-                        $out.clear();
-                        Some($crate::idl::answer_into::<(), $crate::idl::NoError>($out, Ok(())))
-                    }
-                    $crate::idl::Route::Port { .. } => None,
-                }
+                let mut $buf = ::core::mem::take($req.body_mut());
+                $crate::__idl_adopt!(claim, $buf; $($arg),*);
+                $body
             }
         }
-    }};
+    };
 }

@@ -166,7 +166,7 @@ impl Connection {
         let out = match &inner.slot {
             Some((slot, _)) if fits => {
                 slot.word(slot::OFF_CLIENT_CPU).store(0, Ordering::Relaxed);
-                slot.put_request(seq, req.op(), req.body());
+                slot.put_request(seq, req.op(), req.body(), &[]);
                 if slot.word(slot::OFF_SERVER_SLEEPING).load(Ordering::SeqCst) != 0 {
                     frame::ring(inner.sock()).map(|_| (seq, true))
                 } else {
@@ -357,7 +357,7 @@ impl Inner {
     }
 
     fn slot_call(&mut self, seq: u32, req: &mut Message, deadline: Option<Instant>, recycle: bool) -> Result<Message, RpcError> {
-        let mut st = self.slot_round(seq, deadline, |slot| slot.put_request(seq, req.op(), req.body()))?;
+        let mut st = self.slot_round(seq, deadline, |slot| slot.put_request(seq, req.op(), req.body(), &[]))?;
         let slot = &self.slot.as_ref().expect("slot path needs a slot").0;
         let buf = if recycle { std::mem::take(req.body_mut()) } else { Vec::new() };
         let copied = slot.take_reply(buf).map_err(RpcError::protocol)?;
@@ -387,7 +387,7 @@ impl Inner {
     }
 
     fn slot_call_parts(&mut self, seq: u32, op: u32, head: &[u8], tail: &[u8], reply: &mut SplitReply, deadline: Option<Instant>) -> Result<(), RpcError> {
-        let mut st = self.slot_round(seq, deadline, |slot| slot.put_request_parts(seq, op, head, tail))?;
+        let mut st = self.slot_round(seq, deadline, |slot| slot.put_request(seq, op, head, tail))?;
         let slot = &self.slot.as_ref().expect("slot path needs a slot").0;
         let (rep_op, via) = slot.take_reply_split(reply.split, &mut reply.head, &mut reply.tail).map_err(RpcError::protocol)?;
         if via == slot::VIA_SOCKET {

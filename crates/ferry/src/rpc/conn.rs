@@ -111,15 +111,15 @@ pub(super) fn send_reply(c: &mut Conn, seq: u32, via_slot: bool, mut msg: Messag
     let mut too_large = None;
     if fits {
         probe::server_stamp(slot, 1);
-        slot.put_reply(seq, msg.op(), msg.body(), slot::VIA_SLOT);
+        slot.put_reply(seq, msg.op(), msg.body(), &[], slot::VIA_SLOT);
         if msg.body_mut().capacity() <= 2 * SLOT_INLINE {
             *spare = std::mem::take(msg.body_mut());
         }
     } else {
         match frame::send_framed(c.sock.as_fd(), RPC_SOCKET_REPLY, seq, msg) {
-            Ok(()) => slot.put_reply(seq, 0, &[], slot::VIA_SOCKET),
+            Ok(()) => slot.put_reply(seq, 0, &[], &[], slot::VIA_SOCKET),
             Err(RpcError::TooLarge(why)) => {
-                slot.put_reply(seq, 0, &[], slot::VIA_TOO_LARGE);
+                slot.put_reply(seq, 0, &[], &[], slot::VIA_TOO_LARGE);
                 too_large = Some(why);
             }
             Err(e) => return Err(e),
@@ -141,7 +141,7 @@ pub(super) fn send_reply_parts(c: &mut Conn, seq: u32, via_slot: bool, op: u32, 
     let out = match &c.slot {
         Some(slot) if via_slot && head.len() + tail.len() <= SLOT_INLINE => {
             probe::server_stamp(slot, 1);
-            slot.put_reply_parts(seq, op, head, tail);
+            slot.put_reply(seq, op, head, tail, slot::VIA_SLOT);
             if tail.capacity() > spare.capacity() && tail.capacity() <= 2 * SLOT_INLINE {
                 std::mem::swap(tail, spare);
             }

@@ -143,25 +143,15 @@ impl Slot {
         self.mem.u32_at(off)
     }
 
-    /// Client: writes a request body and publishes it under `seq`. The body
-    /// must fit ([`SLOT_INLINE`]); the caller checked.
-    pub(crate) fn put_request(&self, seq: u32, op: u32, body: &[u8]) {
-        self.mem.write(OFF_REQ_DATA, body);
-        self.word(OFF_REQ_OP).store(op, Ordering::Relaxed);
-        self.word(OFF_REQ_LEN).store(body.len() as u32, Ordering::Relaxed);
-        // SeqCst (not just release): it must be ordered before the load of
-        // `server_sleeping` that follows (Dekker's handshake, docs/rpc.md).
-        self.word(OFF_REQ_SEQ).store(seq, Ordering::SeqCst);
-    }
-
-    /// Client: as [`put_request`](Self::put_request) for a body given in
-    /// two pieces, `head` then `tail` (together within [`SLOT_INLINE`];
-    /// the caller checked).
-    pub(crate) fn put_request_parts(&self, seq: u32, op: u32, head: &[u8], tail: &[u8]) {
+    /// Client: writes a request body, given as `head` then `tail` (a whole
+    /// body is a `head` with an empty `tail`), and publishes it under
+    /// `seq`. The body must fit ([`SLOT_INLINE`]); the caller checked.
+    pub(crate) fn put_request(&self, seq: u32, op: u32, head: &[u8], tail: &[u8]) {
         self.mem.write_parts(OFF_REQ_DATA, head, tail);
         self.word(OFF_REQ_OP).store(op, Ordering::Relaxed);
         self.word(OFF_REQ_LEN).store((head.len() + tail.len()) as u32, Ordering::Relaxed);
-        // SeqCst for the same reason as in `put_request`.
+        // SeqCst (not just release): it must be ordered before the load of
+        // `server_sleeping` that follows (Dekker's handshake, docs/rpc.md).
         self.word(OFF_REQ_SEQ).store(seq, Ordering::SeqCst);
     }
 
@@ -190,24 +180,14 @@ impl Slot {
         Ok(Some(Copied { op, via: VIA_SLOT, body }))
     }
 
-    /// Server: writes a reply (or, with `via == VIA_SOCKET`, the note that
-    /// it went over the socket) and publishes it under `seq`.
-    pub(crate) fn put_reply(&self, seq: u32, op: u32, body: &[u8], via: u32) {
-        self.mem.write(OFF_REP_DATA, body);
-        self.word(OFF_REP_OP).store(op, Ordering::Relaxed);
-        self.word(OFF_REP_LEN).store(body.len() as u32, Ordering::Relaxed);
-        self.word(OFF_REP_VIA).store(via, Ordering::Relaxed);
-        self.word(OFF_REP_SEQ).store(seq, Ordering::SeqCst);
-    }
-
-    /// Server: as [`put_reply`](Self::put_reply) for a body in the slot
-    /// given in two pieces, `head` then `tail` (together within
-    /// [`SLOT_INLINE`]; the caller checked).
-    pub(crate) fn put_reply_parts(&self, seq: u32, op: u32, head: &[u8], tail: &[u8]) {
+    /// Server: writes a reply body, given as `head` then `tail` (or, with
+    /// `via == VIA_SOCKET`, the note that it went over the socket), and
+    /// publishes it under `seq`.
+    pub(crate) fn put_reply(&self, seq: u32, op: u32, head: &[u8], tail: &[u8], via: u32) {
         self.mem.write_parts(OFF_REP_DATA, head, tail);
         self.word(OFF_REP_OP).store(op, Ordering::Relaxed);
         self.word(OFF_REP_LEN).store((head.len() + tail.len()) as u32, Ordering::Relaxed);
-        self.word(OFF_REP_VIA).store(VIA_SLOT, Ordering::Relaxed);
+        self.word(OFF_REP_VIA).store(via, Ordering::Relaxed);
         self.word(OFF_REP_SEQ).store(seq, Ordering::SeqCst);
     }
 

@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::os::fd::OwnedFd;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -381,32 +382,79 @@ fn one_user_cannot_take_every_descriptor() {
     });
 }
 
+/// A raw connection to the name server at `path`, made now; its version
+/// check is sent later by [`ask`].
+fn connect_raw(path: &Path) -> OwnedFd {
+    use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+    let s = rustix::net::socket_with(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None).unwrap();
+    rustix::net::connect(&s, &SocketAddrUnix::new(path).unwrap()).unwrap();
+    s
+}
+
+/// Sends a version check on `s` and returns the operation of the answer.
+fn ask(s: &OwnedFd) -> u32 {
+    use rustix::net::{RecvFlags, SendFlags};
+    let mut hello = Vec::new();
+    ferry::wire::encode(&mut hello, 0, 0, &[], b"late");
+    rustix::net::send(s, &hello, SendFlags::NOSIGNAL).expect("the refused connection was closed before its client asked");
+    let mut buf = vec![0u8; 4096];
+    let n = rustix::net::recv(s, &mut buf, RecvFlags::empty()).expect("the refusal was reset away").0;
+    ferry::wire::parse(&buf[..n], 0).expect("a well-formed answer").op
+}
+
 /// A refused client is told why even when its version check arrives late:
 /// the server keeps the refused connection open (for a bounded time) and
 /// reads what comes, instead of closing at once, when a request arriving
 /// later would find the connection gone or reset the refusal away.
 #[test]
 fn a_refused_client_that_asks_late_still_reads_the_refusal() {
-    use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketAddrUnix, SocketFlags, SocketType};
     watchdog("late_refusal", LIMIT, || {
         let d = Daemon::start("laterefusal", &["--max-connections", "2"], None);
         let held: Vec<_> = (0..2).map(|_| names(&d.path)).collect();
-        let s = rustix::net::socket_with(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None).unwrap();
-        rustix::net::connect(&s, &SocketAddrUnix::new(&d.path).unwrap()).unwrap();
+        let s = connect_raw(&d.path);
         // The server refuses at accept; ask only well after that.
         std::thread::sleep(Duration::from_millis(150));
-        let mut hello = Vec::new();
-        ferry::wire::encode(&mut hello, 0, 0, &[], b"late");
-        rustix::net::send(&s, &hello, SendFlags::NOSIGNAL).expect("the refused connection was closed before its client asked");
-        let mut buf = vec![0u8; 4096];
-        let n = rustix::net::recv(&s, &mut buf, RecvFlags::empty()).expect("the refusal was reset away").0;
-        let reply = ferry::wire::parse(&buf[..n], 0).expect("a well-formed refusal");
-        assert_eq!(reply.op, ferry::idl::REPLY_ERR, "{reply:?}");
+        assert_eq!(ask(&s), ferry::idl::REPLY_ERR);
         // The server goes on serving once the connections are gone.
         drop(s);
         drop(held);
         let mut bs = names(&d.path);
         bs.list().unwrap();
+    });
+}
+
+/// The refused connections the server keeps open are budgeted per user:
+/// another user (nobody) flooding the server with connections it refuses
+/// and never closing them costs only its own, and a refused client of this
+/// user that asks late still reads its refusal.
+#[test]
+fn one_users_refused_connections_never_cost_another_its_refusal() {
+    if !can_play_other_user("one_users_refused_connections_never_cost_another_its_refusal") {
+        return;
+    }
+    watchdog("refusal_share", LIMIT, || {
+        let d = Daemon::start("refusalshare", &["--system", "--max-connections", "2"], None);
+        let held: Vec<_> = (0..2).map(|_| names(&d.path)).collect();
+        let mut hog = Peer::new(spawn_peer_as(NOBODY, &d.path, "hold-connections", &["100"]));
+        assert_eq!(hog.until_ready()[0], "connected 2");
+        // Bounded tries: an attempt only counts if the flood was in before
+        // this user's refused connection could have been let go anyway.
+        for attempt in 0.. {
+            assert!(attempt < 5, "the flood never arrived within the server's grace period");
+            let started = std::time::Instant::now();
+            let s = connect_raw(&d.path);
+            std::thread::sleep(Duration::from_millis(20));
+            let mut flood = Peer::new(spawn_peer_as(NOBODY, &d.path, "flood-connections", &["60"]));
+            let said = flood.until_ready();
+            assert!(said[0].starts_with("opened "), "{said:?}");
+            std::thread::sleep(Duration::from_millis(30));
+            if started.elapsed() > Duration::from_millis(400) {
+                continue;
+            }
+            assert_eq!(ask(&s), ferry::idl::REPLY_ERR);
+            break;
+        }
+        drop(held);
     });
 }
 

@@ -57,6 +57,11 @@ const REFUSED_LINGER: Duration = Duration::from_millis(500);
 /// server hold no more descriptors than this for them.
 const MAX_REFUSED: usize = 16;
 
+/// Most refused connections of one user kept open at once: a user that
+/// floods the server with connections it will refuse closes its own
+/// oldest ones early, never another user's.
+const MAX_REFUSED_PER_USER: usize = 4;
+
 /// How long the listener stays set aside after `accept` ran out of
 /// descriptors, unless a descriptor is freed sooner.
 const ACCEPT_PAUSE: Duration = Duration::from_secs(1);
@@ -127,8 +132,9 @@ pub struct NameServer {
     fd_base: usize,
     listener_paused: Option<Instant>,
     /// Refused connections kept open until their client hangs up or
-    /// [`REFUSED_LINGER`] has passed, by key, with when they were refused.
-    refused: HashMap<u32, (OwnedFd, Instant)>,
+    /// [`REFUSED_LINGER`] has passed, by key: the socket, when it was
+    /// refused, and its client's uid.
+    refused: HashMap<u32, (OwnedFd, Instant, u32)>,
     /// Per kind of rate-limited log line: when last logged, lines held back.
     quiet: HashMap<&'static str, (Instant, u64)>,
     next: u32,
@@ -389,7 +395,7 @@ impl NameServer {
             let idle_at = self.last_busy + after;
             deadline = Some(deadline.map_or(idle_at, |d| d.min(idle_at)));
         }
-        if let Some(due) = self.refused.values().map(|(_, at)| *at + REFUSED_LINGER).min() {
+        if let Some(due) = self.refused.values().map(|(_, at, _)| *at + REFUSED_LINGER).min() {
             deadline = Some(deadline.map_or(due, |d| d.min(due)));
         }
         let events = self.epoll.wait(32, deadline).map_err(io_err)?;
@@ -406,7 +412,7 @@ impl NameServer {
             }
         }
         let now = Instant::now();
-        let expired: Vec<u32> = self.refused.iter().filter(|(_, (_, at))| now >= *at + REFUSED_LINGER).map(|(k, _)| *k).collect();
+        let expired: Vec<u32> = self.refused.iter().filter(|(_, (_, at, _))| now >= *at + REFUSED_LINGER).map(|(k, _)| *k).collect();
         for k in expired {
             self.close_refused(k);
         }
@@ -417,7 +423,7 @@ impl NameServer {
     /// does not reset the refusal away) and closes the connection once the
     /// client has hung up.
     fn drain_refused(&mut self, key: u32) {
-        let Some((sock, _)) = self.refused.get(&key) else { return };
+        let Some((sock, ..)) = self.refused.get(&key) else { return };
         let mut scratch = [0u8; 64];
         for _ in 0..8 {
             match socket::recv(sock.as_fd(), &mut scratch, false) {
@@ -431,7 +437,7 @@ impl NameServer {
     }
 
     fn close_refused(&mut self, key: u32) {
-        if let Some((sock, _)) = self.refused.remove(&key) {
+        if let Some((sock, ..)) = self.refused.remove(&key) {
             let _ = self.epoll.remove(sock.as_fd());
         }
     }
@@ -527,7 +533,7 @@ impl NameServer {
             let _ = send_on(sock.as_fd(), refusal(limit_reached(what, limit)), Timeout::Zero);
             drain();
             if what == Limit::Connections || !self.fds_exhausted() {
-                self.linger(sock);
+                self.linger(sock, peer.uid);
             }
             return;
         }
@@ -541,18 +547,28 @@ impl NameServer {
         }
     }
 
-    /// Keeps a refused connection open for its client to read the refusal
-    /// (see [`REFUSED_LINGER`], [`MAX_REFUSED`]).
-    fn linger(&mut self, sock: OwnedFd) {
-        if self.refused.len() >= MAX_REFUSED {
-            if let Some(oldest) = self.refused.iter().min_by_key(|(_, (_, at))| *at).map(|(k, _)| *k) {
-                self.close_refused(oldest);
-            }
+    /// Keeps a refused connection of user `uid` open for its client to
+    /// read the refusal (see [`REFUSED_LINGER`], [`MAX_REFUSED_PER_USER`],
+    /// [`MAX_REFUSED`]).
+    fn linger(&mut self, sock: OwnedFd, uid: u32) {
+        let oldest = |refused: &HashMap<u32, (OwnedFd, Instant, u32)>, of_uid: Option<u32>| {
+            refused.iter().filter(|(_, (.., u))| of_uid.is_none_or(|o| *u == o)).min_by_key(|(_, (_, at, _))| *at).map(|(k, _)| *k)
+        };
+        let own = self.refused.values().filter(|(.., u)| *u == uid).count();
+        let make_room = if own >= MAX_REFUSED_PER_USER {
+            oldest(&self.refused, Some(uid))
+        } else if self.refused.len() >= MAX_REFUSED {
+            oldest(&self.refused, None)
+        } else {
+            None
+        };
+        if let Some(k) = make_room {
+            self.close_refused(k);
         }
         self.next += 1;
         let key = self.next;
         if self.epoll.add(sock.as_fd(), Interest::Readable, KEY_REFUSED | key as u64).is_ok() {
-            self.refused.insert(key, (sock, Instant::now()));
+            self.refused.insert(key, (sock, Instant::now(), uid));
         }
     }
 

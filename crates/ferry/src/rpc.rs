@@ -234,15 +234,24 @@ pub struct SplitReply {
 }
 
 impl SplitReply {
-    /// Takes apart a reply that arrived whole.
+    /// Takes apart a reply that arrived whole. The larger part keeps the
+    /// message's buffer (a tail is moved to its front in place); only the
+    /// smaller one is copied.
     pub fn fill(&mut self, mut msg: Message) {
         self.op = msg.op();
         self.items = msg.take_items();
-        let body = std::mem::take(msg.body_mut());
+        let mut body = std::mem::take(msg.body_mut());
         let at = self.split.min(body.len());
-        self.tail.clear();
-        self.tail.extend_from_slice(&body[at..]);
-        self.head = body;
-        self.head.truncate(at);
+        if at <= body.len() - at {
+            self.head.clear();
+            self.head.extend_from_slice(&body[..at]);
+            body.drain(..at);
+            self.tail = body;
+        } else {
+            self.tail.clear();
+            self.tail.extend_from_slice(&body[at..]);
+            body.truncate(at);
+            self.head = body;
+        }
     }
 }

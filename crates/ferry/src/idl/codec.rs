@@ -500,16 +500,6 @@ pub trait Wire: Sized {
     fn list_size_hint(list: &[Self]) -> usize {
         list.iter().map(Wire::size_hint).sum()
     }
-    /// Reads and checks a value that is a message's whole body (a reply's
-    /// result), with the same checks and errors as [`Wire::decode`] and
-    /// [`Decoder::finish`]. Types that can keep the body's buffer (a byte
-    /// list) take it over instead of copying out of it.
-    ///
-    /// # Errors
-    /// As [`Wire::decode`], and [`Decoder::finish`]'s errors.
-    fn decode_whole(body: Vec<u8>, items: Vec<Item>) -> Result<Self, DecodeError> {
-        decode_in(&body, items)
-    }
     /// Where a reply whose body is this value alone is cut by
     /// [`crate::rpc::Transport::call_parts`] for [`Wire::decode_split`]:
     /// never (`usize::MAX`), except for a byte list, after its count.
@@ -518,12 +508,14 @@ pub trait Wire: Sized {
     fn split_at() -> usize {
         usize::MAX
     }
-    /// [`Wire::decode_whole`] of a reply taken apart at
-    /// [`Wire::split_at`]; a byte list takes the tail's vector. The
-    /// buffers left in `reply` are reused for the next call.
+    /// Reads and checks a value that is a reply's whole body, taken apart
+    /// at [`Wire::split_at`], with the same checks and errors as
+    /// [`Wire::decode`] and [`Decoder::finish`]; a byte list takes the
+    /// tail's vector instead of copying out of it. The buffers left in
+    /// `reply` are reused for the next call.
     ///
     /// # Errors
-    /// As [`Wire::decode_whole`].
+    /// As [`Wire::decode`], and [`Decoder::finish`]'s errors.
     #[doc(hidden)]
     #[inline]
     fn decode_split(reply: &mut SplitReply) -> Result<Self, DecodeError> {
@@ -538,18 +530,11 @@ pub trait Wire: Sized {
     /// [`Wire::decode_split`] of a list of these values.
     ///
     /// # Errors
-    /// As [`Wire::decode_whole`].
+    /// As [`Wire::decode_split`].
     #[doc(hidden)]
     #[inline]
     fn decode_list_split(reply: &mut SplitReply) -> Result<Vec<Self>, DecodeError> {
         decode_joined(reply)
-    }
-    /// [`Wire::decode_whole`] for a list of these values.
-    ///
-    /// # Errors
-    /// As [`Wire::decode_whole`].
-    fn decode_list_whole(body: Vec<u8>, items: Vec<Item>) -> Result<Vec<Self>, DecodeError> {
-        decode_in(&body, items)
     }
     /// Writes a list of values (after its count); types with a flat
     /// encoding write all of it at once.
@@ -658,22 +643,6 @@ impl Wire for u8 {
     fn list_size_hint(list: &[u8]) -> usize {
         list.len()
     }
-    /// A body that is exactly a byte list (its count, then that many bytes,
-    /// no items) becomes the list in place: the four count bytes are
-    /// removed from the front of the same buffer, so no allocation and no
-    /// second copy. Anything else goes through the checking decoder, with
-    /// its errors.
-    #[inline]
-    fn decode_list_whole(mut body: Vec<u8>, items: Vec<Item>) -> Result<Vec<u8>, DecodeError> {
-        let exact = items.is_empty()
-            && body.len() >= 4
-            && u32::from_le_bytes([body[0], body[1], body[2], body[3]]) as usize == body.len() - 4;
-        if !exact {
-            return decode_in(&body, items);
-        }
-        body.drain(..4);
-        Ok(body)
-    }
     /// A reply that is one byte list is cut after its count, so that its
     /// bytes arrive in a vector of their own.
     #[inline]
@@ -774,9 +743,6 @@ impl<T: Wire> Wire for Vec<T> {
     }
     fn size_hint(&self) -> usize {
         4 + T::list_size_hint(self)
-    }
-    fn decode_whole(body: Vec<u8>, items: Vec<Item>) -> Result<Self, DecodeError> {
-        T::decode_list_whole(body, items)
     }
     #[inline]
     fn split_at() -> usize {

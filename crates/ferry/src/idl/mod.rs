@@ -345,21 +345,23 @@ pub fn fault_message(f: Fault) -> Message {
     enc.into_message(REPLY_FAULT)
 }
 
-#[inline]
-fn decode_whole<T: Wire>(mut msg: Message) -> Result<T, IdlError> {
-    let items = msg.take_items();
-    // The reply's buffer is handed over: a byte-list result keeps it.
-    T::decode_whole(std::mem::take(msg.body_mut()), items).map_err(IdlError::BadReply)
-}
-
 /// Decodes a reply: the result, the typed error, or the server's fault.
 #[doc(hidden)]
 #[inline]
 pub fn decode_reply<R: Wire, E: Wire>(msg: Message) -> Result<Result<R, E>, IdlError> {
-    match msg.op() {
-        REPLY_OK => decode_whole(msg).map(Ok),
-        REPLY_ERR => decode_whole(msg).map(Err),
-        REPLY_FAULT => Err(IdlError::Fault(decode_whole(msg)?)),
+    let mut reply = crate::rpc::SplitReply { split: R::split_at(), ..Default::default() };
+    reply.fill(msg);
+    decode_split_reply(&mut reply)
+}
+
+/// [`decode_reply`] of a reply taken apart where `R` wants it
+/// ([`Wire::split_at`]).
+#[inline]
+fn decode_split_reply<R: Wire, E: Wire>(reply: &mut crate::rpc::SplitReply) -> Result<Result<R, E>, IdlError> {
+    match reply.op {
+        REPLY_OK => R::decode_split(reply).map(Ok).map_err(IdlError::BadReply),
+        REPLY_ERR => codec::decode_joined(reply).map(Err).map_err(IdlError::BadReply),
+        REPLY_FAULT => Err(IdlError::Fault(codec::decode_joined(reply).map_err(IdlError::BadReply)?)),
         op => Err(IdlError::UnexpectedReply(op)),
     }
 }
@@ -417,12 +419,7 @@ pub fn call_encoded<R: Wire, E: Wire>(chan: &mut impl Channel, bufs: &mut CallBu
         std::mem::swap(tail, &mut bufs.spare);
         bufs.spare.clear();
     }
-    let decoded = out.and_then(|()| match reply.op {
-        REPLY_OK => R::decode_split(reply).map(Ok).map_err(IdlError::BadReply),
-        REPLY_ERR => codec::decode_joined(reply).map(Err).map_err(IdlError::BadReply),
-        REPLY_FAULT => Err(IdlError::Fault(codec::decode_joined(reply).map_err(IdlError::BadReply)?)),
-        op => Err(IdlError::UnexpectedReply(op)),
-    });
+    let decoded = out.and_then(|()| decode_split_reply(reply));
     let (head, tail) = bufs.enc.pieces_mut();
     for b in [head, tail, &mut bufs.spare, &mut bufs.reply.head, &mut bufs.reply.tail] {
         if b.capacity() > KEPT_BUFFER {

@@ -97,9 +97,14 @@ fn fill_names(prefix: &str, max: usize) -> Res {
     wait_forever()
 }
 
+/// A connection to the default name server that has made one request.
+fn connect_and_ask(path: &std::path::Path) -> Result<Bootstrap, ferry::NameError> {
+    Bootstrap::connect_to(path).and_then(|mut b| b.list().map(|_| b))
+}
+
 fn hold_connections(max: usize) -> Res {
     let path = ferry::bootstrap::default_path();
-    crate::hold_until_refused(max, || Bootstrap::connect_to(&path).and_then(|mut b| b.list().map(|_| b)))
+    crate::hold_until_refused(max, || connect_and_ask(&path))
 }
 
 fn refused_connections(n: usize) -> Res {
@@ -107,7 +112,7 @@ fn refused_connections(n: usize) -> Res {
     let mut refused = 0;
     let mut other = Vec::new();
     for _ in 0..n {
-        match Bootstrap::connect_to(&path).and_then(|mut b| b.list().map(|_| b)) {
+        match connect_and_ask(&path) {
             Err(ferry::NameError::LimitReached { what: ferry::Limit::Connections, .. }) => refused += 1,
             Err(e) => other.push(format!("{e:?}")),
             Ok(_) => other.push("accepted".into()),

@@ -74,6 +74,10 @@ pub struct BenchArgs {
     /// suite without its longest cases.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub max_bytes: Option<u64>,
+    /// Run only this implementation (repeat for more; name the baseline
+    /// too, for a same-run ratio): for A/B runs and profiles of one path.
+    #[arg(long = "impl", value_name = "NAME")]
+    pub only: Vec<String>,
 }
 
 /// A size in bytes: digits, optionally followed by `KiB`, `MiB` or `GiB`
@@ -254,6 +258,14 @@ fn bench_main(parsed: &BenchArgs, argv: &[String]) -> ExitCode {
     if let Some(max) = parsed.max_bytes.filter(|&m| m < opts.max_bytes) {
         opts.max_bytes = max;
         opts.max_bytes_reason = format!("payloads above {max} bytes are skipped with --max-bytes");
+    }
+    if !parsed.only.is_empty() {
+        let known: Vec<&str> = chosen.iter().flat_map(|s| (s.impls)()).map(|i| i.name).collect();
+        if let Some(bad) = parsed.only.iter().find(|o| !known.contains(&o.as_str())) {
+            eprintln!("ferry bench: no implementation `{bad}` in the chosen suites (they have: {})", known.join(", "));
+            return ExitCode::from(2);
+        }
+        opts.only = parsed.only.clone();
     }
     let with_probe = parsed.suites.iter().any(|s| s == "all");
     let load_start = loadavg();

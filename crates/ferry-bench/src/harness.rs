@@ -68,6 +68,9 @@ pub struct Options {
     pub progress: bool,
     /// Print the human table to stdout.
     pub table: bool,
+    /// Run only the implementations named here (all when empty); a same-run
+    /// ratio needs its baseline named too.
+    pub only: Vec<String>,
 }
 
 impl Options {
@@ -80,6 +83,7 @@ impl Options {
             max_bytes_reason: String::new(),
             progress: true,
             table: true,
+            only: Vec::new(),
         }
     }
 
@@ -349,7 +353,7 @@ pub fn run_suite(suite: &Suite, opts: &Options) -> Vec<Record> {
 pub fn run_suite_with(suite: &Suite, opts: &Options, mut on_group: impl FnMut(&[Record])) -> Vec<Record> {
     let show = opts.progress && io::stderr().is_terminal();
     let allowed = pin::allowed_cpus().unwrap_or_else(|_| vec![0]);
-    let impls = (suite.impls)();
+    let impls: Vec<Impl> = (suite.impls)().into_iter().filter(|i| opts.only.is_empty() || opts.only.iter().any(|o| o == i.name)).collect();
     let cases = (suite.cases)();
     let mut records = Vec::new();
     let total = cases.len() * opts.placements.len();

@@ -5,7 +5,8 @@
 //! The timing process opens a [`Connection`] (with the policy the impl is
 //! named after) to an [`RpcServer`] in a forked peer process running the
 //! same policy, and times `call` of a request of `bytes` against a reply of
-//! `bytes`. Besides the latency each record carries what a call costs the
+//! `bytes`, each side handing the buffer of the message it is done with on
+//! to the next (as the floors keep theirs). Besides the latency each record carries what a call costs the
 //! system (Anderson et al.'s table of system calls and context switches per
 //! call): the RPC layer's own system-call counters ([`ferry::rpc::stats`])
 //! of the client and, asked over the connection before and after the timed
@@ -66,6 +67,17 @@ fn cpu_ns(pid: u32) -> Option<u64> {
     std::fs::read_to_string(format!("/proc/{pid}/schedstat")).ok()?.split_whitespace().next()?.parse().ok()
 }
 
+/// `buf` emptied and filled with `bytes`. Both sides of a timed call pass
+/// the buffer of the message they are done with on to the next one (the
+/// client its last reply's, the server its request's), as a careful
+/// caller's loop does and as the floors do, which copy into buffers they
+/// keep: what is timed is the call, not the allocator.
+pub(crate) fn refill(mut buf: Vec<u8>, bytes: &[u8]) -> Vec<u8> {
+    buf.clear();
+    buf.extend_from_slice(bytes);
+    buf
+}
+
 /// The server side, in the peer process: answers until `OP_STOP`.
 fn serve(port: ferry::ReceiveRight, policy: Policy, n: usize) -> std::io::Result<()> {
     let mut server = RpcServer::new(port)?;
@@ -75,7 +87,10 @@ fn serve(port: ferry::ReceiveRight, policy: Policy, n: usize) -> std::io::Result
     loop {
         let (conn, req) = server.reply_and_wait(reply.take(), Timeout::Infinite).map_err(std::io::Error::other)?;
         let answer = match req.op() {
-            OP_CALL => Message::new(OP_CALL).with_body(reply_body.clone()),
+            OP_CALL => {
+                let mut req = req;
+                Message::new(OP_CALL).with_body(refill(std::mem::take(req.body_mut()), &reply_body))
+            }
             OP_STATS => Message::new(OP_STATS).with_body(stats_body(ferry::rpc::stats())),
             OP_STOP => {
                 server.reply(conn, Message::new(OP_STOP)).map_err(std::io::Error::other)?;
@@ -137,7 +152,8 @@ fn ferry_call(run: &mut Run<'_>, policy: Policy) -> Result<(), Skip> {
     let loop_start = Instant::now();
     while run.more() {
         let t = Instant::now();
-        last = conn.call(Message::new(OP_CALL).with_body(req.clone()), Timeout::Infinite).map_err(rpc_err)?;
+        let body = refill(std::mem::take(last.body_mut()), &req);
+        last = conn.call(Message::new(OP_CALL).with_body(body), Timeout::Infinite).map_err(rpc_err)?;
         run.record(t.elapsed());
         calls += 1;
         #[cfg(feature = "probes")]

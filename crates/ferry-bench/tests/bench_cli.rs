@@ -270,17 +270,26 @@ fn rpc_suite_measures_the_async_call() {
 /// measured `ferry-stub-call-block` and `ferry-stub-call-poll` records at
 /// every size (cross-core, where polling can run), next to the
 /// hand-written `ferry-call-block` and `ferry-call-poll` of the same run.
+/// The run names those four with `--impl`, and nothing else is recorded.
 #[test]
 fn rpc_suite_measures_the_generated_stubs() {
     let dir = temp_dir("stub");
     let json = dir.join("rpc.json");
     let json_s = json.to_str().unwrap();
-    let (ok, out, err) =
-        ferry(&["bench", "rpc", "--smoke", "--placement", "cross-core", "--json", json_s], Duration::from_secs(600));
+    let four = ["ferry-stub-call-block", "ferry-call-block", "ferry-stub-call-poll", "ferry-call-poll"];
+    let mut args = vec!["bench", "rpc", "--smoke", "--placement", "cross-core", "--json", json_s];
+    for imp in four {
+        args.extend(["--impl", imp]);
+    }
+    let (ok, out, err) = ferry(&args, Duration::from_secs(600));
     assert!(ok, "ferry bench rpc --smoke failed:\n{err}");
     assert!(out.contains("ferry-stub-call-block"), "no ferry-stub-call-block row in the table:\n{out}");
     let records: Vec<serde_json::Value> =
         serde_json::from_str(&std::fs::read_to_string(&json).expect("the results file")).expect("a JSON array");
+    assert_eq!(records.len(), 3 * four.len(), "one record per size and named impl: {records:?}");
+    for r in &records {
+        assert!(four.iter().any(|imp| r["impl"] == *imp), "an impl not named with --impl ran: {r}");
+    }
     for bytes in [8u64, 64, 1024] {
         for (stub, hand) in [("ferry-stub-call-block", "ferry-call-block"), ("ferry-stub-call-poll", "ferry-call-poll")] {
             let find = |imp: &str| {
@@ -298,6 +307,16 @@ fn rpc_suite_measures_the_generated_stubs() {
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `--impl` with a name no chosen suite has is refused before anything
+/// runs, with the names the suites do have.
+#[test]
+fn an_unknown_impl_is_refused_with_the_known_names() {
+    let (ok, out, err) = ferry(&["bench", "rpc", "port", "--smoke", "--impl", "spin-floor", "--impl", "no-such-impl"], Duration::from_secs(60));
+    assert!(!ok, "an unknown --impl was accepted:\n{out}");
+    assert!(err.contains("no-such-impl") && err.contains("ferry-call-poll") && err.contains("ferry-port"), "{err}");
+    assert!(out.is_empty(), "something ran:\n{out}");
 }
 
 /// The C API's cost is measured by `ferry bench rpc` itself: measured

@@ -124,6 +124,7 @@ fn run_all() -> Result<(), String> {
         max_bytes_reason: "the smoke test stops at 1 MiB".into(),
         progress: false,
         table: false,
+        only: Vec::new(),
     };
     let dir = std::env::temp_dir().join(format!("ferry-bench-smoke-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;

@@ -157,10 +157,6 @@ pub fn monotonic_ns() -> u64 {
     t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
 }
 
-/// How many bytes at the start of a body [`SharedWords::write_parts`]
-/// joins before writing: a cache line.
-#[cfg(target_arch = "x86_64")]
-const JOINED: usize = 64;
 
 /// A shared, writable mapping of a whole memfd, accessed only as atomics.
 #[derive(Debug)]
@@ -235,41 +231,28 @@ impl SharedWords {
     /// `off` (8-aligned): a body gathered from two buffers without joining
     /// them first (with `tail` empty, exactly [`write`](Self::write)).
     ///
-    /// The first [`JOINED`] bytes are joined on the stack and written with
-    /// one copy: the peer spins on a word in the same cache line as the
-    /// start of a slot body, and every separate store to that line while
-    /// it does can cost a transfer of the line between CPUs (measured:
-    /// writing a short body in two copies made a spinning round trip about
-    /// 45 ns slower). Elsewhere than x86-64 the two are joined in a
-    /// private buffer first when `head` is not a whole number of words.
+    /// On x86-64 the two copies are ordinary stores, which wait in the
+    /// store buffer together, so the peer spinning on a word in the line
+    /// the body starts in does not see that line between them. Elsewhere
+    /// the two are joined in a private buffer first when `head` is not a
+    /// whole number of words.
     pub fn write_parts(&self, off: usize, head: &[u8], tail: &[u8]) {
-        if tail.is_empty() {
-            return self.write(off, head);
-        }
         #[cfg(target_arch = "x86_64")]
         {
-            let mut first = [0u8; JOINED];
-            let n = (head.len() + tail.len()).min(JOINED);
-            let (from_head, written) = if head.len() < JOINED {
-                let k = n - head.len();
-                first[..head.len()].copy_from_slice(head);
-                first[head.len()..n].copy_from_slice(&tail[..k]);
-                self.write(off, &first[..n]);
-                (k, n)
-            } else {
-                self.write(off, head);
-                (0, head.len())
-            };
-            let rest = &tail[from_head..];
-            let dst = self.bytes_at(off + written, rest.len());
-            // SAFETY: `dst` is `rest.len()` bytes of our writable mapping
-            // (checked by `bytes_at`); `rest` is private memory we borrow,
-            // so disjoint from the mapping.
-            unsafe { block_copy(rest.as_ptr(), dst, rest.len()) }
+            self.write(off, head);
+            if !tail.is_empty() {
+                let dst = self.bytes_at(off + head.len(), tail.len());
+                // SAFETY: `dst` is `tail.len()` bytes of our writable
+                // mapping (checked by `bytes_at`); `tail` is private memory
+                // we borrow, so disjoint from the mapping.
+                unsafe { block_copy(tail.as_ptr(), dst, tail.len()) }
+            }
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
-            if head.len() % 8 == 0 {
+            if tail.is_empty() {
+                self.write(off, head);
+            } else if head.len() % 8 == 0 {
                 self.write(off, head);
                 self.write(off + head.len(), tail);
             } else {

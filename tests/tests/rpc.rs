@@ -776,3 +776,51 @@ fn no_descriptor_or_mapping_leaks() {
         server.exit(&mut mine);
     })
 }
+
+/// A server thread asleep on the request word of its one idle connection
+/// is woken by its watcher for descriptor events: a new connection, a
+/// hang-up, the port's last sender leaving. Connections made and dropped
+/// one after another, while a first one stays idle, meet the server just
+/// as it goes back to sleep; the first call on each must be answered, and
+/// the server must notice when everyone has gone. (The race this is
+/// about, a wake-up given after the thread's last check and before its
+/// sleep, is made to happen deterministically by the unit test
+/// `rpc::watch::tests::a_wake_lost_before_the_sleep_is_given_again`; this
+/// runs the whole path many times.)
+#[test]
+fn a_server_going_to_sleep_never_misses_a_descriptor_event() {
+    let _g = shared();
+    const ROUNDS: usize = 3000;
+    let (port, to_port) = ferry::port().expect("port");
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut server = RpcServer::new(port).expect("server");
+        server.set_policy(Policy::Block);
+        let mut reply = None;
+        let out = loop {
+            match server.reply_and_wait(reply.take(), Timeout::Infinite) {
+                Ok((conn, req)) => reply = Some((conn, Message::new(req.op()))),
+                Err(RpcError::NoClients) => break Ok(()),
+                Err(e) => break Err(e.to_string()),
+            }
+        };
+        let _ = done_tx.send(out);
+    });
+    let call_limit = Timeout::After(Duration::from_secs(20));
+    let mut idle = Connection::connect(&to_port, opts(Policy::Block)).expect("connect");
+    idle.call(Message::new(OP_ECHO), call_limit).expect("first call");
+    for round in 0..ROUNDS {
+        let mut c = Connection::connect(&to_port, opts(Policy::Block)).expect("connect");
+        match c.call(Message::new(OP_ECHO), call_limit) {
+            Ok(r) => assert_eq!(r.op(), OP_ECHO),
+            Err(e) => panic!("round {round}: the call on a new connection failed: {e} (the server slept through its arrival)"),
+        }
+    }
+    drop(idle);
+    drop(to_port);
+    match done_rx.recv_timeout(Duration::from_secs(20)) {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => panic!("the server failed: {e}"),
+        Err(_) => panic!("the server did not notice within 20 s that every client had gone"),
+    }
+}

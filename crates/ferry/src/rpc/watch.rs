@@ -25,6 +25,7 @@ use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use super::policy;
 use super::slot::{Slot, OFF_REQ_SEQ};
@@ -33,6 +34,17 @@ use crate::sys::wait::{Bell, Epoll, Interest};
 
 /// The `epoll` key of the bell that stops the watcher.
 pub(super) const STOP_KEY: u64 = u64::MAX;
+
+/// How long the watcher waits for the server thread to acknowledge a
+/// report before it wakes the thread again; the wait doubles after each
+/// wake, up to [`RE_WAKE_MAX`]. A thread that lost the first wake (see
+/// [`Shared::set_sleeper`]) answers within this; a thread busy with a
+/// long request costs the watcher a few wake calls a second.
+const RE_WAKE_FIRST: Duration = Duration::from_millis(1);
+
+/// The longest wait between two wakes of a thread that has not
+/// acknowledged a report.
+const RE_WAKE_MAX: Duration = Duration::from_millis(100);
 
 /// What a server thread and its watcher share.
 #[derive(Debug, Default)]
@@ -73,7 +85,12 @@ impl Shared {
     /// (`Some`), or is awake again (`None`). It sets the sleeper before it
     /// checks `gen` a last time, and the watcher bumps `gen` before it
     /// takes the sleeper, both under this lock: either the thread sees the
-    /// new generation, or the watcher sees the sleeper and wakes it.
+    /// new generation, or the watcher sees the sleeper and wakes it. That
+    /// wake can still come after the check and before the thread's
+    /// `FUTEX_WAIT` begins, and then it is lost (the word the thread waits
+    /// on is the client's, which the watcher must not change): so the
+    /// watcher wakes the thread again while the acknowledgement does not
+    /// come ([`RE_WAKE_FIRST`]).
     pub(super) fn set_sleeper(&self, slot: Option<Arc<Slot>>) {
         *self.sleeper.lock().unwrap_or_else(|e| e.into_inner()) = slot;
     }
@@ -82,13 +99,18 @@ impl Shared {
     /// sleeps: on the generation (with its slots) or on one slot's word.
     fn report(&self) -> u32 {
         let g = self.gen.fetch_add(1, Ordering::SeqCst).wrapping_add(1);
+        self.wake();
+        g
+    }
+
+    /// Wakes the server thread wherever it sleeps.
+    fn wake(&self) {
         policy::count_wake();
         let _ = futex::wake_private(&self.gen);
         if let Some(slot) = self.sleeper.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
             policy::count_wake();
             let _ = futex::wake(slot.word(OFF_REQ_SEQ));
         }
-        g
     }
 
     /// The server has looked at its sockets after reading `gen` as `g`:
@@ -153,14 +175,22 @@ fn run(epoll: &Epoll, s: &Shared) {
             continue;
         }
         let g = s.report();
+        let mut patience = RE_WAKE_FIRST;
         loop {
             let a = s.acked.load(Ordering::Acquire);
             if a == g || !s.running() {
                 break;
             }
             policy::count_futex_wait();
-            if futex::wait_private(&s.acked, a).is_err() {
-                break;
+            match futex::wait_private(&s.acked, a, Some(patience)) {
+                Err(_) => break,
+                // Not acknowledged yet: the thread may be busy, or asleep
+                // after losing the wake (see `Shared::set_sleeper`).
+                Ok(futex::Woken::TimedOut) => {
+                    s.wake();
+                    patience = (patience * 2).min(RE_WAKE_MAX);
+                }
+                Ok(_) => {}
             }
         }
     }
@@ -168,4 +198,48 @@ fn run(epoll: &Epoll, s: &Shared) {
     // waiting in epoll itself.
     s.stop.store(true, Ordering::Release);
     s.report();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sys::futex::Woken;
+
+    /// The race of [`Shared::set_sleeper`], made to happen: the server
+    /// thread has checked the generation and is about to sleep on its one
+    /// slot's request word when the watcher reports, so the report's wake
+    /// finds nobody waiting. The watcher must wake the thread again; before
+    /// it did, the thread slept until a client published a request (for
+    /// ever, once every client had gone).
+    #[test]
+    fn a_wake_lost_before_the_sleep_is_given_again() {
+        let epoll = Arc::new(Epoll::new().expect("epoll"));
+        let event = Bell::new().expect("bell");
+        epoll.add(event.as_fd(), Interest::Readable, 1).expect("add");
+        let watcher = Watcher::start(epoll).expect("watcher");
+        let s = watcher.shared();
+        let (slot, _fd) = Slot::create().expect("slot");
+        let slot = Arc::new(slot);
+        let expected = slot.word(OFF_REQ_SEQ).load(Ordering::SeqCst);
+
+        // The thread's last look at the generation, then its sleeper.
+        let gen = s.gen.load(Ordering::SeqCst);
+        s.set_sleeper(Some(slot.clone()));
+        // A descriptor event, reported (and its wake given) before the
+        // thread sleeps.
+        event.ring().expect("ring");
+        let start = std::time::Instant::now();
+        while s.gen.load(Ordering::SeqCst) == gen {
+            assert!(start.elapsed() < Duration::from_secs(10), "the watcher never reported");
+            std::thread::yield_now();
+        }
+        // Now the thread sleeps, on the word no client will change.
+        let slept = std::time::Instant::now();
+        let woken = futex::wait(slot.word(OFF_REQ_SEQ), expected, Some(Duration::from_secs(5))).expect("wait");
+        assert_ne!(woken, Woken::TimedOut, "the sleeping thread was not woken again");
+        assert!(slept.elapsed() < Duration::from_secs(5));
+        s.set_sleeper(None);
+        s.ack(s.gen.load(Ordering::SeqCst));
+        drop(watcher);
+    }
 }

@@ -107,8 +107,9 @@ pub fn wait_any<'a>(words: impl IntoIterator<Item = AnyWord<'a>>, deadline: Opti
 
 /// [`wait`] on a word only this process maps (a private futex: cheaper to
 /// key than a shared one).
-pub fn wait_private(word: &AtomicU32, expected: u32) -> rustix::io::Result<Woken> {
-    match futex::wait(word, futex::Flags::PRIVATE, expected, None) {
+pub fn wait_private(word: &AtomicU32, expected: u32, timeout: Option<Duration>) -> rustix::io::Result<Woken> {
+    let ts = timeout.map(|d| futex::Timespec { tv_sec: d.as_secs() as i64, tv_nsec: d.subsec_nanos() as i64 });
+    match futex::wait(word, futex::Flags::PRIVATE, expected, ts.as_ref()) {
         Ok(()) | Err(Errno::INTR) => Ok(Woken::Maybe),
         Err(Errno::AGAIN) => Ok(Woken::Changed),
         Err(Errno::TIMEDOUT) => Ok(Woken::TimedOut),

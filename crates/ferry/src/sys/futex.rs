@@ -433,6 +433,7 @@ unsafe fn block_copy(src: *const u8, dst: *mut u8, len: usize) {
 /// # Safety
 /// As for [`block_copy`].
 #[cfg(target_arch = "x86_64")]
+#[inline(always)]
 unsafe fn word_copy(src: *const u8, dst: *mut u8, len: usize) {
     // SAFETY: the caller guarantees both ranges. The loop reads and writes
     // only within `[src, src + len)` and `[dst, dst + len)`; it changes
@@ -468,21 +469,22 @@ unsafe fn word_copy(src: *const u8, dst: *mut u8, len: usize) {
 }
 
 /// [`block_copy`] in 64-byte steps of two 32-byte AVX2 moves, the rest
-/// as [`word_copy`] moves it.
+/// by [`word_copy`].
 ///
 /// # Safety
 /// As for [`block_copy`], and the CPU must have AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn avx2_copy(src: *const u8, dst: *mut u8, len: usize) {
+    let (rest, src_rest, dst_rest): (usize, *const u8, *mut u8);
     // SAFETY: the caller guarantees both ranges and AVX2. The loop reads
-    // and writes only within `[src, src + len)` and `[dst, dst + len)`:
-    // it moves 64 bytes while at least 64 are left, then 8 while 8 are
-    // left, then single bytes. It changes rax, rcx, rsi, rdi and the
-    // flags, and `clobber_abi("C")` declares
-    // every register a call may change, so `vzeroupper` (which clears the
-    // upper halves of all vector registers, avoiding the SSE transition
-    // penalty after the function) disturbs nothing the compiler keeps.
+    // and writes only within `[src, src + len)` and `[dst, dst + len)`: it
+    // moves 64 bytes while at least 64 are left and hands back how many
+    // are left and where. It changes rcx, rsi, rdi and the flags, and
+    // `clobber_abi("C")` declares every register a call may change, so
+    // `vzeroupper` (which clears the upper halves of all vector registers,
+    // avoiding the SSE transition penalty after the function) disturbs
+    // nothing the compiler keeps.
     unsafe {
         std::arch::asm!(
             "2:",
@@ -497,32 +499,16 @@ unsafe fn avx2_copy(src: *const u8, dst: *mut u8, len: usize) {
             "sub rcx, 64",
             "jmp 2b",
             "3:",
-            "cmp rcx, 8",
-            "jb 4f",
-            "mov rax, [rsi]",
-            "mov [rdi], rax",
-            "add rsi, 8",
-            "add rdi, 8",
-            "sub rcx, 8",
-            "jmp 3b",
-            "4:",
-            "test rcx, rcx",
-            "jz 5f",
-            "mov al, [rsi]",
-            "mov [rdi], al",
-            "inc rsi",
-            "inc rdi",
-            "dec rcx",
-            "jmp 4b",
-            "5:",
             "vzeroupper",
-            inout("rcx") len => _,
-            inout("rsi") src => _,
-            inout("rdi") dst => _,
+            inout("rcx") len => rest,
+            inout("rsi") src => src_rest,
+            inout("rdi") dst => dst_rest,
             clobber_abi("C"),
             options(nostack),
         );
     }
+    // SAFETY: what is left of the two ranges, which the loop did not touch.
+    unsafe { word_copy(src_rest, dst_rest, rest) }
 }
 
 #[cfg(test)]

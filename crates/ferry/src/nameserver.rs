@@ -23,7 +23,7 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -424,16 +424,9 @@ impl NameServer {
     /// client has hung up.
     fn drain_refused(&mut self, key: u32) {
         let Some((sock, ..)) = self.refused.get(&key) else { return };
-        let mut scratch = [0u8; 64];
-        for _ in 0..8 {
-            match socket::recv(sock.as_fd(), &mut scratch, false) {
-                Ok(d) if d.is_eof() => break,
-                Ok(_) => continue,
-                Err(Errno::AGAIN) => return,
-                Err(_) => break,
-            }
+        if !discard_unread(sock.as_fd()) {
+            self.close_refused(key);
         }
-        self.close_refused(key);
     }
 
     fn close_refused(&mut self, key: u32) {
@@ -521,17 +514,9 @@ impl NameServer {
             // connection and the farewell with it: read what came already.
             // The connection is kept open (within bounds) until the client
             // hangs up, reading what it sends meanwhile.
-            let drain = || {
-                let mut scratch = [0u8; 64];
-                for _ in 0..8 {
-                    if !socket::recv(sock.as_fd(), &mut scratch, false).is_ok_and(|d| !d.is_eof()) {
-                        break;
-                    }
-                }
-            };
-            drain();
+            discard_unread(sock.as_fd());
             let _ = send_on(sock.as_fd(), refusal(limit_reached(what, limit)), Timeout::Zero);
-            drain();
+            discard_unread(sock.as_fd());
             if what == Limit::Connections || !self.fds_exhausted() {
                 self.linger(sock, peer.uid);
             }
@@ -808,4 +793,21 @@ impl protocol::Service for Requests<'_> {
             None => Err(Refusal::NotFound),
         }
     }
+}
+
+/// Reads and discards up to eight datagrams a refused client sent, so that
+/// closing its connection does not reset the refusal away. True while the
+/// client is still connected with nothing more to read yet; false once it
+/// hung up, failed, or keeps sending.
+fn discard_unread(sock: BorrowedFd<'_>) -> bool {
+    let mut scratch = [0u8; 64];
+    for _ in 0..8 {
+        match socket::recv(sock, &mut scratch, false) {
+            Ok(d) if d.is_eof() => return false,
+            Ok(_) => {}
+            Err(Errno::AGAIN) => return true,
+            Err(_) => return false,
+        }
+    }
+    false
 }

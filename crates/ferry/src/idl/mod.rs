@@ -321,8 +321,8 @@ impl Answer {
     }
 }
 
-/// Writes an operation's outcome into `enc` (emptied first) and says which
-/// reply it is.
+/// Writes an operation's outcome into `enc` (which the caller emptied)
+/// and says which reply it is.
 #[doc(hidden)]
 #[inline]
 pub fn answer_into<R: Wire, E: Wire>(enc: &mut Encoder, r: Result<R, E>) -> Answer {

@@ -112,9 +112,7 @@ pub(super) fn send_reply(c: &mut Conn, seq: u32, via_slot: bool, mut msg: Messag
     if fits {
         probe::server_stamp(slot, 1);
         slot.put_reply(seq, msg.op(), msg.body(), &[], slot::VIA_SLOT);
-        if msg.body_mut().capacity() <= 2 * SLOT_INLINE {
-            *spare = std::mem::take(msg.body_mut());
-        }
+        keep_spare(msg.body_mut(), spare);
     } else {
         match frame::send_framed(c.sock.as_fd(), RPC_SOCKET_REPLY, seq, msg) {
             Ok(()) => slot.put_reply(seq, 0, &[], &[], slot::VIA_SOCKET),
@@ -142,9 +140,7 @@ pub(super) fn send_reply_parts(c: &mut Conn, seq: u32, via_slot: bool, op: u32, 
         Some(slot) if via_slot && head.len() + tail.len() <= SLOT_INLINE => {
             probe::server_stamp(slot, 1);
             slot.put_reply(seq, op, head, tail, slot::VIA_SLOT);
-            if tail.capacity() > spare.capacity() && tail.capacity() <= 2 * SLOT_INLINE {
-                std::mem::swap(tail, spare);
-            }
+            keep_spare(tail, spare);
             wake_client(c, slot)
         }
         _ => send_reply(c, seq, via_slot, Message::new(op).with_body([&head[..], &tail[..]].concat()), spare),
@@ -152,6 +148,15 @@ pub(super) fn send_reply_parts(c: &mut Conn, seq: u32, via_slot: bool, op: u32, 
     head.clear();
     tail.clear();
     out
+}
+
+/// Leaves in `spare`, for the server's next request, the larger of its
+/// allocation and `buf`'s (a reply body already in the slot), unless that
+/// is larger than a slot body needs.
+fn keep_spare(buf: &mut Vec<u8>, spare: &mut Vec<u8>) {
+    if buf.capacity() > spare.capacity() && buf.capacity() <= 2 * SLOT_INLINE {
+        std::mem::swap(buf, spare);
+    }
 }
 
 /// Wakes the client of `c` after a reply was published in its slot, if it

@@ -234,10 +234,8 @@ mod tests {
             std::thread::yield_now();
         }
         // Now the thread sleeps, on the word no client will change.
-        let slept = std::time::Instant::now();
         let woken = futex::wait(slot.word(OFF_REQ_SEQ), expected, Some(Duration::from_secs(5))).expect("wait");
         assert_ne!(woken, Woken::TimedOut, "the sleeping thread was not woken again");
-        assert!(slept.elapsed() < Duration::from_secs(5));
         s.set_sleeper(None);
         s.ack(s.gen.load(Ordering::SeqCst));
         drop(watcher);

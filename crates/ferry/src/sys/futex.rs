@@ -158,7 +158,6 @@ pub fn monotonic_ns() -> u64 {
     t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
 }
 
-
 /// A shared, writable mapping of a whole memfd, accessed only as atomics.
 #[derive(Debug)]
 pub struct SharedWords {
@@ -208,24 +207,48 @@ impl SharedWords {
         unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(off) as *const AtomicU64, n) }
     }
 
-    /// The address of `len` bytes of the mapping from byte offset `off`
-    /// (8-aligned), checked once for the whole range. Panics if the range
-    /// is misaligned or out of range (offsets and lengths come from the
-    /// caller, checked against the slot's limits before they get here).
+    /// Panics unless `off` is 8-aligned, as the public copies promise
+    /// their callers on every architecture (the block copies themselves
+    /// need no alignment).
     #[cfg(target_arch = "x86_64")]
-    fn bytes(&self, off: usize, len: usize) -> *mut u8 {
-        assert!(off % 8 == 0 && off.checked_add(len).is_some_and(|end| end <= self.map.len()), "bad byte range {off}+{len}");
-        // SAFETY: `off` is within the mapping, as just checked.
-        unsafe { self.map.as_ptr().add(off) }
+    fn check_aligned(off: usize, len: usize) {
+        assert!(off % 8 == 0, "bad byte range {off}+{len}");
     }
 
-    /// As [`bytes`](Self::bytes), at any byte offset: the block copies
-    /// need no alignment.
+    /// The address of `len` bytes of the mapping from byte offset `off`,
+    /// checked once for the whole range. Panics if the range is out of
+    /// range (offsets and lengths come from the caller, checked against
+    /// the slot's limits before they get here).
     #[cfg(target_arch = "x86_64")]
     fn bytes_at(&self, off: usize, len: usize) -> *mut u8 {
         assert!(off.checked_add(len).is_some_and(|end| end <= self.map.len()), "bad byte range {off}+{len}");
         // SAFETY: `off` is within the mapping, as just checked.
         unsafe { self.map.as_ptr().add(off) }
+    }
+
+    /// Copies `src` (private memory) to byte offset `off`, any alignment.
+    #[cfg(target_arch = "x86_64")]
+    fn copy_in_at(&self, off: usize, src: &[u8]) {
+        let dst = self.bytes_at(off, src.len());
+        // SAFETY: `dst` is `src.len()` bytes of our writable mapping
+        // (checked by `bytes_at`); `src` is private memory we borrow, so
+        // disjoint from the mapping.
+        unsafe { block_copy(src.as_ptr(), dst, src.len()) }
+    }
+
+    /// Copies `len` bytes from byte offset `off`, any alignment, into
+    /// `buf`, replacing its contents and reusing its allocation.
+    #[cfg(target_arch = "x86_64")]
+    fn copy_out_at(&self, off: usize, len: usize, buf: &mut Vec<u8>) {
+        buf.clear();
+        buf.reserve(len);
+        let src = self.bytes_at(off, len);
+        // SAFETY: `src` is `len` bytes of our mapping (checked); the
+        // vector's buffer has room for `len` bytes (reserved above) and is
+        // private.
+        unsafe { block_copy(src, buf.as_mut_ptr(), len) };
+        // SAFETY: the copy above initialised the first `len` bytes.
+        unsafe { buf.set_len(len) };
     }
 
     /// Writes `head` and then `tail` as one run of bytes at byte offset
@@ -241,13 +264,7 @@ impl SharedWords {
         #[cfg(target_arch = "x86_64")]
         {
             self.write(off, head);
-            if !tail.is_empty() {
-                let dst = self.bytes_at(off + head.len(), tail.len());
-                // SAFETY: `dst` is `tail.len()` bytes of our writable
-                // mapping (checked by `bytes_at`); `tail` is private memory
-                // we borrow, so disjoint from the mapping.
-                unsafe { block_copy(tail.as_ptr(), dst, tail.len()) }
-            }
+            self.copy_in_at(off + head.len(), tail);
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
@@ -273,15 +290,7 @@ impl SharedWords {
         #[cfg(target_arch = "x86_64")]
         {
             self.read_into(off, at, head);
-            tail.clear();
-            tail.reserve(len - at);
-            let src = self.bytes_at(off + at, len - at);
-            // SAFETY: `src` is `len - at` bytes of our mapping (checked);
-            // the vector's buffer has room for them (reserved above) and
-            // is private.
-            unsafe { block_copy(src, tail.as_mut_ptr(), len - at) };
-            // SAFETY: the copy above initialised the first `len - at` bytes.
-            unsafe { tail.set_len(len - at) };
+            self.copy_out_at(off + at, len - at, tail);
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
@@ -296,14 +305,15 @@ impl SharedWords {
     /// of the shared memory. A peer writing at the same time can make the
     /// copy inconsistent (torn), never unsound.
     ///
-    /// On x86-64 the copy is one `rep movsb` ([`block_copy`]); elsewhere
-    /// relaxed 64-bit atomic loads.
+    /// On x86-64 the copy is a [`block_copy`]; elsewhere relaxed 64-bit
+    /// atomic loads.
     pub fn read(&self, off: usize, dst: &mut [u8]) {
         #[cfg(target_arch = "x86_64")]
         {
-            let src = self.bytes(off, dst.len());
+            Self::check_aligned(off, dst.len());
+            let src = self.bytes_at(off, dst.len());
             // SAFETY: `src` is `dst.len()` bytes of our mapping (checked by
-            // `bytes`, alive while `self` is borrowed); `dst` is a private
+            // `bytes_at`, alive while `self` is borrowed); `dst` is a private
             // buffer we borrow mutably, so disjoint from the mapping.
             unsafe { block_copy(src, dst.as_mut_ptr(), dst.len()) }
         }
@@ -328,20 +338,14 @@ impl SharedWords {
     /// back the last body it was given allocates nothing). Torn copies as
     /// for [`read`](Self::read).
     pub fn read_into(&self, off: usize, len: usize, buf: &mut Vec<u8>) {
-        buf.clear();
-        buf.reserve(len);
         #[cfg(target_arch = "x86_64")]
         {
-            let src = self.bytes(off, len);
-            // SAFETY: `src` is `len` bytes of our mapping (checked); the
-            // vector's buffer has room for `len` bytes (reserved above)
-            // and is private.
-            unsafe { block_copy(src, buf.as_mut_ptr(), len) };
-            // SAFETY: the copy above initialised the first `len` bytes.
-            unsafe { buf.set_len(len) };
+            Self::check_aligned(off, len);
+            self.copy_out_at(off, len, buf);
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
+            buf.clear();
             buf.resize(len, 0);
             self.read(off, buf);
         }
@@ -352,11 +356,8 @@ impl SharedWords {
     pub fn write(&self, off: usize, src: &[u8]) {
         #[cfg(target_arch = "x86_64")]
         {
-            let dst = self.bytes(off, src.len());
-            // SAFETY: `dst` is `src.len()` bytes of our writable mapping
-            // (checked by `bytes`); `src` is private memory we borrow, so
-            // disjoint from the mapping.
-            unsafe { block_copy(src.as_ptr(), dst, src.len()) }
+            Self::check_aligned(off, src.len());
+            self.copy_in_at(off, src);
         }
         #[cfg(not(target_arch = "x86_64"))]
         {

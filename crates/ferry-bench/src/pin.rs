@@ -11,7 +11,8 @@ use rustix::thread::{sched_getaffinity, sched_setaffinity, CpuSet};
 
 use crate::record::Placement;
 
-/// CPUs this process may run on, as the kernel reported them at start.
+/// CPUs the calling thread may run on now: the process's whole set only
+/// while nothing has pinned the thread (the harness asks before it pins).
 pub fn allowed_cpus() -> io::Result<Vec<usize>> {
     let set = sched_getaffinity(None)?;
     Ok((0..CpuSet::MAX_CPU).filter(|&c| set.is_set(c)).collect())

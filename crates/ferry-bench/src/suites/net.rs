@@ -1,8 +1,13 @@
 //! The `net` suite: ports across machines, two network servers over
 //! loopback, against raw QUIC (`quinn`, the same TLS 1.3 setup) and raw
 //! TCP. Everything runs in this process on threads (the nodes, their tokio
-//! runtimes, the receivers and echo servers), unpinned whatever the
-//! placement asks, since a network server is a set of threads.
+//! runtimes, the receivers and echo servers), grouped into two hosts: side
+//! 0 serves, side 1 holds the timing thread. The placement places hosts,
+//! not processes: same-core puts both hosts on one CPU, cross-core gives
+//! each host a CPU of its own (what crosses between hosts then crosses
+//! between CPUs, and a host's local hops do not), unpinned leaves every
+//! thread free. Every impl, raw QUIC included, runs a tokio runtime per
+//! host.
 //!
 //! - `null-roundtrip`: a message with no payload there and back
 //!   (`ferry-net`, `quic-raw`, `tcp-raw`). Target: `ferry-net` within 1.3×
@@ -77,17 +82,45 @@ pub fn cases() -> Vec<Case> {
 /// ferry-net and the baselines.
 pub fn impls() -> Vec<Impl> {
     vec![
-        Impl { name: "ferry-net", run: ferry_net },
-        Impl { name: "quic-raw", run: quic_raw },
-        Impl { name: "tcp-raw", run: tcp_raw },
-        Impl { name: "ferry-net-cor", run: ferry_net_cor },
-        Impl { name: "ferry-net-eager", run: ferry_net_eager },
-        Impl { name: "ferry-net-veth", run: |run| over_veth(run, ferry_net) },
-        Impl { name: "quic-raw-veth", run: |run| over_veth(run, quic_raw) },
-        Impl { name: "tcp-raw-veth", run: |run| over_veth(run, tcp_raw) },
-        Impl { name: "quic-relay", run: quic_relay },
-        Impl { name: "quic-relay-veth", run: |run| over_veth(run, quic_relay) },
+        Impl { name: "ferry-net", run: |run| placed(run, ferry_net) },
+        Impl { name: "quic-raw", run: |run| placed(run, quic_raw) },
+        Impl { name: "tcp-raw", run: |run| placed(run, tcp_raw) },
+        Impl { name: "ferry-net-cor", run: |run| placed(run, ferry_net_cor) },
+        Impl { name: "ferry-net-eager", run: |run| placed(run, ferry_net_eager) },
+        Impl { name: "ferry-net-veth", run: |run| placed(run, |run| over_veth(run, ferry_net)) },
+        Impl { name: "quic-raw-veth", run: |run| placed(run, |run| over_veth(run, quic_raw)) },
+        Impl { name: "tcp-raw-veth", run: |run| placed(run, |run| over_veth(run, tcp_raw)) },
+        Impl { name: "quic-relay", run: |run| placed(run, quic_relay) },
+        Impl { name: "quic-relay-veth", run: |run| placed(run, |run| over_veth(run, quic_relay)) },
     ]
+}
+
+thread_local! {
+    /// The CPU of each side's host (0 serves, 1 connects and times) for the
+    /// impl now running on this thread; `None` when unpinned.
+    static HOSTS: std::cell::Cell<Option<[usize; 2]>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs one round of an impl with each side's host on the CPU the
+/// placement gives it: the timing thread's CPU for side 1 (the host of the
+/// timing program), the other side's CPU for side 0. Same-core puts both
+/// hosts on one CPU; cross-core gives each host a CPU of its own, so what
+/// crosses between hosts crosses between CPUs and a host's local hops do
+/// not; unpinned leaves every thread free.
+fn placed(run: &mut Run<'_>, f: fn(&mut Run<'_>) -> Result<(), Skip>) -> Result<(), Skip> {
+    let hosts = run.own_cpu().zip(run.peer_cpu()).map(|(mine, other)| [other, mine]);
+    run.note(
+        "hosts",
+        match hosts {
+            None => "unpinned: every thread of both hosts free to run on any CPU".to_owned(),
+            Some([a, b]) if a == b => format!("both hosts' threads on CPU {a}"),
+            Some([a, b]) => format!("serving host's threads on CPU {a}, timing host's on CPU {b}"),
+        },
+    );
+    HOSTS.with(|h| h.set(hosts));
+    let r = f(run);
+    HOSTS.with(|h| h.set(None));
+    r
 }
 
 /// Two network namespaces joined by a veth pair, made for one round of a
@@ -175,10 +208,21 @@ fn addr(side: usize) -> SocketAddr {
     VETH.with(|v| v.borrow().as_ref().map_or_else(loopback, |v| SocketAddr::new(v.addr[side], 0)))
 }
 
-/// Runs `f`, which makes side `side`'s sockets, inside that side's network
-/// namespace when a `-veth` impl runs (the thread moves there and back).
+/// Runs `f`, which makes side `side`'s sockets or starts its threads, as
+/// that side's host: on its CPU (threads started inherit it; see
+/// [`placed`]) and, when a `-veth` impl runs, inside its network namespace.
+/// The calling thread moves there and back.
 fn on<T>(side: usize, f: impl FnOnce() -> T) -> Result<T, Skip> {
-    VETH.with(|v| {
+    let cpu = HOSTS.with(|h| h.get()).map(|h| h[side]);
+    let home_cpus = match cpu {
+        Some(c) => {
+            let home = rustix::thread::sched_getaffinity(None).map_err(skip)?;
+            crate::pin::pin_to(c).map_err(skip)?;
+            Some(home)
+        }
+        None => None,
+    };
+    let out = VETH.with(|v| {
         let v = v.borrow();
         let Some(v) = v.as_ref() else { return Ok(f()) };
         let home = std::fs::File::open("/proc/thread-self/ns/net").map_err(skip)?;
@@ -187,7 +231,11 @@ fn on<T>(side: usize, f: impl FnOnce() -> T) -> Result<T, Skip> {
         let out = f();
         rustix::thread::move_into_link_name_space(std::os::fd::AsFd::as_fd(&home), net).map_err(skip)?;
         Ok(out)
-    })
+    });
+    if let Some(home) = home_cpus {
+        rustix::thread::sched_setaffinity(None, &home).map_err(skip)?;
+    }
+    out
 }
 
 fn only(run: &Run<'_>, cases: &[&str]) -> Result<(), Skip> {
@@ -274,18 +322,17 @@ fn wire_bytes(node: &Node) -> u64 {
 /// `a` per operation; the receiver reads the case's `bytes` of it and
 /// acknowledges.
 fn ferry_net_region(run: &mut Run<'_>, how: Fetch, region: u64) -> Result<(), Skip> {
-    run.note("placement_ignored", "threads in one process, unpinned");
     let touched = run.case.bytes.min(region) as usize;
     run.note("region_bytes", region);
     run.note("touched", touched as f64 / region as f64);
     run.note("fetch", if how == Fetch::Whole { "whole (fetch_all)" } else { "on touch (mapped)" });
     let (mut srv, to_srv) = ferry::port().map_err(skip)?;
-    let (a, b, receiver, stop) = unpinned(run, || -> Result<_, Skip> {
+    let (a, b, receiver, stop) = (|| -> Result<_, Skip> {
         let (a, b) = linked_nodes("sink", to_srv)?;
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let s2 = stop.clone();
         // The receiving program: the first message brings the ack right.
-        let receiver = std::thread::spawn(move || {
+        let receiver = on(0, || std::thread::spawn(move || {
             let Ok(mut first) = srv.recv(WAIT) else { return };
             let Some(ferry::Item::Send(ack)) = first.take_items().pop() else { return };
             while !s2.load(std::sync::atomic::Ordering::Relaxed) {
@@ -324,9 +371,9 @@ fn ferry_net_region(run: &mut Run<'_>, how: Fetch, region: u64) -> Result<(), Sk
                     return;
                 }
             }
-        });
+        }))?;
         Ok((a, b, receiver, stop))
-    })?;
+    })()?;
     let sink = b.lookup("sink@a").map_err(skip)?;
     let (mut me, my_tx) = ferry::port().map_err(skip)?;
     sink.send(Message::new(0).with_item(my_tx), WAIT)?;
@@ -364,9 +411,8 @@ fn ferry_net_region(run: &mut Run<'_>, how: Fetch, region: u64) -> Result<(), Sk
 /// 256 MiB on a fresh QUIC stream per operation; the receiver reads it all
 /// into its buffer, touches it and answers one byte on the same stream.
 fn quic_raw_oneshot(run: &mut Run<'_>) -> Result<(), Skip> {
-    run.note("placement_ignored", "threads in one process, unpinned");
     let n = run.case.bytes as usize;
-    let rt = unpinned(run, || tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()).map_err(skip)?;
+    let (rt, rt_client) = (host_runtime(0)?, host_runtime(1)?);
     let (server, connect) = quic_pair(&rt)?;
     let srv = server.clone();
     rt.spawn(async move {
@@ -384,11 +430,11 @@ fn quic_raw_oneshot(run: &mut Run<'_>) -> Result<(), Skip> {
             let _ = send.finish();
         }
     });
-    let (conn, _client_ep) = connect(&rt)?;
+    let (conn, _client_ep) = connect(&rt_client)?;
     let data = vec![7u8; n];
     while run.more() {
         let t = Instant::now();
-        rt.block_on(async {
+        rt_client.block_on(async {
             let (mut send, mut recv) = conn.open_bi().await.map_err(skip)?;
             send.write_all(&data).await.map_err(skip)?;
             let _ = send.finish();
@@ -399,6 +445,7 @@ fn quic_raw_oneshot(run: &mut Run<'_>) -> Result<(), Skip> {
     }
     conn.close(0u32.into(), b"done");
     server.close(0u32.into(), b"done");
+    rt_client.shutdown_timeout(Duration::from_secs(1));
     rt.shutdown_timeout(Duration::from_secs(1));
     Ok(())
 }
@@ -431,14 +478,19 @@ fn quic_pair(rt: &tokio::runtime::Runtime) -> Result<(quinn::Endpoint, Connect),
     Ok((server, connect))
 }
 
+/// A tokio runtime for side `side`'s host, as a node has (two workers),
+/// its threads on that host's CPU.
+fn host_runtime(side: usize) -> Result<tokio::runtime::Runtime, Skip> {
+    on(side, || tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build())?.map_err(skip)
+}
+
 /// 256 MiB on one TCP connection per operation; the receiver reads it all,
 /// touches it and answers one byte.
 fn tcp_raw_oneshot(run: &mut Run<'_>) -> Result<(), Skip> {
-    run.note("placement_ignored", "threads in one process, unpinned");
     let n = run.case.bytes as usize;
     let l = on(0, || TcpListener::bind(addr(0)))?.map_err(skip)?;
     let addr = l.local_addr().map_err(skip)?;
-    let sink = unpinned(run, || {
+    let sink = on(0, || {
         std::thread::spawn(move || {
             let Ok((mut s, _)) = l.accept() else { return };
             let mut buf = vec![0u8; n];
@@ -449,7 +501,7 @@ fn tcp_raw_oneshot(run: &mut Run<'_>) -> Result<(), Skip> {
                 }
             }
         })
-    });
+    })?;
     let mut c = on(1, || TcpStream::connect(addr))?.map_err(skip)?;
     c.set_nodelay(true).map_err(skip)?;
     let data = vec![7u8; n];
@@ -475,32 +527,14 @@ fn skip(e: impl std::fmt::Display) -> Skip {
     Skip::new(format!("failed: {e}"))
 }
 
-/// Runs `f` with this thread unpinned, so threads it starts run anywhere,
-/// then pins the thread back where the placement put it.
-fn unpinned<T>(run: &Run<'_>, f: impl FnOnce() -> T) -> T {
-    let allowed = crate::pin::allowed_cpus().unwrap_or_default();
-    let _ = crate::pin::unpin(&allowed);
-    let out = f();
-    if let Some(cpu) = run.own_cpu() {
-        let _ = crate::pin::pin_to(cpu);
-    }
-    out
-}
-
 fn ferry_net_roundtrip(run: &mut Run<'_>) -> Result<(), Skip> {
-    run.note("placement_ignored", "threads in one process, unpinned");
-    let (a, b, echo, stop) = unpinned(run, || -> Result<_, Skip> {
-        let ia = Identity::generate("a").map_err(skip)?;
-        let ib = Identity::generate("b").map_err(skip)?;
-        let a = on(0, || Node::start(NodeConfig::new(ia.clone(), vec![Peer { name: "b".into(), cert: ib.cert.clone() }], addr(0))))?.map_err(skip)?;
-        let b = on(1, || Node::start(NodeConfig::new(ib, vec![Peer { name: "a".into(), cert: ia.cert.clone() }], addr(1))))?.map_err(skip)?;
-        b.connect("a", a.local_addr().map_err(skip)?).map_err(skip)?;
+    let (a, b, echo, stop) = (|| -> Result<_, Skip> {
         let (mut srv, to_srv) = ferry::port().map_err(skip)?;
-        a.export("echo", to_srv);
+        let (a, b) = linked_nodes("echo", to_srv)?;
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let s2 = stop.clone();
         // The echo server: the first message brings the reply right.
-        let echo = std::thread::spawn(move || {
+        let echo = on(0, || std::thread::spawn(move || {
             let Ok(mut first) = srv.recv(WAIT) else { return };
             let Some(ferry::Item::Send(back)) = first.take_items().pop() else { return };
             let _ = back.send(Message::new(0), WAIT);
@@ -515,9 +549,9 @@ fn ferry_net_roundtrip(run: &mut Run<'_>) -> Result<(), Skip> {
                     Err(_) => return,
                 }
             }
-        });
+        }))?;
         Ok((a, b, echo, stop))
-    })?;
+    })()?;
     let remote = b.lookup("echo@a").map_err(skip)?;
     let (mut me, my_tx) = ferry::port().map_err(skip)?;
     remote.send(Message::new(0).with_item(my_tx), WAIT)?;
@@ -535,21 +569,13 @@ fn ferry_net_roundtrip(run: &mut Run<'_>) -> Result<(), Skip> {
 }
 
 fn quic_raw_roundtrip(run: &mut Run<'_>) -> Result<(), Skip> {
-    run.note("placement_ignored", "threads in one process, unpinned");
     run.note("token_bytes", 1u64);
-    let rt = unpinned(run, || tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()).map_err(skip)?;
-    let ia = Identity::generate("a").map_err(skip)?;
-    let ib = Identity::generate("b").map_err(skip)?;
-    let server_cfg = ferry_net::tls::quic_server_config(&ia, vec![Peer { name: "b".into(), cert: ib.cert.clone() }]).map_err(skip)?;
-    let client_cfg = ferry_net::tls::quic_client_config(&ib, &Peer { name: "a".into(), cert: ia.cert.clone() }).map_err(skip)?;
-    let (server, server_addr) = on(0, || {
-        rt.block_on(async {
-            let ep = quinn::Endpoint::server(server_cfg, addr(0))?;
-            let addr = ep.local_addr()?;
-            Ok::<_, std::io::Error>((ep, addr))
-        })
-    })?
-    .map_err(skip)?;
+    // A runtime per host, as two machines have (and as the nodes and the
+    // relay have): one runtime driving both endpoints would carry a packet
+    // from client to server without waking any thread, which no two hosts
+    // can do.
+    let (rt, rt_client) = (host_runtime(0)?, host_runtime(1)?);
+    let (server, connect) = quic_pair(&rt)?;
     let srv = server.clone();
     rt.spawn(async move {
         let Some(inc) = srv.accept().await else { return };
@@ -562,23 +588,12 @@ fn quic_raw_roundtrip(run: &mut Run<'_>) -> Result<(), Skip> {
             }
         }
     });
-    let client = on(1, || {
-            let _in_runtime = rt.enter();
-            quinn::Endpoint::client(addr(1))
-        })?.map_err(skip)?;
-    let (conn, mut send, mut recv) = rt
-        .block_on(async move {
-            let mut ep = client;
-            ep.set_default_client_config(client_cfg);
-            let conn = ep.connect(server_addr, "ferry-peer").map_err(std::io::Error::other)?.await?;
-            let (send, recv) = conn.open_bi().await?;
-            Ok::<_, std::io::Error>((conn, send, recv))
-        })
-        .map_err(skip)?;
+    let (conn, _client_ep) = connect(&rt_client)?;
+    let (mut send, mut recv) = rt_client.block_on(conn.open_bi()).map_err(skip)?;
     let mut b = [1u8; 1];
     while run.more() {
         let t = Instant::now();
-        rt.block_on(async {
+        rt_client.block_on(async {
             send.write_all(&b).await.map_err(skip)?;
             recv.read_exact(&mut b).await.map_err(skip)
         })?;
@@ -586,6 +601,7 @@ fn quic_raw_roundtrip(run: &mut Run<'_>) -> Result<(), Skip> {
     }
     conn.close(0u32.into(), b"done");
     server.close(0u32.into(), b"done");
+    rt_client.shutdown_timeout(Duration::from_secs(1));
     rt.shutdown_timeout(Duration::from_secs(1));
     Ok(())
 }
@@ -602,11 +618,9 @@ fn quic_raw_roundtrip(run: &mut Run<'_>) -> Result<(), Skip> {
 fn quic_relay(run: &mut Run<'_>) -> Result<(), Skip> {
     use tokio::net::UnixDatagram;
     only(run, &["null-roundtrip"])?;
-    run.note("placement_ignored", "threads in one process, unpinned");
     run.note("token_bytes", 1u64);
     run.note("local_hops", "Unix datagram socket pairs, one per host, each way");
-    let runtime = || tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().map_err(skip);
-    let (rt_a, rt_b) = unpinned(run, || Ok::<_, Skip>((runtime()?, runtime()?)))?;
+    let (rt_a, rt_b) = (host_runtime(0)?, host_runtime(1)?);
     let (server, connect) = quic_pair(&rt_a)?;
     // Side 1 (the caller's host): the timing thread's socket and its relay's.
     let (mine, relay_b) = std::os::unix::net::UnixDatagram::pair().map_err(skip)?;
@@ -627,7 +641,7 @@ fn quic_relay(run: &mut Run<'_>) -> Result<(), Skip> {
     echo_sock.set_read_timeout(Some(Duration::from_millis(200))).map_err(skip)?;
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let s2 = stop.clone();
-    let echo = unpinned(run, || {
+    let echo = on(0, || {
         std::thread::spawn(move || {
             let mut b = [0u8; 1];
             while !s2.load(std::sync::atomic::Ordering::Relaxed) {
@@ -642,7 +656,7 @@ fn quic_relay(run: &mut Run<'_>) -> Result<(), Skip> {
                 }
             }
         })
-    });
+    })?;
     let (conn, _client_ep) = connect(&rt_b)?;
     let (send, recv) = rt_b.block_on(conn.open_bi()).map_err(skip)?;
     let sock = {
@@ -693,11 +707,10 @@ async fn relay_down(mut recv: quinn::RecvStream, sock: Arc<tokio::net::UnixDatag
 }
 
 fn tcp_raw_roundtrip(run: &mut Run<'_>) -> Result<(), Skip> {
-    run.note("placement_ignored", "threads in one process, unpinned");
     run.note("token_bytes", 1u64);
     let l = on(0, || TcpListener::bind(addr(0)))?.map_err(skip)?;
     let addr = l.local_addr().map_err(skip)?;
-    let echo = unpinned(run, || {
+    let echo = on(0, || {
         std::thread::spawn(move || {
             let Ok((mut s, _)) = l.accept() else { return };
             let _ = s.set_nodelay(true);
@@ -708,7 +721,7 @@ fn tcp_raw_roundtrip(run: &mut Run<'_>) -> Result<(), Skip> {
                 }
             }
         })
-    });
+    })?;
     let mut c = on(1, || TcpStream::connect(addr))?.map_err(skip)?;
     c.set_nodelay(true).map_err(skip)?;
     let mut b = [1u8; 1];

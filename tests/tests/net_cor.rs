@@ -468,6 +468,117 @@ fn per_user_budgets_count_each_local_user_on_its_own() {
     });
 }
 
+/// A right sent again counts again: each arrival is a proxy on the far
+/// side. So resending one right stops at its sender's budget, and the
+/// budget comes back reference by reference as the far side lets go.
+#[test]
+fn a_right_sent_again_counts_again_against_its_senders_budget() {
+    watchdog("a_right_sent_again_counts_again_against_its_senders_budget", LIMIT, || {
+        let (ia, ib) = identities();
+        let (a, b) = nodes_with(&ia, &ib, |c| c.max_exports_per_user = 3);
+        b.connect("a", a.local_addr().unwrap()).unwrap();
+        let (mut srv, data) = export_data(&a, &b);
+        let (mut me, _keep) = ferry::port().unwrap();
+        let (_port, mine) = ferry::port().unwrap();
+        let uid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap());
+        let usage = || b.usage().iter().map(|u| (u.peer.clone(), u.uid, u.rights, u.regions)).collect::<Vec<_>>();
+
+        // The same right three times: three references the far side holds.
+        let mut held = Vec::new();
+        for op in 1..=3 {
+            data.send(Message::new(op).with_item(mine.try_clone().unwrap()), WAIT).unwrap();
+            let mut m = srv.recv(WAIT).unwrap();
+            let Some(Item::Send(r)) = m.take_items().pop() else { panic!("a right") };
+            assert!(!r.is_dead(), "the third copy arrives as a live proxy");
+            held.push(r);
+        }
+        assert_eq!(usage(), [("a".to_string(), uid, 3, 0)]);
+        // A fourth copy (with a reply right, for the refusal) is past it.
+        data.send(Message::new(4).with_item(mine.try_clone().unwrap()).with_reply(me.make_send_once().unwrap()), WAIT).unwrap();
+        let answer = me.recv(WAIT).unwrap();
+        assert_eq!(ferry_net::Refusal::of(&answer).map(|(r, _)| r), Some(ferry_net::Refusal::OverBudget));
+        // The far side lets go of two: two references are free again.
+        held.truncate(1);
+        common::wait_until("two references to be released", || usage() == [("a".to_string(), uid, 1, 0)]);
+        data.send(Message::new(5).with_item(mine.try_clone().unwrap()).with_reply(me.make_send_once().unwrap()), WAIT).unwrap();
+        let m = srv.recv(WAIT).unwrap();
+        assert_eq!((m.op(), m.items().len()), (5, 1), "within the budget again");
+        drop((held, m));
+        common::wait_until("every reference to be released", || usage().is_empty());
+    });
+}
+
+/// One user resending one right cannot take the far side's proxies from
+/// another user: with a peer that holds at most five of this host's
+/// references and three per user, root's resends stop at three and
+/// another user's two rights still arrive as live proxies.
+#[test]
+fn one_user_resending_a_right_leaves_the_peers_proxies_to_others() {
+    use std::io::{BufRead, Write};
+    use std::process::Stdio;
+
+    use ferry::spawn::CommandExt;
+
+    if !common::can_play_other_user("one_user_resending_a_right_leaves_the_peers_proxies_to_others") {
+        return;
+    }
+    watchdog("one_user_resending_a_right_leaves_the_peers_proxies_to_others", LIMIT, || {
+        let (ia, ib) = identities();
+        let mut ca = config(&ia, vec![Peer { name: "b".into(), cert: ib.cert.clone() }]);
+        ca.max_proxies_per_peer = 5;
+        let a = Node::start(ca).unwrap();
+        let mut cb = config(&ib, vec![Peer { name: "a".into(), cert: ia.cert.clone() }]);
+        cb.max_exports_per_user = 3;
+        let b = Node::start(cb).unwrap();
+        b.connect("a", a.local_addr().unwrap()).unwrap();
+        let (mut srv, data) = export_data(&a, &b);
+        let (mut me, _keep) = ferry::port().unwrap();
+        let (_port, mine) = ferry::port().unwrap();
+
+        // Root sends one right five times; each copy would be a proxy on
+        // the far side. Three arrive; the other two (sent with a reply
+        // right, to hear why) are refused.
+        let mut held = Vec::new();
+        for op in 1..=3 {
+            data.send(Message::new(op).with_item(mine.try_clone().unwrap()), WAIT).unwrap();
+            let mut m = srv.recv(WAIT).unwrap();
+            let Some(Item::Send(r)) = m.take_items().pop() else { panic!("a right") };
+            assert!(!r.is_dead());
+            held.push(r);
+        }
+        for op in 4..=5 {
+            data.send(Message::new(op).with_item(mine.try_clone().unwrap()).with_reply(me.make_send_once().unwrap()), WAIT).unwrap();
+            let answer = me.recv(WAIT).unwrap();
+            assert_eq!(ferry_net::Refusal::of(&answer).map(|(r, _)| r), Some(ferry_net::Refusal::OverBudget), "op {op}");
+        }
+
+        // Another user's two rights arrive as live proxies.
+        let mut other = common::peer_command_as(common::NOBODY, std::path::Path::new("/nonexistent"), "keep-rights", &[])
+            .pass_right(&data)
+            .unwrap()
+            .stdin(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut said = std::io::BufReader::new(other.stdout.take().unwrap()).lines();
+        let mut tell = other.stdin.take().unwrap();
+        assert_eq!(said.next().unwrap().unwrap(), "sent 10");
+        let mut theirs = srv.recv(WAIT).unwrap();
+        assert_eq!(theirs.op(), 10);
+        let items = theirs.take_items();
+        assert_eq!(items.len(), 2);
+        for it in &items {
+            let Item::Send(r) = it else { panic!("a right") };
+            assert!(!r.is_dead(), "another user's right arrived as a dead name: root took the peer's proxies");
+        }
+        writeln!(tell).unwrap();
+        let _ = said.next();
+        writeln!(tell).unwrap();
+        drop(tell);
+        assert!(other.wait().unwrap().success());
+        drop((held, items));
+    });
+}
+
 #[test]
 fn a_whole_fetch_over_the_limit_is_refused_and_the_region_still_maps() {
     watchdog("a_whole_fetch_over_the_limit_is_refused_and_the_region_still_maps", LIMIT, || {

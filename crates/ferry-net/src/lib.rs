@@ -14,6 +14,7 @@
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 
+mod budget;
 pub mod cor;
 mod deadwatch;
 pub mod frame;
@@ -25,5 +26,5 @@ pub mod tls;
 
 pub use cor::RemoteRegion;
 pub use redial::Redial;
-pub use node::{LinkInfo, NetError, NetStats, Node, NodeConfig, Refusal, REFUSED};
+pub use node::{LinkInfo, NetError, NetStats, Node, NodeConfig, Refusal, UserUsage, REFUSED};
 pub use tls::{Identity, Peer};

@@ -216,6 +216,10 @@ pub struct Output {
     pub events: Vec<Event>,
     /// Frames to send to the peer (control stream).
     pub frames: Vec<Frame>,
+    /// References to this side's exports that the peer let go of, as
+    /// (export id, count): what the driver charged to whoever sent them
+    /// is free again.
+    pub released: Vec<(u64, u64)>,
 }
 
 #[derive(Debug)]
@@ -714,6 +718,7 @@ impl Link {
                 }
                 e.refs -= u64::from(count);
                 e.uses_announced = e.uses_announced.max(uses);
+                out.released.push((id, u64::from(count)));
                 self.maybe_free(id, &mut out);
             }
             Frame::RegionRelease { id } => {

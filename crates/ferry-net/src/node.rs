@@ -35,8 +35,9 @@ use ferry::tokio::{AsyncReceiveRight, AsyncReplyReceiver, AsyncSendRight};
 use ferry::{Item, MapOptions, MappedRegion, Message, RecvError, RegionItem, Reply, SendOnceRight, SendRight, Timeout};
 use tokio::sync::{oneshot, watch};
 
+use crate::budget::{Budgets, LOOKUPS};
 use crate::cor::{self, Counters, Fetcher};
-use crate::frame::{Frame, MAX_EAGER_REGION, MAX_FRAME};
+use crate::frame::{Cap, Frame, Part, MAX_EAGER_REGION, MAX_FRAME};
 use crate::link::{Event, Incoming, Key, Link, LinkError, Outgoing, Store};
 use crate::tls::{self, Identity, Peer};
 
@@ -55,9 +56,14 @@ pub struct NodeConfig {
     /// Bound on connecting, on each lookup, and on each step of a region's
     /// fetch (opening its stream, and each mebibyte of the answer).
     pub op_timeout: Duration,
-    /// Most rights one local user (by the kernel-reported uid of the
-    /// messages it sends to proxies) may have this node keep for one peer
-    /// at once (exports: each costs a kept right and a watcher). A message
+    /// Most references to this host's ports one local user (by the
+    /// kernel-reported uid of the messages it sends to proxies) may have
+    /// sent to one peer and not yet seen let go. Every right sent counts,
+    /// a right sent again counts again: each arrival is a proxy on the far
+    /// side, which holds at most `max_proxies_per_peer` of this host's, so
+    /// the budget is what keeps one user from taking all of them (with the
+    /// defaults, a quarter). It also bounds the rights this node keeps for
+    /// that user's exports (each a kept right and a watcher). A message
     /// that would pass it is refused with [`Refusal::OverBudget`].
     pub max_exports_per_user: usize,
     /// Most regions one local user may have this node keep for one peer at
@@ -79,7 +85,7 @@ pub struct NodeConfig {
 
 impl NodeConfig {
     /// A configuration with defaults: 10 s idle timeout, 5 s per operation,
-    /// 4096 kept rights and 64 regions by reference per local user and
+    /// 4096 rights held by the peer and 64 regions by reference per local user and
     /// peer, 16 384 proxies and 256 MiB of message frames per peer.
     pub fn new(identity: Identity, peers: Vec<Peer>, listen: SocketAddr) -> NodeConfig {
         NodeConfig {
@@ -183,8 +189,8 @@ pub enum Refusal {
     MutableRegion,
     /// A local failure while translating it (out of descriptors, memory).
     Failed,
-    /// Its sender's user already has as many rights or regions kept for
-    /// this peer as the node allows one user
+    /// Its sender's user already has as many rights held by this peer, or
+    /// regions kept for it, as the node allows one user
     /// ([`NodeConfig::max_exports_per_user`],
     /// [`NodeConfig::max_regions_per_user`]); they are freed as the peer
     /// lets go.
@@ -248,6 +254,23 @@ pub struct LinkInfo {
     pub wire_received: u64,
 }
 
+/// What one local user has outstanding at one peer ([`Node::usage`]): what
+/// the per-user budgets count.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserUsage {
+    /// The peer's name.
+    pub peer: String,
+    /// The local user, by the kernel-reported uid of what it sent.
+    pub uid: u32,
+    /// References to this host's ports that the user sent and the peer has
+    /// not let go of; a right sent twice counts twice
+    /// ([`NodeConfig::max_exports_per_user`]).
+    pub rights: usize,
+    /// Regions the user sent by reference that this node keeps for the
+    /// peer ([`NodeConfig::max_regions_per_user`]).
+    pub regions: usize,
+}
+
 /// Copy-on-reference traffic of a node, since it started ([`Node::stats`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct NetStats {
@@ -298,49 +321,15 @@ struct State {
     regions: HashMap<u64, Arc<MappedRegion>>,
     /// The peer's regions served here: the flag that stops their servers.
     remote_regions: HashMap<u64, Arc<AtomicBool>>,
-    /// Which local user each kept export and region by reference counts
-    /// against, and each user's counts (exports, regions).
-    owners: HashMap<Owned, u32>,
-    usage: HashMap<u32, (usize, usize)>,
+    /// What each local user has outstanding at the peer.
+    budgets: Budgets,
 }
 
 /// Most of one peer's regions a node serves at once (each costs a thread);
 /// more are released at once and the item is lost (logged).
 const MAX_REGIONS_IN: usize = 256;
 
-/// Something kept for the peer on a local user's behalf.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-enum Owned {
-    Export(u64),
-    Region(u64),
-}
-
 impl State {
-    /// Counts `what` against `uid`.
-    fn charge(&mut self, uid: u32, what: Owned) {
-        self.owners.insert(what, uid);
-        let u = self.usage.entry(uid).or_default();
-        match what {
-            Owned::Export(_) => u.0 += 1,
-            Owned::Region(_) => u.1 += 1,
-        }
-    }
-
-    /// Gives back what `what` cost its user, if it was charged.
-    fn refund(&mut self, what: Owned) {
-        if let Some(uid) = self.owners.remove(&what) {
-            if let Some(u) = self.usage.get_mut(&uid) {
-                match what {
-                    Owned::Export(_) => u.0 -= 1,
-                    Owned::Region(_) => u.1 -= 1,
-                }
-                if *u == (0, 0) {
-                    self.usage.remove(&uid);
-                }
-            }
-        }
-    }
-
     /// The kill switch of import `import`'s proxies (made with the first
     /// proxy), for a new proxy's task to watch.
     fn kill_switch(&mut self, import: u64) -> watch::Receiver<bool> {
@@ -526,6 +515,21 @@ impl Node {
         }
     }
 
+    /// What each local user has outstanding at each linked peer (users
+    /// with nothing outstanding are left out), by peer and uid.
+    pub fn usage(&self) -> Vec<UserUsage> {
+        let links: Vec<Arc<Conn>> = self.shared.links.lock().unwrap().values().cloned().collect();
+        let mut v: Vec<UserUsage> = links
+            .iter()
+            .flat_map(|c| {
+                let users = c.state.lock().unwrap().budgets.users();
+                users.into_iter().map(|(uid, (rights, regions))| UserUsage { peer: c.peer.clone(), uid, rights, regions })
+            })
+            .collect();
+        v.sort_by(|a, b| (&a.peer, a.uid).cmp(&(&b.peer, b.uid)));
+        v
+    }
+
     /// The links and what they hold.
     pub fn links(&self) -> Vec<LinkInfo> {
         let links: Vec<Arc<Conn>> = self.shared.links.lock().unwrap().values().cloned().collect();
@@ -662,8 +666,7 @@ fn start_link(sh: Arc<Shared>, peer: String, conn: quinn::Connection, send: quin
             lookups: HashMap::new(),
             regions: HashMap::new(),
             remote_regions: HashMap::new(),
-            owners: HashMap::new(),
-            usage: HashMap::new(),
+            budgets: Budgets::default(),
         }),
     });
     if let Some(old) = sh.links.lock().unwrap().insert(peer.clone(), c.clone()) {
@@ -883,8 +886,7 @@ impl Conn {
         st.lookups.clear();
         st.streams.clear();
         st.regions.clear();
-        st.owners.clear();
-        st.usage.clear();
+        st.budgets = Budgets::default();
         for (_, lost) in st.remote_regions.drain() {
             lost.store(true, Ordering::Release);
         }
@@ -937,6 +939,9 @@ impl Conn {
     fn handle(self: &Arc<Self>, sh: &Arc<Shared>, bytes: &[u8]) -> Result<After, LinkError> {
         let mut st = self.state.lock().unwrap();
         let out = st.link.handle(bytes)?;
+        for (id, count) in out.released {
+            st.budgets.release_refs(id, count);
+        }
         let mut after = After { deliver: Vec::new(), frames: out.frames };
         for e in out.events {
             apply_event(self, &mut st, Some(sh), e, &mut after);
@@ -965,7 +970,7 @@ fn apply_event(c: &Arc<Conn>, st: &mut State, sh: Option<&Arc<Shared>>, e: Event
                 }
             }
             let target = if once {
-                st.refund(Owned::Export(export));
+                st.budgets.refund_export(export);
                 match st.held.remove(&export) {
                     Some(Held::Once(r)) => Some(Target::Once(r)),
                     _ => None,
@@ -986,6 +991,9 @@ fn apply_event(c: &Arc<Conn>, st: &mut State, sh: Option<&Arc<Shared>>, e: Event
             if let Ok((f, store)) = st.link.answer_lookup(req, key) {
                 if let (Store::Keep(id), Some(r)) = (store, right) {
                     keep_send(c, st, id, r);
+                }
+                if let Frame::Found { cap: Some(Cap::Hosted(id)), .. } = f {
+                    st.budgets.charge_ref(LOOKUPS, id);
                 }
                 after.frames.push(f);
             }
@@ -1018,11 +1026,11 @@ fn apply_event(c: &Arc<Conn>, st: &mut State, sh: Option<&Arc<Shared>>, e: Event
             if let Some(Held::Send { watch, .. }) = st.held.remove(&export) {
                 watch.abort();
             }
-            st.refund(Owned::Export(export));
+            st.budgets.refund_export(export);
         }
         Event::DropRegion { id } => {
             st.regions.remove(&id);
-            st.refund(Owned::Region(id));
+            st.budgets.refund_region(id);
         }
         Event::RegionLost { id } => {
             if let Some(lost) = st.remote_regions.remove(&id) {
@@ -1295,7 +1303,7 @@ impl Conn {
         let rights = outs.iter().filter(|o| matches!(o, Outgoing::Send(_) | Outgoing::Once)).count() + usize::from(back.is_some());
         let over = {
             let st = self.state.lock().unwrap();
-            let (e, r) = st.usage.get(&uid).copied().unwrap_or_default();
+            let (e, r) = st.budgets.of(uid);
             let (max_e, max_r) = self.limits;
             if regions > 0 && r + regions > max_r {
                 Some(format!("user {uid} already has {r} regions by reference kept for {} (the limit is {max_r})", self.peer))
@@ -1342,20 +1350,25 @@ impl Conn {
             };
             for (store, t) in stores.into_iter().zip(taken) {
                 match (store, t) {
-                    (Store::Keep(id), Taken::Send(s)) => {
-                        keep_send(self, &mut st, id, s);
-                        st.charge(uid, Owned::Export(id));
-                    }
+                    (Store::Keep(id), Taken::Send(s)) => keep_send(self, &mut st, id, s),
                     (Store::Keep(id), Taken::Once(s)) => {
                         st.held.insert(id, Held::Once(s));
-                        st.charge(uid, Owned::Export(id));
                     }
                     (Store::Region(id), Taken::Region(m)) => {
                         st.regions.insert(id, Arc::new(m));
-                        st.charge(uid, Owned::Region(id));
+                        st.budgets.charge_region(uid, id);
                         self.counters().regions_sent.fetch_add(1, Ordering::Relaxed);
                     }
                     _ => {}
+                }
+            }
+            // Every reference the frame hands the peer, new export or not.
+            if let Frame::Message { parts, reply, .. } = &frame {
+                let caps = parts.iter().filter_map(|p| if let Part::Cap(c) = p { Some(c) } else { None }).chain(reply);
+                for c in caps {
+                    if let Cap::Hosted(id) | Cap::HostedOnce(id) = *c {
+                        st.budgets.charge_ref(uid, id);
+                    }
                 }
             }
             (frame, st.streams.get(&stream_key(import, once)).cloned())

@@ -257,7 +257,8 @@ fn net(o: &mut String, c: &Ctx<'_>) {
          6 MB from a file server in about 40 minutes (about 2.6 KB/s, paced by the compilations beside it), \
          and the Ethernet file transfer processes used 104.5 s of CPU for it (about 17 ms per KB). They give no \
          network round trip and no copy-on-reference timing. Today's figures are over loopback between two \
-         network servers in one process; `× raw QUIC` divides by `quic-raw` of the same run (targets: 1.3 for \
+         network servers in one process, both hosts on one CPU (same-core) or each on a CPU of its own \
+         (cross-core); `× raw QUIC` divides by `quic-raw` of the same run (targets: 1.3 for \
          the round trip, 1.25 for the 256 MiB region), and `× relay floor` by `quic-relay`, raw QUIC between \
          two relay tasks each a Unix datagram socket away from its program (the four local hops of a round \
          trip through network servers, with none of ferry's work).\n"

@@ -406,15 +406,35 @@ fn per_user_budgets_refuse_what_one_user_would_have_kept_past_them() {
     });
 }
 
+/// The test peer `keep-rights` run as user nobody with `data` passed to
+/// it, once it has sent its first two rights through `data` (op 10); its
+/// output lines, and its standard input to tell it to go on.
+fn keep_rights_as_nobody(
+    data: &SendRight,
+) -> (std::process::Child, std::io::Lines<std::io::BufReader<std::process::ChildStdout>>, std::process::ChildStdin) {
+    use std::io::BufRead;
+
+    use ferry::spawn::CommandExt;
+
+    let mut other = common::peer_command_as(common::NOBODY, std::path::Path::new("/nonexistent"), "keep-rights", &[])
+        .pass_right(data)
+        .unwrap()
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut said = std::io::BufReader::new(other.stdout.take().unwrap()).lines();
+    let tell = other.stdin.take().unwrap();
+    assert_eq!(said.next().unwrap().unwrap(), "sent 10");
+    (other, said, tell)
+}
+
 /// The budgets are per local user: another user (uid nobody) sending
 /// through the same proxy is counted on its own. It is not refused because
 /// root has used up its budget, and it cannot go past its own.
 #[test]
 fn per_user_budgets_count_each_local_user_on_its_own() {
-    use std::io::{BufRead, Write};
-    use std::process::Stdio;
+    use std::io::Write;
 
-    use ferry::spawn::CommandExt;
     use ferry_net::Refusal;
 
     if !common::can_play_other_user("per_user_budgets_count_each_local_user_on_its_own") {
@@ -435,15 +455,7 @@ fn per_user_budgets_count_each_local_user_on_its_own() {
         assert_eq!((held_for_root.op(), held_for_root.items().len()), (1, 2));
 
         // Another user's two rights through the same proxy are its own.
-        let mut other = common::peer_command_as(common::NOBODY, std::path::Path::new("/nonexistent"), "keep-rights", &[])
-            .pass_right(&data)
-            .unwrap()
-            .stdin(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut said = std::io::BufReader::new(other.stdout.take().unwrap()).lines();
-        let mut tell = other.stdin.take().unwrap();
-        assert_eq!(said.next().unwrap().unwrap(), "sent 10");
+        let (mut other, mut said, mut tell) = keep_rights_as_nobody(&data);
         let held_for_other = srv.recv(WAIT).unwrap();
         assert_eq!((held_for_other.op(), held_for_other.items().len()), (10, 2), "refused because root's budget was used up");
 
@@ -514,10 +526,7 @@ fn a_right_sent_again_counts_again_against_its_senders_budget() {
 /// another user's two rights still arrive as live proxies.
 #[test]
 fn one_user_resending_a_right_leaves_the_peers_proxies_to_others() {
-    use std::io::{BufRead, Write};
-    use std::process::Stdio;
-
-    use ferry::spawn::CommandExt;
+    use std::io::Write;
 
     if !common::can_play_other_user("one_user_resending_a_right_leaves_the_peers_proxies_to_others") {
         return;
@@ -553,15 +562,7 @@ fn one_user_resending_a_right_leaves_the_peers_proxies_to_others() {
         }
 
         // Another user's two rights arrive as live proxies.
-        let mut other = common::peer_command_as(common::NOBODY, std::path::Path::new("/nonexistent"), "keep-rights", &[])
-            .pass_right(&data)
-            .unwrap()
-            .stdin(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut said = std::io::BufReader::new(other.stdout.take().unwrap()).lines();
-        let mut tell = other.stdin.take().unwrap();
-        assert_eq!(said.next().unwrap().unwrap(), "sent 10");
+        let (mut other, mut said, mut tell) = keep_rights_as_nobody(&data);
         let mut theirs = srv.recv(WAIT).unwrap();
         assert_eq!(theirs.op(), 10);
         let items = theirs.take_items();

@@ -79,6 +79,12 @@ fn print_stat(st: &Status) {
             println!("  link to {:<16} {}", l.peer, if l.up { "up" } else { "down" });
         }
     }
+    for u in &st.users {
+        println!(
+            "  user {:<6} at {:<16} {:>5} rights held there, {:>3} regions kept for it (per-user budgets)",
+            u.uid, u.peer, u.rights, u.regions
+        );
+    }
     if st.full {
         let t = &st.stats;
         println!(

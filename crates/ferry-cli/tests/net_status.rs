@@ -38,10 +38,26 @@ fn names_and_stat_show_links_remote_names_and_bytes_fetched() {
     let b = Node::start(NodeConfig::new(ib, vec![Peer { name: "a".into(), cert: ia.cert.clone() }], loopback)).unwrap();
     a.connect("b", b.local_addr().unwrap()).unwrap();
     // `b` exports "echo"; this host imports it as echo@b, as --import does.
-    let (_echo_rx, echo) = ferry::port().unwrap();
+    let (mut echo_rx, echo) = ferry::port().unwrap();
     b.export("echo", echo);
     let remote = a.lookup("echo@b").unwrap();
     bs.register("echo@b", &remote).unwrap();
+    // A right of this host's crosses to `b`, which keeps it: one reference
+    // against this user's budget at `b`.
+    let (_mine, my_right) = ferry::port().unwrap();
+    remote.send(Message::new(2).with_item(my_right), WAIT).unwrap();
+    let kept_by_b = echo_rx.recv(WAIT).unwrap();
+    assert_eq!(kept_by_b.items().len(), 1);
+    let me = rustix::process::getuid().as_raw();
+    let usage = a.usage();
+    assert_eq!(usage.iter().map(|u| (u.peer.as_str(), u.uid, u.rights, u.regions)).collect::<Vec<_>>(), [("b", me, 1, 0)]);
+    // Each user sees its own budgets; another user sees none of them.
+    assert_eq!(Status::of(&a, &[], Some(me)).users, usage);
+    let other = if me == 65534 { 65533 } else { 65534 };
+    let theirs = Status::of(&a, &[], Some(other));
+    assert!(theirs.users.is_empty(), "{theirs:?}");
+    let mine = Status::of(&a, &["echo@b".into()], Some(me));
+    assert_eq!(Status::decode(&mine.encode()).unwrap(), mine);
     // A region crosses from `b` to a receiver here, which touches one page.
     let (mut inbox, to_inbox) = ferry::port().unwrap();
     a.export("inbox", to_inbox);
@@ -73,12 +89,13 @@ fn names_and_stat_show_links_remote_names_and_bytes_fetched() {
         assert!(names.contains(needle), "ferry names lacks {needle:?}:\n{names}");
     }
     let stat = run(Command::new(env!("CARGO_BIN_EXE_ferry")).arg("stat").env("FERRY_BOOTSTRAP", &path));
-    for needle in ["network (ferry-netd):", "regions sent   0 / mapped here   1", &format!("fetched on demand {fetched} B in ")] {
+    let budget = format!("user {me:<6} at b                    1 rights held there,   0 regions kept for it");
+    for needle in ["network (ferry-netd):", "regions sent   0 / mapped here   1", &format!("fetched on demand {fetched} B in "), &budget] {
         assert!(stat.contains(needle), "ferry stat lacks {needle:?}:\n{stat}");
     }
     stop.store(true, Ordering::Relaxed);
     server.join().unwrap();
-    drop((view, region));
+    drop((view, region, kept_by_b));
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -7,14 +7,15 @@
 //! (tab-separated fields; names holding a tab or a newline are left out).
 //! Access follows ferryd's rule that a user sees only what is theirs or
 //! public: the daemon's own user (and root) sees everything; any other
-//! user sees the links and their state only, not the names, the table
-//! sizes or the traffic counters.
+//! user sees the links and their state, and its own use of the per-user
+//! budgets, not the names, the table sizes, the traffic counters or other
+//! users' budgets.
 
 use std::time::Duration;
 
 use ferry::{Message, ReceiveRight, RecvError, SendRight, Timeout};
 
-use crate::node::{LinkInfo, NetError, NetStats, Node};
+use crate::node::{LinkInfo, NetError, NetStats, Node, UserUsage};
 
 /// The name `ferry-netd` registers its status port under.
 pub const NAME: &str = "ferry-netd";
@@ -37,6 +38,9 @@ pub struct Status {
     pub exports: Vec<String>,
     /// Copy-on-reference traffic.
     pub stats: NetStats,
+    /// Each local user's use of its budgets at each peer: every user's
+    /// for a full status, only the asker's own otherwise.
+    pub users: Vec<UserUsage>,
 }
 
 fn clean(s: &str) -> bool {
@@ -50,15 +54,17 @@ impl Status {
         let me = rustix::process::getuid().as_raw();
         let full = asker.is_some_and(|u| u == me || u == 0);
         let mut links = node.links();
+        let mut users = node.usage();
         if !full {
             for l in &mut links {
                 *l = LinkInfo { peer: l.peer.clone(), up: l.up, ..LinkInfo::default() };
             }
-            return Status { full, links, ..Status::default() };
+            users.retain(|u| Some(u.uid) == asker);
+            return Status { full, links, users, ..Status::default() };
         }
         let mut exports = node.exported();
         exports.sort();
-        Status { full, links, imports: imports.to_vec(), exports, stats: node.stats() }
+        Status { full, links, imports: imports.to_vec(), exports, stats: node.stats(), users }
     }
 
     /// Encodes the status as lines of tab-separated fields.
@@ -82,6 +88,9 @@ impl Status {
         }
         for n in self.exports.iter().filter(|n| clean(n)) {
             s += &format!("export\t{n}\n");
+        }
+        for u in self.users.iter().filter(|u| clean(&u.peer)) {
+            s += &format!("user\t{}\t{}\t{}\t{}\n", u.peer, u.uid, u.rights, u.regions);
         }
         let t = &self.stats;
         s += &format!("stats\t{}\t{}\t{}\t{}\t{}\n", t.bytes_fetched, t.fetches, t.bytes_served, t.regions_sent, t.regions_received);
@@ -112,6 +121,12 @@ impl Status {
                 }),
                 "import" if f.len() == 2 => st.imports.push(f[1].to_string()),
                 "export" if f.len() == 2 => st.exports.push(f[1].to_string()),
+                "user" if f.len() == 5 => st.users.push(UserUsage {
+                    peer: f[1].to_string(),
+                    uid: u32::try_from(n(2)?).map_err(|_| format!("bad status line {line:?}"))?,
+                    rights: n(3)? as usize,
+                    regions: n(4)? as usize,
+                }),
                 "stats" if f.len() == 6 => {
                     st.stats = NetStats { bytes_fetched: n(1)?, fetches: n(2)?, bytes_served: n(3)?, regions_sent: n(4)?, regions_received: n(5)? }
                 }

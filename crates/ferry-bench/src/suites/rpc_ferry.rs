@@ -1,6 +1,8 @@
 //! `ferry-call-block`, `ferry-call-poll`, `ferry-call-adaptive`,
-//! `ferry-async-call`: the `rpc` / `roundtrip` case through ferry's RPC fast
-//! path (the last through the tokio API).
+//! `ferry-call-parts-block`, `ferry-call-parts-poll`, `ferry-async-call`:
+//! the `rpc` / `roundtrip` case through ferry's RPC fast path (the
+//! `-parts-` impls calling with `call_parts` from a kept buffer, the last
+//! through the tokio API).
 //!
 //! The timing process opens a [`Connection`] (with the policy the impl is
 //! named after) to an [`RpcServer`] in a forked peer process running the
@@ -133,7 +135,24 @@ impl Phases {
     }
 }
 
+/// How the timing process makes its calls.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Caller {
+    /// `call` with a message whose body is the payload (the `ferry-call-*`
+    /// impls): the payload is put into the message's buffer first.
+    Message,
+    /// `call_parts` straight from the buffer the payload is kept in, the
+    /// reply taken into a [`SplitReply`](ferry::rpc::SplitReply) kept from
+    /// call to call (the `ferry-call-parts-*` impls): the payload is
+    /// copied only into the slot, as the floors copy it.
+    Parts,
+}
+
 fn ferry_call(run: &mut Run<'_>, policy: Policy) -> Result<(), Skip> {
+    ferry_call_as(run, policy, Caller::Message)
+}
+
+fn ferry_call_as(run: &mut Run<'_>, policy: Policy, caller: Caller) -> Result<(), Skip> {
     let n = run.bytes();
     let (port, to_server) = ferry::port()?;
     let peer = run.spawn(&[], move || serve(port, policy, n))?;
@@ -149,11 +168,16 @@ fn ferry_call(run: &mut Run<'_>, policy: Policy) -> Result<(), Skip> {
     let mut phases = Phases::default();
     let mut calls = 0u64;
     let mut last = Message::new(0);
+    let mut split = ferry::rpc::SplitReply::default();
     let loop_start = Instant::now();
     while run.more() {
         let t = Instant::now();
-        let body = refill(std::mem::take(last.body_mut()), &req);
-        last = conn.call(Message::new(OP_CALL).with_body(body), Timeout::Infinite).map_err(rpc_err)?;
+        if caller == Caller::Parts {
+            conn.call_parts(OP_CALL, &[], &req, &mut split, Timeout::Infinite).map_err(rpc_err)?;
+        } else {
+            let body = refill(std::mem::take(last.body_mut()), &req);
+            last = conn.call(Message::new(OP_CALL).with_body(body), Timeout::Infinite).map_err(rpc_err)?;
+        }
         run.record(t.elapsed());
         calls += 1;
         #[cfg(feature = "probes")]
@@ -165,6 +189,10 @@ fn ferry_call(run: &mut Run<'_>, policy: Policy) -> Result<(), Skip> {
     // The statistics call itself is one server wait more; a sleeping
     // server's share of it is small next to thousands of calls.
     let server = server_after.since(&server_before);
+    if caller == Caller::Parts {
+        // Cut at 0: the whole body is the tail.
+        *last.body_mut() = std::mem::take(&mut split.tail);
+    }
     if last.body().len() != n {
         return Err(Skip::new(format!("failed: ferry reply of {} bytes, expected {n}", last.body().len())));
     }
@@ -225,6 +253,21 @@ pub fn ferry_call_poll(run: &mut Run<'_>) -> Result<(), Skip> {
         ));
     }
     ferry_call(run, Policy::Poll)
+}
+
+/// `ferry-call-parts-block`: as `ferry-call-block`, the client calling
+/// with `call_parts` from the buffer its payload is kept in.
+pub fn ferry_call_parts_block(run: &mut Run<'_>) -> Result<(), Skip> {
+    ferry_call_as(run, Policy::Block, Caller::Parts)
+}
+
+/// `ferry-call-parts-poll`: as `ferry-call-poll`, the client calling with
+/// `call_parts` from the buffer its payload is kept in.
+pub fn ferry_call_parts_poll(run: &mut Run<'_>) -> Result<(), Skip> {
+    if run.placement == Placement::SameCore {
+        return Err(Skip::new("Policy::Poll never yields: polling needs two CPUs (see ferry-call-poll)"));
+    }
+    ferry_call_as(run, Policy::Poll, Caller::Parts)
 }
 
 /// `ferry-call-adaptive`: both sides spin briefly, then sleep

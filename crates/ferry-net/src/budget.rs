@@ -20,8 +20,9 @@ pub(crate) const LOOKUPS: u32 = u32::MAX;
 pub(crate) struct Budgets {
     /// Which local user each region sent by reference counts against.
     regions: HashMap<u64, u32>,
-    /// The references to each export the peer holds, by who sent them, in
-    /// the order each owner first sent one.
+    /// The references to each export the peer holds, by who sent them:
+    /// lookups' first, then each user in the order it first sent one (the
+    /// order releases free them in).
     sent: HashMap<u64, Vec<(u32, u64)>>,
     /// Each user's counts: (references the peer holds, regions kept).
     usage: HashMap<u32, (usize, usize)>,
@@ -59,6 +60,7 @@ impl Budgets {
         let owners = self.sent.entry(id).or_default();
         match owners.iter_mut().find(|(u, _)| *u == uid) {
             Some((_, n)) => *n += 1,
+            None if uid == LOOKUPS => owners.insert(0, (uid, 1)),
             None => owners.push((uid, 1)),
         }
         if uid != LOOKUPS {
@@ -70,8 +72,6 @@ impl Budgets {
     /// freed first, then each user's in the order they first sent one.
     pub(crate) fn release_refs(&mut self, id: u64, mut count: u64) {
         let Some(owners) = self.sent.get_mut(&id) else { return };
-        // Stable: users keep their order behind the lookups.
-        owners.sort_by_key(|(u, _)| *u != LOOKUPS);
         let mut freed = Vec::new();
         for (uid, n) in owners.iter_mut() {
             if count == 0 {

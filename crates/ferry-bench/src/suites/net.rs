@@ -327,53 +327,50 @@ fn ferry_net_region(run: &mut Run<'_>, how: Fetch, region: u64) -> Result<(), Sk
     run.note("touched", touched as f64 / region as f64);
     run.note("fetch", if how == Fetch::Whole { "whole (fetch_all)" } else { "on touch (mapped)" });
     let (mut srv, to_srv) = ferry::port().map_err(skip)?;
-    let (a, b, receiver, stop) = (|| -> Result<_, Skip> {
-        let (a, b) = linked_nodes("sink", to_srv)?;
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let s2 = stop.clone();
-        // The receiving program: the first message brings the ack right.
-        let receiver = on(0, || std::thread::spawn(move || {
-            let Ok(mut first) = srv.recv(WAIT) else { return };
-            let Some(ferry::Item::Send(ack)) = first.take_items().pop() else { return };
-            while !s2.load(std::sync::atomic::Ordering::Relaxed) {
-                let mut m = match srv.recv(Timeout::millis(200)) {
-                    Ok(m) => m,
-                    Err(ferry::RecvError::Timeout) => continue,
-                    Err(_) => return,
-                };
-                let Some(ferry::Item::Send(right)) = m.take_items().pop() else { return };
-                let Ok(r) = ferry_net::RemoteRegion::open(right) else { return };
-                // As in the transfer suite: touch, acknowledge (the end of
-                // the timed operation), and only then let the region go,
-                // then say ready, untimed. Unmapping and freeing 256 MiB of
-                // fresh pages takes tens of milliseconds, which the raw
-                // receivers, reading into one buffer they keep, never pay;
-                // the "ready" keeps that teardown out of the next transfer.
-                let mut on_touch = None;
-                let mut whole = None;
-                let ok = match how {
-                    Fetch::OnTouch => r.map().ok().is_some_and(|v| {
-                        let read = v.as_slice().map(|s| touch_read(&s[..touched])).is_some();
-                        on_touch = Some(v);
-                        read
-                    }),
-                    Fetch::Whole => r.fetch_all().ok().and_then(|w| w.map(ferry::MapOptions::lazy().read_only()).ok()).is_some_and(|v| {
-                        touch_read(&v[..touched]);
-                        whole = Some(v);
-                        true
-                    }),
-                };
-                if !ok || ack.send(Message::new(0), WAIT).is_err() {
-                    return;
-                }
-                drop((on_touch, whole, r));
-                if ack.send(Message::new(READY), WAIT).is_err() {
-                    return;
-                }
+    let (a, b) = linked_nodes("sink", to_srv)?;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let s2 = stop.clone();
+    // The receiving program: the first message brings the ack right.
+    let receiver = on(0, || std::thread::spawn(move || {
+        let Ok(mut first) = srv.recv(WAIT) else { return };
+        let Some(ferry::Item::Send(ack)) = first.take_items().pop() else { return };
+        while !s2.load(std::sync::atomic::Ordering::Relaxed) {
+            let mut m = match srv.recv(Timeout::millis(200)) {
+                Ok(m) => m,
+                Err(ferry::RecvError::Timeout) => continue,
+                Err(_) => return,
+            };
+            let Some(ferry::Item::Send(right)) = m.take_items().pop() else { return };
+            let Ok(r) = ferry_net::RemoteRegion::open(right) else { return };
+            // As in the transfer suite: touch, acknowledge (the end of
+            // the timed operation), and only then let the region go,
+            // then say ready, untimed. Unmapping and freeing 256 MiB of
+            // fresh pages takes tens of milliseconds, which the raw
+            // receivers, reading into one buffer they keep, never pay;
+            // the "ready" keeps that teardown out of the next transfer.
+            let mut on_touch = None;
+            let mut whole = None;
+            let ok = match how {
+                Fetch::OnTouch => r.map().ok().is_some_and(|v| {
+                    let read = v.as_slice().map(|s| touch_read(&s[..touched])).is_some();
+                    on_touch = Some(v);
+                    read
+                }),
+                Fetch::Whole => r.fetch_all().ok().and_then(|w| w.map(ferry::MapOptions::lazy().read_only()).ok()).is_some_and(|v| {
+                    touch_read(&v[..touched]);
+                    whole = Some(v);
+                    true
+                }),
+            };
+            if !ok || ack.send(Message::new(0), WAIT).is_err() {
+                return;
             }
-        }))?;
-        Ok((a, b, receiver, stop))
-    })()?;
+            drop((on_touch, whole, r));
+            if ack.send(Message::new(READY), WAIT).is_err() {
+                return;
+            }
+        }
+    }))?;
     let sink = b.lookup("sink@a").map_err(skip)?;
     let (mut me, my_tx) = ferry::port().map_err(skip)?;
     sink.send(Message::new(0).with_item(my_tx), WAIT)?;
@@ -528,30 +525,27 @@ fn skip(e: impl std::fmt::Display) -> Skip {
 }
 
 fn ferry_net_roundtrip(run: &mut Run<'_>) -> Result<(), Skip> {
-    let (a, b, echo, stop) = (|| -> Result<_, Skip> {
-        let (mut srv, to_srv) = ferry::port().map_err(skip)?;
-        let (a, b) = linked_nodes("echo", to_srv)?;
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let s2 = stop.clone();
-        // The echo server: the first message brings the reply right.
-        let echo = on(0, || std::thread::spawn(move || {
-            let Ok(mut first) = srv.recv(WAIT) else { return };
-            let Some(ferry::Item::Send(back)) = first.take_items().pop() else { return };
-            let _ = back.send(Message::new(0), WAIT);
-            while !s2.load(std::sync::atomic::Ordering::Relaxed) {
-                match srv.recv(Timeout::millis(200)) {
-                    Ok(_) => {
-                        if back.send(Message::new(0), WAIT).is_err() {
-                            return;
-                        }
+    let (mut srv, to_srv) = ferry::port().map_err(skip)?;
+    let (a, b) = linked_nodes("echo", to_srv)?;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let s2 = stop.clone();
+    // The echo server: the first message brings the reply right.
+    let echo = on(0, || std::thread::spawn(move || {
+        let Ok(mut first) = srv.recv(WAIT) else { return };
+        let Some(ferry::Item::Send(back)) = first.take_items().pop() else { return };
+        let _ = back.send(Message::new(0), WAIT);
+        while !s2.load(std::sync::atomic::Ordering::Relaxed) {
+            match srv.recv(Timeout::millis(200)) {
+                Ok(_) => {
+                    if back.send(Message::new(0), WAIT).is_err() {
+                        return;
                     }
-                    Err(ferry::RecvError::Timeout) => continue,
-                    Err(_) => return,
                 }
+                Err(ferry::RecvError::Timeout) => continue,
+                Err(_) => return,
             }
-        }))?;
-        Ok((a, b, echo, stop))
-    })()?;
+        }
+    }))?;
     let remote = b.lookup("echo@a").map_err(skip)?;
     let (mut me, my_tx) = ferry::port().map_err(skip)?;
     remote.send(Message::new(0).with_item(my_tx), WAIT)?;

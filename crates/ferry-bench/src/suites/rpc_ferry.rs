@@ -8,9 +8,10 @@
 //! named after) to an [`RpcServer`] in a forked peer process running the
 //! same policy, and times `call` of a request of `bytes` against a reply of
 //! `bytes`, each side handing the buffer of the message it is done with on
-//! to the next (as the floors keep theirs). Besides the latency each record carries what a call costs the
-//! system (Anderson et al.'s table of system calls and context switches per
-//! call): the RPC layer's own system-call counters ([`ferry::rpc::stats`])
+//! to the next (as the floors keep theirs). Besides the latency each
+//! record carries what a call costs the system (Anderson et al.'s table
+//! of system calls and context switches per call): the RPC layer's own
+//! system-call counters ([`ferry::rpc::stats`])
 //! of the client and, asked over the connection before and after the timed
 //! loop, of the server. Built with the `probes` feature of this crate, it
 //! also records the median of each phase of a call (DASH's breakdown:
@@ -152,7 +153,15 @@ fn ferry_call(run: &mut Run<'_>, policy: Policy) -> Result<(), Skip> {
     ferry_call_as(run, policy, Caller::Message)
 }
 
+/// Skipped for `Policy::Poll` on one CPU, like `spin-floor`: two spinning
+/// processes on one CPU alternate only when the scheduler preempts one of
+/// them.
 fn ferry_call_as(run: &mut Run<'_>, policy: Policy, caller: Caller) -> Result<(), Skip> {
+    if policy == Policy::Poll && run.placement == Placement::SameCore {
+        return Err(Skip::new(
+            "Policy::Poll never yields: on one CPU the spinning client keeps the server from running until the scheduler preempts it (a time slice per call); polling needs two CPUs",
+        ));
+    }
     let n = run.bytes();
     let (port, to_server) = ferry::port()?;
     let peer = run.spawn(&[], move || serve(port, policy, n))?;
@@ -189,12 +198,12 @@ fn ferry_call_as(run: &mut Run<'_>, policy: Policy, caller: Caller) -> Result<()
     // The statistics call itself is one server wait more; a sleeping
     // server's share of it is small next to thousands of calls.
     let server = server_after.since(&server_before);
-    if caller == Caller::Parts {
-        // Cut at 0: the whole body is the tail.
-        *last.body_mut() = std::mem::take(&mut split.tail);
-    }
-    if last.body().len() != n {
-        return Err(Skip::new(format!("failed: ferry reply of {} bytes, expected {n}", last.body().len())));
+    let got = match caller {
+        Caller::Message => last.body().len(),
+        Caller::Parts => split.head.len() + split.tail.len(),
+    };
+    if got != n {
+        return Err(Skip::new(format!("failed: ferry reply of {got} bytes, expected {n}")));
     }
     let per = |x: u64| x as f64 / calls.max(1) as f64;
     run.note("syscalls_per_call_client", per(client.total()));
@@ -243,15 +252,8 @@ pub fn ferry_call_block(run: &mut Run<'_>) -> Result<(), Skip> {
     ferry_call(run, Policy::Block)
 }
 
-/// `ferry-call-poll`: both sides spin (`Policy::Poll`). Skipped on one CPU,
-/// like `spin-floor`: two spinning processes on one CPU alternate only when
-/// the scheduler preempts one of them.
+/// `ferry-call-poll`: both sides spin (`Policy::Poll`); cross-core only.
 pub fn ferry_call_poll(run: &mut Run<'_>) -> Result<(), Skip> {
-    if run.placement == Placement::SameCore {
-        return Err(Skip::new(
-            "Policy::Poll never yields: on one CPU the spinning client keeps the server from running until the scheduler preempts it (a time slice per call); polling needs two CPUs",
-        ));
-    }
     ferry_call(run, Policy::Poll)
 }
 
@@ -264,9 +266,6 @@ pub fn ferry_call_parts_block(run: &mut Run<'_>) -> Result<(), Skip> {
 /// `ferry-call-parts-poll`: as `ferry-call-poll`, the client calling with
 /// `call_parts` from the buffer its payload is kept in.
 pub fn ferry_call_parts_poll(run: &mut Run<'_>) -> Result<(), Skip> {
-    if run.placement == Placement::SameCore {
-        return Err(Skip::new("Policy::Poll never yields: polling needs two CPUs (see ferry-call-poll)"));
-    }
     ferry_call_as(run, Policy::Poll, Caller::Parts)
 }
 

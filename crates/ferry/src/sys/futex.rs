@@ -43,8 +43,13 @@ pub enum Woken {
 /// Sleeps while `word` holds `expected`, for at most `timeout` (`None`:
 /// forever).
 pub fn wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) -> rustix::io::Result<Woken> {
+    wait_flagged(word, futex::Flags::empty(), expected, timeout)
+}
+
+/// [`wait`] with the futex `flags` given (shared or private).
+fn wait_flagged(word: &AtomicU32, flags: futex::Flags, expected: u32, timeout: Option<Duration>) -> rustix::io::Result<Woken> {
     let ts = timeout.map(|d| futex::Timespec { tv_sec: d.as_secs() as i64, tv_nsec: d.subsec_nanos() as i64 });
-    match futex::wait(word, futex::Flags::empty(), expected, ts.as_ref()) {
+    match futex::wait(word, flags, expected, ts.as_ref()) {
         Ok(()) | Err(Errno::INTR) => Ok(Woken::Maybe),
         Err(Errno::AGAIN) => Ok(Woken::Changed),
         Err(Errno::TIMEDOUT) => Ok(Woken::TimedOut),
@@ -108,13 +113,7 @@ pub fn wait_any<'a>(words: impl IntoIterator<Item = AnyWord<'a>>, deadline: Opti
 /// [`wait`] on a word only this process maps (a private futex: cheaper to
 /// key than a shared one).
 pub fn wait_private(word: &AtomicU32, expected: u32, timeout: Option<Duration>) -> rustix::io::Result<Woken> {
-    let ts = timeout.map(|d| futex::Timespec { tv_sec: d.as_secs() as i64, tv_nsec: d.subsec_nanos() as i64 });
-    match futex::wait(word, futex::Flags::PRIVATE, expected, ts.as_ref()) {
-        Ok(()) | Err(Errno::INTR) => Ok(Woken::Maybe),
-        Err(Errno::AGAIN) => Ok(Woken::Changed),
-        Err(Errno::TIMEDOUT) => Ok(Woken::TimedOut),
-        Err(e) => Err(e),
-    }
+    wait_flagged(word, futex::Flags::PRIVATE, expected, timeout)
 }
 
 /// [`wake`] for a word only this process maps.

@@ -580,6 +580,78 @@ fn one_user_resending_a_right_leaves_the_peers_proxies_to_others() {
     });
 }
 
+/// The network server's status shows each user its own budgets: asked by
+/// another user (uid nobody) through the status port, it is not full and
+/// carries that user's line and not root's; asked by root, both.
+#[test]
+fn another_user_sees_only_its_own_budgets_in_the_status() {
+    use ferry::spawn::CommandExt;
+
+    if !common::can_play_other_user("another_user_sees_only_its_own_budgets_in_the_status") {
+        return;
+    }
+    watchdog("another_user_sees_only_its_own_budgets_in_the_status", LIMIT, || {
+        let (ia, ib) = identities();
+        let (a, b) = nodes(&ia, &ib);
+        b.connect("a", a.local_addr().unwrap()).unwrap();
+        let (mut srv, data) = export_data(&a, &b);
+        let root = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap());
+
+        // Root has one right held at `a`; nobody, two.
+        let (_mine, mine) = ferry::port().unwrap();
+        data.send(Message::new(1).with_item(mine), WAIT).unwrap();
+        let held_for_root = srv.recv(WAIT).unwrap();
+        let (mut other, _said, tell) = keep_rights_as_nobody(&data);
+        let held_for_other = srv.recv(WAIT).unwrap();
+        assert_eq!((held_for_root.items().len(), held_for_other.items().len()), (1, 2));
+
+        // `b`'s status port, served as ferry-netd serves it.
+        let (mut port, status_right) = ferry::port().unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let server = std::thread::scope(|scope| {
+            let s2 = stop.clone();
+            let b = &b;
+            let server = scope.spawn(move || {
+                while !s2.load(std::sync::atomic::Ordering::Relaxed) {
+                    ferry_net::status::serve(b, &[], &mut port, Timeout::millis(100));
+                }
+            });
+            let out = common::peer_command_as(common::NOBODY, std::path::Path::new("/nonexistent"), "ask", &[&ferry_net::status::QUERY.to_string()])
+                .pass_right(&status_right)
+                .unwrap()
+                .output()
+                .unwrap();
+            let mine = ferry_net::status::query(&status_right).unwrap();
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            server.join().unwrap();
+            (out, mine)
+        });
+        let (out, mine) = server;
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let line = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let theirs = match line.split(' ').collect::<Vec<_>>()[..] {
+            ["answer", op, body] if op == ferry_net::status::REPLY.to_string() => ferry_net::status::Status::decode(
+                &(0..body.len()).step_by(2).map(|i| u8::from_str_radix(&body[i..i + 2], 16).unwrap()).collect::<Vec<_>>(),
+            )
+            .unwrap(),
+            _ => panic!("the other user's peer said {line:?}"),
+        };
+        assert!(!theirs.full, "{theirs:?}");
+        let shown: Vec<_> = theirs.users.iter().map(|u| (u.peer.as_str(), u.uid, u.rights, u.regions)).collect();
+        assert_eq!(shown, [("a", common::NOBODY, 2, 0)], "what nobody was shown");
+        assert!(mine.full);
+        let lines: Vec<_> = mine.users.iter().map(|u| (u.peer.as_str(), u.uid, u.rights, u.regions)).collect();
+        let mut want = vec![("a", root, 1, 0), ("a", common::NOBODY, 2, 0)];
+        want.sort_by_key(|w| w.1);
+        assert_eq!(lines, want, "what root was shown");
+        // Its part done (holding two rights), the other user's peer goes.
+        drop(tell);
+        let _ = other.kill();
+        let _ = other.wait();
+        drop((held_for_root, held_for_other));
+    });
+}
+
 #[test]
 fn a_whole_fetch_over_the_limit_is_refused_and_the_region_still_maps() {
     watchdog("a_whole_fetch_over_the_limit_is_refused_and_the_region_still_maps", LIMIT, || {

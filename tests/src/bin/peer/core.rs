@@ -22,6 +22,7 @@ pub fn run(role: &str, args: &[String]) -> Outcome {
         "inherited-refused" => inherited_refused(),
         "handed-right" => handed_right(),
         "keep-rights" => keep_rights(),
+        "ask" => ask(arg(0).parse().unwrap_or(0)),
         _ => return None,
     })
 }
@@ -207,6 +208,19 @@ fn keep_rights() -> R {
     // Holds its ports (and so what the far side keeps) until told to go.
     lines.next().transpose()?;
     drop(kept);
+    Ok(())
+}
+
+/// Sends operation `op` with a reply right to the inherited right and
+/// prints the answer: `answer OP BODY`, the body in hex (a status or any
+/// other reply, for the test to decode).
+fn ask(op: u32) -> R {
+    let to = ferry::spawn::inherited()?;
+    let (mut answers, _keep) = ferry::port()?;
+    to.send(Message::new(op).with_reply(answers.make_send_once()?), Timeout::After(std::time::Duration::from_secs(10)))?;
+    let answer = answers.recv(Timeout::After(std::time::Duration::from_secs(10)))?;
+    let body: String = answer.body().iter().map(|b| format!("{b:02x}")).collect();
+    println!("answer {} {body}", answer.op());
     Ok(())
 }
 

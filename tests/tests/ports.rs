@@ -66,6 +66,140 @@ fn timeouts_zero_and_finite() {
     assert!(matches!(rx.try_recv(), Err(RecvError::Timeout)));
 }
 
+/// Waits of 100 ms and more block in the receive itself under the
+/// socket's own timer, which the kernel rounds up and may fire late: they
+/// must still end at their deadline, not before and not long after.
+#[test]
+fn a_long_timed_receive_ends_at_its_deadline() {
+    let _serial = common::serial();
+    watchdog("a_long_timed_receive_ends_at_its_deadline", LIMIT, || {
+        let (mut rx, _tx) = ferry::port().unwrap();
+        let (mut answer, _right) = ferry::reply_pair().unwrap();
+        // Twice each: the second wait finds the timer the first one set.
+        for wait in [Duration::from_millis(300), Duration::from_millis(300), Duration::from_millis(150)] {
+            let t = std::time::Instant::now();
+            assert!(matches!(rx.recv(Timeout::After(wait)), Err(RecvError::Timeout)));
+            let took = t.elapsed();
+            assert!(took >= wait && took < wait + Duration::from_secs(2), "a {wait:?} receive took {took:?}");
+            let t = std::time::Instant::now();
+            assert!(matches!(answer.recv(Timeout::After(wait)), Err(RecvError::Timeout)));
+            let took = t.elapsed();
+            assert!(took >= wait && took < wait + Duration::from_secs(2), "a {wait:?} reply receive took {took:?}");
+        }
+    });
+}
+
+#[test]
+fn a_long_timed_receive_gets_what_arrives_while_it_waits() {
+    let _serial = common::serial();
+    watchdog("a_long_timed_receive_gets_what_arrives_while_it_waits", LIMIT, || {
+        let (mut rx, tx) = ferry::port().unwrap();
+        let (mut answer, right) = ferry::reply_pair().unwrap();
+        let sender = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(150));
+            tx.send(Message::new(7), Timeout::Infinite).unwrap();
+            right.send(Message::new(8), Timeout::Infinite).unwrap();
+        });
+        assert_eq!(rx.recv(Timeout::After(Duration::from_secs(20))).unwrap().op(), 7);
+        assert_eq!(answer.recv(Timeout::After(Duration::from_secs(20))).unwrap().op(), 8);
+        sender.join().unwrap();
+        // The sender is gone: the port hears it before the timer ends.
+        assert!(matches!(rx.recv(Timeout::After(Duration::from_secs(20))), Err(RecvError::NoSenders)));
+    });
+}
+
+/// A timed receive leaves the socket's timer set; a receive without a
+/// timeout must wait through it for as long as it takes.
+#[test]
+fn an_endless_receive_outlasts_the_timer_a_timed_one_left() {
+    let _serial = common::serial();
+    watchdog("an_endless_receive_outlasts_the_timer_a_timed_one_left", LIMIT, || {
+        let (mut rx, tx) = ferry::port().unwrap();
+        assert!(matches!(rx.recv(Timeout::millis(120)), Err(RecvError::Timeout)));
+        let sender = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(400));
+            tx.send(Message::new(3), Timeout::Infinite).unwrap();
+            tx
+        });
+        assert_eq!(rx.recv(Timeout::Infinite).unwrap().op(), 3);
+        drop(sender.join().unwrap());
+    });
+}
+
+extern "C" fn ignore_signal(_: libc::c_int) {}
+
+/// A signal that interrupts a timed receive (a handler installed without
+/// `SA_RESTART`) neither ends it early nor restarts the whole wait.
+#[test]
+fn a_signal_does_not_cut_a_timed_receive_short() {
+    let _serial = common::serial();
+    watchdog("a_signal_does_not_cut_a_timed_receive_short", LIMIT, || {
+        // SAFETY: installs a handler that does nothing, for a signal no other
+        // test uses; the struct is zeroed, then its handler set.
+        unsafe {
+            let mut act: libc::sigaction = std::mem::zeroed();
+            act.sa_sigaction = ignore_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+            assert_eq!(libc::sigaction(libc::SIGUSR2, &act, std::ptr::null_mut()), 0);
+        }
+        // SAFETY: pthread_self has no preconditions.
+        let me = unsafe { libc::pthread_self() };
+        let (mut rx, _tx) = ferry::port().unwrap();
+        let (mut answer, _right) = ferry::reply_pair().unwrap();
+        let wait = Duration::from_millis(400);
+        let kicker = std::thread::spawn(move || {
+            for _ in 0..2 {
+                std::thread::sleep(Duration::from_millis(150));
+                // SAFETY: the receiving thread lives until this thread is
+                // joined, and SIGUSR2 has a handler.
+                unsafe { libc::pthread_kill(me, libc::SIGUSR2) };
+            }
+        });
+        let t = std::time::Instant::now();
+        assert!(matches!(rx.recv(Timeout::After(wait)), Err(RecvError::Timeout)));
+        let took = t.elapsed();
+        assert!(took >= wait && took < wait + Duration::from_secs(2), "an interrupted {wait:?} receive took {took:?}");
+        kicker.join().unwrap();
+        let kicker = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(150));
+            // SAFETY: as above.
+            unsafe { libc::pthread_kill(me, libc::SIGUSR2) };
+        });
+        let t = std::time::Instant::now();
+        assert!(matches!(answer.recv(Timeout::After(wait)), Err(RecvError::Timeout)));
+        let took = t.elapsed();
+        assert!(took >= wait && took < wait + Duration::from_secs(2), "an interrupted {wait:?} reply receive took {took:?}");
+        kicker.join().unwrap();
+    });
+}
+
+/// A receive right that arrived in a message may still be held by its
+/// sender, who could change its socket's timer: it never waits under that
+/// timer, and one the old holder left set does not end its waits.
+#[test]
+fn a_receive_right_that_travelled_keeps_its_timeouts() {
+    let _serial = common::serial();
+    watchdog("a_receive_right_that_travelled_keeps_its_timeouts", LIMIT, || {
+        let (mut rx, tx) = ferry::port().unwrap();
+        assert!(matches!(rx.recv(Timeout::millis(120)), Err(RecvError::Timeout)));
+        let (mut carrier, to_carrier) = ferry::port().unwrap();
+        to_carrier.send(Message::new(1).with_item(rx), Timeout::Infinite).unwrap();
+        let Some(Item::Receive(mut rx)) = carrier.recv(Timeout::Infinite).unwrap().take_items().pop() else {
+            panic!("the receive right did not arrive")
+        };
+        let wait = Duration::from_millis(250);
+        let t = std::time::Instant::now();
+        assert!(matches!(rx.recv(Timeout::After(wait)), Err(RecvError::Timeout)));
+        assert!(t.elapsed() >= wait);
+        let sender = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            tx.send(Message::new(4), Timeout::Infinite).unwrap();
+            tx
+        });
+        assert_eq!(rx.recv(Timeout::Infinite).unwrap().op(), 4);
+        drop(sender.join().unwrap());
+    });
+}
+
 #[test]
 fn send_once_delivers_once_and_reports_drop() {
     let _serial = common::serial();

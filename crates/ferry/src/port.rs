@@ -19,7 +19,7 @@
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::OnceLock;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use rustix::io::Errno;
 
@@ -52,7 +52,9 @@ pub fn port_with(opts: PortOptions) -> io::Result<(ReceiveRight, SendRight)> {
     if let Some(n) = opts.queue_limit {
         socket::set_send_buffer(tx.as_fd(), n).map_err(io_err)?;
     }
-    Ok((ReceiveRight::from_parts(rx, Vec::new()).map_err(io_err)?, SendRight { sock: tx }))
+    let mut rx = ReceiveRight::from_parts(rx, Vec::new()).map_err(io_err)?;
+    rx.timer = SocketTimer::Own(None);
+    Ok((rx, SendRight { sock: tx }))
 }
 
 /// The right to receive from a port. There is exactly one per port; it can
@@ -69,6 +71,64 @@ pub struct ReceiveRight {
     /// The `epoll` instance behind [`AsFd`], made on first use and kept
     /// watching exactly [`sources`](Self::sources).
     ready: OnceLock<Epoll>,
+    /// Whether a timed receive may wait under the socket's own timer.
+    timer: SocketTimer,
+}
+
+/// Whether a timed receive on a port's socket may block in `recvmsg(2)`
+/// under the socket's own receive timer (`SO_RCVTIMEO`), one system call,
+/// instead of waiting in `ppoll(2)` and then receiving, two. Both wake the
+/// same way; the poll costs its own call and its wait-queue and timer
+/// set-up (about 1.3 µs per receive on the development machine).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SocketTimer {
+    /// The socket came from another process, which may still hold a
+    /// descriptor of it and change its timer (so that a wait would not end
+    /// in time): timed receives poll.
+    Foreign,
+    /// This process made the socket and no other ever held it; the receive
+    /// timer this process last set on it, if any.
+    Own(Option<Duration>),
+}
+
+/// Shortest timeout that waits under the socket's timer. The kernel rounds
+/// that timer up to whole clock ticks (4 ms here, 10 ms at 100 Hz) and
+/// fires it up to 8/63 of the wait late, so it is set short of the deadline
+/// ([`SocketTimer::bound`]) and the rest is waited out precisely; below
+/// this, that rest would be most of the wait.
+const SOCKET_TIMER_FROM: Duration = Duration::from_millis(100);
+
+impl SocketTimer {
+    /// What to set the socket's timer to for a wait of `wait`: late as the
+    /// kernel may fire it, it fires before the deadline (7/8 of the wait,
+    /// less two ticks at 100 Hz, plus 8/63 of that, plus two ticks, is
+    /// under the wait for any wait of at least [`SOCKET_TIMER_FROM`]).
+    fn bound(wait: Duration) -> Duration {
+        wait * 7 / 8 - Duration::from_millis(20)
+    }
+
+    /// Waits up to about `wait` for a datagram on `sock` under its own
+    /// timer. `Ok(None)` when this socket or wait does not take the timer,
+    /// or the timer ended the wait (or a signal did): the caller waits out
+    /// what is left of its deadline precisely.
+    fn wait(&mut self, sock: BorrowedFd<'_>, buf: &mut [u8], wait: Duration) -> rustix::io::Result<Option<socket::Datagram>> {
+        let SocketTimer::Own(set) = self else { return Ok(None) };
+        if wait < SOCKET_TIMER_FROM {
+            return Ok(None);
+        }
+        let bound = SocketTimer::bound(wait);
+        if *set != Some(bound) {
+            if socket::set_recv_timeout(sock, Some(bound)).is_err() {
+                return Ok(None);
+            }
+            *set = Some(bound);
+        }
+        match socket::recv(sock, buf, true) {
+            Ok(dg) => Ok(Some(dg)),
+            Err(Errno::AGAIN) | Err(Errno::INTR) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
 }
 
 thread_local! {
@@ -101,7 +161,7 @@ impl ReceiveRight {
     /// Builds a receive right from descriptors already checked to be port
     /// sockets, whose identity is known. Cannot fail.
     pub(crate) fn from_checked(sock: OwnedFd, once: Vec<OwnedFd>, identity: (u64, u64)) -> Self {
-        ReceiveRight { sock, once, identity, senders_gone: false, generation: 0, ready: OnceLock::new() }
+        ReceiveRight { sock, once, identity, senders_gone: false, generation: 0, ready: OnceLock::new(), timer: SocketTimer::Foreign }
     }
 
     /// Every descriptor that makes up this right, main socket first, for
@@ -144,7 +204,8 @@ impl ReceiveRight {
                     return Err(RecvError::NoSenders);
                 }
                 // Fast path: one socket, let the kernel block for us.
-                return match with_buf(|buf| recv_on(self.sock.as_fd(), buf, self.identity, timeout, false))? {
+                let (sock, identity, timer) = (self.sock.as_fd(), self.identity, &mut self.timer);
+                return match with_buf(|buf| recv_timed(sock, buf, identity, timeout, timer, false))? {
                     Some(m) => Ok(m),
                     None => {
                         self.mark_senders_gone();
@@ -451,7 +512,7 @@ impl SendOnceRight {
 pub fn reply_pair() -> io::Result<(ReplyReceiver, SendOnceRight)> {
     let (rx, tx) = socket::seqpacket_pair().map_err(io_err)?;
     let identity = socket::identity(rx.as_fd()).map_err(io_err)?;
-    Ok((ReplyReceiver { sock: rx, identity, done: false }, SendOnceRight { sock: tx }))
+    Ok((ReplyReceiver { sock: rx, identity, done: false, timer: SocketTimer::Own(None) }, SendOnceRight { sock: tx }))
 }
 
 /// The receiving end of one send-once right made by [`reply_pair`]: it
@@ -463,6 +524,8 @@ pub struct ReplyReceiver {
     identity: (u64, u64),
     /// The message, or the news that none will come, was handed out.
     done: bool,
+    /// Always this process's own: a reply receiver never travels.
+    timer: SocketTimer,
 }
 
 impl ReplyReceiver {
@@ -479,8 +542,8 @@ impl ReplyReceiver {
         if self.done {
             return Err(RecvError::NoSenders);
         }
-        let (sock, identity) = (self.sock.as_fd(), self.identity);
-        match with_buf(|buf| recv_on(sock, buf, identity, timeout, true)) {
+        let (sock, identity, timer) = (self.sock.as_fd(), self.identity, &mut self.timer);
+        match with_buf(|buf| recv_timed(sock, buf, identity, timeout, timer, true)) {
             Err(e @ (RecvError::Timeout | RecvError::Io(_))) => Err(e),
             got => {
                 self.done = true;
@@ -514,6 +577,33 @@ impl AsFd for ReplyReceiver {
     }
 }
 
+/// As [`recv_on`], on a socket whose [`SocketTimer`] this process keeps: a
+/// long enough wait first blocks in `recvmsg(2)` under the socket's timer,
+/// then waits out whatever is left of its deadline as `recv_on` does.
+fn recv_timed(
+    sock: BorrowedFd<'_>,
+    buf: &mut [u8],
+    identity: (u64, u64),
+    timeout: Timeout,
+    timer: &mut SocketTimer,
+    via_send_once: bool,
+) -> Result<Option<Message>, RecvError> {
+    let Timeout::After(wait) = timeout else { return recv_on(sock, buf, identity, timeout, via_send_once) };
+    let start = Instant::now();
+    if let Some(dg) = timer.wait(sock, buf, wait).map_err(|e| RecvError::Io(io_err(e)))? {
+        return datagram_message(buf, dg, identity, via_send_once);
+    }
+    recv_on(sock, buf, identity, Timeout::from(wait.saturating_sub(start.elapsed())), via_send_once)
+}
+
+/// The message a received datagram holds; `Ok(None)` is end-of-file.
+fn datagram_message(buf: &[u8], dg: socket::Datagram, identity: (u64, u64), via_send_once: bool) -> Result<Option<Message>, RecvError> {
+    if dg.is_eof() {
+        return Ok(None);
+    }
+    Message::from_datagram(buf, dg, identity, via_send_once).map(Some).map_err(RecvError::from)
+}
+
 /// Receives one message from a single socket, waiting as `timeout` allows.
 /// `Ok(None)` is end-of-file: every peer descriptor is closed.
 pub(crate) fn recv_on(
@@ -542,10 +632,7 @@ pub(crate) fn recv_on(
             }
             Err(e) => return Err(RecvError::Io(io_err(e))),
         };
-        if dg.is_eof() {
-            return Ok(None);
-        }
-        return Message::from_datagram(buf, dg, identity, via_send_once).map(Some).map_err(RecvError::from);
+        return datagram_message(buf, dg, identity, via_send_once);
     }
 }
 
@@ -597,3 +684,25 @@ fn send_lowered(sock: BorrowedFd<'_>, lowered: &crate::message::Lowered, timeout
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// However late the kernel may fire a socket's timer set to
+    /// [`SocketTimer::bound`] (rounded up to a tick of up to 10 ms, then up
+    /// to 8/63 later on its timer wheel, then a tick more before the woken
+    /// thread sees it), it fires before the wait's deadline.
+    #[test]
+    fn the_socket_timer_fires_before_the_deadline() {
+        let tick = Duration::from_millis(10);
+        let mut wait = SOCKET_TIMER_FROM;
+        while wait < Duration::from_secs(7 * 24 * 3600) {
+            let bound = SocketTimer::bound(wait);
+            let latest = (bound + tick) * 71 / 63 + tick;
+            assert!(bound > Duration::ZERO && latest < wait, "a {wait:?} wait sets {bound:?}, which may fire at {latest:?}");
+            wait = wait * 5 / 4 + Duration::from_micros(1);
+        }
+    }
+}
+

@@ -158,6 +158,14 @@ pub fn set_send_buffer(sock: BorrowedFd<'_>, bytes: usize) -> rustix::io::Result
     }
 }
 
+/// Sets how long a blocking receive on `sock` may wait before it fails with
+/// `EAGAIN` (`SO_RCVTIMEO`); `None` lets it wait without bound. The kernel
+/// rounds the time up to whole clock ticks and its timer wheel may fire
+/// later still, never sooner.
+pub fn set_recv_timeout(sock: BorrowedFd<'_>, wait: Option<std::time::Duration>) -> rustix::io::Result<()> {
+    net::sockopt::set_socket_timeout(sock, net::sockopt::Timeout::Recv, wait)
+}
+
 /// The kernel's send-buffer size of a socket, as it reports it (doubled for
 /// bookkeeping).
 pub fn send_buffer(sock: BorrowedFd<'_>) -> rustix::io::Result<usize> {

@@ -261,20 +261,24 @@ fn net(o: &mut String, c: &Ctx<'_>) {
          (cross-core); `× raw QUIC` divides by `quic-raw` of the same run (targets: 1.3 for \
          the round trip, 1.25 for the 256 MiB region), and `× relay floor` by `quic-relay`, raw QUIC between \
          two relay tasks each a Unix datagram socket away from its program (the four local hops of a round \
-         trip through network servers, with none of ferry's work).\n"
+         trip through network servers, with none of ferry's work); `× port relay` by `quic-relay-port`, the \
+         same relay with ferry ports for those hops (with the kernel's work for every port message, the \
+         sender's credentials and room for rights, but none of the network server's).\n"
     );
-    let _ = writeln!(o, "| case | placement | Accent (PERQ) | today, `ferry-net` | × raw QUIC | × relay floor | raw TCP |\n|---|---|---|---|---|---|---|");
+    let _ = writeln!(o, "| case | placement | Accent (PERQ) | today, `ferry-net` | × raw QUIC | × relay floor | × port relay | raw TCP |\n|---|---|---|---|---|---|---|---|");
     for &p in &c.placements {
         let rt = c.one("net", "null-roundtrip", 0, "none", p, "ferry-net");
         let q = c.one("net", "null-roundtrip", 0, "none", p, "quic-raw");
         let t = c.one("net", "null-roundtrip", 0, "none", p, "tcp-raw");
         let relay = c.one("net", "null-roundtrip", 0, "none", p, "quic-relay");
+        let port_relay = c.one("net", "null-roundtrip", 0, "none", p, "quic-relay-port");
         let _ = writeln!(
             o,
-            "| null round trip | {p} | {NOT_MEASURED} (not given) | {} | {} | {} | {} |",
+            "| null round trip | {p} | {NOT_MEASURED} (not given) | {} | {} | {} | {} | {} |",
             cell(rt, 1.0),
             ratio(med(rt), med(q)),
             ratio(med(rt), med(relay)),
+            ratio(med(rt), med(port_relay)),
             cell(t, 1.0)
         );
         let n = 256 << 20;
@@ -284,7 +288,7 @@ fn net(o: &mut String, c: &Ctx<'_>) {
         let gbps = |r: Option<&Record>| med(r).map_or(NOT_MEASURED.to_string(), |m| format!("{:.3} GB/s", n as f64 / m));
         let _ = writeln!(
             o,
-            "| 256 MiB region, read all | {p} | 6 MB in ~40 min: 0.0000026 GB/s | {} ({}) | {} | n/a | {} |",
+            "| 256 MiB region, read all | {p} | 6 MB in ~40 min: 0.0000026 GB/s | {} ({}) | {} | n/a | n/a | {} |",
             cell(one, 1.0),
             gbps(one),
             ratio(med(one), med(q)),

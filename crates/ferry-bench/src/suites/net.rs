@@ -31,9 +31,15 @@
 //!   a network server on each host holds the link: raw QUIC between two
 //!   relay tasks, each a Unix datagram socket away from its program, so
 //!   the four local hops of `ferry-net` with none of ferry's work.
+//! - `quic-relay-port` (`null-roundtrip` only): the same relay with ferry
+//!   ports for its local hops, so with what the kernel does for every
+//!   port message (the sender's credentials, `recvmsg` with room for
+//!   rights) and ferry's message code, but none of the network server's
+//!   work (no rights translation, no link state, no budgets).
 //!
 //! The `-veth` impls (`ferry-net-veth`, `quic-raw-veth`, `tcp-raw-veth`,
-//! `quic-relay-veth`; `null-roundtrip`, and `oneshot` but for the relay)
+//! `quic-relay-veth`, `quic-relay-port-veth`; `null-roundtrip`, and
+//! `oneshot` but for the relays)
 //! run the same code with the serving and the connecting side in two
 //! network namespaces joined by a veth pair, made for each round
 //! (`ip netns`) and removed after it; they need root and are recorded as
@@ -92,6 +98,8 @@ pub fn impls() -> Vec<Impl> {
         Impl { name: "tcp-raw-veth", run: |run| placed(run, |run| over_veth(run, tcp_raw)) },
         Impl { name: "quic-relay", run: |run| placed(run, quic_relay) },
         Impl { name: "quic-relay-veth", run: |run| placed(run, |run| over_veth(run, quic_relay)) },
+        Impl { name: "quic-relay-port", run: |run| placed(run, quic_relay_port) },
+        Impl { name: "quic-relay-port-veth", run: |run| placed(run, |run| over_veth(run, quic_relay_port)) },
     ]
 }
 
@@ -695,6 +703,108 @@ async fn relay_down(mut recv: quinn::RecvStream, sock: Arc<tokio::net::UnixDatag
     let mut b = [0u8; 1];
     while recv.read_exact(&mut b).await.is_ok() {
         if sock.send(&b).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// `quic-relay-port` (`null-roundtrip` only): [`quic_relay`] with ferry
+/// ports for the four local hops. The timing thread sends a message to its
+/// relay's port; the relay sends the message's operation and body over raw
+/// QUIC (a length, the operation, the body); the other relay sends a
+/// message made of them to the echo thread's port, and the answer comes
+/// back the same way. What separates it from `ferry-net` is the network
+/// server's own work; what separates it from `quic-relay` is the ports'.
+fn quic_relay_port(run: &mut Run<'_>) -> Result<(), Skip> {
+    use ferry::tokio::{AsyncReceiveRight, AsyncSendRight};
+    only(run, &["null-roundtrip"])?;
+    run.note("local_hops", "ferry ports, one per program and one per relay");
+    let (rt_a, rt_b) = (host_runtime(0)?, host_runtime(1)?);
+    let (server, connect) = quic_pair(&rt_a)?;
+    // Side 0: the echo thread's port, and its relay's, where answers go.
+    let (mut echo_rx, to_echo) = ferry::port().map_err(skip)?;
+    let (relay_a_rx, to_relay_a) = ferry::port().map_err(skip)?;
+    // Side 1: the timing thread's port, and its relay's.
+    let (mut mine, to_me) = ferry::port().map_err(skip)?;
+    let (relay_b_rx, to_relay_b) = ferry::port().map_err(skip)?;
+    let srv = server.clone();
+    let (up_a, down_a) = {
+        let _in_runtime = rt_a.enter();
+        (AsyncReceiveRight::new(relay_a_rx).map_err(skip)?, AsyncSendRight::new(to_echo).map_err(skip)?)
+    };
+    rt_a.spawn(async move {
+        let Some(inc) = srv.accept().await else { return };
+        let Ok(conn) = inc.await else { return };
+        let Ok((send, recv)) = conn.accept_bi().await else { return };
+        tokio::spawn(port_up(up_a, send));
+        port_down(recv, down_a).await;
+    });
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let s2 = stop.clone();
+    let echo = on(0, || {
+        std::thread::spawn(move || {
+            while !s2.load(std::sync::atomic::Ordering::Relaxed) {
+                match echo_rx.recv(Timeout::millis(200)) {
+                    Ok(m) => {
+                        if to_relay_a.send(Message::new(m.op()), WAIT).is_err() {
+                            return;
+                        }
+                    }
+                    Err(ferry::RecvError::Timeout) => continue,
+                    Err(_) => return,
+                }
+            }
+        })
+    })?;
+    let (conn, _client_ep) = connect(&rt_b)?;
+    let (send, recv) = rt_b.block_on(conn.open_bi()).map_err(skip)?;
+    {
+        let _in_runtime = rt_b.enter();
+        rt_b.spawn(port_up(AsyncReceiveRight::new(relay_b_rx).map_err(skip)?, send));
+        rt_b.spawn(port_down(recv, AsyncSendRight::new(to_me).map_err(skip)?));
+    }
+    while run.more() {
+        let t = Instant::now();
+        to_relay_b.send(Message::new(1), WAIT)?;
+        mine.recv(WAIT)?;
+        run.record(t.elapsed());
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = echo.join();
+    conn.close(0u32.into(), b"done");
+    server.close(0u32.into(), b"done");
+    rt_b.shutdown_timeout(Duration::from_secs(1));
+    rt_a.shutdown_timeout(Duration::from_secs(1));
+    Ok(())
+}
+
+/// A relay task of `quic-relay-port`: each message from the local
+/// program's port goes over the link as its length, operation and body.
+async fn port_up(mut port: ferry::tokio::AsyncReceiveRight, mut send: quinn::SendStream) {
+    let mut frame = Vec::new();
+    while let Ok(m) = port.recv().await {
+        frame.clear();
+        frame.extend_from_slice(&(4 + m.body().len() as u32).to_le_bytes());
+        frame.extend_from_slice(&m.op().to_le_bytes());
+        frame.extend_from_slice(m.body());
+        if send.write_all(&frame).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// A relay task of `quic-relay-port`: each message from the link goes to
+/// the local program's port.
+async fn port_down(mut recv: quinn::RecvStream, port: ferry::tokio::AsyncSendRight) {
+    let mut len = [0u8; 4];
+    while recv.read_exact(&mut len).await.is_ok() {
+        let mut b = vec![0u8; u32::from_le_bytes(len) as usize];
+        if b.len() < 4 || recv.read_exact(&mut b).await.is_err() {
+            return;
+        }
+        let op = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        b.drain(..4);
+        if port.send(Message::new(op).with_body(b)).await.is_err() {
             return;
         }
     }

@@ -115,6 +115,12 @@ pub struct ReportArgs {
     /// marker) instead of to stdout.
     #[arg(long, value_name = "REPORT.md")]
     pub out: Option<String>,
+    /// A later results file: its records replace FILE's records of every
+    /// suite it measured (a whole suite, so each ratio still compares one
+    /// run's records), and its machine sidecar is shown beside FILE's.
+    /// Repeatable; later ones win.
+    #[arg(long = "with", value_name = "LATER.json")]
+    pub with: Vec<String>,
 }
 
 /// `probe [--quick] [--json FILE]`.
@@ -180,23 +186,39 @@ fn loadavg() -> Value {
 
 /// `ferry bench report FILE [--out PATH]`.
 fn report_main(args: &ReportArgs) -> ExitCode {
-    let (file, out) = (args.file.clone(), args.out.clone());
-    let (rows, meta) = match report::load(&file) {
-        Ok(x) => x,
-        Err(e) => {
-            eprintln!("ferry bench report: {e}");
-            return ExitCode::from(1);
+    let out = args.out.clone();
+    let mut rows = Vec::new();
+    let mut sources: Vec<report::Source> = Vec::new();
+    for file in std::iter::once(&args.file).chain(&args.with) {
+        let (later, meta) = match report::load(file) {
+            Ok(x) => x,
+            Err(e) => {
+                eprintln!("ferry bench report: {e}");
+                return ExitCode::from(1);
+            }
+        };
+        let suites = report::replace_suites(&mut rows, later);
+        for s in &mut sources {
+            s.suites.retain(|x| !suites.contains(x));
         }
-    };
-    // Only plots of cases this file measured (a stale plot of an earlier
-    // run with the same name is left out).
-    let stem_name = std::path::Path::new(plot::stem(&file)).file_name().map_or(String::new(), |n| n.to_string_lossy().into_owned());
-    let mut plots = report::plots_beside(&file, out.as_deref());
-    plots.retain(|p| {
-        let name = std::path::Path::new(p).file_name().map_or(String::new(), |n| n.to_string_lossy().into_owned());
-        rows.iter().any(|r| r.median_ns.is_some() && name.starts_with(&format!("{stem_name}-{}-{}-", r.suite, r.case)))
-    });
-    let text = report::render(&rows, meta.as_ref(), &file, &plots);
+        sources.push(report::Source { path: file.clone(), meta, suites });
+    }
+    // Only plots of cases whose records the report took from the file the
+    // plot was written beside (a stale plot of an earlier run with the same
+    // name, or of a suite a later run replaced, is left out).
+    let mut plots = Vec::new();
+    for s in &sources {
+        let stem_name = std::path::Path::new(plot::stem(&s.path)).file_name().map_or(String::new(), |n| n.to_string_lossy().into_owned());
+        let mut mine = report::plots_beside(&s.path, out.as_deref());
+        mine.retain(|p| {
+            let name = std::path::Path::new(p).file_name().map_or(String::new(), |n| n.to_string_lossy().into_owned());
+            rows.iter().any(|r| {
+                s.suites.contains(&r.suite) && r.median_ns.is_some() && name.starts_with(&format!("{stem_name}-{}-{}-", r.suite, r.case))
+            })
+        });
+        plots.extend(mine);
+    }
+    let text = report::render(&rows, &sources, &plots);
     match out {
         None => print!("{text}"),
         Some(path) => {

@@ -20,6 +20,14 @@ const RESULTS: &str = r#"[
 
 const META: &str = r#"{"cpu_model": "Test CPU \"9000\"", "cores": 2, "kernel": "6.1.0", "date": "2026-01-01T00:00:00Z", "command_line": "ferry bench all --json r.json"}"#;
 
+/// The one source of a report made from a single file.
+fn source(path: &str, meta: Option<serde_json::Value>, rows: &[ferry_bench::record::Record]) -> report::Source {
+    let mut suites: Vec<String> = rows.iter().map(|r| r.suite.clone()).collect();
+    suites.sort();
+    suites.dedup();
+    report::Source { path: path.into(), meta, suites }
+}
+
 fn temp_dir(tag: &str) -> std::path::PathBuf {
     let d = std::env::temp_dir().join(format!("ferry-bench-report-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&d).expect("temporary directory");
@@ -42,7 +50,7 @@ fn every_paper_table_has_a_section_and_gaps_say_not_measured() {
     let path = path.to_str().unwrap();
     let (rows, meta) = report::load(path).expect("the synthetic file loads");
     assert_eq!(rows.len(), 9);
-    let md = report::render(&rows, meta.as_ref(), "r.json", &[]);
+    let md = report::render(&rows, &[source("r.json", meta, &rows)], &[]);
 
     // The machine, from the sidecar (with the quote unescaped).
     assert!(section(&md, "### Machine and run").contains("Test CPU \"9000\""), "{md}");
@@ -99,7 +107,7 @@ fn an_empty_run_is_all_not_measured_and_a_missing_sidecar_is_said() {
     std::fs::write(&path, "[]").unwrap();
     let (rows, meta) = report::load(path.to_str().unwrap()).expect("an empty array is a valid results file");
     assert!(meta.is_none());
-    let md = report::render(&rows, meta.as_ref(), "e.json", &[]);
+    let md = report::render(&rows, &[source("e.json", meta, &rows)], &[]);
     for h in [
         "### Machine and run",
         "### Accent, Table 3-2",
@@ -180,7 +188,7 @@ fn dean_armand_cached_reads_divide_the_file_server_by_native_read() {
         .join(",")
     );
     let rows = report::parse_rows("c.json", &text).unwrap();
-    let md = report::render(&rows, None, "c.json", &[]);
+    let md = report::render(&rows, &[source("c.json", None, &rows)], &[]);
     let t4 = section(&md, "### Dean & Armand, Table 5-4");
     assert!(t4.contains("| 16 MiB | same-core | file server (`ferry-fileserver`) | 2 µs `ferry-fileserver` | 2048 | 2.00× |  |"), "{t4}");
     assert!(t4.contains("| 16 MiB | same-core | native `read()` (`file-read`) | 1 µs `file-read` | 4096 | 1.00× |  |"), "{t4}");
@@ -189,3 +197,44 @@ fn dean_armand_cached_reads_divide_the_file_server_by_native_read() {
     let t5 = section(&md, "### Dean & Armand, Table 5-5");
     assert!(t5.contains("| same-core | file server (`ferry-fileserver`) | 3 µs (p99 3 µs) `ferry-fileserver` | 1.50× | 70.0× |"), "{t5}");
 }
+
+/// A later run of one suite replaces that suite's records whole (none of
+/// the earlier run's are left to be divided by the later run's), leaves
+/// the other suites' alone, and its machine is named beside the first.
+#[test]
+fn a_later_run_replaces_the_suites_it_measured() {
+    let dir = temp_dir("with");
+    let later = r#"[
+  {"suite": "port", "case": "null-roundtrip", "impl": "ferry-port", "bytes": 0, "placement": "cross-core", "touch": "none", "iters": 10, "median_ns": 4000.0, "p99_ns": 5000.0, "min_ns": 3000.0, "gbps": null, "extra": {}}
+]
+"#;
+    std::fs::write(dir.join("r.json"), RESULTS).unwrap();
+    std::fs::write(dir.join("r.json.meta.json"), META).unwrap();
+    std::fs::write(dir.join("n.json"), later).unwrap();
+    std::fs::write(dir.join("n.json.meta.json"), META.replace("Test CPU", "Later CPU")).unwrap();
+    let out = dir.join("report.md");
+    let run = std::process::Command::new(env!("CARGO_BIN_EXE_ferry-bench"))
+        .args(["bench", "report"])
+        .arg(dir.join("r.json"))
+        .arg("--with")
+        .arg(dir.join("n.json"))
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let md = std::fs::read_to_string(&out).unwrap();
+    assert!(md.contains("--with"), "{md}");
+    // 9 records, less the file's two port records, plus the later one.
+    assert!(md.contains("from 8 records"), "{md}");
+    let machine = section(&md, "### Machine and run");
+    assert!(machine.contains("Test CPU") && machine.contains("Later CPU"), "{machine}");
+    assert!(machine.contains("The `port` records are from"), "{machine}");
+    // The port suite's one record now is the later run's: 2 µs one way, and
+    // no ratio to the earlier run's uds-seqpacket.
+    let accent = section(&md, "### Accent, Table 3-2");
+    assert!(accent.contains("2 µs") && !accent.contains("1.5 µs"), "{accent}");
+    // The rpc suite's records are still the first file's.
+    assert!(md.contains("ferry-call-poll"), "{md}");
+}
+

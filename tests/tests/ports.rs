@@ -66,6 +66,16 @@ fn timeouts_zero_and_finite() {
     assert!(matches!(rx.try_recv(), Err(RecvError::Timeout)));
 }
 
+/// Runs `recv`, which must time out, and checks it took its whole `wait`
+/// and not much longer (a hang would take far longer than the slack).
+fn times_out_at_its_deadline(what: &str, wait: Duration, recv: impl FnOnce(Timeout) -> Result<Message, RecvError>) {
+    let t = std::time::Instant::now();
+    let got = recv(Timeout::After(wait));
+    let took = t.elapsed();
+    assert!(matches!(got, Err(RecvError::Timeout)), "{what}: {got:?}");
+    assert!(took >= wait && took < wait + Duration::from_secs(2), "{what}: a {wait:?} receive took {took:?}");
+}
+
 /// Waits of 100 ms and more block in the receive itself under the
 /// socket's own timer, which the kernel rounds up and may fire late: they
 /// must still end at their deadline, not before and not long after.
@@ -77,14 +87,8 @@ fn a_long_timed_receive_ends_at_its_deadline() {
         let (mut answer, _right) = ferry::reply_pair().unwrap();
         // Twice each: the second wait finds the timer the first one set.
         for wait in [Duration::from_millis(300), Duration::from_millis(300), Duration::from_millis(150)] {
-            let t = std::time::Instant::now();
-            assert!(matches!(rx.recv(Timeout::After(wait)), Err(RecvError::Timeout)));
-            let took = t.elapsed();
-            assert!(took >= wait && took < wait + Duration::from_secs(2), "a {wait:?} receive took {took:?}");
-            let t = std::time::Instant::now();
-            assert!(matches!(answer.recv(Timeout::After(wait)), Err(RecvError::Timeout)));
-            let took = t.elapsed();
-            assert!(took >= wait && took < wait + Duration::from_secs(2), "a {wait:?} reply receive took {took:?}");
+            times_out_at_its_deadline("port", wait, |t| rx.recv(t));
+            times_out_at_its_deadline("reply receiver", wait, |t| answer.recv(t));
         }
     });
 }
@@ -154,20 +158,14 @@ fn a_signal_does_not_cut_a_timed_receive_short() {
                 unsafe { libc::pthread_kill(me, libc::SIGUSR2) };
             }
         });
-        let t = std::time::Instant::now();
-        assert!(matches!(rx.recv(Timeout::After(wait)), Err(RecvError::Timeout)));
-        let took = t.elapsed();
-        assert!(took >= wait && took < wait + Duration::from_secs(2), "an interrupted {wait:?} receive took {took:?}");
+        times_out_at_its_deadline("interrupted port", wait, |t| rx.recv(t));
         kicker.join().unwrap();
         let kicker = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(150));
             // SAFETY: as above.
             unsafe { libc::pthread_kill(me, libc::SIGUSR2) };
         });
-        let t = std::time::Instant::now();
-        assert!(matches!(answer.recv(Timeout::After(wait)), Err(RecvError::Timeout)));
-        let took = t.elapsed();
-        assert!(took >= wait && took < wait + Duration::from_secs(2), "an interrupted {wait:?} reply receive took {took:?}");
+        times_out_at_its_deadline("interrupted reply receiver", wait, |t| answer.recv(t));
         kicker.join().unwrap();
     });
 }
@@ -186,10 +184,7 @@ fn a_receive_right_that_travelled_keeps_its_timeouts() {
         let Some(Item::Receive(mut rx)) = carrier.recv(Timeout::Infinite).unwrap().take_items().pop() else {
             panic!("the receive right did not arrive")
         };
-        let wait = Duration::from_millis(250);
-        let t = std::time::Instant::now();
-        assert!(matches!(rx.recv(Timeout::After(wait)), Err(RecvError::Timeout)));
-        assert!(t.elapsed() >= wait);
+        times_out_at_its_deadline("travelled port", Duration::from_millis(250), |t| rx.recv(t));
         let sender = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(300));
             tx.send(Message::new(4), Timeout::Infinite).unwrap();

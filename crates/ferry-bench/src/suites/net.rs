@@ -677,13 +677,26 @@ fn quic_relay(run: &mut Run<'_>) -> Result<(), Skip> {
         mine.recv(&mut b).map_err(skip)?;
         run.record(t.elapsed());
     }
+    end_relay(&stop, echo, &conn, &server, [rt_b, rt_a]);
+    Ok(())
+}
+
+/// Ends a round of a relay impl: stops its echo thread, closes both ends
+/// of the link and shuts both hosts' runtimes down.
+fn end_relay(
+    stop: &std::sync::atomic::AtomicBool,
+    echo: std::thread::JoinHandle<()>,
+    conn: &quinn::Connection,
+    server: &quinn::Endpoint,
+    runtimes: [tokio::runtime::Runtime; 2],
+) {
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let _ = echo.join();
     conn.close(0u32.into(), b"done");
     server.close(0u32.into(), b"done");
-    rt_b.shutdown_timeout(Duration::from_secs(1));
-    rt_a.shutdown_timeout(Duration::from_secs(1));
-    Ok(())
+    for rt in runtimes {
+        rt.shutdown_timeout(Duration::from_secs(1));
+    }
 }
 
 /// A relay task of `quic-relay`: each byte from the local program's
@@ -769,12 +782,7 @@ fn quic_relay_port(run: &mut Run<'_>) -> Result<(), Skip> {
         mine.recv(WAIT)?;
         run.record(t.elapsed());
     }
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let _ = echo.join();
-    conn.close(0u32.into(), b"done");
-    server.close(0u32.into(), b"done");
-    rt_b.shutdown_timeout(Duration::from_secs(1));
-    rt_a.shutdown_timeout(Duration::from_secs(1));
+    end_relay(&stop, echo, &conn, &server, [rt_b, rt_a]);
     Ok(())
 }
 

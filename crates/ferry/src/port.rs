@@ -79,7 +79,7 @@ pub struct ReceiveRight {
 /// under the socket's own receive timer (`SO_RCVTIMEO`), one system call,
 /// instead of waiting in `ppoll(2)` and then receiving, two. Both wake the
 /// same way; the poll costs its own call and its wait-queue and timer
-/// set-up (about 1.3 µs per receive on the development machine).
+/// set-up (about 1–1.3 µs per receive on the development machine).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum SocketTimer {
     /// The socket came from another process, which may still hold a

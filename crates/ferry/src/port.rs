@@ -80,7 +80,7 @@ pub struct ReceiveRight {
 /// instead of waiting in `ppoll(2)` and then receiving, two. Both wake the
 /// same way; the poll costs its own call and its wait-queue and timer
 /// set-up (about 1–1.3 µs per receive on the development machine).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug)]
 enum SocketTimer {
     /// The socket came from another process, which may still hold a
     /// descriptor of it and change its timer (so that a wait would not end

@@ -342,14 +342,9 @@ fn ferry_net_region(run: &mut Run<'_>, how: Fetch, region: u64) -> Result<(), Sk
     let receiver = on(0, || std::thread::spawn(move || {
         let Ok(mut first) = srv.recv(WAIT) else { return };
         let Some(ferry::Item::Send(ack)) = first.take_items().pop() else { return };
-        while !s2.load(std::sync::atomic::Ordering::Relaxed) {
-            let mut m = match srv.recv(Timeout::millis(200)) {
-                Ok(m) => m,
-                Err(ferry::RecvError::Timeout) => continue,
-                Err(_) => return,
-            };
-            let Some(ferry::Item::Send(right)) = m.take_items().pop() else { return };
-            let Ok(r) = ferry_net::RemoteRegion::open(right) else { return };
+        serve_until(&s2, &mut srv, |mut m| {
+            let Some(ferry::Item::Send(right)) = m.take_items().pop() else { return false };
+            let Ok(r) = ferry_net::RemoteRegion::open(right) else { return false };
             // As in the transfer suite: touch, acknowledge (the end of
             // the timed operation), and only then let the region go,
             // then say ready, untimed. Unmapping and freeing 256 MiB of
@@ -371,13 +366,11 @@ fn ferry_net_region(run: &mut Run<'_>, how: Fetch, region: u64) -> Result<(), Sk
                 }),
             };
             if !ok || ack.send(Message::new(0), WAIT).is_err() {
-                return;
+                return false;
             }
             drop((on_touch, whole, r));
-            if ack.send(Message::new(READY), WAIT).is_err() {
-                return;
-            }
-        }
+            ack.send(Message::new(READY), WAIT).is_ok()
+        });
     }))?;
     let sink = b.lookup("sink@a").map_err(skip)?;
     let (mut me, my_tx) = ferry::port().map_err(skip)?;
@@ -524,6 +517,23 @@ fn tcp_raw_oneshot(run: &mut Run<'_>) -> Result<(), Skip> {
 
 const WAIT: Timeout = Timeout::After(Duration::from_secs(10));
 
+/// A receiving program's loop: hands each message on `rx` to `each` until
+/// `stop` is set, `each` says to end (false), or the port fails; it looks
+/// at `stop` at least every 200 ms.
+fn serve_until(stop: &std::sync::atomic::AtomicBool, rx: &mut ferry::ReceiveRight, mut each: impl FnMut(Message) -> bool) {
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        match rx.recv(Timeout::millis(200)) {
+            Ok(m) => {
+                if !each(m) {
+                    return;
+                }
+            }
+            Err(ferry::RecvError::Timeout) => {}
+            Err(_) => return,
+        }
+    }
+}
+
 fn loopback() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 0))
 }
@@ -542,17 +552,7 @@ fn ferry_net_roundtrip(run: &mut Run<'_>) -> Result<(), Skip> {
         let Ok(mut first) = srv.recv(WAIT) else { return };
         let Some(ferry::Item::Send(back)) = first.take_items().pop() else { return };
         let _ = back.send(Message::new(0), WAIT);
-        while !s2.load(std::sync::atomic::Ordering::Relaxed) {
-            match srv.recv(Timeout::millis(200)) {
-                Ok(_) => {
-                    if back.send(Message::new(0), WAIT).is_err() {
-                        return;
-                    }
-                }
-                Err(ferry::RecvError::Timeout) => continue,
-                Err(_) => return,
-            }
-        }
+        serve_until(&s2, &mut srv, |_| back.send(Message::new(0), WAIT).is_ok());
     }))?;
     let remote = b.lookup("echo@a").map_err(skip)?;
     let (mut me, my_tx) = ferry::port().map_err(skip)?;
@@ -755,19 +755,7 @@ fn quic_relay_port(run: &mut Run<'_>) -> Result<(), Skip> {
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let s2 = stop.clone();
     let echo = on(0, || {
-        std::thread::spawn(move || {
-            while !s2.load(std::sync::atomic::Ordering::Relaxed) {
-                match echo_rx.recv(Timeout::millis(200)) {
-                    Ok(m) => {
-                        if to_relay_a.send(Message::new(m.op()), WAIT).is_err() {
-                            return;
-                        }
-                    }
-                    Err(ferry::RecvError::Timeout) => continue,
-                    Err(_) => return,
-                }
-            }
-        })
+        std::thread::spawn(move || serve_until(&s2, &mut echo_rx, |m| to_relay_a.send(Message::new(m.op()), WAIT).is_ok()))
     })?;
     let (conn, _client_ep) = connect(&rt_b)?;
     let (send, recv) = rt_b.block_on(conn.open_bi()).map_err(skip)?;

@@ -22,7 +22,13 @@ pub fn main(args: &Args) -> ExitCode {
     let mut bs = match ferry::Bootstrap::connect_to(&path) {
         Ok(b) => b,
         Err(e) => {
-            eprintln!("ferry names: no name server at {}: {e}", path.display());
+            match e {
+                // These already name the path.
+                ferry::NameError::NotRunning { .. } | ferry::NameError::Impostor { .. } | ferry::NameError::UnsafeDirectory { .. } => {
+                    eprintln!("ferry names: {e}")
+                }
+                _ => eprintln!("ferry names: the name server at {}: {e}", path.display()),
+            }
             return ExitCode::from(1);
         }
     };

@@ -571,7 +571,7 @@ impl Bootstrap {
     pub fn connect_to(path: &Path) -> Result<Bootstrap, NameError> {
         let conn = socket::connect_to(path).map_err(|e| {
             if nobody_listening(e) {
-                NameError::NotRunning { path: path.to_owned(), why: format!("nothing listens there ({e})") }
+                NameError::NotRunning { path: path.to_owned(), why: format!("nothing listens there ({e}); start one with `ferryd --detach`") }
             } else {
                 NameError::Unavailable(io::Error::new(io_err(e).kind(), format!("cannot connect to {}: {e}", path.display())))
             }

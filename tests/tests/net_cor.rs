@@ -580,6 +580,74 @@ fn one_user_resending_a_right_leaves_the_peers_proxies_to_others() {
     });
 }
 
+/// Users together cannot fill the far side's proxies: each may hold at
+/// most half of what the others leave. With a peer that holds at most
+/// eight of this host's references and a per-user budget that would allow
+/// all eight, root's rights stop at four, and another user's two (half of
+/// the four left) still arrive as live proxies, its third refused, so the
+/// peer keeps room for a third user.
+#[test]
+fn users_together_leave_the_peers_proxies_room_for_another() {
+    use std::io::Write;
+
+    use ferry_net::Refusal;
+
+    if !common::can_play_other_user("users_together_leave_the_peers_proxies_room_for_another") {
+        return;
+    }
+    watchdog("users_together_leave_the_peers_proxies_room_for_another", LIMIT, || {
+        let (ia, ib) = identities();
+        let mut ca = config(&ia, vec![Peer { name: "b".into(), cert: ib.cert.clone() }]);
+        ca.max_proxies_per_peer = 8;
+        let a = Node::start(ca).unwrap();
+        let mut cb = config(&ib, vec![Peer { name: "a".into(), cert: ia.cert.clone() }]);
+        (cb.max_proxies_per_peer, cb.max_exports_per_user) = (8, 8);
+        let b = Node::start(cb).unwrap();
+        b.connect("a", a.local_addr().unwrap()).unwrap();
+        let (mut srv, data) = export_data(&a, &b);
+        let (mut me, _keep) = ferry::port().unwrap();
+        let refused = |me: &mut ferry::ReceiveRight| Refusal::of(&me.recv(WAIT).unwrap()).map(|(r, why)| (r, why));
+
+        // Root: four rights arrive live; one more (with a reply right to
+        // hear why) is past half of the eight.
+        let mine: Vec<_> = (0..4).map(|_| ferry::port().unwrap()).collect();
+        let m = mine.iter().fold(Message::new(1), |m, (_, tx)| m.with_item(tx.try_clone().unwrap()));
+        data.send(m, WAIT).unwrap();
+        let held_for_root = srv.recv(WAIT).unwrap();
+        assert_eq!((held_for_root.op(), held_for_root.items().len()), (1, 4));
+        assert!(held_for_root.items().iter().all(|i| matches!(i, Item::Send(r) if !r.is_dead())));
+        let (_p, extra) = ferry::port().unwrap();
+        data.send(Message::new(2).with_item(extra).with_reply(me.make_send_once().unwrap()), WAIT).unwrap();
+        let (r, why) = refused(&mut me).expect("a refusal");
+        assert_eq!(r, Refusal::OverBudget, "{why}");
+        assert!(why.contains("half"), "{why}");
+
+        // Another user: two rights, half of the four root leaves, arrive live.
+        let (mut other, mut said, mut tell) = keep_rights_as_nobody(&data);
+        let held_for_other = srv.recv(WAIT).unwrap();
+        assert_eq!((held_for_other.op(), held_for_other.items().len()), (10, 2));
+        assert!(
+            held_for_other.items().iter().all(|i| matches!(i, Item::Send(r) if !r.is_dead())),
+            "another user's rights arrived as dead names: the peer's proxies were full"
+        );
+        // Its next right and reply right would pass its half: refused.
+        writeln!(tell).unwrap();
+        let line = said.next().unwrap().unwrap();
+        let answer = match line.split(' ').collect::<Vec<_>>()[..] {
+            ["answer", op, body] => Message::new(op.parse().unwrap())
+                .with_body((0..body.len()).step_by(2).map(|i| u8::from_str_radix(&body[i..i + 2], 16).unwrap()).collect::<Vec<_>>()),
+            _ => panic!("the other user's peer said {line:?}"),
+        };
+        assert_eq!(Refusal::of(&answer).map(|(r, _)| r), Some(Refusal::OverBudget), "{line}");
+        // The peer holds six of this host's references: room is left.
+        assert_eq!(a.links()[0].imports, 6, "{:?}", a.links());
+        drop(tell);
+        assert!(other.wait().unwrap().success());
+        assert!(matches!(srv.recv(Timeout::Zero), Err(ferry::RecvError::Timeout)), "a refused message arrived");
+        drop((held_for_root, held_for_other));
+    });
+}
+
 /// The network server's status shows each user its own budgets: asked by
 /// another user (uid nobody) through the status port, it is not full and
 /// carries that user's line and not root's; asked by root, both.

@@ -15,6 +15,18 @@ use std::collections::HashMap;
 /// against nobody's budget.
 pub(crate) const LOOKUPS: u32 = u32::MAX;
 
+/// What one user may have a peer keep, per link.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    /// References the peer holds, per user (`max_exports_per_user`).
+    pub(crate) refs: usize,
+    /// Regions kept by reference, per user (`max_regions_per_user`).
+    pub(crate) regions: usize,
+    /// References to this host's ports the peer is taken to hold at most:
+    /// this node's own `max_proxies_per_peer`, as nodes are set up alike.
+    pub(crate) peer_proxies: usize,
+}
+
 /// Per-user counts for one link.
 #[derive(Debug, Default)]
 pub(crate) struct Budgets {
@@ -26,6 +38,9 @@ pub(crate) struct Budgets {
     sent: HashMap<u64, Vec<(u32, u64)>>,
     /// Each user's counts: (references the peer holds, regions kept).
     usage: HashMap<u32, (usize, usize)>,
+    /// Every reference to this host's ports the peer holds, lookups'
+    /// included: the sum of `sent`.
+    held: usize,
 }
 
 impl Budgets {
@@ -34,11 +49,44 @@ impl Budgets {
         self.usage.get(&uid).copied().unwrap_or_default()
     }
 
+    /// Every reference to this host's ports the peer holds, whoever sent
+    /// it or looked it up.
+    pub(crate) fn held(&self) -> usize {
+        self.held
+    }
+
     /// Every user with something outstanding, with its counts, by uid.
     pub(crate) fn users(&self) -> Vec<(u32, (usize, usize))> {
         let mut v: Vec<_> = self.usage.iter().map(|(&u, &c)| (u, c)).collect();
         v.sort_unstable();
         v
+    }
+
+    /// Why a message from `uid` that would make the peer hold `refs` more
+    /// references and this node keep `regions` more regions must be
+    /// refused, or `None` if it may pass. A user may not pass its own
+    /// limits, nor hold more than half of the peer's proxies the others
+    /// leave free: so however many users fill their budgets, the next one
+    /// still finds room (each takes at most half of what is left), where a
+    /// fixed share per user lets a few users take every proxy between them.
+    pub(crate) fn over(&self, uid: u32, refs: usize, regions: usize, limits: Limits, peer: &str) -> Option<String> {
+        let (e, r) = self.of(uid);
+        if regions > 0 && r + regions > limits.regions {
+            return Some(format!("user {uid} already has {r} regions by reference kept for {peer} (the limit is {})", limits.regions));
+        }
+        if refs == 0 {
+            return None;
+        }
+        if e + refs > limits.refs {
+            return Some(format!("user {uid} already has {e} rights kept for {peer} (the limit is {})", limits.refs));
+        }
+        let free = limits.peer_proxies.saturating_sub(self.held() - e);
+        if e + refs > free / 2 {
+            return Some(format!(
+                "user {uid} already has {e} rights kept for {peer}, and one user may hold at most half of the {free} of {peer}'s proxies the others leave"
+            ));
+        }
+        None
     }
 
     /// Counts region `id`, kept for the peer, against `uid`.
@@ -63,6 +111,7 @@ impl Budgets {
             None if uid == LOOKUPS => owners.insert(0, (uid, 1)),
             None => owners.push((uid, 1)),
         }
+        self.held += 1;
         if uid != LOOKUPS {
             self.usage.entry(uid).or_default().0 += 1;
         }
@@ -80,6 +129,7 @@ impl Budgets {
             let k = (*n).min(count);
             *n -= k;
             count -= k;
+            self.held -= k as usize;
             if *uid != LOOKUPS {
                 freed.push((*uid, k as usize));
             }
@@ -98,6 +148,7 @@ impl Budgets {
     /// free.
     pub(crate) fn refund_export(&mut self, id: u64) {
         for (uid, n) in self.sent.remove(&id).unwrap_or_default() {
+            self.held -= n as usize;
             if uid != LOOKUPS {
                 self.adjust(uid, |u| u.0 = u.0.saturating_sub(n as usize));
             }
@@ -149,12 +200,50 @@ mod tests {
         assert_eq!((b.of(1000), b.of(0)), ((1, 0), (1, 0)));
         b.release_refs(7, 2);
         assert_eq!(b.users(), vec![]);
+        assert_eq!(b.held(), 0, "every reference, lookups' too, is let go");
         // More than was charged (the peer's lookups of a port nobody sent
         // counted too): nothing goes below zero.
         b.charge_ref(0, 8);
         b.release_refs(8, 5);
         b.release_refs(9, 1);
         assert_eq!(b.of(0), (0, 0));
+        assert_eq!(b.held(), 0);
+    }
+
+    #[test]
+    fn each_user_holds_at_most_half_of_what_the_others_leave() {
+        let limits = Limits { refs: 100, regions: 1, peer_proxies: 16 };
+        let mut b = Budgets::default();
+        // Alone, a user may hold half of the peer's proxies.
+        for i in 0..8 {
+            assert_eq!(b.over(0, 1, 0, limits, "p"), None, "reference {i}");
+            b.charge_ref(0, i);
+        }
+        assert!(b.over(0, 1, 0, limits, "p").unwrap().contains("at most half of the 16"));
+        // The next user, half of the eight left; the one after, half of
+        // the four left then, and so on: never the last of them.
+        for (uid, share) in [(1, 4), (2, 2), (3, 1)] {
+            assert_eq!(b.over(uid, share, 0, limits, "p"), None, "user {uid}");
+            assert!(b.over(uid, share + 1, 0, limits, "p").is_some(), "user {uid}");
+            for k in 0..share {
+                b.charge_ref(uid, 100 * uid as u64 + k as u64);
+            }
+        }
+        assert_eq!(b.held(), 15);
+        // Lookups' references are the others' too.
+        b.charge_ref(LOOKUPS, 50);
+        assert!(b.over(4, 1, 0, limits, "p").is_some());
+        // A message with no rights passes whatever is held; regions are
+        // counted on their own.
+        assert_eq!(b.over(4, 0, 1, limits, "p"), None);
+        b.charge_region(4, 1);
+        assert!(b.over(4, 0, 1, limits, "p").unwrap().contains("regions"));
+        // Let go, the room is back.
+        for i in 0..8 {
+            b.refund_export(i);
+        }
+        assert_eq!(b.held(), 8);
+        assert_eq!(b.over(4, 1, 0, limits, "p"), None);
     }
 
     #[test]
@@ -162,6 +251,8 @@ mod tests {
         let mut b = Budgets::default();
         b.charge_ref(0, 1);
         b.charge_ref(0, 2);
+        b.charge_ref(LOOKUPS, 2);
+        assert_eq!(b.held(), 3, "lookups' references are held too");
         b.charge_region(0, 1);
         b.charge_region(1000, 2);
         assert_eq!(b.users(), vec![(0, (2, 1)), (1000, (0, 1))]);
@@ -169,8 +260,10 @@ mod tests {
         b.refund_region(1);
         b.refund_export(1);
         assert_eq!(b.users(), vec![(0, (1, 0)), (1000, (0, 1))]);
+        assert_eq!(b.held(), 2);
         b.refund_export(2);
         b.refund_region(2);
         assert!(b.users().is_empty());
+        assert_eq!(b.held(), 0);
     }
 }

@@ -35,7 +35,7 @@ use ferry::tokio::{AsyncReceiveRight, AsyncReplyReceiver, AsyncSendRight};
 use ferry::{Item, MapOptions, MappedRegion, Message, RecvError, RegionItem, Reply, SendOnceRight, SendRight, Timeout};
 use tokio::sync::{oneshot, watch};
 
-use crate::budget::{Budgets, LOOKUPS};
+use crate::budget::{Budgets, Limits, LOOKUPS};
 use crate::cor::{self, Counters, Fetcher};
 use crate::frame::{Cap, Frame, Part, MAX_EAGER_REGION, MAX_FRAME};
 use crate::link::{Event, Incoming, Key, Link, LinkError, Outgoing, Store};
@@ -62,9 +62,11 @@ pub struct NodeConfig {
     /// a right sent again counts again: each arrival is a proxy on the far
     /// side, which holds at most `max_proxies_per_peer` of this host's, so
     /// the budget is what keeps one user from taking all of them (with the
-    /// defaults, a quarter). It also bounds the rights this node keeps for
+    /// defaults, a quarter). Besides it, a user may hold at most half of
+    /// the peer's proxies the other users leave, so users together cannot
+    /// take them all either. It also bounds the rights this node keeps for
     /// that user's exports (each a kept right and a watcher). A message
-    /// that would pass it is refused with [`Refusal::OverBudget`].
+    /// that would pass either is refused with [`Refusal::OverBudget`].
     pub max_exports_per_user: usize,
     /// Most regions one local user may have this node keep for one peer at
     /// once, sent by reference (each keeps the region's memory alive until
@@ -73,7 +75,10 @@ pub struct NodeConfig {
     /// Most references to one peer's ports this node holds at once, each a
     /// proxy port with a descriptor and a task here. Past it, a right from
     /// that peer arrives as a dead name and its reference goes back at
-    /// once, so one peer cannot take every descriptor of the host.
+    /// once, so one peer cannot take every descriptor of the host. The
+    /// peer is taken to hold as many of this host's at most, for the
+    /// per-user shares of [`max_exports_per_user`](Self::max_exports_per_user):
+    /// set it alike on both.
     pub max_proxies_per_peer: u64,
     /// Most bytes of one peer's message frames this node holds at once,
     /// from their first byte read until they are delivered (at least
@@ -353,8 +358,8 @@ struct Conn {
     control: tokio::sync::Mutex<quinn::SendStream>,
     state: Mutex<State>,
     counters: Arc<Counters>,
-    /// Per-user budgets: (exports, regions) kept for this peer.
-    limits: (usize, usize),
+    /// Per-user budgets at this peer.
+    limits: Limits,
     /// The operation timeout: how long a control frame may wait to be
     /// written before the link is given up as stalled.
     op_timeout: Duration,
@@ -651,7 +656,11 @@ fn start_link(sh: Arc<Shared>, peer: String, conn: quinn::Connection, send: quin
         conn: conn.clone(),
         control: tokio::sync::Mutex::new(send),
         counters: sh.counters.clone(),
-        limits: (sh.config.max_exports_per_user, sh.config.max_regions_per_user),
+        limits: Limits {
+            refs: sh.config.max_exports_per_user,
+            regions: sh.config.max_regions_per_user,
+            peer_proxies: usize::try_from(sh.config.max_proxies_per_peer).unwrap_or(usize::MAX),
+        },
         op_timeout: sh.config.op_timeout,
         frames: tokio::sync::Semaphore::new(sh.config.max_frame_bytes_per_peer.max(MAX_FRAME)),
         state: Mutex::new(State {
@@ -1301,18 +1310,7 @@ impl Conn {
         let back = m.take_reply();
         let regions = outs.iter().filter(|o| matches!(o, Outgoing::Remote(_))).count();
         let rights = outs.iter().filter(|o| matches!(o, Outgoing::Send(_) | Outgoing::Once)).count() + usize::from(back.is_some());
-        let over = {
-            let st = self.state.lock().unwrap();
-            let (e, r) = st.budgets.of(uid);
-            let (max_e, max_r) = self.limits;
-            if regions > 0 && r + regions > max_r {
-                Some(format!("user {uid} already has {r} regions by reference kept for {} (the limit is {max_r})", self.peer))
-            } else if rights > 0 && e + rights > max_e {
-                Some(format!("user {uid} already has {e} rights kept for {} (the limit is {max_e})", self.peer))
-            } else {
-                None
-            }
-        };
+        let over = self.state.lock().unwrap().budgets.over(uid, rights, regions, self.limits, &self.peer);
         if let Some(why) = over {
             self.drop_message(&why);
             if let Some(r) = back {

@@ -621,6 +621,115 @@ fn emul_another_user_reaches_neither_unreadable_files_nor_others_open_files() {
     });
 }
 
+/// A served directory another user can write to (`pub`, sticky, as
+/// `/tmp`), and a file every user may read (`public`).
+fn shared_scratch(test: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = scratch(test);
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::create_dir(dir.join("pub")).unwrap();
+    std::fs::set_permissions(dir.join("pub"), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    std::fs::write(dir.join("public"), b"anyone").unwrap();
+    std::fs::set_permissions(dir.join("public"), std::fs::Permissions::from_mode(0o644)).unwrap();
+    dir
+}
+
+/// Starts `ferry-peer emul-stall HOW pub/mine` as uid `nobody` against
+/// `srv` and waits until its requests are queued at the server.
+fn start_stall(srv: &Served, how: &str) -> (std::process::Child, std::io::BufReader<std::process::ChildStdout>) {
+    use std::io::BufRead;
+    use std::os::unix::process::CommandExt as _;
+    let mut peer = Command::new(common::peer_for_other_users())
+        .arg("emul-stall")
+        .arg(how)
+        .arg("pub/mine")
+        .pass_right(srv.right())
+        .unwrap()
+        .uid(common::NOBODY)
+        .gid(common::NOBODY)
+        .current_dir("/")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(peer.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "stalling", "{how}: the attacker did not start");
+    (peer, out)
+}
+
+/// Another user keeps the token of its own open file active (it never
+/// finishes its "call") and asks for what must wait for the active holder:
+/// a truncation, or an open with `O_TRUNC`. That wait is its own: the
+/// server answers root meanwhile, while the attacker's request is still
+/// waiting (the attacker checks, after root was answered, that it has no
+/// answer yet). The server once waited on its only thread, so every user
+/// waited behind the attacker, and could be made to for ever.
+#[test]
+fn emul_a_user_stalling_its_token_holds_up_nobody_else() {
+    if !common::can_play_other_user("emul_a_user_stalling_its_token_holds_up_nobody_else") {
+        return;
+    }
+    watchdog("emul_a_user_stalling_its_token_holds_up_nobody_else", Duration::from_secs(120), || {
+        use ferry::emulation::{Client, Opened};
+        use std::io::{BufRead, Write};
+        let dir = shared_scratch("stall");
+        let srv = Served::new(&dir);
+        let mine = Client::new(srv.right().try_clone().unwrap());
+        for how in ["truncate", "open-trunc"] {
+            let (mut peer, mut out) = start_stall(&srv, how);
+            let Ok(Opened::File(f)) = mine.open("public", libc::O_RDONLY, 0) else { panic!("{how}: root's open failed") };
+            let mut buf = [0u8; 6];
+            assert_eq!(mine.sg_read(f.id, 0, &mut buf), Ok(6));
+            assert_eq!(&buf, b"anyone");
+            writeln!(peer.stdin.take().unwrap()).unwrap();
+            let mut line = String::new();
+            out.read_line(&mut line).unwrap();
+            assert_eq!(line.trim(), "pending", "{how}: root was served only once the attacker's request was answered");
+            drop(out);
+            assert!(peer.wait().unwrap().success(), "{how}: the attacker failed");
+        }
+        drop(mine);
+        let (_, open) = srv.finish();
+        assert_eq!(open, 0);
+        let _ = std::fs::remove_dir_all(&dir);
+    });
+}
+
+/// Another user fills the server with token requests that wait for an
+/// active holder (its own, which never finishes): it gets its share of
+/// the server's waiting threads and no more, and root's token request is
+/// still granted, not refused with `EAGAIN`.
+#[test]
+fn emul_one_user_cannot_take_every_waiting_thread() {
+    if !common::can_play_other_user("emul_one_user_cannot_take_every_waiting_thread") {
+        return;
+    }
+    watchdog("emul_one_user_cannot_take_every_waiting_thread", Duration::from_secs(120), || {
+        use ferry::emulation::{Client, Opened};
+        use std::io::{BufRead, Write};
+        let dir = shared_scratch("threads");
+        let srv = Served::new(&dir);
+        let mine = Client::new(srv.right().try_clone().unwrap());
+        let (mut peer, mut out) = start_stall(&srv, "tokens");
+        let Ok(Opened::File(f)) = mine.open("public", libc::O_RDONLY, 0) else { panic!("root's open failed") };
+        f.page.give_up(std::process::id() as i32);
+        assert_eq!(mine.token(f.id), Ok(()), "root's token request was refused");
+        writeln!(peer.stdin.take().unwrap()).unwrap();
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        drop(out);
+        assert!(peer.wait().unwrap().success(), "the attacker failed");
+        drop(f);
+        drop(mine);
+        let (_, open) = srv.finish();
+        assert_eq!(open, 0);
+        let _ = std::fs::remove_dir_all(&dir);
+    });
+}
+
 #[test]
 fn process_port_reads_and_writes_memory_takes_a_right_and_sees_death() {
     watchdog("process_port_reads_and_writes_memory_takes_a_right_and_sees_death", Duration::from_secs(60), || {

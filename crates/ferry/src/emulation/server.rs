@@ -25,9 +25,13 @@ use crate::timeout::Timeout;
 /// How long the server waits for an active token holder before answering
 /// `EDEADLK` (a holder is active only inside one library call).
 const ACTIVE_WAIT: Duration = Duration::from_secs(20);
-/// Most token requests handed on their own threads at once (beyond,
-/// `EAGAIN`).
+/// Most requests that wait for a token holder (token requests,
+/// truncations) handed on their own threads at once (beyond, `EAGAIN`).
 const MAX_WAITING: usize = 256;
+/// Most of those one user may have at once: a user that keeps its own
+/// tokens active, and so its requests waiting, takes its share of the
+/// threads and leaves the rest to the others.
+const MAX_WAITING_PER_USER: usize = MAX_WAITING / 4;
 /// Most open files one user may hold at once.
 const OPEN_FILES_PER_USER: usize = 4096;
 
@@ -56,9 +60,57 @@ struct Counters {
     callbacks: AtomicU64,
     dead_holders: AtomicU64,
     file_ops: AtomicU64,
-    /// Token requests being handed on their own threads now.
-    waiting: std::sync::atomic::AtomicUsize,
+    /// Requests waiting on their own threads now, in all and per uid.
+    waiting: Mutex<(usize, HashMap<u32, usize>)>,
 }
+
+/// A thread's place among the requests that wait for a token holder,
+/// given back when it is dropped.
+struct Slot {
+    counters: Arc<Counters>,
+    uid: u32,
+}
+
+impl Slot {
+    /// A place for a request of `uid`, if the server and that user's share
+    /// have one left.
+    fn take(counters: &Arc<Counters>, uid: u32) -> Option<Slot> {
+        let mut w = counters.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        let (all, per_user) = &mut *w;
+        let mine = per_user.entry(uid).or_default();
+        if *all >= MAX_WAITING || *mine >= MAX_WAITING_PER_USER {
+            return None;
+        }
+        *mine += 1;
+        *all += 1;
+        Some(Slot { counters: counters.clone(), uid })
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut w = self.counters.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        let (all, per_user) = &mut *w;
+        *all -= 1;
+        if let Some(n) = per_user.get_mut(&self.uid) {
+            *n -= 1;
+            if *n == 0 {
+                per_user.remove(&self.uid);
+            }
+        }
+    }
+}
+
+/// What a request comes to: an answer now, or work that may wait for an
+/// active token holder and so runs on a thread of its own (the server's
+/// own thread never waits for a client).
+enum Step {
+    Now(Res<(Vec<u8>, Vec<Item>)>),
+    Wait(Box<dyn FnOnce() -> Res<(Vec<u8>, Vec<Item>)> + Send>),
+}
+
+/// The token holders' process ports, shared with the waiting threads.
+type Holders = Arc<Mutex<HashMap<i32, ProcessPort>>>;
 
 /// One open file: the server's own descriptor (for `ftruncate`, `fsync`
 /// and segment reads and writes, as the opener), its token page, and who
@@ -159,7 +211,7 @@ pub struct EmulServer {
     per_user: HashMap<u32, usize>,
     next_id: u64,
     /// Process ports of the pids the token was last given to.
-    holders: Arc<Mutex<HashMap<i32, ProcessPort>>>,
+    holders: Holders,
     euid: u32,
     counters: Arc<Counters>,
 }
@@ -285,43 +337,54 @@ impl EmulServer {
             _ => &c.names,
         }
         .fetch_add(1, Ordering::Relaxed);
-        let answer = match m.op() {
+        let step = match m.op() {
             OP_EMUL_OPEN => self.open(who, &body),
-            OP_EMUL_STAT => stat(&self.root, self.euid, who, &body).map(|b| (b, vec![])),
-            OP_EMUL_UNLINK => unlink(&self.root, self.euid, who, &body).map(|()| (vec![], vec![])),
-            OP_EMUL_RENAME => rename(&self.root, self.euid, who, &body).map(|()| (vec![], vec![])),
-            OP_EMUL_MKDIR => mkdir(&self.root, self.euid, who, &body).map(|()| (vec![], vec![])),
-            OP_EMUL_TRUNCATE | OP_EMUL_FSYNC => self.file_op(m.op(), who, &body).map(|()| (vec![], vec![])),
-            OP_EMUL_SG_READ | OP_EMUL_SG_WRITE => self.segment(m.op(), who, &body).map(|b| (b, vec![])),
-            OP_EMUL_TOKEN => {
-                match self.token_page(who, &body) {
-                    // The wait for an active holder runs on its own thread,
-                    // so other clients are served meanwhile.
-                    // Threads waiting for active holders are bounded: a
-                    // client cannot make the server spawn without end.
-                    Ok(_) if self.counters.waiting.load(Ordering::Relaxed) >= MAX_WAITING => Err(Errno::AGAIN),
-                    Ok(page) => {
-                        self.counters.waiting.fetch_add(1, Ordering::Relaxed);
-                        let holders = self.holders.clone();
-                        let counters = self.counters.clone();
-                        std::thread::spawn(move || {
-                            let r = hand_token(&page, &holders, &counters, who.pid);
-                            counters.waiting.fetch_sub(1, Ordering::Relaxed);
-                            send_reply(reply, r.map(|()| (vec![], vec![])));
-                        });
-                        return;
-                    }
-                    Err(e) => Err(e),
-                }
-            }
-            _ => Err(Errno::NOSYS),
+            OP_EMUL_STAT => Step::Now(stat(&self.root, self.euid, who, &body).map(|b| (b, vec![]))),
+            OP_EMUL_UNLINK => Step::Now(unlink(&self.root, self.euid, who, &body).map(|()| (vec![], vec![]))),
+            OP_EMUL_RENAME => Step::Now(rename(&self.root, self.euid, who, &body).map(|()| (vec![], vec![]))),
+            OP_EMUL_MKDIR => Step::Now(mkdir(&self.root, self.euid, who, &body).map(|()| (vec![], vec![]))),
+            OP_EMUL_TRUNCATE | OP_EMUL_FSYNC => self.file_op(m.op(), who, &body),
+            OP_EMUL_SG_READ | OP_EMUL_SG_WRITE => Step::Now(self.segment(m.op(), who, &body).map(|b| (b, vec![]))),
+            OP_EMUL_TOKEN => self.token(who, &body),
+            _ => Step::Now(Err(Errno::NOSYS)),
         };
-        send_reply(reply, answer);
+        match step {
+            Step::Now(answer) => send_reply(reply, answer),
+            // The wait for an active holder runs on its own thread, so
+            // other clients are served meanwhile. Threads waiting for
+            // active holders are bounded, in all and per user: a client
+            // cannot make the server spawn without end, nor take every
+            // thread from the other users.
+            Step::Wait(work) => match Slot::take(&self.counters, who.uid) {
+                Some(slot) => {
+                    let spawned = std::thread::Builder::new().name("ferry-emul-wait".into()).spawn(move || {
+                        let answer = work();
+                        drop(slot);
+                        send_reply(reply, answer);
+                    });
+                    // Without a thread the work (and the reply right
+                    // with it) is dropped: the client sees its request
+                    // refused, as when the server dies.
+                    drop(spawned);
+                }
+                None => {
+                    drop(work);
+                    send_reply(reply, Err(Errno::AGAIN));
+                }
+            },
+        }
     }
 
-    fn token_page(&self, who: Asker, body: &[u8]) -> Res<Arc<TokenPage>> {
-        let id = get_u64(body, 0).ok_or(Errno::INVAL)?;
-        Ok(lookup(&self.table, id, who.uid)?.page.clone())
+    /// A token request: the asker's open file's page, handed to the asker
+    /// once it is free (on a thread of its own).
+    fn token(&self, who: Asker, body: &[u8]) -> Step {
+        let Some(id) = get_u64(body, 0) else { return Step::Now(Err(Errno::INVAL)) };
+        let page = match lookup(&self.table, id, who.uid) {
+            Ok(f) => f.page.clone(),
+            Err(e) => return Step::Now(Err(e)),
+        };
+        let (holders, counters) = (self.holders.clone(), self.counters.clone());
+        Step::Wait(Box::new(move || hand_token(&page, &holders, &counters, who.pid).map(|()| (vec![], vec![]))))
     }
 
     /// The handler form of the server's open-file routines, for callers in
@@ -348,58 +411,42 @@ impl EmulServer {
         }
     }
 
-    fn file_op(&self, op: u32, who: Asker, body: &[u8]) -> Res<()> {
-        let id = get_u64(body, 0).ok_or(Errno::INVAL)?;
-        let f = lookup(&self.table, id, who.uid)?;
+    fn file_op(&self, op: u32, who: Asker, body: &[u8]) -> Step {
+        let Some(id) = get_u64(body, 0) else { return Step::Now(Err(Errno::INVAL)) };
+        let f = match lookup(&self.table, id, who.uid) {
+            Ok(f) => f,
+            Err(e) => return Step::Now(Err(e)),
+        };
         if op == OP_EMUL_FSYNC {
-            return rustix::fs::fsync(&f.file);
+            return Step::Now(rustix::fs::fsync(&f.file).map(|()| (vec![], vec![])));
         }
-        let len = get_u64(body, 8).ok_or(Errno::INVAL)?;
-        self.cut(f.identity, f.file.as_fd(), len)
+        let Some(len) = get_u64(body, 8) else { return Step::Now(Err(Errno::INVAL)) };
+        // What the kernel would refuse is refused before anyone's token
+        // is called back: a file open only for reading cannot be cut.
+        if !writable(f.file.as_fd()) {
+            return Step::Now(Err(Errno::INVAL));
+        }
+        let (table, holders, counters) = (self.table.clone(), self.holders.clone(), self.counters.clone());
+        Step::Wait(Box::new(move || cut(&table, &holders, &counters, f.identity, f.file.as_fd(), len).map(|()| (vec![], vec![]))))
     }
 
-    /// Sets the length of the file `identity` (open as `file`) to `len`.
-    /// Every open file of this file (the caller's included: after a fork
-    /// others may share it) may be reading through a window the bytes about
-    /// to go. Their tokens are called back first (the server waits for an
-    /// active holder to finish its call: holders never wait for the server
-    /// while active), their sizes set, and the tokens left free, so that no
-    /// holder copies from beyond the new end (which would fault) or misses
-    /// the new size.
-    fn cut(&self, identity: (u64, u64), file: BorrowedFd<'_>, len: u64) -> Res<()> {
-        let me = std::process::id() as i32;
-        let all: Vec<Arc<OpenFile>> = self
-            .table
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .filter(|o| o.identity == identity)
-            .cloned()
-            .collect();
-        let mut recalled = Vec::new();
-        let mut result = Ok(());
-        for o in &all {
-            match hand_token(&o.page, &self.holders, &self.counters, me) {
-                Ok(()) => recalled.push(o),
-                Err(e) => {
-                    result = Err(e);
-                    break;
-                }
+    fn open(&mut self, who: Asker, body: &[u8]) -> Step {
+        match self.open_now(who, body) {
+            Ok((answer, None)) => Step::Now(Ok(answer)),
+            // The reply (with the open file's hold) goes once the file is
+            // cut; if the cut fails, the hold goes with the answer, and
+            // the open file with it.
+            Ok((answer, Some(open))) => {
+                let (table, holders, counters) = (self.table.clone(), self.holders.clone(), self.counters.clone());
+                Step::Wait(Box::new(move || cut(&table, &holders, &counters, open.identity, open.file.as_fd(), 0).map(|()| answer)))
             }
+            Err(e) => Step::Now(Err(e)),
         }
-        if result.is_ok() {
-            result = rustix::fs::ftruncate(file, len);
-        }
-        for o in recalled {
-            if result.is_ok() {
-                o.page.set_size(len);
-            }
-            o.page.release(me);
-        }
-        result
     }
 
-    fn open(&mut self, who: Asker, body: &[u8]) -> Res<(Vec<u8>, Vec<Item>)> {
+    /// Opens and registers a file; with `O_TRUNC`, also returns the open
+    /// file, still to be cut to nothing before the answer goes.
+    fn open_now(&mut self, who: Asker, body: &[u8]) -> Res<((Vec<u8>, Vec<Item>), Option<Arc<OpenFile>>)> {
         let flags = get_u32(body, 0).ok_or(Errno::INVAL)?;
         let mode = get_u32(body, 4).ok_or(Errno::INVAL)?;
         let name = name_of(&body[8..])?;
@@ -422,19 +469,18 @@ impl EmulServer {
             put_u32(&mut out, 1);
             put_u64(&mut out, 0);
             put_u64(&mut out, 0);
-            return Ok((out, vec![Item::Send(envelope)]));
+            return Ok(((out, vec![Item::Send(envelope)]), None));
         }
         let st = rustix::fs::fstat(&fd)?;
         let identity = (st.st_dev as u64, st.st_ino as u64);
-        let size = if trunc {
-            self.cut(identity, fd.as_fd(), 0)?;
-            0
-        } else {
-            st.st_size as u64
-        };
+        let size = if trunc { 0 } else { st.st_size as u64 };
         let memfd = crate::sys::mem::memfd("ferry-emul-token", PAGE_LEN as u64)?;
         let page = Arc::new(TokenPage::map(memfd.as_fd()).map_err(|_| Errno::NOMEM)?);
         page.init(who.pid, size);
+        if trunc {
+            // Free until the cut is done: the opener asks for it then.
+            page.give_up(who.pid);
+        }
         if let Ok(p) = ProcessPort::open(who.pid) {
             let mut holders = self.holders.lock().expect("holders");
             if holders.len() >= 64 {
@@ -447,14 +493,63 @@ impl EmulServer {
         let member = self.set.insert(hold_rx);
         let id = self.next_id;
         self.next_id += 1;
-        self.table.lock().unwrap_or_else(|e| e.into_inner()).insert(id, Arc::new(OpenFile { file: fd, page, uid: who.uid, identity }));
+        let open = Arc::new(OpenFile { file: fd, page, uid: who.uid, identity });
+        self.table.lock().unwrap_or_else(|e| e.into_inner()).insert(id, open.clone());
         self.files.insert(member, (id, who.uid));
         *self.per_user.entry(who.uid).or_default() += 1;
         put_u32(&mut out, 0);
         put_u64(&mut out, id);
         put_u64(&mut out, size);
-        Ok((out, vec![Item::Send(envelope), Item::Send(hold)]))
+        Ok(((out, vec![Item::Send(envelope), Item::Send(hold)]), trunc.then_some(open)))
     }
+}
+
+/// Whether `file` is open for writing.
+fn writable(file: BorrowedFd<'_>) -> bool {
+    rustix::fs::fcntl_getfl(file).is_ok_and(|f| f & OFlags::ACCMODE != OFlags::RDONLY)
+}
+
+/// Sets the length of the file `identity` (open as `file`) to `len`.
+/// Every open file of this file (the caller's included: after a fork
+/// others may share it) may be reading through a window the bytes about
+/// to go. Their tokens are called back first (the server waits for an
+/// active holder to finish its call: holders never wait for the server
+/// while active), their sizes set, and the tokens left free, so that no
+/// holder copies from beyond the new end (which would fault) or misses
+/// the new size. Runs on a waiting thread, never the server's own. The
+/// tokens are called back in the order of the open files' ids, so two
+/// cuts of one file at once never each hold a token the other waits for.
+fn cut(table: &Table, holders: &Mutex<HashMap<i32, ProcessPort>>, counters: &Counters, identity: (u64, u64), file: BorrowedFd<'_>, len: u64) -> Res<()> {
+    let me = std::process::id() as i32;
+    let mut all: Vec<(u64, Arc<OpenFile>)> = table
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .filter(|(_, o)| o.identity == identity)
+        .map(|(id, o)| (*id, o.clone()))
+        .collect();
+    all.sort_by_key(|(id, _)| *id);
+    let mut recalled = Vec::new();
+    let mut result = Ok(());
+    for (_, o) in &all {
+        match hand_token(&o.page, holders, counters, me) {
+            Ok(()) => recalled.push(o),
+            Err(e) => {
+                result = Err(e);
+                break;
+            }
+        }
+    }
+    if result.is_ok() {
+        result = rustix::fs::ftruncate(file, len);
+    }
+    for o in recalled {
+        if result.is_ok() {
+            o.page.set_size(len);
+        }
+        o.page.release(me);
+    }
+    result
 }
 
 fn send_reply(reply: Reply, answer: Res<(Vec<u8>, Vec<Item>)>) {

@@ -16,6 +16,7 @@ pub fn run(role: &str, args: &[String]) -> Outcome {
         "emul-server" => Some(server(args)),
         "emul-token-dies" => Some(token_dies(args)),
         "emul-other-user" => Some(other_user(args)),
+        "emul-stall" => Some(stall(args)),
         "process-target" => Some(process_target()),
         _ => None,
     }
@@ -130,6 +131,63 @@ fn other_user(args: &[String]) -> Res {
         Err(e) => format!("errno-{e}"),
     });
     println!("{}", out.join(" "));
+    Ok(())
+}
+
+/// `emul-stall HOW NAME`: as a hostile user, through the server passed as
+/// the inherited right: opens NAME (its own file) for writing, makes its
+/// token active and keeps it so, then asks the server for something that
+/// waits for the active holder: `truncate` (a truncation of the open
+/// file), `open-trunc` (an open of NAME with `O_TRUNC`) or `tokens` (300
+/// token requests at once). Prints `stalling`, waits for a line on standard
+/// input, and prints whether its first request was answered by then
+/// (`answered`) or is still waiting (`pending`); then lets the token go and
+/// exits once every request is answered.
+fn stall(args: &[String]) -> Res {
+    use ferry::emulation::{OP_EMUL_OPEN, OP_EMUL_TOKEN, OP_EMUL_TRUNCATE};
+    let (how, name) = match args {
+        [how, name] => (how.as_str(), name.as_str()),
+        _ => return Err("usage: emul-stall truncate|open-trunc|tokens NAME".into()),
+    };
+    let right = ferry::spawn::inherited()?;
+    let client = Client::new(right.try_clone()?);
+    let Opened::File(f) = client.open(name, libc::O_RDWR | libc::O_CREAT, 0o644).map_err(|e| format!("open: errno {e}"))? else {
+        return Err("not a file".into());
+    };
+    let me = std::process::id() as i32;
+    if !f.page.try_activate(me) {
+        return Err(format!("the token is not this process's: {:?}", f.page.state()).into());
+    }
+    let (mut rx, _) = ferry::port()?;
+    let requests: Vec<(u32, Vec<u8>)> = match how {
+        "truncate" => vec![(OP_EMUL_TRUNCATE, [f.id.to_le_bytes(), 0u64.to_le_bytes()].concat())],
+        "open-trunc" => {
+            let mut b = ((libc::O_RDWR | libc::O_TRUNC) as u32).to_le_bytes().to_vec();
+            b.extend_from_slice(&0u32.to_le_bytes());
+            b.extend_from_slice(name.as_bytes());
+            vec![(OP_EMUL_OPEN, b)]
+        }
+        "tokens" => (0..300).map(|_| (OP_EMUL_TOKEN, f.id.to_le_bytes().to_vec())).collect(),
+        other => return Err(format!("unknown way to stall: {other}").into()),
+    };
+    let sent = requests.len();
+    for (op, body) in requests {
+        let once = rx.make_send_once()?;
+        right.send(Message::new(op).with_body(body).with_reply(once), Timeout::Infinite)?;
+    }
+    println!("stalling");
+    std::io::stdout().flush()?;
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line)?;
+    let answered = rx.try_recv().is_ok();
+    println!("{}", if answered { "answered" } else { "pending" });
+    std::io::stdout().flush()?;
+    // Each token granted makes this process the active holder again.
+    f.page.deactivate(me);
+    for _ in usize::from(answered)..sent {
+        rx.recv(Timeout::After(Duration::from_secs(60)))?;
+        f.page.deactivate(me);
+    }
     Ok(())
 }
 

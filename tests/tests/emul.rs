@@ -634,15 +634,15 @@ fn shared_scratch(test: &str) -> PathBuf {
     dir
 }
 
-/// Starts `ferry-peer emul-stall HOW pub/mine` as uid `nobody` against
-/// `srv` and waits until its requests are queued at the server.
-fn start_stall(srv: &Served, how: &str) -> (std::process::Child, std::io::BufReader<std::process::ChildStdout>) {
+/// Starts `ferry-peer emul-stall HOW NAME` as uid `nobody` against `srv`
+/// and waits until its requests are queued at the server.
+fn start_stall(srv: &Served, how: &str, name: &str) -> (std::process::Child, std::io::BufReader<std::process::ChildStdout>) {
     use std::io::BufRead;
     use std::os::unix::process::CommandExt as _;
     let mut peer = Command::new(common::peer_for_other_users())
         .arg("emul-stall")
         .arg(how)
-        .arg("pub/mine")
+        .arg(name)
         .pass_right(srv.right())
         .unwrap()
         .uid(common::NOBODY)
@@ -679,7 +679,7 @@ fn emul_a_user_stalling_its_token_holds_up_nobody_else() {
         let srv = Served::new(&dir);
         let mine = Client::new(srv.right().try_clone().unwrap());
         for how in ["truncate", "open-trunc"] {
-            let (mut peer, mut out) = start_stall(&srv, how);
+            let (mut peer, mut out) = start_stall(&srv, how, "pub/mine");
             let Ok(Opened::File(f)) = mine.open("public", libc::O_RDONLY, 0) else { panic!("{how}: root's open failed") };
             let mut buf = [0u8; 6];
             assert_eq!(mine.sg_read(f.id, 0, &mut buf), Ok(6));
@@ -713,7 +713,7 @@ fn emul_one_user_cannot_take_every_waiting_thread() {
         let dir = shared_scratch("threads");
         let srv = Served::new(&dir);
         let mine = Client::new(srv.right().try_clone().unwrap());
-        let (mut peer, mut out) = start_stall(&srv, "tokens");
+        let (mut peer, mut out) = start_stall(&srv, "tokens", "pub/mine");
         let Ok(Opened::File(f)) = mine.open("public", libc::O_RDONLY, 0) else { panic!("root's open failed") };
         f.page.give_up(std::process::id() as i32);
         assert_eq!(mine.token(f.id), Ok(()), "root's token request was refused");
@@ -724,6 +724,45 @@ fn emul_one_user_cannot_take_every_waiting_thread() {
         assert!(peer.wait().unwrap().success(), "the attacker failed");
         drop(f);
         drop(mine);
+        let (_, open) = srv.finish();
+        assert_eq!(open, 0);
+        let _ = std::fs::remove_dir_all(&dir);
+    });
+}
+
+/// Another user opens root's world-readable file and keeps the token of
+/// its open file active for ever. Root, the file's owner, still truncates
+/// it, through an open file and with `O_TRUNC`: the other user's holder
+/// is waited for a moment, then the file is cut under it. It used to wait
+/// 20 s and then fail with `EDEADLK`, every time, so another user could
+/// keep a file from ever being truncated by its owner.
+#[test]
+fn emul_another_user_holding_its_token_cannot_stop_the_owner_truncating() {
+    if !common::can_play_other_user("emul_another_user_holding_its_token_cannot_stop_the_owner_truncating") {
+        return;
+    }
+    watchdog("emul_another_user_holding_its_token_cannot_stop_the_owner_truncating", Duration::from_secs(120), || {
+        use ferry::emulation::{Client, Opened};
+        use std::io::{BufRead, Write};
+        let dir = shared_scratch("hold");
+        std::fs::write(dir.join("public"), b"0123456789").unwrap();
+        let srv = Served::new(&dir);
+        let mine = Client::new(srv.right().try_clone().unwrap());
+        let (mut peer, mut out) = start_stall(&srv, "hold", "public");
+        let Ok(Opened::File(f)) = mine.open("public", libc::O_RDWR, 0) else { panic!("root's open failed") };
+        assert_eq!(mine.truncate(f.id, 4), Ok(()), "the other user's token stopped the truncation");
+        assert_eq!(std::fs::read(dir.join("public")).unwrap(), b"0123");
+        assert_eq!(f.page.size(), 4);
+        let Ok(Opened::File(g)) = mine.open("public", libc::O_RDWR | libc::O_TRUNC, 0) else {
+            panic!("the other user's token stopped an open with O_TRUNC")
+        };
+        assert_eq!(std::fs::read(dir.join("public")).unwrap(), b"");
+        writeln!(peer.stdin.take().unwrap()).unwrap();
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        drop(out);
+        assert!(peer.wait().unwrap().success(), "the attacker failed");
+        drop((f, g, mine));
         let (_, open) = srv.finish();
         assert_eq!(open, 0);
         let _ = std::fs::remove_dir_all(&dir);

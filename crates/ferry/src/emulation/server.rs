@@ -25,6 +25,9 @@ use crate::timeout::Timeout;
 /// How long the server waits for an active token holder before answering
 /// `EDEADLK` (a holder is active only inside one library call).
 const ACTIVE_WAIT: Duration = Duration::from_secs(20);
+/// How long a truncation waits for an active holder of another user's open
+/// file of the same file before cutting the file under it.
+const OTHERS_WAIT: Duration = Duration::from_secs(2);
 /// Most requests that wait for a token holder (token requests,
 /// truncations) handed on their own threads at once (beyond, `EAGAIN`).
 const MAX_WAITING: usize = 256;
@@ -384,7 +387,7 @@ impl EmulServer {
             Err(e) => return Step::Now(Err(e)),
         };
         let (holders, counters) = (self.holders.clone(), self.counters.clone());
-        Step::Wait(Box::new(move || hand_token(&page, &holders, &counters, who.pid).map(|()| (vec![], vec![]))))
+        Step::Wait(Box::new(move || hand_token(&page, &holders, &counters, who.pid, ACTIVE_WAIT).map(|()| (vec![], vec![]))))
     }
 
     /// The handler form of the server's open-file routines, for callers in
@@ -427,7 +430,7 @@ impl EmulServer {
             return Step::Now(Err(Errno::INVAL));
         }
         let (table, holders, counters) = (self.table.clone(), self.holders.clone(), self.counters.clone());
-        Step::Wait(Box::new(move || cut(&table, &holders, &counters, f.identity, f.file.as_fd(), len).map(|()| (vec![], vec![]))))
+        Step::Wait(Box::new(move || cut(&table, &holders, &counters, who.uid, f.identity, f.file.as_fd(), len).map(|()| (vec![], vec![]))))
     }
 
     fn open(&mut self, who: Asker, body: &[u8]) -> Step {
@@ -438,7 +441,7 @@ impl EmulServer {
             // the open file with it.
             Ok((answer, Some(open))) => {
                 let (table, holders, counters) = (self.table.clone(), self.holders.clone(), self.counters.clone());
-                Step::Wait(Box::new(move || cut(&table, &holders, &counters, open.identity, open.file.as_fd(), 0).map(|()| answer)))
+                Step::Wait(Box::new(move || cut(&table, &holders, &counters, who.uid, open.identity, open.file.as_fd(), 0).map(|()| answer)))
             }
             Err(e) => Step::Now(Err(e)),
         }
@@ -519,7 +522,21 @@ fn writable(file: BorrowedFd<'_>) -> bool {
 /// the new size. Runs on a waiting thread, never the server's own. The
 /// tokens are called back in the order of the open files' ids, so two
 /// cuts of one file at once never each hold a token the other waits for.
-fn cut(table: &Table, holders: &Mutex<HashMap<i32, ProcessPort>>, counters: &Counters, identity: (u64, u64), file: BorrowedFd<'_>, len: u64) -> Res<()> {
+///
+/// An open file of another user than `uid` (the one cutting, who may
+/// write the file) whose holder stays active past [`OTHERS_WAIT`] does not
+/// stop the cut: it is cut under that holder, whose own process alone can
+/// fault, so that nobody who may only read a file can keep its writer
+/// from truncating it.
+fn cut(
+    table: &Table,
+    holders: &Mutex<HashMap<i32, ProcessPort>>,
+    counters: &Counters,
+    uid: u32,
+    identity: (u64, u64),
+    file: BorrowedFd<'_>,
+    len: u64,
+) -> Res<()> {
     let me = std::process::id() as i32;
     let mut all: Vec<(u64, Arc<OpenFile>)> = table
         .lock()
@@ -529,11 +546,13 @@ fn cut(table: &Table, holders: &Mutex<HashMap<i32, ProcessPort>>, counters: &Cou
         .map(|(id, o)| (*id, o.clone()))
         .collect();
     all.sort_by_key(|(id, _)| *id);
-    let mut recalled = Vec::new();
+    let (mut recalled, mut stuck) = (Vec::new(), Vec::new());
     let mut result = Ok(());
     for (_, o) in &all {
-        match hand_token(&o.page, holders, counters, me) {
+        let wait = if o.uid == uid { ACTIVE_WAIT } else { OTHERS_WAIT };
+        match hand_token(&o.page, holders, counters, me, wait) {
             Ok(()) => recalled.push(o),
+            Err(Errno::DEADLK) if o.uid != uid => stuck.push(o),
             Err(e) => {
                 result = Err(e);
                 break;
@@ -548,6 +567,11 @@ fn cut(table: &Table, holders: &Mutex<HashMap<i32, ProcessPort>>, counters: &Cou
             o.page.set_size(len);
         }
         o.page.release(me);
+    }
+    if result.is_ok() {
+        for o in stuck {
+            o.page.set_size(len);
+        }
     }
     result
 }
@@ -571,9 +595,9 @@ fn send_reply(reply: Reply, answer: Res<(Vec<u8>, Vec<Item>)>) {
 
 /// Makes `pid` the active holder of `page`'s token: at once if the token is
 /// free or passive (the passive holder is called back), else once the
-/// active holder finishes or is found dead.
-fn hand_token(page: &TokenPage, holders: &Mutex<HashMap<i32, ProcessPort>>, counters: &Counters, pid: i32) -> Res<()> {
-    let deadline = Instant::now() + ACTIVE_WAIT;
+/// active holder finishes or is found dead (`EDEADLK` after `wait`).
+fn hand_token(page: &TokenPage, holders: &Mutex<HashMap<i32, ProcessPort>>, counters: &Counters, pid: i32, wait: Duration) -> Res<()> {
+    let deadline = Instant::now() + wait;
     loop {
         let before = page.state();
         match page.take_for(pid) {

@@ -139,7 +139,8 @@ fn other_user(args: &[String]) -> Res {
 /// token active and keeps it so, then asks the server for something that
 /// waits for the active holder: `truncate` (a truncation of the open
 /// file), `open-trunc` (an open of NAME with `O_TRUNC`) or `tokens` (300
-/// token requests at once). Prints `stalling`, waits for a line on standard
+/// token requests at once); or, with `hold`, opens NAME (another user's
+/// file) for reading and only keeps its token active. Prints `stalling`, waits for a line on standard
 /// input, and prints whether its first request was answered by then
 /// (`answered`) or is still waiting (`pending`); then lets the token go and
 /// exits once every request is answered.
@@ -147,11 +148,12 @@ fn stall(args: &[String]) -> Res {
     use ferry::emulation::{OP_EMUL_OPEN, OP_EMUL_TOKEN, OP_EMUL_TRUNCATE};
     let (how, name) = match args {
         [how, name] => (how.as_str(), name.as_str()),
-        _ => return Err("usage: emul-stall truncate|open-trunc|tokens NAME".into()),
+        _ => return Err("usage: emul-stall truncate|open-trunc|tokens|hold NAME".into()),
     };
     let right = ferry::spawn::inherited()?;
     let client = Client::new(right.try_clone()?);
-    let Opened::File(f) = client.open(name, libc::O_RDWR | libc::O_CREAT, 0o644).map_err(|e| format!("open: errno {e}"))? else {
+    let flags = if how == "hold" { libc::O_RDONLY } else { libc::O_RDWR | libc::O_CREAT };
+    let Opened::File(f) = client.open(name, flags, 0o644).map_err(|e| format!("open: errno {e}"))? else {
         return Err("not a file".into());
     };
     let me = std::process::id() as i32;
@@ -168,6 +170,7 @@ fn stall(args: &[String]) -> Res {
             vec![(OP_EMUL_OPEN, b)]
         }
         "tokens" => (0..300).map(|_| (OP_EMUL_TOKEN, f.id.to_le_bytes().to_vec())).collect(),
+        "hold" => Vec::new(),
         other => return Err(format!("unknown way to stall: {other}").into()),
     };
     let sent = requests.len();

@@ -769,6 +769,76 @@ fn emul_another_user_holding_its_token_cannot_stop_the_owner_truncating() {
     });
 }
 
+/// One user opens files until the server refuses it, against a server
+/// in its own process whose descriptor limit is lower than that user's
+/// budget of open files would need (1024, the usual default): the user is
+/// refused with `ENFILE` at its share of the server's descriptors, not
+/// the server at its limit, and root is then served. The server used to
+/// give every user 4096 open files (two descriptors each) whatever its
+/// limit, so one user ran it out of descriptors and every open of anyone
+/// failed with `EMFILE`.
+#[test]
+fn emul_one_user_cannot_take_every_descriptor_of_the_server() {
+    if !common::can_play_other_user("emul_one_user_cannot_take_every_descriptor_of_the_server") {
+        return;
+    }
+    watchdog("emul_one_user_cannot_take_every_descriptor_of_the_server", Duration::from_secs(120), || {
+        use ferry::emulation::{Client, Opened};
+        use std::io::{BufRead, Write};
+        use std::os::unix::process::CommandExt as _;
+        let dir = shared_scratch("descriptors");
+        let (mut rx, tx) = ferry::port().unwrap();
+        let mut server = Command::new(env!("CARGO_BIN_EXE_ferry-peer"));
+        server.arg("emul-server").arg(&dir).pass_right(&tx).unwrap().stdout(Stdio::piped());
+        // SAFETY: the closure only makes one system call, which is
+        // async-signal-safe.
+        unsafe {
+            server.pre_exec(|| {
+                let hard = rustix::process::getrlimit(rustix::process::Resource::Nofile).maximum;
+                let low = rustix::process::Rlimit { current: Some(1024), maximum: hard };
+                rustix::process::setrlimit(rustix::process::Resource::Nofile, low).map_err(std::io::Error::from)
+            });
+        }
+        let server = server.spawn().unwrap();
+        drop(tx);
+        let mut m = rx.recv(Timeout::After(Duration::from_secs(30))).expect("server right");
+        let Some(Item::Send(right)) = m.take_items().pop() else { panic!("no right from the server") };
+        let mut attacker = Command::new(common::peer_for_other_users())
+            .arg("emul-open-many")
+            .arg("public")
+            .arg("4096")
+            .pass_right(&right)
+            .unwrap()
+            .uid(common::NOBODY)
+            .gid(common::NOBODY)
+            .current_dir("/")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut out = std::io::BufReader::new(attacker.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        let (opened, refused) = line.trim().split_once(' ').expect("count and errno");
+        assert_eq!(refused, libc::ENFILE.to_string(), "the attacker was refused by the server's limit, not its budget, after {opened} opens");
+        let mine = Client::new(right.try_clone().unwrap());
+        match mine.open("public", libc::O_RDONLY, 0) {
+            Ok(Opened::File(f)) => drop(f),
+            Ok(_) => panic!("not a file"),
+            Err(e) => panic!("root was refused (errno {e}) once the attacker had {opened} files open"),
+        }
+        writeln!(attacker.stdin.take().unwrap()).unwrap();
+        assert!(attacker.wait().unwrap().success(), "the attacker failed");
+        drop((mine, right));
+        let out = server.wait_with_output().unwrap();
+        assert!(out.status.success());
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert!(said.starts_with("open-files 0 "), "the server kept open files: {said}");
+        let _ = std::fs::remove_dir_all(&dir);
+    });
+}
+
 #[test]
 fn process_port_reads_and_writes_memory_takes_a_right_and_sees_death() {
     watchdog("process_port_reads_and_writes_memory_takes_a_right_and_sees_death", Duration::from_secs(60), || {

@@ -148,6 +148,15 @@ pub fn serve(args: &ServeArgs) -> ExitCode {
         });
         return if started.is_ok() { ExitCode::SUCCESS } else { ExitCode::from(1) };
     }
+    // Every open file holds descriptors; the server's budgets of open
+    // files follow its limit, so the limit is raised first.
+    {
+        use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+        let lim = getrlimit(Resource::Nofile);
+        if lim.current != lim.maximum {
+            let _ = setrlimit(Resource::Nofile, Rlimit { current: lim.maximum, maximum: lim.maximum });
+        }
+    }
     let (mut srv, right) = match ferry::emulation::EmulServer::new(&args.dir) {
         Ok(s) => s,
         Err(_) => return ExitCode::from(1),

@@ -35,8 +35,18 @@ const MAX_WAITING: usize = 256;
 /// tokens active, and so its requests waiting, takes its share of the
 /// threads and leaves the rest to the others.
 const MAX_WAITING_PER_USER: usize = MAX_WAITING / 4;
-/// Most open files one user may hold at once.
+/// Most open files one user may hold at once (fewer where the process's
+/// descriptor limit is lower: see [`FileBudget`]).
 const OPEN_FILES_PER_USER: usize = 4096;
+/// Descriptors the server holds per open file: the file and the hold.
+const FDS_PER_OPEN_FILE: usize = 2;
+/// Descriptors below `RLIMIT_NOFILE` no open file may use: enough to
+/// receive a message with the most descriptors one can carry (253), and to
+/// answer it.
+const FD_RESERVE: usize = 300;
+/// Most process ports (pidfds) of token holders kept at once; beyond, a
+/// holder is looked up afresh each time it is checked.
+const MAX_HOLDERS: usize = 256;
 
 /// What an [`EmulServer`] has done, counted since it started.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -212,6 +222,7 @@ pub struct EmulServer {
     files: HashMap<MemberId, (u64, u32)>,
     table: Table,
     per_user: HashMap<u32, usize>,
+    budget: FileBudget,
     next_id: u64,
     /// Process ports of the pids the token was last given to.
     holders: Holders,
@@ -244,7 +255,9 @@ impl EmulServer {
         let mut set = PortSet::new()?;
         let main = set.insert(rx);
         let euid = rustix::process::geteuid().as_raw();
+        let budget = FileBudget::now();
         let srv = EmulServer {
+            budget,
             root: dir,
             set,
             main,
@@ -453,7 +466,7 @@ impl EmulServer {
         let flags = get_u32(body, 0).ok_or(Errno::INVAL)?;
         let mode = get_u32(body, 4).ok_or(Errno::INVAL)?;
         let name = name_of(&body[8..])?;
-        if self.per_user.get(&who.uid).copied().unwrap_or(0) >= OPEN_FILES_PER_USER {
+        if self.per_user.get(&who.uid).copied().unwrap_or(0) >= self.budget.per_user || self.files.len() >= self.budget.in_all {
             return Err(Errno::NFILE);
         }
         // O_TRUNC on a file opened for writing is done below as a cut, with
@@ -485,11 +498,7 @@ impl EmulServer {
             page.give_up(who.pid);
         }
         if let Ok(p) = ProcessPort::open(who.pid) {
-            let mut holders = self.holders.lock().expect("holders");
-            if holders.len() >= 64 {
-                holders.retain(|_, p| !p.is_dead());
-            }
-            holders.insert(who.pid, p);
+            remember(&self.holders, p);
         }
         crate::sys::socket::send(a.as_fd(), &[IoSlice::new(b"f")], &[fd.as_fd(), memfd.as_fd()], true)?;
         let (hold_rx, hold) = port().map_err(|_| Errno::NOMEM)?;
@@ -593,6 +602,41 @@ fn send_reply(reply: Reply, answer: Res<(Vec<u8>, Vec<Item>)>) {
     let _ = reply.send(msg, Timeout::After(Duration::from_secs(5)));
 }
 
+/// Keeps `port` among the token holders' ports (within [`MAX_HOLDERS`],
+/// making room by forgetting dead processes first; a port that does not fit
+/// is not kept).
+fn remember(holders: &Mutex<HashMap<i32, ProcessPort>>, port: ProcessPort) {
+    let mut map = holders.lock().unwrap_or_else(|e| e.into_inner());
+    if map.len() >= MAX_HOLDERS && !map.contains_key(&port.pid()) {
+        map.retain(|_, p| !p.is_dead());
+        if map.len() >= MAX_HOLDERS {
+            return;
+        }
+    }
+    map.insert(port.pid(), port);
+}
+
+/// How many open files the server may hold, in all and per user: what its
+/// descriptor limit leaves after [`FD_RESERVE`], the descriptors open
+/// when it started and [`MAX_HOLDERS`], at two descriptors per open file,
+/// with at most half of that for one user (and never more than
+/// [`OPEN_FILES_PER_USER`]), so that one user can never run the server out
+/// of descriptors for the others.
+#[derive(Clone, Copy, Debug)]
+struct FileBudget {
+    in_all: usize,
+    per_user: usize,
+}
+
+impl FileBudget {
+    fn now() -> FileBudget {
+        let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile).current.map_or(usize::MAX, |n| n as usize);
+        let open = std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0);
+        let in_all = limit.saturating_sub(open + FD_RESERVE + MAX_HOLDERS) / FDS_PER_OPEN_FILE;
+        FileBudget { in_all, per_user: (in_all / 2).clamp(1, OPEN_FILES_PER_USER) }
+    }
+}
+
 /// Makes `pid` the active holder of `page`'s token: at once if the token is
 /// free or passive (the passive holder is called back), else once the
 /// active holder finishes or is found dead (`EDEADLK` after `wait`).
@@ -606,24 +650,20 @@ fn hand_token(page: &TokenPage, holders: &Mutex<HashMap<i32, ProcessPort>>, coun
                     counters.callbacks.fetch_add(1, Ordering::Relaxed);
                 }
                 if let Ok(p) = ProcessPort::open(pid) {
-                    holders.lock().expect("holders").insert(pid, p);
+                    remember(holders, p);
                 }
                 return Ok(());
             }
             Err(TokenState::Active(h)) => {
                 let dead = {
-                    let mut map = holders.lock().expect("holders");
+                    let map = holders.lock().expect("holders");
                     match map.get(&h) {
                         Some(p) => p.is_dead(),
-                        // A holder the server never saw: look it up now.
-                        None => match ProcessPort::open(h) {
-                            Ok(p) => {
-                                let d = p.is_dead();
-                                map.insert(h, p);
-                                d
-                            }
-                            Err(_) => true,
-                        },
+                        // A holder the server never gave the token to (any
+                        // pid a client wrote into its page): looked up
+                        // now, and not kept, so a client cannot make the
+                        // server keep a pidfd per process on the machine.
+                        None => ProcessPort::open(h).map_or(true, |p| p.is_dead()),
                     }
                 };
                 if dead {

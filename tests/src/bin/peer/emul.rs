@@ -17,6 +17,7 @@ pub fn run(role: &str, args: &[String]) -> Outcome {
         "emul-token-dies" => Some(token_dies(args)),
         "emul-other-user" => Some(other_user(args)),
         "emul-stall" => Some(stall(args)),
+        "emul-open-many" => Some(open_many(args)),
         "process-target" => Some(process_target()),
         _ => None,
     }
@@ -191,6 +192,34 @@ fn stall(args: &[String]) -> Res {
         rx.recv(Timeout::After(Duration::from_secs(60)))?;
         f.page.deactivate(me);
     }
+    Ok(())
+}
+
+/// `emul-open-many NAME N`: opens NAME for reading up to N times through
+/// the server passed as the inherited right, keeping every open file,
+/// until the server refuses; prints how many opened and the refusal's
+/// errno (0 if none), waits for a line on standard input, and exits.
+fn open_many(args: &[String]) -> Res {
+    let (name, n) = match args {
+        [name, n] => (name.as_str(), n.parse::<usize>()?),
+        _ => return Err("usage: emul-open-many NAME N".into()),
+    };
+    let client = Client::new(ferry::spawn::inherited()?);
+    let mut kept = Vec::new();
+    let mut refused = 0;
+    while kept.len() < n {
+        match client.open(name, libc::O_RDONLY, 0) {
+            Ok(o) => kept.push(o),
+            Err(e) => {
+                refused = e;
+                break;
+            }
+        }
+    }
+    println!("{} {refused}", kept.len());
+    std::io::stdout().flush()?;
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line)?;
     Ok(())
 }
 

@@ -839,6 +839,57 @@ fn emul_one_user_cannot_take_every_descriptor_of_the_server() {
     });
 }
 
+/// Another user sends a hundred requests whose reply right leads to a
+/// port whose queue it keeps full. The server never waits for room to
+/// reply (such a reply is dropped: the client chose where it goes), so
+/// root is answered at once. The server used to wait 5 s for room on each,
+/// on its only thread: the hundred requests kept everyone else waiting
+/// 500 s.
+#[test]
+fn emul_replies_to_a_full_port_hold_up_nobody() {
+    if !common::can_play_other_user("emul_replies_to_a_full_port_hold_up_nobody") {
+        return;
+    }
+    watchdog("emul_replies_to_a_full_port_hold_up_nobody", Duration::from_secs(120), || {
+        use std::io::{BufRead, Write};
+        use std::os::unix::process::CommandExt as _;
+        let dir = shared_scratch("full-reply");
+        let srv = Served::new(&dir);
+        let mut attacker = Command::new(common::peer_for_other_users())
+            .arg("emul-full-reply")
+            .arg("100")
+            .pass_right(srv.right())
+            .unwrap()
+            .uid(common::NOBODY)
+            .gid(common::NOBODY)
+            .current_dir("/")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut out = std::io::BufReader::new(attacker.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "stalling", "the attacker did not start");
+        // Root's request, with a bound far above an answer's time and far
+        // below the stall the attacker's requests used to cause.
+        let (mut rx, _) = ferry::port().unwrap();
+        let mut body = 0u32.to_le_bytes().to_vec();
+        body.extend_from_slice(b"public");
+        let once = rx.make_send_once().unwrap();
+        srv.right().send(ferry::Message::new(ferry::emulation::OP_EMUL_STAT).with_body(body).with_reply(once), Timeout::Infinite).unwrap();
+        let answered = rx.recv(Timeout::After(Duration::from_secs(30)));
+        writeln!(attacker.stdin.take().unwrap()).unwrap();
+        assert!(attacker.wait().unwrap().success(), "the attacker failed");
+        let reply = answered.expect("root was not answered while the attacker's replies could not be queued");
+        assert_eq!(reply.body().get(..4), Some(&0u32.to_le_bytes()[..]), "root's stat failed");
+        let (_, open) = srv.finish();
+        assert_eq!(open, 0);
+        let _ = std::fs::remove_dir_all(&dir);
+    });
+}
+
 #[test]
 fn process_port_reads_and_writes_memory_takes_a_right_and_sees_death() {
     watchdog("process_port_reads_and_writes_memory_takes_a_right_and_sees_death", Duration::from_secs(60), || {

@@ -374,9 +374,8 @@ impl EmulServer {
             Step::Wait(work) => match Slot::take(&self.counters, who.uid) {
                 Some(slot) => {
                     let spawned = std::thread::Builder::new().name("ferry-emul-wait".into()).spawn(move || {
-                        let answer = work();
+                        send_reply(reply, work());
                         drop(slot);
-                        send_reply(reply, answer);
                     });
                     // Without a thread the work (and the reply right
                     // with it) is dropped: the client sees its request
@@ -598,8 +597,12 @@ fn send_reply(reply: Reply, answer: Res<(Vec<u8>, Vec<Item>)>) {
             Message::new(OP_EMUL_REPLY).with_body(body)
         }
     };
-    // A client that went away takes its answer with it.
-    let _ = reply.send(msg, Timeout::After(Duration::from_secs(5)));
+    // A client that went away takes its answer with it; so does one whose
+    // reply right leads to a full queue (a send-once right, as the
+    // library's, always has room). The server never waits for room: a
+    // client that chose a full port as its reply port would hold up
+    // everyone behind it.
+    let _ = reply.send(msg, Timeout::Zero);
 }
 
 /// Keeps `port` among the token holders' ports (within [`MAX_HOLDERS`],

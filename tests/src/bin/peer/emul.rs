@@ -18,6 +18,7 @@ pub fn run(role: &str, args: &[String]) -> Outcome {
         "emul-other-user" => Some(other_user(args)),
         "emul-stall" => Some(stall(args)),
         "emul-open-many" => Some(open_many(args)),
+        "emul-full-reply" => Some(full_reply(args)),
         "process-target" => Some(process_target()),
         _ => None,
     }
@@ -220,6 +221,34 @@ fn open_many(args: &[String]) -> Res {
     std::io::stdout().flush()?;
     let mut line = String::new();
     std::io::stdin().read_line(&mut line)?;
+    Ok(())
+}
+
+/// `emul-full-reply N`: through the server passed as the inherited right,
+/// sends N requests whose reply right is a send right to a port of this
+/// process whose queue it filled first (the replies can never be
+/// queued); prints `stalling`, and exits at a line on standard input.
+fn full_reply(args: &[String]) -> Res {
+    let n: usize = args.first().ok_or("usage: emul-full-reply N")?.parse()?;
+    let right = ferry::spawn::inherited()?;
+    let (rx, tx) = ferry::port()?;
+    let mut queued = 0usize;
+    while tx.send(Message::new(0).with_body(vec![0u8; 4000]), Timeout::Zero).is_ok() {
+        queued += 1;
+    }
+    if queued == 0 {
+        return Err("could not queue anything".into());
+    }
+    for _ in 0..n {
+        let mut body = 0u32.to_le_bytes().to_vec();
+        body.extend_from_slice(b".");
+        right.send(Message::new(ferry::emulation::OP_EMUL_STAT).with_body(body).with_reply(tx.try_clone()?), Timeout::Infinite)?;
+    }
+    println!("stalling");
+    std::io::stdout().flush()?;
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line)?;
+    drop(rx);
     Ok(())
 }
 

@@ -890,6 +890,71 @@ fn emul_replies_to_a_full_port_hold_up_nobody() {
     });
 }
 
+/// Starts an emulation server for `dir` in a process of its own (with
+/// `limit_fds`, under a soft descriptor limit of 1024) and returns it with
+/// a send right to it.
+fn server_process(dir: &Path, limit_fds: bool) -> (std::process::Child, SendRight) {
+    use std::os::unix::process::CommandExt as _;
+    let (mut rx, tx) = ferry::port().unwrap();
+    let mut server = Command::new(env!("CARGO_BIN_EXE_ferry-peer"));
+    server.arg("emul-server").arg(dir).pass_right(&tx).unwrap().stdout(Stdio::piped());
+    if limit_fds {
+        // SAFETY: the closure only makes two system calls, which are
+        // async-signal-safe.
+        unsafe {
+            server.pre_exec(|| {
+                let hard = rustix::process::getrlimit(rustix::process::Resource::Nofile).maximum;
+                let low = rustix::process::Rlimit { current: Some(1024), maximum: hard };
+                rustix::process::setrlimit(rustix::process::Resource::Nofile, low).map_err(std::io::Error::from)
+            });
+        }
+    }
+    let server = server.spawn().unwrap();
+    drop(tx);
+    let mut m = rx.recv(Timeout::After(Duration::from_secs(30))).expect("server right");
+    let Some(Item::Send(right)) = m.take_items().pop() else { panic!("no right from the server") };
+    (server, right)
+}
+
+/// Another user takes the token page's memfd out of its open's envelope
+/// and truncates it to nothing, then asks for the token: the page is
+/// sealed against shrinking, so the truncation fails and the server, which
+/// maps the page shared, keeps serving. It used to succeed, and the
+/// server's next look at the page killed it with `SIGBUS`, for every user.
+#[test]
+fn emul_a_client_cannot_shrink_a_token_page_under_the_server() {
+    if !common::can_play_other_user("emul_a_client_cannot_shrink_a_token_page_under_the_server") {
+        return;
+    }
+    watchdog("emul_a_client_cannot_shrink_a_token_page_under_the_server", Duration::from_secs(120), || {
+        use ferry::emulation::{Client, Opened};
+        use std::os::unix::process::CommandExt as _;
+        let dir = shared_scratch("shrink");
+        let (server, right) = server_process(&dir, false);
+        let out = Command::new(common::peer_for_other_users())
+            .arg("emul-shrink-page")
+            .arg("public")
+            .pass_right(&right)
+            .unwrap()
+            .uid(common::NOBODY)
+            .gid(common::NOBODY)
+            .current_dir("/")
+            .stderr(Stdio::inherit())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "the attacker failed: {}", out.status);
+        let said = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let mine = Client::new(right.try_clone().unwrap());
+        let served = matches!(mine.open("public", libc::O_RDONLY, 0), Ok(Opened::File(_)));
+        assert_eq!(said, "sealed token-ok", "the attacker shrank the page (server still serving: {served})");
+        assert!(served, "the server stopped serving");
+        drop((mine, right));
+        let out = server.wait_with_output().unwrap();
+        assert!(out.status.success(), "the server failed: {}", out.status);
+        let _ = std::fs::remove_dir_all(&dir);
+    });
+}
+
 #[test]
 fn process_port_reads_and_writes_memory_takes_a_right_and_sees_death() {
     watchdog("process_port_reads_and_writes_memory_takes_a_right_and_sees_death", Duration::from_secs(60), || {

@@ -150,9 +150,20 @@ pub struct TokenPage {
 }
 
 impl TokenPage {
+    /// The seals every token page carries: no process mapping it can shrink
+    /// or grow it (a page shrunk under a mapping faults whoever looks next).
+    pub(crate) const SEALS: rustix::fs::SealFlags =
+        rustix::fs::SealFlags::SHRINK.union(rustix::fs::SealFlags::GROW).union(rustix::fs::SealFlags::SEAL);
+
     /// Maps a token page from its memfd.
+    ///
+    /// # Errors
+    /// `EINVAL` when the memfd is shorter than a page or not sealed against
+    /// shrinking and growing (another process could then make this one
+    /// fault), or the error of mapping it.
     pub fn map(fd: BorrowedFd<'_>) -> std::io::Result<TokenPage> {
-        if crate::sys::mem::file_size(fd).map_err(crate::error::io_err)? < PAGE_LEN as u64 {
+        let sealed = crate::sys::mem::seals(fd).is_ok_and(|s| s.contains(Self::SEALS));
+        if !sealed || crate::sys::mem::file_size(fd).map_err(crate::error::io_err)? < PAGE_LEN as u64 {
             return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
         }
         Ok(TokenPage { words: SharedWords::map(fd, PAGE_LEN).map_err(crate::error::io_err)? })

@@ -490,6 +490,10 @@ impl EmulServer {
         let identity = (st.st_dev as u64, st.st_ino as u64);
         let size = if trunc { 0 } else { st.st_size as u64 };
         let memfd = crate::sys::mem::memfd("ferry-emul-token", PAGE_LEN as u64)?;
+        // Every process sharing the open file, and the server, maps the
+        // page shared: sealed so that none can shrink it under the others
+        // (their next look at it would fault).
+        crate::sys::mem::add_seals(memfd.as_fd(), TokenPage::SEALS)?;
         let page = Arc::new(TokenPage::map(memfd.as_fd()).map_err(|_| Errno::NOMEM)?);
         page.init(who.pid, size);
         if trunc {

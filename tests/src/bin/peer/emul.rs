@@ -19,6 +19,7 @@ pub fn run(role: &str, args: &[String]) -> Outcome {
         "emul-stall" => Some(stall(args)),
         "emul-open-many" => Some(open_many(args)),
         "emul-full-reply" => Some(full_reply(args)),
+        "emul-shrink-page" => Some(shrink_page(args)),
         "process-target" => Some(process_target()),
         _ => None,
     }
@@ -249,6 +250,65 @@ fn full_reply(args: &[String]) -> Res {
     let mut line = String::new();
     std::io::stdin().read_line(&mut line)?;
     drop(rx);
+    Ok(())
+}
+
+/// `emul-shrink-page NAME`: opens NAME through the server passed as the
+/// inherited right by hand, takes the token page's memfd out of the
+/// envelope, tries to truncate it to nothing (under the server's shared
+/// mapping of it) and then asks for the token, which makes the server read
+/// the page. Prints `shrunk` or `sealed`, then `token-ok`, `token-errno-N`
+/// or `no-answer` (the server died).
+fn shrink_page(args: &[String]) -> Res {
+    use ferry::emulation::{OP_EMUL_OPEN, OP_EMUL_TOKEN};
+    use ferry::Item;
+    use std::mem::MaybeUninit;
+    let name = args.first().ok_or("usage: emul-shrink-page NAME")?;
+    let right = ferry::spawn::inherited()?;
+    let (mut rx, _) = ferry::port()?;
+    let mut body = (libc::O_RDONLY as u32).to_le_bytes().to_vec();
+    body.extend_from_slice(&0u32.to_le_bytes());
+    body.extend_from_slice(name.as_bytes());
+    let once = rx.make_send_once()?;
+    right.send(Message::new(OP_EMUL_OPEN).with_body(body).with_reply(once), Timeout::Infinite)?;
+    let mut m = rx.recv(Timeout::After(Duration::from_secs(30)))?;
+    let b = m.body().to_vec();
+    if b.get(..4) != Some(&[0, 0, 0, 0][..]) {
+        return Err(format!("open refused: {b:?}").into());
+    }
+    let id = u64::from_le_bytes(b[8..16].try_into()?);
+    let mut items = m.take_items().into_iter();
+    let (Some(Item::Send(envelope)), Some(Item::Send(_hold))) = (items.next(), items.next()) else {
+        return Err("no envelope and hold".into());
+    };
+    let mut buf = [0u8; 8];
+    // Room for the credentials the kernel adds beside the descriptors.
+    let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(4), ScmCredentials(1))];
+    let mut control = rustix::net::RecvAncillaryBuffer::new(&mut space);
+    rustix::net::recvmsg(&envelope, &mut [std::io::IoSliceMut::new(&mut buf)], &mut control, rustix::net::RecvFlags::CMSG_CLOEXEC)?;
+    let mut fds = Vec::new();
+    for m in control.drain() {
+        if let rustix::net::RecvAncillaryMessage::ScmRights(it) = m {
+            fds.extend(it);
+        }
+    }
+    let [_file, page] = <[_; 2]>::try_from(fds).map_err(|f| format!("expected 2 descriptors, got {}", f.len()))?;
+    let mut out = vec![match rustix::fs::ftruncate(&page, 0) {
+        Ok(()) => "shrunk",
+        Err(_) => "sealed",
+    }
+    .to_string()];
+    let once = rx.make_send_once()?;
+    right.send(Message::new(OP_EMUL_TOKEN).with_body(id.to_le_bytes().to_vec()).with_reply(once), Timeout::Infinite)?;
+    out.push(match rx.recv(Timeout::After(Duration::from_secs(30))) {
+        Ok(m) => match m.body().get(..4).map(|e| u32::from_le_bytes(e.try_into().expect("four bytes"))) {
+            Some(0) => "token-ok".to_string(),
+            Some(e) => format!("token-errno-{e}"),
+            None => "token-garbled".to_string(),
+        },
+        Err(_) => "no-answer".to_string(),
+    });
+    println!("{}", out.join(" "));
     Ok(())
 }
 

@@ -955,6 +955,39 @@ fn emul_a_client_cannot_shrink_a_token_page_under_the_server() {
     });
 }
 
+/// A server for `/` is asked by another user for `proc/self/maps` and
+/// `proc/PID/maps` of the server's own pid. The kernel lets a process read
+/// its own `/proc` files whatever its file-system identity, so served,
+/// they were the server's own (its memory map, which uid `nobody` may not
+/// read natively), and `proc/self` was never the asking program. Names on
+/// `/proc` are answered `EXDEV`, which the library hands to the program's
+/// own kernel, as names outside the tree.
+#[test]
+fn emul_proc_names_are_never_the_server_s_own() {
+    if !common::can_play_other_user("emul_proc_names_are_never_the_server_s_own") {
+        return;
+    }
+    watchdog("emul_proc_names_are_never_the_server_s_own", Duration::from_secs(60), || {
+        use std::os::unix::process::CommandExt as _;
+        let srv = Served::new(Path::new("/"));
+        let out = Command::new(common::peer_for_other_users())
+            .arg("emul-proc")
+            .arg(std::process::id().to_string())
+            .pass_right(srv.right())
+            .unwrap()
+            .uid(common::NOBODY)
+            .gid(common::NOBODY)
+            .current_dir("/")
+            .stderr(Stdio::inherit())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "the peer failed: {}", out.status);
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "kernel kernel kernel kernel");
+        let (_, open) = srv.finish();
+        assert_eq!(open, 0);
+    });
+}
+
 #[test]
 fn process_port_reads_and_writes_memory_takes_a_right_and_sees_death() {
     watchdog("process_port_reads_and_writes_memory_takes_a_right_and_sees_death", Duration::from_secs(60), || {

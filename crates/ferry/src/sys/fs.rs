@@ -55,6 +55,18 @@ pub fn resolve_beneath(root: BorrowedFd<'_>, name: &str) -> rustix::io::Result<O
     )
 }
 
+/// `statfs` magic of procfs.
+const PROC_SUPER_MAGIC: i64 = 0x9fa0;
+
+/// Whether `fd` is on a procfs. The kernel resolves `/proc/self` to the
+/// resolving process and lets a process open its own `/proc` files whatever
+/// its file-system identity, so a server acting as a client must not open
+/// these for it: they would be the server's.
+#[allow(clippy::unnecessary_cast)] // f_type's type differs between architectures
+pub fn is_procfs(fd: BorrowedFd<'_>) -> bool {
+    matches!(rustix::fs::fstatfs(fd), Ok(st) if st.f_type as i64 == PROC_SUPER_MAGIC)
+}
+
 /// Opens the inode behind `path` (an `O_PATH` descriptor of a regular file
 /// the caller has checked) for reading or writing, through its
 /// `/proc/self/fd` link: the same inode, whatever happened to its name

@@ -20,6 +20,7 @@ pub fn run(role: &str, args: &[String]) -> Outcome {
         "emul-open-many" => Some(open_many(args)),
         "emul-full-reply" => Some(full_reply(args)),
         "emul-shrink-page" => Some(shrink_page(args)),
+        "emul-proc" => Some(proc_names(args)),
         "process-target" => Some(process_target()),
         _ => None,
     }
@@ -308,6 +309,29 @@ fn shrink_page(args: &[String]) -> Res {
         },
         Err(_) => "no-answer".to_string(),
     });
+    println!("{}", out.join(" "));
+    Ok(())
+}
+
+/// `emul-proc PID`: through the server passed as the inherited right
+/// (serving `/`), opens and stats the server's own `/proc` files by
+/// `proc/self` and by `proc/PID` (the server's pid); prints one word per
+/// call: `kernel` (`EXDEV`: the library lets the program's own kernel do
+/// it), `denied`, or `served` (the server did it, as itself).
+fn proc_names(args: &[String]) -> Res {
+    let pid = args.first().ok_or("usage: emul-proc PID")?;
+    let client = Client::new(ferry::spawn::inherited()?);
+    let word = |r: Result<(), i32>| match r {
+        Err(libc::EXDEV) => "kernel".to_string(),
+        Err(libc::EACCES) | Err(libc::EPERM) => "denied".to_string(),
+        Err(e) => format!("errno-{e}"),
+        Ok(()) => "served".to_string(),
+    };
+    let mut out = Vec::new();
+    for name in ["proc/self/maps".to_string(), format!("proc/{pid}/maps")] {
+        out.push(word(client.open(&name, libc::O_RDONLY, 0).map(drop)));
+        out.push(word(client.stat(&name, false).map(drop)));
+    }
     println!("{}", out.join(" "));
     Ok(())
 }

@@ -258,6 +258,35 @@ fn directory_permissions_are_the_file_system_s() {
     });
 }
 
+/// Another user creates, in a directory both may write (sticky, as
+/// `/tmp`), the names a write-back of root's file there would give its
+/// new contents: the file's name, the server's pid and a counter. Root's
+/// write-back still succeeds: the new contents' name is one nobody can
+/// guess. It used to be refused ("the temporary name for its new contents
+/// is taken") for as long as the squatter liked.
+#[test]
+fn another_user_cannot_squat_the_names_of_a_write_back() {
+    let test = "another_user_cannot_squat_the_names_of_a_write_back";
+    if !common::can_play_other_user(test) {
+        return;
+    }
+    let _serial = common::serial();
+    common::watchdog(test, LIMIT, || {
+        let s = Served::start("squat", Budgets::default(), |root| {
+            std::fs::create_dir(root.join("tmp")).unwrap();
+            chmod(&root.join("tmp"), 0o1777);
+            std::fs::write(root.join("tmp/mine"), b"root's").unwrap();
+            chmod(&root.join("tmp/mine"), 0o644);
+        });
+        let prefix = format!("{}/tmp/mine.ferry-new-{}-", s.root.display(), std::process::id());
+        let made = common::finish(s.attacker("files-squat", &[&prefix, "3000"]));
+        assert_eq!(made.trim(), "3000", "the squatter could not make its names");
+        s.client().write("tmp/mine", b"root's new contents").expect("root's write-back");
+        assert_eq!(std::fs::read(s.root.join("tmp/mine")).unwrap(), b"root's new contents");
+        root_is_served(&s);
+    });
+}
+
 #[test]
 fn a_fifo_never_blocks_the_file_server() {
     let test = "a_fifo_never_blocks_the_file_server";

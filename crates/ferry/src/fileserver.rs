@@ -504,17 +504,28 @@ fn write_back(srv: &mut ObjectServer, root: &OwnedFd, versions: &mut Versions, m
     // New contents go to a fresh inode renamed over the name: snapshots
     // of the old version keep reading the old inode. Creating and renaming
     // need write permission on the directory, checked as the asker too.
-    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let tmp = format!("{name}.ferry-new-{}-{n}", std::process::id());
-    let create = || files::create_beneath(root.as_fd(), &tmp, st.mode).map_err(|e| resolve_refusal(name, e));
-    let new = match as_user(who, create)? {
-        Some(r) => r?,
-        None => {
-            check_by_mode(root, name, who, 3)?;
-            create()?
+    // The new contents' name is one nobody can guess ahead, so that no one
+    // who may write the directory can take it first.
+    let mut made = None;
+    for _ in 0..4 {
+        let tmp = temporary_name(name);
+        let create = || files::create_beneath(root.as_fd(), &tmp, st.mode);
+        let r = match as_user(who, create)? {
+            Some(r) => r,
+            None => {
+                check_by_mode(root, name, who, 3)?;
+                create()
+            }
+        };
+        match r {
+            Err(rustix::io::Errno::EXIST) => continue,
+            r => {
+                made = Some((r.map_err(|e| resolve_refusal(name, e))?, tmp));
+                break;
+            }
         }
-    };
+    }
+    let Some((new, tmp)) = made else { return Err(resolve_refusal(name, rustix::io::Errno::EXIST)) };
     let written = files::write_all_synced(new.as_fd(), data).map_err(|e| refuse(proto::E_UNSUPPORTED, format!("writing {name}: {e}")));
     // The file keeps its owner where the server may give it (as itself).
     files::keep_owner(new.as_fd(), st.uid, st.gid);
@@ -534,6 +545,18 @@ fn write_back(srv: &mut ObjectServer, root: &OwnedFd, versions: &mut Versions, m
         srv.retire(v.object);
     }
     Ok(Message::new(OP_FILE_WRITTEN).with_body(proto::body(&[data.len() as u64])))
+}
+
+/// A fresh name beside `name` for its new contents, unpredictable to
+/// other processes: the name, then 64 bits of a keyed hash (SipHash under
+/// the process's random keys) of a counter.
+fn temporary_name(name: &str) -> String {
+    use std::hash::{BuildHasher, Hasher};
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(n);
+    format!("{name}.ferry-new-{:016x}", h.finish())
 }
 
 /// Maps a version's memory privately (and populated), after checking that nobody can change

@@ -55,6 +55,7 @@ pub fn run(role: &str, args: &[String]) -> Outcome {
         "files-keep" => Some(keep(args)),
         "files-hold" => Some(hold_files(args)),
         "files-reach" => Some(reach(args)),
+        "files-squat" => Some(squat(args)),
         _ => None,
     }
 }
@@ -107,6 +108,20 @@ fn write(args: &[String]) -> Res {
         "ok" => println!("ok"),
         k => println!("err {k}"),
     }
+    Ok(())
+}
+
+/// `files-squat PREFIX N`: creates the empty files PREFIX0 to PREFIX(N-1)
+/// (names another user's write-back might want); prints how many.
+fn squat(args: &[String]) -> Res {
+    let [prefix, n] = args else { return Err("usage: files-squat PREFIX N".into()) };
+    let mut made = 0;
+    for i in 0..n.parse::<u64>()? {
+        if std::fs::OpenOptions::new().write(true).create_new(true).open(format!("{prefix}{i}")).is_ok() {
+            made += 1;
+        }
+    }
+    println!("{made}");
     Ok(())
 }
 

@@ -421,6 +421,46 @@ fn mappings_are_bounded_per_user_and_released_with_their_client() {
     });
 }
 
+/// This process's virtual size (the server runs in it), in bytes.
+fn virtual_size() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let kb = status.lines().find_map(|l| l.strip_prefix("VmSize:")).expect("VmSize").trim().trim_end_matches(" kB").trim();
+    kb.parse::<u64>().unwrap() * 1024
+}
+
+/// Another user attaches, four times, a mapping of a sparse file of 8 TiB
+/// that someone who may write the tree made (by hand: a userfaultfd and
+/// the range's length, which is all the server checks). It costs the
+/// server no more than the pages it supplies. The server used to
+/// allocate two flags per page of every mapping when it was attached
+/// (4 GiB of its address space for each mapping here; with a longer
+/// mapping, an allocation the kernel refuses, which aborts the server).
+#[test]
+fn a_huge_mapping_costs_the_server_only_what_it_supplies() {
+    let test = "a_huge_mapping_costs_the_server_only_what_it_supplies";
+    if !common::can_play_other_user(test) {
+        return;
+    }
+    let _serial = common::serial();
+    common::watchdog(test, LIMIT, || {
+        let s = Served::start("huge", Budgets::default(), |root| {
+            std::fs::create_dir(root.join("dropbox")).unwrap();
+            chmod(&root.join("dropbox"), 0o1777);
+            let f = std::fs::File::create(root.join("dropbox/huge")).unwrap();
+            f.set_len(1 << 43).unwrap();
+            chmod(&root.join("dropbox/huge"), 0o644);
+        });
+        let before = virtual_size();
+        let mut attacker = s.attacker("files-attach-raw", &["dropbox/huge", "4"]);
+        let mut out = lines(&mut attacker);
+        assert_eq!(line(&mut out), "attached 4 other 0");
+        let grown = virtual_size().saturating_sub(before);
+        root_is_served(&s);
+        kill(attacker);
+        assert!(grown < 1 << 30, "the server's address space grew by {} MiB for four mappings", grown >> 20);
+    });
+}
+
 /// An access ACL (`system.posix_acl_access`, version 2) giving the owner
 /// read-write, `uid` nothing, and group, mask and others read.
 fn acl_denying(uid: u32) -> Vec<u8> {

@@ -30,10 +30,12 @@
 //!
 //! The module's parts: this file (the trait, the descriptor item, errors
 //! and statistics), `server` (the pager side's event loop and requests),
-//! `store` (the objects, their shadow pages and page caches), `client` (the
-//! mapping side) and `proto` (the message layouts).
+//! `store` (the objects, their shadow pages and page caches), `pages` (the
+//! per-mapping sets of pages the server keeps), `client` (the mapping side)
+//! and `proto` (the message layouts).
 
 mod client;
+mod pages;
 pub(crate) mod proto;
 mod server;
 mod store;

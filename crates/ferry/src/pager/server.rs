@@ -20,6 +20,7 @@ use std::time::Instant;
 
 use rustix::io::Errno;
 
+use super::pages::PageSet;
 use super::proto::{self, Fields};
 use super::store::{fill_cache, make_cache, object_unavailable, read_object, write_object, Object, Source};
 use super::{
@@ -60,8 +61,10 @@ struct Client {
     base: usize,
     len: usize,
     lifeline: SendRight,
-    supplied: Vec<bool>,
-    dirty: Vec<bool>,
+    /// Pages supplied and pages dirtied, costing the server what it
+    /// supplied, not what the client's claimed range spans.
+    supplied: PageSet,
+    dirty: PageSet,
     pid: Option<i32>,
     uid: Option<u32>,
 }
@@ -524,7 +527,6 @@ impl ObjectServer {
             ));
         }
         let slot = free_slot(&self.clients);
-        let pages = (len as usize) / mem::page_size();
         let pid = m.sender().map(|c| c.pid);
         let client = Client {
             object: id,
@@ -532,8 +534,8 @@ impl ObjectServer {
             base: addr as usize,
             len: len as usize,
             lifeline,
-            supplied: vec![false; pages],
-            dirty: vec![false; pages],
+            supplied: PageSet::default(),
+            dirty: PageSet::default(),
             pid,
             uid,
         };
@@ -626,12 +628,12 @@ impl ObjectServer {
         }
         let mut asked = 0;
         for c in self.clients.iter_mut().flatten().filter(|c| c.object == id) {
-            let pages: Vec<u64> = c.dirty.iter().enumerate().filter(|(_, d)| **d).map(|(p, _)| p as u64).collect();
+            let pages: Vec<u64> = c.dirty.iter().map(|p| p as u64).collect();
             for chunk in pages.chunks(crate::message::MAX_INLINE / 8 - 1) {
                 let mut words = vec![id];
                 words.extend_from_slice(chunk);
                 if c.lifeline.send(Message::new(proto::CLEAN).with_body(proto::body(&words)), Timeout::Zero).is_ok() {
-                    chunk.iter().for_each(|&p| c.dirty[p as usize] = false);
+                    chunk.iter().for_each(|&p| c.dirty.remove(p as usize));
                     asked += chunk.len();
                 }
             }
@@ -724,7 +726,7 @@ impl ObjectServer {
             return Ok(());
         }
         let p = (addr - c.base) / page;
-        c.dirty[p] = true;
+        c.dirty.insert(p);
         c.uffd.writeprotect(c.base + p * page, page, false, true)?;
         let id = c.object;
         self.stat(id, |s| s.pages_dirtied += 1);
@@ -751,7 +753,7 @@ impl ObjectServer {
         let mode = obj.config.mode;
         let wp = obj.config.track_dirty;
         let mut end = first + 1;
-        while end < pages && end < first + cluster && !c.supplied[end] {
+        while end < pages && end < first + cluster && !c.supplied.contains(end) {
             end += 1;
         }
         let dst = base + first * page;
@@ -823,7 +825,7 @@ impl ObjectServer {
         };
         let first_skipped = outcome?;
         let c = self.clients[slot].as_mut().expect("live slot");
-        c.supplied[first..end].iter_mut().for_each(|s| *s = true);
+        c.supplied.insert_range(first, end);
         if first_skipped {
             // Another fault already filled the page: wake this one too.
             c.uffd.wake(dst, page)?;

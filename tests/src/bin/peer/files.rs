@@ -56,6 +56,7 @@ pub fn run(role: &str, args: &[String]) -> Outcome {
         "files-hold" => Some(hold_files(args)),
         "files-reach" => Some(reach(args)),
         "files-squat" => Some(squat(args)),
+        "files-attach-raw" => Some(attach_raw(args)),
         _ => None,
     }
 }
@@ -123,6 +124,86 @@ fn squat(args: &[String]) -> Res {
     }
     println!("{made}");
     Ok(())
+}
+
+/// `files-attach-raw NAME N`: opens NAME, then attaches a mapping of the
+/// whole snapshot N times by hand: a userfaultfd that registers nothing
+/// (this process maps nothing) and a range as long as the file, the
+/// server's only check. Prints `attached K other M`, then keeps everything
+/// until killed.
+fn attach_raw(args: &[String]) -> Res {
+    use ferry::wire::{self, ItemDesc};
+    use std::mem::MaybeUninit;
+    use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+    /// The memory-object protocol's attach, its answer, and the pager
+    /// item's userfaultfd mode, as a client writes them by hand.
+    const ATTACH: u32 = 0x7061_0003;
+    const ATTACHED: u32 = 0x7061_0004;
+    const FD_USERFAULT: u8 = 1;
+    let [name, n] = args else { return Err("usage: files-attach-raw NAME N".into()) };
+    let n: usize = n.parse()?;
+    let right = server()?;
+    let (mut replies, _keep) = ferry::port()?;
+    let (hold, hold_right) = ferry::port()?;
+    let once = replies.make_send_once()?;
+    right.send(Message::new(OP_FILE_OPEN).with_body(name.as_bytes()).with_item(Item::Send(hold_right)).with_reply(once), WAIT)?;
+    let r = replies.recv(WAIT)?;
+    if r.op() != OP_FILE_OPENED {
+        return Err(format!("open refused: {:?}", String::from_utf8_lossy(r.body())).into());
+    }
+    let word = |i: usize| u64::from_le_bytes(r.body()[i * 8..i * 8 + 8].try_into().expect("eight bytes"));
+    let (id, size) = (word(0), word(1));
+    let len = size.div_ceil(4096) * 4096;
+    let (mut attached, mut other, mut kept) = (0, 0, vec![hold]);
+    let mut uffds = Vec::new();
+    for _ in 0..n {
+        // SAFETY: a system call that returns a new descriptor or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC | libc::O_NONBLOCK | 1) } as i32;
+        if fd < 0 {
+            return Err(format!("userfaultfd: {}", std::io::Error::last_os_error()).into());
+        }
+        // SAFETY: the descriptor was just returned to us and is owned by nothing else.
+        let uffd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // The API handshake (UFFDIO_API), so that the descriptor is a
+        // working one the server watches, not one it drops at once.
+        let mut api = [0xAAu64, 0, 0];
+        // SAFETY: UFFDIO_API reads and writes a struct uffdio_api (three
+        // u64), which `api` is, for the duration of the call.
+        if unsafe { libc::ioctl(fd, 0xc018_aa3f, api.as_mut_ptr()) } != 0 {
+            return Err(format!("UFFDIO_API: {}", std::io::Error::last_os_error()).into());
+        }
+        let (reply_rx, reply_tx) =
+            rustix::net::socketpair(rustix::net::AddressFamily::UNIX, rustix::net::SocketType::SEQPACKET, rustix::net::SocketFlags::CLOEXEC, None)?;
+        rustix::net::sockopt::set_socket_passcred(&reply_rx, true)?;
+        rustix::net::sockopt::set_socket_passcred(&reply_tx, true)?;
+        let (lifeline_rx, lifeline) = ferry::port()?;
+        let items = [
+            ItemDesc { kind: wire::KIND_SEND_ONCE, fds: 1, ..Default::default() },
+            ItemDesc { kind: wire::KIND_PAGER, mode: FD_USERFAULT, fds: 1, len, addr: 1 << 40, ..Default::default() },
+            ItemDesc { kind: wire::KIND_SEND, fds: 1, ..Default::default() },
+        ];
+        let mut bytes = Vec::new();
+        wire::encode(&mut bytes, ATTACH, wire::FLAG_REPLY, &items, &id.to_le_bytes());
+        let fds = [reply_tx.as_fd(), uffd.as_fd(), lifeline.as_fd()];
+        let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(3))];
+        let mut control = rustix::net::SendAncillaryBuffer::new(&mut space);
+        control.push(rustix::net::SendAncillaryMessage::ScmRights(&fds));
+        rustix::net::sendmsg(right.as_fd(), &[std::io::IoSlice::new(&bytes)], &mut control, rustix::net::SendFlags::NOSIGNAL)?;
+        drop((reply_tx, lifeline));
+        let mut buf = vec![0u8; wire::MAX_MESSAGE];
+        let got = rustix::net::recv(&reply_rx, &mut buf, rustix::net::RecvFlags::empty())?.0;
+        match wire::parse(&buf[..got], 0) {
+            Ok(p) if p.op == ATTACHED => attached += 1,
+            _ => other += 1,
+        }
+        uffds.push((uffd, lifeline_rx));
+    }
+    kept.clear();
+    println!("attached {attached} other {other}");
+    std::io::stdout().flush()?;
+    loop {
+        std::thread::sleep(Duration::from_secs(3600));
+    }
 }
 
 fn steal(args: &[String]) -> Res {

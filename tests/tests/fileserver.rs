@@ -461,6 +461,73 @@ fn a_huge_mapping_costs_the_server_only_what_it_supplies() {
     });
 }
 
+/// A file server run by an ordinary user (uid 65533), which cannot act as
+/// its clients and checks mode bits itself, is asked by another user
+/// (`nobody`) for `dropbox/sw/secret` thousands of times while `sw` is
+/// swapped between a directory of nobody's and a symbolic link to the
+/// server user's `private` directory (mode 0700; its `secret` is 0644).
+/// The server checks the very directories it then opens the file from, so
+/// nobody only ever gets its decoy or a refusal. The server used to check
+/// the path one way (directory by directory) and open it another (the
+/// whole name again), and the swap between the two gave nobody the secret.
+#[test]
+fn a_server_that_checks_modes_itself_opens_what_it_checked() {
+    let test = "a_server_that_checks_modes_itself_opens_what_it_checked";
+    if !common::can_play_other_user(test) {
+        return;
+    }
+    let _serial = common::serial();
+    common::watchdog(test, LIMIT, || {
+        use ferry::spawn::CommandExt as _;
+        use std::os::unix::process::CommandExt as _;
+        const OWNER: u32 = 65533;
+        let dir = std::env::temp_dir().join(format!("ferry-files-{}-checked", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let root = dir.join("root");
+        std::fs::create_dir_all(root.join("private")).unwrap();
+        std::fs::create_dir_all(root.join("dropbox")).unwrap();
+        std::fs::write(root.join("private/secret"), b"the owner's secret").unwrap();
+        for (p, mode) in [(&dir, 0o755), (&root, 0o755), (&root.join("private"), 0o700), (&root.join("private/secret"), 0o644), (&root.join("dropbox"), 0o1777)] {
+            rustix::fs::chown(p, Some(rustix::fs::Uid::from_raw(OWNER)), Some(rustix::fs::Gid::from_raw(OWNER))).unwrap();
+            chmod(p, mode);
+        }
+        let (mut rx, tx) = ferry::port().unwrap();
+        let mut server = std::process::Command::new(common::peer_for_other_users())
+            .arg("files-serve-here")
+            .arg(&root)
+            .pass_right(&tx)
+            .unwrap()
+            .uid(OWNER)
+            .gid(OWNER)
+            .current_dir("/")
+            .spawn()
+            .unwrap();
+        drop(tx);
+        let mut m = rx.recv(Timeout::After(Duration::from_secs(30))).expect("the server's right");
+        let Some(ferry::Item::Send(right)) = m.take_items().pop() else { panic!("no right from the server") };
+        let out = std::process::Command::new(common::peer_for_other_users())
+            .arg("files-race")
+            .arg(root.join("dropbox"))
+            .arg("5000")
+            .pass_right(&right)
+            .unwrap()
+            .uid(NOBODY)
+            .gid(NOBODY)
+            .current_dir("/")
+            .stderr(std::process::Stdio::inherit())
+            .output()
+            .unwrap();
+        let _ = server.kill();
+        let _ = server.wait();
+        assert!(out.status.success(), "the attacker failed: {}", out.status);
+        let said = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        assert!(said.contains(" leaked 0 "), "nobody read a file in a directory it may not enter: {said}");
+        let decoys: usize = said.split(' ').nth(1).and_then(|n| n.parse().ok()).unwrap_or(0);
+        assert!(decoys > 0, "the race never reached the server: {said}");
+        let _ = std::fs::remove_dir_all(&dir);
+    });
+}
+
 /// An access ACL (`system.posix_acl_access`, version 2) giving the owner
 /// read-write, `uid` nothing, and group, mask and others read.
 fn acl_denying(uid: u32) -> Vec<u8> {

@@ -319,13 +319,35 @@ fn as_user<T>(who: Asker, f: impl FnOnce() -> T) -> Result<Option<T>, Refusal> {
     }
 }
 
+/// The last directory on the way to a name, as [`check_by_mode`] opened
+/// and checked it (`None`: the root), and the name's last component.
+#[derive(Debug)]
+struct Checked<'a> {
+    dir: Option<OwnedFd>,
+    last: &'a str,
+}
+
+impl Checked<'_> {
+    fn dir<'d>(&'d self, root: &'d OwnedFd) -> std::os::fd::BorrowedFd<'d> {
+        self.dir.as_ref().unwrap_or(root).as_fd()
+    }
+}
+
 /// What a server that cannot act as its clients checks itself: search
 /// permission on the root and every directory on the way to `name`
 /// (walked without symbolic links or `..`, stricter than the kernel), and
 /// `dir_want` on the last directory (write and search, for a write-back).
-fn check_by_mode(root: &OwnedFd, name: &str, who: Asker, dir_want: u32) -> Result<(), Refusal> {
+/// Returns that directory, open, so that the caller acts on the name's
+/// last component in exactly the directory checked: resolving the whole
+/// name again would let another user swap a directory on the way for a
+/// symbolic link in between.
+fn check_by_mode<'a>(root: &OwnedFd, name: &'a str, who: Asker, dir_want: u32) -> Result<Checked<'a>, Refusal> {
+    if name.starts_with('/') {
+        // Absolute: out of the served tree, as the kernel's resolution says.
+        return Err(resolve_refusal(name, rustix::io::Errno::XDEV));
+    }
     let parts: Vec<&str> = name.split('/').filter(|p| !p.is_empty() && *p != ".").collect();
-    let Some((_, dirs)) = parts.split_last() else { return Err(refuse(proto::E_BAD_REQUEST, "no file name")) };
+    let Some((last, dirs)) = parts.split_last() else { return Err(refuse(proto::E_BAD_REQUEST, "no file name")) };
     let info = |fd: &OwnedFd| files::info(fd.as_fd()).map_err(|e| refuse(proto::E_UNSUPPORTED, e.to_string()));
     let mut st = info(root)?;
     let mut cur: Option<OwnedFd> = None;
@@ -340,7 +362,7 @@ fn check_by_mode(root: &OwnedFd, name: &str, who: Asker, dir_want: u32) -> Resul
     if !permits(&st, who.uid, who.gid, dir_want) {
         return Err(refuse(proto::E_DENIED, format!("{name}: permission denied")));
     }
-    Ok(())
+    Ok(Checked { dir: cur, last })
 }
 
 /// Resolves `name` as `who` would and opens it for reading (or checks it
@@ -348,10 +370,14 @@ fn check_by_mode(root: &OwnedFd, name: &str, who: Asker, dir_want: u32) -> Resul
 /// and only if the file system's rules let `who` reach and open it.
 fn open_as(root: &OwnedFd, name: &str, who: Asker, write: bool) -> Result<(OwnedFd, FileInfo), Refusal> {
     let open = |check_mode: bool| -> Result<(OwnedFd, FileInfo), Refusal> {
-        let path = files::resolve_beneath(root.as_fd(), name).map_err(|e| resolve_refusal(name, e))?;
-        if check_mode {
-            check_by_mode(root, name, who, 1)?;
-        }
+        let path = if check_mode {
+            // The file, from the directory whose way was just checked.
+            let checked = check_by_mode(root, name, who, 1)?;
+            files::resolve_beneath(checked.dir(root), checked.last)
+        } else {
+            files::resolve_beneath(root.as_fd(), name)
+        };
+        let path = path.map_err(|e| resolve_refusal(name, e))?;
         let st = files::info(path.as_fd()).map_err(|e| refuse(proto::E_UNSUPPORTED, e.to_string()))?;
         if !st.is_file {
             return Err(refuse(proto::E_UNSUPPORTED, format!("{name} is not a regular file")));
@@ -506,16 +532,25 @@ fn write_back(srv: &mut ObjectServer, root: &OwnedFd, versions: &mut Versions, m
     // need write permission on the directory, checked as the asker too.
     // The new contents' name is one nobody can guess ahead, so that no one
     // who may write the directory can take it first.
+    //
+    // A server that cannot act as the asker creates and renames in the
+    // directory it checked, by its last component; one that acts as the
+    // asker lets the kernel check the whole name.
+    let checked = match as_user(who, || ())? {
+        Some(()) => None,
+        None => Some(check_by_mode(root, name, who, 3)?),
+    };
+    let (at, name_there) = match &checked {
+        Some(c) => (c.dir(root), c.last),
+        None => (root.as_fd(), name),
+    };
     let mut made = None;
     for _ in 0..4 {
-        let tmp = temporary_name(name);
-        let create = || files::create_beneath(root.as_fd(), &tmp, st.mode);
-        let r = match as_user(who, create)? {
-            Some(r) => r,
-            None => {
-                check_by_mode(root, name, who, 3)?;
-                create()
-            }
+        let tmp = temporary_name(name_there);
+        let create = || files::create_beneath(at, &tmp, st.mode);
+        let r = match checked {
+            Some(_) => create(),
+            None => as_user(who, create)?.unwrap_or_else(create),
         };
         match r {
             Err(rustix::io::Errno::EXIST) => continue,
@@ -531,14 +566,14 @@ fn write_back(srv: &mut ObjectServer, root: &OwnedFd, versions: &mut Versions, m
     files::keep_owner(new.as_fd(), st.uid, st.gid);
     drop(new);
     let renamed = written.and_then(|()| {
-        let rename = || files::rename_beneath(root.as_fd(), &tmp, name).map_err(|e| resolve_refusal(name, e));
-        match as_user(who, rename)? {
-            Some(r) => r,
-            None => rename(),
+        let rename = || files::rename_beneath(at, &tmp, name_there).map_err(|e| resolve_refusal(name, e));
+        match checked {
+            Some(_) => rename(),
+            None => as_user(who, rename)?.unwrap_or_else(rename),
         }
     });
     if let Err(e) = renamed {
-        files::remove_beneath(root.as_fd(), &tmp);
+        files::remove_beneath(at, &tmp);
         return Err(e);
     }
     if let Some(v) = versions.by_name.remove(name) {

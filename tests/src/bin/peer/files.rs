@@ -57,6 +57,8 @@ pub fn run(role: &str, args: &[String]) -> Outcome {
         "files-reach" => Some(reach(args)),
         "files-squat" => Some(squat(args)),
         "files-attach-raw" => Some(attach_raw(args)),
+        "files-serve-here" => Some(serve_here(args)),
+        "files-race" => Some(race(args)),
         _ => None,
     }
 }
@@ -204,6 +206,65 @@ fn attach_raw(args: &[String]) -> Res {
     loop {
         std::thread::sleep(Duration::from_secs(3600));
     }
+}
+
+/// `files-serve-here DIR`: serves DIR as this process's own user (not
+/// root: a server that checks mode bits itself), sends a send right to it
+/// through the inherited right, and serves until killed.
+fn serve_here(args: &[String]) -> Res {
+    let [dir] = args else { return Err("usage: files-serve-here DIR".into()) };
+    let parent = ferry::spawn::inherited()?;
+    let (mut server, right) = ferry::fileserver::FileServer::new(std::path::Path::new(dir), ferry::pager::ObjectConfig::default())?;
+    parent.send(Message::new(1).with_item(Item::Send(right)), WAIT)?;
+    drop(parent);
+    loop {
+        server.serve(Timeout::Infinite)?;
+    }
+}
+
+/// `files-race DIR N`: through the server passed as the inherited right,
+/// asks N times for `sw/secret`, where `sw` (in DIR, a directory of the
+/// served tree this user may write, given as the server names it) is
+/// swapped all the while between a real directory of this user's, holding
+/// a decoy `secret`, and a symbolic link to `../private`, the server's own
+/// directory this user may not enter. Prints how many answers held the
+/// decoy, how many the real secret (`decoy D leaked L refused R`).
+fn race(args: &[String]) -> Res {
+    let [dir, n] = args else { return Err("usage: files-race DIR N".into()) };
+    let n: usize = n.parse()?;
+    let local = std::path::Path::new(dir);
+    let (real, link, sw) = (local.join("real"), local.join("link"), local.join("sw"));
+    std::fs::create_dir(&real)?;
+    std::fs::write(real.join("secret"), b"decoy")?;
+    std::os::unix::fs::symlink("../private", &link)?;
+    std::fs::rename(&real, &sw)?;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flipper = {
+        let stop = stop.clone();
+        let (sw, link) = (sw.clone(), link.clone());
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = rustix::fs::renameat_with(rustix::fs::CWD, &sw, rustix::fs::CWD, &link, rustix::fs::RenameFlags::EXCHANGE);
+            }
+        })
+    };
+    let fs = FileClient::new(ferry::spawn::inherited()?).with_timeout(WAIT);
+    let name = format!("{}/sw/secret", local.file_name().and_then(|n| n.to_str()).ok_or("DIR")?);
+    let (mut decoy, mut leaked, mut refused) = (0, 0, 0);
+    for _ in 0..n {
+        match fs.open(&name) {
+            Ok(s) if s.as_slice() == b"decoy" => decoy += 1,
+            Ok(_) => leaked += 1,
+            Err(_) => refused += 1,
+        }
+        if leaked > 0 {
+            break;
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = flipper.join();
+    println!("decoy {decoy} leaked {leaked} refused {refused}");
+    Ok(())
 }
 
 fn steal(args: &[String]) -> Res {

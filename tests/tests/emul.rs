@@ -662,11 +662,12 @@ fn start_stall(srv: &Served, how: &str, name: &str) -> (std::process::Child, std
 
 /// Another user keeps the token of its own open file active (it never
 /// finishes its "call") and asks for what must wait for the active holder:
-/// a truncation, or an open with `O_TRUNC`. That wait is its own: the
-/// server answers root meanwhile, while the attacker's request is still
-/// waiting (the attacker checks, after root was answered, that it has no
-/// answer yet). The server once waited on its only thread, so every user
-/// waited behind the attacker, and could be made to for ever.
+/// a truncation, or an open with `O_TRUNC`; or asks to flush 256 MiB it
+/// just wrote to disk. That wait is its own: the server answers root
+/// meanwhile, while the attacker's request is still waiting (the attacker
+/// checks, after root was answered, that it has no answer yet). The
+/// server once waited on its only thread, so every user waited behind the
+/// attacker, and could be made to for ever.
 #[test]
 fn emul_a_user_stalling_its_token_holds_up_nobody_else() {
     if !common::can_play_other_user("emul_a_user_stalling_its_token_holds_up_nobody_else") {
@@ -678,7 +679,7 @@ fn emul_a_user_stalling_its_token_holds_up_nobody_else() {
         let dir = shared_scratch("stall");
         let srv = Served::new(&dir);
         let mine = Client::new(srv.right().try_clone().unwrap());
-        for how in ["truncate", "open-trunc"] {
+        for how in ["truncate", "open-trunc", "fsync"] {
             let (mut peer, mut out) = start_stall(&srv, how, "pub/mine");
             let Ok(Opened::File(f)) = mine.open("public", libc::O_RDONLY, 0) else { panic!("{how}: root's open failed") };
             let mut buf = [0u8; 6];

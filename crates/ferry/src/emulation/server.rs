@@ -28,8 +28,9 @@ const ACTIVE_WAIT: Duration = Duration::from_secs(20);
 /// How long a truncation waits for an active holder of another user's open
 /// file of the same file before cutting the file under it.
 const OTHERS_WAIT: Duration = Duration::from_secs(2);
-/// Most requests that wait for a token holder (token requests,
-/// truncations) handed on their own threads at once (beyond, `EAGAIN`).
+/// Most requests that may wait (for a token holder: token requests,
+/// truncations; for the disk: flushes) handed on their own threads at once
+/// (beyond, `EAGAIN`).
 const MAX_WAITING: usize = 256;
 /// Most of those one user may have at once: a user that keeps its own
 /// tokens active, and so its requests waiting, takes its share of the
@@ -433,7 +434,9 @@ impl EmulServer {
             Err(e) => return Step::Now(Err(e)),
         };
         if op == OP_EMUL_FSYNC {
-            return Step::Now(rustix::fs::fsync(&f.file).map(|()| (vec![], vec![])));
+            // The disk decides how long a flush takes, and the asker how
+            // much it has to write: on a thread of its own too.
+            return Step::Wait(Box::new(move || rustix::fs::fsync(&f.file).map(|()| (vec![], vec![]))));
         }
         let Some(len) = get_u64(body, 8) else { return Step::Now(Err(Errno::INVAL)) };
         // What the kernel would refuse is refused before anyone's token

@@ -144,7 +144,9 @@ fn other_user(args: &[String]) -> Res {
 /// waits for the active holder: `truncate` (a truncation of the open
 /// file), `open-trunc` (an open of NAME with `O_TRUNC`) or `tokens` (300
 /// token requests at once); or, with `hold`, opens NAME (another user's
-/// file) for reading and only keeps its token active. Prints `stalling`, waits for a line on standard
+/// file) for reading and only keeps its token active; or, with `fsync`,
+/// writes 256 MiB into NAME and asks the server to flush it to disk (which
+/// the disk makes wait, token or not). Prints `stalling`, waits for a line on standard
 /// input, and prints whether its first request was answered by then
 /// (`answered`) or is still waiting (`pending`); then lets the token go and
 /// exits once every request is answered.
@@ -152,7 +154,7 @@ fn stall(args: &[String]) -> Res {
     use ferry::emulation::{OP_EMUL_OPEN, OP_EMUL_TOKEN, OP_EMUL_TRUNCATE};
     let (how, name) = match args {
         [how, name] => (how.as_str(), name.as_str()),
-        _ => return Err("usage: emul-stall truncate|open-trunc|tokens|hold NAME".into()),
+        _ => return Err("usage: emul-stall truncate|open-trunc|tokens|hold|fsync NAME".into()),
     };
     let right = ferry::spawn::inherited()?;
     let client = Client::new(right.try_clone()?);
@@ -175,6 +177,13 @@ fn stall(args: &[String]) -> Res {
         }
         "tokens" => (0..300).map(|_| (OP_EMUL_TOKEN, f.id.to_le_bytes().to_vec())).collect(),
         "hold" => Vec::new(),
+        "fsync" => {
+            let chunk = vec![0x5au8; 1 << 20];
+            for i in 0..256u64 {
+                rustix::io::pwrite(&f.file, &chunk, i << 20)?;
+            }
+            vec![(ferry::emulation::OP_EMUL_FSYNC, f.id.to_le_bytes().to_vec())]
+        }
         other => return Err(format!("unknown way to stall: {other}").into()),
     };
     let sent = requests.len();

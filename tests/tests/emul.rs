@@ -989,6 +989,50 @@ fn emul_proc_names_are_never_the_server_s_own() {
     });
 }
 
+/// Another user may write two set-user-ID files of root's (mode 04777).
+/// Written natively, a file loses its set-user-ID bit unless the writer
+/// may keep it (`CAP_FSETID`). Written or truncated through the server
+/// (a segment write, a truncation: both done by the server), it loses it
+/// too: the server does them as the asker, not with its own privileges,
+/// which kept the bit, so the other user's bytes ran as root.
+#[test]
+fn emul_writes_through_the_server_keep_no_privilege_the_asker_lacks() {
+    if !common::can_play_other_user("emul_writes_through_the_server_keep_no_privilege_the_asker_lacks") {
+        return;
+    }
+    watchdog("emul_writes_through_the_server_keep_no_privilege_the_asker_lacks", Duration::from_secs(60), || {
+        use std::os::unix::fs::PermissionsExt;
+        use std::os::unix::process::CommandExt as _;
+        let dir = shared_scratch("suid");
+        for name in ["suid-w", "suid-t"] {
+            std::fs::write(dir.join(name), b"#!/bin/sh\nid\n").unwrap();
+            std::fs::set_permissions(dir.join(name), std::fs::Permissions::from_mode(0o4777)).unwrap();
+        }
+        let srv = Served::new(&dir);
+        let out = Command::new(common::peer_for_other_users())
+            .arg("emul-write-suid")
+            .arg("suid-w")
+            .arg("suid-t")
+            .pass_right(srv.right())
+            .unwrap()
+            .uid(common::NOBODY)
+            .gid(common::NOBODY)
+            .current_dir("/")
+            .stderr(Stdio::inherit())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "the peer failed: {}", out.status);
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "wrote truncated");
+        for name in ["suid-w", "suid-t"] {
+            let mode = std::fs::metadata(dir.join(name)).unwrap().permissions().mode() & 0o7777;
+            assert_eq!(mode & 0o4000, 0, "{name} kept its set-user-ID bit after another user changed it (mode {mode:o})");
+        }
+        let (_, open) = srv.finish();
+        assert_eq!(open, 0);
+        let _ = std::fs::remove_dir_all(&dir);
+    });
+}
+
 #[test]
 fn process_port_reads_and_writes_memory_takes_a_right_and_sees_death() {
     watchdog("process_port_reads_and_writes_memory_takes_a_right_and_sees_death", Duration::from_secs(60), || {

@@ -420,7 +420,9 @@ impl EmulServer {
             buf.truncate(n);
             Ok(buf)
         } else {
-            let n = sg_write(&f, offset, &body[16..])?;
+            // As the asker: a write by the server's own privileges would
+            // keep a set-user-ID bit the asker's write clears.
+            let n = as_asker(self.euid, who, || sg_write(&f, offset, &body[16..]))??;
             let mut out = Vec::new();
             put_u64(&mut out, n as u64);
             Ok(out)
@@ -444,8 +446,8 @@ impl EmulServer {
         if !writable(f.file.as_fd()) {
             return Step::Now(Err(Errno::INVAL));
         }
-        let (table, holders, counters) = (self.table.clone(), self.holders.clone(), self.counters.clone());
-        Step::Wait(Box::new(move || cut(&table, &holders, &counters, who.uid, f.identity, f.file.as_fd(), len).map(|()| (vec![], vec![]))))
+        let (table, holders, counters, euid) = (self.table.clone(), self.holders.clone(), self.counters.clone(), self.euid);
+        Step::Wait(Box::new(move || cut(&table, &holders, &counters, (euid, who), f.identity, f.file.as_fd(), len).map(|()| (vec![], vec![]))))
     }
 
     fn open(&mut self, who: Asker, body: &[u8]) -> Step {
@@ -455,8 +457,8 @@ impl EmulServer {
             // cut; if the cut fails, the hold goes with the answer, and
             // the open file with it.
             Ok((answer, Some(open))) => {
-                let (table, holders, counters) = (self.table.clone(), self.holders.clone(), self.counters.clone());
-                Step::Wait(Box::new(move || cut(&table, &holders, &counters, who.uid, open.identity, open.file.as_fd(), 0).map(|()| answer)))
+                let (table, holders, counters, euid) = (self.table.clone(), self.holders.clone(), self.counters.clone(), self.euid);
+                Step::Wait(Box::new(move || cut(&table, &holders, &counters, (euid, who), open.identity, open.file.as_fd(), 0).map(|()| answer)))
             }
             Err(e) => Step::Now(Err(e)),
         }
@@ -538,16 +540,18 @@ fn writable(file: BorrowedFd<'_>) -> bool {
 /// tokens are called back in the order of the open files' ids, so two
 /// cuts of one file at once never each hold a token the other waits for.
 ///
-/// An open file of another user than `uid` (the one cutting, who may
-/// write the file) whose holder stays active past [`OTHERS_WAIT`] does not
-/// stop the cut: it is cut under that holder, whose own process alone can
-/// fault, so that nobody who may only read a file can keep its writer
-/// from truncating it.
+/// The file is cut as `who` (the server running as `euid`), so that it
+/// keeps no set-user-ID bit the asker's own truncation would clear. An
+/// open file of another user than the one cutting (who may write the
+/// file) whose holder stays active past [`OTHERS_WAIT`] does not stop the
+/// cut: it is cut under that holder, whose own process alone can fault, so
+/// that nobody who may only read a file can keep its writer from
+/// truncating it.
 fn cut(
     table: &Table,
     holders: &Mutex<HashMap<i32, ProcessPort>>,
     counters: &Counters,
-    uid: u32,
+    (euid, who): (u32, Asker),
     identity: (u64, u64),
     file: BorrowedFd<'_>,
     len: u64,
@@ -564,10 +568,10 @@ fn cut(
     let (mut recalled, mut stuck) = (Vec::new(), Vec::new());
     let mut result = Ok(());
     for (_, o) in &all {
-        let wait = if o.uid == uid { ACTIVE_WAIT } else { OTHERS_WAIT };
+        let wait = if o.uid == who.uid { ACTIVE_WAIT } else { OTHERS_WAIT };
         match hand_token(&o.page, holders, counters, me, wait) {
             Ok(()) => recalled.push(o),
-            Err(Errno::DEADLK) if o.uid != uid => stuck.push(o),
+            Err(Errno::DEADLK) if o.uid != who.uid => stuck.push(o),
             Err(e) => {
                 result = Err(e);
                 break;
@@ -575,7 +579,7 @@ fn cut(
         }
     }
     if result.is_ok() {
-        result = rustix::fs::ftruncate(file, len);
+        result = as_asker(euid, who, || rustix::fs::ftruncate(file, len)).and_then(|r| r);
     }
     for o in recalled {
         if result.is_ok() {

@@ -21,6 +21,7 @@ pub fn run(role: &str, args: &[String]) -> Outcome {
         "emul-full-reply" => Some(full_reply(args)),
         "emul-shrink-page" => Some(shrink_page(args)),
         "emul-proc" => Some(proc_names(args)),
+        "emul-write-suid" => Some(write_suid(args)),
         "process-target" => Some(process_target()),
         _ => None,
     }
@@ -341,6 +342,33 @@ fn proc_names(args: &[String]) -> Res {
         out.push(word(client.open(&name, libc::O_RDONLY, 0).map(drop)));
         out.push(word(client.stat(&name, false).map(drop)));
     }
+    println!("{}", out.join(" "));
+    Ok(())
+}
+
+/// `emul-write-suid WRITE TRUNCATE`: through the server passed as the
+/// inherited right, opens WRITE for writing and writes a byte into it by
+/// message (a segment write, which the server performs), and opens
+/// TRUNCATE for writing and truncates it by message. Prints `wrote
+/// truncated` (or the errno of what failed).
+fn write_suid(args: &[String]) -> Res {
+    let [write, truncate] = args else { return Err("usage: emul-write-suid WRITE TRUNCATE".into()) };
+    let client = Client::new(ferry::spawn::inherited()?);
+    let open = |name: &str| match client.open(name, libc::O_RDWR, 0) {
+        Ok(Opened::File(f)) => Ok(f),
+        Ok(_) => Err(format!("{name} is not a file")),
+        Err(e) => Err(format!("open {name}: errno {e}")),
+    };
+    let (w, t) = (open(write)?, open(truncate)?);
+    let mut out = vec![match client.sg_write(w.id, 0, b"x") {
+        Ok(1) => "wrote".to_string(),
+        Ok(n) => format!("wrote-{n}"),
+        Err(e) => format!("write-errno-{e}"),
+    }];
+    out.push(match client.truncate(t.id, 1) {
+        Ok(()) => "truncated".to_string(),
+        Err(e) => format!("truncate-errno-{e}"),
+    });
     println!("{}", out.join(" "));
     Ok(())
 }

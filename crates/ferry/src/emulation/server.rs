@@ -119,8 +119,8 @@ impl Drop for Slot {
 /// active token holder and so runs on a thread of its own (the server's
 /// own thread never waits for a client).
 enum Step {
-    Now(Res<(Vec<u8>, Vec<Item>)>),
-    Wait(Box<dyn FnOnce() -> Res<(Vec<u8>, Vec<Item>)> + Send>),
+    Now(Res<Answer>),
+    Wait(Box<dyn FnOnce() -> Res<Answer> + Send>),
 }
 
 /// The token holders' process ports, shared with the waiting threads.
@@ -246,6 +246,9 @@ struct Asker {
 }
 
 type Res<T> = Result<T, Errno>;
+
+/// A successful answer's body (after the errno) and items.
+type Answer = (Vec<u8>, Vec<Item>);
 
 impl EmulServer {
     /// Serves the files beneath `root`. Returns the server and a first send
@@ -466,7 +469,7 @@ impl EmulServer {
 
     /// Opens and registers a file; with `O_TRUNC`, also returns the open
     /// file, still to be cut to nothing before the answer goes.
-    fn open_now(&mut self, who: Asker, body: &[u8]) -> Res<((Vec<u8>, Vec<Item>), Option<Arc<OpenFile>>)> {
+    fn open_now(&mut self, who: Asker, body: &[u8]) -> Res<(Answer, Option<Arc<OpenFile>>)> {
         let flags = get_u32(body, 0).ok_or(Errno::INVAL)?;
         let mode = get_u32(body, 4).ok_or(Errno::INVAL)?;
         let name = name_of(&body[8..])?;
@@ -595,7 +598,7 @@ fn cut(
     result
 }
 
-fn send_reply(reply: Reply, answer: Res<(Vec<u8>, Vec<Item>)>) {
+fn send_reply(reply: Reply, answer: Res<Answer>) {
     let mut body = Vec::new();
     let msg = match answer {
         Ok((b, items)) => {

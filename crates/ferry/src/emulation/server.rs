@@ -78,8 +78,8 @@ struct Counters {
     waiting: Mutex<(usize, HashMap<u32, usize>)>,
 }
 
-/// A thread's place among the requests that wait for a token holder,
-/// given back when it is dropped.
+/// A thread's place among the requests that may wait (for a token holder,
+/// or the disk), given back when it is dropped.
 struct Slot {
     counters: Arc<Counters>,
     uid: u32,
@@ -115,9 +115,10 @@ impl Drop for Slot {
     }
 }
 
-/// What a request comes to: an answer now, or work that may wait for an
-/// active token holder and so runs on a thread of its own (the server's
-/// own thread never waits for a client).
+/// What a request comes to: an answer now, or work that may wait (for an
+/// active token holder, or for the disk to flush what the asker wrote) and
+/// so runs on a thread of its own (the server's own thread never waits for
+/// a client).
 enum Step {
     Now(Res<Answer>),
     Wait(Box<dyn FnOnce() -> Res<Answer> + Send>),
@@ -370,11 +371,10 @@ impl EmulServer {
         };
         match step {
             Step::Now(answer) => send_reply(reply, answer),
-            // The wait for an active holder runs on its own thread, so
-            // other clients are served meanwhile. Threads waiting for
-            // active holders are bounded, in all and per user: a client
-            // cannot make the server spawn without end, nor take every
-            // thread from the other users.
+            // What may wait runs on its own thread, so other clients are
+            // served meanwhile. Waiting threads are bounded, in all and
+            // per user: a client cannot make the server spawn without end,
+            // nor take every thread from the other users.
             Step::Wait(work) => match Slot::take(&self.counters, who.uid) {
                 Some(slot) => {
                     let spawned = std::thread::Builder::new().name("ferry-emul-wait".into()).spawn(move || {

@@ -6,6 +6,9 @@
 //! Then the token protocol (fork with a shared offset, several processes
 //! writing one open file), a holder killed while active, a server killed
 //! under a reader, and the server's open files after its clients are gone.
+//! And another user (uid `nobody`) attacking a server run by root: its
+//! thread, its waiting threads, its descriptors, its reply path, its token
+//! pages, its `/proc` and its privileges.
 
 mod common;
 

@@ -1399,6 +1399,69 @@ print(open('q.txt').read())
     );
 }
 
+#[test]
+fn emul_names_resolve_as_the_kernel_resolves_them() {
+    // The library took `.` and `..` out of a name by name before sending
+    // it, and the server dropped trailing slashes: `link/../f` read the
+    // wrong file (the kernel goes to the parent of the link's target),
+    // `missing/../f` and `file/` opened a file natively refused, and
+    // `unlink("file/")` removed a file the kernel keeps (ENOTDIR). Also:
+    // creating through a dangling link failed with EAGAIN, a directory
+    // opened with O_CREAT was opened, a directory's descriptor came back
+    // one number too high, and a rename from outside the tree into it was
+    // refused (EXDEV) where the kernel does it.
+    script_matches_native(
+        "emul_names_resolve_as_the_kernel_resolves_them",
+        &["bash", "cc", "python3"],
+        r#"cat > names.c <<'C'
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <string.h>
+#include <fcntl.h>
+#include <unistd.h>
+#include <errno.h>
+#include <sys/stat.h>
+#define T(x) do { errno = 0; long r = (long)(x); printf("%-44s %ld %d\n", #x, r, r < 0 ? errno : 0); if (r > 2 && strncmp(#x, "open", 4) == 0) close(r); } while (0)
+int main(void) {
+    struct stat st; char buf[64] = {0};
+    mkdir("sub", 0755); mkdir("sub/deep", 0755);
+    int fd = open("f", O_CREAT|O_WRONLY, 0644); write(fd, "top\n", 4); close(fd);
+    fd = open("sub/f", O_CREAT|O_WRONLY, 0644); write(fd, "sub\n", 4); close(fd);
+    symlink("sub/deep", "lnk"); symlink("loop", "loop"); symlink("nowhere", "dang"); symlink("sub/made", "dang2");
+    fd = open("lnk/../f", O_RDONLY); read(fd, buf, 63); printf("lnk/../f reads %s", buf); close(fd);
+    T(stat("lnk/../f", &st)); printf("size %ld\n", (long)st.st_size);
+    T(stat("f/", &st)); T(open("f/", O_RDONLY)); T(open("f/.", O_RDONLY)); T(stat("f/..", &st));
+    T(stat("nonexist/../f", &st)); T(open("nonexist/../f", O_RDONLY));
+    T(unlink("f/")); T(access("f", F_OK)); T(rmdir("sub/.")); T(rmdir("sub/deep/.."));
+    T(mkdir("new/", 0755)); T(mkdir("f/x", 0755)); T(open("loop", O_RDONLY)); T(stat("loop", &st));
+    T(open("sub", O_WRONLY)); T(open("f", O_RDONLY|O_DIRECTORY)); T(open("sub", O_RDONLY|O_CREAT, 0644));
+    T(open("newf/", O_RDONLY|O_CREAT, 0644)); T(rename("f", "sub/deep/")); T(rename("sub/deep", "."));
+    T(unlink("sub")); T(rmdir("f")); T(rmdir(".")); T(rename("f", "f"));
+    T(lstat("lnk/", &st)); printf("lnk/ is a directory %d\n", S_ISDIR(st.st_mode));
+    T(unlink("lnk/")); T(rmdir("lnk/"));
+    fd = open("dang", O_WRONLY|O_CREAT, 0600); printf("through a dangling link %d\n", fd > 2); write(fd, "made\n", 5); close(fd);
+    T(open("dang2", O_WRONLY|O_CREAT|O_EXCL, 0600)); T(open("dang2", O_WRONLY|O_CREAT|O_NOFOLLOW, 0600));
+    T(stat("nowhere", &st)); printf("size %ld mode %o\n", (long)st.st_size, st.st_mode & 0777);
+    int d = open("sub", O_RDONLY|O_DIRECTORY); printf("directory %d\n", d);
+    T(openat(d, "deep/..", O_RDONLY)); T(openat(d, "../f", O_RDONLY)); T(fstatat(d, "..", &st, 0));
+    fd = dup(0); printf("next free %d\n", fd);
+    return 0;
+}
+C
+cc -o names names.c && ./names
+out=$(mktemp -d); echo moved > "$out/x"
+python3 -c "
+import os, sys
+os.replace(sys.argv[1] + '/x', 'x'); print(open('x').read().strip())
+os.rename('x', sys.argv[1] + '/y'); print(open(sys.argv[1] + '/y').read().strip(), os.path.exists('x'))
+try: os.rmdir(os.getcwd())
+except OSError as e: print('rmdir of the root', e.errno)
+" "$out"
+rm -r "$out""#,
+        true,
+    );
+}
+
 /// Runs the bash `script` twice, in a served scratch directory and natively
 /// in another (each its own `HOME`); both must succeed with the same
 /// standard output (and, with `same_stderr`, the same standard error).

@@ -1239,18 +1239,22 @@ pub unsafe extern "C" fn mkdirat(dirfd: c_int, path: *const c_char, mode: mode_t
     by_name(dirfd, path, |c, r| c.mkdir(r, m)).unwrap_or_else(|| unsafe { real::mkdirat()(dirfd, path, mode) })
 }
 
-/// Renames through the server when both names are under the root;
-/// `EXDEV` when only one is (the program copies instead, as across file
-/// systems).
+/// Renames through the server when both names are under the root. A
+/// rename with one name outside the root, or one the server cannot do
+/// beneath it (the root itself, a name through a link out of the tree:
+/// `EXDEV`), is the kernel's, as it would be without the library: both
+/// names are on the program's own file systems, and the server keeps
+/// nothing by name. (It used to fail with `EXDEV`: `mv` copies then, but
+/// Python's `os.replace` from a temporary directory into the tree failed.)
 fn rename_impl(fd1: c_int, p1: *const c_char, fd2: c_int, p2: *const c_char) -> Option<c_int> {
     let _b = enter()?;
     let e = emul()?;
     // SAFETY: the caller's paths.
     let (a, b) = unsafe { (cstr(p1)?, cstr(p2)?) };
-    match (state::beneath(e, fd1, a), state::beneath(e, fd2, b)) {
-        (None, None) => None,
-        (Some(x), Some(y)) => Some(ret_int(e.client.rename(&x, &y))),
-        _ => Some(ret_int(Err(libc::EXDEV))),
+    let (x, y) = (state::beneath(e, fd1, a)?, state::beneath(e, fd2, b)?);
+    match e.client.rename(&x, &y) {
+        Err(libc::EXDEV) => None,
+        r => Some(ret_int(r)),
     }
 }
 /// `rename(2)`.

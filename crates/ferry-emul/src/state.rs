@@ -161,38 +161,55 @@ fn cwd() -> Option<String> {
     c.clone()
 }
 
-/// `path` with `.`, `..` and repeated slashes taken out, by name only.
-fn normalize(path: &str) -> String {
+/// The name beneath `root` that the absolute `full` denotes, or `None`
+/// when it does not lead there.
+///
+/// Only the part of the name up to `root` is taken apart by name (`.`,
+/// `..` and repeated slashes), to tell whether the name goes through the
+/// served directory at all; so is a `..` right at the root, which leaves
+/// it (the root is a real directory, named canonically). What follows is
+/// kept as the program spelled it, for the server to resolve beneath the
+/// root as the kernel would: `link/../f` goes to the parent of the link's
+/// target, not to `f`; `file/`, `file/.` and `missing/../f` fail as they
+/// do natively; a `..` further down that climbs out of the root is
+/// refused by the server (`EXDEV`) and the call is the kernel's.
+fn split_at_root(root: &str, full: &str) -> Option<String> {
+    let root: Vec<&str> = root.split('/').filter(|p| !p.is_empty()).collect();
     let mut parts: Vec<&str> = Vec::new();
-    for p in path.split('/') {
-        match p {
-            "" | "." => {}
+    let mut rest = full;
+    loop {
+        let r = rest.trim_start_matches('/');
+        let (head, tail) = match r.find('/') {
+            Some(i) => (&r[..i], &r[i..]),
+            None => (r, ""),
+        };
+        let at_root = parts == root;
+        match head {
+            "" if at_root => return Some(String::new()),
+            "" => return None,
+            "." => {}
             ".." => {
                 parts.pop();
             }
+            // The name so far is the root: what is left is beneath it,
+            // spelled as the program spelled it.
+            _ if at_root => return Some(r.to_owned()),
             p => parts.push(p),
         }
+        rest = tail;
     }
-    let mut out = String::with_capacity(path.len());
-    for p in parts {
-        out.push('/');
-        out.push_str(p);
-    }
-    if out.is_empty() {
-        out.push('/');
-    }
-    out
 }
 
 /// The name beneath the served root that `path` (relative to `dirfd`)
 /// denotes, or `None` when it is outside (the call then passes through).
+/// The empty string is the root itself.
 pub fn beneath(e: &Emul, dirfd: i32, path: &[u8]) -> Option<String> {
     let path = std::str::from_utf8(path).ok()?;
     if path.is_empty() {
         return None;
     }
     let full = if path.starts_with('/') {
-        normalize(path)
+        path.to_owned()
     } else {
         let base = if dirfd == libc::AT_FDCWD {
             cwd()?
@@ -200,11 +217,30 @@ pub fn beneath(e: &Emul, dirfd: i32, path: &[u8]) -> Option<String> {
             let link = rustix::fs::readlink(format!("/proc/self/fd/{dirfd}"), Vec::new()).ok()?;
             link.to_str().ok()?.to_owned()
         };
-        normalize(&format!("{base}/{path}"))
+        format!("{base}/{path}")
     };
-    if full == e.root {
-        return Some(String::new());
+    split_at_root(&e.root, &full)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_at_root;
+
+    #[test]
+    fn names_are_taken_apart_only_up_to_the_root() {
+        let r = "/srv/data";
+        assert_eq!(split_at_root(r, "/srv/data").as_deref(), Some(""));
+        assert_eq!(split_at_root(r, "/srv/data/").as_deref(), Some(""));
+        assert_eq!(split_at_root(r, "/srv//./data/a/b").as_deref(), Some("a/b"));
+        assert_eq!(split_at_root(r, "/srv/x/../data/f/").as_deref(), Some("f/"));
+        assert_eq!(split_at_root(r, "/srv/data/link/../f").as_deref(), Some("link/../f"));
+        assert_eq!(split_at_root(r, "/srv/data/f/.").as_deref(), Some("f/."));
+        assert_eq!(split_at_root(r, "/srv/data/../data/f").as_deref(), Some("f"));
+        assert_eq!(split_at_root(r, "/srv/data/./../x"), None);
+        assert_eq!(split_at_root(r, "/srv/data/a/../../x").as_deref(), Some("a/../../x"));
+        assert_eq!(split_at_root(r, "/srv/database/f"), None);
+        assert_eq!(split_at_root(r, "/srv"), None);
+        assert_eq!(split_at_root(r, "/elsewhere/f"), None);
+        assert_eq!(split_at_root("/", "/etc/passwd").as_deref(), Some("etc/passwd"));
     }
-    let rest = full.strip_prefix(&e.root)?.strip_prefix('/')?;
-    Some(rest.to_owned())
 }

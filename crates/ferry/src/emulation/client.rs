@@ -203,7 +203,11 @@ impl Client {
         let dg = crate::sys::socket::recv(envelope.as_fd(), &mut buf, true).map_err(|_| libc::EIO)?;
         let mut fds = dg.fds.into_iter();
         match (kind, fds.next(), fds.next(), items.next()) {
-            (1, Some(dir), None, None) => Ok(Opened::Dir(dir)),
+            // Moved out of the low numbers too: the library duplicates it
+            // to the lowest free number for the program, which would
+            // otherwise be the next one up (a directory opened while
+            // descriptor 4 was free came back as 5).
+            (1, Some(dir), None, None) => Ok(Opened::Dir(high(dir))),
             (0, Some(file), Some(page), Some(Item::Send(hold))) => {
                 let page = TokenPage::map(page.as_fd()).map_err(|_| libc::EIO)?;
                 // The library's own descriptors keep out of the low numbers

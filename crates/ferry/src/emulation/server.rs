@@ -402,7 +402,7 @@ impl EmulServer {
     fn open(&mut self, who: Asker, body: &[u8]) -> Res<(Vec<u8>, Vec<Item>)> {
         let flags = get_u32(body, 0).ok_or(Errno::INVAL)?;
         let mode = get_u32(body, 4).ok_or(Errno::INVAL)?;
-        let name = name_of(&body[8..])?;
+        let name = lookup_name(name_of(&body[8..])?);
         if self.per_user.get(&who.uid).copied().unwrap_or(0) >= OPEN_FILES_PER_USER {
             return Err(Errno::NFILE);
         }
@@ -530,7 +530,16 @@ fn name_of(bytes: &[u8]) -> Res<&str> {
     if name.len() > 4096 || name.contains('\0') {
         return Err(Errno::NAMETOOLONG);
     }
-    Ok(if name.is_empty() { "." } else { name })
+    Ok(name)
+}
+
+/// `name` for a lookup: the root itself is `.`.
+fn lookup_name(name: &str) -> &str {
+    if name.is_empty() {
+        "."
+    } else {
+        name
+    }
 }
 
 /// Runs `f` with the asker's file-system identity: directly when the server
@@ -565,12 +574,20 @@ fn reopen(path: BorrowedFd<'_>, flags: OFlags) -> Res<OwnedFd> {
 /// here (opening a FIFO would stall the server until a writer came):
 /// it is answered `EXDEV`, and the client's library lets the program's
 /// own kernel open it, as it does for a name that leads out of the tree.
+///
+/// A directory opened for writing, to create or to truncate is `EISDIR`,
+/// as natively. Creating through a dangling symbolic link creates the
+/// link's target, as the kernel does (without `O_EXCL` or `O_NOFOLLOW`):
+/// the link is read and the creation tried again at the name it holds,
+/// beneath the root (a link out of the tree is `EXDEV`, and the kernel's).
 fn open_beneath(root: &OwnedFd, name: &str, flags: i32, mode: u32) -> Res<(OwnedFd, bool)> {
     let o = OFlags::from_bits_retain(flags as u32);
     let access = o & (OFlags::RDONLY | OFlags::WRONLY | OFlags::RDWR);
     let keep = o & (OFlags::TRUNC | OFlags::APPEND);
-    for _ in 0..4 {
-        match resolve(root, name, !o.contains(OFlags::NOFOLLOW), OFlags::empty()) {
+    let mut name = name.to_owned();
+    // The kernel's own limit on links followed in one lookup.
+    for _ in 0..40 {
+        match resolve(root, &name, !o.contains(OFlags::NOFOLLOW), OFlags::empty()) {
             Ok(path) => {
                 if o.contains(OFlags::CREATE | OFlags::EXCL) {
                     return Err(Errno::EXIST);
@@ -578,10 +595,14 @@ fn open_beneath(root: &OwnedFd, name: &str, flags: i32, mode: u32) -> Res<(Owned
                 let st = rustix::fs::fstat(&path)?;
                 let ft = rustix::fs::FileType::from_raw_mode(st.st_mode);
                 if ft.is_dir() {
-                    if !access.is_empty() {
+                    if !access.is_empty() || o.intersects(OFlags::CREATE | OFlags::TRUNC) {
                         return Err(Errno::ISDIR);
                     }
                     return Ok((reopen(path.as_fd(), OFlags::RDONLY | OFlags::DIRECTORY)?, true));
+                }
+                if ft.is_symlink() {
+                    // O_NOFOLLOW on a link: as the kernel answers.
+                    return Err(Errno::LOOP);
                 }
                 if !ft.is_file() {
                     return Err(if o.contains(OFlags::DIRECTORY) { Errno::NOTDIR } else { Errno::XDEV });
@@ -599,41 +620,75 @@ fn open_beneath(root: &OwnedFd, name: &str, flags: i32, mode: u32) -> Res<(Owned
             }
             Err(Errno::NOENT) if o.contains(OFlags::CREATE) => {
                 let f = access | keep | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NOCTTY;
-                match rustix::fs::openat2(root, name, f, Mode::from_raw_mode(mode & 0o777), ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS) {
+                match rustix::fs::openat2(root, &name, f, Mode::from_raw_mode(mode & 0o777), ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS) {
                     Ok(fd) => {
                         // The client applied its umask; the server's own
                         // must not apply on top.
                         let _ = rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode & 0o777));
                         return Ok((fd, false));
                     }
-                    // Someone made it meanwhile: open what is there.
-                    Err(Errno::EXIST) if !o.contains(OFlags::EXCL) => continue,
+                    Err(Errno::EXIST) if !o.intersects(OFlags::EXCL | OFlags::NOFOLLOW) => {
+                        // A dangling link (or someone made the name
+                        // meanwhile): follow the link by hand and try
+                        // again where it points.
+                        if let Some(target) = dangling_target(root, &name)? {
+                            name = target;
+                        }
+                        continue;
+                    }
                     Err(e) => return Err(e),
                 }
             }
             Err(e) => return Err(e),
         }
     }
-    Err(Errno::AGAIN)
+    Err(Errno::LOOP)
 }
 
-/// The parent directory of `name` beneath `root` and the last component.
+/// Where the symbolic link `name` beneath `root` points, as a name beneath
+/// `root` (`None` if `name` is not a link now). An absolute target is
+/// `EXDEV`: the library hands the open to the kernel.
+fn dangling_target(root: &OwnedFd, name: &str) -> Res<Option<String>> {
+    let (dir, last) = parent_of(root, name)?;
+    let target = match rustix::fs::readlinkat(&dir, last.trim_end_matches('/'), Vec::new()) {
+        Ok(t) => t,
+        Err(Errno::INVAL) | Err(Errno::NOENT) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let target = target.to_str().map_err(|_| Errno::XDEV)?;
+    if target.starts_with('/') {
+        return Err(Errno::XDEV);
+    }
+    let trimmed = name.trim_end_matches('/');
+    Ok(Some(match trimmed.rfind('/') {
+        Some(i) => format!("{}/{target}", &trimmed[..i]),
+        None => target.to_owned(),
+    }))
+}
+
+/// The parent directory of `name` beneath `root` and the last component,
+/// which keeps its trailing slashes and may be `.` or `..`: the kernel's
+/// call on it then answers as it would natively (`unlink("file/")` is
+/// `ENOTDIR`, `rmdir("d/.")` is `EINVAL`, a rename of `..` is `EBUSY`; the
+/// kernel never acts on what a last `.` or `..` names). The root itself
+/// (an empty name) has its parent outside: `EXDEV`, and the library hands
+/// the call to the kernel.
 fn parent_of<'a>(root: &OwnedFd, name: &'a str) -> Res<(OwnedFd, &'a str)> {
     let trimmed = name.trim_end_matches('/');
-    let (dir, last) = match trimmed.rfind('/') {
-        Some(i) => (&trimmed[..i], &trimmed[i + 1..]),
-        None => (".", trimmed),
-    };
-    if last.is_empty() || last == "." || last == ".." {
-        return Err(Errno::INVAL);
+    if trimmed.is_empty() {
+        return Err(Errno::XDEV);
     }
+    let (dir, last) = match trimmed.rfind('/') {
+        Some(i) => (&trimmed[..i], &name[i + 1..]),
+        None => (".", name),
+    };
     let dir = if dir.is_empty() { "." } else { dir };
     Ok((resolve(root, dir, true, OFlags::DIRECTORY)?, last))
 }
 
 fn stat(root: &OwnedFd, euid: u32, who: Asker, body: &[u8]) -> Res<Vec<u8>> {
     let flags = get_u32(body, 0).ok_or(Errno::INVAL)?;
-    let name = name_of(&body[4..])?;
+    let name = lookup_name(name_of(&body[4..])?);
     let st = as_asker(euid, who, || resolve(root, name, flags & 1 == 0, OFlags::empty()).and_then(|p| rustix::fs::fstat(&p)))??;
     let mut out = Vec::new();
     for v in [

@@ -1462,6 +1462,39 @@ rm -r "$out""#,
     );
 }
 
+#[test]
+fn emul_stdio_append_and_fdopen_match_native() {
+    // The library's streams are cookie streams, which start at 0: `ftell`
+    // on a stream just opened with "a" said 0 where the C library's says
+    // the end; and `fdopen` took any mode on any descriptor (the C
+    // library refuses a mode the descriptor's access does not allow, and
+    // turns O_APPEND on for "a").
+    script_matches_native(
+        "emul_stdio_append_and_fdopen_match_native",
+        &["bash", "cc"],
+        r#"cat > ap.c <<'C'
+#include <stdio.h>
+#include <fcntl.h>
+#include <unistd.h>
+#include <errno.h>
+int main(void) {
+    FILE *f = fopen("s.txt", "w"); fputs("0123456789", f); fclose(f);
+    f = fopen("s.txt", "a"); printf("a ftell %ld\n", ftell(f)); fputs("ab", f); printf("after %ld\n", ftell(f)); fclose(f);
+    f = fopen("s.txt", "a+"); printf("a+ ftell %ld\n", ftell(f)); fclose(f);
+    int fd = open("s.txt", O_RDWR); lseek(fd, 3, SEEK_SET);
+    f = fdopen(fd, "a"); printf("fdopen a ftell %ld append %d\n", ftell(f), !!(fcntl(fd, F_GETFL) & O_APPEND)); fputs("X", f); fflush(f); printf("after %ld\n", ftell(f)); fclose(f);
+    fd = open("s.txt", O_RDONLY); errno = 0; f = fdopen(fd, "w"); printf("fdopen w on rdonly %p %d\n", (void*)f, errno);
+    f = fdopen(fd, "r+"); printf("fdopen r+ on rdonly %p %d\n", (void*)f, errno);
+    f = fdopen(fd, "r"); char b[32] = {0}; fgets(b, 32, f); printf("read %s\n", b); fclose(f);
+    fd = open("s.txt", O_WRONLY|O_APPEND); lseek(fd, 2, SEEK_SET); f = fdopen(fd, "a"); printf("fdopen a on append fd ftell %ld\n", ftell(f)); fclose(f);
+    return 0;
+}
+C
+cc -o ap ap.c && ./ap && cat s.txt"#,
+        true,
+    );
+}
+
 /// Runs the bash `script` twice, in a served scratch directory and natively
 /// in another (each its own `HOME`); both must succeed with the same
 /// standard output (and, with `same_stderr`, the same standard error).

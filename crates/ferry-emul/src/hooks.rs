@@ -298,12 +298,59 @@ fn emul_fopen(path: *const c_char, mode: *const c_char) -> Option<*mut FILE> {
     if fd < 0 {
         return Some(std::ptr::null_mut());
     }
+    if m.first() == Some(&b'a') && !m.contains(&b'+') {
+        // The C library's `fopen` puts an append-only stream at the end
+        // at once, so that `ftell` before the first write says where it
+        // will go; a cookie stream starts at 0 (`ftell` said 0).
+        // SAFETY: lseek through the hook on our own descriptor.
+        unsafe { lseek(fd, 0, libc::SEEK_END) };
+    }
     let f = cookie_file(fd, mode);
     if f.is_null() {
         // SAFETY: our own descriptor, just opened.
         unsafe { close(fd) };
     }
     Some(f)
+}
+
+/// `fdopen` of an emulated descriptor, as the C library's does it: the
+/// mode must fit the descriptor's access (`EINVAL`), an append mode turns
+/// `O_APPEND` on, and an append-only stream that had to do so starts at
+/// the end.
+fn emul_fdopen(fd: c_int, mode: *const c_char) -> *mut FILE {
+    // SAFETY: the caller's mode string.
+    let Some(m) = (unsafe { cstr(mode) }) else {
+        set_errno(libc::EINVAL);
+        return std::ptr::null_mut();
+    };
+    // SAFETY: reads the flags of the caller's descriptor.
+    let fl = unsafe { real::fcntl()(fd, libc::F_GETFL, 0) };
+    if fl < 0 {
+        return std::ptr::null_mut();
+    }
+    let want = mode_flags(m) & libc::O_ACCMODE;
+    let have = fl & libc::O_ACCMODE;
+    let fits = match m.first() {
+        Some(b'r' | b'w' | b'a') => have == libc::O_RDWR || have == want,
+        _ => false,
+    };
+    if !fits {
+        set_errno(libc::EINVAL);
+        return std::ptr::null_mut();
+    }
+    if m.first() == Some(&b'a') && fl & libc::O_APPEND == 0 {
+        // SAFETY: fcntl through the hook (the open file follows O_APPEND)
+        // and lseek through the hook, on the caller's descriptor.
+        unsafe {
+            if fcntl(fd, libc::F_SETFL, (fl | libc::O_APPEND) as c_ulong) < 0 {
+                return std::ptr::null_mut();
+            }
+            if !m.contains(&b'+') {
+                lseek(fd, 0, libc::SEEK_END);
+            }
+        }
+    }
+    cookie_file(fd, mode)
 }
 
 /// `fopen(3)`.
@@ -322,7 +369,7 @@ pub unsafe extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *m
 #[no_mangle]
 pub unsafe extern "C" fn fdopen(fd: c_int, mode: *const c_char) -> *mut FILE {
     if state::get(fd).is_some() {
-        return cookie_file(fd, mode);
+        return emul_fdopen(fd, mode);
     }
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { real::fdopen()(fd, mode) }

@@ -1495,6 +1495,28 @@ cc -o ap ap.c && ./ap && cat s.txt"#,
     );
 }
 
+#[test]
+fn emul_relative_names_follow_a_renamed_working_directory_like_native() {
+    // The library cached the working directory's name from the last
+    // chdir: once the directory was renamed (here by the shell itself and
+    // by Python, and by another process), relative names went to the old
+    // name and failed with ENOENT.
+    script_matches_native(
+        "emul_relative_names_follow_a_renamed_working_directory_like_native",
+        &["bash", "python3", "mv"],
+        r#"mkdir d; cd d; echo a > f; mv ../d ../e; echo x > g; cat f g; ls ../e
+python3 -c "
+import os, subprocess
+os.mkdir('p'); os.chdir('p'); open('in', 'w').write('1')
+os.rename('../p', '../q'); open('in2', 'w').write('2')
+subprocess.run(['mv', '../q', '../r'], check=True); os.mkdir('sub'); os.rename('in', 'sub/in')
+print(sorted(os.listdir('.')), open('sub/in').read(), os.stat('in2').st_size)
+"
+ls -R r"#,
+        true,
+    );
+}
+
 /// Runs the bash `script` twice, in a served scratch directory and natively
 /// in another (each its own `HOME`); both must succeed with the same
 /// standard output (and, with `same_stderr`, the same standard error).

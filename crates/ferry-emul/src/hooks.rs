@@ -1329,23 +1329,6 @@ pub unsafe extern "C" fn renameat2(d1: c_int, a: *const c_char, d2: c_int, b: *c
     unsafe { real::renameat2()(d1, a, d2, b, fl) }
 }
 
-/// `chdir(2)`.
-#[no_mangle]
-pub unsafe extern "C" fn chdir(path: *const c_char) -> c_int {
-    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
-    let r = unsafe { real::chdir()(path) };
-    state::cwd_changed();
-    r
-}
-/// `fchdir(2)`.
-#[no_mangle]
-pub unsafe extern "C" fn fchdir(fd: c_int) -> c_int {
-    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
-    let r = unsafe { real::fchdir()(fd) };
-    state::cwd_changed();
-    r
-}
-
 // ---- vfork: a fork ------------------------------------------------------------
 
 /// `vfork(2)`, done as `fork`: a child of `vfork` shares the parent's

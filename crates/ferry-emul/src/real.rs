@@ -134,8 +134,6 @@ real_fns! {
     renameat2: fn(c_int, *const c_char, c_int, *const c_char, c_uint) -> c_int;
     mkdir: fn(*const c_char, mode_t) -> c_int;
     mkdirat: fn(c_int, *const c_char, mode_t) -> c_int;
-    chdir: fn(*const c_char) -> c_int;
-    fchdir: fn(c_int) -> c_int;
     execve: fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
     execv: fn(*const c_char, *const *const c_char) -> c_int;
     execvp: fn(*const c_char, *const *const c_char) -> c_int;

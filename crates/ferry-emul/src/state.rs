@@ -1,12 +1,12 @@
 //! The library's process-wide state: the connection to the emulation
 //! server, the served root, the table of emulated descriptors, the cached
-//! pid and working directory, and the per-thread guard against re-entry
+//! pid, and the per-thread guard against re-entry
 //! (the library's own code calls C functions that are themselves caught
 //! here; inside the library they pass straight through).
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 
 use ferry::emulation::Client;
 
@@ -38,7 +38,6 @@ static EMUL: OnceLock<Option<Emul>> = OnceLock::new();
 static PID: AtomicI32 = AtomicI32::new(0);
 static COUNT: AtomicUsize = AtomicUsize::new(0);
 static TABLE: RwLock<Vec<Option<Arc<File>>>> = RwLock::new(Vec::new());
-static CWD: Mutex<Option<String>> = Mutex::new(None);
 
 thread_local! {
     static BUSY: Cell<bool> = const { Cell::new(false) };
@@ -147,18 +146,12 @@ pub fn all() -> Vec<(i32, Arc<File>)> {
     t.iter().enumerate().filter_map(|(i, f)| f.clone().map(|f| (i as i32, f))).collect()
 }
 
-/// Forgets the working directory (after `chdir`/`fchdir`).
-pub fn cwd_changed() {
-    *CWD.lock().unwrap_or_else(|e| e.into_inner()) = None;
-}
-
+/// The working directory, asked of the kernel at each call: a cached one
+/// went stale when the directory was renamed (by this process or any
+/// other) and names relative to it went to the old name.
 fn cwd() -> Option<String> {
-    let mut c = CWD.lock().unwrap_or_else(|e| e.into_inner());
-    if c.is_none() {
-        let p = rustix::process::getcwd(Vec::new()).ok()?;
-        *c = Some(p.to_str().ok()?.to_owned());
-    }
-    c.clone()
+    let p = rustix::process::getcwd(Vec::new()).ok()?;
+    Some(p.to_str().ok()?.to_owned())
 }
 
 /// The name beneath `root` that the absolute `full` denotes, or `None`

@@ -1517,6 +1517,31 @@ ls -R r"#,
     );
 }
 
+#[test]
+fn emul_a_program_out_of_descriptors_gets_emfile_and_no_file_like_native() {
+    // A program that opened files until it ran out of descriptors got EIO
+    // under the library, and the server had created the file the open
+    // failed for. (It runs out sooner: each served open file also holds
+    // the library's copy and its hold; see docs/emulation.md.)
+    script_matches_native(
+        "emul_a_program_out_of_descriptors_gets_emfile_and_no_file_like_native",
+        &["bash", "python3"],
+        r#"python3 -c "
+import os, resource
+resource.setrlimit(resource.RLIMIT_NOFILE, (200, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+fs, err = [], None
+try:
+    for i in range(1000): fs.append(open('f%d' % i, 'w'))
+except OSError as e: err = e.errno
+for f in fs[-10:]: f.close()
+print('stopped with', err, 'every file made was opened', len(os.listdir('.')) == len(fs))
+for f in fs[:-10]: f.write('x'); f.close()
+fd = os.open('f1', os.O_RDONLY); print('lowest free again', fd, os.read(fd, 5)); os.close(fd)
+""#,
+        true,
+    );
+}
+
 /// Runs the bash `script` twice, in a served scratch directory and natively
 /// in another (each its own `HOME`); both must succeed with the same
 /// standard output (and, with `same_stderr`, the same standard error).

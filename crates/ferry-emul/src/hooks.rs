@@ -12,7 +12,7 @@
 #![allow(clippy::missing_safety_doc)]
 
 use std::ffi::CStr;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::sync::Arc;
 
 use ferry::emulation::{Opened, StatInfo};
@@ -85,29 +85,52 @@ fn emul_open(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> O
     let rel = state::beneath(e, dirfd, unsafe { cstr(path) }?)?;
     let mode = if flags & libc::O_CREAT != 0 { mode & 0o7777 & !current_umask() } else { 0 };
     let cloexec = flags & libc::O_CLOEXEC != 0;
-    let dup_cmd = if cloexec { libc::F_DUPFD_CLOEXEC } else { libc::F_DUPFD };
+    // The program's descriptor is taken first, as the kernel takes it
+    // before it looks at the name: out of descriptors, the open fails
+    // with EMFILE before the server creates or truncates anything (it
+    // used to create the file and fail with EIO), and the number is the
+    // one the kernel would have given, whatever the library's own calls
+    // hold meanwhile.
+    let slot = match reserve_slot(e, flags) {
+        Ok(fd) => fd,
+        Err(err) => {
+            set_errno(err);
+            return Some(-1);
+        }
+    };
+    let release = |slot: c_int| {
+        // SAFETY: the placeholder this call made; nobody else knows it.
+        unsafe { real::close()(slot) };
+    };
+    let place = |ours: c_int| -> c_int {
+        // SAFETY: replaces the placeholder with a duplicate of our own
+        // descriptor, at the number the program gets.
+        let r = unsafe { real::dup3()(ours, slot, if cloexec { libc::O_CLOEXEC } else { 0 }) };
+        if r < 0 {
+            let err = std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO);
+            release(slot);
+            set_errno(err);
+            return -1;
+        }
+        state::take(slot);
+        slot
+    };
     Some(match e.client.open(&rel, flags, mode) {
         // The name leads out of the served tree (a symbolic link to
         // elsewhere): the kernel opens it, as it would without the library.
-        Err(libc::EXDEV) => return None,
+        Err(libc::EXDEV) => {
+            release(slot);
+            return None;
+        }
         Err(err) => {
+            release(slot);
             set_errno(err);
             -1
         }
-        Ok(Opened::Dir(dir)) => {
-            // SAFETY: duplicates our own descriptor to the lowest free number.
-            let fd = unsafe { real::fcntl()(dir.as_raw_fd(), dup_cmd, 0) };
-            if fd < 0 {
-                return Some(-1);
-            }
-            state::take(fd);
-            fd
-        }
+        Ok(Opened::Dir(dir)) => place(dir.as_raw_fd()),
         Ok(Opened::File(o)) => {
             let file = File::new(o, flags, e.window);
-            let raw = file.fd().as_raw_fd();
-            // SAFETY: duplicates our own descriptor to the lowest free number.
-            let fd = unsafe { real::fcntl()(raw, dup_cmd, 0) };
+            let fd = place(file.fd().as_raw_fd());
             if fd < 0 {
                 return Some(-1);
             }
@@ -124,6 +147,52 @@ fn emul_open(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> O
             fd
         }
     })
+}
+
+/// Descriptors an open through the server holds at once besides the
+/// program's: the reply's envelope and hold, the envelope's file and token
+/// page, and the library's own copies of the file and the hold.
+const OPEN_NEEDS: usize = 6;
+
+/// Takes the lowest free descriptor for the program's open (a placeholder,
+/// replaced by the open file), and, for an open that creates or truncates,
+/// checks that the library's own descriptors for it are there too, so that
+/// a program out of descriptors gets `EMFILE` with nothing done.
+fn reserve_slot(e: &state::Emul, flags: c_int) -> Result<c_int, Errno> {
+    let server = e.client.right().as_fd();
+    let dup = || {
+        // SAFETY: a close-on-exec duplicate of the library's own descriptor.
+        let fd = unsafe { real::fcntl()(server.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) };
+        if fd < 0 {
+            Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EMFILE))
+        } else {
+            Ok(fd)
+        }
+    };
+    let slot = dup()?;
+    if flags & (libc::O_CREAT | libc::O_TRUNC) != 0 {
+        let mut spare = Vec::with_capacity(OPEN_NEEDS);
+        let mut short = None;
+        for _ in 0..OPEN_NEEDS {
+            match dup() {
+                Ok(fd) => spare.push(fd),
+                Err(err) => {
+                    short = Some(err);
+                    break;
+                }
+            }
+        }
+        for fd in spare {
+            // SAFETY: a duplicate made just above.
+            unsafe { real::close()(fd) };
+        }
+        if let Some(err) = short {
+            // SAFETY: the placeholder made above.
+            unsafe { real::close()(slot) };
+            return Err(err);
+        }
+    }
+    Ok(slot)
 }
 
 fn passed(fd: c_int) -> c_int {

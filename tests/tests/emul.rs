@@ -1542,6 +1542,32 @@ fd = os.open('f1', os.O_RDONLY); print('lowest free again', fd, os.read(fd, 5));
     );
 }
 
+#[test]
+fn emul_open_flags_for_synchronous_and_direct_io_are_kept_like_native() {
+    // The server kept only O_TRUNC and O_APPEND of the program's flags:
+    // O_SYNC and O_DSYNC writes were not synchronous, and F_GETFL showed
+    // none of O_SYNC, O_DSYNC, O_DIRECT and O_NOATIME.
+    script_matches_native(
+        "emul_open_flags_for_synchronous_and_direct_io_are_kept_like_native",
+        &["bash", "python3", "dd", "seq"],
+        r#"seq 1 1000 > f
+dd if=f of=h oflag=sync,dsync bs=100 status=none && cmp f h && echo sync-ok
+python3 -c "
+import os, fcntl
+def flags(extra):
+    try:
+        fd = os.open('f', os.O_RDWR | extra)
+    except OSError as e:
+        return 'refused %d' % e.errno
+    fl = fcntl.fcntl(fd, fcntl.F_GETFL); os.close(fd)
+    return fl & extra == extra
+for name in ['O_SYNC', 'O_DSYNC', 'O_NOATIME', 'O_DIRECT']:
+    print(name, flags(getattr(os, name)))
+""#,
+        true,
+    );
+}
+
 /// Runs the bash `script` twice, in a served scratch directory and natively
 /// in another (each its own `HOME`); both must succeed with the same
 /// standard output (and, with `same_stderr`, the same standard error).

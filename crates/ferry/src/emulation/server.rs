@@ -569,7 +569,8 @@ fn reopen(path: BorrowedFd<'_>, flags: OFlags) -> Res<OwnedFd> {
 }
 
 /// Opens `name` beneath `root` with the client's `flags` (access mode,
-/// create, exclusive, truncate, append, directory, no-follow): only a
+/// create, exclusive, truncate, append, synchronous and direct I/O,
+/// no access time, directory, no-follow): only a
 /// regular file or a directory. A FIFO, device or socket is never opened
 /// here (opening a FIFO would stall the server until a writer came):
 /// it is answered `EXDEV`, and the client's library lets the program's
@@ -583,7 +584,11 @@ fn reopen(path: BorrowedFd<'_>, flags: OFlags) -> Res<OwnedFd> {
 fn open_beneath(root: &OwnedFd, name: &str, flags: i32, mode: u32) -> Res<(OwnedFd, bool)> {
     let o = OFlags::from_bits_retain(flags as u32);
     let access = o & (OFlags::RDONLY | OFlags::WRONLY | OFlags::RDWR);
-    let keep = o & (OFlags::TRUNC | OFlags::APPEND);
+    // What the open file keeps of the flags: O_SYNC, O_DSYNC, O_DIRECT and
+    // O_NOATIME change what the kernel does with its reads and writes
+    // (they were dropped: a program's O_SYNC writes were not synchronous,
+    // and F_GETFL did not show them).
+    let keep = o & (OFlags::TRUNC | OFlags::APPEND | OFlags::SYNC | OFlags::DSYNC | OFlags::DIRECT | OFlags::NOATIME);
     let mut name = name.to_owned();
     // The kernel's own limit on links followed in one lookup.
     for _ in 0..40 {

@@ -1568,6 +1568,26 @@ for name in ['O_SYNC', 'O_DSYNC', 'O_NOATIME', 'O_DIRECT']:
     );
 }
 
+#[test]
+fn emul_mkdir_under_a_permissive_umask_matches_native() {
+    // The library applies the program's umask to mkdir's mode and the
+    // server's own umask applied again on top: under `umask 000`, mkdir
+    // made 0755 directories where the kernel makes 0777.
+    script_matches_native(
+        "emul_mkdir_under_a_permissive_umask_matches_native",
+        &["bash", "python3", "stat", "mkdir"],
+        r#"umask 000; mkdir d; mkdir -p a/b/c; touch f; stat -c "%a %n" d a a/b/c f
+umask 077; mkdir e; stat -c "%a %n" e; umask 022
+mkdir s; chmod g+s s; mkdir s/t; stat -c "%a %n" s/t
+python3 -c "
+import os
+os.umask(0); os.mkdir('pm', 0o1777); os.mkdir('pn', 0o753)
+print(oct(os.stat('pm').st_mode), oct(os.stat('pn').st_mode))
+""#,
+        true,
+    );
+}
+
 /// Runs the bash `script` twice, in a served scratch directory and natively
 /// in another (each its own `HOME`); both must succeed with the same
 /// standard output (and, with `same_stderr`, the same standard error).

@@ -741,5 +741,23 @@ fn rename(root: &OwnedFd, euid: u32, who: Asker, body: &[u8]) -> Res<()> {
 fn mkdir(root: &OwnedFd, euid: u32, who: Asker, body: &[u8]) -> Res<()> {
     let mode = get_u32(body, 0).ok_or(Errno::INVAL)?;
     let name = name_of(&body[4..])?;
-    as_asker(euid, who, || parent_of(root, name).and_then(|(dir, last)| rustix::fs::mkdirat(&dir, last, Mode::from_raw_mode(mode & 0o7777))))?
+    as_asker(euid, who, || {
+        let (dir, last) = parent_of(root, name)?;
+        rustix::fs::mkdirat(&dir, last, Mode::from_raw_mode(mode & 0o7777))?;
+        // The client applied its umask; the server's own applied on top
+        // (a program under `umask 0` made 0755 directories, not 0777).
+        // The new directory's permission bits are set to the asked ones,
+        // through a descriptor of it (never a link put in its place); the
+        // set-group-ID bit it inherited stays.
+        let made = rustix::fs::openat(&dir, last, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty());
+        if let Ok(made) = made {
+            if let Ok(st) = rustix::fs::fstat(&made) {
+                let want = (st.st_mode & 0o7000) | (mode & 0o777);
+                if st.st_mode & 0o7777 != want {
+                    let _ = rustix::fs::fchmod(&made, Mode::from_raw_mode(want));
+                }
+            }
+        }
+        Ok(())
+    })?
 }

@@ -1588,6 +1588,44 @@ print(oct(os.stat('pm').st_mode), oct(os.stat('pn').st_mode))
     );
 }
 
+#[test]
+fn emul_writev_from_several_processes_is_never_torn_like_native() {
+    // writev and readv on a served descriptor were done a buffer at a
+    // time: another process's write could land between the buffers of one
+    // call, and lines written with writev (O_APPEND, or a shared offset)
+    // came out torn where the kernel keeps each call whole.
+    script_matches_native(
+        "emul_writev_from_several_processes_is_never_torn_like_native",
+        &["bash", "python3"],
+        r#"python3 -c "
+import os
+shared = os.open('shared', os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+pids = []
+for k in range(4):
+    pid = os.fork()
+    if pid == 0:
+        fd = os.open('app', os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        c = bytes([65 + k])
+        for i in range(2000):
+            os.writev(fd, [c * 30, c * 30, b'\n'])
+            os.writev(shared, [c * 30, c * 30, b'\n'])
+        os._exit(0)
+    pids.append(pid)
+for p in pids: os.waitpid(p, 0)
+for name in ['app', 'shared']:
+    lines = open(name, 'rb').read().split(b'\n')[:-1]
+    print(name, len(lines), 'torn', sum(1 for l in lines if len(l) != 60 or len(set(l)) != 1))
+fd = os.open('app', os.O_RDONLY)
+a, b = bytearray(7), bytearray(100)
+print(os.readv(fd, [a, b]), len(set(a)), len(set(bytes(b[:53]))), os.lseek(fd, 0, 1))
+print(os.preadv(fd, [a, bytearray(0), b], 61), len(set(a)), bytes(b[53:54]))
+try: os.writev(fd, [b'x'])
+except OSError as e: print('writev on a read-only descriptor', e.errno)
+""#,
+        true,
+    );
+}
+
 /// Runs the bash `script` twice, in a served scratch directory and natively
 /// in another (each its own `HOME`); both must succeed with the same
 /// standard output (and, with `same_stderr`, the same standard error).

@@ -679,8 +679,59 @@ unsafe fn vector(
     total as ssize_t
 }
 
+/// Most bytes a vector call gathers into one buffer to be done as one
+/// call; larger vectors are done a buffer at a time.
+const GATHER_MAX: usize = 16 << 20;
+
+/// The caller's `iovec` array, checked as the kernel checks it: `EINVAL`
+/// for a count out of range or lengths whose sum overflows `ssize_t`.
+/// Returns the array and the total length.
+unsafe fn iovecs<'a>(iov: *const libc::iovec, cnt: c_int) -> Result<(&'a [libc::iovec], usize), Errno> {
+    if !(0..=libc::UIO_MAXIOV).contains(&cnt) {
+        return Err(libc::EINVAL);
+    }
+    if cnt == 0 {
+        return Ok((&[], 0));
+    }
+    // SAFETY: the caller's array of cnt iovecs (module safety).
+    let v = unsafe { std::slice::from_raw_parts(iov, cnt as usize) };
+    let total = v.iter().try_fold(0usize, |t, io| t.checked_add(io.iov_len).filter(|t| *t <= isize::MAX as usize));
+    Ok((v, total.ok_or(libc::EINVAL)?))
+}
+
+/// `readv` and `preadv` on an emulated descriptor: one read (one token,
+/// one offset update) into a buffer, scattered into the caller's, so that
+/// no other process sharing the offset reads or writes in between, as the
+/// kernel keeps the call whole.
 unsafe fn readv_impl(fd: c_int, iov: *const libc::iovec, cnt: c_int, off: Option<i64>) -> Option<ssize_t> {
     let (f, _b) = emulated(fd)?;
+    // SAFETY: the caller's array (module safety).
+    let (v, total) = match unsafe { iovecs(iov, cnt) } {
+        Ok(x) => x,
+        Err(e) => return Some(ret_size(Err(e))),
+    };
+    if v.len() > 1 && total <= GATHER_MAX {
+        let mut buf = vec![0u8; total];
+        let r = match off {
+            Some(o) => f.pread(&mut buf, o),
+            None => f.read(&mut buf),
+        };
+        if let Ok(n) = r {
+            let mut done = 0;
+            for io in v {
+                if done == n {
+                    break;
+                }
+                let k = io.iov_len.min(n - done);
+                if k > 0 {
+                    // SAFETY: one of the caller's buffers, of at least k bytes.
+                    unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr().add(done), io.iov_base.cast::<u8>(), k) };
+                }
+                done += k;
+            }
+        }
+        return Some(ret_size(r));
+    }
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     Some(unsafe {
         vector(iov, cnt, off, |p, n, o| {
@@ -693,8 +744,32 @@ unsafe fn readv_impl(fd: c_int, iov: *const libc::iovec, cnt: c_int, off: Option
         })
     })
 }
+
+/// `writev` and `pwritev` on an emulated descriptor: the buffers gathered
+/// and written as one write, so that the data of one call is never torn
+/// by another process's write in between (with `O_APPEND`, or sharing the
+/// offset), as the kernel keeps the call whole. Written a buffer at a
+/// time, lines of concurrent `writev` calls came out interleaved.
 unsafe fn writev_impl(fd: c_int, iov: *const libc::iovec, cnt: c_int, off: Option<i64>) -> Option<ssize_t> {
     let (f, _b) = emulated(fd)?;
+    // SAFETY: the caller's array (module safety).
+    let (v, total) = match unsafe { iovecs(iov, cnt) } {
+        Ok(x) => x,
+        Err(e) => return Some(ret_size(Err(e))),
+    };
+    if v.len() > 1 && total <= GATHER_MAX {
+        let mut buf = Vec::with_capacity(total);
+        for io in v {
+            if io.iov_len > 0 {
+                // SAFETY: one of the caller's buffers, of iov_len bytes.
+                buf.extend_from_slice(unsafe { std::slice::from_raw_parts(io.iov_base.cast::<u8>(), io.iov_len) });
+            }
+        }
+        return Some(ret_size(match off {
+            Some(o) => f.pwrite(&buf, o),
+            None => f.write(&buf),
+        }));
+    }
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     Some(unsafe {
         vector(iov, cnt, off, |p, n, o| {

@@ -1500,7 +1500,7 @@ pub extern "C" fn vfork() -> libc::pid_t {
 /// on, so that what the new program reads or seeks is seen by them. For
 /// `posix_spawn` (`spawn`), whose file actions may hand on any descriptor,
 /// every emulated descriptor does.
-fn before_exec(spawn: bool) {
+pub(crate) fn before_exec(spawn: bool) {
     let Some(_b) = enter() else { return };
     for (fd, f) in state::all() {
         // SAFETY: reads the flags of one of the process's descriptors.

@@ -139,6 +139,11 @@ real_fns! {
     execvp: fn(*const c_char, *const *const c_char) -> c_int;
     execvpe: fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
     fexecve: fn(c_int, *const *const c_char, *const *const c_char) -> c_int;
+    execl: fn() -> c_int;
+    execle: fn() -> c_int;
+    execlp: fn() -> c_int;
+    system: fn(*const c_char) -> c_int;
+    popen: fn(*const c_char, *const c_char) -> *mut FILE;
     posix_spawn: fn(*mut libc::pid_t, *const c_char, *const c_void, *const c_void, *const *mut c_char, *const *mut c_char) -> c_int;
     posix_spawnp: fn(*mut libc::pid_t, *const c_char, *const c_void, *const c_void, *const *mut c_char, *const *mut c_char) -> c_int;
 }

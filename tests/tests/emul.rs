@@ -1572,7 +1572,8 @@ for name in ['O_SYNC', 'O_DSYNC', 'O_NOATIME', 'O_DIRECT']:
 fn emul_mkdir_under_a_permissive_umask_matches_native() {
     // The library applies the program's umask to mkdir's mode and the
     // server's own umask applied again on top: under `umask 000`, mkdir
-    // made 0755 directories where the kernel makes 0777.
+    // made 0755 directories where the kernel makes 0777. And a new file
+    // lost the set-user-ID, set-group-ID and sticky bits its open asked for.
     script_matches_native(
         "emul_mkdir_under_a_permissive_umask_matches_native",
         &["bash", "python3", "stat", "mkdir"],
@@ -1583,6 +1584,9 @@ python3 -c "
 import os
 os.umask(0); os.mkdir('pm', 0o1777); os.mkdir('pn', 0o753)
 print(oct(os.stat('pm').st_mode), oct(os.stat('pn').st_mode))
+os.umask(0o022)
+for m in (0o4755, 0o2775, 0o1777, 0o6711):
+    n = 'f%o' % m; os.close(os.open(n, os.O_CREAT | os.O_WRONLY, m)); print(n, oct(os.stat(n).st_mode))
 ""#,
         true,
     );

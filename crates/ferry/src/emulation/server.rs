@@ -625,11 +625,15 @@ fn open_beneath(root: &OwnedFd, name: &str, flags: i32, mode: u32) -> Res<(Owned
             }
             Err(Errno::NOENT) if o.contains(OFlags::CREATE) => {
                 let f = access | keep | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NOCTTY;
-                match rustix::fs::openat2(root, &name, f, Mode::from_raw_mode(mode & 0o777), ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS) {
+                match rustix::fs::openat2(root, &name, f, Mode::from_raw_mode(mode & 0o7777), ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS) {
                     Ok(fd) => {
                         // The client applied its umask; the server's own
-                        // must not apply on top.
-                        let _ = rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode & 0o777));
+                        // must not apply on top. The set-user-ID,
+                        // set-group-ID and sticky bits the program asked
+                        // for are kept, as the kernel keeps them (the
+                        // kernel drops set-group-ID for a group the asker
+                        // is not in, in fchmod as in open).
+                        let _ = rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode & 0o7777));
                         return Ok((fd, false));
                     }
                     Err(Errno::EXIST) if !o.intersects(OFlags::EXCL | OFlags::NOFOLLOW) => {

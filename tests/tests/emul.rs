@@ -1688,6 +1688,43 @@ cc -o sys sys.c && ./sys && cc -o exl exl.c && ./exl && cat f g"#,
     );
 }
 
+#[test]
+fn emul_dprintf_writes_where_the_program_left_off_like_native() {
+    // dprintf and vdprintf write with the C library's internal write, at
+    // the kernel's offset, which the library did not keep: after the
+    // program's own writes, dprintf wrote over the start of the file.
+    if cfg!(not(target_arch = "x86_64")) {
+        eprintln!("skipped emul_dprintf_writes_where_the_program_left_off_like_native: dprintf is caught on x86-64 only");
+        return;
+    }
+    script_matches_native(
+        "emul_dprintf_writes_where_the_program_left_off_like_native",
+        &["bash", "cc"],
+        r#"cat > dp.c <<'C'
+#include <stdio.h>
+#include <stdarg.h>
+#include <fcntl.h>
+#include <unistd.h>
+#include <string.h>
+static int mine(int fd, const char *f, ...) { va_list ap; va_start(ap, f); int r = vdprintf(fd, f, ap); va_end(ap); return r; }
+int main(void) {
+    int fd = open("d.txt", O_CREAT|O_RDWR|O_TRUNC, 0644);
+    write(fd, "head\n", 5);
+    dprintf(fd, "%s %d %d %d %d %d %d %d %s\n", "dprintf", 1, 2, 3, 4, 5, 6, 7, "end");
+    write(fd, "mid\n", 4);
+    mine(fd, "v%s %d\n", "dprintf", 42);
+    write(fd, "tail\n", 5);
+    lseek(fd, 0, SEEK_SET); char b[256] = {0}; read(fd, b, 255); printf("%s", b);
+    printf("pos %ld\n", (long)lseek(fd, 0, SEEK_CUR));
+    dprintf(fd, "%.3f %d %.1f %g %g %g %g %g %g %g %s\n", 1.5, 2, 2.5, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, "floats"); lseek(fd, 52, SEEK_SET); memset(b, 0, 256); read(fd, b, 255); printf("%s", b);
+    return 0;
+}
+C
+cc -o dp dp.c && ./dp && cat d.txt"#,
+        true,
+    );
+}
+
 /// Runs the bash `script` twice, in a served scratch directory and natively
 /// in another (each its own `HOME`); both must succeed with the same
 /// standard output (and, with `same_stderr`, the same standard error).

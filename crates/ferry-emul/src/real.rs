@@ -142,6 +142,8 @@ real_fns! {
     execl: fn() -> c_int;
     execle: fn() -> c_int;
     execlp: fn() -> c_int;
+    dprintf: fn() -> c_int;
+    vdprintf: fn(c_int, *const c_char, *mut c_void) -> c_int;
     system: fn(*const c_char) -> c_int;
     popen: fn(*const c_char, *const c_char) -> *mut FILE;
     posix_spawn: fn(*mut libc::pid_t, *const c_char, *const c_void, *const c_void, *const *mut c_char, *const *mut c_char) -> c_int;

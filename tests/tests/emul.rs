@@ -1725,6 +1725,64 @@ cc -o dp dp.c && ./dp && cat d.txt"#,
     );
 }
 
+#[test]
+fn emul_fwprintf_and_vfwprintf_on_served_streams_match_native() {
+    // The library's streams are byte-only cookie streams, on which the C
+    // library's fwprintf and vfwprintf (and their fortified forms) crashed;
+    // now they format here and write as multibyte. fwscanf there fails
+    // with EOF and EOPNOTSUPP instead of crashing (checked apart: natively
+    // it scans).
+    if cfg!(not(target_arch = "x86_64")) {
+        eprintln!("skipped emul_fwprintf_and_vfwprintf_on_served_streams_match_native: fwprintf is caught on x86-64 only");
+        return;
+    }
+    script_matches_native(
+        "emul_fwprintf_and_vfwprintf_on_served_streams_match_native",
+        &["bash", "cc"],
+        r#"cat > wp.c <<'C'
+#include <locale.h>
+#include <stdio.h>
+#include <stdarg.h>
+#include <string.h>
+#include <errno.h>
+#include <wchar.h>
+static int mine(FILE *f, const wchar_t *fmt, ...) { va_list ap; va_start(ap, fmt); int r = vfwprintf(f, fmt, ap); va_end(ap); return r; }
+int main(void) {
+    setlocale(LC_ALL, "C.UTF-8");
+    FILE *f = fopen("w.txt", "w");
+    int r = fwprintf(f, L"%ls %s %d %d %d %d %d %d %d %.2f %.1f %g %g %g %g %g %g %g %g %s\n", L"gr\u00fc\u00df", "narrow", 1, 2, 3, 4, 5, 6, 7, 1.25, 2.5, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, "end");
+    printf("fwprintf %d\n", r);
+    r = mine(f, L"v %d %lc %ls\n", 42, L'\u00e9', L"long string");
+    printf("vfwprintf %d\n", r);
+    wchar_t big[5000]; for (int i = 0; i < 4999; i++) big[i] = L'a' + i % 26; big[4999] = 0;
+    printf("big %d\n", fwprintf(f, L"[%ls]\n", big));
+    fclose(f);
+    f = fopen("w.txt", "r"); char line[6000]; while (fgets(line, sizeof line, f)) printf("%.80s%s", line, strlen(line) > 80 ? "...\n" : ""); fclose(f);
+    fwprintf(stdout, L"stdout %d %ls\n", 7, L"ok");
+    return 0;
+}
+C
+cc -o wp wp.c && cc -O2 -D_FORTIFY_SOURCE=2 -o wpf wp.c && ./wp && ./wpf && cat w.txt"#,
+        true,
+    );
+    let dir = scratch("fwscanf");
+    std::fs::write(dir.join("n.txt"), b"12 34\n").unwrap();
+    std::fs::write(
+        dir.join("s.c"),
+        "#include <stdio.h>\n#include <errno.h>\n#include <wchar.h>\nint main(void) { FILE *f = fopen(\"n.txt\", \"r\"); int a = 0; errno = 0; \
+         int n = fwscanf(f, L\"%d\", &a); printf(\"%d %d\\n\", n, n == EOF && errno == EOPNOTSUPP); return 0; }\n",
+    )
+    .unwrap();
+    let cc = Command::new("cc").args(["-o", "s", "s.c"]).current_dir(&dir).status().unwrap();
+    assert!(cc.success(), "cc failed");
+    let srv = Served::new(&dir);
+    let out = srv.command("./s").current_dir(&dir).output().unwrap();
+    assert!(out.status.success(), "fwscanf on a served stream: {}", out.status);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "-1 1\n", "fwscanf on a served stream is refused with EOPNOTSUPP");
+    drop(srv);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Runs the bash `script` twice, in a served scratch directory and natively
 /// in another (each its own `HOME`); both must succeed with the same
 /// standard output (and, with `same_stderr`, the same standard error).

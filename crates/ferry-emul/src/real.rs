@@ -81,6 +81,12 @@ real_fns! {
     fputws_unlocked: fn(*const libc::wchar_t, *mut FILE) -> c_int;
     ungetwc: fn(u32, *mut FILE) -> u32;
     __fgetws_chk: fn(*mut libc::wchar_t, size_t, c_int, *mut FILE) -> *mut libc::wchar_t;
+    vfwprintf: fn(*mut FILE, *const libc::wchar_t, *mut c_void) -> c_int;
+    __vfwprintf_chk: fn(*mut FILE, c_int, *const libc::wchar_t, *mut c_void) -> c_int;
+    vfwscanf: fn(*mut FILE, *const libc::wchar_t, *mut c_void) -> c_int;
+    __isoc99_vfwscanf: fn(*mut FILE, *const libc::wchar_t, *mut c_void) -> c_int;
+    fwscanf: fn() -> c_int;
+    __isoc99_fwscanf: fn() -> c_int;
     fileno: fn(*mut FILE) -> c_int;
     read: fn(c_int, *mut c_void, size_t) -> ssize_t;
     __read_chk: fn(c_int, *mut c_void, size_t, size_t) -> ssize_t;

@@ -11,16 +11,26 @@
 //! functions, which reach the emulated descriptor; every other stream goes
 //! to the C library's own function untouched.
 //!
-//! Not covered: `fwprintf`, `vfwprintf` and `fwscanf` on such streams.
-//! `fwprintf` and `fwscanf` are variadic, which stable Rust cannot define,
-//! and `vfwprintf` takes a C `va_list`, which it cannot pass on portably,
-//! so they still crash there as before (no program on a Debian
-//! system was found using them on files; `rev`, `column`, `colrm`,
-//! `colcrt`, `ul` and `gold` use the functions here).
+//! `fwprintf`, `vfwprintf` and their fortified forms (which failed there)
+//! format into a wide
+//! buffer (`vswprintf`) and write it the same way. `fwprintf` is
+//! variadic, which a stable Rust function cannot be: on x86-64 it is a
+//! naked trampoline that builds the `va_list` of its variable arguments
+//! (as a variadic C function's prologue does) and calls the `v` form. The
+//! `fwscanf` family cannot be done through the narrow functions without
+//! a scanner of its own: on a byte-only stream it fails with `EOF` and
+//! `EOPNOTSUPP` (it crashed in the C library). Elsewhere than on x86-64,
+//! `fwprintf` and `fwscanf` on such streams still crash.
+//!
+//! # Safety
+//! The trampolines store the argument registers in their own frame,
+//! describe them in a `va_list` as the x86-64 ABI lays it out, and return
+//! the called function's result; a `va_list` is only copied (its size
+//! per architecture) before each use, never walked here.
 
 #![allow(clippy::missing_safety_doc)]
 
-use libc::{c_char, c_int, size_t, wchar_t, FILE};
+use libc::{c_char, c_int, c_void, size_t, wchar_t, FILE};
 
 use crate::hooks::{fopencookie, set_errno, CookieIo};
 use crate::real;
@@ -40,6 +50,7 @@ const MB_MAX: usize = 16;
 struct MbState(u64);
 
 extern "C" {
+    fn vswprintf(s: *mut wchar_t, n: size_t, format: *const wchar_t, ap: *mut c_void) -> c_int;
     fn mbrtowc(pwc: *mut wchar_t, s: *const c_char, n: size_t, ps: *mut MbState) -> size_t;
     fn wcrtomb(s: *mut c_char, wc: wchar_t, ps: *mut MbState) -> size_t;
     fn flockfile(f: *mut FILE);
@@ -333,3 +344,259 @@ pub unsafe extern "C" fn __fgetws_chk(buf: *mut wchar_t, size: size_t, n: c_int,
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { real::__fgetws_chk()(buf, size, n, f) }
 }
+
+/// Bytes of a `va_list` as a callee receives it (x86-64: the one-element
+/// array `__va_list_tag[1]`, passed as a pointer to it; AArch64: a 32-byte
+/// structure, passed by reference): what a copy (`va_copy`) copies.
+#[cfg(target_arch = "x86_64")]
+const VA_LIST_BYTES: usize = 24;
+#[cfg(target_arch = "aarch64")]
+const VA_LIST_BYTES: usize = 32;
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+const VA_LIST_BYTES: usize = 0;
+
+/// Most wide characters one formatted write may make here.
+const FORMAT_MAX: usize = 64 << 20;
+
+/// `format` with the arguments `ap` describes, formatted by `vswprintf`
+/// into a buffer grown until it fits (each try on a fresh copy of `ap`).
+///
+/// # Safety
+/// `format` is a NUL-terminated wide string and `ap` a `va_list` holding
+/// the arguments it asks for.
+unsafe fn format_wide(format: *const wchar_t, ap: *mut c_void) -> Result<Vec<wchar_t>, i32> {
+    if VA_LIST_BYTES == 0 {
+        return Err(libc::EOPNOTSUPP);
+    }
+    let mut cap = 512usize;
+    loop {
+        let mut buf: Vec<wchar_t> = vec![0; cap];
+        let mut copy = [0u64; 4];
+        // SAFETY: copies the caller's va_list (VA_LIST_BYTES <= 32 bytes)
+        // into our aligned buffer: `va_copy`, for this architecture.
+        unsafe { std::ptr::copy_nonoverlapping(ap.cast::<u8>(), copy.as_mut_ptr().cast::<u8>(), VA_LIST_BYTES) };
+        // SAFETY: a buffer of cap wide characters; the caller's format and
+        // arguments.
+        let n = unsafe { vswprintf(buf.as_mut_ptr(), cap, format, copy.as_mut_ptr().cast()) };
+        if n >= 0 {
+            buf.truncate(n as usize);
+            buf.push(0);
+            return Ok(buf);
+        }
+        // -1: too small, or a character with no wide form; the second
+        // stays -1 at any size.
+        if cap >= FORMAT_MAX {
+            return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EOVERFLOW));
+        }
+        cap *= 4;
+    }
+}
+
+/// `vfwprintf` on a byte-only stream: formatted, then written as
+/// multibyte through the stream's narrow functions. Returns the wide
+/// characters written, or -1.
+///
+/// # Safety
+/// As [`format_wide`]; `f` is a live stream.
+unsafe fn print_wide(f: *mut FILE, format: *const wchar_t, ap: *mut c_void) -> c_int {
+    // SAFETY: the caller's format and arguments.
+    match unsafe { format_wide(format, ap) } {
+        Ok(buf) => {
+            // SAFETY: a NUL-terminated string of ours; the caller's stream.
+            let r = unsafe {
+                flockfile(f);
+                let r = put_str(buf.as_ptr(), f);
+                funlockfile(f);
+                r
+            };
+            if r == libc::EOF {
+                -1
+            } else {
+                (buf.len() - 1) as c_int
+            }
+        }
+        Err(e) => {
+            set_errno(e);
+            -1
+        }
+    }
+}
+
+/// `vfwprintf(3)`: on a byte-only stream, formatted here and written as
+/// multibyte through its narrow functions.
+#[no_mangle]
+pub unsafe extern "C" fn vfwprintf(f: *mut FILE, format: *const wchar_t, ap: *mut c_void) -> c_int {
+    if byte_only(f) {
+        // SAFETY: the caller's arguments.
+        return unsafe { print_wide(f, format, ap) };
+    }
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
+    unsafe { real::vfwprintf()(f, format, ap) }
+}
+
+/// `__vfwprintf_chk`: `vfwprintf` as fortified programs call it.
+#[no_mangle]
+pub unsafe extern "C" fn __vfwprintf_chk(f: *mut FILE, flag: c_int, format: *const wchar_t, ap: *mut c_void) -> c_int {
+    if byte_only(f) {
+        // SAFETY: the caller's arguments.
+        return unsafe { print_wide(f, format, ap) };
+    }
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
+    unsafe { real::__vfwprintf_chk()(f, flag, format, ap) }
+}
+
+/// `vfwscanf`'s answer on a byte-only stream: `EOF`, `EOPNOTSUPP`.
+extern "C" fn refuse_scan() -> c_int {
+    set_errno(libc::EOPNOTSUPP);
+    libc::EOF
+}
+
+macro_rules! wide_vscan {
+    ($($name:ident),*) => {$(
+        #[doc = concat!("`", stringify!($name), "(3)`: on a byte-only stream, `EOF` with `EOPNOTSUPP` (the C library's crashed).")]
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(f: *mut FILE, format: *const wchar_t, ap: *mut c_void) -> c_int {
+            if byte_only(f) {
+                return refuse_scan();
+            }
+            // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
+            unsafe { real::$name()(f, format, ap) }
+        }
+    )*};
+}
+
+wide_vscan!(vfwscanf, __isoc99_vfwscanf);
+
+/// Where a `fwscanf` trampoline goes: the refusal for a byte-only stream,
+/// else the C library's own function (`which`: 0 `fwscanf`, 1
+/// `__isoc99_fwscanf`).
+extern "C" fn scan_target(which: u32, f: *mut FILE) -> usize {
+    if byte_only(f) {
+        return refuse_scan as *const () as usize;
+    }
+    if which == 0 {
+        real::fwscanf() as usize
+    } else {
+        real::__isoc99_fwscanf() as usize
+    }
+}
+
+/// Defines a variadic `fwscanf` as a trampoline: the caller's registers
+/// kept, [`scan_target`] asked where to go, and a jump there with
+/// everything as the caller left it.
+macro_rules! scan_trampoline {
+    ($name:ident, $which:expr) => {
+        #[doc = concat!("`", stringify!($name), "(3)`: on a byte-only stream, `EOF` with `EOPNOTSUPP` (the C library's crashed).")]
+        #[cfg(target_arch = "x86_64")]
+        #[unsafe(naked)]
+        #[no_mangle]
+        pub unsafe extern "C" fn $name() {
+            core::arch::naked_asm!(
+                "push rdi",
+                "push rsi",
+                "push rdx",
+                "push rcx",
+                "push r8",
+                "push r9",
+                "push rax",
+                "sub rsp, 128",
+                "movdqu [rsp], xmm0",
+                "movdqu [rsp + 16], xmm1",
+                "movdqu [rsp + 32], xmm2",
+                "movdqu [rsp + 48], xmm3",
+                "movdqu [rsp + 64], xmm4",
+                "movdqu [rsp + 80], xmm5",
+                "movdqu [rsp + 96], xmm6",
+                "movdqu [rsp + 112], xmm7",
+                "mov rsi, rdi",
+                "mov edi, {which}",
+                "call {target}",
+                "mov r11, rax",
+                "movdqu xmm0, [rsp]",
+                "movdqu xmm1, [rsp + 16]",
+                "movdqu xmm2, [rsp + 32]",
+                "movdqu xmm3, [rsp + 48]",
+                "movdqu xmm4, [rsp + 64]",
+                "movdqu xmm5, [rsp + 80]",
+                "movdqu xmm6, [rsp + 96]",
+                "movdqu xmm7, [rsp + 112]",
+                "add rsp, 128",
+                "pop rax",
+                "pop r9",
+                "pop r8",
+                "pop rcx",
+                "pop rdx",
+                "pop rsi",
+                "pop rdi",
+                "jmp r11",
+                which = const $which,
+                target = sym scan_target,
+            )
+        }
+    };
+}
+
+scan_trampoline!(fwscanf, 0);
+scan_trampoline!(__isoc99_fwscanf, 1);
+
+/// `fwprintf` with its variable arguments as a `va_list`.
+unsafe extern "C" fn fwprintf_v(f: *mut FILE, format: *const wchar_t, ap: *mut c_void) -> c_int {
+    // SAFETY: the trampoline's arguments, the caller's.
+    unsafe { vfwprintf(f, format, ap) }
+}
+
+/// `__fwprintf_chk` with its variable arguments as a `va_list`.
+unsafe extern "C" fn fwprintf_chk_v(f: *mut FILE, flag: c_int, format: *const wchar_t, ap: *mut c_void) -> c_int {
+    // SAFETY: the trampoline's arguments, the caller's.
+    unsafe { __vfwprintf_chk(f, flag, format, ap) }
+}
+
+/// Defines a variadic printing function with `$named` named integer
+/// arguments as a trampoline that builds the `va_list` of the rest and
+/// calls `$target` with the named arguments and a pointer to it (in
+/// `$ap`, the next argument register). Frame: the six integer argument
+/// registers at 0, the eight vector ones at 48, the `va_list` at 176
+/// (offset of the next integer and vector argument in the save area, the
+/// caller's stack arguments, the save area); 200 bytes keep the stack
+/// 16-byte aligned for the call.
+macro_rules! va_trampoline {
+    ($name:ident, $named:expr, $ap:literal, $target:ident) => {
+        #[doc = concat!("`", stringify!($name), "(3)`: through its `v` form, which serves the library's byte-only streams.")]
+        #[cfg(target_arch = "x86_64")]
+        #[unsafe(naked)]
+        #[no_mangle]
+        pub unsafe extern "C" fn $name() {
+            core::arch::naked_asm!(
+                "sub rsp, 200",
+                "mov [rsp], rdi",
+                "mov [rsp + 8], rsi",
+                "mov [rsp + 16], rdx",
+                "mov [rsp + 24], rcx",
+                "mov [rsp + 32], r8",
+                "mov [rsp + 40], r9",
+                "movdqu [rsp + 48], xmm0",
+                "movdqu [rsp + 64], xmm1",
+                "movdqu [rsp + 80], xmm2",
+                "movdqu [rsp + 96], xmm3",
+                "movdqu [rsp + 112], xmm4",
+                "movdqu [rsp + 128], xmm5",
+                "movdqu [rsp + 144], xmm6",
+                "movdqu [rsp + 160], xmm7",
+                "mov dword ptr [rsp + 176], {gp}",
+                "mov dword ptr [rsp + 180], 48",
+                "lea rax, [rsp + 208]",
+                "mov [rsp + 184], rax",
+                "mov [rsp + 192], rsp",
+                concat!("lea ", $ap, ", [rsp + 176]"),
+                "call {target}",
+                "add rsp, 200",
+                "ret",
+                gp = const 8 * $named,
+                target = sym $target,
+            )
+        }
+    };
+}
+
+va_trampoline!(fwprintf, 2, "rdx", fwprintf_v);
+va_trampoline!(__fwprintf_chk, 3, "rcx", fwprintf_chk_v);

@@ -1783,6 +1783,36 @@ cc -o wp wp.c && cc -O2 -D_FORTIFY_SOURCE=2 -o wpf wp.c && ./wp && ./wpf && cat 
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+#[test]
+fn emul_a_file_cut_behind_the_library_reads_short_not_sigbus_like_native() {
+    // A program not run under the library (here `truncate` started with a
+    // cleared environment) cut a file another process was reading through
+    // a window: the reader's next read there died of SIGBUS, where natively
+    // it reads short. A program's own SIGBUS handler still gets its own
+    // faults.
+    script_matches_native(
+        "emul_a_file_cut_behind_the_library_reads_short_not_sigbus_like_native",
+        &["bash", "python3", "truncate", "head"],
+        r#"head -c 3000000 /dev/zero | tr '\0' x > f
+python3 -c "
+import os, subprocess, signal, mmap
+fd = os.open('f', os.O_RDONLY)
+print(len(os.read(fd, 4096)))
+subprocess.run(['truncate', '-s', '100', 'f'], env={'PATH': os.environ['PATH']}, check=True)
+print('after the cut', len(os.read(fd, 65536)), len(os.pread(fd, 100, 2000000)), len(os.pread(fd, 50, 0)))
+os.lseek(fd, 0, 0); print('all', len(os.read(fd, 10**7)))
+with open('f', 'rb') as g: print('fresh', len(g.read()))
+open('g', 'wb').write(b'y' * 8192)
+m = mmap.mmap(os.open('g', os.O_RDONLY), 8192, prot=mmap.PROT_READ)
+subprocess.run(['truncate', '-s', '0', 'g'], env={'PATH': os.environ['PATH']}, check=True)
+r = subprocess.run(['python3', '-c', 'import mmap, os; m = mmap.mmap(os.open(\'g\', os.O_RDWR | os.O_CREAT), 4096); os.ftruncate(os.open(\'g\', os.O_RDWR), 0); m[0]'])
+print('own fault still kills', r.returncode)
+"
+"#,
+        true,
+    );
+}
+
 /// Runs the bash `script` twice, in a served scratch directory and natively
 /// in another (each its own `HOME`); both must succeed with the same
 /// standard output (and, with `same_stderr`, the same standard error).

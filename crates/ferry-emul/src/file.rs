@@ -9,7 +9,8 @@
 //! window's lock, which every copy holds. Copies touch only bytes below
 //! the size the token holders know (pages past the end of the file would
 //! fault); a file truncated behind the server's back can still make such
-//! an access fault, as with any `mmap` of a shared file.
+//! an access fault, which `fault::copy` survives (a page of zeros, then
+//! the real size).
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -195,8 +196,19 @@ impl File {
             };
             let n = avail.min(want - done);
             // SAFETY: `src..src+n` lies in the window (window_at) and below
-            // the file's size (module safety); `buf[done..done+n]` is ours.
-            unsafe { std::ptr::copy_nonoverlapping(src, buf.as_mut_ptr().add(done), n) };
+            // the file's size as the token holders know it (module
+            // safety); `buf[done..done+n]` is ours.
+            let faulted = unsafe { crate::fault::copy(src, buf.as_mut_ptr().add(done), n) };
+            if faulted {
+                // The file was cut behind the library's back: the window
+                // now holds zeros where pages were; only the bytes below
+                // the file's real end count, and the window goes.
+                self.unmap(&mut w);
+                let real = rustix::fs::fstat(&self.fd).map_err(errno)?.st_size as u64;
+                self.page.set_size(real);
+                let valid = real.saturating_sub(pos).min((done + n) as u64) as usize;
+                return Ok(valid);
+            }
             done += n;
         }
         Ok(done)

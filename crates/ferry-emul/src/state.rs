@@ -79,6 +79,7 @@ pub fn emul() -> Option<&'static Emul> {
             .filter(|w| w.is_power_of_two() && *w >= 4096)
             .unwrap_or(DEFAULT_WINDOW);
         after_fork_in_child();
+        crate::fault::install();
         // SAFETY: registers a handler that only stores the new pid.
         unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
         let populate = std::env::var("FERRY_EMUL_POPULATE").is_ok_and(|v| v == "1");

@@ -25,6 +25,8 @@
 //! aligned as the ABI requires; `system` and `popen` pass the caller's
 //! arguments on unchanged.
 
+#![allow(clippy::missing_safety_doc)]
+
 use libc::{c_char, c_int, c_void, FILE};
 
 use crate::real;

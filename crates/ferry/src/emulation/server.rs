@@ -589,6 +589,13 @@ fn open_beneath(root: &OwnedFd, name: &str, flags: i32, mode: u32) -> Res<(Owned
     // (they were dropped: a program's O_SYNC writes were not synchronous,
     // and F_GETFL did not show them).
     let keep = o & (OFlags::TRUNC | OFlags::APPEND | OFlags::SYNC | OFlags::DSYNC | OFlags::DIRECT | OFlags::NOATIME);
+    if o.contains(OFlags::CREATE) && name.ends_with('/') {
+        // The kernel refuses to create a name with a trailing slash
+        // (EISDIR) once the directories before it are found, whatever is
+        // there: their errors come first.
+        parent_of(root, name)?;
+        return Err(Errno::ISDIR);
+    }
     let mut name = name.to_owned();
     // The kernel's own limit on links followed in one lookup.
     for _ in 0..40 {

@@ -1814,6 +1814,68 @@ print('own fault still kills', r.returncode)
     );
 }
 
+#[test]
+fn emul_copy_file_range_sendfile_and_splice_refuse_what_the_kernel_refuses() {
+    // With an emulated end the library copies these itself, and it copied
+    // what the kernel refuses (to an O_APPEND file, between two files with
+    // splice, overlapping ranges of one file, from a directory); from an
+    // empty pipe, which the kernel refuses for copy_file_range and
+    // sendfile, it blocked for ever.
+    script_matches_native(
+        "emul_copy_file_range_sendfile_and_splice_refuse_what_the_kernel_refuses",
+        &["bash", "cc", "timeout"],
+        r#"cat > cfr.c <<'C'
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <string.h>
+#include <fcntl.h>
+#include <unistd.h>
+#include <errno.h>
+#include <sys/sendfile.h>
+#define T(x) do { errno = 0; long r = (long)(x); printf("%-60s %ld %s\n", #x, r, r < 0 ? strerror(errno) : ""); } while (0)
+int main(void) {
+    int src = open("src", O_CREAT|O_RDWR|O_TRUNC, 0644); write(src, "0123456789abcdefghij", 20); lseek(src, 0, SEEK_SET);
+    int ro = open("src", O_RDONLY);
+    int wo = open("dst", O_CREAT|O_WRONLY|O_TRUNC, 0644);
+    int ap = open("app", O_CREAT|O_WRONLY|O_APPEND, 0644);
+    int d = open(".", O_RDONLY|O_DIRECTORY);
+    int p[2]; pipe(p);
+    loff_t a = 0, b = 5;
+    T(copy_file_range(d, NULL, wo, NULL, 5, 0));
+    T(copy_file_range(ro, NULL, d, NULL, 5, 0));
+    T(copy_file_range(wo, NULL, ro, NULL, 5, 0));
+    T(copy_file_range(ro, NULL, ap, NULL, 5, 0));
+    T(copy_file_range(p[0], NULL, wo, NULL, 5, 0));
+    T(copy_file_range(ro, NULL, p[1], NULL, 5, 0));
+    T(copy_file_range(src, &a, src, &b, 10, 0));
+    a = 0; b = 10; T(copy_file_range(src, &a, src, &b, 10, 0));
+    a = 0; b = 15; T(copy_file_range(src, &a, src, &b, 10, 0));
+    T(copy_file_range(ro, NULL, wo, NULL, 5, 1));
+    T(copy_file_range(ro, NULL, wo, NULL, 0, 0));
+    a = -1; T(copy_file_range(ro, &a, wo, NULL, 5, 0));
+    T(copy_file_range(ro, NULL, wo, NULL, 5, 0));
+    T(sendfile(wo, d, NULL, 5));
+    T(sendfile(d, ro, NULL, 5));
+    T(sendfile(ro, ro, NULL, 5));
+    T(sendfile(ap, ro, NULL, 5));
+    T(sendfile(wo, wo, NULL, 5));
+    T(sendfile(p[1], ro, NULL, 5));
+    T(sendfile(wo, p[0], NULL, 5));
+    T(splice(ro, NULL, wo, NULL, 5, 0));
+    T(splice(ro, NULL, p[1], NULL, 5, 0));
+    T(splice(p[0], NULL, ap, NULL, 5, 0));
+    T(splice(p[0], NULL, wo, NULL, 5, 0));
+    char buf[64] = {0}; pread(open("dst", O_RDONLY), buf, 63, 0); printf("dst %s\n", buf);
+    memset(buf, 0, 64); pread(open("app", O_RDONLY), buf, 63, 0); printf("app %s\n", buf);
+    memset(buf, 0, 64); pread(src, buf, 63, 0); printf("src %s\n", buf);
+    return 0;
+}
+C
+cc -o cfr cfr.c && timeout 20 ./cfr"#,
+        true,
+    );
+}
+
 /// Runs the bash `script` twice, in a served scratch directory and natively
 /// in another (each its own `HOME`); both must succeed with the same
 /// standard output (and, with `same_stderr`, the same standard error).

@@ -1256,6 +1256,110 @@ unsafe fn user_copy(i: c_int, in_at: *mut i64, o: c_int, out_at: *mut i64, n: si
     total as ssize_t
 }
 
+/// Which in-kernel copy a call is, for the kernel's checks.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum CopyKind {
+    CopyFileRange,
+    Sendfile,
+    Splice,
+}
+
+/// What the checks need of one end of a copy.
+struct CopyEnd {
+    mode: u32,
+    flags: c_int,
+    dev: u64,
+    ino: u64,
+    size: i64,
+}
+
+fn copy_end(fd: c_int) -> Result<CopyEnd, Errno> {
+    // SAFETY: a plain stat buffer, written by fstat.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: the caller's descriptor; our buffer.
+    if unsafe { libc::fstat(fd, &mut st) } < 0 {
+        return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EBADF));
+    }
+    // SAFETY: reads the caller's descriptor's flags.
+    let flags = unsafe { real::fcntl()(fd, libc::F_GETFL, 0) };
+    Ok(CopyEnd { mode: st.st_mode & libc::S_IFMT, flags, dev: st.st_dev, ino: st.st_ino, size: st.st_size })
+}
+
+/// The kernel's checks of a copy with an emulated end, in the kernel's
+/// order, before the library copies: without them the library copied
+/// what the kernel refuses (to an `O_APPEND` file, between two files with
+/// `splice`, overlapping ranges of one file) and, reading from a pipe the
+/// kernel would refuse, blocked for ever.
+unsafe fn copy_checks(kind: CopyKind, i: c_int, io: *const i64, o: c_int, oo: *const i64, n: size_t) -> Result<(), Errno> {
+    let (a, b) = (copy_end(i)?, copy_end(o)?);
+    let (reads, writes) = (a.flags & libc::O_ACCMODE != libc::O_WRONLY, b.flags & libc::O_ACCMODE != libc::O_RDONLY);
+    let append = b.flags & libc::O_APPEND != 0;
+    let fifo = |e: &CopyEnd| e.mode == libc::S_IFIFO;
+    match kind {
+        CopyKind::CopyFileRange => {
+            if a.mode == libc::S_IFDIR || b.mode == libc::S_IFDIR {
+                return Err(libc::EISDIR);
+            }
+            if a.mode != libc::S_IFREG || b.mode != libc::S_IFREG {
+                return Err(libc::EINVAL);
+            }
+            if !reads || !writes || append {
+                return Err(libc::EBADF);
+            }
+            // SAFETY: the caller's offset pointers, null or valid; lseek
+            // through the hook reads an emulated descriptor's offset.
+            let (pin, pout) = unsafe {
+                (
+                    if io.is_null() { lseek(i, 0, libc::SEEK_CUR) } else { *io },
+                    if oo.is_null() { lseek(o, 0, libc::SEEK_CUR) } else { *oo },
+                )
+            };
+            if pin < 0 || pout < 0 {
+                return Err(libc::EOVERFLOW);
+            }
+            let count = if pin >= a.size { 0 } else { (n as u64).min((a.size - pin) as u64) as i64 };
+            if (a.dev, a.ino) == (b.dev, b.ino) && pout + count > pin && pout < pin + count {
+                return Err(libc::EINVAL);
+            }
+        }
+        CopyKind::Sendfile => {
+            if !reads || !writes {
+                return Err(libc::EBADF);
+            }
+            if append || a.mode != libc::S_IFREG {
+                return Err(libc::EINVAL);
+            }
+        }
+        CopyKind::Splice => {
+            if !fifo(&a) && !fifo(&b) {
+                return Err(libc::EINVAL);
+            }
+            if (fifo(&a) && !io.is_null()) || (fifo(&b) && !oo.is_null()) {
+                return Err(libc::ESPIPE);
+            }
+            if !reads || !writes {
+                return Err(libc::EBADF);
+            }
+            if append {
+                return Err(libc::EINVAL);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Checks a copy with an emulated end as the kernel would, then copies in
+/// the library.
+unsafe fn checked_copy(kind: CopyKind, i: c_int, io: *mut i64, o: c_int, oo: *mut i64, n: size_t) -> ssize_t {
+    // SAFETY: the caller's arguments (the kernel's contract).
+    if let Err(e) = unsafe { copy_checks(kind, i, io, o, oo, n) } {
+        set_errno(e);
+        return -1;
+    }
+    // SAFETY: the caller's arguments (the kernel's contract).
+    unsafe { user_copy(i, io, o, oo, n) }
+}
+
 /// `copy_file_range(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn copy_file_range(i: c_int, io: *mut i64, o: c_int, oo: *mut i64, n: size_t, fl: c_uint) -> ssize_t {
@@ -1265,7 +1369,7 @@ pub unsafe extern "C" fn copy_file_range(i: c_int, io: *mut i64, o: c_int, oo: *
             return -1;
         }
         // SAFETY: the caller's arguments (the kernel's contract).
-        return unsafe { user_copy(i, io, o, oo, n) };
+        return unsafe { checked_copy(CopyKind::CopyFileRange, i, io, o, oo, n) };
     }
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { real::copy_file_range()(i, io, o, oo, n, fl) }
@@ -1275,7 +1379,7 @@ pub unsafe extern "C" fn copy_file_range(i: c_int, io: *mut i64, o: c_int, oo: *
 pub unsafe extern "C" fn sendfile(o: c_int, i: c_int, off: *mut off_t, n: size_t) -> ssize_t {
     if either_emulated(i, o) {
         // SAFETY: the caller's arguments (the kernel's contract); the output's offset moves.
-        return unsafe { user_copy(i, off, o, std::ptr::null_mut(), n) };
+        return unsafe { checked_copy(CopyKind::Sendfile, i, off, o, std::ptr::null_mut(), n) };
     }
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { real::sendfile()(o, i, off, n) }
@@ -1285,7 +1389,7 @@ pub unsafe extern "C" fn sendfile(o: c_int, i: c_int, off: *mut off_t, n: size_t
 pub unsafe extern "C" fn sendfile64(o: c_int, i: c_int, off: *mut off_t, n: size_t) -> ssize_t {
     if either_emulated(i, o) {
         // SAFETY: the caller's arguments (the kernel's contract); the output's offset moves.
-        return unsafe { user_copy(i, off, o, std::ptr::null_mut(), n) };
+        return unsafe { checked_copy(CopyKind::Sendfile, i, off, o, std::ptr::null_mut(), n) };
     }
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { real::sendfile64()(o, i, off, n) }
@@ -1296,7 +1400,7 @@ pub unsafe extern "C" fn splice(i: c_int, io: *mut i64, o: c_int, oo: *mut i64, 
     if either_emulated(i, o) {
         let _ = fl; // SPLICE_F_* are hints; the copy is done either way.
         // SAFETY: the caller's arguments (the kernel's contract).
-        return unsafe { user_copy(i, io, o, oo, n) };
+        return unsafe { checked_copy(CopyKind::Splice, i, io, o, oo, n) };
     }
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { real::splice()(i, io, o, oo, n, fl) }

@@ -1876,6 +1876,62 @@ cc -o cfr cfr.c && timeout 20 ./cfr"#,
     );
 }
 
+#[test]
+fn emul_descriptor_calls_fail_as_the_kernel_fails_them() {
+    // Calls on served descriptors with bad arguments: the wrong access,
+    // odd whences, offsets past the file system's limit (the library took
+    // any seek, where ext4 refuses one past 16 TiB with EINVAL, and read 0
+    // bytes where a read's end overflowing an offset is EINVAL), vectors
+    // out of range, O_APPEND set and cleared through a duplicate; and NULL
+    // buffers (`read(fd, NULL, 0)` aborted the program: the library made a
+    // slice of the null pointer).
+    script_matches_native(
+        "emul_descriptor_calls_fail_as_the_kernel_fail_them",
+        &["bash", "cc"],
+        r#"cat > errs.c <<'C'
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <string.h>
+#include <fcntl.h>
+#include <unistd.h>
+#include <errno.h>
+#include <sys/uio.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/mman.h>
+#define T(x) do { errno = 0; long r = (long)(x); printf("%-56s %ld %s\n", #x, r, r < 0 ? strerror(errno) : ""); } while (0)
+int main(void) {
+    int rw = open("f", O_CREAT|O_RDWR|O_TRUNC, 0644); write(rw, "0123456789", 10);
+    int ro = open("f", O_RDONLY), wo = open("f", O_WRONLY), ap = open("f", O_WRONLY|O_APPEND);
+    char b[32]; struct iovec iv[2] = {{b, 4}, {b + 4, 4}};
+    T(write(ro, "x", 1)); T(read(wo, b, 1)); T(pread(wo, b, 1, 0)); T(pwrite(ro, "x", 1, 0));
+    T(lseek(ro, 0, 7)); T(lseek(ro, -1, SEEK_SET)); T(lseek(ro, -11, SEEK_END)); T(lseek(ro, -10, SEEK_END)); T(lseek(ro, 1LL << 62, SEEK_SET)); T(lseek(ro, 1LL << 62, SEEK_CUR));
+    T(lseek(ro, 0x7fffffffffffffffLL, SEEK_SET)); T(read(ro, b, 4)); T(lseek(ro, 1, SEEK_CUR));
+    T(pread(ro, b, 4, -1)); T(pwrite(wo, "x", 1, -5)); T(pread(ro, b, 4, 0x7fffffffffffffffLL));
+    T(readv(ro, iv, 0));  T(writev(ro, iv, 2)); T(readv(wo, iv, 2));
+    T(ftruncate(ro, 5)); T(ftruncate(wo, -1)); T(ftruncate(wo, 0x7fffffffffffffffLL)); T(fsync(ro)); T(fdatasync(ro));
+    int n = -1; T(ioctl(wo, FIONREAD, &n)); printf("n %d\n", n);
+    lseek(ro, 3, SEEK_SET); T(ioctl(ro, FIONREAD, &n)); printf("n %d\n", n);
+    T(write(ap, "AP", 2)); T(lseek(ap, 0, SEEK_CUR)); T(pwrite(ap, "PW", 2, 0)); T(lseek(ap, 0, SEEK_CUR));
+    struct stat st; fstat(rw, &st); printf("size %ld\n", (long)st.st_size);
+    T(read(ro, NULL, 0)); T(write(wo, NULL, 0)); T(read(ro, b, 0)); T(read(ro, NULL, 5)); T(pwrite(wo, NULL, 3, 0)); T(readv(ro, NULL, 0)); T(writev(wo, NULL, 2));
+    struct iovec nv[2] = {{NULL, 0}, {b, 2}}; T(readv(ro, nv, 2)); T(pwritev(wo, nv, 2, 0));
+    T(lseek(rw, 100, SEEK_SET)); T(write(rw, "Z", 1)); fstat(rw, &st); printf("size %ld\n", (long)st.st_size);
+    T(lseek(rw, 0, SEEK_HOLE)); T(lseek(rw, 50, SEEK_DATA)); T(lseek(rw, 200, SEEK_DATA)); T(lseek(rw, 200, SEEK_HOLE));
+    T(close(ro)); T(close(ro)); T(read(ro, b, 1)); T(lseek(ro, 0, SEEK_SET));
+    int d = dup(rw); T(fcntl(d, F_SETFL, O_APPEND)); T(write(rw, "Q", 1)); T(lseek(rw, 0, SEEK_CUR)); 
+    T(fcntl(d, F_SETFL, 0)); T(lseek(rw, 0, SEEK_SET)); T(write(rw, "S", 1)); T(lseek(d, 0, SEEK_CUR));
+    char *m = mmap(0, 4096, PROT_READ|PROT_WRITE, MAP_SHARED, ro < 0 ? rw : rw, 0); T(m == MAP_FAILED ? -1 : 0);
+    T(mmap(0, 4096, PROT_WRITE, MAP_SHARED, open("f", O_RDONLY), 0) == MAP_FAILED ? -1 : 0);
+    char out[128] = {0}; pread(rw, out, 127, 0); for (int i = 0; i < 127; i++) if (!out[i]) out[i] = '.'; printf("%s\n", out);
+    return 0;
+}
+C
+cc -w -o errs errs.c && ./errs"#,
+        true,
+    );
+}
+
 /// Runs the bash `script` twice, in a served scratch directory and natively
 /// in another (each its own `HOME`); both must succeed with the same
 /// standard output (and, with `same_stderr`, the same standard error).

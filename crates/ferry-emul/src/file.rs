@@ -51,6 +51,19 @@ fn errno(e: rustix::io::Errno) -> Errno {
     e.raw_os_error()
 }
 
+/// Offsets above this are checked with the kernel when a seek sets them
+/// (no file system allows less, so below it a seek stays a store).
+const SEEK_CHECKED_FROM: i64 = 1 << 31;
+
+/// The kernel's check of a read's range: `EINVAL` when its end does not
+/// fit an offset.
+fn check_range(pos: u64, len: usize) -> Result<(), Errno> {
+    match (pos as i64).checked_add(len as i64) {
+        Some(_) if len <= isize::MAX as usize => Ok(()),
+        _ => Err(libc::EINVAL),
+    }
+}
+
 /// The token held active by this process for one call; passive again on
 /// drop.
 struct Token<'a> {
@@ -279,6 +292,7 @@ impl File {
         }
         let _t = self.token()?;
         let pos = self.offset_now()?;
+        check_range(pos, buf.len())?;
         let n = self.copy_out(pos, buf)?;
         self.set_offset_now(pos + n as u64)?;
         Ok(n)
@@ -293,6 +307,7 @@ impl File {
         if pos < 0 {
             return Err(libc::EINVAL);
         }
+        check_range(pos as u64, buf.len())?;
         // The token keeps the size from shrinking under the copy.
         let _t = self.token()?;
         self.copy_out(pos as u64, buf)
@@ -374,6 +389,13 @@ impl File {
             _ => return Err(libc::EINVAL),
         };
         let new = base.checked_add(off).filter(|v| *v >= 0).ok_or(libc::EINVAL)?;
+        if new > SEEK_CHECKED_FROM && !self.page.kernel_offset() {
+            // Past what every file system allows, the kernel's answer is
+            // the file system's limit (EINVAL beyond ext4's 16 TiB, FAT's
+            // 4 GiB): asked of it on the library's descriptor, whose own
+            // offset nobody uses while the token page holds the offset.
+            rustix::fs::seek(&self.fd, SeekFrom::Start(new as u64)).map_err(errno)?;
+        }
         self.set_offset_now(new as u64)?;
         Ok(new)
     }

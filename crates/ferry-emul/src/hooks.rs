@@ -562,13 +562,50 @@ pub unsafe extern "C" fn freopen64(path: *const c_char, mode: *const c_char, f: 
 
 // ---- reading and writing ---------------------------------------------------
 
+/// Most bytes one read or write moves: the kernel caps a transfer there.
+const MAX_RW: usize = 0x7fff_f000;
+
+/// The caller's buffer of `n` bytes (capped at [`MAX_RW`], as the kernel
+/// caps a transfer) as a slice: empty when `n` is 0, whatever the pointer
+/// (a program may pass NULL; a slice from it would be undefined
+/// behaviour, and a debug build of the library aborted the program on
+/// `read(fd, NULL, 0)`), and `EFAULT` for a null pointer with bytes, as
+/// the kernel answers.
+///
+/// # Safety
+/// A non-null `p` is valid for `n` bytes (the call's contract).
+unsafe fn user_buf_mut<'a>(p: *mut c_void, n: usize) -> Result<&'a mut [u8], Errno> {
+    if n == 0 {
+        return Ok(&mut []);
+    }
+    if p.is_null() {
+        return Err(libc::EFAULT);
+    }
+    // SAFETY: the caller's promise; non-null, at most MAX_RW bytes.
+    Ok(unsafe { std::slice::from_raw_parts_mut(p.cast::<u8>(), n.min(MAX_RW)) })
+}
+
+/// [`user_buf_mut`] for a buffer the call only reads.
+///
+/// # Safety
+/// As [`user_buf_mut`].
+unsafe fn user_buf<'a>(p: *const c_void, n: usize) -> Result<&'a [u8], Errno> {
+    if n == 0 {
+        return Ok(&[]);
+    }
+    if p.is_null() {
+        return Err(libc::EFAULT);
+    }
+    // SAFETY: the caller's promise; non-null, at most MAX_RW bytes.
+    Ok(unsafe { std::slice::from_raw_parts(p.cast::<u8>(), n.min(MAX_RW)) })
+}
+
 /// `read(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
     if let Some((f, _b)) = emulated(fd) {
         // SAFETY: the caller's buffer of n bytes (module safety).
-        let s = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), n) };
-        return ret_size(f.read(s));
+        return ret_size(unsafe { user_buf_mut(buf, n) }.and_then(|s| f.read(s)));
     }
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { real::read()(fd, buf, n) }
@@ -587,8 +624,7 @@ pub unsafe extern "C" fn __read_chk(fd: c_int, buf: *mut c_void, n: size_t, bufl
 unsafe fn pread_impl(fd: c_int, buf: *mut c_void, n: size_t, off: off_t) -> Option<ssize_t> {
     let (f, _b) = emulated(fd)?;
     // SAFETY: the caller's buffer of n bytes.
-    let s = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), n) };
-    Some(ret_size(f.pread(s, off)))
+    Some(ret_size(unsafe { user_buf_mut(buf, n) }.and_then(|s| f.pread(s, off))))
 }
 /// `pread(2)`.
 #[no_mangle]
@@ -620,8 +656,7 @@ pub unsafe extern "C" fn __pread64_chk(fd: c_int, buf: *mut c_void, n: size_t, o
 pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t {
     if let Some((f, _b)) = emulated(fd) {
         // SAFETY: the caller's buffer of n bytes.
-        let s = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), n) };
-        return ret_size(f.write(s));
+        return ret_size(unsafe { user_buf(buf, n) }.and_then(|s| f.write(s)));
     }
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { real::write()(fd, buf, n) }
@@ -630,8 +665,7 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssiz
 unsafe fn pwrite_impl(fd: c_int, buf: *const c_void, n: size_t, off: off_t) -> Option<ssize_t> {
     let (f, _b) = emulated(fd)?;
     // SAFETY: the caller's buffer of n bytes.
-    let s = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), n) };
-    Some(ret_size(f.pwrite(s, off)))
+    Some(ret_size(unsafe { user_buf(buf, n) }.and_then(|s| f.pwrite(s, off))))
 }
 /// `pwrite(2)`.
 #[no_mangle]
@@ -656,6 +690,13 @@ unsafe fn vector(
 ) -> ssize_t {
     if !(0..=libc::UIO_MAXIOV).contains(&cnt) {
         set_errno(libc::EINVAL);
+        return -1;
+    }
+    if cnt == 0 {
+        return 0;
+    }
+    if iov.is_null() {
+        set_errno(libc::EFAULT);
         return -1;
     }
     // SAFETY: the caller's array of cnt iovecs.
@@ -693,6 +734,9 @@ unsafe fn iovecs<'a>(iov: *const libc::iovec, cnt: c_int) -> Result<(&'a [libc::
     if cnt == 0 {
         return Ok((&[], 0));
     }
+    if iov.is_null() {
+        return Err(libc::EFAULT);
+    }
     // SAFETY: the caller's array of cnt iovecs (module safety).
     let v = unsafe { std::slice::from_raw_parts(iov, cnt as usize) };
     let total = v.iter().try_fold(0usize, |t, io| t.checked_add(io.iov_len).filter(|t| *t <= isize::MAX as usize));
@@ -710,6 +754,9 @@ unsafe fn readv_impl(fd: c_int, iov: *const libc::iovec, cnt: c_int, off: Option
         Ok(x) => x,
         Err(e) => return Some(ret_size(Err(e))),
     };
+    if v.iter().any(|io| io.iov_base.is_null() && io.iov_len > 0) {
+        return Some(ret_size(Err(libc::EFAULT)));
+    }
     if v.len() > 1 && total <= GATHER_MAX {
         let mut buf = vec![0u8; total];
         let r = match off {
@@ -736,7 +783,7 @@ unsafe fn readv_impl(fd: c_int, iov: *const libc::iovec, cnt: c_int, off: Option
     Some(unsafe {
         vector(iov, cnt, off, |p, n, o| {
             // SAFETY: one of the caller's buffers.
-            let s = std::slice::from_raw_parts_mut(p, n);
+            let s = user_buf_mut(p.cast(), n)?;
             match o {
                 Some(o) => f.pread(s, o),
                 None => f.read(s),
@@ -760,9 +807,10 @@ unsafe fn writev_impl(fd: c_int, iov: *const libc::iovec, cnt: c_int, off: Optio
     if v.len() > 1 && total <= GATHER_MAX {
         let mut buf = Vec::with_capacity(total);
         for io in v {
-            if io.iov_len > 0 {
-                // SAFETY: one of the caller's buffers, of iov_len bytes.
-                buf.extend_from_slice(unsafe { std::slice::from_raw_parts(io.iov_base.cast::<u8>(), io.iov_len) });
+            // SAFETY: one of the caller's buffers, of iov_len bytes.
+            match unsafe { user_buf(io.iov_base.cast_const(), io.iov_len) } {
+                Ok(b) => buf.extend_from_slice(b),
+                Err(e) => return Some(ret_size(Err(e))),
             }
         }
         return Some(ret_size(match off {
@@ -774,7 +822,7 @@ unsafe fn writev_impl(fd: c_int, iov: *const libc::iovec, cnt: c_int, off: Optio
     Some(unsafe {
         vector(iov, cnt, off, |p, n, o| {
             // SAFETY: one of the caller's buffers.
-            let s = std::slice::from_raw_parts(p, n);
+            let s = user_buf(p.cast_const().cast(), n)?;
             match o {
                 Some(o) => f.pwrite(s, o),
                 None => f.write(s),

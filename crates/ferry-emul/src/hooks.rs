@@ -1497,6 +1497,10 @@ fn by_name(dirfd: c_int, path: *const c_char, f: impl FnOnce(&ferry::emulation::
 fn stat_impl(dirfd: c_int, path: *const c_char, out: *mut libc::stat, nofollow: bool) -> Option<c_int> {
     by_name(dirfd, path, |c, rel| {
         let s = c.stat(rel, nofollow)?;
+        if out.is_null() {
+            // As the kernel answers a null buffer (writing there crashed).
+            return Err(libc::EFAULT);
+        }
         fill_stat(&s, out);
         Ok(())
     })

@@ -1933,6 +1933,33 @@ cc -w -o errs errs.c && ./errs"#,
     );
 }
 
+#[test]
+fn emul_a_child_that_closes_descriptors_before_exec_hands_on_offsets_like_native() {
+    // Python's subprocess closes every descriptor but the ones passed
+    // before it execs, the library's own too (through close): the child's
+    // last request to the server failed, the offset was not handed to the
+    // kernel, and the program it started wrote at offset 0 while the
+    // parent's offset stayed where it was.
+    script_matches_native(
+        "emul_a_child_that_closes_descriptors_before_exec_hands_on_offsets_like_native",
+        &["bash", "python3", "sh"],
+        r#"python3 -c "
+import os, subprocess
+fd = os.open('f', os.O_RDWR | os.O_CREAT, 0o644)
+r = subprocess.run(['sh', '-c', 'echo shell >&%d' % fd], pass_fds=[fd]); print(r.returncode, os.lseek(fd, 0, 1))
+os.write(fd, b'parent\n')
+r = subprocess.run(['sh', '-c', 'echo again >&%d' % fd], pass_fds=[fd], close_fds=True); print(r.returncode, os.lseek(fd, 0, 1))
+os.lseek(fd, 0, 0); print(os.read(fd, 100))
+with open('g', 'w') as g:
+    g.write('first\n'); g.flush()
+    subprocess.run(['sh', '-c', 'echo child'], stdout=g)
+    g.write('last\n')
+print(open('g').read())
+""#,
+        true,
+    );
+}
+
 /// Runs the bash `script` twice, in a served scratch directory and natively
 /// in another (each its own `HOME`); both must succeed with the same
 /// standard output (and, with `same_stderr`, the same standard error).

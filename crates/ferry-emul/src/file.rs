@@ -104,6 +104,13 @@ impl File {
         &self.fd
     }
 
+    /// The descriptor of the hold (the send right that keeps the open
+    /// file at the server).
+    pub fn hold_fd(&self) -> i32 {
+        use std::os::fd::AsRawFd;
+        self._hold.as_fd().as_raw_fd()
+    }
+
     /// Makes this process the token's active holder: one compare-and-swap
     /// when it is the passive holder, else a wait for another thread of it,
     /// else a request to the server (which calls the token back).
@@ -421,8 +428,14 @@ impl File {
     /// offset to the open file's and makes the kernel's the one from now
     /// on, for every process sharing the open file, since the new program
     /// moves it without the library (it starts with an empty table).
+    ///
+    /// Without the token (the server cannot be reached: a child that
+    /// closed the library's descriptors before exec, or a server gone) it
+    /// is done all the same: the offset in the token page is the last one
+    /// any holder left, and a stale kernel offset is what the new program
+    /// would use otherwise.
     pub fn hand_offset_to_kernel(&self) {
-        let Ok(_t) = self.token() else { return };
+        let _t = self.token().ok();
         if !self.page.kernel_offset() {
             if rustix::fs::seek(&self.fd, SeekFrom::Start(self.page.offset())).is_err() {
                 return;

@@ -997,12 +997,33 @@ pub unsafe extern "C" fn fdatasync(fd: c_int) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     if let Some(_b) = enter() {
+        if fd >= ferry::emulation::client::HIGH_FD && kept_from_the_program(fd) {
+            // The program closes descriptors it did not open (a child
+            // closing all but a few before exec, as Python's subprocess
+            // does, or a daemon): the library's own stay, as `close_range`
+            // spares them. Closed, the child's last call to the server
+            // before exec failed, and the program it started wrote at a
+            // stale offset.
+            return 0;
+        }
         // The open file goes (with its window and hold) when its last
         // descriptor in this process does.
         drop(state::take(fd));
     }
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { real::close()(fd) }
+}
+
+/// Whether `fd` is a descriptor the library keeps for as long as the
+/// process runs or a file is open: the server's right, or an open file's
+/// own descriptor or hold. (Not a thread's reply port: the library closes
+/// those itself when a thread ends, through this same function, and makes
+/// a new one if a program closed it.)
+fn kept_from_the_program(fd: c_int) -> bool {
+    if emul().is_some_and(|e| e.client.right().as_fd().as_raw_fd() == fd) {
+        return true;
+    }
+    state::all().iter().any(|(_, f)| f.fd().as_raw_fd() == fd || f.hold_fd() == fd)
 }
 /// Whether `fd` is one of the library's own descriptors, which it keeps at
 /// [`HIGH_FD`](ferry::emulation::client::HIGH_FD) and above: an open

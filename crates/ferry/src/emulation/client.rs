@@ -152,9 +152,14 @@ impl Client {
             if slot.as_ref().is_none_or(|(p, _)| *p != pid) {
                 let rx = reply_port()?;
                 if let Some((_, old)) = slot.take() {
-                    // Inherited from the parent: only this process's copy
-                    // of the descriptors goes.
-                    drop(old);
+                    // Inherited from the parent. Its descriptor is not
+                    // closed: the child may have closed it already (a
+                    // child about to exec closes all it does not pass on,
+                    // as Python's subprocess does), and the number may
+                    // now be another descriptor's, the new reply port's
+                    // among them. It is close-on-exec; a child that does
+                    // not exec keeps one descriptor more.
+                    std::mem::forget(old);
                 }
                 *slot = Some((pid, rx));
             }

@@ -1437,7 +1437,7 @@ int main(void) {
     T(open("sub", O_WRONLY)); T(open("f", O_RDONLY|O_DIRECTORY)); T(open("sub", O_RDONLY|O_CREAT, 0644));
     T(open("newf/", O_RDONLY|O_CREAT, 0644)); T(rename("f", "sub/deep/")); T(rename("sub/deep", "."));
     T(open("f/", O_WRONLY|O_CREAT, 0644)); T(open("sub/", O_WRONLY|O_CREAT|O_EXCL, 0644)); T(open("missing/x/", O_WRONLY|O_CREAT, 0644));
-    T(stat("sub", NULL)); T(lstat("missing", NULL));
+    T(stat("sub", NULL)); T(lstat("missing", NULL)); T(open("loop", O_RDWR|O_CREAT|O_EXCL, 0644));
     T(unlink("sub")); T(rmdir("f")); T(rmdir(".")); T(rename("f", "f"));
     T(lstat("lnk/", &st)); printf("lnk/ is a directory %d\n", S_ISDIR(st.st_mode));
     T(unlink("lnk/")); T(rmdir("lnk/"));

@@ -599,7 +599,10 @@ fn open_beneath(root: &OwnedFd, name: &str, flags: i32, mode: u32) -> Res<(Owned
     let mut name = name.to_owned();
     // The kernel's own limit on links followed in one lookup.
     for _ in 0..40 {
-        match resolve(root, &name, !o.contains(OFlags::NOFOLLOW), OFlags::empty()) {
+        // With O_CREAT | O_EXCL the kernel never follows a last link:
+        // whatever is there, a dangling or looping link too, is EEXIST.
+        let follow = !o.contains(OFlags::NOFOLLOW) && !o.contains(OFlags::CREATE | OFlags::EXCL);
+        match resolve(root, &name, follow, OFlags::empty()) {
             Ok(path) => {
                 if o.contains(OFlags::CREATE | OFlags::EXCL) {
                     return Err(Errno::EXIST);

@@ -1960,6 +1960,87 @@ print(open('g').read())
     );
 }
 
+/// Random file operations, the same for a seed, on a few names (with
+/// `..`, trailing slashes, links): opens with every kind of flags, reads,
+/// writes, seeks, vectors, truncations, renames, links, `copy_file_range`,
+/// mmap, children reading and writing inherited descriptors (through fork
+/// and through exec), and the tree at the end. Run natively and under the
+/// library, their outputs must agree; this found the trailing-slash and
+/// `O_EXCL` answers of opens, the copies the kernel refuses and the child
+/// that closed the library's descriptors before exec.
+const RANDOM_OPS_PY: &str = r#"import os, random, sys, errno, subprocess, mmap
+rnd = random.Random(int(sys.argv[1]))
+names = ['a', 'b', 'c', 'd/x', 'd/y', 'e/../a', 'd/', 'a/', 'ln', 'd/../b']
+os.makedirs('d', exist_ok=True)
+try: os.symlink('d/x', 'ln')
+except FileExistsError: pass
+fds = []
+def log(*a): print(*a)
+for step in range(400):
+    op = rnd.choice(['open', 'open', 'read', 'write', 'write', 'seek', 'pread', 'pwrite', 'trunc', 'close', 'dup', 'rename', 'unlink', 'stat', 'ftrunc', 'mkdir', 'rmdir', 'readv', 'writev', 'append', 'symlink', 'link', 'cat', 'cfr', 'mmap', 'lstat', 'readlink', 'echo'])
+    try:
+        if op == 'open':
+            fl = rnd.choice([os.O_RDONLY, os.O_WRONLY | os.O_CREAT, os.O_RDWR | os.O_CREAT, os.O_RDWR | os.O_CREAT | os.O_TRUNC, os.O_WRONLY | os.O_APPEND | os.O_CREAT, os.O_RDWR | os.O_CREAT | os.O_EXCL, os.O_RDONLY | os.O_DIRECTORY])
+            fd = os.open(rnd.choice(names), fl, 0o644); fds.append(fd); log(step, op, 'ok')
+        elif not fds and op in ('read', 'write', 'seek', 'pread', 'pwrite', 'close', 'dup', 'ftrunc', 'readv', 'writev', 'cat', 'echo', 'cfr', 'mmap'):
+            continue
+        elif op == 'read': log(step, op, os.read(rnd.choice(fds), rnd.randint(0, 50)))
+        elif op == 'write': log(step, op, os.write(rnd.choice(fds), bytes([rnd.randint(97, 122)]) * rnd.randint(0, 40)))
+        elif op == 'append':
+            with open(rnd.choice(names), 'a') as f: f.write('app%d\n' % step)
+            log(step, op, 'ok')
+        elif op == 'seek': log(step, op, os.lseek(rnd.choice(fds), rnd.randint(-20, 200), rnd.choice([0, 1, 2])))
+        elif op == 'pread': log(step, op, os.pread(rnd.choice(fds), rnd.randint(0, 50), rnd.randint(0, 300)))
+        elif op == 'pwrite': log(step, op, os.pwrite(rnd.choice(fds), b'P' * rnd.randint(0, 30), rnd.randint(0, 300)))
+        elif op == 'trunc': os.truncate(rnd.choice(names), rnd.randint(0, 300)); log(step, op, 'ok')
+        elif op == 'ftrunc': os.ftruncate(rnd.choice(fds), rnd.randint(0, 300)); log(step, op, 'ok')
+        elif op == 'close': fd = rnd.choice(fds); fds.remove(fd); os.close(fd); log(step, op)
+        elif op == 'dup': fds.append(os.dup(rnd.choice(fds))); log(step, op)
+        elif op == 'rename': os.rename(rnd.choice(names), rnd.choice(names)); log(step, op, 'ok')
+        elif op == 'unlink': os.unlink(rnd.choice(names)); log(step, op, 'ok')
+        elif op == 'stat': st = os.stat(rnd.choice(names)); log(step, op, st.st_size, oct(st.st_mode))
+        elif op == 'mkdir': os.mkdir(rnd.choice(names)); log(step, op, 'ok')
+        elif op == 'rmdir': os.rmdir(rnd.choice(names)); log(step, op, 'ok')
+        elif op == 'readv':
+            a, b = bytearray(rnd.randint(0, 20)), bytearray(rnd.randint(0, 20)); n = os.readv(rnd.choice(fds), [a, b]); log(step, op, n, bytes(a), bytes(b))
+        elif op == 'symlink': os.symlink(rnd.choice(['a', 'd', 'd/x', '../a', 'nowhere']), rnd.choice(names)); log(step, op, 'ok')
+        elif op == 'link': os.link(rnd.choice(names), rnd.choice(names)); log(step, op, 'ok')
+        elif op == 'lstat': st = os.lstat(rnd.choice(names)); log(step, op, st.st_size, oct(st.st_mode))
+        elif op == 'readlink': log(step, op, os.readlink(rnd.choice(names)))
+        elif op == 'cat':
+            fd = rnd.choice(fds); r = subprocess.run(['head', '-c', str(rnd.randint(0, 30))], stdin=fd, capture_output=True); log(step, op, r.stdout, r.returncode, os.lseek(fd, 0, 1) if r.returncode == 0 else '')
+        elif op == 'echo':
+            fd = rnd.choice(fds); r = subprocess.run(['sh', '-c', 'echo shell%d >&%d' % (step, fd)], pass_fds=[fd], capture_output=True); log(step, op, r.returncode, os.lseek(fd, 0, 1) if r.returncode == 0 else '')
+        elif op == 'cfr':
+            a, b = rnd.choice(fds), rnd.choice(fds); log(step, op, os.copy_file_range(a, b, rnd.randint(0, 40)))
+        elif op == 'mmap':
+            fd = rnd.choice(fds); n = os.fstat(fd).st_size
+            if n: m = mmap.mmap(fd, n, prot=mmap.PROT_READ); log(step, op, m[:20]); m.close()
+        elif op == 'writev': log(step, op, os.writev(rnd.choice(fds), [b'v' * rnd.randint(0, 10), b'w' * rnd.randint(0, 10)]))
+    except OSError as e:
+        log(step, op, 'err', errno.errorcode.get(e.errno))
+    if step % 50 == 49 and rnd.random() < 0.5:
+        pid = os.fork()
+        if pid == 0:
+            for fd in fds[:3]:
+                try: os.write(fd, b'CHILD'); os.lseek(fd, 3, 1)
+                except OSError: pass
+            os._exit(0)
+        os.waitpid(pid, 0); log(step, 'forked')
+for root, dirs, files in sorted(os.walk('.')):
+    for f in sorted(files):
+        p = os.path.join(root, f)
+        if os.path.isfile(p): log(p, open(p, 'rb').read())
+"#;
+
+#[test]
+fn emul_random_file_operations_match_native() {
+    let mut script = String::from("cat > ops.py <<'PY'\n");
+    script.push_str(RANDOM_OPS_PY);
+    script.push_str("PY\nfor seed in 1 2 3 4 5 6 7 8 9 10 11 12; do mkdir s$seed; (cd s$seed && python3 ../ops.py $seed) || exit 1; done\n");
+    script_matches_native("emul_random_file_operations_match_native", &["bash", "python3", "head", "sh"], &script, true);
+}
+
 /// Runs the bash `script` twice, in a served scratch directory and natively
 /// in another (each its own `HOME`); both must succeed with the same
 /// standard output (and, with `same_stderr`, the same standard error).

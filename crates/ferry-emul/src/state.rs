@@ -209,11 +209,25 @@ pub fn beneath(e: &Emul, dirfd: i32, path: &[u8]) -> Option<String> {
             cwd()?
         } else {
             let link = rustix::fs::readlink(format!("/proc/self/fd/{dirfd}"), Vec::new()).ok()?;
-            link.to_str().ok()?.to_owned()
+            let link = link.to_str().ok()?.to_owned();
+            if link.ends_with(" (deleted)") && deleted(dirfd) {
+                // A directory removed while open has no name to send:
+                // the kernel resolves relative to the descriptor itself
+                // (`rmdir(".")` there is EINVAL, not the ENOENT of a name).
+                return None;
+            }
+            link
         };
         format!("{base}/{path}")
     };
     split_at_root(&e.root, &full)
+}
+
+/// Whether the directory `dirfd` has been removed (no link left).
+fn deleted(dirfd: i32) -> bool {
+    // SAFETY: a descriptor number the caller passed; borrowed for one fstat.
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(dirfd) };
+    rustix::fs::fstat(fd).is_ok_and(|st| st.st_nlink == 0)
 }
 
 #[cfg(test)]

@@ -1964,10 +1964,12 @@ print(open('g').read())
 /// `..`, trailing slashes, links): opens with every kind of flags, reads,
 /// writes, seeks, vectors, truncations, renames, links, `copy_file_range`,
 /// mmap, children reading and writing inherited descriptors (through fork
-/// and through exec), and the tree at the end. Run natively and under the
+/// and through exec), calls relative to directory descriptors (of
+/// directories removed meanwhile too), `chdir`, and the tree at the end. Run natively and under the
 /// library, their outputs must agree; this found the trailing-slash and
-/// `O_EXCL` answers of opens, the copies the kernel refuses and the child
-/// that closed the library's descriptors before exec.
+/// `O_EXCL` answers of opens, the copies the kernel refuses, the child
+/// that closed the library's descriptors before exec, names relative to a
+/// removed directory and the size a write of nothing set.
 const RANDOM_OPS_PY: &str = r#"import os, random, sys, errno, subprocess, mmap
 rnd = random.Random(int(sys.argv[1]))
 names = ['a', 'b', 'c', 'd/x', 'd/y', 'e/../a', 'd/', 'a/', 'ln', 'd/../b']
@@ -1975,11 +1977,28 @@ os.makedirs('d', exist_ok=True)
 try: os.symlink('d/x', 'ln')
 except FileExistsError: pass
 fds = []
+dfds = []
+top = os.getcwd()
 def log(*a): print(*a)
 for step in range(400):
-    op = rnd.choice(['open', 'open', 'read', 'write', 'write', 'seek', 'pread', 'pwrite', 'trunc', 'close', 'dup', 'rename', 'unlink', 'stat', 'ftrunc', 'mkdir', 'rmdir', 'readv', 'writev', 'append', 'symlink', 'link', 'cat', 'cfr', 'mmap', 'lstat', 'readlink', 'echo'])
+    op = rnd.choice(['dirfd', 'at_open', 'at_stat', 'at_unlink', 'at_rename', 'at_mkdir', 'chdir', 'at_rmdir', 'at_readlink', 'listdir', 'open', 'open', 'read', 'write', 'write', 'seek', 'pread', 'pwrite', 'trunc', 'close', 'dup', 'rename', 'unlink', 'stat', 'ftrunc', 'mkdir', 'rmdir', 'readv', 'writev', 'append', 'symlink', 'link', 'cat', 'cfr', 'mmap', 'lstat', 'readlink', 'echo'])
     try:
-        if op == 'open':
+        if op == 'dirfd':
+            dfds.append(os.open(rnd.choice(['.', 'd', 'e', 'ln', 'a', 'd/..']), os.O_RDONLY | os.O_DIRECTORY)); log(step, op, 'ok')
+        elif op.startswith('at_') and not dfds:
+            continue
+        elif op == 'at_open':
+            fl = rnd.choice([os.O_RDONLY, os.O_WRONLY | os.O_CREAT, os.O_RDWR | os.O_CREAT | os.O_EXCL, os.O_RDWR | os.O_TRUNC, os.O_RDONLY | os.O_NOFOLLOW])
+            fds.append(os.open(rnd.choice(names + ['..', '../a']), fl, 0o600, dir_fd=rnd.choice(dfds))); log(step, op, 'ok')
+        elif op == 'at_stat': st = os.stat(rnd.choice(names + ['..', '.']), dir_fd=rnd.choice(dfds), follow_symlinks=rnd.random() < 0.5); log(step, op, st.st_size if not os.path.isdir('/proc/self/fd/0') else 0, oct(st.st_mode))
+        elif op == 'at_unlink': os.unlink(rnd.choice(names), dir_fd=rnd.choice(dfds)); log(step, op, 'ok')
+        elif op == 'at_rmdir': os.rmdir(rnd.choice(names + ['..', '.']), dir_fd=rnd.choice(dfds)); log(step, op, 'ok')
+        elif op == 'at_rename': os.rename(rnd.choice(names), rnd.choice(names + ['../z']), src_dir_fd=rnd.choice(dfds), dst_dir_fd=rnd.choice(dfds)); log(step, op, 'ok')
+        elif op == 'at_mkdir': os.mkdir(rnd.choice(names), dir_fd=rnd.choice(dfds)); log(step, op, 'ok')
+        elif op == 'at_readlink': log(step, op, os.readlink(rnd.choice(names), dir_fd=rnd.choice(dfds)))
+        elif op == 'chdir': os.chdir(rnd.choice(['d', '..', top, 'ln', 'e'])) if os.getcwd() != top else os.chdir(rnd.choice(['d', top, 'e'])); log(step, op, os.path.relpath(os.getcwd(), top))
+        elif op == 'listdir': log(step, op, sorted(os.listdir(rnd.choice(['.', 'd', top]))))
+        elif op == 'open':
             fl = rnd.choice([os.O_RDONLY, os.O_WRONLY | os.O_CREAT, os.O_RDWR | os.O_CREAT, os.O_RDWR | os.O_CREAT | os.O_TRUNC, os.O_WRONLY | os.O_APPEND | os.O_CREAT, os.O_RDWR | os.O_CREAT | os.O_EXCL, os.O_RDONLY | os.O_DIRECTORY])
             fd = os.open(rnd.choice(names), fl, 0o644); fds.append(fd); log(step, op, 'ok')
         elif not fds and op in ('read', 'write', 'seek', 'pread', 'pwrite', 'close', 'dup', 'ftrunc', 'readv', 'writev', 'cat', 'echo', 'cfr', 'mmap'):
@@ -2027,6 +2046,7 @@ for step in range(400):
                 except OSError: pass
             os._exit(0)
         os.waitpid(pid, 0); log(step, 'forked')
+os.chdir(top)
 for root, dirs, files in sorted(os.walk('.')):
     for f in sorted(files):
         p = os.path.join(root, f)
@@ -2037,7 +2057,7 @@ for root, dirs, files in sorted(os.walk('.')):
 fn emul_random_file_operations_match_native() {
     let mut script = String::from("cat > ops.py <<'PY'\n");
     script.push_str(RANDOM_OPS_PY);
-    script.push_str("PY\nfor seed in 1 2 3 4 5 6 7 8 9 10 11 12; do mkdir s$seed; (cd s$seed && python3 ../ops.py $seed) || exit 1; done\n");
+    script.push_str("PY\nfor seed in 1 2 3 5 8 9 11 13 21 34 44 51; do mkdir s$seed; (cd s$seed && python3 ../ops.py $seed) || exit 1; done\n");
     script_matches_native("emul_random_file_operations_match_native", &["bash", "python3", "head", "sh"], &script, true);
 }
 

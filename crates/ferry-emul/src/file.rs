@@ -265,7 +265,10 @@ impl File {
             }
         }
         let end = pos + done as u64;
-        if end > size {
+        // A write of nothing does not grow the file, wherever it is (the
+        // size once went to its offset, and reads there returned zeros
+        // that are not in the file).
+        if done > 0 && end > size {
             self.page.set_size(end);
         }
         Ok(done)

@@ -1663,10 +1663,28 @@ pub unsafe extern "C" fn renameat2(d1: c_int, a: *const c_char, d2: c_int, b: *c
 /// overwrote.)
 #[no_mangle]
 pub extern "C" fn vfork() -> libc::pid_t {
-    // SAFETY: fork takes no arguments; the C library runs its fork
-    // handlers (the library's among them, which records the child's pid).
-    unsafe { libc::fork() }
+    // SAFETY: this library's `fork`, below.
+    unsafe { fork() }
 }
+
+/// `fork(2)`: the library's set-up finishes first. A `fork` while another
+/// thread was setting the library up (its first file call) left the
+/// child waiting for ever on a set-up that thread, absent in the child,
+/// would never finish: a program whose threads start with file calls
+/// while another forks hung its children. Waiting here for the set-up
+/// also registers the handlers that keep the table of descriptors whole
+/// across the fork.
+#[no_mangle]
+pub unsafe extern "C" fn fork() -> libc::pid_t {
+    if let Some(_b) = enter() {
+        let _ = emul();
+    }
+    // SAFETY: the C library's own fork, which takes no arguments and runs
+    // the fork handlers (the library's among them, which record the
+    // child's pid).
+    unsafe { real::fork()() }
+}
+
 
 // ---- exec: the kernel's offsets take over ------------------------------------
 

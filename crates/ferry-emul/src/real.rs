@@ -145,6 +145,7 @@ real_fns! {
     execvp: fn(*const c_char, *const *const c_char) -> c_int;
     execvpe: fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
     fexecve: fn(c_int, *const *const c_char, *const *const c_char) -> c_int;
+    fork: fn() -> libc::pid_t;
     execl: fn() -> c_int;
     execle: fn() -> c_int;
     execlp: fn() -> c_int;

@@ -4,9 +4,9 @@
 //! (the library's own code calls C functions that are themselves caught
 //! here; inside the library they pass straight through).
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock, RwLock};
+use std::sync::{Arc, OnceLock, RwLock, RwLockWriteGuard};
 
 use ferry::emulation::Client;
 
@@ -37,7 +37,7 @@ pub const DEFAULT_WINDOW: usize = 1 << 20;
 static EMUL: OnceLock<Option<Emul>> = OnceLock::new();
 static PID: AtomicI32 = AtomicI32::new(0);
 static COUNT: AtomicUsize = AtomicUsize::new(0);
-static TABLE: RwLock<Vec<Option<Arc<File>>>> = RwLock::new(Vec::new());
+static TABLE: RwLock<Table> = RwLock::new(Vec::new());
 
 thread_local! {
     static BUSY: Cell<bool> = const { Cell::new(false) };
@@ -58,7 +58,36 @@ pub fn enter() -> Option<Busy> {
     BUSY.with(|b| if b.replace(true) { None } else { Some(Busy(())) })
 }
 
+/// The table of descriptors as `fork` found it.
+type Table = Vec<Option<Arc<File>>>;
+
+thread_local! {
+    /// The table's lock, held by the forking thread across `fork`.
+    static FORKING: RefCell<Option<RwLockWriteGuard<'static, Table>>> = const { RefCell::new(None) };
+}
+
+/// Before `fork`: the table's lock is taken, so that no other thread of
+/// the process is changing the table when the child is made (a child
+/// copies the lock as it was, and one held by a thread the child does not
+/// have would never be released there: the child's next open, close or
+/// exec hung). Not when this thread is inside the library already (a
+/// `fork` from a signal handler), where the lock may be its own.
+extern "C" fn before_fork() {
+    if BUSY.with(|b| b.get()) {
+        return;
+    }
+    let guard = TABLE.write().unwrap_or_else(|e| e.into_inner());
+    let _ = FORKING.try_with(|f| *f.borrow_mut() = Some(guard));
+}
+
+/// After `fork`, in the parent: the table's lock goes.
+extern "C" fn after_fork_in_parent() {
+    let _ = FORKING.try_with(|f| f.borrow_mut().take());
+}
+
 extern "C" fn after_fork_in_child() {
+    // The child's copy of the lock, held by this same thread, goes.
+    let _ = FORKING.try_with(|f| f.borrow_mut().take());
     // SAFETY: getpid takes no arguments and cannot fail.
     PID.store(unsafe { libc::getpid() }, Ordering::Relaxed);
 }
@@ -78,10 +107,11 @@ pub fn emul() -> Option<&'static Emul> {
             .and_then(|v| v.parse::<usize>().ok())
             .filter(|w| w.is_power_of_two() && *w >= 4096)
             .unwrap_or(DEFAULT_WINDOW);
-        after_fork_in_child();
+        PID.store(rustix::process::getpid().as_raw_nonzero().get(), Ordering::Relaxed);
         crate::fault::install();
-        // SAFETY: registers a handler that only stores the new pid.
-        unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
+        // SAFETY: registers handlers that take and release the table's
+        // lock around fork and store the child's pid.
+        unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork_in_parent), Some(after_fork_in_child)) };
         let populate = std::env::var("FERRY_EMUL_POPULATE").is_ok_and(|v| v == "1");
         Some(Emul { client, root, window, populate, fileno_patch: crate::hooks::check_fileno_patch() })
     })

@@ -13,8 +13,8 @@
 //! the real size).
 
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::time::Duration;
 
 use ferry::emulation::{OpenedFile, TokenPage, TokenState};
@@ -32,6 +32,81 @@ struct Window {
     len: usize,
 }
 
+/// The lock of an open file's window, which records its holder's pid so
+/// that a child of `fork` can take it over: a `Mutex` held by another
+/// thread at the fork stays held in the child for ever (that thread is
+/// not in the child), and the child's next read of the file hung. A
+/// holder of another pid than this process's is such a thread; its
+/// window, perhaps half moved, is forgotten (its mapping, if any, stays).
+struct WindowLock {
+    /// The holder's pid; 0 when free.
+    holder: AtomicI32,
+    window: UnsafeCell<Window>,
+}
+
+// SAFETY: the window is reached only through a `WindowGuard`, of which
+// one exists at a time in a process (`lock`).
+unsafe impl Sync for WindowLock {}
+
+/// The window, held by this thread.
+struct WindowGuard<'a> {
+    lock: &'a WindowLock,
+}
+
+impl WindowLock {
+    fn new() -> WindowLock {
+        WindowLock { holder: AtomicI32::new(0), window: UnsafeCell::new(Window { addr: 0, start: 0, len: 0 }) }
+    }
+
+    fn lock(&self) -> WindowGuard<'_> {
+        let me = state::pid();
+        let mut spins = 0u32;
+        loop {
+            match self.holder.compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed) {
+                Ok(_) => return WindowGuard { lock: self },
+                // Held at a fork by a thread of the parent: ours now.
+                Err(h) if h != me => {
+                    if self.holder.compare_exchange(h, me, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+                        // SAFETY: held (just taken); no thread of this
+                        // process has the window.
+                        unsafe { (*self.window.get()).len = 0 };
+                        return WindowGuard { lock: self };
+                    }
+                }
+                // Another thread of this process copies: a short wait.
+                Err(_) => {}
+            }
+            spins += 1;
+            if spins < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+}
+
+impl std::ops::Deref for WindowGuard<'_> {
+    type Target = Window;
+    fn deref(&self) -> &Window {
+        // SAFETY: this guard holds the lock (`WindowLock::lock`).
+        unsafe { &*self.lock.window.get() }
+    }
+}
+
+impl std::ops::DerefMut for WindowGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Window {
+        // SAFETY: this guard holds the lock (`WindowLock::lock`).
+        unsafe { &mut *self.lock.window.get() }
+    }
+}
+
+impl Drop for WindowGuard<'_> {
+    fn drop(&mut self) {
+        self.lock.holder.store(0, Ordering::Release);
+    }
+}
+
 /// An emulated open file as this process sees it.
 pub struct File {
     id: u64,
@@ -43,7 +118,7 @@ pub struct File {
     map_writable: bool,
     /// `O_APPEND`, as opened or as `fcntl(F_SETFL)` last set it.
     append: AtomicBool,
-    window: Mutex<Window>,
+    window: WindowLock,
     wsize: usize,
 }
 
@@ -94,7 +169,7 @@ impl File {
             // measured 2.9x slower than the system call (docs/emulation.md).
             map_writable: false,
             append: AtomicBool::new(flags & libc::O_APPEND != 0),
-            window: Mutex::new(Window { addr: 0, start: 0, len: 0 }),
+            window: WindowLock::new(),
             wsize,
         }
     }
@@ -204,7 +279,7 @@ impl File {
             return Ok(0);
         }
         let want = (buf.len() as u64).min(size - pos) as usize;
-        let mut w = self.window.lock().unwrap_or_else(|e| e.into_inner());
+        let mut w = self.window.lock();
         let mut done = 0;
         while done < want {
             // Bytes already copied are returned; the failure comes with
@@ -241,7 +316,7 @@ impl File {
         let size = self.page.size();
         let inside = if self.map_writable && pos < size { (buf.len() as u64).min(size - pos) as usize } else { 0 };
         if inside > 0 {
-            let mut w = self.window.lock().unwrap_or_else(|e| e.into_inner());
+            let mut w = self.window.lock();
             let mut done = 0;
             while done < inside {
                 let (dst, avail) = self.window_at(&mut w, pos + done as u64)?;
@@ -450,7 +525,7 @@ impl File {
 
 impl Drop for File {
     fn drop(&mut self) {
-        let mut w = self.window.lock().unwrap_or_else(|e| e.into_inner());
+        let mut w = self.window.lock();
         self.unmap(&mut w);
         drop(w);
         self.page.give_up(state::pid());

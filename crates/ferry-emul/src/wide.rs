@@ -12,15 +12,15 @@
 //! to the C library's own function untouched.
 //!
 //! `fwprintf`, `vfwprintf` and their fortified forms (which failed there)
-//! format into a wide
-//! buffer (`vswprintf`) and write it the same way. `fwprintf` is
-//! variadic, which a stable Rust function cannot be: on x86-64 it is a
-//! naked trampoline that builds the `va_list` of its variable arguments
-//! (as a variadic C function's prologue does) and calls the `v` form. The
-//! `fwscanf` family cannot be done through the narrow functions without
-//! a scanner of its own: on a byte-only stream it fails with `EOF` and
-//! `EOPNOTSUPP` (it crashed in the C library). Elsewhere than on x86-64,
-//! `fwprintf` and `fwscanf` on such streams still crash.
+//! format into a wide buffer (`vswprintf`) and write it the same way. The
+//! `fwscanf` family (which crashed there) scans through a stream of the C
+//! library's own over the same file, put where the library's stream is,
+//! and moves the library's stream to where the scan stopped. `fwprintf`
+//! and `fwscanf` are variadic, which a stable Rust function cannot be: on
+//! x86-64 each is a naked trampoline that builds the `va_list` of its
+//! variable arguments (as a variadic C function's prologue does) and
+//! calls the `v` form. Elsewhere than on x86-64 they still fail or crash
+//! on such streams.
 //!
 //! # Safety
 //! The trampolines store the argument registers in their own frame,
@@ -445,19 +445,80 @@ pub unsafe extern "C" fn __vfwprintf_chk(f: *mut FILE, flag: c_int, format: *con
     unsafe { real::__vfwprintf_chk()(f, flag, format, ap) }
 }
 
-/// `vfwscanf`'s answer on a byte-only stream: `EOF`, `EOPNOTSUPP`.
-extern "C" fn refuse_scan() -> c_int {
-    set_errno(libc::EOPNOTSUPP);
-    libc::EOF
+/// `vfwscanf` on a byte-only stream, through a stream of the C library's
+/// own over the same file: the library's stream is flushed (its offset is
+/// then the next unread byte), a second, real stream on the file (through
+/// `/proc/self/fd`, as the kernel opens it) is put there and scanned by
+/// the C library's own function, and the library's stream is moved to
+/// where the scan stopped. A stream that cannot read fails as the C
+/// library's does (`EBADF`).
+///
+/// # Safety
+/// `f` is a live byte-only stream; `format` and `ap` as for `vfwscanf`.
+unsafe fn scan_wide(f: *mut FILE, format: *const wchar_t, ap: *mut c_void, isoc99: bool) -> c_int {
+    const IO_NO_READS: c_int = 0x4;
+    // SAFETY: the caller's stream, its first field the flags (checked
+    // layout: `byte_only`); the C library's functions on it.
+    unsafe {
+        if *(f as *const c_int) & IO_NO_READS != 0 {
+            set_errno(libc::EBADF);
+            return libc::EOF;
+        }
+        flockfile(f);
+        let r = (|| {
+            if libc::fflush(f) != 0 {
+                return libc::EOF;
+            }
+            let pos = libc::ftello(f);
+            let fd = real::fileno()(f);
+            if pos < 0 || fd < 0 {
+                return libc::EOF;
+            }
+            let path = format!("/proc/self/fd/{fd}\0");
+            let rfd = real::open()(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC, 0);
+            if rfd < 0 {
+                return libc::EOF;
+            }
+            let rf = real::fdopen()(rfd, c"r".as_ptr());
+            if rf.is_null() {
+                real::close()(rfd);
+                return libc::EOF;
+            }
+            let mut n = libc::EOF;
+            if libc::fseeko(rf, pos, libc::SEEK_SET) == 0 {
+                n = if isoc99 { real::__isoc99_vfwscanf()(rf, format, ap) } else { real::vfwscanf()(rf, format, ap) };
+                let end = libc::ftello(rf);
+                let at_end = libc::feof(rf) != 0;
+                let e = *libc::__errno_location();
+                if end >= 0 {
+                    libc::fseeko(f, end, libc::SEEK_SET);
+                }
+                if at_end {
+                    // The scan met the end: so does the library's stream
+                    // (its end-of-file indicator is set by a read there).
+                    let c = libc::fgetc(f);
+                    if c != libc::EOF {
+                        libc::ungetc(c, f);
+                    }
+                }
+                set_errno(e);
+            }
+            real::fclose()(rf);
+            n
+        })();
+        funlockfile(f);
+        r
+    }
 }
 
 macro_rules! wide_vscan {
-    ($($name:ident),*) => {$(
-        #[doc = concat!("`", stringify!($name), "(3)`: on a byte-only stream, `EOF` with `EOPNOTSUPP` (the C library's crashed).")]
+    ($($name:ident, $isoc99:expr);*) => {$(
+        #[doc = concat!("`", stringify!($name), "(3)`: on a byte-only stream, through a stream of the C library's own over the same file.")]
         #[no_mangle]
         pub unsafe extern "C" fn $name(f: *mut FILE, format: *const wchar_t, ap: *mut c_void) -> c_int {
             if byte_only(f) {
-                return refuse_scan();
+                // SAFETY: the caller's arguments.
+                return unsafe { scan_wide(f, format, ap, $isoc99) };
             }
             // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
             unsafe { real::$name()(f, format, ap) }
@@ -465,79 +526,19 @@ macro_rules! wide_vscan {
     )*};
 }
 
-wide_vscan!(vfwscanf, __isoc99_vfwscanf);
+wide_vscan!(vfwscanf, false; __isoc99_vfwscanf, true);
 
-/// Where a `fwscanf` trampoline goes: the refusal for a byte-only stream,
-/// else the C library's own function (`which`: 0 `fwscanf`, 1
-/// `__isoc99_fwscanf`).
-extern "C" fn scan_target(which: u32, f: *mut FILE) -> usize {
-    if byte_only(f) {
-        return refuse_scan as *const () as usize;
-    }
-    if which == 0 {
-        real::fwscanf() as usize
-    } else {
-        real::__isoc99_fwscanf() as usize
-    }
+/// `fwscanf` with its variable arguments as a `va_list`.
+unsafe extern "C" fn fwscanf_v(f: *mut FILE, format: *const wchar_t, ap: *mut c_void) -> c_int {
+    // SAFETY: the trampoline's arguments, the caller's.
+    unsafe { vfwscanf(f, format, ap) }
 }
 
-/// Defines a variadic `fwscanf` as a trampoline: the caller's registers
-/// kept, [`scan_target`] asked where to go, and a jump there with
-/// everything as the caller left it.
-macro_rules! scan_trampoline {
-    ($name:ident, $which:expr) => {
-        #[doc = concat!("`", stringify!($name), "(3)`: on a byte-only stream, `EOF` with `EOPNOTSUPP` (the C library's crashed).")]
-        #[cfg(target_arch = "x86_64")]
-        #[unsafe(naked)]
-        #[no_mangle]
-        pub unsafe extern "C" fn $name() {
-            core::arch::naked_asm!(
-                "push rdi",
-                "push rsi",
-                "push rdx",
-                "push rcx",
-                "push r8",
-                "push r9",
-                "push rax",
-                "sub rsp, 128",
-                "movdqu [rsp], xmm0",
-                "movdqu [rsp + 16], xmm1",
-                "movdqu [rsp + 32], xmm2",
-                "movdqu [rsp + 48], xmm3",
-                "movdqu [rsp + 64], xmm4",
-                "movdqu [rsp + 80], xmm5",
-                "movdqu [rsp + 96], xmm6",
-                "movdqu [rsp + 112], xmm7",
-                "mov rsi, rdi",
-                "mov edi, {which}",
-                "call {target}",
-                "mov r11, rax",
-                "movdqu xmm0, [rsp]",
-                "movdqu xmm1, [rsp + 16]",
-                "movdqu xmm2, [rsp + 32]",
-                "movdqu xmm3, [rsp + 48]",
-                "movdqu xmm4, [rsp + 64]",
-                "movdqu xmm5, [rsp + 80]",
-                "movdqu xmm6, [rsp + 96]",
-                "movdqu xmm7, [rsp + 112]",
-                "add rsp, 128",
-                "pop rax",
-                "pop r9",
-                "pop r8",
-                "pop rcx",
-                "pop rdx",
-                "pop rsi",
-                "pop rdi",
-                "jmp r11",
-                which = const $which,
-                target = sym scan_target,
-            )
-        }
-    };
+/// `__isoc99_fwscanf` with its variable arguments as a `va_list`.
+unsafe extern "C" fn isoc99_fwscanf_v(f: *mut FILE, format: *const wchar_t, ap: *mut c_void) -> c_int {
+    // SAFETY: the trampoline's arguments, the caller's.
+    unsafe { __isoc99_vfwscanf(f, format, ap) }
 }
-
-scan_trampoline!(fwscanf, 0);
-scan_trampoline!(__isoc99_fwscanf, 1);
 
 /// `fwprintf` with its variable arguments as a `va_list`.
 unsafe extern "C" fn fwprintf_v(f: *mut FILE, format: *const wchar_t, ap: *mut c_void) -> c_int {
@@ -599,4 +600,6 @@ macro_rules! va_trampoline {
 }
 
 va_trampoline!(fwprintf, 2, "rdx", fwprintf_v);
+va_trampoline!(fwscanf, 2, "rdx", fwscanf_v);
+va_trampoline!(__isoc99_fwscanf, 2, "rdx", isoc99_fwscanf_v);
 va_trampoline!(__fwprintf_chk, 3, "rcx", fwprintf_chk_v);

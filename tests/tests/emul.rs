@@ -2069,6 +2069,40 @@ fn emul_random_file_operations_match_native() {
     script_matches_native("emul_random_file_operations_match_native", &["bash", "python3", "head", "sh"], &script, true);
 }
 
+#[test]
+fn emul_stdio_positions_after_freopen_and_seeks_match_native() {
+    // freopen of a served stream in "a+" put it at the end of the file,
+    // where the C library starts an "a+" stream at 0 (only "a" starts at
+    // the end); with reads and writes separated by seeks as C requires,
+    // small buffers, ungetc at the end, and appends after a seek.
+    script_matches_native(
+        "emul_stdio_positions_after_freopen_and_seeks_match_native",
+        &["bash", "cc"],
+        r#"cat > sd.c <<'C'
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+int main(void) {
+    char b[64] = {0};
+    FILE *f = fopen("x", "w+"); fputs("0123456789", f); rewind(f); fread(b, 1, 3, f); printf("read %s tell %ld\n", b, ftell(f));
+    fseek(f, 0, SEEK_CUR); fputs("AB", f); printf("tell %ld\n", ftell(f)); fflush(f); printf("fd %ld\n", (long)lseek(fileno(f), 0, SEEK_CUR));
+    f = freopen(NULL, "a+", f); printf("after freopen a+ tell %ld\n", ftell(f)); fputs("END", f); printf("tell %ld\n", ftell(f));
+    rewind(f); memset(b, 0, 64); fread(b, 1, 63, f); printf("all %s eof %d\n", b, feof(f));
+    f = freopen(NULL, "r", f); printf("r tell %ld\n", ftell(f)); printf("seek neg %d\n", fseek(f, -5, SEEK_SET)); printf("seek end-3 %d tell %ld\n", fseek(f, -3, SEEK_END), ftell(f));
+    memset(b, 0, 64); fgets(b, 64, f); printf("tail %s\n", b);
+    f = freopen("x", "w", f); fputs("new", f); fclose(f);
+    f = fopen("x", "r"); memset(b, 0, 64); fgets(b, 64, f); printf("x=%s\n", b);
+    int c = fgetc(f); printf("eof c %d feof %d\n", c, feof(f)); ungetc('Z', f); printf("after ungetc feof %d getc %c tell %ld\n", feof(f), fgetc(f), ftell(f)); fclose(f);
+    f = fopen("y", "a+"); fputs("one\n", f); fseek(f, 0, SEEK_SET); fputs("two\n", f); rewind(f); memset(b, 0, 64); fread(b, 1, 63, f); printf("y=%s", b); fclose(f);
+    f = fopen("x", "r"); setvbuf(f, NULL, _IOFBF, 2); memset(b, 0, 64); fread(b, 1, 3, f); printf("small buf %s tell %ld\n", b, ftell(f)); fclose(f);
+    return 0;
+}
+C
+cc -w -o sd sd.c && ./sd"#,
+        true,
+    );
+}
+
 /// Runs the bash `script` twice, in a served scratch directory and natively
 /// in another (each its own `HOME`); both must succeed with the same
 /// standard output (and, with `same_stderr`, the same standard error).

@@ -542,7 +542,10 @@ fn cookie_reopen(path: *const c_char, mode: *const c_char, f: *mut FILE) -> Opti
         let flags_field = f as *mut c_int;
         *flags_field = (*flags_field & !IO_MODE_BITS) | mode_bits(m);
         libc::clearerr(f);
-        libc::fseek(f, 0, if m.first() == Some(&b'a') { libc::SEEK_END } else { libc::SEEK_SET });
+        // As `fopen` does: an append-only stream starts at the end, an
+        // "a+" one (reads from the start) and every other at 0.
+        let append_only = m.first() == Some(&b'a') && !m.contains(&b'+');
+        libc::fseek(f, 0, if append_only { libc::SEEK_END } else { libc::SEEK_SET });
     }
     Some(f)
 }

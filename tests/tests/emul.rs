@@ -2103,6 +2103,40 @@ cc -w -o sd sd.c && ./sd"#,
     );
 }
 
+#[test]
+fn emul_o_append_set_by_another_process_sharing_the_file_is_followed_like_native() {
+    // O_APPEND belongs to the open file, shared across fork; the library
+    // followed fcntl(F_SETFL) only in the process that made the call, so
+    // a parent went on appending after its child turned O_APPEND off (and
+    // wrote at its offset after the child turned it on).
+    script_matches_native(
+        "emul_o_append_set_by_another_process_sharing_the_file_is_followed_like_native",
+        &["bash", "cc"],
+        r#"cat > apx.c <<'C'
+#include <stdio.h>
+#include <fcntl.h>
+#include <unistd.h>
+#include <string.h>
+#include <sys/wait.h>
+int main(void) {
+    int fd = open("f", O_CREAT|O_RDWR|O_TRUNC|O_APPEND, 0644); write(fd, "0123456789", 10);
+    lseek(fd, 2, SEEK_SET);
+    if (fork() == 0) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_APPEND); _exit(0); }
+    wait(0);
+    printf("append now %d pos %ld\n", !!(fcntl(fd, F_GETFL) & O_APPEND), (long)lseek(fd, 0, SEEK_CUR));
+    write(fd, "AB", 2); printf("pos %ld\n", (long)lseek(fd, 0, SEEK_CUR));
+    if (fork() == 0) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_APPEND); _exit(0); }
+    wait(0);
+    write(fd, "CD", 2); printf("pos %ld\n", (long)lseek(fd, 0, SEEK_CUR));
+    char b[32] = {0}; pread(fd, b, 31, 0); printf("%s\n", b);
+    return 0;
+}
+C
+cc -w -o apx apx.c && ./apx"#,
+        true,
+    );
+}
+
 /// Runs the bash `script` twice, in a served scratch directory and natively
 /// in another (each its own `HOME`); both must succeed with the same
 /// standard output (and, with `same_stderr`, the same standard error).

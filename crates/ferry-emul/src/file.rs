@@ -406,7 +406,7 @@ impl File {
             return Err(libc::EBADF);
         }
         let _t = self.token()?;
-        if self.append.load(Ordering::Relaxed) {
+        if self.appending() {
             let n = rustix::io::write(&self.fd, buf).map_err(errno)?;
             let end = rustix::fs::seek(&self.fd, SeekFrom::Current(0)).map_err(errno)?;
             self.page.set_offset(end);
@@ -429,7 +429,7 @@ impl File {
         if pos < 0 {
             return Err(libc::EINVAL);
         }
-        if self.append.load(Ordering::Relaxed) {
+        if self.appending() {
             // Linux appends a pwrite on an O_APPEND file: so does this.
             let _t = self.token()?;
             let n = rustix::io::pwrite(&self.fd, buf, pos as u64).map_err(errno)?;
@@ -442,9 +442,17 @@ impl File {
     }
 
     /// Follows `fcntl(F_SETFL)` on a descriptor of this open file: whether
-    /// writes go to the end.
+    /// writes go to the end. Recorded in the token page too: the flag is
+    /// the open file's, and another process sharing it (a parent, a child)
+    /// wrote at the end, or did not, by its own idea of the flag.
     pub fn set_append(&self, on: bool) {
         self.append.store(on, Ordering::Relaxed);
+        self.page.set_append(on);
+    }
+
+    /// Whether writes go to the end now.
+    fn appending(&self) -> bool {
+        self.page.append().unwrap_or_else(|| self.append.load(Ordering::Relaxed))
     }
 
     /// `ioctl(FIONREAD)`: the bytes from the shared offset to the end.

@@ -1973,12 +1973,14 @@ print(open('g').read())
 /// writes, seeks, vectors, truncations, renames, links, `copy_file_range`,
 /// mmap, children reading and writing inherited descriptors (through fork
 /// and through exec), calls relative to directory descriptors (of
-/// directories removed meanwhile too), `chdir`, and the tree at the end. Run natively and under the
+/// directories removed meanwhile too), `chdir`, `O_APPEND` turned on and
+/// off with `F_SETFL`, `FIONREAD`, and the tree at the end. Run natively and under the
 /// library, their outputs must agree; this found the trailing-slash and
 /// `O_EXCL` answers of opens, the copies the kernel refuses, the child
 /// that closed the library's descriptors before exec, names relative to a
-/// removed directory and the size a write of nothing set.
-const RANDOM_OPS_PY: &str = r#"import os, random, sys, errno, subprocess, mmap
+/// removed directory, the size a write of nothing set, and `FIONREAD`
+/// past the end.
+const RANDOM_OPS_PY: &str = r#"import os, random, sys, errno, subprocess, mmap, fcntl, termios
 rnd = random.Random(int(sys.argv[1]))
 names = ['a', 'b', 'c', 'd/x', 'd/y', 'e/../a', 'd/', 'a/', 'ln', 'd/../b']
 os.makedirs('d', exist_ok=True)
@@ -1989,9 +1991,17 @@ dfds = []
 top = os.getcwd()
 def log(*a): print(*a)
 for step in range(400):
-    op = rnd.choice(['dirfd', 'at_open', 'at_stat', 'at_unlink', 'at_rename', 'at_mkdir', 'chdir', 'at_rmdir', 'at_readlink', 'listdir', 'open', 'open', 'read', 'write', 'write', 'seek', 'pread', 'pwrite', 'trunc', 'close', 'dup', 'rename', 'unlink', 'stat', 'ftrunc', 'mkdir', 'rmdir', 'readv', 'writev', 'append', 'symlink', 'link', 'cat', 'cfr', 'mmap', 'lstat', 'readlink', 'echo'])
+    op = rnd.choice(['setfl', 'setfl', 'fionread', 'dirfd', 'at_open', 'at_stat', 'at_unlink', 'at_rename', 'at_mkdir', 'chdir', 'at_rmdir', 'at_readlink', 'listdir', 'open', 'open', 'read', 'write', 'write', 'seek', 'pread', 'pwrite', 'trunc', 'close', 'dup', 'rename', 'unlink', 'stat', 'ftrunc', 'mkdir', 'rmdir', 'readv', 'writev', 'append', 'symlink', 'link', 'cat', 'cfr', 'mmap', 'lstat', 'readlink', 'echo'])
     try:
-        if op == 'dirfd':
+        if op == 'setfl' and fds:
+            fd = rnd.choice(fds); fl = fcntl.fcntl(fd, fcntl.F_GETFL); fcntl.fcntl(fd, fcntl.F_SETFL, fl ^ os.O_APPEND); log(step, op, bool(fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_APPEND))
+        elif op == 'fionread' and fds:
+            import array; a = array.array('i', [0]); fd = rnd.choice(fds)
+            try: fcntl.ioctl(fd, termios.FIONREAD, a, True); log(step, op, a[0])
+            except OSError as e: log(step, op, 'err', errno.errorcode.get(e.errno))
+        elif op in ('setfl', 'fionread'):
+            continue
+        elif op == 'dirfd':
             dfds.append(os.open(rnd.choice(['.', 'd', 'e', 'ln', 'a', 'd/..']), os.O_RDONLY | os.O_DIRECTORY)); log(step, op, 'ok')
         elif op.startswith('at_') and not dfds:
             continue

@@ -455,11 +455,12 @@ impl File {
         self.page.append().unwrap_or_else(|| self.append.load(Ordering::Relaxed))
     }
 
-    /// `ioctl(FIONREAD)`: the bytes from the shared offset to the end.
-    pub fn readable_bytes(&self) -> Result<u64, Errno> {
+    /// `ioctl(FIONREAD)`: the size less the shared offset, negative when
+    /// the offset is past the end, as the kernel computes it.
+    pub fn readable_bytes(&self) -> Result<i64, Errno> {
         let _t = self.token()?;
-        let size = rustix::fs::fstat(&self.fd).map_err(errno)?.st_size as u64;
-        Ok(size.saturating_sub(self.offset_now()?))
+        let size = rustix::fs::fstat(&self.fd).map_err(errno)?.st_size;
+        Ok(size.wrapping_sub(self.offset_now()? as i64))
     }
 
     /// `lseek(2)` on the shared offset.

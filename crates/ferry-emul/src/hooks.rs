@@ -1183,16 +1183,18 @@ fn fcntl_impl(fd: c_int, cmd: c_int, arg: c_ulong, real: unsafe extern "C" fn(c_
 }
 
 /// `ioctl(2)`: `FIONREAD` on an emulated descriptor counts from the open
-/// file's offset (the kernel's own offset is not it); everything else is
-/// the C library's.
+/// file's offset (the kernel's own offset is not it), negative past the
+/// end as the kernel's; everything else is the C library's.
 #[no_mangle]
 pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
     if request == libc::FIONREAD as c_ulong && !arg.is_null() {
         if let Some(f) = state::get(fd) {
             return match f.readable_bytes() {
                 Ok(n) => {
+                    // The kernel stores the difference in an int as it
+                    // is (negative past the end, cut to 32 bits).
                     // SAFETY: FIONREAD's argument is the caller's int.
-                    unsafe { *arg.cast::<c_int>() = n.min(c_int::MAX as u64) as c_int };
+                    unsafe { *arg.cast::<c_int>() = n as c_int };
                     0
                 }
                 Err(e) => {

@@ -2118,7 +2118,8 @@ fn emul_o_append_set_by_another_process_sharing_the_file_is_followed_like_native
     // O_APPEND belongs to the open file, shared across fork; the library
     // followed fcntl(F_SETFL) only in the process that made the call, so
     // a parent went on appending after its child turned O_APPEND off (and
-    // wrote at its offset after the child turned it on).
+    // wrote at its offset after the child turned it on). And a write of
+    // nothing with O_APPEND moved the offset to a stale one.
     script_matches_native(
         "emul_o_append_set_by_another_process_sharing_the_file_is_followed_like_native",
         &["bash", "cc"],
@@ -2142,7 +2143,20 @@ int main(void) {
     return 0;
 }
 C
-cc -w -o apx apx.c && ./apx"#,
+cat > zero.c <<'C'
+#include <stdio.h>
+#include <fcntl.h>
+#include <unistd.h>
+int main(void) {
+    int fd = open("z", O_CREAT|O_RDWR|O_TRUNC, 0644); write(fd, "0123456789", 10); lseek(fd, 3, SEEK_SET);
+    fcntl(fd, F_SETFL, O_APPEND);
+    ssize_t n = write(fd, "", 0); printf("w0 %zd pos %ld\n", n, (long)lseek(fd, 0, SEEK_CUR));
+    n = write(fd, "ab", 2); printf("w2 %zd pos %ld\n", n, (long)lseek(fd, 0, SEEK_CUR));
+    lseek(fd, 4, SEEK_SET); n = write(fd, "", 0); printf("w0 %zd pos %ld\n", n, (long)lseek(fd, 0, SEEK_CUR));
+    return 0;
+}
+C
+cc -w -o apx apx.c && ./apx && cc -w -o zero zero.c && ./zero"#,
         true,
     );
 }

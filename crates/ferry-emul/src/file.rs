@@ -405,6 +405,12 @@ impl File {
         if !self.writable {
             return Err(libc::EBADF);
         }
+        if buf.is_empty() {
+            // The kernel does nothing for a write of nothing, the offset
+            // included (with O_APPEND the library took the offset from the
+            // kernel's, which no append had moved, and left it stale).
+            return Ok(0);
+        }
         let _t = self.token()?;
         if self.appending() {
             let n = rustix::io::write(&self.fd, buf).map_err(errno)?;

@@ -9,11 +9,12 @@
 //! window's lock, which every copy holds. Copies touch only bytes below
 //! the size the token holders know (pages past the end of the file would
 //! fault); a file truncated behind the server's back can still make such
-//! an access fault, as with any `mmap` of a shared file.
+//! an access fault, which `fault::copy` survives (a page of zeros, then
+//! the real size).
 
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::time::Duration;
 
 use ferry::emulation::{OpenedFile, TokenPage, TokenState};
@@ -31,6 +32,81 @@ struct Window {
     len: usize,
 }
 
+/// The lock of an open file's window, which records its holder's pid so
+/// that a child of `fork` can take it over: a `Mutex` held by another
+/// thread at the fork stays held in the child for ever (that thread is
+/// not in the child), and the child's next read of the file hung. A
+/// holder of another pid than this process's is such a thread; its
+/// window, perhaps half moved, is forgotten (its mapping, if any, stays).
+struct WindowLock {
+    /// The holder's pid; 0 when free.
+    holder: AtomicI32,
+    window: UnsafeCell<Window>,
+}
+
+// SAFETY: the window is reached only through a `WindowGuard`, of which
+// one exists at a time in a process (`lock`).
+unsafe impl Sync for WindowLock {}
+
+/// The window, held by this thread.
+struct WindowGuard<'a> {
+    lock: &'a WindowLock,
+}
+
+impl WindowLock {
+    fn new() -> WindowLock {
+        WindowLock { holder: AtomicI32::new(0), window: UnsafeCell::new(Window { addr: 0, start: 0, len: 0 }) }
+    }
+
+    fn lock(&self) -> WindowGuard<'_> {
+        let me = state::pid();
+        let mut spins = 0u32;
+        loop {
+            match self.holder.compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed) {
+                Ok(_) => return WindowGuard { lock: self },
+                // Held at a fork by a thread of the parent: ours now.
+                Err(h) if h != me => {
+                    if self.holder.compare_exchange(h, me, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+                        // SAFETY: held (just taken); no thread of this
+                        // process has the window.
+                        unsafe { (*self.window.get()).len = 0 };
+                        return WindowGuard { lock: self };
+                    }
+                }
+                // Another thread of this process copies: a short wait.
+                Err(_) => {}
+            }
+            spins += 1;
+            if spins < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+}
+
+impl std::ops::Deref for WindowGuard<'_> {
+    type Target = Window;
+    fn deref(&self) -> &Window {
+        // SAFETY: this guard holds the lock (`WindowLock::lock`).
+        unsafe { &*self.lock.window.get() }
+    }
+}
+
+impl std::ops::DerefMut for WindowGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Window {
+        // SAFETY: this guard holds the lock (`WindowLock::lock`).
+        unsafe { &mut *self.lock.window.get() }
+    }
+}
+
+impl Drop for WindowGuard<'_> {
+    fn drop(&mut self) {
+        self.lock.holder.store(0, Ordering::Release);
+    }
+}
+
 /// An emulated open file as this process sees it.
 pub struct File {
     id: u64,
@@ -42,12 +118,25 @@ pub struct File {
     map_writable: bool,
     /// `O_APPEND`, as opened or as `fcntl(F_SETFL)` last set it.
     append: AtomicBool,
-    window: Mutex<Window>,
+    window: WindowLock,
     wsize: usize,
 }
 
 fn errno(e: rustix::io::Errno) -> Errno {
     e.raw_os_error()
+}
+
+/// Offsets above this are checked with the kernel when a seek sets them
+/// (no file system allows less, so below it a seek stays a store).
+const SEEK_CHECKED_FROM: i64 = 1 << 31;
+
+/// The kernel's check of a read's range: `EINVAL` when its end does not
+/// fit an offset.
+fn check_range(pos: u64, len: usize) -> Result<(), Errno> {
+    match (pos as i64).checked_add(len as i64) {
+        Some(_) if len <= isize::MAX as usize => Ok(()),
+        _ => Err(libc::EINVAL),
+    }
 }
 
 /// The token held active by this process for one call; passive again on
@@ -80,7 +169,7 @@ impl File {
             // measured 2.9x slower than the system call (docs/emulation.md).
             map_writable: false,
             append: AtomicBool::new(flags & libc::O_APPEND != 0),
-            window: Mutex::new(Window { addr: 0, start: 0, len: 0 }),
+            window: WindowLock::new(),
             wsize,
         }
     }
@@ -88,6 +177,13 @@ impl File {
     /// The server's descriptor of the file.
     pub fn fd(&self) -> &OwnedFd {
         &self.fd
+    }
+
+    /// The descriptor of the hold (the send right that keeps the open
+    /// file at the server).
+    pub fn hold_fd(&self) -> i32 {
+        use std::os::fd::AsRawFd;
+        self._hold.as_fd().as_raw_fd()
     }
 
     /// Makes this process the token's active holder: one compare-and-swap
@@ -183,7 +279,7 @@ impl File {
             return Ok(0);
         }
         let want = (buf.len() as u64).min(size - pos) as usize;
-        let mut w = self.window.lock().unwrap_or_else(|e| e.into_inner());
+        let mut w = self.window.lock();
         let mut done = 0;
         while done < want {
             // Bytes already copied are returned; the failure comes with
@@ -195,8 +291,19 @@ impl File {
             };
             let n = avail.min(want - done);
             // SAFETY: `src..src+n` lies in the window (window_at) and below
-            // the file's size (module safety); `buf[done..done+n]` is ours.
-            unsafe { std::ptr::copy_nonoverlapping(src, buf.as_mut_ptr().add(done), n) };
+            // the file's size as the token holders know it (module
+            // safety); `buf[done..done+n]` is ours.
+            let faulted = unsafe { crate::fault::copy(src, buf.as_mut_ptr().add(done), n) };
+            if faulted {
+                // The file was cut behind the library's back: the window
+                // now holds zeros where pages were; only the bytes below
+                // the file's real end count, and the window goes.
+                self.unmap(&mut w);
+                let real = rustix::fs::fstat(&self.fd).map_err(errno)?.st_size as u64;
+                self.page.set_size(real);
+                let valid = real.saturating_sub(pos).min((done + n) as u64) as usize;
+                return Ok(valid);
+            }
             done += n;
         }
         Ok(done)
@@ -209,7 +316,7 @@ impl File {
         let size = self.page.size();
         let inside = if self.map_writable && pos < size { (buf.len() as u64).min(size - pos) as usize } else { 0 };
         if inside > 0 {
-            let mut w = self.window.lock().unwrap_or_else(|e| e.into_inner());
+            let mut w = self.window.lock();
             let mut done = 0;
             while done < inside {
                 let (dst, avail) = self.window_at(&mut w, pos + done as u64)?;
@@ -233,7 +340,10 @@ impl File {
             }
         }
         let end = pos + done as u64;
-        if end > size {
+        // A write of nothing does not grow the file, wherever it is (the
+        // size once went to its offset, and reads there returned zeros
+        // that are not in the file).
+        if done > 0 && end > size {
             self.page.set_size(end);
         }
         Ok(done)
@@ -267,6 +377,7 @@ impl File {
         }
         let _t = self.token()?;
         let pos = self.offset_now()?;
+        check_range(pos, buf.len())?;
         let n = self.copy_out(pos, buf)?;
         self.set_offset_now(pos + n as u64)?;
         Ok(n)
@@ -281,6 +392,7 @@ impl File {
         if pos < 0 {
             return Err(libc::EINVAL);
         }
+        check_range(pos as u64, buf.len())?;
         // The token keeps the size from shrinking under the copy.
         let _t = self.token()?;
         self.copy_out(pos as u64, buf)
@@ -293,8 +405,14 @@ impl File {
         if !self.writable {
             return Err(libc::EBADF);
         }
+        if buf.is_empty() {
+            // The kernel does nothing for a write of nothing, the offset
+            // included (with O_APPEND the library took the offset from the
+            // kernel's, which no append had moved, and left it stale).
+            return Ok(0);
+        }
         let _t = self.token()?;
-        if self.append.load(Ordering::Relaxed) {
+        if self.appending() {
             let n = rustix::io::write(&self.fd, buf).map_err(errno)?;
             let end = rustix::fs::seek(&self.fd, SeekFrom::Current(0)).map_err(errno)?;
             self.page.set_offset(end);
@@ -317,7 +435,7 @@ impl File {
         if pos < 0 {
             return Err(libc::EINVAL);
         }
-        if self.append.load(Ordering::Relaxed) {
+        if self.appending() {
             // Linux appends a pwrite on an O_APPEND file: so does this.
             let _t = self.token()?;
             let n = rustix::io::pwrite(&self.fd, buf, pos as u64).map_err(errno)?;
@@ -330,16 +448,25 @@ impl File {
     }
 
     /// Follows `fcntl(F_SETFL)` on a descriptor of this open file: whether
-    /// writes go to the end.
+    /// writes go to the end. Recorded in the token page too: the flag is
+    /// the open file's, and another process sharing it (a parent, a child)
+    /// wrote at the end, or did not, by its own idea of the flag.
     pub fn set_append(&self, on: bool) {
         self.append.store(on, Ordering::Relaxed);
+        self.page.set_append(on);
     }
 
-    /// `ioctl(FIONREAD)`: the bytes from the shared offset to the end.
-    pub fn readable_bytes(&self) -> Result<u64, Errno> {
+    /// Whether writes go to the end now.
+    fn appending(&self) -> bool {
+        self.page.append().unwrap_or_else(|| self.append.load(Ordering::Relaxed))
+    }
+
+    /// `ioctl(FIONREAD)`: the size less the shared offset, negative when
+    /// the offset is past the end, as the kernel computes it.
+    pub fn readable_bytes(&self) -> Result<i64, Errno> {
         let _t = self.token()?;
-        let size = rustix::fs::fstat(&self.fd).map_err(errno)?.st_size as u64;
-        Ok(size.saturating_sub(self.offset_now()?))
+        let size = rustix::fs::fstat(&self.fd).map_err(errno)?.st_size;
+        Ok(size.wrapping_sub(self.offset_now()? as i64))
     }
 
     /// `lseek(2)` on the shared offset.
@@ -362,6 +489,13 @@ impl File {
             _ => return Err(libc::EINVAL),
         };
         let new = base.checked_add(off).filter(|v| *v >= 0).ok_or(libc::EINVAL)?;
+        if new > SEEK_CHECKED_FROM && !self.page.kernel_offset() {
+            // Past what every file system allows, the kernel's answer is
+            // the file system's limit (EINVAL beyond ext4's 16 TiB, FAT's
+            // 4 GiB): asked of it on the library's descriptor, whose own
+            // offset nobody uses while the token page holds the offset.
+            rustix::fs::seek(&self.fd, SeekFrom::Start(new as u64)).map_err(errno)?;
+        }
         self.set_offset_now(new as u64)?;
         Ok(new)
     }
@@ -387,8 +521,14 @@ impl File {
     /// offset to the open file's and makes the kernel's the one from now
     /// on, for every process sharing the open file, since the new program
     /// moves it without the library (it starts with an empty table).
+    ///
+    /// Without the token (the server cannot be reached: a child that
+    /// closed the library's descriptors before exec, or a server gone) it
+    /// is done all the same: the offset in the token page is the last one
+    /// any holder left, and a stale kernel offset is what the new program
+    /// would use otherwise.
     pub fn hand_offset_to_kernel(&self) {
-        let Ok(_t) = self.token() else { return };
+        let _t = self.token().ok();
         if !self.page.kernel_offset() {
             if rustix::fs::seek(&self.fd, SeekFrom::Start(self.page.offset())).is_err() {
                 return;
@@ -400,7 +540,7 @@ impl File {
 
 impl Drop for File {
     fn drop(&mut self) {
-        let mut w = self.window.lock().unwrap_or_else(|e| e.into_inner());
+        let mut w = self.window.lock();
         self.unmap(&mut w);
         drop(w);
         self.page.give_up(state::pid());

@@ -12,7 +12,7 @@
 #![allow(clippy::missing_safety_doc)]
 
 use std::ffi::CStr;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::sync::Arc;
 
 use ferry::emulation::{Opened, StatInfo};
@@ -85,29 +85,52 @@ fn emul_open(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> O
     let rel = state::beneath(e, dirfd, unsafe { cstr(path) }?)?;
     let mode = if flags & libc::O_CREAT != 0 { mode & 0o7777 & !current_umask() } else { 0 };
     let cloexec = flags & libc::O_CLOEXEC != 0;
-    let dup_cmd = if cloexec { libc::F_DUPFD_CLOEXEC } else { libc::F_DUPFD };
+    // The program's descriptor is taken first, as the kernel takes it
+    // before it looks at the name: out of descriptors, the open fails
+    // with EMFILE before the server creates or truncates anything (it
+    // used to create the file and fail with EIO), and the number is the
+    // one the kernel would have given, whatever the library's own calls
+    // hold meanwhile.
+    let slot = match reserve_slot(e, flags) {
+        Ok(fd) => fd,
+        Err(err) => {
+            set_errno(err);
+            return Some(-1);
+        }
+    };
+    let release = |slot: c_int| {
+        // SAFETY: the placeholder this call made; nobody else knows it.
+        unsafe { real::close()(slot) };
+    };
+    let place = |ours: c_int| -> c_int {
+        // SAFETY: replaces the placeholder with a duplicate of our own
+        // descriptor, at the number the program gets.
+        let r = unsafe { real::dup3()(ours, slot, if cloexec { libc::O_CLOEXEC } else { 0 }) };
+        if r < 0 {
+            let err = std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO);
+            release(slot);
+            set_errno(err);
+            return -1;
+        }
+        state::take(slot);
+        slot
+    };
     Some(match e.client.open(&rel, flags, mode) {
         // The name leads out of the served tree (a symbolic link to
         // elsewhere): the kernel opens it, as it would without the library.
-        Err(libc::EXDEV) => return None,
+        Err(libc::EXDEV) => {
+            release(slot);
+            return None;
+        }
         Err(err) => {
+            release(slot);
             set_errno(err);
             -1
         }
-        Ok(Opened::Dir(dir)) => {
-            // SAFETY: duplicates our own descriptor to the lowest free number.
-            let fd = unsafe { real::fcntl()(dir.as_raw_fd(), dup_cmd, 0) };
-            if fd < 0 {
-                return Some(-1);
-            }
-            state::take(fd);
-            fd
-        }
+        Ok(Opened::Dir(dir)) => place(dir.as_raw_fd()),
         Ok(Opened::File(o)) => {
             let file = File::new(o, flags, e.window);
-            let raw = file.fd().as_raw_fd();
-            // SAFETY: duplicates our own descriptor to the lowest free number.
-            let fd = unsafe { real::fcntl()(raw, dup_cmd, 0) };
+            let fd = place(file.fd().as_raw_fd());
             if fd < 0 {
                 return Some(-1);
             }
@@ -124,6 +147,52 @@ fn emul_open(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> O
             fd
         }
     })
+}
+
+/// Descriptors an open through the server holds at once besides the
+/// program's: the reply's envelope and hold, the envelope's file and token
+/// page, and the library's own copies of the file and the hold.
+const OPEN_NEEDS: usize = 6;
+
+/// Takes the lowest free descriptor for the program's open (a placeholder,
+/// replaced by the open file), and, for an open that creates or truncates,
+/// checks that the library's own descriptors for it are there too, so that
+/// a program out of descriptors gets `EMFILE` with nothing done.
+fn reserve_slot(e: &state::Emul, flags: c_int) -> Result<c_int, Errno> {
+    let server = e.client.right().as_fd();
+    let dup = || {
+        // SAFETY: a close-on-exec duplicate of the library's own descriptor.
+        let fd = unsafe { real::fcntl()(server.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) };
+        if fd < 0 {
+            Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EMFILE))
+        } else {
+            Ok(fd)
+        }
+    };
+    let slot = dup()?;
+    if flags & (libc::O_CREAT | libc::O_TRUNC) != 0 {
+        let mut spare = Vec::with_capacity(OPEN_NEEDS);
+        let mut short = None;
+        for _ in 0..OPEN_NEEDS {
+            match dup() {
+                Ok(fd) => spare.push(fd),
+                Err(err) => {
+                    short = Some(err);
+                    break;
+                }
+            }
+        }
+        for fd in spare {
+            // SAFETY: a duplicate made just above.
+            unsafe { real::close()(fd) };
+        }
+        if let Some(err) = short {
+            // SAFETY: the placeholder made above.
+            unsafe { real::close()(slot) };
+            return Err(err);
+        }
+    }
+    Ok(slot)
 }
 
 fn passed(fd: c_int) -> c_int {
@@ -298,12 +367,59 @@ fn emul_fopen(path: *const c_char, mode: *const c_char) -> Option<*mut FILE> {
     if fd < 0 {
         return Some(std::ptr::null_mut());
     }
+    if m.first() == Some(&b'a') && !m.contains(&b'+') {
+        // The C library's `fopen` puts an append-only stream at the end
+        // at once, so that `ftell` before the first write says where it
+        // will go; a cookie stream starts at 0 (`ftell` said 0).
+        // SAFETY: lseek through the hook on our own descriptor.
+        unsafe { lseek(fd, 0, libc::SEEK_END) };
+    }
     let f = cookie_file(fd, mode);
     if f.is_null() {
         // SAFETY: our own descriptor, just opened.
         unsafe { close(fd) };
     }
     Some(f)
+}
+
+/// `fdopen` of an emulated descriptor, as the C library's does it: the
+/// mode must fit the descriptor's access (`EINVAL`), an append mode turns
+/// `O_APPEND` on, and an append-only stream that had to do so starts at
+/// the end.
+fn emul_fdopen(fd: c_int, mode: *const c_char) -> *mut FILE {
+    // SAFETY: the caller's mode string.
+    let Some(m) = (unsafe { cstr(mode) }) else {
+        set_errno(libc::EINVAL);
+        return std::ptr::null_mut();
+    };
+    // SAFETY: reads the flags of the caller's descriptor.
+    let fl = unsafe { real::fcntl()(fd, libc::F_GETFL, 0) };
+    if fl < 0 {
+        return std::ptr::null_mut();
+    }
+    let want = mode_flags(m) & libc::O_ACCMODE;
+    let have = fl & libc::O_ACCMODE;
+    let fits = match m.first() {
+        Some(b'r' | b'w' | b'a') => have == libc::O_RDWR || have == want,
+        _ => false,
+    };
+    if !fits {
+        set_errno(libc::EINVAL);
+        return std::ptr::null_mut();
+    }
+    if m.first() == Some(&b'a') && fl & libc::O_APPEND == 0 {
+        // SAFETY: fcntl through the hook (the open file follows O_APPEND)
+        // and lseek through the hook, on the caller's descriptor.
+        unsafe {
+            if fcntl(fd, libc::F_SETFL, (fl | libc::O_APPEND) as c_ulong) < 0 {
+                return std::ptr::null_mut();
+            }
+            if !m.contains(&b'+') {
+                lseek(fd, 0, libc::SEEK_END);
+            }
+        }
+    }
+    cookie_file(fd, mode)
 }
 
 /// `fopen(3)`.
@@ -322,7 +438,7 @@ pub unsafe extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *m
 #[no_mangle]
 pub unsafe extern "C" fn fdopen(fd: c_int, mode: *const c_char) -> *mut FILE {
     if state::get(fd).is_some() {
-        return cookie_file(fd, mode);
+        return emul_fdopen(fd, mode);
     }
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { real::fdopen()(fd, mode) }
@@ -426,7 +542,10 @@ fn cookie_reopen(path: *const c_char, mode: *const c_char, f: *mut FILE) -> Opti
         let flags_field = f as *mut c_int;
         *flags_field = (*flags_field & !IO_MODE_BITS) | mode_bits(m);
         libc::clearerr(f);
-        libc::fseek(f, 0, if m.first() == Some(&b'a') { libc::SEEK_END } else { libc::SEEK_SET });
+        // As `fopen` does: an append-only stream starts at the end, an
+        // "a+" one (reads from the start) and every other at 0.
+        let append_only = m.first() == Some(&b'a') && !m.contains(&b'+');
+        libc::fseek(f, 0, if append_only { libc::SEEK_END } else { libc::SEEK_SET });
     }
     Some(f)
 }
@@ -446,13 +565,50 @@ pub unsafe extern "C" fn freopen64(path: *const c_char, mode: *const c_char, f: 
 
 // ---- reading and writing ---------------------------------------------------
 
+/// Most bytes one read or write moves: the kernel caps a transfer there.
+const MAX_RW: usize = 0x7fff_f000;
+
+/// The caller's buffer of `n` bytes (capped at [`MAX_RW`], as the kernel
+/// caps a transfer) as a slice: empty when `n` is 0, whatever the pointer
+/// (a program may pass NULL; a slice from it would be undefined
+/// behaviour, and a debug build of the library aborted the program on
+/// `read(fd, NULL, 0)`), and `EFAULT` for a null pointer with bytes, as
+/// the kernel answers.
+///
+/// # Safety
+/// A non-null `p` is valid for `n` bytes (the call's contract).
+unsafe fn user_buf_mut<'a>(p: *mut c_void, n: usize) -> Result<&'a mut [u8], Errno> {
+    if n == 0 {
+        return Ok(&mut []);
+    }
+    if p.is_null() {
+        return Err(libc::EFAULT);
+    }
+    // SAFETY: the caller's promise; non-null, at most MAX_RW bytes.
+    Ok(unsafe { std::slice::from_raw_parts_mut(p.cast::<u8>(), n.min(MAX_RW)) })
+}
+
+/// [`user_buf_mut`] for a buffer the call only reads.
+///
+/// # Safety
+/// As [`user_buf_mut`].
+unsafe fn user_buf<'a>(p: *const c_void, n: usize) -> Result<&'a [u8], Errno> {
+    if n == 0 {
+        return Ok(&[]);
+    }
+    if p.is_null() {
+        return Err(libc::EFAULT);
+    }
+    // SAFETY: the caller's promise; non-null, at most MAX_RW bytes.
+    Ok(unsafe { std::slice::from_raw_parts(p.cast::<u8>(), n.min(MAX_RW)) })
+}
+
 /// `read(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
     if let Some((f, _b)) = emulated(fd) {
         // SAFETY: the caller's buffer of n bytes (module safety).
-        let s = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), n) };
-        return ret_size(f.read(s));
+        return ret_size(unsafe { user_buf_mut(buf, n) }.and_then(|s| f.read(s)));
     }
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { real::read()(fd, buf, n) }
@@ -471,8 +627,7 @@ pub unsafe extern "C" fn __read_chk(fd: c_int, buf: *mut c_void, n: size_t, bufl
 unsafe fn pread_impl(fd: c_int, buf: *mut c_void, n: size_t, off: off_t) -> Option<ssize_t> {
     let (f, _b) = emulated(fd)?;
     // SAFETY: the caller's buffer of n bytes.
-    let s = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), n) };
-    Some(ret_size(f.pread(s, off)))
+    Some(ret_size(unsafe { user_buf_mut(buf, n) }.and_then(|s| f.pread(s, off))))
 }
 /// `pread(2)`.
 #[no_mangle]
@@ -504,8 +659,7 @@ pub unsafe extern "C" fn __pread64_chk(fd: c_int, buf: *mut c_void, n: size_t, o
 pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t {
     if let Some((f, _b)) = emulated(fd) {
         // SAFETY: the caller's buffer of n bytes.
-        let s = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), n) };
-        return ret_size(f.write(s));
+        return ret_size(unsafe { user_buf(buf, n) }.and_then(|s| f.write(s)));
     }
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { real::write()(fd, buf, n) }
@@ -514,8 +668,7 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssiz
 unsafe fn pwrite_impl(fd: c_int, buf: *const c_void, n: size_t, off: off_t) -> Option<ssize_t> {
     let (f, _b) = emulated(fd)?;
     // SAFETY: the caller's buffer of n bytes.
-    let s = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), n) };
-    Some(ret_size(f.pwrite(s, off)))
+    Some(ret_size(unsafe { user_buf(buf, n) }.and_then(|s| f.pwrite(s, off))))
 }
 /// `pwrite(2)`.
 #[no_mangle]
@@ -542,6 +695,13 @@ unsafe fn vector(
         set_errno(libc::EINVAL);
         return -1;
     }
+    if cnt == 0 {
+        return 0;
+    }
+    if iov.is_null() {
+        set_errno(libc::EFAULT);
+        return -1;
+    }
     // SAFETY: the caller's array of cnt iovecs.
     let v = unsafe { std::slice::from_raw_parts(iov, cnt as usize) };
     let mut total = 0usize;
@@ -563,13 +723,70 @@ unsafe fn vector(
     total as ssize_t
 }
 
+/// Most bytes a vector call gathers into one buffer to be done as one
+/// call; larger vectors are done a buffer at a time.
+const GATHER_MAX: usize = 16 << 20;
+
+/// The caller's `iovec` array, checked as the kernel checks it: `EINVAL`
+/// for a count out of range or lengths whose sum overflows `ssize_t`.
+/// Returns the array and the total length.
+unsafe fn iovecs<'a>(iov: *const libc::iovec, cnt: c_int) -> Result<(&'a [libc::iovec], usize), Errno> {
+    if !(0..=libc::UIO_MAXIOV).contains(&cnt) {
+        return Err(libc::EINVAL);
+    }
+    if cnt == 0 {
+        return Ok((&[], 0));
+    }
+    if iov.is_null() {
+        return Err(libc::EFAULT);
+    }
+    // SAFETY: the caller's array of cnt iovecs (module safety).
+    let v = unsafe { std::slice::from_raw_parts(iov, cnt as usize) };
+    let total = v.iter().try_fold(0usize, |t, io| t.checked_add(io.iov_len).filter(|t| *t <= isize::MAX as usize));
+    Ok((v, total.ok_or(libc::EINVAL)?))
+}
+
+/// `readv` and `preadv` on an emulated descriptor: one read (one token,
+/// one offset update) into a buffer, scattered into the caller's, so that
+/// no other process sharing the offset reads or writes in between, as the
+/// kernel keeps the call whole.
 unsafe fn readv_impl(fd: c_int, iov: *const libc::iovec, cnt: c_int, off: Option<i64>) -> Option<ssize_t> {
     let (f, _b) = emulated(fd)?;
+    // SAFETY: the caller's array (module safety).
+    let (v, total) = match unsafe { iovecs(iov, cnt) } {
+        Ok(x) => x,
+        Err(e) => return Some(ret_size(Err(e))),
+    };
+    if v.iter().any(|io| io.iov_base.is_null() && io.iov_len > 0) {
+        return Some(ret_size(Err(libc::EFAULT)));
+    }
+    if v.len() > 1 && total <= GATHER_MAX {
+        let mut buf = vec![0u8; total];
+        let r = match off {
+            Some(o) => f.pread(&mut buf, o),
+            None => f.read(&mut buf),
+        };
+        if let Ok(n) = r {
+            let mut done = 0;
+            for io in v {
+                if done == n {
+                    break;
+                }
+                let k = io.iov_len.min(n - done);
+                if k > 0 {
+                    // SAFETY: one of the caller's buffers, of at least k bytes.
+                    unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr().add(done), io.iov_base.cast::<u8>(), k) };
+                }
+                done += k;
+            }
+        }
+        return Some(ret_size(r));
+    }
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     Some(unsafe {
         vector(iov, cnt, off, |p, n, o| {
             // SAFETY: one of the caller's buffers.
-            let s = std::slice::from_raw_parts_mut(p, n);
+            let s = user_buf_mut(p.cast(), n)?;
             match o {
                 Some(o) => f.pread(s, o),
                 None => f.read(s),
@@ -577,13 +794,38 @@ unsafe fn readv_impl(fd: c_int, iov: *const libc::iovec, cnt: c_int, off: Option
         })
     })
 }
+
+/// `writev` and `pwritev` on an emulated descriptor: the buffers gathered
+/// and written as one write, so that the data of one call is never torn
+/// by another process's write in between (with `O_APPEND`, or sharing the
+/// offset), as the kernel keeps the call whole. Written a buffer at a
+/// time, lines of concurrent `writev` calls came out interleaved.
 unsafe fn writev_impl(fd: c_int, iov: *const libc::iovec, cnt: c_int, off: Option<i64>) -> Option<ssize_t> {
     let (f, _b) = emulated(fd)?;
+    // SAFETY: the caller's array (module safety).
+    let (v, total) = match unsafe { iovecs(iov, cnt) } {
+        Ok(x) => x,
+        Err(e) => return Some(ret_size(Err(e))),
+    };
+    if v.len() > 1 && total <= GATHER_MAX {
+        let mut buf = Vec::with_capacity(total);
+        for io in v {
+            // SAFETY: one of the caller's buffers, of iov_len bytes.
+            match unsafe { user_buf(io.iov_base.cast_const(), io.iov_len) } {
+                Ok(b) => buf.extend_from_slice(b),
+                Err(e) => return Some(ret_size(Err(e))),
+            }
+        }
+        return Some(ret_size(match off {
+            Some(o) => f.pwrite(&buf, o),
+            None => f.write(&buf),
+        }));
+    }
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     Some(unsafe {
         vector(iov, cnt, off, |p, n, o| {
             // SAFETY: one of the caller's buffers.
-            let s = std::slice::from_raw_parts(p, n);
+            let s = user_buf(p.cast_const().cast(), n)?;
             match o {
                 Some(o) => f.pwrite(s, o),
                 None => f.write(s),
@@ -758,12 +1000,33 @@ pub unsafe extern "C" fn fdatasync(fd: c_int) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     if let Some(_b) = enter() {
+        if fd >= ferry::emulation::client::HIGH_FD && kept_from_the_program(fd) {
+            // The program closes descriptors it did not open (a child
+            // closing all but a few before exec, as Python's subprocess
+            // does, or a daemon): the library's own stay, as `close_range`
+            // spares them. Closed, the child's last call to the server
+            // before exec failed, and the program it started wrote at a
+            // stale offset.
+            return 0;
+        }
         // The open file goes (with its window and hold) when its last
         // descriptor in this process does.
         drop(state::take(fd));
     }
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { real::close()(fd) }
+}
+
+/// Whether `fd` is a descriptor the library keeps for as long as the
+/// process runs or a file is open: the server's right, or an open file's
+/// own descriptor or hold. (Not a thread's reply port: the library closes
+/// those itself when a thread ends, through this same function, and makes
+/// a new one if a program closed it.)
+fn kept_from_the_program(fd: c_int) -> bool {
+    if emul().is_some_and(|e| e.client.right().as_fd().as_raw_fd() == fd) {
+        return true;
+    }
+    state::all().iter().any(|(_, f)| f.fd().as_raw_fd() == fd || f.hold_fd() == fd)
 }
 /// Whether `fd` is one of the library's own descriptors, which it keeps at
 /// [`HIGH_FD`](ferry::emulation::client::HIGH_FD) and above: an open
@@ -920,16 +1183,18 @@ fn fcntl_impl(fd: c_int, cmd: c_int, arg: c_ulong, real: unsafe extern "C" fn(c_
 }
 
 /// `ioctl(2)`: `FIONREAD` on an emulated descriptor counts from the open
-/// file's offset (the kernel's own offset is not it); everything else is
-/// the C library's.
+/// file's offset (the kernel's own offset is not it), negative past the
+/// end as the kernel's; everything else is the C library's.
 #[no_mangle]
 pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
     if request == libc::FIONREAD as c_ulong && !arg.is_null() {
         if let Some(f) = state::get(fd) {
             return match f.readable_bytes() {
                 Ok(n) => {
+                    // The kernel stores the difference in an int as it
+                    // is (negative past the end, cut to 32 bits).
                     // SAFETY: FIONREAD's argument is the caller's int.
-                    unsafe { *arg.cast::<c_int>() = n.min(c_int::MAX as u64) as c_int };
+                    unsafe { *arg.cast::<c_int>() = n as c_int };
                     0
                 }
                 Err(e) => {
@@ -1065,6 +1330,110 @@ unsafe fn user_copy(i: c_int, in_at: *mut i64, o: c_int, out_at: *mut i64, n: si
     total as ssize_t
 }
 
+/// Which in-kernel copy a call is, for the kernel's checks.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum CopyKind {
+    CopyFileRange,
+    Sendfile,
+    Splice,
+}
+
+/// What the checks need of one end of a copy.
+struct CopyEnd {
+    mode: u32,
+    flags: c_int,
+    dev: u64,
+    ino: u64,
+    size: i64,
+}
+
+fn copy_end(fd: c_int) -> Result<CopyEnd, Errno> {
+    // SAFETY: a plain stat buffer, written by fstat.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: the caller's descriptor; our buffer.
+    if unsafe { libc::fstat(fd, &mut st) } < 0 {
+        return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EBADF));
+    }
+    // SAFETY: reads the caller's descriptor's flags.
+    let flags = unsafe { real::fcntl()(fd, libc::F_GETFL, 0) };
+    Ok(CopyEnd { mode: st.st_mode & libc::S_IFMT, flags, dev: st.st_dev, ino: st.st_ino, size: st.st_size })
+}
+
+/// The kernel's checks of a copy with an emulated end, in the kernel's
+/// order, before the library copies: without them the library copied
+/// what the kernel refuses (to an `O_APPEND` file, between two files with
+/// `splice`, overlapping ranges of one file) and, reading from a pipe the
+/// kernel would refuse, blocked for ever.
+unsafe fn copy_checks(kind: CopyKind, i: c_int, io: *const i64, o: c_int, oo: *const i64, n: size_t) -> Result<(), Errno> {
+    let (a, b) = (copy_end(i)?, copy_end(o)?);
+    let (reads, writes) = (a.flags & libc::O_ACCMODE != libc::O_WRONLY, b.flags & libc::O_ACCMODE != libc::O_RDONLY);
+    let append = b.flags & libc::O_APPEND != 0;
+    let fifo = |e: &CopyEnd| e.mode == libc::S_IFIFO;
+    match kind {
+        CopyKind::CopyFileRange => {
+            if a.mode == libc::S_IFDIR || b.mode == libc::S_IFDIR {
+                return Err(libc::EISDIR);
+            }
+            if a.mode != libc::S_IFREG || b.mode != libc::S_IFREG {
+                return Err(libc::EINVAL);
+            }
+            if !reads || !writes || append {
+                return Err(libc::EBADF);
+            }
+            // SAFETY: the caller's offset pointers, null or valid; lseek
+            // through the hook reads an emulated descriptor's offset.
+            let (pin, pout) = unsafe {
+                (
+                    if io.is_null() { lseek(i, 0, libc::SEEK_CUR) } else { *io },
+                    if oo.is_null() { lseek(o, 0, libc::SEEK_CUR) } else { *oo },
+                )
+            };
+            if pin < 0 || pout < 0 {
+                return Err(libc::EOVERFLOW);
+            }
+            let count = if pin >= a.size { 0 } else { (n as u64).min((a.size - pin) as u64) as i64 };
+            if (a.dev, a.ino) == (b.dev, b.ino) && pout + count > pin && pout < pin + count {
+                return Err(libc::EINVAL);
+            }
+        }
+        CopyKind::Sendfile => {
+            if !reads || !writes {
+                return Err(libc::EBADF);
+            }
+            if append || a.mode != libc::S_IFREG {
+                return Err(libc::EINVAL);
+            }
+        }
+        CopyKind::Splice => {
+            if !fifo(&a) && !fifo(&b) {
+                return Err(libc::EINVAL);
+            }
+            if (fifo(&a) && !io.is_null()) || (fifo(&b) && !oo.is_null()) {
+                return Err(libc::ESPIPE);
+            }
+            if !reads || !writes {
+                return Err(libc::EBADF);
+            }
+            if append {
+                return Err(libc::EINVAL);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Checks a copy with an emulated end as the kernel would, then copies in
+/// the library.
+unsafe fn checked_copy(kind: CopyKind, i: c_int, io: *mut i64, o: c_int, oo: *mut i64, n: size_t) -> ssize_t {
+    // SAFETY: the caller's arguments (the kernel's contract).
+    if let Err(e) = unsafe { copy_checks(kind, i, io, o, oo, n) } {
+        set_errno(e);
+        return -1;
+    }
+    // SAFETY: the caller's arguments (the kernel's contract).
+    unsafe { user_copy(i, io, o, oo, n) }
+}
+
 /// `copy_file_range(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn copy_file_range(i: c_int, io: *mut i64, o: c_int, oo: *mut i64, n: size_t, fl: c_uint) -> ssize_t {
@@ -1074,7 +1443,7 @@ pub unsafe extern "C" fn copy_file_range(i: c_int, io: *mut i64, o: c_int, oo: *
             return -1;
         }
         // SAFETY: the caller's arguments (the kernel's contract).
-        return unsafe { user_copy(i, io, o, oo, n) };
+        return unsafe { checked_copy(CopyKind::CopyFileRange, i, io, o, oo, n) };
     }
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { real::copy_file_range()(i, io, o, oo, n, fl) }
@@ -1084,7 +1453,7 @@ pub unsafe extern "C" fn copy_file_range(i: c_int, io: *mut i64, o: c_int, oo: *
 pub unsafe extern "C" fn sendfile(o: c_int, i: c_int, off: *mut off_t, n: size_t) -> ssize_t {
     if either_emulated(i, o) {
         // SAFETY: the caller's arguments (the kernel's contract); the output's offset moves.
-        return unsafe { user_copy(i, off, o, std::ptr::null_mut(), n) };
+        return unsafe { checked_copy(CopyKind::Sendfile, i, off, o, std::ptr::null_mut(), n) };
     }
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { real::sendfile()(o, i, off, n) }
@@ -1094,7 +1463,7 @@ pub unsafe extern "C" fn sendfile(o: c_int, i: c_int, off: *mut off_t, n: size_t
 pub unsafe extern "C" fn sendfile64(o: c_int, i: c_int, off: *mut off_t, n: size_t) -> ssize_t {
     if either_emulated(i, o) {
         // SAFETY: the caller's arguments (the kernel's contract); the output's offset moves.
-        return unsafe { user_copy(i, off, o, std::ptr::null_mut(), n) };
+        return unsafe { checked_copy(CopyKind::Sendfile, i, off, o, std::ptr::null_mut(), n) };
     }
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { real::sendfile64()(o, i, off, n) }
@@ -1105,7 +1474,7 @@ pub unsafe extern "C" fn splice(i: c_int, io: *mut i64, o: c_int, oo: *mut i64, 
     if either_emulated(i, o) {
         let _ = fl; // SPLICE_F_* are hints; the copy is done either way.
         // SAFETY: the caller's arguments (the kernel's contract).
-        return unsafe { user_copy(i, io, o, oo, n) };
+        return unsafe { checked_copy(CopyKind::Splice, i, io, o, oo, n) };
     }
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { real::splice()(i, io, o, oo, n, fl) }
@@ -1154,6 +1523,10 @@ fn by_name(dirfd: c_int, path: *const c_char, f: impl FnOnce(&ferry::emulation::
 fn stat_impl(dirfd: c_int, path: *const c_char, out: *mut libc::stat, nofollow: bool) -> Option<c_int> {
     by_name(dirfd, path, |c, rel| {
         let s = c.stat(rel, nofollow)?;
+        if out.is_null() {
+            // As the kernel answers a null buffer (writing there crashed).
+            return Err(libc::EFAULT);
+        }
         fill_stat(&s, out);
         Ok(())
     })
@@ -1239,18 +1612,22 @@ pub unsafe extern "C" fn mkdirat(dirfd: c_int, path: *const c_char, mode: mode_t
     by_name(dirfd, path, |c, r| c.mkdir(r, m)).unwrap_or_else(|| unsafe { real::mkdirat()(dirfd, path, mode) })
 }
 
-/// Renames through the server when both names are under the root;
-/// `EXDEV` when only one is (the program copies instead, as across file
-/// systems).
+/// Renames through the server when both names are under the root. A
+/// rename with one name outside the root, or one the server cannot do
+/// beneath it (the root itself, a name through a link out of the tree:
+/// `EXDEV`), is the kernel's, as it would be without the library: both
+/// names are on the program's own file systems, and the server keeps
+/// nothing by name. (It used to fail with `EXDEV`: `mv` copies then, but
+/// Python's `os.replace` from a temporary directory into the tree failed.)
 fn rename_impl(fd1: c_int, p1: *const c_char, fd2: c_int, p2: *const c_char) -> Option<c_int> {
     let _b = enter()?;
     let e = emul()?;
     // SAFETY: the caller's paths.
     let (a, b) = unsafe { (cstr(p1)?, cstr(p2)?) };
-    match (state::beneath(e, fd1, a), state::beneath(e, fd2, b)) {
-        (None, None) => None,
-        (Some(x), Some(y)) => Some(ret_int(e.client.rename(&x, &y))),
-        _ => Some(ret_int(Err(libc::EXDEV))),
+    let (x, y) = (state::beneath(e, fd1, a)?, state::beneath(e, fd2, b)?);
+    match e.client.rename(&x, &y) {
+        Err(libc::EXDEV) => None,
+        r => Some(ret_int(r)),
     }
 }
 /// `rename(2)`.
@@ -1278,23 +1655,6 @@ pub unsafe extern "C" fn renameat2(d1: c_int, a: *const c_char, d2: c_int, b: *c
     unsafe { real::renameat2()(d1, a, d2, b, fl) }
 }
 
-/// `chdir(2)`.
-#[no_mangle]
-pub unsafe extern "C" fn chdir(path: *const c_char) -> c_int {
-    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
-    let r = unsafe { real::chdir()(path) };
-    state::cwd_changed();
-    r
-}
-/// `fchdir(2)`.
-#[no_mangle]
-pub unsafe extern "C" fn fchdir(fd: c_int) -> c_int {
-    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
-    let r = unsafe { real::fchdir()(fd) };
-    state::cwd_changed();
-    r
-}
-
 // ---- vfork: a fork ------------------------------------------------------------
 
 /// `vfork(2)`, done as `fork`: a child of `vfork` shares the parent's
@@ -1308,10 +1668,28 @@ pub unsafe extern "C" fn fchdir(fd: c_int) -> c_int {
 /// overwrote.)
 #[no_mangle]
 pub extern "C" fn vfork() -> libc::pid_t {
-    // SAFETY: fork takes no arguments; the C library runs its fork
-    // handlers (the library's among them, which records the child's pid).
-    unsafe { libc::fork() }
+    // SAFETY: this library's `fork`, below.
+    unsafe { fork() }
 }
+
+/// `fork(2)`: the library's set-up finishes first. A `fork` while another
+/// thread was setting the library up (its first file call) left the
+/// child waiting for ever on a set-up that thread, absent in the child,
+/// would never finish: a program whose threads start with file calls
+/// while another forks hung its children. Waiting here for the set-up
+/// also registers the handlers that keep the table of descriptors whole
+/// across the fork.
+#[no_mangle]
+pub unsafe extern "C" fn fork() -> libc::pid_t {
+    if let Some(_b) = enter() {
+        let _ = emul();
+    }
+    // SAFETY: the C library's own fork, which takes no arguments and runs
+    // the fork handlers (the library's among them, which record the
+    // child's pid).
+    unsafe { real::fork()() }
+}
+
 
 // ---- exec: the kernel's offsets take over ------------------------------------
 
@@ -1322,7 +1700,7 @@ pub extern "C" fn vfork() -> libc::pid_t {
 /// on, so that what the new program reads or seeks is seen by them. For
 /// `posix_spawn` (`spawn`), whose file actions may hand on any descriptor,
 /// every emulated descriptor does.
-fn before_exec(spawn: bool) {
+pub(crate) fn before_exec(spawn: bool) {
     let Some(_b) = enter() else { return };
     for (fd, f) in state::all() {
         // SAFETY: reads the flags of one of the process's descriptors.

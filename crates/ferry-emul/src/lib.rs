@@ -29,11 +29,15 @@
 //!
 //! Modules: `real` finds the C library's functions, `state` holds the
 //! process's connection and descriptor table, `file` serves one open
-//! file, `hooks` are the exported C functions, `wide` the wide-character
-//! stdio functions for the library's streams.
+//! file, `fault` its copies from a window over bytes the file lost,
+//! `hooks` are the exported C functions, `exec` those that start
+//! programs through the C library's internal calls, `wide` the
+//! wide-character stdio functions for the library's streams.
 
 #![deny(missing_docs)]
 
+pub mod exec;
+mod fault;
 mod file;
 pub mod hooks;
 mod real;

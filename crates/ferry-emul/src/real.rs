@@ -81,6 +81,12 @@ real_fns! {
     fputws_unlocked: fn(*const libc::wchar_t, *mut FILE) -> c_int;
     ungetwc: fn(u32, *mut FILE) -> u32;
     __fgetws_chk: fn(*mut libc::wchar_t, size_t, c_int, *mut FILE) -> *mut libc::wchar_t;
+    vfwprintf: fn(*mut FILE, *const libc::wchar_t, *mut c_void) -> c_int;
+    __vfwprintf_chk: fn(*mut FILE, c_int, *const libc::wchar_t, *mut c_void) -> c_int;
+    vfwscanf: fn(*mut FILE, *const libc::wchar_t, *mut c_void) -> c_int;
+    __isoc99_vfwscanf: fn(*mut FILE, *const libc::wchar_t, *mut c_void) -> c_int;
+    fwscanf: fn() -> c_int;
+    __isoc99_fwscanf: fn() -> c_int;
     fileno: fn(*mut FILE) -> c_int;
     read: fn(c_int, *mut c_void, size_t) -> ssize_t;
     __read_chk: fn(c_int, *mut c_void, size_t, size_t) -> ssize_t;
@@ -134,13 +140,19 @@ real_fns! {
     renameat2: fn(c_int, *const c_char, c_int, *const c_char, c_uint) -> c_int;
     mkdir: fn(*const c_char, mode_t) -> c_int;
     mkdirat: fn(c_int, *const c_char, mode_t) -> c_int;
-    chdir: fn(*const c_char) -> c_int;
-    fchdir: fn(c_int) -> c_int;
     execve: fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
     execv: fn(*const c_char, *const *const c_char) -> c_int;
     execvp: fn(*const c_char, *const *const c_char) -> c_int;
     execvpe: fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
     fexecve: fn(c_int, *const *const c_char, *const *const c_char) -> c_int;
+    fork: fn() -> libc::pid_t;
+    execl: fn() -> c_int;
+    execle: fn() -> c_int;
+    execlp: fn() -> c_int;
+    dprintf: fn() -> c_int;
+    vdprintf: fn(c_int, *const c_char, *mut c_void) -> c_int;
+    system: fn(*const c_char) -> c_int;
+    popen: fn(*const c_char, *const c_char) -> *mut FILE;
     posix_spawn: fn(*mut libc::pid_t, *const c_char, *const c_void, *const c_void, *const *mut c_char, *const *mut c_char) -> c_int;
     posix_spawnp: fn(*mut libc::pid_t, *const c_char, *const c_void, *const c_void, *const *mut c_char, *const *mut c_char) -> c_int;
 }

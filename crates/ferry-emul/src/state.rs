@@ -1,12 +1,12 @@
 //! The library's process-wide state: the connection to the emulation
 //! server, the served root, the table of emulated descriptors, the cached
-//! pid and working directory, and the per-thread guard against re-entry
+//! pid, and the per-thread guard against re-entry
 //! (the library's own code calls C functions that are themselves caught
 //! here; inside the library they pass straight through).
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::sync::{Arc, OnceLock, RwLock, RwLockWriteGuard};
 
 use ferry::emulation::Client;
 
@@ -37,8 +37,7 @@ pub const DEFAULT_WINDOW: usize = 1 << 20;
 static EMUL: OnceLock<Option<Emul>> = OnceLock::new();
 static PID: AtomicI32 = AtomicI32::new(0);
 static COUNT: AtomicUsize = AtomicUsize::new(0);
-static TABLE: RwLock<Vec<Option<Arc<File>>>> = RwLock::new(Vec::new());
-static CWD: Mutex<Option<String>> = Mutex::new(None);
+static TABLE: RwLock<Table> = RwLock::new(Vec::new());
 
 thread_local! {
     static BUSY: Cell<bool> = const { Cell::new(false) };
@@ -59,7 +58,36 @@ pub fn enter() -> Option<Busy> {
     BUSY.with(|b| if b.replace(true) { None } else { Some(Busy(())) })
 }
 
+/// The table of descriptors as `fork` found it.
+type Table = Vec<Option<Arc<File>>>;
+
+thread_local! {
+    /// The table's lock, held by the forking thread across `fork`.
+    static FORKING: RefCell<Option<RwLockWriteGuard<'static, Table>>> = const { RefCell::new(None) };
+}
+
+/// Before `fork`: the table's lock is taken, so that no other thread of
+/// the process is changing the table when the child is made (a child
+/// copies the lock as it was, and one held by a thread the child does not
+/// have would never be released there: the child's next open, close or
+/// exec hung). Not when this thread is inside the library already (a
+/// `fork` from a signal handler), where the lock may be its own.
+extern "C" fn before_fork() {
+    if BUSY.with(|b| b.get()) {
+        return;
+    }
+    let guard = TABLE.write().unwrap_or_else(|e| e.into_inner());
+    let _ = FORKING.try_with(|f| *f.borrow_mut() = Some(guard));
+}
+
+/// After `fork`, in the parent: the table's lock goes.
+extern "C" fn after_fork_in_parent() {
+    let _ = FORKING.try_with(|f| f.borrow_mut().take());
+}
+
 extern "C" fn after_fork_in_child() {
+    // The child's copy of the lock, held by this same thread, goes.
+    let _ = FORKING.try_with(|f| f.borrow_mut().take());
     // SAFETY: getpid takes no arguments and cannot fail.
     PID.store(unsafe { libc::getpid() }, Ordering::Relaxed);
 }
@@ -79,9 +107,11 @@ pub fn emul() -> Option<&'static Emul> {
             .and_then(|v| v.parse::<usize>().ok())
             .filter(|w| w.is_power_of_two() && *w >= 4096)
             .unwrap_or(DEFAULT_WINDOW);
-        after_fork_in_child();
-        // SAFETY: registers a handler that only stores the new pid.
-        unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
+        PID.store(rustix::process::getpid().as_raw_nonzero().get(), Ordering::Relaxed);
+        crate::fault::install();
+        // SAFETY: registers handlers that take and release the table's
+        // lock around fork and store the child's pid.
+        unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork_in_parent), Some(after_fork_in_child)) };
         let populate = std::env::var("FERRY_EMUL_POPULATE").is_ok_and(|v| v == "1");
         Some(Emul { client, root, window, populate, fileno_patch: crate::hooks::check_fileno_patch() })
     })
@@ -147,64 +177,108 @@ pub fn all() -> Vec<(i32, Arc<File>)> {
     t.iter().enumerate().filter_map(|(i, f)| f.clone().map(|f| (i as i32, f))).collect()
 }
 
-/// Forgets the working directory (after `chdir`/`fchdir`).
-pub fn cwd_changed() {
-    *CWD.lock().unwrap_or_else(|e| e.into_inner()) = None;
-}
-
+/// The working directory, asked of the kernel at each call: a cached one
+/// went stale when the directory was renamed (by this process or any
+/// other) and names relative to it went to the old name.
 fn cwd() -> Option<String> {
-    let mut c = CWD.lock().unwrap_or_else(|e| e.into_inner());
-    if c.is_none() {
-        let p = rustix::process::getcwd(Vec::new()).ok()?;
-        *c = Some(p.to_str().ok()?.to_owned());
-    }
-    c.clone()
+    let p = rustix::process::getcwd(Vec::new()).ok()?;
+    Some(p.to_str().ok()?.to_owned())
 }
 
-/// `path` with `.`, `..` and repeated slashes taken out, by name only.
-fn normalize(path: &str) -> String {
+/// The name beneath `root` that the absolute `full` denotes, or `None`
+/// when it does not lead there.
+///
+/// Only the part of the name up to `root` is taken apart by name (`.`,
+/// `..` and repeated slashes), to tell whether the name goes through the
+/// served directory at all; so is a `..` right at the root, which leaves
+/// it (the root is a real directory, named canonically). What follows is
+/// kept as the program spelled it, for the server to resolve beneath the
+/// root as the kernel would: `link/../f` goes to the parent of the link's
+/// target, not to `f`; `file/`, `file/.` and `missing/../f` fail as they
+/// do natively; a `..` further down that climbs out of the root is
+/// refused by the server (`EXDEV`) and the call is the kernel's.
+fn split_at_root(root: &str, full: &str) -> Option<String> {
+    let root: Vec<&str> = root.split('/').filter(|p| !p.is_empty()).collect();
     let mut parts: Vec<&str> = Vec::new();
-    for p in path.split('/') {
-        match p {
-            "" | "." => {}
+    let mut rest = full;
+    loop {
+        let r = rest.trim_start_matches('/');
+        let (head, tail) = match r.find('/') {
+            Some(i) => (&r[..i], &r[i..]),
+            None => (r, ""),
+        };
+        let at_root = parts == root;
+        match head {
+            "" if at_root => return Some(String::new()),
+            "" => return None,
+            "." => {}
             ".." => {
                 parts.pop();
             }
+            // The name so far is the root: what is left is beneath it,
+            // spelled as the program spelled it.
+            _ if at_root => return Some(r.to_owned()),
             p => parts.push(p),
         }
+        rest = tail;
     }
-    let mut out = String::with_capacity(path.len());
-    for p in parts {
-        out.push('/');
-        out.push_str(p);
-    }
-    if out.is_empty() {
-        out.push('/');
-    }
-    out
 }
 
 /// The name beneath the served root that `path` (relative to `dirfd`)
 /// denotes, or `None` when it is outside (the call then passes through).
+/// The empty string is the root itself.
 pub fn beneath(e: &Emul, dirfd: i32, path: &[u8]) -> Option<String> {
     let path = std::str::from_utf8(path).ok()?;
     if path.is_empty() {
         return None;
     }
     let full = if path.starts_with('/') {
-        normalize(path)
+        path.to_owned()
     } else {
         let base = if dirfd == libc::AT_FDCWD {
             cwd()?
         } else {
             let link = rustix::fs::readlink(format!("/proc/self/fd/{dirfd}"), Vec::new()).ok()?;
-            link.to_str().ok()?.to_owned()
+            let link = link.to_str().ok()?.to_owned();
+            if link.ends_with(" (deleted)") && deleted(dirfd) {
+                // A directory removed while open has no name to send:
+                // the kernel resolves relative to the descriptor itself
+                // (`rmdir(".")` there is EINVAL, not the ENOENT of a name).
+                return None;
+            }
+            link
         };
-        normalize(&format!("{base}/{path}"))
+        format!("{base}/{path}")
     };
-    if full == e.root {
-        return Some(String::new());
+    split_at_root(&e.root, &full)
+}
+
+/// Whether the directory `dirfd` has been removed (no link left).
+fn deleted(dirfd: i32) -> bool {
+    // SAFETY: a descriptor number the caller passed; borrowed for one fstat.
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(dirfd) };
+    rustix::fs::fstat(fd).is_ok_and(|st| st.st_nlink == 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_at_root;
+
+    #[test]
+    fn names_are_taken_apart_only_up_to_the_root() {
+        let r = "/srv/data";
+        assert_eq!(split_at_root(r, "/srv/data").as_deref(), Some(""));
+        assert_eq!(split_at_root(r, "/srv/data/").as_deref(), Some(""));
+        assert_eq!(split_at_root(r, "/srv//./data/a/b").as_deref(), Some("a/b"));
+        assert_eq!(split_at_root(r, "/srv/x/../data/f/").as_deref(), Some("f/"));
+        assert_eq!(split_at_root(r, "/srv/data/link/../f").as_deref(), Some("link/../f"));
+        assert_eq!(split_at_root(r, "/srv/data/f/.").as_deref(), Some("f/."));
+        assert_eq!(split_at_root(r, "/srv/data/../data/f").as_deref(), Some("f"));
+        assert_eq!(split_at_root(r, "/srv/data/./../x"), None);
+        assert_eq!(split_at_root(r, "/srv/data/a/../../x").as_deref(), Some("a/../../x"));
+        assert_eq!(split_at_root(r, "/srv/database/f"), None);
+        assert_eq!(split_at_root(r, "/srv"), None);
+        assert_eq!(split_at_root(r, "/elsewhere/f"), None);
+        assert_eq!(split_at_root("/", "/etc/passwd").as_deref(), Some("etc/passwd"));
     }
-    let rest = full.strip_prefix(&e.root)?.strip_prefix('/')?;
-    Some(rest.to_owned())
 }

@@ -11,16 +11,26 @@
 //! functions, which reach the emulated descriptor; every other stream goes
 //! to the C library's own function untouched.
 //!
-//! Not covered: `fwprintf`, `vfwprintf` and `fwscanf` on such streams.
-//! `fwprintf` and `fwscanf` are variadic, which stable Rust cannot define,
-//! and `vfwprintf` takes a C `va_list`, which it cannot pass on portably,
-//! so they still crash there as before (no program on a Debian
-//! system was found using them on files; `rev`, `column`, `colrm`,
-//! `colcrt`, `ul` and `gold` use the functions here).
+//! `fwprintf`, `vfwprintf` and their fortified forms (which failed there)
+//! format into a wide buffer (`vswprintf`) and write it the same way. The
+//! `fwscanf` family (which crashed there) scans through a stream of the C
+//! library's own over the same file, put where the library's stream is,
+//! and moves the library's stream to where the scan stopped. `fwprintf`
+//! and `fwscanf` are variadic, which a stable Rust function cannot be: on
+//! x86-64 each is a naked trampoline that builds the `va_list` of its
+//! variable arguments (as a variadic C function's prologue does) and
+//! calls the `v` form. Elsewhere than on x86-64 they still fail or crash
+//! on such streams.
+//!
+//! # Safety
+//! The trampolines store the argument registers in their own frame,
+//! describe them in a `va_list` as the x86-64 ABI lays it out, and return
+//! the called function's result; a `va_list` is only copied (its size
+//! per architecture) before each use, never walked here.
 
 #![allow(clippy::missing_safety_doc)]
 
-use libc::{c_char, c_int, size_t, wchar_t, FILE};
+use libc::{c_char, c_int, c_void, size_t, wchar_t, FILE};
 
 use crate::hooks::{fopencookie, set_errno, CookieIo};
 use crate::real;
@@ -40,6 +50,7 @@ const MB_MAX: usize = 16;
 struct MbState(u64);
 
 extern "C" {
+    fn vswprintf(s: *mut wchar_t, n: size_t, format: *const wchar_t, ap: *mut c_void) -> c_int;
     fn mbrtowc(pwc: *mut wchar_t, s: *const c_char, n: size_t, ps: *mut MbState) -> size_t;
     fn wcrtomb(s: *mut c_char, wc: wchar_t, ps: *mut MbState) -> size_t;
     fn flockfile(f: *mut FILE);
@@ -333,3 +344,262 @@ pub unsafe extern "C" fn __fgetws_chk(buf: *mut wchar_t, size: size_t, n: c_int,
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { real::__fgetws_chk()(buf, size, n, f) }
 }
+
+/// Bytes of a `va_list` as a callee receives it (x86-64: the one-element
+/// array `__va_list_tag[1]`, passed as a pointer to it; AArch64: a 32-byte
+/// structure, passed by reference): what a copy (`va_copy`) copies.
+#[cfg(target_arch = "x86_64")]
+const VA_LIST_BYTES: usize = 24;
+#[cfg(target_arch = "aarch64")]
+const VA_LIST_BYTES: usize = 32;
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+const VA_LIST_BYTES: usize = 0;
+
+/// Most wide characters one formatted write may make here.
+const FORMAT_MAX: usize = 64 << 20;
+
+/// `format` with the arguments `ap` describes, formatted by `vswprintf`
+/// into a buffer grown until it fits (each try on a fresh copy of `ap`).
+///
+/// # Safety
+/// `format` is a NUL-terminated wide string and `ap` a `va_list` holding
+/// the arguments it asks for.
+unsafe fn format_wide(format: *const wchar_t, ap: *mut c_void) -> Result<Vec<wchar_t>, i32> {
+    if VA_LIST_BYTES == 0 {
+        return Err(libc::EOPNOTSUPP);
+    }
+    let mut cap = 512usize;
+    loop {
+        let mut buf: Vec<wchar_t> = vec![0; cap];
+        let mut copy = [0u64; 4];
+        // SAFETY: copies the caller's va_list (VA_LIST_BYTES <= 32 bytes)
+        // into our aligned buffer: `va_copy`, for this architecture.
+        unsafe { std::ptr::copy_nonoverlapping(ap.cast::<u8>(), copy.as_mut_ptr().cast::<u8>(), VA_LIST_BYTES) };
+        // SAFETY: a buffer of cap wide characters; the caller's format and
+        // arguments.
+        let n = unsafe { vswprintf(buf.as_mut_ptr(), cap, format, copy.as_mut_ptr().cast()) };
+        if n >= 0 {
+            buf.truncate(n as usize);
+            buf.push(0);
+            return Ok(buf);
+        }
+        // -1: too small, or a character with no wide form; the second
+        // stays -1 at any size.
+        if cap >= FORMAT_MAX {
+            return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EOVERFLOW));
+        }
+        cap *= 4;
+    }
+}
+
+/// `vfwprintf` on a byte-only stream: formatted, then written as
+/// multibyte through the stream's narrow functions. Returns the wide
+/// characters written, or -1.
+///
+/// # Safety
+/// As [`format_wide`]; `f` is a live stream.
+unsafe fn print_wide(f: *mut FILE, format: *const wchar_t, ap: *mut c_void) -> c_int {
+    // SAFETY: the caller's format and arguments.
+    match unsafe { format_wide(format, ap) } {
+        Ok(buf) => {
+            // SAFETY: a NUL-terminated string of ours; the caller's stream.
+            let r = unsafe {
+                flockfile(f);
+                let r = put_str(buf.as_ptr(), f);
+                funlockfile(f);
+                r
+            };
+            if r == libc::EOF {
+                -1
+            } else {
+                (buf.len() - 1) as c_int
+            }
+        }
+        Err(e) => {
+            set_errno(e);
+            -1
+        }
+    }
+}
+
+/// `vfwprintf(3)`: on a byte-only stream, formatted here and written as
+/// multibyte through its narrow functions.
+#[no_mangle]
+pub unsafe extern "C" fn vfwprintf(f: *mut FILE, format: *const wchar_t, ap: *mut c_void) -> c_int {
+    if byte_only(f) {
+        // SAFETY: the caller's arguments.
+        return unsafe { print_wide(f, format, ap) };
+    }
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
+    unsafe { real::vfwprintf()(f, format, ap) }
+}
+
+/// `__vfwprintf_chk`: `vfwprintf` as fortified programs call it.
+#[no_mangle]
+pub unsafe extern "C" fn __vfwprintf_chk(f: *mut FILE, flag: c_int, format: *const wchar_t, ap: *mut c_void) -> c_int {
+    if byte_only(f) {
+        // SAFETY: the caller's arguments.
+        return unsafe { print_wide(f, format, ap) };
+    }
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
+    unsafe { real::__vfwprintf_chk()(f, flag, format, ap) }
+}
+
+/// `vfwscanf` on a byte-only stream, through a stream of the C library's
+/// own over the same file: the library's stream is flushed (its offset is
+/// then the next unread byte), a second, real stream on the file (through
+/// `/proc/self/fd`, as the kernel opens it) is put there and scanned by
+/// the C library's own function, and the library's stream is moved to
+/// where the scan stopped. A stream that cannot read fails as the C
+/// library's does (`EBADF`).
+///
+/// # Safety
+/// `f` is a live byte-only stream; `format` and `ap` as for `vfwscanf`.
+unsafe fn scan_wide(f: *mut FILE, format: *const wchar_t, ap: *mut c_void, isoc99: bool) -> c_int {
+    const IO_NO_READS: c_int = 0x4;
+    // SAFETY: the caller's stream, its first field the flags (checked
+    // layout: `byte_only`); the C library's functions on it.
+    unsafe {
+        if *(f as *const c_int) & IO_NO_READS != 0 {
+            set_errno(libc::EBADF);
+            return libc::EOF;
+        }
+        flockfile(f);
+        let r = (|| {
+            if libc::fflush(f) != 0 {
+                return libc::EOF;
+            }
+            let pos = libc::ftello(f);
+            let fd = real::fileno()(f);
+            if pos < 0 || fd < 0 {
+                return libc::EOF;
+            }
+            let path = format!("/proc/self/fd/{fd}\0");
+            let rfd = real::open()(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC, 0);
+            if rfd < 0 {
+                return libc::EOF;
+            }
+            let rf = real::fdopen()(rfd, c"r".as_ptr());
+            if rf.is_null() {
+                real::close()(rfd);
+                return libc::EOF;
+            }
+            let mut n = libc::EOF;
+            if libc::fseeko(rf, pos, libc::SEEK_SET) == 0 {
+                n = if isoc99 { real::__isoc99_vfwscanf()(rf, format, ap) } else { real::vfwscanf()(rf, format, ap) };
+                let end = libc::ftello(rf);
+                let at_end = libc::feof(rf) != 0;
+                let e = *libc::__errno_location();
+                if end >= 0 {
+                    libc::fseeko(f, end, libc::SEEK_SET);
+                }
+                if at_end {
+                    // The scan met the end: so does the library's stream
+                    // (its end-of-file indicator is set by a read there).
+                    let c = libc::fgetc(f);
+                    if c != libc::EOF {
+                        libc::ungetc(c, f);
+                    }
+                }
+                set_errno(e);
+            }
+            real::fclose()(rf);
+            n
+        })();
+        funlockfile(f);
+        r
+    }
+}
+
+macro_rules! wide_vscan {
+    ($($name:ident, $isoc99:expr);*) => {$(
+        #[doc = concat!("`", stringify!($name), "(3)`: on a byte-only stream, through a stream of the C library's own over the same file.")]
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(f: *mut FILE, format: *const wchar_t, ap: *mut c_void) -> c_int {
+            if byte_only(f) {
+                // SAFETY: the caller's arguments.
+                return unsafe { scan_wide(f, format, ap, $isoc99) };
+            }
+            // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
+            unsafe { real::$name()(f, format, ap) }
+        }
+    )*};
+}
+
+wide_vscan!(vfwscanf, false; __isoc99_vfwscanf, true);
+
+/// `fwscanf` with its variable arguments as a `va_list`.
+unsafe extern "C" fn fwscanf_v(f: *mut FILE, format: *const wchar_t, ap: *mut c_void) -> c_int {
+    // SAFETY: the trampoline's arguments, the caller's.
+    unsafe { vfwscanf(f, format, ap) }
+}
+
+/// `__isoc99_fwscanf` with its variable arguments as a `va_list`.
+unsafe extern "C" fn isoc99_fwscanf_v(f: *mut FILE, format: *const wchar_t, ap: *mut c_void) -> c_int {
+    // SAFETY: the trampoline's arguments, the caller's.
+    unsafe { __isoc99_vfwscanf(f, format, ap) }
+}
+
+/// `fwprintf` with its variable arguments as a `va_list`.
+unsafe extern "C" fn fwprintf_v(f: *mut FILE, format: *const wchar_t, ap: *mut c_void) -> c_int {
+    // SAFETY: the trampoline's arguments, the caller's.
+    unsafe { vfwprintf(f, format, ap) }
+}
+
+/// `__fwprintf_chk` with its variable arguments as a `va_list`.
+unsafe extern "C" fn fwprintf_chk_v(f: *mut FILE, flag: c_int, format: *const wchar_t, ap: *mut c_void) -> c_int {
+    // SAFETY: the trampoline's arguments, the caller's.
+    unsafe { __vfwprintf_chk(f, flag, format, ap) }
+}
+
+/// Defines a variadic printing function with `$named` named integer
+/// arguments as a trampoline that builds the `va_list` of the rest and
+/// calls `$target` with the named arguments and a pointer to it (in
+/// `$ap`, the next argument register). Frame: the six integer argument
+/// registers at 0, the eight vector ones at 48, the `va_list` at 176
+/// (offset of the next integer and vector argument in the save area, the
+/// caller's stack arguments, the save area); 200 bytes keep the stack
+/// 16-byte aligned for the call.
+macro_rules! va_trampoline {
+    ($name:ident, $named:expr, $ap:literal, $target:ident) => {
+        #[doc = concat!("`", stringify!($name), "(3)`: through its `v` form, which serves the library's byte-only streams.")]
+        #[cfg(target_arch = "x86_64")]
+        #[unsafe(naked)]
+        #[no_mangle]
+        pub unsafe extern "C" fn $name() {
+            core::arch::naked_asm!(
+                "sub rsp, 200",
+                "mov [rsp], rdi",
+                "mov [rsp + 8], rsi",
+                "mov [rsp + 16], rdx",
+                "mov [rsp + 24], rcx",
+                "mov [rsp + 32], r8",
+                "mov [rsp + 40], r9",
+                "movdqu [rsp + 48], xmm0",
+                "movdqu [rsp + 64], xmm1",
+                "movdqu [rsp + 80], xmm2",
+                "movdqu [rsp + 96], xmm3",
+                "movdqu [rsp + 112], xmm4",
+                "movdqu [rsp + 128], xmm5",
+                "movdqu [rsp + 144], xmm6",
+                "movdqu [rsp + 160], xmm7",
+                "mov dword ptr [rsp + 176], {gp}",
+                "mov dword ptr [rsp + 180], 48",
+                "lea rax, [rsp + 208]",
+                "mov [rsp + 184], rax",
+                "mov [rsp + 192], rsp",
+                concat!("lea ", $ap, ", [rsp + 176]"),
+                "call {target}",
+                "add rsp, 200",
+                "ret",
+                gp = const 8 * $named,
+                target = sym $target,
+            )
+        }
+    };
+}
+
+va_trampoline!(fwprintf, 2, "rdx", fwprintf_v);
+va_trampoline!(fwscanf, 2, "rdx", fwscanf_v);
+va_trampoline!(__isoc99_fwscanf, 2, "rdx", isoc99_fwscanf_v);
+va_trampoline!(__fwprintf_chk, 3, "rcx", fwprintf_chk_v);

@@ -140,9 +140,9 @@ impl Client {
         }
         let pid = std::process::id();
         let exchange = |rx: &mut crate::port::ReceiveRight, body: Vec<u8>| -> Result<Message, Errno> {
-            let once = rx.make_send_once().map_err(|_| libc::EIO)?;
-            self.server.send(Message::new(op).with_body(body).with_reply(once), Timeout::Infinite).map_err(|_| libc::EIO)?;
-            rx.recv(Timeout::Infinite).map_err(|_| libc::EIO)
+            let once = rx.make_send_once().map_err(|_| self.failed())?;
+            self.server.send(Message::new(op).with_body(body).with_reply(once), Timeout::Infinite).map_err(|_| self.failed())?;
+            rx.recv(Timeout::Infinite).map_err(|_| self.failed())
         };
         // The body moves into whichever exchange runs; `try_with` hands it
         // back when this thread's storage is already gone.
@@ -152,9 +152,14 @@ impl Client {
             if slot.as_ref().is_none_or(|(p, _)| *p != pid) {
                 let rx = reply_port()?;
                 if let Some((_, old)) = slot.take() {
-                    // Inherited from the parent: only this process's copy
-                    // of the descriptors goes.
-                    drop(old);
+                    // Inherited from the parent. Its descriptor is not
+                    // closed: the child may have closed it already (a
+                    // child about to exec closes all it does not pass on,
+                    // as Python's subprocess does), and the number may
+                    // now be another descriptor's, the new reply port's
+                    // among them. It is close-on-exec; a child that does
+                    // not exec keeps one descriptor more.
+                    std::mem::forget(old);
                 }
                 *slot = Some((pid, rx));
             }
@@ -179,6 +184,24 @@ impl Client {
         reply.and_then(Self::answer)
     }
 
+    /// The error for an exchange with the server that failed: `EMFILE`
+    /// when this process has no descriptor free (a send-once right, or the
+    /// descriptors a reply carries, could not be made or taken), else
+    /// `EIO` (the server is gone, or answered nonsense).
+    fn failed(&self) -> Errno {
+        // An exchange holds up to four descriptors at once (a send-once
+        // right's pair, a reply's two rights, an envelope's two files).
+        let mut probe = Vec::with_capacity(4);
+        for _ in 0..4 {
+            match rustix::io::fcntl_dupfd_cloexec(self.server.as_fd(), 0) {
+                Ok(fd) => probe.push(fd),
+                Err(e) if e == rustix::io::Errno::MFILE || e == rustix::io::Errno::NFILE => return e.raw_os_error(),
+                Err(_) => break,
+            }
+        }
+        libc::EIO
+    }
+
     fn answer(mut m: Message) -> Result<(Vec<u8>, Vec<Item>), Errno> {
         let err = get_u32(m.body(), 0).ok_or(libc::EIO)? as i32;
         if err != 0 {
@@ -200,16 +223,23 @@ impl Client {
         let mut items = items.into_iter();
         let Some(Item::Send(envelope)) = items.next() else { return Err(libc::EIO) };
         let mut buf = [0u8; 8];
-        let dg = crate::sys::socket::recv(envelope.as_fd(), &mut buf, true).map_err(|_| libc::EIO)?;
+        let dg = crate::sys::socket::recv(envelope.as_fd(), &mut buf, true).map_err(|_| self.failed())?;
+        if dg.fds_truncated {
+            return Err(self.failed());
+        }
         let mut fds = dg.fds.into_iter();
         match (kind, fds.next(), fds.next(), items.next()) {
-            (1, Some(dir), None, None) => Ok(Opened::Dir(dir)),
+            // Moved out of the low numbers too: the library duplicates it
+            // to the lowest free number for the program, which would
+            // otherwise be the next one up (a directory opened while
+            // descriptor 4 was free came back as 5).
+            (1, Some(dir), None, None) => Ok(Opened::Dir(high(dir))),
             (0, Some(file), Some(page), Some(Item::Send(hold))) => {
                 let page = TokenPage::map(page.as_fd()).map_err(|_| libc::EIO)?;
                 // The library's own descriptors keep out of the low numbers
                 // programs expect open(2) to return.
                 let file = high(file);
-                let hold = SendRight::from_fd(high(rustix::io::dup(hold.as_fd()).map_err(|_| libc::EMFILE)?));
+                let hold = SendRight::from_fd(high(rustix::io::dup(hold.as_fd()).map_err(|e| e.raw_os_error())?));
                 Ok(Opened::File(OpenedFile { id, file, page, hold }))
             }
             _ => Err(libc::EIO),

@@ -111,6 +111,10 @@ const SIZE_OFF: usize = 16;
 /// Non-zero once a program without the library may share the open file
 /// (it was inherited across `exec`): the kernel's offset is then the one.
 const KERNEL_OFFSET_OFF: usize = 24;
+/// The open file's `O_APPEND` as a process last set it with
+/// `fcntl(F_SETFL)` (1 off, 2 on; 0: as opened), for every process
+/// sharing the open file: the flag is the open file's in the kernel.
+const APPEND_OFF: usize = 28;
 /// Bytes of the token page.
 const PAGE_LEN: usize = 4096;
 
@@ -278,6 +282,21 @@ impl TokenPage {
     /// [`kernel_offset`](Self::kernel_offset)); the caller has set it.
     pub fn hand_offset_to_kernel(&self) {
         self.words.u32_at(KERNEL_OFFSET_OFF).store(1, Ordering::Release);
+    }
+
+    /// The open file's `O_APPEND` as a sharer last set it with
+    /// `fcntl(F_SETFL)`, if one did (else it is as the file was opened).
+    pub fn append(&self) -> Option<bool> {
+        match self.words.u32_at(APPEND_OFF).load(Ordering::Acquire) {
+            0 => None,
+            v => Some(v == 2),
+        }
+    }
+
+    /// Records the open file's `O_APPEND`, set with `fcntl(F_SETFL)`, for
+    /// every process sharing it.
+    pub fn set_append(&self, on: bool) {
+        self.words.u32_at(APPEND_OFF).store(if on { 2 } else { 1 }, Ordering::Release);
     }
 
     /// The file's size as the token holders know it.

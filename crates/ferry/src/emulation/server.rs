@@ -472,7 +472,7 @@ impl EmulServer {
     fn open_now(&mut self, who: Asker, body: &[u8]) -> Res<(Answer, Option<Arc<OpenFile>>)> {
         let flags = get_u32(body, 0).ok_or(Errno::INVAL)?;
         let mode = get_u32(body, 4).ok_or(Errno::INVAL)?;
-        let name = name_of(&body[8..])?;
+        let name = lookup_name(name_of(&body[8..])?);
         if self.per_user.get(&who.uid).copied().unwrap_or(0) >= self.budget.per_user || self.files.len() >= self.budget.in_all {
             return Err(Errno::NFILE);
         }
@@ -706,7 +706,16 @@ fn name_of(bytes: &[u8]) -> Res<&str> {
     if name.len() > 4096 || name.contains('\0') {
         return Err(Errno::NAMETOOLONG);
     }
-    Ok(if name.is_empty() { "." } else { name })
+    Ok(name)
+}
+
+/// `name` for a lookup: the root itself is `.`.
+fn lookup_name(name: &str) -> &str {
+    if name.is_empty() {
+        "."
+    } else {
+        name
+    }
 }
 
 /// Runs `f` with the asker's file-system identity: directly when the server
@@ -745,17 +754,40 @@ fn reopen(path: BorrowedFd<'_>, flags: OFlags) -> Res<OwnedFd> {
 }
 
 /// Opens `name` beneath `root` with the client's `flags` (access mode,
-/// create, exclusive, truncate, append, directory, no-follow): only a
+/// create, exclusive, truncate, append, synchronous and direct I/O,
+/// no access time, directory, no-follow): only a
 /// regular file or a directory. A FIFO, device or socket is never opened
 /// here (opening a FIFO would stall the server until a writer came):
 /// it is answered `EXDEV`, and the client's library lets the program's
 /// own kernel open it, as it does for a name that leads out of the tree.
+///
+/// A directory opened for writing, to create or to truncate is `EISDIR`,
+/// as natively. Creating through a dangling symbolic link creates the
+/// link's target, as the kernel does (without `O_EXCL` or `O_NOFOLLOW`):
+/// the link is read and the creation tried again at the name it holds,
+/// beneath the root (a link out of the tree is `EXDEV`, and the kernel's).
 fn open_beneath(root: &OwnedFd, name: &str, flags: i32, mode: u32) -> Res<(OwnedFd, bool)> {
     let o = OFlags::from_bits_retain(flags as u32);
     let access = o & (OFlags::RDONLY | OFlags::WRONLY | OFlags::RDWR);
-    let keep = o & (OFlags::TRUNC | OFlags::APPEND);
-    for _ in 0..4 {
-        match resolve(root, name, !o.contains(OFlags::NOFOLLOW), OFlags::empty()) {
+    // What the open file keeps of the flags: O_SYNC, O_DSYNC, O_DIRECT and
+    // O_NOATIME change what the kernel does with its reads and writes
+    // (they were dropped: a program's O_SYNC writes were not synchronous,
+    // and F_GETFL did not show them).
+    let keep = o & (OFlags::TRUNC | OFlags::APPEND | OFlags::SYNC | OFlags::DSYNC | OFlags::DIRECT | OFlags::NOATIME);
+    if o.contains(OFlags::CREATE) && name.ends_with('/') {
+        // The kernel refuses to create a name with a trailing slash
+        // (EISDIR) once the directories before it are found, whatever is
+        // there: their errors come first.
+        parent_of(root, name)?;
+        return Err(Errno::ISDIR);
+    }
+    let mut name = name.to_owned();
+    // The kernel's own limit on links followed in one lookup.
+    for _ in 0..40 {
+        // With O_CREAT | O_EXCL the kernel never follows a last link:
+        // whatever is there, a dangling or looping link too, is EEXIST.
+        let follow = !o.contains(OFlags::NOFOLLOW) && !o.contains(OFlags::CREATE | OFlags::EXCL);
+        match resolve(root, &name, follow, OFlags::empty()) {
             Ok(path) => {
                 if o.contains(OFlags::CREATE | OFlags::EXCL) {
                     return Err(Errno::EXIST);
@@ -763,10 +795,14 @@ fn open_beneath(root: &OwnedFd, name: &str, flags: i32, mode: u32) -> Res<(Owned
                 let st = rustix::fs::fstat(&path)?;
                 let ft = rustix::fs::FileType::from_raw_mode(st.st_mode);
                 if ft.is_dir() {
-                    if !access.is_empty() {
+                    if !access.is_empty() || o.intersects(OFlags::CREATE | OFlags::TRUNC) {
                         return Err(Errno::ISDIR);
                     }
                     return Ok((reopen(path.as_fd(), OFlags::RDONLY | OFlags::DIRECTORY)?, true));
+                }
+                if ft.is_symlink() {
+                    // O_NOFOLLOW on a link: as the kernel answers.
+                    return Err(Errno::LOOP);
                 }
                 if !ft.is_file() {
                     return Err(if o.contains(OFlags::DIRECTORY) { Errno::NOTDIR } else { Errno::XDEV });
@@ -784,41 +820,79 @@ fn open_beneath(root: &OwnedFd, name: &str, flags: i32, mode: u32) -> Res<(Owned
             }
             Err(Errno::NOENT) if o.contains(OFlags::CREATE) => {
                 let f = access | keep | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NOCTTY;
-                match rustix::fs::openat2(root, name, f, Mode::from_raw_mode(mode & 0o777), ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS) {
+                match rustix::fs::openat2(root, &name, f, Mode::from_raw_mode(mode & 0o7777), ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS) {
                     Ok(fd) => {
                         // The client applied its umask; the server's own
-                        // must not apply on top.
-                        let _ = rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode & 0o777));
+                        // must not apply on top. The set-user-ID,
+                        // set-group-ID and sticky bits the program asked
+                        // for are kept, as the kernel keeps them (the
+                        // kernel drops set-group-ID for a group the asker
+                        // is not in, in fchmod as in open).
+                        let _ = rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode & 0o7777));
                         return Ok((fd, false));
                     }
-                    // Someone made it meanwhile: open what is there.
-                    Err(Errno::EXIST) if !o.contains(OFlags::EXCL) => continue,
+                    Err(Errno::EXIST) if !o.intersects(OFlags::EXCL | OFlags::NOFOLLOW) => {
+                        // A dangling link (or someone made the name
+                        // meanwhile): follow the link by hand and try
+                        // again where it points.
+                        if let Some(target) = dangling_target(root, &name)? {
+                            name = target;
+                        }
+                        continue;
+                    }
                     Err(e) => return Err(e),
                 }
             }
             Err(e) => return Err(e),
         }
     }
-    Err(Errno::AGAIN)
+    Err(Errno::LOOP)
 }
 
-/// The parent directory of `name` beneath `root` and the last component.
+/// Where the symbolic link `name` beneath `root` points, as a name beneath
+/// `root` (`None` if `name` is not a link now). An absolute target is
+/// `EXDEV`: the library hands the open to the kernel.
+fn dangling_target(root: &OwnedFd, name: &str) -> Res<Option<String>> {
+    let (dir, last) = parent_of(root, name)?;
+    let target = match rustix::fs::readlinkat(&dir, last.trim_end_matches('/'), Vec::new()) {
+        Ok(t) => t,
+        Err(Errno::INVAL) | Err(Errno::NOENT) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let target = target.to_str().map_err(|_| Errno::XDEV)?;
+    if target.starts_with('/') {
+        return Err(Errno::XDEV);
+    }
+    let trimmed = name.trim_end_matches('/');
+    Ok(Some(match trimmed.rfind('/') {
+        Some(i) => format!("{}/{target}", &trimmed[..i]),
+        None => target.to_owned(),
+    }))
+}
+
+/// The parent directory of `name` beneath `root` and the last component,
+/// which keeps its trailing slashes and may be `.` or `..`: the kernel's
+/// call on it then answers as it would natively (`unlink("file/")` is
+/// `ENOTDIR`, `rmdir("d/.")` is `EINVAL`, a rename of `..` is `EBUSY`; the
+/// kernel never acts on what a last `.` or `..` names). The root itself
+/// (an empty name) has its parent outside: `EXDEV`, and the library hands
+/// the call to the kernel.
 fn parent_of<'a>(root: &OwnedFd, name: &'a str) -> Res<(OwnedFd, &'a str)> {
     let trimmed = name.trim_end_matches('/');
-    let (dir, last) = match trimmed.rfind('/') {
-        Some(i) => (&trimmed[..i], &trimmed[i + 1..]),
-        None => (".", trimmed),
-    };
-    if last.is_empty() || last == "." || last == ".." {
-        return Err(Errno::INVAL);
+    if trimmed.is_empty() {
+        return Err(Errno::XDEV);
     }
+    let (dir, last) = match trimmed.rfind('/') {
+        Some(i) => (&trimmed[..i], &name[i + 1..]),
+        None => (".", name),
+    };
     let dir = if dir.is_empty() { "." } else { dir };
     Ok((resolve(root, dir, true, OFlags::DIRECTORY)?, last))
 }
 
 fn stat(root: &OwnedFd, euid: u32, who: Asker, body: &[u8]) -> Res<Vec<u8>> {
     let flags = get_u32(body, 0).ok_or(Errno::INVAL)?;
-    let name = name_of(&body[4..])?;
+    let name = lookup_name(name_of(&body[4..])?);
     let st = as_asker(euid, who, || resolve(root, name, flags & 1 == 0, OFlags::empty()).and_then(|p| rustix::fs::fstat(&p)))??;
     let mut out = Vec::new();
     for v in [
@@ -866,5 +940,23 @@ fn rename(root: &OwnedFd, euid: u32, who: Asker, body: &[u8]) -> Res<()> {
 fn mkdir(root: &OwnedFd, euid: u32, who: Asker, body: &[u8]) -> Res<()> {
     let mode = get_u32(body, 0).ok_or(Errno::INVAL)?;
     let name = name_of(&body[4..])?;
-    as_asker(euid, who, || parent_of(root, name).and_then(|(dir, last)| rustix::fs::mkdirat(&dir, last, Mode::from_raw_mode(mode & 0o7777))))?
+    as_asker(euid, who, || {
+        let (dir, last) = parent_of(root, name)?;
+        rustix::fs::mkdirat(&dir, last, Mode::from_raw_mode(mode & 0o7777))?;
+        // The client applied its umask; the server's own applied on top
+        // (a program under `umask 0` made 0755 directories, not 0777).
+        // The new directory's permission bits are set to the asked ones,
+        // through a descriptor of it (never a link put in its place); the
+        // set-group-ID bit it inherited stays.
+        let made = rustix::fs::openat(&dir, last, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty());
+        if let Ok(made) = made {
+            if let Ok(st) = rustix::fs::fstat(&made) {
+                let want = (st.st_mode & 0o7000) | (mode & 0o777);
+                if st.st_mode & 0o7777 != want {
+                    let _ = rustix::fs::fchmod(&made, Mode::from_raw_mode(want));
+                }
+            }
+        }
+        Ok(())
+    })?
 }

@@ -606,7 +606,7 @@ fn users_together_leave_the_peers_proxies_room_for_another() {
         b.connect("a", a.local_addr().unwrap()).unwrap();
         let (mut srv, data) = export_data(&a, &b);
         let (mut me, _keep) = ferry::port().unwrap();
-        let refused = |me: &mut ferry::ReceiveRight| Refusal::of(&me.recv(WAIT).unwrap()).map(|(r, why)| (r, why));
+        let refused = |me: &mut ferry::ReceiveRight| Refusal::of(&me.recv(WAIT).unwrap());
 
         // Root: four rights arrive live; one more (with a reply right to
         // hear why) is past half of the eight.

@@ -95,8 +95,23 @@ pub fn uds_seqpacket(run: &mut Run<'_>) -> Result<(), Skip> {
 /// are read. The floor of a port round trip that keeps the guarantee that
 /// a receiver learns who sent each message; `uds-seqpacket` gives it up.
 pub fn uds_seqpacket_cred(run: &mut Run<'_>) -> Result<(), Skip> {
+    seqpacket_recvmsg(run, true)
+}
+
+/// `uds-seqpacket-recvmsg`: [`uds_seqpacket_cred`] without `SO_PASSCRED`:
+/// `send` and `recvmsg` with the same control buffer, no credentials. The
+/// same program as `uds-seqpacket-cred` but for the credentials, so set
+/// beside it in the same run it shows what they alone cost.
+pub fn uds_seqpacket_recvmsg(run: &mut Run<'_>) -> Result<(), Skip> {
+    seqpacket_recvmsg(run, false)
+}
+
+/// The ping-pong of `uds-seqpacket-cred` (`creds`) and
+/// `uds-seqpacket-recvmsg`: every datagram received with `recvmsg` and a
+/// port's control buffer, with or without the sender's credentials.
+fn seqpacket_recvmsg(run: &mut Run<'_>, creds: bool) -> Result<(), Skip> {
     let n = wire_bytes(run);
-    let (mine, theirs) = chan::seqpacket_with_credentials()?;
+    let (mine, theirs) = if creds { chan::seqpacket_with_credentials()? } else { chan::seqpacket()? };
     let peer = run.spawn(&[mine.as_fd()], move || {
         let mut buf = vec![0u8; n + 1];
         let reply = vec![2u8; n];
@@ -105,7 +120,7 @@ pub fn uds_seqpacket_cred(run: &mut Run<'_>) -> Result<(), Skip> {
             if got == 0 {
                 return Ok(());
             }
-            if uid.is_none() {
+            if creds && uid.is_none() {
                 return Err(std::io::Error::other("a datagram arrived without its sender's credentials"));
             }
             chan::send_datagram(&theirs, &reply)?;
@@ -124,8 +139,11 @@ pub fn uds_seqpacket_cred(run: &mut Run<'_>) -> Result<(), Skip> {
         }
         last = uid;
     }
-    if last.is_none() {
+    if creds && last.is_none() {
         return Err(Skip::new("failed: the replies carried no credentials"));
+    }
+    if !creds && last.is_some() {
+        return Err(Skip::new("failed: credentials arrived on a socket that did not ask for them"));
     }
     drop(mine);
     peer.wait()?;

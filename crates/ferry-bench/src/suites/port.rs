@@ -4,8 +4,10 @@
 //! `ferry-c-port` is the same round trip through ferry's C API.
 //! `uds-seqpacket-cred` is the socket pair with what a port keeps in the
 //! kernel path of every message (the sender's credentials, `recvmsg` with a
-//! control buffer): the floor with that guarantee.
-//! The target: ferry's round trip within 1.2× of `uds-seqpacket`.
+//! control buffer): the floor with that guarantee. `uds-seqpacket-recvmsg`
+//! is the same program without the credentials: the two in one run show
+//! what the credentials alone cost.
+//! The target: ferry's round trip within 1.2× of `uds-seqpacket`.
 
 use crate::harness::{Case, Impl, Suite};
 use crate::record::Touch;
@@ -33,6 +35,7 @@ pub fn impls() -> Vec<Impl> {
         Impl { name: "ferry-port", run: pingpong::ferry_port },
         Impl { name: "ferry-c-port", run: crate::suites::rpc_c::ferry_c_port },
         Impl { name: "uds-seqpacket", run: pingpong::uds_seqpacket },
+        Impl { name: "uds-seqpacket-recvmsg", run: pingpong::uds_seqpacket_recvmsg },
         Impl { name: "uds-seqpacket-cred", run: pingpong::uds_seqpacket_cred },
         Impl { name: "pipe", run: pingpong::pipe },
         Impl { name: "futex-floor", run: pingpong::futex_floor },

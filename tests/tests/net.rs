@@ -627,7 +627,7 @@ fn rights_past_a_peers_proxy_limit_arrive_as_dead_names_and_go_back() {
 #[test]
 fn messages_stuck_at_ports_that_do_not_read_never_stop_lookups_on_the_link() {
     watchdog("messages_stuck_at_ports_that_do_not_read_never_stop_lookups_on_the_link", LIMIT, || {
-        // Raised to the smallest budget: one frame of the largest size.
+        // Raised to the smallest budget: two frames of the largest size.
         let (a, b) = nodes_with(|c| c.max_frame_bytes_per_peer = 0);
         a.connect("b", b.local_addr().unwrap()).unwrap();
         // Three ports on `b` with small queues that nobody reads.
@@ -641,8 +641,9 @@ fn messages_stuck_at_ports_that_do_not_read_never_stop_lookups_on_the_link() {
         b.export("other", to_other);
         // To each: a message that fills its queue, then one carrying a
         // 15 MiB region that waits for room. Two such frames hold 30 MiB of
-        // `b`'s 40 MiB budget for `a`, and the third waits for the rest, so
-        // every later message frame from `a` waits too.
+        // the 40 MiB share of `b`'s 80 MiB budget for `a` that one user
+        // (here the owner of every port) may hold, and the third waits for
+        // the rest, its stream read no further.
         let bytes = vec![5u8; 15 << 20];
         for i in 0..3 {
             let sink = a.lookup(&format!("sink{i}@b")).unwrap();
@@ -656,6 +657,62 @@ fn messages_stuck_at_ports_that_do_not_read_never_stop_lookups_on_the_link() {
         drop(sinks);
         to_other.send(Message::new(7), WAIT).unwrap();
         assert_eq!(other.recv(WAIT).unwrap().op(), 7);
+    });
+}
+
+/// A local user whose ports never read cannot stall another user's
+/// messages from the same peer: the frames waiting for its ports are held
+/// in its own share of the link's frame bytes. User nobody on host `b`
+/// hands `a` eight ports that never read; `a` sends each a message that
+/// fills it and then 15 MiB more, 120 MiB waiting in all, past the whole
+/// budget `b` keeps for `a`. Root's port on `b` still gets `a`'s messages.
+#[test]
+fn a_user_whose_ports_never_read_does_not_stall_another_users_messages_from_the_peer() {
+    use std::io::BufRead;
+
+    use ferry::spawn::CommandExt;
+
+    if !common::can_play_other_user("a_user_whose_ports_never_read_does_not_stall_another_users_messages_from_the_peer") {
+        return;
+    }
+    watchdog("a_user_whose_ports_never_read_does_not_stall_another_users_messages_from_the_peer", LIMIT, || {
+        // The smallest budget `b` keeps for `a`'s frames.
+        let (a, b) = nodes_with(|c| c.max_frame_bytes_per_peer = 0);
+        a.connect("b", b.local_addr().unwrap()).unwrap();
+        let (mut collect, to_collect) = ferry::port().unwrap();
+        a.export("collect", to_collect);
+        let (mut honest, to_honest) = ferry::port().unwrap();
+        b.export("honest", to_honest);
+        let honest_from_a = a.lookup("honest@b").unwrap();
+
+        // Nobody's ports on `b`, sent to `a`.
+        let to_collect = b.lookup("collect@a").unwrap();
+        let mut other = common::peer_command_as(common::NOBODY, std::path::Path::new("/nonexistent"), "sinks", &["8"])
+            .pass_right(&to_collect)
+            .unwrap()
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut said = std::io::BufReader::new(other.stdout.take().unwrap()).lines();
+        assert_eq!(said.next().unwrap().unwrap(), "sent");
+        let mut got = collect.recv(WAIT).unwrap();
+        assert_eq!((got.op(), got.items().len()), (20, 8));
+        let sinks: Vec<_> = got.take_items().into_iter().map(|i| if let Item::Send(s) = i { s } else { panic!("a sink came as {i:?}") }).collect();
+
+        let bytes = vec![5u8; 15 << 20];
+        for sink in &sinks {
+            sink.send(Message::new(1).with_body(vec![1u8; 7000]), WAIT).unwrap();
+            sink.send(Message::new(2).with_item(RegionItem::copied_from(&bytes).unwrap()), WAIT).unwrap();
+        }
+        // Time for the frames to reach `b` and wait there.
+        std::thread::sleep(Duration::from_secs(1));
+        for i in 0..3 {
+            honest_from_a.send(Message::new(10 + i).with_item(RegionItem::copied_from(&bytes).unwrap()), WAIT).unwrap();
+            let m = honest.recv(WAIT).expect("root's message while nobody's ports stay full");
+            assert_eq!((m.op(), m.items().len()), (10 + i, 1));
+        }
+        drop(other.stdin.take());
+        assert!(other.wait().unwrap().success());
     });
 }
 

@@ -183,6 +183,16 @@ fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
     out.extend_from_slice(b);
 }
 
+/// The export id a message frame is for, read from its first bytes alone
+/// (`head`: at least the tag and the id), or `None` if they are not those
+/// of a message frame. The frame itself is checked only when decoded.
+pub fn message_target(head: &[u8]) -> Option<u64> {
+    match head {
+        [T_MESSAGE, id @ ..] if id.len() >= 8 => Some(u64::from_le_bytes(id[..8].try_into().ok()?)),
+        _ => None,
+    }
+}
+
 impl Frame {
     /// Encodes the frame (without the stream's length prefix).
     pub fn encode(&self) -> Vec<u8> {

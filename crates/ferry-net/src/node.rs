@@ -38,6 +38,7 @@ use tokio::sync::{oneshot, watch};
 use crate::budget::{Budgets, Limits, LOOKUPS};
 use crate::cor::{self, Counters, Fetcher};
 use crate::frame::{Cap, Frame, Part, MAX_EAGER_REGION, MAX_FRAME};
+use crate::inflight::{self, InFlight};
 use crate::link::{Event, Incoming, Key, Link, LinkError, Outgoing, Store};
 use crate::tls::{self, Identity, Peer};
 
@@ -81,10 +82,13 @@ pub struct NodeConfig {
     /// set it alike on both.
     pub max_proxies_per_peer: u64,
     /// Most bytes of one peer's message frames this node holds at once,
-    /// from their first byte read until they are delivered (at least
-    /// [`crate::frame::MAX_FRAME`]; smaller values are raised to it).
-    /// Past it, that peer's message streams wait, and QUIC's flow control
-    /// holds the peer back.
+    /// from their first byte read until they are delivered (at least two
+    /// frames of [`crate::frame::MAX_FRAME`]; smaller values are raised to
+    /// it). Each frame counts against the local user that owns its
+    /// destination port, who may hold at most half of what the other users
+    /// leave, so a user whose ports never read stalls only its own
+    /// messages from the peer. Past it, that peer's message streams wait,
+    /// and QUIC's flow control holds the peer back.
     pub max_frame_bytes_per_peer: usize,
 }
 
@@ -310,7 +314,13 @@ struct Shared {
 /// A right kept for an export.
 #[derive(Debug)]
 enum Held {
-    Send { right: Arc<AsyncSendRight>, watch: tokio::task::JoinHandle<()> },
+    Send {
+        right: Arc<AsyncSendRight>,
+        watch: tokio::task::JoinHandle<()>,
+        /// The user that made the port (`SO_PEERCRED` of its socket), whose
+        /// share of the link's frame bytes its messages wait in.
+        owner: u32,
+    },
     Once(SendOnceRight),
 }
 
@@ -364,8 +374,9 @@ struct Conn {
     /// written before the link is given up as stalled.
     op_timeout: Duration,
     /// Bytes of the peer's frames this link holds at once, being read or
-    /// waiting for delivery ([`NodeConfig::max_frame_bytes_per_peer`]).
-    frames: tokio::sync::Semaphore,
+    /// waiting for delivery, shared among the local users they are for
+    /// ([`NodeConfig::max_frame_bytes_per_peer`]).
+    frames: InFlight,
 }
 
 /// Most bytes of message frames one link holds at once by default
@@ -376,9 +387,10 @@ struct Conn {
 /// that do not read, stalls its own link's messages here instead of
 /// filling this host's memory; a stream waiting for room reads nothing,
 /// and QUIC's flow control then holds the peer back. Six frames of the
-/// largest size fit. (A local receiver that never reads and is sent that
-/// much by one peer slows that peer's other messages until it reads or
-/// its port goes: the price of the bound.)
+/// largest size fit. Frames are charged to the local user that owns their
+/// destination port, at most half of what the others leave each, so a
+/// receiver that never reads slows only its own user's messages from that
+/// peer, never another user's.
 pub const DEFAULT_FRAME_BUDGET: usize = 256 << 20;
 
 impl Node {
@@ -662,7 +674,7 @@ fn start_link(sh: Arc<Shared>, peer: String, conn: quinn::Connection, send: quin
             peer_proxies: usize::try_from(sh.config.max_proxies_per_peer).unwrap_or(usize::MAX),
         },
         op_timeout: sh.config.op_timeout,
-        frames: tokio::sync::Semaphore::new(sh.config.max_frame_bytes_per_peer.max(MAX_FRAME)),
+        frames: InFlight::new(sh.config.max_frame_bytes_per_peer.max(2 * MAX_FRAME)),
         state: Mutex::new(State {
             link: {
                 let mut l = Link::new();
@@ -725,11 +737,13 @@ fn start_link(sh: Arc<Shared>, peer: String, conn: quinn::Connection, send: quin
 
 /// Reads one length-prefixed frame; `None` when the stream ended cleanly.
 /// With a `budget`, the frame's announced length is taken from it before
-/// its body is read, and given back when the returned permit is dropped.
+/// its body is read, charged to the user that owns the frame's destination
+/// port (`owner`, given the export id a message frame names in its first
+/// bytes), and given back when the returned permit is dropped.
 async fn read_frame<'a>(
     s: &mut quinn::RecvStream,
-    budget: Option<&'a tokio::sync::Semaphore>,
-) -> Result<Option<(Vec<u8>, Option<tokio::sync::SemaphorePermit<'a>>)>, String> {
+    budget: Option<(&'a InFlight, &(dyn Fn(u64) -> u32 + Sync))>,
+) -> Result<Option<(Vec<u8>, Option<inflight::Permit<'a>>)>, String> {
     let mut len = [0u8; 4];
     match s.read_exact(&mut len).await {
         Ok(()) => {}
@@ -740,14 +754,22 @@ async fn read_frame<'a>(
     if n > MAX_FRAME {
         return Err(format!("frame of {n} bytes is over the limit"));
     }
-    let permit = match budget {
-        Some(b) => Some(b.acquire_many(n as u32).await.map_err(|_| "link closed".to_string())?),
-        None => None,
-    };
     // The length is the peer's claim: memory grows with the bytes that
     // actually arrive, a chunk at a time, not with the claim.
     const CHUNK: usize = 256 << 10;
     let mut buf = Vec::with_capacity(n.min(CHUNK));
+    let permit = match budget {
+        Some((b, owner)) => {
+            // A message frame names its destination in its first bytes:
+            // read those (the frame is charged to that port's owner), and
+            // take the rest of the length before reading the body.
+            buf.resize(n.min(HEAD), 0);
+            s.read_exact(&mut buf).await.map_err(|e| e.to_string())?;
+            let uid = crate::frame::message_target(&buf).map_or(UNKNOWN_OWNER, owner);
+            Some(b.acquire(uid, n).await.map_err(|_| "link closed".to_string())?)
+        }
+        None => None,
+    };
     while buf.len() < n {
         let start = buf.len();
         buf.resize(start + (n - start).min(CHUNK), 0);
@@ -755,6 +777,15 @@ async fn read_frame<'a>(
     }
     Ok(Some((buf, permit)))
 }
+
+/// The bytes of a frame read before its length is taken from the link's
+/// budget: a message frame's tag and destination.
+const HEAD: usize = 9;
+
+/// The owner charged for frames whose destination is no port of a known
+/// user (send-once rights, whose delivery never waits; frames that are not
+/// messages; ids that are not exported).
+const UNKNOWN_OWNER: u32 = u32::MAX;
 
 /// Writes one frame with its length prefix, in one stream write.
 async fn write_frame(s: &mut quinn::SendStream, f: &Frame) -> Result<(), quinn::WriteError> {
@@ -818,7 +849,11 @@ impl Conn {
     async fn read_stream(self: Arc<Self>, sh: Arc<Shared>, mut s: quinn::RecvStream, budgeted: bool) {
         loop {
             // The permit is held until the frame's messages are delivered.
-            let (bytes, _held) = match read_frame(&mut s, budgeted.then_some(&self.frames)).await {
+            let owner = |export: u64| match self.state.lock().unwrap().held.get(&export) {
+                Some(Held::Send { owner, .. }) => *owner,
+                _ => UNKNOWN_OWNER,
+            };
+            let (bytes, _held) = match read_frame(&mut s, budgeted.then_some((&self.frames, &owner as &(dyn Fn(u64) -> u32 + Sync)))).await {
                 Ok(Some(b)) => b,
                 Ok(None) => return,
                 Err(e) => {
@@ -1115,6 +1150,7 @@ fn incoming(c: &Arc<Conn>, st: &mut State, sh: Option<&Arc<Shared>>, i: Incoming
 
 /// Keeps a send right for export `id` and watches it for death.
 fn keep_send(c: &Arc<Conn>, st: &mut State, id: u64, right: SendRight) {
+    let owner = rustix::net::sockopt::socket_peercred(right.as_fd()).map_or(UNKNOWN_OWNER, |c| c.uid.as_raw());
     let watch_right = right.try_clone();
     let right = match AsyncSendRight::new(right) {
         Ok(r) => Arc::new(r),
@@ -1127,7 +1163,7 @@ fn keep_send(c: &Arc<Conn>, st: &mut State, id: u64, right: SendRight) {
         Ok(w) => tokio::spawn(watch_dead(Arc::downgrade(c), id, w)),
         Err(_) => tokio::spawn(async {}),
     };
-    st.held.insert(id, Held::Send { right, watch });
+    st.held.insert(id, Held::Send { right, watch, owner });
 }
 
 /// Waits until the exported port dies, then tells the peer. The task is

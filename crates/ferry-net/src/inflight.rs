@@ -1,0 +1,155 @@
+//! The bytes of one peer's message frames a link holds at once, shared
+//! among the local users the frames are for.
+//!
+//! A frame is held from its first byte read until its message is
+//! delivered, which waits while the destination port's queue is full. A
+//! single pool for the whole link would let one local user whose ports
+//! never read hold all of it, and with it every other user's messages from
+//! that peer. So each frame is charged to the user that owns its
+//! destination port, and a user may hold at most half of what the others
+//! leave; one frame is always let through for a user that holds nothing,
+//! if the pool has room for it. With a pool of at least two frames of the
+//! largest size, however long one user's ports stay full, any other user
+//! still finds room for its frames.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use tokio::sync::Notify;
+
+/// The pool of frame bytes of one link.
+#[derive(Debug)]
+pub(crate) struct InFlight {
+    total: usize,
+    counts: Mutex<Counts>,
+    room: Notify,
+}
+
+#[derive(Debug, Default)]
+struct Counts {
+    /// Every byte held, whoever it is for.
+    held: usize,
+    /// The bytes held for each user (users holding none are left out).
+    by_user: HashMap<u32, usize>,
+    /// Once the link is closed nothing more is handed out.
+    closed: bool,
+}
+
+/// The link was closed while a frame waited for room.
+#[derive(Debug)]
+pub(crate) struct Closed;
+
+/// Bytes charged to a user; given back when dropped.
+#[derive(Debug)]
+pub(crate) struct Permit<'a> {
+    pool: &'a InFlight,
+    uid: u32,
+    n: usize,
+}
+
+impl InFlight {
+    /// A pool of `total` bytes.
+    pub(crate) fn new(total: usize) -> InFlight {
+        InFlight { total, counts: Mutex::new(Counts::default()), room: Notify::new() }
+    }
+
+    /// Takes `n` bytes for a frame to a port of user `uid`, waiting until
+    /// the pool and that user's share have room.
+    pub(crate) async fn acquire(&self, uid: u32, n: usize) -> Result<Permit<'_>, Closed> {
+        loop {
+            let room = self.room.notified();
+            tokio::pin!(room);
+            // Registered before the check, so a release between the check
+            // and the wait is not missed.
+            room.as_mut().enable();
+            if self.try_take(uid, n)? {
+                return Ok(Permit { pool: self, uid, n });
+            }
+            room.await;
+        }
+    }
+
+    fn try_take(&self, uid: u32, n: usize) -> Result<bool, Closed> {
+        let mut c = self.counts.lock().unwrap();
+        if c.closed {
+            return Err(Closed);
+        }
+        let mine = c.by_user.get(&uid).copied().unwrap_or(0);
+        let others = c.held - mine;
+        let fits = c.held + n <= self.total && (mine == 0 || mine + n <= (self.total - others) / 2);
+        if fits {
+            c.held += n;
+            *c.by_user.entry(uid).or_insert(0) += n;
+        }
+        Ok(fits)
+    }
+
+    /// Ends every wait, now and later: the link is gone.
+    pub(crate) fn close(&self) {
+        self.counts.lock().unwrap().closed = true;
+        self.room.notify_waiters();
+    }
+
+    /// The bytes held for `uid` now.
+    #[cfg(test)]
+    fn held_for(&self, uid: u32) -> usize {
+        self.counts.lock().unwrap().by_user.get(&uid).copied().unwrap_or(0)
+    }
+}
+
+impl Drop for Permit<'_> {
+    fn drop(&mut self) {
+        {
+            let mut c = self.pool.counts.lock().unwrap();
+            c.held -= self.n;
+            if let Some(m) = c.by_user.get_mut(&self.uid) {
+                *m -= self.n;
+                if *m == 0 {
+                    c.by_user.remove(&self.uid);
+                }
+            }
+        }
+        self.pool.room.notify_waiters();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn now<T>(f: impl std::future::Future<Output = T>) -> Option<T> {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+        rt.block_on(async { tokio::time::timeout(std::time::Duration::from_millis(50), f).await.ok() })
+    }
+
+    #[test]
+    fn a_user_that_fills_its_share_leaves_room_for_another() {
+        let pool = InFlight::new(100);
+        let a1 = now(pool.acquire(1, 30)).unwrap().unwrap();
+        let a2 = now(pool.acquire(1, 20)).unwrap().unwrap();
+        assert!(now(pool.acquire(1, 10)).is_none(), "user 1 holds half the pool");
+        assert_eq!(pool.held_for(1), 50);
+        let b = now(pool.acquire(2, 40)).unwrap().unwrap();
+        drop(a1);
+        let a3 = now(pool.acquire(1, 10)).unwrap().unwrap();
+        drop((a2, a3, b));
+        assert_eq!((pool.held_for(1), pool.held_for(2)), (0, 0));
+    }
+
+    #[test]
+    fn one_frame_passes_for_a_user_holding_none_if_the_pool_has_room() {
+        let pool = InFlight::new(100);
+        let big = now(pool.acquire(1, 80)).unwrap().unwrap();
+        assert!(now(pool.acquire(2, 30)).is_none(), "the pool is short");
+        let small = now(pool.acquire(2, 20)).unwrap().unwrap();
+        drop((big, small));
+    }
+
+    #[test]
+    fn closing_ends_the_waits() {
+        let pool = InFlight::new(10);
+        let _held = now(pool.acquire(1, 10)).unwrap().unwrap();
+        pool.close();
+        assert!(matches!(now(pool.acquire(2, 1)), Some(Err(Closed))));
+    }
+}

@@ -213,14 +213,17 @@ fn keep_rights() -> R {
 }
 
 /// Makes `n` ports with small queues that it never reads, sends a send
-/// right to each through the inherited right (op 20, one message), says
-/// `sent`, and holds the ports until its standard input ends.
+/// right to each through the inherited right (op 20, 32 rights a
+/// message), says `sent`, and holds the ports until its standard input
+/// ends.
 fn sinks(n: usize) -> R {
     use std::io::Read;
     let to = ferry::spawn::inherited()?;
     let ports: Vec<_> = (0..n).map(|_| ferry::port_with(ferry::PortOptions { queue_limit: Some(4096) })).collect::<Result<_, _>>()?;
-    let m = ports.iter().try_fold(Message::new(20), |m, (_, tx)| tx.try_clone().map(|tx| m.with_item(tx)))?;
-    to.send(m, Timeout::After(std::time::Duration::from_secs(10)))?;
+    for some in ports.chunks(32) {
+        let m = some.iter().try_fold(Message::new(20), |m, (_, tx)| tx.try_clone().map(|tx| m.with_item(tx)))?;
+        to.send(m, Timeout::After(std::time::Duration::from_secs(10)))?;
+    }
     println!("sent");
     std::io::stdin().read_to_end(&mut Vec::new())?;
     drop(ports);

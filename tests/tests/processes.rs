@@ -156,7 +156,7 @@ fn many_senders_full_queue_nothing_lost_or_duplicated() {
                         assert!(got.insert(key), "duplicate {key:?}");
                         received += 1;
                         slow += 1;
-                        if slow % 97 == 0 {
+                        if slow.is_multiple_of(97) {
                             std::thread::sleep(Duration::from_millis(20));
                         }
                     }

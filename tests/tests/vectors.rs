@@ -50,7 +50,7 @@ fn parse_hex(text: &str) -> Result<Vec<u8>, String> {
         .flat_map(|l| l.split('#').next().unwrap_or("").bytes())
         .filter(|b| !b.is_ascii_whitespace())
         .collect();
-    if digits.len() % 2 != 0 {
+    if !digits.len().is_multiple_of(2) {
         return Err(format!("odd number of hex digits ({})", digits.len()));
     }
     digits

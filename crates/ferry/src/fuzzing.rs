@@ -225,7 +225,7 @@ fn perturb(kinds: &mut [Kind], wrong: u8) {
         return;
     }
     for (i, k) in kinds.iter_mut().enumerate() {
-        if (i + wrong as usize) % 3 == 0 {
+        if (i + wrong as usize).is_multiple_of(3) {
             *k = WRONG[(i + wrong as usize) % WRONG.len()];
         }
     }

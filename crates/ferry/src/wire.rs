@@ -198,7 +198,7 @@ pub fn parse(b: &[u8], nfds: usize) -> Result<Parsed, WireError> {
                 if d.len > isize::MAX as u64 {
                     return Err(WireError::BadRegion { item: i, reason: format!("length {} exceeds the address space", d.len) });
                 }
-                if d.addr % 4096 != 0 || d.addr.checked_add(d.len).is_none() {
+                if !d.addr.is_multiple_of(4096) || d.addr.checked_add(d.len).is_none() {
                     return Err(WireError::BadRegion { item: i, reason: format!("sender address {:#x} is not page aligned or wraps", d.addr) });
                 }
             }

@@ -244,7 +244,7 @@ impl Relay {
                 sock.set_read_timeout(Some(wait.clamp(Duration::from_micros(100), Duration::from_millis(50)))).unwrap();
                 let Ok((len, from)) = sock.recv_from(&mut buf) else { continue };
                 n += 1;
-                if c.load(Ordering::Relaxed) || (drop_every > 0 && n % drop_every == 0) {
+                if c.load(Ordering::Relaxed) || (drop_every > 0 && n.is_multiple_of(drop_every)) {
                     continue;
                 }
                 let to = if from == server {
@@ -263,7 +263,7 @@ impl Relay {
                 rng ^= rng >> 7;
                 rng ^= rng << 17;
                 let jitter = d[1].load(Ordering::Relaxed);
-                let extra = if jitter == 0 || rng % 8 != 0 { 0 } else { (rng >> 3) % jitter };
+                let extra = if jitter == 0 || !rng.is_multiple_of(8) { 0 } else { (rng >> 3) % jitter };
                 let hold = Duration::from_micros(d[0].load(Ordering::Relaxed) + extra);
                 held.push(std::cmp::Reverse((std::time::Instant::now() + hold, n, to, buf[..len].to_vec())));
             }

@@ -384,7 +384,7 @@ impl PagerFd {
                 if !uffd::is_userfaultfd(fd) {
                     return bad("the descriptor is not a userfaultfd");
                 }
-                if d.len == 0 || d.len % page != 0 || d.addr % page != 0 || d.addr.checked_add(d.len).is_none() {
+                if d.len == 0 || !d.len.is_multiple_of(page) || !d.addr.is_multiple_of(page) || d.addr.checked_add(d.len).is_none() {
                     return bad("the registered range is empty, unaligned or wraps around");
                 }
             }

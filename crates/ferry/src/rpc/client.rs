@@ -463,7 +463,7 @@ impl Inner {
             if spin {
                 std::hint::spin_loop();
                 spins = spins.wrapping_add(1);
-                if spins % SPINS_PER_CLOCK == 0 {
+                if spins.is_multiple_of(SPINS_PER_CLOCK) {
                     let now = Instant::now();
                     if deadline.is_some_and(|d| now >= d) {
                         return Err(RpcError::Timeout);

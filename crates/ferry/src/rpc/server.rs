@@ -295,7 +295,7 @@ impl RpcServer {
             // The clock is read on the first pass, after each sleep and every
             // SPINS_PER_CLOCK spins: a spinning server notices a request one
             // clock read sooner.
-            let now = (spins % SPINS_PER_CLOCK == 0).then(Instant::now);
+            let now = spins.is_multiple_of(SPINS_PER_CLOCK).then(Instant::now);
             // Housekeeping is due at once when the watcher reports
             // descriptor events, and every LIVENESS_INTERVAL while spinning
             // (a thread that sleeps looks when it sleeps, or is told).

@@ -172,7 +172,7 @@ impl SharedWords {
     /// The 32-bit word at byte offset `off`. Panics if `off` is not 4-aligned
     /// or out of range (offsets are the caller's constants, not peer data).
     pub fn u32_at(&self, off: usize) -> &AtomicU32 {
-        assert!(off % 4 == 0 && off + 4 <= self.map.len(), "bad u32 offset {off}");
+        assert!(off.is_multiple_of(4) && off + 4 <= self.map.len(), "bad u32 offset {off}");
         // SAFETY: in bounds and 4-aligned (the mapping is page-aligned) as just
         // checked; the mapping lives as long as the returned borrow of self;
         // AtomicU32 has the size and alignment of u32 and tolerates concurrent
@@ -183,7 +183,7 @@ impl SharedWords {
     /// The 64-bit word at byte offset `off`. Panics if `off` is not 8-aligned
     /// or out of range (offsets are the caller's constants, not peer data).
     pub fn u64_at(&self, off: usize) -> &AtomicU64 {
-        assert!(off % 8 == 0 && off + 8 <= self.map.len(), "bad u64 offset {off}");
+        assert!(off.is_multiple_of(8) && off + 8 <= self.map.len(), "bad u64 offset {off}");
         // SAFETY: in bounds and 8-aligned (the mapping is page-aligned) as
         // just checked; the mapping lives as long as the returned borrow of
         // self; AtomicU64 has the size and alignment of u64 and tolerates
@@ -211,7 +211,7 @@ impl SharedWords {
     /// need no alignment).
     #[cfg(target_arch = "x86_64")]
     fn check_aligned(off: usize, len: usize) {
-        assert!(off % 8 == 0, "bad byte range {off}+{len}");
+        assert!(off.is_multiple_of(8), "bad byte range {off}+{len}");
     }
 
     /// The address of `len` bytes of the mapping from byte offset `off`,

@@ -534,7 +534,7 @@ impl ObjectMapping {
     /// Maps `len` bytes (a whole number of pages), readable and writable,
     /// private, anywhere.
     pub fn new(len: usize, backing: Backing<'_>) -> rustix::io::Result<ObjectMapping> {
-        if len == 0 || len % crate::sys::mem::page_size() != 0 {
+        if len == 0 || !len.is_multiple_of(crate::sys::mem::page_size()) {
             return Err(Errno::INVAL);
         }
         let prot = ProtFlags::READ | ProtFlags::WRITE;

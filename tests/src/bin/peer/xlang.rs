@@ -115,7 +115,7 @@ fn hub(args: &[String]) -> Result<(), Box<dyn Error>> {
     let usage = "usage: xlang3 NAME BYTES";
     let name = args.first().ok_or(usage)?;
     let bytes: usize = args.get(1).ok_or(usage)?.parse()?;
-    if bytes == 0 || bytes % 8 != 0 {
+    if bytes == 0 || !bytes.is_multiple_of(8) {
         return Err("BYTES must be a positive multiple of 8".into());
     }
     let limit = Timeout::After(std::time::Duration::from_secs(30));

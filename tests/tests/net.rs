@@ -726,6 +726,68 @@ fn a_user_whose_ports_never_read_does_not_stall_another_users_messages_from_the_
     });
 }
 
+/// A local user sending to many of the peer's ports cannot take every
+/// stream the peer allows: user nobody on host `a` is handed sixteen ports
+/// of `b` and sends one message to each, where `b` lets `a` open sixteen
+/// streams at once. Root's first message to another port of `b` still
+/// finds a stream (it waited for one for ever before).
+#[test]
+fn a_user_sending_to_many_ports_leaves_the_peers_streams_room_for_another() {
+    use std::io::BufRead;
+
+    use ferry::spawn::CommandExt;
+
+    if !common::can_play_other_user("a_user_sending_to_many_ports_leaves_the_peers_streams_room_for_another") {
+        return;
+    }
+    watchdog("a_user_sending_to_many_ports_leaves_the_peers_streams_room_for_another", LIMIT, || {
+        let ia = Identity::generate("a").unwrap();
+        let ib = Identity::generate("b").unwrap();
+        let streams = |mut c: NodeConfig| {
+            c.max_streams_per_peer = 16;
+            c
+        };
+        let a = Node::start(streams(config(&ia, vec![Peer { name: "b".into(), cert: ib.cert.clone() }]))).unwrap();
+        let b = Node::start(streams(config(&ib, vec![Peer { name: "a".into(), cert: ia.cert.clone() }]))).unwrap();
+        a.connect("b", b.local_addr().unwrap()).unwrap();
+        let (mut collect, to_collect) = ferry::port().unwrap();
+        b.export("collect", to_collect);
+        let (mut honest, to_honest) = ferry::port().unwrap();
+        b.export("honest", to_honest);
+        let honest_from_a = a.lookup("honest@b").unwrap();
+
+        let to_collect = a.lookup("collect@b").unwrap();
+        let mut other = common::peer_command_as(common::NOBODY, std::path::Path::new("/nonexistent"), "send-to-each", &["16"])
+            .pass_right(&to_collect)
+            .unwrap()
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut got = collect.recv(WAIT).unwrap();
+        assert_eq!(got.op(), 21);
+        let Some(Item::Send(to_other)) = got.take_items().pop() else { panic!("no right from the other user") };
+        // Sixteen ports of `b`, for nobody on `a` to send to.
+        let ports: Vec<_> = (0..16).map(|_| ferry::port().unwrap()).collect();
+        let m = ports.iter().fold(Message::new(23), |m, (_, tx)| m.with_item(tx.try_clone().unwrap()));
+        to_other.send(m, WAIT).unwrap();
+        let mut said = std::io::BufReader::new(other.stdout.take().unwrap()).lines();
+        assert_eq!(said.next().unwrap().unwrap(), "sent");
+        // Nobody's messages take their streams first: at least six arrive
+        // (its message to `collect` holds a stream too), the rest wait for
+        // a stream or are refused.
+        let mut ports = ports;
+        let mut arrived = 0;
+        wait_until("nobody's messages to arrive", || {
+            arrived += ports.iter_mut().filter_map(|(rx, _)| rx.recv(Timeout::Zero).ok()).count();
+            arrived >= 6
+        });
+        honest_from_a.send(Message::new(7), WAIT).unwrap();
+        assert_eq!(honest.recv(WAIT).expect("root's first message to a port while nobody holds streams").op(), 7);
+        drop(other.stdin.take());
+        assert!(other.wait().unwrap().success());
+    });
+}
+
 #[test]
 fn a_send_right_as_reply_right_serves_many_replies() {
     watchdog("a_send_right_as_reply_right_serves_many_replies", LIMIT, || {

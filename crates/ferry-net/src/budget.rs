@@ -25,6 +25,9 @@ pub(crate) struct Limits {
     /// References to this host's ports the peer is taken to hold at most:
     /// this node's own `max_proxies_per_peer`, as nodes are set up alike.
     pub(crate) peer_proxies: usize,
+    /// Message streams the peer lets this node open at once: taken to be
+    /// this node's own `max_streams_per_peer`, as nodes are set up alike.
+    pub(crate) peer_streams: usize,
 }
 
 /// Per-user counts for one link.
@@ -41,6 +44,11 @@ pub(crate) struct Budgets {
     /// Every reference to this host's ports the peer holds, lookups'
     /// included: the sum of `sent`.
     held: usize,
+    /// The user whose message opened the stream to each import, charged
+    /// until the import is gone.
+    streams: HashMap<u64, u32>,
+    /// How many of those streams each user opened.
+    opened: HashMap<u32, usize>,
 }
 
 impl Budgets {
@@ -87,6 +95,46 @@ impl Budgets {
             ));
         }
         None
+    }
+
+    /// Why a message from `uid` to import `import` must be refused because
+    /// it would open one more stream to the peer, or `None` if the import's
+    /// stream is open (or being opened) already or there is room. One
+    /// stream is kept for send-once rights' messages; of the rest, a user
+    /// may open at most half of what the others leave, so one user whose
+    /// messages go to many of the peer's ports cannot take every stream
+    /// the peer allows and leave another user's first message to a port
+    /// waiting for one that never comes.
+    pub(crate) fn stream_over(&self, uid: u32, import: u64, limits: Limits, peer: &str) -> Option<String> {
+        if self.streams.contains_key(&import) {
+            return None;
+        }
+        let mine = self.opened.get(&uid).copied().unwrap_or(0);
+        let free = limits.peer_streams.saturating_sub(1 + self.streams.len() - mine);
+        (mine + 1 > free / 2).then(|| {
+            format!("user {uid} already has {mine} streams open to {peer}, and one user may open at most half of the {free} the others leave")
+        })
+    }
+
+    /// Counts the stream to import `import` against `uid`, unless it is
+    /// counted already.
+    pub(crate) fn charge_stream(&mut self, uid: u32, import: u64) {
+        if let std::collections::hash_map::Entry::Vacant(e) = self.streams.entry(import) {
+            e.insert(uid);
+            *self.opened.entry(uid).or_insert(0) += 1;
+        }
+    }
+
+    /// The stream to import `import` is gone: its user may open another.
+    pub(crate) fn refund_stream(&mut self, import: u64) {
+        if let Some(uid) = self.streams.remove(&import) {
+            if let Some(n) = self.opened.get_mut(&uid) {
+                *n -= 1;
+                if *n == 0 {
+                    self.opened.remove(&uid);
+                }
+            }
+        }
     }
 
     /// Counts region `id`, kept for the peer, against `uid`.
@@ -171,6 +219,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn one_user_opens_at_most_half_of_the_streams_the_others_leave() {
+        let limits = Limits { refs: 10, regions: 10, peer_streams: 16, peer_proxies: 100 };
+        let mut b = Budgets::default();
+        for import in 0..7 {
+            assert_eq!(b.stream_over(1, import, limits, "p"), None);
+            b.charge_stream(1, import);
+        }
+        assert!(b.stream_over(1, 7, limits, "p").is_some(), "seven of the fifteen are half");
+        assert_eq!(b.stream_over(1, 3, limits, "p"), None, "an open stream costs nothing more");
+        for import in 100..104 {
+            assert_eq!(b.stream_over(2, import, limits, "p"), None);
+            b.charge_stream(2, import);
+        }
+        assert!(b.stream_over(2, 104, limits, "p").is_some());
+        b.refund_stream(100);
+        assert_eq!(b.stream_over(2, 104, limits, "p"), None, "a stream gone is room again");
+    }
+
+    #[test]
     fn a_right_sent_again_counts_again() {
         let mut b = Budgets::default();
         for _ in 0..3 {
@@ -212,7 +279,7 @@ mod tests {
 
     #[test]
     fn each_user_holds_at_most_half_of_what_the_others_leave() {
-        let limits = Limits { refs: 100, regions: 1, peer_proxies: 16 };
+        let limits = Limits { refs: 100, regions: 1, peer_proxies: 16, peer_streams: 16 };
         let mut b = Budgets::default();
         // Alone, a user may hold half of the peer's proxies.
         for i in 0..8 {

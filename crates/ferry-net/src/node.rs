@@ -90,12 +90,21 @@ pub struct NodeConfig {
     /// messages from the peer. Past it, that peer's message streams wait,
     /// and QUIC's flow control holds the peer back.
     pub max_frame_bytes_per_peer: usize,
+    /// Most message streams (one per destination port, and one for all
+    /// send-once rights) a peer may open to this node at once; the peer is
+    /// taken to allow as many, so set it alike on both. One local user may
+    /// open at most half of what the other users leave of them, so another
+    /// user's first message to a port always finds a stream; past it,
+    /// [`Refusal::OverBudget`]. A stream stays open while this node holds
+    /// a proxy for its port.
+    pub max_streams_per_peer: u32,
 }
 
 impl NodeConfig {
     /// A configuration with defaults: 10 s idle timeout, 5 s per operation,
     /// 4096 rights held by the peer and 64 regions by reference per local user and
-    /// peer, 16 384 proxies and 256 MiB of message frames per peer.
+    /// peer, 16 384 proxies, 256 MiB of message frames and 4096 message
+    /// streams per peer.
     pub fn new(identity: Identity, peers: Vec<Peer>, listen: SocketAddr) -> NodeConfig {
         NodeConfig {
             identity,
@@ -107,6 +116,7 @@ impl NodeConfig {
             max_regions_per_user: 64,
             max_proxies_per_peer: crate::link::DEFAULT_MAX_PROXIES,
             max_frame_bytes_per_peer: DEFAULT_FRAME_BUDGET,
+            max_streams_per_peer: 4096,
         }
     }
 }
@@ -356,6 +366,7 @@ impl State {
     fn forget_if_gone(&mut self, import: u64) {
         if !self.link.import_alive(import) {
             self.streams.remove(&import);
+            self.budgets.refund_stream(import);
             self.kills.remove(&import);
         }
     }
@@ -617,7 +628,7 @@ fn transport(c: &NodeConfig) -> Arc<quinn::TransportConfig> {
     let mut t = quinn::TransportConfig::default();
     t.max_idle_timeout(quinn::IdleTimeout::try_from(c.idle_timeout).ok());
     t.keep_alive_interval(Some(c.idle_timeout / 3));
-    t.max_concurrent_uni_streams(4096u32.into());
+    t.max_concurrent_uni_streams(c.max_streams_per_peer.max(2).into());
     // What the peer may have in flight unread across all streams of the
     // link (each stream's own window is QUIC's default): bounded, since
     // streams waiting for the frame budget read nothing.
@@ -672,6 +683,7 @@ fn start_link(sh: Arc<Shared>, peer: String, conn: quinn::Connection, send: quin
             refs: sh.config.max_exports_per_user,
             regions: sh.config.max_regions_per_user,
             peer_proxies: usize::try_from(sh.config.max_proxies_per_peer).unwrap_or(usize::MAX),
+            peer_streams: sh.config.max_streams_per_peer as usize,
         },
         op_timeout: sh.config.op_timeout,
         frames: InFlight::new(sh.config.max_frame_bytes_per_peer.max(2 * MAX_FRAME)),
@@ -1065,6 +1077,7 @@ fn apply_event(c: &Arc<Conn>, st: &mut State, sh: Option<&Arc<Shared>>, e: Event
                 let _ = k.send(true);
             }
             st.streams.remove(&import);
+            st.budgets.refund_stream(import);
         }
         Event::DropExport { export } => {
             if let Some(Held::Send { watch, .. }) = st.held.remove(&export) {
@@ -1346,7 +1359,15 @@ impl Conn {
         let back = m.take_reply();
         let regions = outs.iter().filter(|o| matches!(o, Outgoing::Remote(_))).count();
         let rights = outs.iter().filter(|o| matches!(o, Outgoing::Send(_) | Outgoing::Once)).count() + usize::from(back.is_some());
-        let over = self.state.lock().unwrap().budgets.over(uid, rights, regions, self.limits, &self.peer);
+        let over = {
+            let mut st = self.state.lock().unwrap();
+            let over = st.budgets.over(uid, rights, regions, self.limits, &self.peer);
+            let over = over.or_else(|| if once { None } else { st.budgets.stream_over(uid, import, self.limits, &self.peer) });
+            if over.is_none() && !once {
+                st.budgets.charge_stream(uid, import);
+            }
+            over
+        };
         if let Some(why) = over {
             self.drop_message(&why);
             if let Some(r) = back {

@@ -24,6 +24,7 @@ pub fn run(role: &str, args: &[String]) -> Outcome {
         "keep-rights" => keep_rights(),
         "ask" => ask(arg(0).parse().unwrap_or(0)),
         "sinks" => sinks(arg(0).parse().unwrap_or(0)),
+        "send-to-each" => send_to_each(arg(0).parse().unwrap_or(0)),
         _ => return None,
     })
 }
@@ -227,6 +228,30 @@ fn sinks(n: usize) -> R {
     println!("sent");
     std::io::stdin().read_to_end(&mut Vec::new())?;
     drop(ports);
+    Ok(())
+}
+
+/// Sends a send right to a port of its own through the inherited right
+/// (op 21), takes `n` send rights from the messages that port gets, sends
+/// one message (op 22) on each, says `sent`, and holds the rights until
+/// its standard input ends.
+fn send_to_each(n: usize) -> R {
+    use std::io::Read;
+    let to = ferry::spawn::inherited()?;
+    let t = Timeout::After(std::time::Duration::from_secs(10));
+    let (mut mine, tx) = ferry::port()?;
+    to.send(Message::new(21).with_item(tx), t)?;
+    let mut rights = Vec::new();
+    while rights.len() < n {
+        let mut m = mine.recv(t)?;
+        rights.extend(m.take_items().into_iter().filter_map(|i| if let Item::Send(s) = i { Some(s) } else { None }));
+    }
+    for r in &rights {
+        r.send(Message::new(22), t)?;
+    }
+    println!("sent");
+    std::io::stdin().read_to_end(&mut Vec::new())?;
+    drop(rights);
     Ok(())
 }
 

@@ -457,6 +457,15 @@ impl AsFd for SendRight {
     }
 }
 
+impl AsFd for SendOnceRight {
+    /// The socket behind the right, to ask the kernel about it (the
+    /// process that made it, `SO_PEERCRED`) or wait on it in an external
+    /// event loop.
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.sock.as_fd()
+    }
+}
+
 /// The right to send exactly one message to a port. Using it consumes it;
 /// dropping it unused tells the receiver ([`RecvError::SendOnceDropped`]).
 #[derive(Debug)]

@@ -406,6 +406,56 @@ fn per_user_budgets_refuse_what_one_user_would_have_kept_past_them() {
     });
 }
 
+/// One user keeping the peer's regions cannot make another user's arrive
+/// without them: host `b` serves at most eight of `a`'s regions at once,
+/// user nobody on `b` is sent eight and keeps them all, and a region `a`
+/// then sends to root's port on `b` still arrives (it was lost before:
+/// nobody held every one `b` would serve).
+#[test]
+fn a_user_keeping_the_peers_regions_leaves_room_for_another_users() {
+    use std::io::BufRead;
+
+    use ferry::spawn::CommandExt;
+
+    if !common::can_play_other_user("a_user_keeping_the_peers_regions_leaves_room_for_another_users") {
+        return;
+    }
+    watchdog("a_user_keeping_the_peers_regions_leaves_room_for_another_users", LIMIT, || {
+        let (ia, ib) = identities();
+        let (a, b) = nodes_with(&ia, &ib, |c| c.max_regions_in_per_peer = 8);
+        b.connect("a", a.local_addr().unwrap()).unwrap();
+        let (mut collect, to_collect) = ferry::port().unwrap();
+        a.export("collect", to_collect);
+        let to_collect = b.lookup("collect@a").unwrap();
+        let mut other = common::peer_command_as(common::NOBODY, std::path::Path::new("/nonexistent"), "keep-messages", &["8"])
+            .pass_right(&to_collect)
+            .unwrap()
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut got = collect.recv(WAIT).unwrap();
+        assert_eq!(got.op(), 21);
+        let Some(Item::Send(to_other)) = got.take_items().pop() else { panic!("no right from the other user") };
+        let len = ferry_net::frame::MAX_EAGER_REGION + PAGE;
+        let region = || Region::new(len).unwrap().by_move().unwrap();
+        for _ in 0..8 {
+            to_other.send(Message::new(30).with_item(region()), WAIT).unwrap();
+        }
+        let mut said = std::io::BufReader::new(other.stdout.take().unwrap()).lines();
+        let line = said.next().unwrap().unwrap();
+        let kept: usize = line.strip_prefix("kept ").and_then(|k| k.parse().ok()).unwrap_or_else(|| panic!("the other user said {line:?}"));
+
+        let (mut honest, to_honest) = ferry::port().unwrap();
+        b.export("honest", to_honest);
+        a.lookup("honest@b").unwrap().send(Message::new(31).with_item(region()), WAIT).unwrap();
+        let m = honest.recv(WAIT).unwrap();
+        assert_eq!((m.op(), m.items().len()), (31, 1), "root's region was lost");
+        assert!(kept <= 4, "nobody kept {kept} of the eight regions `b` serves");
+        drop(other.stdin.take());
+        assert!(other.wait().unwrap().success());
+    });
+}
+
 /// The test peer `keep-rights` run as user nobody with `data` passed to
 /// it, once it has sent its first two rights through `data` (op 10); its
 /// output lines, and its standard input to tell it to go on.

@@ -98,13 +98,21 @@ pub struct NodeConfig {
     /// [`Refusal::OverBudget`]. A stream stays open while this node holds
     /// a proxy for its port.
     pub max_streams_per_peer: u32,
+    /// Most of one peer's regions received by reference this node serves
+    /// at once (each a thread and a pager here, until every right to it
+    /// is gone). Each counts against the user that made the port it was
+    /// sent to, who may have at most half of what the other users leave;
+    /// past either, the region is given back at once and its item is lost
+    /// (logged), so one user keeping regions cannot make another's arrive
+    /// without theirs.
+    pub max_regions_in_per_peer: usize,
 }
 
 impl NodeConfig {
     /// A configuration with defaults: 10 s idle timeout, 5 s per operation,
     /// 4096 rights held by the peer and 64 regions by reference per local user and
-    /// peer, 16 384 proxies, 256 MiB of message frames and 4096 message
-    /// streams per peer.
+    /// peer, 16 384 proxies, 256 MiB of message frames, 4096 message
+    /// streams and 256 regions received by reference per peer.
     pub fn new(identity: Identity, peers: Vec<Peer>, listen: SocketAddr) -> NodeConfig {
         NodeConfig {
             identity,
@@ -117,6 +125,7 @@ impl NodeConfig {
             max_proxies_per_peer: crate::link::DEFAULT_MAX_PROXIES,
             max_frame_bytes_per_peer: DEFAULT_FRAME_BUDGET,
             max_streams_per_peer: 4096,
+            max_regions_in_per_peer: 256,
         }
     }
 }
@@ -331,7 +340,11 @@ enum Held {
         /// share of the link's frame bytes its messages wait in.
         owner: u32,
     },
-    Once(SendOnceRight),
+    Once {
+        right: SendOnceRight,
+        /// The user that made the right (`SO_PEERCRED` of its socket).
+        owner: u32,
+    },
 }
 
 #[derive(Debug)]
@@ -344,21 +357,27 @@ struct State {
     /// Regions sent by reference, kept (mapped read-only; the sealed memfd
     /// lives as long as the mapping) until the peer releases them.
     regions: HashMap<u64, Arc<MappedRegion>>,
-    /// The peer's regions served here: the flag that stops their servers.
-    remote_regions: HashMap<u64, Arc<AtomicBool>>,
+    /// The peer's regions served here: the flag that stops their servers,
+    /// and the user that made the port they were sent to.
+    remote_regions: HashMap<u64, (Arc<AtomicBool>, u32)>,
     /// What each local user has outstanding at the peer.
     budgets: Budgets,
 }
 
-/// Most of one peer's regions a node serves at once (each costs a thread);
-/// more are released at once and the item is lost (logged).
-const MAX_REGIONS_IN: usize = 256;
 
 impl State {
     /// The kill switch of import `import`'s proxies (made with the first
     /// proxy), for a new proxy's task to watch.
     fn kill_switch(&mut self, import: u64) -> watch::Receiver<bool> {
         self.kills.entry(import).or_insert_with(|| watch::channel(false).0).subscribe()
+    }
+
+    /// The user that made the port behind export `export`.
+    fn owner(&self, export: u64) -> u32 {
+        match self.held.get(&export) {
+            Some(Held::Send { owner, .. } | Held::Once { owner, .. }) => *owner,
+            None => UNKNOWN_OWNER,
+        }
     }
 
     /// Once import `import` is gone (released, used up), finishes its
@@ -861,10 +880,7 @@ impl Conn {
     async fn read_stream(self: Arc<Self>, sh: Arc<Shared>, mut s: quinn::RecvStream, budgeted: bool) {
         loop {
             // The permit is held until the frame's messages are delivered.
-            let owner = |export: u64| match self.state.lock().unwrap().held.get(&export) {
-                Some(Held::Send { owner, .. }) => *owner,
-                _ => UNKNOWN_OWNER,
-            };
+            let owner = |export: u64| self.state.lock().unwrap().owner(export);
             let (bytes, _held) = match read_frame(&mut s, budgeted.then_some((&self.frames, &owner as &(dyn Fn(u64) -> u32 + Sync)))).await {
                 Ok(Some(b)) => b,
                 Ok(None) => return,
@@ -943,7 +959,7 @@ impl Conn {
         st.streams.clear();
         st.regions.clear();
         st.budgets = Budgets::default();
-        for (_, lost) in st.remote_regions.drain() {
+        for (_, (lost, _)) in st.remote_regions.drain() {
             lost.store(true, Ordering::Release);
         }
     }
@@ -1011,14 +1027,15 @@ fn apply_event(c: &Arc<Conn>, st: &mut State, sh: Option<&Arc<Shared>>, e: Event
     match e {
         Event::Deliver { export, once, op, body, items, reply } => {
             let mut msg = Message::new(op).with_body(body);
+            let owner = st.owner(export);
             for i in items {
-                match incoming(c, st, sh, i, after) {
+                match incoming(c, st, sh, i, owner, after) {
                     Ok(item) => msg = msg.with_item(item),
                     Err(e) => eprintln!("ferry-net: an item from {} was lost: {e}", c.peer),
                 }
             }
             if let Some(r) = reply {
-                match incoming(c, st, sh, r, after) {
+                match incoming(c, st, sh, r, owner, after) {
                     Ok(Item::Send(s)) => msg = msg.with_reply(Reply::Send(s)),
                     Ok(Item::SendOnce(s)) => msg = msg.with_reply(Reply::SendOnce(s)),
                     Ok(_) => {}
@@ -1028,7 +1045,7 @@ fn apply_event(c: &Arc<Conn>, st: &mut State, sh: Option<&Arc<Shared>>, e: Event
             let target = if once {
                 st.budgets.refund_export(export);
                 match st.held.remove(&export) {
-                    Some(Held::Once(r)) => Some(Target::Once(r)),
+                    Some(Held::Once { right, .. }) => Some(Target::Once(right)),
                     _ => None,
                 }
             } else {
@@ -1090,7 +1107,7 @@ fn apply_event(c: &Arc<Conn>, st: &mut State, sh: Option<&Arc<Shared>>, e: Event
             st.budgets.refund_region(id);
         }
         Event::RegionLost { id } => {
-            if let Some(lost) = st.remote_regions.remove(&id) {
+            if let Some((lost, _)) = st.remote_regions.remove(&id) {
                 lost.store(true, Ordering::Release);
             }
         }
@@ -1100,11 +1117,20 @@ fn apply_event(c: &Arc<Conn>, st: &mut State, sh: Option<&Arc<Shared>>, e: Event
 /// Starts serving the peer's region `id` here; returns the right that
 /// takes the region's place in the message. If it cannot be served, the
 /// region is released at once.
-fn remote_region(c: &Arc<Conn>, st: &mut State, sh: Option<&Arc<Shared>>, id: u64, len: u64, after: &mut After) -> io::Result<Item> {
+fn remote_region(c: &Arc<Conn>, st: &mut State, sh: Option<&Arc<Shared>>, (id, len): (u64, u64), owner: u32, after: &mut After) -> io::Result<Item> {
     let r = (|| {
         let sh = sh.ok_or_else(|| other("the node is stopping"))?;
-        if st.remote_regions.len() >= MAX_REGIONS_IN {
-            return Err(other(format!("{MAX_REGIONS_IN} regions from this peer are served already")));
+        let most = sh.config.max_regions_in_per_peer.max(2);
+        let mine = st.remote_regions.values().filter(|(_, o)| *o == owner).count();
+        let others = st.remote_regions.len() - mine;
+        if others + mine >= most {
+            return Err(other(format!("{most} regions from this peer are served already")));
+        }
+        if mine + 1 > (most - others) / 2 {
+            return Err(other(format!(
+                "user {owner} has {mine} regions from this peer served, and one user may have at most half of the {} the others leave",
+                most - others
+            )));
         }
         let lost = Arc::new(AtomicBool::new(false));
         let f = Arc::new(Fetcher {
@@ -1132,7 +1158,7 @@ fn remote_region(c: &Arc<Conn>, st: &mut State, sh: Option<&Arc<Shared>>, id: u6
             }
         });
         let right = cor::serve(f, on_exit)?;
-        st.remote_regions.insert(id, lost);
+        st.remote_regions.insert(id, (lost, owner));
         sh.counters.regions_received.fetch_add(1, Ordering::Relaxed);
         Ok(Item::Send(right))
     })();
@@ -1142,10 +1168,11 @@ fn remote_region(c: &Arc<Conn>, st: &mut State, sh: Option<&Arc<Shared>>, id: u6
     r
 }
 
-/// Turns an incoming right or region into a local item.
-fn incoming(c: &Arc<Conn>, st: &mut State, sh: Option<&Arc<Shared>>, i: Incoming, after: &mut After) -> io::Result<Item> {
+/// Turns an incoming right or region, in a message to a port of user
+/// `owner`, into a local item.
+fn incoming(c: &Arc<Conn>, st: &mut State, sh: Option<&Arc<Shared>>, i: Incoming, owner: u32, after: &mut After) -> io::Result<Item> {
     match i {
-        Incoming::Remote { id, len } => remote_region(c, st, sh, id, len, after),
+        Incoming::Remote { id, len } => remote_region(c, st, sh, (id, len), owner, after),
         Incoming::Proxy { import, once } => proxy_or_release(c, st, import, once, after),
         Incoming::Home { export } => match st.held.get(&export) {
             Some(Held::Send { right, .. }) => Ok(Item::Send(right.get_ref().try_clone()?)),
@@ -1163,7 +1190,7 @@ fn incoming(c: &Arc<Conn>, st: &mut State, sh: Option<&Arc<Shared>>, i: Incoming
 
 /// Keeps a send right for export `id` and watches it for death.
 fn keep_send(c: &Arc<Conn>, st: &mut State, id: u64, right: SendRight) {
-    let owner = rustix::net::sockopt::socket_peercred(right.as_fd()).map_or(UNKNOWN_OWNER, |c| c.uid.as_raw());
+    let owner = owner_of(right.as_fd());
     let watch_right = right.try_clone();
     let right = match AsyncSendRight::new(right) {
         Ok(r) => Arc::new(r),
@@ -1177,6 +1204,12 @@ fn keep_send(c: &Arc<Conn>, st: &mut State, id: u64, right: SendRight) {
         Err(_) => tokio::spawn(async {}),
     };
     st.held.insert(id, Held::Send { right, watch, owner });
+}
+
+/// The user that made the socket of a kept right (`SO_PEERCRED`), whose
+/// shares what the node holds for the right's port is charged to.
+fn owner_of(fd: BorrowedFd<'_>) -> u32 {
+    rustix::net::sockopt::socket_peercred(fd).map_or(UNKNOWN_OWNER, |c| c.uid.as_raw())
 }
 
 /// Waits until the exported port dies, then tells the peer. The task is
@@ -1407,7 +1440,8 @@ impl Conn {
                 match (store, t) {
                     (Store::Keep(id), Taken::Send(s)) => keep_send(self, &mut st, id, s),
                     (Store::Keep(id), Taken::Once(s)) => {
-                        st.held.insert(id, Held::Once(s));
+                        let owner = owner_of(s.as_fd());
+                        st.held.insert(id, Held::Once { right: s, owner });
                     }
                     (Store::Region(id), Taken::Region(m)) => {
                         st.regions.insert(id, Arc::new(m));

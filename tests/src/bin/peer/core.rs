@@ -25,6 +25,7 @@ pub fn run(role: &str, args: &[String]) -> Outcome {
         "ask" => ask(arg(0).parse().unwrap_or(0)),
         "sinks" => sinks(arg(0).parse().unwrap_or(0)),
         "send-to-each" => send_to_each(arg(0).parse().unwrap_or(0)),
+        "keep-messages" => keep_messages(arg(0).parse().unwrap_or(0)),
         _ => return None,
     })
 }
@@ -252,6 +253,23 @@ fn send_to_each(n: usize) -> R {
     println!("sent");
     std::io::stdin().read_to_end(&mut Vec::new())?;
     drop(rights);
+    Ok(())
+}
+
+/// Sends a send right to a port of its own through the inherited right
+/// (op 21), keeps the first `n` messages that port gets, says `kept K`
+/// (the items they carried), and holds them until its standard input
+/// ends.
+fn keep_messages(n: usize) -> R {
+    use std::io::Read;
+    let to = ferry::spawn::inherited()?;
+    let t = Timeout::After(std::time::Duration::from_secs(10));
+    let (mut mine, tx) = ferry::port()?;
+    to.send(Message::new(21).with_item(tx), t)?;
+    let kept = (0..n).map(|_| mine.recv(t)).collect::<Result<Vec<_>, _>>()?;
+    println!("kept {}", kept.iter().map(|m| m.items().len()).sum::<usize>());
+    std::io::stdin().read_to_end(&mut Vec::new())?;
+    drop(kept);
     Ok(())
 }
 

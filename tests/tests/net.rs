@@ -587,7 +587,8 @@ fn rights_past_a_peers_proxy_limit_arrive_as_dead_names_and_go_back() {
         b.export("svc", to_srv);
         let svc = a.lookup("svc@b").unwrap();
         // `a` sends eight rights to its own ports; `b` keeps at most four
-        // proxies for `a`.
+        // proxies for `a`, and one user (here the owner of `svc`), alone,
+        // at most half of them.
         let mut homes = Vec::new();
         let mut m = Message::new(1);
         for _ in 0..8 {
@@ -606,21 +607,74 @@ fn rights_past_a_peers_proxy_limit_arrive_as_dead_names_and_go_back() {
             })
             .collect();
         assert_eq!(rights.len(), 8);
-        assert_eq!(rights.iter().filter(|r| !r.is_dead()).count(), 4, "four proxies, four dead names");
-        // The references that made no proxy went back: `a` keeps four.
-        wait_until("a to keep four exports", || a.links()[0].exports == 4);
+        assert_eq!(rights.iter().filter(|r| !r.is_dead()).count(), 2, "two proxies, six dead names");
+        // The references that made no proxy went back: `a` keeps two.
+        wait_until("a to keep two exports", || a.links()[0].exports == 2);
         // The live ones work.
         for (i, r) in rights.iter().enumerate().filter(|(_, r)| !r.is_dead()) {
             r.send(Message::new(100 + i as u32), WAIT).unwrap();
             assert_eq!(homes[i].recv(WAIT).unwrap().op(), 100 + i as u32);
         }
-        // A lookup on a full table says so.
+        // Lookups are no user's: they fill the rest, and a lookup on a
+        // full table says so.
         let (_other, to_other) = ferry::port().unwrap();
         a.export("other", to_other);
+        let looked_up = [b.lookup("other@a").unwrap(), b.lookup("other@a").unwrap()];
         assert!(matches!(b.lookup("other@a"), Err(NetError::TooManyProxies(p)) if p == "a"));
         // Letting one proxy go makes room.
         drop(rights);
         wait_until("room for a proxy", || b.lookup("other@a").is_ok());
+        drop(looked_up);
+    });
+}
+
+/// One local user keeping every right the peer sends it cannot make
+/// another user's rights from that peer arrive dead: host `b` holds at
+/// most eight of `a`'s ports, user nobody on `b` is sent eight rights and
+/// keeps them, and a right `a` then sends to root's port on `b` arrives
+/// live (before, nobody's eight filled the table and it arrived dead).
+#[test]
+fn a_user_keeping_the_peers_rights_leaves_room_for_another_users() {
+    use std::io::BufRead;
+
+    use ferry::spawn::CommandExt;
+
+    if !common::can_play_other_user("a_user_keeping_the_peers_rights_leaves_room_for_another_users") {
+        return;
+    }
+    watchdog("a_user_keeping_the_peers_rights_leaves_room_for_another_users", LIMIT, || {
+        let (a, b) = nodes_with(|c| c.max_proxies_per_peer = 8);
+        b.connect("a", a.local_addr().unwrap()).unwrap();
+        let (mut collect, to_collect) = ferry::port().unwrap();
+        a.export("collect", to_collect);
+        let to_collect = b.lookup("collect@a").unwrap();
+        let mut other = common::peer_command_as(common::NOBODY, std::path::Path::new("/nonexistent"), "keep-messages", &["8"])
+            .pass_right(&to_collect)
+            .unwrap()
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut got = collect.recv(WAIT).unwrap();
+        assert_eq!(got.op(), 21);
+        let Some(Item::Send(to_other)) = got.take_items().pop() else { panic!("no right from the other user") };
+        let homes: Vec<_> = (0..9).map(|_| ferry::port().unwrap()).collect();
+        for (_, tx) in &homes[..8] {
+            to_other.send(Message::new(30).with_item(tx.try_clone().unwrap()), WAIT).unwrap();
+        }
+        let mut said = std::io::BufReader::new(other.stdout.take().unwrap()).lines();
+        assert_eq!(said.next().unwrap().unwrap(), "kept 8");
+
+        let (mut honest, to_honest) = ferry::port().unwrap();
+        b.export("honest", to_honest);
+        a.lookup("honest@b").unwrap().send(Message::new(31).with_item(homes[8].1.try_clone().unwrap()), WAIT).unwrap();
+        let mut m = honest.recv(WAIT).unwrap();
+        let Some(Item::Send(right)) = m.take_items().pop() else { panic!("root's right was lost") };
+        assert!(!right.is_dead(), "root's right arrived as a dead name");
+        right.send(Message::new(32), WAIT).unwrap();
+        let mut homes = homes;
+        assert_eq!(homes[8].0.recv(WAIT).unwrap().op(), 32);
+        drop(other.stdin.take());
+        assert!(other.wait().unwrap().success());
     });
 }
 

@@ -571,9 +571,11 @@ fn a_right_sent_again_counts_again_against_its_senders_budget() {
 }
 
 /// One user resending one right cannot take the far side's proxies from
-/// another user: with a peer that holds at most five of this host's
-/// references and three per user, root's resends stop at three and
-/// another user's two rights still arrive as live proxies.
+/// another user: with a peer that holds at most ten of this host's
+/// references, five of them for the one port every right here arrives at
+/// (half, the share of that port's owner there), and three per user here,
+/// root's resends stop at three and another user's two rights still
+/// arrive as live proxies.
 #[test]
 fn one_user_resending_a_right_leaves_the_peers_proxies_to_others() {
     use std::io::Write;
@@ -584,7 +586,7 @@ fn one_user_resending_a_right_leaves_the_peers_proxies_to_others() {
     watchdog("one_user_resending_a_right_leaves_the_peers_proxies_to_others", LIMIT, || {
         let (ia, ib) = identities();
         let mut ca = config(&ia, vec![Peer { name: "b".into(), cert: ib.cert.clone() }]);
-        ca.max_proxies_per_peer = 5;
+        ca.max_proxies_per_peer = 10;
         let a = Node::start(ca).unwrap();
         let mut cb = config(&ib, vec![Peer { name: "a".into(), cert: ia.cert.clone() }]);
         cb.max_exports_per_user = 3;
@@ -631,7 +633,7 @@ fn one_user_resending_a_right_leaves_the_peers_proxies_to_others() {
 }
 
 /// Users together cannot fill the far side's proxies: each may hold at
-/// most half of what the others leave. With a peer that holds at most
+/// most half of what the others leave. With a peer taken to hold at most
 /// eight of this host's references and a per-user budget that would allow
 /// all eight, root's rights stop at four, and another user's two (half of
 /// the four left) still arrive as live proxies, its third refused, so the
@@ -648,7 +650,9 @@ fn users_together_leave_the_peers_proxies_room_for_another() {
     watchdog("users_together_leave_the_peers_proxies_room_for_another", LIMIT, || {
         let (ia, ib) = identities();
         let mut ca = config(&ia, vec![Peer { name: "b".into(), cert: ib.cert.clone() }]);
-        ca.max_proxies_per_peer = 8;
+        // `a` holds up to sixteen, so that its own share for the one port
+        // every right arrives at there (half) is not what binds here.
+        ca.max_proxies_per_peer = 16;
         let a = Node::start(ca).unwrap();
         let mut cb = config(&ib, vec![Peer { name: "a".into(), cert: ia.cert.clone() }]);
         (cb.max_proxies_per_peer, cb.max_exports_per_user) = (8, 8);

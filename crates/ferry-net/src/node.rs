@@ -76,7 +76,10 @@ pub struct NodeConfig {
     /// Most references to one peer's ports this node holds at once, each a
     /// proxy port with a descriptor and a task here. Past it, a right from
     /// that peer arrives as a dead name and its reference goes back at
-    /// once, so one peer cannot take every descriptor of the host. The
+    /// once, so one peer cannot take every descriptor of the host. Each
+    /// proxy counts against the local user that made the port its right
+    /// came to (lookups' against no user), who may have at most half of
+    /// what the others leave; past it, the right arrives dead too. The
     /// peer is taken to hold as many of this host's at most, for the
     /// per-user shares of [`max_exports_per_user`](Self::max_exports_per_user):
     /// set it alike on both.
@@ -362,6 +365,10 @@ struct State {
     remote_regions: HashMap<u64, (Arc<AtomicBool>, u32)>,
     /// What each local user has outstanding at the peer.
     budgets: Budgets,
+    /// The user each proxy here is charged to (the user that made the
+    /// port its right came to), by the proxy's identity (none for a
+    /// send-once right's) and import.
+    proxy_owners: HashMap<(Option<Key>, u64), u32>,
 }
 
 
@@ -719,6 +726,7 @@ fn start_link(sh: Arc<Shared>, peer: String, conn: quinn::Connection, send: quin
             regions: HashMap::new(),
             remote_regions: HashMap::new(),
             budgets: Budgets::default(),
+            proxy_owners: HashMap::new(),
         }),
     });
     if let Some(old) = sh.links.lock().unwrap().insert(peer.clone(), c.clone()) {
@@ -959,6 +967,7 @@ impl Conn {
         st.streams.clear();
         st.regions.clear();
         st.budgets = Budgets::default();
+        st.proxy_owners.clear();
         for (_, (lost, _)) in st.remote_regions.drain() {
             lost.store(true, Ordering::Release);
         }
@@ -1075,7 +1084,10 @@ fn apply_event(c: &Arc<Conn>, st: &mut State, sh: Option<&Arc<Shared>>, e: Event
             let waiter = st.lookups.remove(&req);
             let answer = match import {
                 Some(id) => match proxy_or_release(c, st, id, false, after) {
-                    Ok(Item::Send(s)) => Answer::Right(s),
+                    Ok(Item::Send(s)) => {
+                        st.proxy_owners.insert((key_of(s.as_fd()).ok(), id), UNKNOWN_OWNER);
+                        Answer::Right(s)
+                    }
                     _ => Answer::NotExported,
                 },
                 None => Answer::NotExported,
@@ -1095,6 +1107,7 @@ fn apply_event(c: &Arc<Conn>, st: &mut State, sh: Option<&Arc<Shared>>, e: Event
             }
             st.streams.remove(&import);
             st.budgets.refund_stream(import);
+            st.proxy_owners.retain(|(_, i), _| *i != import);
         }
         Event::DropExport { export } => {
             if let Some(Held::Send { watch, .. }) = st.held.remove(&export) {
@@ -1173,19 +1186,43 @@ fn remote_region(c: &Arc<Conn>, st: &mut State, sh: Option<&Arc<Shared>>, (id, l
 fn incoming(c: &Arc<Conn>, st: &mut State, sh: Option<&Arc<Shared>>, i: Incoming, owner: u32, after: &mut After) -> io::Result<Item> {
     match i {
         Incoming::Remote { id, len } => remote_region(c, st, sh, (id, len), owner, after),
-        Incoming::Proxy { import, once } => proxy_or_release(c, st, import, once, after),
+        Incoming::Proxy { import, once } => {
+            // Every proxy here is charged to someone (lookups' to no
+            // user), so the others' are the rest of the table.
+            let mine = st.proxy_owners.values().filter(|o| **o == owner).count();
+            let others = st.proxy_owners.len() - mine;
+            let free = c.limits.peer_proxies.saturating_sub(others);
+            if mine + 1 > free / 2 {
+                eprintln!(
+                    "ferry-net: a right from {} arrives as a dead name: user {owner} has {mine} of its proxies, and one user may have at most half of the {free} the others leave",
+                    c.peer
+                );
+                after.frames.extend(st.link.proxy_released(import, None));
+                st.forget_if_gone(import);
+                return dead_name();
+            }
+            let item = proxy_or_release(c, st, import, once, after)?;
+            let key = match &item {
+                Item::Send(s) => key_of(s.as_fd()).ok(),
+                _ => None,
+            };
+            st.proxy_owners.insert((key, import), owner);
+            Ok(item)
+        }
         Incoming::Home { export } => match st.held.get(&export) {
             Some(Held::Send { right, .. }) => Ok(Item::Send(right.get_ref().try_clone()?)),
             _ => Err(other("a right came home to an export that is gone")),
         },
         Incoming::Region(b) => Ok(Item::Region(RegionItem::copied_from(&b).map_err(other)?)),
-        Incoming::DeadName => {
-            // A port whose receive right is gone at once: a dead name.
-            let (rx, tx) = ferry::port()?;
-            drop(rx);
-            Ok(Item::Send(tx))
-        }
+        Incoming::DeadName => dead_name(),
     }
+}
+
+/// A send right to a port whose receive right is gone at once: a dead name.
+fn dead_name() -> io::Result<Item> {
+    let (rx, tx) = ferry::port()?;
+    drop(rx);
+    Ok(Item::Send(tx))
 }
 
 /// Keeps a send right for export `id` and watches it for death.
@@ -1327,6 +1364,7 @@ impl Conn {
         let f = {
             let mut st = self.state.lock().unwrap();
             let f = st.link.proxy_released(import, key);
+            st.proxy_owners.remove(&(key, import));
             st.forget_if_gone(import);
             f
         };

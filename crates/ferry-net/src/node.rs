@@ -1472,7 +1472,12 @@ impl Conn {
             let mut st = self.state.lock().unwrap();
             let (frame, stores) = match st.link.message(import, m.op(), body, outs, reply) {
                 Ok(x) => x,
-                Err(_) => return, // the destination died meanwhile: the message is dropped
+                Err(_) => {
+                    // The destination died meanwhile: the message is
+                    // dropped, and the stream charged for it above is free.
+                    st.forget_if_gone(import);
+                    return;
+                }
             };
             for (store, t) in stores.into_iter().zip(taken) {
                 match (store, t) {

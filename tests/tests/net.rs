@@ -637,26 +637,13 @@ fn rights_past_a_peers_proxy_limit_arrive_as_dead_names_and_go_back() {
 fn a_user_keeping_the_peers_rights_leaves_room_for_another_users() {
     use std::io::BufRead;
 
-    use ferry::spawn::CommandExt;
-
     if !common::can_play_other_user("a_user_keeping_the_peers_rights_leaves_room_for_another_users") {
         return;
     }
     watchdog("a_user_keeping_the_peers_rights_leaves_room_for_another_users", LIMIT, || {
         let (a, b) = nodes_with(|c| c.max_proxies_per_peer = 8);
         b.connect("a", a.local_addr().unwrap()).unwrap();
-        let (mut collect, to_collect) = ferry::port().unwrap();
-        a.export("collect", to_collect);
-        let to_collect = b.lookup("collect@a").unwrap();
-        let mut other = common::peer_command_as(common::NOBODY, std::path::Path::new("/nonexistent"), "keep-messages", &["8"])
-            .pass_right(&to_collect)
-            .unwrap()
-            .stdin(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut got = collect.recv(WAIT).unwrap();
-        assert_eq!(got.op(), 21);
-        let Some(Item::Send(to_other)) = got.take_items().pop() else { panic!("no right from the other user") };
+        let (_collect, mut other, to_other) = common::other_user_keeping_messages(&a, &b, 8);
         let homes: Vec<_> = (0..9).map(|_| ferry::port().unwrap()).collect();
         for (_, tx) in &homes[..8] {
             to_other.send(Message::new(30).with_item(tx.try_clone().unwrap()), WAIT).unwrap();

@@ -415,8 +415,6 @@ fn per_user_budgets_refuse_what_one_user_would_have_kept_past_them() {
 fn a_user_keeping_the_peers_regions_leaves_room_for_another_users() {
     use std::io::BufRead;
 
-    use ferry::spawn::CommandExt;
-
     if !common::can_play_other_user("a_user_keeping_the_peers_regions_leaves_room_for_another_users") {
         return;
     }
@@ -424,18 +422,7 @@ fn a_user_keeping_the_peers_regions_leaves_room_for_another_users() {
         let (ia, ib) = identities();
         let (a, b) = nodes_with(&ia, &ib, |c| c.max_regions_in_per_peer = 8);
         b.connect("a", a.local_addr().unwrap()).unwrap();
-        let (mut collect, to_collect) = ferry::port().unwrap();
-        a.export("collect", to_collect);
-        let to_collect = b.lookup("collect@a").unwrap();
-        let mut other = common::peer_command_as(common::NOBODY, std::path::Path::new("/nonexistent"), "keep-messages", &["8"])
-            .pass_right(&to_collect)
-            .unwrap()
-            .stdin(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut got = collect.recv(WAIT).unwrap();
-        assert_eq!(got.op(), 21);
-        let Some(Item::Send(to_other)) = got.take_items().pop() else { panic!("no right from the other user") };
+        let (_collect, mut other, to_other) = common::other_user_keeping_messages(&a, &b, 8);
         let len = ferry_net::frame::MAX_EAGER_REGION + PAGE;
         let region = || Region::new(len).unwrap().by_move().unwrap();
         for _ in 0..8 {

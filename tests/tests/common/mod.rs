@@ -346,3 +346,25 @@ pub fn host_facing_m(op_timeout: Duration) -> (ferry_net::Node, ferry_net::Ident
     c.op_timeout = op_timeout;
     (ferry_net::Node::start(c).unwrap(), ia, im)
 }
+
+/// A port exported as `collect` on node `a`, and a second user (uid
+/// nobody) running the test peer's `keep-messages N` with a right to it
+/// looked up through node `b`: the collecting port, the running peer (its
+/// standard input piped), and the right to the peer's own port that it
+/// sends first (operation 21).
+pub fn other_user_keeping_messages(a: &ferry_net::Node, b: &ferry_net::Node, n: usize) -> (ferry::ReceiveRight, Child, ferry::SendRight) {
+    use ferry::spawn::CommandExt;
+    let (mut collect, to_collect) = ferry::port().unwrap();
+    a.export("collect", to_collect);
+    let to_collect = b.lookup("collect@a").unwrap();
+    let other = peer_command_as(NOBODY, Path::new("/nonexistent"), "keep-messages", &[&n.to_string()])
+        .pass_right(&to_collect)
+        .unwrap()
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut got = collect.recv(ferry::Timeout::After(Duration::from_secs(10))).unwrap();
+    assert_eq!(got.op(), 21);
+    let Some(ferry::Item::Send(to_other)) = got.take_items().pop() else { panic!("no right from the other user") };
+    (collect, other, to_other)
+}

@@ -801,7 +801,9 @@ async fn read_frame<'a>(
         Some((b, owner)) => {
             // A message frame names its destination in its first bytes:
             // read those (the frame is charged to that port's owner), and
-            // take the rest of the length before reading the body.
+            // take the length before reading the rest. A small frame is
+            // read whole in the same call, as most messages are small: at
+            // most `HEAD` bytes a stream are read uncharged.
             buf.resize(n.min(HEAD), 0);
             s.read_exact(&mut buf).await.map_err(|e| e.to_string())?;
             let uid = crate::frame::message_target(&buf).map_or(UNKNOWN_OWNER, owner);
@@ -818,8 +820,9 @@ async fn read_frame<'a>(
 }
 
 /// The bytes of a frame read before its length is taken from the link's
-/// budget: a message frame's tag and destination.
-const HEAD: usize = 9;
+/// budget: at least a message frame's tag and destination (9 bytes), and
+/// the whole of a small frame, so that it takes one read, not two.
+const HEAD: usize = 4096;
 
 /// The owner charged for frames whose destination is no port of a known
 /// user (send-once rights, whose delivery never waits; frames that are not

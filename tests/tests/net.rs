@@ -643,7 +643,7 @@ fn a_user_keeping_the_peers_rights_leaves_room_for_another_users() {
     watchdog("a_user_keeping_the_peers_rights_leaves_room_for_another_users", LIMIT, || {
         let (a, b) = nodes_with(|c| c.max_proxies_per_peer = 8);
         b.connect("a", a.local_addr().unwrap()).unwrap();
-        let (_collect, mut other, to_other) = common::other_user_keeping_messages(&a, &b, 8);
+        let (_collect, mut other, to_other) = common::other_user_handing_its_port(&a, &b, "collect@a", "keep-messages", &["8"]);
         let homes: Vec<_> = (0..9).map(|_| ferry::port().unwrap()).collect();
         for (_, tx) in &homes[..8] {
             to_other.send(Message::new(30).with_item(tx.try_clone().unwrap()), WAIT).unwrap();
@@ -723,8 +723,6 @@ fn collect_sinks(collect: &mut ferry::ReceiveRight, n: usize) -> Vec<ferry::Send
 fn a_user_whose_ports_never_read_does_not_stall_another_users_messages_from_the_peer() {
     use std::io::BufRead;
 
-    use ferry::spawn::CommandExt;
-
     if !common::can_play_other_user("a_user_whose_ports_never_read_does_not_stall_another_users_messages_from_the_peer") {
         return;
     }
@@ -739,13 +737,7 @@ fn a_user_whose_ports_never_read_does_not_stall_another_users_messages_from_the_
         let honest_from_a = a.lookup("honest@b").unwrap();
 
         // Nobody's ports on `b`, sent to `a`.
-        let to_collect = b.lookup("collect@a").unwrap();
-        let mut other = common::peer_command_as(common::NOBODY, std::path::Path::new("/nonexistent"), "sinks", &["8"])
-            .pass_right(&to_collect)
-            .unwrap()
-            .stdin(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut other = common::spawn_other_user(&b.lookup("collect@a").unwrap(), "sinks", &["8"]);
         let mut said = std::io::BufReader::new(other.stdout.take().unwrap()).lines();
         assert_eq!(said.next().unwrap().unwrap(), "sent");
         let sinks = collect_sinks(&mut collect, 8);
@@ -776,8 +768,6 @@ fn a_user_whose_ports_never_read_does_not_stall_another_users_messages_from_the_
 fn a_user_sending_to_many_ports_leaves_the_peers_streams_room_for_another() {
     use std::io::BufRead;
 
-    use ferry::spawn::CommandExt;
-
     if !common::can_play_other_user("a_user_sending_to_many_ports_leaves_the_peers_streams_room_for_another") {
         return;
     }
@@ -791,22 +781,11 @@ fn a_user_sending_to_many_ports_leaves_the_peers_streams_room_for_another() {
         let a = Node::start(streams(config(&ia, vec![Peer { name: "b".into(), cert: ib.cert.clone() }]))).unwrap();
         let b = Node::start(streams(config(&ib, vec![Peer { name: "a".into(), cert: ia.cert.clone() }]))).unwrap();
         a.connect("b", b.local_addr().unwrap()).unwrap();
-        let (mut collect, to_collect) = ferry::port().unwrap();
-        b.export("collect", to_collect);
         let (mut honest, to_honest) = ferry::port().unwrap();
         b.export("honest", to_honest);
         let honest_from_a = a.lookup("honest@b").unwrap();
 
-        let to_collect = a.lookup("collect@b").unwrap();
-        let mut other = common::peer_command_as(common::NOBODY, std::path::Path::new("/nonexistent"), "send-to-each", &["16"])
-            .pass_right(&to_collect)
-            .unwrap()
-            .stdin(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut got = collect.recv(WAIT).unwrap();
-        assert_eq!(got.op(), 21);
-        let Some(Item::Send(to_other)) = got.take_items().pop() else { panic!("no right from the other user") };
+        let (_collect, mut other, to_other) = common::other_user_handing_its_port(&b, &a, "collect@b", "send-to-each", &["16"]);
         // Sixteen ports of `b`, for nobody on `a` to send to.
         let ports: Vec<_> = (0..16).map(|_| ferry::port().unwrap()).collect();
         let m = ports.iter().fold(Message::new(23), |m, (_, tx)| m.with_item(tx.try_clone().unwrap()));

@@ -422,7 +422,7 @@ fn a_user_keeping_the_peers_regions_leaves_room_for_another_users() {
         let (ia, ib) = identities();
         let (a, b) = nodes_with(&ia, &ib, |c| c.max_regions_in_per_peer = 8);
         b.connect("a", a.local_addr().unwrap()).unwrap();
-        let (_collect, mut other, to_other) = common::other_user_keeping_messages(&a, &b, 8);
+        let (_collect, mut other, to_other) = common::other_user_handing_its_port(&a, &b, "collect@a", "keep-messages", &["8"]);
         let len = ferry_net::frame::MAX_EAGER_REGION + PAGE;
         let region = || Region::new(len).unwrap().by_move().unwrap();
         for _ in 0..8 {
@@ -451,14 +451,7 @@ fn keep_rights_as_nobody(
 ) -> (std::process::Child, std::io::Lines<std::io::BufReader<std::process::ChildStdout>>, std::process::ChildStdin) {
     use std::io::BufRead;
 
-    use ferry::spawn::CommandExt;
-
-    let mut other = common::peer_command_as(common::NOBODY, std::path::Path::new("/nonexistent"), "keep-rights", &[])
-        .pass_right(data)
-        .unwrap()
-        .stdin(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut other = common::spawn_other_user(data, "keep-rights", &[]);
     let mut said = std::io::BufReader::new(other.stdout.take().unwrap()).lines();
     let tell = other.stdin.take().unwrap();
     assert_eq!(said.next().unwrap().unwrap(), "sent 10");

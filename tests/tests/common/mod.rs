@@ -347,22 +347,34 @@ pub fn host_facing_m(op_timeout: Duration) -> (ferry_net::Node, ferry_net::Ident
     (ferry_net::Node::start(c).unwrap(), ia, im)
 }
 
-/// A port exported as `collect` on node `a`, and a second user (uid
-/// nobody) running the test peer's `keep-messages N` with a right to it
-/// looked up through node `b`: the collecting port, the running peer (its
-/// standard input piped), and the right to the peer's own port that it
-/// sends first (operation 21).
-pub fn other_user_keeping_messages(a: &ferry_net::Node, b: &ferry_net::Node, n: usize) -> (ferry::ReceiveRight, Child, ferry::SendRight) {
+/// The test peer in `role` run as a second user (uid nobody), with
+/// `right` passed to it and its standard input piped (it holds what it
+/// has until that input ends).
+pub fn spawn_other_user(right: &ferry::SendRight, role: &str, args: &[&str]) -> Child {
     use ferry::spawn::CommandExt;
-    let (mut collect, to_collect) = ferry::port().unwrap();
-    a.export("collect", to_collect);
-    let to_collect = b.lookup("collect@a").unwrap();
-    let other = peer_command_as(NOBODY, Path::new("/nonexistent"), "keep-messages", &[&n.to_string()])
-        .pass_right(&to_collect)
+    peer_command_as(NOBODY, Path::new("/nonexistent"), role, args)
+        .pass_right(right)
         .unwrap()
         .stdin(Stdio::piped())
         .spawn()
-        .unwrap();
+        .unwrap()
+}
+
+/// A port exported as `collect` on node `home`, and a second user (uid
+/// nobody) running the test peer in `role` with a right to it looked up
+/// through node `via` as `name` (`collect@HOME`): the collecting port, the
+/// running peer (its standard input piped), and the right to the peer's
+/// own port that it sends first (operation 21).
+pub fn other_user_handing_its_port(
+    home: &ferry_net::Node,
+    via: &ferry_net::Node,
+    name: &str,
+    role: &str,
+    args: &[&str],
+) -> (ferry::ReceiveRight, Child, ferry::SendRight) {
+    let (mut collect, to_collect) = ferry::port().unwrap();
+    home.export("collect", to_collect);
+    let other = spawn_other_user(&via.lookup(name).unwrap(), role, args);
     let mut got = collect.recv(ferry::Timeout::After(Duration::from_secs(10))).unwrap();
     assert_eq!(got.op(), 21);
     let Some(ferry::Item::Send(to_other)) = got.take_items().pop() else { panic!("no right from the other user") };

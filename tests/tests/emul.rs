@@ -624,8 +624,9 @@ fn emul_another_user_reaches_neither_unreadable_files_nor_others_open_files() {
     });
 }
 
-/// A served directory another user can write to (`pub`, sticky, as
-/// `/tmp`), and a file every user may read (`public`).
+/// A served directory another user can write to (`pub`, sticky, as a
+/// system's scratch directory is), and a file every user may read
+/// (`public`).
 fn shared_scratch(test: &str) -> PathBuf {
     use std::os::unix::fs::PermissionsExt;
     let dir = scratch(test);

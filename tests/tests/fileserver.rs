@@ -258,9 +258,10 @@ fn directory_permissions_are_the_file_system_s() {
     });
 }
 
-/// Another user creates, in a directory both may write (sticky, as
-/// `/tmp`), the names a write-back of root's file there would give its
-/// new contents: the file's name, the server's pid and a counter. Root's
+/// Another user creates, in a directory both may write (sticky, as a
+/// system's scratch directory is), the names a write-back of root's file
+/// there would give its new contents: the file's name, the server's pid
+/// and a counter. Root's
 /// write-back still succeeds: the new contents' name is one nobody can
 /// guess. It used to be refused ("the temporary name for its new contents
 /// is taken") for as long as the squatter liked.
@@ -273,16 +274,16 @@ fn another_user_cannot_squat_the_names_of_a_write_back() {
     let _serial = common::serial();
     common::watchdog(test, LIMIT, || {
         let s = Served::start("squat", Budgets::default(), |root| {
-            std::fs::create_dir(root.join("tmp")).unwrap();
-            chmod(&root.join("tmp"), 0o1777);
-            std::fs::write(root.join("tmp/mine"), b"root's").unwrap();
-            chmod(&root.join("tmp/mine"), 0o644);
+            std::fs::create_dir(root.join("shared")).unwrap();
+            chmod(&root.join("shared"), 0o1777);
+            std::fs::write(root.join("shared/mine"), b"root's").unwrap();
+            chmod(&root.join("shared/mine"), 0o644);
         });
-        let prefix = format!("{}/tmp/mine.ferry-new-{}-", s.root.display(), std::process::id());
+        let prefix = format!("{}/shared/mine.ferry-new-{}-", s.root.display(), std::process::id());
         let made = common::finish(s.attacker("files-squat", &[&prefix, "3000"]));
         assert_eq!(made.trim(), "3000", "the squatter could not make its names");
-        s.client().write("tmp/mine", b"root's new contents").expect("root's write-back");
-        assert_eq!(std::fs::read(s.root.join("tmp/mine")).unwrap(), b"root's new contents");
+        s.client().write("shared/mine", b"root's new contents").expect("root's write-back");
+        assert_eq!(std::fs::read(s.root.join("shared/mine")).unwrap(), b"root's new contents");
         root_is_served(&s);
     });
 }

@@ -115,11 +115,17 @@ pub fn install() {
 /// `src..src+n` lies in a window the caller holds locked; `dst` has room
 /// for `n` bytes.
 pub unsafe fn copy(src: *const u8, dst: *mut u8, n: usize) -> bool {
+    use std::sync::atomic::{compiler_fence, Ordering};
     COPYING.with(|c| c.set((src as usize, src as usize + n)));
     FAULTED.with(|f| f.set(false));
+    // The handler runs on this thread, between any two instructions: the
+    // cells must be written before the copy's loads, and read after them,
+    // as the program is written (the compiler may not move either across).
+    compiler_fence(Ordering::SeqCst);
     // SAFETY: the caller's promise; a fault past the file's end is
     // answered by the handler with a page of zeros.
     unsafe { std::ptr::copy_nonoverlapping(src, dst, n) };
+    compiler_fence(Ordering::SeqCst);
     COPYING.with(|c| c.set((0, 0)));
     FAULTED.with(|f| f.replace(false))
 }

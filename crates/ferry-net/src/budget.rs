@@ -15,6 +15,80 @@ use std::collections::HashMap;
 /// against nobody's budget.
 pub(crate) const LOOKUPS: u32 = u32::MAX;
 
+/// How much one user may hold of `total` when the other users hold
+/// `others`: half of what they leave. The one rule behind every per-user
+/// share of a link (references and streams at the peer, proxies, regions
+/// and frame bytes here): however many users fill their share, the next
+/// still finds room, where a fixed share per user lets a few users take
+/// everything between them.
+pub(crate) fn share_left(total: usize, others: usize) -> usize {
+    total.saturating_sub(others) / 2
+}
+
+/// Things of one kind a link holds here, each charged to a local user, with
+/// each user's count kept as they come and go, so that a user's share is
+/// checked without counting the table.
+#[derive(Debug)]
+pub(crate) struct Owners<K> {
+    owner: HashMap<K, u32>,
+    counts: HashMap<u32, usize>,
+}
+
+impl<K> Default for Owners<K> {
+    fn default() -> Self {
+        Owners { owner: HashMap::new(), counts: HashMap::new() }
+    }
+}
+
+impl<K: std::hash::Hash + Eq> Owners<K> {
+    /// Charges `k` to `uid` (moving it from its old owner, if any).
+    pub(crate) fn insert(&mut self, k: K, uid: u32) {
+        if let Some(old) = self.owner.insert(k, uid) {
+            uncount(&mut self.counts, old);
+        }
+        *self.counts.entry(uid).or_insert(0) += 1;
+    }
+
+    /// Gives back what `k` cost its owner.
+    pub(crate) fn remove(&mut self, k: &K) {
+        if let Some(old) = self.owner.remove(k) {
+            uncount(&mut self.counts, old);
+        }
+    }
+
+    /// Keeps only what `keep` says to.
+    pub(crate) fn retain(&mut self, mut keep: impl FnMut(&K) -> bool) {
+        let counts = &mut self.counts;
+        self.owner.retain(|k, uid| {
+            let kept = keep(k);
+            if !kept {
+                uncount(counts, *uid);
+            }
+            kept
+        });
+    }
+
+    /// How many are charged to `uid`.
+    pub(crate) fn of(&self, uid: u32) -> usize {
+        self.counts.get(&uid).copied().unwrap_or(0)
+    }
+
+    /// How many there are, whoever they are charged to.
+    pub(crate) fn len(&self) -> usize {
+        self.owner.len()
+    }
+}
+
+/// One thing fewer charged to `uid`; a user with none is forgotten.
+fn uncount(counts: &mut HashMap<u32, usize>, uid: u32) {
+    if let Some(n) = counts.get_mut(&uid) {
+        *n -= 1;
+        if *n == 0 {
+            counts.remove(&uid);
+        }
+    }
+}
+
 /// What one user may have a peer keep, per link.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Limits {
@@ -89,7 +163,7 @@ impl Budgets {
             return Some(format!("user {uid} already has {e} rights kept for {peer} (the limit is {})", limits.refs));
         }
         let free = limits.peer_proxies.saturating_sub(self.held() - e);
-        if e + refs > free / 2 {
+        if e + refs > share_left(limits.peer_proxies, self.held() - e) {
             return Some(format!(
                 "user {uid} already has {e} rights kept for {peer}, and one user may hold at most half of the {free} of {peer}'s proxies the others leave"
             ));
@@ -110,8 +184,10 @@ impl Budgets {
             return None;
         }
         let mine = self.opened.get(&uid).copied().unwrap_or(0);
-        let free = limits.peer_streams.saturating_sub(1 + self.streams.len() - mine);
-        (mine + 1 > free / 2).then(|| {
+        // One stream is kept for send-once rights' messages.
+        let (room, others) = (limits.peer_streams.saturating_sub(1), self.streams.len() - mine);
+        (mine + 1 > share_left(room, others)).then(|| {
+            let free = room.saturating_sub(others);
             format!("user {uid} already has {mine} streams open to {peer}, and one user may open at most half of the {free} the others leave")
         })
     }
@@ -311,6 +387,25 @@ mod tests {
         }
         assert_eq!(b.held(), 8);
         assert_eq!(b.over(4, 1, 0, limits, "p"), None);
+    }
+
+    #[test]
+    fn owners_count_each_users_share_as_things_come_and_go() {
+        let mut o = Owners::default();
+        o.insert(("a", 1), 7);
+        o.insert(("b", 1), 7);
+        o.insert(("c", 2), 8);
+        assert_eq!((o.of(7), o.of(8), o.len()), (2, 1, 3));
+        o.insert(("c", 2), 7);
+        assert_eq!((o.of(7), o.of(8)), (3, 0), "charged again, to its new owner only");
+        o.retain(|(_, i)| *i != 1);
+        assert_eq!((o.of(7), o.len()), (1, 1));
+        o.remove(&("c", 2));
+        o.remove(&("c", 2));
+        assert_eq!((o.of(7), o.len()), (0, 0));
+        assert!(o.counts.is_empty(), "a user with nothing is forgotten");
+        assert_eq!(share_left(16, 8), 4);
+        assert_eq!(share_left(4, 9), 0);
     }
 
     #[test]

@@ -76,7 +76,7 @@ impl InFlight {
         }
         let mine = c.by_user.get(&uid).copied().unwrap_or(0);
         let others = c.held - mine;
-        let fits = c.held + n <= self.total && (mine == 0 || mine + n <= (self.total - others) / 2);
+        let fits = c.held + n <= self.total && (mine == 0 || mine + n <= crate::budget::share_left(self.total, others));
         if fits {
             c.held += n;
             *c.by_user.entry(uid).or_insert(0) += n;

@@ -35,7 +35,7 @@ use ferry::tokio::{AsyncReceiveRight, AsyncReplyReceiver, AsyncSendRight};
 use ferry::{Item, MapOptions, MappedRegion, Message, RecvError, RegionItem, Reply, SendOnceRight, SendRight, Timeout};
 use tokio::sync::{oneshot, watch};
 
-use crate::budget::{Budgets, Limits, LOOKUPS};
+use crate::budget::{share_left, Budgets, Limits, Owners, LOOKUPS};
 use crate::cor::{self, Counters, Fetcher};
 use crate::frame::{Cap, Frame, Part, MAX_EAGER_REGION, MAX_FRAME};
 use crate::inflight::{self, InFlight};
@@ -368,7 +368,7 @@ struct State {
     /// The user each proxy here is charged to (the user that made the
     /// port its right came to), by the proxy's identity (none for a
     /// send-once right's) and import.
-    proxy_owners: HashMap<(Option<Key>, u64), u32>,
+    proxy_owners: Owners<(Option<Key>, u64)>,
 }
 
 
@@ -726,7 +726,7 @@ fn start_link(sh: Arc<Shared>, peer: String, conn: quinn::Connection, send: quin
             regions: HashMap::new(),
             remote_regions: HashMap::new(),
             budgets: Budgets::default(),
-            proxy_owners: HashMap::new(),
+            proxy_owners: Owners::default(),
         }),
     });
     if let Some(old) = sh.links.lock().unwrap().insert(peer.clone(), c.clone()) {
@@ -970,7 +970,7 @@ impl Conn {
         st.streams.clear();
         st.regions.clear();
         st.budgets = Budgets::default();
-        st.proxy_owners.clear();
+        st.proxy_owners = Owners::default();
         for (_, (lost, _)) in st.remote_regions.drain() {
             lost.store(true, Ordering::Release);
         }
@@ -1110,7 +1110,7 @@ fn apply_event(c: &Arc<Conn>, st: &mut State, sh: Option<&Arc<Shared>>, e: Event
             }
             st.streams.remove(&import);
             st.budgets.refund_stream(import);
-            st.proxy_owners.retain(|(_, i), _| *i != import);
+            st.proxy_owners.retain(|(_, i)| *i != import);
         }
         Event::DropExport { export } => {
             if let Some(Held::Send { watch, .. }) = st.held.remove(&export) {
@@ -1142,7 +1142,7 @@ fn remote_region(c: &Arc<Conn>, st: &mut State, sh: Option<&Arc<Shared>>, (id, l
         if others + mine >= most {
             return Err(other(format!("{most} regions from this peer are served already")));
         }
-        if mine + 1 > (most - others) / 2 {
+        if mine + 1 > share_left(most, others) {
             return Err(other(format!(
                 "user {owner} has {mine} regions from this peer served, and one user may have at most half of the {} the others leave",
                 most - others
@@ -1192,10 +1192,10 @@ fn incoming(c: &Arc<Conn>, st: &mut State, sh: Option<&Arc<Shared>>, i: Incoming
         Incoming::Proxy { import, once } => {
             // Every proxy here is charged to someone (lookups' to no
             // user), so the others' are the rest of the table.
-            let mine = st.proxy_owners.values().filter(|o| **o == owner).count();
+            let mine = st.proxy_owners.of(owner);
             let others = st.proxy_owners.len() - mine;
             let free = c.limits.peer_proxies.saturating_sub(others);
-            if mine + 1 > free / 2 {
+            if mine + 1 > share_left(c.limits.peer_proxies, others) {
                 eprintln!(
                     "ferry-net: a right from {} arrives as a dead name: user {owner} has {mine} of its proxies, and one user may have at most half of the {free} the others leave",
                     c.peer

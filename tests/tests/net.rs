@@ -383,6 +383,54 @@ fn malformed_frames_close_only_that_link() {
     });
 }
 
+/// Credit belongs to the network servers' own protocol, and a peer that
+/// breaks it loses its link: a flow-control frame on a message stream, a
+/// `Want` for a frame small enough for a stream's window, and a frame over
+/// the window sent without being granted each close the link as broken.
+#[test]
+fn flow_frames_off_the_control_stream_or_out_of_turn_close_the_link() {
+    use ferry_net::frame::Frame;
+
+    watchdog("flow_frames_off_the_control_stream_or_out_of_turn_close_the_link", LIMIT, || {
+        let (a, ia, im) = common::host_facing_m(Duration::from_secs(5));
+        let addr = a.local_addr().unwrap();
+        // A message frame of 40 000 bytes (over the 32 KiB a stream's
+        // window takes) for export 1, never asked for.
+        let mut unasked = 40_000u32.to_le_bytes().to_vec();
+        unasked.push(3);
+        unasked.extend_from_slice(&1u64.to_le_bytes());
+        unasked.resize(4 + 40_000, 0);
+        let cases = [
+            ("a credit on a message stream", false, Frame::Credit { stream: 3, bytes: 100 }.encode_with_len()),
+            ("a want for a frame that fits the window", true, Frame::Want { stream: 3, target: 1, bytes: 100 }.encode_with_len()),
+            ("a large frame without its grant", false, unasked),
+        ];
+        for (what, control, bytes) in cases {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let closed = rt.block_on(async {
+                let conn = common::dial(&im, &ia, addr, |_| {}).await;
+                let (mut send, mut recv) = conn.accept_bi().await.unwrap();
+                let mut magic = [0u8; 4];
+                recv.read_exact(&mut magic).await.unwrap();
+                assert_eq!(&magic, b"FNL2");
+                if control {
+                    send.write_all(&bytes).await.unwrap();
+                } else {
+                    let mut s = conn.open_uni().await.unwrap();
+                    s.write_all(&bytes).await.unwrap();
+                    // Kept open until the link goes.
+                    let reason = tokio::time::timeout(Duration::from_secs(10), conn.closed()).await;
+                    drop(s);
+                    return reason;
+                }
+                tokio::time::timeout(Duration::from_secs(10), conn.closed()).await
+            });
+            let reason = closed.unwrap_or_else(|_| panic!("{what}: the node closed the broken link"));
+            assert!(reason.to_string().contains("protocol error"), "{what}: {reason}");
+        }
+    });
+}
+
 #[test]
 fn loss_is_recovered_and_a_cut_link_turns_proxies_into_dead_names() {
     watchdog("loss_is_recovered_and_a_cut_link_turns_proxies_into_dead_names", LIMIT, || {
@@ -395,13 +443,18 @@ fn loss_is_recovered_and_a_cut_link_turns_proxies_into_dead_names() {
         let (mut srv, to_srv) = ferry::port().unwrap();
         a.export("svc", to_srv);
         let svc = b.lookup("svc@a").unwrap();
+        // Received as they come: what the link holds for a port that does
+        // not read is bounded (its stream's credit), as a local queue is.
+        let got = std::thread::spawn(move || {
+            for i in 0u32..300 {
+                let m = srv.recv(WAIT).unwrap_or_else(|e| panic!("message {i}: {e}"));
+                assert_eq!((m.op(), m.body().len()), (i, 2000), "every tenth datagram lost, yet all arrive in order");
+            }
+        });
         for i in 0u32..300 {
             svc.send(Message::new(i).with_body(vec![i as u8; 2000]), WAIT).unwrap();
         }
-        for i in 0u32..300 {
-            let m = srv.recv(WAIT).unwrap_or_else(|e| panic!("message {i}: {e}"));
-            assert_eq!((m.op(), m.body().len()), (i, 2000), "every tenth datagram lost, yet all arrive in order");
-        }
+        got.join().unwrap();
         relay.cut();
         assert!(svc.wait_dead(WAIT), "the proxy became a dead name when the link was cut");
         wait_until("both sides to drop the link", || a.links().is_empty() && b.links().is_empty());
@@ -570,9 +623,11 @@ fn a_peer_announcing_large_frames_on_many_streams_cannot_fill_the_hosts_memory()
         }
         std::thread::sleep(Duration::from_secs(6));
         let grew = rss_mib().saturating_sub(before);
-        // The link's frame budget (256 MiB) and its receive window
-        // (128 MiB) bound what the node holds; the rest waits at `m`.
+        // A frame over a stream's window must be asked for and granted out
+        // of the link's frame budget (256 MiB) first: these were not, so
+        // the link is closed as broken, and nothing of them is held.
         assert!(grew < 700, "the process grew by {grew} MiB");
+        wait_until("the link to m to close", || !a.links().iter().any(|l| l.peer == "m"));
         drop(rt);
         drop(conn);
     });
@@ -713,6 +768,36 @@ fn collect_sinks(collect: &mut ferry::ReceiveRight, n: usize) -> Vec<ferry::Send
     sinks
 }
 
+/// What the tests of ports that never read start from, with `a` linked
+/// to `b`: root's port `honest` on `b` and `a`'s right to it, and user
+/// nobody's ports on `b` that never read, handed to `a`.
+struct Sinks {
+    honest: ferry::ReceiveRight,
+    honest_from_a: ferry::SendRight,
+    /// The peer process that keeps nobody's ports, until its standard
+    /// input closes.
+    other: std::process::Child,
+    sinks: Vec<ferry::SendRight>,
+    _collect: ferry::ReceiveRight,
+}
+
+/// [`Sinks`] with `n` of nobody's ports.
+fn nobodys_sinks_on_b(a: &Node, b: &Node, n: usize) -> Sinks {
+    use std::io::BufRead;
+
+    a.connect("b", b.local_addr().unwrap()).unwrap();
+    let (mut collect, to_collect) = ferry::port().unwrap();
+    a.export("collect", to_collect);
+    let (honest, to_honest) = ferry::port().unwrap();
+    b.export("honest", to_honest);
+    let honest_from_a = a.lookup("honest@b").unwrap();
+    let mut other = common::spawn_other_user(&b.lookup("collect@a").unwrap(), "sinks", &[&n.to_string()]);
+    let mut said = std::io::BufReader::new(other.stdout.take().unwrap()).lines();
+    assert_eq!(said.next().unwrap().unwrap(), "sent");
+    let sinks = collect_sinks(&mut collect, n);
+    Sinks { honest, honest_from_a, other, sinks, _collect: collect }
+}
+
 /// A local user whose ports never read cannot stall another user's
 /// messages from the same peer: the frames waiting for its ports are held
 /// in its own share of the link's frame bytes. User nobody on host `b`
@@ -721,26 +806,13 @@ fn collect_sinks(collect: &mut ferry::ReceiveRight, n: usize) -> Vec<ferry::Send
 /// budget `b` keeps for `a`. Root's port on `b` still gets `a`'s messages.
 #[test]
 fn a_user_whose_ports_never_read_does_not_stall_another_users_messages_from_the_peer() {
-    use std::io::BufRead;
-
     if !common::can_play_other_user("a_user_whose_ports_never_read_does_not_stall_another_users_messages_from_the_peer") {
         return;
     }
     watchdog("a_user_whose_ports_never_read_does_not_stall_another_users_messages_from_the_peer", LIMIT, || {
         // The smallest budget `b` keeps for `a`'s frames.
         let (a, b) = nodes_with(|c| c.max_frame_bytes_per_peer = 0);
-        a.connect("b", b.local_addr().unwrap()).unwrap();
-        let (mut collect, to_collect) = ferry::port().unwrap();
-        a.export("collect", to_collect);
-        let (mut honest, to_honest) = ferry::port().unwrap();
-        b.export("honest", to_honest);
-        let honest_from_a = a.lookup("honest@b").unwrap();
-
-        // Nobody's ports on `b`, sent to `a`.
-        let mut other = common::spawn_other_user(&b.lookup("collect@a").unwrap(), "sinks", &["8"]);
-        let mut said = std::io::BufReader::new(other.stdout.take().unwrap()).lines();
-        assert_eq!(said.next().unwrap().unwrap(), "sent");
-        let sinks = collect_sinks(&mut collect, 8);
+        let Sinks { mut honest, honest_from_a, mut other, sinks, .. } = nobodys_sinks_on_b(&a, &b, 8);
 
         let bytes = vec![5u8; 15 << 20];
         for sink in &sinks {
@@ -753,6 +825,50 @@ fn a_user_whose_ports_never_read_does_not_stall_another_users_messages_from_the_
             honest_from_a.send(Message::new(10 + i).with_item(RegionItem::copied_from(&bytes).unwrap()), WAIT).unwrap();
             let m = honest.recv(WAIT).expect("root's message while nobody's ports stay full");
             assert_eq!((m.op(), m.items().len()), (10 + i, 1));
+        }
+        drop(other.stdin.take());
+        assert!(other.wait().unwrap().success());
+    });
+}
+
+/// Ports that never read cannot stop a link by filling QUIC's window for
+/// all its streams: each message stream may have only its credit in flight
+/// unread (a small window, and the large frames granted out of its port
+/// owner's share). User nobody on host `b` hands `a` 120 ports that never
+/// read, and `a` sends each of them large and small messages until its
+/// proxy pushes back. Without the credit each stalled stream held about a
+/// megabyte unread at `b`, 120 of them filled the link's window, and
+/// root's messages from `a` stopped too.
+#[test]
+fn ports_that_never_read_cannot_fill_the_links_window_for_every_stream() {
+    if !common::can_play_other_user("ports_that_never_read_cannot_fill_the_links_window_for_every_stream") {
+        return;
+    }
+    watchdog("ports_that_never_read_cannot_fill_the_links_window_for_every_stream", LIMIT, || {
+        const SINKS: usize = 120;
+        let (a, b) = pair();
+        let Sinks { mut honest, honest_from_a, mut other, sinks, .. } = nobodys_sinks_on_b(&a, &b, SINKS);
+
+        // To each port: messages of 60 KiB and of 6 KiB (over and under a
+        // stream's window) until the proxy's queue stays full for 20 ms.
+        let (big, small) = (vec![1u8; 60 << 10], vec![2u8; 6 << 10]);
+        let mut sent = 0usize;
+        for sink in &sinks {
+            for i in 0..64 {
+                let body = if i % 2 == 0 { big.clone() } else { small.clone() };
+                let n = body.len();
+                if sink.send(Message::new(1).with_body(body), Timeout::millis(20)).is_err() {
+                    break;
+                }
+                sent += n;
+            }
+        }
+        // Time for whatever crosses to reach `b` and wait there.
+        std::thread::sleep(Duration::from_millis(500));
+        for i in 0..3 {
+            honest_from_a.send(Message::new(10 + i).with_body(big.clone()), WAIT).unwrap();
+            let m = honest.recv(WAIT).unwrap_or_else(|e| panic!("root's message while nobody's {SINKS} ports stay full ({sent} bytes sent to them): {e}"));
+            assert_eq!((m.op(), m.body().len()), (10 + i, big.len()));
         }
         drop(other.stdin.take());
         assert!(other.wait().unwrap().success());

@@ -2,7 +2,8 @@
 //!
 //! A frame is what one network server says to the other: a name lookup and
 //! its answer, a message for a port the receiver exported, the release of
-//! references, the death of an exported port. Frames are plain data; the
+//! references, the death of an exported port, and the credit that bounds
+//! what a message stream may have in flight (`crate::flow`). Frames are plain data; the
 //! [`crate::link`] state machine decides what they mean. The encoding is a
 //! small fixed little-endian layout (a tag byte, then fields; byte strings
 //! carry a `u32` length), checked completely by [`Frame::decode`] before
@@ -128,6 +129,37 @@ pub enum Frame {
         /// Bytes wanted.
         len: u64,
     },
+    /// Flow control, receiver to sender, on the control stream: the
+    /// receiver has read `bytes` more bytes of small frames off the
+    /// sender's message stream `stream` (its QUIC stream id), so the sender
+    /// may have that many more in flight on it.
+    Credit {
+        /// The message stream, by QUIC stream id.
+        stream: u64,
+        /// Bytes of frames (length prefixes left out) read since the last
+        /// credit for the stream.
+        bytes: u64,
+    },
+    /// Flow control, sender to receiver, on the control stream: the sender
+    /// asks to send one frame of `bytes` bytes, too large for a stream's
+    /// standing window, to export `target` on its message stream `stream`,
+    /// and waits for the [`Frame::Grant`].
+    Want {
+        /// The message stream, by QUIC stream id.
+        stream: u64,
+        /// Export id (in the receiver's table) the frame is for.
+        target: u64,
+        /// The frame's length, length prefix left out.
+        bytes: u64,
+    },
+    /// Flow control, receiver to sender: the [`Frame::Want`] for `stream`
+    /// is granted; its frame may be sent.
+    Grant {
+        /// The message stream, by QUIC stream id.
+        stream: u64,
+        /// The length granted (the one asked for).
+        bytes: u64,
+    },
 }
 
 /// Why a frame could not be decoded.
@@ -166,6 +198,9 @@ const T_RELEASE: u8 = 4;
 const T_DEAD: u8 = 5;
 const T_REGION_RELEASE: u8 = 6;
 const T_FETCH: u8 = 7;
+const T_CREDIT: u8 = 8;
+const T_WANT: u8 = 9;
+const T_GRANT: u8 = 10;
 
 fn put_cap(out: &mut Vec<u8>, cap: Cap) {
     let (t, id) = match cap {
@@ -191,6 +226,14 @@ pub fn message_target(head: &[u8]) -> Option<u64> {
         [T_MESSAGE, id @ ..] if id.len() >= 8 => Some(u64::from_le_bytes(id[..8].try_into().ok()?)),
         _ => None,
     }
+}
+
+/// Whether `bytes` (one frame) is a flow-control frame
+/// ([`Frame::Credit`], [`Frame::Want`], [`Frame::Grant`]), which the
+/// network server handles itself rather than the [`crate::link`] state
+/// machine, and only on the control stream.
+pub fn is_flow(bytes: &[u8]) -> bool {
+    matches!(bytes.first(), Some(&(T_CREDIT | T_WANT | T_GRANT)))
 }
 
 impl Frame {
@@ -276,6 +319,22 @@ impl Frame {
                 out.extend_from_slice(&offset.to_le_bytes());
                 out.extend_from_slice(&len.to_le_bytes());
             }
+            Frame::Credit { stream, bytes } => {
+                out.push(T_CREDIT);
+                out.extend_from_slice(&stream.to_le_bytes());
+                out.extend_from_slice(&bytes.to_le_bytes());
+            }
+            Frame::Want { stream, target, bytes } => {
+                out.push(T_WANT);
+                out.extend_from_slice(&stream.to_le_bytes());
+                out.extend_from_slice(&target.to_le_bytes());
+                out.extend_from_slice(&bytes.to_le_bytes());
+            }
+            Frame::Grant { stream, bytes } => {
+                out.push(T_GRANT);
+                out.extend_from_slice(&stream.to_le_bytes());
+                out.extend_from_slice(&bytes.to_le_bytes());
+            }
         }
     }
 
@@ -327,6 +386,9 @@ impl Frame {
             T_DEAD => Frame::Dead { id: r.u64()? },
             T_REGION_RELEASE => Frame::RegionRelease { id: r.u64()? },
             T_FETCH => Frame::Fetch { region: r.u64()?, offset: r.u64()?, len: r.u64()? },
+            T_CREDIT => Frame::Credit { stream: r.u64()?, bytes: r.u64()? },
+            T_WANT => Frame::Want { stream: r.u64()?, target: r.u64()?, bytes: r.u64()? },
+            T_GRANT => Frame::Grant { stream: r.u64()?, bytes: r.u64()? },
             t => return Err(DecodeError::BadTag("frame", t)),
         };
         if !r.b.is_empty() {

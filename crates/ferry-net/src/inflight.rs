@@ -13,7 +13,7 @@
 //! still finds room for its frames.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
 
@@ -41,8 +41,8 @@ pub(crate) struct Closed;
 
 /// Bytes charged to a user; given back when dropped.
 #[derive(Debug)]
-pub(crate) struct Permit<'a> {
-    pool: &'a InFlight,
+pub(crate) struct Permit {
+    pool: Arc<InFlight>,
     uid: u32,
     n: usize,
 }
@@ -55,7 +55,7 @@ impl InFlight {
 
     /// Takes `n` bytes for a frame to a port of user `uid`, waiting until
     /// the pool and that user's share have room.
-    pub(crate) async fn acquire(&self, uid: u32, n: usize) -> Result<Permit<'_>, Closed> {
+    pub(crate) async fn acquire(self: &Arc<Self>, uid: u32, n: usize) -> Result<Permit, Closed> {
         loop {
             let room = self.room.notified();
             tokio::pin!(room);
@@ -63,7 +63,7 @@ impl InFlight {
             // and the wait is not missed.
             room.as_mut().enable();
             if self.try_take(uid, n)? {
-                return Ok(Permit { pool: self, uid, n });
+                return Ok(Permit { pool: self.clone(), uid, n });
             }
             room.await;
         }
@@ -97,7 +97,7 @@ impl InFlight {
     }
 }
 
-impl Drop for Permit<'_> {
+impl Drop for Permit {
     fn drop(&mut self) {
         {
             let mut c = self.pool.counts.lock().unwrap();
@@ -124,7 +124,7 @@ mod tests {
 
     #[test]
     fn a_user_that_fills_its_share_leaves_room_for_another() {
-        let pool = InFlight::new(100);
+        let pool = Arc::new(InFlight::new(100));
         let a1 = now(pool.acquire(1, 30)).unwrap().unwrap();
         let a2 = now(pool.acquire(1, 20)).unwrap().unwrap();
         assert!(now(pool.acquire(1, 10)).is_none(), "user 1 holds half the pool");
@@ -138,7 +138,7 @@ mod tests {
 
     #[test]
     fn one_frame_passes_for_a_user_holding_none_if_the_pool_has_room() {
-        let pool = InFlight::new(100);
+        let pool = Arc::new(InFlight::new(100));
         let big = now(pool.acquire(1, 80)).unwrap().unwrap();
         assert!(now(pool.acquire(2, 30)).is_none(), "the pool is short");
         let small = now(pool.acquire(2, 20)).unwrap().unwrap();
@@ -147,7 +147,7 @@ mod tests {
 
     #[test]
     fn closing_ends_the_waits() {
-        let pool = InFlight::new(10);
+        let pool = Arc::new(InFlight::new(10));
         let _held = now(pool.acquire(1, 10)).unwrap().unwrap();
         pool.close();
         assert!(matches!(now(pool.acquire(2, 1)), Some(Err(Closed))));

@@ -17,6 +17,7 @@
 mod budget;
 pub mod cor;
 mod deadwatch;
+mod flow;
 mod inflight;
 pub mod frame;
 pub mod link;

@@ -728,6 +728,9 @@ impl Link {
                 out.events.push(Event::DropRegion { id });
             }
             Frame::Fetch { .. } => return Err(LinkError::Misplaced("a fetch on a message or control stream")),
+            Frame::Credit { .. } | Frame::Want { .. } | Frame::Grant { .. } => {
+                return Err(LinkError::Misplaced("flow control off the control stream"))
+            }
             Frame::Dead { id } => {
                 // The import may be released already: a crossing is no error.
                 if let Some(imp) = self.imports.remove(&id) {

@@ -22,7 +22,7 @@
 //! the link drops (QUIC idle timeout, peer gone), every proxy's receive
 //! right is destroyed, so local holders see a dead name.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::io;
 use std::net::SocketAddr;
@@ -37,7 +37,8 @@ use tokio::sync::{oneshot, watch};
 
 use crate::budget::{share_left, Budgets, Limits, Owners, LOOKUPS};
 use crate::cor::{self, Counters, Fetcher};
-use crate::frame::{Cap, Frame, Part, MAX_EAGER_REGION, MAX_FRAME};
+use crate::flow::{self, SMALL, WINDOW};
+use crate::frame::{self, Cap, Frame, Part, MAX_EAGER_REGION, MAX_FRAME};
 use crate::inflight::{self, InFlight};
 use crate::link::{Event, Incoming, Key, Link, LinkError, Outgoing, Store};
 use crate::tls::{self, Identity, Peer};
@@ -85,13 +86,14 @@ pub struct NodeConfig {
     /// set it alike on both.
     pub max_proxies_per_peer: u64,
     /// Most bytes of one peer's message frames this node holds at once,
-    /// from their first byte read until they are delivered (at least two
-    /// frames of [`crate::frame::MAX_FRAME`]; smaller values are raised to
-    /// it). Each frame counts against the local user that owns its
-    /// destination port, who may hold at most half of what the other users
-    /// leave, so a user whose ports never read stalls only its own
-    /// messages from the peer. Past it, that peer's message streams wait,
-    /// and QUIC's flow control holds the peer back.
+    /// from when a small frame is read, or a large one granted, until they
+    /// are delivered (at least two frames of [`crate::frame::MAX_FRAME`];
+    /// smaller values are raised to it). Each frame counts against the
+    /// local user that owns its destination port, who may hold at most
+    /// half of what the other users leave, so a user whose ports never read
+    /// stalls only its own messages from the peer. Past it, that peer's
+    /// message streams wait, and their credit holds the peer's senders back
+    /// (`docs/network.md`, "Flow control").
     pub max_frame_bytes_per_peer: usize,
     /// Most message streams (one per destination port, and one for all
     /// send-once rights) a peer may open to this node at once; the peer is
@@ -355,7 +357,11 @@ struct State {
     link: Link,
     held: HashMap<u64, Held>,
     kills: HashMap<u64, watch::Sender<bool>>,
-    streams: HashMap<u64, Arc<tokio::sync::Mutex<quinn::SendStream>>>,
+    /// The message streams this node writes, by [`stream_key`].
+    streams: HashMap<u64, Arc<OutStream>>,
+    /// Their credit, by QUIC stream id, where the peer's
+    /// [`Frame::Credit`]s and [`Frame::Grant`]s name them.
+    out_flows: HashMap<u64, Arc<flow::Out>>,
     lookups: HashMap<u64, oneshot::Sender<Answer>>,
     /// Regions sent by reference, kept (mapped read-only; the sealed memfd
     /// lives as long as the mapping) until the peer releases them.
@@ -387,15 +393,45 @@ impl State {
         }
     }
 
+    /// Finishes the message stream under `key` (dropped, it ends cleanly
+    /// once its last frame is written); a writer waiting for its credit
+    /// gives up.
+    fn drop_stream(&mut self, key: u64) {
+        if let Some(s) = self.streams.remove(&key) {
+            self.out_flows.remove(&s.id);
+            s.flow.close();
+        }
+    }
+
     /// Once import `import` is gone (released, used up), finishes its
     /// stream and forgets its proxies' kill switch.
     fn forget_if_gone(&mut self, import: u64) {
         if !self.link.import_alive(import) {
-            self.streams.remove(&import);
+            self.drop_stream(import);
             self.budgets.refund_stream(import);
             self.kills.remove(&import);
         }
     }
+}
+
+/// A message stream this node writes: the QUIC stream, and the credit the
+/// peer gives it ([`crate::flow`]).
+#[derive(Debug)]
+struct OutStream {
+    /// Its QUIC stream id.
+    id: u64,
+    send: tokio::sync::Mutex<quinn::SendStream>,
+    flow: Arc<flow::Out>,
+}
+
+/// A frame too large for its stream's window that the peer asked to send
+/// ([`Frame::Want`]): its destination and length, and once granted, its
+/// bytes taken from the destination owner's share.
+#[derive(Debug)]
+struct Granted {
+    target: u64,
+    bytes: u64,
+    permit: Option<inflight::Permit>,
 }
 
 #[derive(Debug)]
@@ -413,17 +449,22 @@ struct Conn {
     /// Bytes of the peer's frames this link holds at once, being read or
     /// waiting for delivery, shared among the local users they are for
     /// ([`NodeConfig::max_frame_bytes_per_peer`]).
-    frames: InFlight,
+    frames: Arc<InFlight>,
+    /// The large frames the peer asked to send, by its stream's id, in the
+    /// order asked: granted ones not yet read, and at most one waiting for
+    /// room (the peer asks for the next only once the last is granted).
+    grants: Mutex<HashMap<u64, VecDeque<Granted>>>,
 }
 
 /// Most bytes of message frames one link holds at once by default
 /// ([`NodeConfig::max_frame_bytes_per_peer`]), from the first
-/// byte read until the frame is delivered. Each frame takes its whole
-/// announced length before its body is read, so a peer that announces
-/// large frames on many streams and sends them slowly, or towards ports
-/// that do not read, stalls its own link's messages here instead of
-/// filling this host's memory; a stream waiting for room reads nothing,
-/// and QUIC's flow control then holds the peer back. Six frames of the
+/// byte read (a small frame) or the grant (a large one) until the frame is
+/// delivered. A small frame takes its length before its body is read, and
+/// a large one is granted only out of this budget, so a peer that sends
+/// large frames on many streams slowly, or towards ports that do not
+/// read, stalls its own link's messages here instead of filling this
+/// host's memory; a stream waiting for room reads nothing, and its credit
+/// then holds the peer back. Six frames of the
 /// largest size fit. Frames are charged to the local user that owns their
 /// destination port, at most half of what the others leave each, so a
 /// receiver that never reads slows only its own user's messages from that
@@ -520,7 +561,11 @@ impl Node {
                 let mut magic = [0u8; 4];
                 recv.read_exact(&mut magic).await.map_err(|e| NetError::Refused(e.to_string()))?;
                 if &magic != MAGIC {
-                    return Err(NetError::Refused("the peer does not speak the link protocol".into()));
+                    return Err(NetError::Refused(format!(
+                        "the peer does not speak this version of the link protocol (it said {:?}, this node speaks {:?})",
+                        String::from_utf8_lossy(&magic),
+                        String::from_utf8_lossy(MAGIC)
+                    )));
                 }
                 Ok(start_link(sh, p.name.clone(), conn, send, recv))
             };
@@ -648,7 +693,16 @@ impl Drop for Node {
     }
 }
 
-const MAGIC: &[u8; 4] = b"FNL1";
+/// The link protocol's version, the first bytes on the control stream: 2
+/// added credit on message streams (`flow`), which a peer of version 1
+/// would not give.
+const MAGIC: &[u8; 4] = b"FNL2";
+
+/// The bytes of the peer's message frames a link holds at once
+/// ([`NodeConfig::max_frame_bytes_per_peer`], at least two of the largest).
+fn frame_budget(c: &NodeConfig) -> usize {
+    c.max_frame_bytes_per_peer.max(2 * MAX_FRAME)
+}
 
 fn transport(c: &NodeConfig) -> Arc<quinn::TransportConfig> {
     let mut t = quinn::TransportConfig::default();
@@ -656,9 +710,13 @@ fn transport(c: &NodeConfig) -> Arc<quinn::TransportConfig> {
     t.keep_alive_interval(Some(c.idle_timeout / 3));
     t.max_concurrent_uni_streams(c.max_streams_per_peer.max(2).into());
     // What the peer may have in flight unread across all streams of the
-    // link (each stream's own window is QUIC's default): bounded, since
-    // streams waiting for the frame budget read nothing.
-    t.receive_window((128u32 << 20).into());
+    // link: bounded, since a stream whose port does not read is not read.
+    // Credit keeps each message stream's unread bytes to its window, and
+    // the large frames granted to what the frame budget holds (`flow`), so
+    // with room for both and for the control and fetch streams, streams
+    // that stall never fill it.
+    let window = frame_budget(c) as u64 + u64::from(c.max_streams_per_peer.max(2)) * WINDOW as u64 + (32 << 20);
+    t.receive_window(quinn::VarInt::from_u64(window).unwrap_or(quinn::VarInt::MAX));
     // Each page fetch rides a bidirectional stream of its own.
     t.max_concurrent_bidi_streams(1024u32.into());
     Arc::new(t)
@@ -712,7 +770,8 @@ fn start_link(sh: Arc<Shared>, peer: String, conn: quinn::Connection, send: quin
             peer_streams: sh.config.max_streams_per_peer as usize,
         },
         op_timeout: sh.config.op_timeout,
-        frames: InFlight::new(sh.config.max_frame_bytes_per_peer.max(2 * MAX_FRAME)),
+        frames: Arc::new(InFlight::new(frame_budget(&sh.config))),
+        grants: Mutex::new(HashMap::new()),
         state: Mutex::new(State {
             link: {
                 let mut l = Link::new();
@@ -722,6 +781,7 @@ fn start_link(sh: Arc<Shared>, peer: String, conn: quinn::Connection, send: quin
             held: HashMap::new(),
             kills: HashMap::new(),
             streams: HashMap::new(),
+            out_flows: HashMap::new(),
             lookups: HashMap::new(),
             regions: HashMap::new(),
             remote_regions: HashMap::new(),
@@ -774,15 +834,8 @@ fn start_link(sh: Arc<Shared>, peer: String, conn: quinn::Connection, send: quin
     c
 }
 
-/// Reads one length-prefixed frame; `None` when the stream ended cleanly.
-/// With a `budget`, the frame's announced length is taken from it before
-/// its body is read, charged to the user that owns the frame's destination
-/// port (`owner`, given the export id a message frame names in its first
-/// bytes), and given back when the returned permit is dropped.
-async fn read_frame<'a>(
-    s: &mut quinn::RecvStream,
-    budget: Option<(&'a InFlight, &(dyn Fn(u64) -> u32 + Sync))>,
-) -> Result<Option<(Vec<u8>, Option<inflight::Permit<'a>>)>, String> {
+/// Reads one frame's length prefix; `None` when the stream ended cleanly.
+async fn read_len(s: &mut quinn::RecvStream) -> Result<Option<usize>, String> {
     let mut len = [0u8; 4];
     match s.read_exact(&mut len).await {
         Ok(()) => {}
@@ -793,30 +846,39 @@ async fn read_frame<'a>(
     if n > MAX_FRAME {
         return Err(format!("frame of {n} bytes is over the limit"));
     }
-    // The length is the peer's claim: memory grows with the bytes that
-    // actually arrive, a chunk at a time, not with the claim.
+    Ok(Some(n))
+}
+
+/// Reads the rest of a frame of `n` bytes into `buf`, which holds its
+/// first bytes. The length is the peer's claim: memory grows with the bytes
+/// that actually arrive, a chunk at a time, not with the claim.
+async fn read_rest(s: &mut quinn::RecvStream, buf: &mut Vec<u8>, n: usize) -> Result<(), String> {
     const CHUNK: usize = 256 << 10;
-    let mut buf = Vec::with_capacity(n.min(CHUNK));
-    let permit = match budget {
-        Some((b, owner)) => {
-            // A message frame names its destination in its first bytes:
-            // read those (the frame is charged to that port's owner), and
-            // take the length before reading the rest. A small frame is
-            // read whole in the same call, as most messages are small: at
-            // most `HEAD` bytes a stream are read uncharged.
-            buf.resize(n.min(HEAD), 0);
-            s.read_exact(&mut buf).await.map_err(|e| e.to_string())?;
-            let uid = crate::frame::message_target(&buf).map_or(UNKNOWN_OWNER, owner);
-            Some(b.acquire(uid, n).await.map_err(|_| "link closed".to_string())?)
-        }
-        None => None,
-    };
     while buf.len() < n {
         let start = buf.len();
         buf.resize(start + (n - start).min(CHUNK), 0);
         s.read_exact(&mut buf[start..]).await.map_err(|e| e.to_string())?;
     }
-    Ok(Some((buf, permit)))
+    Ok(())
+}
+
+/// Reads one length-prefixed frame whole, unbudgeted (the control
+/// stream); `None` when the stream ended cleanly.
+async fn read_frame(s: &mut quinn::RecvStream) -> Result<Option<Vec<u8>>, String> {
+    let Some(n) = read_len(s).await? else { return Ok(None) };
+    let mut buf = Vec::new();
+    read_rest(s, &mut buf, n).await?;
+    Ok(Some(buf))
+}
+
+/// Forgets what the peer asked for on a message stream once its reader
+/// ends.
+struct ForgetGrant<'a>(&'a Mutex<HashMap<u64, VecDeque<Granted>>>, u64);
+
+impl Drop for ForgetGrant<'_> {
+    fn drop(&mut self) {
+        self.0.lock().unwrap().remove(&self.1);
+    }
 }
 
 /// The bytes of a frame read before its length is taken from the link's
@@ -884,15 +946,23 @@ impl Conn {
 
     /// Reads frames off one stream until it ends; a protocol error closes
     /// the whole link (and only it).
-    /// `budgeted`: its frames count against the link's frame budget (the
-    /// message streams; the control stream, one per link and read at once,
-    /// does not, so a budget held by messages waiting for ports that do
-    /// not read never stops lookups, releases and death notices).
-    async fn read_stream(self: Arc<Self>, sh: Arc<Shared>, mut s: quinn::RecvStream, budgeted: bool) {
+    /// `message`: a message stream, whose frames count against the link's
+    /// frame budget and its credit (`flow`); the control stream, one per
+    /// link and read at once, does not, so a budget held by messages
+    /// waiting for ports that do not read never stops lookups, releases,
+    /// credit and death notices.
+    async fn read_stream(self: Arc<Self>, sh: Arc<Shared>, mut s: quinn::RecvStream, message: bool) {
+        let id = u64::from(s.id());
+        let _forget = ForgetGrant(&self.grants, id);
+        let mut credit = flow::In::default();
         loop {
             // The permit is held until the frame's messages are delivered.
-            let owner = |export: u64| self.state.lock().unwrap().owner(export);
-            let (bytes, _held) = match read_frame(&mut s, budgeted.then_some((&self.frames, &owner as &(dyn Fn(u64) -> u32 + Sync)))).await {
+            let got = if message {
+                self.read_message_frame(&mut s, id, &mut credit).await.map(|f| f.map(|(b, p)| (b, Some(p))))
+            } else {
+                read_frame(&mut s).await.map(|f| f.map(|b| (b, None)))
+            };
+            let (bytes, _held) = match got {
                 Ok(Some(b)) => b,
                 Ok(None) => return,
                 Err(e) => {
@@ -902,6 +972,13 @@ impl Conn {
                     return;
                 }
             };
+            if !message && frame::is_flow(&bytes) {
+                if let Err(e) = self.handle_flow(&bytes) {
+                    self.protocol_error(&e);
+                    return;
+                }
+                continue;
+            }
             let after = match self.handle(&sh, &bytes) {
                 Ok(a) => a,
                 // A frame still in flight when the link was closed (the
@@ -939,6 +1016,103 @@ impl Conn {
         }
     }
 
+    /// Reads one frame off message stream `id` with its bytes charged
+    /// until it is delivered: a small one to its destination owner's share
+    /// of the frame bytes (waiting for room), and credited back to the peer
+    /// once read; a large one against the grant the peer asked for.
+    async fn read_message_frame(
+        self: &Arc<Self>,
+        s: &mut quinn::RecvStream,
+        id: u64,
+        credit: &mut flow::In,
+    ) -> Result<Option<(Vec<u8>, inflight::Permit)>, String> {
+        let Some(n) = read_len(s).await? else { return Ok(None) };
+        // A message frame names its destination in its first bytes: read
+        // those (the frame is charged to that port's owner) before the
+        // rest. A small frame is read whole in the same call, as most
+        // messages are small.
+        let mut buf = vec![0u8; n.min(HEAD)];
+        s.read_exact(&mut buf).await.map_err(|e| e.to_string())?;
+        let target = frame::message_target(&buf);
+        let permit = if n <= SMALL {
+            let uid = target.map_or(UNKNOWN_OWNER, |t| self.state.lock().unwrap().owner(t));
+            self.frames.acquire(uid, n).await.map_err(|_| "link closed".to_string())?
+        } else {
+            self.take_grant(id, target, n)?
+        };
+        read_rest(s, &mut buf, n).await?;
+        if n <= SMALL {
+            if let Some(c) = credit.read_small(n) {
+                self.send_control(&[Frame::Credit { stream: id, bytes: c }]).await;
+            }
+        }
+        Ok(Some((buf, permit)))
+    }
+
+    /// The bytes granted to the large frame of `n` bytes for `target` that
+    /// just arrived on stream `id`.
+    fn take_grant(&self, id: u64, target: Option<u64>, n: usize) -> Result<inflight::Permit, String> {
+        let mut grants = self.grants.lock().unwrap();
+        let first = grants.get_mut(&id).and_then(|q| match q.front() {
+            Some(Granted { target: t, bytes, permit: Some(_) }) if Some(*t) == target && *bytes == n as u64 => q.pop_front(),
+            _ => None,
+        });
+        match first {
+            Some(Granted { permit: Some(p), .. }) => Ok(p),
+            _ => Err(format!("a frame of {n} bytes, over a stream's window, came without a grant for it")),
+        }
+    }
+
+    /// Handles a flow-control frame from the control stream.
+    fn handle_flow(self: &Arc<Self>, bytes: &[u8]) -> Result<(), String> {
+        match Frame::decode(bytes).map_err(|e| e.to_string())? {
+            Frame::Credit { stream, bytes } => {
+                // A stream finished meanwhile has no credit to take.
+                let f = self.state.lock().unwrap().out_flows.get(&stream).cloned();
+                if let Some(f) = f {
+                    f.credit(bytes)?;
+                }
+            }
+            Frame::Grant { stream, bytes } => {
+                let f = self.state.lock().unwrap().out_flows.get(&stream).cloned();
+                if let Some(f) = f {
+                    f.grant(bytes)?;
+                }
+            }
+            Frame::Want { stream, target, bytes } => {
+                if bytes <= SMALL as u64 || bytes > MAX_FRAME as u64 {
+                    return Err(format!("a frame of {bytes} bytes was asked for: it fits a stream's window, or is over the limit"));
+                }
+                {
+                    let mut g = self.grants.lock().unwrap();
+                    if g.len() > self.limits.peer_streams && !g.contains_key(&stream) {
+                        return Err("large frames were asked for on more streams than the peer may have".into());
+                    }
+                    let q = g.entry(stream).or_default();
+                    if q.back().is_some_and(|w| w.permit.is_none()) {
+                        return Err("a large frame was asked for on a stream before the last one was granted".into());
+                    }
+                    q.push_back(Granted { target, bytes, permit: None });
+                }
+                // Granted once the destination owner's share has room;
+                // meanwhile the peer's sender waits, and so do the local
+                // senders behind its proxy.
+                let c = self.clone();
+                tokio::spawn(async move {
+                    let uid = c.state.lock().unwrap().owner(target);
+                    let Ok(p) = c.frames.acquire(uid, bytes as usize).await else { return };
+                    match c.grants.lock().unwrap().get_mut(&stream).and_then(|q| q.back_mut()) {
+                        Some(g) if g.permit.is_none() => g.permit = Some(p),
+                        _ => return,
+                    }
+                    c.send_control(&[Frame::Grant { stream, bytes }]).await;
+                });
+            }
+            _ => return Err("not a flow-control frame".into()),
+        }
+        Ok(())
+    }
+
     fn protocol_error(self: &Arc<Self>, e: &str) {
         eprintln!("ferry-net: link to {} closed: protocol error: {e}", self.peer);
         self.conn.close(1u32.into(), b"protocol error");
@@ -947,9 +1121,13 @@ impl Conn {
 
     /// Closes the state machine and carries out its last events.
     fn close_link(self: &Arc<Self>, _why: &str) {
-        // Readers waiting for frame budget end now.
+        // Readers waiting for frame budget, and writers for credit, end now.
         self.frames.close();
+        self.grants.lock().unwrap().clear();
         let mut st = self.state.lock().unwrap();
+        for (_, f) in st.out_flows.drain() {
+            f.close();
+        }
         if st.link.is_closed() && st.held.is_empty() && st.kills.is_empty() && st.regions.is_empty() && st.remote_regions.is_empty() {
             return;
         }
@@ -967,7 +1145,9 @@ impl Conn {
             }
         }
         st.lookups.clear();
-        st.streams.clear();
+        for key in st.streams.keys().copied().collect::<Vec<_>>() {
+            st.drop_stream(key);
+        }
         st.regions.clear();
         st.budgets = Budgets::default();
         st.proxy_owners = Owners::default();
@@ -1108,7 +1288,7 @@ fn apply_event(c: &Arc<Conn>, st: &mut State, sh: Option<&Arc<Shared>>, e: Event
             if let Some(k) = st.kills.remove(&import) {
                 let _ = k.send(true);
             }
-            st.streams.remove(&import);
+            st.drop_stream(import);
             st.budgets.refund_stream(import);
             st.proxy_owners.retain(|(_, i)| *i != import);
         }
@@ -1512,18 +1692,39 @@ impl Conn {
             Some(s) => s,
             None => {
                 let s = match self.conn.open_uni().await {
-                    Ok(s) => Arc::new(tokio::sync::Mutex::new(s)),
+                    Ok(s) => s,
                     Err(_) => return,
                 };
+                let s = Arc::new(OutStream { id: u64::from(s.id()), send: tokio::sync::Mutex::new(s), flow: Arc::default() });
                 let mut st = self.state.lock().unwrap();
                 if st.link.is_closed() {
                     return;
                 }
-                st.streams.entry(stream_key(import, once)).or_insert(s).clone()
+                let s = st.streams.entry(stream_key(import, once)).or_insert(s).clone();
+                st.out_flows.entry(s.id).or_insert_with(|| s.flow.clone());
+                s
             }
         };
-        let mut s = stream.lock().await;
-        let _ = write_frame(&mut s, &frame).await;
+        let target = match &frame {
+            Frame::Message { target, .. } => *target,
+            _ => 0,
+        };
+        let bytes = frame.encode_with_len();
+        let n = bytes.len() - 4;
+        let mut s = stream.send.lock().await;
+        // Within the stream's credit: a small frame in its window, a large
+        // one once granted. Meanwhile this proxy reads nothing more, and
+        // its queue pushes back on the local senders.
+        let credit = if n <= SMALL {
+            stream.flow.send_small(n).await
+        } else {
+            stream.flow.ask(n as u64);
+            self.send_control(&[Frame::Want { stream: stream.id, target, bytes: n as u64 }]).await;
+            stream.flow.granted().await
+        };
+        if credit.is_ok() {
+            let _ = s.write_all(&bytes).await;
+        }
         drop(s);
         self.state.lock().unwrap().forget_if_gone(import);
     }

@@ -382,12 +382,25 @@ fn a_frame_with_its_length_prefix_is_the_prefix_and_the_frame() {
         Frame::Fetch { region: 3, offset: 4096, len: 65536 },
         Frame::RegionRelease { id: 9 },
         Frame::Message { target: 1, op: 2, body: vec![7; 300], parts: vec![Part::Remote { id: 4, len: 1 << 30 }], reply: None },
+        Frame::Credit { stream: 6, bytes: 40_000 },
+        Frame::Want { stream: 10, target: 3, bytes: 1 << 20 },
+        Frame::Grant { stream: 10, bytes: 1 << 20 },
     ] {
+        assert_eq!(ferry_net::frame::is_flow(&f.encode()), matches!(f, Frame::Credit { .. } | Frame::Want { .. } | Frame::Grant { .. }));
         let body = f.encode();
         let framed = f.encode_with_len();
         assert_eq!(&framed[..4], &(body.len() as u32).to_le_bytes());
         assert_eq!(&framed[4..], &body[..]);
         assert_eq!(Frame::decode(&body), Ok(f));
+    }
+}
+
+#[test]
+fn flow_control_frames_are_not_the_state_machines_and_close_the_link() {
+    for f in [Frame::Credit { stream: 2, bytes: 1 }, Frame::Want { stream: 2, target: 1, bytes: 1 << 20 }, Frame::Grant { stream: 2, bytes: 1 << 20 }] {
+        let (_, mut b, _) = linked();
+        assert!(matches!(b.handle(&f.encode()), Err(LinkError::Misplaced(_))), "{f:?}");
+        assert!(b.is_closed());
     }
 }
 

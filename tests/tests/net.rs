@@ -385,8 +385,8 @@ fn malformed_frames_close_only_that_link() {
 
 /// Credit belongs to the network servers' own protocol, and a peer that
 /// breaks it loses its link: a flow-control frame on a message stream, a
-/// `Want` for a frame small enough for a stream's window, and a frame over
-/// the window sent without being granted each close the link as broken.
+/// `Want` for a frame small enough to wait for credit, and a frame past a
+/// stream's credit each close the link as broken.
 #[test]
 fn flow_frames_off_the_control_stream_or_out_of_turn_close_the_link() {
     use ferry_net::frame::Frame;
@@ -394,16 +394,16 @@ fn flow_frames_off_the_control_stream_or_out_of_turn_close_the_link() {
     watchdog("flow_frames_off_the_control_stream_or_out_of_turn_close_the_link", LIMIT, || {
         let (a, ia, im) = common::host_facing_m(Duration::from_secs(5));
         let addr = a.local_addr().unwrap();
-        // A message frame of 40 000 bytes (over the 32 KiB a stream's
-        // window takes) for export 1, never asked for.
-        let mut unasked = 40_000u32.to_le_bytes().to_vec();
+        // A message frame of 100 000 bytes (past the 64 KiB of credit a
+        // stream starts with) for export 1, never asked for.
+        let mut unasked = 100_000u32.to_le_bytes().to_vec();
         unasked.push(3);
         unasked.extend_from_slice(&1u64.to_le_bytes());
-        unasked.resize(4 + 40_000, 0);
+        unasked.resize(4 + 100_000, 0);
         let cases = [
             ("a credit on a message stream", false, Frame::Credit { stream: 3, bytes: 100 }.encode_with_len()),
-            ("a want for a frame that fits the window", true, Frame::Want { stream: 3, target: 1, bytes: 100 }.encode_with_len()),
-            ("a large frame without its grant", false, unasked),
+            ("a want for a frame that needs no asking", true, Frame::Want { stream: 3, target: 1, bytes: 100 }.encode_with_len()),
+            ("a frame past its credit", false, unasked),
         ];
         for (what, control, bytes) in cases {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
@@ -623,9 +623,9 @@ fn a_peer_announcing_large_frames_on_many_streams_cannot_fill_the_hosts_memory()
         }
         std::thread::sleep(Duration::from_secs(6));
         let grew = rss_mib().saturating_sub(before);
-        // A frame over a stream's window must be asked for and granted out
-        // of the link's frame budget (256 MiB) first: these were not, so
-        // the link is closed as broken, and nothing of them is held.
+        // A frame past a stream's credit must be asked for and granted out
+        // of the link's budget (256 MiB) first: these were not, so the link
+        // is closed as broken, and nothing of them is held.
         assert!(grew < 700, "the process grew by {grew} MiB");
         wait_until("the link to m to close", || !a.links().iter().any(|l| l.peer == "m"));
         drop(rt);
@@ -846,7 +846,7 @@ fn ports_that_never_read_cannot_fill_the_links_window_for_every_stream() {
     }
     watchdog("ports_that_never_read_cannot_fill_the_links_window_for_every_stream", LIMIT, || {
         const SINKS: usize = 120;
-        let (a, b) = pair();
+        let (a, b) = nodes_with(|_| {});
         let Sinks { mut honest, honest_from_a, mut other, sinks, .. } = nobodys_sinks_on_b(&a, &b, SINKS);
 
         // To each port: messages of 60 KiB and of 6 KiB (over and under a

@@ -94,6 +94,49 @@ fn recv_sees_replies_through_send_once_rights() {
 }
 
 #[test]
+fn a_right_hears_every_source_however_its_send_once_rights_were_made() {
+    // Wrapped without send-once rights, a right's socket is watched
+    // itself; its first send-once right moves the watch to the readiness
+    // descriptor, which must still report what was already queued. Wrapped
+    // with some, the readiness descriptor is watched from the start.
+    run("a_right_hears_every_source_however_its_send_once_rights_were_made", || async {
+        let (rx, tx) = ferry::port().unwrap();
+        let mut rx = AsyncReceiveRight::new(rx).unwrap();
+        tx.send(Message::new(1), Timeout::Zero).unwrap();
+        assert_eq!(rx.recv().await.unwrap().op(), 1);
+        tx.send(Message::new(2), Timeout::Zero).unwrap();
+        let once = rx.make_send_once().unwrap();
+        assert_eq!(rx.recv().await.unwrap().op(), 2, "queued on the socket before the send-once right");
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            once.send(Message::new(3), Timeout::Infinite).unwrap();
+            std::thread::sleep(Duration::from_millis(20));
+            tx.send(Message::new(4), Timeout::Infinite).unwrap();
+        });
+        assert_eq!(rx.recv().await.unwrap().op(), 3);
+        assert_eq!(rx.recv().await.unwrap().op(), 4);
+        t.join().unwrap();
+        assert!(matches!(rx.recv().await, Err(RecvError::NoSenders)), "every right is gone");
+
+        let (mut rx, tx) = ferry::port().unwrap();
+        let once = rx.make_send_once().unwrap();
+        let mut rx = AsyncReceiveRight::new(rx).unwrap();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            tx.send(Message::new(5), Timeout::Infinite).unwrap();
+            std::thread::sleep(Duration::from_millis(20));
+            once.send(Message::new(6), Timeout::Infinite).unwrap();
+        });
+        assert_eq!(rx.recv().await.unwrap().op(), 5);
+        assert_eq!(rx.recv().await.unwrap().op(), 6);
+        t.join().unwrap();
+        assert!(matches!(rx.recv().await, Err(RecvError::NoSenders)));
+        // And the right comes back out whole.
+        assert_eq!(rx.into_inner().send_once_outstanding(), 0);
+    });
+}
+
+#[test]
 fn a_reply_receiver_is_awaited_and_a_dropped_future_loses_nothing() {
     run("a_reply_receiver_is_awaited_and_a_dropped_future_loses_nothing", || async {
         // Awaited while the answer comes from another thread.

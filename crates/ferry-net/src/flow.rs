@@ -1,5 +1,5 @@
 //! Credit on each message stream: how much one destination port's stream
-//! may have in flight that the receiving node has not read.
+//! may have in flight that the receiving node has not delivered.
 //!
 //! QUIC bounds what is in flight twice: per stream, and for the whole
 //! connection. A message stream whose port does not read is not read
@@ -7,188 +7,251 @@
 //! stream, about a megabyte) sits unread in the connection's window. With
 //! enough such streams that window fills and every stream of the link
 //! stops, other users' included. So the network servers keep credit of
-//! their own on every message stream, small enough that however many
-//! streams stall, what they hold unread stays inside the connection's
-//! window (`node::transport` sizes it from the limits):
+//! their own on every message stream, and what a stream may hold beyond a
+//! small first window is charged to its port's owner:
 //!
-//! - A **small frame** (at most [`SMALL`] bytes, length prefix left out)
-//!   may be sent while the stream's small frames not yet credited back
-//!   come to at most [`WINDOW`] with it. The receiver credits what it has
-//!   read ([`Frame::Credit`](crate::frame::Frame::Credit)) once it has read
-//!   at least [`SMALL`] bytes since its last credit, so a frame of
-//!   [`SMALL`] bytes always fits once the credits in flight arrive.
-//! - A **larger frame** is asked for first
-//!   ([`Frame::Want`](crate::frame::Frame::Want)): the receiver takes its
-//!   bytes from the destination port owner's share of the link's frame
-//!   bytes (`crate::inflight`) and only then grants it
-//!   ([`Frame::Grant`](crate::frame::Frame::Grant)). One frame a stream is
-//!   asked for at a time.
+//! - Every stream starts with [`WINDOW`] bytes of credit (frames counted
+//!   without their length prefixes), uncharged, since the receiver learns
+//!   whose a stream is only from its first frame. The sender writes a
+//!   frame only within its credit.
+//! - The receiver gives credit back for what it has **delivered** (so a
+//!   port that does not read stops its stream's credit), once that comes
+//!   to a quarter of the stream's window, or to [`SMALL`] if more; a frame
+//!   of up to [`SMALL`] bytes therefore always fits once the credits in
+//!   flight arrive, and the sender waits for them.
+//! - A stream that keeps flowing has its window doubled with each credit,
+//!   up to [`MAX_WINDOW`], as long as its port owner's share of the link's
+//!   budget (`crate::inflight`) has room for the growth, taken without
+//!   waiting.
+//! - A larger frame that the credit does not cover is asked for
+//!   ([`Frame::Want`](crate::frame::Frame::Want)): the receiver grows the
+//!   window by the frame's length, charged to the owner's share (waiting
+//!   for room), and grants it ([`Frame::Grant`](crate::frame::Frame::Grant),
+//!   credit of that length). Sizes that repeat then fit without asking.
+//!   A stream asks for one frame at a time.
 //!
 //! A sender that waits for credit holds its stream, so the proxy port
 //! behind it stops being read and its queue pushes back on the local
 //! sender: a full port on one host holds up the senders to it on the
-//! other, and nothing else. A receiver checks every grant and credit it is
-//! sent and every large frame against its grant (a peer that breaks them
-//! loses the link); what it cannot see is unread bytes, so a peer that
-//! sends small frames past its credit fills only its own link's window.
+//! other, and nothing else. Whatever its port does, a stream holds at most
+//! its window, and all windows together at most [`WINDOW`] a stream and
+//! the link's budget, which the link's QUIC window is sized to hold. The
+//! receiver checks every frame against the credit it gave, and a peer that
+//! writes past it breaks the protocol and loses the link.
 
 use std::sync::Mutex;
 
 use tokio::sync::Notify;
 
-/// Bytes of small frames a message stream may have in flight, not yet
-/// credited back by the receiver.
+/// The credit a message stream starts with (bytes of frames, length
+/// prefixes left out).
 pub const WINDOW: usize = 64 << 10;
 
-/// The largest frame sent within a stream's standing window; larger ones
-/// are asked for ([`Frame::Want`](crate::frame::Frame::Want)) and granted.
+/// The largest frame a sender waits for credit for; larger ones it asks
+/// for when the credit does not cover them.
 pub const SMALL: usize = WINDOW / 2;
 
+/// The window a stream grows to while it flows, if its owner's share has
+/// room (frames asked for may take it past this).
+pub const MAX_WINDOW: usize = 1 << 20;
+
+/// The most credit a sender may be given beyond what it has used: a
+/// window grown by every frame size asked for stays under this.
+const MAX_AVAIL: u64 = 4 * crate::frame::MAX_FRAME as u64 + MAX_WINDOW as u64;
+
 /// The sending side of one message stream's credit.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Out {
     state: Mutex<OutState>,
     changed: Notify,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct OutState {
-    /// Bytes of small frames sent and not yet credited.
-    unacked: usize,
-    want: Want,
+    /// Bytes the stream may still carry.
+    avail: u64,
+    /// A frame was asked for and its grant has not come.
+    asked: bool,
     closed: bool,
-}
-
-#[derive(Debug, Default, PartialEq, Eq)]
-enum Want {
-    #[default]
-    None,
-    /// A frame of this many bytes was asked for.
-    Asked(u64),
-    /// ... and granted.
-    Granted,
 }
 
 /// The link closed while a sender waited for credit.
 #[derive(Debug)]
 pub(crate) struct Closed;
 
+impl Default for Out {
+    fn default() -> Out {
+        Out { state: Mutex::new(OutState { avail: WINDOW as u64, asked: false, closed: false }), changed: Notify::new() }
+    }
+}
+
 impl Out {
-    /// Waits until a small frame of `n` bytes fits in the window, and
-    /// counts it as sent.
-    pub(crate) async fn send_small(&self, n: usize) -> Result<(), Closed> {
-        debug_assert!(n <= SMALL);
-        self.wait(|s| {
-            let fits = s.unacked + n <= WINDOW;
-            if fits {
-                s.unacked += n;
-            }
-            fits
-        })
-        .await
-    }
-
-    /// Records that a frame of `n` bytes is about to be asked for: call it
-    /// before the [`Frame::Want`](crate::frame::Frame::Want) goes out, so
-    /// the grant cannot come first.
-    pub(crate) fn ask(&self, n: u64) {
-        self.state.lock().unwrap().want = Want::Asked(n);
-    }
-
-    /// Waits for the grant of the frame asked for.
-    pub(crate) async fn granted(&self) -> Result<(), Closed> {
-        self.wait(|s| {
-            let done = s.want == Want::Granted;
-            if done {
-                s.want = Want::None;
-            }
-            done
-        })
-        .await
-    }
-
-    /// The receiver credits `bytes` of small frames back.
-    ///
-    /// # Errors
-    /// When it credits more than was sent: the peer breaks the protocol.
-    pub(crate) fn credit(&self, bytes: u64) -> Result<(), &'static str> {
-        {
-            let mut s = self.state.lock().unwrap();
-            let b = usize::try_from(bytes).map_err(|_| "credit beyond what was sent")?;
-            s.unacked = s.unacked.checked_sub(b).ok_or("credit beyond what was sent")?;
+    /// Takes `n` bytes of credit if the stream has them now.
+    #[cfg(test)]
+    pub(crate) fn try_take(&self, n: usize) -> bool {
+        let mut s = self.state.lock().unwrap();
+        let fits = s.avail >= n as u64;
+        if fits {
+            s.avail -= n as u64;
         }
-        self.changed.notify_waiters();
-        Ok(())
+        fits
     }
 
-    /// The receiver grants the frame of `bytes` asked for.
-    ///
-    /// # Errors
-    /// When no frame of that length was asked for.
-    pub(crate) fn grant(&self, bytes: u64) -> Result<(), &'static str> {
-        {
-            let mut s = self.state.lock().unwrap();
-            if s.want != Want::Asked(bytes) {
-                return Err("a grant for a frame never asked for");
-            }
-            s.want = Want::Granted;
-        }
-        self.changed.notify_waiters();
-        Ok(())
+    /// Waits until the stream has `n` bytes of credit, and takes them.
+    #[cfg(test)]
+    pub(crate) async fn take(&self, n: usize) -> Result<(), Closed> {
+        self.take_or_ask(n, || async {}).await
     }
 
-    /// Ends every wait, now and later: the link is gone.
-    pub(crate) fn close(&self) {
-        self.state.lock().unwrap().closed = true;
-        self.changed.notify_waiters();
-    }
-
-    async fn wait(&self, mut ready: impl FnMut(&mut OutState) -> bool) -> Result<(), Closed> {
+    /// Waits until the stream has `n` bytes of credit, and takes them; for
+    /// a frame larger than [`SMALL`] that the credit does not cover, when
+    /// no frame of the stream is asked for already, calls `ask` to send the
+    /// [`Frame::Want`](crate::frame::Frame::Want).
+    pub(crate) async fn take_or_ask<F: std::future::Future<Output = ()>>(&self, n: usize, mut ask: impl FnMut() -> F) -> Result<(), Closed> {
         loop {
             let changed = self.changed.notified();
             tokio::pin!(changed);
-            // Registered before the check, so a change between the check
+            // Registered before the check, so a credit between the check
             // and the wait is not missed.
             changed.as_mut().enable();
-            {
+            let asking = {
                 let mut s = self.state.lock().unwrap();
                 if s.closed {
                     return Err(Closed);
                 }
-                if ready(&mut s) {
+                if s.avail >= n as u64 {
+                    s.avail -= n as u64;
                     return Ok(());
                 }
+                let asking = n > SMALL && !s.asked;
+                s.asked |= asking;
+                asking
+            };
+            if asking {
+                ask().await;
             }
             changed.await;
         }
     }
+
+    /// The receiver gives `bytes` more credit.
+    ///
+    /// # Errors
+    /// When that would leave the stream more credit than any receiver
+    /// gives: the peer breaks the protocol.
+    pub(crate) fn credit(&self, bytes: u64) -> Result<(), &'static str> {
+        {
+            let mut s = self.state.lock().unwrap();
+            s.avail = s.avail.saturating_add(bytes);
+            if s.avail > MAX_AVAIL {
+                return Err("credit beyond any window");
+            }
+        }
+        self.changed.notify_waiters();
+        Ok(())
+    }
+
+    /// The receiver grants the frame asked for: `bytes` more credit.
+    ///
+    /// # Errors
+    /// When nothing was asked for, or the credit is beyond any window.
+    pub(crate) fn grant(&self, bytes: u64) -> Result<(), &'static str> {
+        {
+            let mut s = self.state.lock().unwrap();
+            if !s.asked {
+                return Err("a grant for a frame never asked for");
+            }
+            s.asked = false;
+        }
+        self.credit(bytes)
+    }
+
+    /// Ends every wait, now and later: the stream or the link is gone.
+    pub(crate) fn close(&self) {
+        self.state.lock().unwrap().closed = true;
+        self.changed.notify_waiters();
+    }
 }
 
-/// The receiving side of one message stream's credit: the small frames
-/// read and not yet credited back.
-#[derive(Debug, Default)]
+/// The receiving side of one message stream's credit.
+#[derive(Debug)]
 pub(crate) struct In {
-    uncredited: usize,
+    /// Credit given in all, the first window included.
+    given: u64,
+    /// Bytes of frames read in all.
+    read: u64,
+    /// Bytes delivered since the last credit.
+    delivered: usize,
+    /// The stream's window: the first one and its growth.
+    window: usize,
+    /// The growth, charged to the stream's port owner.
+    growth: Vec<crate::inflight::Permit>,
+    /// The user the stream's frames are for, from its first frame.
+    pub(crate) owner: Option<u32>,
+    /// A frame was asked for and not yet credited.
+    pub(crate) asked: bool,
+}
+
+impl Default for In {
+    fn default() -> In {
+        In { given: WINDOW as u64, read: 0, delivered: 0, window: WINDOW, growth: Vec::new(), owner: None, asked: false }
+    }
 }
 
 impl In {
-    /// A small frame of `n` bytes was read off the stream; returns the
-    /// credit to send back now, if any.
-    pub(crate) fn read_small(&mut self, n: usize) -> Option<u64> {
-        self.uncredited += n;
-        if self.uncredited < SMALL {
+    /// A frame of `n` bytes is about to be read.
+    ///
+    /// # Errors
+    /// When the credit given does not cover it: the sender broke the
+    /// protocol.
+    pub(crate) fn read(&mut self, n: usize) -> Result<(), &'static str> {
+        if self.read + n as u64 > self.given {
+            return Err("a message stream went past its credit");
+        }
+        self.read += n as u64;
+        Ok(())
+    }
+
+    /// A frame of `n` bytes was delivered. Returns the credit to give back
+    /// now, if any: what was delivered, and the window's growth if
+    /// `grow` can charge it (it is asked for the bytes, and returns the
+    /// charge or `None`).
+    pub(crate) fn delivered(&mut self, n: usize, grow: impl FnOnce(usize) -> Option<crate::inflight::Permit>) -> Option<u64> {
+        self.delivered += n;
+        if self.delivered < (self.window / 4).max(SMALL) {
             return None;
         }
-        let c = self.uncredited as u64;
-        self.uncredited = 0;
-        Some(c)
+        let mut credit = std::mem::take(&mut self.delivered);
+        if self.window < MAX_WINDOW {
+            let more = self.window.min(MAX_WINDOW - self.window);
+            if let Some(p) = grow(more) {
+                self.growth.push(p);
+                self.window += more;
+                credit += more;
+            }
+        }
+        self.given += credit as u64;
+        Some(credit as u64)
+    }
+
+    /// The window grows by a frame of `n` bytes that was asked for, its
+    /// charge `permit`; returns the credit to give.
+    pub(crate) fn grant(&mut self, n: usize, permit: crate::inflight::Permit) -> u64 {
+        self.growth.push(permit);
+        self.window += n;
+        self.given += n as u64;
+        self.asked = false;
+        n as u64
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
     use std::time::Duration;
+
+    use crate::inflight::InFlight;
 
     fn now<T>(f: impl std::future::Future<Output = T>) -> Option<T> {
         let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
@@ -196,62 +259,88 @@ mod tests {
     }
 
     #[test]
-    fn small_frames_wait_for_credit_past_the_window() {
+    fn a_stream_that_is_not_delivered_stops_at_its_window() {
         let out = Out::default();
         let mut inn = In::default();
-        let mut credits = Vec::new();
-        // The sender fills the window; the receiver reads it all.
-        for _ in 0..WINDOW / 1024 {
-            now(out.send_small(1024)).unwrap().unwrap();
-            credits.extend(inn.read_small(1024));
+        let mut sent = 0;
+        while out.try_take(1000) {
+            inn.read(1000).unwrap();
+            sent += 1000;
         }
-        assert!(now(out.send_small(1024)).is_none(), "past the window with no credit back");
-        assert_eq!(credits.iter().sum::<u64>(), WINDOW as u64, "every byte read is credited, in credits of at least SMALL");
-        assert!(credits.iter().all(|c| *c >= SMALL as u64));
-        for c in credits {
+        assert!(sent <= WINDOW && sent > WINDOW - 1000);
+        assert!(now(out.take(1000)).is_none(), "nothing delivered, no credit");
+        assert!(inn.read(1000).is_err(), "a sender past its credit is caught");
+    }
+
+    #[test]
+    fn delivery_gives_credit_back_and_a_flowing_stream_grows_while_its_owner_has_room() {
+        let pool = Arc::new(InFlight::new(3 << 20));
+        let out = Out::default();
+        let mut inn = In::default();
+        let mut credits = 0;
+        for _ in 0..2000 {
+            now(out.take(SMALL)).expect("a frame of SMALL always fits once credits arrive").unwrap();
+            inn.read(SMALL).unwrap();
+            if let Some(c) = inn.delivered(SMALL, |n| pool.try_acquire(7, n)) {
+                out.credit(c).unwrap();
+                credits += 1;
+            }
+        }
+        assert_eq!(inn.window, MAX_WINDOW, "grown to its most");
+        assert!(credits < 2000, "credit goes back in batches");
+        // Without room, it stays where it is.
+        let mut other = In::default();
+        let _all = pool.try_acquire(8, pool_left(&pool)).unwrap();
+        for _ in 0..100 {
+            other.read(SMALL).unwrap();
+            if let Some(c) = other.delivered(SMALL, |n| pool.try_acquire(9, n)) {
+                assert!(c <= (WINDOW / 4).max(SMALL) as u64);
+            }
+        }
+        assert_eq!(other.window, WINDOW);
+    }
+
+    fn pool_left(pool: &InFlight) -> usize {
+        pool.left()
+    }
+
+    #[test]
+    fn a_frame_asked_for_is_covered_by_the_window_it_grew() {
+        let pool = Arc::new(InFlight::new(100 << 20));
+        let out = Out::default();
+        let mut inn = In::default();
+        let big = 300_000;
+        assert!(!out.try_take(big));
+        // The peer asks; the receiver grows the window and credits it.
+        let p = now(pool.acquire(3, big)).unwrap().unwrap();
+        out.credit(inn.grant(big, p)).unwrap();
+        assert!(out.try_take(big));
+        inn.read(big).unwrap();
+        if let Some(c) = inn.delivered(big, |_| None) {
             out.credit(c).unwrap();
         }
-        now(out.send_small(1024)).unwrap().unwrap();
+        assert!(out.try_take(big), "the same size again fits without asking");
     }
 
     #[test]
-    fn a_frame_of_small_always_fits_once_credits_arrive() {
-        // Whatever was sent before, what is left uncredited after every
-        // credit has arrived leaves room for a frame of SMALL bytes.
-        for step in [1, 7, 100, 999, SMALL - 1, SMALL] {
-            let out = Out::default();
-            let mut inn = In::default();
-            for _ in 0..50 {
-                now(out.send_small(step)).unwrap().unwrap();
-                if let Some(c) = inn.read_small(step) {
-                    out.credit(c).unwrap();
-                }
-            }
-            assert!(now(out.send_small(SMALL)).is_some(), "a frame of SMALL after frames of {step}");
-        }
-    }
-
-    #[test]
-    fn credit_beyond_what_was_sent_and_grants_never_asked_for_are_errors() {
+    fn a_large_frame_is_asked_for_once_until_granted() {
         let out = Out::default();
-        now(out.send_small(10)).unwrap().unwrap();
-        assert!(out.credit(11).is_err());
-        assert!(out.grant(100_000).is_err());
-        out.ask(100_000);
-        assert!(out.grant(99_999).is_err());
-        out.grant(100_000).unwrap();
-        now(out.granted()).unwrap().unwrap();
-        assert!(now(out.granted()).is_none(), "one grant, one frame");
+        let asks = std::cell::Cell::new(0);
+        assert!(now(out.take_or_ask(100_000, || async { asks.set(asks.get() + 1) })).is_none());
+        assert!(now(out.take_or_ask(100_000, || async { asks.set(asks.get() + 1) })).is_none());
+        assert_eq!(asks.get(), 1, "asked once, however long it waits");
+        assert!(out.grant(100_000).is_ok());
+        assert!(out.grant(100_000).is_err(), "one grant per asking");
+        now(out.take_or_ask(100_000, || async { panic!("covered") })).unwrap().unwrap();
     }
 
     #[test]
-    fn closing_ends_the_waits() {
+    fn credit_beyond_any_window_is_an_error_and_closing_ends_the_waits() {
         let out = Out::default();
-        now(out.send_small(WINDOW / 2)).unwrap().unwrap();
-        now(out.send_small(WINDOW / 2)).unwrap().unwrap();
-        out.ask(1 << 20);
+        assert!(out.credit(MAX_AVAIL).is_err());
+        let out = Out::default();
+        assert!(out.try_take(WINDOW));
         out.close();
-        assert!(matches!(now(out.send_small(1)), Some(Err(Closed))));
-        assert!(matches!(now(out.granted()), Some(Err(Closed))));
+        assert!(matches!(now(out.take(1)), Some(Err(Closed))));
     }
 }

@@ -130,20 +130,20 @@ pub enum Frame {
         len: u64,
     },
     /// Flow control, receiver to sender, on the control stream: the
-    /// receiver has read `bytes` more bytes of small frames off the
-    /// sender's message stream `stream` (its QUIC stream id), so the sender
-    /// may have that many more in flight on it.
+    /// sender may put `bytes` more bytes of frames (length prefixes left
+    /// out) on its message stream `stream` (by QUIC stream id): what the
+    /// receiver has delivered since its last credit, and what it adds to
+    /// the stream's window.
     Credit {
         /// The message stream, by QUIC stream id.
         stream: u64,
-        /// Bytes of frames (length prefixes left out) read since the last
-        /// credit for the stream.
+        /// Bytes of credit.
         bytes: u64,
     },
     /// Flow control, sender to receiver, on the control stream: the sender
-    /// asks to send one frame of `bytes` bytes, too large for a stream's
-    /// standing window, to export `target` on its message stream `stream`,
-    /// and waits for the [`Frame::Grant`].
+    /// has a frame of `bytes` bytes for export `target` that its message
+    /// stream `stream` has not the credit for, and waits for the
+    /// [`Frame::Grant`]. One at a time a stream.
     Want {
         /// The message stream, by QUIC stream id.
         stream: u64,
@@ -152,12 +152,13 @@ pub enum Frame {
         /// The frame's length, length prefix left out.
         bytes: u64,
     },
-    /// Flow control, receiver to sender: the [`Frame::Want`] for `stream`
-    /// is granted; its frame may be sent.
+    /// Flow control, receiver to sender: the answer to the stream's
+    /// [`Frame::Want`], credit of the length asked for, by which the
+    /// stream's window has grown.
     Grant {
         /// The message stream, by QUIC stream id.
         stream: u64,
-        /// The length granted (the one asked for).
+        /// Bytes of credit (the length asked for).
         bytes: u64,
     },
 }

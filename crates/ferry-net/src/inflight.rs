@@ -1,16 +1,17 @@
-//! The bytes of one peer's message frames a link holds at once, shared
-//! among the local users the frames are for.
+//! The bytes by which one peer's message streams may exceed their first
+//! window, shared among the local users the streams are for.
 //!
-//! A frame is held from its first byte read until its message is
-//! delivered, which waits while the destination port's queue is full. A
-//! single pool for the whole link would let one local user whose ports
-//! never read hold all of it, and with it every other user's messages from
-//! that peer. So each frame is charged to the user that owns its
-//! destination port, and a user may hold at most half of what the others
-//! leave; one frame is always let through for a user that holds nothing,
-//! if the pool has room for it. With a pool of at least two frames of the
-//! largest size, however long one user's ports stay full, any other user
-//! still finds room for its frames.
+//! A message stream holds at most its window of frames not yet delivered
+//! (`crate::flow`); a window grows past its first [`crate::flow::WINDOW`]
+//! only by bytes taken from this pool, and keeps them while the stream is
+//! open. A single pool for the whole link would let one local user whose
+//! ports never read hold all of it, and with it every other user's messages
+//! from that peer. So each growth is charged to the user that owns the
+//! stream's destination port, and a user may hold at most half of what the
+//! others leave; one charge is always let through for a user that holds
+//! nothing, if the pool has room for it. With a pool of at least two frames
+//! of the largest size, however long one user's ports stay full, any other
+//! user still finds room for its frames.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -67,6 +68,18 @@ impl InFlight {
             }
             room.await;
         }
+    }
+
+    /// Takes `n` bytes for user `uid` if the pool and that user's share
+    /// have room now.
+    pub(crate) fn try_acquire(self: &Arc<Self>, uid: u32, n: usize) -> Option<Permit> {
+        matches!(self.try_take(uid, n), Ok(true)).then(|| Permit { pool: self.clone(), uid, n })
+    }
+
+    /// The bytes nobody holds.
+    #[cfg(test)]
+    pub(crate) fn left(&self) -> usize {
+        self.total - self.counts.lock().unwrap().held
     }
 
     fn try_take(&self, uid: u32, n: usize) -> Result<bool, Closed> {

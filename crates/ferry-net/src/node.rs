@@ -22,7 +22,7 @@
 //! the link drops (QUIC idle timeout, peer gone), every proxy's receive
 //! right is destroyed, so local holders see a dead name.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::fmt;
 use std::io;
 use std::net::SocketAddr;
@@ -39,7 +39,7 @@ use crate::budget::{share_left, Budgets, Limits, Owners, LOOKUPS};
 use crate::cor::{self, Counters, Fetcher};
 use crate::flow::{self, SMALL, WINDOW};
 use crate::frame::{self, Cap, Frame, Part, MAX_EAGER_REGION, MAX_FRAME};
-use crate::inflight::{self, InFlight};
+use crate::inflight::InFlight;
 use crate::link::{Event, Incoming, Key, Link, LinkError, Outgoing, Store};
 use crate::tls::{self, Identity, Peer};
 
@@ -85,14 +85,15 @@ pub struct NodeConfig {
     /// per-user shares of [`max_exports_per_user`](Self::max_exports_per_user):
     /// set it alike on both.
     pub max_proxies_per_peer: u64,
-    /// Most bytes of one peer's message frames this node holds at once,
-    /// from when a small frame is read, or a large one granted, until they
-    /// are delivered (at least two frames of [`crate::frame::MAX_FRAME`];
-    /// smaller values are raised to it). Each frame counts against the
-    /// local user that owns its destination port, who may hold at most
-    /// half of what the other users leave, so a user whose ports never read
-    /// stalls only its own messages from the peer. Past it, that peer's
-    /// message streams wait, and their credit holds the peer's senders back
+    /// Most bytes by which one peer's message streams' windows may grow
+    /// past their first 64 KiB, together (at least two frames of
+    /// [`crate::frame::MAX_FRAME`]; smaller values are raised to it): a
+    /// stream holds at most its window of frames not yet delivered. Each
+    /// stream's growth counts against the local user that owns its
+    /// destination port, who may hold at most half of what the other users
+    /// leave, so a user whose ports never read stalls only its own
+    /// messages from the peer. Past it, that user's streams grow no more,
+    /// and a frame a window does not cover waits at the peer's sender
     /// (`docs/network.md`, "Flow control").
     pub max_frame_bytes_per_peer: usize,
     /// Most message streams (one per destination port, and one for all
@@ -424,16 +425,6 @@ struct OutStream {
     flow: Arc<flow::Out>,
 }
 
-/// A frame too large for its stream's window that the peer asked to send
-/// ([`Frame::Want`]): its destination and length, and once granted, its
-/// bytes taken from the destination owner's share.
-#[derive(Debug)]
-struct Granted {
-    target: u64,
-    bytes: u64,
-    permit: Option<inflight::Permit>,
-}
-
 #[derive(Debug)]
 struct Conn {
     peer: String,
@@ -446,29 +437,25 @@ struct Conn {
     /// The operation timeout: how long a control frame may wait to be
     /// written before the link is given up as stalled.
     op_timeout: Duration,
-    /// Bytes of the peer's frames this link holds at once, being read or
-    /// waiting for delivery, shared among the local users they are for
-    /// ([`NodeConfig::max_frame_bytes_per_peer`]).
+    /// What the peer's message streams' windows may grow by, shared among
+    /// the local users they are for ([`NodeConfig::max_frame_bytes_per_peer`]).
     frames: Arc<InFlight>,
-    /// The large frames the peer asked to send, by its stream's id, in the
-    /// order asked: granted ones not yet read, and at most one waiting for
-    /// room (the peer asks for the next only once the last is granted).
-    grants: Mutex<HashMap<u64, VecDeque<Granted>>>,
+    /// The credit given to each of the peer's message streams, by its QUIC
+    /// stream id (`flow`).
+    ins: Mutex<HashMap<u64, flow::In>>,
 }
 
-/// Most bytes of message frames one link holds at once by default
-/// ([`NodeConfig::max_frame_bytes_per_peer`]), from the first
-/// byte read (a small frame) or the grant (a large one) until the frame is
-/// delivered. A small frame takes its length before its body is read, and
-/// a large one is granted only out of this budget, so a peer that sends
-/// large frames on many streams slowly, or towards ports that do not
-/// read, stalls its own link's messages here instead of filling this
-/// host's memory; a stream waiting for room reads nothing, and its credit
-/// then holds the peer back. Six frames of the
-/// largest size fit. Frames are charged to the local user that owns their
-/// destination port, at most half of what the others leave each, so a
-/// receiver that never reads slows only its own user's messages from that
-/// peer, never another user's.
+/// Most bytes by which one link's message streams' windows may grow past
+/// their first 64 KiB, together, by default
+/// ([`NodeConfig::max_frame_bytes_per_peer`]). A stream holds at most its
+/// window of frames not yet delivered, and a frame its window does not
+/// cover is granted only out of this budget, so a peer that sends large
+/// frames on many streams slowly, or towards ports that do not read,
+/// stalls its own link's messages instead of filling this host's memory.
+/// Six frames of the largest size fit. Growth is charged to the local user
+/// that owns the stream's destination port, at most half of what the
+/// others leave each, so a receiver that never reads slows only its own
+/// user's messages from that peer, never another user's.
 pub const DEFAULT_FRAME_BUDGET: usize = 256 << 20;
 
 impl Node {
@@ -771,7 +758,7 @@ fn start_link(sh: Arc<Shared>, peer: String, conn: quinn::Connection, send: quin
         },
         op_timeout: sh.config.op_timeout,
         frames: Arc::new(InFlight::new(frame_budget(&sh.config))),
-        grants: Mutex::new(HashMap::new()),
+        ins: Mutex::new(HashMap::new()),
         state: Mutex::new(State {
             link: {
                 let mut l = Link::new();
@@ -871,20 +858,15 @@ async fn read_frame(s: &mut quinn::RecvStream) -> Result<Option<Vec<u8>>, String
     Ok(Some(buf))
 }
 
-/// Forgets what the peer asked for on a message stream once its reader
-/// ends.
-struct ForgetGrant<'a>(&'a Mutex<HashMap<u64, VecDeque<Granted>>>, u64);
+/// Forgets the credit of a message stream once its reader ends (the
+/// growth of its window goes back to its owner's share).
+struct ForgetCredit<'a>(&'a Mutex<HashMap<u64, flow::In>>, u64);
 
-impl Drop for ForgetGrant<'_> {
+impl Drop for ForgetCredit<'_> {
     fn drop(&mut self) {
         self.0.lock().unwrap().remove(&self.1);
     }
 }
-
-/// The bytes of a frame read before its length is taken from the link's
-/// budget: at least a message frame's tag and destination (9 bytes), and
-/// the whole of a small frame, so that it takes one read, not two.
-const HEAD: usize = 4096;
 
 /// The owner charged for frames whose destination is no port of a known
 /// user (send-once rights, whose delivery never waits; frames that are not
@@ -953,16 +935,10 @@ impl Conn {
     /// credit and death notices.
     async fn read_stream(self: Arc<Self>, sh: Arc<Shared>, mut s: quinn::RecvStream, message: bool) {
         let id = u64::from(s.id());
-        let _forget = ForgetGrant(&self.grants, id);
-        let mut credit = flow::In::default();
+        let _forget = message.then(|| ForgetCredit(&self.ins, id));
         loop {
-            // The permit is held until the frame's messages are delivered.
-            let got = if message {
-                self.read_message_frame(&mut s, id, &mut credit).await.map(|f| f.map(|(b, p)| (b, Some(p))))
-            } else {
-                read_frame(&mut s).await.map(|f| f.map(|b| (b, None)))
-            };
-            let (bytes, _held) = match got {
+            let got = if message { self.read_message_frame(&mut s, id).await } else { read_frame(&mut s).await };
+            let bytes = match got {
                 Ok(Some(b)) => b,
                 Ok(None) => return,
                 Err(e) => {
@@ -1013,54 +989,40 @@ impl Conn {
                     }
                 }
             }
-        }
-    }
-
-    /// Reads one frame off message stream `id` with its bytes charged
-    /// until it is delivered: a small one to its destination owner's share
-    /// of the frame bytes (waiting for room), and credited back to the peer
-    /// once read; a large one against the grant the peer asked for.
-    async fn read_message_frame(
-        self: &Arc<Self>,
-        s: &mut quinn::RecvStream,
-        id: u64,
-        credit: &mut flow::In,
-    ) -> Result<Option<(Vec<u8>, inflight::Permit)>, String> {
-        let Some(n) = read_len(s).await? else { return Ok(None) };
-        // A message frame names its destination in its first bytes: read
-        // those (the frame is charged to that port's owner) before the
-        // rest. A small frame is read whole in the same call, as most
-        // messages are small.
-        let mut buf = vec![0u8; n.min(HEAD)];
-        s.read_exact(&mut buf).await.map_err(|e| e.to_string())?;
-        let target = frame::message_target(&buf);
-        let permit = if n <= SMALL {
-            let uid = target.map_or(UNKNOWN_OWNER, |t| self.state.lock().unwrap().owner(t));
-            self.frames.acquire(uid, n).await.map_err(|_| "link closed".to_string())?
-        } else {
-            self.take_grant(id, target, n)?
-        };
-        read_rest(s, &mut buf, n).await?;
-        if n <= SMALL {
-            if let Some(c) = credit.read_small(n) {
-                self.send_control(&[Frame::Credit { stream: id, bytes: c }]).await;
+            if message {
+                self.delivered(id, bytes.len()).await;
             }
         }
-        Ok(Some((buf, permit)))
     }
 
-    /// The bytes granted to the large frame of `n` bytes for `target` that
-    /// just arrived on stream `id`.
-    fn take_grant(&self, id: u64, target: Option<u64>, n: usize) -> Result<inflight::Permit, String> {
-        let mut grants = self.grants.lock().unwrap();
-        let first = grants.get_mut(&id).and_then(|q| match q.front() {
-            Some(Granted { target: t, bytes, permit: Some(_) }) if Some(*t) == target && *bytes == n as u64 => q.pop_front(),
-            _ => None,
-        });
-        match first {
-            Some(Granted { permit: Some(p), .. }) => Ok(p),
-            _ => Err(format!("a frame of {n} bytes, over a stream's window, came without a grant for it")),
+    /// A frame of `n` bytes off message stream `id` was delivered: gives
+    /// the peer its credit back when enough has been, with the window's
+    /// growth while the stream's owner has room for it.
+    async fn delivered(&self, id: u64, n: usize) {
+        let credit = {
+            let mut ins = self.ins.lock().unwrap();
+            let Some(f) = ins.get_mut(&id) else { return };
+            let owner = f.owner.unwrap_or(UNKNOWN_OWNER);
+            f.delivered(n, |more| self.frames.try_acquire(owner, more))
+        };
+        if let Some(bytes) = credit {
+            self.send_control(&[Frame::Credit { stream: id, bytes }]).await;
         }
+    }
+
+    /// Reads one frame off message stream `id`, which its credit must
+    /// cover (checked before the body is read); `None` when the stream
+    /// ended cleanly.
+    async fn read_message_frame(&self, s: &mut quinn::RecvStream, id: u64) -> Result<Option<Vec<u8>>, String> {
+        let Some(n) = read_len(s).await? else { return Ok(None) };
+        self.ins.lock().unwrap().entry(id).or_default().read(n)?;
+        let mut buf = Vec::new();
+        read_rest(s, &mut buf, n).await?;
+        // The user the stream's window grows for: its destination's owner.
+        if let Some(f) = self.ins.lock().unwrap().get_mut(&id).filter(|f| f.owner.is_none()) {
+            f.owner = Some(frame::message_target(&buf).map_or(UNKNOWN_OWNER, |t| self.state.lock().unwrap().owner(t)));
+        }
+        Ok(Some(buf))
     }
 
     /// Handles a flow-control frame from the control stream.
@@ -1081,18 +1043,18 @@ impl Conn {
             }
             Frame::Want { stream, target, bytes } => {
                 if bytes <= SMALL as u64 || bytes > MAX_FRAME as u64 {
-                    return Err(format!("a frame of {bytes} bytes was asked for: it fits a stream's window, or is over the limit"));
+                    return Err(format!("a frame of {bytes} bytes was asked for: it needs no asking, or is over the limit"));
                 }
                 {
-                    let mut g = self.grants.lock().unwrap();
-                    if g.len() > self.limits.peer_streams && !g.contains_key(&stream) {
-                        return Err("large frames were asked for on more streams than the peer may have".into());
+                    let mut ins = self.ins.lock().unwrap();
+                    if ins.len() > self.limits.peer_streams && !ins.contains_key(&stream) {
+                        return Err("frames were asked for on more streams than the peer may have".into());
                     }
-                    let q = g.entry(stream).or_default();
-                    if q.back().is_some_and(|w| w.permit.is_none()) {
-                        return Err("a large frame was asked for on a stream before the last one was granted".into());
+                    let f = ins.entry(stream).or_default();
+                    if f.asked {
+                        return Err("a frame was asked for on a stream before the last one was granted".into());
                     }
-                    q.push_back(Granted { target, bytes, permit: None });
+                    f.asked = true;
                 }
                 // Granted once the destination owner's share has room;
                 // meanwhile the peer's sender waits, and so do the local
@@ -1101,11 +1063,10 @@ impl Conn {
                 tokio::spawn(async move {
                     let uid = c.state.lock().unwrap().owner(target);
                     let Ok(p) = c.frames.acquire(uid, bytes as usize).await else { return };
-                    match c.grants.lock().unwrap().get_mut(&stream).and_then(|q| q.back_mut()) {
-                        Some(g) if g.permit.is_none() => g.permit = Some(p),
-                        _ => return,
+                    let granted = c.ins.lock().unwrap().get_mut(&stream).filter(|f| f.asked).map(|f| f.grant(bytes as usize, p));
+                    if let Some(bytes) = granted {
+                        c.send_control(&[Frame::Grant { stream, bytes }]).await;
                     }
-                    c.send_control(&[Frame::Grant { stream, bytes }]).await;
                 });
             }
             _ => return Err("not a flow-control frame".into()),
@@ -1123,7 +1084,7 @@ impl Conn {
     fn close_link(self: &Arc<Self>, _why: &str) {
         // Readers waiting for frame budget, and writers for credit, end now.
         self.frames.close();
-        self.grants.lock().unwrap().clear();
+        self.ins.lock().unwrap().clear();
         let mut st = self.state.lock().unwrap();
         for (_, f) in st.out_flows.drain() {
             f.close();
@@ -1712,16 +1673,11 @@ impl Conn {
         let bytes = frame.encode_with_len();
         let n = bytes.len() - 4;
         let mut s = stream.send.lock().await;
-        // Within the stream's credit: a small frame in its window, a large
-        // one once granted. Meanwhile this proxy reads nothing more, and
-        // its queue pushes back on the local senders.
-        let credit = if n <= SMALL {
-            stream.flow.send_small(n).await
-        } else {
-            stream.flow.ask(n as u64);
-            self.send_control(&[Frame::Want { stream: stream.id, target, bytes: n as u64 }]).await;
-            stream.flow.granted().await
-        };
+        // Within the stream's credit: waited for, or for a large frame it
+        // does not cover, asked for. Meanwhile this proxy reads nothing
+        // more, and its queue pushes back on the local senders.
+        let want = [Frame::Want { stream: stream.id, target, bytes: n as u64 }];
+        let credit = stream.flow.take_or_ask(n, || self.send_control(&want)).await;
         if credit.is_ok() {
             let _ = s.write_all(&bytes).await;
         }

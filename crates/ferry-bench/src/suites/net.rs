@@ -17,6 +17,14 @@
 //!   reference and the receiver asks for all of it at once, `fetch_all`;
 //!   `quic-raw`: the bytes on a fresh stream; `tcp-raw`: on a connection).
 //!   Target: within 1.25× of `quic-raw`.
+//! - `stream` (messages of 8 KiB and of 60 KiB, `bytes` each): one port
+//!   fed a sequence of messages with inline bodies, the sender writing
+//!   each as soon as the link takes it, the receiver acknowledging every
+//!   64th; reported per message (`ferry-net`: through both nodes, paced by
+//!   the stream's credit; `quic-raw` and `tcp-raw`: the same bytes as
+//!   length-prefixed frames on one stream or connection, paced by the
+//!   transport's flow control). No target: it shows what a port's credit
+//!   costs against the transport's own.
 //! - `cor` (a 1 GiB region; `bytes` is the part the receiver reads, 0.1%,
 //!   1%, 10% or 100% of it, and `extra.touched` that fraction, so each
 //!   fraction is its own comparable group): `ferry-net-cor` maps the
@@ -73,11 +81,13 @@ const COR_REGION: u64 = 1 << 30;
 /// The region of the `oneshot` case.
 const ONESHOT: u64 = 256 << 20;
 
-/// `null-roundtrip`, `oneshot`, and the `cor` sweep.
+/// `null-roundtrip`, `oneshot`, `stream`, and the `cor` sweep.
 pub fn cases() -> Vec<Case> {
     let mut v = vec![
         Case { suite: "net", name: "null-roundtrip", bytes: 0, touch: Touch::None },
         Case { suite: "net", name: "oneshot", bytes: ONESHOT, touch: Touch::Read },
+        Case { suite: "net", name: "stream", bytes: 8 << 10, touch: Touch::None },
+        Case { suite: "net", name: "stream", bytes: 60 << 10, touch: Touch::None },
     ];
     for per_mille in [1, 10, 100, 1000] {
         v.push(Case { suite: "net", name: "cor", bytes: COR_REGION * per_mille / 1000, touch: Touch::Read });
@@ -255,27 +265,151 @@ fn only(run: &Run<'_>, cases: &[&str]) -> Result<(), Skip> {
 }
 
 fn ferry_net(run: &mut Run<'_>) -> Result<(), Skip> {
-    only(run, &["null-roundtrip", "oneshot"])?;
+    only(run, &["null-roundtrip", "oneshot", "stream"])?;
     match run.case.name {
         "null-roundtrip" => ferry_net_roundtrip(run),
+        "stream" => ferry_net_stream(run),
         _ => ferry_net_region(run, Fetch::Whole, ONESHOT),
     }
 }
 
 fn quic_raw(run: &mut Run<'_>) -> Result<(), Skip> {
-    only(run, &["null-roundtrip", "oneshot"])?;
+    only(run, &["null-roundtrip", "oneshot", "stream"])?;
     match run.case.name {
         "null-roundtrip" => quic_raw_roundtrip(run),
+        "stream" => quic_raw_stream(run),
         _ => quic_raw_oneshot(run),
     }
 }
 
 fn tcp_raw(run: &mut Run<'_>) -> Result<(), Skip> {
-    only(run, &["null-roundtrip", "oneshot"])?;
+    only(run, &["null-roundtrip", "oneshot", "stream"])?;
     match run.case.name {
         "null-roundtrip" => tcp_raw_roundtrip(run),
+        "stream" => tcp_raw_stream(run),
         _ => tcp_raw_oneshot(run),
     }
+}
+
+/// Messages of the `stream` case per acknowledgement; the sender keeps at
+/// most two batches unacknowledged.
+const STREAM_BATCH: u64 = 64;
+
+/// The sender's side of a `stream` case: `send` writes one message,
+/// `acked` waits for the next acknowledgement; each batch's time since the
+/// last is recorded per message.
+fn stream_sender(
+    run: &mut Run<'_>,
+    mut send: impl FnMut() -> Result<(), Skip>,
+    mut acked: impl FnMut() -> Result<(), Skip>,
+) -> Result<(), Skip> {
+    run.note("batch", STREAM_BATCH);
+    let (mut sent, mut acks) = (0u64, 0u64);
+    let mut last = Instant::now();
+    while run.more() {
+        if sent - acks * STREAM_BATCH >= 2 * STREAM_BATCH {
+            acked()?;
+            acks += 1;
+            let now = Instant::now();
+            run.record_batch(now - last, STREAM_BATCH);
+            last = now;
+        }
+        send()?;
+        sent += 1;
+    }
+    Ok(())
+}
+
+fn ferry_net_stream(run: &mut Run<'_>) -> Result<(), Skip> {
+    let n = run.case.bytes as usize;
+    let (mut rx, to_rx) = ferry::port().map_err(skip)?;
+    let (a, b) = linked_nodes("sink", to_rx)?;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let s2 = stop.clone();
+    // The receiver: the first message brings the right for acknowledgements.
+    let sink = on(0, || std::thread::spawn(move || {
+        let Ok(mut first) = rx.recv(WAIT) else { return };
+        let Some(ferry::Item::Send(back)) = first.take_items().pop() else { return };
+        let mut got = 0u64;
+        serve_until(&s2, &mut rx, |m| {
+            got += u64::from(m.body().len() == n);
+            got % STREAM_BATCH != 0 || back.send(Message::new(1), WAIT).is_ok()
+        });
+    }))?;
+    let remote = b.lookup("sink@a").map_err(skip)?;
+    let (mut acks, to_acks) = ferry::port().map_err(skip)?;
+    remote.send(Message::new(0).with_item(to_acks), WAIT)?;
+    let body = vec![7u8; n];
+    let out = stream_sender(run, || Ok(remote.send(Message::new(2).with_body(body.clone()), WAIT)?), || Ok(acks.recv(WAIT).map(drop)?));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = sink.join();
+    drop((remote, a, b));
+    out
+}
+
+fn quic_raw_stream(run: &mut Run<'_>) -> Result<(), Skip> {
+    let n = run.case.bytes as usize;
+    let (rt, rt_client) = (host_runtime(0)?, host_runtime(1)?);
+    let (server, connect) = quic_pair(&rt)?;
+    let srv = server.clone();
+    rt.spawn(async move {
+        let Some(inc) = srv.accept().await else { return };
+        let Ok(conn) = inc.await else { return };
+        let Ok((mut send, mut recv)) = conn.accept_bi().await else { return };
+        let mut buf = vec![0u8; n];
+        let mut len = [0u8; 4];
+        let mut got = 0u64;
+        while recv.read_exact(&mut len).await.is_ok() && recv.read_exact(&mut buf[..(u32::from_le_bytes(len) as usize).min(n)]).await.is_ok() {
+            got += 1;
+            if got % STREAM_BATCH == 0 && send.write_all(&[1]).await.is_err() {
+                return;
+            }
+        }
+    });
+    let (conn, _client_ep) = connect(&rt_client)?;
+    let (mut send, mut recv) = rt_client.block_on(conn.open_bi()).map_err(skip)?;
+    let mut frame = (n as u32).to_le_bytes().to_vec();
+    frame.resize(4 + n, 7);
+    let send = std::cell::RefCell::new(&mut send);
+    let out = stream_sender(
+        run,
+        || rt_client.block_on(send.borrow_mut().write_all(&frame)).map_err(skip),
+        || rt_client.block_on(recv.read_exact(&mut [0u8; 1])).map_err(skip),
+    );
+    conn.close(0u32.into(), b"done");
+    server.close(0u32.into(), b"done");
+    rt_client.shutdown_timeout(Duration::from_secs(1));
+    rt.shutdown_timeout(Duration::from_secs(1));
+    out
+}
+
+fn tcp_raw_stream(run: &mut Run<'_>) -> Result<(), Skip> {
+    let n = run.case.bytes as usize;
+    let l = on(0, || TcpListener::bind(addr(0)))?.map_err(skip)?;
+    let addr = l.local_addr().map_err(skip)?;
+    let sink = on(0, || {
+        std::thread::spawn(move || {
+            let Ok((mut s, _)) = l.accept() else { return };
+            let _ = s.set_nodelay(true);
+            let mut buf = vec![0u8; 4 + n];
+            let mut got = 0u64;
+            while s.read_exact(&mut buf).is_ok() {
+                got += 1;
+                if got % STREAM_BATCH == 0 && s.write_all(&[1]).is_err() {
+                    return;
+                }
+            }
+        })
+    })?;
+    let c = on(1, || TcpStream::connect(addr))?.map_err(skip)?;
+    c.set_nodelay(true).map_err(skip)?;
+    let mut frame = (n as u32).to_le_bytes().to_vec();
+    frame.resize(4 + n, 7);
+    let c = std::cell::RefCell::new(c);
+    let out = stream_sender(run, || c.borrow_mut().write_all(&frame).map_err(skip), || c.borrow_mut().read_exact(&mut [0u8; 1]).map_err(skip));
+    drop(c);
+    let _ = sink.join();
+    out
 }
 
 fn ferry_net_cor(run: &mut Run<'_>) -> Result<(), Skip> {

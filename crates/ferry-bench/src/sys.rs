@@ -143,7 +143,7 @@ impl Map {
     /// # Panics
     /// If `off` is unaligned or out of range.
     pub fn word(&self, off: usize) -> &AtomicU32 {
-        assert!(off % 4 == 0 && off + 4 <= self.len, "word offset {off} outside the mapping");
+        assert!(off.is_multiple_of(4) && off + 4 <= self.len, "word offset {off} outside the mapping");
         // SAFETY: in range and 4-aligned (page-aligned base); the memory is
         // only ever accessed as this atomic by every process, and the
         // reference borrows self, so the range stays mapped.

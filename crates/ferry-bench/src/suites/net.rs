@@ -333,7 +333,7 @@ fn ferry_net_stream(run: &mut Run<'_>) -> Result<(), Skip> {
         let mut got = 0u64;
         serve_until(&s2, &mut rx, |m| {
             got += u64::from(m.body().len() == n);
-            got % STREAM_BATCH != 0 || back.send(Message::new(1), WAIT).is_ok()
+            !got.is_multiple_of(STREAM_BATCH) || back.send(Message::new(1), WAIT).is_ok()
         });
     }))?;
     let remote = b.lookup("sink@a").map_err(skip)?;
@@ -361,7 +361,7 @@ fn quic_raw_stream(run: &mut Run<'_>) -> Result<(), Skip> {
         let mut got = 0u64;
         while recv.read_exact(&mut len).await.is_ok() && recv.read_exact(&mut buf[..(u32::from_le_bytes(len) as usize).min(n)]).await.is_ok() {
             got += 1;
-            if got % STREAM_BATCH == 0 && send.write_all(&[1]).await.is_err() {
+            if got.is_multiple_of(STREAM_BATCH) && send.write_all(&[1]).await.is_err() {
                 return;
             }
         }
@@ -395,7 +395,7 @@ fn tcp_raw_stream(run: &mut Run<'_>) -> Result<(), Skip> {
             let mut got = 0u64;
             while s.read_exact(&mut buf).is_ok() {
                 got += 1;
-                if got % STREAM_BATCH == 0 && s.write_all(&[1]).is_err() {
+                if got.is_multiple_of(STREAM_BATCH) && s.write_all(&[1]).is_err() {
                     return;
                 }
             }

@@ -121,7 +121,7 @@ fn push(how: Push, fd: impl AsFd, mut data: &[u8]) -> io::Result<()> {
 /// pairs (one late, one right behind it), so one sample is the time for two
 /// frames, reported per frame.
 fn per_pair(run: &mut Run<'_>, last: &mut Instant, acked: u64) {
-    if acked % 2 == 0 {
+    if acked.is_multiple_of(2) {
         let now = Instant::now();
         run.record_batch(now - *last, 2);
         *last = now;

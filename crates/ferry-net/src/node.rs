@@ -1032,7 +1032,7 @@ impl Conn {
                 // A stream finished meanwhile has no credit to take.
                 let f = self.state.lock().unwrap().out_flows.get(&stream).cloned();
                 if let Some(f) = f {
-                    f.credit(bytes)?;
+                    f.credit(bytes);
                 }
             }
             Frame::Grant { stream, bytes } => {

@@ -778,7 +778,8 @@ struct Sinks {
     /// input closes.
     other: std::process::Child,
     sinks: Vec<ferry::SendRight>,
-    _collect: ferry::ReceiveRight,
+    /// `a`'s port `collect`, which nobody's ports came to.
+    collect: ferry::ReceiveRight,
 }
 
 /// [`Sinks`] with `n` of nobody's ports.
@@ -795,7 +796,7 @@ fn nobodys_sinks_on_b(a: &Node, b: &Node, n: usize) -> Sinks {
     let mut said = std::io::BufReader::new(other.stdout.take().unwrap()).lines();
     assert_eq!(said.next().unwrap().unwrap(), "sent");
     let sinks = collect_sinks(&mut collect, n);
-    Sinks { honest, honest_from_a, other, sinks, _collect: collect }
+    Sinks { honest, honest_from_a, other, sinks, collect }
 }
 
 /// A local user whose ports never read cannot stall another user's
@@ -870,6 +871,58 @@ fn ports_that_never_read_cannot_fill_the_links_window_for_every_stream() {
             let m = honest.recv(WAIT).unwrap_or_else(|e| panic!("root's message while nobody's {SINKS} ports stay full ({sent} bytes sent to them): {e}"));
             assert_eq!((m.op(), m.body().len()), (10 + i, big.len()));
         }
+        drop(other.stdin.take());
+        assert!(other.wait().unwrap().success());
+    });
+}
+
+/// A large reply to a user whose share of the link is full waits for no
+/// share, so the replies behind it on the link's one stream for replies
+/// are not held up. User nobody's ports on `b` never read and fill its
+/// share of what `b` keeps for `a`; `a` then sends 15 MiB through one of
+/// nobody's send-once rights, and root's small reply from `a` right after
+/// it still arrives (before, nobody's reply waited for nobody's share, and
+/// root's waited behind it).
+#[test]
+fn a_large_reply_to_a_user_whose_share_is_full_holds_up_no_other_reply() {
+    use std::io::BufRead;
+
+    if !common::can_play_other_user("a_large_reply_to_a_user_whose_share_is_full_holds_up_no_other_reply") {
+        return;
+    }
+    watchdog("a_large_reply_to_a_user_whose_share_is_full_holds_up_no_other_reply", LIMIT, || {
+        let (a, b) = nodes_with(|c| c.max_frame_bytes_per_peer = 0);
+        let Sinks { mut other, sinks, mut collect, .. } = nobodys_sinks_on_b(&a, &b, 8);
+        // A send-once right of nobody's, handed to `a` the same way.
+        let mut replier = common::spawn_other_user(&b.lookup("collect@a").unwrap(), "reply-sinks", &["1"]);
+        let mut said = std::io::BufReader::new(replier.stdout.take().unwrap()).lines();
+        assert_eq!(said.next().unwrap().unwrap(), "sent");
+        let mut got = collect.recv(WAIT).unwrap();
+        assert_eq!(got.op(), 24);
+        let Some(Item::SendOnce(nobodys_reply)) = got.take_items().pop() else { panic!("no send-once right from nobody") };
+
+        // Nobody's share fills, as in the test above.
+        let bytes = vec![5u8; 15 << 20];
+        for sink in &sinks {
+            sink.send(Message::new(1).with_body(vec![1u8; 7000]), WAIT).unwrap();
+            sink.send(Message::new(2).with_item(RegionItem::copied_from(&bytes).unwrap()), WAIT).unwrap();
+        }
+        std::thread::sleep(Duration::from_secs(1));
+
+        // Root's send-once right, at `a` as a proxy.
+        let (mut answer, root_reply) = ferry::reply_pair().unwrap();
+        b.lookup("collect@a").unwrap().send(Message::new(25).with_item(root_reply), WAIT).unwrap();
+        let mut got = collect.recv(WAIT).unwrap();
+        let Some(Item::SendOnce(roots_reply)) = got.take_items().pop() else { panic!("no send-once right from root") };
+
+        // Nobody's large reply first, root's small one right behind it.
+        nobodys_reply.send(Message::new(30).with_item(RegionItem::copied_from(&bytes).unwrap()), WAIT).unwrap();
+        roots_reply.send(Message::new(31).with_body(vec![3u8; 100]), WAIT).unwrap();
+        let m = answer.recv(WAIT).expect("root's reply behind nobody's large one");
+        assert_eq!((m.op(), m.body().len()), (31, 100));
+
+        drop(replier.stdin.take());
+        assert!(replier.wait().unwrap().success());
         drop(other.stdin.take());
         assert!(other.wait().unwrap().success());
     });

@@ -28,7 +28,10 @@
 //!   window by the frame's length, charged to the owner's share (waiting
 //!   for room), and grants it ([`Frame::Grant`](crate::frame::Frame::Grant),
 //!   credit of that length). Sizes that repeat then fit without asking.
-//!   A stream asks for one frame at a time.
+//!   A stream asks for one frame at a time. A reply (a frame for a
+//!   send-once right) is granted at once and uncharged: it is delivered
+//!   as soon as it is read, so it holds bytes only in flight, bounded by
+//!   QUIC's window for a stream.
 //!
 //! A sender that waits for credit holds its stream, so the proxy port
 //! behind it stops being read and its queue pushes back on the local
@@ -226,9 +229,10 @@ impl In {
     }
 
     /// The window grows by a frame of `n` bytes that was asked for, its
-    /// charge `permit`; returns the credit to give.
-    pub(crate) fn grant(&mut self, n: usize, permit: crate::inflight::Permit) -> u64 {
-        self.growth.push(permit);
+    /// charge `permit` (none for a reply, which waits for no share);
+    /// returns the credit to give.
+    pub(crate) fn grant(&mut self, n: usize, permit: Option<crate::inflight::Permit>) -> u64 {
+        self.growth.extend(permit);
         self.window += n;
         self.given += n as u64;
         self.asked = false;
@@ -304,7 +308,7 @@ mod tests {
         assert!(!out.try_take(big));
         // The peer asks; the receiver grows the window and credits it.
         let p = now(pool.acquire(3, big)).unwrap().unwrap();
-        out.credit(inn.grant(big, p));
+        out.credit(inn.grant(big, Some(p)));
         assert!(out.try_take(big));
         inn.read(big).unwrap();
         if let Some(c) = inn.delivered(big, |_| None) {

@@ -1058,11 +1058,26 @@ impl Conn {
                 }
                 // Granted once the destination owner's share has room;
                 // meanwhile the peer's sender waits, and so do the local
-                // senders behind its proxy.
+                // senders behind its proxy. A reply (to a send-once right)
+                // waits for no share: it is delivered as soon as it is read
+                // (the right's socket holds its one message), so its bytes
+                // are held only in flight, where QUIC's window for a stream
+                // bounds them, and the replies behind it on the stream they
+                // share do not wait for one user's share either.
                 let c = self.clone();
                 tokio::spawn(async move {
-                    let uid = c.state.lock().unwrap().owner(target);
-                    let Ok(p) = c.frames.acquire(uid, bytes as usize).await else { return };
+                    let (uid, reply) = {
+                        let st = c.state.lock().unwrap();
+                        (st.owner(target), matches!(st.held.get(&target), Some(Held::Once { .. })))
+                    };
+                    let p = if reply {
+                        None
+                    } else {
+                        match c.frames.acquire(uid, bytes as usize).await {
+                            Ok(p) => Some(p),
+                            Err(_) => return,
+                        }
+                    };
                     let granted = c.ins.lock().unwrap().get_mut(&stream).filter(|f| f.asked).map(|f| f.grant(bytes as usize, p));
                     if let Some(bytes) = granted {
                         c.send_control(&[Frame::Grant { stream, bytes }]).await;

@@ -320,30 +320,55 @@ fn stream_sender(
     Ok(())
 }
 
+/// A receiving program on host `a`, whose port `sink` host `b` looks up:
+/// the first message brings a send right back to the timing program, and
+/// `each` is then given every message with that right until it says to
+/// stop (false) or the program is stopped.
+struct Receiver {
+    a: Node,
+    b: Node,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Receiver {
+    fn start(mut each: impl FnMut(&ferry::SendRight, Message) -> bool + Send + 'static) -> Result<Receiver, Skip> {
+        let (mut rx, to_rx) = ferry::port().map_err(skip)?;
+        let (a, b) = linked_nodes("sink", to_rx)?;
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s2 = stop.clone();
+        let thread = on(0, || {
+            std::thread::spawn(move || {
+                let Ok(mut first) = rx.recv(WAIT) else { return };
+                let Some(ferry::Item::Send(back)) = first.take_items().pop() else { return };
+                serve_until(&s2, &mut rx, |m| each(&back, m));
+            })
+        })?;
+        Ok(Receiver { a, b, stop, thread })
+    }
+
+    /// Stops the program and both nodes.
+    fn end(self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let _ = self.thread.join();
+        drop((self.a, self.b));
+    }
+}
+
 fn ferry_net_stream(run: &mut Run<'_>) -> Result<(), Skip> {
     let n = run.case.bytes as usize;
-    let (mut rx, to_rx) = ferry::port().map_err(skip)?;
-    let (a, b) = linked_nodes("sink", to_rx)?;
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let s2 = stop.clone();
-    // The receiver: the first message brings the right for acknowledgements.
-    let sink = on(0, || std::thread::spawn(move || {
-        let Ok(mut first) = rx.recv(WAIT) else { return };
-        let Some(ferry::Item::Send(back)) = first.take_items().pop() else { return };
-        let mut got = 0u64;
-        serve_until(&s2, &mut rx, |m| {
-            got += u64::from(m.body().len() == n);
-            !got.is_multiple_of(STREAM_BATCH) || back.send(Message::new(1), WAIT).is_ok()
-        });
-    }))?;
-    let remote = b.lookup("sink@a").map_err(skip)?;
+    let mut got = 0u64;
+    let r = Receiver::start(move |back, m| {
+        got += u64::from(m.body().len() == n);
+        !got.is_multiple_of(STREAM_BATCH) || back.send(Message::new(1), WAIT).is_ok()
+    })?;
+    let remote = r.b.lookup("sink@a").map_err(skip)?;
     let (mut acks, to_acks) = ferry::port().map_err(skip)?;
     remote.send(Message::new(0).with_item(to_acks), WAIT)?;
     let body = vec![7u8; n];
     let out = stream_sender(run, || Ok(remote.send(Message::new(2).with_body(body.clone()), WAIT)?), || Ok(acks.recv(WAIT).map(drop)?));
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let _ = sink.join();
-    drop((remote, a, b));
+    drop(remote);
+    r.end();
     out
 }
 
@@ -468,45 +493,38 @@ fn ferry_net_region(run: &mut Run<'_>, how: Fetch, region: u64) -> Result<(), Sk
     run.note("region_bytes", region);
     run.note("touched", touched as f64 / region as f64);
     run.note("fetch", if how == Fetch::Whole { "whole (fetch_all)" } else { "on touch (mapped)" });
-    let (mut srv, to_srv) = ferry::port().map_err(skip)?;
-    let (a, b) = linked_nodes("sink", to_srv)?;
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let s2 = stop.clone();
     // The receiving program: the first message brings the ack right.
-    let receiver = on(0, || std::thread::spawn(move || {
-        let Ok(mut first) = srv.recv(WAIT) else { return };
-        let Some(ferry::Item::Send(ack)) = first.take_items().pop() else { return };
-        serve_until(&s2, &mut srv, |mut m| {
-            let Some(ferry::Item::Send(right)) = m.take_items().pop() else { return false };
-            let Ok(r) = ferry_net::RemoteRegion::open(right) else { return false };
-            // As in the transfer suite: touch, acknowledge (the end of
-            // the timed operation), and only then let the region go,
-            // then say ready, untimed. Unmapping and freeing 256 MiB of
-            // fresh pages takes tens of milliseconds, which the raw
-            // receivers, reading into one buffer they keep, never pay;
-            // the "ready" keeps that teardown out of the next transfer.
-            let mut on_touch = None;
-            let mut whole = None;
-            let ok = match how {
-                Fetch::OnTouch => r.map().ok().is_some_and(|v| {
-                    let read = v.as_slice().map(|s| touch_read(&s[..touched])).is_some();
-                    on_touch = Some(v);
-                    read
-                }),
-                Fetch::Whole => r.fetch_all().ok().and_then(|w| w.map(ferry::MapOptions::lazy().read_only()).ok()).is_some_and(|v| {
-                    touch_read(&v[..touched]);
-                    whole = Some(v);
-                    true
-                }),
-            };
-            if !ok || ack.send(Message::new(0), WAIT).is_err() {
-                return false;
-            }
-            drop((on_touch, whole, r));
-            ack.send(Message::new(READY), WAIT).is_ok()
-        });
-    }))?;
-    let sink = b.lookup("sink@a").map_err(skip)?;
+    let receiver = Receiver::start(move |ack, mut m| {
+        let Some(ferry::Item::Send(right)) = m.take_items().pop() else { return false };
+        let Ok(r) = ferry_net::RemoteRegion::open(right) else { return false };
+        // As in the transfer suite: touch, acknowledge (the end of
+        // the timed operation), and only then let the region go,
+        // then say ready, untimed. Unmapping and freeing 256 MiB of
+        // fresh pages takes tens of milliseconds, which the raw
+        // receivers, reading into one buffer they keep, never pay;
+        // the "ready" keeps that teardown out of the next transfer.
+        let mut on_touch = None;
+        let mut whole = None;
+        let ok = match how {
+            Fetch::OnTouch => r.map().ok().is_some_and(|v| {
+                let read = v.as_slice().map(|s| touch_read(&s[..touched])).is_some();
+                on_touch = Some(v);
+                read
+            }),
+            Fetch::Whole => r.fetch_all().ok().and_then(|w| w.map(ferry::MapOptions::lazy().read_only()).ok()).is_some_and(|v| {
+                touch_read(&v[..touched]);
+                whole = Some(v);
+                true
+            }),
+        };
+        if !ok || ack.send(Message::new(0), WAIT).is_err() {
+            return false;
+        }
+        drop((on_touch, whole, r));
+        ack.send(Message::new(READY), WAIT).is_ok()
+    })?;
+    let a = &receiver.a;
+    let sink = receiver.b.lookup("sink@a").map_err(skip)?;
     let (mut me, my_tx) = ferry::port().map_err(skip)?;
     sink.send(Message::new(0).with_item(my_tx), WAIT)?;
     let mut data = ferry::Region::new(region as usize).map_err(skip)?;
@@ -514,7 +532,7 @@ fn ferry_net_region(run: &mut Run<'_>, how: Fetch, region: u64) -> Result<(), Sk
         c.fill(i as u8);
     }
     let long = Timeout::After(Duration::from_secs(120));
-    let (wire0, fetched0) = (wire_bytes(&a), a.stats().bytes_fetched);
+    let (wire0, fetched0) = (wire_bytes(a), a.stats().bytes_fetched);
     let mut ops = 0u64;
     while run.more() {
         let item = data.by_copy().map_err(skip)?;
@@ -529,14 +547,12 @@ fn ferry_net_region(run: &mut Run<'_>, how: Fetch, region: u64) -> Result<(), Sk
             return Err(Skip::new("failed: the receiver acknowledged twice"));
         }
     }
-    if let Some(w) = (wire_bytes(&a) - wire0).checked_div(ops) {
+    if let Some(w) = (wire_bytes(a) - wire0).checked_div(ops) {
         run.note("wire_bytes", w);
         run.note("fetched_bytes", (a.stats().bytes_fetched - fetched0) / ops);
     }
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
     drop(sink);
-    let _ = receiver.join();
-    drop((a, b));
+    receiver.end();
     Ok(())
 }
 

@@ -24,6 +24,7 @@ pub fn run(role: &str, args: &[String]) -> Outcome {
         "keep-rights" => keep_rights(),
         "ask" => ask(arg(0).parse().unwrap_or(0)),
         "sinks" => sinks(arg(0).parse().unwrap_or(0)),
+        "reply-sinks" => reply_sinks(arg(0).parse().unwrap_or(0)),
         "send-to-each" => send_to_each(arg(0).parse().unwrap_or(0)),
         "keep-messages" => keep_messages(arg(0).parse().unwrap_or(0)),
         _ => return None,
@@ -229,6 +230,21 @@ fn sinks(n: usize) -> R {
     println!("sent");
     std::io::stdin().read_to_end(&mut Vec::new())?;
     drop(ports);
+    Ok(())
+}
+
+/// Makes `n` send-once rights of its own, sends them through the inherited
+/// right (op 24), says `sent`, and never reads what comes on them; holds
+/// their receiving ends until its standard input ends.
+fn reply_sinks(n: usize) -> R {
+    use std::io::Read;
+    let to = ferry::spawn::inherited()?;
+    let (ends, rights): (Vec<_>, Vec<_>) = (0..n).map(|_| ferry::reply_pair()).collect::<Result<Vec<_>, _>>()?.into_iter().unzip();
+    let m = rights.into_iter().fold(Message::new(24), |m, r| m.with_item(r));
+    to.send(m, Timeout::After(std::time::Duration::from_secs(10)))?;
+    println!("sent");
+    std::io::stdin().read_to_end(&mut Vec::new())?;
+    drop(ends);
     Ok(())
 }
 

@@ -866,6 +866,12 @@ fn ports_that_never_read_cannot_fill_the_links_window_for_every_stream() {
         }
         // Time for whatever crosses to reach `b` and wait there.
         std::thread::sleep(Duration::from_millis(500));
+        // The links say so: `a`'s streams to nobody's ports wait for
+        // credit, and `b` holds what their windows grew by.
+        let waiting = a.links().iter().find(|l| l.peer == "b").map_or(0, |l| l.streams_waiting);
+        let grown = b.links().iter().find(|l| l.peer == "a").map_or(0, |l| l.window_growth);
+        assert!(waiting > SINKS / 2, "{waiting} of {SINKS} streams waiting for credit");
+        assert!(grown > 0, "no window grew");
         for i in 0..3 {
             honest_from_a.send(Message::new(10 + i).with_body(big.clone()), WAIT).unwrap();
             let m = honest.recv(WAIT).unwrap_or_else(|e| panic!("root's message while nobody's {SINKS} ports stay full ({sent} bytes sent to them): {e}"));

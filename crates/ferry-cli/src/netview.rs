@@ -75,6 +75,12 @@ fn print_stat(st: &Status) {
                 l.wire_sent,
                 l.wire_received
             );
+            println!(
+                "  {:<24} {} of its streams waiting for credit (ports there not reading), windows grown {} B here",
+                "",
+                l.streams_waiting,
+                l.window_growth
+            );
         } else {
             println!("  link to {:<16} {}", l.peer, if l.up { "up" } else { "down" });
         }

@@ -71,6 +71,8 @@ struct OutState {
     avail: u64,
     /// A frame was asked for and its grant has not come.
     asked: bool,
+    /// Senders waiting for credit now.
+    waiting: usize,
     closed: bool,
 }
 
@@ -80,7 +82,7 @@ pub(crate) struct Closed;
 
 impl Default for Out {
     fn default() -> Out {
-        Out { state: Mutex::new(OutState { avail: WINDOW as u64, asked: false, closed: false }), changed: Notify::new() }
+        Out { state: Mutex::new(OutState { avail: WINDOW as u64, asked: false, waiting: 0, closed: false }), changed: Notify::new() }
     }
 }
 
@@ -107,6 +109,7 @@ impl Out {
     /// no frame of the stream is asked for already, calls `ask` to send the
     /// [`Frame::Want`](crate::frame::Frame::Want).
     pub(crate) async fn take_or_ask<F: std::future::Future<Output = ()>>(&self, n: usize, mut ask: impl FnMut() -> F) -> Result<(), Closed> {
+        let mut counted = None;
         loop {
             let changed = self.changed.notified();
             tokio::pin!(changed);
@@ -129,8 +132,14 @@ impl Out {
             if asking {
                 ask().await;
             }
+            counted.get_or_insert_with(|| Waiting::new(self));
             changed.await;
         }
+    }
+
+    /// Whether a sender waits for credit on the stream now.
+    pub(crate) fn waiting(&self) -> bool {
+        self.state.lock().unwrap().waiting > 0
     }
 
     /// The receiver gives `bytes` more credit. (A receiver that gives more
@@ -164,6 +173,23 @@ impl Out {
     pub(crate) fn close(&self) {
         self.state.lock().unwrap().closed = true;
         self.changed.notify_waiters();
+    }
+}
+
+/// A sender counted as waiting for credit, until dropped (whether the wait
+/// ended or was given up).
+struct Waiting<'a>(&'a Out);
+
+impl<'a> Waiting<'a> {
+    fn new(out: &'a Out) -> Waiting<'a> {
+        out.state.lock().unwrap().waiting += 1;
+        Waiting(out)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.state.lock().unwrap().waiting -= 1;
     }
 }
 
@@ -324,6 +350,7 @@ mod tests {
         assert!(now(out.take_or_ask(100_000, || async { asks.set(asks.get() + 1) })).is_none());
         assert!(now(out.take_or_ask(100_000, || async { asks.set(asks.get() + 1) })).is_none());
         assert_eq!(asks.get(), 1, "asked once, however long it waits");
+        assert!(!out.waiting(), "a wait given up is no longer counted");
         assert!(out.grant(100_000).is_ok());
         assert!(out.grant(100_000).is_err(), "one grant per asking");
         now(out.take_or_ask(100_000, || async { panic!("covered") })).unwrap().unwrap();

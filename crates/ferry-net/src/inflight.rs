@@ -76,6 +76,11 @@ impl InFlight {
         matches!(self.try_take(uid, n), Ok(true)).then(|| Permit { pool: self.clone(), uid, n })
     }
 
+    /// The bytes held now, by every user.
+    pub(crate) fn held(&self) -> usize {
+        self.counts.lock().unwrap().held
+    }
+
     /// The bytes nobody holds.
     #[cfg(test)]
     pub(crate) fn left(&self) -> usize {

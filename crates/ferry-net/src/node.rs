@@ -286,6 +286,14 @@ pub struct LinkInfo {
     pub wire_sent: u64,
     /// UDP bytes this node received on the link.
     pub wire_received: u64,
+    /// This node's message streams to the peer whose sender waits for
+    /// credit now: their ports on the peer's host are not reading, or their
+    /// owners' shares there are full.
+    pub streams_waiting: usize,
+    /// Bytes by which the peer's message streams' windows have grown here,
+    /// charged to the local users their ports belong to
+    /// ([`NodeConfig::max_frame_bytes_per_peer`]).
+    pub window_growth: u64,
 }
 
 /// What one local user has outstanding at one peer ([`Node::usage`]): what
@@ -633,6 +641,8 @@ impl Node {
                     exports: st.link.exports(),
                     regions_out: st.link.regions_out(),
                     regions_in: st.link.regions_in(),
+                    streams_waiting: st.out_flows.values().filter(|f| f.waiting()).count(),
+                    window_growth: c.frames.held() as u64,
                 }
             })
             .collect();

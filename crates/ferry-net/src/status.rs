@@ -72,7 +72,7 @@ impl Status {
         let mut s = format!("full\t{}\n", u8::from(self.full));
         for l in self.links.iter().filter(|l| clean(&l.peer)) {
             s += &format!(
-                "link\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\n",
+                "link\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\n",
                 l.peer,
                 u8::from(l.up),
                 l.imports,
@@ -80,7 +80,9 @@ impl Status {
                 l.regions_out,
                 l.regions_in,
                 l.wire_sent,
-                l.wire_received
+                l.wire_received,
+                l.streams_waiting,
+                l.window_growth
             );
         }
         for n in self.imports.iter().filter(|n| clean(n)) {
@@ -109,7 +111,7 @@ impl Status {
             let n = |i: usize| -> Result<u64, String> { f.get(i).and_then(|v| v.parse().ok()).ok_or_else(|| format!("bad status line {line:?}")) };
             match f[0] {
                 "full" => st.full = n(1)? == 1,
-                "link" if f.len() == 9 => st.links.push(LinkInfo {
+                "link" if f.len() == 11 => st.links.push(LinkInfo {
                     peer: f[1].to_string(),
                     up: n(2)? == 1,
                     imports: n(3)? as usize,
@@ -118,6 +120,8 @@ impl Status {
                     regions_in: n(6)? as usize,
                     wire_sent: n(7)?,
                     wire_received: n(8)?,
+                    streams_waiting: n(9)? as usize,
+                    window_growth: n(10)?,
                 }),
                 "import" if f.len() == 2 => st.imports.push(f[1].to_string()),
                 "export" if f.len() == 2 => st.exports.push(f[1].to_string()),

@@ -495,6 +495,24 @@ mod tests {
     use std::sync::Arc;
 
     #[test]
+    fn a_hold_its_client_let_go_frees_the_budget_before_its_hang_up_is_served() {
+        let (mut srv, _right) = ObjectServer::new().unwrap();
+        srv.set_budgets(Budgets { holds_per_user: 1, ..Budgets::default() });
+        let config = ObjectConfig::default();
+        let (a, b) = (srv.add_object(4096, Box::new(Pattern), config).unwrap(), srv.add_object(4096, Box::new(Pattern), config).unwrap());
+        let (first, first_right) = crate::port().unwrap();
+        srv.hold(a, 7, first_right).unwrap();
+        let (_second, second_right) = crate::port().unwrap();
+        assert!(matches!(srv.hold(b, 7, second_right), Err(PagerError::OverBudget(_))), "one hold is the budget");
+        // The client lets go, and asks again before the server has served
+        // anything.
+        drop(first);
+        let (_third, third_right) = crate::port().unwrap();
+        srv.hold(b, 7, third_right).unwrap();
+        assert_eq!(srv.usage(7).1, 1);
+    }
+
+    #[test]
     fn both_supply_modes_serve_touched_pages_in_process() {
         let page = mem::page_size();
         let (mut server, right) = ObjectServer::new().unwrap();

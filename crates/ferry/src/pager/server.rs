@@ -297,8 +297,20 @@ impl ObjectServer {
         (clients, holds)
     }
 
-    /// Whether user `uid` may take one more hold now.
-    pub fn can_hold(&self, uid: u32) -> bool {
+    /// Whether user `uid` may take one more hold now. At its budget, the
+    /// holds whose clients already let go are released first, whether or
+    /// not their hang-ups have been served yet: a client that drops each
+    /// snapshot before it opens the next never finds its budget full
+    /// because the server has not caught up.
+    pub fn can_hold(&mut self, uid: u32) -> bool {
+        if self.usage(uid).1 < self.budgets.holds_per_user {
+            return true;
+        }
+        let gone: Vec<usize> =
+            self.holds.iter().enumerate().filter_map(|(i, h)| h.as_ref().filter(|h| h.uid == uid && h.right.is_dead()).map(|_| i)).collect();
+        for slot in gone {
+            self.release_hold(slot);
+        }
         self.usage(uid).1 < self.budgets.holds_per_user
     }
 

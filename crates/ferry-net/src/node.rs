@@ -1028,9 +1028,15 @@ impl Conn {
         self.ins.lock().unwrap().entry(id).or_default().read(n)?;
         let mut buf = Vec::new();
         read_rest(s, &mut buf, n).await?;
-        // The user the stream's window grows for: its destination's owner.
+        // The user the stream's window grows for: its destination's owner,
+        // or no user for the stream all replies share (its first frame is
+        // for a send-once right).
         if let Some(f) = self.ins.lock().unwrap().get_mut(&id).filter(|f| f.owner.is_none()) {
-            f.owner = Some(frame::message_target(&buf).map_or(UNKNOWN_OWNER, |t| self.state.lock().unwrap().owner(t)));
+            let st = self.state.lock().unwrap();
+            f.owner = Some(match frame::message_target(&buf).map(|t| st.held.get(&t)) {
+                Some(Some(Held::Send { owner, .. })) => *owner,
+                _ => UNKNOWN_OWNER,
+            });
         }
         Ok(Some(buf))
     }

@@ -782,6 +782,20 @@ struct Sinks {
     collect: ferry::ReceiveRight,
 }
 
+/// Sends each of nobody's `sinks` a message that fills its port and then
+/// one with a 15 MiB region, and waits a second for them to reach `b` and
+/// wait there, holding nobody's share of what `b` keeps for `a`; returns
+/// the 15 MiB.
+fn fill_sinks(sinks: &[ferry::SendRight]) -> Vec<u8> {
+    let bytes = vec![5u8; 15 << 20];
+    for sink in sinks {
+        sink.send(Message::new(1).with_body(vec![1u8; 7000]), WAIT).unwrap();
+        sink.send(Message::new(2).with_item(RegionItem::copied_from(&bytes).unwrap()), WAIT).unwrap();
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    bytes
+}
+
 /// [`Sinks`] with `n` of nobody's ports.
 fn nobodys_sinks_on_b(a: &Node, b: &Node, n: usize) -> Sinks {
     use std::io::BufRead;
@@ -815,13 +829,7 @@ fn a_user_whose_ports_never_read_does_not_stall_another_users_messages_from_the_
         let (a, b) = nodes_with(|c| c.max_frame_bytes_per_peer = 0);
         let Sinks { mut honest, honest_from_a, mut other, sinks, .. } = nobodys_sinks_on_b(&a, &b, 8);
 
-        let bytes = vec![5u8; 15 << 20];
-        for sink in &sinks {
-            sink.send(Message::new(1).with_body(vec![1u8; 7000]), WAIT).unwrap();
-            sink.send(Message::new(2).with_item(RegionItem::copied_from(&bytes).unwrap()), WAIT).unwrap();
-        }
-        // Time for the frames to reach `b` and wait there.
-        std::thread::sleep(Duration::from_secs(1));
+        let bytes = fill_sinks(&sinks);
         for i in 0..3 {
             honest_from_a.send(Message::new(10 + i).with_item(RegionItem::copied_from(&bytes).unwrap()), WAIT).unwrap();
             let m = honest.recv(WAIT).expect("root's message while nobody's ports stay full");
@@ -908,12 +916,7 @@ fn a_large_reply_to_a_user_whose_share_is_full_holds_up_no_other_reply() {
         let Some(Item::SendOnce(nobodys_reply)) = got.take_items().pop() else { panic!("no send-once right from nobody") };
 
         // Nobody's share fills, as in the test above.
-        let bytes = vec![5u8; 15 << 20];
-        for sink in &sinks {
-            sink.send(Message::new(1).with_body(vec![1u8; 7000]), WAIT).unwrap();
-            sink.send(Message::new(2).with_item(RegionItem::copied_from(&bytes).unwrap()), WAIT).unwrap();
-        }
-        std::thread::sleep(Duration::from_secs(1));
+        let bytes = fill_sinks(&sinks);
 
         // Root's send-once right, at `a` as a proxy.
         let (mut answer, root_reply) = ferry::reply_pair().unwrap();

@@ -394,6 +394,16 @@ impl State {
         self.kills.entry(import).or_insert_with(|| watch::channel(false).0).subscribe()
     }
 
+    /// The user whose share a frame for export `export` is charged to:
+    /// none for a reply (a send-once right's, delivered as soon as it is
+    /// read, so holding bytes only in flight), else the port's owner.
+    fn charged_to(&self, export: u64) -> Option<u32> {
+        match self.held.get(&export) {
+            Some(Held::Once { .. }) => None,
+            _ => Some(self.owner(export)),
+        }
+    }
+
     /// The user that made the port behind export `export`.
     fn owner(&self, export: u64) -> u32 {
         match self.held.get(&export) {
@@ -1000,20 +1010,25 @@ impl Conn {
                 }
             }
             if message {
-                self.delivered(id, bytes.len()).await;
+                self.delivered(id, &bytes).await;
             }
         }
     }
 
-    /// A frame of `n` bytes off message stream `id` was delivered: gives
-    /// the peer its credit back when enough has been, with the window's
-    /// growth while the stream's owner has room for it.
-    async fn delivered(&self, id: u64, n: usize) {
+    /// Frame `frame` off message stream `id` was delivered: gives the peer
+    /// its credit back when enough has been, with the window's growth while
+    /// the stream's owner has room for it.
+    async fn delivered(&self, id: u64, frame: &[u8]) {
         let credit = {
             let mut ins = self.ins.lock().unwrap();
             let Some(f) = ins.get_mut(&id) else { return };
-            let owner = f.owner.unwrap_or(UNKNOWN_OWNER);
-            f.delivered(n, |more| self.frames.try_acquire(owner, more))
+            // The user the stream's window grows for, from its first frame:
+            // its destination's owner, or no user for the stream all
+            // replies share.
+            let owner = *f.owner.get_or_insert_with(|| {
+                frame::message_target(frame).and_then(|t| self.state.lock().unwrap().charged_to(t)).unwrap_or(UNKNOWN_OWNER)
+            });
+            f.delivered(frame.len(), |more| self.frames.try_acquire(owner, more))
         };
         if let Some(bytes) = credit {
             self.send_control(&[Frame::Credit { stream: id, bytes }]).await;
@@ -1028,16 +1043,6 @@ impl Conn {
         self.ins.lock().unwrap().entry(id).or_default().read(n)?;
         let mut buf = Vec::new();
         read_rest(s, &mut buf, n).await?;
-        // The user the stream's window grows for: its destination's owner,
-        // or no user for the stream all replies share (its first frame is
-        // for a send-once right).
-        if let Some(f) = self.ins.lock().unwrap().get_mut(&id).filter(|f| f.owner.is_none()) {
-            let st = self.state.lock().unwrap();
-            f.owner = Some(match frame::message_target(&buf).map(|t| st.held.get(&t)) {
-                Some(Some(Held::Send { owner, .. })) => *owner,
-                _ => UNKNOWN_OWNER,
-            });
-        }
         Ok(Some(buf))
     }
 
@@ -1082,17 +1087,13 @@ impl Conn {
                 // share do not wait for one user's share either.
                 let c = self.clone();
                 tokio::spawn(async move {
-                    let (uid, reply) = {
-                        let st = c.state.lock().unwrap();
-                        (st.owner(target), matches!(st.held.get(&target), Some(Held::Once { .. })))
-                    };
-                    let p = if reply {
-                        None
-                    } else {
-                        match c.frames.acquire(uid, bytes as usize).await {
+                    let charged = c.state.lock().unwrap().charged_to(target);
+                    let p = match charged {
+                        None => None,
+                        Some(uid) => match c.frames.acquire(uid, bytes as usize).await {
                             Ok(p) => Some(p),
                             Err(_) => return,
-                        }
+                        },
                     };
                     let granted = c.ins.lock().unwrap().get_mut(&stream).filter(|f| f.asked).map(|f| f.grant(bytes as usize, p));
                     if let Some(bytes) = granted {

@@ -374,12 +374,7 @@ fn ferry_net_stream(run: &mut Run<'_>) -> Result<(), Skip> {
 
 fn quic_raw_stream(run: &mut Run<'_>) -> Result<(), Skip> {
     let n = run.case.bytes as usize;
-    let (rt, rt_client) = (host_runtime(0)?, host_runtime(1)?);
-    let (server, connect) = quic_pair(&rt)?;
-    let srv = server.clone();
-    rt.spawn(async move {
-        let Some(inc) = srv.accept().await else { return };
-        let Ok(conn) = inc.await else { return };
+    let q = RawQuic::start(move |conn| async move {
         let Ok((mut send, mut recv)) = conn.accept_bi().await else { return };
         let mut buf = vec![0u8; n];
         let mut len = [0u8; 4];
@@ -390,21 +385,17 @@ fn quic_raw_stream(run: &mut Run<'_>) -> Result<(), Skip> {
                 return;
             }
         }
-    });
-    let (conn, _client_ep) = connect(&rt_client)?;
-    let (mut send, mut recv) = rt_client.block_on(conn.open_bi()).map_err(skip)?;
+    })?;
+    let (mut send, mut recv) = q.rt_client.block_on(q.conn.open_bi()).map_err(skip)?;
     let mut frame = (n as u32).to_le_bytes().to_vec();
     frame.resize(4 + n, 7);
     let send = std::cell::RefCell::new(&mut send);
     let out = stream_sender(
         run,
-        || rt_client.block_on(send.borrow_mut().write_all(&frame)).map_err(skip),
-        || rt_client.block_on(recv.read_exact(&mut [0u8; 1])).map_err(skip),
+        || q.rt_client.block_on(send.borrow_mut().write_all(&frame)).map_err(skip),
+        || q.rt_client.block_on(recv.read_exact(&mut [0u8; 1])).map_err(skip),
     );
-    conn.close(0u32.into(), b"done");
-    server.close(0u32.into(), b"done");
-    rt_client.shutdown_timeout(Duration::from_secs(1));
-    rt.shutdown_timeout(Duration::from_secs(1));
+    q.end();
     out
 }
 
@@ -560,12 +551,7 @@ fn ferry_net_region(run: &mut Run<'_>, how: Fetch, region: u64) -> Result<(), Sk
 /// into its buffer, touches it and answers one byte on the same stream.
 fn quic_raw_oneshot(run: &mut Run<'_>) -> Result<(), Skip> {
     let n = run.case.bytes as usize;
-    let (rt, rt_client) = (host_runtime(0)?, host_runtime(1)?);
-    let (server, connect) = quic_pair(&rt)?;
-    let srv = server.clone();
-    rt.spawn(async move {
-        let Some(inc) = srv.accept().await else { return };
-        let Ok(conn) = inc.await else { return };
+    let q = RawQuic::start(move |conn| async move {
         let mut buf = vec![0u8; n];
         while let Ok((mut send, mut recv)) = conn.accept_bi().await {
             if recv.read_exact(&mut buf).await.is_err() {
@@ -577,13 +563,12 @@ fn quic_raw_oneshot(run: &mut Run<'_>) -> Result<(), Skip> {
             }
             let _ = send.finish();
         }
-    });
-    let (conn, _client_ep) = connect(&rt_client)?;
+    })?;
     let data = vec![7u8; n];
     while run.more() {
         let t = Instant::now();
-        rt_client.block_on(async {
-            let (mut send, mut recv) = conn.open_bi().await.map_err(skip)?;
+        q.rt_client.block_on(async {
+            let (mut send, mut recv) = q.conn.open_bi().await.map_err(skip)?;
             send.write_all(&data).await.map_err(skip)?;
             let _ = send.finish();
             let mut b = [0u8; 1];
@@ -591,11 +576,49 @@ fn quic_raw_oneshot(run: &mut Run<'_>) -> Result<(), Skip> {
         })?;
         run.record(t.elapsed());
     }
-    conn.close(0u32.into(), b"done");
-    server.close(0u32.into(), b"done");
-    rt_client.shutdown_timeout(Duration::from_secs(1));
-    rt.shutdown_timeout(Duration::from_secs(1));
+    q.end();
     Ok(())
+}
+
+/// Two hosts' tokio runtimes with a raw QUIC connection between them (the
+/// nodes' TLS setup), as the `quic-raw` impls use: `serve` runs on host 0
+/// with the connection it accepted; `rt_client` and `conn` are host 1's,
+/// for the timing thread. A runtime per host, as two machines have (and as
+/// the nodes and the relays have): one runtime driving both endpoints
+/// would carry a packet from client to server without waking any thread,
+/// which no two hosts can do.
+struct RawQuic {
+    rt: tokio::runtime::Runtime,
+    rt_client: tokio::runtime::Runtime,
+    server: quinn::Endpoint,
+    conn: quinn::Connection,
+    _client_ep: quinn::Endpoint,
+}
+
+impl RawQuic {
+    fn start<F>(serve: impl FnOnce(quinn::Connection) -> F + Send + 'static) -> Result<RawQuic, Skip>
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let (rt, rt_client) = (host_runtime(0)?, host_runtime(1)?);
+        let (server, connect) = quic_pair(&rt)?;
+        let srv = server.clone();
+        rt.spawn(async move {
+            let Some(inc) = srv.accept().await else { return };
+            let Ok(conn) = inc.await else { return };
+            serve(conn).await;
+        });
+        let (conn, _client_ep) = connect(&rt_client)?;
+        Ok(RawQuic { rt, rt_client, server, conn, _client_ep })
+    }
+
+    /// Closes the connection and both runtimes.
+    fn end(self) {
+        self.conn.close(0u32.into(), b"done");
+        self.server.close(0u32.into(), b"done");
+        self.rt_client.shutdown_timeout(Duration::from_secs(1));
+        self.rt.shutdown_timeout(Duration::from_secs(1));
+    }
 }
 
 /// How to connect a client to a [`quic_pair`] server.
@@ -722,16 +745,7 @@ fn ferry_net_roundtrip(run: &mut Run<'_>) -> Result<(), Skip> {
 
 fn quic_raw_roundtrip(run: &mut Run<'_>) -> Result<(), Skip> {
     run.note("token_bytes", 1u64);
-    // A runtime per host, as two machines have (and as the nodes and the
-    // relay have): one runtime driving both endpoints would carry a packet
-    // from client to server without waking any thread, which no two hosts
-    // can do.
-    let (rt, rt_client) = (host_runtime(0)?, host_runtime(1)?);
-    let (server, connect) = quic_pair(&rt)?;
-    let srv = server.clone();
-    rt.spawn(async move {
-        let Some(inc) = srv.accept().await else { return };
-        let Ok(conn) = inc.await else { return };
+    let q = RawQuic::start(|conn| async move {
         let Ok((mut send, mut recv)) = conn.accept_bi().await else { return };
         let mut b = [0u8; 1];
         while recv.read_exact(&mut b).await.is_ok() {
@@ -739,22 +753,19 @@ fn quic_raw_roundtrip(run: &mut Run<'_>) -> Result<(), Skip> {
                 return;
             }
         }
-    });
-    let (conn, _client_ep) = connect(&rt_client)?;
-    let (mut send, mut recv) = rt_client.block_on(conn.open_bi()).map_err(skip)?;
+    })?;
+    let (mut send, mut recv) = q.rt_client.block_on(q.conn.open_bi()).map_err(skip)?;
     let mut b = [1u8; 1];
     while run.more() {
         let t = Instant::now();
-        rt_client.block_on(async {
+        q.rt_client.block_on(async {
             send.write_all(&b).await.map_err(skip)?;
             recv.read_exact(&mut b).await.map_err(skip)
         })?;
         run.record(t.elapsed());
     }
-    conn.close(0u32.into(), b"done");
-    server.close(0u32.into(), b"done");
-    rt_client.shutdown_timeout(Duration::from_secs(1));
-    rt.shutdown_timeout(Duration::from_secs(1));
+    drop((send, recv));
+    q.end();
     Ok(())
 }
 

@@ -220,32 +220,24 @@ fn keep_rights() -> R {
 /// message), says `sent`, and holds the ports until its standard input
 /// ends.
 fn sinks(n: usize) -> R {
-    use std::io::Read;
     let to = ferry::spawn::inherited()?;
     let ports: Vec<_> = (0..n).map(|_| ferry::port_with(ferry::PortOptions { queue_limit: Some(4096) })).collect::<Result<_, _>>()?;
     for some in ports.chunks(32) {
         let m = some.iter().try_fold(Message::new(20), |m, (_, tx)| tx.try_clone().map(|tx| m.with_item(tx)))?;
         to.send(m, Timeout::After(std::time::Duration::from_secs(10)))?;
     }
-    println!("sent");
-    std::io::stdin().read_to_end(&mut Vec::new())?;
-    drop(ports);
-    Ok(())
+    say_and_hold("sent", ports)
 }
 
 /// Makes `n` send-once rights of its own, sends them through the inherited
 /// right (op 24), says `sent`, and never reads what comes on them; holds
 /// their receiving ends until its standard input ends.
 fn reply_sinks(n: usize) -> R {
-    use std::io::Read;
     let to = ferry::spawn::inherited()?;
     let (ends, rights): (Vec<_>, Vec<_>) = (0..n).map(|_| ferry::reply_pair()).collect::<Result<Vec<_>, _>>()?.into_iter().unzip();
     let m = rights.into_iter().fold(Message::new(24), |m, r| m.with_item(r));
     to.send(m, Timeout::After(std::time::Duration::from_secs(10)))?;
-    println!("sent");
-    std::io::stdin().read_to_end(&mut Vec::new())?;
-    drop(ends);
-    Ok(())
+    say_and_hold("sent", ends)
 }
 
 /// Sends a send right to a port of its own through the inherited right
@@ -253,7 +245,6 @@ fn reply_sinks(n: usize) -> R {
 /// one message (op 22) on each, says `sent`, and holds the rights until
 /// its standard input ends.
 fn send_to_each(n: usize) -> R {
-    use std::io::Read;
     let to = ferry::spawn::inherited()?;
     let t = Timeout::After(std::time::Duration::from_secs(10));
     let (mut mine, tx) = ferry::port()?;
@@ -266,10 +257,7 @@ fn send_to_each(n: usize) -> R {
     for r in &rights {
         r.send(Message::new(22), t)?;
     }
-    println!("sent");
-    std::io::stdin().read_to_end(&mut Vec::new())?;
-    drop(rights);
-    Ok(())
+    say_and_hold("sent", rights)
 }
 
 /// Sends a send right to a port of its own through the inherited right
@@ -277,15 +265,22 @@ fn send_to_each(n: usize) -> R {
 /// (the items they carried), and holds them until its standard input
 /// ends.
 fn keep_messages(n: usize) -> R {
-    use std::io::Read;
     let to = ferry::spawn::inherited()?;
     let t = Timeout::After(std::time::Duration::from_secs(10));
     let (mut mine, tx) = ferry::port()?;
     to.send(Message::new(21).with_item(tx), t)?;
     let kept = (0..n).map(|_| mine.recv(t)).collect::<Result<Vec<_>, _>>()?;
-    println!("kept {}", kept.iter().map(|m| m.items().len()).sum::<usize>());
+    let said = format!("kept {}", kept.iter().map(|m| m.items().len()).sum::<usize>());
+    say_and_hold(&said, kept)
+}
+
+/// Prints `said` (the test reads it to know the role got this far), then
+/// keeps `held` until standard input ends.
+fn say_and_hold<T>(said: &str, held: T) -> R {
+    use std::io::Read;
+    println!("{said}");
     std::io::stdin().read_to_end(&mut Vec::new())?;
-    drop(kept);
+    drop(held);
     Ok(())
 }
 

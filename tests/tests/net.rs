@@ -890,6 +890,35 @@ fn ports_that_never_read_cannot_fill_the_links_window_for_every_stream() {
     });
 }
 
+/// A port that keeps reading has its stream's window grown well past the
+/// first bound of 1 MiB (to 16 MiB, and by the frames it asked for), so a
+/// port's messages are not held to a megabyte per round trip on a link of
+/// long round trips; the growth is charged and shown (`window_growth`)
+/// while the stream lasts.
+#[test]
+fn a_port_that_keeps_reading_has_its_streams_window_grow_well_past_a_megabyte() {
+    watchdog("a_port_that_keeps_reading_has_its_streams_window_grow_well_past_a_megabyte", LIMIT, || {
+        let (a, b) = pair();
+        let (mut srv, to_srv) = ferry::port().unwrap();
+        a.export("bulk", to_srv);
+        let bulk = b.lookup("bulk@a").unwrap();
+        const N: u32 = 600;
+        let reader = std::thread::spawn(move || {
+            for i in 0..N {
+                let m = srv.recv(WAIT).unwrap_or_else(|e| panic!("message {i}: {e}"));
+                assert_eq!((m.op(), m.body().len()), (i, 60 << 10), "messages arrive whole and in order");
+            }
+        });
+        for i in 0..N {
+            bulk.send(Message::new(i).with_body(vec![i as u8; 60 << 10]), WAIT).unwrap();
+        }
+        reader.join().unwrap();
+        let grown = a.links().iter().find(|l| l.peer == "b").map_or(0, |l| l.window_growth);
+        assert!(grown >= 8 << 20, "after 36 MiB the stream's window grew by {grown} bytes, not past 8 MiB");
+        drop(bulk);
+    });
+}
+
 /// A large reply to a user whose share of the link is full waits for no
 /// share, so the replies behind it on the link's one stream for replies
 /// are not held up. User nobody's ports on `b` never read and fill its

@@ -37,7 +37,7 @@ use tokio::sync::{oneshot, watch};
 
 use crate::budget::{share_left, Budgets, Limits, Owners, LOOKUPS};
 use crate::cor::{self, Counters, Fetcher};
-use crate::flow::{self, SMALL, WINDOW};
+use crate::flow::{self, MAX_WINDOW, SMALL, WINDOW};
 use crate::frame::{self, Cap, Frame, Part, MAX_EAGER_REGION, MAX_FRAME};
 use crate::inflight::InFlight;
 use crate::link::{Event, Incoming, Key, Link, LinkError, Outgoing, Store};
@@ -711,6 +711,16 @@ fn frame_budget(c: &NodeConfig) -> usize {
     c.max_frame_bytes_per_peer.max(2 * MAX_FRAME)
 }
 
+/// QUIC's window for each stream of a link: the most credit a message
+/// stream's window grows to (16 MiB), so that on a link of
+/// long round trips a port's messages are paced by their credit, not by
+/// QUIC, and a page fetch may have as much in flight.
+pub const STREAM_WINDOW: usize = MAX_WINDOW;
+
+/// The bytes a node keeps written but not yet acknowledged on one link:
+/// room for a few streams at their largest window at once.
+pub const SEND_WINDOW: u64 = 4 * MAX_WINDOW as u64;
+
 fn transport(c: &NodeConfig) -> Arc<quinn::TransportConfig> {
     let mut t = quinn::TransportConfig::default();
     t.max_idle_timeout(quinn::IdleTimeout::try_from(c.idle_timeout).ok());
@@ -724,6 +734,10 @@ fn transport(c: &NodeConfig) -> Arc<quinn::TransportConfig> {
     // that stall never fill it.
     let window = frame_budget(c) as u64 + u64::from(c.max_streams_per_peer.max(2)) * WINDOW as u64 + (32 << 20);
     t.receive_window(quinn::VarInt::from_u64(window).unwrap_or(quinn::VarInt::MAX));
+    // What the peer may hold here unread is bounded by the link's window
+    // above, whatever each stream's.
+    t.stream_receive_window(quinn::VarInt::from_u64(STREAM_WINDOW as u64).unwrap_or(quinn::VarInt::MAX));
+    t.send_window(SEND_WINDOW);
     // Each page fetch rides a bidirectional stream of its own.
     t.max_concurrent_bidi_streams(1024u32.into());
     Arc::new(t)

@@ -53,6 +53,14 @@
 //! (`ip netns`) and removed after it; they need root and are recorded as
 //! skipped otherwise. `ferry bench net` as root runs both
 //! links in the same invocation, interleaved.
+//!
+//! The `-far` impls (`ferry-net-far`, `quic-raw-far`; `null-roundtrip` and
+//! `stream`) run over a link of long round trips: a UDP relay on loopback
+//! between the two sides holds every datagram [`FAR_DELAY`] each way (the
+//! kernel here has no `netem`). What they show is whether a port's credit
+//! or QUIC's own flow control paces a stream once the link's round trip,
+//! not the machine, is the cost; raw QUIC there gets the nodes' stream and
+//! send windows, so both may keep as much in flight.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -110,6 +118,8 @@ pub fn impls() -> Vec<Impl> {
         Impl { name: "quic-relay-veth", run: |run| placed(run, |run| over_veth(run, quic_relay)) },
         Impl { name: "quic-relay-port", run: |run| placed(run, quic_relay_port) },
         Impl { name: "quic-relay-port-veth", run: |run| placed(run, |run| over_veth(run, quic_relay_port)) },
+        Impl { name: "ferry-net-far", run: |run| placed(run, |run| over_far(run, ferry_net)) },
+        Impl { name: "quic-raw-far", run: |run| placed(run, |run| over_far(run, quic_raw)) },
     ]
 }
 
@@ -220,6 +230,145 @@ fn over_veth(run: &mut Run<'_>, f: fn(&mut Run<'_>) -> Result<(), Skip>) -> Resu
     r
 }
 
+/// How long the relay of a `-far` impl holds each datagram, each way.
+const FAR_DELAY: Duration = Duration::from_millis(25);
+
+/// The rate of the relay's link each way, bytes a second (400 Mbit/s):
+/// with [`FAR_DELAY`], 2.5 MB in flight fill it.
+const FAR_RATE: u64 = 50_000_000;
+
+/// Bytes the relay's link queues each way before it drops (a router's
+/// buffer): twice what is in flight when the link is full.
+const FAR_QUEUE: u64 = 5_000_000;
+
+thread_local! {
+    /// The relays of the `-far` impl now running on this thread; `None`
+    /// when the sides reach each other directly.
+    static FAR: std::cell::RefCell<Option<Vec<Relay>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` for one round with every link between the sides through a
+/// relay that holds each datagram [`FAR_DELAY`] each way.
+fn over_far(run: &mut Run<'_>, f: fn(&mut Run<'_>) -> Result<(), Skip>) -> Result<(), Skip> {
+    only(run, &["null-roundtrip", "stream"])?;
+    run.note(
+        "link",
+        format!(
+            "UDP relay on loopback: {} ms each way, {} Mbit/s, {} MB queue",
+            FAR_DELAY.as_millis(),
+            FAR_RATE * 8 / 1_000_000,
+            FAR_QUEUE / 1_000_000
+        ),
+    );
+    FAR.with(|r| *r.borrow_mut() = Some(Vec::new()));
+    let out = f(run);
+    // Dropping the relays stops them.
+    FAR.with(|r| r.borrow_mut().take());
+    out
+}
+
+/// Where side 1 sends to reach side 0's `server`: `server` itself, or,
+/// while a `-far` impl runs, a new relay to it (kept for the round).
+fn reach(server: SocketAddr) -> Result<SocketAddr, Skip> {
+    FAR.with(|r| match r.borrow_mut().as_mut() {
+        None => Ok(server),
+        Some(relays) => {
+            let relay = Relay::start(server, FAR_DELAY)?;
+            let addr = relay.addr;
+            relays.push(relay);
+            Ok(addr)
+        }
+    })
+}
+
+/// A UDP relay on loopback between the first client heard from and one
+/// server, standing in for a link of long round trips: each way sends at
+/// [`FAR_RATE`] from a queue of at most [`FAR_QUEUE`] bytes (a datagram
+/// that finds it full is lost), and each datagram arrives its delay after
+/// it left. Its socket's receive buffer is large (forced, as root), so
+/// only the link's queue drops; it stops when dropped, and after ten
+/// minutes in any case.
+struct Relay {
+    addr: SocketAddr,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Relay {
+    fn start(server: SocketAddr, delay: Duration) -> Result<Relay, Skip> {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let sock = std::net::UdpSocket::bind(loopback()).map_err(skip)?;
+        let room = 64 << 20;
+        if rustix::net::sockopt::set_socket_recv_buffer_size_force(&sock, room).is_err() {
+            rustix::net::sockopt::set_socket_recv_buffer_size(&sock, room).map_err(skip)?;
+        }
+        let addr = sock.local_addr().map_err(skip)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let halt = stop.clone();
+        sock.set_nonblocking(true).map_err(skip)?;
+        let thread = std::thread::spawn(move || {
+            let end = Instant::now() + Duration::from_secs(600);
+            let mut client: Option<SocketAddr> = None;
+            let mut buf = vec![0u8; 65536];
+            // Each way's datagrams, due in arrival order.
+            let mut held: [std::collections::VecDeque<(Instant, SocketAddr, Vec<u8>)>; 2] = Default::default();
+            // When each way (to the client, to the server) has sent all it
+            // holds at the link's rate.
+            let mut free = [Instant::now(); 2];
+            while !halt.load(Ordering::Relaxed) && Instant::now() < end {
+                let now = Instant::now();
+                for way in &mut held {
+                    while way.front().is_some_and(|h| h.0 <= now) {
+                        let (_, to, bytes) = way.pop_front().expect("checked above");
+                        let _ = sock.send_to(&bytes, to);
+                    }
+                }
+                // Waits in poll(2), whose timer is precise, until the next
+                // datagram is due or one arrives (a socket's own receive
+                // timer would round up to a clock tick).
+                let next = held.iter().filter_map(|w| w.front().map(|h| h.0)).min();
+                let wait = next.map_or(Duration::from_millis(50), |t| t.saturating_duration_since(now));
+                let wait = rustix::time::Timespec { tv_sec: 0, tv_nsec: wait.min(Duration::from_millis(50)).as_nanos() as _ };
+                let mut fds = [rustix::event::PollFd::new(&sock, rustix::event::PollFlags::IN)];
+                if !matches!(rustix::event::poll(&mut fds, Some(&wait)), Ok(n) if n > 0) {
+                    continue;
+                }
+                while let Ok((len, from)) = sock.recv_from(&mut buf) {
+                    let way = usize::from(from == server);
+                    let to = if from == server {
+                        match client {
+                            Some(c) => c,
+                            None => continue,
+                        }
+                    } else {
+                        client = Some(from);
+                        server
+                    };
+                    // The link's queue: full, the datagram is lost, as at a
+                    // router; else it leaves once the ones before it have.
+                    let now = Instant::now();
+                    let queued = FAR_RATE as f64 * free[way].saturating_duration_since(now).as_secs_f64();
+                    if queued > FAR_QUEUE as f64 {
+                        continue;
+                    }
+                    free[way] = free[way].max(now) + Duration::from_secs_f64(len as f64 / FAR_RATE as f64);
+                    held[way].push_back((free[way] + delay, to, buf[..len].to_vec()));
+                }
+            }
+        });
+        Ok(Relay { addr, stop, thread: Some(thread) })
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 /// The address side `side` (0 serves, 1 connects) binds: loopback, or its
 /// namespace's veth address.
 fn addr(side: usize) -> SocketAddr {
@@ -297,28 +446,57 @@ const STREAM_BATCH: u64 = 64;
 
 /// The sender's side of a `stream` case: `send` writes one message,
 /// `acked` waits for the next acknowledgement; each batch's time since the
-/// last is recorded per message.
+/// last is recorded per message. Over a `-far` link the sender may be
+/// [`FAR_BATCHES`] batches ahead, and streams for [`FAR_WARM`] before the
+/// round's clock starts, so that the congestion window and the port's
+/// credit have grown: what is measured is a stream that flows, not the
+/// link's slow start.
 fn stream_sender(
     run: &mut Run<'_>,
     mut send: impl FnMut() -> Result<(), Skip>,
     mut acked: impl FnMut() -> Result<(), Skip>,
 ) -> Result<(), Skip> {
+    let far = FAR.with(|r| r.borrow().is_some());
+    let ahead = if far { FAR_BATCHES } else { 2 };
     run.note("batch", STREAM_BATCH);
+    run.note("batches_ahead", ahead);
     let (mut sent, mut acks) = (0u64, 0u64);
+    let mut step = |sent: &mut u64, acks: &mut u64| -> Result<bool, Skip> {
+        let waited = *sent - *acks * STREAM_BATCH >= ahead * STREAM_BATCH;
+        if waited {
+            acked()?;
+            *acks += 1;
+        }
+        send()?;
+        *sent += 1;
+        Ok(waited)
+    };
+    if far {
+        // Short runs (`--quick`, `--smoke`) warm for as long as they measure.
+        let warm = Instant::now() + FAR_WARM.min(run.budget().round_time * 4);
+        while Instant::now() < warm {
+            step(&mut sent, &mut acks)?;
+        }
+    }
     let mut last = Instant::now();
     while run.more() {
-        if sent - acks * STREAM_BATCH >= 2 * STREAM_BATCH {
-            acked()?;
-            acks += 1;
+        if step(&mut sent, &mut acks)? {
             let now = Instant::now();
             run.record_batch(now - last, STREAM_BATCH);
             last = now;
         }
-        send()?;
-        sent += 1;
     }
     Ok(())
 }
+
+/// Batches of a `stream` case a sender may be ahead of the
+/// acknowledgements over a `-far` link: more than the link holds in
+/// flight, at either size.
+const FAR_BATCHES: u64 = 16;
+
+/// How long a `stream` case streams over a `-far` link before each round
+/// (at most four rounds' time).
+const FAR_WARM: Duration = Duration::from_secs(1);
 
 /// A receiving program on host `a`, whose port `sink` host `b` looks up:
 /// the first message brings a send right back to the timing program, and
@@ -466,7 +644,7 @@ fn linked_nodes(name: &str, to: ferry::SendRight) -> Result<(Node, Node), Skip> 
     let ib = Identity::generate("b").map_err(skip)?;
     let a = on(0, || Node::start(NodeConfig::new(ia.clone(), vec![Peer { name: "b".into(), cert: ib.cert.clone() }], addr(0))))?.map_err(skip)?;
     let b = on(1, || Node::start(NodeConfig::new(ib, vec![Peer { name: "a".into(), cert: ia.cert.clone() }], addr(1))))?.map_err(skip)?;
-    b.connect("a", a.local_addr().map_err(skip)?).map_err(skip)?;
+    b.connect("a", reach(a.local_addr().map_err(skip)?)?).map_err(skip)?;
     a.export(name, to);
     Ok((a, b))
 }
@@ -629,8 +807,18 @@ type Connect = Box<dyn FnOnce(&tokio::runtime::Runtime) -> Result<(quinn::Connec
 fn quic_pair(rt: &tokio::runtime::Runtime) -> Result<(quinn::Endpoint, Connect), Skip> {
     let ia = Identity::generate("a").map_err(skip)?;
     let ib = Identity::generate("b").map_err(skip)?;
-    let server_cfg = ferry_net::tls::quic_server_config(&ia, vec![Peer { name: "b".into(), cert: ib.cert.clone() }]).map_err(skip)?;
-    let client_cfg = ferry_net::tls::quic_client_config(&ib, &Peer { name: "a".into(), cert: ia.cert.clone() }).map_err(skip)?;
+    let mut server_cfg = ferry_net::tls::quic_server_config(&ia, vec![Peer { name: "b".into(), cert: ib.cert.clone() }]).map_err(skip)?;
+    let mut client_cfg = ferry_net::tls::quic_client_config(&ib, &Peer { name: "a".into(), cert: ia.cert.clone() }).map_err(skip)?;
+    if FAR.with(|r| r.borrow().is_some()) {
+        // Over a far link, the nodes' windows: as much in flight as a
+        // node lets one port's stream have.
+        let mut t = quinn::TransportConfig::default();
+        t.stream_receive_window(quinn::VarInt::from_u64(ferry_net::node::STREAM_WINDOW as u64).map_err(skip)?);
+        t.send_window(ferry_net::node::SEND_WINDOW);
+        let t = Arc::new(t);
+        server_cfg.transport_config(t.clone());
+        client_cfg.transport_config(t);
+    }
     let server = on(0, || rt.block_on(async { quinn::Endpoint::server(server_cfg, addr(0)) }))?.map_err(skip)?;
     let server_addr = server.local_addr().map_err(skip)?;
     let connect: Connect = Box::new(move |rt| {
@@ -638,10 +826,11 @@ fn quic_pair(rt: &tokio::runtime::Runtime) -> Result<(quinn::Endpoint, Connect),
             let _in_runtime = rt.enter();
             quinn::Endpoint::client(addr(1))
         })?.map_err(skip)?;
+        let to = reach(server_addr)?;
         rt.block_on(async move {
             let mut ep = ep;
             ep.set_default_client_config(client_cfg);
-            let conn = ep.connect(server_addr, "ferry-peer").map_err(std::io::Error::other)?.await?;
+            let conn = ep.connect(to, "ferry-peer").map_err(std::io::Error::other)?.await?;
             Ok::<_, std::io::Error>((conn, ep))
         })
         .map_err(skip)

@@ -315,7 +315,7 @@ mod tests {
         assert!(credits < 2000, "credit goes back in batches");
         // Without room, it stays where it is.
         let mut other = In::default();
-        let _all = pool.try_acquire(8, pool_left(&pool)).unwrap();
+        let _all = pool.try_acquire(8, pool.left()).unwrap();
         for _ in 0..100 {
             other.read(SMALL).unwrap();
             if let Some(c) = other.delivered(SMALL, |n| pool.try_acquire(9, n)) {
@@ -323,10 +323,6 @@ mod tests {
             }
         }
         assert_eq!(other.window, WINDOW);
-    }
-
-    fn pool_left(pool: &InFlight) -> usize {
-        pool.left()
     }
 
     #[test]

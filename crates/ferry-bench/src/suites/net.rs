@@ -274,7 +274,7 @@ fn reach(server: SocketAddr) -> Result<SocketAddr, Skip> {
     FAR.with(|r| match r.borrow_mut().as_mut() {
         None => Ok(server),
         Some(relays) => {
-            let relay = Relay::start(server, FAR_DELAY)?;
+            let relay = Relay::start(server)?;
             let addr = relay.addr;
             relays.push(relay);
             Ok(addr)
@@ -285,8 +285,8 @@ fn reach(server: SocketAddr) -> Result<SocketAddr, Skip> {
 /// A UDP relay on loopback between the first client heard from and one
 /// server, standing in for a link of long round trips: each way sends at
 /// [`FAR_RATE`] from a queue of at most [`FAR_QUEUE`] bytes (a datagram
-/// that finds it full is lost), and each datagram arrives its delay after
-/// it left. Its socket's receive buffer is large (forced, as root), so
+/// that finds it full is lost), and each datagram arrives [`FAR_DELAY`]
+/// after it left. Its socket's receive buffer is large (forced, as root), so
 /// only the link's queue drops; it stops when dropped, and after ten
 /// minutes in any case.
 struct Relay {
@@ -296,7 +296,7 @@ struct Relay {
 }
 
 impl Relay {
-    fn start(server: SocketAddr, delay: Duration) -> Result<Relay, Skip> {
+    fn start(server: SocketAddr) -> Result<Relay, Skip> {
         use std::sync::atomic::{AtomicBool, Ordering};
         let sock = std::net::UdpSocket::bind(loopback()).map_err(skip)?;
         let room = 64 << 20;
@@ -353,7 +353,7 @@ impl Relay {
                         continue;
                     }
                     free[way] = free[way].max(now) + Duration::from_secs_f64(len as f64 / FAR_RATE as f64);
-                    held[way].push_back((free[way] + delay, to, buf[..len].to_vec()));
+                    held[way].push_back((free[way] + FAR_DELAY, to, buf[..len].to_vec()));
                 }
             }
         });
@@ -580,24 +580,11 @@ fn quic_raw_stream(run: &mut Run<'_>) -> Result<(), Skip> {
 
 fn tcp_raw_stream(run: &mut Run<'_>) -> Result<(), Skip> {
     let n = run.case.bytes as usize;
-    let l = on(0, || TcpListener::bind(addr(0)))?.map_err(skip)?;
-    let addr = l.local_addr().map_err(skip)?;
-    let sink = on(0, || {
-        std::thread::spawn(move || {
-            let Ok((mut s, _)) = l.accept() else { return };
-            let _ = s.set_nodelay(true);
-            let mut buf = vec![0u8; 4 + n];
-            let mut got = 0u64;
-            while s.read_exact(&mut buf).is_ok() {
-                got += 1;
-                if got.is_multiple_of(STREAM_BATCH) && s.write_all(&[1]).is_err() {
-                    return;
-                }
-            }
-        })
+    let mut got = 0u64;
+    let (c, sink) = tcp_sink(4 + n, true, move |_| {
+        got += 1;
+        got.is_multiple_of(STREAM_BATCH)
     })?;
-    let c = on(1, || TcpStream::connect(addr))?.map_err(skip)?;
-    c.set_nodelay(true).map_err(skip)?;
     let mut frame = (n as u32).to_le_bytes().to_vec();
     frame.resize(4 + n, 7);
     let c = std::cell::RefCell::new(c);
@@ -845,26 +832,45 @@ fn host_runtime(side: usize) -> Result<tokio::runtime::Runtime, Skip> {
     on(side, || tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build())?.map_err(skip)
 }
 
-/// 256 MiB on one TCP connection per operation; the receiver reads it all,
-/// touches it and answers one byte.
-fn tcp_raw_oneshot(run: &mut Run<'_>) -> Result<(), Skip> {
-    let n = run.case.bytes as usize;
+/// A TCP connection from side 1, without Nagle's delay, to a receiver on
+/// side 0 (without it too if `nodelay`): the receiver reads frames of
+/// `len` bytes, hands each to `each`, and answers one byte when it says
+/// so, until the connection ends (join the thread after dropping the
+/// connection).
+fn tcp_sink(
+    len: usize,
+    nodelay: bool,
+    mut each: impl FnMut(&[u8]) -> bool + Send + 'static,
+) -> Result<(TcpStream, std::thread::JoinHandle<()>), Skip> {
     let l = on(0, || TcpListener::bind(addr(0)))?.map_err(skip)?;
-    let addr = l.local_addr().map_err(skip)?;
+    let to = l.local_addr().map_err(skip)?;
     let sink = on(0, || {
         std::thread::spawn(move || {
             let Ok((mut s, _)) = l.accept() else { return };
-            let mut buf = vec![0u8; n];
+            if nodelay {
+                let _ = s.set_nodelay(true);
+            }
+            let mut buf = vec![0u8; len];
             while s.read_exact(&mut buf).is_ok() {
-                touch_read(&buf);
-                if s.write_all(&[1]).is_err() {
+                if each(&buf) && s.write_all(&[1]).is_err() {
                     return;
                 }
             }
         })
     })?;
-    let mut c = on(1, || TcpStream::connect(addr))?.map_err(skip)?;
+    let c = on(1, || TcpStream::connect(to))?.map_err(skip)?;
     c.set_nodelay(true).map_err(skip)?;
+    Ok((c, sink))
+}
+
+/// 256 MiB on one TCP connection per operation; the receiver reads it all,
+/// touches it and answers one byte.
+fn tcp_raw_oneshot(run: &mut Run<'_>) -> Result<(), Skip> {
+    let n = run.case.bytes as usize;
+    let (mut c, sink) = tcp_sink(n, false, |buf| {
+        touch_read(buf);
+        true
+    })?;
     let data = vec![7u8; n];
     let mut b = [0u8; 1];
     while run.more() {

@@ -279,6 +279,7 @@ pub(crate) struct CookieIo {
 }
 
 extern "C" {
+    fn __fpending(f: *mut FILE) -> size_t;
     pub(crate) fn fopencookie(cookie: *mut c_void, mode: *const c_char, funcs: CookieIo) -> *mut FILE;
 }
 
@@ -420,6 +421,63 @@ fn emul_fdopen(fd: c_int, mode: *const c_char) -> *mut FILE {
         }
     }
     cookie_file(fd, mode)
+}
+
+/// Whether `f` is one of the library's own streams: a cookie stream with
+/// a descriptor, which only `cookie_file` gives one (the C library leaves
+/// a cookie stream's at -1). After `freopen(NULL, ...)` the descriptor
+/// may be the kernel's, but the stream is still such a cookie stream.
+fn own_stream(f: *mut FILE) -> bool {
+    // SAFETY: a stream the program passed to a stdio function; `fileno`
+    // only reads it.
+    crate::wide::byte_only(f) && emul().is_some_and(|e| e.fileno_patch) && unsafe { real::fileno()(f) } >= 0
+}
+
+/// A seek of `f` by `seek`, the C library's own: relative to the current
+/// position on one of the library's streams, after writing out what the
+/// stream holds unwritten.
+///
+/// The C library gets a relative seek wrong on a cookie stream whose
+/// unwritten bytes do not start where its last read ended (bytes written
+/// after a seek back, say): writing them out inside the seek sets the
+/// stream's idea of the offset to where they start, and a cookie's write
+/// does not move it on, so the seek lands that many bytes short
+/// (`fseek(f, 0, SEEK_CUR)` after `fseek(f, 100, SEEK_SET)` and a 300-byte
+/// `fwrite` left the stream at 100, not 400). `fflush` writes them out and
+/// forgets that idea, so the seek then asks the descriptor. Everything
+/// else (a failed seek's effects, `ungetc`'s pushback) stays the C
+/// library's.
+fn seek_stream(f: *mut FILE, whence: c_int, seek: impl FnOnce() -> c_int) -> c_int {
+    if whence != libc::SEEK_CUR || !own_stream(f) {
+        return seek();
+    }
+    // SAFETY: the caller's live stream, locked (recursively) so that no
+    // other thread writes to it between the flush and the seek;
+    // `__fpending` only reads it.
+    unsafe {
+        crate::wide::flockfile(f);
+        let r = if __fpending(f) > 0 && libc::fflush(f) != 0 { -1 } else { seek() };
+        crate::wide::funlockfile(f);
+        r
+    }
+}
+/// `fseek(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn fseek(f: *mut FILE, off: libc::c_long, whence: c_int) -> c_int {
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
+    seek_stream(f, whence, || unsafe { real::fseek()(f, off, whence) })
+}
+/// `fseeko(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn fseeko(f: *mut FILE, off: off_t, whence: c_int) -> c_int {
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
+    seek_stream(f, whence, || unsafe { real::fseeko()(f, off, whence) })
+}
+/// `fseeko64(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn fseeko64(f: *mut FILE, off: off_t, whence: c_int) -> c_int {
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
+    seek_stream(f, whence, || unsafe { real::fseeko64()(f, off, whence) })
 }
 
 /// `fopen(3)`.

@@ -88,6 +88,9 @@ real_fns! {
     fwscanf: fn() -> c_int;
     __isoc99_fwscanf: fn() -> c_int;
     fileno: fn(*mut FILE) -> c_int;
+    fseek: fn(*mut FILE, libc::c_long, c_int) -> c_int;
+    fseeko: fn(*mut FILE, off_t, c_int) -> c_int;
+    fseeko64: fn(*mut FILE, off_t, c_int) -> c_int;
     read: fn(c_int, *mut c_void, size_t) -> ssize_t;
     __read_chk: fn(c_int, *mut c_void, size_t, size_t) -> ssize_t;
     pread: fn(c_int, *mut c_void, size_t, off_t) -> ssize_t;

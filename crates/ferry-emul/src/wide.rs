@@ -53,8 +53,8 @@ extern "C" {
     fn vswprintf(s: *mut wchar_t, n: size_t, format: *const wchar_t, ap: *mut c_void) -> c_int;
     fn mbrtowc(pwc: *mut wchar_t, s: *const c_char, n: size_t, ps: *mut MbState) -> size_t;
     fn wcrtomb(s: *mut c_char, wc: wchar_t, ps: *mut MbState) -> size_t;
-    fn flockfile(f: *mut FILE);
-    fn funlockfile(f: *mut FILE);
+    pub(crate) fn flockfile(f: *mut FILE);
+    pub(crate) fn funlockfile(f: *mut FILE);
 }
 
 /// Whether the running C library marks byte-only streams as this module

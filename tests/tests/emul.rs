@@ -2530,6 +2530,21 @@ def turn(s, way):
     if "+" in st[1] and st[2] not in (None, way):
         P(f'  if ({s}) fseek({s}, 0, SEEK_CUR);')
     st[2] = way
+# The calls that read and those that write, "@" standing for the stream.
+READS = {
+    "read": lambda r: f'{{ memset(buf, 0, sizeof buf); k = fread(buf, 1, {r.choice([1, 3, 17, 100, 400])}, @); printf("fread %zu [%s]\\n", k, buf); }}',
+    "getc": lambda r: 'printf("getc %d\\n", fgetc(@));',
+    "gets": lambda r: f'{{ char *q = fgets(buf, {r.choice([2, 10, 80])}, @); printf("fgets %s\\n", q ? buf : "(null)"); }}',
+    "scanf": lambda r: '{ int x = -1; int got = fscanf(@, "%d", &x); printf("scanf %d %d\\n", got, x); }',
+    "getline": lambda r: '{ char *l = NULL; size_t cap = 0; ssize_t got = getline(&l, &cap, @); printf("getline %zd %s\\n", got, got > 0 ? l : ""); free(l); }',
+    "ungetc": lambda r: "{ c = fgetc(@); if (c != EOF && ftell(@) > 1) printf(\"ungetc %d\\n\", ungetc('Q', @)); }",
+}
+WRITES = {
+    "write": lambda d, i: f'printf("fwrite %zu\\n", fwrite("{esc(d)}", 1, {len(d)}, @));',
+    "puts": lambda d, i: f'printf("fputs %d\\n", fputs("{esc(d)}", @) >= 0);',
+    "putc": lambda d, i: "printf(\"fputc %d\\n\", fputc('P', @));",
+    "printf": lambda d, i: f'printf("fprintf %d\\n", fprintf(@, "<%d:%s>", {i}, "{esc(d[:10])}"));',
+}
 P('#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n#include <errno.h>\n#include <fcntl.h>\n#include <unistd.h>\n#include <sys/stat.h>')
 P('static FILE *s0, *s1, *s2; static fpos_t p0, p1, p2; static int h0, h1, h2;')
 P('static void rep(FILE *f, const char *w) { if (!f) { printf("%s: closed\\n", w); return; } long t = ftell(f); printf("%s: tell %ld eof %d err %d\\n", w, t, feof(f), ferror(f)); }')
@@ -2559,31 +2574,13 @@ for i in range(n):
         continue
     f, m, last = streams[s]
     op = r.choice(["read", "read", "write", "write", "seek", "seek", "tell", "getc", "ungetc", "gets", "puts", "printf", "scanf", "getpos", "setpos", "flush", "close", "freopen", "rewind", "clearerr", "getline", "wrongway", "putc", "peek", "stat", "cut"])
-    if op in ("read", "getc", "gets", "scanf", "getline", "ungetc") and can_read(m):
+    if op in READS and can_read(m):
         turn(s, "read")
-        if op == "read":
-            P(f'  {g}{{ memset(buf, 0, sizeof buf); k = fread(buf, 1, {r.choice([1, 3, 17, 100, 400])}, {s}); printf("fread %zu [%s]\\n", k, buf); }}')
-        elif op == "getc":
-            P(f'  {g}printf("getc %d\\n", fgetc({s}));')
-        elif op == "gets":
-            P(f'  {g}{{ char *q = fgets(buf, {r.choice([2, 10, 80])}, {s}); printf("fgets %s\\n", q ? buf : "(null)"); }}')
-        elif op == "scanf":
-            P(f'  {g}{{ int x = -1; int got = fscanf({s}, "%d", &x); printf("scanf %d %d\\n", got, x); }}')
-        elif op == "getline":
-            P(f'  {g}{{ char *l = NULL; size_t cap = 0; ssize_t got = getline(&l, &cap, {s}); printf("getline %zd %s\\n", got, got > 0 ? l : ""); free(l); }}')
-        else:
-            P(f'  {g}{{ c = fgetc({s}); if (c != EOF && ftell({s}) > 1) printf("ungetc %d\\n", ungetc(\'Q\', {s})); }}')
-    elif op in ("write", "puts", "printf", "putc") and can_write(m):
+        P(f'  {g}' + READS[op](r).replace("@", s))
+    elif op in WRITES and can_write(m):
         turn(s, "write")
         d = "".join(r.choice("XYZ\n987") for _ in range(r.choice([1, 5, 40, 300])))
-        if op == "write":
-            P(f'  {g}printf("fwrite %zu\\n", fwrite("{esc(d)}", 1, {len(d)}, {s}));')
-        elif op == "puts":
-            P(f'  {g}printf("fputs %d\\n", fputs("{esc(d)}", {s}) >= 0);')
-        elif op == "putc":
-            P(f'  {g}printf("fputc %d\\n", fputc(\'P\', {s}));')
-        else:
-            P(f'  {g}printf("fprintf %d\\n", fprintf({s}, "<%d:%s>", {i}, "{esc(d[:10])}"));')
+        P(f'  {g}' + WRITES[op](d, i).replace("@", s))
     elif op == "wrongway":
         if not can_read(m):
             P(f'  {g}{{ errno = 0; c = fgetc({s}); printf("getc on a write-only stream %d errno %d\\n", c, errno); clearerr({s}); }}')

@@ -433,9 +433,9 @@ fn own_stream(f: *mut FILE) -> bool {
     crate::wide::byte_only(f) && emul().is_some_and(|e| e.fileno_patch) && unsafe { real::fileno()(f) } >= 0
 }
 
-/// A seek of `f` by `seek`, the C library's own: relative to the current
-/// position on one of the library's streams, after writing out what the
-/// stream holds unwritten.
+/// Runs `seek`, the C library's own seek of `f`; a seek relative to the
+/// current position on one of the library's streams first writes out what
+/// the stream holds unwritten.
 ///
 /// The C library gets a relative seek wrong on a cookie stream whose
 /// unwritten bytes do not start where its last read ended (bytes written

@@ -553,7 +553,7 @@ fn check_mode_bits() -> bool {
 /// The C library's own `freopen` would reopen the file through its
 /// internal calls behind the cookie's back (a crash).
 fn cookie_reopen(path: *const c_char, mode: *const c_char, f: *mut FILE) -> Option<*mut FILE> {
-    if !crate::wide::byte_only(f) || !emul().is_some_and(|e| e.fileno_patch) || !check_mode_bits() {
+    if !own_stream(f) || !check_mode_bits() {
         return None;
     }
     // SAFETY: the caller's mode string.
@@ -561,9 +561,6 @@ fn cookie_reopen(path: *const c_char, mode: *const c_char, f: *mut FILE) -> Opti
     // SAFETY: a stream of ours, whose descriptor `fileno` reports (patched
     // in by `cookie_file`).
     let fd = unsafe { real::fileno()(f) };
-    if fd < 0 {
-        return None;
-    }
     let flags = mode_flags(m) & !libc::O_CLOEXEC;
     // SAFETY: the caller's stream and path; `open` is this library's.
     unsafe {

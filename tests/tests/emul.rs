@@ -1779,6 +1779,88 @@ cc -o misc misc.c && ./misc"#,
 }
 
 #[test]
+fn emul_preadv2_pwritev2_flags_and_argument_errors_match_native() {
+    // preadv2/pwritev2 on a served file ignored their flags: RWF_APPEND
+    // wrote at the offset, RWF_NOAPPEND appended on an O_APPEND file,
+    // RWF_DSYNC did not sync and an unknown flag succeeded. And a vector
+    // call checked its vector before the offset and the descriptor's mode,
+    // so an empty vector at offset -2, or on a descriptor of the wrong
+    // mode, succeeded where the kernel refuses it. Every open mode, flag
+    // (known, unknown, combined) and offset (-1, inside, past the end,
+    // negative), then the offset, what a read sees, an empty call and the
+    // file.
+    script_matches_native(
+        "emul_preadv2_pwritev2_flags_and_argument_errors_match_native",
+        &["bash", "cc"],
+        r#"cat > rw2.c <<'C'
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <string.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
+#include <sys/uio.h>
+static void reset(void) { int w = open("f.txt", O_WRONLY | O_CREAT | O_TRUNC, 0644); write(w, "0123456789", 10); close(w); }
+static void content(void) { char b[64]; int r = open("f.txt", O_RDONLY); ssize_t n = read(r, b, sizeof b); close(r); printf(" file=%.*s\n", (int)(n < 0 ? 0 : n), b); }
+int main(void) {
+  const int modes[] = {O_RDWR, O_RDWR | O_APPEND, O_WRONLY, O_RDONLY, O_WRONLY | O_APPEND};
+  const int flags[] = {0, RWF_APPEND, RWF_NOAPPEND, RWF_DSYNC, RWF_SYNC, RWF_NOWAIT, RWF_HIPRI, 0x40, 0x80, 0x100, 0x40000000, RWF_APPEND | RWF_DSYNC, RWF_APPEND | RWF_NOAPPEND};
+  const long offs[] = {-1, 0, 3, 12, -2};
+  for (unsigned m = 0; m < sizeof modes / sizeof *modes; m++)
+    for (unsigned f = 0; f < sizeof flags / sizeof *flags; f++)
+      for (unsigned o = 0; o < sizeof offs / sizeof *offs; o++) {
+        reset();
+        int fd = open("f.txt", modes[m]);
+        lseek(fd, 2, SEEK_SET);
+        struct iovec w[2] = {{"ab", 2}, {"cd", 2}};
+        errno = 0; ssize_t r = pwritev2(fd, w, 2, offs[o], flags[f]);
+        printf("mode %#x flag %#x off %ld: write %zd e%d pos %ld;", modes[m], flags[f], offs[o], r, r < 0 ? errno : 0, (long)lseek(fd, 0, SEEK_CUR));
+        char a[4] = {0}, b[5] = {0}; struct iovec rv[2] = {{a, 3}, {b, 4}};
+        lseek(fd, 1, SEEK_SET);
+        errno = 0; r = preadv2(fd, rv, 2, offs[o], flags[f]);
+        printf(" read %zd e%d [%.3s|%.4s] pos %ld;", r, r < 0 ? errno : 0, a, b, (long)lseek(fd, 0, SEEK_CUR));
+        errno = 0; r = pwritev2(fd, w, 0, offs[o], flags[f]);
+        printf(" empty %zd e%d pos %ld;", r, r < 0 ? errno : 0, (long)lseek(fd, 0, SEEK_CUR));
+        errno = 0; r = write(fd, "Z", 1);
+        printf(" then %zd pos %ld;", r, (long)lseek(fd, 0, SEEK_CUR));
+        close(fd);
+        content();
+      }
+  for (unsigned m = 0; m < sizeof modes / sizeof *modes; m++) {
+    reset();
+    int fd = open("f.txt", modes[m]);
+    char b[8] = {0};
+    struct iovec w[2] = {{"ab", 2}, {"cd", 2}}, rv[1] = {{b, 4}};
+    long r[12];
+    errno = 0; r[0] = pread(fd, b, 0, -2); r[1] = errno;
+    errno = 0; r[2] = pwrite(fd, "x", 0, -2); r[3] = errno;
+    errno = 0; r[4] = pwrite(fd, "x", 0, 50); r[5] = errno;
+    errno = 0; r[6] = preadv(fd, rv, 1, -1); r[7] = errno;
+    errno = 0; r[8] = pwritev(fd, w, 2, -1); r[9] = errno;
+    int neg = -1;
+    errno = 0; r[10] = readv(fd, rv, neg); r[11] = errno;
+    printf("mode %#x: pread0 %ld/%ld pwrite0 %ld/%ld pwrite0-far %ld/%ld preadv-1 %ld/%ld pwritev-1 %ld/%ld readv-neg %ld/%ld;", modes[m], r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11]);
+    static struct iovec big[1025];
+    errno = 0; r[0] = writev(fd, big, 1025); r[1] = errno;
+    struct iovec *none = NULL;
+    errno = 0; r[2] = readv(fd, none, 1); r[3] = errno;
+    errno = 0; r[4] = writev(fd, w, 0); r[5] = errno;
+    errno = 0; r[6] = readv(fd, rv, 0); r[7] = errno;
+    errno = 0; r[8] = read(fd, b, 0); r[9] = errno;
+    errno = 0; r[10] = write(fd, b, 0); r[11] = errno;
+    printf(" writev-big %ld/%ld readv-null %ld/%ld writev0 %ld/%ld readv0 %ld/%ld read0 %ld/%ld write0 %ld/%ld pos %ld;", r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11], (long)lseek(fd, 0, SEEK_CUR));
+    close(fd);
+    content();
+  }
+  return 0;
+}
+C
+cc -o rw2 rw2.c && ./rw2"#,
+        true,
+    );
+}
+
+#[test]
 fn emul_closing_every_descriptor_keeps_the_library_working_like_native() {
     // A program that closes every descriptor above the standard ones
     // (closefrom, close_range; daemons do) also closed the library's own

@@ -370,6 +370,25 @@ impl File {
         Ok(())
     }
 
+    /// `EBADF` unless the open file was opened for reading, as the kernel
+    /// answers before it looks at the buffers.
+    pub fn check_readable(&self) -> Result<(), Errno> {
+        if self.readable {
+            Ok(())
+        } else {
+            Err(libc::EBADF)
+        }
+    }
+
+    /// `EBADF` unless the open file was opened for writing.
+    pub fn check_writable(&self) -> Result<(), Errno> {
+        if self.writable {
+            Ok(())
+        } else {
+            Err(libc::EBADF)
+        }
+    }
+
     /// `read(2)` at the shared offset.
     pub fn read(&self, buf: &mut [u8]) -> Result<usize, Errno> {
         if !self.readable {
@@ -386,12 +405,11 @@ impl File {
     /// `pread(2)`: the offset is not used, but the token is held for the
     /// size.
     pub fn pread(&self, buf: &mut [u8], pos: i64) -> Result<usize, Errno> {
-        if !self.readable {
-            return Err(libc::EBADF);
-        }
+        // The kernel checks the offset before the descriptor's mode.
         if pos < 0 {
             return Err(libc::EINVAL);
         }
+        self.check_readable()?;
         check_range(pos as u64, buf.len())?;
         // The token keeps the size from shrinking under the copy.
         let _t = self.token()?;
@@ -429,12 +447,10 @@ impl File {
 
     /// `pwrite(2)`.
     pub fn pwrite(&self, buf: &[u8], pos: i64) -> Result<usize, Errno> {
-        if !self.writable {
-            return Err(libc::EBADF);
-        }
         if pos < 0 {
             return Err(libc::EINVAL);
         }
+        self.check_writable()?;
         if self.appending() {
             // Linux appends a pwrite on an O_APPEND file: so does this.
             let _t = self.token()?;
@@ -445,6 +461,82 @@ impl File {
         }
         let _t = self.token()?;
         self.copy_in(pos as u64, buf)
+    }
+
+    /// `preadv2(2)` with flags: the kernel reads on the library's
+    /// descriptor, at `pos` or at the open file's offset (which then moves
+    /// on), so that it checks the flags and keeps their promises
+    /// (`RWF_NOWAIT`'s `EAGAIN`, `EOPNOTSUPP` for a flag it does not know)
+    /// as it does for any file. Without flags, reads go through the window.
+    pub fn preadv2(&self, bufs: &mut [std::io::IoSliceMut<'_>], pos: Option<i64>, flags: u32) -> Result<usize, Errno> {
+        if matches!(pos, Some(p) if p < 0) {
+            return Err(libc::EINVAL);
+        }
+        self.check_readable()?;
+        let rwf = rustix::io::ReadWriteFlags::from_bits_retain(flags);
+        let _t = self.token()?;
+        let at = match pos {
+            Some(p) => p as u64,
+            None => self.offset_now()?,
+        };
+        let n = rustix::io::preadv2(&self.fd, bufs, at, rwf).map_err(errno)?;
+        if pos.is_none() && n > 0 {
+            self.set_offset_now(at + n as u64)?;
+        }
+        Ok(n)
+    }
+
+    /// `pwritev2(2)` with flags, by the kernel on the library's descriptor
+    /// as [`File::preadv2`]: `RWF_DSYNC`/`RWF_SYNC` make the data durable
+    /// before the call returns, `RWF_APPEND` puts this write at the end
+    /// whatever `pos` says, `RWF_NOAPPEND` puts it at `pos` on an
+    /// `O_APPEND` file. Appending at the current offset (`pos` `None`) the
+    /// kernel moves the open file's offset to the write's end, which
+    /// becomes the shared offset; otherwise the write lands at `pos`, or
+    /// at the shared offset, which then moves on.
+    pub fn pwritev2(&self, bufs: &[std::io::IoSlice<'_>], pos: Option<i64>, flags: u32) -> Result<usize, Errno> {
+        if matches!(pos, Some(p) if p < 0) {
+            return Err(libc::EINVAL);
+        }
+        self.check_writable()?;
+        let rwf = rustix::io::ReadWriteFlags::from_bits_retain(flags);
+        let appends = flags & libc::RWF_APPEND as u32 != 0 || (self.appending() && flags & libc::RWF_NOAPPEND as u32 == 0);
+        let _t = self.token()?;
+        let (n, end) = match pos {
+            Some(p) => {
+                let n = rustix::io::pwritev2(&self.fd, bufs, p as u64, rwf).map_err(errno)?;
+                (n, p as u64 + n as u64)
+            }
+            None if appends => {
+                // `u64::MAX` is the kernel's "at the open file's offset",
+                // which an append moves to the end of what it wrote.
+                let n = rustix::io::pwritev2(&self.fd, bufs, u64::MAX, rwf).map_err(errno)?;
+                if n == 0 {
+                    // Nothing written: the kernel's offset did not move and
+                    // may be stale (the token page holds the offset).
+                    return Ok(0);
+                }
+                let end = rustix::fs::seek(&self.fd, SeekFrom::Current(0)).map_err(errno)?;
+                self.set_offset_now(end)?;
+                (n, end)
+            }
+            None => {
+                let at = self.offset_now()?;
+                let n = rustix::io::pwritev2(&self.fd, bufs, at, rwf).map_err(errno)?;
+                if n > 0 {
+                    self.set_offset_now(at + n as u64)?;
+                }
+                (n, at + n as u64)
+            }
+        };
+        if n > 0 {
+            // An append lands wherever the end was: ask the kernel.
+            let end = if appends { rustix::fs::fstat(&self.fd).map_err(errno)?.st_size as u64 } else { end };
+            if end > self.page.size() {
+                self.page.set_size(end);
+            }
+        }
+        Ok(n)
     }
 
     /// Follows `fcntl(F_SETFL)` on a descriptor of this open file: whether

@@ -801,12 +801,30 @@ unsafe fn iovecs<'a>(iov: *const libc::iovec, cnt: c_int) -> Result<(&'a [libc::
     Ok((v, total.ok_or(libc::EINVAL)?))
 }
 
+/// What the kernel checks of a vector call before its vector: a negative
+/// offset (`EINVAL`), then the descriptor's mode (`EBADF`), so that an
+/// empty vector fails as it does natively.
+fn vector_checks(f: &File, off: Option<i64>, write: bool) -> Result<(), Errno> {
+    if matches!(off, Some(o) if o < 0) {
+        return Err(libc::EINVAL);
+    }
+    if write {
+        f.check_writable()
+    } else {
+        f.check_readable()
+    }
+}
+
 /// `readv` and `preadv` on an emulated descriptor: one read (one token,
 /// one offset update) into a buffer, scattered into the caller's, so that
 /// no other process sharing the offset reads or writes in between, as the
 /// kernel keeps the call whole.
 unsafe fn readv_impl(fd: c_int, iov: *const libc::iovec, cnt: c_int, off: Option<i64>) -> Option<ssize_t> {
     let (f, _b) = emulated(fd)?;
+    // The kernel's order: the offset, the descriptor's mode, the vector.
+    if let Err(e) = vector_checks(&f, off, false) {
+        return Some(ret_size(Err(e)));
+    }
     // SAFETY: the caller's array (module safety).
     let (v, total) = match unsafe { iovecs(iov, cnt) } {
         Ok(x) => x,
@@ -857,6 +875,9 @@ unsafe fn readv_impl(fd: c_int, iov: *const libc::iovec, cnt: c_int, off: Option
 /// time, lines of concurrent `writev` calls came out interleaved.
 unsafe fn writev_impl(fd: c_int, iov: *const libc::iovec, cnt: c_int, off: Option<i64>) -> Option<ssize_t> {
     let (f, _b) = emulated(fd)?;
+    if let Err(e) = vector_checks(&f, off, true) {
+        return Some(ret_size(Err(e)));
+    }
     // SAFETY: the caller's array (module safety).
     let (v, total) = match unsafe { iovecs(iov, cnt) } {
         Ok(x) => x,
@@ -933,29 +954,66 @@ pub unsafe extern "C" fn pwritev64(fd: c_int, iov: *const libc::iovec, cnt: c_in
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { writev_impl(fd, iov, cnt, Some(off)).unwrap_or_else(|| real::pwritev64()(fd, iov, cnt, off)) }
 }
-/// `preadv2(2)` (flags are hints and are ignored for emulated files).
+/// `preadv2` and `pwritev2` with flags on an emulated descriptor: the
+/// flags are the kernel's to check and keep, so the call is made by the
+/// kernel on the library's descriptor ([`File::preadv2`],
+/// [`File::pwritev2`]); without flags it is `preadv`/`pwritev` (or
+/// `readv`/`writev` at offset -1).
+unsafe fn rw2_impl(fd: c_int, iov: *const libc::iovec, cnt: c_int, off: off_t, fl: c_int, write: bool) -> Option<ssize_t> {
+    if fl == 0 {
+        // SAFETY: the caller's arguments (module safety).
+        return unsafe {
+            if write {
+                writev_impl(fd, iov, cnt, at(off))
+            } else {
+                readv_impl(fd, iov, cnt, at(off))
+            }
+        };
+    }
+    let (f, _b) = emulated(fd)?;
+    let pos = at(off);
+    if let Err(e) = vector_checks(&f, pos, write) {
+        return Some(ret_size(Err(e)));
+    }
+    // SAFETY: the caller's array (module safety).
+    let v = match unsafe { iovecs(iov, cnt) } {
+        Ok((v, _)) => v,
+        Err(e) => return Some(ret_size(Err(e))),
+    };
+    Some(ret_size(if write {
+        // SAFETY: each of the caller's buffers, of iov_len bytes (module safety).
+        let bufs: Result<Vec<_>, Errno> = v.iter().map(|io| unsafe { user_buf(io.iov_base.cast_const(), io.iov_len) }.map(std::io::IoSlice::new)).collect();
+        bufs.and_then(|b| f.pwritev2(&b, pos, fl as u32))
+    } else {
+        // SAFETY: each of the caller's buffers, of iov_len bytes (module safety).
+        let bufs: Result<Vec<_>, Errno> = v.iter().map(|io| unsafe { user_buf_mut(io.iov_base, io.iov_len) }.map(std::io::IoSliceMut::new)).collect();
+        bufs.and_then(|mut b| f.preadv2(&mut b, pos, fl as u32))
+    }))
+}
+
+/// `preadv2(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn preadv2(fd: c_int, iov: *const libc::iovec, cnt: c_int, off: off_t, fl: c_int) -> ssize_t {
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
-    unsafe { readv_impl(fd, iov, cnt, at(off)).unwrap_or_else(|| real::preadv2()(fd, iov, cnt, off, fl)) }
+    unsafe { rw2_impl(fd, iov, cnt, off, fl, false).unwrap_or_else(|| real::preadv2()(fd, iov, cnt, off, fl)) }
 }
 /// `preadv64v2(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn preadv64v2(fd: c_int, iov: *const libc::iovec, cnt: c_int, off: off_t, fl: c_int) -> ssize_t {
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
-    unsafe { readv_impl(fd, iov, cnt, at(off)).unwrap_or_else(|| real::preadv64v2()(fd, iov, cnt, off, fl)) }
+    unsafe { rw2_impl(fd, iov, cnt, off, fl, false).unwrap_or_else(|| real::preadv64v2()(fd, iov, cnt, off, fl)) }
 }
 /// `pwritev2(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn pwritev2(fd: c_int, iov: *const libc::iovec, cnt: c_int, off: off_t, fl: c_int) -> ssize_t {
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
-    unsafe { writev_impl(fd, iov, cnt, at(off)).unwrap_or_else(|| real::pwritev2()(fd, iov, cnt, off, fl)) }
+    unsafe { rw2_impl(fd, iov, cnt, off, fl, true).unwrap_or_else(|| real::pwritev2()(fd, iov, cnt, off, fl)) }
 }
 /// `pwritev64v2(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn pwritev64v2(fd: c_int, iov: *const libc::iovec, cnt: c_int, off: off_t, fl: c_int) -> ssize_t {
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
-    unsafe { writev_impl(fd, iov, cnt, at(off)).unwrap_or_else(|| real::pwritev64v2()(fd, iov, cnt, off, fl)) }
+    unsafe { rw2_impl(fd, iov, cnt, off, fl, true).unwrap_or_else(|| real::pwritev64v2()(fd, iov, cnt, off, fl)) }
 }
 
 fn lseek_impl(fd: c_int, off: off_t, whence: c_int) -> Option<off_t> {

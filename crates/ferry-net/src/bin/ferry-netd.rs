@@ -108,7 +108,10 @@ fn run(a: Args) -> Result<(), String> {
         return gen_identity(dir, a.host_name.as_deref().unwrap_or("ferry-host"));
     }
     let dir = a.identity.as_deref().ok_or("--identity is required")?;
-    let id = Identity::from_pem(&read(&dir.join("cert.pem"))?, &read(&dir.join("key.pem"))?)?;
+    let identity = |file: &str| {
+        read(&dir.join(file)).map_err(|e| format!("{e} (make this host's identity with `ferry-netd --gen-identity {}`)", dir.display()))
+    };
+    let id = Identity::from_pem(&identity("cert.pem")?, &identity("key.pem")?)?;
     let mut peers = Vec::new();
     for (host, pem) in &a.trust {
         peers.push(Peer { name: host.clone(), cert: ferry_net::tls::parse_cert_pem(&read(pem)?)? });

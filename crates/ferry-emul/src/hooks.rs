@@ -283,18 +283,37 @@ extern "C" {
     pub(crate) fn fopencookie(cookie: *mut c_void, mode: *const c_char, funcs: CookieIo) -> *mut FILE;
 }
 
+/// A library stream's cookie: the descriptor its reads, writes and seeks
+/// go to, and the buffer the stream was given, owned here because the C
+/// library does not free a buffer handed to `setvbuf`. Made by
+/// [`cookie_file`], freed by [`cookie_close`] when the stream closes.
+struct Cookie {
+    fd: c_int,
+    buf: Vec<u8>,
+}
+
+/// The descriptor of the cookie `c`.
+///
+/// # Safety
+/// `c` is a cookie [`cookie_file`] made and [`cookie_close`] has not freed.
+unsafe fn cookie_fd(c: *mut c_void) -> c_int {
+    // SAFETY: the caller's promise: a live `Cookie`.
+    unsafe { (*c.cast::<Cookie>()).fd }
+}
+
 unsafe extern "C" fn cookie_read(c: *mut c_void, buf: *mut c_char, n: size_t) -> ssize_t {
-    // SAFETY: the C library hands a buffer of n bytes.
-    unsafe { read(c as usize as c_int, buf.cast(), n) }
+    // SAFETY: the stream's live cookie; the C library hands a buffer of n bytes.
+    unsafe { read(cookie_fd(c), buf.cast(), n) }
 }
 unsafe extern "C" fn cookie_write(c: *mut c_void, buf: *const c_char, n: size_t) -> ssize_t {
-    // SAFETY: the C library hands a buffer of n bytes.
-    unsafe { write(c as usize as c_int, buf.cast(), n) }
+    // SAFETY: the stream's live cookie; the C library hands a buffer of n bytes.
+    unsafe { write(cookie_fd(c), buf.cast(), n) }
 }
 unsafe extern "C" fn cookie_seek(c: *mut c_void, off: *mut i64, whence: c_int) -> c_int {
-    // SAFETY: the C library hands a valid offset to read and update.
+    // SAFETY: the stream's live cookie; the C library hands a valid offset
+    // to read and update.
     unsafe {
-        let r = lseek(c as usize as c_int, *off, whence);
+        let r = lseek(cookie_fd(c), *off, whence);
         if r < 0 {
             return -1;
         }
@@ -303,8 +322,13 @@ unsafe extern "C" fn cookie_seek(c: *mut c_void, off: *mut i64, whence: c_int) -
     0
 }
 unsafe extern "C" fn cookie_close(c: *mut c_void) -> c_int {
-    // SAFETY: closes the descriptor this FILE owns.
-    unsafe { close(c as usize as c_int) }
+    // SAFETY: the C library calls this once, as the stream closes, after
+    // its last use of the stream's buffer; the cookie is the `Box`
+    // `cookie_file` leaked, and the descriptor is the stream's own.
+    unsafe {
+        let cookie = Box::from_raw(c.cast::<Cookie>());
+        close(cookie.fd)
+    }
 }
 
 /// Where glibc's `struct _IO_FILE` keeps `_fileno` on 64-bit Linux.
@@ -330,13 +354,45 @@ pub(crate) fn check_fileno_patch() -> bool {
     }
 }
 
+/// The buffer size the C library gives a stream over a file of block
+/// size `blksize`: the block size when it is below `BUFSIZ`, else `BUFSIZ`.
+/// (A cookie stream cannot tell its file's block size and takes `BUFSIZ`,
+/// so a reader and a writer of one file saw each other's bytes at other
+/// moments than natively.)
+fn stream_buffer_size(blksize: usize) -> usize {
+    let bufsiz = libc::BUFSIZ as usize;
+    if blksize > 0 && blksize < bufsiz {
+        blksize
+    } else {
+        bufsiz
+    }
+}
+
 /// A `FILE` whose reads, writes, seeks and close go through the emulated
-/// descriptor `fd` (and which `fileno` reports as `fd`).
+/// descriptor `fd` (and which `fileno` reports as `fd`), with a buffer of
+/// the size the C library gives a stream over the same file.
 fn cookie_file(fd: c_int, mode: *const c_char) -> *mut FILE {
     let funcs = CookieIo { read: Some(cookie_read), write: Some(cookie_write), seek: Some(cookie_seek), close: Some(cookie_close) };
-    // SAFETY: the cookie is the descriptor number; the mode is the caller's.
-    let f = unsafe { fopencookie(fd as usize as *mut c_void, mode, funcs) };
-    if !f.is_null() && emul().is_some_and(|e| e.fileno_patch) {
+    // SAFETY: the caller's open descriptor, borrowed for one fstat.
+    let st = rustix::fs::fstat(unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) });
+    let size = stream_buffer_size(st.map_or(0, |st| st.st_blksize.try_into().unwrap_or(0)));
+    let cookie = Box::into_raw(Box::new(Cookie { fd, buf: vec![0u8; size] }));
+    // SAFETY: the cookie lives until `cookie_close` (or just below if the
+    // stream is not made); the mode is the caller's.
+    let f = unsafe { fopencookie(cookie.cast(), mode, funcs) };
+    if f.is_null() {
+        // SAFETY: the Box leaked above, which no stream holds.
+        drop(unsafe { Box::from_raw(cookie) });
+        return f;
+    }
+    // SAFETY: a fresh stream that has done no I/O, given a buffer the
+    // cookie owns (alive as long as the stream, never moved: the Vec is
+    // not touched again until `cookie_close` drops it).
+    unsafe {
+        let buf = (*cookie).buf.as_mut_ptr();
+        libc::setvbuf(f, buf.cast(), libc::_IOFBF, size);
+    }
+    if emul().is_some_and(|e| e.fileno_patch) {
         // SAFETY: checked layout (check_fileno_patch); the field is an int
         // the C library leaves at -1 for cookie streams and uses only to
         // answer `fileno`.
@@ -433,51 +489,110 @@ fn own_stream(f: *mut FILE) -> bool {
     crate::wide::byte_only(f) && emul().is_some_and(|e| e.fileno_patch) && unsafe { real::fileno()(f) } >= 0
 }
 
-/// Runs `seek`, the C library's own seek of `f`; a seek relative to the
-/// current position on one of the library's streams first writes out what
-/// the stream holds unwritten.
+/// Runs `seek(off, whence)`, the C library's own seek of `f`, with two
+/// corrections on the library's own streams.
 ///
-/// The C library gets a relative seek wrong on a cookie stream whose
-/// unwritten bytes do not start where its last read ended (bytes written
-/// after a seek back, say): writing them out inside the seek sets the
-/// stream's idea of the offset to where they start, and a cookie's write
-/// does not move it on, so the seek lands that many bytes short
-/// (`fseek(f, 0, SEEK_CUR)` after `fseek(f, 100, SEEK_SET)` and a 300-byte
-/// `fwrite` left the stream at 100, not 400). `fflush` writes them out and
-/// forgets that idea, so the seek then asks the descriptor. Everything
-/// else (a failed seek's effects, `ungetc`'s pushback) stays the C
-/// library's.
-fn seek_stream(f: *mut FILE, whence: c_int, seek: impl FnOnce() -> c_int) -> c_int {
-    if whence != libc::SEEK_CUR || !own_stream(f) {
-        return seek();
+/// A seek relative to the current position first writes out what the
+/// stream holds unwritten. The C library gets such a seek wrong on a
+/// cookie stream whose unwritten bytes do not start where its last read
+/// ended (bytes written after a seek back, say): writing them out inside
+/// the seek sets the stream's idea of the offset to where they start, and
+/// a cookie's write does not move it on, so the seek lands that many bytes
+/// short (`fseek(f, 0, SEEK_CUR)` after `fseek(f, 100, SEEK_SET)` and a
+/// 300-byte `fwrite` left the stream at 100, not 400). `fflush` writes
+/// them out and forgets that idea, so the seek then asks the descriptor.
+///
+/// A seek from the end is made from the start, at the size the file will
+/// have once the stream's unwritten bytes are out, plus `off`: that is
+/// what the C library does for a stream over a regular file (after
+/// writing them out itself), and then it reads the block the new position
+/// falls in. On a cookie stream it cannot learn the size, so it only moved
+/// the descriptor, and a later read came from the file where natively it
+/// came from that block (another stream of the file had truncated it
+/// meanwhile, say). Nothing is written out first here: whether the C
+/// library reads a whole block or only up to the position depends on
+/// whether the stream held unwritten bytes when the seek began.
+///
+/// Everything else (a failed seek's effects, `ungetc`'s pushback) stays
+/// the C library's.
+fn seek_stream(f: *mut FILE, off: i64, whence: c_int, seek: impl FnOnce(i64, c_int) -> c_int) -> c_int {
+    if (whence != libc::SEEK_CUR && whence != libc::SEEK_END) || !own_stream(f) {
+        return seek(off, whence);
     }
     // SAFETY: the caller's live stream, locked (recursively) so that no
     // other thread writes to it between the flush and the seek;
-    // `__fpending` only reads it.
+    // `__fpending` only reads it, `fileno` reports the descriptor
+    // `cookie_file` patched in, which is open while the stream is.
     unsafe {
         crate::wide::flockfile(f);
-        let r = if __fpending(f) > 0 && libc::fflush(f) != 0 { -1 } else { seek() };
+        let r = if whence == libc::SEEK_END {
+            match end_after_write_out(f).map(|end| end.checked_add(off)) {
+                Some(Some(to)) => seek(to, libc::SEEK_SET),
+                Some(None) => {
+                    // Past what an offset holds: the C library's sum goes
+                    // negative, which it refuses.
+                    set_errno(libc::EINVAL);
+                    -1
+                }
+                None => seek(off, whence),
+            }
+        } else if __fpending(f) > 0 && libc::fflush(f) != 0 {
+            -1
+        } else {
+            seek(off, whence)
+        };
         crate::wide::funlockfile(f);
         r
     }
 }
+
+/// The size the file under the library's stream `f` will have once the
+/// stream's unwritten bytes are written out: its size now, or where those
+/// bytes end if further (`ftello` counts them, at the end of the file for
+/// an append stream). `None` if the file is not a regular file or either
+/// answer fails, and the C library's own seek from the end is left to do
+/// what it can.
+///
+/// # Safety
+/// `f` is one of the library's own streams, locked by the caller.
+unsafe fn end_after_write_out(f: *mut FILE) -> Option<i64> {
+    // SAFETY: the caller's stream; `fileno` reports the descriptor
+    // `cookie_file` patched in, open while the stream is.
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(real::fileno()(f)) };
+    let st = rustix::fs::fstat(fd).ok().filter(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG)?;
+    // SAFETY: the caller's stream; `__fpending` only reads it, `ftello`
+    // asks the descriptor where it is (and, on an append stream holding
+    // unwritten bytes, moves it to the end, where they will go).
+    let pending_end = unsafe {
+        if __fpending(f) == 0 {
+            0
+        } else {
+            let pos = libc::ftello(f);
+            if pos < 0 {
+                return None;
+            }
+            pos
+        }
+    };
+    Some((st.st_size as i64).max(pending_end))
+}
 /// `fseek(3)`.
 #[no_mangle]
 pub unsafe extern "C" fn fseek(f: *mut FILE, off: libc::c_long, whence: c_int) -> c_int {
-    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
-    seek_stream(f, whence, || unsafe { real::fseek()(f, off, whence) })
+    // SAFETY: the caller's arguments, passed on to the C library's own function.
+    seek_stream(f, off, whence, |off, whence| unsafe { real::fseek()(f, off, whence) })
 }
 /// `fseeko(3)`.
 #[no_mangle]
 pub unsafe extern "C" fn fseeko(f: *mut FILE, off: off_t, whence: c_int) -> c_int {
-    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
-    seek_stream(f, whence, || unsafe { real::fseeko()(f, off, whence) })
+    // SAFETY: the caller's arguments, passed on to the C library's own function.
+    seek_stream(f, off, whence, |off, whence| unsafe { real::fseeko()(f, off, whence) })
 }
 /// `fseeko64(3)`.
 #[no_mangle]
 pub unsafe extern "C" fn fseeko64(f: *mut FILE, off: off_t, whence: c_int) -> c_int {
-    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
-    seek_stream(f, whence, || unsafe { real::fseeko64()(f, off, whence) })
+    // SAFETY: the caller's arguments, passed on to the C library's own function.
+    seek_stream(f, off, whence, |off, whence| unsafe { real::fseeko64()(f, off, whence) })
 }
 
 /// `fopen(3)`.

@@ -2725,12 +2725,17 @@ print("\n".join(out))
 /// landed short of where it was (`hooks::seek_stream`).
 #[test]
 fn emul_random_stdio_sequences_match_native() {
-    let mut script = String::from("cat > gen.py <<'PY'\n");
-    script.push_str(RANDOM_STDIO_PY);
-    script.push_str(
-        "PY\nfor seed in 1 2 3 4 5 21 67 70 79 85; do python3 gen.py $seed 150 > p$seed.c && cc -w -o p$seed p$seed.c && mkdir d$seed && (cd d$seed && ../p$seed) || exit 1; done\n",
+    random_stdio_matches_native("emul_random_stdio_sequences_match_native", "1 2 3 4 5 21 67 70 79 85", "");
+}
+
+/// Runs [`RANDOM_STDIO_PY`] for each of `seeds` (150 calls, the
+/// generator's `mode` argument after them), natively and under the
+/// library, and compares what the programs print.
+fn random_stdio_matches_native(test: &str, seeds: &str, mode: &str) {
+    let script = format!(
+        "cat > gen.py <<'PY'\n{RANDOM_STDIO_PY}PY\nfor seed in {seeds}; do python3 gen.py $seed 150 {mode} > p$seed.c && cc -w -o p$seed p$seed.c && mkdir d$seed && (cd d$seed && ../p$seed) || exit 1; done\n"
     );
-    script_matches_native("emul_random_stdio_sequences_match_native", &["bash", "python3", "cc"], &script, true);
+    script_matches_native(test, &["bash", "python3", "cc"], &script, true);
 }
 
 /// The same with streams sharing files ("shared"): each stream's buffer
@@ -2741,12 +2746,7 @@ fn emul_random_stdio_sequences_match_native() {
 /// for a stream over a regular file (seed 11).
 #[test]
 fn emul_random_stdio_sequences_on_shared_files_match_native() {
-    let mut script = String::from("cat > gen.py <<'PY'\n");
-    script.push_str(RANDOM_STDIO_PY);
-    script.push_str(
-        "PY\nfor seed in 4 7 9 10 11 12; do python3 gen.py $seed 150 shared > p$seed.c && cc -w -o p$seed p$seed.c && mkdir d$seed && (cd d$seed && ../p$seed) || exit 1; done\n",
-    );
-    script_matches_native("emul_random_stdio_sequences_on_shared_files_match_native", &["bash", "python3", "cc"], &script, true);
+    random_stdio_matches_native("emul_random_stdio_sequences_on_shared_files_match_native", "4 7 9 10 11 12", "shared");
 }
 
 #[test]

@@ -2919,7 +2919,11 @@ fn script_matches_native(test: &str, needs: &[&str], script: &str, same_stderr: 
             }
         }
         let base = scratch(test);
-        let (mine, theirs) = (base.join("emul"), base.join("native"));
+        // One level further down than the two trees' own parents, so that
+        // a name leaving a tree by `..` (a symbolic link to `../a`, say)
+        // reaches a place of that run's own, not one the other run has
+        // written to.
+        let (mine, theirs) = (base.join("emul").join("w"), base.join("native").join("w"));
         std::fs::create_dir_all(&mine).unwrap();
         std::fs::create_dir_all(&theirs).unwrap();
         let srv = Served::new(&mine);

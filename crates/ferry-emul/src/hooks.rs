@@ -519,10 +519,9 @@ fn seek_stream(f: *mut FILE, off: i64, whence: c_int, seek: impl FnOnce(i64, c_i
     if (whence != libc::SEEK_CUR && whence != libc::SEEK_END) || !own_stream(f) {
         return seek(off, whence);
     }
-    // SAFETY: the caller's live stream, locked (recursively) so that no
-    // other thread writes to it between the flush and the seek;
-    // `__fpending` only reads it, `fileno` reports the descriptor
-    // `cookie_file` patched in, which is open while the stream is.
+    // SAFETY: the caller's live stream, one of the library's own, locked
+    // (recursively) so that no other thread writes to it between the
+    // flush or the size and the seek; `__fpending` only reads it.
     unsafe {
         crate::wide::flockfile(f);
         let r = if whence == libc::SEEK_END {

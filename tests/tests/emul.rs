@@ -2750,6 +2750,69 @@ fn emul_random_stdio_sequences_on_shared_files_match_native() {
 }
 
 #[test]
+fn emul_reopening_a_descriptor_by_its_proc_name_stays_served_like_native() {
+    // `freopen(NULL, ...)` reopens a stream by `/proc/self/fd/N`, which the
+    // library passed to the kernel: the stream's new descriptor was not
+    // served, so cutting the file through it left another stream of the
+    // file reading 400 bytes where 50 were left (tr.c). Now such a name
+    // whose file is under the root is opened through the server by the
+    // file's path; the kernel keeps what that cannot do the same (a
+    // deleted or renamed-over file, a pipe, a missing descriptor), and
+    // every form of the name behaves as natively (fdl.c).
+    script_matches_native(
+        "emul_reopening_a_descriptor_by_its_proc_name_stays_served_like_native",
+        &["bash", "cc"],
+        r#"cat > tr.c <<'C'
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+#include <fcntl.h>
+int main(void) {
+  char big[5000]; memset(big, 'x', sizeof big);
+  { FILE *t = fopen("f0", "w"); fputs("hello\n", t); fclose(t); }
+  FILE *s0 = fopen("f0", "r+");
+  FILE *s2 = fopen("f0", "wb"); fwrite(big, 1, 5000, s2); s2 = freopen(NULL, "ab+", s2);
+  printf("getc %d\n", fgetc(s0));
+  rewind(s0);
+  fflush(s2); printf("ftruncate %d\n", ftruncate(fileno(s2), 50));
+  char buf[512]; size_t k = fread(buf, 1, 400, s0); printf("fread %zu eof %d\n", k, feof(s0));
+  int fd = open("f0", O_RDONLY); printf("raw read %zd\n", read(fd, buf, 400)); close(fd);
+  int fd2 = fileno(s0); printf("pread on s0 fd %zd\n", pread(fd2, buf, 400, 0));
+  return 0;
+}
+C
+cat > fdl.c <<'C'
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <string.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
+#include <sys/stat.h>
+#define T(x) do { errno = 0; long _r = (long)(x); printf("%-64s -> %ld e%d\n", #x, _r, _r < 0 ? errno : 0); } while (0)
+int main(void) {
+  int fd = open("a.txt", O_CREAT | O_RDWR | O_TRUNC, 0644); write(fd, "0123456789", 10); lseek(fd, 4, SEEK_SET);
+  char p[64]; snprintf(p, sizeof p, "/proc/self/fd/%d", fd);
+  int r = open(p, O_RDONLY); T(r >= 0); char b[16] = {0}; T(read(r, b, 5)); printf("[%s] own offset %ld, first's %ld\n", b, (long)lseek(r, 0, SEEK_CUR), (long)lseek(fd, 0, SEEK_CUR));
+  snprintf(p, sizeof p, "/dev/fd/%d", fd); int w = open(p, O_WRONLY | O_APPEND); T(w >= 0); T(write(w, "END", 3));
+  snprintf(p, sizeof p, "/proc/%d/fd/%d", getpid(), fd); int t = open(p, O_RDWR | O_TRUNC); T(t >= 0); struct stat st; fstat(fd, &st); printf("size after O_TRUNC reopen %ld\n", (long)st.st_size);
+  T(write(t, "abcdefghij", 10)); T(ftruncate(t, 3)); memset(b, 0, sizeof b); T(pread(fd, b, 10, 0)); printf("[%s]\n", b); T(pread(r, b, 10, 0));
+  snprintf(p, sizeof p, "/proc/self/fd/%d", fd); T(open(p, O_CREAT | O_EXCL | O_WRONLY, 0644)); T(open(p, O_RDONLY | O_DIRECTORY));
+  T(rename("a.txt", "b.txt")); int m = open(p, O_RDONLY); T(m >= 0); memset(b, 0, sizeof b); T(read(m, b, 10)); printf("[%s]\n", b);
+  T(unlink("b.txt")); int u = open(p, O_RDWR); T(u >= 0); T(write(u, "zz", 2)); memset(b, 0, sizeof b); T(pread(fd, b, 10, 0)); printf("[%s]\n", b);
+  int dfd = open(".", O_RDONLY | O_DIRECTORY); snprintf(p, sizeof p, "/proc/self/fd/%d/sub", dfd); T(mkdir(p, 0755)); snprintf(p, sizeof p, "/proc/self/fd/%d", dfd); T(open(p, O_RDONLY | O_DIRECTORY) >= 0);
+  int pp[2]; pipe(pp); snprintf(p, sizeof p, "/proc/self/fd/%d", pp[1]); int pw = open(p, O_WRONLY); T(pw >= 0); T(write(pw, "x", 1)); T(read(pp[0], b, 1));
+  T(open("/proc/self/fd/999", O_RDONLY)); T(open("/dev/fd/", O_RDONLY)); T(open("/proc/self/fd/1x", O_RDONLY));
+  FILE *s = fopen("c.txt", "w+"); fputs("hello world", s); s = freopen(NULL, "r+", s); T(s != NULL); T(fseek(s, 0, SEEK_END)); T(ftell(s)); T(ftruncate(fileno(s), 4)); FILE *o = fopen("c.txt", "r"); memset(b, 0, sizeof b); T(fread(b, 1, 10, o)); printf("[%s]\n", b);
+  return 0;
+}
+C
+cc -o tr tr.c && cc -o fdl fdl.c && ./tr && mkdir d && cd d && ../fdl"#,
+        true,
+    );
+}
+
+#[test]
 fn emul_streams_sharing_a_file_see_each_other_like_native() {
     // A writer and a reader of one file: the reader saw the writer's bytes
     // 4 KiB later than natively, the library's streams having 8 KiB

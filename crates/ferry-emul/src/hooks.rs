@@ -73,8 +73,70 @@ fn current_umask() -> u32 {
     }
 }
 
+/// The descriptor a name of the process's own descriptor table stands for:
+/// `/proc/self/fd/N`, `/proc/thread-self/fd/N`, `/proc/PID/fd/N` of this
+/// process, `/dev/fd/N`, and `/dev/stdin`, `/dev/stdout`, `/dev/stderr`.
+fn fd_link(name: &[u8]) -> Option<c_int> {
+    let number = |digits: &[u8]| -> Option<c_int> {
+        if digits.is_empty() || digits.len() > 9 || !digits.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        std::str::from_utf8(digits).ok()?.parse().ok()
+    };
+    match name {
+        b"/dev/stdin" => return Some(0),
+        b"/dev/stdout" => return Some(1),
+        b"/dev/stderr" => return Some(2),
+        _ => {}
+    }
+    if let Some(n) = name.strip_prefix(b"/dev/fd/") {
+        return number(n);
+    }
+    let rest = name.strip_prefix(b"/proc/")?;
+    let slash = rest.iter().position(|&c| c == b'/')?;
+    let (who, rest) = rest.split_at(slash);
+    let own = who == b"self" || who == b"thread-self" || who == state::pid().to_string().as_bytes();
+    if !own {
+        return None;
+    }
+    number(rest.strip_prefix(b"/fd/")?)
+}
+
+/// A file's identity: device and inode.
+type Identity = (u64, u64);
+
+fn identity_of(fd: std::os::fd::BorrowedFd<'_>) -> Option<Identity> {
+    rustix::fs::fstat(fd).ok().map(|st| (st.st_dev, st.st_ino))
+}
+
+/// Where reopening descriptor `n` by its `/proc` name leads, as a name
+/// the server can resolve: the path the kernel gives the descriptor's
+/// file, if that path names the same file now (not for a pipe, a socket,
+/// a file deleted or renamed over since), with the file's identity.
+fn reopen_target(n: c_int) -> Option<(String, Identity)> {
+    let link = rustix::fs::readlink(format!("/proc/self/fd/{n}"), Vec::new()).ok()?;
+    let link = link.into_string().ok()?;
+    if !link.starts_with('/') {
+        return None;
+    }
+    // SAFETY: a descriptor number the program named; borrowed for one
+    // fstat, which fails cleanly if it is not open.
+    let id = identity_of(unsafe { std::os::fd::BorrowedFd::borrow_raw(n) })?;
+    let by_name = rustix::fs::stat(link.as_str()).ok()?;
+    ((by_name.st_dev, by_name.st_ino) == id).then_some((link, id))
+}
+
 /// Opens `path` (relative to `dirfd`) through the server when it is under
 /// the served root: `None` when it is not (the caller passes through).
+///
+/// A descriptor's own name (`/proc/self/fd/N`, `/dev/fd/N`, …; what
+/// `freopen(NULL, …)` reopens a stream by) whose file is under the root
+/// is opened through the server by the file's path, so the new descriptor
+/// is served like the first (passed to the kernel, it was not, and a
+/// truncation through it left the other open files of the file reading
+/// bytes past the new end). It stays the kernel's when the path no longer
+/// names that file (then, or after the server's open), and when the
+/// server refuses: the kernel reopens by the descriptor itself.
 fn emul_open(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> Option<c_int> {
     let _b = enter()?;
     let e = emul()?;
@@ -82,7 +144,14 @@ fn emul_open(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> O
         return None;
     }
     // SAFETY: the caller's path (module safety).
-    let rel = state::beneath(e, dirfd, unsafe { cstr(path) }?)?;
+    let name = unsafe { cstr(path) }?;
+    let (rel, reopens) = match fd_link(name) {
+        Some(n) => {
+            let (target, id) = reopen_target(n)?;
+            (state::beneath(e, libc::AT_FDCWD, target.as_bytes())?, Some(id))
+        }
+        None => (state::beneath(e, dirfd, name)?, None),
+    };
     let mode = if flags & libc::O_CREAT != 0 { mode & 0o7777 & !current_umask() } else { 0 };
     let cloexec = flags & libc::O_CLOEXEC != 0;
     // The program's descriptor is taken first, as the kernel takes it
@@ -119,6 +188,20 @@ fn emul_open(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> O
         // The name leads out of the served tree (a symbolic link to
         // elsewhere): the kernel opens it, as it would without the library.
         Err(libc::EXDEV) => {
+            release(slot);
+            return None;
+        }
+        // A reopen by a descriptor's name the server refuses, or that
+        // reached another file: the kernel's, by the descriptor itself.
+        Err(_) if reopens.is_some() => {
+            release(slot);
+            return None;
+        }
+        Ok(Opened::Dir(dir)) if reopens.is_some_and(|id| identity_of(dir.as_fd()) != Some(id)) => {
+            release(slot);
+            return None;
+        }
+        Ok(Opened::File(o)) if reopens.is_some_and(|id| identity_of(o.file.as_fd()) != Some(id)) => {
             release(slot);
             return None;
         }

@@ -575,15 +575,20 @@ fn own_stream(f: *mut FILE) -> bool {
 /// Runs `seek(off, whence)`, the C library's own seek of `f`, with two
 /// corrections on the library's own streams.
 ///
-/// A seek relative to the current position first writes out what the
-/// stream holds unwritten. The C library gets such a seek wrong on a
-/// cookie stream whose unwritten bytes do not start where its last read
-/// ended (bytes written after a seek back, say): writing them out inside
-/// the seek sets the stream's idea of the offset to where they start, and
-/// a cookie's write does not move it on, so the seek lands that many bytes
-/// short (`fseek(f, 0, SEEK_CUR)` after `fseek(f, 100, SEEK_SET)` and a
-/// 300-byte `fwrite` left the stream at 100, not 400). `fflush` writes
-/// them out and forgets that idea, so the seek then asks the descriptor.
+/// A seek relative to the current position on a stream holding unwritten
+/// bytes is made from the start, at `ftello` plus `off`. The C library
+/// gets such a seek wrong on a cookie stream whose unwritten bytes do not
+/// start where its last read ended (bytes written after a seek back, say):
+/// writing them out inside the seek sets the stream's idea of the offset
+/// to where they start, and a cookie's write does not move it on, so the
+/// seek landed that many bytes short (`fseek(f, 0, SEEK_CUR)` after
+/// `fseek(f, 100, SEEK_SET)` and a 300-byte `fwrite` left the stream at
+/// 100, not 400). A seek from the start does not use that idea, and the C
+/// library still writes the bytes out first and then reads the block the
+/// position falls in, whole, as it does natively for a stream that held
+/// unwritten bytes. (Writing them out here first, as this did before, made
+/// it read only up to the position, so another stream's later changes
+/// past it showed where natively they did not.)
 ///
 /// A seek from the end is made from the start, at the size the file will
 /// have once the stream's unwritten bytes are out, plus `off`: that is
@@ -604,7 +609,8 @@ fn seek_stream(f: *mut FILE, off: i64, whence: c_int, seek: impl FnOnce(i64, c_i
     }
     // SAFETY: the caller's live stream, one of the library's own, locked
     // (recursively) so that no other thread writes to it between the
-    // flush or the size and the seek; `__fpending` only reads it.
+    // position or the size and the seek; `__fpending` only reads it,
+    // `ftello` asks the descriptor where it is.
     unsafe {
         crate::wide::flockfile(f);
         let r = if whence == libc::SEEK_END {
@@ -618,8 +624,15 @@ fn seek_stream(f: *mut FILE, off: i64, whence: c_int, seek: impl FnOnce(i64, c_i
                 }
                 None => seek(off, whence),
             }
-        } else if __fpending(f) > 0 && libc::fflush(f) != 0 {
-            -1
+        } else if __fpending(f) > 0 {
+            // From where `ftello` says the stream is (it counts the
+            // unwritten bytes from the descriptor's offset, which a
+            // cookie's write moves on); past what an offset holds, -1,
+            // which the seek refuses as the C library does.
+            match libc::ftello(f) {
+                pos if pos >= 0 => seek(pos.checked_add(off).unwrap_or(-1), libc::SEEK_SET),
+                _ => -1,
+            }
         } else {
             seek(off, whence)
         };

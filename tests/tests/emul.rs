@@ -2814,6 +2814,101 @@ cc -o tr tr.c && cc -o fdl fdl.c && ./tr && mkdir d && cd d && ../fdl"#,
     );
 }
 
+/// Another user holding descriptors to root's files (inherited, read
+/// only) reopens them by their `/proc/self/fd` and `/dev/fd` names. The
+/// library now asks the server to open such a name's file by its path;
+/// the server resolves it as the asker, so the other user gets what the
+/// kernel gives it natively and no more: a file it may only read reopens
+/// for reading only, a file of root's alone not at all, and neither is
+/// changed.
+#[test]
+fn emul_another_user_reopening_a_descriptor_by_its_name_gets_no_more_than_natively() {
+    const TEST: &str = "emul_another_user_reopening_a_descriptor_by_its_name_gets_no_more_than_natively";
+    if !common::can_play_other_user(TEST) || !have("cc", TEST) {
+        return;
+    }
+    watchdog(TEST, Duration::from_secs(60), || {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::PermissionsExt;
+        use std::os::unix::process::CommandExt as _;
+        let dir = scratch("reopen-other-user");
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::write(dir.join("secret"), b"root only").unwrap();
+        std::fs::set_permissions(dir.join("secret"), std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::fs::write(dir.join("public"), b"anyone").unwrap();
+        std::fs::set_permissions(dir.join("public"), std::fs::Permissions::from_mode(0o644)).unwrap();
+        std::fs::write(
+            dir.join("reopen.c"),
+            r#"#include <stdio.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
+static void try(const char *name, int flags) {
+    errno = 0; int fd = open(name, flags); char b[16] = {0};
+    if (fd >= 0) { read(fd, b, sizeof b - 1); close(fd); }
+    printf("%s %d: %s errno %d [%s]\n", name, flags, fd >= 0 ? "opened" : "refused", errno, b);
+}
+int main(void) {
+    const char *names[] = {"/proc/self/fd/40", "/dev/fd/40", "/proc/self/fd/41", "/dev/fd/41"};
+    for (int i = 0; i < 4; i++) { try(names[i], O_RDONLY); try(names[i], O_RDWR); try(names[i], O_WRONLY | O_TRUNC); }
+    char b[16] = {0}; pread(40, b, sizeof b - 1, 0); printf("held secret [%s]\n", b);
+    return 0;
+}
+"#,
+        )
+        .unwrap();
+        let cc = Command::new("cc").arg("-o").arg(dir.join("reopen")).arg(dir.join("reopen.c")).status().unwrap();
+        assert!(cc.success(), "cc failed");
+        let secret = std::fs::File::open(dir.join("secret")).unwrap();
+        let public = std::fs::File::open(dir.join("public")).unwrap();
+        let (s, p) = (secret.as_raw_fd(), public.as_raw_fd());
+        let hand = move |cmd: &mut Command| {
+            // SAFETY: the closure makes only dup2 calls, which are
+            // async-signal-safe, on descriptors the parent keeps open.
+            unsafe {
+                cmd.pre_exec(move || {
+                    for (from, to) in [(s, 40), (p, 41)] {
+                        if libc::dup2(from, to) < 0 {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                    }
+                    Ok(())
+                });
+            }
+        };
+        let srv = Served::new(&dir);
+        // Each command in a block of its own, so that the one holding the
+        // server's right is gone before the server is stopped.
+        let ours = {
+            let mut cmd = srv.command(dir.join("reopen").to_str().unwrap());
+            hand(&mut cmd);
+            cmd.uid(common::NOBODY).gid(common::NOBODY).current_dir("/").output().unwrap()
+        };
+        let native = {
+            let mut cmd = Command::new(dir.join("reopen"));
+            hand(&mut cmd);
+            cmd.uid(common::NOBODY).gid(common::NOBODY).current_dir("/").stdin(Stdio::null()).output().unwrap()
+        };
+        assert!(ours.status.success() && native.status.success(), "{} / {}", ours.status, native.status);
+        let (ours, native) = (String::from_utf8_lossy(&ours.stdout), String::from_utf8_lossy(&native.stdout));
+        assert_eq!(ours, native);
+        // What the kernel gives natively, so that the comparison is of the
+        // cases that matter: reading the public file, nothing else.
+        assert!(ours.contains("/proc/self/fd/41 0: opened errno 0 [anyone]"), "{ours}");
+        assert!(ours.contains("/proc/self/fd/40 0: refused errno 13"), "{ours}");
+        assert!(ours.contains("/dev/fd/41 2: refused errno 13"), "{ours}");
+        assert!(ours.contains("held secret [root only]"), "{ours}");
+        assert_eq!(std::fs::read(dir.join("secret")).unwrap(), b"root only");
+        assert_eq!(std::fs::read(dir.join("public")).unwrap(), b"anyone");
+        // The reopens were asked of the server (the program opens nothing
+        // else through it): the two that read the public file, at least.
+        let (stats, open) = srv.finish();
+        assert!(stats.opens >= 2, "the reopens did not reach the server: {stats:?}");
+        assert_eq!(open, 0);
+        let _ = std::fs::remove_dir_all(&dir);
+    });
+}
+
 #[test]
 fn emul_streams_sharing_a_file_see_each_other_like_native() {
     // A writer and a reader of one file: the reader saw the writer's bytes

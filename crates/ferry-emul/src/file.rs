@@ -391,9 +391,7 @@ impl File {
 
     /// `read(2)` at the shared offset.
     pub fn read(&self, buf: &mut [u8]) -> Result<usize, Errno> {
-        if !self.readable {
-            return Err(libc::EBADF);
-        }
+        self.check_readable()?;
         let _t = self.token()?;
         let pos = self.offset_now()?;
         check_range(pos, buf.len())?;
@@ -420,9 +418,7 @@ impl File {
     /// the kernel places atomically, as other openers of the file may be
     /// appending too).
     pub fn write(&self, buf: &[u8]) -> Result<usize, Errno> {
-        if !self.writable {
-            return Err(libc::EBADF);
-        }
+        self.check_writable()?;
         if buf.is_empty() {
             // The kernel does nothing for a write of nothing, the offset
             // included (with O_APPEND the library took the offset from the
@@ -502,39 +498,33 @@ impl File {
         let rwf = rustix::io::ReadWriteFlags::from_bits_retain(flags);
         let appends = flags & libc::RWF_APPEND as u32 != 0 || (self.appending() && flags & libc::RWF_NOAPPEND as u32 == 0);
         let _t = self.token()?;
-        let (n, end) = match pos {
-            Some(p) => {
-                let n = rustix::io::pwritev2(&self.fd, bufs, p as u64, rwf).map_err(errno)?;
-                (n, p as u64 + n as u64)
-            }
-            None if appends => {
-                // `u64::MAX` is the kernel's "at the open file's offset",
-                // which an append moves to the end of what it wrote.
-                let n = rustix::io::pwritev2(&self.fd, bufs, u64::MAX, rwf).map_err(errno)?;
-                if n == 0 {
-                    // Nothing written: the kernel's offset did not move and
-                    // may be stale (the token page holds the offset).
-                    return Ok(0);
-                }
-                let end = rustix::fs::seek(&self.fd, SeekFrom::Current(0)).map_err(errno)?;
-                self.set_offset_now(end)?;
-                (n, end)
-            }
-            None => {
-                let at = self.offset_now()?;
-                let n = rustix::io::pwritev2(&self.fd, bufs, at, rwf).map_err(errno)?;
-                if n > 0 {
-                    self.set_offset_now(at + n as u64)?;
-                }
-                (n, at + n as u64)
-            }
+        // `u64::MAX` is the kernel's "at the open file's offset", which an
+        // append moves to the end of what it wrote; any other write here is
+        // at an offset given, the token page's if not the caller's.
+        let at = match pos {
+            Some(p) => p as u64,
+            None if appends => u64::MAX,
+            None => self.offset_now()?,
         };
-        if n > 0 {
+        let n = rustix::io::pwritev2(&self.fd, bufs, at, rwf).map_err(errno)?;
+        if n == 0 {
+            // Nothing written: no offset or size moved (and the kernel's
+            // offset may be stale, the token page holding the offset).
+            return Ok(0);
+        }
+        let end = if appends {
             // An append lands wherever the end was: ask the kernel.
-            let end = if appends { rustix::fs::fstat(&self.fd).map_err(errno)?.st_size as u64 } else { end };
-            if end > self.page.size() {
-                self.page.set_size(end);
-            }
+            rustix::fs::fstat(&self.fd).map_err(errno)?.st_size as u64
+        } else {
+            at + n as u64
+        };
+        if pos.is_none() {
+            // An append at the open file's offset left the kernel's there.
+            let moved = if appends { rustix::fs::seek(&self.fd, SeekFrom::Current(0)).map_err(errno)? } else { end };
+            self.set_offset_now(moved)?;
+        }
+        if end > self.page.size() {
+            self.page.set_size(end);
         }
         Ok(n)
     }

@@ -109,6 +109,14 @@ fn identity_of(fd: std::os::fd::BorrowedFd<'_>) -> Option<Identity> {
     rustix::fs::fstat(fd).ok().map(|st| (st.st_dev, st.st_ino))
 }
 
+/// The identity of what the server opened.
+fn opened_identity(o: &Opened) -> Option<Identity> {
+    identity_of(match o {
+        Opened::Dir(dir) => dir.as_fd(),
+        Opened::File(f) => f.file.as_fd(),
+    })
+}
+
 /// Where reopening descriptor `n` by its `/proc` name leads, as a name
 /// the server can resolve: the path the kernel gives the descriptor's
 /// file, if that path names the same file now (not for a pipe, a socket,
@@ -193,15 +201,7 @@ fn emul_open(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> O
         }
         // A reopen by a descriptor's name the server refuses, or that
         // reached another file: the kernel's, by the descriptor itself.
-        Err(_) if reopens.is_some() => {
-            release(slot);
-            return None;
-        }
-        Ok(Opened::Dir(dir)) if reopens.is_some_and(|id| identity_of(dir.as_fd()) != Some(id)) => {
-            release(slot);
-            return None;
-        }
-        Ok(Opened::File(o)) if reopens.is_some_and(|id| identity_of(o.file.as_fd()) != Some(id)) => {
+        ref r if reopens.is_some() && r.as_ref().ok().and_then(opened_identity) != reopens => {
             release(slot);
             return None;
         }
@@ -609,8 +609,7 @@ fn seek_stream(f: *mut FILE, off: i64, whence: c_int, seek: impl FnOnce(i64, c_i
     }
     // SAFETY: the caller's live stream, one of the library's own, locked
     // (recursively) so that no other thread writes to it between the
-    // position or the size and the seek; `__fpending` only reads it,
-    // `ftello` asks the descriptor where it is.
+    // position or the size and the seek.
     unsafe {
         crate::wide::flockfile(f);
         let r = if whence == libc::SEEK_END {
@@ -624,17 +623,14 @@ fn seek_stream(f: *mut FILE, off: i64, whence: c_int, seek: impl FnOnce(i64, c_i
                 }
                 None => seek(off, whence),
             }
-        } else if __fpending(f) > 0 {
-            // From where `ftello` says the stream is (it counts the
-            // unwritten bytes from the descriptor's offset, which a
-            // cookie's write moves on); past what an offset holds, -1,
-            // which the seek refuses as the C library does.
-            match libc::ftello(f) {
-                pos if pos >= 0 => seek(pos.checked_add(off).unwrap_or(-1), libc::SEEK_SET),
-                _ => -1,
-            }
         } else {
-            seek(off, whence)
+            match unwritten_end(f) {
+                // Past what an offset holds, -1, which the seek refuses as
+                // the C library does.
+                Some(Some(pos)) => seek(pos.checked_add(off).unwrap_or(-1), libc::SEEK_SET),
+                Some(None) => seek(off, whence),
+                None => -1,
+            }
         };
         crate::wide::funlockfile(f);
         r
@@ -655,21 +651,29 @@ unsafe fn end_after_write_out(f: *mut FILE) -> Option<i64> {
     // `cookie_file` patched in, open while the stream is.
     let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(real::fileno()(f)) };
     let st = rustix::fs::fstat(fd).ok().filter(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG)?;
-    // SAFETY: the caller's stream; `__fpending` only reads it, `ftello`
-    // asks the descriptor where it is (and, on an append stream holding
-    // unwritten bytes, moves it to the end, where they will go).
-    let pending_end = unsafe {
-        if __fpending(f) == 0 {
-            0
-        } else {
-            let pos = libc::ftello(f);
-            if pos < 0 {
-                return None;
-            }
-            pos
-        }
-    };
+    // SAFETY: the caller's promise, passed on.
+    let pending_end = unsafe { unwritten_end(f) }?.unwrap_or(0);
     Some((st.st_size as i64).max(pending_end))
+}
+
+/// Where the unwritten bytes of the library's stream `f` end, which is
+/// where the stream is: `Some(None)` when it holds none, `None` if
+/// `ftello` fails. `ftello` counts them from the descriptor's offset,
+/// which a cookie's write moves on (and, on an append stream holding
+/// some, first moves the descriptor to the end, where they will go).
+///
+/// # Safety
+/// `f` is one of the library's own streams, locked by the caller.
+unsafe fn unwritten_end(f: *mut FILE) -> Option<Option<i64>> {
+    // SAFETY: the caller's stream; `__fpending` only reads it, `ftello`
+    // asks the descriptor where it is.
+    unsafe {
+        if __fpending(f) == 0 {
+            return Some(None);
+        }
+        let pos = libc::ftello(f);
+        (pos >= 0).then_some(Some(pos))
+    }
 }
 /// `fseek(3)`.
 #[no_mangle]

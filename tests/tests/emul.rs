@@ -2876,11 +2876,19 @@ int main(void) {
                 });
             }
         };
+        // The library where the other user may load it (the build
+        // directory may sit below directories it cannot enter, and the
+        // loader then skips the library without a word).
+        let lib = dir.join("libferry_emul.so");
+        std::fs::copy(library(), &lib).unwrap();
+        std::fs::set_permissions(&lib, std::fs::Permissions::from_mode(0o755)).unwrap();
         let srv = Served::new(&dir);
         // Each command in a block of its own, so that the one holding the
         // server's right is gone before the server is stopped.
         let ours = {
-            let mut cmd = srv.command(dir.join("reopen").to_str().unwrap());
+            let mut cmd = Command::new(dir.join("reopen"));
+            ferry::emulation::prepare_command(&mut cmd, srv.right(), &dir, &lib).expect("prepare command");
+            cmd.stdin(Stdio::null());
             hand(&mut cmd);
             cmd.uid(common::NOBODY).gid(common::NOBODY).current_dir("/").output().unwrap()
         };

@@ -156,6 +156,26 @@ pub fn write_json(path: &str, records: &[Record], command_line: &[String]) -> st
     std::fs::write(format!("{path}.meta.json"), machine::to_json(&machine::describe(command_line)))
 }
 
+/// Checks, before anything is measured, that the results of a run can be
+/// written to `path` and its sidecar: a run of an hour that could not save
+/// what it measured would be lost. Writes and removes `path.partial` (the
+/// name every save goes through), so the directory is known to exist and
+/// take files; nothing at `path` itself is touched.
+fn check_writable(path: &str) -> Result<(), String> {
+    if std::path::Path::new(path).is_dir() {
+        return Err(format!("{path} is a directory; give a file name, e.g. {}/results.json", path.trim_end_matches('/')));
+    }
+    let probe = format!("{path}.partial");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&probe)
+        .map_err(|e| format!("cannot write {path}: {e}; check that its directory exists and is writable"))?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
+}
+
 /// Writes `text` to `to` through a temporary file renamed into place, so a
 /// reader (or an interruption) never sees half a file.
 fn replace_file(to: &str, text: String) -> std::io::Result<()> {
@@ -289,6 +309,12 @@ fn bench_main(parsed: &BenchArgs, argv: &[String]) -> ExitCode {
         }
         opts.only = parsed.only.clone();
     }
+    if let Some(path) = &parsed.json {
+        if let Err(e) = check_writable(path) {
+            eprintln!("ferry bench: {e}");
+            return ExitCode::from(2);
+        }
+    }
     let with_probe = parsed.suites.iter().any(|s| s == "all");
     let load_start = loadavg();
     let mut records = Vec::new();
@@ -367,6 +393,12 @@ fn bench_main(parsed: &BenchArgs, argv: &[String]) -> ExitCode {
 
 /// Runs `probe [--quick] [--json FILE]`.
 fn probe_main(args: &ProbeArgs) -> ExitCode {
+    if let Some(path) = &args.json {
+        if let Err(e) = check_writable(path) {
+            eprintln!("ferry probe: {e}");
+            return ExitCode::from(2);
+        }
+    }
     let opts = if args.quick { probe::Options::quick() } else { probe::Options::full() };
     let tty = std::io::stderr().is_terminal();
     let total = probe::steps();

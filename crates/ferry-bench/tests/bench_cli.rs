@@ -319,6 +319,29 @@ fn an_unknown_impl_is_refused_with_the_known_names() {
     assert!(out.is_empty(), "something ran:\n{out}");
 }
 
+/// A results file that cannot be written (its directory is missing, or it
+/// names a directory) is refused before anything is measured, not after a
+/// run of an hour whose numbers then go nowhere.
+#[test]
+fn a_results_file_that_cannot_be_written_is_refused_before_anything_runs() {
+    let dir = temp_dir("unwritable");
+    let missing = dir.join("no-such-dir").join("r.json");
+    let missing = missing.to_str().unwrap();
+    for args in [
+        vec!["bench", "port", "--smoke", "--json", missing],
+        vec!["bench", "port", "--smoke", "--json", dir.to_str().unwrap()],
+        vec!["probe", "--quick", "--json", missing],
+    ] {
+        let (ok, out, err) = ferry(&args, Duration::from_secs(60));
+        assert!(!ok, "{args:?} was accepted:\n{out}\n{err}");
+        assert!(out.is_empty(), "{args:?}: something ran:\n{out}");
+        assert!(err.contains("directory"), "{args:?}: the error does not say what is wrong: {err}");
+    }
+    assert!(!dir.join("no-such-dir").exists());
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "a file was left behind");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The C API's cost is measured by `ferry bench rpc` itself: measured
 /// `ferry-c-call-block`, `ferry-c-call-poll` and `ferry-c-port` records (C
 /// code calling libferry's functions) at every size, next to the Rust API's

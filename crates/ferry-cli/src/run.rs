@@ -19,6 +19,9 @@ use ferry::{Item, Message, Timeout};
 
 /// `ferry run --files DIR -- PROGRAM [ARGS...]`.
 #[derive(Debug, clap::Args)]
+#[command(after_help = "Exit status: the program's own, or 128 plus the signal that killed it; \
+125 if ferry could not set the program up (no such directory, no library, no server), \
+126 if the program was found but could not be started, 127 if it was not found.")]
 pub struct Args {
     /// The directory whose files the program reaches through ferry.
     #[arg(long, value_name = "DIR")]
@@ -42,6 +45,14 @@ pub struct ServeArgs {
     detach: bool,
 }
 
+/// Exit status when `ferry run` itself failed before the program ran (as
+/// `env`, `timeout` and `chroot` report their own failures).
+const SETUP_FAILED: u8 = 125;
+/// Exit status when the program was found but could not be started.
+const NOT_STARTED: u8 = 126;
+/// Exit status when the program was not found.
+const NOT_FOUND: u8 = 127;
+
 fn library(explicit: Option<&Path>) -> Option<PathBuf> {
     if let Some(p) = explicit {
         return Some(p.to_owned());
@@ -58,7 +69,7 @@ fn library(explicit: Option<&Path>) -> Option<PathBuf> {
 pub fn main(args: &Args) -> ExitCode {
     let fail = |what: String| {
         eprintln!("ferry run: {what}");
-        ExitCode::from(127)
+        ExitCode::from(SETUP_FAILED)
     };
     let root = match args.files.canonicalize() {
         Ok(r) if r.is_dir() => r,
@@ -95,7 +106,10 @@ pub fn main(args: &Args) -> ExitCode {
     ferry::emulation::prepare_command_for_hand_off(&mut cmd, &root, &lib);
     let (mut child, port, handoff) = match ferry::process::spawn_with_hand_off(&mut cmd) {
         Ok(c) => c,
-        Err(e) => return fail(format!("{}: {e}", Path::new(&args.program[0]).display())),
+        Err(e) => {
+            eprintln!("ferry run: {}: {e}", Path::new(&args.program[0]).display());
+            return ExitCode::from(if e.kind() == std::io::ErrorKind::NotFound { NOT_FOUND } else { NOT_STARTED });
+        }
     };
     // As a shell waits for a command (see `pass_signals_to`).
     ferry::process::pass_signals_to(child.id() as i32);

@@ -65,14 +65,30 @@ fn ferry_run_serves_a_shell_and_its_programs_then_the_server_goes() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A missing directory is refused with its name and `ferry run`'s own
+/// status (125); a program that is not there or cannot be run gets a
+/// shell's (127, 126).
 #[test]
-fn ferry_run_refuses_a_missing_directory_clearly() {
+fn ferry_run_tells_its_own_failures_from_the_programs() {
     let out = Command::new(env!("CARGO_BIN_EXE_ferry"))
         .args(["run", "--files", "/nonexistent/ferry-run-dir", "--", "true"])
         .output()
         .unwrap();
-    assert!(!out.status.success());
+    assert_eq!(out.status.code(), Some(125), "ferry's own failure is not told apart from the program's");
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/ferry-run-dir"), "{}", String::from_utf8_lossy(&out.stderr));
+    // A program that is not there, or cannot be run, is reported as a
+    // shell reports it (127, 126), with its name.
+    let dir = std::env::temp_dir().join(format!("ferry-run-statuses-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let not_executable = dir.join("not-executable");
+    std::fs::write(&not_executable, "#!/bin/sh\nexit 0\n").unwrap();
+    let not_executable = not_executable.to_str().unwrap();
+    for (program, code) in [("/nonexistent/ferry-run-program", 127), (not_executable, 126)] {
+        let out = ferry_run(dir.to_str().unwrap(), &[program]);
+        assert_eq!(out.status.code(), Some(code), "{program}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(String::from_utf8_lossy(&out.stderr).contains(program), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Runs `ferry run --files DIR -- ARGS` and returns its output.

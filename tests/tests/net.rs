@@ -289,19 +289,34 @@ fn a_message_with_a_receive_right_is_refused_back_to_its_sender() {
         let (mut me, _keep) = ferry::port().unwrap();
         let (rx, probe) = ferry::port().unwrap();
         let (keep_rx, kept) = ferry::port().unwrap();
+        // A message already waiting in the receive right's queue.
+        probe.send(Message::new(7), WAIT).unwrap();
         let msg = Message::new(1).with_item(kept).with_item(rx).with_reply(me.make_send_once().unwrap());
         svc.send(msg, WAIT).unwrap();
         // The sender learns why on its reply right, typed.
-        let answer = me.recv(WAIT).unwrap();
+        let mut answer = me.recv(WAIT).unwrap();
         let (why, text) = ferry_net::Refusal::of(&answer).expect("a refusal");
         assert_eq!(why, ferry_net::Refusal::ReceiveRight);
         assert!(text.contains("receive rights"), "{text}");
-        // Nothing of the message left the host or leaked: its rights were
-        // destroyed, and the far port received nothing.
-        assert!(probe.wait_dead(WAIT));
+        // And gets its rights back, in their order: the receive right with
+        // its queue, and its senders never saw it die.
+        let mut items = answer.take_items().into_iter();
+        let (Some(Item::Send(kept)), Some(Item::Receive(mut rx)), None) = (items.next(), items.next(), items.next()) else {
+            panic!("the refusal did not give the message's rights back in their order")
+        };
+        assert_eq!(rx.recv(WAIT).unwrap().op(), 7, "the queue came back with the receive right");
+        assert!(!probe.is_dead());
+        probe.send(Message::new(8), WAIT).unwrap();
+        assert_eq!(rx.recv(WAIT).unwrap().op(), 8);
+        kept.send(Message::new(9), WAIT).unwrap();
         let mut keep_rx = keep_rx;
-        assert!(matches!(keep_rx.recv(WAIT), Err(RecvError::NoSenders)), "the send right in the message was destroyed");
+        assert_eq!(keep_rx.recv(WAIT).unwrap().op(), 9);
+        // Nothing of it left the host: nothing was exported, and the far
+        // port received nothing.
         assert_eq!(b.links()[0].exports, 0, "the sending host exported nothing of it");
+        drop((kept, rx));
+        assert!(probe.wait_dead(WAIT));
+        assert!(matches!(keep_rx.recv(WAIT), Err(RecvError::NoSenders)));
         svc.send(Message::new(2), WAIT).unwrap();
         assert_eq!(srv.recv(WAIT).unwrap().op(), 2, "the next message is the first to arrive");
     });

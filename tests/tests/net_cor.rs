@@ -363,6 +363,38 @@ fn a_hostile_peer_fetching_a_region_it_was_never_sent_loses_only_its_link() {
     });
 }
 
+/// A shared region too large to copy into the frame cannot cross by
+/// reference (its sender could change it while the far side fetches it):
+/// the message is refused, typed, before anything leaves, and the region
+/// comes back in the refusal, still shared with its sender.
+#[test]
+fn a_large_shared_region_is_refused_and_given_back() {
+    watchdog("a_large_shared_region_is_refused_and_given_back", LIMIT, || {
+        let (ia, ib) = identities();
+        let (a, b) = nodes_with(&ia, &ib, |_| {});
+        b.connect("a", a.local_addr().unwrap()).unwrap();
+        let (mut srv, data) = export_data(&a, &b);
+        let (mut me, _keep) = ferry::port().unwrap();
+        let shared = ferry::region::SharedRegion::new((17 << 20) + PAGE).unwrap();
+        data.send(Message::new(1).with_item(shared.share().unwrap()).with_reply(me.make_send_once().unwrap()), WAIT).unwrap();
+        let mut answer = me.recv(WAIT).unwrap();
+        let (why, text) = ferry_net::Refusal::of(&answer).expect("a refusal");
+        assert_eq!(why, ferry_net::Refusal::MutableRegion, "{text}");
+        let Some(Item::Region(back)) = answer.take_items().pop() else { panic!("the region did not come back") };
+        assert_eq!((back.mode(), back.len()), (ferry::region::Mode::Share, shared.len()));
+        // Still the sender's memory: a write through the sender's handle is
+        // seen through the region that came back.
+        shared.as_atomic_u64()[5].store(0x5eed, std::sync::atomic::Ordering::Relaxed);
+        let seen = back.map_shared(ferry::MapOptions::default()).unwrap();
+        let mut word = [0u8; 8];
+        assert!(seen.read_at(40, &mut word));
+        assert_eq!(u64::from_le_bytes(word), 0x5eed);
+        assert_eq!(b.links()[0].regions_out, 0, "nothing was kept for the peer");
+        data.send(Message::new(2), WAIT).unwrap();
+        assert_eq!(srv.recv(WAIT).unwrap().op(), 2, "nothing of the refused message arrived");
+    });
+}
+
 #[test]
 fn per_user_budgets_refuse_what_one_user_would_have_kept_past_them() {
     watchdog("per_user_budgets_refuse_what_one_user_would_have_kept_past_them", LIMIT, || {
@@ -375,9 +407,10 @@ fn per_user_budgets_refuse_what_one_user_would_have_kept_past_them() {
         let (mut srv, data) = export_data(&a, &b);
         let (mut me, _keep) = ferry::port().unwrap();
         let len = (17 << 20) + PAGE;
+        // The refusal, and how many of the message's items it gave back.
         let refused = |me: &mut ferry::ReceiveRight| {
             let answer = me.recv(WAIT).unwrap();
-            ferry_net::Refusal::of(&answer).map(|(r, _)| r)
+            ferry_net::Refusal::of(&answer).map(|(r, _)| (r, answer.items().len()))
         };
 
         // One region by reference: within the budget.
@@ -385,7 +418,7 @@ fn per_user_budgets_refuse_what_one_user_would_have_kept_past_them() {
         let Some(Item::Send(first)) = srv.recv(WAIT).unwrap().take_items().pop() else { panic!("a region") };
         // A second while the first is held: refused, typed, to the sender.
         data.send(Message::new(2).with_item(pattern_region(len)).with_reply(me.make_send_once().unwrap()), WAIT).unwrap();
-        assert_eq!(refused(&mut me), Some(ferry_net::Refusal::OverBudget));
+        assert_eq!(refused(&mut me), Some((ferry_net::Refusal::OverBudget, 1)), "refused, with the region given back");
         // Three rights kept at once would pass the budget of two.
         let ports: Vec<_> = (0..3).map(|_| ferry::port().unwrap()).collect();
         let mut m = Message::new(3).with_reply(me.make_send_once().unwrap());
@@ -393,7 +426,7 @@ fn per_user_budgets_refuse_what_one_user_would_have_kept_past_them() {
             m = m.with_item(r);
         }
         data.send(m, WAIT).unwrap();
-        assert_eq!(refused(&mut me), Some(ferry_net::Refusal::OverBudget));
+        assert_eq!(refused(&mut me), Some((ferry_net::Refusal::OverBudget, 3)), "refused, with the rights given back");
         // Nothing of the refused messages arrived; the link still works.
         data.send(Message::new(4), WAIT).unwrap();
         assert_eq!(srv.recv(WAIT).unwrap().op(), 4);

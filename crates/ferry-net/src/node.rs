@@ -206,10 +206,12 @@ pub const REFUSED: u32 = 0x6e65_7f01;
 
 /// Why the network server refused to carry a message to another host. The
 /// refusal happens on the sender's host, before anything of the message
-/// leaves it: the message's rights are destroyed, and if it has a reply
-/// right the sender gets a message of op [`REFUSED`] on it (the body: the
-/// code as a little-endian `u32`, then the reason in UTF-8). A message
-/// without a reply right is dropped and logged.
+/// leaves it. If the message has a reply right, the sender gets a message
+/// of op [`REFUSED`] on it (the body: the code as a little-endian `u32`,
+/// then the reason in UTF-8) carrying the refused message's rights and
+/// regions back, in their order (all of them, except after a local
+/// failure while taking them, [`Refusal::Failed`]). A message without a
+/// reply right is dropped and logged, and its rights destroyed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refusal {
     /// It carries a receive right: receive rights do not cross hosts.
@@ -1538,6 +1540,26 @@ async fn forward_once(c: Arc<Conn>, mut rx: AsyncReplyReceiver, import: u64, mut
     }
 }
 
+/// Why `item` cannot cross to another host, if it cannot: a receive right,
+/// an item that only makes sense here, or a region its sender may still
+/// change that is too large to copy into the frame.
+fn cannot_cross(item: &Item) -> Option<(Refusal, String)> {
+    match item {
+        Item::Send(_) | Item::SendOnce(_) => None,
+        Item::Region(r) if r.len() > MAX_EAGER_REGION && !r.mode().is_by_value() => Some((
+            Refusal::MutableRegion,
+            format!(
+                "a {:?} region of {} bytes cannot cross by reference: its sender may still change it (send it by copy or move)",
+                r.mode(),
+                r.len()
+            ),
+        )),
+        Item::Region(_) => None,
+        Item::Receive(_) => Some((Refusal::ReceiveRight, "receive rights do not cross the network".into())),
+        _ => Some((Refusal::OtherItem, "this kind of item does not cross the network".into())),
+    }
+}
+
 /// A local right taken out of a message, waiting for the state machine to
 /// say whether to keep it.
 enum Taken {
@@ -1567,6 +1589,33 @@ impl Conn {
     /// destination's stream; `once`: the proxy stands for a send-once
     /// right, whose one message goes on the link's stream for those.
     async fn forward_one(self: &Arc<Self>, import: u64, once: bool, mut m: Message) {
+        // What cannot cross, and what would pass its sender's budgets, is
+        // known from the items before any is taken: such a message is
+        // refused with all of its items given back (`refuse`).
+        if let Some((code, why)) = m.items().iter().find_map(cannot_cross) {
+            return self.refuse(&mut m, code, &why);
+        }
+        // Budgets: what this message could make this node keep for the
+        // peer on its sender's behalf, counted before anything is kept.
+        let uid = m.sender().map_or(u32::MAX, |c| c.uid);
+        let regions = m.items().iter().filter(|i| matches!(i, Item::Region(r) if r.len() > MAX_EAGER_REGION)).count();
+        let rights = m.items().iter().filter(|i| matches!(i, Item::Send(s) if !s.is_dead()) || matches!(i, Item::SendOnce(_))).count()
+            + usize::from(m.has_reply());
+        let over = {
+            let mut st = self.state.lock().unwrap();
+            let over = st.budgets.over(uid, rights, regions, self.limits, &self.peer);
+            let over = over.or_else(|| if once { None } else { st.budgets.stream_over(uid, import, self.limits, &self.peer) });
+            if over.is_none() && !once {
+                // Charged even if taking an item fails below (out of
+                // descriptors or memory): the stream is refunded when the
+                // port's proxies go.
+                st.budgets.charge_stream(uid, import);
+            }
+            over
+        };
+        if let Some(why) = over {
+            return self.refuse(&mut m, Refusal::OverBudget, &why);
+        }
         let mut outs = Vec::new();
         let mut taken = Vec::new();
         for item in m.take_items() {
@@ -1587,13 +1636,6 @@ impl Conn {
                     taken.push(Taken::Once(s));
                 }
                 Item::Region(r) if r.len() > MAX_EAGER_REGION => {
-                    if !r.mode().is_by_value() {
-                        return self.refuse(&mut m, Refusal::MutableRegion, &format!(
-                            "a {:?} region of {} bytes cannot cross by reference: its sender may still change it (send it by copy or move)",
-                            r.mode(),
-                            r.len()
-                        ));
-                    }
                     let len = r.len() as u64;
                     match r.map(MapOptions::lazy().read_only()) {
                         Ok(m) => {
@@ -1610,34 +1652,12 @@ impl Conn {
                     }
                     Err(e) => return self.refuse(&mut m, Refusal::Failed, &format!("region cannot cross: {e}")),
                 },
-                Item::Receive(_) => return self.refuse(&mut m, Refusal::ReceiveRight, "receive rights do not cross the network"),
-                _ => return self.refuse(&mut m, Refusal::OtherItem, "this kind of item does not cross the network"),
+                // Found by `cannot_cross` above.
+                other => {
+                    let (code, why) = cannot_cross(&other).unwrap_or((Refusal::OtherItem, "this kind of item does not cross the network".into()));
+                    return self.refuse(&mut m, code, &why);
+                }
             }
-        }
-        // Budgets: what this message could make this node keep for the
-        // peer on its sender's behalf, counted before anything is kept.
-        let uid = m.sender().map_or(u32::MAX, |c| c.uid);
-        let back = m.take_reply();
-        let regions = outs.iter().filter(|o| matches!(o, Outgoing::Remote(_))).count();
-        let rights = outs.iter().filter(|o| matches!(o, Outgoing::Send(_) | Outgoing::Once)).count() + usize::from(back.is_some());
-        let over = {
-            let mut st = self.state.lock().unwrap();
-            let over = st.budgets.over(uid, rights, regions, self.limits, &self.peer);
-            let over = over.or_else(|| if once { None } else { st.budgets.stream_over(uid, import, self.limits, &self.peer) });
-            if over.is_none() && !once {
-                st.budgets.charge_stream(uid, import);
-            }
-            over
-        };
-        if let Some(why) = over {
-            self.drop_message(&why);
-            if let Some(r) = back {
-                let _ = r.send(Refusal::OverBudget.message(&why), Timeout::Zero);
-            }
-            return;
-        }
-        if let Some(r) = back {
-            m = m.with_reply(r);
         }
         let reply = match m.take_reply() {
             Some(Reply::Send(s)) if s.is_dead() => {
@@ -1736,13 +1756,20 @@ impl Conn {
     }
 
     /// Refuses a message that cannot cross, before anything of it leaves
-    /// this host: its rights are destroyed (their holders are told as for
-    /// any dropped right), and if it has a reply right, the sender is told
-    /// why on it ([`Refusal`]).
+    /// this host. If it has a reply right, the sender is told why on it
+    /// ([`Refusal`]), and the message's items still in it (all of them,
+    /// unless taking one failed) come back in the refusal, in their order:
+    /// a receive right sent by mistake is not lost. Without a reply right
+    /// (or if the refusal cannot be queued) its items are destroyed, and
+    /// their holders told as for any dropped right.
     fn refuse(&self, m: &mut Message, code: Refusal, why: &str) {
-        self.drop_message(why);
-        if let Some(reply) = m.take_reply() {
-            let _ = reply.send(code.message(why), Timeout::Zero);
+        match m.take_reply() {
+            Some(reply) => {
+                eprintln!("ferry-net: a message to {}'s port was refused back to its sender: {why}", self.peer);
+                let back = m.take_items().into_iter().fold(code.message(why), Message::with_item);
+                let _ = reply.send(back, Timeout::Zero);
+            }
+            None => self.drop_message(why),
         }
     }
 

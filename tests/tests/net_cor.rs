@@ -531,6 +531,8 @@ fn per_user_budgets_count_each_local_user_on_its_own() {
             _ => panic!("the other user's peer said {line:?}"),
         };
         assert_eq!(Refusal::of(&answer).map(|(r, _)| r), Some(Refusal::OverBudget), "{line}");
+        // Its right came back to it, and only to it.
+        assert_eq!(said.next().unwrap().unwrap(), "given back 1 mine");
         // And root is still held to its own.
         let (mut me, _keep) = ferry::port().unwrap();
         let (_port, extra) = ferry::port().unwrap();

@@ -194,11 +194,14 @@ fn inherited() -> R {
 /// proxy, in `net_cor`): first op 10 with two send rights to ports of its
 /// own, kept alive; then, once a line arrives on standard input, op 11
 /// with one more and a reply right, and prints the answer to that
-/// (`answer OP BODY-IN-HEX`). Exits when standard input closes.
+/// (`answer OP BODY-IN-HEX`), then what the answer carried back
+/// (`given back N mine|other`: `mine` when it is one send right, and a
+/// message sent on it reaches this process's own third port). Exits when
+/// standard input closes.
 fn keep_rights() -> R {
     use std::io::BufRead;
     let to = ferry::spawn::inherited()?;
-    let kept: Vec<_> = (0..3).map(|_| ferry::port()).collect::<Result<_, _>>()?;
+    let mut kept: Vec<_> = (0..3).map(|_| ferry::port()).collect::<Result<_, _>>()?;
     let right = |i: usize| kept[i].1.try_clone();
     to.send(Message::new(10).with_item(right(0)?).with_item(right(1)?), Timeout::Infinite)?;
     println!("sent 10");
@@ -206,9 +209,18 @@ fn keep_rights() -> R {
     lines.next().transpose()?;
     let (mut answers, _keep) = ferry::port()?;
     to.send(Message::new(11).with_item(right(2)?).with_reply(answers.make_send_once()?), Timeout::Infinite)?;
-    let answer = answers.recv(Timeout::After(std::time::Duration::from_secs(30)))?;
+    let mut answer = answers.recv(Timeout::After(std::time::Duration::from_secs(30)))?;
     let body: String = answer.body().iter().map(|b| format!("{b:02x}")).collect();
     println!("answer {} {body}", answer.op());
+    let back = answer.take_items();
+    let mine = match back.as_slice() {
+        [Item::Send(s)] => {
+            s.send(Message::new(12), Timeout::After(std::time::Duration::from_secs(10)))?;
+            kept[2].0.recv(Timeout::After(std::time::Duration::from_secs(10)))?.op() == 12
+        }
+        _ => false,
+    };
+    println!("given back {} {}", back.len(), if mine { "mine" } else { "other" });
     // Holds its ports (and so what the far side keeps) until told to go.
     lines.next().transpose()?;
     drop(kept);

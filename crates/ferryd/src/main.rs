@@ -56,9 +56,15 @@ struct Args {
     #[arg(long, value_name = "SECS")]
     idle_exit: Option<u64>,
     /// Start in the background, in a new session, and return once the
-    /// daemon answers (how programs start it on demand).
+    /// daemon answers (how programs start it on demand). What it says while
+    /// starting comes to standard error; from then on it logs to the file
+    /// --log names, so it holds none of the caller's terminal or pipes.
     #[arg(long)]
     detach: bool,
+    /// Where a daemon started with --detach logs once it serves (appended;
+    /// made with mode 0600) [default: ferryd.log beside the socket].
+    #[arg(long, value_name = "FILE", requires = "detach")]
+    log: Option<PathBuf>,
     /// (internal) The background half of --detach.
     #[arg(long, hide = true)]
     new_session: bool,
@@ -75,8 +81,9 @@ fn main() -> ExitCode {
         (None, true) => PathBuf::from(SYSTEM_PATH),
         (None, false) => ferry::bootstrap::default_path(),
     };
+    let log = args.log.clone().unwrap_or_else(|| path.with_file_name("ferryd.log"));
     if args.detach {
-        return detach(&path);
+        return detach(&path, &log);
     }
     if args.new_session {
         // Leaves the caller's session: no terminal, no hang-up from it.
@@ -132,6 +139,14 @@ fn main() -> ExitCode {
             }
         }
     }
+    if args.new_session {
+        // Serving: the rest of the log goes to the file, and the pipe the
+        // starting half reads closes (its end of `detach`).
+        if let Err(e) = log_to(&log) {
+            eprintln!("ferryd: cannot log to {}: {e}", log.display());
+            return ExitCode::from(1);
+        }
+    }
     match server.serve() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -162,11 +177,27 @@ fn system_dir(path: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// Sends standard error to the end of `log` (made with mode 0600, never
+/// through a symbolic link) and standard output to `/dev/null`.
+fn log_to(log: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new().create(true).append(true).mode(0o600).custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32).open(log)?;
+    let null = std::fs::OpenOptions::new().write(true).open("/dev/null")?;
+    rustix::stdio::dup2_stdout(&null)?;
+    rustix::stdio::dup2_stderr(&file)?;
+    eprintln!("ferryd: serving in the background, pid {}", std::process::id());
+    Ok(())
+}
+
 /// `--detach`: starts the daemon again in the background (it calls
-/// `setsid` itself) and returns once it answers at `path`, or once it has
-/// failed. The background daemon is not a child of the caller, so it
-/// outlives whoever started it.
-fn detach(path: &Path) -> ExitCode {
+/// `setsid` itself) and returns once it serves at `path`, or once it has
+/// failed. What the daemon says while starting (its errors included)
+/// comes through a pipe to this process's standard error; once it serves
+/// it logs to `log` and the pipe closes, so the daemon keeps none of the
+/// caller's terminal or pipes (`x=$(ferryd --detach 2>&1)` returns). The
+/// background daemon is not a child of the caller, so it outlives whoever
+/// started it.
+fn detach(path: &Path, log: &Path) -> ExitCode {
     let exe = match std::env::current_exe() {
         Ok(e) => e,
         Err(e) => {
@@ -175,26 +206,47 @@ fn detach(path: &Path) -> ExitCode {
         }
     };
     let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).filter(|a| a != "--detach").collect();
-    let mut child = match std::process::Command::new(exe).arg("--new-session").args(args).stdin(std::process::Stdio::null()).spawn() {
+    let mut child = match std::process::Command::new(exe)
+        .arg("--new-session")
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+    {
         Ok(c) => c,
         Err(e) => {
             eprintln!("ferryd: cannot start the daemon: {e}");
             return ExitCode::from(1);
         }
     };
+    // Passes on what the daemon says until it serves (or stops).
+    let said = child.stderr.take().map(|from| {
+        std::thread::spawn(move || {
+            let _ = std::io::copy(&mut std::io::BufReader::new(from), &mut std::io::stderr());
+        })
+    });
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        if ferry::Bootstrap::connect_to(path).is_ok() {
-            return ExitCode::SUCCESS;
-        }
         match child.try_wait() {
             Ok(Some(status)) => {
+                if let Some(t) = said {
+                    let _ = t.join();
+                }
                 eprintln!("ferryd: the daemon stopped at start ({status})");
                 return ExitCode::from(1);
             }
+            Ok(None) if said.as_ref().is_some_and(|t| t.is_finished()) && ferry::Bootstrap::connect_to(path).is_ok() => {
+                eprintln!("ferryd: serving {} in the background (pid {}); its log: {}", path.display(), child.id(), log.display());
+                return ExitCode::SUCCESS;
+            }
             Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
             _ => {
-                eprintln!("ferryd: the daemon did not answer at {} in time", path.display());
+                // Not serving in time: stopped, so that it does not go on
+                // with the caller's pipe as its standard error.
+                let _ = child.kill();
+                let _ = child.wait();
+                eprintln!("ferryd: the daemon did not serve at {} within 10 s; stopped it", path.display());
                 return ExitCode::from(1);
             }
         }

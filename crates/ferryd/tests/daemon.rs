@@ -118,3 +118,77 @@ fn an_idle_daemon_exits_and_removes_its_socket_once_nothing_is_held() {
     drop(ferry::NameServer::bind(&sock).expect("bind after the idle daemon left"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `ferryd --detach` run by a caller that captures its output (a script's
+/// `$(…)`, Python's `subprocess.run(capture_output=True)`) returns as soon
+/// as the daemon serves: what the daemon says while starting reaches the
+/// caller, and from then on it logs to a file of mode 0600 beside its
+/// socket, holding none of the caller's pipes (the caller waited for as
+/// long as the daemon lived before). A daemon that cannot start says why
+/// through the same pipe, and the caller hears it.
+#[test]
+fn detach_returns_to_a_caller_capturing_its_output_and_logs_to_a_file() {
+    use std::io::Read;
+    use std::os::unix::fs::PermissionsExt;
+
+    let dir = std::env::temp_dir().join(format!("ferryd-detach-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let sock = dir.join("bootstrap");
+    // Output captured through pipes, read to their end as `$(…)` does; the
+    // reading happens on threads so a hang fails the test instead of
+    // blocking it.
+    let run = |extra: &[&str]| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_ferryd"))
+            .args(["--socket", sock.to_str().unwrap(), "--idle-exit", "60", "--detach"])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start ferryd --detach");
+        let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let (mut o, mut e) = (String::new(), String::new());
+            let _ = out.read_to_string(&mut o);
+            let _ = err.read_to_string(&mut e);
+            let _ = tx.send((o, e));
+        });
+        let said = rx.recv_timeout(Duration::from_secs(10)).expect("the caller's pipes stayed open: ferryd --detach kept them");
+        (child.wait().unwrap(), said)
+    };
+    let (status, (out, err)) = run(&[]);
+    assert!(status.success(), "{err}");
+    assert!(out.is_empty(), "{out}");
+    assert!(err.contains("serving") && err.contains("ferryd.log"), "{err}");
+    let first = err;
+    let log = dir.join("ferryd.log");
+    assert_eq!(std::fs::metadata(&log).unwrap().permissions().mode() & 0o777, 0o600);
+    // It serves, and says so in its log, not to the caller.
+    let bs = ferry::Bootstrap::connect_to(&sock).expect("the detached daemon serves");
+    let mut logged = String::new();
+    for _ in 0..400 {
+        logged = std::fs::read_to_string(&log).unwrap();
+        if logged.contains("client connected") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(logged.contains("client connected"), "{logged}");
+    // A second one cannot listen there: it says why, to the caller.
+    let (status, (_, err)) = run(&[]);
+    assert!(!status.success());
+    assert!(err.contains("already listens"), "{err}");
+    drop(bs);
+    let pid: i32 = first.split("(pid ").nth(1).and_then(|r| r.split(')').next()).and_then(|p| p.parse().ok()).expect("the pid in what it said");
+    let pid = rustix::process::Pid::from_raw(pid).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    for _ in 0..1000 {
+        if rustix::process::test_kill_process(pid).is_err() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

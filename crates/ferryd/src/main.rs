@@ -63,8 +63,13 @@ struct Args {
     detach: bool,
     /// Where a daemon started with --detach logs once it serves (appended;
     /// made with mode 0600) [default: ferryd.log beside the socket].
-    #[arg(long, value_name = "FILE", requires = "detach")]
+    #[arg(long, value_name = "FILE")]
     log: Option<PathBuf>,
+    /// Size in bytes past which a detached daemon's log is renamed to
+    /// FILE.1 (replacing the one before) and begun anew, so the two stay
+    /// near this size however many clients connect [default: 4194304].
+    #[arg(long, value_name = "BYTES")]
+    log_limit: Option<u64>,
     /// (internal) The background half of --detach.
     #[arg(long, hide = true)]
     new_session: bool,
@@ -81,6 +86,10 @@ fn main() -> ExitCode {
         (None, true) => PathBuf::from(SYSTEM_PATH),
         (None, false) => ferry::bootstrap::default_path(),
     };
+    if !(args.detach || args.new_session) && (args.log.is_some() || args.log_limit.is_some()) {
+        eprintln!("ferryd: --log and --log-limit go with --detach (without it, the log is standard error)");
+        return ExitCode::from(2);
+    }
     let log = args.log.clone().unwrap_or_else(|| path.with_file_name("ferryd.log"));
     if args.detach {
         return detach(&path, &log);
@@ -142,7 +151,7 @@ fn main() -> ExitCode {
     if args.new_session {
         // Serving: the rest of the log goes to the file, and the pipe the
         // starting half reads closes (its end of `detach`).
-        if let Err(e) = log_to(&log) {
+        if let Err(e) = log_to(&log, args.log_limit.unwrap_or(LOG_LIMIT)) {
             eprintln!("ferryd: cannot log to {}: {e}", log.display());
             return ExitCode::from(1);
         }
@@ -177,16 +186,55 @@ fn system_dir(path: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// Sends standard error to the end of `log` (made with mode 0600, never
-/// through a symbolic link) and standard output to `/dev/null`.
-fn log_to(log: &Path) -> std::io::Result<()> {
+/// Size past which a detached daemon's log is renamed to `LOG.1` (the one
+/// before it dropped) and begun anew, unless `--log-limit` says otherwise:
+/// the file and its one predecessor stay near this size however many
+/// clients connect. A system daemon's
+/// log is on `/run`, in memory, where a user connecting in a loop would
+/// otherwise fill it.
+const LOG_LIMIT: u64 = 4 << 20;
+
+/// How often the log's size is looked at.
+const LOG_CHECK: Duration = Duration::from_secs(1);
+
+/// Opens `log` for appending: made with mode 0600, never through a
+/// symbolic link.
+fn open_log(log: &Path) -> std::io::Result<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new().create(true).append(true).mode(0o600).custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32).open(log)?;
+    std::fs::OpenOptions::new().create(true).append(true).mode(0o600).custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32).open(log)
+}
+
+/// Sends standard error to the end of `log` and standard output to
+/// `/dev/null`, and keeps the log near `limit` bytes from then on.
+fn log_to(log: &Path, limit: u64) -> std::io::Result<()> {
+    let file = open_log(log)?;
     let null = std::fs::OpenOptions::new().write(true).open("/dev/null")?;
     rustix::stdio::dup2_stdout(&null)?;
     rustix::stdio::dup2_stderr(&file)?;
     eprintln!("ferryd: serving in the background, pid {}", std::process::id());
+    let log = log.to_owned();
+    std::thread::Builder::new().name("ferryd-log".into()).spawn(move || keep_log_bounded(&log, limit, LOG_CHECK))?;
     Ok(())
+}
+
+/// Every `every`, if standard error (the log at `log`) has grown past
+/// `limit`, renames it to `LOG.1` and points standard error at a new file
+/// at `log`. A failure is logged and tried again at the next look.
+fn keep_log_bounded(log: &Path, limit: u64, every: Duration) {
+    let mut old = log.as_os_str().to_owned();
+    old.push(".1");
+    loop {
+        std::thread::sleep(every);
+        let big = rustix::fs::fstat(rustix::stdio::stderr()).is_ok_and(|st| st.st_size as u64 > limit);
+        if !big {
+            continue;
+        }
+        let turned = std::fs::rename(log, &old).and_then(|()| open_log(log)).and_then(|f| rustix::stdio::dup2_stderr(&f).map_err(Into::into));
+        match turned {
+            Ok(()) => eprintln!("ferryd: log begun anew; the one before is {}", Path::new(&old).display()),
+            Err(e) => eprintln!("ferryd: cannot begin the log anew: {e}"),
+        }
+    }
 }
 
 /// `--detach`: starts the daemon again in the background (it calls

@@ -192,3 +192,48 @@ fn detach_returns_to_a_caller_capturing_its_output_and_logs_to_a_file() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A detached daemon's log stays bounded however many clients connect
+/// (each connection is a line): past `--log-limit` it is renamed to
+/// `ferryd.log.1` and begun anew, so a user connecting in a loop cannot
+/// fill the file system the log is on (`/run`, in memory, for a system
+/// daemon).
+#[test]
+fn a_detached_daemons_log_is_begun_anew_past_its_limit() {
+    let dir = std::env::temp_dir().join(format!("ferryd-logturn-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let sock = dir.join("bootstrap");
+    let out = Command::new(env!("CARGO_BIN_EXE_ferryd"))
+        .args(["--socket", sock.to_str().unwrap(), "--idle-exit", "60", "--detach", "--log-limit", "4000"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("start ferryd --detach");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    let pid: i32 = said.split("(pid ").nth(1).and_then(|r| r.split(')').next()).and_then(|p| p.parse().ok()).expect("the pid in what it said");
+    let (log, old) = (dir.join("ferryd.log"), dir.join("ferryd.log.1"));
+    // Three rounds of 200 connections, each a line or more, with time
+    // between them for the daemon to look at the log's size.
+    for _ in 0..3 {
+        for _ in 0..200 {
+            drop(ferry::Bootstrap::connect_to(&sock).expect("the daemon serves"));
+        }
+        std::thread::sleep(Duration::from_millis(2500));
+    }
+    let size = |p: &std::path::Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+    assert!(size(&old) > 4000, "the log was not begun anew: {} and {} bytes", size(&log), size(&old));
+    // What the daemon writes in the second between two looks, at most
+    // 200 connections' worth, stays well under the limit here.
+    assert!(size(&log) < 4000 + 200 * 100 && size(&old) < 4000 + 200 * 100, "{} and {} bytes", size(&log), size(&old));
+    assert!(std::fs::read_to_string(&log).unwrap().contains("ferryd:"), "the new log is written to");
+    let pid = rustix::process::Pid::from_raw(pid).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    for _ in 0..1000 {
+        if rustix::process::test_kill_process(pid).is_err() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1652,9 +1652,9 @@ impl Conn {
                     }
                     Err(e) => return self.refuse(&mut m, Refusal::Failed, &format!("region cannot cross: {e}")),
                 },
-                // Found by `cannot_cross` above.
+                // Refused by `cannot_cross` above, before anything was taken.
                 other => {
-                    let (code, why) = cannot_cross(&other).unwrap_or((Refusal::OtherItem, "this kind of item does not cross the network".into()));
+                    let (code, why) = cannot_cross(&other).unwrap_or((Refusal::Failed, "an item that was checked could not be taken".into()));
                     return self.refuse(&mut m, code, &why);
                 }
             }

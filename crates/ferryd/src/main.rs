@@ -189,9 +189,8 @@ fn system_dir(path: &Path) -> Result<(), String> {
 /// Size past which a detached daemon's log is renamed to `LOG.1` (the one
 /// before it dropped) and begun anew, unless `--log-limit` says otherwise:
 /// the file and its one predecessor stay near this size however many
-/// clients connect. A system daemon's
-/// log is on `/run`, in memory, where a user connecting in a loop would
-/// otherwise fill it.
+/// clients connect. A system daemon's log is on `/run`, in memory, where a
+/// user connecting in a loop would otherwise fill it.
 const LOG_LIMIT: u64 = 4 << 20;
 
 /// How often the log's size is looked at.

@@ -131,9 +131,7 @@ fn detach_returns_to_a_caller_capturing_its_output_and_logs_to_a_file() {
     use std::io::Read;
     use std::os::unix::fs::PermissionsExt;
 
-    let dir = std::env::temp_dir().join(format!("ferryd-detach-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = fresh_dir("ferryd-detach");
     let sock = dir.join("bootstrap");
     // Output captured through pipes, read to their end as `$(…)` does; the
     // reading happens on threads so a hang fails the test instead of
@@ -181,15 +179,7 @@ fn detach_returns_to_a_caller_capturing_its_output_and_logs_to_a_file() {
     assert!(!status.success());
     assert!(err.contains("already listens"), "{err}");
     drop(bs);
-    let pid: i32 = first.split("(pid ").nth(1).and_then(|r| r.split(')').next()).and_then(|p| p.parse().ok()).expect("the pid in what it said");
-    let pid = rustix::process::Pid::from_raw(pid).unwrap();
-    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
-    for _ in 0..1000 {
-        if rustix::process::test_kill_process(pid).is_err() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    stop_detached(&first);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -200,9 +190,7 @@ fn detach_returns_to_a_caller_capturing_its_output_and_logs_to_a_file() {
 /// daemon).
 #[test]
 fn a_detached_daemons_log_is_begun_anew_past_its_limit() {
-    let dir = std::env::temp_dir().join(format!("ferryd-logturn-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = fresh_dir("ferryd-logturn");
     let sock = dir.join("bootstrap");
     let out = Command::new(env!("CARGO_BIN_EXE_ferryd"))
         .args(["--socket", sock.to_str().unwrap(), "--idle-exit", "60", "--detach", "--log-limit", "4000"])
@@ -211,7 +199,6 @@ fn a_detached_daemons_log_is_begun_anew_past_its_limit() {
         .expect("start ferryd --detach");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let said = String::from_utf8_lossy(&out.stderr).into_owned();
-    let pid: i32 = said.split("(pid ").nth(1).and_then(|r| r.split(')').next()).and_then(|p| p.parse().ok()).expect("the pid in what it said");
     let (log, old) = (dir.join("ferryd.log"), dir.join("ferryd.log.1"));
     // Three rounds of 200 connections, each a line or more, with time
     // between them for the daemon to look at the log's size.
@@ -227,13 +214,29 @@ fn a_detached_daemons_log_is_begun_anew_past_its_limit() {
     // 200 connections' worth, stays well under the limit here.
     assert!(size(&log) < 4000 + 200 * 100 && size(&old) < 4000 + 200 * 100, "{} and {} bytes", size(&log), size(&old));
     assert!(std::fs::read_to_string(&log).unwrap().contains("ferryd:"), "the new log is written to");
+    stop_detached(&said);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// An empty directory of this test run's own, named after `tag`.
+fn fresh_dir(tag: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Stops the daemon that `ferryd --detach` said it started (`said` is what
+/// it wrote, `… (pid N) …`) and waits until it is gone.
+fn stop_detached(said: &str) {
+    let pid: i32 = said.split("(pid ").nth(1).and_then(|r| r.split(')').next()).and_then(|p| p.parse().ok()).expect("the pid in what it said");
     let pid = rustix::process::Pid::from_raw(pid).unwrap();
     rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
     for _ in 0..1000 {
         if rustix::process::test_kill_process(pid).is_err() {
-            break;
+            return;
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    let _ = std::fs::remove_dir_all(&dir);
+    panic!("the detached daemon did not stop");
 }

@@ -686,16 +686,38 @@ impl Node {
     }
 }
 
-impl Drop for Node {
-    fn drop(&mut self) {
+impl Node {
+    /// Closes every link, as dropping the node does, and waits up to `wait`
+    /// for the peers to have been told ("node stopped"), so that they turn
+    /// their proxies of this host into dead names now rather than after the
+    /// idle timeout. The node takes no link afterwards. For a daemon that
+    /// stops on a signal and exits without dropping its node.
+    pub fn close(&self, wait: Duration) {
+        if let Some(rt) = &self.rt {
+            rt.block_on(async {
+                self.close_links();
+                let _ = tokio::time::timeout(wait, self.endpoint.wait_idle()).await;
+            });
+        }
+    }
+
+    /// Closes the endpoint (every connection, with "node stopped") and the
+    /// state of every link. Called inside the node's runtime.
+    fn close_links(&self) {
         self.endpoint.close(0u32.into(), b"node stopped");
         let links: Vec<Arc<Conn>> = self.shared.links.lock().unwrap().drain().map(|(_, c)| c).collect();
+        for c in links {
+            c.close_link("node stopped");
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
         if let Some(rt) = self.rt.take() {
             {
                 let _g = rt.enter();
-                for c in links {
-                    c.close_link("node stopped");
-                }
+                self.close_links();
             }
             rt.shutdown_timeout(Duration::from_secs(1));
         }

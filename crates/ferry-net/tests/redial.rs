@@ -2,7 +2,8 @@
 //! (`Redial`, as `ferry-netd --peer` does) dials it again with back-off
 //! once it is reachable; the old proxies stay dead names and new lookups
 //! work. Two real nodes over loopback, one stopped and started again on
-//! the same address.
+//! the same address. And a `ferry-netd` stopped by a signal tells its
+//! peers at once.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -64,4 +65,63 @@ fn a_lost_link_is_dialled_again_and_new_lookups_work() {
     // The old proxy never re-binds to the new incarnation.
     assert!(old.is_dead());
     drop(redial);
+}
+
+/// A `ferry-netd` stopped with SIGTERM (or SIGINT, SIGHUP) closes its links
+/// before it exits: the peer turns its proxies of that host into dead names
+/// at once, not after the idle timeout (60 s here, past this test's bound),
+/// and the daemon exits with success. The daemon is the real binary, with
+/// a name server of this test's own; the peer is a node in this process.
+#[test]
+fn a_daemon_stopped_by_a_signal_tells_its_peers_at_once() {
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+
+    for (signal, name) in [(rustix::process::Signal::TERM, "SIGTERM"), (rustix::process::Signal::INT, "SIGINT")] {
+        let dir = std::env::temp_dir().join(format!("ferry-netd-stop-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let boot = dir.join("bootstrap");
+        let server = ferry::NameServer::bind(&boot).unwrap();
+        std::thread::spawn(move || server.serve());
+        let (_echo_rx, echo_tx) = ferry::port().unwrap();
+        let mut names = ferry::Bootstrap::connect_to(&boot).unwrap();
+        names.register("echo", &echo_tx).unwrap();
+        let (ia, ib) = (Identity::generate("a").unwrap(), Identity::generate("b").unwrap());
+        let (a_cert, a_key) = ia.to_pem();
+        std::fs::write(dir.join("cert.pem"), a_cert).unwrap();
+        std::fs::write(dir.join("key.pem"), a_key).unwrap();
+        std::fs::write(dir.join("b.pem"), ib.to_pem().0).unwrap();
+        let mut daemon = Command::new(env!("CARGO_BIN_EXE_ferry-netd"))
+            .arg("--identity")
+            .arg(&dir)
+            .args(["--listen", "127.0.0.1:0", "--export", "echo", "--idle-timeout-ms", "60000", "--trust"])
+            .arg(format!("b={}", dir.join("b.pem").display()))
+            .env("FERRY_BOOTSTRAP", &boot)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start ferry-netd");
+        let mut ready = String::new();
+        std::io::BufReader::new(daemon.stdout.take().unwrap()).read_line(&mut ready).unwrap();
+        let addr: std::net::SocketAddr = ready.trim().rsplit(' ').next().and_then(|a| a.parse().ok()).unwrap_or_else(|| panic!("ferry-netd said {ready:?}"));
+        let mut cfg = NodeConfig::new(ib, vec![Peer { name: "a".into(), cert: ia.cert.clone() }], "127.0.0.1:0".parse().unwrap());
+        cfg.idle_timeout = Duration::from_secs(60);
+        let b = Node::start(cfg).unwrap();
+        b.connect("a", addr).unwrap();
+        let echo = b.lookup("echo@a").unwrap();
+        let pid = rustix::process::Pid::from_raw(daemon.id() as i32).unwrap();
+        let t = Instant::now();
+        rustix::process::kill_process(pid, signal).unwrap();
+        assert!(echo.wait_dead(Timeout::After(Duration::from_secs(10))), "{name}: the peer's proxy stayed alive");
+        assert!(t.elapsed() < Duration::from_secs(10));
+        let status = daemon.wait().unwrap();
+        let mut said = String::new();
+        std::io::Read::read_to_string(&mut daemon.stderr.take().unwrap(), &mut said).unwrap();
+        assert!(status.success(), "{name}: {status}: {said}");
+        assert!(said.contains(&format!("stopping on {name}")), "{said}");
+        assert!(!b.links().iter().any(|l| l.up), "{name}: the link stayed up");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

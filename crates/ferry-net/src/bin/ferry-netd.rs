@@ -154,11 +154,42 @@ fn run(a: Args) -> Result<(), String> {
     if let Err(e) = names.register(ferry_net::status::NAME, &to_status) {
         eprintln!("ferry-netd: cannot register {:?} (ferry names and ferry stat will not show the network): {e}", ferry_net::status::NAME);
     }
+    stop_on_signals(node.clone()).map_err(|e| format!("cannot wait for signals: {e}"))?;
     println!("ferry-netd: ready on {}", node.local_addr().map_err(|e| e.to_string())?);
     loop {
         ferry_net::status::serve(&node, &a.imports, &mut status, ferry::Timeout::Infinite);
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// How long a stopping daemon waits for its peers to be told its links
+/// are closed.
+const STOP_WAIT: Duration = Duration::from_secs(2);
+
+/// On SIGTERM, SIGINT or SIGHUP, closes every link (each peer hears "node
+/// stopped" and turns its proxies of this host into dead names at once,
+/// rather than after the idle timeout) and exits. Its names in the local
+/// name server go with the process.
+fn stop_on_signals(node: std::sync::Arc<Node>) -> std::io::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let rt = tokio::runtime::Builder::new_current_thread().enable_io().build()?;
+    let (mut term, mut int, mut hup) = {
+        let _in_runtime = rt.enter();
+        (signal(SignalKind::terminate())?, signal(SignalKind::interrupt())?, signal(SignalKind::hangup())?)
+    };
+    std::thread::Builder::new().name("ferry-netd-signals".into()).spawn(move || {
+        let name = rt.block_on(async {
+            tokio::select! {
+                _ = term.recv() => "SIGTERM",
+                _ = int.recv() => "SIGINT",
+                _ = hup.recv() => "SIGHUP",
+            }
+        });
+        eprintln!("ferry-netd: stopping on {name}: closing every link");
+        node.close(STOP_WAIT);
+        std::process::exit(0);
+    })?;
+    Ok(())
 }
 
 /// The peer may be starting too: try for up to 20 seconds.

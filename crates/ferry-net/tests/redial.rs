@@ -2,8 +2,9 @@
 //! (`Redial`, as `ferry-netd --peer` does) dials it again with back-off
 //! once it is reachable; the old proxies stay dead names and new lookups
 //! work. Two real nodes over loopback, one stopped and started again on
-//! the same address. And a `ferry-netd` stopped by a signal tells its
-//! peers at once.
+//! the same address. And `ferry-netd` as a service: stopped by a signal,
+//! it tells its peers at once; under a restarted name server, it
+//! registers its names again.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -92,36 +93,141 @@ fn a_daemon_stopped_by_a_signal_tells_its_peers_at_once() {
         std::fs::write(dir.join("cert.pem"), a_cert).unwrap();
         std::fs::write(dir.join("key.pem"), a_key).unwrap();
         std::fs::write(dir.join("b.pem"), ib.to_pem().0).unwrap();
-        let mut daemon = Command::new(env!("CARGO_BIN_EXE_ferry-netd"))
-            .arg("--identity")
-            .arg(&dir)
-            .args(["--listen", "127.0.0.1:0", "--export", "echo", "--idle-timeout-ms", "60000", "--trust"])
-            .arg(format!("b={}", dir.join("b.pem").display()))
-            .env("FERRY_BOOTSTRAP", &boot)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start ferry-netd");
+        let mut daemon = Killed(
+            Command::new(env!("CARGO_BIN_EXE_ferry-netd"))
+                .arg("--identity")
+                .arg(&dir)
+                .args(["--listen", "127.0.0.1:0", "--export", "echo", "--idle-timeout-ms", "60000", "--trust"])
+                .arg(format!("b={}", dir.join("b.pem").display()))
+                .env("FERRY_BOOTSTRAP", &boot)
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("start ferry-netd"),
+        );
         let mut ready = String::new();
-        std::io::BufReader::new(daemon.stdout.take().unwrap()).read_line(&mut ready).unwrap();
+        std::io::BufReader::new(daemon.0.stdout.take().unwrap()).read_line(&mut ready).unwrap();
         let addr: std::net::SocketAddr = ready.trim().rsplit(' ').next().and_then(|a| a.parse().ok()).unwrap_or_else(|| panic!("ferry-netd said {ready:?}"));
         let mut cfg = NodeConfig::new(ib, vec![Peer { name: "a".into(), cert: ia.cert.clone() }], "127.0.0.1:0".parse().unwrap());
         cfg.idle_timeout = Duration::from_secs(60);
         let b = Node::start(cfg).unwrap();
         b.connect("a", addr).unwrap();
         let echo = b.lookup("echo@a").unwrap();
-        let pid = rustix::process::Pid::from_raw(daemon.id() as i32).unwrap();
+        let pid = rustix::process::Pid::from_raw(daemon.0.id() as i32).unwrap();
         let t = Instant::now();
         rustix::process::kill_process(pid, signal).unwrap();
         assert!(echo.wait_dead(Timeout::After(Duration::from_secs(10))), "{name}: the peer's proxy stayed alive");
         assert!(t.elapsed() < Duration::from_secs(10));
-        let status = daemon.wait().unwrap();
+        let status = daemon.0.wait().unwrap();
         let mut said = String::new();
-        std::io::Read::read_to_string(&mut daemon.stderr.take().unwrap(), &mut said).unwrap();
+        std::io::Read::read_to_string(&mut daemon.0.stderr.take().unwrap(), &mut said).unwrap();
         assert!(status.success(), "{name}: {status}: {said}");
         assert!(said.contains(&format!("stopping on {name}")), "{said}");
         assert!(!b.links().iter().any(|l| l.up), "{name}: the link stayed up");
         let _ = std::fs::remove_dir_all(&dir);
     }
+}
+
+/// A child process killed when the test lets go of it, passing or not: a
+/// failed test leaves no daemon or name server behind.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Set in the environment of this test binary run as a name server of its
+/// own (a process the test can kill and start again).
+const NAME_SERVER_CHILD: &str = "FERRY_NETD_TEST_NAME_SERVER";
+
+/// A name server restarted under a running `ferry-netd` has lost every
+/// registration; the daemon notices (it looks every two seconds) and
+/// registers its status name and its imports again, and the imported name
+/// reaches the remote port as before. The name server is this test binary
+/// run again as one (so the test can kill it), the daemon is the real
+/// binary, and its peer a node in this process.
+#[test]
+fn a_restarted_name_server_gets_the_daemons_names_back() {
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+
+    if let Ok(path) = std::env::var(NAME_SERVER_CHILD) {
+        let _ = ferry::NameServer::bind(std::path::Path::new(&path)).unwrap().serve();
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("ferry-netd-renames-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let boot = dir.join("bootstrap");
+    let name_server = || {
+        let child = Killed(
+            Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", "a_restarted_name_server_gets_the_daemons_names_back", "--nocapture"])
+                .env(NAME_SERVER_CHILD, &boot)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while ferry::Bootstrap::connect_to(&boot).is_err() {
+            assert!(Instant::now() < deadline, "the name server did not start");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        child
+    };
+    let first = name_server();
+    // The peer, in this process, exports `svc`.
+    let (ia, ib) = (Identity::generate("a").unwrap(), Identity::generate("b").unwrap());
+    let b = Node::start(NodeConfig::new(ib.clone(), vec![Peer { name: "a".into(), cert: ia.cert.clone() }], "127.0.0.1:0".parse().unwrap())).unwrap();
+    let (mut svc, svc_tx) = ferry::port().unwrap();
+    b.export("svc", svc_tx);
+    let (a_cert, a_key) = ia.to_pem();
+    std::fs::write(dir.join("cert.pem"), a_cert).unwrap();
+    std::fs::write(dir.join("key.pem"), a_key).unwrap();
+    std::fs::write(dir.join("b.pem"), ib.to_pem().0).unwrap();
+    let mut daemon = Killed(
+        Command::new(env!("CARGO_BIN_EXE_ferry-netd"))
+            .arg("--identity")
+            .arg(&dir)
+            .args(["--listen", "127.0.0.1:0", "--import", "svc@b", "--trust"])
+            .arg(format!("b={}", dir.join("b.pem").display()))
+            .arg("--peer")
+            .arg(format!("b={}", b.local_addr().unwrap()))
+            .env("FERRY_BOOTSTRAP", &boot)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start ferry-netd"),
+    );
+    let mut ready = String::new();
+    std::io::BufReader::new(daemon.0.stdout.take().unwrap()).read_line(&mut ready).unwrap();
+    assert!(ready.contains("ready"), "ferry-netd said {ready:?}");
+    let mut through = |what: u32| {
+        let right = ferry::Bootstrap::connect_to(&boot).unwrap().lookup("svc@b").unwrap();
+        right.send(Message::new(what), Timeout::After(Duration::from_secs(10))).unwrap();
+        assert_eq!(svc.recv(Timeout::After(Duration::from_secs(10))).unwrap().op(), what);
+    };
+    through(1);
+    // The name server goes, and another starts at the same path, empty.
+    drop(first);
+    let second = name_server();
+    assert!(ferry::Bootstrap::connect_to(&boot).unwrap().lookup("svc@b").is_err(), "the new name server started with names");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut names = ferry::Bootstrap::connect_to(&boot).unwrap();
+        if names.lookup("svc@b").is_ok() && names.lookup(ferry_net::status::NAME).is_ok() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "ferry-netd did not register its names with the new name server");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    through(2);
+    drop((daemon, second));
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -151,15 +151,55 @@ fn run(a: Args) -> Result<(), String> {
     });
     // The status port `ferry names` and `ferry stat` ask (see ferry_net::status).
     let (mut status, to_status) = ferry::port().map_err(|e| e.to_string())?;
-    if let Err(e) = names.register(ferry_net::status::NAME, &to_status) {
-        eprintln!("ferry-netd: cannot register {:?} (ferry names and ferry stat will not show the network): {e}", ferry_net::status::NAME);
-    }
+    let mut registered = match names.register(ferry_net::status::NAME, &to_status) {
+        Ok(()) => true,
+        Err(e) => {
+            eprintln!("ferry-netd: cannot register {:?} (ferry names and ferry stat will not show the network): {e}", ferry_net::status::NAME);
+            false
+        }
+    };
     stop_on_signals(node.clone()).map_err(|e| format!("cannot wait for signals: {e}"))?;
     println!("ferry-netd: ready on {}", node.local_addr().map_err(|e| e.to_string())?);
     loop {
-        ferry_net::status::serve(&node, &a.imports, &mut status, ferry::Timeout::Infinite);
-        std::thread::sleep(Duration::from_millis(100));
+        ferry_net::status::serve(&node, &a.imports, &mut status, ferry::Timeout::After(RECHECK));
+        registered = keep_registered(&mut names, &node, &to_status, &a.imports, registered);
     }
+}
+
+/// How often the daemon checks that the local name server still holds its
+/// names.
+const RECHECK: Duration = Duration::from_secs(2);
+
+/// A name server that was restarted has lost every registration: when the
+/// status name is no longer this daemon's port (and it was), registers it
+/// and the imported names again, so `NAME@HOST` reappears without a
+/// restart of the network server. Returns whether the status name is
+/// registered now. (An import whose link is down is registered again by
+/// the redial once the link is back.)
+fn keep_registered(names: &mut Bootstrap, node: &Node, status: &ferry::SendRight, imports: &[String], registered: bool) -> bool {
+    let ours = names.lookup(ferry_net::status::NAME).is_ok_and(|r| same_port(&r, status));
+    if ours || !registered {
+        return ours;
+    }
+    if let Err(e) = names.register(ferry_net::status::NAME, status) {
+        eprintln!("ferry-netd: the local name server lost this daemon's names, and {:?} cannot be registered again: {e}", ferry_net::status::NAME);
+        return false;
+    }
+    eprintln!("ferry-netd: the local name server lost this daemon's names (restarted?); registering them again");
+    for remote in imports {
+        let again = node.lookup(remote).map_err(|e| e.to_string()).and_then(|right| names.register(remote, &right).map_err(|e| e.to_string()));
+        if let Err(e) = again {
+            eprintln!("ferry-netd: --import {remote}: {e}");
+        }
+    }
+    true
+}
+
+/// Whether two send rights name the same port (their sockets' device and
+/// inode).
+fn same_port(a: &ferry::SendRight, b: &ferry::SendRight) -> bool {
+    use std::os::fd::AsFd;
+    matches!((ferry_net::node::key_of(a.as_fd()), ferry_net::node::key_of(b.as_fd())), (Ok(x), Ok(y)) if x == y)
 }
 
 /// How long a stopping daemon waits for its peers to be told its links

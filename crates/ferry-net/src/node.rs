@@ -492,7 +492,10 @@ impl Node {
             .build()?;
         let mut server = tls::quic_server_config(&config.identity, config.peers.clone()).map_err(other)?;
         server.transport_config(transport(&config));
-        let endpoint = rt.block_on(async { quinn::Endpoint::server(server, config.listen) })?;
+        let listen = config.listen;
+        let endpoint = rt
+            .block_on(async { quinn::Endpoint::server(server, listen) })
+            .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {listen}: {e}")))?;
         let shared = Arc::new(Shared {
             config,
             names: Mutex::new(HashMap::new()),

@@ -1,7 +1,8 @@
 //! `ferry-netd`'s command line, run as a user would: `--help` and
 //! `--version` work, bad flags and bad values are refused with a clear
 //! message and exit code 2 before anything starts, and `--gen-identity`
-//! writes a usable identity. No daemon is left running.
+//! writes a usable identity; a listening address in use is named in the
+//! error. No daemon is left running.
 
 use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Output, Stdio};
@@ -109,5 +110,29 @@ fn gen_identity_writes_a_private_key_and_a_certificate() {
     let out = netd(&["--identity", id.to_str().unwrap(), "--listen", "127.0.0.1:0"]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert!(text(&out.stderr).contains("local name server"), "{out:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A listening address another program holds is a run-time error (exit 1)
+/// that names the address, not a bare "Address already in use".
+#[test]
+fn a_listen_address_in_use_is_named() {
+    let dir = std::env::temp_dir().join(format!("ferry-netd-busy-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let id = dir.join("id");
+    assert!(netd(&["--gen-identity", id.to_str().unwrap()]).status.success());
+    let boot = dir.join("bootstrap");
+    ferry::NameServer::bind(&boot).unwrap().spawn().unwrap();
+    let busy = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = busy.local_addr().unwrap().to_string();
+    let out = Command::new(env!("CARGO_BIN_EXE_ferry-netd"))
+        .args(["--identity", id.to_str().unwrap(), "--listen", &addr])
+        .env("FERRY_BOOTSTRAP", &boot)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run ferry-netd");
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains(&addr) && err.contains("in use"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }

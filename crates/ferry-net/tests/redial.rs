@@ -4,7 +4,8 @@
 //! work. Two real nodes over loopback, one stopped and started again on
 //! the same address. And `ferry-netd` as a service: stopped by a signal,
 //! it tells its peers at once; under a restarted name server, it
-//! registers its names again.
+//! registers its names again; started while its peer is down, it links
+//! when the peer comes up.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -229,5 +230,76 @@ fn a_restarted_name_server_gets_the_daemons_names_back() {
     }
     through(2);
     drop((daemon, second));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A peer that is down when `ferry-netd` starts does not stop it: after
+/// trying for 20 s the daemon starts without the link, says so, and dials
+/// in the background; when the peer comes up, the link comes up and the
+/// daemon's `--import` of it is registered then, and reaches the peer.
+#[test]
+fn a_daemon_whose_peer_is_down_at_start_links_when_it_comes_up() {
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+
+    let dir = std::env::temp_dir().join(format!("ferry-netd-late-peer-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let boot = dir.join("bootstrap");
+    ferry::NameServer::bind(&boot).unwrap().spawn().unwrap();
+    let (ia, ib) = (Identity::generate("a").unwrap(), Identity::generate("b").unwrap());
+    let trust_a = vec![Peer { name: "b".into(), cert: ib.cert.clone() }];
+    // An address for the peer, free again once this node is gone.
+    let a_addr = Node::start(NodeConfig::new(ia.clone(), trust_a.clone(), "127.0.0.1:0".parse().unwrap())).unwrap().local_addr().unwrap();
+    let (b_cert, b_key) = ib.to_pem();
+    std::fs::write(dir.join("cert.pem"), b_cert).unwrap();
+    std::fs::write(dir.join("key.pem"), b_key).unwrap();
+    std::fs::write(dir.join("a.pem"), ia.to_pem().0).unwrap();
+    let mut daemon = Killed(
+        Command::new(env!("CARGO_BIN_EXE_ferry-netd"))
+            .arg("--identity")
+            .arg(&dir)
+            .args(["--listen", "127.0.0.1:0", "--import", "svc@a", "--trust"])
+            .arg(format!("a={}", dir.join("a.pem").display()))
+            .arg("--peer")
+            .arg(format!("a={a_addr}"))
+            .env("FERRY_BOOTSTRAP", &boot)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start ferry-netd"),
+    );
+    let mut ready = String::new();
+    std::io::BufReader::new(daemon.0.stdout.take().unwrap()).read_line(&mut ready).unwrap();
+    assert!(ready.contains("ready"), "ferry-netd said {ready:?} with its peer down");
+    assert!(daemon.0.try_wait().unwrap().is_none(), "ferry-netd stopped with its peer down");
+    let mut names = ferry::Bootstrap::connect_to(&boot).unwrap();
+    assert!(names.lookup("svc@a").is_err(), "a name of a host never reached was registered");
+    // The peer comes up at its address.
+    let started = Instant::now();
+    let a = loop {
+        match Node::start(NodeConfig::new(ia.clone(), trust_a.clone(), a_addr)) {
+            Ok(n) => break n,
+            Err(e) if started.elapsed() < Duration::from_secs(10) => {
+                eprintln!("rebinding {a_addr}: {e}");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => panic!("cannot start the peer on {a_addr}: {e}"),
+        }
+    };
+    let (mut svc, svc_tx) = ferry::port().unwrap();
+    a.export("svc", svc_tx);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let right = loop {
+        if let Ok(r) = names.lookup("svc@a") {
+            break r;
+        }
+        assert!(Instant::now() < deadline, "the import was never registered after the peer came up");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    right.send(Message::new(3), Timeout::After(Duration::from_secs(10))).unwrap();
+    assert_eq!(svc.recv(Timeout::After(Duration::from_secs(10))).unwrap().op(), 3);
+    drop(daemon);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -127,7 +127,14 @@ fn run(a: Args) -> Result<(), String> {
     for (host, addr) in &a.peers {
         connect_retrying(&node, host, *addr)?;
     }
+    let up = |host: &str| node.links().iter().any(|l| l.peer == host && l.up);
     for remote in &a.imports {
+        // A host not reached yet: the redial below registers its names
+        // once its link is up.
+        if remote.rsplit_once('@').is_some_and(|(_, host)| a.peers.iter().any(|(h, _)| h == host) && !up(host)) {
+            eprintln!("ferry-netd: --import {remote}: its host is not linked yet; registered once it is");
+            continue;
+        }
         let right = node.lookup(remote).map_err(|e| format!("--import {remote}: {e}"))?;
         names.register(remote, &right).map_err(|e| format!("--import {remote}: {e}"))?;
     }
@@ -232,21 +239,26 @@ fn stop_on_signals(node: std::sync::Arc<Node>) -> std::io::Result<()> {
     Ok(())
 }
 
-/// The peer may be starting too: try for up to 20 seconds.
+/// The peer may be starting too: try for up to 20 seconds. A peer still
+/// unreachable then is no reason to stop: the daemon starts without the
+/// link and the redial goes on dialling it. A peer that is not trusted is
+/// an error in the daemon's arguments.
 fn connect_retrying(node: &Node, host: &str, addr: SocketAddr) -> Result<(), String> {
     let end = Instant::now() + Duration::from_secs(20);
-    for _ in 0..100 {
+    loop {
         match node.connect(host, addr) {
             Ok(()) => return Ok(()),
             Err(ferry_net::NetError::UnknownPeer(p)) => return Err(format!("--peer {p}: not trusted (add --trust {p}=CERT.pem)")),
-            Err(e) if Instant::now() >= end => return Err(format!("--peer {host}={addr}: {e}")),
+            Err(e) if Instant::now() >= end => {
+                eprintln!("ferry-netd: link to {host} at {addr} not up after 20 s ({e}); starting without it, and dialling it in the background");
+                return Ok(());
+            }
             Err(e) => {
                 eprintln!("ferry-netd: link to {host} at {addr} not up yet: {e}");
                 std::thread::sleep(Duration::from_millis(200));
             }
         }
     }
-    Err(format!("--peer {host}={addr}: gave up"))
 }
 
 fn main() -> ExitCode {

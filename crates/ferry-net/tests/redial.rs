@@ -5,7 +5,8 @@
 //! the same address. And `ferry-netd` as a service: stopped by a signal,
 //! it tells its peers at once; under a restarted name server, it
 //! registers its names again; started while its peer is down, it links
-//! when the peer comes up.
+//! when the peer comes up; with servers restarted on either side, it
+//! exports and imports their new ports.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -300,6 +301,94 @@ fn a_daemon_whose_peer_is_down_at_start_links_when_it_comes_up() {
     };
     right.send(Message::new(3), Timeout::After(Duration::from_secs(10))).unwrap();
     assert_eq!(svc.recv(Timeout::After(Duration::from_secs(10))).unwrap().op(), 3);
+    drop(daemon);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Servers restart on both sides of a running `ferry-netd`: a local server
+/// it exports registers a new port under the same name, and a remote
+/// server it imports is exported anew by its host. New lookups of each
+/// name, here and at the peer, find the new port within seconds, while the
+/// old proxies stay dead. The daemon is the real binary, with a name
+/// server of this test's own; its peer is a node in this process.
+#[test]
+fn restarted_servers_are_exported_and_imported_again() {
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+
+    let dir = std::env::temp_dir().join(format!("ferry-netd-restarts-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let boot = dir.join("bootstrap");
+    ferry::NameServer::bind(&boot).unwrap().spawn().unwrap();
+    let mut names = ferry::Bootstrap::connect_to(&boot).unwrap();
+    let (local1, local1_tx) = ferry::port().unwrap();
+    names.register("svc", &local1_tx).unwrap();
+    drop(local1_tx);
+    let (ix, ib) = (Identity::generate("x").unwrap(), Identity::generate("b").unwrap());
+    let b = Node::start(NodeConfig::new(ib.clone(), vec![Peer { name: "x".into(), cert: ix.cert.clone() }], "127.0.0.1:0".parse().unwrap())).unwrap();
+    let (remote1, remote1_tx) = ferry::port().unwrap();
+    b.export("rsvc", remote1_tx);
+    let (x_cert, x_key) = ix.to_pem();
+    std::fs::write(dir.join("cert.pem"), x_cert).unwrap();
+    std::fs::write(dir.join("key.pem"), x_key).unwrap();
+    std::fs::write(dir.join("b.pem"), ib.to_pem().0).unwrap();
+    let mut daemon = Killed(
+        Command::new(env!("CARGO_BIN_EXE_ferry-netd"))
+            .arg("--identity")
+            .arg(&dir)
+            .args(["--listen", "127.0.0.1:0", "--export", "svc", "--import", "rsvc@b", "--trust"])
+            .arg(format!("b={}", dir.join("b.pem").display()))
+            .arg("--peer")
+            .arg(format!("b={}", b.local_addr().unwrap()))
+            .env("FERRY_BOOTSTRAP", &boot)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start ferry-netd"),
+    );
+    let mut ready = String::new();
+    std::io::BufReader::new(daemon.0.stdout.take().unwrap()).read_line(&mut ready).unwrap();
+    assert!(ready.contains("ready"), "ferry-netd said {ready:?}");
+    let wait = Timeout::After(Duration::from_secs(10));
+    // `reach` sends through `right` and `rx` must get it.
+    let reach = |right: &ferry::SendRight, rx: &mut ferry::ReceiveRight, op: u32| {
+        right.send(Message::new(op), wait).unwrap();
+        assert_eq!(rx.recv(wait).unwrap().op(), op);
+    };
+    // Polls `find` until it gives a live right, for at most 20 s.
+    let until_found = |what: &str, find: &mut dyn FnMut() -> Option<ferry::SendRight>| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(r) = find().filter(|r| !r.is_dead()) {
+                return r;
+            }
+            assert!(Instant::now() < deadline, "{what} was not found again");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+
+    // The imported remote server restarts: its host exports a new port.
+    let (mut remote1, old_import) = (remote1, names.lookup("rsvc@b").unwrap());
+    reach(&old_import, &mut remote1, 1);
+    drop(remote1);
+    assert!(old_import.wait_dead(wait), "the proxy of a dead remote port stayed alive");
+    let (mut remote2, remote2_tx) = ferry::port().unwrap();
+    b.export("rsvc", remote2_tx);
+    let new_import = until_found("rsvc@b", &mut || names.lookup("rsvc@b").ok());
+    reach(&new_import, &mut remote2, 2);
+    assert!(old_import.is_dead(), "an old proxy came back to life");
+
+    // The exported local server restarts: it registers a new port here.
+    let (mut local1, old_export) = (local1, b.lookup("svc@x").unwrap());
+    reach(&old_export, &mut local1, 3);
+    drop(local1);
+    assert!(old_export.wait_dead(wait), "the peer's proxy of a dead port stayed alive");
+    let (mut local2, local2_tx) = ferry::port().unwrap();
+    names.register("svc", &local2_tx).unwrap();
+    let new_export = until_found("svc@x", &mut || b.lookup("svc@x").ok());
+    reach(&new_export, &mut local2, 4);
     drop(daemon);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,7 +1,9 @@
 //! `ferry-netd`: the network server daemon. It links this host's ferry
 //! name server to other hosts: names given with `--export` can be looked up
 //! by trusted peers, and names given with `--import NAME@HOST` are looked up
-//! at the peer and registered here under `NAME@HOST`, as proxy ports.
+//! at the peer and registered here under `NAME@HOST`, as proxy ports;
+//! `upkeep` keeps both true while servers, links and the name server
+//! restart.
 //!
 //! It is a process of its own, beside `ferryd`, so the name server stays
 //! free of the network stack (tokio, QUIC, TLS) and the part that faces the
@@ -12,6 +14,8 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
+
+mod upkeep;
 
 use clap::Parser;
 use ferry::Bootstrap;
@@ -120,93 +124,55 @@ fn run(a: Args) -> Result<(), String> {
     let mut cfg = NodeConfig::new(id, peers, a.listen);
     cfg.idle_timeout = Duration::from_millis(a.idle_timeout_ms);
     let node = std::sync::Arc::new(Node::start(cfg).map_err(|e| e.to_string())?);
+    let mut exports = Vec::new();
     for name in &a.exports {
         let right = names.lookup_wait(name, Duration::from_secs(10)).map_err(|e| format!("--export {name}: {e}"))?;
-        node.export(name, right);
+        node.export(name, right.try_clone().map_err(|e| format!("--export {name}: {e}"))?);
+        exports.push((name.clone(), right));
     }
     for (host, addr) in &a.peers {
         connect_retrying(&node, host, *addr)?;
     }
     let up = |host: &str| node.links().iter().any(|l| l.peer == host && l.up);
+    let mut imports = Vec::new();
     for remote in &a.imports {
-        // A host not reached yet: the redial below registers its names
-        // once its link is up.
+        // A host not reached yet: its names are registered once its link
+        // is up (`upkeep`).
         if remote.rsplit_once('@').is_some_and(|(_, host)| a.peers.iter().any(|(h, _)| h == host) && !up(host)) {
             eprintln!("ferry-netd: --import {remote}: its host is not linked yet; registered once it is");
+            imports.push((remote.clone(), None));
             continue;
         }
         let right = node.lookup(remote).map_err(|e| format!("--import {remote}: {e}"))?;
         names.register(remote, &right).map_err(|e| format!("--import {remote}: {e}"))?;
+        imports.push((remote.clone(), Some(right)));
     }
-    // A lost link is dialled again; once it is back, the names imported
-    // from that host are looked up and registered afresh (their old
-    // proxies are dead names, and their registrations went with them).
-    let (n2, imports) = (node.clone(), a.imports.clone());
-    let _redial = ferry_net::Redial::start(node.clone(), a.peers.clone(), move |host| {
-        let Ok(mut names) = Bootstrap::connect() else { return };
-        for remote in imports.iter().filter(|r| r.rsplit_once('@').is_some_and(|(_, h)| h == host)) {
-            let _ = names.unregister(remote);
-            match n2.lookup(remote) {
-                Ok(right) => {
-                    if let Err(e) = names.register(remote, &right) {
-                        eprintln!("ferry-netd: --import {remote}: {e}");
-                    }
-                }
-                Err(e) => eprintln!("ferry-netd: --import {remote}: {e}"),
-            }
-        }
-    });
     // The status port `ferry names` and `ferry stat` ask (see ferry_net::status).
     let (mut status, to_status) = ferry::port().map_err(|e| e.to_string())?;
-    let mut registered = match names.register(ferry_net::status::NAME, &to_status) {
-        Ok(()) => true,
+    let status_kept = match names.register(ferry_net::status::NAME, &to_status) {
+        Ok(()) => Some(to_status),
         Err(e) => {
             eprintln!("ferry-netd: cannot register {:?} (ferry names and ferry stat will not show the network): {e}", ferry_net::status::NAME);
-            false
+            None
         }
     };
+    // A lost link is dialled again; once it is back, the upkeep looks the
+    // names imported from that host up afresh (their old proxies are dead
+    // names, and their registrations went with them).
+    let (wake, woken) = std::sync::mpsc::channel();
+    let _redial = ferry_net::Redial::start(node.clone(), a.peers.clone(), move |_host| {
+        let _ = wake.send(());
+    });
+    let upkeep = upkeep::Upkeep::new(names, node.clone(), status_kept, exports, imports);
+    std::thread::Builder::new().name("ferry-netd-upkeep".into()).spawn(move || upkeep.run(woken)).map_err(|e| e.to_string())?;
     stop_on_signals(node.clone()).map_err(|e| format!("cannot wait for signals: {e}"))?;
     println!("ferry-netd: ready on {}", node.local_addr().map_err(|e| e.to_string())?);
     loop {
-        ferry_net::status::serve(&node, &a.imports, &mut status, ferry::Timeout::After(RECHECK));
-        registered = keep_registered(&mut names, &node, &to_status, &a.imports, registered);
+        ferry_net::status::serve(&node, &a.imports, &mut status, ferry::Timeout::Infinite);
+        // Nobody can send to the status port any more (its name could not
+        // be registered): nothing to serve.
+        std::thread::sleep(Duration::from_secs(60));
     }
-}
-
-/// How often the daemon checks that the local name server still holds its
-/// names.
-const RECHECK: Duration = Duration::from_secs(2);
-
-/// A name server that was restarted has lost every registration: when the
-/// status name is no longer this daemon's port (and it was), registers it
-/// and the imported names again, so `NAME@HOST` reappears without a
-/// restart of the network server. Returns whether the status name is
-/// registered now. (An import whose link is down is registered again by
-/// the redial once the link is back.)
-fn keep_registered(names: &mut Bootstrap, node: &Node, status: &ferry::SendRight, imports: &[String], registered: bool) -> bool {
-    let ours = names.lookup(ferry_net::status::NAME).is_ok_and(|r| same_port(&r, status));
-    if ours || !registered {
-        return ours;
-    }
-    if let Err(e) = names.register(ferry_net::status::NAME, status) {
-        eprintln!("ferry-netd: the local name server lost this daemon's names, and {:?} cannot be registered again: {e}", ferry_net::status::NAME);
-        return false;
-    }
-    eprintln!("ferry-netd: the local name server lost this daemon's names (restarted?); registering them again");
-    for remote in imports {
-        let again = node.lookup(remote).map_err(|e| e.to_string()).and_then(|right| names.register(remote, &right).map_err(|e| e.to_string()));
-        if let Err(e) = again {
-            eprintln!("ferry-netd: --import {remote}: {e}");
-        }
-    }
-    true
-}
-
-/// Whether two send rights name the same port (their sockets' device and
-/// inode).
-fn same_port(a: &ferry::SendRight, b: &ferry::SendRight) -> bool {
-    use std::os::fd::AsFd;
-    matches!((ferry_net::node::key_of(a.as_fd()), ferry_net::node::key_of(b.as_fd())), (Ok(x), Ok(y)) if x == y)
 }
 
 /// How long a stopping daemon waits for its peers to be told its links

@@ -1,0 +1,187 @@
+//! What keeps a running `ferry-netd`'s names true while the programs and
+//! hosts around it come and go, on a thread of its own that looks every
+//! two seconds (and at once when a link comes back):
+//!
+//! - an `--export`ed port that died (its server restarted) is exported
+//!   again as soon as its name is registered again here, so peers' new
+//!   lookups reach the new server;
+//! - an `--import`ed proxy that died (the far server restarted, or the
+//!   link was lost) is looked up again while its host is linked, and
+//!   registered again under `NAME@HOST`;
+//! - a name server that was restarted (and so lost every registration)
+//!   gets the status name and the imports registered again.
+//!
+//! A right never silently re-binds: a dead proxy stays dead for whoever
+//! holds it, and only new lookups of the name find the new port.
+
+use std::sync::mpsc::Receiver;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ferry::{Bootstrap, SendRight};
+use ferry_net::Node;
+
+/// How often the names are looked at.
+pub const EVERY: Duration = Duration::from_secs(2);
+
+/// One `--export`: the local name and the port last exported under it.
+struct Export {
+    name: String,
+    right: Option<SendRight>,
+    said: Option<String>,
+}
+
+/// One `--import NAME@HOST`: the proxy registered under it, if any.
+struct Import {
+    remote: String,
+    host: String,
+    proxy: Option<SendRight>,
+    said: Option<String>,
+}
+
+/// The daemon's names and what it last found of each.
+pub struct Upkeep {
+    names: Bootstrap,
+    node: Arc<Node>,
+    /// The status port's send right, and whether it is to be registered
+    /// (it was at start).
+    status: Option<SendRight>,
+    status_said: Option<String>,
+    exports: Vec<Export>,
+    imports: Vec<Import>,
+}
+
+/// Logs `msg` unless it is what `slot` said last; `None` forgets, so the
+/// next trouble is logged again.
+fn say(slot: &mut Option<String>, msg: Option<String>) {
+    if let Some(m) = &msg {
+        if slot.as_ref() != Some(m) {
+            eprintln!("ferry-netd: {m}");
+        }
+    }
+    *slot = msg;
+}
+
+/// Whether two send rights name the same port (their sockets' device and
+/// inode).
+fn same_port(a: &SendRight, b: &SendRight) -> bool {
+    use std::os::fd::AsFd;
+    matches!((ferry_net::node::key_of(a.as_fd()), ferry_net::node::key_of(b.as_fd())), (Ok(x), Ok(y)) if x == y)
+}
+
+impl Upkeep {
+    /// The upkeep of a daemon whose name server connection is `names`:
+    /// `status` is its registered status port, `exports` the names and
+    /// rights it exported at start, `imports` each `NAME@HOST` with the
+    /// proxy registered for it at start (`None`: its host was not linked).
+    pub fn new(
+        names: Bootstrap,
+        node: Arc<Node>,
+        status: Option<SendRight>,
+        exports: Vec<(String, SendRight)>,
+        imports: Vec<(String, Option<SendRight>)>,
+    ) -> Upkeep {
+        Upkeep {
+            names,
+            node,
+            status,
+            status_said: None,
+            exports: exports.into_iter().map(|(name, right)| Export { name, right: Some(right), said: None }).collect(),
+            imports: imports
+                .into_iter()
+                .map(|(remote, proxy)| {
+                    let host = remote.rsplit_once('@').map_or_else(String::new, |(_, h)| h.to_owned());
+                    Import { remote, host, proxy, said: None }
+                })
+                .collect(),
+        }
+    }
+
+    /// Looks every [`EVERY`], or when `wake` says a link came back, for
+    /// as long as the daemon runs.
+    pub fn run(mut self, wake: Receiver<()>) {
+        loop {
+            match wake.recv_timeout(EVERY) {
+                Ok(()) | Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                // The redial is gone: the daemon is stopping.
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => std::thread::sleep(EVERY),
+            }
+            self.status();
+            self.exports();
+            self.imports();
+        }
+    }
+
+    /// Registers the status name again if the name server lost it.
+    fn status(&mut self) {
+        let Some(status) = &self.status else { return };
+        if self.names.lookup(ferry_net::status::NAME).is_ok_and(|r| same_port(&r, status)) {
+            return;
+        }
+        let msg = match self.names.register(ferry_net::status::NAME, status) {
+            Ok(()) => {
+                eprintln!("ferry-netd: {:?} registered again (the local name server was restarted?)", ferry_net::status::NAME);
+                None
+            }
+            Err(e) => Some(format!("cannot register {:?} again: {e}", ferry_net::status::NAME)),
+        };
+        say(&mut self.status_said, msg);
+    }
+
+    /// Exports again each name whose exported port died, once the name is
+    /// registered here to a live port.
+    fn exports(&mut self) {
+        for e in &mut self.exports {
+            if e.right.as_ref().is_some_and(|r| !r.is_dead()) {
+                continue;
+            }
+            let found = self.names.lookup(&e.name).ok().filter(|r| !r.is_dead());
+            match found.map(|r| r.try_clone().map(|kept| (r, kept))) {
+                Some(Ok((r, kept))) => {
+                    self.node.export(&e.name, kept);
+                    e.right = Some(r);
+                    eprintln!("ferry-netd: --export {}: its port came back; exporting the new one", e.name);
+                    say(&mut e.said, None);
+                }
+                Some(Err(err)) => say(&mut e.said, Some(format!("--export {}: {err}", e.name))),
+                None => say(&mut e.said, Some(format!("--export {}: its port is gone; exported again once the name is registered again", e.name))),
+            }
+        }
+    }
+
+    /// Looks up again each import whose proxy died (while its host is
+    /// linked) and keeps each live proxy registered under its name.
+    fn imports(&mut self) {
+        let links = self.node.links();
+        for i in &mut self.imports {
+            if i.proxy.as_ref().is_none_or(|p| p.is_dead()) {
+                i.proxy = None;
+                if !links.iter().any(|l| l.peer == i.host && l.up) {
+                    // Woken again when the redial brings the link back.
+                    continue;
+                }
+                match self.node.lookup(&i.remote) {
+                    Ok(p) => i.proxy = Some(p),
+                    Err(e) => {
+                        say(&mut i.said, Some(format!("--import {}: {e}", i.remote)));
+                        continue;
+                    }
+                }
+            }
+            let Some(proxy) = &i.proxy else { continue };
+            if self.names.lookup(&i.remote).is_ok_and(|r| same_port(&r, proxy)) {
+                continue;
+            }
+            // What is registered under the name, if anything, is this
+            // daemon's old proxy: replaced.
+            let _ = self.names.unregister(&i.remote);
+            match self.names.register(&i.remote, proxy) {
+                Ok(()) => {
+                    eprintln!("ferry-netd: --import {}: registered", i.remote);
+                    say(&mut i.said, None);
+                }
+                Err(e) => say(&mut i.said, Some(format!("--import {}: {e}", i.remote))),
+            }
+        }
+    }
+}

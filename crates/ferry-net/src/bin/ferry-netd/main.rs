@@ -184,20 +184,15 @@ const STOP_WAIT: Duration = Duration::from_secs(2);
 /// rather than after the idle timeout) and exits. Its names in the local
 /// name server go with the process.
 fn stop_on_signals(node: std::sync::Arc<Node>) -> std::io::Result<()> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let rt = tokio::runtime::Builder::new_current_thread().enable_io().build()?;
-    let (mut term, mut int, mut hup) = {
-        let _in_runtime = rt.enter();
-        (signal(SignalKind::terminate())?, signal(SignalKind::interrupt())?, signal(SignalKind::hangup())?)
-    };
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])?;
     std::thread::Builder::new().name("ferry-netd-signals".into()).spawn(move || {
-        let name = rt.block_on(async {
-            tokio::select! {
-                _ = term.recv() => "SIGTERM",
-                _ = int.recv() => "SIGINT",
-                _ = hup.recv() => "SIGHUP",
-            }
-        });
+        let name = match signals.forever().next() {
+            Some(SIGTERM) => "SIGTERM",
+            Some(SIGINT) => "SIGINT",
+            Some(SIGHUP) => "SIGHUP",
+            _ => "a signal",
+        };
         eprintln!("ferry-netd: stopping on {name}: closing every link");
         node.close(STOP_WAIT);
         std::process::exit(0);

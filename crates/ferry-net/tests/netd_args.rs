@@ -2,7 +2,8 @@
 //! `--version` work, bad flags and bad values are refused with a clear
 //! message and exit code 2 before anything starts, and `--gen-identity`
 //! writes a usable identity; a listening address in use is named in the
-//! error. No daemon is left running.
+//! error, and an import of no host or of an untrusted one is refused. No
+//! daemon is left running.
 
 use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Output, Stdio};
@@ -113,26 +114,49 @@ fn gen_identity_writes_a_private_key_and_a_certificate() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A listening address another program holds is a run-time error (exit 1)
-/// that names the address, not a bare "Address already in use".
-#[test]
-fn a_listen_address_in_use_is_named() {
-    let dir = std::env::temp_dir().join(format!("ferry-netd-busy-{}", std::process::id()));
+/// An identity and a name server of a test's own in a fresh directory `tag`:
+/// runs `ferry-netd --identity ID ARGS` against them to completion.
+fn netd_with_names(tag: &str, args: &[&str]) -> Output {
+    let dir = std::env::temp_dir().join(format!("ferry-netd-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let id = dir.join("id");
     assert!(netd(&["--gen-identity", id.to_str().unwrap()]).status.success());
     let boot = dir.join("bootstrap");
     ferry::NameServer::bind(&boot).unwrap().spawn().unwrap();
-    let busy = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    let addr = busy.local_addr().unwrap().to_string();
     let out = Command::new(env!("CARGO_BIN_EXE_ferry-netd"))
-        .args(["--identity", id.to_str().unwrap(), "--listen", &addr])
+        .args(["--identity", id.to_str().unwrap()])
+        .args(args)
         .env("FERRY_BOOTSTRAP", &boot)
         .stdin(Stdio::null())
         .output()
         .expect("run ferry-netd");
+    let _ = std::fs::remove_dir_all(&dir);
+    out
+}
+
+/// A listening address another program holds is a run-time error (exit 1)
+/// that names the address, not a bare "Address already in use".
+#[test]
+fn a_listen_address_in_use_is_named() {
+    let busy = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = busy.local_addr().unwrap().to_string();
+    let out = netd_with_names("busy", &["--listen", &addr]);
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains(&addr) && err.contains("in use"), "{err}");
-    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// An `--import` that is not `NAME@HOST`, or names a host not trusted, is
+/// refused at start with what to do (an import of a trusted host that is
+/// not linked yet is not: it waits for the link).
+#[test]
+fn an_import_of_no_host_or_an_untrusted_one_is_refused() {
+    let out = netd_with_names("import-untrusted", &["--listen", "127.0.0.1:0", "--import", "svc@nowhere"]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("nowhere is not a trusted host") && err.contains("--trust nowhere="), "{err}");
+    let out = netd_with_names("import-nohost", &["--listen", "127.0.0.1:0", "--import", "svc"]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("expected NAME@HOST"), "{err}");
 }

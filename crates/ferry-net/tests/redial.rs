@@ -4,9 +4,10 @@
 //! work. Two real nodes over loopback, one stopped and started again on
 //! the same address. And `ferry-netd` as a service: stopped by a signal,
 //! it tells its peers at once; under a restarted name server, it
-//! registers its names again; started while its peer is down, it links
-//! when the peer comes up; with servers restarted on either side, it
-//! exports and imports their new ports.
+//! registers its names again; started while its peer is down (or before
+//! a host it imports from links in), it links and imports when the host
+//! comes; with servers restarted on either side, it exports and imports
+//! their new ports.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -389,6 +390,61 @@ fn restarted_servers_are_exported_and_imported_again() {
     names.register("svc", &local2_tx).unwrap();
     let new_export = until_found("svc@x", &mut || b.lookup("svc@x").ok());
     reach(&new_export, &mut local2, 4);
+    drop(daemon);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// An `--import` of a trusted host that links to this one (it is not a
+/// `--peer` here) waits for that link instead of failing the start, and is
+/// registered once the host has linked.
+#[test]
+fn an_import_of_a_host_that_links_in_later_is_registered_then() {
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+
+    let dir = std::env::temp_dir().join(format!("ferry-netd-inbound-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let boot = dir.join("bootstrap");
+    ferry::NameServer::bind(&boot).unwrap().spawn().unwrap();
+    let (ix, ib) = (Identity::generate("x").unwrap(), Identity::generate("b").unwrap());
+    let (x_cert, x_key) = ix.to_pem();
+    std::fs::write(dir.join("cert.pem"), x_cert).unwrap();
+    std::fs::write(dir.join("key.pem"), x_key).unwrap();
+    std::fs::write(dir.join("b.pem"), ib.to_pem().0).unwrap();
+    let mut daemon = Killed(
+        Command::new(env!("CARGO_BIN_EXE_ferry-netd"))
+            .arg("--identity")
+            .arg(&dir)
+            .args(["--listen", "127.0.0.1:0", "--import", "svc@b", "--trust"])
+            .arg(format!("b={}", dir.join("b.pem").display()))
+            .env("FERRY_BOOTSTRAP", &boot)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start ferry-netd"),
+    );
+    let mut ready = String::new();
+    std::io::BufReader::new(daemon.0.stdout.take().unwrap()).read_line(&mut ready).unwrap();
+    let addr: std::net::SocketAddr = ready.trim().rsplit(' ').next().and_then(|a| a.parse().ok()).unwrap_or_else(|| panic!("ferry-netd said {ready:?}"));
+    let mut names = ferry::Bootstrap::connect_to(&boot).unwrap();
+    assert!(names.lookup("svc@b").is_err());
+    // Host b links in, and exports `svc`.
+    let b = Node::start(NodeConfig::new(ib, vec![Peer { name: "x".into(), cert: ix.cert.clone() }], "127.0.0.1:0".parse().unwrap())).unwrap();
+    let (mut svc, svc_tx) = ferry::port().unwrap();
+    b.export("svc", svc_tx);
+    b.connect("x", addr).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let right = loop {
+        if let Ok(r) = names.lookup("svc@b") {
+            break r;
+        }
+        assert!(Instant::now() < deadline, "the import was not registered after its host linked in");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    right.send(Message::new(6), Timeout::After(Duration::from_secs(10))).unwrap();
+    assert_eq!(svc.recv(Timeout::After(Duration::from_secs(10))).unwrap().op(), 6);
     drop(daemon);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -136,10 +136,18 @@ fn run(a: Args) -> Result<(), String> {
     let up = |host: &str| node.links().iter().any(|l| l.peer == host && l.up);
     let mut imports = Vec::new();
     for remote in &a.imports {
-        // A host not reached yet: its names are registered once its link
-        // is up (`upkeep`).
-        if remote.rsplit_once('@').is_some_and(|(_, host)| a.peers.iter().any(|(h, _)| h == host) && !up(host)) {
-            eprintln!("ferry-netd: --import {remote}: its host is not linked yet; registered once it is");
+        let host = match remote.rsplit_once('@') {
+            Some((name, host)) if !name.is_empty() && !host.is_empty() => host,
+            _ => return Err(format!("--import {remote}: expected NAME@HOST")),
+        };
+        if !a.trust.iter().any(|(h, _)| h == host) {
+            return Err(format!("--import {remote}: {host} is not a trusted host (add --trust {host}=CERT.pem)"));
+        }
+        // A host not linked yet (still down, or one that links to this
+        // host itself): its names are registered once its link is up
+        // (`upkeep`).
+        if !up(host) {
+            eprintln!("ferry-netd: --import {remote}: {host} is not linked yet; registered once it is");
             imports.push((remote.clone(), None));
             continue;
         }

@@ -325,6 +325,44 @@ fn bind_refuses_directories_others_control() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Root offers a port to every user of a system name server as a system
+/// name (`register_system`, as `ferry-netd --system-names` does with its
+/// imports): another user finds it and sends to it, cannot register a
+/// system name itself (`Denied`), and its own registration of the same
+/// name comes first in its own lookups only.
+#[test]
+fn root_registers_system_names_that_every_user_finds() {
+    if !can_play_other_user("root_registers_system_names_that_every_user_finds") {
+        return;
+    }
+    watchdog("system_names", LIMIT, || {
+        let d = Daemon::start("sysnames", &["--system"], None);
+        let mut bs = names(&d.path);
+        let (mut rx, tx) = ferry::port().unwrap();
+        bs.register_system("shared-svc", &tx).unwrap();
+        let (_rx2, tx2) = ferry::port().unwrap();
+        assert!(matches!(bs.register_system("shared-svc", &tx2), Err(NameError::Taken)));
+        let mut other = Peer::new(spawn_peer_as(NOBODY, &d.path, "system-names", &["shared-svc"]));
+        let said = other.until_ready();
+        assert_eq!(rx.recv(Timeout::After(Duration::from_secs(10))).unwrap().op(), 21, "the other user did not reach the system name");
+        assert_eq!(said, ["register_system: Denied", "own name first: true"], "{said:?}");
+        // Root's lookup still finds the system name, and the listing says
+        // whose each entry is.
+        bs.lookup("shared-svc").unwrap().send(Message::new(23), Timeout::Infinite).unwrap();
+        assert_eq!(rx.recv(Timeout::Infinite).unwrap().op(), 23);
+        let list = bs.list().unwrap();
+        assert!(list.iter().any(|e| e.name == "shared-svc" && e.uid == ferry::nameserver::SYSTEM_UID), "{list:?}");
+        assert!(!list.iter().any(|e| e.name == "from-another-user"), "{list:?}");
+        // The system name goes with its port.
+        drop((rx, tx));
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while bs.lookup("shared-svc").is_ok() {
+            assert!(std::time::Instant::now() < deadline, "the system name outlived its port");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    });
+}
+
 #[test]
 fn names_per_user_are_budgeted() {
     if !can_play_other_user("names_per_user_are_budgeted") {
@@ -888,11 +926,11 @@ fn the_protocol_is_the_typed_interface_and_a_version_1_client_is_told() {
         let path = private_bootstrap("versioned");
         // The description says what the server speaks.
         let desc = protocol::describe();
-        assert_eq!((desc["interface"].as_str(), desc["version"].as_u64()), (Some("ferry.names"), Some(2)));
+        assert_eq!((desc["interface"].as_str(), desc["version"].as_u64(), desc["compatible"].as_u64()), (Some("ferry.names"), Some(3), Some(2)));
         let ops: Vec<_> = desc["operations"].as_array().unwrap().iter().map(|o| o["name"].as_str().unwrap().to_owned()).collect();
-        assert_eq!(ops, ["register", "lookup", "list", "unregister"]);
+        assert_eq!(ops, ["register", "lookup", "list", "unregister", "register_system"]);
         let bs = names(&path);
-        assert_eq!(bs.server_version(), 2);
+        assert_eq!(bs.server_version(), 3);
 
         // A version-1 request (the name as the whole body, no version
         // check) is answered with version 1's "bad request" and a text.
@@ -900,7 +938,7 @@ fn the_protocol_is_the_typed_interface_and_a_version_1_client_is_told() {
         let (op, body) = raw_request(conn.as_fd(), protocol::ops::lookup, b"svc", None);
         let text = String::from_utf8_lossy(&body);
         assert_eq!(op, 5, "{text}");
-        assert!(text.contains("version 2"), "{text}");
+        assert!(text.contains("version 3"), "{text}");
 
         // After the check, a request that does not match its operation
         // never reaches the server's code: a fault says why, and the

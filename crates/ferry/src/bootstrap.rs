@@ -254,13 +254,13 @@ crate::enumeration! {
 }
 
 crate::interface! {
-    /// The name service's protocol, version 2 (version 1 was packed by
-    /// hand). A connection starts with the version check; the server
-    /// answers requests sent before it with version 1's "bad request" so a
-    /// client of either version is told. Every name is scoped by the uid
-    /// the kernel reports for the connection, never by what a request
-    /// says.
-    pub mod protocol: "ferry.names", version 2, compatible 2 {
+    /// The name service's protocol, version 3 (version 3 added
+    /// `register_system`; version 1 was packed by hand). A connection
+    /// starts with the version check; the server answers requests sent
+    /// before it with version 1's "bad request" so a client of either
+    /// version is told. Every name is scoped by the uid the kernel reports
+    /// for the connection, never by what a request says.
+    pub mod protocol: "ferry.names", version 3, compatible 2 {
         /// Registers `right` under `name` for the calling user; the server
         /// keeps a copy until the port's receive right is gone or the name
         /// is unregistered.
@@ -273,6 +273,11 @@ crate::interface! {
         fn list() -> Listing | Refusal = 3;
         /// Removes the calling user's registration of `name`.
         fn unregister(name: String) | Refusal = 4;
+        /// Registers `right` under `name` among the system names, which
+        /// every user's lookups find after their own (version 3; root
+        /// only: anyone else is `Denied`). Kept until the port's receive
+        /// right is gone.
+        fn register_system(name: String, right: SendRight) | Refusal = 5;
     }
 }
 
@@ -665,6 +670,27 @@ impl Bootstrap {
         self.call(&|c| {
             let copy = right.try_clone().map_err(NameError::Unavailable)?;
             Ok(c.register(name.to_owned(), copy)?)
+        })
+    }
+
+    /// Registers `right` under `name` among the system names, which every
+    /// user of this name server finds (after its own names): how a service
+    /// run by root, such as a network server's imported names, is offered
+    /// to every user of a system daemon (`ferryd --system`). The name
+    /// server keeps a copy until the port's receive right is gone.
+    ///
+    /// # Errors
+    /// [`NameError::Denied`] unless the caller is root;
+    /// [`NameError::Taken`] if a live port holds the system name;
+    /// [`NameError::Refused`] from a name server older than this call
+    /// (protocol version 2); otherwise as [`register`](Self::register).
+    pub fn register_system(&mut self, name: &str, right: &SendRight) -> Result<(), NameError> {
+        if !valid_name(name.as_bytes()) {
+            return Err(NameError::Invalid);
+        }
+        self.call(&|c| {
+            let copy = right.try_clone().map_err(NameError::Unavailable)?;
+            Ok(c.register_system(name.to_owned(), copy)?)
         })
     }
 

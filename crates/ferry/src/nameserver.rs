@@ -620,15 +620,23 @@ impl NameServer {
             // Before the version check: a client of version 1 reads this
             // as "bad request" and shows the text.
             return Message::new(V1_BAD_REQUEST).with_body(
-                "this name server speaks ferry.names version 2, which starts with a version check; this client speaks an older version",
+                "this name server speaks ferry.names version 3 (compatible with 2), which starts with a version check; this client speaks an older version",
             );
         }
         protocol::Server(Requests { ns: self, cred }).dispatch(msg, Route::Rpc).unwrap_or_else(|| refusal(Refusal::Denied))
     }
 
-    /// Checks a registration completely, then records it.
+    /// Checks a registration of `name` in the caller's own scope
+    /// completely, then records it.
     fn register(&mut self, cred: Cred, name: String, right: SendRight) -> Result<(), Refusal> {
-        let key = (cred.uid, name);
+        self.register_in(cred.uid, cred, name, right)
+    }
+
+    /// Checks a registration of `name` in `scope` (a uid, or
+    /// [`SYSTEM_UID`]: root's system names, outside every user's names
+    /// budget) completely, then records it.
+    fn register_in(&mut self, scope: u32, cred: Cred, name: String, right: SendRight) -> Result<(), Refusal> {
+        let key = (scope, name);
         if let Some(e) = self.names.get(&key) {
             if !e.right.is_dead() {
                 return Err(Refusal::Taken);
@@ -636,7 +644,7 @@ impl NameServer {
             let w = e.watch;
             self.drop_watch(w);
         }
-        if self.names_of.get(&cred.uid).copied().unwrap_or(0) >= self.limits.names_per_user {
+        if scope != SYSTEM_UID && self.names_of.get(&scope).copied().unwrap_or(0) >= self.limits.names_per_user {
             self.say_limited("refused", format_args!("registration of {:?} for uid {} refused: names limit reached", key.1, cred.uid));
             return Err(limit_reached(Limit::Names, self.limits.names_per_user));
         }
@@ -677,10 +685,14 @@ impl NameServer {
         if let Err(e) = self.epoll.add(right.as_fd(), Interest::HangUp, KEY_WATCH | watch as u64) {
             return Err(Refusal::Refused(format!("cannot watch the registered port: {e}")));
         }
-        self.say(format_args!("registered {:?} for uid {} by pid {}", key.1, cred.uid, cred.pid));
-        crate::trace::event!(info, name = %key.1, uid = cred.uid, pid = cred.pid, "name registered");
+        if scope == SYSTEM_UID {
+            self.say(format_args!("registered system name {:?} by uid {} pid {}", key.1, cred.uid, cred.pid));
+        } else {
+            self.say(format_args!("registered {:?} for uid {} by pid {}", key.1, cred.uid, cred.pid));
+            *self.names_of.entry(scope).or_insert(0) += 1;
+        }
+        crate::trace::event!(info, name = %key.1, uid = cred.uid, pid = cred.pid, system = scope == SYSTEM_UID, "name registered");
         self.hold(inode);
-        *self.names_of.entry(cred.uid).or_insert(0) += 1;
         self.watches.insert(watch, key.clone());
         self.names.insert(key, Entry { right, inode, owner_pid: cred.pid, watch });
         Ok(())
@@ -781,6 +793,17 @@ impl protocol::Service for Requests<'_> {
             Ok(region) => Ok(Listing::InRegion(ByValue(region))),
             Err(e) => Err(Refusal::Refused(format!("cannot send the listing: {e}"))),
         }
+    }
+
+    fn register_system(&mut self, _: &Context, name: String, right: SendRight) -> Result<(), Refusal> {
+        if !valid_name(name.as_bytes()) {
+            return Err(Refusal::Invalid);
+        }
+        if self.cred.uid != 0 {
+            self.ns.say_limited("refused", format_args!("system name {name:?} refused to uid {}: only root registers system names", self.cred.uid));
+            return Err(Refusal::Denied);
+        }
+        self.ns.register_in(SYSTEM_UID, self.cred, name, right)
     }
 
     fn unregister(&mut self, _: &Context, name: String) -> Result<(), Refusal> {

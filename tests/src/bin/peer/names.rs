@@ -44,6 +44,7 @@ pub fn run(role: &str, args: &[String]) -> Outcome {
         "flood-connections" => flood_connections(num(0)),
         "refused-connections" => refused_connections(num(0)),
         "server-out-of-fds" => server_out_of_fds(&arg(0)),
+        "system-names" => system_names(&arg(0)),
         _ => return None,
     })
 }
@@ -161,4 +162,24 @@ fn server_out_of_fds(dir: &str) -> Res {
     drop(taken);
     println!("freed");
     wait_forever()
+}
+
+/// As a user other than root, at the default name server: sends op 21 to
+/// the system name `name` (root's), tries to register a system name of its
+/// own (`register_system: …`), then registers `name` in its own scope and
+/// says whether its lookups now find its own port (`own name first: …`).
+fn system_names(name: &str) -> Res {
+    let mut bs = Bootstrap::connect()?;
+    bs.lookup(name)?.send(ferry::Message::new(21), ferry::Timeout::After(Duration::from_secs(10)))?;
+    let (mut rx, tx) = ferry::port()?;
+    match bs.register_system("from-another-user", &tx) {
+        Ok(()) => println!("register_system: registered"),
+        Err(e) => println!("register_system: {e:?}"),
+    }
+    bs.register(name, &tx)?;
+    bs.lookup(name)?.send(ferry::Message::new(22), ferry::Timeout::After(Duration::from_secs(10)))?;
+    let own = rx.recv(ferry::Timeout::After(Duration::from_secs(10))).is_ok_and(|m| m.op() == 22);
+    println!("own name first: {own}");
+    println!("ready");
+    Ok(())
 }

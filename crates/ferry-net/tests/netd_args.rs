@@ -57,7 +57,7 @@ fn help_lists_every_flag() {
         assert!(help.contains("Usage: ferry-netd"), "{help}");
         for f in [
             "--identity", "--listen", "--trust", "--peer", "--export", "--import", "--idle-timeout-ms", "--gen-identity",
-            "--host-name", "--version",
+            "--host-name", "--system-names", "--version",
         ] {
             assert!(help.contains(f), "{flag} does not mention {f}:\n{help}");
         }

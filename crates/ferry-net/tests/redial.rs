@@ -7,7 +7,8 @@
 //! registers its names again; started while its peer is down (or before
 //! a host it imports from links in), it links and imports when the host
 //! comes; with servers restarted on either side, it exports and imports
-//! their new ports.
+//! their new ports; with `--system-names`, another user reaches its
+//! imports.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -445,6 +446,95 @@ fn an_import_of_a_host_that_links_in_later_is_registered_then() {
     };
     right.send(Message::new(6), Timeout::After(Duration::from_secs(10))).unwrap();
     assert_eq!(svc.recv(Timeout::After(Duration::from_secs(10))).unwrap().op(), 6);
+    drop(daemon);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Set in the environment of this test binary run as another user's
+/// program: the name to look up and send op 31 to.
+const OTHER_USER_CLIENT: &str = "FERRY_NETD_TEST_OTHER_USER_LOOKUP";
+
+/// A `ferry-netd` run by root with `--system-names` beside a system name
+/// server registers its imports as system names: another user (uid
+/// nobody) finds `NAME@HOST` with an ordinary lookup and reaches the far
+/// port through it, where without the flag only root would. The other
+/// user's program is this test binary, copied where that user may run it.
+#[test]
+fn system_names_offer_a_root_daemons_imports_to_every_user() {
+    use std::io::BufRead;
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    use std::process::{Command, Stdio};
+
+    if let Ok(name) = std::env::var(OTHER_USER_CLIENT) {
+        let mut names = ferry::Bootstrap::connect().unwrap();
+        names.lookup(&name).unwrap().send(Message::new(31), Timeout::After(Duration::from_secs(10))).unwrap();
+        println!("sent as uid {}", rustix::process::getuid().as_raw());
+        return;
+    }
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped system_names_offer_a_root_daemons_imports_to_every_user: starting a process as another user needs root");
+        return;
+    }
+    const NOBODY: u32 = 65534;
+    // Every user may enter the directory; only root writes to it.
+    let dir = std::env::temp_dir().join(format!("ferry-netd-system-names-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let boot = dir.join("bootstrap");
+    ferry::NameServer::bind_with_mode(&boot, 0o666).unwrap().spawn().unwrap();
+    let (ix, ib) = (Identity::generate("x").unwrap(), Identity::generate("b").unwrap());
+    let b = Node::start(NodeConfig::new(ib.clone(), vec![Peer { name: "x".into(), cert: ix.cert.clone() }], "127.0.0.1:0".parse().unwrap())).unwrap();
+    let (mut svc, svc_tx) = ferry::port().unwrap();
+    b.export("svc", svc_tx);
+    let id = dir.join("id");
+    std::fs::create_dir_all(&id).unwrap();
+    let (x_cert, x_key) = ix.to_pem();
+    std::fs::write(id.join("cert.pem"), x_cert).unwrap();
+    std::fs::write(id.join("key.pem"), x_key).unwrap();
+    std::fs::write(id.join("b.pem"), ib.to_pem().0).unwrap();
+    let mut daemon = Killed(
+        Command::new(env!("CARGO_BIN_EXE_ferry-netd"))
+            .arg("--identity")
+            .arg(&id)
+            .args(["--listen", "127.0.0.1:0", "--system-names", "--import", "svc@b", "--trust"])
+            .arg(format!("b={}", id.join("b.pem").display()))
+            .arg("--peer")
+            .arg(format!("b={}", b.local_addr().unwrap()))
+            .env("FERRY_BOOTSTRAP", &boot)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start ferry-netd"),
+    );
+    let mut ready = String::new();
+    std::io::BufReader::new(daemon.0.stdout.take().unwrap()).read_line(&mut ready).unwrap();
+    assert!(ready.contains("ready"), "ferry-netd said {ready:?}");
+    // The other user's program: this binary, where that user may run it.
+    let copy = dir.join("as-another-user");
+    std::fs::copy(std::env::current_exe().unwrap(), &copy).unwrap();
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = Command::new(&copy)
+        .args(["--exact", "system_names_offer_a_root_daemons_imports_to_every_user", "--nocapture"])
+        .env(OTHER_USER_CLIENT, "svc@b")
+        .env("FERRY_BOOTSTRAP", &boot)
+        .current_dir("/")
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && said.contains(&format!("sent as uid {NOBODY}")), "{said}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(svc.recv(Timeout::After(Duration::from_secs(10))).unwrap().op(), 31, "the other user's message did not cross");
+    // The status name is a system name too: `ferry names` and `ferry stat`
+    // find the network server for every user.
+    let list = ferry::Bootstrap::connect_to(&boot).unwrap().list().unwrap();
+    for name in ["svc@b", ferry_net::status::NAME] {
+        assert!(list.iter().any(|e| e.name == name && e.uid == ferry::nameserver::SYSTEM_UID), "{name} is not a system name: {list:?}");
+    }
     drop(daemon);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -54,6 +54,12 @@ struct Args {
     /// (repeatable).
     #[arg(long = "import", value_name = "NAME@HOST")]
     imports: Vec<String>,
+    /// Register the imported names and the status name as system names,
+    /// which every user of a system name server (`ferryd --system`) finds;
+    /// needs root. Without it they are registered for this daemon's user
+    /// alone.
+    #[arg(long)]
+    system_names: bool,
     /// Close a link after this many milliseconds without traffic.
     #[arg(long = "idle-timeout-ms", value_name = "N", default_value_t = 10_000)]
     idle_timeout_ms: u64,
@@ -152,12 +158,12 @@ fn run(a: Args) -> Result<(), String> {
             continue;
         }
         let right = node.lookup(remote).map_err(|e| format!("--import {remote}: {e}"))?;
-        names.register(remote, &right).map_err(|e| format!("--import {remote}: {e}"))?;
+        upkeep::register(&mut names, remote, &right, a.system_names).map_err(|e| format!("--import {remote}: {e}"))?;
         imports.push((remote.clone(), Some(right)));
     }
     // The status port `ferry names` and `ferry stat` ask (see ferry_net::status).
     let (mut status, to_status) = ferry::port().map_err(|e| e.to_string())?;
-    let status_kept = match names.register(ferry_net::status::NAME, &to_status) {
+    let status_kept = match upkeep::register(&mut names, ferry_net::status::NAME, &to_status, a.system_names) {
         Ok(()) => Some(to_status),
         Err(e) => {
             eprintln!("ferry-netd: cannot register {:?} (ferry names and ferry stat will not show the network): {e}", ferry_net::status::NAME);
@@ -171,7 +177,7 @@ fn run(a: Args) -> Result<(), String> {
     let _redial = ferry_net::Redial::start(node.clone(), a.peers.clone(), move |_host| {
         let _ = wake.send(());
     });
-    let upkeep = upkeep::Upkeep::new(names, node.clone(), status_kept, exports, imports);
+    let upkeep = upkeep::Upkeep::new(names, node.clone(), a.system_names, status_kept, exports, imports);
     std::thread::Builder::new().name("ferry-netd-upkeep".into()).spawn(move || upkeep.run(woken)).map_err(|e| e.to_string())?;
     stop_on_signals(node.clone()).map_err(|e| format!("cannot wait for signals: {e}"))?;
     println!("ferry-netd: ready on {}", node.local_addr().map_err(|e| e.to_string())?);

@@ -39,10 +39,22 @@ struct Import {
     said: Option<String>,
 }
 
+/// Registers `right` under `name`: as a system name if `system`, else for
+/// this daemon's user.
+pub fn register(names: &mut Bootstrap, name: &str, right: &SendRight, system: bool) -> Result<(), ferry::NameError> {
+    if system {
+        names.register_system(name, right)
+    } else {
+        names.register(name, right)
+    }
+}
+
 /// The daemon's names and what it last found of each.
 pub struct Upkeep {
     names: Bootstrap,
     node: Arc<Node>,
+    /// Whether its names are system names (`--system-names`).
+    system: bool,
     /// The status port's send right, and whether it is to be registered
     /// (it was at start).
     status: Option<SendRight>,
@@ -71,12 +83,14 @@ fn same_port(a: &SendRight, b: &SendRight) -> bool {
 
 impl Upkeep {
     /// The upkeep of a daemon whose name server connection is `names`:
-    /// `status` is its registered status port, `exports` the names and
-    /// rights it exported at start, `imports` each `NAME@HOST` with the
-    /// proxy registered for it at start (`None`: its host was not linked).
+    /// `system` says whether it registers system names, `status` is its
+    /// registered status port, `exports` the names and rights it exported
+    /// at start, `imports` each `NAME@HOST` with the proxy registered for
+    /// it at start (`None`: its host was not linked).
     pub fn new(
         names: Bootstrap,
         node: Arc<Node>,
+        system: bool,
         status: Option<SendRight>,
         exports: Vec<(String, SendRight)>,
         imports: Vec<(String, Option<SendRight>)>,
@@ -84,6 +98,7 @@ impl Upkeep {
         Upkeep {
             names,
             node,
+            system,
             status,
             status_said: None,
             exports: exports.into_iter().map(|(name, right)| Export { name, right: Some(right), said: None }).collect(),
@@ -118,7 +133,7 @@ impl Upkeep {
         if self.names.lookup(ferry_net::status::NAME).is_ok_and(|r| same_port(&r, status)) {
             return;
         }
-        let msg = match self.names.register(ferry_net::status::NAME, status) {
+        let msg = match register(&mut self.names, ferry_net::status::NAME, status, self.system) {
             Ok(()) => {
                 eprintln!("ferry-netd: {:?} registered again (the local name server was restarted?)", ferry_net::status::NAME);
                 None
@@ -173,9 +188,12 @@ impl Upkeep {
                 continue;
             }
             // What is registered under the name, if anything, is this
-            // daemon's old proxy: replaced.
-            let _ = self.names.unregister(&i.remote);
-            match self.names.register(&i.remote, proxy) {
+            // daemon's old proxy: replaced (a system name whose port is
+            // gone is replaced by registering it).
+            if !self.system {
+                let _ = self.names.unregister(&i.remote);
+            }
+            match register(&mut self.names, &i.remote, proxy, self.system) {
                 Ok(()) => {
                     eprintln!("ferry-netd: --import {}: registered", i.remote);
                     say(&mut i.said, None);

@@ -172,7 +172,9 @@ impl Upkeep {
             if i.proxy.as_ref().is_none_or(|p| p.is_dead()) {
                 i.proxy = None;
                 if !links.iter().any(|l| l.peer == i.host && l.up) {
-                    // Woken again when the redial brings the link back.
+                    // Looked at again when the link is up: the redial
+                    // wakes this when it brings a link back, and a link
+                    // the peer dials is seen at the next look.
                     continue;
                 }
                 match self.node.lookup(&i.remote) {

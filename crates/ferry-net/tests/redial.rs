@@ -10,6 +10,10 @@
 //! their new ports; with `--system-names`, another user reaches its
 //! imports.
 
+use std::io::BufRead;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -72,66 +76,9 @@ fn a_lost_link_is_dialled_again_and_new_lookups_work() {
     drop(redial);
 }
 
-/// A `ferry-netd` stopped with SIGTERM (or SIGINT, SIGHUP) closes its links
-/// before it exits: the peer turns its proxies of that host into dead names
-/// at once, not after the idle timeout (60 s here, past this test's bound),
-/// and the daemon exits with success. The daemon is the real binary, with
-/// a name server of this test's own; the peer is a node in this process.
-#[test]
-fn a_daemon_stopped_by_a_signal_tells_its_peers_at_once() {
-    use std::io::BufRead;
-    use std::process::{Command, Stdio};
-
-    for (signal, name) in [(rustix::process::Signal::TERM, "SIGTERM"), (rustix::process::Signal::INT, "SIGINT")] {
-        let dir = std::env::temp_dir().join(format!("ferry-netd-stop-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let boot = dir.join("bootstrap");
-        let server = ferry::NameServer::bind(&boot).unwrap();
-        std::thread::spawn(move || server.serve());
-        let (_echo_rx, echo_tx) = ferry::port().unwrap();
-        let mut names = ferry::Bootstrap::connect_to(&boot).unwrap();
-        names.register("echo", &echo_tx).unwrap();
-        let (ia, ib) = (Identity::generate("a").unwrap(), Identity::generate("b").unwrap());
-        let (a_cert, a_key) = ia.to_pem();
-        std::fs::write(dir.join("cert.pem"), a_cert).unwrap();
-        std::fs::write(dir.join("key.pem"), a_key).unwrap();
-        std::fs::write(dir.join("b.pem"), ib.to_pem().0).unwrap();
-        let mut daemon = Killed(
-            Command::new(env!("CARGO_BIN_EXE_ferry-netd"))
-                .arg("--identity")
-                .arg(&dir)
-                .args(["--listen", "127.0.0.1:0", "--export", "echo", "--idle-timeout-ms", "60000", "--trust"])
-                .arg(format!("b={}", dir.join("b.pem").display()))
-                .env("FERRY_BOOTSTRAP", &boot)
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("start ferry-netd"),
-        );
-        let mut ready = String::new();
-        std::io::BufReader::new(daemon.0.stdout.take().unwrap()).read_line(&mut ready).unwrap();
-        let addr: std::net::SocketAddr = ready.trim().rsplit(' ').next().and_then(|a| a.parse().ok()).unwrap_or_else(|| panic!("ferry-netd said {ready:?}"));
-        let mut cfg = NodeConfig::new(ib, vec![Peer { name: "a".into(), cert: ia.cert.clone() }], "127.0.0.1:0".parse().unwrap());
-        cfg.idle_timeout = Duration::from_secs(60);
-        let b = Node::start(cfg).unwrap();
-        b.connect("a", addr).unwrap();
-        let echo = b.lookup("echo@a").unwrap();
-        let pid = rustix::process::Pid::from_raw(daemon.0.id() as i32).unwrap();
-        let t = Instant::now();
-        rustix::process::kill_process(pid, signal).unwrap();
-        assert!(echo.wait_dead(Timeout::After(Duration::from_secs(10))), "{name}: the peer's proxy stayed alive");
-        assert!(t.elapsed() < Duration::from_secs(10));
-        let status = daemon.0.wait().unwrap();
-        let mut said = String::new();
-        std::io::Read::read_to_string(&mut daemon.0.stderr.take().unwrap(), &mut said).unwrap();
-        assert!(status.success(), "{name}: {status}: {said}");
-        assert!(said.contains(&format!("stopping on {name}")), "{said}");
-        assert!(!b.links().iter().any(|l| l.up), "{name}: the link stayed up");
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-}
+// ---------------------------------------------------------------------------
+// `ferry-netd`, the real binary, as a service: each test gives it a name
+// server of its own and links it to a node in this process.
 
 /// A child process killed when the test lets go of it, passing or not: a
 /// failed test leaves no daemon or name server behind.
@@ -144,6 +91,119 @@ impl Drop for Killed {
     }
 }
 
+/// An empty directory for one test, that every user may enter.
+fn fresh_dir(tag: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("ferry-netd-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    dir
+}
+
+/// Two identities, `me` for the daemon and `peer` for the node in this
+/// process; the daemon's cert.pem and key.pem, and the peer's certificate
+/// as `PEER.pem`, are written into `id` (made).
+fn identities(id: &Path, me: &str, peer: &str) -> (Identity, Identity) {
+    let (mine, theirs) = (Identity::generate(me).unwrap(), Identity::generate(peer).unwrap());
+    std::fs::create_dir_all(id).unwrap();
+    let (cert, key) = mine.to_pem();
+    std::fs::write(id.join("cert.pem"), cert).unwrap();
+    std::fs::write(id.join("key.pem"), key).unwrap();
+    std::fs::write(id.join(format!("{peer}.pem")), theirs.to_pem().0).unwrap();
+    (mine, theirs)
+}
+
+/// A node in this process called `me`, trusting `peer` as `peer_name`.
+fn node(me: Identity, peer_name: &str, peer: &Identity) -> Node {
+    Node::start(NodeConfig::new(me, vec![Peer { name: peer_name.into(), cert: peer.cert.clone() }], "127.0.0.1:0".parse().unwrap())).unwrap()
+}
+
+/// Starts `ferry-netd` with the identity in `id`, trusting `peer` (its
+/// certificate `id/PEER.pem`), listening on a free loopback port, with the
+/// name server at `boot` and `args` besides; waits until it is ready and
+/// returns it and the address it listens on. Its standard error is kept
+/// for the test to read if `stderr`.
+fn netd(id: &Path, peer: &str, boot: &Path, args: &[String], stderr: bool) -> (Killed, SocketAddr) {
+    let mut daemon = Killed(
+        Command::new(env!("CARGO_BIN_EXE_ferry-netd"))
+            .arg("--identity")
+            .arg(id)
+            .args(["--listen", "127.0.0.1:0", "--trust"])
+            .arg(format!("{peer}={}", id.join(format!("{peer}.pem")).display()))
+            .args(args)
+            .env("FERRY_BOOTSTRAP", boot)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(if stderr { Stdio::piped() } else { Stdio::null() })
+            .spawn()
+            .expect("start ferry-netd"),
+    );
+    let mut ready = String::new();
+    std::io::BufReader::new(daemon.0.stdout.take().unwrap()).read_line(&mut ready).unwrap();
+    let addr = ready.trim().rsplit(' ').next().and_then(|a| a.parse().ok()).unwrap_or_else(|| panic!("ferry-netd said {ready:?}"));
+    (daemon, addr)
+}
+
+/// Owned arguments, for [`netd`].
+fn args(a: &[&str]) -> Vec<String> {
+    a.iter().map(|s| (*s).to_owned()).collect()
+}
+
+/// Polls `find` until it gives a live right, for at most 20 s.
+fn until_found(what: &str, find: &mut dyn FnMut() -> Option<ferry::SendRight>) -> ferry::SendRight {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(r) = find().filter(|r| !r.is_dead()) {
+            return r;
+        }
+        assert!(Instant::now() < deadline, "{what} was not found (again)");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Sends op `op` through `right`, and `rx` must get it.
+fn reach(right: &ferry::SendRight, rx: &mut ferry::ReceiveRight, op: u32) {
+    right.send(Message::new(op), WAIT).unwrap();
+    assert_eq!(rx.recv(WAIT).unwrap().op(), op);
+}
+
+const WAIT: Timeout = Timeout::After(Duration::from_secs(10));
+
+/// A `ferry-netd` stopped with SIGTERM (or SIGINT, SIGHUP) closes its links
+/// before it exits: the peer turns its proxies of that host into dead names
+/// at once, not after the idle timeout (60 s here, past this test's bound),
+/// and the daemon exits with success.
+#[test]
+fn a_daemon_stopped_by_a_signal_tells_its_peers_at_once() {
+    for (signal, name) in [(rustix::process::Signal::TERM, "SIGTERM"), (rustix::process::Signal::INT, "SIGINT")] {
+        let dir = fresh_dir(&format!("stop-{name}"));
+        let boot = dir.join("bootstrap");
+        ferry::NameServer::bind(&boot).unwrap().spawn().unwrap();
+        let (_echo_rx, echo_tx) = ferry::port().unwrap();
+        ferry::Bootstrap::connect_to(&boot).unwrap().register("echo", &echo_tx).unwrap();
+        let (ia, ib) = identities(&dir, "a", "b");
+        let (mut daemon, addr) = netd(&dir, "b", &boot, &args(&["--export", "echo", "--idle-timeout-ms", "60000"]), true);
+        let mut cfg = NodeConfig::new(ib, vec![Peer { name: "a".into(), cert: ia.cert.clone() }], "127.0.0.1:0".parse().unwrap());
+        cfg.idle_timeout = Duration::from_secs(60);
+        let b = Node::start(cfg).unwrap();
+        b.connect("a", addr).unwrap();
+        let echo = b.lookup("echo@a").unwrap();
+        let pid = rustix::process::Pid::from_raw(daemon.0.id() as i32).unwrap();
+        let t = Instant::now();
+        rustix::process::kill_process(pid, signal).unwrap();
+        assert!(echo.wait_dead(WAIT), "{name}: the peer's proxy stayed alive");
+        assert!(t.elapsed() < Duration::from_secs(10));
+        let status = daemon.0.wait().unwrap();
+        let mut said = String::new();
+        std::io::Read::read_to_string(&mut daemon.0.stderr.take().unwrap(), &mut said).unwrap();
+        assert!(status.success(), "{name}: {status}: {said}");
+        assert!(said.contains(&format!("stopping on {name}")), "{said}");
+        assert!(!b.links().iter().any(|l| l.up), "{name}: the link stayed up");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
 /// Set in the environment of this test binary run as a name server of its
 /// own (a process the test can kill and start again).
 const NAME_SERVER_CHILD: &str = "FERRY_NETD_TEST_NAME_SERVER";
@@ -152,20 +212,14 @@ const NAME_SERVER_CHILD: &str = "FERRY_NETD_TEST_NAME_SERVER";
 /// registration; the daemon notices (it looks every two seconds) and
 /// registers its status name and its imports again, and the imported name
 /// reaches the remote port as before. The name server is this test binary
-/// run again as one (so the test can kill it), the daemon is the real
-/// binary, and its peer a node in this process.
+/// run again as one (so the test can kill it).
 #[test]
 fn a_restarted_name_server_gets_the_daemons_names_back() {
-    use std::io::BufRead;
-    use std::process::{Command, Stdio};
-
     if let Ok(path) = std::env::var(NAME_SERVER_CHILD) {
-        let _ = ferry::NameServer::bind(std::path::Path::new(&path)).unwrap().serve();
+        let _ = ferry::NameServer::bind(Path::new(&path)).unwrap().serve();
         return;
     }
-    let dir = std::env::temp_dir().join(format!("ferry-netd-renames-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = fresh_dir("renames");
     let boot = dir.join("bootstrap");
     let name_server = || {
         let child = Killed(
@@ -185,53 +239,19 @@ fn a_restarted_name_server_gets_the_daemons_names_back() {
         child
     };
     let first = name_server();
-    // The peer, in this process, exports `svc`.
-    let (ia, ib) = (Identity::generate("a").unwrap(), Identity::generate("b").unwrap());
-    let b = Node::start(NodeConfig::new(ib.clone(), vec![Peer { name: "a".into(), cert: ia.cert.clone() }], "127.0.0.1:0".parse().unwrap())).unwrap();
+    let (ia, ib) = identities(&dir, "a", "b");
+    let b = node(ib, "a", &ia);
     let (mut svc, svc_tx) = ferry::port().unwrap();
     b.export("svc", svc_tx);
-    let (a_cert, a_key) = ia.to_pem();
-    std::fs::write(dir.join("cert.pem"), a_cert).unwrap();
-    std::fs::write(dir.join("key.pem"), a_key).unwrap();
-    std::fs::write(dir.join("b.pem"), ib.to_pem().0).unwrap();
-    let mut daemon = Killed(
-        Command::new(env!("CARGO_BIN_EXE_ferry-netd"))
-            .arg("--identity")
-            .arg(&dir)
-            .args(["--listen", "127.0.0.1:0", "--import", "svc@b", "--trust"])
-            .arg(format!("b={}", dir.join("b.pem").display()))
-            .arg("--peer")
-            .arg(format!("b={}", b.local_addr().unwrap()))
-            .env("FERRY_BOOTSTRAP", &boot)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start ferry-netd"),
-    );
-    let mut ready = String::new();
-    std::io::BufReader::new(daemon.0.stdout.take().unwrap()).read_line(&mut ready).unwrap();
-    assert!(ready.contains("ready"), "ferry-netd said {ready:?}");
-    let mut through = |what: u32| {
-        let right = ferry::Bootstrap::connect_to(&boot).unwrap().lookup("svc@b").unwrap();
-        right.send(Message::new(what), Timeout::After(Duration::from_secs(10))).unwrap();
-        assert_eq!(svc.recv(Timeout::After(Duration::from_secs(10))).unwrap().op(), what);
-    };
-    through(1);
+    let (daemon, _) = netd(&dir, "b", &boot, &args(&["--import", "svc@b", "--peer", &format!("b={}", b.local_addr().unwrap())]), false);
+    let lookup = || ferry::Bootstrap::connect_to(&boot).unwrap().lookup("svc@b");
+    reach(&lookup().unwrap(), &mut svc, 1);
     // The name server goes, and another starts at the same path, empty.
     drop(first);
     let second = name_server();
-    assert!(ferry::Bootstrap::connect_to(&boot).unwrap().lookup("svc@b").is_err(), "the new name server started with names");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let mut names = ferry::Bootstrap::connect_to(&boot).unwrap();
-        if names.lookup("svc@b").is_ok() && names.lookup(ferry_net::status::NAME).is_ok() {
-            break;
-        }
-        assert!(Instant::now() < deadline, "ferry-netd did not register its names with the new name server");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    through(2);
+    assert!(lookup().is_err(), "the new name server started with names");
+    until_found("the status name", &mut || ferry::Bootstrap::connect_to(&boot).unwrap().lookup(ferry_net::status::NAME).ok());
+    reach(&until_found("svc@b", &mut || lookup().ok()), &mut svc, 2);
     drop((daemon, second));
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -242,40 +262,14 @@ fn a_restarted_name_server_gets_the_daemons_names_back() {
 /// daemon's `--import` of it is registered then, and reaches the peer.
 #[test]
 fn a_daemon_whose_peer_is_down_at_start_links_when_it_comes_up() {
-    use std::io::BufRead;
-    use std::process::{Command, Stdio};
-
-    let dir = std::env::temp_dir().join(format!("ferry-netd-late-peer-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = fresh_dir("late-peer");
     let boot = dir.join("bootstrap");
     ferry::NameServer::bind(&boot).unwrap().spawn().unwrap();
-    let (ia, ib) = (Identity::generate("a").unwrap(), Identity::generate("b").unwrap());
+    let (ib, ia) = identities(&dir, "b", "a");
     let trust_a = vec![Peer { name: "b".into(), cert: ib.cert.clone() }];
     // An address for the peer, free again once this node is gone.
     let a_addr = Node::start(NodeConfig::new(ia.clone(), trust_a.clone(), "127.0.0.1:0".parse().unwrap())).unwrap().local_addr().unwrap();
-    let (b_cert, b_key) = ib.to_pem();
-    std::fs::write(dir.join("cert.pem"), b_cert).unwrap();
-    std::fs::write(dir.join("key.pem"), b_key).unwrap();
-    std::fs::write(dir.join("a.pem"), ia.to_pem().0).unwrap();
-    let mut daemon = Killed(
-        Command::new(env!("CARGO_BIN_EXE_ferry-netd"))
-            .arg("--identity")
-            .arg(&dir)
-            .args(["--listen", "127.0.0.1:0", "--import", "svc@a", "--trust"])
-            .arg(format!("a={}", dir.join("a.pem").display()))
-            .arg("--peer")
-            .arg(format!("a={a_addr}"))
-            .env("FERRY_BOOTSTRAP", &boot)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start ferry-netd"),
-    );
-    let mut ready = String::new();
-    std::io::BufReader::new(daemon.0.stdout.take().unwrap()).read_line(&mut ready).unwrap();
-    assert!(ready.contains("ready"), "ferry-netd said {ready:?} with its peer down");
+    let (mut daemon, _) = netd(&dir, "a", &boot, &args(&["--import", "svc@a", "--peer", &format!("a={a_addr}")]), false);
     assert!(daemon.0.try_wait().unwrap().is_none(), "ferry-netd stopped with its peer down");
     let mut names = ferry::Bootstrap::connect_to(&boot).unwrap();
     assert!(names.lookup("svc@a").is_err(), "a name of a host never reached was registered");
@@ -293,16 +287,7 @@ fn a_daemon_whose_peer_is_down_at_start_links_when_it_comes_up() {
     };
     let (mut svc, svc_tx) = ferry::port().unwrap();
     a.export("svc", svc_tx);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let right = loop {
-        if let Ok(r) = names.lookup("svc@a") {
-            break r;
-        }
-        assert!(Instant::now() < deadline, "the import was never registered after the peer came up");
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    right.send(Message::new(3), Timeout::After(Duration::from_secs(10))).unwrap();
-    assert_eq!(svc.recv(Timeout::After(Duration::from_secs(10))).unwrap().op(), 3);
+    reach(&until_found("svc@a after the peer came up", &mut || names.lookup("svc@a").ok()), &mut svc, 3);
     drop(daemon);
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -311,86 +296,41 @@ fn a_daemon_whose_peer_is_down_at_start_links_when_it_comes_up() {
 /// it exports registers a new port under the same name, and a remote
 /// server it imports is exported anew by its host. New lookups of each
 /// name, here and at the peer, find the new port within seconds, while the
-/// old proxies stay dead. The daemon is the real binary, with a name
-/// server of this test's own; its peer is a node in this process.
+/// old proxies stay dead.
 #[test]
 fn restarted_servers_are_exported_and_imported_again() {
-    use std::io::BufRead;
-    use std::process::{Command, Stdio};
-
-    let dir = std::env::temp_dir().join(format!("ferry-netd-restarts-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = fresh_dir("restarts");
     let boot = dir.join("bootstrap");
     ferry::NameServer::bind(&boot).unwrap().spawn().unwrap();
     let mut names = ferry::Bootstrap::connect_to(&boot).unwrap();
-    let (local1, local1_tx) = ferry::port().unwrap();
+    let (mut local1, local1_tx) = ferry::port().unwrap();
     names.register("svc", &local1_tx).unwrap();
     drop(local1_tx);
-    let (ix, ib) = (Identity::generate("x").unwrap(), Identity::generate("b").unwrap());
-    let b = Node::start(NodeConfig::new(ib.clone(), vec![Peer { name: "x".into(), cert: ix.cert.clone() }], "127.0.0.1:0".parse().unwrap())).unwrap();
-    let (remote1, remote1_tx) = ferry::port().unwrap();
+    let (ix, ib) = identities(&dir, "x", "b");
+    let b = node(ib, "x", &ix);
+    let (mut remote1, remote1_tx) = ferry::port().unwrap();
     b.export("rsvc", remote1_tx);
-    let (x_cert, x_key) = ix.to_pem();
-    std::fs::write(dir.join("cert.pem"), x_cert).unwrap();
-    std::fs::write(dir.join("key.pem"), x_key).unwrap();
-    std::fs::write(dir.join("b.pem"), ib.to_pem().0).unwrap();
-    let mut daemon = Killed(
-        Command::new(env!("CARGO_BIN_EXE_ferry-netd"))
-            .arg("--identity")
-            .arg(&dir)
-            .args(["--listen", "127.0.0.1:0", "--export", "svc", "--import", "rsvc@b", "--trust"])
-            .arg(format!("b={}", dir.join("b.pem").display()))
-            .arg("--peer")
-            .arg(format!("b={}", b.local_addr().unwrap()))
-            .env("FERRY_BOOTSTRAP", &boot)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start ferry-netd"),
-    );
-    let mut ready = String::new();
-    std::io::BufReader::new(daemon.0.stdout.take().unwrap()).read_line(&mut ready).unwrap();
-    assert!(ready.contains("ready"), "ferry-netd said {ready:?}");
-    let wait = Timeout::After(Duration::from_secs(10));
-    // `reach` sends through `right` and `rx` must get it.
-    let reach = |right: &ferry::SendRight, rx: &mut ferry::ReceiveRight, op: u32| {
-        right.send(Message::new(op), wait).unwrap();
-        assert_eq!(rx.recv(wait).unwrap().op(), op);
-    };
-    // Polls `find` until it gives a live right, for at most 20 s.
-    let until_found = |what: &str, find: &mut dyn FnMut() -> Option<ferry::SendRight>| {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Some(r) = find().filter(|r| !r.is_dead()) {
-                return r;
-            }
-            assert!(Instant::now() < deadline, "{what} was not found again");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    };
+    let peer = format!("b={}", b.local_addr().unwrap());
+    let (daemon, _) = netd(&dir, "b", &boot, &args(&["--export", "svc", "--import", "rsvc@b", "--peer", &peer]), false);
 
     // The imported remote server restarts: its host exports a new port.
-    let (mut remote1, old_import) = (remote1, names.lookup("rsvc@b").unwrap());
+    let old_import = names.lookup("rsvc@b").unwrap();
     reach(&old_import, &mut remote1, 1);
     drop(remote1);
-    assert!(old_import.wait_dead(wait), "the proxy of a dead remote port stayed alive");
+    assert!(old_import.wait_dead(WAIT), "the proxy of a dead remote port stayed alive");
     let (mut remote2, remote2_tx) = ferry::port().unwrap();
     b.export("rsvc", remote2_tx);
-    let new_import = until_found("rsvc@b", &mut || names.lookup("rsvc@b").ok());
-    reach(&new_import, &mut remote2, 2);
+    reach(&until_found("rsvc@b", &mut || names.lookup("rsvc@b").ok()), &mut remote2, 2);
     assert!(old_import.is_dead(), "an old proxy came back to life");
 
     // The exported local server restarts: it registers a new port here.
-    let (mut local1, old_export) = (local1, b.lookup("svc@x").unwrap());
+    let old_export = b.lookup("svc@x").unwrap();
     reach(&old_export, &mut local1, 3);
     drop(local1);
-    assert!(old_export.wait_dead(wait), "the peer's proxy of a dead port stayed alive");
+    assert!(old_export.wait_dead(WAIT), "the peer's proxy of a dead port stayed alive");
     let (mut local2, local2_tx) = ferry::port().unwrap();
     names.register("svc", &local2_tx).unwrap();
-    let new_export = until_found("svc@x", &mut || b.lookup("svc@x").ok());
-    reach(&new_export, &mut local2, 4);
+    reach(&until_found("svc@x", &mut || b.lookup("svc@x").ok()), &mut local2, 4);
     drop(daemon);
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -400,52 +340,19 @@ fn restarted_servers_are_exported_and_imported_again() {
 /// registered once the host has linked.
 #[test]
 fn an_import_of_a_host_that_links_in_later_is_registered_then() {
-    use std::io::BufRead;
-    use std::process::{Command, Stdio};
-
-    let dir = std::env::temp_dir().join(format!("ferry-netd-inbound-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = fresh_dir("inbound");
     let boot = dir.join("bootstrap");
     ferry::NameServer::bind(&boot).unwrap().spawn().unwrap();
-    let (ix, ib) = (Identity::generate("x").unwrap(), Identity::generate("b").unwrap());
-    let (x_cert, x_key) = ix.to_pem();
-    std::fs::write(dir.join("cert.pem"), x_cert).unwrap();
-    std::fs::write(dir.join("key.pem"), x_key).unwrap();
-    std::fs::write(dir.join("b.pem"), ib.to_pem().0).unwrap();
-    let mut daemon = Killed(
-        Command::new(env!("CARGO_BIN_EXE_ferry-netd"))
-            .arg("--identity")
-            .arg(&dir)
-            .args(["--listen", "127.0.0.1:0", "--import", "svc@b", "--trust"])
-            .arg(format!("b={}", dir.join("b.pem").display()))
-            .env("FERRY_BOOTSTRAP", &boot)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start ferry-netd"),
-    );
-    let mut ready = String::new();
-    std::io::BufReader::new(daemon.0.stdout.take().unwrap()).read_line(&mut ready).unwrap();
-    let addr: std::net::SocketAddr = ready.trim().rsplit(' ').next().and_then(|a| a.parse().ok()).unwrap_or_else(|| panic!("ferry-netd said {ready:?}"));
+    let (ix, ib) = identities(&dir, "x", "b");
+    let (daemon, addr) = netd(&dir, "b", &boot, &args(&["--import", "svc@b"]), false);
     let mut names = ferry::Bootstrap::connect_to(&boot).unwrap();
     assert!(names.lookup("svc@b").is_err());
     // Host b links in, and exports `svc`.
-    let b = Node::start(NodeConfig::new(ib, vec![Peer { name: "x".into(), cert: ix.cert.clone() }], "127.0.0.1:0".parse().unwrap())).unwrap();
+    let b = node(ib, "x", &ix);
     let (mut svc, svc_tx) = ferry::port().unwrap();
     b.export("svc", svc_tx);
     b.connect("x", addr).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let right = loop {
-        if let Ok(r) = names.lookup("svc@b") {
-            break r;
-        }
-        assert!(Instant::now() < deadline, "the import was not registered after its host linked in");
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    right.send(Message::new(6), Timeout::After(Duration::from_secs(10))).unwrap();
-    assert_eq!(svc.recv(Timeout::After(Duration::from_secs(10))).unwrap().op(), 6);
+    reach(&until_found("svc@b after its host linked in", &mut || names.lookup("svc@b").ok()), &mut svc, 6);
     drop(daemon);
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -461,14 +368,12 @@ const OTHER_USER_CLIENT: &str = "FERRY_NETD_TEST_OTHER_USER_LOOKUP";
 /// user's program is this test binary, copied where that user may run it.
 #[test]
 fn system_names_offer_a_root_daemons_imports_to_every_user() {
-    use std::io::BufRead;
     use std::os::unix::fs::PermissionsExt;
     use std::os::unix::process::CommandExt;
-    use std::process::{Command, Stdio};
 
     if let Ok(name) = std::env::var(OTHER_USER_CLIENT) {
         let mut names = ferry::Bootstrap::connect().unwrap();
-        names.lookup(&name).unwrap().send(Message::new(31), Timeout::After(Duration::from_secs(10))).unwrap();
+        names.lookup(&name).unwrap().send(Message::new(31), WAIT).unwrap();
         println!("sent as uid {}", rustix::process::getuid().as_raw());
         return;
     }
@@ -478,40 +383,16 @@ fn system_names_offer_a_root_daemons_imports_to_every_user() {
     }
     const NOBODY: u32 = 65534;
     // Every user may enter the directory; only root writes to it.
-    let dir = std::env::temp_dir().join(format!("ferry-netd-system-names-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let dir = fresh_dir("system-names");
     let boot = dir.join("bootstrap");
     ferry::NameServer::bind_with_mode(&boot, 0o666).unwrap().spawn().unwrap();
-    let (ix, ib) = (Identity::generate("x").unwrap(), Identity::generate("b").unwrap());
-    let b = Node::start(NodeConfig::new(ib.clone(), vec![Peer { name: "x".into(), cert: ix.cert.clone() }], "127.0.0.1:0".parse().unwrap())).unwrap();
+    let id = dir.join("id");
+    let (ix, ib) = identities(&id, "x", "b");
+    let b = node(ib, "x", &ix);
     let (mut svc, svc_tx) = ferry::port().unwrap();
     b.export("svc", svc_tx);
-    let id = dir.join("id");
-    std::fs::create_dir_all(&id).unwrap();
-    let (x_cert, x_key) = ix.to_pem();
-    std::fs::write(id.join("cert.pem"), x_cert).unwrap();
-    std::fs::write(id.join("key.pem"), x_key).unwrap();
-    std::fs::write(id.join("b.pem"), ib.to_pem().0).unwrap();
-    let mut daemon = Killed(
-        Command::new(env!("CARGO_BIN_EXE_ferry-netd"))
-            .arg("--identity")
-            .arg(&id)
-            .args(["--listen", "127.0.0.1:0", "--system-names", "--import", "svc@b", "--trust"])
-            .arg(format!("b={}", id.join("b.pem").display()))
-            .arg("--peer")
-            .arg(format!("b={}", b.local_addr().unwrap()))
-            .env("FERRY_BOOTSTRAP", &boot)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start ferry-netd"),
-    );
-    let mut ready = String::new();
-    std::io::BufReader::new(daemon.0.stdout.take().unwrap()).read_line(&mut ready).unwrap();
-    assert!(ready.contains("ready"), "ferry-netd said {ready:?}");
+    let peer = format!("b={}", b.local_addr().unwrap());
+    let (daemon, _) = netd(&id, "b", &boot, &args(&["--system-names", "--import", "svc@b", "--peer", &peer]), false);
     // The other user's program: this binary, where that user may run it.
     let copy = dir.join("as-another-user");
     std::fs::copy(std::env::current_exe().unwrap(), &copy).unwrap();
@@ -528,7 +409,7 @@ fn system_names_offer_a_root_daemons_imports_to_every_user() {
         .unwrap();
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success() && said.contains(&format!("sent as uid {NOBODY}")), "{said}\n{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(svc.recv(Timeout::After(Duration::from_secs(10))).unwrap().op(), 31, "the other user's message did not cross");
+    assert_eq!(svc.recv(WAIT).unwrap().op(), 31, "the other user's message did not cross");
     // The status name is a system name too: `ferry names` and `ferry stat`
     // find the network server for every user.
     let list = ferry::Bootstrap::connect_to(&boot).unwrap().list().unwrap();

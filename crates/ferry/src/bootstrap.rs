@@ -664,13 +664,7 @@ impl Bootstrap {
     /// [`NameError::Invalid`] for a bad name; [`NameError::LimitReached`]
     /// when this user holds as many names as the server allows.
     pub fn register(&mut self, name: &str, right: &SendRight) -> Result<(), NameError> {
-        if !valid_name(name.as_bytes()) {
-            return Err(NameError::Invalid);
-        }
-        self.call(&|c| {
-            let copy = right.try_clone().map_err(NameError::Unavailable)?;
-            Ok(c.register(name.to_owned(), copy)?)
-        })
+        self.register_in(name, right, false)
     }
 
     /// Registers `right` under `name` among the system names, which every
@@ -685,12 +679,19 @@ impl Bootstrap {
     /// [`NameError::Refused`] from a name server older than this call
     /// (protocol version 2); otherwise as [`register`](Self::register).
     pub fn register_system(&mut self, name: &str, right: &SendRight) -> Result<(), NameError> {
+        self.register_in(name, right, true)
+    }
+
+    /// [`register`](Self::register), or if `system`,
+    /// [`register_system`](Self::register_system).
+    fn register_in(&mut self, name: &str, right: &SendRight, system: bool) -> Result<(), NameError> {
         if !valid_name(name.as_bytes()) {
             return Err(NameError::Invalid);
         }
         self.call(&|c| {
             let copy = right.try_clone().map_err(NameError::Unavailable)?;
-            Ok(c.register_system(name.to_owned(), copy)?)
+            let name = name.to_owned();
+            Ok(if system { c.register_system(name, copy)? } else { c.register(name, copy)? })
         })
     }
 

@@ -691,7 +691,12 @@ impl Bootstrap {
         self.call(&|c| {
             let copy = right.try_clone().map_err(NameError::Unavailable)?;
             let name = name.to_owned();
-            Ok(if system { c.register_system(name, copy)? } else { c.register(name, copy)? })
+            if system {
+                c.register_system(name, copy)?;
+            } else {
+                c.register(name, copy)?;
+            }
+            Ok(())
         })
     }
 

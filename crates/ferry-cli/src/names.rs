@@ -36,7 +36,10 @@ pub fn main(args: &Args) -> ExitCode {
         Ok(entries) => {
             println!("{:<32} {:>6} {:>10} {:>12}", "NAME", "UID", "OWNER PID", "QUEUED B");
             for e in &entries {
-                println!("{:<32} {:>6} {:>10} {:>12}", e.name, e.uid, e.owner_pid, e.queued_bytes);
+                // System names (the daemon's own, and root's
+                // `register_system`) belong to no user.
+                let uid = if e.uid == ferry::nameserver::SYSTEM_UID { "system".to_owned() } else { e.uid.to_string() };
+                println!("{:<32} {:>6} {:>10} {:>12}", e.name, uid, e.owner_pid, e.queued_bytes);
             }
             if entries.is_empty() {
                 println!("(no names registered)");

@@ -29,7 +29,12 @@ fn names_and_stat_show_links_remote_names_and_bytes_fetched() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("bootstrap");
-    ferry::NameServer::bind(&path).unwrap().spawn().unwrap();
+    let mut server = ferry::NameServer::bind(&path).unwrap();
+    // A system name (as `ferryd --files` and `ferry-netd --system-names`
+    // make): listed as the system's, not under a number.
+    let (_sys_rx, sys_tx) = ferry::port().unwrap();
+    server.add_system_name("shared", sys_tx).unwrap();
+    server.spawn().unwrap();
     let mut bs = ferry::Bootstrap::connect_to(&path).unwrap();
 
     let (ia, ib) = (Identity::generate("a").unwrap(), Identity::generate("b").unwrap());
@@ -88,6 +93,7 @@ fn names_and_stat_show_links_remote_names_and_bytes_fetched() {
     for needle in ["network (ferry-netd):", "link to b", "up", "remote name echo@b", "proxy to host b (link up)", "exported     inbox"] {
         assert!(names.contains(needle), "ferry names lacks {needle:?}:\n{names}");
     }
+    assert!(names.lines().any(|l| l.starts_with("shared ") && l.split_whitespace().nth(1) == Some("system")), "{names}");
     let stat = run(Command::new(env!("CARGO_BIN_EXE_ferry")).arg("stat").env("FERRY_BOOTSTRAP", &path));
     let budget = format!("user {me:<6} at b                    1 rights held there,   0 regions kept for it");
     for needle in ["network (ferry-netd):", "regions sent   0 / mapped here   1", &format!("fetched on demand {fetched} B in "), &budget] {

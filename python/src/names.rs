@@ -65,6 +65,15 @@ impl Bootstrap {
         self.call(py, |b| b.register(name, &copy))
     }
 
+    /// Registers a copy of `right` under `name` among the system names,
+    /// which every user of the name server finds after their own (root
+    /// only: anyone else gets `NameDenied`). Raises `NameTaken` if a live
+    /// port has it.
+    fn register_system(&self, py: Python<'_>, name: &str, right: &Bound<'_, SendRight>) -> PyResult<()> {
+        let copy = right.get().with(|r| r.try_clone())?.map_err(crate::errors::os_error)?;
+        self.call(py, |b| b.register_system(name, &copy))
+    }
+
     /// Looks `name` up; returns a send right. Raises `NameNotFound`.
     fn lookup(&self, py: Python<'_>, name: &str) -> PyResult<SendRight> {
         self.call(py, |b| b.lookup(name)).map(SendRight::wrap)

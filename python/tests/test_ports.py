@@ -259,6 +259,33 @@ def test_names_register_lookup_list(names):
         names.lookup("")
 
 
+def test_system_names_are_registered_by_root_alone(names):
+    name = unique("system")
+    rx, tx = ferry.port()
+    if os.geteuid() != 0:
+        with pytest.raises(ferry.NameDenied):
+            names.register_system(name, tx)
+        return
+    names.register_system(name, tx)
+    with pytest.raises(ferry.NameTaken):
+        names.register_system(name, tx)
+    names.lookup(name).send(ferry.Message(10))
+    assert rx.recv(LIMIT).op == 10
+    # Listed as the system's (uid 2**32 - 1), not as root's.
+    assert any(e["name"] == name and e["uid"] == 2**32 - 1 for e in names.list())
+    # The name goes with its port.
+    rx.close()
+    tx.close()
+    for _ in range(400):
+        try:
+            names.lookup(name)
+        except ferry.NameNotFound:
+            break
+        threading.Event().wait(0.01)
+    else:
+        raise AssertionError("the system name outlived its port")
+
+
 def _lookup(names: ferry.Bootstrap, name: str) -> ferry.SendRight:
     for _ in range(4000):
         try:

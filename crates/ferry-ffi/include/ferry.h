@@ -856,6 +856,21 @@ enum ferry_status ferry_bootstrap_register(struct ferry_bootstrap *bootstrap,
                                            const struct ferry_send_right *right);
 
 /**
+ * Registers (a copy of) `right` under `name` among the system names,
+ * which every user of the name server finds after their own; the
+ * registration disappears when the port dies. Root only:
+ * `FERRY_ERR_DENIED` for anyone else; `FERRY_ERR_NAME_TAKEN` if a live
+ * port has the system name.
+ *
+ * # Safety
+ * `bootstrap` is a live handle used by no other call; `name` is a
+ * NUL-terminated string; `right` is a live send-right handle.
+ */
+enum ferry_status ferry_bootstrap_register_system(struct ferry_bootstrap *bootstrap,
+                                                  const char *name,
+                                                  const struct ferry_send_right *right);
+
+/**
  * Looks `name` up for the calling user: a send right to its port in
  * `*out_right`. `FERRY_ERR_NAME_NOT_FOUND` if no live port has it.
  *

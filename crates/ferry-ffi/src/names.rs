@@ -60,6 +60,28 @@ pub unsafe extern "C" fn ferry_bootstrap_register(bootstrap: *mut ferry_bootstra
     })
 }
 
+/// Registers (a copy of) `right` under `name` among the system names,
+/// which every user of the name server finds after their own; the
+/// registration disappears when the port dies. Root only:
+/// `FERRY_ERR_DENIED` for anyone else; `FERRY_ERR_NAME_TAKEN` if a live
+/// port has the system name.
+///
+/// # Safety
+/// `bootstrap` is a live handle used by no other call; `name` is a
+/// NUL-terminated string; `right` is a live send-right handle.
+#[no_mangle]
+pub unsafe extern "C" fn ferry_bootstrap_register_system(
+    bootstrap: *mut ferry_bootstrap,
+    name: *const std::ffi::c_char,
+    right: *const ferry_send_right,
+) -> ferry_status {
+    guard(|| {
+        // SAFETY: header contract: live handles and a NUL-terminated name.
+        let (b, n, tx) = unsafe { (obj_mut(bootstrap, "bootstrap")?, string(name, "name")?, obj(right, "right")?) };
+        Ok(b.bs.register_system(n, &tx.right)?)
+    })
+}
+
 /// Looks `name` up for the calling user: a send right to its port in
 /// `*out_right`. `FERRY_ERR_NAME_NOT_FOUND` if no live port has it.
 ///

@@ -143,6 +143,7 @@ int main(void) {
     IS(ferry_message_add_send_right(m, NULL), FERRY_ERR_NULL);
     ferry_message_free(m);
     IS(ferry_bootstrap_register(NULL, NULL, NULL), FERRY_ERR_NULL);
+    IS(ferry_bootstrap_register_system(NULL, NULL, NULL), FERRY_ERR_NULL);
     ferry_wire_parsed parsed;
     IS(ferry_wire_parse(NULL, 4, 0, &parsed, NULL), FERRY_ERR_NULL);
     ferry_wire_error werr;

@@ -220,6 +220,8 @@ fn stop_on_signals(node: std::sync::Arc<Node>) -> std::io::Result<()> {
 /// an error in the daemon's arguments.
 fn connect_retrying(node: &Node, host: &str, addr: SocketAddr) -> Result<(), String> {
     let end = Instant::now() + Duration::from_secs(20);
+    // Each different failure is said once, not every 200 ms.
+    let mut said = String::new();
     loop {
         match node.connect(host, addr) {
             Ok(()) => return Ok(()),
@@ -229,7 +231,11 @@ fn connect_retrying(node: &Node, host: &str, addr: SocketAddr) -> Result<(), Str
                 return Ok(());
             }
             Err(e) => {
-                eprintln!("ferry-netd: link to {host} at {addr} not up yet: {e}");
+                let why = e.to_string();
+                if why != said {
+                    eprintln!("ferry-netd: link to {host} at {addr} not up yet: {why}; trying again for up to 20 s");
+                    said = why;
+                }
                 std::thread::sleep(Duration::from_millis(200));
             }
         }

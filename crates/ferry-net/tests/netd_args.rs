@@ -2,8 +2,9 @@
 //! `--version` work, bad flags and bad values are refused with a clear
 //! message and exit code 2 before anything starts, and `--gen-identity`
 //! writes a usable identity; a listening address in use is named in the
-//! error, and an import of no host or of an untrusted one is refused. No
-//! daemon is left running.
+//! error, an import of no host or of an untrusted one is refused, and so
+//! is `--system-names` from a user other than root. No daemon is left
+//! running.
 
 use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Output, Stdio};
@@ -159,4 +160,38 @@ fn an_import_of_no_host_or_an_untrusted_one_is_refused() {
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("expected NAME@HOST"), "{err}");
+}
+
+/// `--system-names` run by a user other than root is refused at start,
+/// saying why, before it reaches a name server (which would refuse each
+/// registration as `Denied`). The daemon is copied where that user may run
+/// it (a build below a private directory is out of its reach).
+#[test]
+fn system_names_are_refused_to_a_daemon_not_run_by_root() {
+    use std::os::unix::process::CommandExt;
+
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped system_names_are_refused_to_a_daemon_not_run_by_root: starting a process as another user needs root");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("ferry-netd-not-root-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let copy = dir.join("ferry-netd");
+    std::fs::copy(env!("CARGO_BIN_EXE_ferry-netd"), &copy).unwrap();
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = Command::new(&copy)
+        .args(["--identity", "/nonexistent", "--system-names"])
+        .env("FERRY_BOOTSTRAP", "/nonexistent/ferry-netd-args/bootstrap")
+        .current_dir("/")
+        .uid(65534)
+        .gid(65534)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("--system-names") && err.contains("only root"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

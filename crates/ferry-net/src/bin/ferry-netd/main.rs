@@ -117,6 +117,9 @@ fn run(a: Args) -> Result<(), String> {
     if let Some(dir) = &a.gen_identity {
         return gen_identity(dir, a.host_name.as_deref().unwrap_or("ferry-host"));
     }
+    if a.system_names && !rustix::process::geteuid().is_root() {
+        return Err("--system-names registers system names, which only root may: run ferry-netd as root, or leave the flag out (its names are then its user's)".into());
+    }
     let dir = a.identity.as_deref().ok_or("--identity is required")?;
     let identity = |file: &str| {
         read(&dir.join(file)).map_err(|e| format!("{e} (make this host's identity with `ferry-netd --gen-identity {}`)", dir.display()))

@@ -1622,10 +1622,21 @@ impl Conn {
         }
         // Budgets: what this message could make this node keep for the
         // peer on its sender's behalf, counted before anything is kept.
+        // One pass: each send right's death is asked once (a system call)
+        // and remembered for taking the items below.
         let uid = m.sender().map_or(u32::MAX, |c| c.uid);
-        let regions = m.items().iter().filter(|i| matches!(i, Item::Region(r) if r.len() > MAX_EAGER_REGION)).count();
-        let rights = m.items().iter().filter(|i| matches!(i, Item::Send(s) if !s.is_dead()) || matches!(i, Item::SendOnce(_))).count()
-            + usize::from(m.has_reply());
+        let (mut rights, mut regions) = (usize::from(m.has_reply()), 0);
+        let mut dead = Vec::with_capacity(m.items().len());
+        for item in m.items() {
+            let is_dead = matches!(item, Item::Send(s) if s.is_dead());
+            match item {
+                Item::Send(_) if !is_dead => rights += 1,
+                Item::SendOnce(_) => rights += 1,
+                Item::Region(r) if r.len() > MAX_EAGER_REGION => regions += 1,
+                _ => {}
+            }
+            dead.push(is_dead);
+        }
         let over = {
             let mut st = self.state.lock().unwrap();
             let over = st.budgets.over(uid, rights, regions, self.limits, &self.peer);
@@ -1643,9 +1654,9 @@ impl Conn {
         }
         let mut outs = Vec::new();
         let mut taken = Vec::new();
-        for item in m.take_items() {
+        for (item, is_dead) in m.take_items().into_iter().zip(dead) {
             match item {
-                Item::Send(s) if s.is_dead() => {
+                Item::Send(s) if is_dead => {
                     outs.push(Outgoing::DeadSend);
                     taken.push(Taken::Send(s));
                 }

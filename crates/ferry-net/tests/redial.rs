@@ -101,6 +101,15 @@ fn fresh_dir(tag: &str) -> PathBuf {
     dir
 }
 
+/// [`fresh_dir`] with a name server of its own serving at `DIR/bootstrap`,
+/// on a thread of this process: the directory and the socket's path.
+fn with_names(tag: &str) -> (PathBuf, PathBuf) {
+    let dir = fresh_dir(tag);
+    let boot = dir.join("bootstrap");
+    ferry::NameServer::bind(&boot).unwrap().spawn().unwrap();
+    (dir, boot)
+}
+
 /// Two identities, `me` for the daemon and `peer` for the node in this
 /// process; the daemon's cert.pem and key.pem, and the peer's certificate
 /// as `PEER.pem`, are written into `id` (made).
@@ -177,9 +186,7 @@ const WAIT: Timeout = Timeout::After(Duration::from_secs(10));
 #[test]
 fn a_daemon_stopped_by_a_signal_tells_its_peers_at_once() {
     for (signal, name) in [(rustix::process::Signal::TERM, "SIGTERM"), (rustix::process::Signal::INT, "SIGINT")] {
-        let dir = fresh_dir(&format!("stop-{name}"));
-        let boot = dir.join("bootstrap");
-        ferry::NameServer::bind(&boot).unwrap().spawn().unwrap();
+        let (dir, boot) = with_names(&format!("stop-{name}"));
         let (_echo_rx, echo_tx) = ferry::port().unwrap();
         ferry::Bootstrap::connect_to(&boot).unwrap().register("echo", &echo_tx).unwrap();
         let (ia, ib) = identities(&dir, "a", "b");
@@ -262,9 +269,7 @@ fn a_restarted_name_server_gets_the_daemons_names_back() {
 /// daemon's `--import` of it is registered then, and reaches the peer.
 #[test]
 fn a_daemon_whose_peer_is_down_at_start_links_when_it_comes_up() {
-    let dir = fresh_dir("late-peer");
-    let boot = dir.join("bootstrap");
-    ferry::NameServer::bind(&boot).unwrap().spawn().unwrap();
+    let (dir, boot) = with_names("late-peer");
     let (ib, ia) = identities(&dir, "b", "a");
     let trust_a = vec![Peer { name: "b".into(), cert: ib.cert.clone() }];
     // An address for the peer, free again once this node is gone.
@@ -299,9 +304,7 @@ fn a_daemon_whose_peer_is_down_at_start_links_when_it_comes_up() {
 /// old proxies stay dead.
 #[test]
 fn restarted_servers_are_exported_and_imported_again() {
-    let dir = fresh_dir("restarts");
-    let boot = dir.join("bootstrap");
-    ferry::NameServer::bind(&boot).unwrap().spawn().unwrap();
+    let (dir, boot) = with_names("restarts");
     let mut names = ferry::Bootstrap::connect_to(&boot).unwrap();
     let (mut local1, local1_tx) = ferry::port().unwrap();
     names.register("svc", &local1_tx).unwrap();
@@ -340,9 +343,7 @@ fn restarted_servers_are_exported_and_imported_again() {
 /// registered once the host has linked.
 #[test]
 fn an_import_of_a_host_that_links_in_later_is_registered_then() {
-    let dir = fresh_dir("inbound");
-    let boot = dir.join("bootstrap");
-    ferry::NameServer::bind(&boot).unwrap().spawn().unwrap();
+    let (dir, boot) = with_names("inbound");
     let (ix, ib) = identities(&dir, "x", "b");
     let (daemon, addr) = netd(&dir, "b", &boot, &args(&["--import", "svc@b"]), false);
     let mut names = ferry::Bootstrap::connect_to(&boot).unwrap();

@@ -398,6 +398,31 @@ fn snapshots_never_mapped_are_bounded_per_user_and_released_with_their_client() 
     });
 }
 
+/// Files of the kernel's own file systems are not served: their contents
+/// are the kernel's answers, some decided by who opens them, and the
+/// server opening one for a client would open it with the server's
+/// privileges (a PCI device's configuration space gave `nobody` what only
+/// root may read).
+#[test]
+fn the_kernel_s_own_files_are_not_served() {
+    let _serial = common::serial();
+    common::watchdog("the_kernel_s_own_files_are_not_served", LIMIT, || {
+        let (mut server, right) = FileServer::new(Path::new("/sys/kernel"), ObjectConfig::default()).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let thread = std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                server.serve(Timeout::millis(20)).unwrap();
+            }
+        });
+        let fs = FileClient::new(right).with_timeout(Timeout::After(Duration::from_secs(10)));
+        let e = fs.open("mm/transparent_hugepage/enabled").err().expect("a sysfs file was served");
+        assert!(e.to_string().contains("sysfs"), "{e}");
+        stop.store(true, Ordering::Relaxed);
+        thread.join().unwrap();
+    });
+}
+
 #[test]
 fn mappings_are_bounded_per_user_and_released_with_their_client() {
     let test = "mappings_are_bounded_per_user_and_released_with_their_client";

@@ -382,6 +382,9 @@ fn open_as(root: &OwnedFd, name: &str, who: Asker, write: bool) -> Result<(Owned
         if !st.is_file {
             return Err(refuse(proto::E_UNSUPPORTED, format!("{name} is not a regular file")));
         }
+        if let Some(fs) = files::pseudo_fs(path.as_fd()) {
+            return Err(refuse(proto::E_UNSUPPORTED, format!("{name} is on {fs}, the kernel's own file system: its files are not contents to copy")));
+        }
         if check_mode && !permits(&st, who.uid, who.gid, if write { 2 } else { 4 }) {
             let what = if write { "writable" } else { "readable" };
             return Err(refuse(proto::E_DENIED, format!("{name} is not {what} by uid {}", who.uid)));

@@ -732,17 +732,19 @@ fn as_asker<T>(euid: u32, who: Asker, f: impl FnOnce() -> T) -> Res<T> {
 }
 
 /// Resolves `name` beneath `root` as an `O_PATH` descriptor. A name on a
-/// procfs (the root may hold `/proc`) is `EXDEV`, as a name leading out
-/// of the tree: the server's `/proc/self` is the server, and the kernel
-/// lets the server read its own `/proc` files whatever identity it acts
-/// with; the library hands such names to the program's own kernel.
+/// procfs or another of the kernel's own file systems (the root may hold
+/// `/proc` or `/sys`) is `EXDEV`, as a name leading out of the tree: the
+/// server's `/proc/self` is the server, the kernel lets the server read
+/// its own `/proc` files whatever identity it acts with, and some sysfs
+/// files answer by their opener's credentials; the library hands such
+/// names to the program's own kernel.
 fn resolve(root: &OwnedFd, name: &str, follow: bool, extra: OFlags) -> Res<OwnedFd> {
     let mut flags = OFlags::PATH | OFlags::CLOEXEC | extra;
     if !follow {
         flags |= OFlags::NOFOLLOW;
     }
     let fd = rustix::fs::openat2(root, name, flags, Mode::empty(), ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS)?;
-    if files::is_procfs(fd.as_fd()) {
+    if files::pseudo_fs(fd.as_fd()).is_some() {
         return Err(Errno::XDEV);
     }
     Ok(fd)

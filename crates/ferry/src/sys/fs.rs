@@ -58,13 +58,33 @@ pub fn resolve_beneath(root: BorrowedFd<'_>, name: &str) -> rustix::io::Result<O
 /// `statfs` magic of procfs.
 const PROC_SUPER_MAGIC: i64 = 0x9fa0;
 
-/// Whether `fd` is on a procfs. The kernel resolves `/proc/self` to the
-/// resolving process and lets a process open its own `/proc` files whatever
-/// its file-system identity, so a server acting as a client must not open
-/// these for it: they would be the server's.
+/// The kernel's own file systems by `statfs` magic, whose files are made
+/// up on each read and may answer by who reads them.
+const PSEUDO: [(i64, &str); 11] = [
+    (0x6265_6572, "sysfs"),
+    (0x6462_6720, "debugfs"),
+    (0x7472_6163, "tracefs"),
+    (0x7363_6673, "securityfs"),
+    (0x6265_6570, "configfs"),
+    (0x0027_e0eb, "cgroup"),
+    (0x6367_7270, "cgroup2"),
+    (0xcafe_4a11, "bpf"),
+    (0xde5e_81e4, "efivarfs"),
+    (0x6165_676c, "pstore"),
+    (PROC_SUPER_MAGIC, "proc"),
+];
+
+/// The name of the kernel's own file system `fd` is on, if it is one
+/// ([`PSEUDO`]): its files are not contents to copy but the kernel's
+/// answers, sized 0 or 4096 whatever they hold, some decided by the
+/// opener's credentials (and the kernel resolves `/proc/self` to the
+/// resolving process, letting it open its own `/proc` files whatever its
+/// file-system identity). A server acting as a client must not open them
+/// for it: they would be the server's.
 #[allow(clippy::unnecessary_cast)] // f_type's type differs between architectures
-pub fn is_procfs(fd: BorrowedFd<'_>) -> bool {
-    matches!(rustix::fs::fstatfs(fd), Ok(st) if st.f_type as i64 == PROC_SUPER_MAGIC)
+pub fn pseudo_fs(fd: BorrowedFd<'_>) -> Option<&'static str> {
+    let st = rustix::fs::fstatfs(fd).ok()?;
+    PSEUDO.iter().find(|(m, _)| *m == st.f_type as i64).map(|(_, name)| *name)
 }
 
 /// Opens the inode behind `path` (an `O_PATH` descriptor of a regular file
@@ -106,11 +126,20 @@ pub fn resolve_dir_strictly(dir: BorrowedFd<'_>, name: &str) -> rustix::io::Resu
 /// groups are emptied while acting: the kernel's credentials on a message
 /// carry only the primary gid, and nothing is granted that the kernel would
 /// not grant to that uid and gid alone.
+///
+/// The thread's effective capabilities are emptied too (also per thread,
+/// `capset`), and given back on drop. Switching the filesystem uid drops
+/// only the capabilities that concern files; without this the thread kept
+/// `CAP_SYS_ADMIN` and the rest, and a file that answers by its opener's
+/// capabilities (a PCI device's configuration space in sysfs, say) gave a
+/// client what only root may read.
 #[derive(Debug)]
 pub struct ActingAs {
     fsuid: u32,
     fsgid: u32,
     groups: Vec<Gid>,
+    /// The thread's capabilities before, once they were emptied.
+    caps: Option<rustix::thread::CapabilitySets>,
 }
 
 fn set_fsuid(uid: u32) -> u32 {
@@ -138,26 +167,34 @@ impl ActingAs {
     pub fn user(uid: u32, gid: u32) -> rustix::io::Result<ActingAs> {
         let groups = rustix::process::getgroups()?;
         rustix::thread::set_thread_groups(&[])?;
-        let acting = ActingAs { fsuid: set_fsuid(QUERY), fsgid: set_fsgid(QUERY), groups };
+        let mut acting = ActingAs { fsuid: set_fsuid(QUERY), fsgid: set_fsgid(QUERY), groups, caps: None };
         set_fsgid(gid);
         set_fsuid(uid);
         if set_fsgid(QUERY) != gid || set_fsuid(QUERY) != uid {
             // Dropping `acting` restores what did change.
             return Err(Errno::PERM);
         }
+        // Last, since switching the identity above needs CAP_SETUID and
+        // CAP_SETGID in effect.
+        let caps = rustix::thread::capabilities(None)?;
+        let none = rustix::thread::CapabilitySets { effective: rustix::thread::CapabilitySet::empty(), ..caps };
+        rustix::thread::set_capabilities(None, none)?;
+        acting.caps = Some(caps);
         Ok(acting)
     }
 }
 
 impl Drop for ActingAs {
     fn drop(&mut self) {
+        // First, so that the identity below may be switched back.
+        let caps = self.caps.map_or(Ok(()), |c| rustix::thread::set_capabilities(None, c));
         set_fsuid(self.fsuid);
         set_fsgid(self.fsgid);
         let groups = rustix::thread::set_thread_groups(&self.groups);
         // A thread left with a client's identity would serve the next client
         // with it: better to stop than to go on.
         assert!(
-            groups.is_ok() && set_fsuid(QUERY) == self.fsuid && set_fsgid(QUERY) == self.fsgid,
+            caps.is_ok() && groups.is_ok() && set_fsuid(QUERY) == self.fsuid && set_fsgid(QUERY) == self.fsgid,
             "could not restore the serving thread's identity"
         );
     }
@@ -257,4 +294,41 @@ pub fn rename_beneath(root: BorrowedFd<'_>, from: &str, to: &str) -> rustix::io:
 /// Removes `name` beneath `root` (a temporary file after a failure).
 pub fn remove_beneath(root: BorrowedFd<'_>, name: &str) {
     let _ = rustix::fs::unlinkat(root, name, AtFlags::empty());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    /// Acting as a user, the thread holds none of root's capabilities
+    /// (those that concern files go with the filesystem uid, the rest are
+    /// emptied), and has every one back afterwards.
+    #[test]
+    fn acting_as_a_user_holds_no_capabilities_and_gives_them_back() {
+        if !rustix::process::geteuid().is_root() {
+            eprintln!("skipped: switching identity needs root");
+            return;
+        }
+        std::thread::spawn(|| {
+            let before = rustix::thread::capabilities(None).unwrap();
+            assert!(before.effective.contains(rustix::thread::CapabilitySet::SYS_ADMIN), "{before:?}");
+            let acting = ActingAs::user(65534, 65534).unwrap();
+            let during = rustix::thread::capabilities(None).unwrap();
+            assert!(during.effective.is_empty(), "{during:?}");
+            drop(acting);
+            assert_eq!(rustix::thread::capabilities(None).unwrap(), before);
+        })
+        .join()
+        .unwrap();
+    }
+
+    /// The kernel's own file systems are told apart from real ones.
+    #[test]
+    fn pseudo_file_systems_are_named() {
+        let at = |p: &str| rustix::fs::open(p, OFlags::PATH | OFlags::CLOEXEC, Mode::empty()).unwrap();
+        assert_eq!(pseudo_fs(at("/proc/self/status").as_fd()), Some("proc"));
+        assert_eq!(pseudo_fs(at("/sys/kernel").as_fd()), Some("sysfs"));
+        assert_eq!(pseudo_fs(at(env!("CARGO_MANIFEST_DIR")).as_fd()), None);
+    }
 }

@@ -398,6 +398,39 @@ fn snapshots_never_mapped_are_bounded_per_user_and_released_with_their_client() 
     });
 }
 
+/// A client that parks each snapshot's hold in flight (its receiving
+/// socket sent into the queue of the hold socket the server keeps, so it
+/// never hangs up) and exits: the server lets such holds go, as it does
+/// those of a client that died, and the user's budget is whole again.
+#[test]
+fn holds_parked_in_flight_are_released_with_their_client() {
+    let test = "holds_parked_in_flight_are_released_with_their_client";
+    if !common::can_play_other_user(test) {
+        return;
+    }
+    let _serial = common::serial();
+    common::watchdog(test, LIMIT, || {
+        let budgets = Budgets::default();
+        let s = Served::start("park", budgets, |_| {});
+        let objects = s.objects_settled(0);
+        let fds = s.fds_settled(0);
+        let held = budgets.holds_per_user;
+        let mut parker = s.attacker("files-park", &["README", &held.to_string()]);
+        let mut out = lines(&mut parker);
+        assert_eq!(line(&mut out), format!("parked {held} over-budget 0 other 0"));
+        let _ = parker.wait();
+        assert_eq!(s.objects_settled(objects), objects, "the parked holds' snapshots are released");
+        let after = s.fds_settled(fds + 8);
+        assert!(after <= fds + 8, "the server kept descriptors: {fds} before, {after} after");
+        // The user's whole budget is there again.
+        let mut again = s.attacker("files-hoard", &["README", &held.to_string()]);
+        let mut out = lines(&mut again);
+        assert_eq!(line(&mut out), format!("granted {held} over-budget 0 other 0"));
+        kill(again);
+        root_is_served(&s);
+    });
+}
+
 /// Files of the kernel's own file systems are not served: their contents
 /// are the kernel's answers, some decided by who opens them, and the
 /// server opening one for a client would open it with the server's

@@ -386,6 +386,40 @@ fn names_per_user_are_budgeted() {
     });
 }
 
+/// Names whose ports are parked in flight (each receiving socket sent into
+/// the queue of the registered socket the name server holds, so it never
+/// hangs up) are dropped all the same once their owner is gone: the
+/// server holds nothing whose liveness it alone keeps.
+#[test]
+fn names_parked_in_flight_are_dropped_with_their_owner() {
+    if !can_play_other_user("names_parked_in_flight_are_dropped_with_their_owner") {
+        return;
+    }
+    watchdog("names_parked", LIMIT, || {
+        let d = Daemon::start("namesparked", &["--system", "--max-names", "16"], None);
+        let fds = |pid: u32| std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count();
+        let before = fds(d.child.id());
+        let mut parker = Peer::new(spawn_peer_as(NOBODY, &d.path, "park-names", &["parked", "16"]));
+        let mut said = String::new();
+        parker.out.read_line(&mut said).unwrap();
+        assert_eq!(said.trim(), "parked 16");
+        let _ = parker.child.wait();
+        let mut bs = names(&d.path);
+        let mut left = usize::MAX;
+        for _ in 0..2000 {
+            left = bs.list().unwrap().iter().filter(|e| e.uid == NOBODY).count();
+            if left == 0 {
+                break;
+            }
+            nap();
+        }
+        assert_eq!(left, 0, "parked names outlived their owner: {}", d.log());
+        assert!(fds(d.child.id()) <= before, "the server kept descriptors");
+        let mut again = Peer::new(spawn_peer_as(NOBODY, &d.path, "fill-names", &["again", "16"]));
+        assert_eq!(again.until_ready()[0], "registered 16", "the user's budget is whole again");
+    });
+}
+
 #[test]
 fn one_user_cannot_take_every_descriptor() {
     if !can_play_other_user("one_user_cannot_take_every_descriptor") {

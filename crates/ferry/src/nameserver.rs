@@ -284,7 +284,7 @@ impl NameServer {
         let inode = socket::identity(right.as_fd()).map_err(io_err)?.1;
         self.next += 1;
         let watch = self.next;
-        self.epoll.add(right.as_fd(), Interest::HangUp, KEY_WATCH | watch as u64).map_err(io_err)?;
+        self.epoll.add(right.as_fd(), Interest::Abandoned, KEY_WATCH | watch as u64).map_err(io_err)?;
         self.say(format_args!("registered system name {name:?}"));
         self.hold(inode);
         self.watches.insert(watch, key.clone());
@@ -406,7 +406,7 @@ impl NameServer {
             match key & !0xffff_ffff {
                 KEY_LISTENER => self.accept(),
                 KEY_CONN => self.serve_conn(key as u32),
-                KEY_WATCH if ready.hangup => self.drop_watch(key as u32),
+                KEY_WATCH if ready.hangup || ready.readable => self.drop_watch(key as u32),
                 KEY_REFUSED => self.drain_refused(key as u32),
                 _ => {}
             }
@@ -682,7 +682,7 @@ impl NameServer {
         }
         self.next += 1;
         let watch = self.next;
-        if let Err(e) = self.epoll.add(right.as_fd(), Interest::HangUp, KEY_WATCH | watch as u64) {
+        if let Err(e) = self.epoll.add(right.as_fd(), Interest::Abandoned, KEY_WATCH | watch as u64) {
             return Err(Refusal::Refused(format!("cannot watch the registered port: {e}")));
         }
         if scope == SYSTEM_UID {

@@ -338,7 +338,7 @@ impl ObjectServer {
             )));
         }
         let slot = free_slot(&self.holds);
-        self.epoll.add(right.as_fd(), Interest::HangUp, key(slot, KIND_HOLD)).map_err(|e| PagerError::Io(errno(e)))?;
+        self.epoll.add(right.as_fd(), Interest::Abandoned, key(slot, KIND_HOLD)).map_err(|e| PagerError::Io(errno(e)))?;
         put(&mut self.holds, slot, Hold { object: id, uid, right });
         let o = self.objects.get_mut(&id).expect("checked above");
         o.ephemeral = true;
@@ -432,8 +432,8 @@ impl ObjectServer {
             let slot = (k / 4 - 1) as usize;
             match k % 4 {
                 KIND_UFFD => self.drain_faults(slot),
-                KIND_LIFELINE if ready.hangup => self.detach(slot),
-                KIND_HOLD if ready.hangup => self.release_hold(slot),
+                KIND_LIFELINE if ready.hangup || ready.readable => self.detach(slot),
+                KIND_HOLD if ready.hangup || ready.readable => self.release_hold(slot),
                 _ => {}
             }
         }
@@ -554,7 +554,7 @@ impl ObjectServer {
         let watched = self
             .epoll
             .add(client.uffd.as_fd(), Interest::Readable, key(slot, KIND_UFFD))
-            .and_then(|()| self.epoll.add(client.lifeline.as_fd(), Interest::HangUp, key(slot, KIND_LIFELINE)));
+            .and_then(|()| self.epoll.add(client.lifeline.as_fd(), Interest::Abandoned, key(slot, KIND_LIFELINE)));
         if let Err(e) = watched {
             let _ = self.epoll.remove(client.uffd.as_fd());
             return Err((proto::E_UNSUPPORTED, format!("cannot watch the client: {e}")));

@@ -19,6 +19,13 @@ pub enum Interest {
     Writable,
     /// The peer has gone away (`POLLHUP`): only hang-ups wake this wait.
     HangUp,
+    /// The peer of a held send right has gone away, or has written into
+    /// it (reported as readable). A receiver never writes into its own
+    /// port's sending end, except to park a descriptor there: a socket
+    /// sent into the queue of one the server holds stays in flight, so
+    /// its end never closes and the server would hold what it keeps for
+    /// the client for ever. Either way, the holder lets the right go.
+    Abandoned,
 }
 
 /// What a descriptor reported.
@@ -44,6 +51,7 @@ fn flags_of(i: Interest) -> PollFlags {
         Interest::Readable => PollFlags::IN,
         Interest::Writable => PollFlags::OUT,
         Interest::HangUp => PollFlags::RDHUP,
+        Interest::Abandoned => PollFlags::RDHUP.union(PollFlags::IN),
     }
 }
 
@@ -103,6 +111,7 @@ impl Epoll {
             Interest::Readable => epoll::EventFlags::IN,
             Interest::Writable => epoll::EventFlags::OUT,
             Interest::HangUp => epoll::EventFlags::RDHUP,
+            Interest::Abandoned => epoll::EventFlags::RDHUP.union(epoll::EventFlags::IN),
         };
         epoll::add(&self.fd, fd, epoll::EventData::new_u64(key), flags)
     }

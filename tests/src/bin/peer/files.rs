@@ -14,6 +14,10 @@
 //! - `files-hoard NAME N`: sends N opens of NAME and never maps them,
 //!   keeping the hold right of each open granted; prints `granted G
 //!   over-budget B other O`, then waits to be killed.
+//! - `files-park NAME N`: as `files-hoard`, but parks each granted
+//!   hold's receiving socket in flight inside the queue of the hold socket
+//!   the server keeps (`names::port_parked`); prints `parked G over-budget
+//!   B other O` and exits, leaving no process that holds a hold.
 //! - `files-keep NAME N`: opens NAME N times and maps each snapshot's
 //!   object through the pager too, keeping every snapshot and mapping;
 //!   prints `mapped M over-budget B other O`, then waits to be killed.
@@ -51,6 +55,7 @@ pub fn run(role: &str, args: &[String]) -> Outcome {
         "files-steal" => Some(steal(args)),
         "files-churn" => Some(churn(args)),
         "files-hoard" => Some(hoard(args)),
+        "files-park" => Some(park(args)),
         "files-block" => Some(block(args)),
         "files-keep" => Some(keep(args)),
         "files-hold" => Some(hold_files(args)),
@@ -318,6 +323,32 @@ fn hoard(args: &[String]) -> Res {
     loop {
         std::thread::sleep(Duration::from_secs(3600));
     }
+}
+
+fn park(args: &[String]) -> Res {
+    let [name, n] = args else { return Err("usage: files-park NAME N".into()) };
+    let n: usize = n.parse()?;
+    let right = server()?;
+    let (mut replies, _keep) = ferry::port()?;
+    let (mut parked, mut over, mut other) = (0, 0, 0);
+    for _ in 0..n {
+        let (hold, hold_right) = crate::names::port_parked()?;
+        let once = replies.make_send_once()?;
+        let m = Message::new(OP_FILE_OPEN).with_body(name.as_bytes()).with_item(Item::Send(hold_right)).with_reply(once);
+        right.send(m, WAIT)?;
+        let r = replies.recv(WAIT)?;
+        let code = r.body().get(..8).map(|b| u64::from_le_bytes(b.try_into().unwrap()));
+        if r.op() == OP_FILE_OPENED {
+            parked += 1;
+        } else if code == Some(5) {
+            over += 1;
+        } else {
+            other += 1;
+        }
+        drop(hold);
+    }
+    println!("parked {parked} over-budget {over} other {other}");
+    Ok(())
 }
 
 fn keep(args: &[String]) -> Res {

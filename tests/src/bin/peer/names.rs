@@ -23,6 +23,10 @@
 //!   then takes every descriptor left for the rest of the program (as a
 //!   busy host program would), prints `ready`; a line on standard input
 //!   gives them back (`freed`); serves until killed.
+//! - `park-names PREFIX N`: registers N ports under `PREFIX-0` .. and
+//!   parks each port's receiving socket in flight, inside the queue of the
+//!   registered socket the name server holds (see [`port_parked`]); prints
+//!   `parked N` and exits, leaving no process that holds any of them.
 
 use std::time::Duration;
 
@@ -45,8 +49,57 @@ pub fn run(role: &str, args: &[String]) -> Outcome {
         "refused-connections" => refused_connections(num(0)),
         "server-out-of-fds" => server_out_of_fds(&arg(0)),
         "system-names" => system_names(&arg(0)),
+        "park-names" => park_names(&arg(0), num(1)),
         _ => return None,
     })
+}
+
+/// The sockets this process holds, by descriptor number.
+fn sockets() -> std::collections::HashSet<i32> {
+    let mut v = std::collections::HashSet::new();
+    for e in std::fs::read_dir("/proc/self/fd").into_iter().flatten().flatten() {
+        if std::fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy().starts_with("socket:")) {
+            v.extend(e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()));
+        }
+    }
+    v
+}
+
+/// A new port whose receiving socket is sent into the port's own sending
+/// socket: written on the receiving end, the datagram lands in the queue
+/// of the socket the send right is, carrying the receiving end in flight.
+/// Whoever holds the send right then holds the receiving end too, through
+/// its queue, so the port never hangs up: the kernel frees a socket in
+/// flight only when what holds it is unreachable, and a server's socket
+/// is not. The caller hands the send right to a server and drops the
+/// receive right: no process of the caller's keeps the port alive.
+pub fn port_parked() -> Result<(ferry::ReceiveRight, ferry::SendRight), Box<dyn std::error::Error>> {
+    use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+    let before = sockets();
+    let (rx, tx) = ferry::port()?;
+    let tx_fd = tx.as_fd().as_raw_fd();
+    let new: Vec<i32> = sockets().difference(&before).copied().filter(|fd| *fd != tx_fd).collect();
+    let [rx_fd] = new[..] else { return Err(format!("cannot tell the receiving socket among {new:?}").into()) };
+    // SAFETY: `rx_fd` is the receiving socket `rx` owns, open for as long
+    // as `rx` is, which outlives this borrow.
+    let end = unsafe { BorrowedFd::borrow_raw(rx_fd) };
+    let mut space = [std::mem::MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = rustix::net::SendAncillaryBuffer::new(&mut space);
+    let fds = [end];
+    control.push(rustix::net::SendAncillaryMessage::ScmRights(&fds));
+    rustix::net::sendmsg(end, &[std::io::IoSlice::new(b"p")], &mut control, rustix::net::SendFlags::empty())?;
+    Ok((rx, tx))
+}
+
+fn park_names(prefix: &str, n: usize) -> Res {
+    let mut bs = Bootstrap::connect()?;
+    for i in 0..n {
+        let (rx, tx) = port_parked()?;
+        bs.register(&format!("{prefix}-{i}"), &tx)?;
+        drop((rx, tx));
+    }
+    println!("parked {n}");
+    Ok(())
 }
 
 fn wait_forever() -> ! {

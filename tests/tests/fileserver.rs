@@ -449,7 +449,7 @@ fn the_kernel_s_own_files_are_not_served() {
             }
         });
         let fs = FileClient::new(right).with_timeout(Timeout::After(Duration::from_secs(10)));
-        let e = fs.open("mm/transparent_hugepage/enabled").err().expect("a sysfs file was served");
+        let Err(e) = fs.open("mm/transparent_hugepage/enabled") else { panic!("a sysfs file was served") };
         assert!(e.to_string().contains("sysfs"), "{e}");
         stop.store(true, Ordering::Relaxed);
         thread.join().unwrap();

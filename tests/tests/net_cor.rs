@@ -395,6 +395,86 @@ fn a_large_shared_region_is_refused_and_given_back() {
     });
 }
 
+/// A message larger than a link carries (eager regions together above the
+/// frame limit, or a region above the largest sent by reference) is
+/// refused to its sender with its items, before anything leaves: sent on,
+/// the peer would have closed the link for every user of it.
+#[test]
+fn a_message_too_large_for_a_link_is_refused_and_the_link_stays_up() {
+    watchdog("a_message_too_large_for_a_link_is_refused_and_the_link_stays_up", LIMIT, || {
+        let (ia, ib) = identities();
+        let (a, b) = nodes(&ia, &ib);
+        b.connect("a", a.local_addr().unwrap()).unwrap();
+        let (mut srv, data) = export_data(&a, &b);
+        let (mut me, _keep) = ferry::port().unwrap();
+        let eager = || Region::new(ferry_net::frame::MAX_EAGER_REGION).unwrap().by_move().unwrap();
+        let mut too_many = Message::new(1).with_reply(me.make_send_once().unwrap());
+        for _ in 0..3 {
+            too_many = too_many.with_item(eager());
+        }
+        data.send(too_many, WAIT).unwrap();
+        let answer = me.recv(WAIT).unwrap();
+        let (why, text) = ferry_net::Refusal::of(&answer).expect("a refusal");
+        assert_eq!((why, answer.items().len()), (ferry_net::Refusal::TooLarge, 3), "{text}");
+
+        // Sparse: its pages cost nothing until touched.
+        let huge = Region::new((ferry_net::frame::MAX_REMOTE_REGION * 2) as usize).unwrap().by_move().unwrap();
+        data.send(Message::new(2).with_item(huge).with_reply(me.make_send_once().unwrap()), WAIT).unwrap();
+        let answer = me.recv(WAIT).unwrap();
+        let (why, text) = ferry_net::Refusal::of(&answer).expect("a refusal");
+        assert_eq!((why, answer.items().len()), (ferry_net::Refusal::TooLarge, 1), "{text}");
+
+        // Two eager regions fit: the link is up and carries them.
+        data.send(Message::new(3).with_item(eager()).with_item(eager()), WAIT).unwrap();
+        let got = srv.recv(WAIT).unwrap();
+        assert_eq!((got.op(), got.items().len()), (3, 2), "nothing of the refused messages arrived, and the link stayed up");
+        assert_eq!(b.links().len(), 1);
+        assert!(b.links()[0].up, "{:?}", b.links());
+    });
+}
+
+/// Regions sent by reference stay mapped at their origin until the peer
+/// lets them go, and each may be a terabyte: a user's share of the
+/// address space they take is budgeted by bytes, not only by count.
+#[test]
+fn regions_by_reference_are_budgeted_by_the_address_space_they_take() {
+    watchdog("regions_by_reference_are_budgeted_by_the_address_space_they_take", LIMIT, || {
+        let (ia, ib) = identities();
+        let (a, b) = nodes(&ia, &ib);
+        b.connect("a", a.local_addr().unwrap()).unwrap();
+        let (mut srv, data) = export_data(&a, &b);
+        let (mut me, _keep) = ferry::port().unwrap();
+        // Sparse: their pages cost nothing until touched.
+        let tib = || Region::new(1 << 40).unwrap().by_move().unwrap();
+        let mut kept = Vec::new();
+        for i in 0..8 {
+            data.send(Message::new(i).with_item(tib()), WAIT).unwrap();
+            kept.push(srv.recv(WAIT).unwrap());
+        }
+        data.send(Message::new(8).with_item(tib()).with_reply(me.make_send_once().unwrap()), WAIT).unwrap();
+        let answer = me.recv(WAIT).unwrap();
+        let (why, text) = ferry_net::Refusal::of(&answer).expect("a refusal");
+        assert_eq!((why, answer.items().len()), (ferry_net::Refusal::OverBudget, 1), "{text}");
+        assert!(text.contains("address space"), "{text}");
+        // Let go at the far side, the space comes back.
+        drop(kept);
+        let mut passed = false;
+        for i in 0..200 {
+            data.send(Message::new(100 + i).with_item(tib()).with_reply(me.make_send_once().unwrap()), WAIT).unwrap();
+            let mut got = None;
+            if let Ok(m) = srv.recv(Timeout::millis(50)) {
+                got = Some(m);
+            }
+            if got.is_some() {
+                passed = true;
+                break;
+            }
+            let _ = me.recv(WAIT);
+        }
+        assert!(passed, "the space never came back");
+    });
+}
+
 #[test]
 fn per_user_budgets_refuse_what_one_user_would_have_kept_past_them() {
     watchdog("per_user_budgets_refuse_what_one_user_would_have_kept_past_them", LIMIT, || {

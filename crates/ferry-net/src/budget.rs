@@ -104,11 +104,31 @@ pub(crate) struct Limits {
     pub(crate) peer_streams: usize,
 }
 
+/// Address space one link's regions sent by reference may take here:
+/// each stays mapped (reserved, not resident) until the peer lets it go,
+/// and one may be as large as [`crate::frame::MAX_REMOTE_REGION`], so a
+/// count of regions alone let a user take the process's whole address
+/// space. A user may take half of what the others leave.
+pub(crate) const LINK_REGION_SPACE: u64 = 16 << 40;
+
+/// Address space all links' regions sent by reference may take together,
+/// half of what a 47-bit address space leaves a process: the node's own
+/// work keeps the rest.
+pub(crate) const NODE_REGION_SPACE: u64 = 64 << 40;
+
+/// Address space regions sent by reference take now, all links together.
+static NODE_SPACE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// Per-user counts for one link.
 #[derive(Debug, Default)]
 pub(crate) struct Budgets {
-    /// Which local user each region sent by reference counts against.
-    regions: HashMap<u64, u32>,
+    /// Which local user each region sent by reference counts against, and
+    /// its length.
+    regions: HashMap<u64, (u32, u64)>,
+    /// Each user's address space taken by regions sent by reference.
+    space: HashMap<u32, u64>,
+    /// All users' address space taken on this link: the sum of `space`.
+    space_total: u64,
     /// The references to each export the peer holds, by who sent them:
     /// lookups' first, then each user in the order it first sent one (the
     /// order releases free them in).
@@ -123,6 +143,13 @@ pub(crate) struct Budgets {
     streams: HashMap<u64, u32>,
     /// How many of those streams each user opened.
     opened: HashMap<u32, usize>,
+}
+
+impl Drop for Budgets {
+    /// A link gone gives back the node's address space its regions took.
+    fn drop(&mut self) {
+        NODE_SPACE.fetch_sub(self.space_total, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 impl Budgets {
@@ -171,6 +198,29 @@ impl Budgets {
         None
     }
 
+    /// Why a message from `uid` whose regions by reference are `bytes` long
+    /// together must be refused for the address space they would take,
+    /// or `None` if they fit: a user may take half of what the others
+    /// leave of [`LINK_REGION_SPACE`], and all links together
+    /// [`NODE_REGION_SPACE`].
+    pub(crate) fn space_over(&self, uid: u32, bytes: u64, peer: &str) -> Option<String> {
+        if bytes == 0 {
+            return None;
+        }
+        let mine = self.space.get(&uid).copied().unwrap_or(0);
+        let others = self.space_total - mine;
+        let share = LINK_REGION_SPACE.saturating_sub(others) / 2;
+        if mine + bytes > share {
+            let free = LINK_REGION_SPACE.saturating_sub(others);
+            return Some(format!(
+                "user {uid} already has {mine} bytes of regions by reference kept for {peer}, and one user may have at most half of the {free} bytes of address space the others leave"
+            ));
+        }
+        let all = NODE_SPACE.load(std::sync::atomic::Ordering::Relaxed);
+        (all + bytes > NODE_REGION_SPACE)
+            .then(|| format!("regions by reference take {all} bytes of this node's address space already, of the {NODE_REGION_SPACE} they may"))
+    }
+
     /// Why a message from `uid` to import `import` must be refused because
     /// it would open one more stream to the peer, or `None` if the import's
     /// stream is open (or being opened) already or there is room. One
@@ -213,17 +263,35 @@ impl Budgets {
         }
     }
 
-    /// Counts region `id`, kept for the peer, against `uid`.
-    pub(crate) fn charge_region(&mut self, uid: u32, id: u64) {
-        self.regions.insert(id, uid);
-        self.usage.entry(uid).or_default().1 += 1;
+    /// Counts region `id`, `len` bytes kept for the peer, against `uid`.
+    pub(crate) fn charge_region(&mut self, uid: u32, id: u64, len: u64) {
+        if let Some((old, old_len)) = self.regions.insert(id, (uid, len)) {
+            self.uncharge_space(old, old_len);
+        } else {
+            self.usage.entry(uid).or_default().1 += 1;
+        }
+        *self.space.entry(uid).or_insert(0) += len;
+        self.space_total += len;
+        NODE_SPACE.fetch_add(len, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Gives back what region `id` cost its user, if it was charged.
     pub(crate) fn refund_region(&mut self, id: u64) {
-        if let Some(uid) = self.regions.remove(&id) {
+        if let Some((uid, len)) = self.regions.remove(&id) {
             self.adjust(uid, |u| u.1 = u.1.saturating_sub(1));
+            self.uncharge_space(uid, len);
         }
+    }
+
+    fn uncharge_space(&mut self, uid: u32, len: u64) {
+        if let Some(n) = self.space.get_mut(&uid) {
+            *n = n.saturating_sub(len);
+            if *n == 0 {
+                self.space.remove(&uid);
+            }
+        }
+        self.space_total = self.space_total.saturating_sub(len);
+        NODE_SPACE.fetch_sub(len, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Counts one more reference to export `id`, sent to the peer by `uid`
@@ -379,7 +447,7 @@ mod tests {
         // A message with no rights passes whatever is held; regions are
         // counted on their own.
         assert_eq!(b.over(4, 0, 1, limits, "p"), None);
-        b.charge_region(4, 1);
+        b.charge_region(4, 1, 4096);
         assert!(b.over(4, 0, 1, limits, "p").unwrap().contains("regions"));
         // Let go, the room is back.
         for i in 0..8 {
@@ -415,8 +483,8 @@ mod tests {
         b.charge_ref(0, 2);
         b.charge_ref(LOOKUPS, 2);
         assert_eq!(b.held(), 3, "lookups' references are held too");
-        b.charge_region(0, 1);
-        b.charge_region(1000, 2);
+        b.charge_region(0, 1, 4096);
+        b.charge_region(1000, 2, 4096);
         assert_eq!(b.users(), vec![(0, (2, 1)), (1000, (0, 1))]);
         b.refund_region(1);
         b.refund_region(1);
@@ -427,5 +495,27 @@ mod tests {
         b.refund_region(2);
         assert!(b.users().is_empty());
         assert_eq!(b.held(), 0);
+    }
+
+    #[test]
+    fn address_space_of_regions_by_reference_is_shared_out() {
+        let mut b = Budgets::default();
+        let tib = 1u64 << 40;
+        // Alone, a user may take half of the link's space.
+        assert_eq!(b.space_over(1, LINK_REGION_SPACE / 2, "p"), None);
+        assert!(b.space_over(1, LINK_REGION_SPACE / 2 + 1, "p").unwrap().contains("at most half"));
+        for id in 0..8 {
+            b.charge_region(1, id, tib);
+        }
+        assert!(b.space_over(1, 1, "p").is_some(), "eight TiB is user 1's half");
+        // The next user finds half of what is left.
+        assert_eq!(b.space_over(2, 4 * tib, "p"), None);
+        assert!(b.space_over(2, 4 * tib + 1, "p").is_some());
+        // Let go, the room is back, and the node's count with it.
+        for id in 0..8 {
+            b.refund_region(id);
+        }
+        assert_eq!(b.space_over(1, LINK_REGION_SPACE / 2, "p"), None);
+        assert!(b.users().is_empty());
     }
 }

@@ -203,6 +203,20 @@ const T_CREDIT: u8 = 8;
 const T_WANT: u8 = 9;
 const T_GRANT: u8 = 10;
 
+/// The encoded length of a message frame (without its length prefix)
+/// with a `body`-byte body, `caps` rights and `remotes` regions by
+/// reference among its parts, eager regions of the lengths `eager`, and a
+/// reply right or not: what a sender checks against [`MAX_FRAME`] before
+/// it translates anything, since the peer closes a link that sends more.
+pub fn message_len(body: usize, caps: usize, remotes: usize, eager: impl IntoIterator<Item = usize>, reply: bool) -> usize {
+    // Tag, target, op, the body's length and the parts' count; a right is
+    // a kind byte, a tag and an id; a region by reference a kind byte, an
+    // id and a length; an eager region a kind byte, a length and bytes.
+    let head = 1 + 8 + 4 + 4 + body + 2;
+    let eager: usize = eager.into_iter().map(|n| 1 + 4 + n).sum();
+    head + caps * 10 + remotes * 17 + eager + if reply { 9 } else { 1 }
+}
+
 fn put_cap(out: &mut Vec<u8>, cap: Cap) {
     let (t, id) = match cap {
         Cap::Hosted(id) => (1, id),

@@ -231,6 +231,12 @@ pub enum Refusal {
     /// [`NodeConfig::max_regions_per_user`]); they are freed as the peer
     /// lets go.
     OverBudget,
+    /// It is larger than a link carries in one message: its body and
+    /// eager regions (those of up to 16 MiB) together above the frame limit
+    /// ([`frame::MAX_FRAME`], 40 MiB), or a region above the largest sent
+    /// by reference ([`frame::MAX_REMOTE_REGION`], 1 TiB). The peer would
+    /// close the link on such a frame, for every user of it.
+    TooLarge,
 }
 
 impl Refusal {
@@ -241,6 +247,7 @@ impl Refusal {
             Refusal::MutableRegion => 3,
             Refusal::Failed => 4,
             Refusal::OverBudget => 5,
+            Refusal::TooLarge => 6,
         }
     }
 
@@ -263,6 +270,7 @@ impl Refusal {
             3 => Refusal::MutableRegion,
             4 => Refusal::Failed,
             5 => Refusal::OverBudget,
+            6 => Refusal::TooLarge,
             _ => return None,
         };
         Some((r, String::from_utf8_lossy(&m.body()[4..]).into_owned()))
@@ -1254,7 +1262,22 @@ fn apply_event(c: &Arc<Conn>, st: &mut State, sh: Option<&Arc<Shared>>, e: Event
         Event::Deliver { export, once, op, body, items, reply } => {
             let mut msg = Message::new(op).with_body(body);
             let owner = st.owner(export);
+            // Out of descriptors, every right arrives as a dead name (its
+            // reference released at once) rather than being lost unsaid.
+            let proxies = items.iter().chain(&reply).filter(|i| matches!(i, Incoming::Proxy { .. })).count();
+            let short = if proxies > 0 { fds_short(proxies * FDS_PER_ITEM) } else { None };
+            if let Some(why) = &short {
+                say_short(why);
+            }
             for i in items {
+                let i = match i {
+                    Incoming::Proxy { import, .. } if short.is_some() => {
+                        after.frames.extend(st.link.proxy_released(import, None));
+                        st.forget_if_gone(import);
+                        Incoming::DeadName
+                    }
+                    i => i,
+                };
                 match incoming(c, st, sh, i, owner, after) {
                     Ok(item) => msg = msg.with_item(item),
                     Err(e) => eprintln!("ferry-net: an item from {} was lost: {e}", c.peer),
@@ -1585,6 +1608,51 @@ fn cannot_cross(item: &Item) -> Option<(Refusal, String)> {
     }
 }
 
+/// Descriptors a node keeps free for its own work (links, streams,
+/// accepting, its name server) whatever its users send.
+const FD_RESERVE: usize = 64;
+
+/// Descriptors one item of a message may cost the node that takes it: a
+/// kept send right is the right, its readiness and its watcher's copy; a
+/// proxy a socket pair and its readiness; a region by reference its
+/// memory.
+const FDS_PER_ITEM: usize = 3;
+
+/// Why `needed` more descriptors would take this process into its last
+/// [`FD_RESERVE`], or `None` when they fit. Descriptors are handed out
+/// lowest first, so the probe asks for the lowest free one at or above
+/// the limit less the reserve and `needed` (two system calls); only when
+/// that one is taken are the open descriptors counted.
+fn fds_short(needed: usize) -> Option<String> {
+    use rustix::process::{getrlimit, Resource};
+    static PROBE: std::sync::OnceLock<Option<std::os::fd::OwnedFd>> = std::sync::OnceLock::new();
+    let probe = PROBE.get_or_init(|| rustix::fs::open("/", rustix::fs::OFlags::PATH | rustix::fs::OFlags::CLOEXEC, rustix::fs::Mode::empty()).ok());
+    let limit = getrlimit(Resource::Nofile).current.map_or(usize::MAX, |l| l as usize);
+    let below = limit.saturating_sub(FD_RESERVE + needed);
+    let probe = probe.as_ref()?;
+    if let Ok(fd) = rustix::io::fcntl_dupfd_cloexec(probe, below as i32) {
+        use std::os::fd::AsRawFd;
+        if fd.as_raw_fd() as usize == below {
+            return None;
+        }
+    }
+    let open = std::fs::read_dir("/proc/self/fd").map_or(limit, |d| d.count());
+    (open + needed + FD_RESERVE > limit).then(|| {
+        format!("this node is short of descriptors ({open} open of its limit of {limit}, and {FD_RESERVE} kept for its own work)")
+    })
+}
+
+/// Logs that the node is short of descriptors, at most once a minute
+/// however often it refuses for it.
+fn say_short(why: &str) {
+    static LAST: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let last = LAST.load(Ordering::Relaxed);
+    if now >= last + 60 && LAST.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
+        eprintln!("ferry-net: {why}: refusing messages with rights and regions until some are let go (said once a minute)");
+    }
+}
+
 /// A local right taken out of a message, waiting for the state machine to
 /// say whether to keep it.
 enum Taken {
@@ -1626,20 +1694,46 @@ impl Conn {
         // and remembered for taking the items below.
         let uid = m.sender().map_or(u32::MAX, |c| c.uid);
         let (mut rights, mut regions) = (usize::from(m.has_reply()), 0);
+        let (mut caps, mut eager, mut space) = (0, Vec::new(), 0u64);
         let mut dead = Vec::with_capacity(m.items().len());
         for item in m.items() {
             let is_dead = matches!(item, Item::Send(s) if s.is_dead());
             match item {
                 Item::Send(_) if !is_dead => rights += 1,
                 Item::SendOnce(_) => rights += 1,
-                Item::Region(r) if r.len() > MAX_EAGER_REGION => regions += 1,
+                Item::Region(r) if r.len() as u64 > frame::MAX_REMOTE_REGION => {
+                    let why = format!("a region of {} bytes is over the {} a link sends by reference", r.len(), frame::MAX_REMOTE_REGION);
+                    return self.refuse(&mut m, Refusal::TooLarge, &why);
+                }
+                Item::Region(r) if r.len() > MAX_EAGER_REGION => {
+                    regions += 1;
+                    space += r.len() as u64;
+                }
+                Item::Region(r) => eager.push(r.len()),
                 _ => {}
             }
+            caps += usize::from(matches!(item, Item::Send(_) | Item::SendOnce(_)));
             dead.push(is_dead);
+        }
+        let takes = (caps + usize::from(m.has_reply())) * FDS_PER_ITEM + regions;
+        if takes > 0 {
+            if let Some(why) = fds_short(takes) {
+                say_short(&why);
+                return self.refuse(&mut m, Refusal::Failed, &why);
+            }
+        }
+        let len = frame::message_len(m.body().len(), caps, regions, eager.iter().copied(), m.has_reply());
+        if len > frame::MAX_FRAME {
+            let why = format!(
+                "its body and regions of up to {MAX_EAGER_REGION} bytes, which cross in the message, make {len} bytes, over the {} a link carries in one (larger regions cross by reference)",
+                frame::MAX_FRAME
+            );
+            return self.refuse(&mut m, Refusal::TooLarge, &why);
         }
         let over = {
             let mut st = self.state.lock().unwrap();
             let over = st.budgets.over(uid, rights, regions, self.limits, &self.peer);
+            let over = over.or_else(|| st.budgets.space_over(uid, space, &self.peer));
             let over = over.or_else(|| if once { None } else { st.budgets.stream_over(uid, import, self.limits, &self.peer) });
             if over.is_none() && !once {
                 // Charged even if taking an item fails below (out of
@@ -1733,8 +1827,9 @@ impl Conn {
                         st.held.insert(id, Held::Once { right: s, owner });
                     }
                     (Store::Region(id), Taken::Region(m)) => {
+                        let len = m.len() as u64;
                         st.regions.insert(id, Arc::new(m));
-                        st.budgets.charge_region(uid, id);
+                        st.budgets.charge_region(uid, id, len);
                         self.counters().regions_sent.fetch_add(1, Ordering::Relaxed);
                     }
                     _ => {}

@@ -460,3 +460,27 @@ fn a_lookup_past_the_proxy_limit_is_told_so_and_its_reference_goes_back() {
     assert_eq!(a.imports(), 0);
     assert_eq!(feed(&mut b, &out.frames[0]).events, vec![Event::DropExport { export }]);
 }
+
+/// What a sender checks before translating a message is the length the
+/// frame encodes to, part for part, so a message the peer would refuse as
+/// too long is refused here instead of closing the link.
+#[test]
+fn a_message_frame_s_length_is_known_before_it_is_encoded() {
+    use ferry_net::frame::message_len;
+    let cases: Vec<(Vec<Part>, Option<Cap>)> = vec![
+        (vec![], None),
+        (vec![Part::Cap(Cap::Hosted(7)), Part::Cap(Cap::DeadName)], Some(Cap::HostedOnce(9))),
+        (vec![Part::Region(vec![1; 5000]), Part::Remote { id: 3, len: 1 << 30 }, Part::Cap(Cap::Returned(2))], None),
+        (vec![Part::Region(vec![]), Part::Region(vec![0; 17])], Some(Cap::Hosted(1))),
+    ];
+    for (parts, reply) in cases {
+        for body in [0usize, 1, 4000] {
+            let caps = parts.iter().filter(|p| matches!(p, Part::Cap(_))).count();
+            let remotes = parts.iter().filter(|p| matches!(p, Part::Remote { .. })).count();
+            let eager: Vec<usize> = parts.iter().filter_map(|p| if let Part::Region(b) = p { Some(b.len()) } else { None }).collect();
+            let f = Frame::Message { target: u64::MAX, op: 0xdead_beef, body: vec![9; body], parts: parts.clone(), reply };
+            let encoded = f.encode_with_len().len() - 4;
+            assert_eq!(message_len(body, caps, remotes, eager, reply.is_some()), encoded, "{parts:?} {reply:?} body {body}");
+        }
+    }
+}

@@ -113,6 +113,20 @@ fn read(path: &Path) -> Result<String, String> {
     std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))
 }
 
+/// Raises the soft limit on descriptors to the hard one. Every right the
+/// node keeps for a peer, and every proxy it makes, costs descriptors (two
+/// or three each); the per-user budgets, not a service manager's default
+/// soft limit of 1024, are what users should meet. Whatever the limit,
+/// the node refuses what would take it into its last descriptors
+/// (`Refusal::Failed`, saying so) rather than lose rights.
+fn raise_nofile_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let lim = getrlimit(Resource::Nofile);
+    if lim.current != lim.maximum {
+        let _ = setrlimit(Resource::Nofile, Rlimit { current: lim.maximum, maximum: lim.maximum });
+    }
+}
+
 fn run(a: Args) -> Result<(), String> {
     if let Some(dir) = &a.gen_identity {
         return gen_identity(dir, a.host_name.as_deref().unwrap_or("ferry-host"));
@@ -129,6 +143,7 @@ fn run(a: Args) -> Result<(), String> {
     for (host, pem) in &a.trust {
         peers.push(Peer { name: host.clone(), cert: ferry_net::tls::parse_cert_pem(&read(pem)?)? });
     }
+    raise_nofile_limit();
     let mut names = Bootstrap::connect().map_err(|e| format!("local name server: {e}"))?;
     let mut cfg = NodeConfig::new(id, peers, a.listen);
     cfg.idle_timeout = Duration::from_millis(a.idle_timeout_ms);

@@ -297,27 +297,53 @@ fn churn(args: &[String]) -> Res {
     Ok(())
 }
 
-fn hoard(args: &[String]) -> Res {
-    let [name, n] = args else { return Err("usage: files-hoard NAME N".into()) };
-    let n: usize = n.parse()?;
+/// How the server answered an open: granted, over the user's budget, or
+/// anything else.
+enum Opened {
+    Granted,
+    OverBudget,
+    Other,
+}
+
+/// Sends one open of `name` whose snapshot is held by `hold` (a send right
+/// whose receive right the caller keeps) and reads the answer.
+fn open_held(right: &ferry::SendRight, replies: &mut ferry::ReceiveRight, name: &str, hold: ferry::SendRight) -> Result<Opened, Box<dyn std::error::Error>> {
+    let once = replies.make_send_once()?;
+    let m = Message::new(OP_FILE_OPEN).with_body(name.as_bytes()).with_item(Item::Send(hold)).with_reply(once);
+    right.send(m, WAIT)?;
+    let r = replies.recv(WAIT)?;
+    let code = r.body().get(..8).map(|b| u64::from_le_bytes(b.try_into().unwrap()));
+    Ok(match (r.op(), code) {
+        (OP_FILE_OPENED, _) => Opened::Granted,
+        (_, Some(5)) => Opened::OverBudget,
+        _ => Opened::Other,
+    })
+}
+
+/// Opens `name` `n` times, each held by a port from `make`, and returns
+/// the receive rights of the granted holds with the counts of the others.
+fn open_many(
+    name: &str,
+    n: usize,
+    make: impl Fn() -> Result<(ferry::ReceiveRight, ferry::SendRight), Box<dyn std::error::Error>>,
+) -> Result<(Vec<ferry::ReceiveRight>, usize, usize), Box<dyn std::error::Error>> {
     let right = server()?;
     let (mut replies, _keep) = ferry::port()?;
     let (mut granted, mut over, mut other) = (Vec::new(), 0, 0);
     for _ in 0..n {
-        let (hold, hold_right) = ferry::port()?;
-        let once = replies.make_send_once()?;
-        let m = Message::new(OP_FILE_OPEN).with_body(name.as_bytes()).with_item(Item::Send(hold_right)).with_reply(once);
-        right.send(m, WAIT)?;
-        let r = replies.recv(WAIT)?;
-        let code = r.body().get(..8).map(|b| u64::from_le_bytes(b.try_into().unwrap()));
-        if r.op() == OP_FILE_OPENED {
-            granted.push(hold);
-        } else if code == Some(5) {
-            over += 1;
-        } else {
-            other += 1;
+        let (hold, hold_right) = make()?;
+        match open_held(&right, &mut replies, name, hold_right)? {
+            Opened::Granted => granted.push(hold),
+            Opened::OverBudget => over += 1,
+            Opened::Other => other += 1,
         }
     }
+    Ok((granted, over, other))
+}
+
+fn hoard(args: &[String]) -> Res {
+    let [name, n] = args else { return Err("usage: files-hoard NAME N".into()) };
+    let (granted, over, other) = open_many(name, n.parse()?, || Ok(ferry::port()?))?;
     println!("granted {} over-budget {over} other {other}", granted.len());
     std::io::stdout().flush()?;
     loop {
@@ -327,27 +353,10 @@ fn hoard(args: &[String]) -> Res {
 
 fn park(args: &[String]) -> Res {
     let [name, n] = args else { return Err("usage: files-park NAME N".into()) };
-    let n: usize = n.parse()?;
-    let right = server()?;
-    let (mut replies, _keep) = ferry::port()?;
-    let (mut parked, mut over, mut other) = (0, 0, 0);
-    for _ in 0..n {
-        let (hold, hold_right) = crate::names::port_parked()?;
-        let once = replies.make_send_once()?;
-        let m = Message::new(OP_FILE_OPEN).with_body(name.as_bytes()).with_item(Item::Send(hold_right)).with_reply(once);
-        right.send(m, WAIT)?;
-        let r = replies.recv(WAIT)?;
-        let code = r.body().get(..8).map(|b| u64::from_le_bytes(b.try_into().unwrap()));
-        if r.op() == OP_FILE_OPENED {
-            parked += 1;
-        } else if code == Some(5) {
-            over += 1;
-        } else {
-            other += 1;
-        }
-        drop(hold);
-    }
-    println!("parked {parked} over-budget {over} other {other}");
+    // The receive rights dropped on return: the parked copies in flight
+    // are all that is left of the holds.
+    let (parked, over, other) = open_many(name, n.parse()?, crate::names::port_parked)?;
+    println!("parked {} over-budget {over} other {other}", parked.len());
     Ok(())
 }
 

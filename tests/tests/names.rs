@@ -420,6 +420,59 @@ fn names_parked_in_flight_are_dropped_with_their_owner() {
     });
 }
 
+/// Every lookup of `ferryd`'s file server gets a port of its own: a user
+/// who shuts down its right's socket, shrinks its buffer and makes it
+/// non-blocking (what any holder of a shared socket could do to every
+/// other holder) harms only itself, and the ports one user may hold are
+/// budgeted and go when it does.
+#[test]
+fn one_users_file_server_right_is_its_own() {
+    if !can_play_other_user("one_users_file_server_right_is_its_own") {
+        return;
+    }
+    watchdog("files_own_port", LIMIT, || {
+        use std::os::unix::fs::PermissionsExt;
+        let served = test_dir("filesownport-root");
+        std::fs::write(served.join("README"), b"shared with everyone").unwrap();
+        std::fs::set_permissions(served.join("README"), std::fs::Permissions::from_mode(0o644)).unwrap();
+        let d = Daemon::start("filesownport", &["--system", "--files", served.to_str().unwrap()], None);
+        let mut bs = names(&d.path);
+        let before = ferry::fileserver::FileClient::new(bs.lookup("files").unwrap()).with_timeout(Timeout::After(Duration::from_secs(10)));
+        let read = |fs: &ferry::fileserver::FileClient| fs.open("README").unwrap().as_slice().to_vec();
+        assert_eq!(read(&before), b"shared with everyone");
+
+        let mut saboteur = Peer::new(spawn_peer_as(NOBODY, &d.path, "files-sabotage", &[]));
+        let mut said = String::new();
+        saboteur.out.read_line(&mut said).unwrap();
+        assert_eq!(said.trim(), "done");
+        // Root's right from before, and a new one, both still serve; so
+        // does another user's.
+        assert_eq!(read(&before), b"shared with everyone", "{}", d.log());
+        let after = ferry::fileserver::FileClient::new(bs.lookup("files").unwrap()).with_timeout(Timeout::After(Duration::from_secs(10)));
+        assert_eq!(read(&after), b"shared with everyone");
+        let mut other = Peer::new(spawn_peer_as(OTHER, &d.path, "files-lookups", &["3"]));
+        assert_eq!(other.until_ready()[0], "looked-up 3 stopped: none");
+
+        // One user's ports are budgeted, and go with it.
+        let fds = |pid: u32| std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count();
+        let base = fds(d.child.id());
+        let mut hog = Peer::new(spawn_peer_as(NOBODY, &d.path, "files-lookups", &["1000"]));
+        let said = hog.until_ready();
+        assert_eq!(said[0], "looked-up 64 stopped: LimitReached { what: Descriptors, limit: 64 }", "{said:?}");
+        drop(hog);
+        let mut now = usize::MAX;
+        for _ in 0..2000 {
+            now = fds(d.child.id());
+            if now <= base {
+                break;
+            }
+            nap();
+        }
+        assert!(now <= base, "the server kept the ports of a user that is gone: {base} before, {now} after");
+        assert_eq!(read(&after), b"shared with everyone");
+    });
+}
+
 #[test]
 fn one_user_cannot_take_every_descriptor() {
     if !can_play_other_user("one_user_cannot_take_every_descriptor") {

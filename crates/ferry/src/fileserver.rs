@@ -253,6 +253,16 @@ impl FileServer {
     pub fn objects(&self) -> &ObjectServer {
         &self.objects
     }
+
+    /// A minter of ports of this server's own, one per client
+    /// ([`crate::pager::PortMinter`]); `main` is the send right
+    /// [`FileServer::new`] returned, which the minter keeps. A server
+    /// every user looks up should hand out only the minter's ports
+    /// ([`crate::NameServer::add_system_service`]), so that no client can
+    /// act on another's.
+    pub fn port_minter(&self, main: SendRight) -> crate::pager::PortMinter {
+        self.objects.port_minter(main)
+    }
 }
 
 fn name_of(bytes: &[u8]) -> Result<&str, Refusal> {

@@ -121,6 +121,9 @@ pub struct NameServer {
     conns: HashMap<u32, Conn>,
     names: HashMap<(u32, String), Entry>,
     watches: HashMap<u32, (u32, String)>,
+    /// System services that hand each lookup a port of its own, by name
+    /// ([`NameServer::add_system_service`]).
+    minters: HashMap<String, Minter>,
     /// Socket inodes the server holds a descriptor of, with how many.
     held: HashMap<u64, usize>,
     names_of: HashMap<u32, usize>,
@@ -235,6 +238,7 @@ impl NameServer {
             conns: HashMap::new(),
             names: HashMap::new(),
             watches: HashMap::new(),
+            minters: HashMap::new(),
             held: HashMap::new(),
             names_of: HashMap::new(),
             conns_of: HashMap::new(),
@@ -289,6 +293,24 @@ impl NameServer {
         self.hold(inode);
         self.watches.insert(watch, key.clone());
         self.names.insert(key, Entry { right, inode, owner_pid: std::process::id() as i32, watch });
+        Ok(())
+    }
+
+    /// Publishes a system service under `name` that hands every lookup a
+    /// port of its own: `mint` is called with the asker's uid and returns
+    /// a new send right to the service (typically
+    /// [`PortMinter::mint`](crate::pager::PortMinter::mint)). All send
+    /// rights to one port share one socket, which any holder can shut
+    /// down or fill for all; a service every user reaches must not hand
+    /// them one. `right` is the service's main port, which the server
+    /// keeps to watch (the name goes when the service dies) and never
+    /// hands out.
+    ///
+    /// # Errors
+    /// As [`NameServer::add_system_name`].
+    pub fn add_system_service(&mut self, name: &str, right: SendRight, mint: Mint) -> io::Result<()> {
+        self.add_system_name(name, right)?;
+        self.minters.insert(name.to_owned(), Minter(mint));
         Ok(())
     }
 
@@ -710,6 +732,9 @@ impl NameServer {
                         }
                     }
                 }
+                if key.0 == SYSTEM_UID {
+                    self.minters.remove(&key.1);
+                }
                 drop(e.right);
                 self.release(e.inode);
                 self.say(format_args!("dropped {:?} of uid {}", key.1, key.0));
@@ -761,10 +786,13 @@ impl protocol::Service for Requests<'_> {
         }
         let names = &self.ns.names;
         let live = |k: &(u32, String)| names.get(k).filter(|e| !e.right.is_dead());
-        let found = live(&(self.cred.uid, name.clone())).or_else(|| live(&(SYSTEM_UID, name)));
-        match found {
-            Some(e) => e.right.try_clone().map_err(|_| limit_reached(Limit::Descriptors, self.ns.fd_capacity)),
-            None => Err(Refusal::NotFound),
+        if let Some(e) = live(&(self.cred.uid, name.clone())) {
+            return e.right.try_clone().map_err(|_| limit_reached(Limit::Descriptors, self.ns.fd_capacity));
+        }
+        let Some(e) = live(&(SYSTEM_UID, name.clone())) else { return Err(Refusal::NotFound) };
+        match self.ns.minters.get_mut(&name) {
+            Some(Minter(mint)) => mint(self.cred.uid),
+            None => e.right.try_clone().map_err(|_| limit_reached(Limit::Descriptors, self.ns.fd_capacity)),
         }
     }
 
@@ -815,6 +843,18 @@ impl protocol::Service for Requests<'_> {
             }
             None => Err(Refusal::NotFound),
         }
+    }
+}
+
+/// How a system service makes a port of its own for one asker, given the
+/// asker's uid ([`NameServer::add_system_service`]).
+pub type Mint = Box<dyn FnMut(u32) -> Result<SendRight, Refusal> + Send>;
+
+struct Minter(Mint);
+
+impl std::fmt::Debug for Minter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Minter")
     }
 }
 

@@ -135,8 +135,12 @@ fn main() -> ExitCode {
     );
     if let Some(root) = args.files {
         match files::start(&root) {
-            Ok(right) => {
-                if let Err(e) = server.add_system_name(files::NAME, right) {
+            Ok((right, minter)) => {
+                // Each lookup gets a port of its own: what one user does to
+                // its right (shut its socket, fill its queue) reaches no one
+                // else's.
+                let mint = Box::new(move |uid| files::mint_for(&minter, uid));
+                if let Err(e) = server.add_system_service(files::NAME, right, mint) {
                     eprintln!("ferryd: cannot register the file server: {e}");
                     return ExitCode::from(1);
                 }

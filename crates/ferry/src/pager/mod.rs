@@ -52,7 +52,7 @@ use crate::wire::{self, ItemDesc};
 pub(crate) use client::call;
 pub use client::{MappedObject, MemoryObject, ObjectState, DEFAULT_TIMEOUT};
 pub(crate) use server::refusal;
-pub use server::{Answer, Extension, ObjectServer, ServerStats};
+pub use server::{Answer, Extension, ObjectServer, PortMinter, ServerStats};
 
 /// The offset of a byte within a memory object.
 pub type Offset = u64;
@@ -189,11 +189,15 @@ pub struct Budgets {
     /// asked for, file snapshots it opened; each costs one descriptor).
     /// Default 128.
     pub holds_per_user: usize,
+    /// Ports of its own a client may have at once ([`PortMinter::mint`]:
+    /// each lookup of a service that hands every client its own port;
+    /// each costs the server one descriptor). Default 64.
+    pub ports_per_user: usize,
 }
 
 impl Default for Budgets {
     fn default() -> Self {
-        Budgets { clients_per_user: 128, holds_per_user: 128 }
+        Budgets { clients_per_user: 128, holds_per_user: 128, ports_per_user: 64 }
     }
 }
 

@@ -39,6 +39,10 @@ pub const DIRTY: u32 = 0x7061_000c;
 pub const CLEAN_REQUEST: u32 = 0x7061_000d;
 /// Server → owner: how many pages were asked back.
 pub const CLEANING: u32 = 0x7061_000e;
+/// The server's own minter → its main port: `uid` (u32), carrying the
+/// receive right of a port made for that user's client
+/// ([`super::PortMinter`]). Taken only from this process.
+pub const ADD_PORT: u32 = 0x7061_0010;
 /// Server → client: `code` + reason.
 pub const ERROR: u32 = 0x7061_00ff;
 

@@ -14,9 +14,10 @@
 //! the server hold (attached mappings, held objects) is counted per user
 //! against [`Budgets`].
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::os::fd::AsFd;
-use std::time::Instant;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use rustix::io::Errno;
 
@@ -54,6 +55,71 @@ pub type Answer = Result<Message, (u64, String)>;
 /// access to the server (to add objects). Returns `None` to let the server
 /// answer "unknown operation".
 pub type Extension<'a> = &'a mut dyn FnMut(&mut ObjectServer, &mut Message) -> Option<Answer>;
+
+/// A port of the server's made for one client ([`PortMinter`]): its
+/// requests are served as the main port's are, and it goes when the
+/// client's last right to it does.
+struct ClientPort {
+    port: ReceiveRight,
+    uid: u32,
+}
+
+/// The ports made for each user and still open, and how many one user may
+/// have: shared by the server (which closes them) and its minter (which
+/// makes them, on another thread).
+#[derive(Debug, Default)]
+struct PortBook {
+    open: HashMap<u32, usize>,
+    per_user: usize,
+}
+
+/// Makes each client of an [`ObjectServer`] a port of its own.
+///
+/// All send rights to one port are descriptors of one socket, so any
+/// holder can act on the socket for all of them: `shutdown` it (the port
+/// is then dead to every holder), shrink its buffer, or keep its queue
+/// full. A service that every user looks up, such as `ferryd`'s file
+/// server, therefore gives each lookup a port of its own
+/// ([`crate::NameServer::add_system_service`]): what a client does to its
+/// right reaches no one else. The server's main port's right stays with
+/// the minter (and the name server, which watches it), never with a
+/// client. Each port costs the server one descriptor and counts against
+/// [`Budgets::ports_per_user`] until every right to it is gone.
+#[derive(Debug)]
+pub struct PortMinter {
+    server: SendRight,
+    book: Arc<Mutex<PortBook>>,
+}
+
+impl PortMinter {
+    /// Ports one user may have open at once ([`Budgets::ports_per_user`]).
+    pub fn per_user(&self) -> usize {
+        self.book.lock().unwrap_or_else(std::sync::PoisonError::into_inner).per_user
+    }
+
+    /// A send right to a new port of the server's for user `uid` alone.
+    ///
+    /// # Errors
+    /// [`PagerError::OverBudget`] when `uid` has its budget of ports open
+    /// already; [`PagerError::PagerDead`] if the server is gone;
+    /// [`PagerError::Io`] if the port cannot be made.
+    pub fn mint(&self, uid: u32) -> Result<SendRight, PagerError> {
+        let mut book = self.book.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let open = book.open.get(&uid).copied().unwrap_or(0);
+        if open >= book.per_user {
+            return Err(PagerError::OverBudget(format!(
+                "uid {uid} has {open} ports of this server open (the budget); drop some first"
+            )));
+        }
+        let (port, right) = crate::port().map_err(PagerError::Io)?;
+        let m = Message::new(proto::ADD_PORT).with_body(uid.to_le_bytes().to_vec()).with_item(Item::Receive(port));
+        // Only this minter sends on the main port, so its queue is never
+        // full for long.
+        self.server.send(m, Timeout::After(Duration::from_secs(5))).map_err(|_| PagerError::PagerDead)?;
+        *book.open.entry(uid).or_insert(0) += 1;
+        Ok(right)
+    }
+}
 
 struct Client {
     object: ObjectId,
@@ -105,6 +171,8 @@ pub struct ObjectServer {
     next_id: ObjectId,
     clients: Vec<Option<Client>>,
     holds: Vec<Option<Hold>>,
+    ports: Vec<Option<ClientPort>>,
+    book: Arc<Mutex<PortBook>>,
     budgets: Budgets,
     stats: ServerStats,
     /// The copy-mode staging buffer, kept between faults.
@@ -121,6 +189,11 @@ const KEY_PORT: u64 = 0;
 const KIND_UFFD: u64 = 0;
 const KIND_LIFELINE: u64 = 1;
 const KIND_HOLD: u64 = 2;
+const KIND_PORT: u64 = 3;
+
+/// Messages read off one client's port per turn of the loop, so that a
+/// client that keeps its port full does not keep the others waiting.
+const PORT_TURN: usize = 64;
 
 /// The epoll key of a client's descriptor or a hold: `(slot + 1) * 4 + kind`
 /// (never 0, the port's key).
@@ -166,6 +239,8 @@ impl ObjectServer {
             next_id: 1,
             clients: Vec::new(),
             holds: Vec::new(),
+            ports: Vec::new(),
+            book: Arc::new(Mutex::new(PortBook { open: HashMap::new(), per_user: Budgets::default().ports_per_user })),
             budgets: Budgets::default(),
             stats: ServerStats::default(),
             scratch: Vec::new(),
@@ -283,6 +358,69 @@ impl ObjectServer {
     /// Sets the per-user budgets (they apply to requests from now on).
     pub fn set_budgets(&mut self, budgets: Budgets) {
         self.budgets = budgets;
+        self.book.lock().unwrap_or_else(std::sync::PoisonError::into_inner).per_user = budgets.ports_per_user;
+    }
+
+    /// A minter of ports of this server's own for each client
+    /// ([`PortMinter`]); `main` is a send right to this server's port (the
+    /// one [`ObjectServer::new`] returned), which the minter keeps: give
+    /// clients the minter's ports instead of it.
+    pub fn port_minter(&self, main: SendRight) -> PortMinter {
+        PortMinter { server: main, book: self.book.clone() }
+    }
+
+    /// Ports made for clients by a [`PortMinter`] and still open.
+    pub fn client_ports(&self) -> usize {
+        self.ports.iter().flatten().count()
+    }
+
+    /// Takes a port made for a client by this server's minter: only from
+    /// this process (the main port's rights may have been handed out
+    /// before a minter was made).
+    fn add_port(&mut self, mut m: Message) {
+        let ours = m.sender().is_some_and(|c| c.pid == std::process::id() as i32);
+        let uid = m.body().get(..4).map(|b| u32::from_le_bytes(b.try_into().unwrap_or_default()));
+        let (true, Some(uid), Some(Item::Receive(port))) = (ours, uid, m.take_items().pop()) else {
+            self.stats.rejected += 1;
+            return;
+        };
+        let slot = free_slot(&self.ports);
+        if self.epoll.add(port.main_fd(), Interest::Readable, key(slot, KIND_PORT)).is_err() {
+            // The client's right is dead at once; the book forgets it.
+            self.forget_port(uid);
+            return;
+        }
+        put(&mut self.ports, slot, ClientPort { port, uid });
+    }
+
+    fn forget_port(&mut self, uid: u32) {
+        let mut book = self.book.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(n) = book.open.get_mut(&uid) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                book.open.remove(&uid);
+            }
+        }
+    }
+
+    /// Serves what a client sent on its own port, a turn's worth; closes
+    /// the port once the client's rights to it are all gone.
+    fn drain_client_port(&mut self, slot: usize, ext: Extension<'_>) {
+        for _ in 0..PORT_TURN {
+            let Some(cp) = self.ports.get_mut(slot).and_then(Option::as_mut) else { return };
+            match cp.port.recv(Timeout::Zero) {
+                Ok(m) => self.handle(m, ext),
+                Err(RecvError::Timeout) => return,
+                Err(RecvError::BadMessage(_)) => self.stats.malformed += 1,
+                Err(_) => {
+                    if let Some(cp) = self.ports.get_mut(slot).and_then(Option::take) {
+                        let _ = self.epoll.remove(cp.port.main_fd());
+                        self.forget_port(cp.uid);
+                    }
+                    return;
+                }
+            }
+        }
     }
 
     /// The per-user budgets in force.
@@ -434,6 +572,7 @@ impl ObjectServer {
                 KIND_UFFD => self.drain_faults(slot),
                 KIND_LIFELINE if ready.hangup || ready.readable => self.detach(slot),
                 KIND_HOLD if ready.hangup || ready.readable => self.release_hold(slot),
+                KIND_PORT => self.drain_client_port(slot, ext),
                 _ => {}
             }
         }
@@ -443,6 +582,7 @@ impl ObjectServer {
     fn drain_port(&mut self, ext: Extension<'_>) {
         loop {
             match self.port.recv(Timeout::Zero) {
+                Ok(m) if m.op() == proto::ADD_PORT => self.add_port(m),
                 Ok(m) => self.handle(m, ext),
                 Err(RecvError::Timeout) => return,
                 Err(RecvError::BadMessage(_)) => self.stats.malformed += 1,

@@ -18,6 +18,12 @@
 //!   hold's receiving socket in flight inside the queue of the hold socket
 //!   the server keeps (`names::port_parked`); prints `parked G over-budget
 //!   B other O` and exits, leaving no process that holds a hold.
+//! - `files-sabotage`: looks `files` up and acts on its right's socket
+//!   as only the kernel stops it: shrinks its send buffer, sets
+//!   `O_NONBLOCK`, shuts it down; prints `done`.
+//! - `files-lookups N`: looks `files` up N times, keeping every right,
+//!   until refused; prints `looked-up K stopped: ERROR`, then `ready`, and
+//!   waits to be killed.
 //! - `files-keep NAME N`: opens NAME N times and maps each snapshot's
 //!   object through the pager too, keeping every snapshot and mapping;
 //!   prints `mapped M over-budget B other O`, then waits to be killed.
@@ -56,6 +62,8 @@ pub fn run(role: &str, args: &[String]) -> Outcome {
         "files-churn" => Some(churn(args)),
         "files-hoard" => Some(hoard(args)),
         "files-park" => Some(park(args)),
+        "files-sabotage" => Some(sabotage()),
+        "files-lookups" => Some(lookups(args)),
         "files-block" => Some(block(args)),
         "files-keep" => Some(keep(args)),
         "files-hold" => Some(hold_files(args)),
@@ -358,6 +366,40 @@ fn park(args: &[String]) -> Res {
     let (parked, over, other) = open_many(name, n.parse()?, crate::names::port_parked)?;
     println!("parked {} over-budget {over} other {other}", parked.len());
     Ok(())
+}
+
+fn sabotage() -> Res {
+    use std::os::fd::AsFd;
+    let right = server()?;
+    let sock = right.as_fd();
+    rustix::net::sockopt::set_socket_send_buffer_size(sock, 1)?;
+    let flags = rustix::fs::fcntl_getfl(sock)?;
+    rustix::fs::fcntl_setfl(sock, flags | rustix::fs::OFlags::NONBLOCK)?;
+    rustix::net::shutdown(sock, rustix::net::Shutdown::Both)?;
+    println!("done");
+    Ok(())
+}
+
+fn lookups(args: &[String]) -> Res {
+    let [n] = args else { return Err("usage: files-lookups N".into()) };
+    let n: usize = n.parse()?;
+    let mut bs = Bootstrap::connect()?;
+    let (mut kept, mut why) = (Vec::new(), String::from("none"));
+    while kept.len() < n {
+        match bs.lookup("files") {
+            Ok(r) => kept.push(r),
+            Err(e) => {
+                why = format!("{e:?}");
+                break;
+            }
+        }
+    }
+    println!("looked-up {} stopped: {why}", kept.len());
+    println!("ready");
+    std::io::stdout().flush()?;
+    loop {
+        std::thread::sleep(Duration::from_secs(3600));
+    }
 }
 
 fn keep(args: &[String]) -> Res {

@@ -1621,16 +1621,15 @@ const FDS_PER_ITEM: usize = 3;
 /// Why `needed` more descriptors would take this process into its last
 /// [`FD_RESERVE`], or `None` when they fit. Descriptors are handed out
 /// lowest first, so the probe asks for the lowest free one at or above
-/// the limit less the reserve and `needed` (two system calls); only when
-/// that one is taken are the open descriptors counted.
+/// the limit less the reserve and `needed` (a few system calls, made only
+/// for messages with rights or regions); only when that one is taken are
+/// the open descriptors counted. Nothing is kept open between calls.
 fn fds_short(needed: usize) -> Option<String> {
     use rustix::process::{getrlimit, Resource};
-    static PROBE: std::sync::OnceLock<Option<std::os::fd::OwnedFd>> = std::sync::OnceLock::new();
-    let probe = PROBE.get_or_init(|| rustix::fs::open("/", rustix::fs::OFlags::PATH | rustix::fs::OFlags::CLOEXEC, rustix::fs::Mode::empty()).ok());
     let limit = getrlimit(Resource::Nofile).current.map_or(usize::MAX, |l| l as usize);
     let below = limit.saturating_sub(FD_RESERVE + needed);
-    let probe = probe.as_ref()?;
-    if let Ok(fd) = rustix::io::fcntl_dupfd_cloexec(probe, below as i32) {
+    let probe = rustix::fs::open("/", rustix::fs::OFlags::PATH | rustix::fs::OFlags::CLOEXEC, rustix::fs::Mode::empty());
+    if let Ok(fd) = probe.and_then(|p| rustix::io::fcntl_dupfd_cloexec(&p, i32::try_from(below).unwrap_or(i32::MAX))) {
         use std::os::fd::AsRawFd;
         if fd.as_raw_fd() as usize == below {
             return None;

@@ -94,7 +94,7 @@ pub struct PortMinter {
 impl PortMinter {
     /// Ports one user may have open at once ([`Budgets::ports_per_user`]).
     pub fn per_user(&self) -> usize {
-        self.book.lock().unwrap_or_else(std::sync::PoisonError::into_inner).per_user
+        self.lock().per_user
     }
 
     /// A send right to a new port of the server's for user `uid` alone.
@@ -104,20 +104,44 @@ impl PortMinter {
     /// already; [`PagerError::PagerDead`] if the server is gone;
     /// [`PagerError::Io`] if the port cannot be made.
     pub fn mint(&self, uid: u32) -> Result<SendRight, PagerError> {
-        let mut book = self.book.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let open = book.open.get(&uid).copied().unwrap_or(0);
-        if open >= book.per_user {
-            return Err(PagerError::OverBudget(format!(
-                "uid {uid} has {open} ports of this server open (the budget); drop some first"
-            )));
+        {
+            // Counted before the port exists, so that two lookups at once
+            // cannot both take the last one; given back if it is not made.
+            let mut book = self.lock();
+            let open = book.open.get(&uid).copied().unwrap_or(0);
+            if open >= book.per_user {
+                return Err(PagerError::OverBudget(format!(
+                    "uid {uid} has {open} ports of this server open (the budget); drop some first"
+                )));
+            }
+            *book.open.entry(uid).or_insert(0) += 1;
         }
-        let (port, right) = crate::port().map_err(PagerError::Io)?;
-        let m = Message::new(proto::ADD_PORT).with_body(uid.to_le_bytes().to_vec()).with_item(Item::Receive(port));
-        // Only this minter sends on the main port, so its queue is never
-        // full for long.
-        self.server.send(m, Timeout::After(Duration::from_secs(5))).map_err(|_| PagerError::PagerDead)?;
-        *book.open.entry(uid).or_insert(0) += 1;
-        Ok(right)
+        let made = crate::port().map_err(PagerError::Io).and_then(|(port, right)| {
+            let m = Message::new(proto::ADD_PORT).with_body(uid.to_le_bytes().to_vec()).with_item(Item::Receive(port));
+            // Only this minter sends on the main port, so its queue is
+            // never full for long; the book is not locked meanwhile, so
+            // the server may close ports as it drains it.
+            self.server.send(m, Timeout::After(Duration::from_secs(5))).map(|()| right).map_err(|_| PagerError::PagerDead)
+        });
+        if made.is_err() {
+            forget(&self.book, uid);
+        }
+        made
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, PortBook> {
+        self.book.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// One port of `uid`'s is gone (or was never made).
+fn forget(book: &Mutex<PortBook>, uid: u32) {
+    let mut book = book.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(n) = book.open.get_mut(&uid) {
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            book.open.remove(&uid);
+        }
     }
 }
 
@@ -387,21 +411,12 @@ impl ObjectServer {
         let slot = free_slot(&self.ports);
         if self.epoll.add(port.main_fd(), Interest::Readable, key(slot, KIND_PORT)).is_err() {
             // The client's right is dead at once; the book forgets it.
-            self.forget_port(uid);
+            forget(&self.book, uid);
             return;
         }
         put(&mut self.ports, slot, ClientPort { port, uid });
     }
 
-    fn forget_port(&mut self, uid: u32) {
-        let mut book = self.book.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(n) = book.open.get_mut(&uid) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                book.open.remove(&uid);
-            }
-        }
-    }
 
     /// Serves what a client sent on its own port, a turn's worth; closes
     /// the port once the client's rights to it are all gone.
@@ -415,7 +430,7 @@ impl ObjectServer {
                 Err(_) => {
                     if let Some(cp) = self.ports.get_mut(slot).and_then(Option::take) {
                         let _ = self.epoll.remove(cp.port.main_fd());
-                        self.forget_port(cp.uid);
+                        forget(&self.book, cp.uid);
                     }
                     return;
                 }

@@ -131,6 +131,45 @@ fn ferry_run_hands_the_right_through_the_process_port_and_passes_the_status_on()
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Signals sent to `ferry run` reach the program: `SIGUSR1` and the like
+/// used to kill `ferry run` itself and leave the program running without
+/// them, and an interrupt sent with `kill` was lost.
+#[test]
+fn ferry_run_passes_signals_sent_to_it_on_to_the_program() {
+    use std::io::BufRead;
+    let dir = std::env::temp_dir().join(format!("ferry-run-signals-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = "for s in USR1 USR2 INT QUIT WINCH; do trap \"echo got $s\" $s; done; trap 'echo got ALRM; exit 7' ALRM; \
+                  echo ready; i=0; while [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; exit 1";
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ferry"))
+        .args(["run", "--files", dir.to_str().unwrap(), "--library"])
+        .arg(library())
+        .args(["--", "bash", "-c", script])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let out = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let next = || rx.recv_timeout(Duration::from_secs(20)).unwrap_or_else(|e| panic!("the program said nothing more: {e}"));
+    assert_eq!(next(), "ready");
+    use rustix::process::{kill_process, Pid, Signal};
+    let pid = Pid::from_raw(child.id() as i32).unwrap();
+    for (sig, name) in [(Signal::USR1, "USR1"), (Signal::USR2, "USR2"), (Signal::INT, "INT"), (Signal::QUIT, "QUIT"), (Signal::WINCH, "WINCH")] {
+        kill_process(pid, sig).unwrap();
+        assert_eq!(next(), format!("got {name}"), "the program did not get {name}");
+    }
+    kill_process(pid, Signal::ALARM).unwrap();
+    assert_eq!(next(), "got ALRM");
+    assert_eq!(child.wait().unwrap().code(), Some(7), "ferry run exits with the program's status");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A C program whose threads open and close files under DIR from their
 /// first instruction while the main thread forks children that do the
 /// same.

@@ -208,12 +208,15 @@ pub(crate) fn handed_right_at(want: Option<RawFd>, cloexec: bool) -> io::Result<
     Ok(Some(SendRight::from_fd(fd)))
 }
 
-/// Waits for `child` as a shell waits for a command: interrupt and quit
-/// from the terminal reach the child directly (it is in the terminal's
-/// process group), so this process ignores them from now on; termination
-/// and hang-up sent to this process alone are passed on to the child. Call
-/// it after starting the child, which should start with the dispositions
-/// this process was given. For a supervisor such as `ferry run`.
+/// Stands between `child` and whoever signals this process, as a
+/// supervisor such as `ferry run` must: hang-up, interrupt, quit,
+/// termination, `SIGUSR1`, `SIGUSR2`, `SIGALRM` and a window change sent
+/// to this process are passed on to the child, so that a signal meant for
+/// the program neither kills this process and leaves the program running
+/// nor is lost. Interrupt, quit and a window change from the terminal
+/// reach the child directly (it is in the terminal's process group) and
+/// are not passed again. Call it after starting the child, which should
+/// start with the dispositions this process was given.
 pub fn pass_signals_to(child: i32) {
     crate::sys::process::pass_signals_to(child);
 }

@@ -49,7 +49,20 @@ pub fn vm_write(pid: i32, addr: usize, data: &[u8]) -> rustix::io::Result<usize>
 /// The child whose signals [`pass_signals_to`] passes on (0: none).
 static CHILD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
 
-extern "C" fn pass_on(sig: libc::c_int) {
+/// Signals a supervisor passes on to its child. Interrupt, quit and
+/// window changes are passed on only when a process sent them (`kill`):
+/// from the terminal, the child has them already, in the terminal's
+/// process group.
+const PASSED_ON: [libc::c_int; 8] =
+    [libc::SIGHUP, libc::SIGINT, libc::SIGQUIT, libc::SIGTERM, libc::SIGUSR1, libc::SIGUSR2, libc::SIGALRM, libc::SIGWINCH];
+
+extern "C" fn pass_on(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    // SAFETY: the kernel hands a valid siginfo to an SA_SIGINFO handler;
+    // it is only read.
+    let from_kernel = !info.is_null() && unsafe { (*info).si_code } > 0;
+    if from_kernel && matches!(sig, libc::SIGINT | libc::SIGQUIT | libc::SIGWINCH) {
+        return;
+    }
     let pid = CHILD.load(std::sync::atomic::Ordering::Relaxed);
     if pid > 0 {
         // SAFETY: kill is async-signal-safe and takes integers only.
@@ -57,16 +70,21 @@ extern "C" fn pass_on(sig: libc::c_int) {
     }
 }
 
-/// Ignores SIGINT and SIGQUIT in this process and passes SIGTERM and
-/// SIGHUP on to `child`.
+/// Passes the signals of [`PASSED_ON`] on to `child`, and every other
+/// signal keeps its disposition. Interrupt, quit and a window change from
+/// the terminal reach the child directly and are not passed again.
 pub fn pass_signals_to(child: i32) {
     CHILD.store(child, std::sync::atomic::Ordering::Relaxed);
-    // SAFETY: sets this process's dispositions; `pass_on` is
-    // async-signal-safe (an atomic load and kill).
-    unsafe {
-        libc::signal(libc::SIGINT, libc::SIG_IGN);
-        libc::signal(libc::SIGQUIT, libc::SIG_IGN);
-        libc::signal(libc::SIGTERM, pass_on as *const () as libc::sighandler_t);
-        libc::signal(libc::SIGHUP, pass_on as *const () as libc::sighandler_t);
+    for sig in PASSED_ON {
+        // SAFETY: a zeroed sigaction is a valid value to fill in; the
+        // handler is async-signal-safe (an atomic load and kill), and
+        // SA_RESTART keeps this process's own waits going.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = pass_on as *const () as libc::sighandler_t;
+            sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
     }
 }

@@ -131,6 +131,108 @@ fn ferry_run_hands_the_right_through_the_process_port_and_passes_the_status_on()
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Under a low hard limit on descriptors (`ulimit -n 512`, which the
+/// server inherits), files are still served: the server's reserve of
+/// descriptors shrinks with the limit instead of taking all of it (every
+/// open failed with `ENFILE`).
+#[test]
+fn ferry_run_serves_files_under_a_low_descriptor_limit() {
+    let dir = std::env::temp_dir().join(format!("ferry-run-nofile-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let dir = dir.canonicalize().unwrap();
+    let d = dir.to_str().unwrap();
+    std::fs::write(dir.join("f"), b"served\n").unwrap();
+    for limit in [512, 128] {
+        let cmd = format!(
+            "ulimit -n {limit} && exec '{}' run --files '{d}' --library '{}' -- sh -c 'for i in 1 2 3 4 5 6 7 8; do exec 3<{d}/f; done; cat {d}/f'",
+            env!("CARGO_BIN_EXE_ferry"),
+            library().display()
+        );
+        let out = Command::new("bash").arg("-c").arg(&cmd).output().unwrap();
+        assert!(out.status.success(), "limit {limit}: {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "served\n", "limit {limit}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A file the program closes is closed when `close` returns, as natively:
+/// the server's own descriptor of it goes before the call does, so the
+/// program can run a script it just wrote (no "Text file busy") or lock
+/// the file afresh. The server used to close it when its loop came to the
+/// hold's end, and build tools that write and run a program at once
+/// failed now and then.
+#[test]
+fn ferry_run_closes_a_file_before_close_returns() {
+    if Command::new("python3").arg("-c").arg("pass").output().is_err() {
+        eprintln!("skipped: python3 is not installed");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("ferry-run-close-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let dir = dir.canonicalize().unwrap();
+    let d = dir.to_str().unwrap();
+    // The server is the peer of the right at descriptor 1000. Its
+    // descriptors of the file are found while the file is open and looked
+    // at again the moment `close` returns, the server on another CPU (a
+    // wake-up there takes tens of microseconds; the look, a few).
+    let py = format!(
+        "import os, socket, struct\n\
+         p = '{d}/run-me'\n\
+         fd = os.open(p, os.O_WRONLY | os.O_CREAT, 0o755)\n\
+         os.write(fd, b'#!/bin/sh\\necho ran\\n')\n\
+         s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET, fileno=os.dup(1000))\n\
+         pid = struct.unpack('3i', s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0]\n\
+         def named(f):\n\
+         \x20   try: return os.readlink(f'/proc/{{pid}}/fd/{{f}}') == p\n\
+         \x20   except OSError: return False\n\
+         mine = [f for f in os.listdir(f'/proc/{{pid}}/fd') if named(f)]\n\
+         print('open', len(mine) > 0)\n\
+         try:\n\
+         \x20   os.sched_setaffinity(pid, {{0}}); os.sched_setaffinity(0, {{1}})\n\
+         except OSError: pass\n\
+         os.close(fd)\n\
+         print('closed', sum(named(f) for f in mine))\n\
+         os.execv(p, [p])\n"
+    );
+    let out = ferry_run(d, &["python3", "-c", &py]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "open True\nclosed 0\nran\n");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A child about to exec closes every descriptor it does not pass on, the
+/// library's reply ports among them (Python's subprocess does), while the
+/// files it closes are let go at the server: a reply port the program
+/// closed is neither reused nor closed again (closing it again closed
+/// whatever had its number by then; a debug build aborted on it).
+#[test]
+fn ferry_run_children_that_close_everything_before_exec_keep_working() {
+    if Command::new("python3").arg("-c").arg("pass").output().is_err() {
+        eprintln!("skipped: python3 is not installed");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("ferry-run-closeall-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let dir = dir.canonicalize().unwrap();
+    let d = dir.to_str().unwrap();
+    let py = format!(
+        "import os, subprocess\n\
+         fds = [os.open(f'{d}/f{{i}}', os.O_RDWR | os.O_CREAT, 0o644) for i in range(3)]\n\
+         for step in range(150):\n\
+         \x20   fd = fds[step % 3]\n\
+         \x20   r = subprocess.run(['sh', '-c', f'echo shell{{step}} >&{{fd}}'], pass_fds=[fd], capture_output=True)\n\
+         \x20   assert r.returncode == 0, (step, r.returncode, r.stderr)\n\
+         print(sum(len(open(f'{d}/f{{i}}').read().split()) for i in range(3)))\n"
+    );
+    let out = ferry_run(d, &["python3", "-c", &py]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "150\n");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Signals sent to `ferry run` reach the program: `SIGUSR1` and the like
 /// used to kill `ferry run` itself and leave the program running without
 /// them, and an interrupt sent with `kill` was lost.

@@ -112,7 +112,9 @@ pub struct File {
     id: u64,
     fd: OwnedFd,
     page: TokenPage,
-    _hold: SendRight,
+    /// Taken (and closed) when the open file goes, before the server is
+    /// told to close its own descriptor of the file.
+    hold: Option<SendRight>,
     readable: bool,
     writable: bool,
     map_writable: bool,
@@ -160,7 +162,7 @@ impl File {
             id: o.id,
             fd: o.file,
             page: o.page,
-            _hold: o.hold,
+            hold: Some(o.hold),
             readable: acc != libc::O_WRONLY,
             writable: acc != libc::O_RDONLY,
             // Writes go through `pwrite`, not the window: on Linux the
@@ -183,7 +185,7 @@ impl File {
     /// file at the server).
     pub fn hold_fd(&self) -> i32 {
         use std::os::fd::AsRawFd;
-        self._hold.as_fd().as_raw_fd()
+        self.hold.as_ref().map_or(-1, |h| h.as_fd().as_raw_fd())
     }
 
     /// Makes this process the token's active holder: one compare-and-swap
@@ -626,6 +628,14 @@ impl Drop for File {
         self.unmap(&mut w);
         drop(w);
         self.page.give_up(state::pid());
-        let _ = self.fd.as_fd();
+        // The hold first, then the server closes its descriptor if this
+        // was the last hold: a native close leaves nothing open, and a
+        // program may exec the file it just wrote or lock it afresh at
+        // once (the server used to close it when its loop came to the
+        // hold's end, and an exec right after found it busy).
+        drop(self.hold.take());
+        if let Some(e) = state::emul() {
+            let _ = e.client.close(self.id);
+        }
     }
 }

@@ -1327,7 +1327,7 @@ pub unsafe extern "C" fn fdatasync(fd: c_int) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     if let Some(_b) = enter() {
-        if fd >= ferry::emulation::client::HIGH_FD && kept_from_the_program(fd) {
+        if fd >= ferry::emulation::client::high_fd() && kept_from_the_program(fd) {
             // The program closes descriptors it did not open (a child
             // closing all but a few before exec, as Python's subprocess
             // does, or a daemon): the library's own stay, as `close_range`
@@ -1356,7 +1356,7 @@ fn kept_from_the_program(fd: c_int) -> bool {
     state::all().iter().any(|(_, f)| f.fd().as_raw_fd() == fd || f.hold_fd() == fd)
 }
 /// Whether `fd` is one of the library's own descriptors, which it keeps at
-/// [`HIGH_FD`](ferry::emulation::client::HIGH_FD) and above: an open
+/// [`high_fd`](ferry::emulation::client::high_fd) and above: an open
 /// file's own descriptor (`files`), or a close-on-exec Unix
 /// `SOCK_SEQPACKET` socket (the server's right, a thread's reply port, an
 /// open file's hold), which a program that did not make it with ferry
@@ -1377,7 +1377,7 @@ fn library_owned(fd: c_int, files: &[c_int]) -> bool {
 /// `closefrom(3)`) would otherwise cut the library off its server and its
 /// open files.
 fn close_range_sparing(first: c_uint, last: c_uint, flags: c_int) -> c_int {
-    let high = ferry::emulation::client::HIGH_FD as c_uint;
+    let high = ferry::emulation::client::high_fd() as c_uint;
     if last < high || first > last {
         // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
         return unsafe { real::close_range()(first, last, flags) };

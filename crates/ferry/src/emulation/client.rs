@@ -5,7 +5,7 @@
 use std::os::fd::{AsFd, OwnedFd};
 
 use super::{get_u32, get_u64, put_u32, put_u64, TokenPage};
-use super::{OP_EMUL_FSYNC, OP_EMUL_MKDIR, OP_EMUL_OPEN, OP_EMUL_RENAME, OP_EMUL_STAT, OP_EMUL_TOKEN, OP_EMUL_TRUNCATE};
+use super::{OP_EMUL_CLOSE, OP_EMUL_FSYNC, OP_EMUL_MKDIR, OP_EMUL_OPEN, OP_EMUL_RENAME, OP_EMUL_STAT, OP_EMUL_TOKEN, OP_EMUL_TRUNCATE};
 use super::{OP_EMUL_SG_READ, OP_EMUL_SG_WRITE, OP_EMUL_UNLINK, SG_MAX};
 use crate::message::{Item, Message};
 use crate::port::SendRight;
@@ -59,13 +59,27 @@ pub struct StatInfo {
 }
 
 /// The lowest descriptor number the library's own descriptors take when
-/// the limit allows.
+/// the limit allows ([`high_fd`]).
 pub const HIGH_FD: i32 = 1000;
+
+/// The lowest descriptor number the library's own descriptors take in
+/// this process: [`HIGH_FD`], or under a lower limit on descriptors (taken
+/// once, when first asked) the top quarter of it. Above the limit, the
+/// library's descriptors fell among the program's low numbers, where a
+/// shell's `exec 3<file` moved and closed them (the second such
+/// redirection under `ulimit -n 512` failed with `EIO`).
+pub fn high_fd() -> i32 {
+    static HIGH: std::sync::OnceLock<i32> = std::sync::OnceLock::new();
+    *HIGH.get_or_init(|| {
+        let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile).current.unwrap_or(u64::MAX);
+        i32::try_from(limit - limit / 4).map_or(HIGH_FD, |top| top.clamp(3, HIGH_FD))
+    })
+}
 
 /// Moves `fd` to a close-on-exec descriptor numbered [`HIGH_FD`] or above
 /// when the limit allows (else it stays where it is).
 pub fn high(fd: OwnedFd) -> OwnedFd {
-    match rustix::io::fcntl_dupfd_cloexec(&fd, HIGH_FD) {
+    match rustix::io::fcntl_dupfd_cloexec(&fd, high_fd()) {
         Ok(moved) => moved,
         Err(_) => fd,
     }
@@ -96,7 +110,7 @@ impl Client {
     /// nothing is announced or the descriptor is not a ferry port.
     pub fn from_env() -> Option<Client> {
         let fd: i32 = std::env::var(super::ENV_FD).ok()?.parse().ok()?;
-        if let Some(copy) = crate::sys::spawn::copy_inherited(fd, HIGH_FD, crate::sys::socket::is_unix_seqpacket) {
+        if let Some(copy) = crate::sys::spawn::copy_inherited(fd, high_fd(), crate::sys::socket::is_unix_seqpacket) {
             return Some(Client::new(SendRight::from_fd(copy)));
         }
         std::env::var_os(super::ENV_HANDOFF)?;
@@ -110,7 +124,7 @@ impl Client {
             if right.sock.as_raw_fd() == fd {
                 // Kept open at `fd` for the life of the process, as an
                 // inherited one would be; this process uses a copy.
-                let copy = rustix::io::fcntl_dupfd_cloexec(&right.sock, HIGH_FD).ok()?;
+                let copy = rustix::io::fcntl_dupfd_cloexec(&right.sock, high_fd()).ok()?;
                 std::mem::forget(right);
                 return Some(Client::new(SendRight::from_fd(copy)));
             }
@@ -136,8 +150,13 @@ impl Client {
         // the request unanswered is seen (`SendOnceDropped`), never waited
         // for. A child after fork makes its own (the parent's is shared).
         thread_local! {
-            static REPLY: std::cell::RefCell<Option<(u32, crate::port::ReceiveRight)>> = const { std::cell::RefCell::new(None) };
+            static REPLY: std::cell::RefCell<Option<(u32, (u64, u64), crate::port::ReceiveRight)>> = const { std::cell::RefCell::new(None) };
         }
+        // Whether the port's descriptor is still the socket it was made
+        // on: a program may close it (a child about to exec closes all it
+        // does not pass on, and new ones the library made meanwhile), and
+        // the number may be another descriptor's by now.
+        let ours = |id: (u64, u64), rx: &crate::port::ReceiveRight| crate::sys::socket::identity(rx.main_fd()).is_ok_and(|now| now == id);
         let pid = std::process::id();
         let exchange = |rx: &mut crate::port::ReceiveRight, body: Vec<u8>| -> Result<Message, Errno> {
             let once = rx.make_send_once().map_err(|_| self.failed())?;
@@ -149,25 +168,33 @@ impl Client {
         let mut body = Some(body);
         let kept = REPLY.try_with(|cell| {
             let mut slot = cell.borrow_mut();
-            if slot.as_ref().is_none_or(|(p, _)| *p != pid) {
+            if slot.as_ref().is_none_or(|(p, id, rx)| *p != pid || !ours(*id, rx)) {
                 let rx = reply_port()?;
-                if let Some((_, old)) = slot.take() {
-                    // Inherited from the parent. Its descriptor is not
-                    // closed: the child may have closed it already (a
-                    // child about to exec closes all it does not pass on,
-                    // as Python's subprocess does), and the number may
-                    // now be another descriptor's, the new reply port's
-                    // among them. It is close-on-exec; a child that does
-                    // not exec keeps one descriptor more.
+                let id = crate::sys::socket::identity(rx.main_fd()).map_err(|e| e.raw_os_error())?;
+                if let Some((_, _, old)) = slot.take() {
+                    // Inherited from the parent, or closed by the program.
+                    // Its descriptor is not closed: the child may have
+                    // closed it already (a child about to exec closes all
+                    // it does not pass on, as Python's subprocess does),
+                    // and the number may now be another descriptor's, the
+                    // new reply port's among them. It is close-on-exec; a
+                    // child that does not exec keeps one descriptor more.
                     std::mem::forget(old);
                 }
-                *slot = Some((pid, rx));
+                *slot = Some((pid, id, rx));
             }
-            let (_, rx) = slot.as_mut().expect("set above");
-            let m = exchange(rx, body.take().unwrap_or_default());
+            let m = {
+                let (_, _, rx) = slot.as_mut().expect("set above");
+                exchange(rx, body.take().unwrap_or_default())
+            };
             if m.is_err() {
-                // A port in an unknown state is not reused.
-                *slot = None;
+                // A port in an unknown state is not reused; one whose
+                // descriptor is no longer ours is not closed either.
+                if let Some((_, id, rx)) = slot.take() {
+                    if !ours(id, &rx) {
+                        std::mem::forget(rx);
+                    }
+                }
             }
             m
         });
@@ -342,5 +369,15 @@ impl Client {
         let mut body = Vec::new();
         put_u64(&mut body, id);
         self.call(OP_EMUL_FSYNC, body).map(drop)
+    }
+
+    /// This process let go of open file `id` and closed its hold: the
+    /// server closes the file now if no process holds it any more, so
+    /// that it is as closed as after a native `close` when this returns
+    /// ([`OP_EMUL_CLOSE`]).
+    pub fn close(&self, id: u64) -> Result<(), Errno> {
+        let mut body = Vec::new();
+        put_u64(&mut body, id);
+        self.call(OP_EMUL_CLOSE, body).map(drop)
     }
 }

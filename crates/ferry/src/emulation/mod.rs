@@ -81,6 +81,13 @@ pub const OP_EMUL_SG_READ: u32 = 0x7065_0009;
 /// Client → server: segment write (`sgWrite`): `id` (u64), offset (u64),
 /// the bytes. Reply: the count written (u64).
 pub const OP_EMUL_SG_WRITE: u32 = 0x7065_000a;
+/// Client → server: this process let go of open file `id` (u64), closing
+/// its hold just before. If no process holds the open file any more, the
+/// server closes its own descriptor of it before answering, so that once
+/// the program's `close` returns the file is as closed as natively: an
+/// executable just written may run (no `ETXTBSY`), and a `flock` on it is
+/// gone. Answered the same whoever asks and whatever the id.
+pub const OP_EMUL_CLOSE: u32 = 0x7065_000b;
 /// Most bytes one segment read or write moves (what fits inline in one
 /// message beside its header).
 pub const SG_MAX: usize = crate::wire::MAX_INLINE - 64;

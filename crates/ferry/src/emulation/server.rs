@@ -13,7 +13,7 @@ use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
 
 use super::{get_u32, get_u64, put_u32, put_u64, TokenPage, TokenState, PAGE_LEN};
-use super::{OP_EMUL_FSYNC, OP_EMUL_MKDIR, OP_EMUL_OPEN, OP_EMUL_RENAME, OP_EMUL_REPLY, OP_EMUL_STAT, OP_EMUL_TOKEN};
+use super::{OP_EMUL_CLOSE, OP_EMUL_FSYNC, OP_EMUL_MKDIR, OP_EMUL_OPEN, OP_EMUL_RENAME, OP_EMUL_REPLY, OP_EMUL_STAT, OP_EMUL_TOKEN};
 use super::{OP_EMUL_SG_READ, OP_EMUL_SG_WRITE, OP_EMUL_TRUNCATE, OP_EMUL_UNLINK, SG_MAX};
 use crate::message::{Item, Message, Reply};
 use crate::port::{port, SendRight};
@@ -316,31 +316,59 @@ impl EmulServer {
                 Event::NoSenders(id) if id == self.main && self.files.is_empty() => return false,
                 Event::NoSenders(id) if id == self.main => {}
                 Event::NoSenders(id) => {
-                    self.set.remove(id);
-                    // A closing client is a good moment to forget the
-                    // process ports of processes gone (a process's files
-                    // close before it is seen to exit, so some are kept
-                    // until a later look), and all of them once no open
-                    // file is left (no token to hand).
-                    let mut holders = self.holders.lock().expect("holders");
-                    holders.retain(|_, p| !p.is_dead());
-                    drop(holders);
-                    if let Some((fid, uid)) = self.files.remove(&id) {
-                        self.table.lock().unwrap_or_else(|e| e.into_inner()).remove(&fid);
-                        if let Some(n) = self.per_user.get_mut(&uid) {
-                            *n = n.saturating_sub(1);
-                        }
-                    }
-                    if self.files.is_empty() {
-                        self.holders.lock().expect("holders").clear();
-                        if self.set.port_mut(self.main).is_some_and(|p| p.senders_gone()) {
-                            return false;
-                        }
+                    if self.let_go(id) {
+                        return false;
                     }
                 }
                 // A message on a hold, or a malformed one: ignored (the hold
                 // carries nothing).
                 _ => {}
+            }
+        }
+    }
+
+    /// Every hold of the open file whose hold port is `id` is gone:
+    /// closes the server's descriptor of it. Returns whether nobody is
+    /// left to serve.
+    fn let_go(&mut self, id: MemberId) -> bool {
+        self.set.remove(id);
+        // A closing client is a good moment to forget the process ports of
+        // processes gone (a process's files close before it is seen to
+        // exit, so some are kept until a later look), and all of them once
+        // no open file is left (no token to hand).
+        let mut holders = self.holders.lock().expect("holders");
+        holders.retain(|_, p| !p.is_dead());
+        drop(holders);
+        if let Some((fid, uid)) = self.files.remove(&id) {
+            self.table.lock().unwrap_or_else(|e| e.into_inner()).remove(&fid);
+            if let Some(n) = self.per_user.get_mut(&uid) {
+                *n = n.saturating_sub(1);
+            }
+        }
+        if self.files.is_empty() {
+            self.holders.lock().expect("holders").clear();
+            return self.set.port_mut(self.main).is_some_and(|p| p.senders_gone());
+        }
+        false
+    }
+
+    /// `OP_EMUL_CLOSE`: lets open file `fid` go now if its holds are all
+    /// gone (their end-of-file is already queued on its hold port), rather
+    /// than when the loop comes to it.
+    fn close_now(&mut self, fid: u64) {
+        let Some(id) = self.files.iter().find_map(|(id, (f, _))| (*f == fid).then_some(*id)) else { return };
+        // What arrives on a hold is ignored; a few messages at most stand
+        // before its end-of-file.
+        for _ in 0..16 {
+            match self.set.port_mut(id).map(|p| p.try_recv()) {
+                Some(Err(crate::RecvError::NoSenders)) => {
+                    // The main port's rights are the program's too: the
+                    // server never stops here while the asker holds one.
+                    self.let_go(id);
+                    return;
+                }
+                Some(Ok(_)) => {}
+                _ => return,
             }
         }
     }
@@ -354,12 +382,18 @@ impl EmulServer {
         match m.op() {
             OP_EMUL_OPEN => &c.opens,
             OP_EMUL_TOKEN => &c.token_requests,
-            OP_EMUL_TRUNCATE | OP_EMUL_FSYNC | OP_EMUL_SG_READ | OP_EMUL_SG_WRITE => &c.file_ops,
+            OP_EMUL_TRUNCATE | OP_EMUL_FSYNC | OP_EMUL_SG_READ | OP_EMUL_SG_WRITE | OP_EMUL_CLOSE => &c.file_ops,
             _ => &c.names,
         }
         .fetch_add(1, Ordering::Relaxed);
         let step = match m.op() {
             OP_EMUL_OPEN => self.open(who, &body),
+            OP_EMUL_CLOSE => {
+                if let Some(fid) = get_u64(&body, 0) {
+                    self.close_now(fid);
+                }
+                Step::Now(Ok((vec![], vec![])))
+            }
             OP_EMUL_STAT => Step::Now(stat(&self.root, self.euid, who, &body).map(|b| (b, vec![]))),
             OP_EMUL_UNLINK => Step::Now(unlink(&self.root, self.euid, who, &body).map(|()| (vec![], vec![]))),
             OP_EMUL_RENAME => Step::Now(rename(&self.root, self.euid, who, &body).map(|()| (vec![], vec![]))),
@@ -623,19 +657,40 @@ fn send_reply(reply: Reply, answer: Res<Answer>) {
 /// making room by forgetting dead processes first; a port that does not fit
 /// is not kept).
 fn remember(holders: &Mutex<HashMap<i32, ProcessPort>>, port: ProcessPort) {
+    let most = Reserve::of(nofile_limit()).holders;
     let mut map = holders.lock().unwrap_or_else(|e| e.into_inner());
-    if map.len() >= MAX_HOLDERS && !map.contains_key(&port.pid()) {
+    if map.len() >= most && !map.contains_key(&port.pid()) {
         map.retain(|_, p| !p.is_dead());
-        if map.len() >= MAX_HOLDERS {
+        if map.len() >= most {
             return;
         }
     }
     map.insert(port.pid(), port);
 }
 
+/// This process's limit on descriptors.
+fn nofile_limit() -> usize {
+    rustix::process::getrlimit(rustix::process::Resource::Nofile).current.map_or(usize::MAX, |n| n as usize)
+}
+
+/// Descriptors kept from open files: [`FD_RESERVE`] and [`MAX_HOLDERS`],
+/// or under a low limit a quarter and an eighth of it (with a hard limit
+/// of 512, as `ulimit -n 512` sets, the whole reserve took every
+/// descriptor and each open failed with `ENFILE`).
+struct Reserve {
+    messages: usize,
+    holders: usize,
+}
+
+impl Reserve {
+    fn of(limit: usize) -> Reserve {
+        Reserve { messages: FD_RESERVE.min(limit / 4), holders: MAX_HOLDERS.min(limit / 8) }
+    }
+}
+
 /// How many open files the server may hold, in all and per user: what its
-/// descriptor limit leaves after [`FD_RESERVE`], the descriptors open
-/// when it started and [`MAX_HOLDERS`], at two descriptors per open file,
+/// descriptor limit leaves after the descriptors open when it started and
+/// the [`Reserve`], at two descriptors per open file,
 /// with at most half of that for one user (and never more than
 /// [`OPEN_FILES_PER_USER`]), so that one user can never run the server out
 /// of descriptors for the others.
@@ -647,9 +702,10 @@ struct FileBudget {
 
 impl FileBudget {
     fn now() -> FileBudget {
-        let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile).current.map_or(usize::MAX, |n| n as usize);
+        let limit = nofile_limit();
         let open = std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0);
-        let in_all = limit.saturating_sub(open + FD_RESERVE + MAX_HOLDERS) / FDS_PER_OPEN_FILE;
+        let r = Reserve::of(limit);
+        let in_all = limit.saturating_sub(open + r.messages + r.holders) / FDS_PER_OPEN_FILE;
         FileBudget { in_all, per_user: (in_all / 2).clamp(1, OPEN_FILES_PER_USER) }
     }
 }

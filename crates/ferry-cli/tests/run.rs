@@ -233,6 +233,40 @@ fn ferry_run_children_that_close_everything_before_exec_keep_working() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A descriptor closed with the raw system call (`syscall(SYS_close)`, as
+/// libuv does under Node.js) is forgotten by the library like one closed
+/// with `close`: the next descriptor given the same number (a pipe here;
+/// an inotify descriptor or a socket in Node.js) is the program's, not the
+/// file's. It used to read the file's bytes.
+#[test]
+fn ferry_run_forgets_descriptors_closed_by_raw_system_call() {
+    if Command::new("python3").arg("-c").arg("pass").output().is_err() {
+        eprintln!("skipped: python3 is not installed");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("ferry-run-rawclose-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let dir = dir.canonicalize().unwrap();
+    let d = dir.to_str().unwrap();
+    std::fs::write(dir.join("f"), b"file-bytes").unwrap();
+    let py = format!(
+        "import os, ctypes, platform\n\
+         libc = ctypes.CDLL(None, use_errno=True)\n\
+         SYS_close = {{'x86_64': 3, 'aarch64': 57}}[platform.machine()]\n\
+         fd = os.open('{d}/f', os.O_RDONLY)\n\
+         os.read(fd, 4)\n\
+         print(libc.syscall(SYS_close, fd))\n\
+         r, w = os.pipe()\n\
+         os.write(w, b'pipe-bytes')\n\
+         print(fd in (r, w), os.read(r, 100).decode())\n"
+    );
+    let out = ferry_run(d, &["python3", "-c", &py]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "0\nTrue pipe-bytes\n");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Signals sent to `ferry run` reach the program: `SIGUSR1` and the like
 /// used to kill `ferry run` itself and leave the program running without
 /// them, and an interrupt sent with `kill` was lost.

@@ -1436,6 +1436,35 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
     close_range_sparing(first, last, flags)
 }
 
+/// `syscall(2)`, the C library's door to any system call: closes made
+/// through it (`syscall(SYS_close, fd)`, as libuv under Node.js makes
+/// them) go through `close` and `close_range` above, so the descriptor
+/// table never keeps an entry for a number the program closed (a file
+/// Node.js read and closed left one, and the next descriptor to get that
+/// number, an inotify or a socket, was taken for the file). Every other
+/// call passes through unchanged. `syscall` is variadic; its arguments
+/// are integers, which the x86-64 and AArch64 Linux conventions pass as
+/// they pass fixed ones, so seven are read whatever the call.
+#[no_mangle]
+pub unsafe extern "C" fn syscall(
+    number: libc::c_long,
+    a1: libc::c_long,
+    a2: libc::c_long,
+    a3: libc::c_long,
+    a4: libc::c_long,
+    a5: libc::c_long,
+    a6: libc::c_long,
+) -> libc::c_long {
+    match number {
+        // SAFETY: the caller's arguments, as `close` takes them.
+        libc::SYS_close => libc::c_long::from(unsafe { close(a1 as c_int) }),
+        // SAFETY: the caller's arguments, as `close_range` takes them.
+        libc::SYS_close_range => libc::c_long::from(unsafe { close_range(a1 as c_uint, a2 as c_uint, a3 as c_int) }),
+        // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
+        _ => unsafe { real::syscall()(number, a1, a2, a3, a4, a5, a6) },
+    }
+}
+
 /// `closefrom(3)`: as `close_range` (the C library's own closes through
 /// its internal `close_range`, which the hook above never sees).
 #[no_mangle]

@@ -120,6 +120,7 @@ real_fns! {
     fdatasync: fn(c_int) -> c_int;
     close: fn(c_int) -> c_int;
     close_range: fn(c_uint, c_uint, c_int) -> c_int;
+    syscall: fn(libc::c_long, libc::c_long, libc::c_long, libc::c_long, libc::c_long, libc::c_long, libc::c_long) -> libc::c_long;
     dup: fn(c_int) -> c_int;
     dup2: fn(c_int, c_int) -> c_int;
     dup3: fn(c_int, c_int, c_int) -> c_int;

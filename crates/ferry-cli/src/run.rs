@@ -104,12 +104,34 @@ pub fn main(args: &Args) -> ExitCode {
     let mut cmd = Command::new(&args.program[0]);
     cmd.args(&args.program[1..]);
     ferry::emulation::prepare_command_for_hand_off(&mut cmd, &root, &lib);
+    let not_started = |e: std::io::Error| {
+        eprintln!("ferry run: {}: {e}", Path::new(&args.program[0]).display());
+        ExitCode::from(if e.kind() == std::io::ErrorKind::NotFound { NOT_FOUND } else { NOT_STARTED })
+    };
     let (mut child, port, handoff) = match ferry::process::spawn_with_hand_off(&mut cmd) {
         Ok(c) => c,
-        Err(e) => {
-            eprintln!("ferry run: {}: {e}", Path::new(&args.program[0]).display());
-            return ExitCode::from(if e.kind() == std::io::ErrorKind::NotFound { NOT_FOUND } else { NOT_STARTED });
+        // A process may have one seccomp listener: under another `ferry
+        // run` (or any supervisor listening for its system calls) the
+        // hand-off filter cannot be installed. The program inherits the
+        // right instead, as before the hand-off was.
+        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::BUSY.raw_os_error()) => {
+            let mut cmd = Command::new(&args.program[0]);
+            cmd.args(&args.program[1..]).env_remove(ferry::emulation::ENV_HANDOFF);
+            if let Err(e) = ferry::emulation::prepare_command(&mut cmd, &server, &root, &lib) {
+                return fail(format!("cannot hand the program the server's right: {e}"));
+            }
+            let mut child = match cmd.spawn() {
+                Ok(c) => c,
+                Err(e) => return not_started(e),
+            };
+            drop(server);
+            ferry::process::pass_signals_to(child.id() as i32);
+            return match child.wait() {
+                Ok(st) => exit_code_of(st),
+                Err(e) => fail(format!("cannot wait for {}: {e}", Path::new(&args.program[0]).display())),
+            };
         }
+        Err(e) => return not_started(e),
     };
     // As a shell waits for a command (see `pass_signals_to`).
     ferry::process::pass_signals_to(child.id() as i32);

@@ -267,6 +267,30 @@ fn ferry_run_forgets_descriptors_closed_by_raw_system_call() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `ferry run` under `ferry run`: the inner one cannot install its
+/// hand-off filter (a process may have one seccomp listener, and the outer
+/// one's is inherited), so its program inherits the right instead. It
+/// used to fail with "Device or resource busy" and status 126.
+#[test]
+fn ferry_run_runs_under_ferry_run() {
+    let dir = std::env::temp_dir().join(format!("ferry-run-nested-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("in")).unwrap();
+    let dir = dir.canonicalize().unwrap();
+    let d = dir.to_str().unwrap();
+    std::fs::write(dir.join("g"), b"outer\n").unwrap();
+    std::fs::write(dir.join("in/f"), b"inner\n").unwrap();
+    let inner = format!(
+        "cat {d}/g; '{}' run --files {d}/in --library '{}' -- sh -c 'cat {d}/in/f; echo more >> {d}/in/f; exit 4'; echo status $?; cat {d}/in/f",
+        env!("CARGO_BIN_EXE_ferry"),
+        library().display()
+    );
+    let out = ferry_run(d, &["sh", "-c", &inner]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "outer\ninner\nstatus 4\ninner\nmore\n");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Signals sent to `ferry run` reach the program: `SIGUSR1` and the like
 /// used to kill `ferry run` itself and leave the program running without
 /// them, and an interrupt sent with `kill` was lost.

@@ -3075,6 +3075,33 @@ cc -w -o apx apx.c && ./apx && cc -w -o zero zero.c && ./zero"#,
     );
 }
 
+/// Files and directories made under a directory with a default ACL take
+/// their modes from the ACL, not the umask, as natively: the server makes
+/// them under the program's umask (its thread's own) instead of applying
+/// a umask the program sent already applied (under `umask 077` they came
+/// out 0600 and 0700, not 0666 and 0777). Outside such a directory the
+/// umask applies, under both.
+#[test]
+fn emul_files_under_a_default_acl_get_its_modes_like_native() {
+    script_matches_native(
+        "emul_files_under_a_default_acl_get_its_modes_like_native",
+        &["bash", "python3", "stat", "touch", "mkdir"],
+        r#"mkdir d
+python3 -c "
+import os, struct
+acl = struct.pack('<I', 2) + b''.join(struct.pack('<HHI', tag, 7, 0xffffffff) for tag in (1, 4, 0x20))
+os.setxattr('d', 'system.posix_acl_default', acl)"
+umask 077
+touch d/t; mkdir d/m
+python3 -c "import os; os.close(os.open('d/o', os.O_CREAT | os.O_WRONLY, 0o640)); os.mkdir('d/p', 0o750)"
+touch t; mkdir m
+umask 027
+touch d/u t2; mkdir d/v m2
+stat -c '%n %a' d/t d/m d/o d/p t m d/u t2 d/v m2"#,
+        true,
+    );
+}
+
 /// Runs the bash `script` twice, in a served scratch directory and natively
 /// in another (each its own `HOME`); both must succeed with the same
 /// standard output (and, with `same_stderr`, the same standard error).

@@ -160,7 +160,7 @@ fn emul_open(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> O
         }
         None => (state::beneath(e, dirfd, name)?, None),
     };
-    let mode = if flags & libc::O_CREAT != 0 { mode & 0o7777 & !current_umask() } else { 0 };
+    let mode = if flags & libc::O_CREAT != 0 { ferry::emulation::creation_mode(mode, current_umask()) } else { 0 };
     let cloexec = flags & libc::O_CLOEXEC != 0;
     // The program's descriptor is taken first, as the kernel takes it
     // before it looks at the name: out of descriptors, the open fails
@@ -1956,14 +1956,14 @@ pub unsafe extern "C" fn rmdir(path: *const c_char) -> c_int {
 /// `mkdir(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn mkdir(path: *const c_char, mode: mode_t) -> c_int {
-    let m = mode & 0o7777 & !current_umask();
+    let m = ferry::emulation::creation_mode(mode, current_umask());
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     by_name(libc::AT_FDCWD, path, |c, r| c.mkdir(r, m)).unwrap_or_else(|| unsafe { real::mkdir()(path, mode) })
 }
 /// `mkdirat(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn mkdirat(dirfd: c_int, path: *const c_char, mode: mode_t) -> c_int {
-    let m = mode & 0o7777 & !current_umask();
+    let m = ferry::emulation::creation_mode(mode, current_umask());
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     by_name(dirfd, path, |c, r| c.mkdir(r, m)).unwrap_or_else(|| unsafe { real::mkdirat()(dirfd, path, mode) })
 }

@@ -94,6 +94,25 @@ pub const SG_MAX: usize = crate::wire::MAX_INLINE - 64;
 /// Server → client: every reply (errno first).
 pub const OP_EMUL_REPLY: u32 = 0x7065_00ff;
 
+/// Set in a creation mode that carries the asker's umask
+/// ([`creation_mode`]).
+const WITH_UMASK: u32 = 1 << 31;
+
+/// A new file's or directory's mode as a client sends it: the mode the
+/// program asked for and its umask, for the server to create it under
+/// that umask as the kernel would. A directory with a default ACL then
+/// takes the umask's place, as natively; a mode sent with the umask
+/// already applied cannot tell (files came out 0600 where natively they
+/// were 0666). A mode without the flag is taken as already masked.
+pub fn creation_mode(mode: u32, umask: u32) -> u32 {
+    (mode & 0o7777) | ((umask & 0o777) << 16) | WITH_UMASK
+}
+
+/// The mode and, if it was sent, the umask of a [`creation_mode`].
+pub(crate) fn split_creation_mode(m: u32) -> (u32, Option<u32>) {
+    (m & 0o7777, (m & WITH_UMASK != 0).then_some((m >> 16) & 0o777))
+}
+
 /// Environment variable naming the descriptor of the send right to the
 /// emulation server in an emulated program.
 pub const ENV_FD: &str = "FERRY_EMUL_FD";

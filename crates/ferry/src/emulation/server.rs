@@ -878,15 +878,24 @@ fn open_beneath(root: &OwnedFd, name: &str, flags: i32, mode: u32) -> Res<(Owned
             }
             Err(Errno::NOENT) if o.contains(OFlags::CREATE) => {
                 let f = access | keep | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NOCTTY;
-                match rustix::fs::openat2(root, &name, f, Mode::from_raw_mode(mode & 0o7777), ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS) {
+                let (mode, umask) = super::split_creation_mode(mode);
+                let create = |m: u32| rustix::fs::openat2(root, &name, f, Mode::from_raw_mode(m), ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS);
+                let (made, masked) = match umask.and_then(|u| files::under_umask(u, || create(mode))) {
+                    Some(r) => (r, true),
+                    None => (create(mode & !umask.unwrap_or(0)), false),
+                };
+                match made {
                     Ok(fd) => {
-                        // The client applied its umask; the server's own
-                        // must not apply on top. The set-user-ID,
-                        // set-group-ID and sticky bits the program asked
-                        // for are kept, as the kernel keeps them (the
-                        // kernel drops set-group-ID for a group the asker
-                        // is not in, in fchmod as in open).
-                        let _ = rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode & 0o7777));
+                        if !masked {
+                            // The client's umask (or the mode it masked
+                            // itself): the server's own must not apply on
+                            // top. The set-user-ID, set-group-ID and
+                            // sticky bits the program asked for are kept,
+                            // as the kernel keeps them (the kernel drops
+                            // set-group-ID for a group the asker is not
+                            // in, in fchmod as in open).
+                            let _ = rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode & !umask.unwrap_or(0)));
+                        }
                         return Ok((fd, false));
                     }
                     Err(Errno::EXIST) if !o.intersects(OFlags::EXCL | OFlags::NOFOLLOW) => {
@@ -996,13 +1005,21 @@ fn rename(root: &OwnedFd, euid: u32, who: Asker, body: &[u8]) -> Res<()> {
 }
 
 fn mkdir(root: &OwnedFd, euid: u32, who: Asker, body: &[u8]) -> Res<()> {
-    let mode = get_u32(body, 0).ok_or(Errno::INVAL)?;
+    let (mode, umask) = super::split_creation_mode(get_u32(body, 0).ok_or(Errno::INVAL)?);
     let name = name_of(&body[4..])?;
     as_asker(euid, who, || {
         let (dir, last) = parent_of(root, name)?;
-        rustix::fs::mkdirat(&dir, last, Mode::from_raw_mode(mode & 0o7777))?;
-        // The client applied its umask; the server's own applied on top
-        // (a program under `umask 0` made 0755 directories, not 0777).
+        let make = |m: u32| rustix::fs::mkdirat(&dir, last, Mode::from_raw_mode(m));
+        if let Some(made) = umask.and_then(|u| files::under_umask(u, || make(mode))) {
+            // Made as the kernel makes it for the program: its umask, or
+            // its directory's default ACL in the umask's place.
+            return made;
+        }
+        let mode = mode & !umask.unwrap_or(0);
+        make(mode)?;
+        // Without a umask of this thread's own: the asker's umask is
+        // applied here, and the server's own applied on top (a program
+        // under `umask 0` made 0755 directories, not 0777).
         // The new directory's permission bits are set to the asked ones,
         // through a descriptor of it (never a link put in its place); the
         // set-group-ID bit it inherited stays.

@@ -200,6 +200,38 @@ impl Drop for ActingAs {
     }
 }
 
+/// Runs `f` with this thread's umask set to `umask` (and set back after),
+/// or returns `None` when this thread cannot have a umask of its own. A
+/// umask is shared by the threads of a process, so the thread first takes
+/// a copy of the process's file-system context for itself
+/// (`unshare(CLONE_FS)`, once per thread): its umask then changes nothing
+/// for the other threads. Its root and working directory go with it; a
+/// server resolving every name beneath a directory descriptor uses
+/// neither.
+pub fn under_umask<T>(umask: u32, f: impl FnOnce() -> T) -> Option<T> {
+    thread_local! {
+        static OWN_FS: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
+    }
+    let own = OWN_FS.with(|c| {
+        let own = c.get().unwrap_or_else(|| {
+            // SAFETY: CLONE_FS gives this thread its own copy of the
+            // process's root, working directory and umask; the descriptor
+            // table (CLONE_FILES) stays shared, so every descriptor stays
+            // usable by every thread.
+            unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::FS) }.is_ok()
+        });
+        c.set(Some(own));
+        own
+    });
+    if !own {
+        return None;
+    }
+    let old = rustix::process::umask(Mode::from_raw_mode(umask & 0o777));
+    let r = f();
+    rustix::process::umask(old);
+    Some(r)
+}
+
 /// Describes an open file (an `O_PATH` descriptor will do).
 pub fn info(fd: BorrowedFd<'_>) -> rustix::io::Result<FileInfo> {
     let st = rustix::fs::fstat(fd)?;

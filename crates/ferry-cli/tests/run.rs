@@ -291,6 +291,43 @@ fn ferry_run_runs_under_ferry_run() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A descriptor of a served file passed to another process over a Unix
+/// socket (`SCM_RIGHTS`) shares its offset with the sender's, as natively:
+/// the receiver used to write at the kernel's stale offset, over what the
+/// sender had written.
+#[test]
+fn ferry_run_descriptors_passed_over_sockets_share_the_offset() {
+    if Command::new("python3").arg("-c").arg("pass").output().is_err() {
+        eprintln!("skipped: python3 is not installed");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("ferry-run-scm-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let dir = dir.canonicalize().unwrap();
+    let d = dir.to_str().unwrap();
+    let py = format!(
+        "import os, socket\n\
+         a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)\n\
+         fd = os.open('{d}/log', os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)\n\
+         os.write(fd, b'sender-line\\n')\n\
+         pid = os.fork()\n\
+         if pid == 0:\n\
+         \x20   _, fds, _, _ = socket.recv_fds(b, 10, 1)\n\
+         \x20   os.write(fds[0], b'receiver-line\\n')\n\
+         \x20   os._exit(0)\n\
+         socket.send_fds(a, [b'x'], [fd])\n\
+         os.waitpid(pid, 0)\n\
+         os.write(fd, b'sender-again\\n')\n\
+         os.close(fd)\n\
+         print(open('{d}/log').read(), end='')\n"
+    );
+    let out = ferry_run(d, &["python3", "-c", &py]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "sender-line\nreceiver-line\nsender-again\n");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Signals sent to `ferry run` reach the program: `SIGUSR1` and the like
 /// used to kill `ferry run` itself and leave the program running without
 /// them, and an interrupt sent with `kill` was lost.

@@ -2047,6 +2047,63 @@ pub unsafe extern "C" fn fork() -> libc::pid_t {
 }
 
 
+// ---- descriptors passed to other processes -----------------------------------
+
+/// Hands the offsets of the emulated files among the descriptors `msg`
+/// passes (`SCM_RIGHTS`) to the kernel, as before `exec`: the process that
+/// receives one reads and writes at the kernel's offset, which this
+/// process shares from then on (the receiver used to start at 0 and write
+/// over what this process had written).
+///
+/// # Safety
+/// `msg` is null or a `msghdr` the caller passes to `sendmsg`.
+unsafe fn hand_passed_offsets(msg: *const libc::msghdr) {
+    if msg.is_null() {
+        return;
+    }
+    // SAFETY: the caller's message, read as the kernel will read it: its
+    // control buffer's headers walked with the C library's macros, which
+    // stay within `msg_controllen`.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                let bytes = ((*c).cmsg_len as usize).saturating_sub(libc::CMSG_LEN(0) as usize);
+                let fds = libc::CMSG_DATA(c).cast::<c_int>();
+                for i in 0..bytes / std::mem::size_of::<c_int>() {
+                    if let Some((f, _b)) = emulated(fds.add(i).read_unaligned()) {
+                        f.hand_offset_to_kernel();
+                    }
+                }
+            }
+            c = libc::CMSG_NXTHDR(msg, c);
+        }
+    }
+}
+
+/// `sendmsg(2)`: see [`hand_passed_offsets`].
+#[no_mangle]
+pub unsafe extern "C" fn sendmsg(sock: c_int, msg: *const libc::msghdr, flags: c_int) -> ssize_t {
+    // SAFETY: the caller's arguments; then passed on unchanged to the C library's own function.
+    unsafe {
+        hand_passed_offsets(msg);
+        real::sendmsg()(sock, msg, flags)
+    }
+}
+
+/// `sendmmsg(2)`: see [`hand_passed_offsets`].
+#[no_mangle]
+pub unsafe extern "C" fn sendmmsg(sock: c_int, msgs: *mut libc::mmsghdr, n: c_uint, flags: c_int) -> c_int {
+    if !msgs.is_null() {
+        for i in 0..n as usize {
+            // SAFETY: the caller's `n` messages; each header is read only.
+            unsafe { hand_passed_offsets(&raw const (*msgs.add(i)).msg_hdr) };
+        }
+    }
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
+    unsafe { real::sendmmsg()(sock, msgs, n, flags) }
+}
+
 // ---- exec: the kernel's offsets take over ------------------------------------
 
 /// Before `exec`, every emulated descriptor the new program inherits hands

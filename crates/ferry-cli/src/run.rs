@@ -104,6 +104,10 @@ pub fn main(args: &Args) -> ExitCode {
     let mut cmd = Command::new(&args.program[0]);
     cmd.args(&args.program[1..]);
     ferry::emulation::prepare_command_for_hand_off(&mut cmd, &root, &lib);
+    // Signals are caught from now on, so that one sent while the program
+    // starts neither kills this process nor is lost (see
+    // `pass_signals_to`).
+    ferry::process::pass_signals_to(0);
     let not_started = |e: std::io::Error| {
         eprintln!("ferry run: {}: {e}", Path::new(&args.program[0]).display());
         ExitCode::from(if e.kind() == std::io::ErrorKind::NotFound { NOT_FOUND } else { NOT_STARTED })

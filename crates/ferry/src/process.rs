@@ -215,8 +215,9 @@ pub(crate) fn handed_right_at(want: Option<RawFd>, cloexec: bool) -> io::Result<
 /// the program neither kills this process and leaves the program running
 /// nor is lost. Interrupt, quit and a window change from the terminal
 /// reach the child directly (it is in the terminal's process group) and
-/// are not passed again. Call it after starting the child, which should
-/// start with the dispositions this process was given.
+/// are not passed again. Call it with 0 before starting the child (a
+/// signal that comes meanwhile is kept, and passed on when it is called
+/// again with the child's pid after the child started) or only after.
 pub fn pass_signals_to(child: i32) {
     crate::sys::process::pass_signals_to(child);
 }

@@ -67,14 +67,31 @@ extern "C" fn pass_on(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc
     if pid > 0 {
         // SAFETY: kill is async-signal-safe and takes integers only.
         unsafe { libc::kill(pid, sig) };
+    } else if (0..64).contains(&sig) {
+        // No child yet: passed on once there is one.
+        PENDING.fetch_or(1 << sig, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
+/// Signals that came before the child was known, one bit each.
+static PENDING: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// Passes the signals of [`PASSED_ON`] on to `child`, and every other
 /// signal keeps its disposition. Interrupt, quit and a window change from
-/// the terminal reach the child directly and are not passed again.
+/// the terminal reach the child directly and are not passed again. With
+/// `child` 0 the signals are caught and kept until a later call names the
+/// child (call it so before starting the child, whose handlers the exec
+/// resets: a signal that came while the child was starting is not lost,
+/// nor does it kill this process).
 pub fn pass_signals_to(child: i32) {
     CHILD.store(child, std::sync::atomic::Ordering::Relaxed);
+    if child > 0 {
+        let pending = PENDING.swap(0, std::sync::atomic::Ordering::Relaxed);
+        for sig in PASSED_ON.into_iter().filter(|s| pending & (1 << s) != 0) {
+            // SAFETY: kill takes integers only.
+            unsafe { libc::kill(child, sig) };
+        }
+    }
     for sig in PASSED_ON {
         // SAFETY: a zeroed sigaction is a valid value to fill in; the
         // handler is async-signal-safe (an atomic load and kill), and

@@ -149,8 +149,11 @@ impl Client {
         // call makes a fresh send-once right, so a server that dies with
         // the request unanswered is seen (`SendOnceDropped`), never waited
         // for. A child after fork makes its own (the parent's is shared).
+        /// A thread's reply port: the process it was made in, the socket
+        /// it was made on (device and inode), and the port.
+        type Kept = (u32, (u64, u64), crate::port::ReceiveRight);
         thread_local! {
-            static REPLY: std::cell::RefCell<Option<(u32, (u64, u64), crate::port::ReceiveRight)>> = const { std::cell::RefCell::new(None) };
+            static REPLY: std::cell::RefCell<Option<Kept>> = const { std::cell::RefCell::new(None) };
         }
         // Whether the port's descriptor is still the socket it was made
         // on: a program may close it (a child about to exec closes all it

@@ -316,7 +316,8 @@ impl EmulServer {
                 Event::NoSenders(id) if id == self.main && self.files.is_empty() => return false,
                 Event::NoSenders(id) if id == self.main => {}
                 Event::NoSenders(id) => {
-                    if self.let_go(id) {
+                    let nobody_left = self.let_go(id);
+                    if nobody_left {
                         return false;
                     }
                 }

@@ -191,13 +191,13 @@ pub struct Budgets {
     pub holds_per_user: usize,
     /// Ports of its own a client may have at once ([`PortMinter::mint`]:
     /// each lookup of a service that hands every client its own port;
-    /// each costs the server one descriptor). Default 64.
+    /// each costs the server one descriptor). Default 256.
     pub ports_per_user: usize,
 }
 
 impl Default for Budgets {
     fn default() -> Self {
-        Budgets { clients_per_user: 128, holds_per_user: 128, ports_per_user: 64 }
+        Budgets { clients_per_user: 128, holds_per_user: 128, ports_per_user: 256 }
     }
 }
 

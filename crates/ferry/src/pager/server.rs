@@ -1,6 +1,7 @@
-//! The pager side: an [`ObjectServer`] hosts memory objects behind one port,
-//! answers `open`/`attach`/`copy`/`write`/`stats` requests, and resolves the
-//! faults of every attached client from one event loop.
+//! The pager side: an [`ObjectServer`] hosts memory objects behind one port
+//! (and a port of its own for each client, where a [`PortMinter`] makes
+//! them), answers `open`/`attach`/`copy`/`write`/`stats` requests, and
+//! resolves the faults of every attached client from one event loop.
 //!
 //! Nothing a client sends can crash the server: every request is checked
 //! completely before anything is changed, a malformed one is answered with
@@ -67,7 +68,7 @@ struct ClientPort {
 /// The ports made for each user and still open, and how many one user may
 /// have: shared by the server (which closes them) and its minter (which
 /// makes them, on another thread).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct PortBook {
     open: HashMap<u32, usize>,
     per_user: usize,

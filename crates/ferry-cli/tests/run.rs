@@ -178,7 +178,7 @@ fn ferry_run_closes_a_file_before_close_returns() {
     // at again the moment `close` returns, the server on another CPU (a
     // wake-up there takes tens of microseconds; the look, a few).
     let py = format!(
-        "import os, socket, struct\n\
+        "import os, socket, struct, fcntl\n\
          p = '{d}/run-me'\n\
          fd = os.open(p, os.O_WRONLY | os.O_CREAT, 0o755)\n\
          os.write(fd, b'#!/bin/sh\\necho ran\\n')\n\
@@ -194,11 +194,14 @@ fn ferry_run_closes_a_file_before_close_returns() {
          except OSError: pass\n\
          os.close(fd)\n\
          print('closed', sum(named(f) for f in mine))\n\
+         r = os.open(p, os.O_RDONLY); fcntl.flock(r, fcntl.LOCK_EX); os.close(r)\n\
+         r = os.open(p, os.O_RDONLY); fcntl.flock(r, fcntl.LOCK_EX | fcntl.LOCK_NB); os.close(r)\n\
+         print('locked again')\n\
          os.execv(p, [p])\n"
     );
     let out = ferry_run(d, &["python3", "-c", &py]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "open True\nclosed 0\nran\n");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "open True\nclosed 0\nlocked again\nran\n");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -1528,11 +1528,31 @@ fn fcntl_impl(fd: c_int, cmd: c_int, arg: c_ulong, real: unsafe extern "C" fn(c_
     if (cmd == libc::F_DUPFD || cmd == libc::F_DUPFD_CLOEXEC) && r >= 0 {
         return duplicated(fd, r);
     }
+    if matches!(cmd, libc::F_OFD_SETLK | libc::F_OFD_SETLKW) && r >= 0 {
+        if let Some(f) = state::get(fd) {
+            f.set_locked();
+        }
+    }
     if cmd == libc::F_SETFL && r >= 0 {
         // The open file's flags changed in the kernel; writes must follow
         // O_APPEND (the data lands at the end either way, the offset too).
         if let Some(f) = state::get(fd) {
             f.set_append(arg as c_int & libc::O_APPEND != 0);
+        }
+    }
+    r
+}
+
+/// `flock(2)`: the kernel's, on the program's descriptor; a lock taken on
+/// a served file is noted, so that closing the file lets go of it at once
+/// (the server's descriptor of the open file holds the lock too).
+#[no_mangle]
+pub unsafe extern "C" fn flock(fd: c_int, op: c_int) -> c_int {
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
+    let r = unsafe { real::flock()(fd, op) };
+    if r == 0 && op & (libc::LOCK_SH | libc::LOCK_EX) != 0 {
+        if let Some(f) = state::get(fd) {
+            f.set_locked();
         }
     }
     r

@@ -117,6 +117,7 @@ real_fns! {
     truncate: fn(*const c_char, off_t) -> c_int;
     truncate64: fn(*const c_char, off_t) -> c_int;
     fsync: fn(c_int) -> c_int;
+    flock: fn(c_int, c_int) -> c_int;
     fdatasync: fn(c_int) -> c_int;
     close: fn(c_int) -> c_int;
     close_range: fn(c_uint, c_uint, c_int) -> c_int;

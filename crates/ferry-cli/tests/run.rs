@@ -36,10 +36,7 @@ fn processes_with(needle: &str) -> Vec<u32> {
 
 #[test]
 fn ferry_run_serves_a_shell_and_its_programs_then_the_server_goes() {
-    let dir = std::env::temp_dir().join(format!("ferry-run-test-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let dir = dir.canonicalize().unwrap();
+    let dir = scratch("test");
     let text: String = (0..20_000).map(|i| format!("line {i}\n")).collect();
     std::fs::write(dir.join("a.txt"), &text).unwrap();
     let d = dir.to_str().unwrap();
@@ -92,20 +89,35 @@ fn ferry_run_tells_its_own_failures_from_the_programs() {
 }
 
 /// Runs `ferry run --files DIR -- ARGS` and returns its output.
+/// Whether `python3` runs here (the tests that need it say they are
+/// skipped when it does not).
+fn have_python() -> bool {
+    let here = Command::new("python3").arg("-c").arg("pass").output().is_ok();
+    if !here {
+        eprintln!("skipped: python3 is not installed");
+    }
+    here
+}
+
+/// A fresh, empty directory for one test, by its canonical name (the one
+/// the library matches the program's names against).
+fn scratch(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ferry-run-{test}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.canonicalize().unwrap()
+}
+
 fn ferry_run(dir: &str, args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_ferry")).args(["run", "--files", dir, "--library"]).arg(library()).arg("--").args(args).output().unwrap()
 }
 
 #[test]
 fn ferry_run_hands_the_right_through_the_process_port_and_passes_the_status_on() {
-    if Command::new("python3").arg("-c").arg("pass").output().is_err() {
-        eprintln!("skipped: python3 is not installed");
+    if !have_python() {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("ferry-run-handoff-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let dir = dir.canonicalize().unwrap();
+    let dir = scratch("handoff");
     std::fs::write(dir.join("f"), b"served\n").unwrap();
     let d = dir.to_str().unwrap();
     // Nothing is inherited: the program asks at its first file call, and
@@ -137,10 +149,7 @@ fn ferry_run_hands_the_right_through_the_process_port_and_passes_the_status_on()
 /// open failed with `ENFILE`).
 #[test]
 fn ferry_run_serves_files_under_a_low_descriptor_limit() {
-    let dir = std::env::temp_dir().join(format!("ferry-run-nofile-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let dir = dir.canonicalize().unwrap();
+    let dir = scratch("nofile");
     let d = dir.to_str().unwrap();
     std::fs::write(dir.join("f"), b"served\n").unwrap();
     for limit in [512, 128] {
@@ -164,14 +173,10 @@ fn ferry_run_serves_files_under_a_low_descriptor_limit() {
 /// failed now and then.
 #[test]
 fn ferry_run_closes_a_file_before_close_returns() {
-    if Command::new("python3").arg("-c").arg("pass").output().is_err() {
-        eprintln!("skipped: python3 is not installed");
+    if !have_python() {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("ferry-run-close-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let dir = dir.canonicalize().unwrap();
+    let dir = scratch("close");
     let d = dir.to_str().unwrap();
     // The server is the peer of the right at descriptor 1000. Its
     // descriptors of the file are found while the file is open and looked
@@ -212,14 +217,10 @@ fn ferry_run_closes_a_file_before_close_returns() {
 /// whatever had its number by then; a debug build aborted on it).
 #[test]
 fn ferry_run_children_that_close_everything_before_exec_keep_working() {
-    if Command::new("python3").arg("-c").arg("pass").output().is_err() {
-        eprintln!("skipped: python3 is not installed");
+    if !have_python() {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("ferry-run-closeall-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let dir = dir.canonicalize().unwrap();
+    let dir = scratch("closeall");
     let d = dir.to_str().unwrap();
     let py = format!(
         "import os, subprocess\n\
@@ -243,14 +244,10 @@ fn ferry_run_children_that_close_everything_before_exec_keep_working() {
 /// file's. It used to read the file's bytes.
 #[test]
 fn ferry_run_forgets_descriptors_closed_by_raw_system_call() {
-    if Command::new("python3").arg("-c").arg("pass").output().is_err() {
-        eprintln!("skipped: python3 is not installed");
+    if !have_python() {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("ferry-run-rawclose-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let dir = dir.canonicalize().unwrap();
+    let dir = scratch("rawclose");
     let d = dir.to_str().unwrap();
     std::fs::write(dir.join("f"), b"file-bytes").unwrap();
     let py = format!(
@@ -276,10 +273,8 @@ fn ferry_run_forgets_descriptors_closed_by_raw_system_call() {
 /// used to fail with "Device or resource busy" and status 126.
 #[test]
 fn ferry_run_runs_under_ferry_run() {
-    let dir = std::env::temp_dir().join(format!("ferry-run-nested-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = scratch("nested");
     std::fs::create_dir_all(dir.join("in")).unwrap();
-    let dir = dir.canonicalize().unwrap();
     let d = dir.to_str().unwrap();
     std::fs::write(dir.join("g"), b"outer\n").unwrap();
     std::fs::write(dir.join("in/f"), b"inner\n").unwrap();
@@ -300,14 +295,10 @@ fn ferry_run_runs_under_ferry_run() {
 /// sender had written.
 #[test]
 fn ferry_run_descriptors_passed_over_sockets_share_the_offset() {
-    if Command::new("python3").arg("-c").arg("pass").output().is_err() {
-        eprintln!("skipped: python3 is not installed");
+    if !have_python() {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("ferry-run-scm-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let dir = dir.canonicalize().unwrap();
+    let dir = scratch("scm");
     let d = dir.to_str().unwrap();
     let py = format!(
         "import os, socket\n\
@@ -447,10 +438,7 @@ fn ferry_run_children_forked_while_threads_use_files_never_hang() {
         eprintln!("skipped ferry_run_children_forked_while_threads_use_files_never_hang: cc is not installed");
         return;
     }
-    let dir = std::env::temp_dir().join(format!("ferry-run-fork-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let dir = dir.canonicalize().unwrap();
+    let dir = scratch("fork");
     std::fs::write(dir.join("fs.c"), FORK_STRESS_C).unwrap();
     std::fs::write(dir.join("fr.c"), FORK_READERS_C).unwrap();
     for (src, exe) in [("fs.c", "fs"), ("fr.c", "fr")] {

@@ -658,12 +658,16 @@ fn send_reply(reply: Reply, answer: Res<Answer>) {
 /// making room by forgetting dead processes first; a port that does not fit
 /// is not kept).
 fn remember(holders: &Mutex<HashMap<i32, ProcessPort>>, port: ProcessPort) {
-    let most = Reserve::of(nofile_limit()).holders;
     let mut map = holders.lock().unwrap_or_else(|e| e.into_inner());
-    if map.len() >= most && !map.contains_key(&port.pid()) {
-        map.retain(|_, p| !p.is_dead());
+    // The limit is asked only once there are enough holders for it to
+    // matter (an eighth of a limit of 64 and more): not on every open.
+    if map.len() >= 8 && !map.contains_key(&port.pid()) {
+        let most = Reserve::of(nofile_limit()).holders;
         if map.len() >= most {
-            return;
+            map.retain(|_, p| !p.is_dead());
+            if map.len() >= most {
+                return;
+            }
         }
     }
     map.insert(port.pid(), port);

@@ -322,6 +322,42 @@ fn ferry_run_descriptors_passed_over_sockets_share_the_offset() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `dup2` onto one of the library's own descriptors (1000 and up) fails
+/// with `EBUSY` instead of replacing it: the library went on using the
+/// number for the program's file (a write to one file landed in another).
+/// Onto a free number up there, and onto the inherited right at 1000, it
+/// works as natively.
+#[test]
+fn ferry_run_keeps_its_own_descriptors_from_dup2() {
+    if !have_python() {
+        return;
+    }
+    let dir = scratch("dup2high");
+    let d = dir.to_str().unwrap();
+    let py = format!(
+        "import os, errno\n\
+         a = os.open('{d}/a', os.O_RDWR | os.O_CREAT, 0o644)\n\
+         b = os.open('{d}/b', os.O_RDWR | os.O_CREAT, 0o644)\n\
+         mine = sorted(int(f) for f in os.listdir('/proc/self/fd') if int(f) > 1000)\n\
+         refused = 0\n\
+         for n in mine:\n\
+         \x20   try:\n\
+         \x20       os.dup2(b, n)\n\
+         \x20   except OSError as e:\n\
+         \x20       refused += e.errno == errno.EBUSY\n\
+         print('refused', refused == len(mine) > 0)\n\
+         os.write(a, b'to a'); os.write(b, b'to b')\n\
+         print(open('{d}/a').read(), open('{d}/b').read())\n\
+         os.dup2(b, 1000); os.dup2(b, 4000)\n\
+         os.write(4000, b'!')\n\
+         print(open('{d}/b').read())\n"
+    );
+    let out = ferry_run(d, &["python3", "-c", &py]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "refused True\nto a to b\nto b!\n");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Signals sent to `ferry run` reach the program: `SIGUSR1` and the like
 /// used to kill `ferry run` itself and leave the program running without
 /// them, and an interrupt sent with `kill` was lost.

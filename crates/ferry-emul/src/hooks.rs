@@ -1498,9 +1498,30 @@ pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     duplicated(fd, unsafe { real::dup()(fd) })
 }
+/// Whether `dup2`/`dup3` onto `new` would replace one of the library's
+/// own descriptors (the server's right, an open file's descriptor or
+/// hold, a reply port), which it keeps at
+/// [`high_fd`](ferry::emulation::client::high_fd) and above. Such a call
+/// fails with `EBUSY`, as a `dup2` racing an `open` may natively: done,
+/// the library went on using the number for what the program put there
+/// (a write to one file landed in another, and a shell's `exec 1001<file`
+/// hung).
+fn clobbers_library(new: c_int) -> bool {
+    if new < ferry::emulation::client::high_fd() {
+        return false;
+    }
+    let Some(_b) = enter() else { return false };
+    let files: Vec<c_int> = state::all().iter().map(|(_, f)| f.fd().as_raw_fd()).collect();
+    kept_from_the_program(new) || library_owned(new, &files)
+}
+
 /// `dup2(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
+    if clobbers_library(new) {
+        set_errno(libc::EBUSY);
+        return -1;
+    }
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     let r = unsafe { real::dup2()(old, new) };
     if r >= 0 && old != new {
@@ -1513,6 +1534,10 @@ pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
 /// `dup3(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
+    if clobbers_library(new) {
+        set_errno(libc::EBUSY);
+        return -1;
+    }
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     let r = unsafe { real::dup3()(old, new, flags) };
     if r >= 0 {

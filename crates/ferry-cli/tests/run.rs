@@ -108,6 +108,14 @@ fn scratch(test: &str) -> PathBuf {
     dir.canonicalize().unwrap()
 }
 
+/// Runs the Python program `py` under `ferry run --files dir`, which must
+/// succeed; returns what it printed.
+fn python_under_ferry_run(dir: &str, py: &str) -> String {
+    let out = ferry_run(dir, &["python3", "-c", py]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 fn ferry_run(dir: &str, args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_ferry")).args(["run", "--files", dir, "--library"]).arg(library()).arg("--").args(args).output().unwrap()
 }
@@ -127,9 +135,7 @@ fn ferry_run_hands_the_right_through_the_process_port_and_passes_the_status_on()
          st = dict(l.split(':\\t') for l in open('/proc/self/status').read().splitlines() if ':\\t' in l)\n\
          print(st['Seccomp'].strip(), st['NoNewPrivs'].strip())"
     );
-    let out = ferry_run(d, &["python3", "-c", &py]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "served\nsocket\n2 1\n");
+    assert_eq!(python_under_ferry_run(d, &py), "served\nsocket\n2 1\n");
     // A program that starts another that starts another: the last one
     // finds the right its parents were handed.
     let out = ferry_run(d, &["sh", "-c", &format!("sh -c 'cat {d}/f; echo more >> {d}/f'; cat {d}/f")]);
@@ -204,9 +210,7 @@ fn ferry_run_closes_a_file_before_close_returns() {
          print('locked again')\n\
          os.execv(p, [p])\n"
     );
-    let out = ferry_run(d, &["python3", "-c", &py]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "open True\nclosed 0\nlocked again\nran\n");
+    assert_eq!(python_under_ferry_run(d, &py), "open True\nclosed 0\nlocked again\nran\n");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -231,9 +235,7 @@ fn ferry_run_children_that_close_everything_before_exec_keep_working() {
          \x20   assert r.returncode == 0, (step, r.returncode, r.stderr)\n\
          print(sum(len(open(f'{d}/f{{i}}').read().split()) for i in range(3)))\n"
     );
-    let out = ferry_run(d, &["python3", "-c", &py]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "150\n");
+    assert_eq!(python_under_ferry_run(d, &py), "150\n");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -261,9 +263,7 @@ fn ferry_run_forgets_descriptors_closed_by_raw_system_call() {
          os.write(w, b'pipe-bytes')\n\
          print(fd in (r, w), os.read(r, 100).decode())\n"
     );
-    let out = ferry_run(d, &["python3", "-c", &py]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "0\nTrue pipe-bytes\n");
+    assert_eq!(python_under_ferry_run(d, &py), "0\nTrue pipe-bytes\n");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -316,9 +316,7 @@ fn ferry_run_descriptors_passed_over_sockets_share_the_offset() {
          os.close(fd)\n\
          print(open('{d}/log').read(), end='')\n"
     );
-    let out = ferry_run(d, &["python3", "-c", &py]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "sender-line\nreceiver-line\nsender-again\n");
+    assert_eq!(python_under_ferry_run(d, &py), "sender-line\nreceiver-line\nsender-again\n");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -352,9 +350,7 @@ fn ferry_run_keeps_its_own_descriptors_from_dup2() {
          os.write(4000, b'!')\n\
          print(open('{d}/b').read())\n"
     );
-    let out = ferry_run(d, &["python3", "-c", &py]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "refused True\nto a to b\nto b!\n");
+    assert_eq!(python_under_ferry_run(d, &py), "refused True\nto a to b\nto b!\n");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

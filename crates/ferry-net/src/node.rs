@@ -1264,7 +1264,10 @@ fn apply_event(c: &Arc<Conn>, st: &mut State, sh: Option<&Arc<Shared>>, e: Event
             let owner = st.owner(export);
             // Out of descriptors, every right arrives as a dead name (its
             // reference released at once) rather than being lost unsaid.
-            let proxies = items.iter().chain(&reply).filter(|i| matches!(i, Incoming::Proxy { .. })).count();
+            // The reply right is not counted: used once and gone, it fits
+            // the reserve, and a call (a message with only its reply
+            // right) pays no probe on its way.
+            let proxies = items.iter().filter(|i| matches!(i, Incoming::Proxy { .. })).count();
             let short = if proxies > 0 { fds_short(proxies * FDS_PER_ITEM) } else { None };
             if let Some(why) = &short {
                 say_short(why);
@@ -1714,7 +1717,9 @@ impl Conn {
             caps += usize::from(matches!(item, Item::Send(_) | Item::SendOnce(_)));
             dead.push(is_dead);
         }
-        let takes = (caps + usize::from(m.has_reply())) * FDS_PER_ITEM + regions;
+        // The reply right is not counted (see `apply_event`): a call pays
+        // no probe.
+        let takes = caps * FDS_PER_ITEM + regions;
         if takes > 0 {
             if let Some(why) = fds_short(takes) {
                 say_short(&why);

@@ -68,7 +68,7 @@ def test_the_name_service_protocol_is_spoken_from_its_description():
     # (tests/idl/ferry.names.json) is what any other language needs.
     names = json.loads((REPO / "tests" / "idl" / "ferry.names.json").read_text())
     proto = idl.load(names)
-    assert (proto.name, sorted(proto.operations)) == ("ferry.names", ["list", "lookup", "register", "register_system", "unregister"])
+    assert (proto.name, sorted(proto.operations)) == ("ferry.names", ["list", "lookup", "register", "register_system", "register_system_service", "unregister"])
     reqs = names["requests"]
     for text, m in [('lookup("svc")', proto.request("lookup", "svc")), ('unregister("svc")', proto.request("unregister", "svc")), ("list()", proto.request("list")), ("hello", proto.hello_request())]:
         assert (m.op, m.body.hex()) == (reqs[text]["op"], reqs[text]["body_hex"]), text

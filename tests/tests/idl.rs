@@ -326,6 +326,8 @@ fn names_contract() -> serde_json::Value {
     let _ = client.unregister("svc".into());
     let (_rx2, tx2) = ferry::port().unwrap();
     let _ = client.register_system("svc".into(), tx2);
+    let (_rx3, tx3) = ferry::port().unwrap();
+    let _ = client.register_system_service("svc".into(), tx3);
     let sent = client.into_channel().sent;
     let m = |m: &Message| serde_json::json!({ "op": m.op(), "body_hex": hex(m.body()), "items": item_kinds(m) });
     let encoded = |op: u32, f: &dyn Fn(&mut ferry_idl::Encoder)| {
@@ -343,6 +345,7 @@ fn names_contract() -> serde_json::Value {
             "list()": m(&sent[3]),
             "unregister(\"svc\")": m(&sent[4]),
             "register_system(\"svc\", send right)": m(&sent[5]),
+            "register_system_service(\"svc\", send right)": m(&sent[6]),
         },
         "replies": {
             "register: Ok(())": encoded(ferry_idl::REPLY_OK, &|_| {}),
@@ -361,11 +364,13 @@ fn the_name_service_speaks_what_its_contract_file_says() {
     // peers; a change must be deliberate (FERRY_BLESS=1 rewrites it) and
     // come with a new version (docs/interfaces.md, "Evolution").
     let want = matches_contract_file("ferry.names.json", names_contract(), "give it a new version and ");
-    assert_eq!((want["description"]["interface"].as_str(), want["description"]["version"].as_u64()), (Some("ferry.names"), Some(3)));
-    // Version 3 added register_system (operation 5); version 2 peers still
-    // talk to it.
+    assert_eq!((want["description"]["interface"].as_str(), want["description"]["version"].as_u64()), (Some("ferry.names"), Some(4)));
+    // Version 3 added register_system (operation 5), version 4
+    // register_system_service (operation 6); version 2 peers still talk to
+    // it.
     assert_eq!(want["description"]["compatible"].as_u64(), Some(2), "{}", want["description"]);
     assert_eq!(want["requests"]["register_system(\"svc\", send right)"]["op"], 5);
+    assert_eq!(want["requests"]["register_system_service(\"svc\", send right)"]["op"], 6);
     // lookup("svc"): operation 2, field 1 of 7 bytes: a string of 3.
     assert_eq!(want["requests"]["lookup(\"svc\")"]["op"], 2);
     assert_eq!(want["requests"]["lookup(\"svc\")"]["body_hex"], "01000700000003000000737663");

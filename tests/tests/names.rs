@@ -345,7 +345,7 @@ fn root_registers_system_names_that_every_user_finds() {
         let mut other = Peer::new(spawn_peer_as(NOBODY, &d.path, "system-names", &["shared-svc"]));
         let said = other.until_ready();
         assert_eq!(rx.recv(Timeout::After(Duration::from_secs(10))).unwrap().op(), 21, "the other user did not reach the system name");
-        assert_eq!(said, ["register_system: Denied", "own name first: true"], "{said:?}");
+        assert_eq!(said, ["register_system: Denied", "register_system_service: Denied", "own name first: true"], "{said:?}");
         // Root's lookup still finds the system name, and the listing says
         // whose each entry is.
         bs.lookup("shared-svc").unwrap().send(Message::new(23), Timeout::Infinite).unwrap();
@@ -358,6 +358,61 @@ fn root_registers_system_names_that_every_user_finds() {
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while bs.lookup("shared-svc").is_ok() {
             assert!(std::time::Instant::now() < deadline, "the system name outlived its port");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    });
+}
+
+/// Root offers a system service (`register_system_service`, as a root
+/// `ferry-netd --system-names` does with its imports): each lookup gets a
+/// port of its own, whose receive right the name server sends to the
+/// service's port with the asker's uid, so one user's right is never
+/// another's. The service's own port is never handed out.
+#[test]
+fn system_services_give_each_lookup_a_port_of_its_own() {
+    if !can_play_other_user("system_services_give_each_lookup_a_port_of_its_own") {
+        return;
+    }
+    watchdog("system_services", LIMIT, || {
+        let d = Daemon::start("sysservices", &["--system"], None);
+        let mut bs = names(&d.path);
+        let (mut main, tx) = ferry::port().unwrap();
+        bs.register_system_service("each-svc", &tx).unwrap();
+        drop(tx);
+        let wait = Timeout::After(Duration::from_secs(10));
+        // Takes the port the name server made for one lookup: the asker's
+        // uid, the receive right, and a send right to the same port.
+        let mut take = |want_uid: u32| {
+            let mut m = main.recv(wait).unwrap();
+            assert_eq!(m.op(), ferry::bootstrap::SERVICE_PORT);
+            assert_eq!(m.sender().map(|c| c.uid), Some(0), "not sent by the name server (root)");
+            assert_eq!(m.body(), want_uid.to_le_bytes(), "not made for uid {want_uid}");
+            let mut items = m.take_items().into_iter();
+            let (Some(ferry::Item::Receive(rx)), Some(ferry::Item::Send(same)), None) = (items.next(), items.next(), items.next()) else {
+                panic!("a service port carries its receive right and a send right to it")
+            };
+            drop(same);
+            rx
+        };
+        let mut other = Peer::new(spawn_peer_as(NOBODY, &d.path, "system-names", &["each-svc"]));
+        let mut theirs = take(NOBODY);
+        assert_eq!(theirs.recv(wait).unwrap().op(), 21, "the other user's message came on another port");
+        let said = other.until_ready();
+        assert_eq!(said, ["register_system: Denied", "register_system_service: Denied", "own name first: true"], "{said:?}");
+        // Root's lookups get ports of their own too, each a new one.
+        let (r1, r2) = (bs.lookup("each-svc").unwrap(), bs.lookup("each-svc").unwrap());
+        let (mut p1, mut p2) = (take(0), take(0));
+        r1.send(Message::new(1), wait).unwrap();
+        r2.send(Message::new(2), wait).unwrap();
+        assert_eq!((p1.recv(wait).unwrap().op(), p2.recv(wait).unwrap().op()), (1, 2));
+        // A port whose user let go tells the service so (no senders).
+        drop(r1);
+        assert!(matches!(p1.recv(wait), Err(ferry::RecvError::NoSenders)));
+        // The service name goes with its port.
+        drop(main);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while bs.lookup("each-svc").is_ok() {
+            assert!(std::time::Instant::now() < deadline, "the service's name outlived its port");
             std::thread::sleep(Duration::from_millis(20));
         }
     });
@@ -397,14 +452,19 @@ fn names_parked_in_flight_are_dropped_with_their_owner() {
     }
     watchdog("names_parked", LIMIT, || {
         let d = Daemon::start("namesparked", &["--system", "--max-names", "16"], None);
-        let fds = |pid: u32| std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count();
+        let fds = |pid: u32| -> Vec<String> {
+            let dir = format!("/proc/{pid}/fd");
+            std::fs::read_dir(&dir).unwrap().flatten().map(|e| format!("{:?} -> {:?}", e.file_name(), std::fs::read_link(e.path()).ok())).collect()
+        };
+        // This test's own connection is open in both counts.
+        let mut bs = names(&d.path);
+        bs.list().unwrap();
         let before = fds(d.child.id());
         let mut parker = Peer::new(spawn_peer_as(NOBODY, &d.path, "park-names", &["parked", "16"]));
         let mut said = String::new();
         parker.out.read_line(&mut said).unwrap();
         assert_eq!(said.trim(), "parked 16");
         let _ = parker.child.wait();
-        let mut bs = names(&d.path);
         let mut left = usize::MAX;
         for _ in 0..2000 {
             left = bs.list().unwrap().iter().filter(|e| e.uid == NOBODY).count();
@@ -414,7 +474,8 @@ fn names_parked_in_flight_are_dropped_with_their_owner() {
             nap();
         }
         assert_eq!(left, 0, "parked names outlived their owner: {}", d.log());
-        assert!(fds(d.child.id()) <= before, "the server kept descriptors");
+        let after = fds(d.child.id());
+        assert!(after.len() <= before.len(), "the server kept descriptors: {before:#?} then {after:#?}");
         let mut again = Peer::new(spawn_peer_as(NOBODY, &d.path, "fill-names", &["again", "16"]));
         assert_eq!(again.until_ready()[0], "registered 16", "the user's budget is whole again");
     });
@@ -1014,11 +1075,11 @@ fn the_protocol_is_the_typed_interface_and_a_version_1_client_is_told() {
         let path = private_bootstrap("versioned");
         // The description says what the server speaks.
         let desc = protocol::describe();
-        assert_eq!((desc["interface"].as_str(), desc["version"].as_u64(), desc["compatible"].as_u64()), (Some("ferry.names"), Some(3), Some(2)));
+        assert_eq!((desc["interface"].as_str(), desc["version"].as_u64(), desc["compatible"].as_u64()), (Some("ferry.names"), Some(4), Some(2)));
         let ops: Vec<_> = desc["operations"].as_array().unwrap().iter().map(|o| o["name"].as_str().unwrap().to_owned()).collect();
-        assert_eq!(ops, ["register", "lookup", "list", "unregister", "register_system"]);
+        assert_eq!(ops, ["register", "lookup", "list", "unregister", "register_system", "register_system_service"]);
         let bs = names(&path);
-        assert_eq!(bs.server_version(), 3);
+        assert_eq!(bs.server_version(), 4);
 
         // A version-1 request (the name as the whole body, no version
         // check) is answered with version 1's "bad request" and a text.

@@ -254,13 +254,14 @@ crate::enumeration! {
 }
 
 crate::interface! {
-    /// The name service's protocol, version 3 (version 3 added
-    /// `register_system`; version 1 was packed by hand). A connection
-    /// starts with the version check; the server answers requests sent
-    /// before it with version 1's "bad request" so a client of either
-    /// version is told. Every name is scoped by the uid the kernel reports
-    /// for the connection, never by what a request says.
-    pub mod protocol: "ferry.names", version 3, compatible 2 {
+    /// The name service's protocol, version 4 (version 3 added
+    /// `register_system`, version 4 `register_system_service`; version 1
+    /// was packed by hand). A connection starts with the version check;
+    /// the server answers requests sent before it with version 1's "bad
+    /// request" so a client of either version is told. Every name is
+    /// scoped by the uid the kernel reports for the connection, never by
+    /// what a request says.
+    pub mod protocol: "ferry.names", version 4, compatible 2 {
         /// Registers `right` under `name` for the calling user; the server
         /// keeps a copy until the port's receive right is gone or the name
         /// is unregistered.
@@ -278,8 +279,26 @@ crate::interface! {
         /// only: anyone else is `Denied`). Kept until the port's receive
         /// right is gone.
         fn register_system(name: String, right: SendRight) | Refusal = 5;
+        /// Registers `right` under `name` among the system names as a
+        /// service that hands every lookup a port of its own (version 4;
+        /// root only): for each lookup the server makes a port, sends its
+        /// receive right to `right` in a [`SERVICE_PORT`](super::SERVICE_PORT)
+        /// message, and answers with a send right to it. Kept until the
+        /// port's receive right is gone.
+        fn register_system_service(name: String, right: SendRight) | Refusal = 6;
     }
 }
+
+/// The message a name server sends to a service registered with
+/// [`Bootstrap::register_system_service`] for each lookup of its name: a
+/// port made for the user that looked it up. Its body is that user's uid
+/// (a little-endian `u32`); its items are the port's receive right, then a
+/// send right to it (so the service can tell the port's send rights when
+/// they come back to it; it drops this one). The service serves that port
+/// as its own, for that user alone, and closes it when its last send right
+/// is gone. A service takes it only from root (the credentials the kernel
+/// gives with the message): from anyone else it is an ordinary message.
+pub const SERVICE_PORT: u32 = 0x6e73_0010;
 
 impl From<Refusal> for NameError {
     fn from(r: Refusal) -> NameError {
@@ -664,7 +683,7 @@ impl Bootstrap {
     /// [`NameError::Invalid`] for a bad name; [`NameError::LimitReached`]
     /// when this user holds as many names as the server allows.
     pub fn register(&mut self, name: &str, right: &SendRight) -> Result<(), NameError> {
-        self.register_in(name, right, false)
+        self.register_in(name, right, Scope::User)
     }
 
     /// Registers `right` under `name` among the system names, which every
@@ -679,22 +698,40 @@ impl Bootstrap {
     /// [`NameError::Refused`] from a name server older than this call
     /// (protocol version 2); otherwise as [`register`](Self::register).
     pub fn register_system(&mut self, name: &str, right: &SendRight) -> Result<(), NameError> {
-        self.register_in(name, right, true)
+        self.register_in(name, right, Scope::System)
     }
 
-    /// [`register`](Self::register), or if `system`,
-    /// [`register_system`](Self::register_system).
-    fn register_in(&mut self, name: &str, right: &SendRight, system: bool) -> Result<(), NameError> {
+    /// Registers `right` under `name` among the system names as a service
+    /// that hands every lookup a port of its own, as the system daemon's
+    /// own servers do: all send rights to one port share one socket, which
+    /// any holder may shut down or fill for all, so a port every user
+    /// reaches must not be one port. For each lookup the name server makes
+    /// a port and sends its receive right to `right` in a
+    /// [`SERVICE_PORT`] message (which the service must take, from root
+    /// only, and serve like its main port); the name server keeps `right`
+    /// to send those and to watch, and never hands it out.
+    ///
+    /// # Errors
+    /// As [`register_system`](Self::register_system); a name server older
+    /// than this call (protocol version 3 or less, see
+    /// [`server_version`](Self::server_version)) answers
+    /// [`NameError::Refused`].
+    pub fn register_system_service(&mut self, name: &str, right: &SendRight) -> Result<(), NameError> {
+        self.register_in(name, right, Scope::SystemService)
+    }
+
+    /// Registers `right` under `name` in `scope`.
+    fn register_in(&mut self, name: &str, right: &SendRight, scope: Scope) -> Result<(), NameError> {
         if !valid_name(name.as_bytes()) {
             return Err(NameError::Invalid);
         }
         self.call(&|c| {
             let copy = right.try_clone().map_err(NameError::Unavailable)?;
             let name = name.to_owned();
-            if system {
-                c.register_system(name, copy)?;
-            } else {
-                c.register(name, copy)?;
+            match scope {
+                Scope::User => c.register(name, copy)?,
+                Scope::System => c.register_system(name, copy)?,
+                Scope::SystemService => c.register_system_service(name, copy)?,
             }
             Ok(())
         })
@@ -747,6 +784,17 @@ impl Bootstrap {
             }
         }
     }
+}
+
+/// Where a registration goes.
+#[derive(Clone, Copy)]
+enum Scope {
+    /// The calling user's names.
+    User,
+    /// The system names, one port for every user.
+    System,
+    /// The system names, a port of its own for each lookup.
+    SystemService,
 }
 
 /// The version check at connect. The server's refusal of the connection

@@ -29,10 +29,10 @@ use std::time::{Duration, Instant};
 
 use rustix::io::Errno;
 
-use crate::bootstrap::{self, protocol, valid_name, Budget, Limit, Listing, NameEntry, Refusal, V1_BAD_REQUEST};
+use crate::bootstrap::{self, protocol, valid_name, Budget, Limit, Listing, NameEntry, Refusal, SERVICE_PORT, V1_BAD_REQUEST};
 use crate::error::{io_err, RecvError};
 use crate::idl::{answer_hello, fault_message, reply_of, ByValue, Context, Dispatch, Encoder, Fault, Route, Wire, OP_HELLO, REPLY_OK};
-use crate::message::Message;
+use crate::message::{Item, Message};
 use crate::port::{recv_on, send_on, SendRight};
 use crate::region::RegionItem;
 use crate::sys::socket::{self, Cred};
@@ -310,7 +310,7 @@ impl NameServer {
     /// As [`NameServer::add_system_name`].
     pub fn add_system_service(&mut self, name: &str, right: SendRight, mint: Mint) -> io::Result<()> {
         self.add_system_name(name, right)?;
-        self.minters.insert(name.to_owned(), Minter(mint));
+        self.minters.insert(name.to_owned(), Minter::Here(mint));
         Ok(())
     }
 
@@ -791,7 +791,8 @@ impl protocol::Service for Requests<'_> {
         }
         let Some(e) = live(&(SYSTEM_UID, name.clone())) else { return Err(Refusal::NotFound) };
         match self.ns.minters.get_mut(&name) {
-            Some(Minter(mint)) => mint(self.cred.uid),
+            Some(Minter::Here(mint)) => mint(self.cred.uid),
+            Some(Minter::There) => mint_there(&e.right, self.cred.uid, &name),
             None => e.right.try_clone().map_err(|_| limit_reached(Limit::Descriptors, self.ns.fd_capacity)),
         }
     }
@@ -834,6 +835,12 @@ impl protocol::Service for Requests<'_> {
         self.ns.register_in(SYSTEM_UID, self.cred, name, right)
     }
 
+    fn register_system_service(&mut self, ctx: &Context, name: String, right: SendRight) -> Result<(), Refusal> {
+        self.register_system(ctx, name.clone(), right)?;
+        self.ns.minters.insert(name, Minter::There);
+        Ok(())
+    }
+
     fn unregister(&mut self, _: &Context, name: String) -> Result<(), Refusal> {
         match self.ns.names.get(&(self.cred.uid, name)) {
             Some(e) => {
@@ -850,11 +857,42 @@ impl protocol::Service for Requests<'_> {
 /// asker's uid ([`NameServer::add_system_service`]).
 pub type Mint = Box<dyn FnMut(u32) -> Result<SendRight, Refusal> + Send>;
 
-struct Minter(Mint);
+/// How the ports of a system service are made for its lookups.
+enum Minter {
+    /// By a function of this process ([`NameServer::add_system_service`]).
+    Here(Mint),
+    /// By this server, which sends each port's receive right to the
+    /// service's registered port ([`SERVICE_PORT`]).
+    There,
+}
 
 impl std::fmt::Debug for Minter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Minter")
+        f.write_str(match self {
+            Minter::Here(_) => "Minter::Here",
+            Minter::There => "Minter::There",
+        })
+    }
+}
+
+/// How long a lookup waits for room in a service's queue to hand it a
+/// port. Only the name server sends on that port, and the service drains
+/// it as it serves, so it is full only when the service has stopped.
+const SERVICE_WAIT: Duration = Duration::from_millis(200);
+
+/// A port of its own for user `uid`'s lookup of the system service
+/// `name` registered at `service` by another process
+/// (`register_system_service`): made here, its receive right sent to the
+/// service in a [`SERVICE_PORT`] message, and a send right to it
+/// returned. Nothing stays here: the port closes when the service drops
+/// its receive right or the user its last send right.
+fn mint_there(service: &SendRight, uid: u32, name: &str) -> Result<SendRight, Refusal> {
+    let (rx, tx) = crate::port().map_err(|e| Refusal::Refused(format!("cannot make a port for {name:?}: {e}")))?;
+    let copy = tx.try_clone().map_err(|e| Refusal::Refused(format!("cannot make a port for {name:?}: {e}")))?;
+    let m = Message::new(SERVICE_PORT).with_body(uid.to_le_bytes().to_vec()).with_item(Item::Receive(rx)).with_item(Item::Send(copy));
+    match service.send(m, Timeout::After(SERVICE_WAIT)) {
+        Ok(()) => Ok(tx),
+        Err(e) => Err(Refusal::Refused(format!("the service {name:?} did not take a port for this lookup: {e}"))),
     }
 }
 

@@ -218,8 +218,9 @@ fn server_out_of_fds(dir: &str) -> Res {
 }
 
 /// As a user other than root, at the default name server: sends op 21 to
-/// the system name `name` (root's), tries to register a system name of its
-/// own (`register_system: …`), then registers `name` in its own scope and
+/// the system name `name` (root's), tries to register a system name and a
+/// system service of its own (`register_system: …`,
+/// `register_system_service: …`), then registers `name` in its own scope and
 /// says whether its lookups now find its own port (`own name first: …`).
 fn system_names(name: &str) -> Res {
     let mut bs = Bootstrap::connect()?;
@@ -228,6 +229,10 @@ fn system_names(name: &str) -> Res {
     match bs.register_system("from-another-user", &tx) {
         Ok(()) => println!("register_system: registered"),
         Err(e) => println!("register_system: {e:?}"),
+    }
+    match bs.register_system_service("from-another-user", &tx) {
+        Ok(()) => println!("register_system_service: registered"),
+        Err(e) => println!("register_system_service: {e:?}"),
     }
     bs.register(name, &tx)?;
     bs.lookup(name)?.send(ferry::Message::new(22), ferry::Timeout::After(Duration::from_secs(10)))?;

@@ -823,14 +823,15 @@ fn another_user_sees_only_its_own_budgets_in_the_status() {
         assert_eq!((held_for_root.items().len(), held_for_other.items().len()), (1, 2));
 
         // `b`'s status port, served as ferry-netd serves it.
-        let (mut port, status_right) = ferry::port().unwrap();
+        let (port, status_right) = ferry::port().unwrap();
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let server = std::thread::scope(|scope| {
             let s2 = stop.clone();
             let b = &b;
             let server = scope.spawn(move || {
+                let mut server = ferry_net::status::Server::new(port).unwrap();
                 while !s2.load(std::sync::atomic::Ordering::Relaxed) {
-                    ferry_net::status::serve(b, &[], &mut port, Timeout::millis(100));
+                    server.serve(b, &[], Timeout::millis(100));
                 }
             });
             let out = common::peer_command_as(common::NOBODY, std::path::Path::new("/nonexistent"), "ask", &[&ferry_net::status::QUERY.to_string()])

@@ -76,16 +76,17 @@ fn names_and_stat_show_links_remote_names_and_bytes_fetched() {
     assert!(fetched > 0);
 
     // The status port, served as ferry-netd serves it.
-    let (mut port, right) = ferry::port().unwrap();
+    let (port, right) = ferry::port().unwrap();
     bs.register(status::NAME, &right).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let (a2, s2) = (a.clone(), stop.clone());
     let server = std::thread::spawn(move || {
+        let mut server = status::Server::new(port).unwrap();
         for _ in 0..600 {
             if s2.load(Ordering::Relaxed) {
                 return;
             }
-            status::serve(&a2, &["echo@b".to_string()], &mut port, Timeout::millis(100));
+            server.serve(&a2, &["echo@b".to_string()], Timeout::millis(100));
         }
     });
 

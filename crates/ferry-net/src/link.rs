@@ -235,7 +235,11 @@ struct Export {
 #[derive(Debug)]
 struct Import {
     once: bool,
+    /// Local proxies standing for it: those the peer sent, and `local`.
     refs: u64,
+    /// Proxies made here for it ([`Link::proxy_copied`]), for which the
+    /// peer gave no reference and so is sent no release.
+    local: u64,
     uses: u64,
 }
 
@@ -408,11 +412,40 @@ impl Link {
         let imp = self.imports.get_mut(&import)?;
         imp.refs -= 1;
         self.proxy_refs = self.proxy_refs.saturating_sub(1);
+        // The peer's references are released only as the last proxies go:
+        // one proxy is as good as another, so the first to go stands for
+        // one made here.
+        if imp.local > 0 {
+            imp.local -= 1;
+            return None;
+        }
         let uses = imp.uses;
         if imp.refs == 0 {
             self.imports.remove(&import);
         }
         Some(Frame::Release { id: import, count: 1, uses })
+    }
+
+    /// Counts one more local proxy for import `import` that the peer did
+    /// not send: a port made on this host for one user's lookup of a proxy
+    /// offered as a system service. It keeps the import alive like any
+    /// proxy, and its release sends the peer nothing (the peer's own
+    /// references are released as the last proxies go). False, and nothing
+    /// counted, if the import is gone, stands for a send-once right, or
+    /// this side holds as many proxies as it may.
+    pub fn proxy_copied(&mut self, import: u64) -> bool {
+        if self.closed || self.proxy_refs >= self.max_proxies {
+            return false;
+        }
+        match self.imports.get_mut(&import) {
+            Some(imp) if !imp.once => {
+                imp.refs += 1;
+                imp.local += 1;
+                self.proxy_refs += 1;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// A local port exported under `export` is dead; returns the frame
@@ -591,12 +624,12 @@ impl Link {
                 Incoming::DeadName
             }
             Cap::Hosted(id) => {
-                self.imports.entry(id).or_insert(Import { once: false, refs: 0, uses: 0 }).refs += 1;
+                self.imports.entry(id).or_insert(Import { once: false, refs: 0, local: 0, uses: 0 }).refs += 1;
                 self.proxy_refs += 1;
                 Incoming::Proxy { import: id, once: false }
             }
             Cap::HostedOnce(id) => {
-                self.imports.insert(id, Import { once: true, refs: 1, uses: 0 });
+                self.imports.insert(id, Import { once: true, refs: 1, local: 0, uses: 0 });
                 self.proxy_refs += 1;
                 Incoming::Proxy { import: id, once: true }
             }
@@ -738,7 +771,7 @@ impl Link {
                     self.proxies.retain(|_, v| *v != id);
                     out.events.push(Event::ImportDead { import: id });
                     if !imp.once {
-                        let count = u32::try_from(imp.refs).unwrap_or(u32::MAX);
+                        let count = u32::try_from(imp.refs - imp.local).unwrap_or(u32::MAX);
                         out.frames.push(Frame::Release { id, count, uses: imp.uses });
                     } else {
                         out.frames.push(Frame::Release { id, count: 1, uses: imp.uses });

@@ -1563,6 +1563,7 @@ async fn forward(c: Arc<Conn>, mut rx: AsyncReceiveRight, import: u64, key: Key,
             _ = kill.wait_for(|k| *k) => return,
         };
         match got {
+            Ok(m) if is_service_port(&m) => c.adopt_port(import, m),
             Ok(m) => c.forward_one(import, false, m).await,
             Err(RecvError::NoSenders) | Err(RecvError::SendOnceDropped) => return c.proxy_gone(import, Some(key)).await,
             Err(RecvError::BadMessage(_)) | Err(RecvError::Timeout) => continue,
@@ -1572,6 +1573,21 @@ async fn forward(c: Arc<Conn>, mut rx: AsyncReceiveRight, import: u64, key: Key,
             }
         }
     }
+}
+
+/// Whether `m` is a port a name server made for one user's lookup of a
+/// proxy registered as a system service
+/// ([`ferry::Bootstrap::register_system_service`]): op
+/// [`SERVICE_PORT`](ferry::bootstrap::SERVICE_PORT), sent by root (the
+/// kernel's word), the user's uid, the port's receive right and a send
+/// right to it. From anyone else it is an ordinary message, refused for
+/// the receive right it carries.
+fn is_service_port(m: &Message) -> bool {
+    m.op() == ferry::bootstrap::SERVICE_PORT
+        && m.sender().is_some_and(|c| c.uid == 0)
+        && m.body().len() == 4
+        && !m.has_reply()
+        && matches!(m.items(), [Item::Receive(_), Item::Send(_)])
 }
 
 /// The task behind the proxy of one send-once right: forwards its one
@@ -1678,6 +1694,42 @@ impl Conn {
         if let Some(f) = f {
             self.send_control(&[f]).await;
         }
+    }
+
+    /// Serves the port in `m` ([`is_service_port`]) as another proxy for
+    /// import `import`, charged to the user it was made for. Past that
+    /// user's share of the proxies, when this node is short of
+    /// descriptors, or when the import is gone, the port is dropped: the
+    /// user's right to it is a dead name, as any right that arrives past
+    /// its owner's share.
+    fn adopt_port(self: &Arc<Self>, import: u64, mut m: Message) {
+        let owner = u32::from_le_bytes(m.body()[..4].try_into().unwrap_or_default());
+        let mut items = m.take_items().into_iter();
+        let (Some(Item::Receive(rx)), Some(Item::Send(tx))) = (items.next(), items.next()) else { return };
+        let (key, rx) = match (key_of(tx.as_fd()), AsyncReceiveRight::new(rx)) {
+            (Ok(k), Ok(rx)) => (k, rx),
+            (Err(e), _) | (_, Err(e)) => return eprintln!("ferry-net: a port made for user {owner}'s lookup of {}'s port {import} is dropped: {e}", self.peer),
+        };
+        drop(tx);
+        if let Some(why) = fds_short(FDS_PER_ITEM) {
+            return say_short(&why);
+        }
+        let mut st = self.state.lock().unwrap();
+        let mine = st.proxy_owners.of(owner);
+        let others = st.proxy_owners.len() - mine;
+        if mine + 1 > share_left(self.limits.peer_proxies, others) {
+            return eprintln!(
+                "ferry-net: a port made for user {owner}'s lookup of {}'s port {import} is dropped: that user has {mine} of its proxies, and one user may have at most half of what the others leave",
+                self.peer
+            );
+        }
+        if !st.link.proxy_copied(import) {
+            return;
+        }
+        st.link.proxy_made(key, import);
+        st.proxy_owners.insert((Some(key), import), owner);
+        let kill = st.kill_switch(import);
+        tokio::spawn(forward(self.clone(), rx, import, key, kill));
     }
 
     /// Translates one message from a proxy port and sends it on the

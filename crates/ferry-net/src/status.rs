@@ -11,9 +11,10 @@
 //! budgets, not the names, the table sizes, the traffic counters or other
 //! users' budgets.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
-use ferry::{Message, ReceiveRight, RecvError, SendRight, Timeout};
+use ferry::{Event, Item, MemberId, Message, PortSet, ReceiveRight, RecvError, SendRight, Timeout};
 
 use crate::node::{LinkInfo, NetError, NetStats, Node, UserUsage};
 
@@ -141,24 +142,101 @@ impl Status {
     }
 }
 
-/// Answers status queries on `port` until `timeout` passes with none (or
-/// forever with [`Timeout::Infinite`]); returns how many were answered, or
-/// when nobody can send to the port any more.
-pub fn serve(node: &Node, imports: &[String], port: &mut ReceiveRight, timeout: Timeout) -> usize {
-    let mut n = 0;
-    loop {
-        let mut m = match port.recv(timeout) {
-            Ok(m) => m,
-            Err(RecvError::BadMessage(_)) => continue,
-            Err(_) => return n,
-        };
-        let asker = m.sender().map(|c| c.uid);
-        if let (QUERY, Some(reply)) = (m.op(), m.take_reply()) {
-            let body = Status::of(node, imports, asker).encode();
-            let _ = reply.send(Message::new(REPLY).with_body(body), Timeout::Zero);
-            n += 1;
+/// Ports of the status server one user may have at once (each a lookup
+/// of the status name from a system name server that made it a port of
+/// its own); past that, more are dropped and the user's rights to them
+/// are dead names.
+pub const PORTS_PER_USER: usize = 64;
+
+/// The status port and the ports a system name server made for each
+/// lookup of it ([`ferry::Bootstrap::register_system_service`]), served
+/// together: a user who shuts down or fills its own right to the status
+/// server leaves every other user's working.
+#[derive(Debug)]
+pub struct Server {
+    set: PortSet,
+    main: MemberId,
+    /// Whether the main port may still get messages.
+    main_open: bool,
+    /// The user each added port was made for.
+    owner: HashMap<MemberId, u32>,
+    /// How many added ports each user has.
+    count: HashMap<u32, usize>,
+}
+
+impl Server {
+    /// A server for the status port `port`.
+    ///
+    /// # Errors
+    /// The set's `epoll` cannot be made.
+    pub fn new(port: ReceiveRight) -> std::io::Result<Server> {
+        let mut set = PortSet::new()?;
+        let main = set.insert(port);
+        Ok(Server { set, main, main_open: true, owner: HashMap::new(), count: HashMap::new() })
+    }
+
+    /// Answers status queries until `timeout` passes with none (or forever
+    /// with [`Timeout::Infinite`]), or nothing can arrive any more (every
+    /// right to every port is gone); returns how many were answered.
+    pub fn serve(&mut self, node: &Node, imports: &[String], timeout: Timeout) -> usize {
+        let mut n = 0;
+        loop {
+            match self.set.wait(timeout) {
+                Ok(Event::Message(id, m)) if id == self.main && is_service_port(&m) => self.adopt(m),
+                Ok(Event::Message(_, mut m)) => {
+                    let asker = m.sender().map(|c| c.uid);
+                    if let (QUERY, Some(reply)) = (m.op(), m.take_reply()) {
+                        let body = Status::of(node, imports, asker).encode();
+                        let _ = reply.send(Message::new(REPLY).with_body(body), Timeout::Zero);
+                        n += 1;
+                    }
+                }
+                Ok(Event::NoSenders(id)) => {
+                    self.set.remove(id);
+                    if id == self.main {
+                        self.main_open = false;
+                    } else if let Some(uid) = self.owner.remove(&id) {
+                        if let Some(c) = self.count.get_mut(&uid) {
+                            *c -= 1;
+                            if *c == 0 {
+                                self.count.remove(&uid);
+                            }
+                        }
+                    }
+                    if !self.main_open && self.owner.is_empty() {
+                        return n;
+                    }
+                }
+                Ok(_) | Err(RecvError::BadMessage(_)) => continue,
+                Err(_) => return n,
+            }
         }
     }
+
+    /// Serves the port in `m` for the user it was made for, within that
+    /// user's [`PORTS_PER_USER`].
+    fn adopt(&mut self, mut m: Message) {
+        let uid = u32::from_le_bytes(m.body()[..4].try_into().unwrap_or_default());
+        let Some(Item::Receive(port)) = m.take_items().into_iter().next() else { return };
+        let have = self.count.get(&uid).copied().unwrap_or(0);
+        if have >= PORTS_PER_USER {
+            eprintln!("ferry-netd: a status port made for user {uid} is dropped: it has {have}, the most one user may");
+            return;
+        }
+        let id = self.set.insert(port);
+        self.owner.insert(id, uid);
+        *self.count.entry(uid).or_insert(0) += 1;
+    }
+}
+
+/// Whether `m` is a port a name server made for one user's lookup
+/// ([`ferry::bootstrap::SERVICE_PORT`], from root only).
+fn is_service_port(m: &Message) -> bool {
+    m.op() == ferry::bootstrap::SERVICE_PORT
+        && m.sender().is_some_and(|c| c.uid == 0)
+        && m.body().len() == 4
+        && !m.has_reply()
+        && matches!(m.items(), [Item::Receive(_), Item::Send(_)])
 }
 
 /// Asks the network server behind `right` for its status (bounded: 5 s).

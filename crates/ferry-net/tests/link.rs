@@ -484,3 +484,46 @@ fn a_message_frame_s_length_is_known_before_it_is_encoded() {
         }
     }
 }
+
+/// A proxy copied here (a port a name server made for one user's lookup of
+/// a proxy registered as a system service) keeps the import alive, and the
+/// peer hears one release, when the last proxy goes, whichever goes first.
+#[test]
+fn proxies_copied_here_keep_the_import_and_release_only_the_peers_references() {
+    let (mut a, mut b, target) = linked();
+    assert!(a.proxy_copied(target) && a.proxy_copied(target));
+    assert_eq!(a.proxy_refs(), 3);
+    assert_eq!(a.proxy_released(target, None), None, "a copy's release tells the peer nothing");
+    assert_eq!(a.proxy_released(target, None), None);
+    assert!(a.import_alive(target), "the last proxy still stands for it");
+    let rel = a.proxy_released(target, None).expect("the peer's one reference is released with the last proxy");
+    assert_eq!(rel, Frame::Release { id: target, count: 1, uses: 0 });
+    assert_eq!(feed(&mut b, &rel).events, vec![Event::DropExport { export: target }]);
+    assert!(!a.import_alive(target) && !a.proxy_copied(target), "a released import is not copied");
+    assert_eq!(a.proxy_refs(), 0);
+}
+
+/// When the far port dies, the release that answers its notice counts the
+/// peer's references only, not the copies made here.
+#[test]
+fn a_dead_import_releases_the_peers_references_not_the_copies() {
+    let (mut a, mut b, target) = linked();
+    assert!(a.proxy_copied(target));
+    let dead = b.export_dead(target).unwrap();
+    let out = feed(&mut a, &dead);
+    assert_eq!(out.events, vec![Event::ImportDead { import: target }]);
+    assert_eq!(out.frames[0], Frame::Release { id: target, count: 1, uses: 0 });
+    assert_eq!(a.proxy_refs(), 0);
+    feed(&mut b, &out.frames[0]);
+    assert!(!b.is_closed(), "the release matched what the peer gave");
+}
+
+/// Copies count against the proxies one side may hold, as the peer's do.
+#[test]
+fn copies_stop_at_the_proxy_limit() {
+    let (mut a, _b, target) = linked();
+    a.set_max_proxies(2);
+    assert!(a.proxy_copied(target));
+    assert!(!a.proxy_copied(target), "two proxies are the limit");
+    assert_eq!(a.proxy_refs(), 2);
+}

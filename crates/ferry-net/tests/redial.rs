@@ -420,3 +420,185 @@ fn system_names_offer_a_root_daemons_imports_to_every_user() {
     drop(daemon);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Set in the environment of this test binary run as another user's
+/// program: the import to look up, send op 31 through, and then wreck.
+const SABOTEUR: &str = "FERRY_NETD_TEST_SABOTEUR";
+
+/// The other user's part of
+/// [`one_users_right_to_a_system_import_is_its_own`]: reaches the import
+/// once, then does to its rights to the import and to the status server
+/// what only the kernel limits (a send buffer of one byte, non-blocking,
+/// shut down both ways), and tries to pass itself off as the name server
+/// by sending a port of its own as a service port.
+fn sabotage(import: &str) {
+    use std::os::fd::AsFd;
+    let mut names = ferry::Bootstrap::connect().unwrap();
+    let right = names.lookup(import).unwrap();
+    right.send(Message::new(31), WAIT).unwrap();
+    // A port of its own offered as one the name server made: taken from
+    // root only, so it is an ordinary message, refused for its receive
+    // right, which comes back.
+    let (rx, tx) = ferry::port().unwrap();
+    let (mut answers, to_answers) = ferry::port().unwrap();
+    let forged = Message::new(ferry::bootstrap::SERVICE_PORT)
+        .with_body(0u32.to_le_bytes().to_vec())
+        .with_item(ferry::Item::Receive(rx))
+        .with_item(ferry::Item::Send(tx.try_clone().unwrap()))
+        .with_reply(answers.make_send_once().unwrap());
+    drop(to_answers);
+    right.send(forged, WAIT).unwrap();
+    let answer = answers.recv(WAIT).unwrap();
+    let (refusal, _) = ferry_net::Refusal::of(&answer).expect("a refusal");
+    println!("forged port refused: {refusal:?}");
+    let status = names.lookup(ferry_net::status::NAME).unwrap();
+    for r in [&right, &status] {
+        let sock = r.as_fd();
+        rustix::net::sockopt::set_socket_send_buffer_size(sock, 1).unwrap();
+        let flags = rustix::fs::fcntl_getfl(sock).unwrap();
+        rustix::fs::fcntl_setfl(sock, flags | rustix::fs::OFlags::NONBLOCK).unwrap();
+        rustix::net::shutdown(sock, rustix::net::Shutdown::Both).unwrap();
+    }
+    println!("sabotaged as uid {}", rustix::process::getuid().as_raw());
+}
+
+/// Each user's lookup of a root `ferry-netd`'s system names gets a port of
+/// its own (the name server makes one per lookup and the daemon serves it
+/// as another proxy of the import, or another status port): another user
+/// (nobody) that shuts down its rights to the import and to the status
+/// server, and shrinks their buffers, leaves root's rights, new lookups
+/// and the status working. With one port for all, every user's right was
+/// that one socket, and one user's shutdown was everyone's. A port sent as
+/// the name server would send it is taken from root only.
+#[test]
+fn one_users_right_to_a_system_import_is_its_own() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+
+    if let Ok(import) = std::env::var(SABOTEUR) {
+        return sabotage(&import);
+    }
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped one_users_right_to_a_system_import_is_its_own: starting a process as another user needs root");
+        return;
+    }
+    const NOBODY: u32 = 65534;
+    let dir = fresh_dir("own-right");
+    let boot = dir.join("bootstrap");
+    ferry::NameServer::bind_with_mode(&boot, 0o666).unwrap().spawn().unwrap();
+    let id = dir.join("id");
+    let (ix, ib) = identities(&id, "x", "b");
+    let b = node(ib, "x", &ix);
+    let (mut svc, svc_tx) = ferry::port().unwrap();
+    b.export("svc", svc_tx);
+    let peer = format!("b={}", b.local_addr().unwrap());
+    let (daemon, _) = netd(&id, "b", &boot, &args(&["--system-names", "--import", "svc@b", "--peer", &peer]), false);
+    let mut names = ferry::Bootstrap::connect_to(&boot).unwrap();
+    let before = until_found("svc@b", &mut || names.lookup("svc@b").ok());
+    reach(&before, &mut svc, 30);
+
+    let copy = dir.join("as-another-user");
+    std::fs::copy(std::env::current_exe().unwrap(), &copy).unwrap();
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = Command::new(&copy)
+        .args(["--exact", "one_users_right_to_a_system_import_is_its_own", "--nocapture"])
+        .env(SABOTEUR, "svc@b")
+        .env("FERRY_BOOTSTRAP", &boot)
+        .current_dir("/")
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && said.contains(&format!("sabotaged as uid {NOBODY}")), "{said}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(said.contains("forged port refused: ReceiveRight"), "{said}");
+    assert_eq!(svc.recv(WAIT).unwrap().op(), 31, "the other user's message did not cross");
+
+    // Root's right from before, and a new lookup, still reach the port.
+    reach(&before, &mut svc, 32);
+    reach(&names.lookup("svc@b").unwrap(), &mut svc, 33);
+    let status = ferry_net::status::query(&names.lookup(ferry_net::status::NAME).unwrap()).expect("the status server still answers");
+    assert!(status.imports.iter().any(|i| i == "svc@b"), "{status:?}");
+    // Nothing else came: the forged port did not become a proxy.
+    assert!(matches!(svc.recv(Timeout::millis(200)), Err(ferry::RecvError::Timeout)));
+    drop(daemon);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Sends `main` (a proxy) a port made as a name server makes one for user
+/// `uid`'s lookup of it, and returns the send right to that port.
+fn port_for_lookup(main: &ferry::SendRight, uid: u32) -> ferry::SendRight {
+    let (rx, tx) = ferry::port().unwrap();
+    let m = Message::new(ferry::bootstrap::SERVICE_PORT)
+        .with_body(uid.to_le_bytes().to_vec())
+        .with_item(ferry::Item::Receive(rx))
+        .with_item(ferry::Item::Send(tx.try_clone().unwrap()));
+    main.send(m, WAIT).unwrap();
+    tx
+}
+
+/// Whether the link to `peer` holds `n` imports, within 10 s.
+fn imports_become(node: &Node, peer: &str, n: usize) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if node.links().iter().any(|l| l.peer == peer && l.imports == n) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+/// Ports a system name server makes for lookups of a proxy (as root,
+/// [`ferry::bootstrap::SERVICE_PORT`]) are served as more proxies of the
+/// same import, each charged to the user it was made for: past a user's
+/// share of the link's proxies its ports are dropped (dead names) and
+/// another user's are still taken; a right to one goes home as the
+/// original port; and the import is released only when the last of them
+/// and the proxy itself are gone.
+#[test]
+fn ports_made_for_lookups_of_a_proxy_are_served_within_each_users_share() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped ports_made_for_lookups_of_a_proxy_are_served_within_each_users_share: a node takes such ports from root only");
+        return;
+    }
+    let (ia, ib) = (Identity::generate("a").unwrap(), Identity::generate("b").unwrap());
+    let mut config = NodeConfig::new(ia.clone(), vec![Peer { name: "b".into(), cert: ib.cert.clone() }], "127.0.0.1:0".parse().unwrap());
+    config.max_proxies_per_peer = 8;
+    let a = Node::start(config).unwrap();
+    let b = node(ib, "a", &ia);
+    a.connect("b", b.local_addr().unwrap()).unwrap();
+    let (mut svc, svc_tx) = ferry::port().unwrap();
+    let original = ferry_net::node::key_of(std::os::fd::AsFd::as_fd(&svc_tx)).unwrap();
+    b.export("svc", svc_tx);
+    let main = a.lookup("svc@b").unwrap();
+
+    // Eight proxies at most, the looked-up one charged to nobody in
+    // particular: one user may have half of the seven left.
+    let ports: Vec<_> = (0..5).map(|_| port_for_lookup(&main, 4242)).collect();
+    for (i, p) in ports[3..].iter().enumerate() {
+        assert!(p.wait_dead(WAIT), "port {} past the user's share was served", i + 3);
+    }
+    for (i, p) in ports[..3].iter().enumerate() {
+        reach(p, &mut svc, 40 + i as u32);
+    }
+    let other = port_for_lookup(&main, 4343);
+    reach(&other, &mut svc, 50);
+
+    // Sent back to its host inside a message, a right to one of them is the
+    // original port there, not a proxy of a proxy.
+    ports[0].send(Message::new(60).with_item(ferry::Item::Send(ports[1].try_clone().unwrap())), WAIT).unwrap();
+    let mut m = svc.recv(WAIT).unwrap();
+    assert_eq!(m.op(), 60);
+    let Some(ferry::Item::Send(back)) = m.take_items().pop() else { panic!("no right in {m:?}") };
+    assert_eq!(ferry_net::node::key_of(std::os::fd::AsFd::as_fd(&back)).unwrap(), original, "the right did not come home as the original");
+
+    // The import lives while any of its proxies does.
+    drop(main);
+    drop(ports);
+    reach(&other, &mut svc, 70);
+    assert!(imports_become(&a, "b", 1), "the import went before its last proxy");
+    drop(other);
+    assert!(imports_become(&a, "b", 0), "the import outlived its proxies");
+}

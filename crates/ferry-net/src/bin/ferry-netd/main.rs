@@ -180,7 +180,7 @@ fn run(a: Args) -> Result<(), String> {
         imports.push((remote.clone(), Some(right)));
     }
     // The status port `ferry names` and `ferry stat` ask (see ferry_net::status).
-    let (mut status, to_status) = ferry::port().map_err(|e| e.to_string())?;
+    let (status, to_status) = ferry::port().map_err(|e| e.to_string())?;
     let status_kept = match upkeep::register(&mut names, ferry_net::status::NAME, &to_status, a.system_names) {
         Ok(()) => Some(to_status),
         Err(e) => {
@@ -199,8 +199,9 @@ fn run(a: Args) -> Result<(), String> {
     std::thread::Builder::new().name("ferry-netd-upkeep".into()).spawn(move || upkeep.run(woken)).map_err(|e| e.to_string())?;
     stop_on_signals(node.clone()).map_err(|e| format!("cannot wait for signals: {e}"))?;
     println!("ferry-netd: ready on {}", node.local_addr().map_err(|e| e.to_string())?);
+    let mut status = ferry_net::status::Server::new(status).map_err(|e| format!("cannot serve the status port: {e}"))?;
     loop {
-        ferry_net::status::serve(&node, &a.imports, &mut status, ferry::Timeout::Infinite);
+        status.serve(&node, &a.imports, ferry::Timeout::Infinite);
         // Nobody can send to the status port any more (its name could not
         // be registered): nothing to serve.
         std::thread::sleep(Duration::from_secs(60));

@@ -14,6 +14,7 @@
 //! A right never silently re-binds: a dead proxy stays dead for whoever
 //! holds it, and only new lookups of the name find the new port.
 
+use std::collections::HashSet;
 use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,10 +40,19 @@ struct Import {
     said: Option<String>,
 }
 
+/// The first version of the name service that makes a port of its own
+/// for each lookup of a system service (`register_system_service`).
+const SERVICE_VERSION: u32 = 4;
+
 /// Registers `right` under `name`: as a system name if `system`, else for
-/// this daemon's user.
+/// this daemon's user. A system name is registered as a service, so that
+/// each user's lookup gets a port of its own (which that user alone can
+/// shut down or fill); a name server older than that gets the one port
+/// for everyone.
 pub fn register(names: &mut Bootstrap, name: &str, right: &SendRight, system: bool) -> Result<(), ferry::NameError> {
-    if system {
+    if system && names.server_version() >= SERVICE_VERSION {
+        names.register_system_service(name, right)
+    } else if system {
         names.register_system(name, right)
     } else {
         names.register(name, right)
@@ -121,16 +131,42 @@ impl Upkeep {
                 // The redial is gone: the daemon is stopping.
                 Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => std::thread::sleep(EVERY),
             }
-            self.status();
+            let mine = self.my_services();
+            self.status(mine.as_ref());
             self.exports();
-            self.imports();
+            self.imports(mine.as_ref());
+        }
+    }
+
+    /// The system services this daemon has registered, if it registers
+    /// its names as services (`None`: ask by looking each name up). A
+    /// lookup of a service makes a new port each time, so whether a name
+    /// is still this daemon's is read from the name server's listing: a
+    /// system name registered by this process.
+    fn my_services(&mut self) -> Option<HashSet<String>> {
+        if !self.system || self.names.server_version() < SERVICE_VERSION {
+            return None;
+        }
+        let me = i32::try_from(std::process::id()).unwrap_or(-1);
+        let listing = self.names.list().unwrap_or_default();
+        Some(listing.into_iter().filter(|e| e.uid == ferry::nameserver::SYSTEM_UID && e.owner_pid == me).map(|e| e.name).collect())
+    }
+
+    /// Whether `name` is registered here to `right`: by this daemon, as
+    /// `mine` says, or else as a lookup finds.
+    fn registered(&mut self, mine: Option<&HashSet<String>>, name: &str, right: &SendRight) -> bool {
+        match mine {
+            Some(names) => names.contains(name),
+            None => self.names.lookup(name).is_ok_and(|r| same_port(&r, right)),
         }
     }
 
     /// Registers the status name again if the name server lost it.
-    fn status(&mut self) {
-        let Some(status) = &self.status else { return };
-        if self.names.lookup(ferry_net::status::NAME).is_ok_and(|r| same_port(&r, status)) {
+    fn status(&mut self, mine: Option<&HashSet<String>>) {
+        let Some(status) = self.status.take() else { return };
+        let registered = self.registered(mine, ferry_net::status::NAME, &status);
+        let status = self.status.insert(status);
+        if registered {
             return;
         }
         let msg = match register(&mut self.names, ferry_net::status::NAME, status, self.system) {
@@ -166,42 +202,49 @@ impl Upkeep {
 
     /// Looks up again each import whose proxy died (while its host is
     /// linked) and keeps each live proxy registered under its name.
-    fn imports(&mut self) {
+    fn imports(&mut self, mine: Option<&HashSet<String>>) {
         let links = self.node.links();
-        for i in &mut self.imports {
-            if i.proxy.as_ref().is_none_or(|p| p.is_dead()) {
-                i.proxy = None;
-                if !links.iter().any(|l| l.peer == i.host && l.up) {
-                    // Looked at again when the link is up: the redial
-                    // wakes this when it brings a link back, and a link
-                    // the peer dials is seen at the next look.
-                    continue;
+        let mut imports = std::mem::take(&mut self.imports);
+        for i in &mut imports {
+            self.import(i, &links, mine);
+        }
+        self.imports = imports;
+    }
+
+    /// [`imports`](Self::imports) of one import.
+    fn import(&mut self, i: &mut Import, links: &[ferry_net::node::LinkInfo], mine: Option<&HashSet<String>>) {
+        if i.proxy.as_ref().is_none_or(|p| p.is_dead()) {
+            i.proxy = None;
+            if !links.iter().any(|l| l.peer == i.host && l.up) {
+                // Looked at again when the link is up: the redial
+                // wakes this when it brings a link back, and a link
+                // the peer dials is seen at the next look.
+                return;
+            }
+            match self.node.lookup(&i.remote) {
+                Ok(p) => i.proxy = Some(p),
+                Err(e) => {
+                    say(&mut i.said, Some(format!("--import {}: {e}", i.remote)));
+                    return;
                 }
-                match self.node.lookup(&i.remote) {
-                    Ok(p) => i.proxy = Some(p),
-                    Err(e) => {
-                        say(&mut i.said, Some(format!("--import {}: {e}", i.remote)));
-                        continue;
-                    }
-                }
             }
-            let Some(proxy) = &i.proxy else { continue };
-            if self.names.lookup(&i.remote).is_ok_and(|r| same_port(&r, proxy)) {
-                continue;
+        }
+        let Some(proxy) = &i.proxy else { return };
+        if self.registered(mine, &i.remote, proxy) {
+            return;
+        }
+        // What is registered under the name, if anything, is this
+        // daemon's old proxy: replaced (a system name whose port is
+        // gone is replaced by registering it).
+        if !self.system {
+            let _ = self.names.unregister(&i.remote);
+        }
+        match register(&mut self.names, &i.remote, proxy, self.system) {
+            Ok(()) => {
+                eprintln!("ferry-netd: --import {}: registered", i.remote);
+                say(&mut i.said, None);
             }
-            // What is registered under the name, if anything, is this
-            // daemon's old proxy: replaced (a system name whose port is
-            // gone is replaced by registering it).
-            if !self.system {
-                let _ = self.names.unregister(&i.remote);
-            }
-            match register(&mut self.names, &i.remote, proxy, self.system) {
-                Ok(()) => {
-                    eprintln!("ferry-netd: --import {}: registered", i.remote);
-                    say(&mut i.said, None);
-                }
-                Err(e) => say(&mut i.said, Some(format!("--import {}: {e}", i.remote))),
-            }
+            Err(e) => say(&mut i.said, Some(format!("--import {}: {e}", i.remote))),
         }
     }
 }

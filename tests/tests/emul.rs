@@ -584,6 +584,79 @@ fn emul_sg_read_and_write_by_message_and_in_the_callers_thread() {
     });
 }
 
+/// Each calling thread gets a channel of its own to the server, within a
+/// budget per user: 300 threads calling at once all get their answers
+/// (those past the budget bring a reply right with each call instead), a
+/// forked child calls over a channel of its own, and the server lets every
+/// channel go when its thread ends.
+#[test]
+fn emul_threads_call_over_channels_of_their_own_within_a_budget() {
+    watchdog("emul_threads_call_over_channels_of_their_own_within_a_budget", Duration::from_secs(120), || {
+        use ferry::emulation::Client;
+        let dir = scratch("channels");
+        std::fs::write(dir.join("f"), b"12345").unwrap();
+        let (mut srv, right) = EmulServer::new(&dir).unwrap();
+        let client = std::sync::Arc::new(Client::new(right));
+        let (peak_tx, peak_rx) = std::sync::mpsc::channel();
+        let t = std::thread::spawn(move || {
+            let mut peak = 0;
+            while srv.serve(Timeout::After(Duration::from_millis(20))) {
+                peak = peak.max(srv.channels());
+                let _ = peak_tx.send((peak, srv.channels()));
+            }
+            srv.channels()
+        });
+        // Every thread makes its first call, then all wait (the server,
+        // idle, counts their channels) before the second.
+        let (called, go) = (std::sync::Arc::new(std::sync::Barrier::new(301)), std::sync::Arc::new(std::sync::Barrier::new(301)));
+        let threads: Vec<_> = (0..300)
+            .map(|_| {
+                let (c, called, go) = (client.clone(), called.clone(), go.clone());
+                std::thread::spawn(move || {
+                    let first = c.stat("f", false).map(|s| s.size);
+                    called.wait();
+                    go.wait();
+                    let second = c.stat("f", false).map(|s| s.size);
+                    (first, second)
+                })
+            })
+            .collect();
+        called.wait();
+        std::thread::sleep(Duration::from_millis(300));
+        go.wait();
+        for th in threads {
+            assert_eq!(th.join().unwrap(), (Ok(5), Ok(5)));
+        }
+        // A child calls over a channel of its own, not its parent's.
+        assert_eq!(client.stat("f", false).map(|s| s.size), Ok(5));
+        // SAFETY: the child only calls the client and leaves with `_exit`.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            let ok = client.stat("f", false).map(|s| s.size) == Ok(5) && client.stat("f", false).map(|s| s.size) == Ok(5);
+            // SAFETY: ends the forked child at once.
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child forked above.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert_eq!(status, 0, "the forked child's calls failed");
+        assert_eq!(client.stat("f", false).map(|s| s.size), Ok(5), "the parent's channel still answers");
+        // Within its budget, and every thread's channel let go.
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let (mut peak, mut now) = (0, usize::MAX);
+        while now > 1 && std::time::Instant::now() < deadline {
+            if let Ok((p, n)) = peak_rx.recv_timeout(Duration::from_millis(100)) {
+                (peak, now) = (p, n);
+            }
+        }
+        assert!(peak > 1 && peak <= 256, "channels at once: {peak}");
+        assert!(now <= 1, "channels of ended threads were kept: {now}");
+        drop(client);
+        t.join().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+    });
+}
+
 #[test]
 fn emul_another_user_reaches_neither_unreadable_files_nor_others_open_files() {
     if !common::can_play_other_user("emul_another_user_reaches_neither_unreadable_files_nor_others_open_files") {

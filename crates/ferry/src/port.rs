@@ -142,7 +142,7 @@ thread_local! {
 /// where the thread's is out of reach: torn down (a receive from an
 /// `atexit` handler or a thread-local destructor) or in use further up
 /// this thread's stack.
-fn with_buf<R>(f: impl FnOnce(&mut [u8]) -> R) -> R {
+pub(crate) fn with_buf<R>(f: impl FnOnce(&mut [u8]) -> R) -> R {
     let mut f = Some(f);
     let kept = RECV_BUF.try_with(|b| b.try_borrow_mut().ok().map(|mut buf| f.take().map(|f| f(&mut buf))));
     match (kept, f) {

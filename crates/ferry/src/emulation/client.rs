@@ -5,7 +5,7 @@
 use std::os::fd::{AsFd, OwnedFd};
 
 use super::{get_u32, get_u64, put_u32, put_u64, TokenPage};
-use super::{OP_EMUL_CLOSE, OP_EMUL_FSYNC, OP_EMUL_MKDIR, OP_EMUL_OPEN, OP_EMUL_RENAME, OP_EMUL_STAT, OP_EMUL_TOKEN, OP_EMUL_TRUNCATE};
+use super::{OP_EMUL_CHANNEL, OP_EMUL_CLOSE, OP_EMUL_FSYNC, OP_EMUL_MKDIR, OP_EMUL_OPEN, OP_EMUL_RENAME, OP_EMUL_STAT, OP_EMUL_TOKEN, OP_EMUL_TRUNCATE};
 use super::{OP_EMUL_SG_READ, OP_EMUL_SG_WRITE, OP_EMUL_UNLINK, SG_MAX};
 use crate::message::{Item, Message};
 use crate::port::SendRight;
@@ -88,6 +88,35 @@ pub fn high(fd: OwnedFd) -> OwnedFd {
 /// An `errno` value.
 pub type Errno = i32;
 
+/// One thread's channel to the server ([`super::OP_EMUL_CHANNEL`]).
+enum Channel {
+    /// None yet (or the last one failed).
+    None,
+    /// Made in process `pid`: this end's socket, and its identity (device
+    /// and inode), to tell whether the program closed the descriptor.
+    Open { pid: u32, id: (u64, u64), sock: OwnedFd },
+    /// The server would not keep one more for this user, when asked in
+    /// process `pid`.
+    Refused { pid: u32 },
+}
+
+/// Whether `sock` is still the socket of identity `id`: a program may
+/// close the library's descriptors (a child about to exec closes all it
+/// does not pass on), and the number may be another descriptor's by now.
+fn ours(id: (u64, u64), sock: &OwnedFd) -> bool {
+    crate::sys::socket::identity(sock.as_fd()).is_ok_and(|now| now == id)
+}
+
+/// Sends one request on a channel (its socket of identity `id`) and waits
+/// there for its answer.
+fn exchange_on(sock: std::os::fd::BorrowedFd<'_>, id: (u64, u64), op: u32, body: Vec<u8>) -> Result<Message, ()> {
+    crate::port::send_on(sock, Message::new(op).with_body(body), Timeout::Infinite).map_err(drop)?;
+    match crate::port::with_buf(|buf| crate::port::recv_on(sock, buf, id, Timeout::Infinite, false)) {
+        Ok(Some(m)) if m.op() == super::OP_EMUL_REPLY => Ok(m),
+        _ => Err(()),
+    }
+}
+
 /// A port for the server's replies, its descriptor placed high (see
 /// [`high`]): the program owns the low numbers and may `dup2` onto any of
 /// them, which would silently replace a descriptor of the library's (and
@@ -145,73 +174,90 @@ impl Client {
     }
 
     fn call(&self, op: u32, body: Vec<u8>) -> Result<(Vec<u8>, Vec<Item>), Errno> {
-        // One reply port per thread and process, kept between calls; each
-        // call makes a fresh send-once right, so a server that dies with
-        // the request unanswered is seen (`SendOnceDropped`), never waited
-        // for. A child after fork makes its own (the parent's is shared).
-        /// A thread's reply port: the process it was made in, the socket
-        /// it was made on (device and inode), and the port.
-        type Kept = (u32, (u64, u64), crate::port::ReceiveRight);
+        // Each thread of each process calls over a channel of its own (a
+        // socket pair whose other end the server keeps,
+        // `OP_EMUL_CHANNEL`): a request and its answer are one datagram
+        // each way, with no socket made and no right passed per call.
+        // Where there is none (the server refused one, or this is a call
+        // made while the thread's channel is in use, from a signal
+        // handler, or while the thread's storage is torn down) the call
+        // brings a reply right of its own.
         thread_local! {
-            static REPLY: std::cell::RefCell<Option<Kept>> = const { std::cell::RefCell::new(None) };
+            static CHANNEL: std::cell::RefCell<Channel> = const { std::cell::RefCell::new(Channel::None) };
         }
-        // Whether the port's descriptor is still the socket it was made
-        // on: a program may close it (a child about to exec closes all it
-        // does not pass on, and new ones the library made meanwhile), and
-        // the number may be another descriptor's by now.
-        let ours = |id: (u64, u64), rx: &crate::port::ReceiveRight| crate::sys::socket::identity(rx.main_fd()).is_ok_and(|now| now == id);
         let pid = std::process::id();
-        let exchange = |rx: &mut crate::port::ReceiveRight, body: Vec<u8>| -> Result<Message, Errno> {
-            let once = rx.make_send_once().map_err(|_| self.failed())?;
-            self.server.send(Message::new(op).with_body(body).with_reply(once), Timeout::Infinite).map_err(|_| self.failed())?;
-            rx.recv(Timeout::Infinite).map_err(|_| self.failed())
-        };
-        // The body moves into whichever exchange runs; `try_with` hands it
-        // back when this thread's storage is already gone.
         let mut body = Some(body);
-        let kept = REPLY.try_with(|cell| {
-            let mut slot = cell.borrow_mut();
-            if slot.as_ref().is_none_or(|(p, id, rx)| *p != pid || !ours(*id, rx)) {
-                let rx = reply_port()?;
-                let id = crate::sys::socket::identity(rx.main_fd()).map_err(|e| e.raw_os_error())?;
-                if let Some((_, _, old)) = slot.take() {
+        let kept = CHANNEL.try_with(|cell| {
+            let Ok(mut chan) = cell.try_borrow_mut() else { return None };
+            let usable = match &*chan {
+                Channel::Open { pid: p, id, sock } => *p == pid && ours(*id, sock),
+                Channel::Refused { pid: p } => *p == pid,
+                Channel::None => false,
+            };
+            if !usable {
+                if let Channel::Open { sock, .. } = std::mem::replace(&mut *chan, Channel::None) {
                     // Inherited from the parent, or closed by the program.
                     // Its descriptor is not closed: the child may have
                     // closed it already (a child about to exec closes all
                     // it does not pass on, as Python's subprocess does),
-                    // and the number may now be another descriptor's, the
-                    // new reply port's among them. It is close-on-exec; a
-                    // child that does not exec keeps one descriptor more.
-                    std::mem::forget(old);
+                    // and the number may now be another descriptor's. It
+                    // is close-on-exec; a child that does not exec keeps
+                    // one descriptor more.
+                    std::mem::forget(sock);
                 }
-                *slot = Some((pid, id, rx));
+                *chan = self.open_channel(pid);
             }
-            let m = {
-                let (_, _, rx) = slot.as_mut().expect("set above");
-                exchange(rx, body.take().unwrap_or_default())
-            };
+            let Channel::Open { id, sock, .. } = &*chan else { return None };
+            let m = exchange_on(sock.as_fd(), *id, op, body.take().unwrap_or_default()).map_err(|()| self.failed());
             if m.is_err() {
-                // A port in an unknown state is not reused; one whose
-                // descriptor is no longer ours is not closed either.
-                if let Some((_, id, rx)) = slot.take() {
-                    if !ours(id, &rx) {
-                        std::mem::forget(rx);
+                // A channel in an unknown state (an answer may still come)
+                // is not used again; one whose descriptor is no longer
+                // ours is not closed either.
+                if let Channel::Open { id, sock, .. } = std::mem::replace(&mut *chan, Channel::None) {
+                    if !ours(id, &sock) {
+                        std::mem::forget(sock);
                     }
                 }
             }
-            m
+            Some(m)
         });
         let reply = match kept {
-            Ok(m) => m,
-            // Called while the thread's storage is torn down (from an
-            // `atexit` handler or a thread-local destructor of the
-            // program, say): a reply port for this call alone.
-            Err(_) => {
-                let mut rx = reply_port()?;
-                exchange(&mut rx, body.take().unwrap_or_default())
-            }
+            Ok(Some(m)) => m,
+            Ok(None) | Err(_) => self.exchange_once(op, body.take().unwrap_or_default()),
         };
         reply.and_then(Self::answer)
+    }
+
+    /// A new channel for this thread of process `pid`, or, if the server
+    /// will not keep one for this user, [`Channel::Refused`] (the thread's
+    /// calls then bring reply rights of their own).
+    fn open_channel(&self, pid: u32) -> Channel {
+        let Ok((mine, theirs)) = crate::sys::socket::seqpacket_pair() else { return Channel::None };
+        let mine = high(mine);
+        let Ok(id) = crate::sys::socket::identity(mine.as_fd()) else { return Channel::None };
+        let Ok(theirs) = crate::port::ReceiveRight::from_parts(theirs, Vec::new()) else { return Channel::None };
+        let Ok(rx) = reply_port() else { return Channel::None };
+        let m = self.exchange(rx, Message::new(OP_EMUL_CHANNEL).with_item(Item::Receive(theirs)));
+        // Refused for good in this thread once the server said no, or the
+        // asking failed: a call asks for a channel once, not every time.
+        match m.and_then(Self::answer) {
+            Ok(_) => Channel::Open { pid, id: (id.0, id.1), sock: mine },
+            Err(_) => Channel::Refused { pid },
+        }
+    }
+
+    /// One call with a reply port made for it alone.
+    fn exchange_once(&self, op: u32, body: Vec<u8>) -> Result<Message, Errno> {
+        let rx = reply_port()?;
+        self.exchange(rx, Message::new(op).with_body(body))
+    }
+
+    /// Sends `m` to the server's main port with a send-once right to `rx`
+    /// and waits for the answer there.
+    fn exchange(&self, mut rx: crate::port::ReceiveRight, m: Message) -> Result<Message, Errno> {
+        let once = rx.make_send_once().map_err(|_| self.failed())?;
+        self.server.send(m.with_reply(once), Timeout::Infinite).map_err(|_| self.failed())?;
+        rx.recv(Timeout::Infinite).map_err(|_| self.failed())
     }
 
     /// The error for an exchange with the server that failed: `EMFILE`

@@ -88,6 +88,15 @@ pub const OP_EMUL_SG_WRITE: u32 = 0x7065_000a;
 /// executable just written may run (no `ETXTBSY`), and a `flock` on it is
 /// gone. Answered the same whoever asks and whatever the id.
 pub const OP_EMUL_CLOSE: u32 = 0x7065_000b;
+/// Client → server, on the server's main port: a channel for one thread's
+/// calls. The message carries one receive right, the server's end of a
+/// socket pair whose other end the thread keeps; the server answers on
+/// the message's reply right (errno first: `0`, or `EAGAIN` past the
+/// asker's budget of channels). After that the thread sends its requests
+/// on its end (no reply right: the answer comes back on the same socket)
+/// and each answer arrives there, so a call makes no socket and passes no
+/// right. The server's end closes when the thread's does.
+pub const OP_EMUL_CHANNEL: u32 = 0x7065_000c;
 /// Most bytes one segment read or write moves (what fits inline in one
 /// message beside its header).
 pub const SG_MAX: usize = crate::wire::MAX_INLINE - 64;

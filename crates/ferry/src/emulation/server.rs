@@ -13,7 +13,7 @@ use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
 
 use super::{get_u32, get_u64, put_u32, put_u64, TokenPage, TokenState, PAGE_LEN};
-use super::{OP_EMUL_CLOSE, OP_EMUL_FSYNC, OP_EMUL_MKDIR, OP_EMUL_OPEN, OP_EMUL_RENAME, OP_EMUL_REPLY, OP_EMUL_STAT, OP_EMUL_TOKEN};
+use super::{OP_EMUL_CHANNEL, OP_EMUL_CLOSE, OP_EMUL_FSYNC, OP_EMUL_MKDIR, OP_EMUL_OPEN, OP_EMUL_RENAME, OP_EMUL_REPLY, OP_EMUL_STAT, OP_EMUL_TOKEN};
 use super::{OP_EMUL_SG_READ, OP_EMUL_SG_WRITE, OP_EMUL_TRUNCATE, OP_EMUL_UNLINK, SG_MAX};
 use crate::message::{Item, Message, Reply};
 use crate::port::{port, SendRight};
@@ -41,6 +41,10 @@ const MAX_WAITING_PER_USER: usize = MAX_WAITING / 4;
 const OPEN_FILES_PER_USER: usize = 4096;
 /// Descriptors the server holds per open file: the file and the hold.
 const FDS_PER_OPEN_FILE: usize = 2;
+
+/// Most channels (`OP_EMUL_CHANNEL`, one per calling thread) one user may
+/// have open at once.
+const CHANNELS_PER_USER: usize = 256;
 /// Descriptors below `RLIMIT_NOFILE` no open file may use: enough to
 /// receive a message with the most descriptors one can carry (253), and to
 /// answer it.
@@ -225,6 +229,12 @@ pub struct EmulServer {
     table: Table,
     per_user: HashMap<u32, usize>,
     budget: FileBudget,
+    /// Threads' channels (`OP_EMUL_CHANNEL`) by member: a descriptor of
+    /// the server's end to answer on (shared with waiting threads), and
+    /// the user that made it.
+    channels: HashMap<MemberId, (Arc<OwnedFd>, u32)>,
+    /// Channels per user.
+    channels_of: HashMap<u32, usize>,
     next_id: u64,
     /// Process ports of the pids the token was last given to.
     holders: Holders,
@@ -269,6 +279,8 @@ impl EmulServer {
             files: HashMap::new(),
             table: Arc::default(),
             per_user: HashMap::new(),
+            channels: HashMap::new(),
+            channels_of: HashMap::new(),
             next_id: 1,
             holders: Arc::default(),
             euid,
@@ -280,6 +292,12 @@ impl EmulServer {
     /// How many open files the server holds (descriptors and token pages).
     pub fn open_files(&self) -> usize {
         self.files.len()
+    }
+
+    /// How many threads' channels the server holds
+    /// ([`OP_EMUL_CHANNEL`](super::OP_EMUL_CHANNEL)).
+    pub fn channels(&self) -> usize {
+        self.channels.len()
     }
 
     /// What the server has done so far.
@@ -310,7 +328,12 @@ impl EmulServer {
                 Err(_) => return true,
             };
             match ev {
-                Event::Message(id, mut m) if id == self.main => self.handle(&mut m),
+                Event::Message(id, mut m) if id == self.main => self.handle(&mut m, None),
+                Event::Message(id, mut m) if self.channels.contains_key(&id) => {
+                    let to = self.channels.get(&id).map(|(sock, _)| ReplyTo::Channel(sock.clone()));
+                    self.handle(&mut m, to);
+                }
+                Event::NoSenders(id) | Event::BadMessage(id, _) if self.channels.contains_key(&id) => self.drop_channel(id),
                 // Nobody can ask any more: done once no open file is left
                 // either (else when the last hold goes, below).
                 Event::NoSenders(id) if id == self.main && self.files.is_empty() => return false,
@@ -374,19 +397,65 @@ impl EmulServer {
         }
     }
 
-    fn handle(&mut self, m: &mut Message) {
-        let Some(reply) = m.take_reply() else { return };
+    /// Stops serving channel `id`: its thread closed its end, or sent
+    /// what is not a message.
+    fn drop_channel(&mut self, id: MemberId) {
+        self.set.remove(id);
+        if let Some((_, uid)) = self.channels.remove(&id) {
+            if let Some(n) = self.channels_of.get_mut(&uid) {
+                *n -= 1;
+                if *n == 0 {
+                    self.channels_of.remove(&uid);
+                }
+            }
+        }
+    }
+
+    /// `OP_EMUL_CHANNEL`: serves the receive right in `m` as a channel of
+    /// user `uid`, within the budget of channels (a quarter of what open
+    /// files may take in all, half of that for one user, at most
+    /// [`CHANNELS_PER_USER`]); past it `EAGAIN`, and the asker's calls
+    /// bring reply rights of their own.
+    fn add_channel(&mut self, uid: u32, m: &mut Message) -> Res<Answer> {
+        let mut items = m.take_items().into_iter();
+        let (Some(Item::Receive(rx)), None) = (items.next(), items.next()) else { return Err(Errno::INVAL) };
+        let in_all = (self.budget.in_all / 4).max(1);
+        let mine = self.channels_of.get(&uid).copied().unwrap_or(0);
+        if self.channels.len() >= in_all || mine >= (in_all / 2).clamp(1, CHANNELS_PER_USER) {
+            return Err(Errno::AGAIN);
+        }
+        let answer_on = rustix::io::fcntl_dupfd_cloexec(rx.main_fd(), 0)?;
+        let id = self.set.insert(rx);
+        self.channels.insert(id, (Arc::new(answer_on), uid));
+        *self.channels_of.entry(uid).or_insert(0) += 1;
+        Ok((vec![], vec![]))
+    }
+
+    /// Handles one request: from the main port with its reply right
+    /// (`channel` `None`), or from a thread's channel, answered there.
+    fn handle(&mut self, m: &mut Message, channel: Option<ReplyTo>) {
+        let reply = match channel {
+            Some(to) => to,
+            None => match m.take_reply() {
+                Some(r) => ReplyTo::Right(r),
+                None => return,
+            },
+        };
+        let reply = Answerer(Some(reply));
         let Some(c) = m.sender() else { return };
         let who = Asker { pid: c.pid, uid: c.uid, gid: c.gid };
         let body = m.body().to_vec();
         let c = &self.counters;
-        match m.op() {
-            OP_EMUL_OPEN => &c.opens,
-            OP_EMUL_TOKEN => &c.token_requests,
-            OP_EMUL_TRUNCATE | OP_EMUL_FSYNC | OP_EMUL_SG_READ | OP_EMUL_SG_WRITE | OP_EMUL_CLOSE => &c.file_ops,
-            _ => &c.names,
+        let counter = match m.op() {
+            OP_EMUL_OPEN => Some(&c.opens),
+            OP_EMUL_TOKEN => Some(&c.token_requests),
+            OP_EMUL_TRUNCATE | OP_EMUL_FSYNC | OP_EMUL_SG_READ | OP_EMUL_SG_WRITE | OP_EMUL_CLOSE => Some(&c.file_ops),
+            OP_EMUL_CHANNEL => None,
+            _ => Some(&c.names),
+        };
+        if let Some(counter) = counter {
+            counter.fetch_add(1, Ordering::Relaxed);
         }
-        .fetch_add(1, Ordering::Relaxed);
         let step = match m.op() {
             OP_EMUL_OPEN => self.open(who, &body),
             OP_EMUL_CLOSE => {
@@ -402,6 +471,8 @@ impl EmulServer {
             OP_EMUL_TRUNCATE | OP_EMUL_FSYNC => self.file_op(m.op(), who, &body),
             OP_EMUL_SG_READ | OP_EMUL_SG_WRITE => Step::Now(self.segment(m.op(), who, &body).map(|b| (b, vec![]))),
             OP_EMUL_TOKEN => self.token(who, &body),
+            // A channel is asked for on the main port only.
+            OP_EMUL_CHANNEL if matches!(reply.0, Some(ReplyTo::Right(_))) => Step::Now(self.add_channel(who.uid, m)),
             _ => Step::Now(Err(Errno::NOSYS)),
         };
         match step {
@@ -633,7 +704,29 @@ fn cut(
     result
 }
 
-fn send_reply(reply: Reply, answer: Res<Answer>) {
+/// Where an answer goes: a request's reply right, or the channel it came
+/// on.
+enum ReplyTo {
+    Right(Reply),
+    Channel(Arc<OwnedFd>),
+}
+
+/// An answer still owed. A reply right dropped unanswered tells its
+/// client so by itself (`SendOnceDropped`); a channel does not, so one
+/// dropped unanswered (a waiting thread that could not start, or whose
+/// work panicked) answers `EIO` rather than leave its thread waiting.
+struct Answerer(Option<ReplyTo>);
+
+impl Drop for Answerer {
+    fn drop(&mut self) {
+        if let Some(to @ ReplyTo::Channel(_)) = self.0.take() {
+            send_reply(Answerer(Some(to)), Err(Errno::IO));
+        }
+    }
+}
+
+fn send_reply(mut reply: Answerer, answer: Res<Answer>) {
+    let Some(to) = reply.0.take() else { return };
     let mut body = Vec::new();
     let msg = match answer {
         Ok((b, items)) => {
@@ -650,8 +743,12 @@ fn send_reply(reply: Reply, answer: Res<Answer>) {
     // reply right leads to a full queue (a send-once right, as the
     // library's, always has room). The server never waits for room: a
     // client that chose a full port as its reply port would hold up
-    // everyone behind it.
-    let _ = reply.send(msg, Timeout::Zero);
+    // everyone behind it. A channel's thread waits for this one answer,
+    // so its queue has room unless the client filled it itself.
+    match to {
+        ReplyTo::Right(r) => drop(r.send(msg, Timeout::Zero)),
+        ReplyTo::Channel(sock) => drop(crate::port::send_on(sock.as_fd(), msg, Timeout::Zero)),
+    }
 }
 
 /// Keeps `port` among the token holders' ports (within [`MAX_HOLDERS`],

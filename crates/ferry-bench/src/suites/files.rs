@@ -16,6 +16,10 @@
 //!   lseek+read pair.
 //! - `write`: sequential 4 KiB writes overwriting a cached 16 MiB file,
 //!   one pass per sample, reported per write.
+//! - `open-close`: `open`, a read of all 64 bytes and `close` of one of
+//!   [`SMALL_FILES`] small files in turn, reported per file: what a
+//!   program that reads many small files (a compiler's headers, a
+//!   repository's objects) pays per file. `ferry-emul` and `native` only.
 //!
 //! Implementations: `ferry-emul` calls the emulation library's own `open`,
 //! `read`, `write`, `lseek` (the `libferry_emul.so` that `ferry run`
@@ -65,6 +69,10 @@ fn stride() -> u64 {
 }
 /// The span `byte-read` seeks within.
 pub const BYTE_SPAN: u64 = 4096;
+/// How many small files `open-close` goes through, and each one's size.
+pub const SMALL_FILES: usize = 256;
+/// The size of each of `open-close`'s files.
+pub const SMALL_BYTES: usize = 64;
 
 /// The suite.
 pub fn suite() -> Suite {
@@ -77,13 +85,14 @@ pub fn suite() -> Suite {
     }
 }
 
-/// `seqread`, `byte-read`, `write`.
+/// `seqread`, `byte-read`, `remap-read`, `write`, `open-close`.
 pub fn cases() -> Vec<Case> {
     vec![
         Case { suite: "files", name: "seqread", bytes: FILE_SIZE, touch: Touch::Read },
         Case { suite: "files", name: "byte-read", bytes: 1, touch: Touch::Read },
         Case { suite: "files", name: "remap-read", bytes: IO as u64, touch: Touch::Read },
         Case { suite: "files", name: "write", bytes: IO as u64, touch: Touch::Write },
+        Case { suite: "files", name: "open-close", bytes: SMALL_BYTES as u64, touch: Touch::Read },
     ]
 }
 
@@ -201,6 +210,10 @@ fn env() -> Result<&'static Env, Skip> {
         for (name, size) in [("seq", FILE_SIZE), ("wr", FILE_SIZE)] {
             fill(&dir.join(name), size).map_err(|e| e.to_string())?;
         }
+        std::fs::create_dir_all(dir.join("small")).map_err(|e| e.to_string())?;
+        for i in 0..SMALL_FILES {
+            fill(&dir.join("small").join(i.to_string()), SMALL_BYTES as u64).map_err(|e| e.to_string())?;
+        }
         let (mut srv, right) = EmulServer::new(&dir).map_err(|e| e.to_string())?;
         let handler = srv.handler();
         // The library finds the server at a descriptor named in the
@@ -258,7 +271,44 @@ fn check_word(buf: &[u8], at: u64) -> Result<(), Skip> {
     Ok(())
 }
 
+/// `open-close`: each sample opens, reads whole and closes every small
+/// file once; reported per file.
+fn open_close(run: &mut Run<'_>, calls: Calls) -> Result<(), Skip> {
+    let e = env()?;
+    let paths: Vec<CString> = (0..SMALL_FILES)
+        .map(|i| CString::new(e.dir.join("small").join(i.to_string()).into_os_string().into_encoded_bytes()).expect("path"))
+        .collect();
+    let mut buf = [0u8; SMALL_BYTES + 1];
+    run.note("files", SMALL_FILES as u64);
+    while run.more() {
+        let t = Instant::now();
+        for p in &paths {
+            // SAFETY: a C string path and plain flags; then our descriptor
+            // and a buffer of its length.
+            let n = unsafe {
+                let fd = (calls.open)(p.as_ptr(), libc::O_RDONLY, 0);
+                if fd < 0 {
+                    return Err(Skip::new(format!("open: {}", std::io::Error::last_os_error())));
+                }
+                let n = (calls.read)(fd, buf.as_mut_ptr().cast(), buf.len());
+                (calls.close)(fd);
+                n
+            };
+            if n != SMALL_BYTES as isize {
+                return Err(Skip::new(format!("read {n} bytes of a {SMALL_BYTES}-byte file")));
+            }
+        }
+        let el = t.elapsed();
+        check_word(&buf[SMALL_BYTES - 8..], SMALL_BYTES as u64 - 8)?;
+        run.record_batch(el, SMALL_FILES as u64);
+    }
+    Ok(())
+}
+
 fn with_calls(run: &mut Run<'_>, calls: Calls) -> Result<(), Skip> {
+    if run.case.name == "open-close" {
+        return open_close(run, calls);
+    }
     let e = env()?;
     let write = run.case.name == "write";
     let (name, size) = file_for(run, write);
@@ -374,6 +424,9 @@ fn native(run: &mut Run<'_>) -> Result<(), Skip> {
 type SegmentIo<'a> = &'a dyn Fn(u64, u64, &mut [u8], bool) -> Result<usize, i32>;
 
 fn with_sg(run: &mut Run<'_>, sg: SegmentIo<'_>) -> Result<(), Skip> {
+    if run.case.name == "open-close" {
+        return Err(Skip::new("segment I/O opens no files by name"));
+    }
     let e = env()?;
     let write = run.case.name == "write";
     let (name, size) = file_for(run, write);

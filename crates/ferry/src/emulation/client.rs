@@ -111,11 +111,22 @@ fn ours(id: (u64, u64), sock: &OwnedFd) -> bool {
 /// there for its answer.
 fn exchange_on(sock: std::os::fd::BorrowedFd<'_>, id: (u64, u64), op: u32, body: Vec<u8>) -> Result<Message, ()> {
     crate::port::send_on(sock, Message::new(op).with_body(body), Timeout::Infinite).map_err(drop)?;
-    match crate::port::with_buf(|buf| crate::port::recv_on(sock, buf, id, Timeout::Infinite, false)) {
+    let got = crate::port::with_buf(|buf| {
+        let start = std::time::Instant::now();
+        loop {
+            match crate::port::recv_on(sock, buf, id, Timeout::Zero, false) {
+                Err(crate::RecvError::Timeout) if start.elapsed() < super::SPIN => std::thread::yield_now(),
+                Err(crate::RecvError::Timeout) => return crate::port::recv_on(sock, buf, id, Timeout::Infinite, false),
+                got => return got,
+            }
+        }
+    });
+    match got {
         Ok(Some(m)) if m.op() == super::OP_EMUL_REPLY => Ok(m),
         _ => Err(()),
     }
 }
+
 
 /// A port for the server's replies, its descriptor placed high (see
 /// [`high`]): the program owns the low numbers and may `dup2` onto any of

@@ -97,6 +97,14 @@ pub const OP_EMUL_CLOSE: u32 = 0x7065_000b;
 /// and each answer arrives there, so a call makes no socket and passes no
 /// right. The server's end closes when the thread's does.
 pub const OP_EMUL_CHANNEL: u32 = 0x7065_000c;
+/// How long a thread that waits for the other side of a call looks for
+/// it, yielding the CPU between looks, before it sleeps: the caller for
+/// its answer, and the server, just after a request, for the next one (a
+/// program making file calls in a row sends it within microseconds). With
+/// the two on different CPUs a sleeper's wake-up costs some 50 µs on a
+/// virtual machine; on one CPU the yield runs the other side at once, and
+/// any other runnable thread before the one that looks.
+const SPIN: std::time::Duration = std::time::Duration::from_micros(200);
 /// Most bytes one segment read or write moves (what fits inline in one
 /// message beside its header).
 pub const SG_MAX: usize = crate::wire::MAX_INLINE - 64;

@@ -318,8 +318,23 @@ impl EmulServer {
     /// every send right to the server (and every open file) is gone. Returns
     /// `false` when there is nobody left to serve.
     pub fn serve(&mut self, timeout: Timeout) -> bool {
+        // Just after a request, the next is often a few microseconds away
+        // (a program making file calls in a row): the server looks for it,
+        // yielding the CPU between looks, for a while before it sleeps,
+        // which spares the program a wake-up of this thread.
+        let mut last: Option<Instant> = None;
         loop {
-            let ev = match self.set.wait(timeout) {
+            let mut now = self.set.wait(Timeout::Zero);
+            while matches!(now, Err(crate::RecvError::Timeout)) && last.is_some_and(|t| t.elapsed() < super::SPIN) {
+                std::thread::yield_now();
+                now = self.set.wait(Timeout::Zero);
+            }
+            let now = match now {
+                Err(crate::RecvError::Timeout) => self.set.wait(timeout),
+                got => got,
+            };
+            last = Some(Instant::now());
+            let ev = match now {
                 Ok(ev) => ev,
                 Err(crate::RecvError::Timeout) => {
                     self.holders.lock().expect("holders").retain(|_, p| !p.is_dead());

@@ -606,7 +606,7 @@ fn recv_timed(
 }
 
 /// The message a received datagram holds; `Ok(None)` is end-of-file.
-fn datagram_message(buf: &[u8], dg: socket::Datagram, identity: (u64, u64), via_send_once: bool) -> Result<Option<Message>, RecvError> {
+pub(crate) fn datagram_message(buf: &[u8], dg: socket::Datagram, identity: (u64, u64), via_send_once: bool) -> Result<Option<Message>, RecvError> {
     if dg.is_eof() {
         return Ok(None);
     }

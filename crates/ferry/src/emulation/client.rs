@@ -108,25 +108,40 @@ fn ours(id: (u64, u64), sock: &OwnedFd) -> bool {
 }
 
 /// Sends one request on a channel (its socket of identity `id`) and waits
-/// there for its answer.
-fn exchange_on(sock: std::os::fd::BorrowedFd<'_>, id: (u64, u64), op: u32, body: Vec<u8>) -> Result<Message, ()> {
+/// there for its answer. An open's descriptors come just before its answer
+/// in a datagram of their own (a marker byte, `f` or `d`, and the
+/// descriptors): they are returned beside it.
+fn exchange_on(sock: std::os::fd::BorrowedFd<'_>, id: (u64, u64), op: u32, body: Vec<u8>) -> Result<(Message, Vec<OwnedFd>), ()> {
     crate::port::send_on(sock, Message::new(op).with_body(body), Timeout::Infinite).map_err(drop)?;
-    let got = crate::port::with_buf(|buf| {
-        let start = std::time::Instant::now();
-        loop {
-            match crate::port::recv_on(sock, buf, id, Timeout::Zero, false) {
-                Err(crate::RecvError::Timeout) if start.elapsed() < super::SPIN => std::thread::yield_now(),
-                Err(crate::RecvError::Timeout) => return crate::port::recv_on(sock, buf, id, Timeout::Infinite, false),
-                got => return got,
-            }
+    let mut fds = Vec::new();
+    crate::port::with_buf(|buf| loop {
+        let dg = recv_looking(sock, buf)?;
+        if dg.len == 1 && matches!(buf[0], b'f' | b'd') && !dg.fds.is_empty() && !dg.fds_truncated && fds.is_empty() {
+            fds = dg.fds;
+            continue;
         }
-    });
-    match got {
-        Ok(Some(m)) if m.op() == super::OP_EMUL_REPLY => Ok(m),
-        _ => Err(()),
-    }
+        return match crate::port::datagram_message(buf, dg, id, false) {
+            Ok(Some(m)) if m.op() == super::OP_EMUL_REPLY => Ok((m, fds)),
+            _ => Err(()),
+        };
+    })
 }
 
+/// The next datagram on `sock`: looked for, yielding the CPU between
+/// looks, for up to [`super::SPIN`], then waited for.
+fn recv_looking(sock: std::os::fd::BorrowedFd<'_>, buf: &mut [u8]) -> Result<crate::sys::socket::Datagram, ()> {
+    use rustix::io::Errno as E;
+    let start = std::time::Instant::now();
+    loop {
+        let wait = start.elapsed() >= super::SPIN;
+        match crate::sys::socket::recv(sock, buf, wait) {
+            Ok(dg) => return Ok(dg),
+            Err(E::AGAIN) => std::thread::yield_now(),
+            Err(E::INTR) => {}
+            Err(_) => return Err(()),
+        }
+    }
+}
 
 /// A port for the server's replies, its descriptor placed high (see
 /// [`high`]): the program owns the low numbers and may `dup2` onto any of
@@ -185,6 +200,13 @@ impl Client {
     }
 
     fn call(&self, op: u32, body: Vec<u8>) -> Result<(Vec<u8>, Vec<Item>), Errno> {
+        self.call_fds(op, body).map(|(b, items, _)| (b, items))
+    }
+
+    /// [`call`](Self::call), with the descriptors an open's answer brought
+    /// over a channel (none when it came by a reply right: those come in
+    /// an envelope among the items).
+    fn call_fds(&self, op: u32, body: Vec<u8>) -> Result<(Vec<u8>, Vec<Item>, Vec<OwnedFd>), Errno> {
         // Each thread of each process calls over a channel of its own (a
         // socket pair whose other end the server keeps,
         // `OP_EMUL_CHANNEL`): a request and its answer are one datagram
@@ -232,11 +254,13 @@ impl Client {
             }
             Some(m)
         });
-        let reply = match kept {
-            Ok(Some(m)) => m,
-            Ok(None) | Err(_) => self.exchange_once(op, body.take().unwrap_or_default()),
+        let (reply, fds) = match kept {
+            Ok(Some(Ok((m, fds)))) => (Ok(m), fds),
+            Ok(Some(Err(e))) => (Err(e), Vec::new()),
+            Ok(None) | Err(_) => (self.exchange_once(op, body.take().unwrap_or_default()), Vec::new()),
         };
-        reply.and_then(Self::answer)
+        let (b, items) = reply.and_then(Self::answer)?;
+        Ok((b, items, fds))
     }
 
     /// A new channel for this thread of process `pid`, or, if the server
@@ -304,17 +328,25 @@ impl Client {
         put_u32(&mut body, flags as u32);
         put_u32(&mut body, mode);
         body.extend_from_slice(name.as_bytes());
-        let (b, items) = self.call(OP_EMUL_OPEN, body)?;
+        let (b, items, direct) = self.call_fds(OP_EMUL_OPEN, body)?;
         let kind = get_u32(&b, 0).ok_or(libc::EIO)?;
         let id = get_u64(&b, 4).ok_or(libc::EIO)?;
         let mut items = items.into_iter();
-        let Some(Item::Send(envelope)) = items.next() else { return Err(libc::EIO) };
-        let mut buf = [0u8; 8];
-        let dg = crate::sys::socket::recv(envelope.as_fd(), &mut buf, true).map_err(|_| self.failed())?;
-        if dg.fds_truncated {
-            return Err(self.failed());
-        }
-        let mut fds = dg.fds.into_iter();
+        // Over a channel the descriptors came before the answer; by a
+        // reply right, in an envelope (a socket pair's end whose queue
+        // holds them).
+        let fds = if direct.is_empty() {
+            let Some(Item::Send(envelope)) = items.next() else { return Err(libc::EIO) };
+            let mut buf = [0u8; 8];
+            let dg = crate::sys::socket::recv(envelope.as_fd(), &mut buf, true).map_err(|_| self.failed())?;
+            if dg.fds_truncated {
+                return Err(self.failed());
+            }
+            dg.fds
+        } else {
+            direct
+        };
+        let mut fds = fds.into_iter();
         match (kind, fds.next(), fds.next(), items.next()) {
             // Moved out of the low numbers too: the library duplicates it
             // to the lowest free number for the program, which would

@@ -471,8 +471,14 @@ impl EmulServer {
         if let Some(counter) = counter {
             counter.fetch_add(1, Ordering::Relaxed);
         }
+        // Over a channel, an open's descriptors go on it just before the
+        // answer; by a reply right, in an envelope.
+        let direct = match &reply.0 {
+            Some(ReplyTo::Channel(sock)) => Some(sock.clone()),
+            _ => None,
+        };
         let step = match m.op() {
-            OP_EMUL_OPEN => self.open(who, &body),
+            OP_EMUL_OPEN => self.open(who, &body, direct.as_deref()),
             OP_EMUL_CLOSE => {
                 if let Some(fid) = get_u64(&body, 0) {
                     self.close_now(fid);
@@ -574,8 +580,8 @@ impl EmulServer {
         Step::Wait(Box::new(move || cut(&table, &holders, &counters, (euid, who), f.identity, f.file.as_fd(), len).map(|()| (vec![], vec![]))))
     }
 
-    fn open(&mut self, who: Asker, body: &[u8]) -> Step {
-        match self.open_now(who, body) {
+    fn open(&mut self, who: Asker, body: &[u8], direct: Option<&OwnedFd>) -> Step {
+        match self.open_now(who, body, direct) {
             Ok((answer, None)) => Step::Now(Ok(answer)),
             // The reply (with the open file's hold) goes once the file is
             // cut; if the cut fails, the hold goes with the answer, and
@@ -589,8 +595,11 @@ impl EmulServer {
     }
 
     /// Opens and registers a file; with `O_TRUNC`, also returns the open
-    /// file, still to be cut to nothing before the answer goes.
-    fn open_now(&mut self, who: Asker, body: &[u8]) -> Res<(Answer, Option<Arc<OpenFile>>)> {
+    /// file, still to be cut to nothing before the answer goes. The
+    /// descriptors go on the channel `direct` (the asker reads them just
+    /// before the answer), or without one in an envelope among the
+    /// answer's items.
+    fn open_now(&mut self, who: Asker, body: &[u8], direct: Option<&OwnedFd>) -> Res<(Answer, Option<Arc<OpenFile>>)> {
         let flags = get_u32(body, 0).ok_or(Errno::INVAL)?;
         let mode = get_u32(body, 4).ok_or(Errno::INVAL)?;
         let name = lookup_name(name_of(&body[8..])?);
@@ -605,15 +614,25 @@ impl EmulServer {
         let trunc = writes && flags as i32 & libc::O_TRUNC != 0;
         let open_flags = if trunc { flags as i32 & !libc::O_TRUNC } else { flags as i32 };
         let (fd, is_dir) = as_asker(self.euid, who, || open_beneath(&self.root, name, open_flags, mode))??;
-        let (a, b) = crate::sys::socket::seqpacket_pair()?;
-        let envelope = SendRight::from_fd(b);
+        // Never waits for room on a channel: only an asker that sent more
+        // requests than it read answers fills its own.
+        let deliver = |marker: &[u8], fds: &[BorrowedFd<'_>]| -> Res<Vec<Item>> {
+            match direct {
+                Some(ch) => crate::sys::socket::send(ch.as_fd(), &[IoSlice::new(marker)], fds, false).map(|_| Vec::new()),
+                None => {
+                    let (a, b) = crate::sys::socket::seqpacket_pair()?;
+                    crate::sys::socket::send(a.as_fd(), &[IoSlice::new(marker)], fds, true)?;
+                    Ok(vec![Item::Send(SendRight::from_fd(b))])
+                }
+            }
+        };
         let mut out = Vec::new();
         if is_dir {
-            crate::sys::socket::send(a.as_fd(), &[IoSlice::new(b"d")], &[fd.as_fd()], true)?;
+            let items = deliver(b"d", &[fd.as_fd()])?;
             put_u32(&mut out, 1);
             put_u64(&mut out, 0);
             put_u64(&mut out, 0);
-            return Ok(((out, vec![Item::Send(envelope)]), None));
+            return Ok(((out, items), None));
         }
         let st = rustix::fs::fstat(&fd)?;
         let identity = (st.st_dev as u64, st.st_ino as u64);
@@ -629,10 +648,15 @@ impl EmulServer {
             // Free until the cut is done: the opener asks for it then.
             page.give_up(who.pid);
         }
-        if let Ok(p) = ProcessPort::open(who.pid) {
-            remember(&self.holders, p);
+        // A process opening many files is remembered once: a live port to
+        // its pid is the same process (a pid is not reused while it runs).
+        let known = self.holders.lock().unwrap_or_else(|e| e.into_inner()).get(&who.pid).is_some_and(|p| !p.is_dead());
+        if !known {
+            if let Ok(p) = ProcessPort::open(who.pid) {
+                remember(&self.holders, p);
+            }
         }
-        crate::sys::socket::send(a.as_fd(), &[IoSlice::new(b"f")], &[fd.as_fd(), memfd.as_fd()], true)?;
+        let mut items = deliver(b"f", &[fd.as_fd(), memfd.as_fd()])?;
         let (hold_rx, hold) = port().map_err(|_| Errno::NOMEM)?;
         let member = self.set.insert(hold_rx);
         let id = self.next_id;
@@ -644,7 +668,8 @@ impl EmulServer {
         put_u32(&mut out, 0);
         put_u64(&mut out, id);
         put_u64(&mut out, size);
-        Ok(((out, vec![Item::Send(envelope), Item::Send(hold)]), trunc.then_some(open)))
+        items.push(Item::Send(hold));
+        Ok(((out, items), trunc.then_some(open)))
     }
 }
 

@@ -30,6 +30,8 @@ struct Window {
     addr: usize,
     start: u64,
     len: usize,
+    /// A read went to the file already (see `File::copy_out`).
+    read_before: bool,
 }
 
 /// The lock of an open file's window, which records its holder's pid so
@@ -55,7 +57,7 @@ struct WindowGuard<'a> {
 
 impl WindowLock {
     fn new() -> WindowLock {
-        WindowLock { holder: AtomicI32::new(0), window: UnsafeCell::new(Window { addr: 0, start: 0, len: 0 }) }
+        WindowLock { holder: AtomicI32::new(0), window: UnsafeCell::new(Window { addr: 0, start: 0, len: 0, read_before: false }) }
     }
 
     fn lock(&self) -> WindowGuard<'_> {
@@ -135,6 +137,10 @@ fn errno(e: rustix::io::Errno) -> Errno {
 /// Offsets above this are checked with the kernel when a seek sets them
 /// (no file system allows less, so below it a seek stays a store).
 const SEEK_CHECKED_FROM: i64 = 1 << 31;
+
+/// Files up to this size are read with `pread` the first time (see
+/// `File::copy_out`).
+const SMALL_FILE: u64 = 64 << 10;
 
 /// The kernel's check of a read's range: `EINVAL` when its end does not
 /// fit an offset.
@@ -261,7 +267,7 @@ impl File {
             if addr == libc::MAP_FAILED {
                 return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO));
             }
-            *w = Window { addr: addr as usize, start, len: self.wsize };
+            *w = Window { addr: addr as usize, start, len: self.wsize, read_before: true };
         }
         let off = (p - w.start) as usize;
         Ok(((w.addr + off) as *mut u8, w.len - off))
@@ -287,6 +293,24 @@ impl File {
         }
         let want = (buf.len() as u64).min(size - pos) as usize;
         let mut w = self.window.lock();
+        if !w.read_before && size <= SMALL_FILE {
+            // The first read of a small file (most are read once, whole):
+            // one `pread`, where a window costs a mapping, a fault and an
+            // unmapping. A file read again gets a window, whose reads are
+            // copies.
+            w.read_before = true;
+            let mut done = 0;
+            while done < want {
+                match rustix::io::pread(&self.fd, &mut buf[done..want], pos + done as u64) {
+                    Ok(0) => break,
+                    Ok(n) => done += n,
+                    Err(rustix::io::Errno::INTR) => {}
+                    Err(_) if done > 0 => break,
+                    Err(e) => return Err(errno(e)),
+                }
+            }
+            return Ok(done);
+        }
         let mut done = 0;
         while done < want {
             // Bytes already copied are returned; the failure comes with

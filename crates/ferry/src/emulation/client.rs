@@ -358,7 +358,7 @@ impl Client {
                 // The library's own descriptors keep out of the low numbers
                 // programs expect open(2) to return.
                 let file = high(file);
-                let hold = SendRight::from_fd(high(rustix::io::dup(hold.as_fd()).map_err(|e| e.raw_os_error())?));
+                let hold = SendRight::from_fd(high(hold.sock));
                 Ok(Opened::File(OpenedFile { id, file, page, hold }))
             }
             _ => Err(libc::EIO),

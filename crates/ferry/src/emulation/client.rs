@@ -92,12 +92,38 @@ pub type Errno = i32;
 enum Channel {
     /// None yet (or the last one failed).
     None,
-    /// Made in process `pid`: this end's socket, and its identity (device
-    /// and inode), to tell whether the program closed the descriptor.
-    Open { pid: u32, id: (u64, u64), sock: OwnedFd },
+    /// Made in process `pid`: this end.
+    Open { pid: u32, end: ChannelEnd },
     /// The server would not keep one more for this user, when asked in
     /// process `pid`.
     Refused { pid: u32 },
+}
+
+/// A thread's end of its channel: the socket, and its identity (device
+/// and inode), to tell whether the program closed the descriptor.
+struct ChannelEnd {
+    id: (u64, u64),
+    sock: Option<OwnedFd>,
+}
+
+impl ChannelEnd {
+    /// Lets the descriptor be without closing it: the number may be
+    /// another descriptor's by now, or the socket a parent's.
+    fn forget(mut self) {
+        std::mem::forget(self.sock.take());
+    }
+}
+
+impl Drop for ChannelEnd {
+    /// Closed with its thread, or when it failed, unless the program
+    /// closed its descriptor meanwhile: the number may be the program's.
+    fn drop(&mut self) {
+        if let Some(sock) = self.sock.take() {
+            if !ours(self.id, &sock) {
+                std::mem::forget(sock);
+            }
+        }
+    }
 }
 
 /// Whether `sock` is still the socket of identity `id`: a program may
@@ -223,12 +249,13 @@ impl Client {
         let kept = CHANNEL.try_with(|cell| {
             let Ok(mut chan) = cell.try_borrow_mut() else { return None };
             let usable = match &*chan {
-                Channel::Open { pid: p, id, sock } => *p == pid && ours(*id, sock),
+                Channel::Open { pid: p, end: ChannelEnd { id, sock: Some(sock) } } => *p == pid && ours(*id, sock),
+                Channel::Open { .. } => false,
                 Channel::Refused { pid: p } => *p == pid,
                 Channel::None => false,
             };
             if !usable {
-                if let Channel::Open { sock, .. } = std::mem::replace(&mut *chan, Channel::None) {
+                if let Channel::Open { end, .. } = std::mem::replace(&mut *chan, Channel::None) {
                     // Inherited from the parent, or closed by the program.
                     // Its descriptor is not closed: the child may have
                     // closed it already (a child about to exec closes all
@@ -236,21 +263,16 @@ impl Client {
                     // and the number may now be another descriptor's. It
                     // is close-on-exec; a child that does not exec keeps
                     // one descriptor more.
-                    std::mem::forget(sock);
+                    end.forget();
                 }
                 *chan = self.open_channel(pid);
             }
-            let Channel::Open { id, sock, .. } = &*chan else { return None };
+            let Channel::Open { end: ChannelEnd { id, sock: Some(sock) }, .. } = &*chan else { return None };
             let m = exchange_on(sock.as_fd(), *id, op, body.take().unwrap_or_default()).map_err(|()| self.failed());
             if m.is_err() {
                 // A channel in an unknown state (an answer may still come)
-                // is not used again; one whose descriptor is no longer
-                // ours is not closed either.
-                if let Channel::Open { id, sock, .. } = std::mem::replace(&mut *chan, Channel::None) {
-                    if !ours(id, &sock) {
-                        std::mem::forget(sock);
-                    }
-                }
+                // is not used again (dropped: closed if still ours).
+                *chan = Channel::None;
             }
             Some(m)
         });
@@ -276,7 +298,7 @@ impl Client {
         // Refused for good in this thread once the server said no, or the
         // asking failed: a call asks for a channel once, not every time.
         match m.and_then(Self::answer) {
-            Ok(_) => Channel::Open { pid, id: (id.0, id.1), sock: mine },
+            Ok(_) => Channel::Open { pid, end: ChannelEnd { id: (id.0, id.1), sock: Some(mine) } },
             Err(_) => Channel::Refused { pid },
         }
     }

@@ -657,6 +657,80 @@ fn emul_threads_call_over_channels_of_their_own_within_a_budget() {
     });
 }
 
+/// Waits up to 10 s for a datagram on `sock`; its length and how many
+/// descriptors came with it (their descriptors closed), or `None` if none
+/// came in time.
+fn datagram_on(sock: std::os::fd::BorrowedFd<'_>) -> Option<(usize, usize)> {
+    let mut pfd = [rustix::event::PollFd::new(&sock, rustix::event::PollFlags::IN)];
+    let ten = rustix::event::Timespec { tv_sec: 10, tv_nsec: 0 };
+    if rustix::event::poll(&mut pfd, Some(&ten)).ok()? == 0 {
+        return None;
+    }
+    let mut buf = vec![0u8; 70_000];
+    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(8))];
+    let mut anc = rustix::net::RecvAncillaryBuffer::new(&mut space);
+    let mut iov = [std::io::IoSliceMut::new(&mut buf)];
+    let got = rustix::net::recvmsg(sock, &mut iov, &mut anc, rustix::net::RecvFlags::CMSG_CLOEXEC).ok()?;
+    let fds = anc.drain().map(|m| if let rustix::net::RecvAncillaryMessage::ScmRights(f) = m { f.count() } else { 0 }).sum();
+    Some((got.bytes, fds))
+}
+
+/// A thread's channel to the server serves that thread's user only: a
+/// request on it from another user's process (a right to the channel's
+/// port passed on, as to a relay that sends as root) is not served, nor
+/// answered, and the channel goes. A channel whose receive right carries
+/// send-once rights (each one more descriptor for the server) is refused.
+#[test]
+fn emul_a_channel_serves_only_the_user_that_made_it() {
+    if !common::can_play_other_user("emul_a_channel_serves_only_the_user_that_made_it") {
+        return;
+    }
+    watchdog("emul_a_channel_serves_only_the_user_that_made_it", Duration::from_secs(60), || {
+        use std::os::fd::AsFd;
+        use std::os::unix::process::CommandExt as _;
+        use ferry::emulation::{OP_EMUL_CHANNEL, OP_EMUL_STAT};
+        let dir = shared_scratch("channel-owner");
+        let srv = Served::new(&dir);
+        // Asks for a channel as the library does; the answer's errno.
+        let register = |rx: ferry::ReceiveRight| -> u32 {
+            let (mut answers, _keep) = ferry::port().unwrap();
+            let once = answers.make_send_once().unwrap();
+            let m = ferry::Message::new(OP_EMUL_CHANNEL).with_item(Item::Receive(rx)).with_reply(once);
+            srv.right().send(m, Timeout::Infinite).unwrap();
+            let a = answers.recv(Timeout::After(Duration::from_secs(10))).unwrap();
+            u32::from_le_bytes(a.body()[..4].try_into().unwrap())
+        };
+        let (mut laden, _laden_tx) = ferry::port().unwrap();
+        let _once = laden.make_send_once().unwrap();
+        assert_eq!(register(laden), libc::EINVAL as u32, "a channel with send-once rights was taken");
+        let (rx, chan) = ferry::port().unwrap();
+        assert_eq!(register(rx), 0);
+        // Root's own request on its channel is answered there.
+        let mut stat = 0u32.to_le_bytes().to_vec();
+        stat.extend_from_slice(b"public");
+        chan.send(ferry::Message::new(OP_EMUL_STAT).with_body(stat), Timeout::Infinite).unwrap();
+        let (len, _) = datagram_on(chan.as_fd()).expect("root's request on its channel was not answered");
+        assert!(len > 0);
+        // Another user sends an open on it.
+        let out = Command::new(common::peer_for_other_users())
+            .args(["emul-channel-intrude", "public"])
+            .pass_right(&chan)
+            .unwrap()
+            .uid(common::NOBODY)
+            .gid(common::NOBODY)
+            .current_dir("/")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("sent"), "{out:?}");
+        // Nothing is served or answered: the channel ends.
+        assert_eq!(datagram_on(chan.as_fd()), Some((0, 0)), "the other user's request on root's channel was answered");
+        let (stats, open) = srv.finish();
+        assert_eq!((stats.opens, open), (0, 0), "the other user's open was served: {stats:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+    });
+}
+
 #[test]
 fn emul_another_user_reaches_neither_unreadable_files_nor_others_open_files() {
     if !common::can_play_other_user("emul_another_user_reaches_neither_unreadable_files_nor_others_open_files") {

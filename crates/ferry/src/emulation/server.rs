@@ -345,8 +345,18 @@ impl EmulServer {
             match ev {
                 Event::Message(id, mut m) if id == self.main => self.handle(&mut m, None),
                 Event::Message(id, mut m) if self.channels.contains_key(&id) => {
-                    let to = self.channels.get(&id).map(|(sock, _)| ReplyTo::Channel(sock.clone()));
-                    self.handle(&mut m, to);
+                    let Some((sock, owner)) = self.channels.get(&id).map(|(sock, uid)| (sock.clone(), *uid)) else { continue };
+                    // Only its own thread asks on a channel, and the answer
+                    // goes back to that thread: a request from anyone else
+                    // (a right to the channel's port passed on, say to a
+                    // relay that sends as root) would be served with the
+                    // other's rights and answered to the channel's owner.
+                    // It is not answered, and the channel goes.
+                    if m.sender().map(|c| c.uid) != Some(owner) || m.has_reply() {
+                        self.drop_channel(id);
+                        continue;
+                    }
+                    self.handle(&mut m, Some(ReplyTo::Channel(sock)));
                 }
                 Event::NoSenders(id) | Event::BadMessage(id, _) if self.channels.contains_key(&id) => self.drop_channel(id),
                 // Nobody can ask any more: done once no open file is left
@@ -434,9 +444,15 @@ impl EmulServer {
     fn add_channel(&mut self, uid: u32, m: &mut Message) -> Res<Answer> {
         let mut items = m.take_items().into_iter();
         let (Some(Item::Receive(rx)), None) = (items.next(), items.next()) else { return Err(Errno::INVAL) };
+        // A channel is a bare socket pair's end: send-once rights made on
+        // it would each be one more descriptor the server holds.
+        if rx.send_once_outstanding() != 0 {
+            return Err(Errno::INVAL);
+        }
+        // Channels take their descriptors from the open files' budget.
         let in_all = (self.budget.in_all / 4).max(1);
         let mine = self.channels_of.get(&uid).copied().unwrap_or(0);
-        if self.channels.len() >= in_all || mine >= (in_all / 2).clamp(1, CHANNELS_PER_USER) {
+        if self.channels.len() >= in_all || mine >= (in_all / 2).clamp(1, CHANNELS_PER_USER) || self.files.len() + self.channels.len() >= self.budget.in_all {
             return Err(Errno::AGAIN);
         }
         let answer_on = rustix::io::fcntl_dupfd_cloexec(rx.main_fd(), 0)?;
@@ -603,7 +619,7 @@ impl EmulServer {
         let flags = get_u32(body, 0).ok_or(Errno::INVAL)?;
         let mode = get_u32(body, 4).ok_or(Errno::INVAL)?;
         let name = lookup_name(name_of(&body[8..])?);
-        if self.per_user.get(&who.uid).copied().unwrap_or(0) >= self.budget.per_user || self.files.len() >= self.budget.in_all {
+        if self.per_user.get(&who.uid).copied().unwrap_or(0) >= self.budget.per_user || self.files.len() + self.channels.len() >= self.budget.in_all {
             return Err(Errno::NFILE);
         }
         // O_TRUNC on a file opened for writing is done below as a cut, with

@@ -19,6 +19,7 @@ pub fn run(role: &str, args: &[String]) -> Outcome {
         "emul-stall" => Some(stall(args)),
         "emul-open-many" => Some(open_many(args)),
         "emul-full-reply" => Some(full_reply(args)),
+        "emul-channel-intrude" => Some(channel_intrude(args)),
         "emul-shrink-page" => Some(shrink_page(args)),
         "emul-proc" => Some(proc_names(args)),
         "emul-write-suid" => Some(write_suid(args)),
@@ -261,6 +262,20 @@ fn full_reply(args: &[String]) -> Res {
     let mut line = String::new();
     std::io::stdin().read_line(&mut line)?;
     drop(rx);
+    Ok(())
+}
+
+/// `emul-channel-intrude NAME`: sends an open of NAME on the inherited
+/// right, which is a right to another user's channel to the server (as
+/// a relay that was handed it would); prints `sent`.
+fn channel_intrude(args: &[String]) -> Res {
+    let name = args.first().ok_or("usage: emul-channel-intrude NAME")?;
+    let right = ferry::spawn::inherited()?;
+    let mut body = (libc::O_RDONLY as u32).to_le_bytes().to_vec();
+    body.extend_from_slice(&0u32.to_le_bytes());
+    body.extend_from_slice(name.as_bytes());
+    right.send(Message::new(ferry::emulation::OP_EMUL_OPEN).with_body(body), Timeout::Infinite)?;
+    println!("sent");
     Ok(())
 }
 

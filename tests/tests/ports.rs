@@ -563,3 +563,43 @@ fn receive_right_fd_wakes_an_event_loop() {
         assert!(rx.as_fd().try_clone_to_owned().is_ok());
     });
 }
+
+/// A port set reports a member's no-senders whichever goes last, its send
+/// rights or its last send-once right: when the send rights went first,
+/// the send-once right's end left nothing for the set to wake on, and
+/// `NoSenders` never came (a server waiting for it kept the port for ever).
+#[test]
+fn a_port_set_reports_no_senders_after_the_last_send_once_right() {
+    watchdog("portset_no_senders_after_send_once", Duration::from_secs(30), || {
+        for send_rights_first in [true, false] {
+            let (mut rx, tx) = ferry::port().unwrap();
+            let once = rx.make_send_once().unwrap();
+            let mut set = PortSet::new().unwrap();
+            let id = set.insert(rx);
+            if send_rights_first {
+                drop(tx);
+                // The set sees the send rights go while the send-once
+                // right is still out.
+                assert!(matches!(set.wait(Timeout::millis(100)), Err(RecvError::Timeout)));
+                drop(once);
+            } else {
+                drop(once);
+                drop(tx);
+            }
+            let mut seen = Vec::new();
+            for _ in 0..4 {
+                match set.wait(Timeout::millis(500)) {
+                    Ok(Event::NoSenders(i)) if i == id => {
+                        seen.push("NoSenders");
+                        break;
+                    }
+                    Ok(Event::SendOnceDropped(i)) if i == id => seen.push("SendOnceDropped"),
+                    Ok(other) => panic!("unexpected {other:?}"),
+                    Err(RecvError::Timeout) => seen.push("Timeout"),
+                    Err(e) => panic!("{e}"),
+                }
+            }
+            assert_eq!(seen, ["SendOnceDropped", "NoSenders"], "send rights first: {send_rights_first}");
+        }
+    });
+}

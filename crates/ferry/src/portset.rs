@@ -51,6 +51,10 @@ pub struct PortSet {
     ports: HashMap<u32, Member>,
     watches: HashMap<u32, SendRight>,
     next: u32,
+    /// Members whose last send-once right was just used up after their
+    /// send rights had gone: their `NoSenders` is reported next, since
+    /// nothing of theirs is left for `epoll` to wake on.
+    due: Vec<u32>,
 }
 
 const WATCH_BIT: u64 = 1 << 63;
@@ -58,7 +62,7 @@ const WATCH_BIT: u64 = 1 << 63;
 impl PortSet {
     /// Creates an empty set.
     pub fn new() -> io::Result<PortSet> {
-        Ok(PortSet { epoll: Epoll::new().map_err(io_err)?, ports: HashMap::new(), watches: HashMap::new(), next: 0 })
+        Ok(PortSet { epoll: Epoll::new().map_err(io_err)?, ports: HashMap::new(), watches: HashMap::new(), next: 0, due: Vec::new() })
     }
 
     fn id(&mut self) -> u32 {
@@ -163,6 +167,12 @@ impl PortSet {
     /// failure.
     pub fn wait(&mut self, timeout: Timeout) -> Result<Event, RecvError> {
         let deadline = timeout.deadline();
+        while let Some(id) = self.due.pop() {
+            if let Some(m) = self.ports.get_mut(&id).filter(|m| !m.quiet) {
+                m.quiet = true;
+                return Ok(Event::NoSenders(MemberId(id)));
+            }
+        }
         loop {
             self.sync().map_err(RecvError::Io)?;
             let ready = self.epoll.wait(16, deadline).map_err(|e| RecvError::Io(io_err(e)))?;
@@ -183,7 +193,15 @@ impl PortSet {
                 }
                 let id = key as u32;
                 let Some(m) = self.ports.get_mut(&id) else { continue };
-                match m.port.try_recv_any() {
+                let got = m.port.try_recv_any();
+                if matches!(got, Some(Ok(_)) | Some(Err(RecvError::SendOnceDropped)))
+                    && !m.quiet
+                    && m.port.senders_gone()
+                    && m.port.send_once_outstanding() == 0
+                {
+                    self.due.push(id);
+                }
+                match got {
                     None => {}
                     Some(Ok(msg)) => return Ok(Event::Message(MemberId(id), msg)),
                     Some(Err(RecvError::NoSenders)) if !m.quiet => {

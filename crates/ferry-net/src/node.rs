@@ -27,7 +27,7 @@ use std::fmt;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, BorrowedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -394,6 +394,9 @@ struct State {
     /// port its right came to), by the proxy's identity (none for a
     /// send-once right's) and import.
     proxy_owners: Owners<(Option<Key>, u64)>,
+    /// Of those, the ports made for lookups that each user has
+    /// ([`ADOPTED_PER_USER`]).
+    adopted: HashMap<u32, usize>,
 }
 
 
@@ -843,6 +846,7 @@ fn start_link(sh: Arc<Shared>, peer: String, conn: quinn::Connection, send: quin
             remote_regions: HashMap::new(),
             budgets: Budgets::default(),
             proxy_owners: Owners::default(),
+            adopted: HashMap::new(),
         }),
     });
     if let Some(old) = sh.links.lock().unwrap().insert(peer.clone(), c.clone()) {
@@ -1663,13 +1667,25 @@ fn fds_short(needed: usize) -> Option<String> {
 /// Logs that the node is short of descriptors, at most once a minute
 /// however often it refuses for it.
 fn say_short(why: &str) {
-    static LAST: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    say_once_a_minute(&LAST, &format!("ferry-net: {why}: refusing messages with rights and regions until some are let go"));
+}
+
+/// Logs `msg` (and that it is said once a minute) unless `last`, the
+/// second it was last said, is under a minute ago: what users can make
+/// happen as often as they like must not fill the daemon's log.
+pub(crate) fn say_once_a_minute(last: &AtomicU64, msg: &str) {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let last = LAST.load(Ordering::Relaxed);
-    if now >= last + 60 && LAST.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
-        eprintln!("ferry-net: {why}: refusing messages with rights and regions until some are let go (said once a minute)");
+    let before = last.load(Ordering::Relaxed);
+    if now >= before + 60 && last.compare_exchange(before, now, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
+        eprintln!("{msg} (said once a minute)");
     }
 }
+
+/// Ports made for one user's lookups (of proxies offered as system
+/// services) that one link serves at once: each costs the node a socket,
+/// its readiness and a task.
+pub const ADOPTED_PER_USER: usize = 1024;
 
 /// A local right taken out of a message, waiting for the state machine to
 /// say whether to keep it.
@@ -1717,10 +1733,15 @@ impl Conn {
         let mut st = self.state.lock().unwrap();
         let mine = st.proxy_owners.of(owner);
         let others = st.proxy_owners.len() - mine;
-        if mine + 1 > share_left(self.limits.peer_proxies, others) {
-            return eprintln!(
-                "ferry-net: a port made for user {owner}'s lookup of {}'s port {import} is dropped: that user has {mine} of its proxies, and one user may have at most half of what the others leave",
-                self.peer
+        let adopted = st.adopted.get(&owner).copied().unwrap_or(0);
+        if mine + 1 > share_left(self.limits.peer_proxies, others) || adopted >= ADOPTED_PER_USER {
+            static SAID: AtomicU64 = AtomicU64::new(0);
+            return say_once_a_minute(
+                &SAID,
+                &format!(
+                    "ferry-net: ports made for user {owner}'s lookups of {}'s ports are dropped: that user has {mine} of its proxies ({adopted} of them made for lookups, of at most {ADOPTED_PER_USER}), and one user may have at most half of what the others leave",
+                    self.peer
+                ),
             );
         }
         if !st.link.proxy_copied(import) {
@@ -1728,8 +1749,19 @@ impl Conn {
         }
         st.link.proxy_made(key, import);
         st.proxy_owners.insert((Some(key), import), owner);
+        *st.adopted.entry(owner).or_insert(0) += 1;
         let kill = st.kill_switch(import);
-        tokio::spawn(forward(self.clone(), rx, import, key, kill));
+        let c = self.clone();
+        tokio::spawn(async move {
+            forward(c.clone(), rx, import, key, kill).await;
+            let mut st = c.state.lock().unwrap();
+            if let Some(n) = st.adopted.get_mut(&owner) {
+                *n -= 1;
+                if *n == 0 {
+                    st.adopted.remove(&owner);
+                }
+            }
+        });
     }
 
     /// Translates one message from a proxy port and sends it on the

@@ -220,7 +220,9 @@ impl Server {
         let Some(Item::Receive(port)) = m.take_items().into_iter().next() else { return };
         let have = self.count.get(&uid).copied().unwrap_or(0);
         if have >= PORTS_PER_USER {
-            eprintln!("ferry-netd: a status port made for user {uid} is dropped: it has {have}, the most one user may");
+            static SAID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+            let why = format!("ferry-netd: status ports made for user {uid}'s lookups are dropped: it has {have}, the most one user may");
+            crate::node::say_once_a_minute(&SAID, &why);
             return;
         }
         let id = self.set.insert(port);

@@ -602,3 +602,42 @@ fn ports_made_for_lookups_of_a_proxy_are_served_within_each_users_share() {
     drop(other);
     assert!(imports_become(&a, "b", 0), "the import outlived its proxies");
 }
+
+/// One user's ports made for lookups of a proxy are served up to
+/// `ADOPTED_PER_USER` per link (each costs the node a socket, its
+/// readiness and a task), past which they are dead names; another user's
+/// are still served, and the user gets room again as it lets go.
+#[test]
+fn one_users_ports_made_for_lookups_stop_at_their_cap() {
+    use ferry_net::node::ADOPTED_PER_USER;
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped one_users_ports_made_for_lookups_stop_at_their_cap: a node takes such ports from root only");
+        return;
+    }
+    // Three descriptors and more a port, on both sides in this process.
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+    rustix::process::setrlimit(rustix::process::Resource::Nofile, rustix::process::Rlimit { current: limit.maximum, ..limit }).unwrap();
+    let (ia, ib) = (Identity::generate("a").unwrap(), Identity::generate("b").unwrap());
+    let a = node(ia.clone(), "b", &ib);
+    let b = node(ib, "a", &ia);
+    a.connect("b", b.local_addr().unwrap()).unwrap();
+    let (mut svc, svc_tx) = ferry::port().unwrap();
+    b.export("svc", svc_tx);
+    let main = a.lookup("svc@b").unwrap();
+    let mut ports: Vec<_> = (0..=ADOPTED_PER_USER).map(|_| port_for_lookup(&main, 4242)).collect();
+    assert!(ports[ADOPTED_PER_USER].wait_dead(WAIT), "a port past the user's cap was served");
+    reach(&ports[0], &mut svc, 1);
+    reach(&ports[ADOPTED_PER_USER - 1], &mut svc, 2);
+    reach(&port_for_lookup(&main, 4343), &mut svc, 3);
+    // Let go of half: new lookups are served again.
+    ports.truncate(ADOPTED_PER_USER / 2);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let again = loop {
+        let p = port_for_lookup(&main, 4242);
+        if !p.wait_dead(Timeout::millis(200)) {
+            break p;
+        }
+        assert!(Instant::now() < deadline, "the user's ports were not given back");
+    };
+    reach(&again, &mut svc, 4);
+}

@@ -875,10 +875,6 @@ impl std::fmt::Debug for Minter {
     }
 }
 
-/// How long a lookup waits for room in a service's queue to hand it a
-/// port. Only the name server sends on that port, and the service drains
-/// it as it serves, so it is full only when the service has stopped.
-const SERVICE_WAIT: Duration = Duration::from_millis(200);
 
 /// A port of its own for user `uid`'s lookup of the system service
 /// `name` registered at `service` by another process
@@ -890,7 +886,10 @@ fn mint_there(service: &SendRight, uid: u32, name: &str) -> Result<SendRight, Re
     let (rx, tx) = crate::port().map_err(|e| Refusal::Refused(format!("cannot make a port for {name:?}: {e}")))?;
     let copy = tx.try_clone().map_err(|e| Refusal::Refused(format!("cannot make a port for {name:?}: {e}")))?;
     let m = Message::new(SERVICE_PORT).with_body(uid.to_le_bytes().to_vec()).with_item(Item::Receive(rx)).with_item(Item::Send(copy));
-    match service.send(m, Timeout::After(SERVICE_WAIT)) {
+    // Never waits: only the name server sends on that port and the
+    // service drains it as it serves, so it is full only when the service
+    // has fallen behind, and a wait would hold up every user's requests.
+    match service.send(m, Timeout::Zero) {
         Ok(()) => Ok(tx),
         Err(e) => Err(Refusal::Refused(format!("the service {name:?} did not take a port for this lookup: {e}"))),
     }

@@ -456,6 +456,60 @@ int main(void) {
 }
 "#;
 
+/// A program whose signal handler opens a file every millisecond while
+/// `main` forks, 1000 times.
+const FORK_SIGNAL_C: &str = r#"
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <unistd.h>
+static volatile int opened;
+static void on_alarm(int s) { (void)s; int fd = open("a.txt", O_RDONLY); if (fd >= 0) { close(fd); opened++; } }
+int main(void) {
+    struct sigaction sa = {0};
+    sa.sa_handler = on_alarm;
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGALRM, &sa, 0);
+    struct itimerval it = {{0, 1000}, {0, 1000}};
+    setitimer(ITIMER_REAL, &it, 0);
+    for (int k = 0; k < 1000; k++) {
+        pid_t p = fork();
+        if (p == 0) _exit(0);
+        while (waitpid(p, 0, 0) < 0) {}
+    }
+    struct itimerval off = {{0, 0}, {0, 0}};
+    setitimer(ITIMER_REAL, &off, 0);
+    printf("forked 1000, opened %s\n", opened > 0 ? "some" : "none");
+    return 0;
+}
+"#;
+
+/// A signal handler that opens a file while the program forks no longer
+/// hangs it: the library held its table's lock across `fork`, and the
+/// handler's `open` (async-signal-safe) waited for it for ever. Signals are
+/// now blocked on the forking thread while the lock is held.
+#[test]
+fn ferry_run_signal_handlers_that_open_files_during_fork_never_hang() {
+    let cc = Command::new("sh").args(["-c", "command -v cc"]).output().is_ok_and(|o| o.status.success());
+    if !cc {
+        eprintln!("skipped ferry_run_signal_handlers_that_open_files_during_fork_never_hang: cc is not installed");
+        return;
+    }
+    let dir = scratch("forksig");
+    std::fs::write(dir.join("fs.c"), FORK_SIGNAL_C).unwrap();
+    std::fs::write(dir.join("a.txt"), b"a").unwrap();
+    let built = Command::new("cc").args(["-O2", "-o", "forksig", "fs.c"]).current_dir(&dir).status().unwrap();
+    assert!(built.success(), "cc failed");
+    let d = dir.to_str().unwrap();
+    let script = format!("cd {d} && for i in 1 2 3; do timeout 30 ./forksig || exit 1; done");
+    let out = ferry_run(d, &["sh", "-c", &script]);
+    assert!(out.status.success(), "the program hung or failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "forked 1000, opened some\n".repeat(3));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn ferry_run_children_forked_while_threads_use_files_never_hang() {
     // A fork while another thread was setting the library up (its first

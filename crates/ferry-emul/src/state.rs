@@ -62,8 +62,9 @@ pub fn enter() -> Option<Busy> {
 type Table = Vec<Option<Arc<File>>>;
 
 thread_local! {
-    /// The table's lock, held by the forking thread across `fork`.
-    static FORKING: RefCell<Option<RwLockWriteGuard<'static, Table>>> = const { RefCell::new(None) };
+    /// The table's lock, held by the forking thread across `fork`, and the
+    /// thread's signal mask from before it.
+    static FORKING: RefCell<Option<(RwLockWriteGuard<'static, Table>, libc::sigset_t)>> = const { RefCell::new(None) };
 }
 
 /// Before `fork`: the table's lock is taken, so that no other thread of
@@ -71,25 +72,47 @@ thread_local! {
 /// copies the lock as it was, and one held by a thread the child does not
 /// have would never be released there: the child's next open, close or
 /// exec hung). Not when this thread is inside the library already (a
-/// `fork` from a signal handler), where the lock may be its own.
+/// `fork` from a signal handler), where the lock may be its own. Signals
+/// are blocked on this thread meanwhile: a handler that made a file call
+/// while the lock was held here waited for it for ever (`open` is
+/// async-signal-safe); it runs once the lock is given back.
 extern "C" fn before_fork() {
     if BUSY.with(|b| b.get()) {
         return;
     }
+    // SAFETY: plain signal-set calls on sets of this frame.
+    let old = unsafe {
+        let mut all = std::mem::zeroed::<libc::sigset_t>();
+        let mut old = std::mem::zeroed::<libc::sigset_t>();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
+        old
+    };
     let guard = TABLE.write().unwrap_or_else(|e| e.into_inner());
-    let _ = FORKING.try_with(|f| *f.borrow_mut() = Some(guard));
+    let _ = FORKING.try_with(|f| *f.borrow_mut() = Some((guard, old)));
 }
 
-/// After `fork`, in the parent: the table's lock goes.
+/// After `fork`: the table's lock goes, then the signal mask is what it
+/// was before.
+fn fork_done() {
+    if let Ok(Some((guard, old))) = FORKING.try_with(|f| f.borrow_mut().take()) {
+        drop(guard);
+        // SAFETY: restores the mask saved in `before_fork`.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+    }
+}
+
+/// After `fork`, in the parent.
 extern "C" fn after_fork_in_parent() {
-    let _ = FORKING.try_with(|f| f.borrow_mut().take());
+    fork_done();
 }
 
 extern "C" fn after_fork_in_child() {
-    // The child's copy of the lock, held by this same thread, goes.
-    let _ = FORKING.try_with(|f| f.borrow_mut().take());
     // SAFETY: getpid takes no arguments and cannot fail.
     PID.store(unsafe { libc::getpid() }, Ordering::Relaxed);
+    // The child's copy of the lock, held by this same thread, goes (after
+    // the pid is the child's, for a handler that runs at once).
+    fork_done();
 }
 
 /// The emulation, set up on first use (`None`: this process is not

@@ -67,6 +67,44 @@ fn lookup_send_and_reply_through_a_send_once_right() {
     });
 }
 
+/// A node run by root delivers another host's messages as nobody (uid and
+/// gid 65534, with its own pid), requests to a port and replies on a
+/// send-once right alike, so that no local server acts as root for another
+/// host: a user that sent its right to root's file server to a far host
+/// had the far host's requests served with root's rights. A node told to
+/// deliver as itself (`deliver_as: None`) shows its own.
+#[test]
+fn a_root_node_delivers_other_hosts_messages_as_nobody() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped a_root_node_delivers_other_hosts_messages_as_nobody: only a node run by root delivers as another user");
+        return;
+    }
+    watchdog("a_root_node_delivers_other_hosts_messages_as_nobody", LIMIT, || {
+        let me = std::process::id() as i32;
+        let nobody = Some(ferry::Credentials { pid: me, uid: 65534, gid: 65534 });
+        let (a, b) = pair();
+        let (mut srv, to_srv) = ferry::port().unwrap();
+        a.export("echo", to_srv);
+        let echo = b.lookup("echo@a").unwrap();
+        let (mut answers, _keep) = ferry::port().unwrap();
+        let reply = answers.make_send_once().unwrap();
+        echo.send(Message::new(7).with_reply(reply), WAIT).unwrap();
+        let mut req = srv.recv(WAIT).unwrap();
+        assert_eq!(req.sender(), nobody, "a request from another host came as");
+        let Some(Reply::SendOnce(r)) = req.take_reply() else { panic!("no reply right") };
+        r.send(Message::new(8), WAIT).unwrap();
+        assert_eq!(answers.recv(WAIT).unwrap().sender(), nobody, "a reply from another host came as");
+
+        // Delivering as itself: the node's own credentials.
+        let (a2, b2) = nodes_with(|c| c.deliver_as = None);
+        b2.connect("a", a2.local_addr().unwrap()).unwrap();
+        let (mut srv2, to_srv2) = ferry::port().unwrap();
+        b2.export("echo", to_srv2);
+        a2.lookup("echo@b").unwrap().send(Message::new(9), WAIT).unwrap();
+        assert_eq!(srv2.recv(WAIT).unwrap().sender(), Some(ferry::Credentials { pid: me, uid: 0, gid: 0 }));
+    });
+}
+
 /// Replies through many send-once rights at once: fifty requests, each with
 /// a send-once right to a port of its own, are answered in the reverse
 /// order they came in; every reply reaches its own port and no other (the

@@ -112,13 +112,27 @@ pub struct NodeConfig {
     /// (logged), so one user keeping regions cannot make another's arrive
     /// without theirs.
     pub max_regions_in_per_peer: usize,
+    /// The credentials the peer's messages carry when this node delivers
+    /// them to local ports ([`Message::sender`](ferry::Message::sender)),
+    /// or `None` for this process's own. A local server that decides by
+    /// its sender's credentials (a file server acting as the sender, say)
+    /// must never act as this node's user for another host: by default a
+    /// node run by root delivers as uid and gid 65534 (nobody), with its
+    /// own pid ([`NodeConfig::new`]).
+    pub deliver_as: Option<ferry::Credentials>,
 }
+
+/// The user and group a node run by root delivers other hosts' messages
+/// as (`nobody`).
+pub const DELIVER_AS_UID: u32 = 65534;
 
 impl NodeConfig {
     /// A configuration with defaults: 10 s idle timeout, 5 s per operation,
     /// 4096 rights held by the peer and 64 regions by reference per local user and
     /// peer, 16 384 proxies, 256 MiB of message frames, 4096 message
-    /// streams and 256 regions received by reference per peer.
+    /// streams and 256 regions received by reference per peer; run by
+    /// root, the peer's messages are delivered as uid and gid
+    /// [`DELIVER_AS_UID`] (see [`NodeConfig::deliver_as`]).
     pub fn new(identity: Identity, peers: Vec<Peer>, listen: SocketAddr) -> NodeConfig {
         NodeConfig {
             identity,
@@ -132,6 +146,11 @@ impl NodeConfig {
             max_frame_bytes_per_peer: DEFAULT_FRAME_BUDGET,
             max_streams_per_peer: 4096,
             max_regions_in_per_peer: 256,
+            deliver_as: rustix::process::geteuid().is_root().then(|| ferry::Credentials {
+                pid: std::process::id() as i32,
+                uid: DELIVER_AS_UID,
+                gid: DELIVER_AS_UID,
+            }),
         }
     }
 }
@@ -1039,11 +1058,20 @@ impl Conn {
                 }
             };
             self.send_control(&after.frames).await;
+            let deliver_as = sh.config.deliver_as;
+            // Sends as the configured credentials, if any.
+            let as_them = |f: &mut dyn FnMut()| match deliver_as {
+                Some(c) => ferry::sending_as(c, f),
+                None => f(),
+            };
             for (t, m) in after.deliver {
                 match t {
                     Target::Send(r) => {
                         // Waits while the port's queue is full: back-pressure.
-                        let _ = r.send(m).await;
+                        let _ = match deliver_as {
+                            Some(c) => ferry::tokio::SendingAs::new(c, r.send(m)).await,
+                            None => r.send(m).await,
+                        };
                     }
                     Target::Once(r) => {
                         // A send-once right's socket holds exactly one
@@ -1052,11 +1080,21 @@ impl Conn {
                         // than the send), and hand only a send that must wait
                         // to a blocking thread, not awaited, since the stream
                         // it came on carries other send-once messages too.
-                        if let Err(failed) = r.send(m, Timeout::Zero) {
+                        let mut first = None;
+                        let mut pending = Some((r, m));
+                        as_them(&mut || {
+                            if let Some((r, m)) = pending.take() {
+                                first = Some(r.send(m, Timeout::Zero));
+                            }
+                        });
+                        if let Some(Err(failed)) = first {
                             let (err, m, r) = failed.into_parts();
                             if matches!(err, ferry::SendError::QueueFull | ferry::SendError::Timeout) {
                                 let t = sh.config.op_timeout;
-                                drop(tokio::task::spawn_blocking(move || r.send(m, Timeout::After(t))));
+                                drop(tokio::task::spawn_blocking(move || match deliver_as {
+                                    Some(c) => ferry::sending_as(c, || r.send(m, Timeout::After(t))),
+                                    None => r.send(m, Timeout::After(t)),
+                                }));
                             }
                         }
                     }

@@ -499,6 +499,26 @@ impl SendOnceRight {
     }
 }
 
+/// Runs `f` with every message this thread sends meanwhile carrying
+/// `sender` as its sender's credentials ([`Message::sender`] at the
+/// receiver) instead of the thread's own. For a relay that must not lend
+/// its own identity to what it passes on: a network server run by root
+/// delivers other hosts' messages as an unprivileged user, so that no local
+/// server acts as root for them. The kernel checks the credentials at each
+/// send: a process may name its own pid, uid and gid, and root any;
+/// otherwise the send fails (`EPERM`).
+///
+/// ```
+/// let me = ferry::Credentials { pid: std::process::id() as i32, uid: rustix::process::getuid().as_raw(), gid: rustix::process::getgid().as_raw() };
+/// let (mut rx, tx) = ferry::port()?;
+/// ferry::sending_as(me, || tx.send(ferry::Message::new(1), ferry::Timeout::Infinite))?;
+/// assert_eq!(rx.recv(ferry::Timeout::Infinite)?.sender(), Some(me));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn sending_as<R>(sender: crate::message::Credentials, f: impl FnOnce() -> R) -> R {
+    socket::sending_as(sender, f)
+}
+
 /// Makes a send-once right together with the [`ReplyReceiver`] its one
 /// message arrives on, without a port: one socket pair, where
 /// [`ReceiveRight::make_send_once`] needs a port first. For a caller that

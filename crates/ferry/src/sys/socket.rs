@@ -5,6 +5,7 @@
 //! the kernel hands them over (in `recvmsg`'s control buffer), so nothing above
 //! this module ever sees a raw descriptor number.
 
+use std::cell::Cell;
 use std::io::{IoSlice, IoSliceMut};
 use std::mem::MaybeUninit;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
@@ -88,17 +89,45 @@ pub fn send(
     if !wait {
         flags |= SendFlags::DONTWAIT;
     }
+    let as_cred = SENDING_AS.with(Cell::get);
     // Without descriptors, plain send(2) carries the same datagram through a
     // shorter kernel path than sendmsg(2) (no msghdr or iovec import).
-    if let ([only], []) = (parts, fds) {
+    if let ([only], [], None) = (parts, fds, as_cred) {
         return net::send(sock, only, flags);
     }
-    let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
+    let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS), ScmCredentials(1))];
     let mut control = SendAncillaryBuffer::new(&mut space);
     if !fds.is_empty() && !control.push(SendAncillaryMessage::ScmRights(fds)) {
         return Err(Errno::TOOMANYREFS);
     }
+    if let Some(c) = as_cred {
+        let pid = rustix::process::Pid::from_raw(c.pid).ok_or(Errno::INVAL)?;
+        let cred = net::UCred { pid, uid: rustix::process::Uid::from_raw(c.uid), gid: rustix::process::Gid::from_raw(c.gid) };
+        if !control.push(SendAncillaryMessage::ScmCredentials(cred)) {
+            return Err(Errno::INVAL);
+        }
+    }
     net::sendmsg(sock, parts, &mut control, flags)
+}
+
+thread_local! {
+    /// The credentials this thread's sends carry instead of its own
+    /// ([`sending_as`]).
+    static SENDING_AS: Cell<Option<Cred>> = const { Cell::new(None) };
+}
+
+/// Runs `f` with every datagram this thread sends carrying `cred` as its
+/// sender's credentials. The kernel checks them at each send: a process
+/// may name its own pid, uid and gid, and root any (`EPERM` otherwise).
+pub fn sending_as<R>(cred: Cred, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<Cred>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            SENDING_AS.with(|s| s.set(self.0));
+        }
+    }
+    let _restore = Restore(SENDING_AS.with(|s| s.replace(Some(cred))));
+    f()
 }
 
 /// Receives one datagram into `buf`, with any descriptors and credentials.

@@ -117,8 +117,8 @@ pub struct NodeConfig {
     /// or `None` for this process's own. A local server that decides by
     /// its sender's credentials (a file server acting as the sender, say)
     /// must never act as this node's user for another host: by default a
-    /// node run by root delivers as uid and gid 65534 (nobody), with its
-    /// own pid ([`NodeConfig::new`]).
+    /// node run by root delivers as uid and gid 65534 (nobody)
+    /// ([`NodeConfig::new`]). The pid is always this process's.
     pub deliver_as: Option<ferry::Credentials>,
 }
 
@@ -1058,7 +1058,9 @@ impl Conn {
                 }
             };
             self.send_control(&after.frames).await;
-            let deliver_as = sh.config.deliver_as;
+            // This process's pid, whatever the configuration says: the
+            // kernel refuses a pid of no process.
+            let deliver_as = sh.config.deliver_as.map(|c| ferry::Credentials { pid: std::process::id() as i32, ..c });
             // Sends as the configured credentials, if any.
             let as_them = |f: &mut dyn FnMut()| match deliver_as {
                 Some(c) => ferry::sending_as(c, f),

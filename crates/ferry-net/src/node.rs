@@ -1626,7 +1626,7 @@ async fn forward(c: Arc<Conn>, mut rx: AsyncReceiveRight, import: u64, key: Key,
 /// kernel's word), the user's uid, the port's receive right and a send
 /// right to it. From anyone else it is an ordinary message, refused for
 /// the receive right it carries.
-fn is_service_port(m: &Message) -> bool {
+pub(crate) fn is_service_port(m: &Message) -> bool {
     m.op() == ferry::bootstrap::SERVICE_PORT
         && m.sender().is_some_and(|c| c.uid == 0)
         && m.body().len() == 4

@@ -182,7 +182,7 @@ impl Server {
         let mut n = 0;
         loop {
             match self.set.wait(timeout) {
-                Ok(Event::Message(id, m)) if id == self.main && is_service_port(&m) => self.adopt(m),
+                Ok(Event::Message(id, m)) if id == self.main && crate::node::is_service_port(&m) => self.adopt(m),
                 Ok(Event::Message(_, mut m)) => {
                     let asker = m.sender().map(|c| c.uid);
                     if let (QUERY, Some(reply)) = (m.op(), m.take_reply()) {
@@ -231,15 +231,6 @@ impl Server {
     }
 }
 
-/// Whether `m` is a port a name server made for one user's lookup
-/// ([`ferry::bootstrap::SERVICE_PORT`], from root only).
-fn is_service_port(m: &Message) -> bool {
-    m.op() == ferry::bootstrap::SERVICE_PORT
-        && m.sender().is_some_and(|c| c.uid == 0)
-        && m.body().len() == 4
-        && !m.has_reply()
-        && matches!(m.items(), [Item::Receive(_), Item::Send(_)])
-}
 
 /// Asks the network server behind `right` for its status (bounded: 5 s).
 ///

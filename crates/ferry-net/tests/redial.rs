@@ -358,6 +358,55 @@ fn an_import_of_a_host_that_links_in_later_is_registered_then() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Uid `nobody`, the other user of the tests that need one.
+const NOBODY: u32 = 65534;
+
+/// A system name server and a root `ferry-netd --system-names` importing
+/// `svc@b` from a node `b` of this process (whose port is `svc`), in a
+/// fresh directory every user may enter (only root writes to it).
+struct SystemImport {
+    dir: PathBuf,
+    boot: PathBuf,
+    b: Node,
+    svc: ferry::ReceiveRight,
+    daemon: Killed,
+}
+
+fn system_import(tag: &str) -> SystemImport {
+    let dir = fresh_dir(tag);
+    let boot = dir.join("bootstrap");
+    ferry::NameServer::bind_with_mode(&boot, 0o666).unwrap().spawn().unwrap();
+    let id = dir.join("id");
+    let (ix, ib) = identities(&id, "x", "b");
+    let b = node(ib, "x", &ix);
+    let (svc, svc_tx) = ferry::port().unwrap();
+    b.export("svc", svc_tx);
+    let peer = format!("b={}", b.local_addr().unwrap());
+    let (daemon, _) = netd(&id, "b", &boot, &args(&["--system-names", "--import", "svc@b", "--peer", &peer]), false);
+    SystemImport { dir, boot, b, svc, daemon }
+}
+
+/// Runs test `test` of this binary as uid nobody, with `svc@b` in the
+/// environment variable `role` and the name server at `boot`: the binary
+/// is copied into `dir`, where that user may run it.
+fn as_nobody(dir: &Path, boot: &Path, test: &str, role: &str) -> std::process::Output {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let copy = dir.join("as-another-user");
+    std::fs::copy(std::env::current_exe().unwrap(), &copy).unwrap();
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
+    Command::new(&copy)
+        .args(["--exact", test, "--nocapture"])
+        .env(role, "svc@b")
+        .env("FERRY_BOOTSTRAP", boot)
+        .current_dir("/")
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
 /// Set in the environment of this test binary run as another user's
 /// program: the name to look up and send op 31 to.
 const OTHER_USER_CLIENT: &str = "FERRY_NETD_TEST_OTHER_USER_LOOKUP";
@@ -369,9 +418,6 @@ const OTHER_USER_CLIENT: &str = "FERRY_NETD_TEST_OTHER_USER_LOOKUP";
 /// user's program is this test binary, copied where that user may run it.
 #[test]
 fn system_names_offer_a_root_daemons_imports_to_every_user() {
-    use std::os::unix::fs::PermissionsExt;
-    use std::os::unix::process::CommandExt;
-
     if let Ok(name) = std::env::var(OTHER_USER_CLIENT) {
         let mut names = ferry::Bootstrap::connect().unwrap();
         names.lookup(&name).unwrap().send(Message::new(31), WAIT).unwrap();
@@ -382,32 +428,8 @@ fn system_names_offer_a_root_daemons_imports_to_every_user() {
         eprintln!("skipped system_names_offer_a_root_daemons_imports_to_every_user: starting a process as another user needs root");
         return;
     }
-    const NOBODY: u32 = 65534;
-    // Every user may enter the directory; only root writes to it.
-    let dir = fresh_dir("system-names");
-    let boot = dir.join("bootstrap");
-    ferry::NameServer::bind_with_mode(&boot, 0o666).unwrap().spawn().unwrap();
-    let id = dir.join("id");
-    let (ix, ib) = identities(&id, "x", "b");
-    let b = node(ib, "x", &ix);
-    let (mut svc, svc_tx) = ferry::port().unwrap();
-    b.export("svc", svc_tx);
-    let peer = format!("b={}", b.local_addr().unwrap());
-    let (daemon, _) = netd(&id, "b", &boot, &args(&["--system-names", "--import", "svc@b", "--peer", &peer]), false);
-    // The other user's program: this binary, where that user may run it.
-    let copy = dir.join("as-another-user");
-    std::fs::copy(std::env::current_exe().unwrap(), &copy).unwrap();
-    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let out = Command::new(&copy)
-        .args(["--exact", "system_names_offer_a_root_daemons_imports_to_every_user", "--nocapture"])
-        .env(OTHER_USER_CLIENT, "svc@b")
-        .env("FERRY_BOOTSTRAP", &boot)
-        .current_dir("/")
-        .uid(NOBODY)
-        .gid(NOBODY)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+    let SystemImport { dir, boot, b: _b, mut svc, daemon } = system_import("system-names");
+    let out = as_nobody(&dir, &boot, "system_names_offer_a_root_daemons_imports_to_every_user", OTHER_USER_CLIENT);
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success() && said.contains(&format!("sent as uid {NOBODY}")), "{said}\n{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(svc.recv(WAIT).unwrap().op(), 31, "the other user's message did not cross");
@@ -472,9 +494,6 @@ fn sabotage(import: &str) {
 /// the name server would send it is taken from root only.
 #[test]
 fn one_users_right_to_a_system_import_is_its_own() {
-    use std::os::unix::fs::PermissionsExt;
-    use std::os::unix::process::CommandExt;
-
     if let Ok(import) = std::env::var(SABOTEUR) {
         return sabotage(&import);
     }
@@ -482,34 +501,11 @@ fn one_users_right_to_a_system_import_is_its_own() {
         eprintln!("skipped one_users_right_to_a_system_import_is_its_own: starting a process as another user needs root");
         return;
     }
-    const NOBODY: u32 = 65534;
-    let dir = fresh_dir("own-right");
-    let boot = dir.join("bootstrap");
-    ferry::NameServer::bind_with_mode(&boot, 0o666).unwrap().spawn().unwrap();
-    let id = dir.join("id");
-    let (ix, ib) = identities(&id, "x", "b");
-    let b = node(ib, "x", &ix);
-    let (mut svc, svc_tx) = ferry::port().unwrap();
-    b.export("svc", svc_tx);
-    let peer = format!("b={}", b.local_addr().unwrap());
-    let (daemon, _) = netd(&id, "b", &boot, &args(&["--system-names", "--import", "svc@b", "--peer", &peer]), false);
+    let SystemImport { dir, boot, b: _b, mut svc, daemon } = system_import("own-right");
     let mut names = ferry::Bootstrap::connect_to(&boot).unwrap();
     let before = until_found("svc@b", &mut || names.lookup("svc@b").ok());
     reach(&before, &mut svc, 30);
-
-    let copy = dir.join("as-another-user");
-    std::fs::copy(std::env::current_exe().unwrap(), &copy).unwrap();
-    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let out = Command::new(&copy)
-        .args(["--exact", "one_users_right_to_a_system_import_is_its_own", "--nocapture"])
-        .env(SABOTEUR, "svc@b")
-        .env("FERRY_BOOTSTRAP", &boot)
-        .current_dir("/")
-        .uid(NOBODY)
-        .gid(NOBODY)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+    let out = as_nobody(&dir, &boot, "one_users_right_to_a_system_import_is_its_own", SABOTEUR);
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success() && said.contains(&format!("sabotaged as uid {NOBODY}")), "{said}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(said.contains("forged port refused: ReceiveRight"), "{said}");

@@ -88,6 +88,10 @@ pub fn high(fd: OwnedFd) -> OwnedFd {
 /// An `errno` value.
 pub type Errno = i32;
 
+/// An answer's body (after the errno), its items, and the descriptors
+/// that came before it on a channel.
+type Answered = (Vec<u8>, Vec<Item>, Vec<OwnedFd>);
+
 /// One thread's channel to the server ([`super::OP_EMUL_CHANNEL`]).
 enum Channel {
     /// None yet (or the last one failed).
@@ -232,7 +236,7 @@ impl Client {
     /// [`call`](Self::call), with the descriptors an open's answer brought
     /// over a channel (none when it came by a reply right: those come in
     /// an envelope among the items).
-    fn call_fds(&self, op: u32, body: Vec<u8>) -> Result<(Vec<u8>, Vec<Item>, Vec<OwnedFd>), Errno> {
+    fn call_fds(&self, op: u32, body: Vec<u8>) -> Result<Answered, Errno> {
         // Each thread of each process calls over a channel of its own (a
         // socket pair whose other end the server keeps,
         // `OP_EMUL_CHANNEL`): a request and its answer are one datagram

@@ -731,6 +731,50 @@ fn emul_a_channel_serves_only_the_user_that_made_it() {
     });
 }
 
+/// One user that takes every channel it can (uid nobody) stops at its
+/// budget, and another user (root) still gets one; the other user's are
+/// let go when it exits.
+#[test]
+fn emul_one_users_channels_leave_room_for_another() {
+    if !common::can_play_other_user("emul_one_users_channels_leave_room_for_another") {
+        return;
+    }
+    watchdog("emul_one_users_channels_leave_room_for_another", Duration::from_secs(60), || {
+        use std::io::{BufRead, Write};
+        use std::os::unix::process::CommandExt as _;
+        let dir = shared_scratch("channel-budget");
+        let srv = Served::new(&dir);
+        let mut hog = Command::new(common::peer_for_other_users())
+            .arg("emul-channels")
+            .pass_right(srv.right())
+            .unwrap()
+            .uid(common::NOBODY)
+            .gid(common::NOBODY)
+            .current_dir("/")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = std::io::BufReader::new(hog.stdout.take().unwrap());
+        let mut said = String::new();
+        out.read_line(&mut said).unwrap();
+        let fields: Vec<&str> = said.split_whitespace().collect();
+        assert_eq!((fields.first(), fields.get(2), fields.get(3)), (Some(&"channels"), Some(&"refused"), Some(&"11")), "{said}");
+        let taken: usize = fields[1].parse().unwrap();
+        assert!((1..=256).contains(&taken), "{said}");
+        // Root asks while the other user holds all it may.
+        let (mut answers, _keep) = ferry::port().unwrap();
+        let (rx, _chan) = ferry::port().unwrap();
+        let m = ferry::Message::new(ferry::emulation::OP_EMUL_CHANNEL).with_item(Item::Receive(rx)).with_reply(answers.make_send_once().unwrap());
+        srv.right().send(m, Timeout::Infinite).unwrap();
+        let a = answers.recv(Timeout::After(Duration::from_secs(10))).unwrap();
+        assert_eq!(a.body()[..4], 0u32.to_le_bytes(), "root was refused a channel");
+        writeln!(hog.stdin.take().unwrap()).unwrap();
+        assert!(hog.wait().unwrap().success());
+        let _ = std::fs::remove_dir_all(&dir);
+    });
+}
+
 #[test]
 fn emul_another_user_reaches_neither_unreadable_files_nor_others_open_files() {
     if !common::can_play_other_user("emul_another_user_reaches_neither_unreadable_files_nor_others_open_files") {

@@ -1061,17 +1061,12 @@ impl Conn {
             // This process's pid, whatever the configuration says: the
             // kernel refuses a pid of no process.
             let deliver_as = sh.config.deliver_as.map(|c| ferry::Credentials { pid: std::process::id() as i32, ..c });
-            // Sends as the configured credentials, if any.
-            let as_them = |f: &mut dyn FnMut()| match deliver_as {
-                Some(c) => ferry::sending_as(c, f),
-                None => f(),
-            };
             for (t, m) in after.deliver {
                 match t {
                     Target::Send(r) => {
                         // Waits while the port's queue is full: back-pressure.
                         let _ = match deliver_as {
-                            Some(c) => ferry::tokio::SendingAs::new(c, r.send(m)).await,
+                            Some(c) => ferry::tokio::sending_as(c, r.send(m)).await,
                             None => r.send(m).await,
                         };
                     }
@@ -1082,21 +1077,11 @@ impl Conn {
                         // than the send), and hand only a send that must wait
                         // to a blocking thread, not awaited, since the stream
                         // it came on carries other send-once messages too.
-                        let mut first = None;
-                        let mut pending = Some((r, m));
-                        as_them(&mut || {
-                            if let Some((r, m)) = pending.take() {
-                                first = Some(r.send(m, Timeout::Zero));
-                            }
-                        });
-                        if let Some(Err(failed)) = first {
+                        if let Err(failed) = send_once_as(deliver_as, r, m, Timeout::Zero) {
                             let (err, m, r) = failed.into_parts();
                             if matches!(err, ferry::SendError::QueueFull | ferry::SendError::Timeout) {
-                                let t = sh.config.op_timeout;
-                                drop(tokio::task::spawn_blocking(move || match deliver_as {
-                                    Some(c) => ferry::sending_as(c, || r.send(m, Timeout::After(t))),
-                                    None => r.send(m, Timeout::After(t)),
-                                }));
+                                let t = Timeout::After(sh.config.op_timeout);
+                                drop(tokio::task::spawn_blocking(move || send_once_as(deliver_as, r, m, t)));
                             }
                         }
                     }
@@ -1616,6 +1601,15 @@ async fn forward(c: Arc<Conn>, mut rx: AsyncReceiveRight, import: u64, key: Key,
                 return;
             }
         }
+    }
+}
+
+/// Sends `m` on the send-once right `r` with the sender's credentials
+/// `sender` (`None`: this process's own).
+fn send_once_as(sender: Option<ferry::Credentials>, r: SendOnceRight, m: Message, timeout: Timeout) -> Result<(), ferry::SendFailed<SendOnceRight>> {
+    match sender {
+        Some(c) => ferry::sending_as(c, || r.send(m, timeout)),
+        None => r.send(m, timeout),
     }
 }
 

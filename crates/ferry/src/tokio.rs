@@ -113,34 +113,13 @@ async fn recv_loop<T: AsFd>(
     }
 }
 
-/// A future whose every poll sends as `sender` ([`crate::sending_as`]):
-/// the credentials apply only while this future runs, never to other
-/// tasks that share its thread.
-pub struct SendingAs<F> {
-    sender: crate::message::Credentials,
-    fut: Pin<Box<F>>,
-}
-
-impl<F: Future> SendingAs<F> {
-    /// `fut`, whose sends carry `sender`.
-    pub fn new(sender: crate::message::Credentials, fut: F) -> SendingAs<F> {
-        SendingAs { sender, fut: Box::pin(fut) }
-    }
-}
-
-impl<F> std::fmt::Debug for SendingAs<F> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SendingAs").field("sender", &self.sender).finish_non_exhaustive()
-    }
-}
-
-impl<F: Future> Future for SendingAs<F> {
-    type Output = F::Output;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        let sender = self.sender;
-        crate::port::sending_as(sender, || self.fut.as_mut().poll(cx))
-    }
+/// Awaits `fut` with every message this thread sends while polling it
+/// carrying `sender` as its sender's credentials
+/// ([`crate::sending_as`]): only during its polls, never for other tasks
+/// that share the thread.
+pub async fn sending_as<F: Future>(sender: crate::message::Credentials, fut: F) -> F::Output {
+    let mut fut = std::pin::pin!(fut);
+    std::future::poll_fn(|cx| crate::port::sending_as(sender, || fut.as_mut().poll(cx))).await
 }
 
 /// A [`ReceiveRight`] whose messages are awaited.

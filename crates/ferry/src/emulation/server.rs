@@ -345,7 +345,7 @@ impl EmulServer {
             match ev {
                 Event::Message(id, mut m) if id == self.main => self.handle(&mut m, None),
                 Event::Message(id, mut m) if self.channels.contains_key(&id) => {
-                    let Some((sock, owner)) = self.channels.get(&id).map(|(sock, uid)| (sock.clone(), *uid)) else { continue };
+                    let (sock, owner) = self.channels[&id].clone();
                     // Only its own thread asks on a channel, and the answer
                     // goes back to that thread: a request from anyone else
                     // (a right to the channel's port passed on, say to a
@@ -487,14 +487,16 @@ impl EmulServer {
         if let Some(counter) = counter {
             counter.fetch_add(1, Ordering::Relaxed);
         }
-        // Over a channel, an open's descriptors go on it just before the
-        // answer; by a reply right, in an envelope.
-        let direct = match &reply.0 {
-            Some(ReplyTo::Channel(sock)) => Some(sock.clone()),
-            _ => None,
-        };
         let step = match m.op() {
-            OP_EMUL_OPEN => self.open(who, &body, direct.as_deref()),
+            // Over a channel, an open's descriptors go on it just before
+            // the answer; by a reply right, in an envelope.
+            OP_EMUL_OPEN => {
+                let direct = match &reply.0 {
+                    Some(ReplyTo::Channel(sock)) => Some(sock.clone()),
+                    _ => None,
+                };
+                self.open(who, &body, direct.as_deref())
+            }
             OP_EMUL_CLOSE => {
                 if let Some(fid) = get_u64(&body, 0) {
                     self.close_now(fid);

@@ -20,6 +20,7 @@ pub fn run(role: &str, args: &[String]) -> Outcome {
         "emul-open-many" => Some(open_many(args)),
         "emul-full-reply" => Some(full_reply(args)),
         "emul-channel-intrude" => Some(channel_intrude(args)),
+        "emul-channels" => Some(channels()),
         "emul-shrink-page" => Some(shrink_page(args)),
         "emul-proc" => Some(proc_names(args)),
         "emul-write-suid" => Some(write_suid(args)),
@@ -276,6 +277,32 @@ fn channel_intrude(args: &[String]) -> Res {
     body.extend_from_slice(name.as_bytes());
     right.send(Message::new(ferry::emulation::OP_EMUL_OPEN).with_body(body), Timeout::Infinite)?;
     println!("sent");
+    Ok(())
+}
+
+/// `emul-channels`: asks the server (the inherited right) for channels,
+/// keeping each, until it refuses; prints `channels K refused ERRNO` and
+/// `ready`, and keeps them until its standard input closes.
+fn channels() -> Res {
+    let right = ferry::spawn::inherited()?;
+    let mut kept = Vec::new();
+    let refused = loop {
+        let (rx, tx) = ferry::port()?;
+        let (mut answers, _keep) = ferry::port()?;
+        let m = Message::new(ferry::emulation::OP_EMUL_CHANNEL).with_item(ferry::Item::Receive(rx)).with_reply(answers.make_send_once()?);
+        right.send(m, Timeout::Infinite)?;
+        let a = answers.recv(Timeout::After(Duration::from_secs(10)))?;
+        let errno = u32::from_le_bytes(a.body().get(..4).ok_or("short answer")?.try_into()?);
+        if errno != 0 || kept.len() >= 10_000 {
+            break errno;
+        }
+        kept.push(tx);
+    };
+    println!("channels {} refused {refused}", kept.len());
+    println!("ready");
+    std::io::stdout().flush()?;
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line)?;
     Ok(())
 }
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 from ._ferry import (
     MAX_INLINE,
     MAX_ITEMS,
+    SERVICE_PORT,
     Bootstrap,
     ConnId,
     Connection,
@@ -50,6 +51,7 @@ from .arrays import ndarray
 __all__ = [
     "MAX_INLINE",
     "MAX_ITEMS",
+    "SERVICE_PORT",
     "Bootstrap",
     "ConnId",
     "Connection",

@@ -86,6 +86,7 @@ fn _ferry(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<rpc::ConnId>()?;
     m.add("MAX_INLINE", ferry::message::MAX_INLINE)?;
     m.add("MAX_ITEMS", ferry::message::MAX_ITEMS)?;
+    m.add("SERVICE_PORT", ferry::bootstrap::SERVICE_PORT)?;
     Ok(())
 }
 

@@ -188,6 +188,28 @@ impl Message {
         Ok(self.items.as_ref().map(|l| l.iter().map(|o| o.clone_ref(py)).collect()).unwrap_or_default())
     }
 
+    /// Takes the port out of a name server's `SERVICE_PORT` message (sent to
+    /// a service registered with `Bootstrap.register_system_service`, one
+    /// for each lookup of its name): returns `(uid, ReceiveRight)`, the
+    /// user whose lookup the port was made for and the port to serve as
+    /// that user's. Returns `None`, leaving the message as it was, for
+    /// anything else: the same bytes from anyone but root (the kernel's
+    /// word) included. Call it before reading `items`; after, a
+    /// `SERVICE_PORT` message raises `ValueError`.
+    fn take_service_port(&mut self, py: Python<'_>) -> PyResult<Option<(u32, Py<ReceiveRight>)>> {
+        let m = self.msg.as_mut().ok_or_else(sent)?;
+        if m.op() != ferry::bootstrap::SERVICE_PORT {
+            return Ok(None);
+        }
+        if self.items.is_some() {
+            return Err(PyValueError::new_err("take_service_port must come before reading the message's items"));
+        }
+        match ferry::bootstrap::ServicePort::take(m) {
+            Some(sp) => Ok(Some((sp.uid, Py::new(py, ReceiveRight::wrap(sp.port))?))),
+            None => Ok(None),
+        }
+    }
+
     /// Takes the reply right the sender supplied (`None` if there is none or
     /// it was taken already).
     fn take_reply(&mut self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {

@@ -74,6 +74,20 @@ impl Bootstrap {
         self.call(py, |b| b.register_system(name, &copy))
     }
 
+    /// Registers a copy of `right` under `name` among the system names as a
+    /// service that hands every lookup a port of its own (root only:
+    /// anyone else gets `NameDenied`): all send rights to one port share
+    /// one socket, which any holder may shut down or fill for all. For
+    /// each lookup the name server sends the new port's receive right to
+    /// `right` in a `SERVICE_PORT` message; take it with
+    /// `Message.take_service_port()` and serve it (a `PortSet` holds them
+    /// all) as the port of the user it names. Raises `NameTaken` if a live
+    /// port has the name.
+    fn register_system_service(&self, py: Python<'_>, name: &str, right: &Bound<'_, SendRight>) -> PyResult<()> {
+        let copy = right.get().with(|r| r.try_clone())?.map_err(crate::errors::os_error)?;
+        self.call(py, |b| b.register_system_service(name, &copy))
+    }
+
     /// Looks `name` up; returns a send right. Raises `NameNotFound`.
     fn lookup(&self, py: Python<'_>, name: &str) -> PyResult<SendRight> {
         self.call(py, |b| b.lookup(name)).map(SendRight::wrap)

@@ -286,6 +286,52 @@ def test_system_names_are_registered_by_root_alone(names):
         raise AssertionError("the system name outlived its port")
 
 
+def test_system_services_hand_each_lookup_a_port_of_its_own(names):
+    name = unique("service")
+    main, tx = ferry.port()
+    if os.geteuid() != 0:
+        with pytest.raises(ferry.NameDenied):
+            names.register_system_service(name, tx)
+        return
+    names.register_system_service(name, tx)
+    with pytest.raises(ferry.NameTaken):
+        names.register_system_service(name, tx)
+    served = ferry.PortSet()
+    owner = {}
+    first, second = names.lookup(name), names.lookup(name)
+    for _ in range(2):
+        m = main.recv(LIMIT)
+        assert m.op == ferry.SERVICE_PORT
+        taken = m.take_service_port()
+        assert taken is not None, "the name server's message is a service port"
+        uid, port = taken
+        assert uid == 0 and m.items == []
+        owner[served.insert(port)] = uid
+    # Each lookup reached a port of its own.
+    first.send(ferry.Message(1))
+    second.send(ferry.Message(2))
+    got = {}
+    for _ in range(2):
+        ev = served.wait(LIMIT)
+        got[ev.message.op] = ev.member
+    assert set(got) == {1, 2} and got[1] != got[2] and set(got.values()) == set(owner)
+    # The same shape with a reply right is not the name server's, and is
+    # left whole; so is anything after its items were read.
+    fake_rx, fake_tx = ferry.port()
+    _answer, once = ferry.reply_pair()
+    forged = ferry.Message(ferry.SERVICE_PORT, (0).to_bytes(4, "little")).add(fake_rx).add(fake_tx).set_reply(once)
+    tx.send(forged)
+    m = main.recv(LIMIT)
+    assert m.take_service_port() is None
+    assert len(m.items) == 2
+    with pytest.raises(ValueError):
+        m.take_service_port()
+    assert ferry.Message(5).take_service_port() is None
+    first.close()
+    ev = served.wait(LIMIT)
+    assert ev.kind == "no-senders" and ev.member == got[1]
+
+
 def _lookup(names: ferry.Bootstrap, name: str) -> ferry.SendRight:
     for _ in range(4000):
         try:

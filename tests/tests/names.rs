@@ -9,6 +9,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::*;
+use ferry::bootstrap::ServicePort;
 use ferry::{Message, NameError, Timeout};
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -378,30 +379,40 @@ fn system_services_give_each_lookup_a_port_of_its_own() {
         let mut bs = names(&d.path);
         let (mut main, tx) = ferry::port().unwrap();
         bs.register_system_service("each-svc", &tx).unwrap();
-        drop(tx);
         let wait = Timeout::After(Duration::from_secs(10));
         // Takes the port the name server made for one lookup: the asker's
         // uid, the receive right, and a send right to the same port.
-        let mut take = |want_uid: u32| {
+        let take = |main: &mut ferry::ReceiveRight, want_uid: u32| {
             let mut m = main.recv(wait).unwrap();
             assert_eq!(m.op(), ferry::bootstrap::SERVICE_PORT);
             assert_eq!(m.sender().map(|c| c.uid), Some(0), "not sent by the name server (root)");
             assert_eq!(m.body(), want_uid.to_le_bytes(), "not made for uid {want_uid}");
-            let mut items = m.take_items().into_iter();
-            let (Some(ferry::Item::Receive(rx)), Some(ferry::Item::Send(same)), None) = (items.next(), items.next(), items.next()) else {
-                panic!("a service port carries its receive right and a send right to it")
-            };
-            drop(same);
-            rx
+            assert!(matches!(m.items(), [ferry::Item::Receive(_), ferry::Item::Send(_)]), "a service port carries its receive right and a send right to it");
+            let ServicePort { uid, port } = ServicePort::take(&mut m).expect("the name server's message is a service port");
+            assert_eq!(uid, want_uid);
+            assert!(m.items().is_empty());
+            port
         };
+        // The same message from anyone but root is not a service port, and
+        // taking it leaves it whole.
+        let (forged_rx, forged_tx) = ferry::port().unwrap();
+        let as_nobody = ferry::Credentials { pid: std::process::id() as i32, uid: NOBODY, gid: NOBODY };
+        let forged = Message::new(ferry::bootstrap::SERVICE_PORT).with_body(0u32.to_le_bytes().to_vec()).with_item(forged_rx).with_item(forged_tx);
+        ferry::sending_as(as_nobody, || tx.send(forged, wait)).unwrap();
+        drop(tx);
+        let mut m = main.recv(wait).unwrap();
+        assert_eq!(m.sender().map(|c| c.uid), Some(NOBODY));
+        assert!(ServicePort::take(&mut m).is_none(), "a service port taken from uid {NOBODY}");
+        assert_eq!(m.items().len(), 2);
+        drop(m);
         let mut other = Peer::new(spawn_peer_as(NOBODY, &d.path, "system-names", &["each-svc"]));
-        let mut theirs = take(NOBODY);
+        let mut theirs = take(&mut main, NOBODY);
         assert_eq!(theirs.recv(wait).unwrap().op(), 21, "the other user's message came on another port");
         let said = other.until_ready();
         assert_eq!(said, ["register_system: Denied", "register_system_service: Denied", "own name first: true"], "{said:?}");
         // Root's lookups get ports of their own too, each a new one.
         let (r1, r2) = (bs.lookup("each-svc").unwrap(), bs.lookup("each-svc").unwrap());
-        let (mut p1, mut p2) = (take(0), take(0));
+        let (mut p1, mut p2) = (take(&mut main, 0), take(&mut main, 0));
         r1.send(Message::new(1), wait).unwrap();
         r2.send(Message::new(2), wait).unwrap();
         assert_eq!((p1.recv(wait).unwrap().op(), p2.recv(wait).unwrap().op()), (1, 2));

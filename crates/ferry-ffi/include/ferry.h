@@ -15,6 +15,13 @@
 #define FERRY_TIMEOUT_INFINITE -1
 
 /**
+ * The operation id of the message a name server sends to a service
+ * registered with `ferry_bootstrap_register_system_service`, one for each
+ * lookup of its name.
+ */
+#define FERRY_SERVICE_PORT 1853030416
+
+/**
  * Map flag: fault every page in now rather than on first touch.
  */
 #define FERRY_MAP_IMMEDIATE 1
@@ -759,6 +766,24 @@ enum ferry_status ferry_message_take_receive_right(struct ferry_message *msg,
                                                    struct ferry_receive_right **out_right);
 
 /**
+ * Takes the port out of a name server's `FERRY_SERVICE_PORT` message: its
+ * receive right in `*out_port` and the uid of the user whose lookup it was
+ * made for in `*out_uid` (serve the port as that user's). The message must
+ * come from root (the credentials the kernel gave it) with the name
+ * server's shape, and none of its items taken; anything else, the same
+ * bytes from another user included, is not a service port: `*out_port` is
+ * then set to NULL, `*out_uid` left alone and the message left as it was.
+ *
+ * # Safety
+ * `msg` is a live message handle used by no other call; `out_uid` points
+ * at a writable `uint32_t` and `out_port` at writable storage for a
+ * pointer.
+ */
+enum ferry_status ferry_message_take_service_port(struct ferry_message *msg,
+                                                  uint32_t *out_uid,
+                                                  struct ferry_receive_right **out_port);
+
+/**
  * The length and mode of region item `index`, without taking it. Either
  * out-pointer may be NULL.
  *
@@ -869,6 +894,25 @@ enum ferry_status ferry_bootstrap_register(struct ferry_bootstrap *bootstrap,
 enum ferry_status ferry_bootstrap_register_system(struct ferry_bootstrap *bootstrap,
                                                   const char *name,
                                                   const struct ferry_send_right *right);
+
+/**
+ * Registers (a copy of) `right` under `name` among the system names as a
+ * service that hands every lookup a port of its own: all send rights to
+ * one port share one socket, which any holder may shut down or fill for
+ * all, so a port every user reaches should not be one port. For each
+ * lookup the name server makes a port and sends its receive right to
+ * `right` in a `FERRY_SERVICE_PORT` message; take it with
+ * `ferry_message_take_service_port` and serve it (a port set holds them all) as the port of the user it
+ * names. Root only: `FERRY_ERR_DENIED` for anyone else;
+ * `FERRY_ERR_NAME_TAKEN` if a live port has the system name;
+ * `FERRY_ERR_REFUSED` from a name server too old for it.
+ *
+ * # Safety
+ * As [`ferry_bootstrap_register_system`].
+ */
+enum ferry_status ferry_bootstrap_register_system_service(struct ferry_bootstrap *bootstrap,
+                                                          const char *name,
+                                                          const struct ferry_send_right *right);
 
 /**
  * Looks `name` up for the calling user: a send right to its port in

@@ -521,6 +521,54 @@ pub unsafe extern "C" fn ferry_message_take_receive_right(msg: *mut ferry_messag
     }, |right| ferry_receive_right { right }) }
 }
 
+/// The operation id of the message a name server sends to a service
+/// registered with `ferry_bootstrap_register_system_service`, one for each
+/// lookup of its name.
+pub const FERRY_SERVICE_PORT: u32 = 0x6e73_0010;
+
+// The header needs the number written out; it is the name server's.
+const _: () = assert!(FERRY_SERVICE_PORT == ferry::bootstrap::SERVICE_PORT);
+
+/// Takes the port out of a name server's `FERRY_SERVICE_PORT` message: its
+/// receive right in `*out_port` and the uid of the user whose lookup it was
+/// made for in `*out_uid` (serve the port as that user's). The message must
+/// come from root (the credentials the kernel gave it) with the name
+/// server's shape, and none of its items taken; anything else, the same
+/// bytes from another user included, is not a service port: `*out_port` is
+/// then set to NULL, `*out_uid` left alone and the message left as it was.
+///
+/// # Safety
+/// `msg` is a live message handle used by no other call; `out_uid` points
+/// at a writable `uint32_t` and `out_port` at writable storage for a
+/// pointer.
+#[no_mangle]
+pub unsafe extern "C" fn ferry_message_take_service_port(msg: *mut ferry_message, out_uid: *mut u32, out_port: *mut *mut ferry_receive_right) -> ferry_status {
+    guard(|| {
+        let (u, o) = (out(out_uid, "out_uid")?, out(out_port, "out_port")?);
+        // SAFETY: header contract: a live handle used by no other call.
+        let m = unsafe { obj_mut(msg, "msg") }?;
+        // SAFETY: `o` checked non-null.
+        unsafe { put(o, std::ptr::null_mut()) };
+        // Only a message whose items are all still there is looked at
+        // whole, so that putting it back changes nothing.
+        if m.items.len() != 2 || m.items.iter().any(Option::is_none) || m.msg.op() != FERRY_SERVICE_PORT {
+            return Ok(());
+        }
+        let mut whole = m.take_contents();
+        match ferry::bootstrap::ServicePort::take(&mut whole) {
+            Some(sp) => {
+                // SAFETY: `u` and `o` checked non-null.
+                unsafe {
+                    put(u, sp.uid);
+                    give(o, ferry_receive_right { right: sp.port });
+                }
+            }
+            None => m.put_back(whole),
+        }
+        Ok(())
+    })
+}
+
 /// How a region travelled.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

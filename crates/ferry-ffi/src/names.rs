@@ -82,6 +82,32 @@ pub unsafe extern "C" fn ferry_bootstrap_register_system(
     })
 }
 
+/// Registers (a copy of) `right` under `name` among the system names as a
+/// service that hands every lookup a port of its own: all send rights to
+/// one port share one socket, which any holder may shut down or fill for
+/// all, so a port every user reaches should not be one port. For each
+/// lookup the name server makes a port and sends its receive right to
+/// `right` in a `FERRY_SERVICE_PORT` message; take it with
+/// `ferry_message_take_service_port` and serve it (a port set holds them all) as the port of the user it
+/// names. Root only: `FERRY_ERR_DENIED` for anyone else;
+/// `FERRY_ERR_NAME_TAKEN` if a live port has the system name;
+/// `FERRY_ERR_REFUSED` from a name server too old for it.
+///
+/// # Safety
+/// As [`ferry_bootstrap_register_system`].
+#[no_mangle]
+pub unsafe extern "C" fn ferry_bootstrap_register_system_service(
+    bootstrap: *mut ferry_bootstrap,
+    name: *const std::ffi::c_char,
+    right: *const ferry_send_right,
+) -> ferry_status {
+    guard(|| {
+        // SAFETY: header contract: live handles and a NUL-terminated name.
+        let (b, n, tx) = unsafe { (obj_mut(bootstrap, "bootstrap")?, string(name, "name")?, obj(right, "right")?) };
+        Ok(b.bs.register_system_service(n, &tx.right)?)
+    })
+}
+
 /// Looks `name` up for the calling user: a send right to its port in
 /// `*out_right`. `FERRY_ERR_NAME_NOT_FOUND` if no live port has it.
 ///

@@ -186,3 +186,51 @@ fn c_and_rust_exchange_rights_and_by_value_regions() {
     let out = succeeded("ferry_xlang", &wait_bounded(child, LIMIT));
     assert!(out.contains("xlang: ok"), "{out}");
 }
+
+/// The C example of a system service (run as root): each lookup of its
+/// name gets a port of its own, which the name server sends to the
+/// service's main port with the asker's uid; the service takes it with
+/// `ferry_message_take_service_port` and answers every call on it with that
+/// uid. A lookup made as uid nobody is answered as nobody's, root's as
+/// root's, and the service hears each port close when its user lets go.
+#[test]
+fn c_system_service_gives_each_users_lookup_a_port_of_its_own() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped c_system_service_gives_each_users_lookup_a_port_of_its_own: registering a system service needs root");
+        return;
+    }
+    const NOBODY: u32 = 65534;
+    let svc = build("ferry_system_service", &["examples/c/system_service.c"]);
+    let path = private_bootstrap("syssvc");
+    let child = spawn(&svc, &["c-system-svc", "3"], &path);
+    let mut names = ferry::Bootstrap::connect_to(&path).unwrap();
+    let lookup = |names: &mut ferry::Bootstrap| {
+        let deadline = std::time::Instant::now() + LIMIT;
+        loop {
+            match names.lookup("c-system-svc") {
+                Ok(r) => return r,
+                Err(ferry::NameError::NotFound) if std::time::Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
+                Err(e) => panic!("lookup of the C service: {e}"),
+            }
+        }
+    };
+    let call = |right: &ferry::SendRight| {
+        let (mut answer, once) = ferry::reply_pair().unwrap();
+        right.send(Message::new(7).with_reply(once), Timeout::After(LIMIT)).unwrap();
+        let m = answer.recv(Timeout::After(LIMIT)).expect("the C service's answer");
+        u32::from_le_bytes(m.body().try_into().expect("a uid"))
+    };
+    let root1 = lookup(&mut names);
+    let nobody = ferry::Credentials { pid: std::process::id() as i32, uid: NOBODY, gid: NOBODY };
+    let theirs = ferry::sending_as(nobody, || names.lookup("c-system-svc")).unwrap();
+    let root2 = lookup(&mut names);
+    assert_eq!((call(&root1), call(&theirs), call(&root2)), (0, NOBODY, 0));
+    // Whatever credentials a call on nobody's port carries, it is nobody's.
+    let (mut answer, once) = ferry::reply_pair().unwrap();
+    theirs.send(Message::new(7).with_reply(once), Timeout::After(LIMIT)).unwrap();
+    assert_eq!(answer.recv(Timeout::After(LIMIT)).unwrap().body(), NOBODY.to_le_bytes());
+    drop((root1, theirs, root2));
+    let out = succeeded("ferry_system_service", &wait_bounded(child, LIMIT));
+    assert!(out.contains("system service: ok, 3 ports closed, 4 calls answered, 0 messages on the main port ignored"), "{out}");
+    assert!(out.contains("port of uid 65534 closed"), "{out}");
+}

@@ -1592,7 +1592,7 @@ async fn forward(c: Arc<Conn>, mut rx: AsyncReceiveRight, import: u64, key: Key,
             _ = kill.wait_for(|k| *k) => return,
         };
         match got {
-            Ok(m) if is_service_port(&m) => c.adopt_port(import, m),
+            Ok(m) if ferry::bootstrap::ServicePort::is(&m) => c.adopt_port(import, m),
             Ok(m) => c.forward_one(import, false, m).await,
             Err(RecvError::NoSenders) | Err(RecvError::SendOnceDropped) => return c.proxy_gone(import, Some(key)).await,
             Err(RecvError::BadMessage(_)) | Err(RecvError::Timeout) => continue,
@@ -1611,21 +1611,6 @@ fn send_once_as(sender: Option<ferry::Credentials>, r: SendOnceRight, m: Message
         Some(c) => ferry::sending_as(c, || r.send(m, timeout)),
         None => r.send(m, timeout),
     }
-}
-
-/// Whether `m` is a port a name server made for one user's lookup of a
-/// proxy registered as a system service
-/// ([`ferry::Bootstrap::register_system_service`]): op
-/// [`SERVICE_PORT`](ferry::bootstrap::SERVICE_PORT), sent by root (the
-/// kernel's word), the user's uid, the port's receive right and a send
-/// right to it. From anyone else it is an ordinary message, refused for
-/// the receive right it carries.
-pub(crate) fn is_service_port(m: &Message) -> bool {
-    m.op() == ferry::bootstrap::SERVICE_PORT
-        && m.sender().is_some_and(|c| c.uid == 0)
-        && m.body().len() == 4
-        && !m.has_reply()
-        && matches!(m.items(), [Item::Receive(_), Item::Send(_)])
 }
 
 /// The task behind the proxy of one send-once right: forwards its one
@@ -1746,7 +1731,8 @@ impl Conn {
         }
     }
 
-    /// Serves the port in `m` ([`is_service_port`]) as another proxy for
+    /// Serves the port in `m` (a name server's
+    /// [`ServicePort`](ferry::bootstrap::ServicePort) message) as another proxy for
     /// import `import`, charged to the user it was made for. Past that
     /// user's share of the proxies, when this node is short of
     /// descriptors, or when the import is gone, the port is dropped: the

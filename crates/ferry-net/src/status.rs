@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use ferry::{Event, Item, MemberId, Message, PortSet, ReceiveRight, RecvError, SendRight, Timeout};
+use ferry::{Event, MemberId, Message, PortSet, ReceiveRight, RecvError, SendRight, Timeout};
 
 use crate::node::{LinkInfo, NetError, NetStats, Node, UserUsage};
 
@@ -182,7 +182,7 @@ impl Server {
         let mut n = 0;
         loop {
             match self.set.wait(timeout) {
-                Ok(Event::Message(id, m)) if id == self.main && crate::node::is_service_port(&m) => self.adopt(m),
+                Ok(Event::Message(id, mut m)) if id == self.main && ferry::bootstrap::ServicePort::is(&m) => self.adopt(&mut m),
                 Ok(Event::Message(_, mut m)) => {
                     let asker = m.sender().map(|c| c.uid);
                     if let (QUERY, Some(reply)) = (m.op(), m.take_reply()) {
@@ -215,9 +215,8 @@ impl Server {
 
     /// Serves the port in `m` for the user it was made for, within that
     /// user's [`PORTS_PER_USER`].
-    fn adopt(&mut self, mut m: Message) {
-        let uid = u32::from_le_bytes(m.body()[..4].try_into().unwrap_or_default());
-        let Some(Item::Receive(port)) = m.take_items().into_iter().next() else { return };
+    fn adopt(&mut self, m: &mut Message) {
+        let Some(ferry::bootstrap::ServicePort { uid, port }) = ferry::bootstrap::ServicePort::take(m) else { return };
         let have = self.count.get(&uid).copied().unwrap_or(0);
         if have >= PORTS_PER_USER {
             static SAID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);

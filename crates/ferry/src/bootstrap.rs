@@ -300,6 +300,52 @@ crate::interface! {
 /// gives with the message): from anyone else it is an ordinary message.
 pub const SERVICE_PORT: u32 = 0x6e73_0010;
 
+/// A port the name server made for one user's lookup of a service
+/// registered with [`Bootstrap::register_system_service`], taken from its
+/// [`SERVICE_PORT`] message by [`ServicePort::take`].
+#[derive(Debug)]
+pub struct ServicePort {
+    /// The uid of the user whose lookup the port was made for: serve it as
+    /// that user's, whatever credentials its messages carry.
+    pub uid: u32,
+    /// The port's receive right, to serve like the service's main port.
+    pub port: crate::port::ReceiveRight,
+}
+
+impl ServicePort {
+    /// Whether `m` is a [`SERVICE_PORT`] message from a name server: op
+    /// [`SERVICE_PORT`], sent by root (the credentials the kernel gave it),
+    /// a 4-byte body, no reply right, and exactly a receive right then a
+    /// send right. From anyone else the same bytes are an ordinary message
+    /// (one that would hand the service a port to serve in another user's
+    /// name).
+    pub fn is(m: &Message) -> bool {
+        use crate::message::Item;
+        m.op() == SERVICE_PORT
+            && m.sender().is_some_and(|c| c.uid == 0)
+            && m.body().len() == 4
+            && !m.has_reply()
+            && matches!(m.items(), [Item::Receive(_), Item::Send(_)])
+    }
+
+    /// Takes the port out of `m` when [`ServicePort::is`] says it is a
+    /// name server's [`SERVICE_PORT`] message (dropping the send right that
+    /// came with it, which the service never needs); otherwise leaves `m`
+    /// as it was and returns `None`.
+    pub fn take(m: &mut Message) -> Option<ServicePort> {
+        use crate::message::Item;
+        if !ServicePort::is(m) {
+            return None;
+        }
+        let uid = u32::from_le_bytes(m.body().try_into().ok()?);
+        let mut items = m.take_items().into_iter();
+        match (items.next(), items.next()) {
+            (Some(Item::Receive(port)), Some(Item::Send(_))) => Some(ServicePort { uid, port }),
+            _ => None,
+        }
+    }
+}
+
 impl From<Refusal> for NameError {
     fn from(r: Refusal) -> NameError {
         match r {
@@ -707,8 +753,9 @@ impl Bootstrap {
     /// any holder may shut down or fill for all, so a port every user
     /// reaches must not be one port. For each lookup the name server makes
     /// a port and sends its receive right to `right` in a
-    /// [`SERVICE_PORT`] message (which the service must take, from root
-    /// only, and serve like its main port); the name server keeps `right`
+    /// [`SERVICE_PORT`] message (which the service takes with
+    /// [`ServicePort::take`], from root only, and serves like its main
+    /// port); the name server keeps `right`
     /// to send those and to watch, and never hands it out.
     ///
     /// # Errors

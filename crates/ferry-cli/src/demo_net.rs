@@ -71,8 +71,7 @@ fn node(dir: &Path, me: &str, other: &str) -> Res<Node> {
 
 /// Runs the two hosts and prints the summary.
 pub fn orchestrate() -> Res {
-    let dir: PathBuf = std::env::temp_dir().join(format!("ferry-demo-net-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
+    let dir: PathBuf = crate::demo::private_temp_dir("ferry-demo-net")?;
     let r = run_hosts(&dir);
     let _ = std::fs::remove_dir_all(&dir);
     r?;

@@ -166,3 +166,95 @@ fn demo_net_shows_a_right_and_a_region_crossing_hosts() {
     };
     assert_ne!(pid("alpha"), pid("beta"));
 }
+
+/// What another user does before `ferry demo --net` runs, when
+/// `FERRY_TEST_SQUAT` names the shared temporary directory: makes the
+/// directories the demo's next processes would have used (by their
+/// likely pids), world-writable, with its certificate and key names
+/// symbolic links to `FERRY_TEST_VICTIM`. Run as uid nobody by
+/// `demo_net_makes_its_directory_afresh_in_a_shared_temporary_directory`;
+/// otherwise nothing.
+#[cfg(feature = "net")]
+#[test]
+fn squat_the_demo_s_directories() {
+    use std::os::unix::fs::PermissionsExt;
+    let (Some(tmp), Some(victim)) = (std::env::var_os("FERRY_TEST_SQUAT"), std::env::var_os("FERRY_TEST_VICTIM")) else { return };
+    let read = |p: &str| -> u32 { std::fs::read_to_string(p).unwrap().trim().parse().unwrap() };
+    let (last, max) = (read("/proc/sys/kernel/ns_last_pid"), read("/proc/sys/kernel/pid_max"));
+    let mut made = 0;
+    // The next pids, as the kernel hands them out (after the last, past
+    // the largest from 300 again).
+    for n in 1..3000 {
+        let pid = if last + n < max { last + n } else { 300 + (last + n - max) };
+        let dir = std::path::Path::new(&tmp).join(format!("ferry-demo-net-{pid}"));
+        if std::fs::create_dir(&dir).is_err() {
+            continue;
+        }
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        for host in ["alpha", "beta"] {
+            for what in ["cert", "key"] {
+                std::os::unix::fs::symlink(&victim, dir.join(format!("{host}.{what}.pem"))).unwrap();
+            }
+        }
+        made += 1;
+    }
+    println!("squatted {made}");
+}
+
+/// `ferry demo --net` run by root in a temporary directory every user may
+/// write to: another user (nobody) has made the directories the demo
+/// would have used, with symbolic links in them to a file only root may
+/// read or write. The demo makes a directory of its own, so the file is
+/// untouched and nothing the demo writes lands in the other user's
+/// directories.
+#[cfg(feature = "net")]
+#[test]
+fn demo_net_makes_its_directory_afresh_in_a_shared_temporary_directory() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    if rustix::process::geteuid().as_raw() != 0 {
+        eprintln!("demo_net_makes_its_directory_afresh_in_a_shared_temporary_directory: skipped (needs root to play another user)");
+        return;
+    }
+    let base = std::env::temp_dir().join(format!("ferry-demo-squat-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let (tmp, secret) = (base.join("tmp"), base.join("secret"));
+    std::fs::create_dir_all(&tmp).unwrap();
+    std::fs::create_dir_all(&secret).unwrap();
+    std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let victim = secret.join("victim");
+    std::fs::write(&victim, b"root's own\n").unwrap();
+    // The other user, a real process of uid nobody.
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "squat_the_demo_s_directories", "--nocapture", "--test-threads=1"])
+        .env("FERRY_TEST_SQUAT", &tmp)
+        .env("FERRY_TEST_VICTIM", &victim)
+        .uid(65534)
+        .gid(65534)
+        .current_dir("/")
+        .output()
+        .unwrap();
+    assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("squatted"), "{out:?}");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ferry"))
+        .args(["demo", "--net"])
+        .env("TMPDIR", &tmp)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run ferry demo --net");
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while child.try_wait().expect("wait").is_none() {
+        if std::time::Instant::now() > end {
+            let _ = child.kill();
+            panic!("ferry demo --net did not finish in two minutes");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().expect("output");
+    let victim_now = std::fs::read(&victim).unwrap();
+    let _ = std::fs::remove_dir_all(&base);
+    assert_eq!(victim_now, b"root's own\n", "the demo wrote through another user's symbolic link");
+    assert!(out.status.success(), "ferry demo --net failed: {}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+}

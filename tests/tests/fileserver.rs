@@ -431,6 +431,43 @@ fn holds_parked_in_flight_are_released_with_their_client() {
     });
 }
 
+/// A hold right that leads back into the server's process (a send right
+/// to the server's own port, or the receiving end of a port whose send
+/// right the name server in the same process keeps) would never hang up:
+/// the server would keep the snapshots, their memory and the user's
+/// budget for ever after the client exited, and the name server the
+/// name. Such a hold is refused, and the user's budget stays whole.
+#[test]
+fn holds_that_lead_back_into_the_server_are_refused() {
+    let test = "holds_that_lead_back_into_the_server_are_refused";
+    if !common::can_play_other_user(test) {
+        return;
+    }
+    let _serial = common::serial();
+    common::watchdog(test, LIMIT, || {
+        let budgets = Budgets::default();
+        let s = Served::start("self-hold", budgets, |_| {});
+        let objects = s.objects_settled(0);
+        let fds = s.fds_settled(0);
+        let held = budgets.holds_per_user;
+        for how in ["server", "name"] {
+            let mut holder = s.attacker("files-self-hold", &[how, "README", &held.to_string()]);
+            let mut out = lines(&mut holder);
+            assert_eq!(line(&mut out), format!("held 0 over-budget 0 other {held}"), "holds leading back into the server ({how}) were taken");
+            let _ = holder.wait();
+            assert_eq!(s.objects_settled(objects), objects, "the server kept snapshots of a client that exited ({how})");
+            let after = s.fds_settled(fds + 8);
+            assert!(after <= fds + 8, "the server kept descriptors ({how}): {fds} before, {after} after");
+        }
+        // The user's whole budget is there.
+        let mut again = s.attacker("files-hoard", &["README", &held.to_string()]);
+        let mut out = lines(&mut again);
+        assert_eq!(line(&mut out), format!("granted {held} over-budget 0 other 0"));
+        kill(again);
+        root_is_served(&s);
+    });
+}
+
 /// Files of the kernel's own file systems are not served: their contents
 /// are the kernel's answers, some decided by who opens them, and the
 /// server opening one for a client would open it with the server's

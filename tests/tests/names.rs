@@ -546,6 +546,40 @@ fn one_users_file_server_right_is_its_own() {
     });
 }
 
+/// A user registering, as a name of its own, the right it got for `files`
+/// (a port of the file server, which runs in the name server's process)
+/// would make the daemon keep both a sender of that port and the port:
+/// neither would ever go, and the name and the port would stay after the
+/// user left. Such a registration is refused; nothing of the user's stays.
+#[test]
+fn a_name_never_leads_back_into_the_daemon() {
+    if !can_play_other_user("a_name_never_leads_back_into_the_daemon") {
+        return;
+    }
+    watchdog("name_leads_back", LIMIT, || {
+        let served = test_dir("leadsback-root");
+        let d = Daemon::start("leadsback", &["--system", "--files", served.to_str().unwrap()], None);
+        let fds = |pid: u32| std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count();
+        let base = fds(d.child.id());
+        let mut p = Peer::new(spawn_peer_as(NOBODY, &d.path, "register-files", &["loop", "16"]));
+        let mut said = String::new();
+        p.out.read_line(&mut said).unwrap();
+        assert_eq!(said.trim(), "registered 0 refused 16", "{}", d.log());
+        drop(p);
+        let mut now = usize::MAX;
+        for _ in 0..2000 {
+            now = fds(d.child.id());
+            if now <= base {
+                break;
+            }
+            nap();
+        }
+        assert!(now <= base, "the daemon kept what a user that is gone registered: {base} descriptors before, {now} after");
+        let left: Vec<_> = names(&d.path).list().unwrap().into_iter().filter(|e| e.uid == NOBODY).map(|e| e.name).collect();
+        assert!(left.is_empty(), "names of a user that is gone: {left:?}");
+    });
+}
+
 #[test]
 fn one_user_cannot_take_every_descriptor() {
     if !can_play_other_user("one_user_cannot_take_every_descriptor") {

@@ -481,11 +481,13 @@ impl NameServer {
 
     fn hold(&mut self, inode: u64) {
         *self.held.entry(inode).or_insert(0) += 1;
+        socket::keep(inode);
     }
 
     fn release(&mut self, inode: u64) {
         if let Some(n) = self.held.get_mut(&inode) {
             *n -= 1;
+            socket::unkeep(inode);
             if *n == 0 {
                 self.held.remove(&inode);
             }
@@ -685,8 +687,13 @@ impl NameServer {
         let Ok(inode) = socket::identity(right.as_fd()).map(|id| id.1) else {
             return Err(Refusal::Refused("cannot identify the registered socket".into()));
         };
+        // Nor one that another server of this process keeps (a file
+        // server's port, hold or lifeline), which would keep the name and
+        // the other's socket for each other; unless this process itself
+        // registers it, as a host publishing its own server may.
+        let own = cred.pid == std::process::id() as i32;
         match socket::peer_inode(right.as_fd()) {
-            Ok(Some(peer)) if self.held.contains_key(&peer) => {
+            Ok(Some(peer)) if self.held.contains_key(&peer) || (!own && socket::is_kept(peer)) => {
                 self.say_limited("refused", format_args!("registration of {:?} for uid {} refused: the server holds the other end", key.1, cred.uid));
                 return Err(Refusal::Refused(
                     "the other end of this socket is held by the name server itself: a registered right must lead to a receive right held elsewhere".into(),
@@ -738,6 +745,17 @@ impl NameServer {
                 drop(e.right);
                 self.release(e.inode);
                 self.say(format_args!("dropped {:?} of uid {}", key.1, key.0));
+            }
+        }
+    }
+}
+
+impl Drop for NameServer {
+    fn drop(&mut self) {
+        // The sockets it kept go with it.
+        for (inode, n) in self.held.drain() {
+            for _ in 0..n {
+                socket::unkeep(inode);
             }
         }
     }

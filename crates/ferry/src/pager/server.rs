@@ -33,6 +33,7 @@ use crate::error::RecvError;
 use crate::message::{Item, Message};
 use crate::port::{ReceiveRight, SendRight};
 use crate::sys::mem;
+use crate::sys::socket::{leads_back, Kept};
 use crate::sys::uffd::{Event, Partial, Uffd};
 use crate::sys::wait::{Epoll, Interest};
 use crate::timeout::Timeout;
@@ -63,6 +64,8 @@ pub type Extension<'a> = &'a mut dyn FnMut(&mut ObjectServer, &mut Message) -> O
 struct ClientPort {
     port: ReceiveRight,
     uid: u32,
+    /// The port's socket, among those this process keeps.
+    _kept: Kept,
 }
 
 /// The ports made for each user and still open, and how many one user may
@@ -152,6 +155,8 @@ struct Client {
     base: usize,
     len: usize,
     lifeline: SendRight,
+    /// The lifeline's socket, among those this process keeps.
+    _kept: Kept,
     /// Pages supplied and pages dirtied, costing the server what it
     /// supplied, not what the client's claimed range spans.
     supplied: PageSet,
@@ -166,6 +171,8 @@ struct Hold {
     object: ObjectId,
     uid: u32,
     right: SendRight,
+    /// The hold's socket, among those this process keeps.
+    _kept: Kept,
 }
 
 /// Hosts memory objects and serves their pages to clients in other
@@ -190,6 +197,8 @@ struct Hold {
 /// ```
 pub struct ObjectServer {
     port: ReceiveRight,
+    /// The port's socket, among those this process keeps.
+    _kept: Kept,
     port_open: bool,
     epoll: Epoll,
     objects: BTreeMap<ObjectId, Object>,
@@ -257,6 +266,7 @@ impl ObjectServer {
         let epoll = Epoll::new().map_err(|e| PagerError::Io(errno(e)))?;
         epoll.add(port.main_fd(), Interest::Readable, KEY_PORT).map_err(|e| PagerError::Io(errno(e)))?;
         Ok(ObjectServer {
+            _kept: Kept::new(port.main_fd()),
             port,
             port_open: true,
             epoll,
@@ -415,7 +425,8 @@ impl ObjectServer {
             forget(&self.book, uid);
             return;
         }
-        put(&mut self.ports, slot, ClientPort { port, uid });
+        let _kept = Kept::new(port.main_fd());
+        put(&mut self.ports, slot, ClientPort { port, uid, _kept });
     }
 
 
@@ -491,9 +502,16 @@ impl ObjectServer {
                 self.budgets.holds_per_user
             )));
         }
+        // Kept until its other end goes: that end must be elsewhere.
+        if leads_back(right.as_fd()) {
+            return Err(PagerError::BadRequest(
+                "a hold must be a send right to a port whose receive right its client keeps, not one that leads back into the server".into(),
+            ));
+        }
         let slot = free_slot(&self.holds);
         self.epoll.add(right.as_fd(), Interest::Abandoned, key(slot, KIND_HOLD)).map_err(|e| PagerError::Io(errno(e)))?;
-        put(&mut self.holds, slot, Hold { object: id, uid, right });
+        let _kept = Kept::new(right.as_fd());
+        put(&mut self.holds, slot, Hold { object: id, uid, right, _kept });
         let o = self.objects.get_mut(&id).expect("checked above");
         o.ephemeral = true;
         o.attached_once = true;
@@ -694,14 +712,20 @@ impl ObjectServer {
                 format!("uid {u} already has {} mappings attached (the budget); unmap some first", self.budgets.clients_per_user),
             ));
         }
+        // Kept until its other end goes: that end must be elsewhere.
+        if leads_back(lifeline.as_fd()) {
+            return Err((proto::E_BAD_REQUEST, "the lifeline leads back into the server: it must be a send right to a port its client keeps".into()));
+        }
         let slot = free_slot(&self.clients);
         let pid = m.sender().map(|c| c.pid);
+        let _kept = Kept::new(lifeline.as_fd());
         let client = Client {
             object: id,
             uffd,
             base: addr as usize,
             len: len as usize,
             lifeline,
+            _kept,
             supplied: PageSet::default(),
             dirty: PageSet::default(),
             pid,

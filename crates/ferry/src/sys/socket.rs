@@ -273,6 +273,72 @@ pub fn dup(fd: BorrowedFd<'_>) -> rustix::io::Result<OwnedFd> {
     rustix::io::fcntl_dupfd_cloexec(fd, 0)
 }
 
+/// The sockets this process's servers keep while they wait for something
+/// at the other end (a name server's registered rights and connections;
+/// an object server's or emulation server's ports, holds, lifelines and
+/// channels), by inode, with how many keep each.
+static KEPT: std::sync::Mutex<std::collections::BTreeMap<u64, usize>> = std::sync::Mutex::new(std::collections::BTreeMap::new());
+
+fn kept_sockets() -> std::sync::MutexGuard<'static, std::collections::BTreeMap<u64, usize>> {
+    KEPT.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Records that a server of this process keeps the socket `inode`
+/// (see [`leads_back`]); undone by [`unkeep`].
+pub fn keep(inode: u64) {
+    *kept_sockets().entry(inode).or_insert(0) += 1;
+}
+
+/// Undoes one [`keep`] of `inode`.
+pub fn unkeep(inode: u64) {
+    let mut kept = kept_sockets();
+    if let Some(n) = kept.get_mut(&inode) {
+        *n -= 1;
+        if *n == 0 {
+            kept.remove(&inode);
+        }
+    }
+}
+
+/// A socket's [`keep`], undone when this is dropped.
+#[derive(Debug)]
+pub struct Kept(Option<u64>);
+
+impl Kept {
+    /// Keeps the socket `fd` (nothing if it cannot be identified).
+    pub fn new(fd: BorrowedFd<'_>) -> Kept {
+        let inode = identity(fd).ok().map(|id| id.1);
+        if let Some(i) = inode {
+            keep(i);
+        }
+        Kept(inode)
+    }
+}
+
+impl Drop for Kept {
+    fn drop(&mut self) {
+        if let Some(i) = self.0 {
+            unkeep(i);
+        }
+    }
+}
+
+/// Whether the other end of socket `fd` is a socket a server of this
+/// process keeps ([`keep`]). A server handed such a socket as a right it
+/// would keep until its other end goes (a hold, a lifeline, a channel, a
+/// registered name) would hold both ends of one connection, or a right to
+/// its own port: neither would ever go, whatever its client did. False
+/// when the kernel cannot tell (no `sock_diag` for Unix sockets) or the
+/// socket has no other end.
+pub fn leads_back(fd: BorrowedFd<'_>) -> bool {
+    matches!(peer_inode(fd), Ok(Some(peer)) if is_kept(peer))
+}
+
+/// Whether a server of this process keeps the socket `inode` ([`keep`]).
+pub fn is_kept(inode: u64) -> bool {
+    kept_sockets().contains_key(&inode)
+}
+
 /// The inode number of the socket at the other end of a connected Unix
 /// socket, asked of the kernel through `sock_diag` (`UNIX_DIAG_PEER`).
 /// `Ok(None)` when the socket has no peer (it was never connected, or it is

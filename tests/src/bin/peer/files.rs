@@ -18,6 +18,13 @@
 //!   hold's receiving socket in flight inside the queue of the hold socket
 //!   the server keeps (`names::port_parked`); prints `parked G over-budget
 //!   B other O` and exits, leaving no process that holds a hold.
+//! - `files-self-hold HOW NAME N`: opens NAME N times, each hold right
+//!   leading back into the server's process: with HOW `server` a send
+//!   right to the server itself (a lookup of `files` of its own); with
+//!   `name` the receiving socket of a port whose send right it registered
+//!   with the name server, sent by hand as a send right. Prints `held G
+//!   over-budget B other O` and exits, leaving no process that holds a
+//!   hold.
 //! - `files-sabotage`: looks `files` up and acts on its right's socket
 //!   as only the kernel stops it: shrinks its send buffer, sets
 //!   `O_NONBLOCK`, shuts it down; prints `done`.
@@ -62,6 +69,7 @@ pub fn run(role: &str, args: &[String]) -> Outcome {
         "files-churn" => Some(churn(args)),
         "files-hoard" => Some(hoard(args)),
         "files-park" => Some(park(args)),
+        "files-self-hold" => Some(self_hold(args)),
         "files-sabotage" => Some(sabotage()),
         "files-lookups" => Some(lookups(args)),
         "files-block" => Some(block(args)),
@@ -366,6 +374,68 @@ fn park(args: &[String]) -> Res {
     let (parked, over, other) = open_many(name, n.parse()?, crate::names::port_parked)?;
     println!("parked {} over-budget {over} other {other}", parked.len());
     Ok(())
+}
+
+fn self_hold(args: &[String]) -> Res {
+    use std::os::fd::{AsFd, BorrowedFd};
+    let [how, name, n] = args else { return Err("usage: files-self-hold HOW NAME N".into()) };
+    let right = server()?;
+    let mut bs = Bootstrap::connect()?;
+    let (mut replies, reply_right) = ferry::port()?;
+    // The registered ports' receiving ends, dropped on return.
+    let mut kept = Vec::new();
+    let (mut held, mut over, mut other) = (0, 0, 0);
+    for i in 0..n.parse::<usize>()? {
+        let got = match how.as_str() {
+            "server" => open_held(&right, &mut replies, name, server()?)?,
+            "name" => {
+                let (rx, tx, rx_fd) = crate::names::port_and_receiving_fd()?;
+                bs.register(&format!("self-hold-{i}"), &tx)?;
+                // SAFETY: `rx_fd` is the receiving socket `rx` owns, which
+                // is kept open in `kept` until this function returns.
+                let end = unsafe { BorrowedFd::borrow_raw(rx_fd) };
+                let got = open_by_hand(&right, &mut replies, reply_right.as_fd(), name, end)?;
+                kept.push((rx, tx));
+                got
+            }
+            _ => return Err(format!("unknown HOW {how}").into()),
+        };
+        match got {
+            Opened::Granted => held += 1,
+            Opened::OverBudget => over += 1,
+            Opened::Other => other += 1,
+        }
+    }
+    println!("held {held} over-budget {over} other {other}");
+    Ok(())
+}
+
+/// An open of `name` written by hand: its reply right a copy of
+/// `reply_right` (to `replies`), its hold the socket `hold`, whatever it is.
+fn open_by_hand(
+    right: &ferry::SendRight,
+    replies: &mut ferry::ReceiveRight,
+    reply_right: std::os::fd::BorrowedFd<'_>,
+    name: &str,
+    hold: std::os::fd::BorrowedFd<'_>,
+) -> Result<Opened, Box<dyn std::error::Error>> {
+    use ferry::wire::{self, ItemDesc, KIND_SEND};
+    use std::os::fd::AsFd;
+    let desc = ItemDesc { kind: KIND_SEND, fds: 1, ..Default::default() };
+    let mut bytes = Vec::new();
+    wire::encode(&mut bytes, OP_FILE_OPEN, wire::FLAG_REPLY, &[desc, desc], name.as_bytes());
+    let fds = [reply_right, hold];
+    let mut space = [std::mem::MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(2))];
+    let mut control = rustix::net::SendAncillaryBuffer::new(&mut space);
+    control.push(rustix::net::SendAncillaryMessage::ScmRights(&fds));
+    rustix::net::sendmsg(right.as_fd(), &[std::io::IoSlice::new(&bytes)], &mut control, rustix::net::SendFlags::empty())?;
+    let r = replies.recv(WAIT)?;
+    let code = r.body().get(..8).map(|b| u64::from_le_bytes(b.try_into().unwrap()));
+    Ok(match (r.op(), code) {
+        (OP_FILE_OPENED, _) => Opened::Granted,
+        (_, Some(5)) => Opened::OverBudget,
+        _ => Opened::Other,
+    })
 }
 
 fn sabotage() -> Res {

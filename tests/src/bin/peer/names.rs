@@ -27,6 +27,10 @@
 //!   parks each port's receiving socket in flight, inside the queue of the
 //!   registered socket the name server holds (see [`port_parked`]); prints
 //!   `parked N` and exits, leaving no process that holds any of them.
+//! - `register-files PREFIX N`: looks up `files` N times and registers
+//!   each right it gets (a port of the file server's, in the name
+//!   server's own process) under `PREFIX-0` ..; prints `registered K
+//!   refused R` and exits.
 
 use std::time::Duration;
 
@@ -50,6 +54,7 @@ pub fn run(role: &str, args: &[String]) -> Outcome {
         "server-out-of-fds" => server_out_of_fds(&arg(0)),
         "system-names" => system_names(&arg(0)),
         "park-names" => park_names(&arg(0), num(1)),
+        "register-files" => register_files(&arg(0), num(1)),
         _ => return None,
     })
 }
@@ -63,6 +68,18 @@ fn sockets() -> std::collections::HashSet<i32> {
         }
     }
     v
+}
+
+/// A new port, and the descriptor of its receiving socket (which `rx`
+/// owns: valid while it lives).
+pub fn port_and_receiving_fd() -> Result<(ferry::ReceiveRight, ferry::SendRight, i32), Box<dyn std::error::Error>> {
+    use std::os::fd::{AsFd, AsRawFd};
+    let before = sockets();
+    let (rx, tx) = ferry::port()?;
+    let tx_fd = tx.as_fd().as_raw_fd();
+    let new: Vec<i32> = sockets().difference(&before).copied().filter(|fd| *fd != tx_fd).collect();
+    let [rx_fd] = new[..] else { return Err(format!("cannot tell the receiving socket among {new:?}").into()) };
+    Ok((rx, tx, rx_fd))
 }
 
 /// A new port whose receiving socket is sent into the port's own sending
@@ -99,6 +116,20 @@ fn park_names(prefix: &str, n: usize) -> Res {
         drop((rx, tx));
     }
     println!("parked {n}");
+    Ok(())
+}
+
+fn register_files(prefix: &str, n: usize) -> Res {
+    let mut bs = Bootstrap::connect()?;
+    let (mut registered, mut refused) = (0, 0);
+    for i in 0..n {
+        let files = bs.lookup("files")?;
+        match bs.register(&format!("{prefix}-{i}"), &files) {
+            Ok(()) => registered += 1,
+            Err(_) => refused += 1,
+        }
+    }
+    println!("registered {registered} refused {refused}");
     Ok(())
 }
 

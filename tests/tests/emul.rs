@@ -731,6 +731,42 @@ fn emul_a_channel_serves_only_the_user_that_made_it() {
     });
 }
 
+/// A channel's "receive right" that is a send right to the server itself
+/// (its main port) is refused: the server would hold a sender of its own
+/// port, never see its last client go, and serve a channel nobody can
+/// close. With the attacker gone and root's right dropped, the server is
+/// done.
+#[test]
+fn emul_a_channel_never_leads_back_to_the_server() {
+    if !common::can_play_other_user("emul_a_channel_never_leads_back_to_the_server") {
+        return;
+    }
+    watchdog("emul_a_channel_never_leads_back_to_the_server", Duration::from_secs(60), || {
+        use std::os::unix::process::CommandExt as _;
+        let dir = shared_scratch("channel-self");
+        let srv = Served::new(&dir);
+        let out = Command::new(common::peer_for_other_users())
+            .arg("emul-channel-self")
+            .pass_right(srv.right())
+            .unwrap()
+            .uid(common::NOBODY)
+            .gid(common::NOBODY)
+            .current_dir("/")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), format!("answer {}", libc::EINVAL), "a channel leading back to the server was taken");
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = done_tx.send(srv.finish());
+        });
+        let finished = done_rx.recv_timeout(Duration::from_secs(10));
+        assert!(finished.is_ok(), "the server still serves after every client is gone");
+        let _ = std::fs::remove_dir_all(&dir);
+    });
+}
+
 /// One user that takes every channel it can (uid nobody) stops at its
 /// budget, and another user (root) still gets one; the other user's are
 /// let go when it exits.

@@ -20,6 +20,7 @@ use crate::port::{port, SendRight};
 use crate::portset::{Event, MemberId, PortSet};
 use crate::process::ProcessPort;
 use crate::sys::fs::{self as files, ActingAs};
+use crate::sys::socket::{leads_back, Kept};
 use crate::timeout::Timeout;
 
 /// How long the server waits for an active token holder before answering
@@ -235,6 +236,10 @@ pub struct EmulServer {
     channels: HashMap<MemberId, (Arc<OwnedFd>, u32)>,
     /// Channels per user.
     channels_of: HashMap<u32, usize>,
+    /// The sockets of the main port, the holds' ports and the channels,
+    /// among those this process keeps (a channel must not lead back to
+    /// any of them).
+    kept: HashMap<MemberId, Kept>,
     next_id: u64,
     /// Process ports of the pids the token was last given to.
     holders: Holders,
@@ -268,6 +273,7 @@ impl EmulServer {
         let dir = files::open_dir(root).map_err(crate::error::io_err)?;
         let (rx, tx) = port()?;
         let mut set = PortSet::new()?;
+        let main_kept = Kept::new(rx.main_fd());
         let main = set.insert(rx);
         let euid = rustix::process::geteuid().as_raw();
         let budget = FileBudget::now();
@@ -281,6 +287,7 @@ impl EmulServer {
             per_user: HashMap::new(),
             channels: HashMap::new(),
             channels_of: HashMap::new(),
+            kept: HashMap::from([(main, main_kept)]),
             next_id: 1,
             holders: Arc::default(),
             euid,
@@ -381,6 +388,7 @@ impl EmulServer {
     /// left to serve.
     fn let_go(&mut self, id: MemberId) -> bool {
         self.set.remove(id);
+        self.kept.remove(&id);
         // A closing client is a good moment to forget the process ports of
         // processes gone (a process's files close before it is seen to
         // exit, so some are kept until a later look), and all of them once
@@ -426,6 +434,7 @@ impl EmulServer {
     /// what is not a message.
     fn drop_channel(&mut self, id: MemberId) {
         self.set.remove(id);
+        self.kept.remove(&id);
         if let Some((_, uid)) = self.channels.remove(&id) {
             if let Some(n) = self.channels_of.get_mut(&uid) {
                 *n -= 1;
@@ -449,6 +458,13 @@ impl EmulServer {
         if rx.send_once_outstanding() != 0 {
             return Err(Errno::INVAL);
         }
+        // Served until its other end goes, which must be the asker's: a
+        // right to the server's own port (or to a hold, or the other end
+        // of another channel) would never go, and the server, holding a
+        // sender of its own port, would never see its last client leave.
+        if leads_back(rx.main_fd()) {
+            return Err(Errno::INVAL);
+        }
         // Channels take their descriptors from the open files' budget.
         let in_all = (self.budget.in_all / 4).max(1);
         let mine = self.channels_of.get(&uid).copied().unwrap_or(0);
@@ -456,7 +472,9 @@ impl EmulServer {
             return Err(Errno::AGAIN);
         }
         let answer_on = rustix::io::fcntl_dupfd_cloexec(rx.main_fd(), 0)?;
+        let kept = Kept::new(rx.main_fd());
         let id = self.set.insert(rx);
+        self.kept.insert(id, kept);
         self.channels.insert(id, (Arc::new(answer_on), uid));
         *self.channels_of.entry(uid).or_insert(0) += 1;
         Ok((vec![], vec![]))
@@ -676,7 +694,9 @@ impl EmulServer {
         }
         let mut items = deliver(b"f", &[fd.as_fd(), memfd.as_fd()])?;
         let (hold_rx, hold) = port().map_err(|_| Errno::NOMEM)?;
+        let kept = Kept::new(hold_rx.main_fd());
         let member = self.set.insert(hold_rx);
+        self.kept.insert(member, kept);
         let id = self.next_id;
         self.next_id += 1;
         let open = Arc::new(OpenFile { file: fd, page, uid: who.uid, identity });

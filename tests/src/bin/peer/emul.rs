@@ -21,6 +21,7 @@ pub fn run(role: &str, args: &[String]) -> Outcome {
         "emul-full-reply" => Some(full_reply(args)),
         "emul-channel-intrude" => Some(channel_intrude(args)),
         "emul-channels" => Some(channels()),
+        "emul-channel-self" => Some(channel_self()),
         "emul-shrink-page" => Some(shrink_page(args)),
         "emul-proc" => Some(proc_names(args)),
         "emul-write-suid" => Some(write_suid(args)),
@@ -303,6 +304,32 @@ fn channels() -> Res {
     std::io::stdout().flush()?;
     let mut line = String::new();
     std::io::stdin().read_line(&mut line)?;
+    Ok(())
+}
+
+/// `emul-channel-self`: asks the server (the inherited right) for a
+/// channel whose "receive right" is a copy of that very send right to the
+/// server, written by hand; prints `answer ERRNO` (or `no-answer`) and
+/// exits.
+fn channel_self() -> Res {
+    use ferry::wire::{self, ItemDesc, KIND_RECEIVE, KIND_SEND};
+    use std::io::IoSlice;
+    use std::mem::MaybeUninit;
+    let right = ferry::spawn::inherited()?;
+    let (mut answers, answer_right) = ferry::port()?;
+    let desc = |kind| ItemDesc { kind, fds: 1, ..Default::default() };
+    let mut bytes = Vec::new();
+    wire::encode(&mut bytes, ferry::emulation::OP_EMUL_CHANNEL, wire::FLAG_REPLY, &[desc(KIND_SEND), desc(KIND_RECEIVE)], &[]);
+    let fds = [answer_right.as_fd(), right.as_fd()];
+    let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(2))];
+    let mut control = rustix::net::SendAncillaryBuffer::new(&mut space);
+    control.push(rustix::net::SendAncillaryMessage::ScmRights(&fds));
+    rustix::net::sendmsg(right.as_fd(), &[IoSlice::new(&bytes)], &mut control, rustix::net::SendFlags::empty())?;
+    drop(answer_right);
+    match answers.recv(Timeout::After(Duration::from_secs(10))) {
+        Ok(a) => println!("answer {}", u32::from_le_bytes(a.body().get(..4).ok_or("short answer")?.try_into()?)),
+        Err(_) => println!("no-answer"),
+    }
     Ok(())
 }
 

@@ -734,8 +734,8 @@ fn emul_a_channel_serves_only_the_user_that_made_it() {
 /// A channel's "receive right" that is a send right to the server itself
 /// (its main port) is refused: the server would hold a sender of its own
 /// port, never see its last client go, and serve a channel nobody can
-/// close. With the attacker gone and root's right dropped, the server is
-/// done.
+/// close; so is a listening socket, which never hangs up. With the
+/// attacker gone and root's right dropped, the server is done.
 #[test]
 fn emul_a_channel_never_leads_back_to_the_server() {
     if !common::can_play_other_user("emul_a_channel_never_leads_back_to_the_server") {
@@ -745,18 +745,20 @@ fn emul_a_channel_never_leads_back_to_the_server() {
         use std::os::unix::process::CommandExt as _;
         let dir = shared_scratch("channel-self");
         let srv = Served::new(&dir);
-        let out = Command::new(common::peer_for_other_users())
-            .arg("emul-channel-self")
-            .pass_right(srv.right())
-            .unwrap()
-            .uid(common::NOBODY)
-            .gid(common::NOBODY)
-            .current_dir("/")
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{out:?}");
-        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), format!("answer {}", libc::EINVAL), "a channel leading back to the server was taken");
+        for how in ["server", "listen"] {
+            let out = Command::new(common::peer_for_other_users())
+                .args(["emul-channel-self", how])
+                .pass_right(srv.right())
+                .unwrap()
+                .uid(common::NOBODY)
+                .gid(common::NOBODY)
+                .current_dir("/")
+                .stdin(Stdio::null())
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{out:?}");
+            assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), format!("answer {}", libc::EINVAL), "a channel that never ends ({how}) was taken");
+        }
         let (done_tx, done_rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let _ = done_tx.send(srv.finish());

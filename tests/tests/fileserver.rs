@@ -450,7 +450,7 @@ fn holds_that_lead_back_into_the_server_are_refused() {
         let objects = s.objects_settled(0);
         let fds = s.fds_settled(0);
         let held = budgets.holds_per_user;
-        for how in ["server", "name"] {
+        for how in ["server", "name", "listen"] {
             let mut holder = s.attacker("files-self-hold", &[how, "README", &held.to_string()]);
             let mut out = lines(&mut holder);
             assert_eq!(line(&mut out), format!("held 0 over-budget 0 other {held}"), "holds leading back into the server ({how}) were taken");

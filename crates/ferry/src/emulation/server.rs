@@ -459,9 +459,10 @@ impl EmulServer {
             return Err(Errno::INVAL);
         }
         // Served until its other end goes, which must be the asker's: a
-        // right to the server's own port (or to a hold, or the other end
-        // of another channel) would never go, and the server, holding a
-        // sender of its own port, would never see its last client leave.
+        // socket with none (a listener) never hangs up, and a right to the
+        // server's own port (or to a hold, or the other end of another
+        // channel) would never go: the server, holding a sender of its own
+        // port, would never see its last client leave.
         if leads_back(rx.main_fd()) {
             return Err(Errno::INVAL);
         }

@@ -502,10 +502,10 @@ impl ObjectServer {
                 self.budgets.holds_per_user
             )));
         }
-        // Kept until its other end goes: that end must be elsewhere.
+        // Kept until its other end goes: there must be one, elsewhere.
         if leads_back(right.as_fd()) {
             return Err(PagerError::BadRequest(
-                "a hold must be a send right to a port whose receive right its client keeps, not one that leads back into the server".into(),
+                "a hold must be a send right to a port whose receive right its client keeps: this one has no other end, or it leads back into the server".into(),
             ));
         }
         let slot = free_slot(&self.holds);
@@ -712,9 +712,12 @@ impl ObjectServer {
                 format!("uid {u} already has {} mappings attached (the budget); unmap some first", self.budgets.clients_per_user),
             ));
         }
-        // Kept until its other end goes: that end must be elsewhere.
+        // Kept until its other end goes: there must be one, elsewhere.
         if leads_back(lifeline.as_fd()) {
-            return Err((proto::E_BAD_REQUEST, "the lifeline leads back into the server: it must be a send right to a port its client keeps".into()));
+            return Err((
+                proto::E_BAD_REQUEST,
+                "a lifeline must be a send right to a port its client keeps: this one has no other end, or it leads back into the server".into(),
+            ));
         }
         let slot = free_slot(&self.clients);
         let pid = m.sender().map(|c| c.pid);

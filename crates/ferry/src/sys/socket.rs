@@ -323,15 +323,19 @@ impl Drop for Kept {
     }
 }
 
-/// Whether the other end of socket `fd` is a socket a server of this
-/// process keeps ([`keep`]). A server handed such a socket as a right it
-/// would keep until its other end goes (a hold, a lifeline, a channel, a
-/// registered name) would hold both ends of one connection, or a right to
-/// its own port: neither would ever go, whatever its client did. False
-/// when the kernel cannot tell (no `sock_diag` for Unix sockets) or the
-/// socket has no other end.
+/// Whether socket `fd`, handed to a server as a right it would keep until
+/// its other end goes (a hold, a lifeline, a channel, a registered name),
+/// could never see that end go: it has none (a listening socket, or one
+/// never connected, which nothing ever hangs up), or its other end is a
+/// socket a server of this process keeps ([`keep`]), so that the server
+/// would hold both ends of one connection, or a right to its own port.
+/// False when the kernel cannot tell (no `sock_diag` for Unix sockets).
 pub fn leads_back(fd: BorrowedFd<'_>) -> bool {
-    matches!(peer_inode(fd), Ok(Some(peer)) if is_kept(peer))
+    match peer_inode(fd) {
+        Ok(Some(peer)) => is_kept(peer),
+        Ok(None) => true,
+        Err(_) => false,
+    }
 }
 
 /// Whether a server of this process keeps the socket `inode` ([`keep`]).

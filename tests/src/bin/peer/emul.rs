@@ -21,7 +21,7 @@ pub fn run(role: &str, args: &[String]) -> Outcome {
         "emul-full-reply" => Some(full_reply(args)),
         "emul-channel-intrude" => Some(channel_intrude(args)),
         "emul-channels" => Some(channels()),
-        "emul-channel-self" => Some(channel_self()),
+        "emul-channel-self" => Some(channel_self(args)),
         "emul-shrink-page" => Some(shrink_page(args)),
         "emul-proc" => Some(proc_names(args)),
         "emul-write-suid" => Some(write_suid(args)),
@@ -307,11 +307,11 @@ fn channels() -> Res {
     Ok(())
 }
 
-/// `emul-channel-self`: asks the server (the inherited right) for a
-/// channel whose "receive right" is a copy of that very send right to the
-/// server, written by hand; prints `answer ERRNO` (or `no-answer`) and
-/// exits.
-fn channel_self() -> Res {
+/// `emul-channel-self HOW`: asks the server (the inherited right) for a
+/// channel whose "receive right", written by hand, is a copy of that very
+/// send right to the server (HOW `server`) or a listening socket (HOW
+/// `listen`); prints `answer ERRNO` (or `no-answer`) and exits.
+fn channel_self(args: &[String]) -> Res {
     use ferry::wire::{self, ItemDesc, KIND_RECEIVE, KIND_SEND};
     use std::io::IoSlice;
     use std::mem::MaybeUninit;
@@ -320,7 +320,18 @@ fn channel_self() -> Res {
     let desc = |kind| ItemDesc { kind, fds: 1, ..Default::default() };
     let mut bytes = Vec::new();
     wire::encode(&mut bytes, ferry::emulation::OP_EMUL_CHANNEL, wire::FLAG_REPLY, &[desc(KIND_SEND), desc(KIND_RECEIVE)], &[]);
-    let fds = [answer_right.as_fd(), right.as_fd()];
+    let listener = {
+        use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+        let l = rustix::net::socket_with(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None)?;
+        rustix::net::bind(&l, &SocketAddrUnix::new_abstract_name(format!("ferry-test-channel-{}", std::process::id()).as_bytes())?)?;
+        rustix::net::listen(&l, 1)?;
+        l
+    };
+    let fds = match args.first().map(String::as_str) {
+        Some("server") => [answer_right.as_fd(), right.as_fd()],
+        Some("listen") => [answer_right.as_fd(), listener.as_fd()],
+        _ => return Err("usage: emul-channel-self server|listen".into()),
+    };
     let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(2))];
     let mut control = rustix::net::SendAncillaryBuffer::new(&mut space);
     control.push(rustix::net::SendAncillaryMessage::ScmRights(&fds));

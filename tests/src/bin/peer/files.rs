@@ -398,6 +398,14 @@ fn self_hold(args: &[String]) -> Res {
                 kept.push((rx, tx));
                 got
             }
+            "listen" => {
+                use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+                let l = rustix::net::socket_with(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None)?;
+                let addr = SocketAddrUnix::new_abstract_name(format!("ferry-test-hold-{}-{i}", std::process::id()).as_bytes())?;
+                rustix::net::bind(&l, &addr)?;
+                rustix::net::listen(&l, 1)?;
+                open_by_hand(&right, &mut replies, reply_right.as_fd(), name, l.as_fd())?
+            }
             _ => return Err(format!("unknown HOW {how}").into()),
         };
         match got {

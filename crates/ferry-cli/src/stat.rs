@@ -51,7 +51,7 @@ pub fn main(args: &Args) -> ExitCode {
                 let q: Vec<String> = queues.iter().map(|(n, b)| format!("{{\"name\": {}, \"queued_bytes\": {b}}}", json_str(n))).collect();
                 println!("{{\"pid\": {}, \"command\": {}, {}, \"ports\": [{}]}}", p.pid, json_str(&p.command), body.join(", "), q.join(", "));
             } else {
-                println!("pid {} ({})", p.pid, p.command);
+                println!("pid {} ({})", p.pid, printable(&p.command));
                 for (k, v) in c.fields() {
                     println!("  {k:<24} {v:>16}");
                 }
@@ -71,6 +71,15 @@ pub fn main(args: &Args) -> ExitCode {
 /// `s` as a JSON string literal. Names come from other processes (a
 /// command name may hold quotes or control characters), so they are escaped
 /// by serde_json, not by Rust's `{:?}`, whose `\u{1}` is not JSON.
+/// A command name for a terminal: its control characters as `?`, as `ps`
+/// shows them. A process's user chooses its name (the kernel's `comm`),
+/// and root's `ferry stat` lists every user's processes: escape sequences
+/// in a name would otherwise reach root's terminal, to clear it, move the
+/// cursor over the lines before, or hide what follows.
+fn printable(s: &str) -> String {
+    s.chars().map(|c| if c.is_control() { '?' } else { c }).collect()
+}
+
 fn json_str(s: &str) -> String {
     serde_json::Value::from(s).to_string()
 }
@@ -109,7 +118,7 @@ fn list(json: bool) -> ExitCode {
         let inn = c.regions_received_copy + c.regions_received_move + c.regions_received_lend + c.regions_received_share;
         println!(
             "{:>7} {:<16} {:>10} {:>10} {:>8} {:>8} {:>14} {:>14}",
-            p.pid, p.command, c.messages_sent, c.messages_received, out, inn, c.bytes_mapped, c.bytes_copied
+            p.pid, printable(&p.command), c.messages_sent, c.messages_received, out, inn, c.bytes_mapped, c.bytes_copied
         );
     }
     if found.is_empty() {

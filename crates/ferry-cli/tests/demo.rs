@@ -258,3 +258,59 @@ fn demo_net_makes_its_directory_afresh_in_a_shared_temporary_directory() {
     assert_eq!(victim_now, b"root's own\n", "the demo wrote through another user's symbolic link");
     assert!(out.status.success(), "ferry demo --net failed: {}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
 }
+
+/// `ferry stat` run by root lists every user's processes that use ferry,
+/// with their command names, which their users choose (the kernel's
+/// `comm`, from the executable's file name): another user's process (uid
+/// nobody) named with terminal escape sequences must not have them
+/// written to root's terminal, where they could clear the screen, move
+/// the cursor over the lines before, or hide what follows.
+#[test]
+fn stat_writes_no_control_characters_of_another_users_command_name() {
+    use std::io::{BufRead, BufReader};
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    use std::process::Stdio;
+    if rustix::process::geteuid().as_raw() != 0 {
+        eprintln!("stat_writes_no_control_characters_of_another_users_command_name: skipped (needs root to play another user)");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("ferry-stat-escape-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = dir.join("bootstrap");
+    ferry::NameServer::bind(&path).unwrap().spawn().unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+    // Clears the screen and moves the cursor home: 14 bytes, within the
+    // kernel's 15 for a command name.
+    let name = "\u{1b}[2J\u{1b}[Hx\u{7}\u{8}";
+    let exe = dir.join(name);
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_ferry"), &exe).unwrap();
+    let mut other = Command::new(&exe)
+        .args(["demo", "--role", "server"])
+        .env("FERRY_BOOTSTRAP", &path)
+        .env("FERRY_NO_EMBED", "1")
+        .uid(65534)
+        .gid(65534)
+        .current_dir("/")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(other.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    assert!(first.contains("registered"), "{first}");
+    let pid = other.id().to_string();
+    let one = Command::new(env!("CARGO_BIN_EXE_ferry")).args(["stat", &pid]).env("FERRY_BOOTSTRAP", &path).output().unwrap();
+    let all = Command::new(env!("CARGO_BIN_EXE_ferry")).arg("stat").env("FERRY_BOOTSTRAP", &path).output().unwrap();
+    let _ = other.kill();
+    let _ = other.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(one.status.success() && all.status.success(), "{}{}", String::from_utf8_lossy(&one.stderr), String::from_utf8_lossy(&all.stderr));
+    for (what, out) in [("ferry stat PID", &one.stdout), ("ferry stat", &all.stdout)] {
+        let text = String::from_utf8_lossy(out);
+        assert!(text.contains(&format!("{pid} ")) || text.contains(&format!("pid {pid}")), "{what} does not show the process:\n{text}");
+        let control: Vec<char> = text.chars().filter(|c| c.is_control() && *c != '\n').collect();
+        assert!(control.is_empty(), "{what} wrote control characters {control:?}:\n{text:?}");
+    }
+}

@@ -290,6 +290,7 @@ impl NameServer {
         let watch = self.next;
         self.epoll.add(right.as_fd(), Interest::Abandoned, KEY_WATCH | watch as u64).map_err(io_err)?;
         self.say(format_args!("registered system name {name:?}"));
+        socket::keep(inode);
         self.hold(inode);
         self.watches.insert(watch, key.clone());
         self.names.insert(key, Entry { right, inode, owner_pid: std::process::id() as i32, watch });
@@ -479,9 +480,10 @@ impl NameServer {
         held + 1 > self.user_fd_share()
     }
 
+    /// Records a socket the server holds, already kept process-wide
+    /// ([`socket::keep`], [`socket::keep_unless_kept`]).
     fn hold(&mut self, inode: u64) {
         *self.held.entry(inode).or_insert(0) += 1;
-        socket::keep(inode);
     }
 
     fn release(&mut self, inode: u64) {
@@ -548,7 +550,17 @@ impl NameServer {
         }
         self.next += 1;
         let id = self.next;
-        if self.epoll.add(sock.as_fd(), Interest::Readable, KEY_CONN | id as u64).is_ok() {
+        // A client's end that another server of this process keeps (handed
+        // to the file server as a hold before this accept, say) would keep
+        // the connection open, and that server the end, for ever: closed.
+        let other_end = socket::peer_inode(sock.as_fd()).ok().flatten();
+        if !socket::keep_unless_kept(identity.1, other_end) {
+            self.say_limited("refused", format_args!("connection of pid {} uid {} closed: its other end is kept by a server of this process", peer.pid, peer.uid));
+            return;
+        }
+        if self.epoll.add(sock.as_fd(), Interest::Readable, KEY_CONN | id as u64).is_err() {
+            socket::unkeep(identity.1);
+        } else {
             self.say(format_args!("client connected: pid {} uid {}", peer.pid, peer.uid));
             *self.conns_of.entry(peer.uid).or_insert(0) += 1;
             self.hold(identity.1);
@@ -692,14 +704,15 @@ impl NameServer {
         // the other's socket for each other; unless this process itself
         // registers it, as a host publishing its own server may.
         let own = cred.pid == std::process::id() as i32;
+        let mut other_end = None;
         match socket::peer_inode(right.as_fd()) {
-            Ok(Some(peer)) if self.held.contains_key(&peer) || (!own && socket::is_kept(peer)) => {
+            Ok(Some(peer)) if self.held.contains_key(&peer) => {
                 self.say_limited("refused", format_args!("registration of {:?} for uid {} refused: the server holds the other end", key.1, cred.uid));
                 return Err(Refusal::Refused(
                     "the other end of this socket is held by the name server itself: a registered right must lead to a receive right held elsewhere".into(),
                 ));
             }
-            Ok(Some(_)) => {}
+            Ok(Some(peer)) => other_end = Some(peer),
             Ok(None) => return Err(Refusal::Refused("the registered socket is not connected to a port".into())),
             // A kernel without sock_diag for Unix sockets (CONFIG_UNIX_DIAG)
             // cannot say; refusing every registration there would leave no
@@ -711,7 +724,16 @@ impl NameServer {
         }
         self.next += 1;
         let watch = self.next;
+        // Checked and kept in one step (another server of this process may
+        // be taking the other end right now).
+        if !socket::keep_unless_kept(inode, if own { None } else { other_end }) {
+            self.say_limited("refused", format_args!("registration of {:?} for uid {} refused: a server of this process holds the other end", key.1, cred.uid));
+            return Err(Refusal::Refused(
+                "the other end of this socket is held by a server of the name server's process: a registered right must lead to a receive right held elsewhere".into(),
+            ));
+        }
         if let Err(e) = self.epoll.add(right.as_fd(), Interest::Abandoned, KEY_WATCH | watch as u64) {
+            socket::unkeep(inode);
             return Err(Refusal::Refused(format!("cannot watch the registered port: {e}")));
         }
         if scope == SYSTEM_UID {

@@ -20,7 +20,7 @@ use crate::port::{port, SendRight};
 use crate::portset::{Event, MemberId, PortSet};
 use crate::process::ProcessPort;
 use crate::sys::fs::{self as files, ActingAs};
-use crate::sys::socket::{leads_back, Kept};
+use crate::sys::socket::Kept;
 use crate::timeout::Timeout;
 
 /// How long the server waits for an active token holder before answering
@@ -287,7 +287,7 @@ impl EmulServer {
             per_user: HashMap::new(),
             channels: HashMap::new(),
             channels_of: HashMap::new(),
-            kept: HashMap::from([(main, main_kept)]),
+            kept: main_kept.map(|k| HashMap::from([(main, k)])).unwrap_or_default(),
             next_id: 1,
             holders: Arc::default(),
             euid,
@@ -463,9 +463,7 @@ impl EmulServer {
         // server's own port (or to a hold, or the other end of another
         // channel) would never go: the server, holding a sender of its own
         // port, would never see its last client leave.
-        if leads_back(rx.main_fd()) {
-            return Err(Errno::INVAL);
-        }
+        let Some(kept) = Kept::unless_it_leads_back(rx.main_fd()) else { return Err(Errno::INVAL) };
         // Channels take their descriptors from the open files' budget.
         let in_all = (self.budget.in_all / 4).max(1);
         let mine = self.channels_of.get(&uid).copied().unwrap_or(0);
@@ -473,7 +471,6 @@ impl EmulServer {
             return Err(Errno::AGAIN);
         }
         let answer_on = rustix::io::fcntl_dupfd_cloexec(rx.main_fd(), 0)?;
-        let kept = Kept::new(rx.main_fd());
         let id = self.set.insert(rx);
         self.kept.insert(id, kept);
         self.channels.insert(id, (Arc::new(answer_on), uid));
@@ -697,7 +694,9 @@ impl EmulServer {
         let (hold_rx, hold) = port().map_err(|_| Errno::NOMEM)?;
         let kept = Kept::new(hold_rx.main_fd());
         let member = self.set.insert(hold_rx);
-        self.kept.insert(member, kept);
+        if let Some(k) = kept {
+            self.kept.insert(member, k);
+        }
         let id = self.next_id;
         self.next_id += 1;
         let open = Arc::new(OpenFile { file: fd, page, uid: who.uid, identity });

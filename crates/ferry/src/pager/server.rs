@@ -33,7 +33,7 @@ use crate::error::RecvError;
 use crate::message::{Item, Message};
 use crate::port::{ReceiveRight, SendRight};
 use crate::sys::mem;
-use crate::sys::socket::{leads_back, Kept};
+use crate::sys::socket::Kept;
 use crate::sys::uffd::{Event, Partial, Uffd};
 use crate::sys::wait::{Epoll, Interest};
 use crate::timeout::Timeout;
@@ -65,7 +65,7 @@ struct ClientPort {
     port: ReceiveRight,
     uid: u32,
     /// The port's socket, among those this process keeps.
-    _kept: Kept,
+    _kept: Option<Kept>,
 }
 
 /// The ports made for each user and still open, and how many one user may
@@ -75,6 +75,11 @@ struct ClientPort {
 struct PortBook {
     open: HashMap<u32, usize>,
     per_user: usize,
+    /// The sockets of ports made and not yet served, by inode: kept from
+    /// the moment they are made, before any right to them is handed out,
+    /// so that a right to one never passes for a right that leads
+    /// elsewhere ([`Kept::unless_it_leads_back`]).
+    pending: HashMap<u64, Kept>,
 }
 
 /// Makes each client of an [`ObjectServer`] a port of its own.
@@ -121,11 +126,20 @@ impl PortMinter {
             *book.open.entry(uid).or_insert(0) += 1;
         }
         let made = crate::port().map_err(PagerError::Io).and_then(|(port, right)| {
+            let kept = Kept::new(port.main_fd()).map(|k| {
+                let inode = k.inode();
+                self.lock().pending.insert(inode, k);
+                inode
+            });
             let m = Message::new(proto::ADD_PORT).with_body(uid.to_le_bytes().to_vec()).with_item(Item::Receive(port));
             // Only this minter sends on the main port, so its queue is
             // never full for long; the book is not locked meanwhile, so
             // the server may close ports as it drains it.
-            self.server.send(m, Timeout::After(Duration::from_secs(5))).map(|()| right).map_err(|_| PagerError::PagerDead)
+            let sent = self.server.send(m, Timeout::After(Duration::from_secs(5))).map(|()| right).map_err(|_| PagerError::PagerDead);
+            if let (Err(_), Some(inode)) = (&sent, kept) {
+                self.lock().pending.remove(&inode);
+            }
+            sent
         });
         if made.is_err() {
             forget(&self.book, uid);
@@ -198,7 +212,7 @@ struct Hold {
 pub struct ObjectServer {
     port: ReceiveRight,
     /// The port's socket, among those this process keeps.
-    _kept: Kept,
+    _kept: Option<Kept>,
     port_open: bool,
     epoll: Epoll,
     objects: BTreeMap<ObjectId, Object>,
@@ -275,7 +289,7 @@ impl ObjectServer {
             clients: Vec::new(),
             holds: Vec::new(),
             ports: Vec::new(),
-            book: Arc::new(Mutex::new(PortBook { open: HashMap::new(), per_user: Budgets::default().ports_per_user })),
+            book: Arc::new(Mutex::new(PortBook { open: HashMap::new(), per_user: Budgets::default().ports_per_user, pending: HashMap::new() })),
             budgets: Budgets::default(),
             stats: ServerStats::default(),
             scratch: Vec::new(),
@@ -419,13 +433,16 @@ impl ObjectServer {
             self.stats.rejected += 1;
             return;
         };
+        // Kept since the minter made it.
+        let _kept = crate::sys::socket::identity(port.main_fd())
+            .ok()
+            .and_then(|id| self.book.lock().unwrap_or_else(std::sync::PoisonError::into_inner).pending.remove(&id.1));
         let slot = free_slot(&self.ports);
         if self.epoll.add(port.main_fd(), Interest::Readable, key(slot, KIND_PORT)).is_err() {
             // The client's right is dead at once; the book forgets it.
             forget(&self.book, uid);
             return;
         }
-        let _kept = Kept::new(port.main_fd());
         put(&mut self.ports, slot, ClientPort { port, uid, _kept });
     }
 
@@ -503,14 +520,13 @@ impl ObjectServer {
             )));
         }
         // Kept until its other end goes: there must be one, elsewhere.
-        if leads_back(right.as_fd()) {
+        let Some(_kept) = Kept::unless_it_leads_back(right.as_fd()) else {
             return Err(PagerError::BadRequest(
                 "a hold must be a send right to a port whose receive right its client keeps: this one has no other end, or it leads back into the server".into(),
             ));
-        }
+        };
         let slot = free_slot(&self.holds);
         self.epoll.add(right.as_fd(), Interest::Abandoned, key(slot, KIND_HOLD)).map_err(|e| PagerError::Io(errno(e)))?;
-        let _kept = Kept::new(right.as_fd());
         put(&mut self.holds, slot, Hold { object: id, uid, right, _kept });
         let o = self.objects.get_mut(&id).expect("checked above");
         o.ephemeral = true;
@@ -713,15 +729,14 @@ impl ObjectServer {
             ));
         }
         // Kept until its other end goes: there must be one, elsewhere.
-        if leads_back(lifeline.as_fd()) {
+        let Some(_kept) = Kept::unless_it_leads_back(lifeline.as_fd()) else {
             return Err((
                 proto::E_BAD_REQUEST,
                 "a lifeline must be a send right to a port its client keeps: this one has no other end, or it leads back into the server".into(),
             ));
-        }
+        };
         let slot = free_slot(&self.clients);
         let pid = m.sender().map(|c| c.pid);
-        let _kept = Kept::new(lifeline.as_fd());
         let client = Client {
             object: id,
             uffd,

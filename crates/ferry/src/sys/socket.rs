@@ -284,7 +284,7 @@ fn kept_sockets() -> std::sync::MutexGuard<'static, std::collections::BTreeMap<u
 }
 
 /// Records that a server of this process keeps the socket `inode`
-/// (see [`leads_back`]); undone by [`unkeep`].
+/// (see [`Kept::unless_it_leads_back`]); undone by [`unkeep`].
 pub fn keep(inode: u64) {
     *kept_sockets().entry(inode).or_insert(0) += 1;
 }
@@ -300,47 +300,62 @@ pub fn unkeep(inode: u64) {
     }
 }
 
+/// Keeps the socket `inode` ([`keep`]) unless its other end `peer` is
+/// kept already, in one step: two servers each taking one end of a
+/// connection at the same moment cannot both see the other's end not yet
+/// kept. Returns whether it kept it.
+pub fn keep_unless_kept(inode: u64, peer: Option<u64>) -> bool {
+    let mut kept = kept_sockets();
+    if peer.is_some_and(|p| kept.contains_key(&p)) {
+        return false;
+    }
+    *kept.entry(inode).or_insert(0) += 1;
+    true
+}
+
 /// A socket's [`keep`], undone when this is dropped.
 #[derive(Debug)]
-pub struct Kept(Option<u64>);
+pub struct Kept(u64);
 
 impl Kept {
-    /// Keeps the socket `fd` (nothing if it cannot be identified).
-    pub fn new(fd: BorrowedFd<'_>) -> Kept {
-        let inode = identity(fd).ok().map(|id| id.1);
-        if let Some(i) = inode {
-            keep(i);
+    /// Keeps socket `fd`, handed to a server as a right it would keep
+    /// until its other end goes (a hold, a lifeline, a channel), unless it
+    /// could never see that end go: it has none (a listening socket, or
+    /// one never connected, which nothing ever hangs up), or its other end
+    /// is a socket a server of this process keeps, so that the server would
+    /// hold both ends of one connection, or a right to its own port. `None`
+    /// then. Kept unchecked when the kernel cannot tell (no `sock_diag` for
+    /// Unix sockets).
+    pub fn unless_it_leads_back(fd: BorrowedFd<'_>) -> Option<Kept> {
+        let inode = identity(fd).ok()?.1;
+        match peer_inode(fd) {
+            Ok(Some(peer)) => keep_unless_kept(inode, Some(peer)).then_some(Kept(inode)),
+            Ok(None) => None,
+            Err(_) => {
+                keep(inode);
+                Some(Kept(inode))
+            }
         }
-        Kept(inode)
+    }
+
+    /// The kept socket's inode.
+    pub fn inode(&self) -> u64 {
+        self.0
+    }
+
+    /// Keeps socket `fd` (a server's own port), or nothing if it cannot be
+    /// identified.
+    pub fn new(fd: BorrowedFd<'_>) -> Option<Kept> {
+        let inode = identity(fd).ok()?.1;
+        keep(inode);
+        Some(Kept(inode))
     }
 }
 
 impl Drop for Kept {
     fn drop(&mut self) {
-        if let Some(i) = self.0 {
-            unkeep(i);
-        }
+        unkeep(self.0);
     }
-}
-
-/// Whether socket `fd`, handed to a server as a right it would keep until
-/// its other end goes (a hold, a lifeline, a channel, a registered name),
-/// could never see that end go: it has none (a listening socket, or one
-/// never connected, which nothing ever hangs up), or its other end is a
-/// socket a server of this process keeps ([`keep`]), so that the server
-/// would hold both ends of one connection, or a right to its own port.
-/// False when the kernel cannot tell (no `sock_diag` for Unix sockets).
-pub fn leads_back(fd: BorrowedFd<'_>) -> bool {
-    match peer_inode(fd) {
-        Ok(Some(peer)) => is_kept(peer),
-        Ok(None) => true,
-        Err(_) => false,
-    }
-}
-
-/// Whether a server of this process keeps the socket `inode` ([`keep`]).
-pub fn is_kept(inode: u64) -> bool {
-    kept_sockets().contains_key(&inode)
 }
 
 /// The inode number of the socket at the other end of a connected Unix

@@ -406,6 +406,14 @@ fn self_hold(args: &[String]) -> Res {
                 rustix::net::listen(&l, 1)?;
                 open_by_hand(&right, &mut replies, reply_right.as_fd(), name, l.as_fd())?
             }
+            "connect" => {
+                // A new connection to the name server (in the server's
+                // process), sent before the name server has taken it.
+                use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+                let c = rustix::net::socket_with(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None)?;
+                rustix::net::connect(&c, &SocketAddrUnix::new(ferry::bootstrap::default_path())?)?;
+                open_by_hand(&right, &mut replies, reply_right.as_fd(), name, c.as_fd())?
+            }
             _ => return Err(format!("unknown HOW {how}").into()),
         };
         match got {

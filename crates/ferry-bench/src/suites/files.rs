@@ -143,6 +143,28 @@ extern "C" fn remove_dir() {
     }
 }
 
+/// A new directory of this user's alone (mode 0700) in the temporary
+/// directory, `ferry-bench-files-PID-` and 64 unpredictable bits. The
+/// temporary directory is shared: another user may have made the name
+/// first, with symbolic links in it named as the suite's files, so the
+/// name is never one that already exists.
+fn private_temp_dir() -> std::io::Result<PathBuf> {
+    use std::hash::{BuildHasher, Hasher};
+    use std::os::unix::fs::DirBuilderExt;
+    let mut last = None;
+    for attempt in 0..16u64 {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u64(attempt);
+        let dir = std::env::temp_dir().join(format!("ferry-bench-files-{}-{:016x}", std::process::id(), h.finish()));
+        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::from(std::io::ErrorKind::AlreadyExists)))
+}
+
 fn library() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("FERRY_EMUL_LIB") {
         return Some(p.into());
@@ -202,8 +224,7 @@ fn fill(path: &std::path::Path, size: u64) -> std::io::Result<()> {
 
 fn env() -> Result<&'static Env, Skip> {
     let e = ENV.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("ferry-bench-files-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        let dir = private_temp_dir().map_err(|e| e.to_string())?;
         let dir = dir.canonicalize().map_err(|e| e.to_string())?;
         // SAFETY: registers a function that removes the directory at exit.
         unsafe { libc::atexit(remove_dir) };

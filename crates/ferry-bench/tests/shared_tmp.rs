@@ -1,0 +1,109 @@
+//! The benchmarks run by root in a temporary directory every user may
+//! write to: another user's directories and symbolic links there never
+//! make them write where that user points.
+
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const FERRY_BENCH: &str = env!("CARGO_BIN_EXE_ferry-bench");
+
+/// The size of the pager suite's data file in a `--smoke` run.
+const PAGER_FILE: u64 = 16 << 20;
+
+/// What another user does before the benchmarks run, when
+/// `FERRY_TEST_SQUAT` names the shared temporary directory: makes
+/// `ferry-bench-pager-0` and the files suite's directories of the next
+/// pids, world-writable, with the names the benchmarks write (the data
+/// file's temporary names, `seq`) symbolic links to `FERRY_TEST_VICTIM`.
+/// Run as uid nobody by
+/// `benchmarks_run_by_root_never_write_through_another_users_links`;
+/// otherwise nothing.
+#[test]
+fn squat_the_benchmarks_directories() {
+    let (Some(tmp), Some(victim)) = (std::env::var_os("FERRY_TEST_SQUAT"), std::env::var_os("FERRY_TEST_VICTIM")) else { return };
+    let tmp = Path::new(&tmp);
+    let read = |p: &str| -> u32 { std::fs::read_to_string(p).unwrap().trim().parse().unwrap() };
+    let (last, max) = (read("/proc/sys/kernel/ns_last_pid"), read("/proc/sys/kernel/pid_max"));
+    let pager = tmp.join("ferry-bench-pager-0");
+    std::fs::create_dir(&pager).unwrap();
+    std::fs::set_permissions(&pager, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let mut made = 0;
+    // The next pids, as the kernel hands them out (after the last, past
+    // the largest from 300 again).
+    for n in 1..3000 {
+        let pid = if last + n < max { last + n } else { 300 + (last + n - max) };
+        std::os::unix::fs::symlink(&victim, pager.join(format!("object-{PAGER_FILE}.new-{pid}"))).unwrap();
+        let files = tmp.join(format!("ferry-bench-files-{pid}"));
+        if std::fs::create_dir(&files).is_ok() {
+            std::fs::set_permissions(&files, std::fs::Permissions::from_mode(0o777)).unwrap();
+            std::os::unix::fs::symlink(&victim, files.join("seq")).unwrap();
+            made += 1;
+        }
+    }
+    println!("squatted {made}");
+}
+
+/// Runs `ferry-bench bench SUITE --smoke` with `TMPDIR` at `tmp`, killed
+/// after two minutes.
+fn bench(suite: &str, tmp: &Path) -> String {
+    let mut child = Command::new(FERRY_BENCH)
+        .arg0("ferry")
+        .args(["bench", suite, "--smoke"])
+        .env("TMPDIR", tmp)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run ferry-bench");
+    let end = Instant::now() + Duration::from_secs(120);
+    while child.try_wait().expect("wait").is_none() {
+        if Instant::now() > end {
+            let _ = child.kill();
+            panic!("ferry bench {suite} --smoke did not finish in two minutes");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().expect("output");
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+/// `ferry bench pager` and `ferry bench files` run by root with a shared
+/// temporary directory in which another user (nobody) made the
+/// directories they would use, with symbolic links in them to a file only
+/// root may write: the file is untouched.
+#[test]
+fn benchmarks_run_by_root_never_write_through_another_users_links() {
+    if rustix::process::geteuid().as_raw() != 0 {
+        eprintln!("benchmarks_run_by_root_never_write_through_another_users_links: skipped (needs root to play another user)");
+        return;
+    }
+    let base = std::env::temp_dir().join(format!("ferry-bench-squat-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let (tmp, secret) = (base.join("tmp"), base.join("secret"));
+    std::fs::create_dir_all(&tmp).unwrap();
+    std::fs::create_dir_all(&secret).unwrap();
+    std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let victim = secret.join("victim");
+    std::fs::write(&victim, b"root's own\n").unwrap();
+    // The other user, a real process of uid nobody.
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "squat_the_benchmarks_directories", "--nocapture", "--test-threads=1"])
+        .env("FERRY_TEST_SQUAT", &tmp)
+        .env("FERRY_TEST_VICTIM", &victim)
+        .uid(65534)
+        .gid(65534)
+        .current_dir("/")
+        .output()
+        .unwrap();
+    assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("squatted"), "{out:?}");
+    let said = [bench("pager", &tmp), bench("files", &tmp)];
+    let victim_now = std::fs::read(&victim).unwrap();
+    let _ = std::fs::remove_dir_all(&base);
+    assert!(victim_now == b"root's own\n", "a benchmark wrote {} bytes through another user's symbolic link:\n{}", victim_now.len(), said.join("\n"));
+    assert!(said[0].contains("file-mmap"), "{}", said[0]);
+}

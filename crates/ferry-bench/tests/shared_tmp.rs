@@ -15,8 +15,8 @@ const PAGER_FILE: u64 = 16 << 20;
 
 /// What another user does before the benchmarks run, when
 /// `FERRY_TEST_SQUAT` names the shared temporary directory: makes
-/// `ferry-bench-pager-0` and the files suite's directories of the next
-/// pids, world-writable, with the names the benchmarks write (the data
+/// `ferry-bench-pager-0`, the files suite's directories of the next pids
+/// and iceoryx2's root directories, world-writable, with the names the benchmarks write (the data
 /// file's temporary names, `seq`) symbolic links to `FERRY_TEST_VICTIM`.
 /// Run as uid nobody by
 /// `benchmarks_run_by_root_never_write_through_another_users_links`;
@@ -43,15 +43,22 @@ fn squat_the_benchmarks_directories() {
             made += 1;
         }
     }
+    // iceoryx2's root directory, by the name it had and by this one's.
+    for name in ["ferry-bench-iceoryx2", "ferry-bench-iceoryx2-0"] {
+        let dir = tmp.join(name);
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
     println!("squatted {made}");
 }
 
-/// Runs `ferry-bench bench SUITE --smoke` with `TMPDIR` at `tmp`, killed
-/// after two minutes.
-fn bench(suite: &str, tmp: &Path) -> String {
+/// Runs `ferry-bench bench SUITE --smoke` (and `more` arguments) with
+/// `TMPDIR` at `tmp`, killed after two minutes.
+fn bench(suite: &str, tmp: &Path, more: &[&str]) -> String {
     let mut child = Command::new(FERRY_BENCH)
         .arg0("ferry")
         .args(["bench", suite, "--smoke"])
+        .args(more)
         .env("TMPDIR", tmp)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -70,10 +77,12 @@ fn bench(suite: &str, tmp: &Path) -> String {
     format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
 }
 
-/// `ferry bench pager` and `ferry bench files` run by root with a shared
-/// temporary directory in which another user (nobody) made the
-/// directories they would use, with symbolic links in them to a file only
-/// root may write: the file is untouched.
+/// `ferry bench pager`, `ferry bench files` and iceoryx2's `ferry bench
+/// rpc` run by root with a shared temporary directory in which another
+/// user (nobody) made the directories they would use, with symbolic links
+/// in them to a file only root may write: the file is untouched, and
+/// iceoryx2 writes nothing in that user's directories (it is skipped,
+/// saying why).
 #[test]
 fn benchmarks_run_by_root_never_write_through_another_users_links() {
     if rustix::process::geteuid().as_raw() != 0 {
@@ -101,9 +110,17 @@ fn benchmarks_run_by_root_never_write_through_another_users_links() {
         .output()
         .unwrap();
     assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("squatted"), "{out:?}");
-    let said = [bench("pager", &tmp), bench("files", &tmp)];
+    let said = [bench("pager", &tmp, &[]), bench("files", &tmp, &[]), bench("rpc", &tmp, &["--impl", "iceoryx2-event"])];
     let victim_now = std::fs::read(&victim).unwrap();
+    // Nothing of root's in the directories nobody made for iceoryx2.
+    let roots_in_squat: Vec<_> = ["ferry-bench-iceoryx2", "ferry-bench-iceoryx2-0"]
+        .iter()
+        .flat_map(|d| std::fs::read_dir(tmp.join(d)).unwrap().flatten())
+        .map(|e| e.path())
+        .collect();
     let _ = std::fs::remove_dir_all(&base);
     assert!(victim_now == b"root's own\n", "a benchmark wrote {} bytes through another user's symbolic link:\n{}", victim_now.len(), said.join("\n"));
     assert!(said[0].contains("file-mmap"), "{}", said[0]);
+    assert!(roots_in_squat.is_empty(), "iceoryx2 wrote {roots_in_squat:?} in directories another user made:\n{}", said[2]);
+    assert!(said[2].contains("not this user's own directory"), "{}", said[2]);
 }

@@ -474,7 +474,7 @@ fn timed_pass(size: u64, pass: Pass, all: impl FnOnce() -> io::Result<u64>, mut 
 /// renamed). Returns its directory and name.
 fn data_file(size: u64) -> Result<(PathBuf, String), Skip> {
     let dir = std::env::temp_dir().join(format!("ferry-bench-pager-{}", rustix::process::getuid().as_raw()));
-    own_dir(&dir).map_err(|e| failed(&format!("the data file's directory {}", dir.display()), e))?;
+    super::own_dir(&dir).map_err(|e| failed(&format!("the data file's directory {}", dir.display()), e))?;
     let name = format!("object-{size}");
     let path = dir.join(&name);
     let intact = || -> io::Result<bool> {
@@ -513,31 +513,6 @@ fn data_file(size: u64) -> Result<(PathBuf, String), Skip> {
     };
     write().map_err(|e| failed(&format!("writing the data file {}", path.display()), e))?;
     Ok((dir, name))
-}
-
-/// Makes `dir` (mode 0700) or checks that it is this user's own: a
-/// directory, not a symbolic link, owned by this user, that no other user
-/// may write to. The temporary directory is shared, and the name is
-/// known ahead: another user who made it first (with symbolic links in
-/// it named as the data file and its temporary name) would otherwise have
-/// a benchmark run by root write 16 MiB over any file it pointed to.
-fn own_dir(dir: &std::path::Path) -> io::Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
-        Ok(()) => return Ok(()),
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(e),
-    }
-    let st = std::fs::symlink_metadata(dir)?;
-    let me = rustix::process::geteuid().as_raw();
-    if !st.file_type().is_dir() || st.uid() != me || st.mode() & 0o022 != 0 {
-        return Err(io::Error::other(format!(
-            "it is not this user's own directory (owner uid {}, mode {:o}): remove it",
-            st.uid(),
-            st.mode() & 0o7777
-        )));
-    }
-    Ok(())
 }
 
 fn note_file(run: &mut Run<'_>, size: u64, pass: Pass) {

@@ -18,8 +18,8 @@
 //!
 //! iceoryx2 keeps its state in shared memory (`/dev/shm`) and files under
 //! its root directory. It runs here with its built-in defaults but its own
-//! prefix (`ferrybench_`) and root directory (`ferry-bench-iceoryx2` in the
-//! temporary directory); nodes are created without signal handlers (so the
+//! prefix (`ferrybenchUID_`) and root directory (`ferry-bench-iceoryx2-UID`
+//! in the temporary directory, this user's alone); nodes are created without signal handlers (so the
 //! benchmark process keeps its own) and every port, service and node is
 //! dropped before the round ends, which removes their files and segments.
 //! What stays is what iceoryx2 keeps by design: its 16-byte global
@@ -76,12 +76,18 @@ mod real {
     }
 
     /// iceoryx2's built-in defaults (no configuration file is read), with
-    /// its files under a directory and a name prefix of their own, so that
-    /// the benchmark never meets another iceoryx2 user on the machine.
+    /// its files under a directory and a name prefix of their own, both
+    /// this user's (`ferry-bench-iceoryx2-UID` in the temporary directory,
+    /// made 0700 or checked to be this user's alone, and `ferrybenchUID_`),
+    /// so that the benchmark never meets another iceoryx2 user on the
+    /// machine, nor another user's files or links where it writes.
     fn config() -> Result<Config, String> {
+        let uid = rustix::process::geteuid().as_raw();
         let mut c = Config::default();
-        c.global.prefix = FileName::new(b"ferrybench_").map_err(|e| format!("{e:?}"))?;
-        let root = format!("{}/ferry-bench-iceoryx2/", std::env::temp_dir().display());
+        c.global.prefix = FileName::new(format!("ferrybench{uid}_").as_bytes()).map_err(|e| format!("{e:?}"))?;
+        let dir = std::env::temp_dir().join(format!("ferry-bench-iceoryx2-{uid}"));
+        crate::suites::own_dir(&dir).map_err(|e| format!("iceoryx2's directory {}: {e}", dir.display()))?;
+        let root = format!("{}/", dir.display());
         c.global.set_root_path(&Path::new(root.as_bytes()).map_err(|e| format!("{e:?}"))?);
         Ok(c)
     }

@@ -538,3 +538,77 @@ fn ferry_run_children_forked_while_threads_use_files_never_hang() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), "children ok 500\n".repeat(5) + &"children ok 300\n".repeat(3));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Runs `sh -c script` in a fresh directory named by `$D` (its working
+/// directory), natively and then under `ferry run --files $D` in the same
+/// directory made afresh, and returns both outputs (standard output,
+/// standard error and status, each with what `listing` prints after).
+fn native_and_served(test: &str, script: &str, listing: &str) -> (String, String) {
+    let dir = scratch(test);
+    let d = dir.to_str().unwrap().to_owned();
+    let run = |served: bool| {
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut cmd = if served {
+            let mut c = Command::new(env!("CARGO_BIN_EXE_ferry"));
+            c.args(["run", "--files", &d, "--library"]).arg(library()).args(["--", "timeout", "60", "sh", "-c", script]);
+            c
+        } else {
+            let mut c = Command::new("timeout");
+            c.args(["60", "sh", "-c", script]);
+            c
+        };
+        let out = cmd.env("D", &d).current_dir(&dir).output().unwrap();
+        let after = Command::new("sh").args(["-c", listing]).env("D", &d).current_dir(&dir).output().unwrap();
+        format!(
+            "{}--- stderr\n{}--- {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+            out.status,
+            String::from_utf8_lossy(&after.stdout)
+        )
+    };
+    let native = run(false);
+    let served = run(true);
+    let _ = std::fs::remove_dir_all(&dir);
+    (native, served)
+}
+
+/// Names near PATH_MAX resolve as the kernel resolves them: a short name
+/// relative to a working directory whose own name is some 4,000 bytes
+/// long is the kernel's (sent to the server as one name beneath the root,
+/// it was past PATH_MAX there and every call failed with ENAMETOOLONG, so
+/// `mkdir -p` of a deep tree stopped half-way), and a name of PATH_MAX
+/// bytes or more is refused as natively (cut short at the root, it was
+/// served and the file made).
+#[test]
+fn ferry_run_names_near_path_max_resolve_like_native() {
+    if !have_python() {
+        return;
+    }
+    let py = "import os, errno\n\
+              def tr(what, f):\n\
+              \x20   try: f(); print(what, 'ok')\n\
+              \x20   except OSError as e: print(what, errno.errorcode[e.errno])\n\
+              seg = 'd' * 200\n\
+              while len(os.getcwd()) < 3950:\n\
+              \x20   os.mkdir(seg); os.chdir(seg)\n\
+              name = 'e' * 200\n\
+              tr('mkdir', lambda: os.mkdir(name))\n\
+              tr('create', lambda: os.close(os.open(name + '/f', os.O_CREAT | os.O_WRONLY, 0o644)))\n\
+              tr('write', lambda: open(name + '/f', 'w').write('x' * 10))\n\
+              tr('stat', lambda: print(os.stat(name + '/f').st_size))\n\
+              tr('rename', lambda: os.rename(name + '/f', name + '/g'))\n\
+              tr('read', lambda: print(open(name + '/g').read()))\n\
+              tr('unlink', lambda: os.unlink(name + '/g'))\n\
+              tr('rmdir', lambda: os.rmdir(name))\n\
+              far = os.getcwd() + '/' + 'x' * (4100 - len(os.getcwd()))\n\
+              tr('create far', lambda: os.close(os.open(far, os.O_CREAT | os.O_WRONLY, 0o644)))\n\
+              tr('mkdir far', lambda: os.mkdir(far))\n\
+              tr('stat far', lambda: os.stat(far))\n";
+    let deep = format!("a/{}", vec!["p".repeat(250); 18].join("/"));
+    let script = format!("python3 -c \"{py}\" && mkdir -p {deep} && echo made $?");
+    let (native, served) = native_and_served("pathmax", &script, "find . -type d | wc -l; find . -type f | wc -l");
+    assert!(native.contains("mkdir ok") && native.contains("create far ENAMETOOLONG"), "{native}");
+    assert_eq!(served, native);
+}

@@ -251,6 +251,11 @@ fn split_at_root(root: &str, full: &str) -> Option<String> {
 /// denotes, or `None` when it is outside (the call then passes through).
 /// The empty string is the root itself.
 pub fn beneath(e: &Emul, dirfd: i32, path: &[u8]) -> Option<String> {
+    // A name of PATH_MAX bytes or more is the kernel's to refuse
+    // (ENAMETOOLONG): cut short at the root, it was served.
+    if path.len() >= libc::PATH_MAX as usize {
+        return None;
+    }
     let path = std::str::from_utf8(path).ok()?;
     if path.is_empty() {
         return None;
@@ -273,7 +278,11 @@ pub fn beneath(e: &Emul, dirfd: i32, path: &[u8]) -> Option<String> {
         };
         format!("{base}/{path}")
     };
-    split_at_root(&e.root, &full)
+    // A short name relative to a deep directory can make a name beneath
+    // the root too long to resolve in one piece (ENAMETOOLONG at the
+    // server): the kernel resolves it from the directory, as natively
+    // (`mkdir -p` of a tree deeper than PATH_MAX stopped there).
+    split_at_root(&e.root, &full).filter(|rel| rel.len() < libc::PATH_MAX as usize)
 }
 
 /// Whether the directory `dirfd` has been removed (no link left).

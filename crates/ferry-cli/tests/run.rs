@@ -612,3 +612,43 @@ fn ferry_run_names_near_path_max_resolve_like_native() {
     assert!(native.contains("mkdir ok") && native.contains("create far ENAMETOOLONG"), "{native}");
     assert_eq!(served, native);
 }
+
+/// A second open of a file the program holds POSIX record locks on keeps
+/// them, as natively: the library used to take the file's descriptor where
+/// it arrived from the server and move it above the program's numbers,
+/// and closing the descriptor it arrived on dropped the process's locks
+/// on the file. Another process then took a lock the program held, and
+/// SQLite's second connection to a database let another process write
+/// inside the first connection's exclusive transaction (whose commit then
+/// failed with "disk I/O error").
+#[test]
+fn ferry_run_a_second_open_keeps_the_program_s_record_locks_like_native() {
+    if !have_python() {
+        return;
+    }
+    let py = "import os, sys, fcntl, sqlite3, subprocess\n\
+              probe = 'import fcntl, os\\nfd = os.open(\\'f\\', os.O_RDWR)\\ntry:\\n    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB); print(\\'free\\')\\nexcept OSError: print(\\'held\\')'\n\
+              def other(code): return subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=60).stdout.strip()\n\
+              open('f', 'w').write('data')\n\
+              fd = os.open('f', os.O_RDWR)\n\
+              fcntl.lockf(fd, fcntl.LOCK_EX)\n\
+              print('locked', other(probe))\n\
+              fd2 = os.open('f', os.O_RDONLY)\n\
+              print('second open', fd2 - fd, other(probe))\n\
+              os.read(fd2, 2); os.write(fd, b'x')\n\
+              print('read and write', other(probe))\n\
+              a = sqlite3.connect('db', isolation_level=None, timeout=0)\n\
+              a.execute('create table t(x)')\n\
+              a.execute('begin exclusive'); a.execute('insert into t values(1)')\n\
+              b = sqlite3.connect('db', timeout=0)\n\
+              try: b.execute('select count(*) from t')\n\
+              except sqlite3.OperationalError as e: print('second connection:', e)\n\
+              w = 'import sqlite3\\nc = sqlite3.connect(\\'db\\', isolation_level=None, timeout=0)\\ntry:\\n    c.execute(\\'begin exclusive\\'); c.execute(\\'insert into t values(2)\\'); c.execute(\\'commit\\'); print(\\'wrote\\')\\nexcept sqlite3.OperationalError as e: print(e)'\n\
+              print('other process:', other(w))\n\
+              a.execute('commit')\n\
+              print(a.execute('select * from t').fetchall(), a.execute('pragma integrity_check').fetchone())\n";
+    let script = format!("python3 -c \"{py}\"");
+    let (native, served) = native_and_served("relock", &script, "ls");
+    assert!(native.contains("second open 1 held") && native.contains("other process: database is locked"), "{native}");
+    assert_eq!(served, native);
+}

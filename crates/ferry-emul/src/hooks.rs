@@ -12,7 +12,7 @@
 #![allow(clippy::missing_safety_doc)]
 
 use std::ffi::CStr;
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::{AsFd, AsRawFd, IntoRawFd};
 use std::sync::Arc;
 
 use ferry::emulation::{Opened, StatInfo};
@@ -175,45 +175,82 @@ fn emul_open(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> O
             return Some(-1);
         }
     };
-    let release = |slot: c_int| {
-        // SAFETY: the placeholder this call made; nobody else knows it.
-        unsafe { real::close()(slot) };
+    // The placeholder goes just before the call, so that the file's
+    // descriptor arrives at that number, the lowest free, and is the
+    // program's as it came: moving it would close a descriptor of the
+    // file, and closing any drops the process's POSIX record locks on it
+    // (a second open of a file the program had locked with `fcntl` let
+    // another process take the lock; SQLite's second connection to a
+    // database did, inside the first's transaction). Not when the
+    // library's own descriptors cannot go above the program's (a limit
+    // lowered since they were placed): one made during the call (a
+    // channel) would take the number, and the placeholder keeps it.
+    let early = above_the_program();
+    let mut held = Some(slot);
+    let release = |held: &mut Option<c_int>| {
+        if let Some(slot) = held.take() {
+            // SAFETY: the placeholder this call made; nobody else knows it.
+            unsafe { real::close()(slot) };
+        }
     };
-    let place = |ours: c_int| -> c_int {
-        // SAFETY: replaces the placeholder with a duplicate of our own
-        // descriptor, at the number the program gets.
-        let r = unsafe { real::dup3()(ours, slot, if cloexec { libc::O_CLOEXEC } else { 0 }) };
-        if r < 0 {
+    if early {
+        release(&mut held);
+    }
+    let place = |ours: c_int, held: &mut Option<c_int>| -> c_int {
+        let mode = if cloexec { libc::O_CLOEXEC } else { 0 };
+        let fd = match held.take() {
+            // SAFETY: replaces the placeholder with a duplicate of our own
+            // descriptor, at the number the program gets.
+            Some(slot) => unsafe { real::dup3()(ours, slot, mode) },
+            // SAFETY: a duplicate of our own descriptor at the lowest
+            // free number, the program's.
+            None => unsafe { real::fcntl()(ours, if cloexec { libc::F_DUPFD_CLOEXEC } else { libc::F_DUPFD }, 0) },
+        };
+        if fd < 0 {
             let err = std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO);
-            release(slot);
+            release(held);
             set_errno(err);
             return -1;
         }
-        state::take(slot);
-        slot
+        state::take(fd);
+        fd
     };
     Some(match e.client.open(&rel, flags, mode) {
         // The name leads out of the served tree (a symbolic link to
         // elsewhere): the kernel opens it, as it would without the library.
         Err(libc::EXDEV) => {
-            release(slot);
+            release(&mut held);
             return None;
         }
         // A reopen by a descriptor's name the server refuses, or that
         // reached another file: the kernel's, by the descriptor itself.
         ref r if reopens.is_some() && r.as_ref().ok().and_then(opened_identity) != reopens => {
-            release(slot);
+            release(&mut held);
             return None;
         }
         Err(err) => {
-            release(slot);
+            release(&mut held);
             set_errno(err);
             -1
         }
-        Ok(Opened::Dir(dir)) => place(dir.as_raw_fd()),
-        Ok(Opened::File(o)) => {
+        Ok(Opened::Dir(dir)) => place(dir.as_raw_fd(), &mut held),
+        Ok(Opened::File(mut o)) => {
+            let received = o.received.take();
             let file = File::new(o, flags, e.window);
-            let fd = place(file.fd().as_raw_fd());
+            let fd = match received {
+                // Where the placeholder was, unless another thread took
+                // the number meanwhile: else as before, at the cost of
+                // the locks.
+                Some(fd) if early && fd.as_raw_fd() == slot => {
+                    let fd = fd.into_raw_fd();
+                    // SAFETY: the descriptor the file came on, now the
+                    // program's; it came close-on-exec.
+                    unsafe { real::fcntl()(fd, libc::F_SETFD, if cloexec { libc::FD_CLOEXEC as c_ulong } else { 0 }) };
+                    state::take(fd);
+                    fd
+                }
+                _ => place(file.fd().as_raw_fd(), &mut held),
+            };
             if fd < 0 {
                 return Some(-1);
             }
@@ -230,6 +267,15 @@ fn emul_open(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> O
             fd
         }
     })
+}
+
+/// Whether the library's own descriptors go above the program's now:
+/// the limit on descriptors still leaves room for them there.
+fn above_the_program() -> bool {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: fills a local structure.
+    let r = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
+    r == 0 && lim.rlim_cur > ferry::emulation::client::high_fd() as libc::rlim_t + OPEN_NEEDS as libc::rlim_t
 }
 
 /// Descriptors an open through the server holds at once besides the

@@ -28,6 +28,13 @@ pub struct OpenedFile {
     pub page: TokenPage,
     /// Keeps the open file alive at the server; drop it on the last close.
     pub hold: SendRight,
+    /// The descriptor the file arrived on, at the lowest number free then,
+    /// when `file` is a copy of it placed high: not closed here, because
+    /// closing any descriptor of a file drops the process's POSIX record
+    /// locks on it (`fcntl(F_SETLK)`, `lockf`), so a program's second open
+    /// of a file it had locked let another process take the lock. An
+    /// emulation library gives it to the program as the open's descriptor.
+    pub received: Option<OwnedFd>,
 }
 
 /// What an open gave.
@@ -357,7 +364,18 @@ impl Client {
         let (b, items, direct) = self.call_fds(OP_EMUL_OPEN, body)?;
         let kind = get_u32(&b, 0).ok_or(libc::EIO)?;
         let id = get_u64(&b, 4).ok_or(libc::EIO)?;
-        let mut items = items.into_iter();
+        // The rights that came with the answer (an envelope, a hold) go
+        // above the program's numbers before the envelope is opened, so
+        // that the file arrives at the lowest free number, as it does over
+        // a channel (see `OpenedFile::received`).
+        let mut items = items
+            .into_iter()
+            .map(|i| match i {
+                Item::Send(s) => Item::Send(SendRight::from_fd(high(s.sock))),
+                other => other,
+            })
+            .collect::<Vec<_>>()
+            .into_iter();
         // Over a channel the descriptors came before the answer; by a
         // reply right, in an envelope (a socket pair's end whose queue
         // holds them).
@@ -382,10 +400,14 @@ impl Client {
             (0, Some(file), Some(page), Some(Item::Send(hold))) => {
                 let page = TokenPage::map(page.as_fd()).map_err(|_| libc::EIO)?;
                 // The library's own descriptors keep out of the low numbers
-                // programs expect open(2) to return.
-                let file = high(file);
-                let hold = SendRight::from_fd(high(hold.sock));
-                Ok(Opened::File(OpenedFile { id, file, page, hold }))
+                // programs expect open(2) to return. The file's is copied
+                // there, not moved: the one it came on stays open (see
+                // `OpenedFile::received`).
+                let (file, received) = match rustix::io::fcntl_dupfd_cloexec(&file, high_fd()) {
+                    Ok(copy) => (copy, Some(file)),
+                    Err(_) => (file, None),
+                };
+                Ok(Opened::File(OpenedFile { id, file, page, hold, received }))
             }
             _ => Err(libc::EIO),
         }

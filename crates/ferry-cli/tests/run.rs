@@ -652,3 +652,34 @@ fn ferry_run_a_second_open_keeps_the_program_s_record_locks_like_native() {
     assert!(native.contains("second open 1 held") && native.contains("other process: database is locked"), "{native}");
     assert_eq!(served, native);
 }
+
+/// `truncate` by name of a file the program holds POSIX record locks on
+/// keeps them, as natively: the library cut the file by opening it through
+/// the server and closing it again, and the close dropped the process's
+/// locks on the file, so another process took a lock the program held.
+/// The file is now cut through an open file the program already has.
+#[test]
+fn ferry_run_truncate_by_name_keeps_the_program_s_record_locks_like_native() {
+    if !have_python() {
+        return;
+    }
+    let py = "import os, sys, fcntl, subprocess\n\
+              probe = 'import fcntl, os\\nfd = os.open(\\'f\\', os.O_RDWR)\\ntry:\\n    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB); print(\\'free\\')\\nexcept OSError: print(\\'held\\')'\n\
+              def other(): return subprocess.run([sys.executable, '-c', probe], capture_output=True, text=True, timeout=60).stdout.strip()\n\
+              open('f', 'w').write('0123456789')\n\
+              fd = os.open('f', os.O_RDWR)\n\
+              fcntl.lockf(fd, fcntl.LOCK_EX)\n\
+              print('locked', other())\n\
+              os.truncate('f', 4)\n\
+              print('truncated', os.path.getsize('f'), other())\n\
+              os.truncate('f', 8); os.lseek(fd, 0, 0)\n\
+              print('grown', os.read(fd, 20), other())\n\
+              os.chmod('f', 0o444)\n\
+              try: os.truncate('f', 2)\n\
+              except OSError as e: print('read-only', e.errno)\n\
+              print(os.path.getsize('f'))\n";
+    let script = format!("python3 -c \"{py}\"");
+    let (native, served) = native_and_served("trunclock", &script, "ls");
+    assert!(native.contains("truncated 4 held"), "{native}");
+    assert_eq!(served, native);
+}

@@ -1304,6 +1304,9 @@ pub unsafe extern "C" fn lseek64(fd: c_int, off: off_t, whence: c_int) -> off_t 
 /// process's cached size and windows follow (the kernel's `truncate` would
 /// leave them describing bytes that are gone).
 fn emul_truncate(path: *const c_char, len: off_t) -> Option<c_int> {
+    if let Some(r) = truncate_through_an_open_file(path, len) {
+        return Some(r);
+    }
     let fd = emul_open(libc::AT_FDCWD, path, libc::O_WRONLY | libc::O_CLOEXEC, 0)?;
     if fd < 0 {
         return Some(-1);
@@ -1317,6 +1320,26 @@ fn emul_truncate(path: *const c_char, len: off_t) -> Option<c_int> {
         set_errno(e);
     }
     Some(r)
+}
+/// `truncate` by name of a file this process already has open for
+/// writing through the server, which the program may write: cut through
+/// that open file. Opening the file again and closing it would close a
+/// descriptor of it, which drops the process's POSIX record locks on the
+/// file (the kernel's `truncate` keeps them; a lock the program held on a
+/// file it truncated by name went to another process).
+fn truncate_through_an_open_file(path: *const c_char, len: off_t) -> Option<c_int> {
+    let _b = enter()?;
+    let e = emul()?;
+    // SAFETY: the caller's path (module safety).
+    state::beneath(e, libc::AT_FDCWD, unsafe { cstr(path) }?)?;
+    // SAFETY: the caller's path, checked for writing as `truncate` checks it.
+    if unsafe { libc::faccessat(libc::AT_FDCWD, path, libc::W_OK, libc::AT_EACCESS) } != 0 {
+        return None;
+    }
+    // SAFETY: the caller's path (module safety).
+    let st = rustix::fs::stat(unsafe { CStr::from_ptr(path) }).ok()?;
+    let (_, f) = state::all().into_iter().find(|(_, f)| f.check_writable().is_ok() && identity_of(f.fd().as_fd()) == Some((st.st_dev, st.st_ino)))?;
+    Some(ret_int(f.truncate(len)))
 }
 /// `truncate(2)`.
 #[no_mangle]

@@ -683,3 +683,26 @@ fn ferry_run_truncate_by_name_keeps_the_program_s_record_locks_like_native() {
     assert!(native.contains("truncated 4 held"), "{native}");
     assert_eq!(served, native);
 }
+
+/// A program run as another user than the server's (here uid 65534 under a
+/// server run by root) reaches the files its supplementary groups open to
+/// it, and no more, as natively: the server acted as the asker's uid and
+/// primary gid only, and `cat`, `>>` and `touch` of group-shared files were
+/// refused ("Permission denied"). The groups are those the kernel reports
+/// for the process that made the socket the answer goes on.
+#[test]
+fn ferry_run_another_user_s_supplementary_groups_count_like_native() {
+    let root = Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout == b"0\n");
+    let setpriv = Command::new("sh").args(["-c", "command -v setpriv"]).output().is_ok_and(|o| o.status.success());
+    if !root || !setpriv {
+        eprintln!("skipped ferry_run_another_user_s_supplementary_groups_count_like_native: needs root and setpriv");
+        return;
+    }
+    let script = "echo shared > g && chown 0:4321 g && chmod 660 g && mkdir gd && chown 0:4321 gd && chmod 770 gd && \
+                  echo in > gd/f && chown 0:4321 gd/f && chmod 660 gd/f && echo mine > o && chmod 600 o && \
+                  setpriv --reuid=65534 --regid=65534 --groups=4321 sh -c 'cat g; echo more >> g; cat gd/f; ls gd; touch gd/new; cat o; echo in-group $?' 2>&1; \
+                  setpriv --reuid=65534 --regid=65534 --clear-groups sh -c 'cat g; echo more >> g; cat gd/f; touch gd/new2; echo no-group $?' 2>&1";
+    let (native, served) = native_and_served("groups", script, "stat -c '%n %s %u %g' g gd/*");
+    assert!(native.contains("shared\nin\nf\n") && native.contains("g 12 0 4321") && native.contains("in-group 1") && native.contains("no-group 1"), "{native}");
+    assert_eq!(served, native);
+}

@@ -254,11 +254,27 @@ impl std::fmt::Debug for EmulServer {
 }
 
 /// Who asks, as the kernel reported it.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 struct Asker {
     pid: i32,
     uid: u32,
     gid: u32,
+    /// Supplementary groups: those of the process that made the socket
+    /// the answer goes on (a thread's channel, a reply right), as the
+    /// kernel reports them, when it is the asker's user; else none.
+    groups: Arc<[u32]>,
+}
+
+/// The supplementary groups of the user `uid`, `gid` that made `sock`'s
+/// other end, as the kernel reports them (`SO_PEERGROUPS`), or none when
+/// another user made it. Acting without them, the server refused a user
+/// files its groups open to it natively.
+fn groups_of(sock: BorrowedFd<'_>, uid: u32, gid: u32) -> Arc<[u32]> {
+    use crate::sys::socket::{peer_cred, peer_groups};
+    match peer_cred(sock) {
+        Ok(c) if c.uid == uid && c.gid == gid => peer_groups(sock).map(Arc::from).unwrap_or_else(|_| Arc::from([])),
+        _ => Arc::from([]),
+    }
 }
 
 type Res<T> = Result<T, Errno>;
@@ -490,7 +506,16 @@ impl EmulServer {
         };
         let reply = Answerer(Some(reply));
         let Some(c) = m.sender() else { return };
-        let who = Asker { pid: c.pid, uid: c.uid, gid: c.gid };
+        // Looked up only when the server acts as another user.
+        let groups = match &reply.0 {
+            _ if c.uid == self.euid => Arc::from([]),
+            Some(ReplyTo::Channel(sock)) => groups_of(sock.as_fd(), c.uid, c.gid),
+            Some(ReplyTo::Right(Reply::SendOnce(r))) => groups_of(r.sock.as_fd(), c.uid, c.gid),
+            Some(ReplyTo::Right(Reply::Send(r))) => groups_of(r.sock.as_fd(), c.uid, c.gid),
+            None => Arc::from([]),
+        };
+        let who = Asker { pid: c.pid, uid: c.uid, gid: c.gid, groups };
+        let uid = who.uid;
         let body = m.body().to_vec();
         let c = &self.counters;
         let counter = match m.op() {
@@ -536,7 +561,7 @@ impl EmulServer {
             // served meanwhile. Waiting threads are bounded, in all and
             // per user: a client cannot make the server spawn without end,
             // nor take every thread from the other users.
-            Step::Wait(work) => match Slot::take(&self.counters, who.uid) {
+            Step::Wait(work) => match Slot::take(&self.counters, uid) {
                 Some(slot) => {
                     let spawned = std::thread::Builder::new().name("ferry-emul-wait".into()).spawn(move || {
                         send_reply(reply, work());
@@ -586,7 +611,7 @@ impl EmulServer {
         } else {
             // As the asker: a write by the server's own privileges would
             // keep a set-user-ID bit the asker's write clears.
-            let n = as_asker(self.euid, who, || sg_write(&f, offset, &body[16..]))??;
+            let n = as_asker(self.euid, &who, || sg_write(&f, offset, &body[16..]))??;
             let mut out = Vec::new();
             put_u64(&mut out, n as u64);
             Ok(out)
@@ -615,7 +640,7 @@ impl EmulServer {
     }
 
     fn open(&mut self, who: Asker, body: &[u8], direct: Option<&OwnedFd>) -> Step {
-        match self.open_now(who, body, direct) {
+        match self.open_now(who.clone(), body, direct) {
             Ok((answer, None)) => Step::Now(Ok(answer)),
             // The reply (with the open file's hold) goes once the file is
             // cut; if the cut fails, the hold goes with the answer, and
@@ -647,7 +672,7 @@ impl EmulServer {
         let writes = flags as i32 & libc::O_ACCMODE != libc::O_RDONLY;
         let trunc = writes && flags as i32 & libc::O_TRUNC != 0;
         let open_flags = if trunc { flags as i32 & !libc::O_TRUNC } else { flags as i32 };
-        let (fd, is_dir) = as_asker(self.euid, who, || open_beneath(&self.root, name, open_flags, mode))??;
+        let (fd, is_dir) = as_asker(self.euid, &who, || open_beneath(&self.root, name, open_flags, mode))??;
         // Never waits for room on a channel: only an asker that sent more
         // requests than it read answers fills its own.
         let deliver = |marker: &[u8], fds: &[BorrowedFd<'_>]| -> Res<Vec<Item>> {
@@ -766,7 +791,7 @@ fn cut(
         }
     }
     if result.is_ok() {
-        result = as_asker(euid, who, || rustix::fs::ftruncate(file, len)).and_then(|r| r);
+        result = as_asker(euid, &who, || rustix::fs::ftruncate(file, len)).and_then(|r| r);
     }
     for o in recalled {
         if result.is_ok() {
@@ -957,11 +982,11 @@ fn lookup_name(name: &str) -> &str {
 /// Runs `f` with the asker's file-system identity: directly when the server
 /// runs as the asker's uid, by switching this thread's identity when the
 /// server may (root), and never otherwise (`EACCES`).
-fn as_asker<T>(euid: u32, who: Asker, f: impl FnOnce() -> T) -> Res<T> {
+fn as_asker<T>(euid: u32, who: &Asker, f: impl FnOnce() -> T) -> Res<T> {
     if who.uid == euid {
         return Ok(f());
     }
-    let acting = ActingAs::user(who.uid, who.gid).map_err(|_| Errno::ACCESS)?;
+    let acting = ActingAs::user_in(who.uid, who.gid, &who.groups).map_err(|_| Errno::ACCESS)?;
     let r = f();
     drop(acting);
     Ok(r)
@@ -1140,7 +1165,7 @@ fn parent_of<'a>(root: &OwnedFd, name: &'a str) -> Res<(OwnedFd, &'a str)> {
 fn stat(root: &OwnedFd, euid: u32, who: Asker, body: &[u8]) -> Res<Vec<u8>> {
     let flags = get_u32(body, 0).ok_or(Errno::INVAL)?;
     let name = lookup_name(name_of(&body[4..])?);
-    let st = as_asker(euid, who, || resolve(root, name, flags & 1 == 0, OFlags::empty()).and_then(|p| rustix::fs::fstat(&p)))??;
+    let st = as_asker(euid, &who, || resolve(root, name, flags & 1 == 0, OFlags::empty()).and_then(|p| rustix::fs::fstat(&p)))??;
     let mut out = Vec::new();
     for v in [
         st.st_dev as u64,
@@ -1169,7 +1194,7 @@ fn unlink(root: &OwnedFd, euid: u32, who: Asker, body: &[u8]) -> Res<()> {
     let flags = get_u32(body, 0).ok_or(Errno::INVAL)?;
     let name = name_of(&body[4..])?;
     let at = if flags & 1 != 0 { AtFlags::REMOVEDIR } else { AtFlags::empty() };
-    as_asker(euid, who, || parent_of(root, name).and_then(|(dir, last)| rustix::fs::unlinkat(&dir, last, at)))?
+    as_asker(euid, &who, || parent_of(root, name).and_then(|(dir, last)| rustix::fs::unlinkat(&dir, last, at)))?
 }
 
 fn rename(root: &OwnedFd, euid: u32, who: Asker, body: &[u8]) -> Res<()> {
@@ -1177,7 +1202,7 @@ fn rename(root: &OwnedFd, euid: u32, who: Asker, body: &[u8]) -> Res<()> {
     let names = body.get(4..).ok_or(Errno::INVAL)?;
     let from = name_of(names.get(..n).ok_or(Errno::INVAL)?)?;
     let to = name_of(&names[n..])?;
-    as_asker(euid, who, || {
+    as_asker(euid, &who, || {
         let (fd, fl) = parent_of(root, from)?;
         let (td, tl) = parent_of(root, to)?;
         rustix::fs::renameat(&fd, fl, &td, tl)
@@ -1187,7 +1212,7 @@ fn rename(root: &OwnedFd, euid: u32, who: Asker, body: &[u8]) -> Res<()> {
 fn mkdir(root: &OwnedFd, euid: u32, who: Asker, body: &[u8]) -> Res<()> {
     let (mode, umask) = super::split_creation_mode(get_u32(body, 0).ok_or(Errno::INVAL)?);
     let name = name_of(&body[4..])?;
-    as_asker(euid, who, || {
+    as_asker(euid, &who, || {
         let (dir, last) = parent_of(root, name)?;
         let make = |m: u32| rustix::fs::mkdirat(&dir, last, Mode::from_raw_mode(m));
         if let Some(made) = umask.and_then(|u| files::under_umask(u, || make(mode))) {

@@ -123,9 +123,11 @@ pub fn resolve_dir_strictly(dir: BorrowedFd<'_>, name: &str) -> rustix::io::Resu
 /// Only this thread changes: `setfsuid`, `setfsgid` and `setgroups` are
 /// per-thread system calls, made here directly (glibc's `setgroups`
 /// wrapper would change every thread of the process). The supplementary
-/// groups are emptied while acting: the kernel's credentials on a message
-/// carry only the primary gid, and nothing is granted that the kernel would
-/// not grant to that uid and gid alone.
+/// groups are emptied while acting ([`ActingAs::user`]): the kernel's
+/// credentials on a message carry only the primary gid, and nothing is
+/// granted that the kernel would not grant to that uid and gid alone; or
+/// they are groups the kernel reported for the asker otherwise
+/// ([`ActingAs::user_in`]: a socket's creator's, `SO_PEERGROUPS`).
 ///
 /// The thread's effective capabilities are emptied too (also per thread,
 /// `capset`), and given back on drop. Switching the filesystem uid drops
@@ -165,8 +167,19 @@ impl ActingAs {
     /// `EPERM` when this process may not switch (it lacks `CAP_SETUID` and
     /// `CAP_SETGID`: it is not root); nothing is changed then.
     pub fn user(uid: u32, gid: u32) -> rustix::io::Result<ActingAs> {
+        Self::user_in(uid, gid, &[])
+    }
+
+    /// As [`ActingAs::user`], with the supplementary groups `groups`
+    /// (which the kernel must have reported for that user: they grant what
+    /// they grant natively).
+    ///
+    /// # Errors
+    /// As [`ActingAs::user`].
+    pub fn user_in(uid: u32, gid: u32, groups: &[u32]) -> rustix::io::Result<ActingAs> {
+        let acting_in: Vec<Gid> = groups.iter().map(|&g| Gid::from_raw(g)).collect();
         let groups = rustix::process::getgroups()?;
-        rustix::thread::set_thread_groups(&[])?;
+        rustix::thread::set_thread_groups(&acting_in)?;
         let mut acting = ActingAs { fsuid: set_fsuid(QUERY), fsgid: set_fsgid(QUERY), groups, caps: None };
         set_fsgid(gid);
         set_fsuid(uid);

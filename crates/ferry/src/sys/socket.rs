@@ -220,6 +220,28 @@ pub fn peer_cred(sock: BorrowedFd<'_>) -> rustix::io::Result<Cred> {
     net::sockopt::socket_peercred(sock).map(Cred::from)
 }
 
+/// Supplementary groups of the process that created the other end of a
+/// connected socket (`SO_PEERGROUPS`), as they were when it did.
+pub fn peer_groups(sock: BorrowedFd<'_>) -> rustix::io::Result<Vec<u32>> {
+    let mut groups = vec![0u32; 64];
+    loop {
+        let mut len = (groups.len() * std::mem::size_of::<u32>()) as libc::socklen_t;
+        // SAFETY: the kernel writes at most `len` bytes into `groups`, and
+        // says in `len` how many it wrote (or, with ERANGE, would need).
+        let rc = unsafe { libc::getsockopt(sock.as_raw_fd(), libc::SOL_SOCKET, libc::SO_PEERGROUPS, groups.as_mut_ptr().cast(), &mut len) };
+        let n = len as usize / std::mem::size_of::<u32>();
+        if rc == 0 {
+            groups.truncate(n);
+            return Ok(groups);
+        }
+        let err = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+        if err != libc::ERANGE || n <= groups.len() || n > 65536 {
+            return Err(Errno::from_raw_os_error(err));
+        }
+        groups.resize(n, 0);
+    }
+}
+
 /// Binds a listening `SOCK_SEQPACKET` socket at `path`.
 pub fn listen_at(path: &Path, backlog: i32) -> rustix::io::Result<OwnedFd> {
     let sock = net::socket_with(

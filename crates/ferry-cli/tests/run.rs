@@ -706,3 +706,37 @@ fn ferry_run_another_user_s_supplementary_groups_count_like_native() {
     assert!(native.contains("shared\nin\nf\n") && native.contains("g 12 0 4321") && native.contains("in-group 1") && native.contains("no-group 1"), "{native}");
     assert_eq!(served, native);
 }
+
+/// A program run as root that takes another user's effective ids to act
+/// for that user (`setegid`, `seteuid`, as daemons do before touching a
+/// user's files) is served as that user, as the kernel checks it
+/// natively: calls named the real ids, and it read, wrote, created and
+/// removed root's files under the served directory as root. Back to root,
+/// it is root again.
+#[test]
+fn ferry_run_a_program_acting_as_another_user_by_effective_ids_is_served_as_that_user() {
+    let root = Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout == b"0\n");
+    if !root || !have_python() {
+        eprintln!("skipped ferry_run_a_program_acting_as_another_user_by_effective_ids_is_served_as_that_user: needs root");
+        return;
+    }
+    let py = "import os, errno\n\
+              def tr(what, f):\n\
+              \x20   try: f(); print(what, 'ok')\n\
+              \x20   except OSError as e: print(what, errno.errorcode[e.errno])\n\
+              open('s', 'w').write('secret'); os.chmod('s', 0o600)\n\
+              tr('root read', lambda: open('s').read())\n\
+              os.setegid(65534); os.seteuid(65534)\n\
+              tr('read', lambda: open('s').read())\n\
+              tr('append', lambda: open('s', 'a').write('x'))\n\
+              tr('create', lambda: open('new', 'w').write('x'))\n\
+              tr('mkdir', lambda: os.mkdir('d'))\n\
+              tr('unlink', lambda: os.unlink('s'))\n\
+              os.seteuid(0); os.setegid(0)\n\
+              tr('root again', lambda: open('s').read())\n\
+              tr('root create', lambda: open('mine', 'w').write('x'))\n";
+    let script = format!("python3 -c \"{py}\"");
+    let (native, served) = native_and_served("seteuid", &script, "stat -c '%n %s %u' * | sort");
+    assert!(native.contains("read EACCES") && native.contains("root again ok"), "{native}");
+    assert_eq!(served, native);
+}

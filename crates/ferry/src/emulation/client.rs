@@ -103,8 +103,8 @@ type Answered = (Vec<u8>, Vec<Item>, Vec<OwnedFd>);
 enum Channel {
     /// None yet (or the last one failed).
     None,
-    /// Made in process `pid`: this end.
-    Open { pid: u32, end: ChannelEnd },
+    /// Made in process `pid` acting as user and group `ids`: this end.
+    Open { pid: u32, ids: (u32, u32), end: ChannelEnd },
     /// The server would not keep one more for this user, when asked in
     /// process `pid`.
     Refused { pid: u32 },
@@ -244,6 +244,23 @@ impl Client {
     /// over a channel (none when it came by a reply right: those come in
     /// an envelope among the items).
     fn call_fds(&self, op: u32, body: Vec<u8>) -> Result<Answered, Errno> {
+        // A call is made as the caller's effective user and group, the
+        // ones the kernel checks its own file calls with: the credentials
+        // on a datagram name the real ones unless told otherwise, and a
+        // program run as root that took another user's effective uid to
+        // act for that user (`seteuid`) was served as root. The kernel
+        // checks the claim at each send (real, effective or saved ids).
+        use rustix::process::{getegid, geteuid, getgid, getuid};
+        let (ruid, euid, rgid, egid) = (getuid().as_raw(), geteuid().as_raw(), getgid().as_raw(), getegid().as_raw());
+        if (euid, egid) != (ruid, rgid) {
+            let cred = crate::sys::socket::Cred { pid: std::process::id() as i32, uid: euid, gid: egid };
+            return crate::sys::socket::sending_as(cred, || self.call_fds_as(op, body, (euid, egid)));
+        }
+        self.call_fds_as(op, body, (ruid, rgid))
+    }
+
+    /// [`call_fds`](Self::call_fds), made as user and group `ids`.
+    fn call_fds_as(&self, op: u32, body: Vec<u8>, ids: (u32, u32)) -> Result<Answered, Errno> {
         // Each thread of each process calls over a channel of its own (a
         // socket pair whose other end the server keeps,
         // `OP_EMUL_CHANNEL`): a request and its answer are one datagram
@@ -260,23 +277,31 @@ impl Client {
         let kept = CHANNEL.try_with(|cell| {
             let Ok(mut chan) = cell.try_borrow_mut() else { return None };
             let usable = match &*chan {
-                Channel::Open { pid: p, end: ChannelEnd { id, sock: Some(sock) } } => *p == pid && ours(*id, sock),
+                Channel::Open { pid: p, ids: i, end: ChannelEnd { id, sock: Some(sock) } } => *p == pid && *i == ids && ours(*id, sock),
                 Channel::Open { .. } => false,
                 Channel::Refused { pid: p } => *p == pid,
                 Channel::None => false,
             };
             if !usable {
-                if let Channel::Open { end, .. } = std::mem::replace(&mut *chan, Channel::None) {
-                    // Inherited from the parent, or closed by the program.
-                    // Its descriptor is not closed: the child may have
-                    // closed it already (a child about to exec closes all
-                    // it does not pass on, as Python's subprocess does),
-                    // and the number may now be another descriptor's. It
-                    // is close-on-exec; a child that does not exec keeps
-                    // one descriptor more.
-                    end.forget();
+                if let Channel::Open { end, pid: p, .. } = std::mem::replace(&mut *chan, Channel::None) {
+                    if p == pid {
+                        // Made here as another user (the effective ids
+                        // changed since): closed, unless the program
+                        // closed it meanwhile (see `ChannelEnd`'s drop).
+                        drop(end);
+                    } else {
+                        // Inherited from the parent, or closed by the
+                        // program. Its descriptor is not closed: the child
+                        // may have closed it already (a child about to exec
+                        // closes all it does not pass on, as Python's
+                        // subprocess does), and the number may now be
+                        // another descriptor's. It is close-on-exec; a
+                        // child that does not exec keeps one descriptor
+                        // more.
+                        end.forget();
+                    }
                 }
-                *chan = self.open_channel(pid);
+                *chan = self.open_channel(pid, ids);
             }
             let Channel::Open { end: ChannelEnd { id, sock: Some(sock) }, .. } = &*chan else { return None };
             let m = exchange_on(sock.as_fd(), *id, op, body.take().unwrap_or_default()).map_err(|()| self.failed());
@@ -299,7 +324,7 @@ impl Client {
     /// A new channel for this thread of process `pid`, or, if the server
     /// will not keep one for this user, [`Channel::Refused`] (the thread's
     /// calls then bring reply rights of their own).
-    fn open_channel(&self, pid: u32) -> Channel {
+    fn open_channel(&self, pid: u32, ids: (u32, u32)) -> Channel {
         let Ok((mine, theirs)) = crate::sys::socket::seqpacket_pair() else { return Channel::None };
         let mine = high(mine);
         let Ok(id) = crate::sys::socket::identity(mine.as_fd()) else { return Channel::None };
@@ -309,7 +334,7 @@ impl Client {
         // Refused for good in this thread once the server said no, or the
         // asking failed: a call asks for a channel once, not every time.
         match m.and_then(Self::answer) {
-            Ok(_) => Channel::Open { pid, end: ChannelEnd { id: (id.0, id.1), sock: Some(mine) } },
+            Ok(_) => Channel::Open { pid, ids, end: ChannelEnd { id: (id.0, id.1), sock: Some(mine) } },
             Err(_) => Channel::Refused { pid },
         }
     }

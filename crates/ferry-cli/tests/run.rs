@@ -740,3 +740,20 @@ fn ferry_run_a_program_acting_as_another_user_by_effective_ids_is_served_as_that
     assert!(native.contains("read EACCES") && native.contains("root again ok"), "{native}");
     assert_eq!(served, native);
 }
+
+/// A program that lowers its own limit on descriptors below the library's
+/// high numbers (`ulimit -n 64` in a shell) keeps its numbers: the
+/// library's descriptors for the files it opens go to the top quarter of
+/// the limit as it is now. They stayed where the server's answer left
+/// them, among the program's low numbers: a shell's `exec 12>file` found
+/// one of the library's there, saved it and put it back, and writes to 12
+/// went to the library's socket, not the file ("Bad file descriptor" for
+/// others).
+#[test]
+fn ferry_run_a_limit_lowered_by_the_program_keeps_its_descriptor_numbers_like_native() {
+    let script = "bash <<'EOS'\nulimit -n 64; for i in 10 11 12 13 14 15 16; do eval \"exec $i>f$i\"; done\n\
+                  for i in 10 11 12 13 14 15 16; do echo \"to $i\" >&$i; done; cat f1*\nEOS\n";
+    let (native, served) = native_and_served("lowered", script, "wc -c f1* | tail -1");
+    assert!(native.contains("to 16\n--- stderr\n--- exit status: 0"), "{native}");
+    assert_eq!(served, native);
+}

@@ -2,7 +2,7 @@
 //! preload library: one blocking call per request, errors as `errno`
 //! values (a server that is gone gives `EIO`).
 
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use super::{get_u32, get_u64, put_u32, put_u64, TokenPage};
 use super::{OP_EMUL_CHANNEL, OP_EMUL_CLOSE, OP_EMUL_FSYNC, OP_EMUL_MKDIR, OP_EMUL_OPEN, OP_EMUL_RENAME, OP_EMUL_STAT, OP_EMUL_TOKEN, OP_EMUL_TRUNCATE};
@@ -83,10 +83,27 @@ pub fn high_fd() -> i32 {
     })
 }
 
-/// Moves `fd` to a close-on-exec descriptor numbered [`HIGH_FD`] or above
-/// when the limit allows (else it stays where it is).
+/// A close-on-exec duplicate of `fd` at [`high_fd`] or above, or, when
+/// the program lowered its limit on descriptors below that since, in the
+/// top quarter of the limit as it is now. (Left where they came, the
+/// library's descriptors fell among the program's numbers: after `ulimit
+/// -n 64`, a shell's `exec 40>file` found a hold of the library's at 40,
+/// saved and put it back, and `echo x >&40` wrote into the hold.)
+pub fn dup_high(fd: BorrowedFd<'_>) -> rustix::io::Result<OwnedFd> {
+    match rustix::io::fcntl_dupfd_cloexec(fd, high_fd()) {
+        Err(rustix::io::Errno::INVAL) => {
+            let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile).current.unwrap_or(u64::MAX);
+            let top = i32::try_from(limit - limit / 4).map_or(HIGH_FD, |top| top.clamp(3, HIGH_FD));
+            rustix::io::fcntl_dupfd_cloexec(fd, top)
+        }
+        r => r,
+    }
+}
+
+/// Moves `fd` to a close-on-exec descriptor numbered [`high_fd`] or above
+/// when the limit allows (see [`dup_high`]; else it stays where it is).
 pub fn high(fd: OwnedFd) -> OwnedFd {
-    match rustix::io::fcntl_dupfd_cloexec(&fd, high_fd()) {
+    match dup_high(fd.as_fd()) {
         Ok(moved) => moved,
         Err(_) => fd,
     }
@@ -428,7 +445,7 @@ impl Client {
                 // programs expect open(2) to return. The file's is copied
                 // there, not moved: the one it came on stays open (see
                 // `OpenedFile::received`).
-                let (file, received) = match rustix::io::fcntl_dupfd_cloexec(&file, high_fd()) {
+                let (file, received) = match dup_high(file.as_fd()) {
                     Ok(copy) => (copy, Some(file)),
                     Err(_) => (file, None),
                 };

@@ -757,3 +757,28 @@ fn ferry_run_a_limit_lowered_by_the_program_keeps_its_descriptor_numbers_like_na
     assert!(native.contains("to 16\n--- stderr\n--- exit status: 0"), "{native}");
     assert_eq!(served, native);
 }
+
+/// An open file's flags as `fcntl(F_GETFL)` shows them are the ones the
+/// program asked for: a file the server created showed `O_NOFOLLOW`, and
+/// a directory opened without `O_DIRECTORY` showed it (and one opened with
+/// `O_NOATIME` did not show that). Reopening each through `/proc/self/fd`
+/// with the flags shown works as natively.
+#[test]
+fn ferry_run_open_file_flags_are_the_program_s_like_native() {
+    if !have_python() {
+        return;
+    }
+    let py = "import os, fcntl, errno\n\
+              os.mkdir('d'); open('f', 'w').write('x')\n\
+              for p, fl in [('new', os.O_WRONLY | os.O_CREAT | os.O_TRUNC), ('new2', os.O_RDWR | os.O_CREAT | os.O_EXCL), ('f', os.O_WRONLY | os.O_CREAT),\n\
+              \x20             ('d', os.O_RDONLY), ('d', os.O_RDONLY | os.O_DIRECTORY), ('d', os.O_RDONLY | os.O_NOATIME)]:\n\
+              \x20   fd = os.open(p, fl, 0o644)\n\
+              \x20   got = fcntl.fcntl(fd, fcntl.F_GETFL)\n\
+              \x20   try: os.close(os.open('/proc/self/fd/%d' % fd, got)); again = 'ok'\n\
+              \x20   except OSError as e: again = errno.errorcode[e.errno]\n\
+              \x20   print(p, oct(fl), oct(got), again); os.close(fd)\n";
+    let script = format!("python3 -c \"{py}\"");
+    let (native, served) = native_and_served("getfl", &script, "ls");
+    assert!(native.contains("new 0o1101 0o100001 ok"), "{native}");
+    assert_eq!(served, native);
+}

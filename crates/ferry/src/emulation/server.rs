@@ -1061,7 +1061,10 @@ fn open_beneath(root: &OwnedFd, name: &str, flags: i32, mode: u32) -> Res<(Owned
                     if !access.is_empty() || o.intersects(OFlags::CREATE | OFlags::TRUNC) {
                         return Err(Errno::ISDIR);
                     }
-                    return Ok((reopen(path.as_fd(), OFlags::RDONLY | OFlags::DIRECTORY)?, true));
+                    // The open file's flags are the program's, as `F_GETFL`
+                    // shows them: O_DIRECTORY only if it asked (the O_PATH
+                    // descriptor holds the directory itself).
+                    return Ok((reopen(path.as_fd(), OFlags::RDONLY | (o & (OFlags::DIRECTORY | OFlags::NOATIME)))?, true));
                 }
                 if ft.is_symlink() {
                     // O_NOFOLLOW on a link: as the kernel answers.
@@ -1082,7 +1085,10 @@ fn open_beneath(root: &OwnedFd, name: &str, flags: i32, mode: u32) -> Res<(Owned
                 return Ok((fd, false));
             }
             Err(Errno::NOENT) if o.contains(OFlags::CREATE) => {
-                let f = access | keep | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NOCTTY;
+                // O_EXCL alone keeps the kernel off a last link; O_NOFOLLOW
+                // would stay in the open file's flags (`F_GETFL`), where the
+                // program did not put it.
+                let f = access | keep | (o & OFlags::NOFOLLOW) | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC | OFlags::NOCTTY;
                 let (mode, umask) = super::split_creation_mode(mode);
                 let create = |m: u32| rustix::fs::openat2(root, &name, f, Mode::from_raw_mode(m), ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS);
                 let (made, masked) = match umask.and_then(|u| files::under_umask(u, || create(mode))) {

@@ -782,3 +782,37 @@ fn ferry_run_open_file_flags_are_the_program_s_like_native() {
     assert!(native.contains("new 0o1101 0o100001 ok"), "{native}");
     assert_eq!(served, native);
 }
+
+/// Reads of a file opened with `O_DIRECT` (or switched to it with
+/// `fcntl(F_SETFL)`) are the kernel's, which refuses one of a length or at
+/// an offset the file system cannot serve without its page cache
+/// (`EINVAL`): every read after the first was copied from a window and
+/// succeeded.
+#[test]
+fn ferry_run_direct_io_reads_are_checked_like_native() {
+    if !have_python() {
+        return;
+    }
+    let py = "import os, mmap, fcntl, errno\n\
+              open('f', 'w').write('x' * 200000)\n\
+              def tr(what, f):\n\
+              \x20   try: r = f(); print(what, 'ok', r)\n\
+              \x20   except OSError as e: print(what, errno.errorcode[e.errno])\n\
+              try: fd = os.open('f', os.O_RDONLY | os.O_DIRECT)\n\
+              except OSError as e: print('no O_DIRECT here', e.errno); raise SystemExit\n\
+              buf = mmap.mmap(-1, 8192)\n\
+              for i in range(2):\n\
+              \x20   tr('read 100', lambda: len(os.read(fd, 100)))\n\
+              \x20   tr('pread 100 at 3', lambda: len(os.pread(fd, 100, 3)))\n\
+              \x20   tr('aligned at 0', lambda: os.preadv(fd, [buf], 0))\n\
+              \x20   tr('aligned at 4096', lambda: os.preadv(fd, [buf], 4096))\n\
+              \x20   tr('aligned at the end', lambda: os.preadv(fd, [buf], 196608))\n\
+              fl = fcntl.fcntl(fd, fcntl.F_GETFL)\n\
+              fcntl.fcntl(fd, fcntl.F_SETFL, fl & ~os.O_DIRECT)\n\
+              tr('buffered pread 100 at 3', lambda: len(os.pread(fd, 100, 3)))\n\
+              fcntl.fcntl(fd, fcntl.F_SETFL, fl)\n\
+              tr('direct again', lambda: len(os.pread(fd, 100, 3)))\n";
+    let script = format!("python3 -c \"{py}\"");
+    let (native, served) = native_and_served("direct", &script, "ls");
+    assert_eq!(served, native);
+}

@@ -1632,6 +1632,7 @@ fn fcntl_impl(fd: c_int, cmd: c_int, arg: c_ulong, real: unsafe extern "C" fn(c_
         // O_APPEND (the data lands at the end either way, the offset too).
         if let Some(f) = state::get(fd) {
             f.set_append(arg as c_int & libc::O_APPEND != 0);
+            f.set_direct(arg as c_int & libc::O_DIRECT != 0);
         }
     }
     r

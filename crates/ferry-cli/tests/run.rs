@@ -816,3 +816,44 @@ fn ferry_run_direct_io_reads_are_checked_like_native() {
     let (native, served) = native_and_served("direct", &script, "ls");
     assert_eq!(served, native);
 }
+
+/// A program that opens a file and then becomes another user (`setuid`,
+/// or `seteuid` for a while, as daemons do after opening their logs) goes
+/// on using the open file as natively: the server refused another user's
+/// requests for it (the token, a truncation, a flush) with `EBADF`, so
+/// reads and writes failed once another process had used the file. The
+/// server now serves them when the asking process holds the open file.
+#[test]
+fn ferry_run_a_program_that_changes_user_keeps_its_open_files_like_native() {
+    let root = Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout == b"0\n");
+    if !root || !have_python() {
+        eprintln!("skipped ferry_run_a_program_that_changes_user_keeps_its_open_files_like_native: needs root and python3");
+        return;
+    }
+    let py = "import os, errno, sys\n\
+              def tr(what, f):\n\
+              \x20   try: print(what, 'ok', f())\n\
+              \x20   except OSError as e: print(what, errno.errorcode[e.errno])\n\
+              for mode in ['seteuid', 'setuid']:\n\
+              \x20   open(mode, 'w').write('0123456789' * 1000); os.chmod(mode, 0o600)\n\
+              \x20   fd = os.open(mode, os.O_RDWR)\n\
+              \x20   os.read(fd, 10)\n\
+              \x20   if os.fork() == 0:\n\
+              \x20       os.read(fd, 10); os.write(fd, b'child'); os._exit(0)\n\
+              \x20   os.wait()\n\
+              \x20   if os.fork() == 0:\n\
+              \x20       if mode == 'seteuid': os.seteuid(65534)\n\
+              \x20       else: os.setgid(65534); os.setuid(65534)\n\
+              \x20       tr('read', lambda: os.read(fd, 10))\n\
+              \x20       tr('write', lambda: os.write(fd, b'x'))\n\
+              \x20       tr('pread', lambda: os.pread(fd, 5, 0))\n\
+              \x20       tr('ftruncate', lambda: os.ftruncate(fd, 50))\n\
+              \x20       tr('fsync', lambda: os.fsync(fd))\n\
+              \x20       tr('open again', lambda: os.open(mode, os.O_RDONLY))\n\
+              \x20       sys.stdout.flush(); os._exit(0)\n\
+              \x20   os.wait()\n";
+    let script = format!("python3 -c \"{py}\"");
+    let (native, served) = native_and_served("userchange", &script, "stat -c '%n %s' seteuid setuid");
+    assert!(native.contains("read ok b'5678901234'") && native.contains("open again EACCES"), "{native}");
+    assert_eq!(served, native);
+}

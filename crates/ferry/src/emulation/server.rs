@@ -182,6 +182,26 @@ impl Handler {
     }
 }
 
+/// [`lookup`] for a client: another user's open file too when the asking
+/// process holds it (a descriptor of the same open file description). A
+/// program that opened a file and then became another user (`setuid` or
+/// `seteuid`, as daemons do after opening their logs) holds it natively,
+/// and its reads, writes, truncations and flushes through it failed with
+/// `EBADF`. The pid is the one the kernel reported for the request.
+fn lookup_for(table: &Table, id: u64, who: &Asker) -> Res<Arc<OpenFile>> {
+    match lookup(table, id, who.uid) {
+        Err(Errno::BADF) => {
+            let f = table.lock().unwrap_or_else(|e| e.into_inner()).get(&id).cloned().ok_or(Errno::BADF)?;
+            if files::holds_open_file(who.pid, f.file.as_fd()) {
+                Ok(f)
+            } else {
+                Err(Errno::BADF)
+            }
+        }
+        r => r,
+    }
+}
+
 fn lookup(table: &Table, id: u64, uid: u32) -> Res<Arc<OpenFile>> {
     let f = table.lock().unwrap_or_else(|e| e.into_inner()).get(&id).cloned().ok_or(Errno::BADF)?;
     // Another user's open file is as good as closed to the asker.
@@ -584,7 +604,7 @@ impl EmulServer {
     /// once it is free (on a thread of its own).
     fn token(&self, who: Asker, body: &[u8]) -> Step {
         let Some(id) = get_u64(body, 0) else { return Step::Now(Err(Errno::INVAL)) };
-        let page = match lookup(&self.table, id, who.uid) {
+        let page = match lookup_for(&self.table, id, &who) {
             Ok(f) => f.page.clone(),
             Err(e) => return Step::Now(Err(e)),
         };
@@ -601,7 +621,7 @@ impl EmulServer {
     fn segment(&self, op: u32, who: Asker, body: &[u8]) -> Res<Vec<u8>> {
         let id = get_u64(body, 0).ok_or(Errno::INVAL)?;
         let offset = get_u64(body, 8).ok_or(Errno::INVAL)?;
-        let f = lookup(&self.table, id, who.uid)?;
+        let f = lookup_for(&self.table, id, &who)?;
         if op == OP_EMUL_SG_READ {
             let len = (get_u32(body, 16).ok_or(Errno::INVAL)? as usize).min(SG_MAX);
             let mut buf = vec![0u8; len];
@@ -620,7 +640,7 @@ impl EmulServer {
 
     fn file_op(&self, op: u32, who: Asker, body: &[u8]) -> Step {
         let Some(id) = get_u64(body, 0) else { return Step::Now(Err(Errno::INVAL)) };
-        let f = match lookup(&self.table, id, who.uid) {
+        let f = match lookup_for(&self.table, id, &who) {
             Ok(f) => f,
             Err(e) => return Step::Now(Err(e)),
         };

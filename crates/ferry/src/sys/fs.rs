@@ -144,6 +144,23 @@ pub struct ActingAs {
     caps: Option<rustix::thread::CapabilitySets>,
 }
 
+/// Whether process `pid` has a descriptor of the same open file
+/// description as `file` (`kcmp(KCMP_FILE)` against each of its
+/// descriptors). False when its descriptors cannot be listed or compared
+/// (it is gone, or this process may not inspect it).
+pub fn holds_open_file(pid: i32, file: BorrowedFd<'_>) -> bool {
+    /// `kcmp`'s comparison of two open file descriptions (linux/kcmp.h).
+    const KCMP_FILE: libc::c_long = 0;
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return false };
+    let me = std::process::id() as libc::c_long;
+    dir.flatten().filter_map(|e| e.file_name().to_str()?.parse::<libc::c_long>().ok()).any(|n| {
+        // SAFETY: kcmp compares two processes' descriptors by number and
+        // touches no memory of ours.
+        let r = unsafe { libc::syscall(libc::SYS_kcmp, pid as libc::c_long, me, KCMP_FILE, n, file.as_raw_fd() as libc::c_long) };
+        r == 0
+    })
+}
+
 fn set_fsuid(uid: u32) -> u32 {
     // SAFETY: setfsuid takes an integer and touches no memory; it returns
     // the previous filesystem uid whether or not it changed it.

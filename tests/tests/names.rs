@@ -526,21 +526,13 @@ fn one_users_file_server_right_is_its_own() {
         assert_eq!(other.until_ready()[0], "looked-up 3 stopped: none");
 
         // One user's ports are budgeted, and go with it.
-        let fds = |pid: u32| std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count();
-        let base = fds(d.child.id());
+        let base = fds_of(d.child.id());
         let mut hog = Peer::new(spawn_peer_as(NOBODY, &d.path, "files-lookups", &["1000"]));
         let said = hog.until_ready();
         let most = ferry::pager::Budgets::default().ports_per_user;
         assert_eq!(said[0], format!("looked-up {most} stopped: LimitReached {{ what: Descriptors, limit: {most} }}"), "{said:?}");
         drop(hog);
-        let mut now = usize::MAX;
-        for _ in 0..2000 {
-            now = fds(d.child.id());
-            if now <= base {
-                break;
-            }
-            nap();
-        }
+        let now = fds_back_to(d.child.id(), base);
         assert!(now <= base, "the server kept the ports of a user that is gone: {base} before, {now} after");
         assert_eq!(read(&after), b"shared with everyone");
     });
@@ -559,21 +551,13 @@ fn a_name_never_leads_back_into_the_daemon() {
     watchdog("name_leads_back", LIMIT, || {
         let served = test_dir("leadsback-root");
         let d = Daemon::start("leadsback", &["--system", "--files", served.to_str().unwrap()], None);
-        let fds = |pid: u32| std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count();
-        let base = fds(d.child.id());
+        let base = fds_of(d.child.id());
         let mut p = Peer::new(spawn_peer_as(NOBODY, &d.path, "register-files", &["loop", "16"]));
         let mut said = String::new();
         p.out.read_line(&mut said).unwrap();
         assert_eq!(said.trim(), "registered 0 refused 16", "{}", d.log());
         drop(p);
-        let mut now = usize::MAX;
-        for _ in 0..2000 {
-            now = fds(d.child.id());
-            if now <= base {
-                break;
-            }
-            nap();
-        }
+        let now = fds_back_to(d.child.id(), base);
         assert!(now <= base, "the daemon kept what a user that is gone registered: {base} descriptors before, {now} after");
         let left: Vec<_> = names(&d.path).list().unwrap().into_iter().filter(|e| e.uid == NOBODY).map(|e| e.name).collect();
         assert!(left.is_empty(), "names of a user that is gone: {left:?}");
@@ -1168,4 +1152,23 @@ fn the_protocol_is_the_typed_interface_and_a_version_1_client_is_told() {
         let _ = std::fs::remove_file(&old);
         assert!(matches!(&e, NameError::Protocol(why) if why.contains("older protocol")), "{e}");
     });
+}
+
+/// How many descriptors process `pid` has open.
+fn fds_of(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count()
+}
+
+/// Waits (at most 2000 naps) until process `pid` has at most `base`
+/// descriptors open; returns how many it has.
+fn fds_back_to(pid: u32, base: usize) -> usize {
+    let mut now = usize::MAX;
+    for _ in 0..2000 {
+        now = fds_of(pid);
+        if now <= base {
+            break;
+        }
+        nap();
+    }
+    now
 }

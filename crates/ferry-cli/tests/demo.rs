@@ -120,16 +120,17 @@ fn stat_json_escapes_the_command_name() {
     assert_eq!(listed["command"], name);
 }
 
+/// Runs `ferry demo --net` (with `TMPDIR` at `tmp` if given) and returns
+/// its output. Bounded: the demo's own waits end within a minute; it is
+/// killed after two.
 #[cfg(feature = "net")]
-#[test]
-fn demo_net_shows_a_right_and_a_region_crossing_hosts() {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ferry"))
-        .args(["demo", "--net"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("run ferry demo --net");
-    // Bounded: the demo's own waits end within a minute; kill it after two.
+fn demo_net(tmp: Option<&std::path::Path>) -> std::process::Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ferry"));
+    cmd.args(["demo", "--net"]).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    if let Some(t) = tmp {
+        cmd.env("TMPDIR", t);
+    }
+    let mut child = cmd.spawn().expect("run ferry demo --net");
     let end = std::time::Instant::now() + std::time::Duration::from_secs(120);
     while child.try_wait().expect("wait").is_none() {
         if std::time::Instant::now() > end {
@@ -138,7 +139,13 @@ fn demo_net_shows_a_right_and_a_region_crossing_hosts() {
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    let out = child.wait_with_output().expect("output");
+    child.wait_with_output().expect("output")
+}
+
+#[cfg(feature = "net")]
+#[test]
+fn demo_net_shows_a_right_and_a_region_crossing_hosts() {
+    let out = demo_net(None);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "ferry demo --net failed: {}\n{text}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
     for needle in [
@@ -237,22 +244,7 @@ fn demo_net_makes_its_directory_afresh_in_a_shared_temporary_directory() {
         .output()
         .unwrap();
     assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("squatted"), "{out:?}");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ferry"))
-        .args(["demo", "--net"])
-        .env("TMPDIR", &tmp)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("run ferry demo --net");
-    let end = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    while child.try_wait().expect("wait").is_none() {
-        if std::time::Instant::now() > end {
-            let _ = child.kill();
-            panic!("ferry demo --net did not finish in two minutes");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    let out = child.wait_with_output().expect("output");
+    let out = demo_net(Some(&tmp));
     let victim_now = std::fs::read(&victim).unwrap();
     let _ = std::fs::remove_dir_all(&base);
     assert_eq!(victim_now, b"root's own\n", "the demo wrote through another user's symbolic link");

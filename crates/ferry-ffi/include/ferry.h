@@ -902,8 +902,8 @@ enum ferry_status ferry_bootstrap_register_system(struct ferry_bootstrap *bootst
  * all, so a port every user reaches should not be one port. For each
  * lookup the name server makes a port and sends its receive right to
  * `right` in a `FERRY_SERVICE_PORT` message; take it with
- * `ferry_message_take_service_port` and serve it (a port set holds them all) as the port of the user it
- * names. Root only: `FERRY_ERR_DENIED` for anyone else;
+ * `ferry_message_take_service_port` and serve it (a port set holds them
+ * all) as the port of the user it names. Root only: `FERRY_ERR_DENIED` for anyone else;
  * `FERRY_ERR_NAME_TAKEN` if a live port has the system name;
  * `FERRY_ERR_REFUSED` from a name server too old for it.
  *

@@ -44,6 +44,26 @@ pub unsafe extern "C" fn ferry_bootstrap_free(bootstrap: *mut ferry_bootstrap) {
     });
 }
 
+/// Registers (a copy of) `right` under `name` with `how`: the body of
+/// every `ferry_bootstrap_register*` function.
+///
+/// # Safety
+/// `bootstrap` is a live handle used by no other call; `name` is a
+/// NUL-terminated string; `right` is a live send-right handle.
+unsafe fn register_with(
+    bootstrap: *mut ferry_bootstrap,
+    name: *const std::ffi::c_char,
+    right: *const ferry_send_right,
+    how: fn(&mut Bootstrap, &str, &ferry::SendRight) -> Result<(), ferry::NameError>,
+) -> ferry_status {
+    guard(|| {
+        // SAFETY: the caller's contract: live handles and a NUL-terminated
+        // name.
+        let (b, n, tx) = unsafe { (obj_mut(bootstrap, "bootstrap")?, string(name, "name")?, obj(right, "right")?) };
+        Ok(how(&mut b.bs, n, &tx.right)?)
+    })
+}
+
 /// Registers (a copy of) `right` under `name` for the calling user; the
 /// registration disappears when the port dies. `FERRY_ERR_NAME_TAKEN` if
 /// the name is registered to a live port.
@@ -53,11 +73,9 @@ pub unsafe extern "C" fn ferry_bootstrap_free(bootstrap: *mut ferry_bootstrap) {
 /// NUL-terminated string; `right` is a live send-right handle.
 #[no_mangle]
 pub unsafe extern "C" fn ferry_bootstrap_register(bootstrap: *mut ferry_bootstrap, name: *const std::ffi::c_char, right: *const ferry_send_right) -> ferry_status {
-    guard(|| {
-        // SAFETY: header contract: live handles and a NUL-terminated name.
-        let (b, n, tx) = unsafe { (obj_mut(bootstrap, "bootstrap")?, string(name, "name")?, obj(right, "right")?) };
-        Ok(b.bs.register(n, &tx.right)?)
-    })
+    // SAFETY: the caller keeps this function's contract, which is the
+    // helper's.
+    unsafe { register_with(bootstrap, name, right, Bootstrap::register) }
 }
 
 /// Registers (a copy of) `right` under `name` among the system names,
@@ -75,11 +93,9 @@ pub unsafe extern "C" fn ferry_bootstrap_register_system(
     name: *const std::ffi::c_char,
     right: *const ferry_send_right,
 ) -> ferry_status {
-    guard(|| {
-        // SAFETY: header contract: live handles and a NUL-terminated name.
-        let (b, n, tx) = unsafe { (obj_mut(bootstrap, "bootstrap")?, string(name, "name")?, obj(right, "right")?) };
-        Ok(b.bs.register_system(n, &tx.right)?)
-    })
+    // SAFETY: the caller keeps this function's contract, which is the
+    // helper's.
+    unsafe { register_with(bootstrap, name, right, Bootstrap::register_system) }
 }
 
 /// Registers (a copy of) `right` under `name` among the system names as a
@@ -88,8 +104,8 @@ pub unsafe extern "C" fn ferry_bootstrap_register_system(
 /// all, so a port every user reaches should not be one port. For each
 /// lookup the name server makes a port and sends its receive right to
 /// `right` in a `FERRY_SERVICE_PORT` message; take it with
-/// `ferry_message_take_service_port` and serve it (a port set holds them all) as the port of the user it
-/// names. Root only: `FERRY_ERR_DENIED` for anyone else;
+/// `ferry_message_take_service_port` and serve it (a port set holds them
+/// all) as the port of the user it names. Root only: `FERRY_ERR_DENIED` for anyone else;
 /// `FERRY_ERR_NAME_TAKEN` if a live port has the system name;
 /// `FERRY_ERR_REFUSED` from a name server too old for it.
 ///
@@ -101,11 +117,9 @@ pub unsafe extern "C" fn ferry_bootstrap_register_system_service(
     name: *const std::ffi::c_char,
     right: *const ferry_send_right,
 ) -> ferry_status {
-    guard(|| {
-        // SAFETY: header contract: live handles and a NUL-terminated name.
-        let (b, n, tx) = unsafe { (obj_mut(bootstrap, "bootstrap")?, string(name, "name")?, obj(right, "right")?) };
-        Ok(b.bs.register_system_service(n, &tx.right)?)
-    })
+    // SAFETY: the caller keeps this function's contract, which is the
+    // helper's.
+    unsafe { register_with(bootstrap, name, right, Bootstrap::register_system_service) }
 }
 
 /// Looks `name` up for the calling user: a send right to its port in

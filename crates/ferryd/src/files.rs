@@ -50,6 +50,7 @@ pub fn start(root: &Path) -> Result<(SendRight, PortMinter), String> {
 pub fn mint_for(minter: &PortMinter, uid: u32) -> Result<SendRight, Refusal> {
     minter.mint(uid).map_err(|e| match e {
         PagerError::OverBudget(_) => Refusal::LimitReached(Budget { what: Limit::Descriptors, limit: minter.per_user() as u64 }),
+        PagerError::Timeout => Refusal::Refused("the file server is busy (its queue is full); look it up again".into()),
         e => Refusal::Refused(format!("the file server cannot make a port: {e}")),
     })
 }

@@ -516,6 +516,33 @@ mod tests {
         assert_eq!(srv.usage(7).1, 1);
     }
 
+    /// A minter never waits for room on a busy server's main port: the
+    /// name server's one thread mints for every user's lookups. With the
+    /// queue full, a mint is refused as busy (not as a dead server) and
+    /// gives its budget back; once the server has drained its queue,
+    /// minting works again.
+    #[test]
+    fn a_busy_servers_minter_refuses_at_once_and_gives_its_budget_back() {
+        let (mut srv, main) = ObjectServer::new().unwrap();
+        main.set_queue_limit(4096).unwrap();
+        let minter = srv.port_minter(main);
+        let mut made = Vec::new();
+        let busy = loop {
+            match minter.mint(7) {
+                Ok(r) => made.push(r),
+                Err(e) => break e,
+            }
+            assert!(made.len() < minter.per_user(), "the queue never filled");
+        };
+        assert!(matches!(busy, PagerError::Timeout), "a full queue refused as {busy:?}");
+        srv.serve(crate::Timeout::Zero).unwrap();
+        assert_eq!(srv.client_ports(), made.len(), "every port minted before the refusal is served");
+        let again = minter.mint(7).expect("minting after the server drained its queue");
+        srv.serve(crate::Timeout::Zero).unwrap();
+        assert_eq!(srv.client_ports(), made.len() + 1, "the refused mint kept a share of the budget");
+        drop(again);
+    }
+
     #[test]
     fn both_supply_modes_serve_touched_pages_in_process() {
         let page = mem::page_size();

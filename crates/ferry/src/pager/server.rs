@@ -18,7 +18,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::os::fd::AsFd;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use rustix::io::Errno;
 
@@ -110,8 +110,9 @@ impl PortMinter {
     ///
     /// # Errors
     /// [`PagerError::OverBudget`] when `uid` has its budget of ports open
-    /// already; [`PagerError::PagerDead`] if the server is gone;
-    /// [`PagerError::Io`] if the port cannot be made.
+    /// already; [`PagerError::Timeout`] when the server's main port has no
+    /// room now (it is busy: retry); [`PagerError::PagerDead`] if the
+    /// server is gone; [`PagerError::Io`] if the port cannot be made.
     pub fn mint(&self, uid: u32) -> Result<SendRight, PagerError> {
         {
             // Counted before the port exists, so that two lookups at once
@@ -132,10 +133,18 @@ impl PortMinter {
                 inode
             });
             let m = Message::new(proto::ADD_PORT).with_body(uid.to_le_bytes().to_vec()).with_item(Item::Receive(port));
-            // Only this minter sends on the main port, so its queue is
-            // never full for long; the book is not locked meanwhile, so
-            // the server may close ports as it drains it.
-            let sent = self.server.send(m, Timeout::After(Duration::from_secs(5))).map(|()| right).map_err(|_| PagerError::PagerDead);
+            // Never waits: the name server's one thread mints for every
+            // user's lookups, and the main port's queue is full only while
+            // the server is busy (copying a large file, say), so a wait
+            // for room (it was up to 5 s) let one user's lookups hold up
+            // every other user's requests. Full, this lookup is refused
+            // as busy, and may be retried. Only this minter sends on the
+            // main port; the book is not locked meanwhile, so the server
+            // may close ports as it drains it.
+            let sent = self.server.send(m, Timeout::Zero).map(|()| right).map_err(|e| match e.into_error() {
+                crate::error::SendError::QueueFull | crate::error::SendError::Timeout => PagerError::Timeout,
+                _ => PagerError::PagerDead,
+            });
             if let (Err(_), Some(inode)) = (&sent, kept) {
                 self.lock().pending.remove(&inode);
             }

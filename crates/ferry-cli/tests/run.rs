@@ -857,3 +857,39 @@ fn ferry_run_a_program_that_changes_user_keeps_its_open_files_like_native() {
     assert!(native.contains("read ok b'5678901234'") && native.contains("open again EACCES"), "{native}");
     assert_eq!(served, native);
 }
+
+/// An existing file opened with `O_CREAT` in a sticky directory others
+/// may write to is refused as natively when neither the directory's owner
+/// nor the opener owns it (`fs.protected_regular`, set to 1 for the test
+/// and put back after), root included: the server reopens a file it found
+/// without `O_CREAT`, so the kernel's check never ran and a program
+/// appending to what it thought its own file wrote into one another user
+/// had put in its way.
+#[test]
+fn ferry_run_files_of_others_in_sticky_directories_are_protected_like_native() {
+    let root = Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout == b"0\n");
+    const SETTING: &str = "/proc/sys/fs/protected_regular";
+    let Ok(was) = std::fs::read_to_string(SETTING) else {
+        eprintln!("skipped ferry_run_files_of_others_in_sticky_directories_are_protected_like_native: no {SETTING}");
+        return;
+    };
+    if !root || std::fs::write(SETTING, "1").is_err() {
+        eprintln!("skipped ferry_run_files_of_others_in_sticky_directories_are_protected_like_native: needs root to set {SETTING}");
+        return;
+    }
+    /// Puts the setting back however the test ends.
+    struct Restore(String);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let _ = std::fs::write("/proc/sys/fs/protected_regular", self.0.trim());
+        }
+    }
+    let _restore = Restore(was);
+    let script = "mkdir s && chmod 1777 s && echo theirs > s/f && chown 65534:65534 s/f && echo mine > s/m && ln -s f s/l && \
+                  (echo x >> s/f; echo append-theirs $?) 2>&1; (echo y >> s/m; echo append-mine $?) 2>&1; \
+                  (echo z >> s/l; echo through-link $?) 2>&1; (cat s/f >/dev/null; echo read-theirs $?) 2>&1; \
+                  (echo w > s/new; echo create $?) 2>&1";
+    let (native, served) = native_and_served("sticky", script, "cat s/f s/m s/new");
+    assert!(native.contains("append-theirs 2") && native.contains("append-mine 0") && native.contains("read-theirs 0"), "{native}");
+    assert_eq!(served, native);
+}

@@ -692,7 +692,7 @@ impl EmulServer {
         let writes = flags as i32 & libc::O_ACCMODE != libc::O_RDONLY;
         let trunc = writes && flags as i32 & libc::O_TRUNC != 0;
         let open_flags = if trunc { flags as i32 & !libc::O_TRUNC } else { flags as i32 };
-        let (fd, is_dir) = as_asker(self.euid, &who, || open_beneath(&self.root, name, open_flags, mode))??;
+        let (fd, is_dir) = as_asker(self.euid, &who, || open_beneath(&self.root, name, open_flags, mode, who.uid))??;
         // Never waits for room on a channel: only an asker that sent more
         // requests than it read answers fills its own.
         let deliver = |marker: &[u8], fds: &[BorrowedFd<'_>]| -> Res<Vec<Item>> {
@@ -1049,7 +1049,7 @@ fn reopen(path: BorrowedFd<'_>, flags: OFlags) -> Res<OwnedFd> {
 /// link's target, as the kernel does (without `O_EXCL` or `O_NOFOLLOW`):
 /// the link is read and the creation tried again at the name it holds,
 /// beneath the root (a link out of the tree is `EXDEV`, and the kernel's).
-fn open_beneath(root: &OwnedFd, name: &str, flags: i32, mode: u32) -> Res<(OwnedFd, bool)> {
+fn open_beneath(root: &OwnedFd, name: &str, flags: i32, mode: u32, uid: u32) -> Res<(OwnedFd, bool)> {
     let o = OFlags::from_bits_retain(flags as u32);
     let access = o & (OFlags::RDONLY | OFlags::WRONLY | OFlags::RDWR);
     // What the open file keeps of the flags: O_SYNC, O_DSYNC, O_DIRECT and
@@ -1095,6 +1095,11 @@ fn open_beneath(root: &OwnedFd, name: &str, flags: i32, mode: u32) -> Res<(Owned
                 }
                 if o.contains(OFlags::DIRECTORY) {
                     return Err(Errno::NOTDIR);
+                }
+                // The reopen below carries no O_CREAT, so the kernel's
+                // check of an existing file opened with it is made here.
+                if o.contains(OFlags::CREATE) && sticky_refuses(root, &name, &st, uid)? {
+                    return Err(Errno::ACCESS);
                 }
                 let fd = reopen(path.as_fd(), access | keep | OFlags::NONBLOCK)?;
                 // The name may have changed kind in between: only what was
@@ -1145,6 +1150,32 @@ fn open_beneath(root: &OwnedFd, name: &str, flags: i32, mode: u32) -> Res<(Owned
         }
     }
     Err(Errno::LOOP)
+}
+
+/// Whether the kernel would refuse user `uid` an existing regular file
+/// `name` (described by `file`) opened with `O_CREAT`, by its protection
+/// of files in sticky directories (`fs.protected_regular`): in a sticky
+/// directory other users may write to (any, or with the setting at 2,
+/// its group too), a file that neither the directory's owner nor `uid`
+/// owns is refused, to root as well, so that a program creating a file
+/// there never writes into one another user put in its way. The
+/// directory is the one holding the file after the last component's
+/// links are followed, as the kernel's.
+fn sticky_refuses(root: &OwnedFd, name: &str, file: &rustix::fs::Stat, uid: u32) -> Res<bool> {
+    let mut name = name.to_owned();
+    for _ in 0..40 {
+        match dangling_target(root, &name)? {
+            Some(target) => name = target,
+            None => break,
+        }
+    }
+    let (dir, _) = parent_of(root, &name)?;
+    let d = rustix::fs::fstat(&dir)?;
+    if d.st_mode & 0o1000 == 0 || d.st_uid == file.st_uid || uid == file.st_uid {
+        return Ok(false);
+    }
+    let level = std::fs::read_to_string("/proc/sys/fs/protected_regular").ok().and_then(|v| v.trim().parse::<u32>().ok()).unwrap_or(0);
+    Ok(level >= 1 && (d.st_mode & 0o002 != 0 || (level >= 2 && d.st_mode & 0o020 != 0)))
 }
 
 /// Where the symbolic link `name` beneath `root` points, as a name beneath

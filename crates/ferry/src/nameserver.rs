@@ -282,8 +282,14 @@ impl NameServer {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("invalid name {name:?}")));
         }
         let key = (SYSTEM_UID, name.to_owned());
-        if self.names.get(&key).is_some_and(|e| !e.right.is_dead()) {
-            return Err(io::Error::new(io::ErrorKind::AlreadyExists, format!("system name {name:?} is taken")));
+        if let Some(e) = self.names.get(&key) {
+            if !e.right.is_dead() {
+                return Err(io::Error::new(io::ErrorKind::AlreadyExists, format!("system name {name:?} is taken")));
+            }
+            // A dead entry goes whole (its watch, and the socket it kept),
+            // as a registration over it does.
+            let w = e.watch;
+            self.drop_watch(w);
         }
         let inode = socket::identity(right.as_fd()).map_err(io_err)?.1;
         self.next += 1;
@@ -950,4 +956,34 @@ fn discard_unread(sock: BorrowedFd<'_>) -> bool {
         }
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A system name added over a dead one takes the dead entry's place
+    /// whole: its watch goes, and the socket it kept is no longer counted
+    /// as kept by this process (where a new socket given the same inode
+    /// number would have been refused as leading back into it).
+    #[test]
+    fn a_system_name_over_a_dead_one_lets_the_dead_ones_socket_go() {
+        let dir = std::env::temp_dir().join(format!("ferry-ns-unit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut ns = NameServer::bind(&dir.join("bootstrap")).unwrap();
+        let (rx, tx) = crate::port().unwrap();
+        let old = socket::identity(tx.as_fd()).unwrap().1;
+        ns.add_system_name("svc", tx).unwrap();
+        drop(rx);
+        let (_rx2, tx2) = crate::port().unwrap();
+        ns.add_system_name("svc", tx2).unwrap();
+        assert_eq!(ns.watches.len(), 1, "the dead entry's watch stayed");
+        // An inode no socket has: kept only if the old one still is.
+        let probe = u64::MAX - 7;
+        let keepable = socket::keep_unless_kept(probe, Some(old));
+        socket::unkeep(probe);
+        assert!(keepable, "the dead entry's socket is still kept");
+        drop(ns);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

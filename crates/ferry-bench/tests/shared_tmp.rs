@@ -99,8 +99,13 @@ fn benchmarks_run_by_root_never_write_through_another_users_links() {
     std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o700)).unwrap();
     let victim = secret.join("victim");
     std::fs::write(&victim, b"root's own\n").unwrap();
-    // The other user, a real process of uid nobody.
-    let out = Command::new(std::env::current_exe().unwrap())
+    // The other user, a real process of uid nobody, running a copy of this
+    // test binary where that user may run it (the build directory may be
+    // beneath directories it cannot enter).
+    let copy = base.join("as-another-user");
+    std::fs::copy(std::env::current_exe().unwrap(), &copy).unwrap();
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = Command::new(&copy)
         .args(["--exact", "squat_the_benchmarks_directories", "--nocapture", "--test-threads=1"])
         .env("FERRY_TEST_SQUAT", &tmp)
         .env("FERRY_TEST_VICTIM", &victim)

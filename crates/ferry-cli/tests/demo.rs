@@ -233,8 +233,13 @@ fn demo_net_makes_its_directory_afresh_in_a_shared_temporary_directory() {
     std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o700)).unwrap();
     let victim = secret.join("victim");
     std::fs::write(&victim, b"root's own\n").unwrap();
-    // The other user, a real process of uid nobody.
-    let out = Command::new(std::env::current_exe().unwrap())
+    // The other user, a real process of uid nobody, running a copy of this
+    // test binary where that user may run it (the build directory may be
+    // beneath directories it cannot enter).
+    let copy = base.join("as-another-user");
+    std::fs::copy(std::env::current_exe().unwrap(), &copy).unwrap();
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = Command::new(&copy)
         .args(["--exact", "squat_the_demo_s_directories", "--nocapture", "--test-threads=1"])
         .env("FERRY_TEST_SQUAT", &tmp)
         .env("FERRY_TEST_VICTIM", &victim)

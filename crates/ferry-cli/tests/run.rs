@@ -7,17 +7,42 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+/// The emulation library, copied once per test process into a directory
+/// of the temporary directory that every user may read: programs run as
+/// another user (`setpriv`) load it too, and the build directory may be
+/// beneath directories they cannot enter (they then ran without it, and
+/// said so on every start).
 fn library() -> PathBuf {
-    let bin = Path::new(env!("CARGO_BIN_EXE_ferry"));
-    let dir = bin.parent().expect("build directory");
-    // The newer copy is this build's (`cargo test` does not refresh the
-    // one `cargo build` left beside the programs).
-    [dir.join("libferry_emul.so"), dir.join("deps/libferry_emul.so")]
-        .into_iter()
-        .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
-        .max()
-        .map(|(_, p)| p)
-        .expect("libferry_emul.so is built beside ferry (a dev-dependency)")
+    static COPY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    COPY.get_or_init(|| {
+        use std::os::unix::fs::PermissionsExt;
+        let bin = Path::new(env!("CARGO_BIN_EXE_ferry"));
+        let dir = bin.parent().expect("build directory");
+        // The newer copy is this build's (`cargo test` does not refresh the
+        // one `cargo build` left beside the programs).
+        let built = [dir.join("libferry_emul.so"), dir.join("deps/libferry_emul.so")]
+            .into_iter()
+            .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
+            .max()
+            .map(|(_, p)| p)
+            .expect("libferry_emul.so is built beside ferry (a dev-dependency)");
+        // Copies left by test processes that have ended are removed.
+        for e in std::fs::read_dir(std::env::temp_dir()).into_iter().flatten().flatten() {
+            let name = e.file_name();
+            let pid = name.to_str().and_then(|n| n.strip_prefix("ferry-run-tests-lib-")).and_then(|p| p.parse::<u32>().ok());
+            if pid.is_some_and(|p| p != std::process::id() && !Path::new(&format!("/proc/{p}")).exists()) {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+        let copy_dir = std::env::temp_dir().join(format!("ferry-run-tests-lib-{}", std::process::id()));
+        std::fs::create_dir_all(&copy_dir).expect("make the library's directory");
+        std::fs::set_permissions(&copy_dir, std::fs::Permissions::from_mode(0o755)).expect("chmod the library's directory");
+        let copy = copy_dir.join("libferry_emul.so");
+        std::fs::copy(&built, &copy).expect("copy libferry_emul.so");
+        std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).expect("chmod libferry_emul.so");
+        copy
+    })
+    .clone()
 }
 
 /// Process ids whose command line contains `needle`.

@@ -92,7 +92,10 @@ fn stat_json_escapes_the_command_name() {
     // other tests fork would make running it fail with "Text file busy".
     let name = "f\"e\\r\u{1}\u{7f}y";
     let exe = dir.join(name);
-    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_ferry"), &exe).unwrap();
+    // A copy, where that user may run it (the build directory may be
+    // beneath directories it cannot enter).
+    std::fs::copy(env!("CARGO_BIN_EXE_ferry"), &exe).unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
     let mut server = Command::new(&exe)
         .args(["demo", "--role", "server"])
         .env("FERRY_BOOTSTRAP", &path)
@@ -283,7 +286,10 @@ fn stat_writes_no_control_characters_of_another_users_command_name() {
     // kernel's 15 for a command name.
     let name = "\u{1b}[2J\u{1b}[Hx\u{7}\u{8}";
     let exe = dir.join(name);
-    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_ferry"), &exe).unwrap();
+    // A copy, where that user may run it (the build directory may be
+    // beneath directories it cannot enter).
+    std::fs::copy(env!("CARGO_BIN_EXE_ferry"), &exe).unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
     let mut other = Command::new(&exe)
         .args(["demo", "--role", "server"])
         .env("FERRY_BOOTSTRAP", &path)

@@ -1,6 +1,7 @@
 //! Runs `ferry demo` as a user would and checks its account of what crossed
 //! each process boundary.
 
+use std::path::Path;
 use std::process::Command;
 
 #[test]
@@ -92,10 +93,7 @@ fn stat_json_escapes_the_command_name() {
     // other tests fork would make running it fail with "Text file busy".
     let name = "f\"e\\r\u{1}\u{7f}y";
     let exe = dir.join(name);
-    // A copy, where that user may run it (the build directory may be
-    // beneath directories it cannot enter).
-    std::fs::copy(env!("CARGO_BIN_EXE_ferry"), &exe).unwrap();
-    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_ferry"), &exe).unwrap();
     let mut server = Command::new(&exe)
         .args(["demo", "--role", "server"])
         .env("FERRY_BOOTSTRAP", &path)
@@ -240,17 +238,20 @@ fn demo_net_makes_its_directory_afresh_in_a_shared_temporary_directory() {
     // test binary where that user may run it (the build directory may be
     // beneath directories it cannot enter).
     let copy = base.join("as-another-user");
-    std::fs::copy(std::env::current_exe().unwrap(), &copy).unwrap();
-    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let out = Command::new(&copy)
-        .args(["--exact", "squat_the_demo_s_directories", "--nocapture", "--test-threads=1"])
-        .env("FERRY_TEST_SQUAT", &tmp)
-        .env("FERRY_TEST_VICTIM", &victim)
-        .uid(65534)
-        .gid(65534)
-        .current_dir("/")
-        .output()
-        .unwrap();
+    runnable_by_others(&std::env::current_exe().unwrap(), &copy);
+    let out = spawn_retrying(
+        Command::new(&copy)
+            .args(["--exact", "squat_the_demo_s_directories", "--nocapture", "--test-threads=1"])
+            .env("FERRY_TEST_SQUAT", &tmp)
+            .env("FERRY_TEST_VICTIM", &victim)
+            .uid(65534)
+            .gid(65534)
+            .current_dir("/")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped()),
+    )
+    .wait_with_output()
+    .unwrap();
     assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("squatted"), "{out:?}");
     let out = demo_net(Some(&tmp));
     let victim_now = std::fs::read(&victim).unwrap();
@@ -286,20 +287,17 @@ fn stat_writes_no_control_characters_of_another_users_command_name() {
     // kernel's 15 for a command name.
     let name = "\u{1b}[2J\u{1b}[Hx\u{7}\u{8}";
     let exe = dir.join(name);
-    // A copy, where that user may run it (the build directory may be
-    // beneath directories it cannot enter).
-    std::fs::copy(env!("CARGO_BIN_EXE_ferry"), &exe).unwrap();
-    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let mut other = Command::new(&exe)
-        .args(["demo", "--role", "server"])
-        .env("FERRY_BOOTSTRAP", &path)
-        .env("FERRY_NO_EMBED", "1")
-        .uid(65534)
-        .gid(65534)
-        .current_dir("/")
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    runnable_by_others(Path::new(env!("CARGO_BIN_EXE_ferry")), &exe);
+    let mut other = spawn_retrying(
+        Command::new(&exe)
+            .args(["demo", "--role", "server"])
+            .env("FERRY_BOOTSTRAP", &path)
+            .env("FERRY_NO_EMBED", "1")
+            .uid(65534)
+            .gid(65534)
+            .current_dir("/")
+            .stdout(Stdio::piped()),
+    );
     let mut lines = BufReader::new(other.stdout.take().unwrap()).lines();
     let first = lines.next().unwrap().unwrap();
     assert!(first.contains("registered"), "{first}");
@@ -316,4 +314,29 @@ fn stat_writes_no_control_characters_of_another_users_command_name() {
         let control: Vec<char> = text.chars().filter(|c| c.is_control() && *c != '\n').collect();
         assert!(control.is_empty(), "{what} wrote control characters {control:?}:\n{text:?}");
     }
+}
+
+/// Puts program `from` at `to`, in a directory another user may enter,
+/// where that user may run it: the build directory may be beneath
+/// directories it cannot enter. A hard link where it can be (no bytes
+/// written), else a copy.
+fn runnable_by_others(from: &Path, to: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    if std::fs::hard_link(from, to).is_err() {
+        std::fs::copy(from, to).unwrap();
+        std::fs::set_permissions(to, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+}
+
+/// Spawns `cmd`, again while the kernel says its program is busy (a copy
+/// just written, whose descriptor a child that another test forked
+/// meanwhile still held): at most 100 tries, 10 ms apart.
+fn spawn_retrying(cmd: &mut Command) -> std::process::Child {
+    for _ in 0..100 {
+        match cmd.spawn() {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy => std::thread::sleep(std::time::Duration::from_millis(10)),
+            r => return r.expect("spawn a program as another user"),
+        }
+    }
+    panic!("the program stayed busy for a second")
 }

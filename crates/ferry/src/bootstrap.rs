@@ -380,9 +380,21 @@ impl From<CallError<Refusal>> for NameError {
     }
 }
 
-/// Checks a name against the rules.
+/// Checks a name against the rules: 1 to [`MAX_NAME`] bytes of UTF-8 with
+/// no control character and no character that reorders or hides text
+/// ([`hides_text`]), so that a listing shows a name as it is.
 pub(crate) fn valid_name(name: &[u8]) -> bool {
-    !name.is_empty() && name.len() <= MAX_NAME && std::str::from_utf8(name).is_ok_and(|s| !s.chars().any(char::is_control))
+    !name.is_empty() && name.len() <= MAX_NAME && std::str::from_utf8(name).is_ok_and(|s| !s.chars().any(|c| c.is_control() || hides_text(c)))
+}
+
+/// Unicode's invisible formatting characters that reorder or hide the text
+/// around them: the bidirectional marks, embeddings, overrides and
+/// isolates, the zero-width spaces and joiners, the word joiner and
+/// invisible operators, and the byte-order mark. In a name, one would let
+/// `ferry names` show a user's name as another's (an override turning
+/// `selif` into `files`, a zero-width space making two names look alike).
+fn hides_text(c: char) -> bool {
+    matches!(c, '\u{61c}' | '\u{180e}' | '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2064}' | '\u{2066}'..='\u{2069}' | '\u{feff}')
 }
 
 /// Where the name server is expected, and whether this user's default.
@@ -877,4 +889,22 @@ fn hello(link: &mut Link) -> Result<u32, NameError> {
 /// Whether a connect error means "nobody is listening there".
 pub(crate) fn nobody_listening(e: Errno) -> bool {
     matches!(e, Errno::CONNREFUSED | Errno::NOENT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Names that would show as other names in a listing are refused;
+    /// ordinary names in any script are not.
+    #[test]
+    fn names_that_reorder_or_hide_text_are_invalid() {
+        for bad in ["\u{202e}selif", "files\u{200b}", "fi\u{2066}les\u{2069}", "\u{feff}files", "a\u{200d}b", "x\u{61c}y", "tab\there", ""] {
+            assert!(!valid_name(bad.as_bytes()), "{bad:?} was taken");
+        }
+        for good in ["files", "svc@host", "日本語の名前", "имя", "اسم", "ünïcödé-name_1.2"] {
+            assert!(valid_name(good.as_bytes()), "{good:?} was refused");
+        }
+        assert!(!valid_name(&[0xff, 0xfe]), "bytes that are not UTF-8 were taken");
+    }
 }

@@ -102,7 +102,8 @@ class NameTaken(NameError):
 
 
 class InvalidName(NameError, builtins.ValueError):
-    """Empty, longer than 255 bytes, or containing control characters."""
+    """Empty, longer than 255 bytes, or holding control characters or
+    invisible characters that reorder or hide text."""
 
 
 class NameDenied(NameError, builtins.PermissionError):

@@ -519,6 +519,51 @@ fn per_user_budgets_refuse_what_one_user_would_have_kept_past_them() {
     });
 }
 
+/// A message that waited for its stream's credit is held to its sender's
+/// budgets when it goes, not only when its proxy read it: with a budget of
+/// one region, four messages each with a region by reference, sent through
+/// four proxies of one port while its stream waited (the port did not
+/// read), keep one region at the far side, and the other three are
+/// refused back to their sender.
+#[test]
+fn messages_that_waited_for_credit_are_held_to_the_budgets_when_they_go() {
+    watchdog("messages_that_waited_for_credit_are_held_to_the_budgets_when_they_go", LIMIT, || {
+        let (ia, ib) = identities();
+        let (a, b) = nodes_with(&ia, &ib, |c| c.max_regions_per_user = 1);
+        b.connect("a", a.local_addr().unwrap()).unwrap();
+        let (mut srv, data) = export_data(&a, &b);
+        // Until the proxy pushes back: the port's queue, and then the
+        // stream's credit, are full.
+        let mut filled = 0;
+        while filled < 10_000 && data.send(Message::new(1).with_body(vec![0u8; 60 << 10]), Timeout::millis(100)).is_ok() {
+            filled += 1;
+        }
+        assert!(filled < 10_000, "the proxy never pushed back");
+        let (mut me, _keep) = ferry::port().unwrap();
+        let len = (17 << 20) + PAGE;
+        let proxies: Vec<_> = (0..4).map(|_| b.lookup("data@a").unwrap()).collect();
+        for p in &proxies {
+            p.send(Message::new(7).with_item(pattern_region(len)).with_reply(me.make_send_once().unwrap()), WAIT).unwrap();
+        }
+        // The port reads again: everything goes, and the regions that
+        // arrive are kept.
+        let (mut kept, mut refused) = (Vec::new(), 0);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while kept.len() + refused < 4 && Instant::now() < deadline {
+            while let Ok(mut m) = srv.recv(Timeout::Zero) {
+                if m.op() == 7 {
+                    kept.push(m.take_items());
+                }
+            }
+            while let Ok(answer) = me.recv(Timeout::millis(10)) {
+                assert_eq!(ferry_net::Refusal::of(&answer).map(|(r, _)| r), Some(ferry_net::Refusal::OverBudget));
+                refused += 1;
+            }
+        }
+        assert_eq!((kept.len(), refused), (1, 3), "regions kept at the far side, and refused");
+    });
+}
+
 /// One user keeping the peer's regions cannot make another user's arrive
 /// without them: host `b` serves at most eight of `a`'s regions at once,
 /// user nobody on `b` is sent eight and keeps them all, and a region `a`

@@ -1706,6 +1706,18 @@ pub(crate) fn say_once_a_minute(last: &AtomicU64, msg: &str) {
 /// its readiness and a task.
 pub const ADOPTED_PER_USER: usize = 1024;
 
+/// Credit taken on a message stream for a frame, given back to the
+/// stream when dropped unless the frame was written (`None`).
+struct Unused<'a>(Option<(&'a flow::Out, usize)>);
+
+impl Drop for Unused<'_> {
+    fn drop(&mut self) {
+        if let Some((flow, n)) = self.0.take() {
+            flow.credit(n as u64);
+        }
+    }
+}
+
 /// A local right taken out of a message, waiting for the state machine to
 /// say whether to keep it.
 enum Taken {
@@ -1854,6 +1866,49 @@ impl Conn {
         if let Some(why) = over {
             return self.refuse(&mut m, Refusal::OverBudget, &why);
         }
+        // The stream's credit for the frame is had before its regions are
+        // copied out: a frame waiting for credit (its port on the peer's
+        // host does not read) used to be held whole meanwhile, and a user
+        // with many proxies (a port for each lookup of a system import)
+        // made the node hold a frame of up to 40 MiB, twice over, for each.
+        // Meanwhile this proxy reads nothing more, and its queue pushes
+        // back on the local senders.
+        let existing = self.state.lock().unwrap().streams.get(&stream_key(import, once)).cloned();
+        let stream = match existing {
+            Some(s) => s,
+            None => {
+                let s = match self.conn.open_uni().await {
+                    Ok(s) => s,
+                    Err(_) => return,
+                };
+                let s = Arc::new(OutStream { id: u64::from(s.id()), send: tokio::sync::Mutex::new(s), flow: Arc::default() });
+                let mut st = self.state.lock().unwrap();
+                if st.link.is_closed() {
+                    return;
+                }
+                let s = st.streams.entry(stream_key(import, once)).or_insert(s).clone();
+                st.out_flows.entry(s.id).or_insert_with(|| s.flow.clone());
+                s
+            }
+        };
+        let mut s = stream.send.lock().await;
+        // Within the stream's credit: waited for, or for a large frame it
+        // does not cover, asked for.
+        let want = [Frame::Want { stream: stream.id, target: import, bytes: len as u64 }];
+        if stream.flow.take_or_ask(len, || self.send_control(&want)).await.is_err() {
+            return;
+        }
+        // Given back if the frame is not written after all.
+        let mut unused = Unused(Some((&stream.flow, len)));
+        // The budgets again, as this message's items are charged below:
+        // the user's other messages may have been while it waited.
+        let over = {
+            let st = self.state.lock().unwrap();
+            st.budgets.over(uid, rights, regions, self.limits, &self.peer).or_else(|| st.budgets.space_over(uid, space, &self.peer))
+        };
+        if let Some(why) = over {
+            return self.refuse(&mut m, Refusal::OverBudget, &why);
+        }
         let mut outs = Vec::new();
         let mut taken = Vec::new();
         for (item, is_dead) in m.take_items().into_iter().zip(dead) {
@@ -1916,7 +1971,7 @@ impl Conn {
             None => None,
         };
         let body = std::mem::take(m.body_mut());
-        let (frame, stream) = {
+        let frame = {
             let mut st = self.state.lock().unwrap();
             let (frame, stores) = match st.link.message(import, m.op(), body, outs, reply) {
                 Ok(x) => x,
@@ -1952,40 +2007,15 @@ impl Conn {
                     }
                 }
             }
-            (frame, st.streams.get(&stream_key(import, once)).cloned())
-        };
-        let stream = match stream {
-            Some(s) => s,
-            None => {
-                let s = match self.conn.open_uni().await {
-                    Ok(s) => s,
-                    Err(_) => return,
-                };
-                let s = Arc::new(OutStream { id: u64::from(s.id()), send: tokio::sync::Mutex::new(s), flow: Arc::default() });
-                let mut st = self.state.lock().unwrap();
-                if st.link.is_closed() {
-                    return;
-                }
-                let s = st.streams.entry(stream_key(import, once)).or_insert(s).clone();
-                st.out_flows.entry(s.id).or_insert_with(|| s.flow.clone());
-                s
-            }
-        };
-        let target = match &frame {
-            Frame::Message { target, .. } => *target,
-            _ => 0,
+            frame
         };
         let bytes = frame.encode_with_len();
-        let n = bytes.len() - 4;
-        let mut s = stream.send.lock().await;
-        // Within the stream's credit: waited for, or for a large frame it
-        // does not cover, asked for. Meanwhile this proxy reads nothing
-        // more, and its queue pushes back on the local senders.
-        let want = [Frame::Want { stream: stream.id, target, bytes: n as u64 }];
-        let credit = stream.flow.take_or_ask(n, || self.send_control(&want)).await;
-        if credit.is_ok() {
-            let _ = s.write_all(&bytes).await;
-        }
+        drop(frame);
+        // `message_len` is the frame's length exactly, so the credit taken
+        // is what is written.
+        debug_assert_eq!(bytes.len() - 4, len);
+        unused.0 = None;
+        let _ = s.write_all(&bytes).await;
         drop(s);
         self.state.lock().unwrap().forget_if_gone(import);
     }

@@ -637,3 +637,70 @@ fn one_users_ports_made_for_lookups_stop_at_their_cap() {
     };
     reach(&again, &mut svc, 4);
 }
+
+/// Set in the environment of this test binary run as another user's
+/// program: the import to send large messages through, one on each of
+/// many ports of its own.
+const FLOODER: &str = "FERRY_NETD_TEST_FLOODER";
+
+/// How many ports of its own the flooding user looks up, each sent one
+/// message of two regions of 16 MiB by copy (a frame of 32 MiB).
+const FLOOD_PORTS: usize = 24;
+
+/// The other user's part of
+/// [`large_messages_waiting_for_credit_are_not_held_by_the_daemon`]:
+/// looks the import up [`FLOOD_PORTS`] times (a port of its own each
+/// time) and sends each one message with two 16 MiB regions, which cross
+/// in the frame, from one memfd that costs it 16 MiB.
+fn flood(import: &str) {
+    let mut names = ferry::Bootstrap::connect().unwrap();
+    let mut region = ferry::Region::new(ferry_net::frame::MAX_EAGER_REGION).unwrap();
+    let rights: Vec<_> = (0..FLOOD_PORTS).map(|_| names.lookup(import).unwrap()).collect();
+    for r in &rights {
+        let m = Message::new(41).with_item(ferry::Item::Region(region.by_copy().unwrap())).with_item(ferry::Item::Region(region.by_copy().unwrap()));
+        r.send(m, WAIT).unwrap();
+    }
+    println!("flooded {} ports as uid {}", rights.len(), rustix::process::getuid().as_raw());
+}
+
+/// The most memory `pid` has had resident (`VmHWM`), in bytes.
+fn peak_resident(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb = status.lines().find_map(|l| l.strip_prefix("VmHWM:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok());
+    kb.expect("VmHWM in /proc/PID/status") << 10
+}
+
+/// A user that sends large messages through many ports of its own to a
+/// root `ferry-netd`'s system import (one for each lookup) does not make
+/// the daemon hold them all: a frame is made only once its stream has
+/// credit for it. Each proxy copied its message's regions out and held
+/// the frame, twice over, while the stream waited, so user nobody's 24
+/// messages of 32 MiB took the daemon past 1.5 GiB; every message still
+/// arrives.
+#[test]
+fn large_messages_waiting_for_credit_are_not_held_by_the_daemon() {
+    if let Ok(import) = std::env::var(FLOODER) {
+        return flood(&import);
+    }
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped large_messages_waiting_for_credit_are_not_held_by_the_daemon: starting a process as another user needs root");
+        return;
+    }
+    let SystemImport { dir, boot, b: _b, mut svc, daemon } = system_import("flood");
+    let mut names = ferry::Bootstrap::connect_to(&boot).unwrap();
+    until_found("svc@b", &mut || names.lookup("svc@b").ok());
+    let before = peak_resident(daemon.0.id());
+    let out = as_nobody(&dir, &boot, "large_messages_waiting_for_credit_are_not_held_by_the_daemon", FLOODER);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && said.contains(&format!("flooded {FLOOD_PORTS} ports as uid {NOBODY}")), "{said}\n{}", String::from_utf8_lossy(&out.stderr));
+    for i in 0..FLOOD_PORTS {
+        let m = svc.recv(Timeout::After(Duration::from_secs(60))).unwrap_or_else(|e| panic!("message {i} did not arrive: {e}"));
+        assert_eq!((m.op(), m.items().len()), (41, 2));
+    }
+    // The frames waiting for the stream's credit are not made yet;
+    // before, all 24 were held twice over.
+    let grew = peak_resident(daemon.0.id()).saturating_sub(before);
+    assert!(grew < 512 << 20, "the daemon grew by {} MiB for one user's messages", grew >> 20);
+    drop(daemon);
+    let _ = std::fs::remove_dir_all(&dir);
+}

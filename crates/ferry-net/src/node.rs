@@ -493,7 +493,17 @@ struct Conn {
     /// The credit given to each of the peer's message streams, by its QUIC
     /// stream id (`flow`).
     ins: Mutex<HashMap<u64, flow::In>>,
+    /// Deliveries to send-once rights that wait for room, by the user
+    /// that made each right ([`ONCE_WAITS_PER_USER`]).
+    once_waits: Mutex<HashMap<u32, usize>>,
 }
+
+/// Deliveries to one user's send-once rights from one peer that may wait
+/// at once, each on a thread of its own for up to the operation timeout.
+/// A send-once right's socket holds its one message, so only a holder
+/// that wrote to it itself (through a copy of its descriptor) makes one
+/// wait; past these, such a reply is dropped.
+pub const ONCE_WAITS_PER_USER: usize = 16;
 
 /// Most bytes by which one link's message streams' windows may grow past
 /// their first 64 KiB, together, by default
@@ -850,6 +860,7 @@ fn start_link(sh: Arc<Shared>, peer: String, conn: quinn::Connection, send: quin
         op_timeout: sh.config.op_timeout,
         frames: Arc::new(InFlight::new(frame_budget(&sh.config))),
         ins: Mutex::new(HashMap::new()),
+        once_waits: Mutex::new(HashMap::new()),
         state: Mutex::new(State {
             link: {
                 let mut l = Link::new();
@@ -1080,8 +1091,26 @@ impl Conn {
                         if let Err(failed) = send_once_as(deliver_as, r, m, Timeout::Zero) {
                             let (err, m, r) = failed.into_parts();
                             if matches!(err, ferry::SendError::QueueFull | ferry::SendError::Timeout) {
-                                let t = Timeout::After(sh.config.op_timeout);
-                                drop(tokio::task::spawn_blocking(move || send_once_as(deliver_as, r, m, t)));
+                                // Its socket is full only if its holder
+                                // wrote to it through a copy of the
+                                // descriptor: each such wait holds a
+                                // thread and the message, so a user has
+                                // at most a few at once, and past them
+                                // the message is dropped (the right is
+                                // destroyed unused, as its holder sees).
+                                let owner = owner_of(r.as_fd());
+                                if self.once_wait(owner) {
+                                    let t = Timeout::After(sh.config.op_timeout);
+                                    let c = self.clone();
+                                    drop(tokio::task::spawn_blocking(move || {
+                                        let _ = send_once_as(deliver_as, r, m, t);
+                                        c.once_waited(owner);
+                                    }));
+                                } else {
+                                    static SAID: AtomicU64 = AtomicU64::new(0);
+                                    let why = format!("ferry-net: replies from {} to user {owner}'s send-once rights whose sockets are full are dropped: it has {ONCE_WAITS_PER_USER} waiting", self.peer);
+                                    say_once_a_minute(&SAID, &why);
+                                }
                             }
                         }
                     }
@@ -1089,6 +1118,27 @@ impl Conn {
             }
             if message {
                 self.delivered(id, &bytes).await;
+            }
+        }
+    }
+
+    /// Counts a delivery to a send-once right of user `owner` that waits
+    /// for room, if that user has fewer than [`ONCE_WAITS_PER_USER`].
+    fn once_wait(&self, owner: u32) -> bool {
+        let mut waits = self.once_waits.lock().unwrap();
+        let n = waits.entry(owner).or_insert(0);
+        let room = *n < ONCE_WAITS_PER_USER;
+        *n += usize::from(room);
+        room
+    }
+
+    /// A delivery counted by [`Conn::once_wait`] has ended.
+    fn once_waited(&self, owner: u32) {
+        let mut waits = self.once_waits.lock().unwrap();
+        if let Some(n) = waits.get_mut(&owner) {
+            *n -= 1;
+            if *n == 0 {
+                waits.remove(&owner);
             }
         }
     }

@@ -704,3 +704,115 @@ fn large_messages_waiting_for_credit_are_not_held_by_the_daemon() {
     drop(daemon);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Set in the environment of this test binary run as another user's
+/// program: the import to call with reply rights it has filled.
+const FILLER: &str = "FERRY_NETD_TEST_FILLER";
+
+/// How many calls the filling user makes, each with a reply right whose
+/// socket it filled first.
+const FILLED_CALLS: usize = 300;
+
+/// The other user's part of
+/// [`replies_to_send_once_rights_their_holder_filled_wait_a_few_at_a_time`]:
+/// makes [`FILLED_CALLS`] send-once rights, fills each one's socket
+/// through a copy of its descriptor (which it keeps, as any holder of a
+/// descriptor can), sends each as the reply right of a call to the import,
+/// and waits with the rights' receivers open.
+fn fill_replies(import: &str) {
+    use std::os::fd::AsFd;
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+    rustix::process::setrlimit(rustix::process::Resource::Nofile, rustix::process::Rlimit { current: limit.maximum, ..limit }).unwrap();
+    let mut names = ferry::Bootstrap::connect().unwrap();
+    let right = names.lookup(import).unwrap();
+    let mut receivers = Vec::new();
+    for _ in 0..FILLED_CALLS {
+        let (rx, once) = ferry::reply_pair().unwrap();
+        let copy = rustix::io::dup(once.as_fd()).unwrap();
+        let mut full = false;
+        for _ in 0..100_000 {
+            match rustix::net::send(&copy, &[0u8; 1024], rustix::net::SendFlags::DONTWAIT) {
+                Ok(_) => {}
+                Err(rustix::io::Errno::AGAIN) => {
+                    full = true;
+                    break;
+                }
+                Err(e) => panic!("filling a send-once right's socket: {e}"),
+            }
+        }
+        assert!(full, "the send-once right's socket never filled");
+        drop(copy);
+        right.send(Message::new(51).with_reply(once), WAIT).unwrap();
+        receivers.push(rx);
+    }
+    println!("made {} calls with filled reply rights as uid {}", receivers.len(), rustix::process::getuid().as_raw());
+    std::thread::sleep(Duration::from_secs(4));
+}
+
+/// The threads a process has now.
+fn threads(pid: u32) -> usize {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status.lines().find_map(|l| l.strip_prefix("Threads:")).and_then(|v| v.trim().parse().ok()).expect("Threads in /proc/PID/status")
+}
+
+/// A reply to a send-once right whose socket is full waits for it on a
+/// thread of its own for up to the operation timeout; a user that fills
+/// the sockets of the reply rights of its calls (a socket it made, and
+/// may write to through a copy of its descriptor) has at most a few of
+/// its replies wait at once, the rest dropped. Before, every one waited:
+/// user nobody's 300 calls to a root `ferry-netd`'s system import took
+/// the daemon to hundreds of threads, each holding its reply, and with
+/// more a second the waits queued without bound. Root's calls are still
+/// answered.
+#[test]
+fn replies_to_send_once_rights_their_holder_filled_wait_a_few_at_a_time() {
+    if let Ok(import) = std::env::var(FILLER) {
+        return fill_replies(&import);
+    }
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped replies_to_send_once_rights_their_holder_filled_wait_a_few_at_a_time: starting a process as another user needs root");
+        return;
+    }
+    let SystemImport { dir, boot, b: _b, svc, daemon } = system_import("filled-replies");
+    let mut names = ferry::Bootstrap::connect_to(&boot).unwrap();
+    let root_right = until_found("svc@b", &mut || names.lookup("svc@b").ok());
+    // The far service answers every call, for as long as calls come.
+    let answered = Arc::new(AtomicUsize::new(0));
+    let server = {
+        let answered = answered.clone();
+        std::thread::spawn(move || {
+            let mut svc = svc;
+            while let Ok(mut m) = svc.recv(Timeout::After(Duration::from_secs(10))) {
+                if let Some(reply) = m.take_reply() {
+                    let _ = reply.send(Message::new(m.op() + 1), Timeout::Zero);
+                }
+                answered.fetch_add(1, Ordering::Relaxed);
+            }
+        })
+    };
+    let pid = daemon.0.id();
+    let base = threads(pid);
+    let attacker = {
+        let (dir, boot) = (dir.clone(), boot.clone());
+        std::thread::spawn(move || as_nobody(&dir, &boot, "replies_to_send_once_rights_their_holder_filled_wait_a_few_at_a_time", FILLER))
+    };
+    let mut most = base;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !attacker.is_finished() && Instant::now() < deadline {
+        most = most.max(threads(pid));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = attacker.join().unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && said.contains(&format!("made {FILLED_CALLS} calls with filled reply rights as uid {NOBODY}")), "{said}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(answered.load(Ordering::Relaxed) >= FILLED_CALLS, "the far service answered {} calls", answered.load(Ordering::Relaxed));
+    assert!(most < base + 64, "the daemon went from {base} to {most} threads for one user's replies");
+    // Root's call through the same import is answered.
+    let (mut rx, once) = ferry::reply_pair().unwrap();
+    root_right.send(Message::new(70).with_reply(once), WAIT).unwrap();
+    assert_eq!(rx.recv(WAIT).unwrap().op(), 71);
+    drop(daemon);
+    drop(root_right);
+    let _ = server.join();
+    let _ = std::fs::remove_dir_all(&dir);
+}

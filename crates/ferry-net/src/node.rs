@@ -496,6 +496,9 @@ struct Conn {
     /// Deliveries to send-once rights that wait for room, by the user
     /// that made each right ([`ONCE_WAITS_PER_USER`]).
     once_waits: Mutex<HashMap<u32, usize>>,
+    /// Descriptors held by messages waiting to cross, by the user that sent
+    /// them ([`FDS_WAITING_PER_USER`]).
+    waiting_fds: Mutex<HashMap<u32, usize>>,
 }
 
 /// Deliveries to one user's send-once rights from one peer that may wait
@@ -861,6 +864,7 @@ fn start_link(sh: Arc<Shared>, peer: String, conn: quinn::Connection, send: quin
         frames: Arc::new(InFlight::new(frame_budget(&sh.config))),
         ins: Mutex::new(HashMap::new()),
         once_waits: Mutex::new(HashMap::new()),
+        waiting_fds: Mutex::new(HashMap::new()),
         state: Mutex::new(State {
             link: {
                 let mut l = Link::new();
@@ -1756,6 +1760,50 @@ pub(crate) fn say_once_a_minute(last: &AtomicU64, msg: &str) {
 /// its readiness and a task.
 pub const ADOPTED_PER_USER: usize = 1024;
 
+/// Descriptors (rights and regions, one each) that the messages one local
+/// user sent to one peer's ports may hold in the node while they wait to
+/// cross: a message waits for its stream's credit, and a user with many
+/// proxies (a port for each lookup of a system import) could otherwise
+/// have one wait on each and take every descriptor the node may open.
+/// Past it, a message is refused at once (`Refusal::OverBudget`).
+pub const FDS_WAITING_PER_USER: usize = 1024;
+
+/// Descriptors of a message counted against its sender's
+/// [`FDS_WAITING_PER_USER`] until dropped.
+struct WaitingFds<'a> {
+    conn: &'a Conn,
+    uid: u32,
+    n: usize,
+}
+
+impl<'a> WaitingFds<'a> {
+    /// Counts `n` descriptors for user `uid`, if its budget has room.
+    fn take(conn: &'a Conn, uid: u32, n: usize) -> Option<WaitingFds<'a>> {
+        let mut held = conn.waiting_fds.lock().unwrap();
+        let mine = held.entry(uid).or_insert(0);
+        if *mine + n > FDS_WAITING_PER_USER {
+            if *mine == 0 {
+                held.remove(&uid);
+            }
+            return None;
+        }
+        *mine += n;
+        Some(WaitingFds { conn, uid, n })
+    }
+}
+
+impl Drop for WaitingFds<'_> {
+    fn drop(&mut self) {
+        let mut held = self.conn.waiting_fds.lock().unwrap();
+        if let Some(mine) = held.get_mut(&self.uid) {
+            *mine -= self.n;
+            if *mine == 0 {
+                held.remove(&self.uid);
+            }
+        }
+    }
+}
+
 /// Credit taken on a message stream for a frame, given back to the
 /// stream when dropped unless the frame was written (`None`).
 struct Unused<'a>(Option<(&'a flow::Out, usize)>);
@@ -1856,11 +1904,18 @@ impl Conn {
         if let Some((code, why)) = m.items().iter().find_map(cannot_cross) {
             return self.refuse(&mut m, code, &why);
         }
+        // The message's descriptors are this node's until it has crossed,
+        // which waits for its stream's credit: counted against its
+        // sender's budget of them meanwhile.
+        let uid = m.sender().map_or(u32::MAX, |c| c.uid);
+        let Some(_fds) = WaitingFds::take(self, uid, m.items().len() + usize::from(m.has_reply())) else {
+            let why = format!("its sender's messages waiting to cross to {} hold {FDS_WAITING_PER_USER} descriptors already", self.peer);
+            return self.refuse(&mut m, Refusal::OverBudget, &why);
+        };
         // Budgets: what this message could make this node keep for the
         // peer on its sender's behalf, counted before anything is kept.
         // One pass: each send right's death is asked once (a system call)
         // and remembered for taking the items below.
-        let uid = m.sender().map_or(u32::MAX, |c| c.uid);
         let (mut rights, mut regions) = (usize::from(m.has_reply()), 0);
         let (mut caps, mut eager, mut space) = (0, Vec::new(), 0u64);
         let mut dead = Vec::with_capacity(m.items().len());

@@ -816,3 +816,97 @@ fn replies_to_send_once_rights_their_holder_filled_wait_a_few_at_a_time() {
     let _ = server.join();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Set in the environment of this test binary run as another user's
+/// program: the import to send descriptors through, on many ports of its
+/// own, while its stream waits.
+const FD_FLOODER: &str = "FERRY_NETD_TEST_FD_FLOODER";
+
+/// How many ports of its own the descriptor-flooding user looks up, each
+/// sent one message of [`ferry::message::MAX_ITEMS`] small regions.
+const FD_PORTS: usize = 320;
+
+/// The other user's part of
+/// [`descriptors_of_messages_waiting_to_cross_are_held_within_a_users_budget`].
+fn flood_fds(import: &str) {
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+    rustix::process::setrlimit(rustix::process::Resource::Nofile, rustix::process::Rlimit { current: limit.maximum, ..limit }).unwrap();
+    let mut names = ferry::Bootstrap::connect().unwrap();
+    let mut region = ferry::Region::new(4096).unwrap();
+    let rights: Vec<_> = (0..FD_PORTS).map(|_| names.lookup(import).unwrap()).collect();
+    for r in &rights {
+        let mut m = Message::new(61);
+        for _ in 0..ferry::message::MAX_ITEMS {
+            m = m.with_item(ferry::Item::Region(region.by_copy().unwrap()));
+        }
+        r.send(m, WAIT).unwrap();
+    }
+    println!("sent descriptors through {} ports as uid {}", rights.len(), rustix::process::getuid().as_raw());
+}
+
+/// The descriptors a process has open now.
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
+}
+
+/// Messages waiting to cross (their stream has no credit, as when the far
+/// port is slower than its senders) hold their rights and regions, a
+/// descriptor each, in the network server. A user with many ports of its
+/// own to a root `ferry-netd`'s system import (one for each lookup) had a
+/// message wait on each, and 320 messages of 64 regions took the daemon
+/// past 20 000 descriptors, the hard limit here, so that nothing more
+/// could arrive; now the descriptors one user's waiting messages hold are
+/// budgeted, and past the budget a message is refused at once. Root's
+/// message with a right is not refused, and the status server still
+/// answers root.
+#[test]
+fn descriptors_of_messages_waiting_to_cross_are_held_within_a_users_budget() {
+    if let Ok(import) = std::env::var(FD_FLOODER) {
+        return flood_fds(&import);
+    }
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped descriptors_of_messages_waiting_to_cross_are_held_within_a_users_budget: starting a process as another user needs root");
+        return;
+    }
+    let SystemImport { dir, boot, b: _b, svc, daemon } = system_import("waiting-fds");
+    let mut names = ferry::Bootstrap::connect_to(&boot).unwrap();
+    let root_right = until_found("svc@b", &mut || names.lookup("svc@b").ok());
+    // The far port does not read: its queue, and then its stream's
+    // credit, fill, and what is sent to it after waits.
+    let mut filled = 0;
+    while filled < 10_000 && root_right.send(Message::new(1).with_body(vec![0u8; 60 << 10]), Timeout::millis(200)).is_ok() {
+        filled += 1;
+    }
+    assert!(filled < 10_000, "the import never pushed back");
+    let pid = daemon.0.id();
+    let attacker = {
+        let (dir, boot) = (dir.clone(), boot.clone());
+        std::thread::spawn(move || as_nobody(&dir, &boot, "descriptors_of_messages_waiting_to_cross_are_held_within_a_users_budget", FD_FLOODER))
+    };
+    let mut most = 0;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !attacker.is_finished() && Instant::now() < deadline {
+        most = most.max(open_fds(pid));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = attacker.join().unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && said.contains(&format!("sent descriptors through {FD_PORTS} ports as uid {NOBODY}")), "{said}\n{}", String::from_utf8_lossy(&out.stderr));
+    std::thread::sleep(Duration::from_millis(500));
+    most = most.max(open_fds(pid));
+    // Root's message with a right, through a port of its own, waits for
+    // the stream like the rest: the budget is one user's.
+    let (mut me, _keep) = ferry::port().unwrap();
+    let (_other, other_tx) = ferry::port().unwrap();
+    let fresh = names.lookup("svc@b").unwrap();
+    fresh.send(Message::new(62).with_item(ferry::Item::Send(other_tx)).with_reply(me.make_send_once().unwrap()), WAIT).unwrap();
+    if let Ok(answer) = me.recv(Timeout::millis(1000)) {
+        panic!("root's message was refused: {:?}", ferry_net::Refusal::of(&answer));
+    }
+    assert!(most < 8000, "the daemon had {most} descriptors open for one user's waiting messages");
+    let status = ferry_net::status::query(&names.lookup(ferry_net::status::NAME).unwrap()).expect("the status server still answers");
+    assert!(status.imports.iter().any(|i| i == "svc@b"), "{status:?}");
+    drop(svc);
+    drop(daemon);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -112,26 +112,13 @@ fn lookup_retry(bs: &mut Bootstrap, name: &str) -> Res<SendRight> {
 }
 
 /// A new directory of this user's alone (mode 0700) in the temporary
-/// directory, named `PREFIX-PID-` and 64 unpredictable bits. The temporary
-/// directory is shared: another user may have made the name first (a
-/// directory of its own, with symbolic links in it to files this user
-/// may write), so the name is never one that already exists, and the
-/// directory is made here, not reused.
+/// directory, named `PREFIX-` and random characters (`tempfile`). The
+/// temporary directory is shared: another user may have made a name
+/// first (a directory of its own, with symbolic links in it to files this
+/// user may write), so the name is never one that already exists, and the
+/// directory is made here, not reused. The caller removes it.
 pub(crate) fn private_temp_dir(prefix: &str) -> std::io::Result<PathBuf> {
-    use std::hash::{BuildHasher, Hasher};
-    use std::os::unix::fs::DirBuilderExt;
-    let mut last = None;
-    for attempt in 0..16u64 {
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u64(attempt);
-        let dir = std::env::temp_dir().join(format!("{prefix}-{}-{:016x}", std::process::id(), h.finish()));
-        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
-            Ok(()) => return Ok(dir),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
-            Err(e) => return Err(e),
-        }
-    }
-    Err(last.unwrap_or_else(|| std::io::Error::from(std::io::ErrorKind::AlreadyExists)))
+    Ok(tempfile::Builder::new().prefix(&format!("{prefix}-")).tempdir()?.keep())
 }
 
 fn orchestrate() -> Res {

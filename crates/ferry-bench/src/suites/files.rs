@@ -144,25 +144,12 @@ extern "C" fn remove_dir() {
 }
 
 /// A new directory of this user's alone (mode 0700) in the temporary
-/// directory, `ferry-bench-files-PID-` and 64 unpredictable bits. The
-/// temporary directory is shared: another user may have made the name
+/// directory, `ferry-bench-files-` and random characters (`tempfile`).
+/// The temporary directory is shared: another user may have made a name
 /// first, with symbolic links in it named as the suite's files, so the
-/// name is never one that already exists.
+/// name is never one that already exists. Removed at exit.
 fn private_temp_dir() -> std::io::Result<PathBuf> {
-    use std::hash::{BuildHasher, Hasher};
-    use std::os::unix::fs::DirBuilderExt;
-    let mut last = None;
-    for attempt in 0..16u64 {
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u64(attempt);
-        let dir = std::env::temp_dir().join(format!("ferry-bench-files-{}-{:016x}", std::process::id(), h.finish()));
-        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
-            Ok(()) => return Ok(dir),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
-            Err(e) => return Err(e),
-        }
-    }
-    Err(last.unwrap_or_else(|| std::io::Error::from(std::io::ErrorKind::AlreadyExists)))
+    Ok(tempfile::Builder::new().prefix("ferry-bench-files-").tempdir()?.keep())
 }
 
 fn library() -> Option<PathBuf> {

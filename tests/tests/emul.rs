@@ -687,7 +687,6 @@ fn emul_a_channel_serves_only_the_user_that_made_it() {
     }
     watchdog("emul_a_channel_serves_only_the_user_that_made_it", Duration::from_secs(60), || {
         use std::os::fd::AsFd;
-        use std::os::unix::process::CommandExt as _;
         use ferry::emulation::{OP_EMUL_CHANNEL, OP_EMUL_STAT};
         let dir = shared_scratch("channel-owner");
         let srv = Served::new(&dir);
@@ -712,13 +711,9 @@ fn emul_a_channel_serves_only_the_user_that_made_it() {
         let (len, _) = datagram_on(chan.as_fd()).expect("root's request on its channel was not answered");
         assert!(len > 0);
         // Another user sends an open on it.
-        let out = Command::new(common::peer_for_other_users())
-            .args(["emul-channel-intrude", "public"])
+        let out = common::peer_command_as(common::NOBODY, Path::new("/nonexistent"), "emul-channel-intrude", &["public"])
             .pass_right(&chan)
             .unwrap()
-            .uid(common::NOBODY)
-            .gid(common::NOBODY)
-            .current_dir("/")
             .stdin(Stdio::null())
             .output()
             .unwrap();
@@ -742,17 +737,12 @@ fn emul_a_channel_never_leads_back_to_the_server() {
         return;
     }
     watchdog("emul_a_channel_never_leads_back_to_the_server", Duration::from_secs(60), || {
-        use std::os::unix::process::CommandExt as _;
         let dir = shared_scratch("channel-self");
         let srv = Served::new(&dir);
         for how in ["server", "listen"] {
-            let out = Command::new(common::peer_for_other_users())
-                .args(["emul-channel-self", how])
+            let out = common::peer_command_as(common::NOBODY, Path::new("/nonexistent"), "emul-channel-self", &[how])
                 .pass_right(srv.right())
                 .unwrap()
-                .uid(common::NOBODY)
-                .gid(common::NOBODY)
-                .current_dir("/")
                 .stdin(Stdio::null())
                 .output()
                 .unwrap();
@@ -779,16 +769,11 @@ fn emul_one_users_channels_leave_room_for_another() {
     }
     watchdog("emul_one_users_channels_leave_room_for_another", Duration::from_secs(60), || {
         use std::io::{BufRead, Write};
-        use std::os::unix::process::CommandExt as _;
         let dir = shared_scratch("channel-budget");
         let srv = Served::new(&dir);
-        let mut hog = Command::new(common::peer_for_other_users())
-            .arg("emul-channels")
+        let mut hog = common::peer_command_as(common::NOBODY, Path::new("/nonexistent"), "emul-channels", &[])
             .pass_right(srv.right())
             .unwrap()
-            .uid(common::NOBODY)
-            .gid(common::NOBODY)
-            .current_dir("/")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -821,7 +806,6 @@ fn emul_another_user_reaches_neither_unreadable_files_nor_others_open_files() {
     watchdog("emul_another_user_reaches_neither_unreadable_files_nor_others_open_files", Duration::from_secs(60), || {
         use ferry::emulation::{Client, Opened};
         use std::os::unix::fs::PermissionsExt;
-        use std::os::unix::process::CommandExt as _;
         let dir = scratch("hostile");
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
         std::fs::write(dir.join("secret"), b"root only").unwrap();
@@ -831,14 +815,9 @@ fn emul_another_user_reaches_neither_unreadable_files_nor_others_open_files() {
         let srv = Served::new(&dir);
         let mine = Client::new(srv.right().try_clone().unwrap());
         let Ok(Opened::File(f)) = mine.open("secret", libc::O_RDWR, 0) else { panic!("root opens its own file") };
-        let out = Command::new(common::peer_for_other_users())
-            .arg("emul-other-user")
-            .arg(f.id.to_string())
+        let out = common::peer_command_as(common::NOBODY, Path::new("/nonexistent"), "emul-other-user", &[&f.id.to_string()])
             .pass_right(srv.right())
             .unwrap()
-            .uid(common::NOBODY)
-            .gid(common::NOBODY)
-            .current_dir("/")
             .stderr(Stdio::inherit())
             .output()
             .unwrap();
@@ -871,16 +850,9 @@ fn shared_scratch(test: &str) -> PathBuf {
 /// and waits until its requests are queued at the server.
 fn start_stall(srv: &Served, how: &str, name: &str) -> (std::process::Child, std::io::BufReader<std::process::ChildStdout>) {
     use std::io::BufRead;
-    use std::os::unix::process::CommandExt as _;
-    let mut peer = Command::new(common::peer_for_other_users())
-        .arg("emul-stall")
-        .arg(how)
-        .arg(name)
+    let mut peer = common::peer_command_as(common::NOBODY, Path::new("/nonexistent"), "emul-stall", &[how, name])
         .pass_right(srv.right())
         .unwrap()
-        .uid(common::NOBODY)
-        .gid(common::NOBODY)
-        .current_dir("/")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -1045,15 +1017,9 @@ fn emul_one_user_cannot_take_every_descriptor_of_the_server() {
         drop(tx);
         let mut m = rx.recv(Timeout::After(Duration::from_secs(30))).expect("server right");
         let Some(Item::Send(right)) = m.take_items().pop() else { panic!("no right from the server") };
-        let mut attacker = Command::new(common::peer_for_other_users())
-            .arg("emul-open-many")
-            .arg("public")
-            .arg("4096")
+        let mut attacker = common::peer_command_as(common::NOBODY, Path::new("/nonexistent"), "emul-open-many", &["public", "4096"])
             .pass_right(&right)
             .unwrap()
-            .uid(common::NOBODY)
-            .gid(common::NOBODY)
-            .current_dir("/")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -1094,17 +1060,11 @@ fn emul_replies_to_a_full_port_hold_up_nobody() {
     }
     watchdog("emul_replies_to_a_full_port_hold_up_nobody", Duration::from_secs(120), || {
         use std::io::{BufRead, Write};
-        use std::os::unix::process::CommandExt as _;
         let dir = shared_scratch("full-reply");
         let srv = Served::new(&dir);
-        let mut attacker = Command::new(common::peer_for_other_users())
-            .arg("emul-full-reply")
-            .arg("100")
+        let mut attacker = common::peer_command_as(common::NOBODY, Path::new("/nonexistent"), "emul-full-reply", &["100"])
             .pass_right(srv.right())
             .unwrap()
-            .uid(common::NOBODY)
-            .gid(common::NOBODY)
-            .current_dir("/")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -1170,17 +1130,11 @@ fn emul_a_client_cannot_shrink_a_token_page_under_the_server() {
     }
     watchdog("emul_a_client_cannot_shrink_a_token_page_under_the_server", Duration::from_secs(120), || {
         use ferry::emulation::{Client, Opened};
-        use std::os::unix::process::CommandExt as _;
         let dir = shared_scratch("shrink");
         let (server, right) = server_process(&dir, false);
-        let out = Command::new(common::peer_for_other_users())
-            .arg("emul-shrink-page")
-            .arg("public")
+        let out = common::peer_command_as(common::NOBODY, Path::new("/nonexistent"), "emul-shrink-page", &["public"])
             .pass_right(&right)
             .unwrap()
-            .uid(common::NOBODY)
-            .gid(common::NOBODY)
-            .current_dir("/")
             .stderr(Stdio::inherit())
             .output()
             .unwrap();
@@ -1210,16 +1164,10 @@ fn emul_proc_names_are_never_the_server_s_own() {
         return;
     }
     watchdog("emul_proc_names_are_never_the_server_s_own", Duration::from_secs(60), || {
-        use std::os::unix::process::CommandExt as _;
         let srv = Served::new(Path::new("/"));
-        let out = Command::new(common::peer_for_other_users())
-            .arg("emul-proc")
-            .arg(std::process::id().to_string())
+        let out = common::peer_command_as(common::NOBODY, Path::new("/nonexistent"), "emul-proc", &[&std::process::id().to_string()])
             .pass_right(srv.right())
             .unwrap()
-            .uid(common::NOBODY)
-            .gid(common::NOBODY)
-            .current_dir("/")
             .stderr(Stdio::inherit())
             .output()
             .unwrap();
@@ -1243,22 +1191,15 @@ fn emul_writes_through_the_server_keep_no_privilege_the_asker_lacks() {
     }
     watchdog("emul_writes_through_the_server_keep_no_privilege_the_asker_lacks", Duration::from_secs(60), || {
         use std::os::unix::fs::PermissionsExt;
-        use std::os::unix::process::CommandExt as _;
         let dir = shared_scratch("suid");
         for name in ["suid-w", "suid-t"] {
             std::fs::write(dir.join(name), b"#!/bin/sh\nid\n").unwrap();
             std::fs::set_permissions(dir.join(name), std::fs::Permissions::from_mode(0o4777)).unwrap();
         }
         let srv = Served::new(&dir);
-        let out = Command::new(common::peer_for_other_users())
-            .arg("emul-write-suid")
-            .arg("suid-w")
-            .arg("suid-t")
+        let out = common::peer_command_as(common::NOBODY, Path::new("/nonexistent"), "emul-write-suid", &["suid-w", "suid-t"])
             .pass_right(srv.right())
             .unwrap()
-            .uid(common::NOBODY)
-            .gid(common::NOBODY)
-            .current_dir("/")
             .stderr(Stdio::inherit())
             .output()
             .unwrap();

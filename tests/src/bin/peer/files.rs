@@ -321,12 +321,9 @@ enum Opened {
     Other,
 }
 
-/// Sends one open of `name` whose snapshot is held by `hold` (a send right
-/// whose receive right the caller keeps) and reads the answer.
-fn open_held(right: &ferry::SendRight, replies: &mut ferry::ReceiveRight, name: &str, hold: ferry::SendRight) -> Result<Opened, Box<dyn std::error::Error>> {
-    let once = replies.make_send_once()?;
-    let m = Message::new(OP_FILE_OPEN).with_body(name.as_bytes()).with_item(Item::Send(hold)).with_reply(once);
-    right.send(m, WAIT)?;
+/// Reads the file server's answer to an open: granted, over the user's
+/// budget (error code 5), or anything else.
+fn answer(replies: &mut ferry::ReceiveRight) -> Result<Opened, Box<dyn std::error::Error>> {
     let r = replies.recv(WAIT)?;
     let code = r.body().get(..8).map(|b| u64::from_le_bytes(b.try_into().unwrap()));
     Ok(match (r.op(), code) {
@@ -334,6 +331,15 @@ fn open_held(right: &ferry::SendRight, replies: &mut ferry::ReceiveRight, name: 
         (_, Some(5)) => Opened::OverBudget,
         _ => Opened::Other,
     })
+}
+
+/// Sends one open of `name` whose snapshot is held by `hold` (a send right
+/// whose receive right the caller keeps) and reads the answer.
+fn open_held(right: &ferry::SendRight, replies: &mut ferry::ReceiveRight, name: &str, hold: ferry::SendRight) -> Result<Opened, Box<dyn std::error::Error>> {
+    let once = replies.make_send_once()?;
+    let m = Message::new(OP_FILE_OPEN).with_body(name.as_bytes()).with_item(Item::Send(hold)).with_reply(once);
+    right.send(m, WAIT)?;
+    answer(replies)
 }
 
 /// Opens `name` `n` times, each held by a port from `make`, and returns
@@ -445,13 +451,7 @@ fn open_by_hand(
     let mut control = rustix::net::SendAncillaryBuffer::new(&mut space);
     control.push(rustix::net::SendAncillaryMessage::ScmRights(&fds));
     rustix::net::sendmsg(right.as_fd(), &[std::io::IoSlice::new(&bytes)], &mut control, rustix::net::SendFlags::empty())?;
-    let r = replies.recv(WAIT)?;
-    let code = r.body().get(..8).map(|b| u64::from_le_bytes(b.try_into().unwrap()));
-    Ok(match (r.op(), code) {
-        (OP_FILE_OPENED, _) => Opened::Granted,
-        (_, Some(5)) => Opened::OverBudget,
-        _ => Opened::Other,
-    })
+    answer(replies)
 }
 
 fn sabotage() -> Res {

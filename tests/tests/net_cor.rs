@@ -915,25 +915,45 @@ fn another_user_sees_only_its_own_budgets_in_the_status() {
     });
 }
 
+/// A whole fetch is the asker's copy, made in its memory: another local
+/// user (uid nobody) who fetches a region whole again and again, keeping
+/// every copy, is charged for them, not the node (root) that fetched them.
+/// The node used to fill a memfd of its own and hand it over, so each copy
+/// counted against the node's memory however many the user kept.
 #[test]
-fn a_whole_fetch_over_the_limit_is_refused_and_the_region_still_maps() {
-    watchdog("a_whole_fetch_over_the_limit_is_refused_and_the_region_still_maps", LIMIT, || {
+fn whole_fetches_are_counted_against_the_asker_not_the_node() {
+    use std::io::{BufRead, Write};
+
+    let test = "whole_fetches_are_counted_against_the_asker_not_the_node";
+    if !common::can_play_other_user(test) {
+        return;
+    }
+    let Some(cgroup) = common::MemoryCgroup::new(test) else { return };
+    watchdog(test, LIMIT, || {
         let (ia, ib) = identities();
         let (a, b) = nodes(&ia, &ib);
         b.connect("a", a.local_addr().unwrap()).unwrap();
-        let (mut srv, data) = export_data(&a, &b);
-        // A sparse region past the whole-fetch limit: nothing of it is
-        // allocated unless touched.
-        let len = ferry_net::cor::MAX_FETCH_ALL as usize + PAGE;
-        let mut r = Region::new(len).unwrap();
-        r.as_mut_slice()[len - 1] = 42;
-        data.send(Message::new(1).with_item(r.by_move().unwrap()), WAIT).unwrap();
-        let Some(Item::Send(right)) = srv.recv(WAIT).unwrap().take_items().pop() else { panic!("a region by reference") };
-        let region = RemoteRegion::open(right).unwrap();
-        assert!(matches!(region.fetch_all(), Err(NetError::Io(_))), "refused, typed");
-        assert_eq!(a.stats().bytes_fetched, 0, "nothing crossed for the refused fetch");
-        let view = region.map().unwrap();
-        assert_eq!(view.as_slice().unwrap()[len - 1], 42, "the region maps and its last page comes on touch");
+        let len = (16 << 20) + 3 * PAGE + 7;
+        let (right, _srv) = send_region(&a, &b, len);
+        let mut other = common::spawn_other_user(&right, "fetch-whole", &["4"]);
+        let mut said = std::io::BufReader::new(other.stdout.take().unwrap()).lines();
+        assert_eq!(said.next().unwrap().unwrap(), "ready");
+        cgroup.enter(other.id());
+        let before = cgroup.usage();
+        let mut tell = other.stdin.take().unwrap();
+        writeln!(tell, "go").unwrap();
+        let sum: u64 = (0..len).map(|i| u64::from(byte_at(i))).sum();
+        assert_eq!(said.next().unwrap().unwrap(), format!("held 4 {sum}"), "four whole copies of the sender's bytes");
+        let charged = cgroup.usage().saturating_sub(before);
+        assert!(
+            charged >= 4 * len as u64 * 9 / 10,
+            "the four copies nobody holds ({} MiB) are counted against it: {} MiB were",
+            (4 * len) >> 20,
+            charged >> 20
+        );
+        assert_eq!(a.stats().fetches, 4);
+        drop(tell);
+        assert!(other.wait().unwrap().success());
     });
 }
 

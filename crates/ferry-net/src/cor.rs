@@ -40,8 +40,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferry::pager::{Answer, DeathPolicy, MappedObject, MemoryObject, ObjectConfig, ObjectServer, Pager, PagerError, PagerFault, Supply, SupplyMode};
-use ferry::{Item, Message, ReceiveRight, Region, RegionItem, SendRight, Timeout};
+use ferry::pager::{
+    Answer, DeathPolicy, Filling, MappedObject, MemoryObject, ObjectConfig, ObjectServer, Pager, PagerError, PagerFault, Supply, SupplyMode,
+};
+use ferry::{Item, Message, ReceiveRight, RegionItem, SendRight, Timeout};
 
 use crate::frame::Frame;
 use crate::node::NetError;
@@ -49,18 +51,13 @@ use crate::node::NetError;
 /// Pages fetched per fault (see the module doc for why 16).
 pub const CLUSTER_PAGES: usize = 16;
 
-/// Largest region [`RemoteRegion::fetch_all`] fetches whole: the node
-/// fills the copy before handing it over, so a bigger one is mapped
-/// instead (pages on touch).
-pub const MAX_FETCH_ALL: u64 = 4 << 30;
-
 /// Bytes read or written per step of a large fetch (each step must arrive
 /// within the operation timeout, so a stalled or trickling link is noticed).
 const STEP: usize = 1 << 20;
 
-/// Bytes of a whole fetch gathered before they are written into the
-/// region: few enough to stay in cache, enough that each write's system
-/// call is cheap next to its copy.
+/// Bytes of a whole fetch gathered before they are copied into the
+/// asker's region: few enough to stay in cache, enough that each copy's
+/// system call is cheap next to the copy itself.
 const WRITE_BLOCK: usize = 256 << 10;
 
 /// Requests a region's object server answers besides the pager protocol.
@@ -228,7 +225,7 @@ fn run(port: ReceiveRight, f: &Arc<Fetcher>) {
     let mut ext = |_: &mut ObjectServer, m: &mut Message| -> Option<Answer> {
         match m.op() {
             INFO => Some(Ok(Message::new(INFO_REPLY).with_body(words(&[MAGIC, id, f.len])))),
-            FETCH_ALL => Some(fetch_all(f)),
+            FETCH_ALL => Some(fetch_all(f, m)),
             _ => None,
         }
     };
@@ -244,43 +241,53 @@ fn run(port: ReceiveRight, f: &Arc<Fetcher>) {
     }
 }
 
-/// Fetches the whole region into a fresh by-value region (DASH's
-/// immediate-access hint): one request, streamed.
-fn fetch_all(f: &Arc<Fetcher>) -> Answer {
-    if f.len > MAX_FETCH_ALL {
-        return Err((4, format!("a region of {} bytes is over the {MAX_FETCH_ALL}-byte limit of a whole fetch: map it instead", f.len)));
+/// Fetches the whole region (DASH's immediate-access hint) into the
+/// region the asker made for it: one request, streamed, each block copied
+/// into the asker's memory through the userfaultfd it sent
+/// ([`ferry::pager::Filling`]). The pages are the asker's, allocated in
+/// its address space and counted against its memory; this node holds no
+/// more than a block, however often and however many regions it is asked
+/// for.
+fn fetch_all(f: &Arc<Fetcher>, m: &mut Message) -> Answer {
+    let mut items = m.take_items().into_iter();
+    let (Some(Item::Pager(into)), None) = (items.next(), items.next()) else {
+        return Err((3, "a whole fetch carries the userfaultfd of the region to fill, and nothing else".into()));
+    };
+    let page = ferry::pager::page_size() as u64;
+    if into.registered_len().is_none_or(|n| n < f.len.div_ceil(page) * page) {
+        return Err((3, format!("the region to fill is smaller than the {} bytes fetched", f.len)));
     }
-    let len = usize::try_from(f.len).map_err(|_| (4, "region too large for this host".to_string()))?;
-    let mut r = Region::new(len).map_err(|e| (2, format!("cannot allocate {len} bytes: {e}")))?;
     // The stream is read by a task of the node's runtime, beside the
     // connection that receives its packets, not by this thread, which would
     // be woken across threads each time it had drained what had arrived.
     // The packets' bytes are gathered into a block that stays in cache and
-    // written into the fresh memfd (`Region::write_at`: pages allocated as
-    // they are filled, no fault or zeroing per page); a write of a block
-    // holds the runtime's thread for well under a millisecond.
+    // copied, whole pages at a time, into the asker's region; a copy of a
+    // block holds the runtime's thread for well under a millisecond.
     let fetcher = f.clone();
+    let page = page as usize;
     let task = f.handle.spawn(async move {
-        let mut block = Vec::with_capacity(WRITE_BLOCK);
-        let mut block_at = 0;
-        let filled = fetcher
-            .stream(0, fetcher.len, |at, bytes| {
-                if block.is_empty() {
-                    block_at = at;
-                }
+        let mut block = Vec::with_capacity(WRITE_BLOCK + page);
+        let mut block_at = 0u64;
+        let len = fetcher.len;
+        fetcher
+            .stream(0, len, |at, bytes| {
                 block.extend_from_slice(bytes);
-                if block.len() >= WRITE_BLOCK || at + bytes.len() == len {
-                    r.write_at(block_at, &block).map_err(|e| e.to_string())?;
-                    block.clear();
+                let end = (at + bytes.len()) as u64 == len;
+                if end {
+                    block.resize(block.len().div_ceil(page) * page, 0);
+                }
+                if block.len() >= WRITE_BLOCK || end {
+                    let whole = block.len() / page * page;
+                    into.fill(block_at, &block[..whole]).map_err(|e| format!("cannot fill the asker's region: {e}"))?;
+                    block.drain(..whole);
+                    block_at += whole as u64;
                 }
                 Ok(())
             })
-            .await;
-        filled.map(|()| r)
+            .await
     });
-    let r = f.wait_for(task).map_err(|e| (6, e))?;
-    let item = r.by_move().map_err(|e| (2, e.to_string()))?;
-    Ok(Message::new(FETCHED).with_item(Item::Region(item)))
+    f.wait_for(task).map_err(|e| (6, e))?;
+    Ok(Message::new(FETCHED))
 }
 
 /// A region that arrived by reference from another host: in the message,
@@ -364,13 +371,18 @@ impl RemoteRegion {
     /// # Errors
     /// [`NetError::LinkLost`] if the link is lost, or a mebibyte does not
     /// arrive within the operation timeout; [`NetError::Io`] if the memory cannot be had
-    /// or the region is over [`MAX_FETCH_ALL`] (map it instead).
+    /// here (the copy is this process's: it is made here and filled
+    /// through a userfaultfd, [`ferry::pager::Filling`], so it counts
+    /// against this process's memory, never the node's).
     pub fn fetch_all(&self) -> Result<RegionItem, NetError> {
-        let mut r = call(&self.server, Message::new(FETCH_ALL), Timeout::Infinite)?;
-        match (r.op(), r.take_items().pop()) {
-            (FETCHED, Some(Item::Region(item))) => Ok(item),
-            _ => Err(NetError::NotARegion("unexpected answer to a fetch".into())),
+        let len = usize::try_from(self.len).map_err(|_| io::Error::other("the region is larger than this host's address space"))?;
+        let (filling, into) = Filling::new(len).map_err(|e| io::Error::other(format!("cannot make the region to fetch into: {e}")))?;
+        let r = call(&self.server, Message::new(FETCH_ALL).with_item(Item::Pager(into)), Timeout::Infinite)?;
+        if r.op() != FETCHED {
+            return Err(NetError::NotARegion("unexpected answer to a fetch".into()));
         }
+        let region = filling.finish().map_err(|e| io::Error::other(format!("cannot end the fetch: {e}")))?;
+        Ok(region.by_move().map_err(|e| io::Error::other(format!("cannot seal the fetched region: {e}")))?)
     }
 }
 

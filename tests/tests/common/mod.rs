@@ -380,3 +380,63 @@ pub fn other_user_handing_its_port(
     let Some(ferry::Item::Send(to_other)) = got.take_items().pop() else { panic!("no right from the other user") };
     (collect, other, to_other)
 }
+
+/// A memory cgroup made for one test below this process's own (cgroup v1's
+/// memory hierarchy, or v2 where this process's cgroup lets children have
+/// the memory controller), to see whose memory a page is counted against.
+/// Removed on drop (once the processes put in it have exited).
+#[allow(dead_code)]
+pub struct MemoryCgroup {
+    dir: PathBuf,
+    usage: &'static str,
+}
+
+#[allow(dead_code)]
+impl MemoryCgroup {
+    /// Makes the cgroup, or says why `test` is skipped and returns `None`
+    /// (no writable memory cgroup here).
+    pub fn new(test: &str) -> Option<MemoryCgroup> {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let name = format!("ferry-test-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
+        let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+        let v1 = own.lines().find_map(|l| l.split_once(":memory:").map(|(_, p)| p.trim_start_matches('/').to_string()));
+        let (parent, usage) = match v1 {
+            Some(p) => (Path::new("/sys/fs/cgroup/memory").join(p), "memory.usage_in_bytes"),
+            None => match own.lines().find_map(|l| l.strip_prefix("0::")) {
+                Some(p) => (Path::new("/sys/fs/cgroup").join(p.trim_start_matches('/')), "memory.current"),
+                None => (PathBuf::new(), ""),
+            },
+        };
+        let dir = parent.join(name);
+        if std::fs::create_dir(&dir).is_ok() {
+            if dir.join(usage).exists() {
+                return Some(MemoryCgroup { dir, usage });
+            }
+            let _ = std::fs::remove_dir(&dir);
+        }
+        eprintln!("skipped {test}: no memory cgroup can be made below this process's (needs root and the memory controller)");
+        None
+    }
+
+    /// Moves process `pid` into the cgroup.
+    pub fn enter(&self, pid: u32) {
+        std::fs::write(self.dir.join("cgroup.procs"), pid.to_string()).expect("move a process into the test's cgroup");
+    }
+
+    /// Bytes of memory counted against the cgroup now.
+    pub fn usage(&self) -> u64 {
+        std::fs::read_to_string(self.dir.join(self.usage)).unwrap().trim().parse().unwrap()
+    }
+}
+
+impl Drop for MemoryCgroup {
+    fn drop(&mut self) {
+        // A process that has just exited may still be listed a moment.
+        for _ in 0..200 {
+            if std::fs::remove_dir(&self.dir).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}

@@ -31,10 +31,12 @@
 //! The module's parts: this file (the trait, the descriptor item, errors
 //! and statistics), `server` (the pager side's event loop and requests),
 //! `store` (the objects, their shadow pages and page caches), `pages` (the
-//! per-mapping sets of pages the server keeps), `client` (the mapping side)
-//! and `proto` (the message layouts).
+//! per-mapping sets of pages the server keeps), `client` (the mapping side),
+//! `fill` (regions another process fills in the asker's memory) and
+//! `proto` (the message layouts).
 
 mod client;
+mod fill;
 mod pages;
 pub(crate) mod proto;
 mod server;
@@ -51,6 +53,7 @@ use crate::wire::{self, ItemDesc};
 
 pub(crate) use client::call;
 pub use client::{MappedObject, MemoryObject, ObjectState, DEFAULT_TIMEOUT};
+pub use fill::{page_size, Filling};
 pub(crate) use server::refusal;
 pub use server::{Answer, Extension, ObjectServer, PortMinter, ServerStats};
 

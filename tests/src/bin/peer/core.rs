@@ -27,6 +27,7 @@ pub fn run(role: &str, args: &[String]) -> Outcome {
         "reply-sinks" => reply_sinks(arg(0).parse().unwrap_or(0)),
         "send-to-each" => send_to_each(arg(0).parse().unwrap_or(0)),
         "keep-messages" => keep_messages(arg(0).parse().unwrap_or(0)),
+        "fetch-whole" => fetch_whole(arg(0).parse().unwrap_or(0)),
         _ => return None,
     })
 }
@@ -288,6 +289,26 @@ fn keep_messages(n: usize) -> R {
 
 /// Prints `said` (the test reads it to know the role got this far), then
 /// keeps `held` until standard input ends.
+/// Opens the remote region whose server the inherited right names, says
+/// `ready`, and at the first line of its standard input fetches it whole
+/// `n` times, reading every byte of each copy; says `held N SUM` (SUM the
+/// bytes' sum, the same for each copy) and holds the copies until its
+/// input ends.
+fn fetch_whole(n: usize) -> R {
+    use std::io::BufRead;
+    let region = ferry_net::RemoteRegion::open(ferry::spawn::inherited()?)?;
+    println!("ready");
+    std::io::stdin().lock().lines().next().transpose()?;
+    let mut copies = Vec::new();
+    let mut sum = 0u64;
+    for _ in 0..n {
+        let view = region.fetch_all()?.map(ferry::MapOptions::lazy().read_only())?;
+        sum = view.iter().map(|&b| u64::from(b)).sum();
+        copies.push(view);
+    }
+    say_and_hold(&format!("held {} {sum}", copies.len()), copies)
+}
+
 fn say_and_hold<T>(said: &str, held: T) -> R {
     use std::io::Read;
     println!("{said}");

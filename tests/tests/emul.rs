@@ -49,7 +49,7 @@ fn have(program: &str, test: &str) -> bool {
 /// A fresh directory for one test, canonical (the library matches names
 /// against it as programs spell them).
 fn scratch(test: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("ferry-emul-{}-{test}", std::process::id()));
+    let dir = common::temp_path(format!("ferry-emul-{}-{test}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("scratch dir");
     dir.canonicalize().expect("canonical scratch dir")
@@ -315,7 +315,7 @@ fn emul_python_reads_and_writes_files_like_native() {
         for d in [&ours, &theirs] {
             std::fs::write(d.join("in.txt"), &text).unwrap();
         }
-        let script = std::env::temp_dir().join(format!("ferry-emul-{}-files.py", std::process::id()));
+        let script = common::temp_path(format!("ferry-emul-{}-files.py", std::process::id()));
         std::fs::write(&script, PY_FILES).unwrap();
         let srv = Served::new(&ours);
         let a = srv.run("python3", &[s(&script), s(&ours)]);

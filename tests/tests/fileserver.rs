@@ -50,7 +50,7 @@ impl Served {
     /// As [`Served::start`], with a memory budget per user when `memory`
     /// is given.
     fn start_with(test: &str, budgets: Budgets, memory: Option<u64>, setup: impl FnOnce(&Path)) -> Served {
-        let dir = std::env::temp_dir().join(format!("ferry-files-{}-{test}", std::process::id()));
+        let dir = common::temp_path(format!("ferry-files-{}-{test}", std::process::id()));
         let root = dir.join("root");
         std::fs::create_dir_all(&root).unwrap();
         chmod(&dir, 0o755);
@@ -589,7 +589,7 @@ fn a_server_that_checks_modes_itself_opens_what_it_checked() {
         use ferry::spawn::CommandExt as _;
         use std::os::unix::process::CommandExt as _;
         const OWNER: u32 = 65533;
-        let dir = std::env::temp_dir().join(format!("ferry-files-{}-checked", std::process::id()));
+        let dir = common::temp_path(format!("ferry-files-{}-checked", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let root = dir.join("root");
         std::fs::create_dir_all(root.join("private")).unwrap();

@@ -40,7 +40,7 @@ fn lib_dir() -> PathBuf {
 /// `program` (in `tests/idl/c/`) with them.
 fn build(program: &str) -> (PathBuf, PathBuf) {
     static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let dir = std::env::temp_dir().join(format!("ferry-idl-c-{}-{}", std::process::id(), N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)));
+    let dir = common::temp_path(format!("ferry-idl-c-{}-{}", std::process::id(), N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)));
     std::fs::create_dir_all(&dir).unwrap();
     let desc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(repo().join("tests/idl/example.kv.json")).unwrap()).unwrap();
     let stubs = ferry_idl::c::generate(&desc, Some("kv")).expect("C stubs of the store");
@@ -215,7 +215,7 @@ ferry_idl::interface! {
 /// Generates the C stubs of `desc` and compiles them as C11 with every
 /// warning an error, and their header as C++, in a fresh directory.
 fn compile_stubs(desc: &serde_json::Value, prefix: &str) {
-    let dir = std::env::temp_dir().join(format!("ferry-idl-c-{}-{prefix}", std::process::id()));
+    let dir = common::temp_path(format!("ferry-idl-c-{}-{prefix}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let stubs = ferry_idl::c::generate(desc, Some(prefix)).unwrap_or_else(|e| panic!("C stubs of {prefix}: {e}"));
     std::fs::write(dir.join(&stubs.header_name), &stubs.header).unwrap();

@@ -154,7 +154,7 @@ fn ferryd_bin() -> PathBuf {
 /// this one may write to.
 fn test_dir(test: &str) -> PathBuf {
     use std::os::unix::fs::PermissionsExt;
-    let dir = std::env::temp_dir().join(format!("ferry-names-{}-{test}", std::process::id()));
+    let dir = common::temp_path(format!("ferry-names-{}-{test}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -1132,7 +1132,7 @@ fn the_protocol_is_the_typed_interface_and_a_version_1_client_is_told() {
         drop(tx);
 
         // A client of this version meeting a version-1 server is told so.
-        let old = std::env::temp_dir().join(format!("ferry-test-{}-v1-server", std::process::id()));
+        let old = common::temp_path(format!("ferry-test-{}-v1-server", std::process::id()));
         let _ = std::fs::remove_file(&old);
         let listener = rustix::net::socket_with(rustix::net::AddressFamily::UNIX, rustix::net::SocketType::SEQPACKET, rustix::net::SocketFlags::CLOEXEC, None).unwrap();
         rustix::net::bind(&listener, &rustix::net::SocketAddrUnix::new(&old).unwrap()).unwrap();

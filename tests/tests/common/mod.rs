@@ -25,12 +25,37 @@ pub fn watchdog<T>(name: &str, limit: Duration, f: impl FnOnce() -> T) -> T {
     out
 }
 
+/// `name` in the temporary directory, removed with whatever it holds when
+/// this test process exits (its tests passed or failed), so that runs of
+/// the suite leave nothing behind.
+pub fn temp_path(name: impl AsRef<Path>) -> PathBuf {
+    static MADE: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+    static AT_EXIT: std::sync::Once = std::sync::Once::new();
+    extern "C" fn remove_all() {
+        // A thread still holding the list at exit keeps it: better some
+        // litter than an exit that waits.
+        if let Ok(made) = MADE.try_lock() {
+            for p in made.iter() {
+                let _ = std::fs::remove_dir_all(p).or_else(|_| std::fs::remove_file(p));
+            }
+        }
+    }
+    // SAFETY: `remove_all` is an `extern "C"` function taking nothing, as
+    // `atexit` requires; it touches only the list above and the file system.
+    AT_EXIT.call_once(|| unsafe {
+        libc::atexit(remove_all);
+    });
+    let path = std::env::temp_dir().join(name);
+    MADE.lock().unwrap_or_else(|e| e.into_inner()).push(path.clone());
+    path
+}
+
 /// Starts a private name server for one test on a thread of this process
 /// and returns its path, so tests running in parallel never share
 /// registrations. Peers spawned with [`spawn_peer`] are pointed at it.
 pub fn private_bootstrap(test: &str) -> PathBuf {
     static N: AtomicU32 = AtomicU32::new(0);
-    let dir = std::env::temp_dir().join(format!("ferry-test-{}-{}-{}", std::process::id(), test, N.fetch_add(1, Ordering::Relaxed)));
+    let dir = temp_path(format!("ferry-test-{}-{}-{}", std::process::id(), test, N.fetch_add(1, Ordering::Relaxed)));
     std::fs::create_dir_all(&dir).expect("create test dir");
     let path = dir.join("bootstrap");
     ferry::NameServer::bind(&path).expect("bind name server").spawn().expect("start name server");

@@ -56,8 +56,8 @@
 //!
 //! The `-far` impls (`ferry-net-far`, `quic-raw-far`; `null-roundtrip` and
 //! `stream`) run over a link of long round trips: a UDP relay on loopback
-//! between the two sides sends each way at [`FAR_RATE`] from a queue of
-//! [`FAR_QUEUE`] bytes and holds every datagram [`FAR_DELAY`] (the kernel
+//! between the two sides sends each way at `FAR_RATE` from a queue of
+//! `FAR_QUEUE` bytes and holds every datagram `FAR_DELAY` (the kernel
 //! here has no `netem`). What they show is whether a port's credit
 //! or QUIC's own flow control paces a stream once the link's round trip,
 //! not the machine, is the cost; raw QUIC there gets the nodes' stream and

@@ -338,7 +338,7 @@ impl EmulServer {
     }
 
     /// How many threads' channels the server holds
-    /// ([`OP_EMUL_CHANNEL`](super::OP_EMUL_CHANNEL)).
+    /// ([`OP_EMUL_CHANNEL`]).
     pub fn channels(&self) -> usize {
         self.channels.len()
     }

@@ -918,3 +918,42 @@ fn ferry_run_files_of_others_in_sticky_directories_are_protected_like_native() {
     assert!(native.contains("append-theirs 2") && native.contains("append-mine 0") && native.contains("read-theirs 0"), "{native}");
     assert_eq!(served, native);
 }
+
+/// After `chroot`, names are the new root's, as natively: the library
+/// went on matching them against the served directory's name and serving
+/// them from the old root, so a program that had moved into a jail
+/// holding a directory of the same name read the served file instead of
+/// the jail's and created its files outside the jail. Descriptors opened
+/// before stay served.
+#[test]
+fn ferry_run_names_after_chroot_are_the_new_root_s_like_native() {
+    let root = Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout == b"0\n");
+    if !root || !have_python() {
+        eprintln!("skipped ferry_run_names_after_chroot_are_the_new_root_s_like_native: needs root");
+        return;
+    }
+    let py = "import os, errno\n\
+              def tr(what, f):\n\
+              \x20   try: print(what, f())\n\
+              \x20   except OSError as e: print(what, errno.errorcode[e.errno])\n\
+              D = os.environ['D']\n\
+              open('f', 'w').write('outside'); open('g', 'w').write('only outside')\n\
+              os.makedirs('jail' + D); open('jail' + D + '/f', 'w').write('inside')\n\
+              fd = os.open('f', os.O_RDWR)\n\
+              os.chroot('jail'); os.chdir('/')\n\
+              tr('read', lambda: open(D + '/f').read())\n\
+              tr('stat', lambda: os.stat(D + '/g').st_size)\n\
+              tr('create', lambda: open(D + '/new', 'w').write('n'))\n\
+              tr('mkdir', lambda: os.mkdir(D + '/dir'))\n\
+              tr('rename', lambda: os.rename(D + '/new', D + '/dir/new'))\n\
+              tr('unlink', lambda: os.unlink(D + '/f'))\n\
+              tr('held', lambda: os.read(fd, 100))\n\
+              tr('write held', lambda: os.write(fd, b'!'))\n\
+              os.chdir(D)\n\
+              tr('relative', lambda: sorted(os.listdir('.')))\n\
+              tr('truncate', lambda: os.truncate('dir/new', 0))\n";
+    let script = format!("python3 -c \"{py}\"");
+    let (native, served) = native_and_served("chroot", &script, "find . | sort; cat f");
+    assert!(native.contains("read inside") && native.contains("stat ENOENT") && native.contains("./jail/"), "{native}");
+    assert_eq!(served, native);
+}

@@ -2083,6 +2083,25 @@ pub unsafe extern "C" fn mkdirat(dirfd: c_int, path: *const c_char, mode: mode_t
     by_name(dirfd, path, |c, r| c.mkdir(r, m)).unwrap_or_else(|| unsafe { real::mkdirat()(dirfd, path, mode) })
 }
 
+/// `chroot(2)`. The names the program uses after it are the new root's:
+/// the emulation is set up first (so that it knows where the served
+/// directory's name led before), and once the root has changed, names
+/// stop being served unless that name still leads to the same directory
+/// (`state::root_changed`). The library went on serving them from the old
+/// root, so a program in a jail read and created files outside it.
+#[no_mangle]
+pub unsafe extern "C" fn chroot(path: *const c_char) -> c_int {
+    let e = enter().and_then(|_b| emul());
+    // SAFETY: the caller's argument, passed on unchanged to the C library's own function.
+    let r = unsafe { real::chroot()(path) };
+    if r == 0 {
+        if let (Some(e), Some(_b)) = (e, enter()) {
+            state::root_changed(e);
+        }
+    }
+    r
+}
+
 /// Renames through the server when both names are under the root. A
 /// rename with one name outside the root, or one the server cannot do
 /// beneath it (the root itself, a name through a link out of the tree:

@@ -5,7 +5,7 @@
 //! here; inside the library they pass straight through).
 
 use std::cell::{Cell, RefCell};
-use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, RwLock, RwLockWriteGuard};
 
 use ferry::emulation::Client;
@@ -26,6 +26,10 @@ pub struct Emul {
     /// Whether `FILE` objects made here may carry their descriptor in the
     /// C library's `_fileno` field (checked against the running library).
     pub fileno_patch: bool,
+    /// The served directory's device and inode as its name led to them
+    /// when the emulation was set up, to tell after a `chroot` whether the
+    /// name still leads there.
+    pub root_id: Option<(u64, u64)>,
 }
 
 /// Bytes per window unless `FERRY_EMUL_WINDOW` says otherwise: 1 MiB,
@@ -38,6 +42,9 @@ static EMUL: OnceLock<Option<Emul>> = OnceLock::new();
 static PID: AtomicI32 = AtomicI32::new(0);
 static COUNT: AtomicUsize = AtomicUsize::new(0);
 static TABLE: RwLock<Table> = RwLock::new(Vec::new());
+/// Set once a `chroot` has taken the served directory's name away from
+/// it: no name is served from then on.
+static NAMES_GONE: AtomicBool = AtomicBool::new(false);
 
 thread_local! {
     static BUSY: Cell<bool> = const { Cell::new(false) };
@@ -136,9 +143,27 @@ pub fn emul() -> Option<&'static Emul> {
         // lock around fork and store the child's pid.
         unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork_in_parent), Some(after_fork_in_child)) };
         let populate = std::env::var("FERRY_EMUL_POPULATE").is_ok_and(|v| v == "1");
-        Some(Emul { client, root, window, populate, fileno_patch: crate::hooks::check_fileno_patch() })
+        let root_id = identity(&root);
+        Some(Emul { client, root, window, populate, fileno_patch: crate::hooks::check_fileno_patch(), root_id })
     })
     .as_ref()
+}
+
+/// The device and inode the name `path` leads to, if any.
+fn identity(path: &str) -> Option<(u64, u64)> {
+    let st = rustix::fs::stat(path).ok()?;
+    Some((st.st_dev, st.st_ino))
+}
+
+/// After the process changed its root directory (`chroot`): names are
+/// the new root's, so unless the served directory's name still leads to
+/// the served directory (a `chroot("/")`, or a jail where it is mounted
+/// at the same name), no name is served any more; descriptors opened
+/// before stay served, as the kernel keeps them open.
+pub fn root_changed(e: &Emul) {
+    if e.root_id.is_none() || identity(&e.root) != e.root_id {
+        NAMES_GONE.store(true, Ordering::Relaxed);
+    }
 }
 
 /// This process's pid, kept without a system call.
@@ -251,6 +276,10 @@ fn split_at_root(root: &str, full: &str) -> Option<String> {
 /// denotes, or `None` when it is outside (the call then passes through).
 /// The empty string is the root itself.
 pub fn beneath(e: &Emul, dirfd: i32, path: &[u8]) -> Option<String> {
+    // After a `chroot` away from it, the served directory has no name.
+    if NAMES_GONE.load(Ordering::Relaxed) {
+        return None;
+    }
     // A name of PATH_MAX bytes or more is the kernel's to refuse
     // (ENAMETOOLONG): cut short at the root, it was served.
     if path.len() >= libc::PATH_MAX as usize {

@@ -957,3 +957,33 @@ fn ferry_run_names_after_chroot_are_the_new_root_s_like_native() {
     assert!(native.contains("read inside") && native.contains("stat ENOENT") && native.contains("./jail/"), "{native}");
     assert_eq!(served, native);
 }
+
+/// `O_NOFOLLOW` and `O_ASYNC` stay in an open file's flags as
+/// `fcntl(F_GETFL)` shows them, as natively: the server opened an existing
+/// file or directory again through its `/proc/self/fd` name, which takes
+/// no `O_NOFOLLOW`, and kept neither flag (`0o100000` where natively
+/// `0o500000`). Reopening each through `/proc/self/fd` works as natively,
+/// and a link opened with `O_NOFOLLOW` still fails.
+#[test]
+fn ferry_run_open_files_keep_o_nofollow_and_o_async_like_native() {
+    if !have_python() {
+        return;
+    }
+    let py = "import os, fcntl, errno\n\
+              os.mkdir('d'); open('f', 'w').write('x'); os.symlink('f', 'l')\n\
+              A = getattr(os, 'O_ASYNC', 0o20000)\n\
+              for p, fl in [('f', os.O_RDONLY | os.O_NOFOLLOW), ('f', os.O_RDWR | os.O_NOFOLLOW | os.O_APPEND), ('f', os.O_WRONLY | A),\n\
+              \x20             ('f', os.O_RDONLY | A | os.O_NOFOLLOW), ('d', os.O_RDONLY | os.O_NOFOLLOW), ('d', os.O_RDONLY | os.O_DIRECTORY | A),\n\
+              \x20             ('f', os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW), ('n', os.O_WRONLY | os.O_CREAT | A), ('n2', os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | A),\n\
+              \x20             ('l', os.O_RDONLY | os.O_NOFOLLOW), ('f', os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW), ('f', os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW)]:\n\
+              \x20   try: fd = os.open(p, fl, 0o644)\n\
+              \x20   except OSError as e: print(p, oct(fl), errno.errorcode[e.errno]); continue\n\
+              \x20   got = fcntl.fcntl(fd, fcntl.F_GETFL)\n\
+              \x20   try: os.close(os.open('/proc/self/fd/%d' % fd, got & ~os.O_NOFOLLOW)); again = 'ok'\n\
+              \x20   except OSError as e: again = errno.errorcode[e.errno]\n\
+              \x20   print(p, oct(fl), oct(got), again, os.fstat(fd).st_size); os.close(fd)\n";
+    let script = format!("python3 -c \"{py}\"");
+    let (native, served) = native_and_served("nofollow", &script, "ls");
+    assert!(native.contains("f 0o400000 0o500000 ok") && native.contains("l 0o400000 ELOOP"), "{native}");
+    assert_eq!(served, native);
+}

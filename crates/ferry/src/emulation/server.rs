@@ -1036,6 +1036,29 @@ fn reopen(path: BorrowedFd<'_>, flags: OFlags) -> Res<OwnedFd> {
     rustix::fs::open(format!("/proc/self/fd/{}", path.as_raw_fd()), flags | OFlags::CLOEXEC | OFlags::NOCTTY, Mode::empty())
 }
 
+/// Opens the file or directory `name` beneath `root`, found as `st`,
+/// with `flags`: through its `O_PATH` descriptor `path` ([`reopen`]),
+/// unless `flags` hold `O_NOFOLLOW`, which the open file keeps (`F_GETFL`
+/// shows it) but a magic link refuses. Then `name` is opened again
+/// without following a last link, with `O_NONBLOCK` (no FIFO stalls the
+/// server), and kept only if it is still the file found: `None` when the
+/// name now leads elsewhere (the caller looks it up again).
+fn reopen_as_asked(root: &OwnedFd, path: BorrowedFd<'_>, name: &str, st: &rustix::fs::Stat, flags: OFlags) -> Res<Option<OwnedFd>> {
+    if !flags.contains(OFlags::NOFOLLOW) {
+        return reopen(path, flags).map(Some);
+    }
+    let f = flags | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY;
+    let fd = rustix::fs::openat2(root, name, f, Mode::empty(), ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS)?;
+    let now = rustix::fs::fstat(&fd)?;
+    if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino) {
+        return Ok(None);
+    }
+    if !flags.contains(OFlags::NONBLOCK) {
+        rustix::fs::fcntl_setfl(&fd, rustix::fs::fcntl_getfl(&fd)? - OFlags::NONBLOCK)?;
+    }
+    Ok(Some(fd))
+}
+
 /// Opens `name` beneath `root` with the client's `flags` (access mode,
 /// create, exclusive, truncate, append, synchronous and direct I/O,
 /// no access time, directory, no-follow): only a
@@ -1056,7 +1079,9 @@ fn open_beneath(root: &OwnedFd, name: &str, flags: i32, mode: u32, uid: u32) -> 
     // O_NOATIME change what the kernel does with its reads and writes
     // (they were dropped: a program's O_SYNC writes were not synchronous,
     // and F_GETFL did not show them).
-    let keep = o & (OFlags::TRUNC | OFlags::APPEND | OFlags::SYNC | OFlags::DSYNC | OFlags::DIRECT | OFlags::NOATIME);
+    // O_ASYNC and O_NOFOLLOW change nothing the server does, but stay in
+    // the open file's flags as natively (they were dropped from `F_GETFL`).
+    let keep = o & (OFlags::TRUNC | OFlags::APPEND | OFlags::SYNC | OFlags::DSYNC | OFlags::DIRECT | OFlags::NOATIME | OFlags::ASYNC);
     if o.contains(OFlags::CREATE) && name.ends_with('/') {
         // The kernel refuses to create a name with a trailing slash
         // (EISDIR) once the directories before it are found, whatever is
@@ -1084,7 +1109,11 @@ fn open_beneath(root: &OwnedFd, name: &str, flags: i32, mode: u32, uid: u32) -> 
                     // The open file's flags are the program's, as `F_GETFL`
                     // shows them: O_DIRECTORY only if it asked (the O_PATH
                     // descriptor holds the directory itself).
-                    return Ok((reopen(path.as_fd(), OFlags::RDONLY | (o & (OFlags::DIRECTORY | OFlags::NOATIME)))?, true));
+                    let asked = o & (OFlags::DIRECTORY | OFlags::NOATIME | OFlags::ASYNC | OFlags::NOFOLLOW);
+                    match reopen_as_asked(root, path.as_fd(), &name, &st, OFlags::RDONLY | asked)? {
+                        Some(fd) => return Ok((fd, true)),
+                        None => continue,
+                    }
                 }
                 if ft.is_symlink() {
                     // O_NOFOLLOW on a link: as the kernel answers.
@@ -1101,7 +1130,10 @@ fn open_beneath(root: &OwnedFd, name: &str, flags: i32, mode: u32, uid: u32) -> 
                 if o.contains(OFlags::CREATE) && sticky_refuses(root, &name, &st, uid)? {
                     return Err(Errno::ACCESS);
                 }
-                let fd = reopen(path.as_fd(), access | keep | OFlags::NONBLOCK)?;
+                let fd = match reopen_as_asked(root, path.as_fd(), &name, &st, access | keep | (o & OFlags::NOFOLLOW) | OFlags::NONBLOCK)? {
+                    Some(fd) => fd,
+                    None => continue,
+                };
                 // The name may have changed kind in between: only what was
                 // opened counts.
                 if !rustix::fs::FileType::from_raw_mode(rustix::fs::fstat(&fd)?.st_mode).is_file() {

@@ -1336,6 +1336,7 @@ fn emul_server_answers_malformed_requests_with_errors_and_keeps_serving() {
             ferry::emulation::OP_EMUL_FSYNC,
             ferry::emulation::OP_EMUL_SG_READ,
             ferry::emulation::OP_EMUL_SG_WRITE,
+            ferry::emulation::OP_EMUL_TRUNCATE_NAME,
             0x7065_00ee,
         ];
         let (mut rx, _) = ferry::port().unwrap();

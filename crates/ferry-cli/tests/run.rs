@@ -987,3 +987,46 @@ fn ferry_run_open_files_keep_o_nofollow_and_o_async_like_native() {
     assert!(native.contains("f 0o400000 0o500000 ok") && native.contains("l 0o400000 ELOOP"), "{native}");
     assert_eq!(served, native);
 }
+
+/// `truncate` by name of a file the program has open only for reading,
+/// with a read lock on it, keeps the lock, as natively: the library cut the
+/// file by opening it for writing through the server and closing it
+/// again, and closing any descriptor of a file drops the process's POSIX
+/// record locks on it (another process then saw the file unlocked). The
+/// server now cuts the file by name, and the process never holds a
+/// descriptor to close. Errors (a file the program may not write, a
+/// negative length, no such file, a directory) are the kernel's.
+#[test]
+fn ferry_run_truncate_by_name_of_a_file_open_for_reading_keeps_its_locks_like_native() {
+    if !have_python() {
+        return;
+    }
+    let py = "import os, sys, fcntl, struct, subprocess\n\
+              probe = 'import fcntl, os, struct\\nfd = os.open(\\'f\\', os.O_RDONLY)\\nr = fcntl.fcntl(fd, fcntl.F_GETLK, struct.pack(\\'hhqqi\\', fcntl.F_WRLCK, 0, 0, 0, 0))\\nprint(\\'held\\' if struct.unpack(\\'hhqqi\\', r)[0] != fcntl.F_UNLCK else \\'free\\')'\n\
+              def other(): return subprocess.run([sys.executable, '-c', probe], capture_output=True, text=True, timeout=60).stdout.strip()\n\
+              def tr(what, f):\n\
+              \x20   try: f(); print(what, 'ok')\n\
+              \x20   except OSError as e: print(what, e.errno)\n\
+              open('f', 'w').write('0123456789')\n\
+              fd = os.open('f', os.O_RDONLY)\n\
+              fcntl.lockf(fd, fcntl.LOCK_SH)\n\
+              print('locked', other())\n\
+              os.truncate('f', 4)\n\
+              print('truncated', os.path.getsize('f'), os.pread(fd, 20, 0), other())\n\
+              os.truncate('f', 8)\n\
+              print('grown', os.pread(fd, 20, 0), other())\n\
+              tr('negative', lambda: os.truncate('f', -1))\n\
+              tr('negative missing', lambda: os.truncate('nope', -1))\n\
+              tr('missing', lambda: os.truncate('nope', 1))\n\
+              os.mkdir('d')\n\
+              tr('directory', lambda: os.truncate('d', 1))\n\
+              os.mkfifo('p')\n\
+              tr('fifo', lambda: os.truncate('p', 1))\n\
+              os.chmod('f', 0o444)\n\
+              tr('read-only', lambda: os.truncate('f', 2))\n\
+              print(os.path.getsize('f'), other())\n";
+    let script = format!("python3 -c \"{py}\"");
+    let (native, served) = native_and_served("truncread", &script, "ls; wc -c f");
+    assert!(native.contains("truncated 4 b'0123' held") && native.contains("missing 2"), "{native}");
+    assert_eq!(served, native);
+}

@@ -1299,27 +1299,21 @@ pub unsafe extern "C" fn lseek64(fd: c_int, off: off_t, whence: c_int) -> off_t 
     lseek_impl(fd, off, whence).unwrap_or_else(|| unsafe { real::lseek64()(fd, off, whence) })
 }
 
-/// `truncate` by name under the served root: opened for writing through
-/// the server and cut with the emulated `ftruncate`, so the token and every
-/// process's cached size and windows follow (the kernel's `truncate` would
-/// leave them describing bytes that are gone).
+/// `truncate` by name under the served root: cut by the server
+/// (`Client::truncate_name`), so the token and every process's cached
+/// size and windows follow (the kernel's `truncate` would leave them
+/// describing bytes that are gone). No descriptor of the file is opened
+/// in the process: the library used to open it for writing and close it
+/// again, and closing any descriptor of a file drops the process's POSIX
+/// record locks on it (a lock the program held on a file open only for
+/// reading went to another process). A negative length is the kernel's to
+/// refuse, before it looks at the name.
 fn emul_truncate(path: *const c_char, len: off_t) -> Option<c_int> {
     if let Some(r) = truncate_through_an_open_file(path, len) {
         return Some(r);
     }
-    let fd = emul_open(libc::AT_FDCWD, path, libc::O_WRONLY | libc::O_CLOEXEC, 0)?;
-    if fd < 0 {
-        return Some(-1);
-    }
-    // SAFETY: our own descriptor, just opened.
-    let r = unsafe { ftruncate(fd, len) };
-    let e = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
-    // SAFETY: our own descriptor, just opened.
-    unsafe { close(fd) };
-    if r < 0 {
-        set_errno(e);
-    }
-    Some(r)
+    let len = u64::try_from(len).ok()?;
+    by_name(libc::AT_FDCWD, path, |c, r| c.truncate_name(r, len))
 }
 /// `truncate` by name of a file this process already has open for
 /// writing through the server, which the program may write: cut through

@@ -6,7 +6,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use super::{get_u32, get_u64, put_u32, put_u64, TokenPage};
 use super::{OP_EMUL_CHANNEL, OP_EMUL_CLOSE, OP_EMUL_FSYNC, OP_EMUL_MKDIR, OP_EMUL_OPEN, OP_EMUL_RENAME, OP_EMUL_STAT, OP_EMUL_TOKEN, OP_EMUL_TRUNCATE};
-use super::{OP_EMUL_SG_READ, OP_EMUL_SG_WRITE, OP_EMUL_UNLINK, SG_MAX};
+use super::{OP_EMUL_SG_READ, OP_EMUL_SG_WRITE, OP_EMUL_TRUNCATE_NAME, OP_EMUL_UNLINK, SG_MAX};
 use crate::message::{Item, Message};
 use crate::port::SendRight;
 use crate::timeout::Timeout;
@@ -502,6 +502,15 @@ impl Client {
         put_u32(&mut body, mode);
         body.extend_from_slice(name.as_bytes());
         self.call(OP_EMUL_MKDIR, body).map(drop)
+    }
+
+    /// Truncates the file `name` to `len` bytes, as `truncate(2)` does,
+    /// with no descriptor of it opened in this process.
+    pub fn truncate_name(&self, name: &str, len: u64) -> Result<(), Errno> {
+        let mut body = Vec::new();
+        put_u64(&mut body, len);
+        body.extend_from_slice(name.as_bytes());
+        self.call(OP_EMUL_TRUNCATE_NAME, body).map(drop)
     }
 
     /// Asks for the token of open file `id`; returns once this process is

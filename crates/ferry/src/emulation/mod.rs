@@ -97,6 +97,14 @@ pub const OP_EMUL_CLOSE: u32 = 0x7065_000b;
 /// and each answer arrives there, so a call makes no socket and passes no
 /// right. The server's end closes when the thread's does.
 pub const OP_EMUL_CHANNEL: u32 = 0x7065_000c;
+/// Client → server: truncate the file `name` to a length (body: the
+/// length, u64, then the name), as `truncate(2)` by name. The server
+/// opens the file for writing as the asker (the permission a truncation
+/// needs) and cuts it as [`OP_EMUL_TRUNCATE`] does, with the tokens of
+/// every open file of it called back first; it closes its own descriptor
+/// after, so the asking process never holds one to close, and closing one
+/// would drop the process's POSIX record locks on the file.
+pub const OP_EMUL_TRUNCATE_NAME: u32 = 0x7065_000d;
 /// How long a thread that waits for the other side of a call looks for
 /// it, yielding the CPU between looks, before it sleeps: the caller for
 /// its answer, and the server, just after a request, for the next one (a

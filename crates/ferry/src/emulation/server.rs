@@ -14,7 +14,7 @@ use rustix::io::Errno;
 
 use super::{get_u32, get_u64, put_u32, put_u64, TokenPage, TokenState, PAGE_LEN};
 use super::{OP_EMUL_CHANNEL, OP_EMUL_CLOSE, OP_EMUL_FSYNC, OP_EMUL_MKDIR, OP_EMUL_OPEN, OP_EMUL_RENAME, OP_EMUL_REPLY, OP_EMUL_STAT, OP_EMUL_TOKEN};
-use super::{OP_EMUL_SG_READ, OP_EMUL_SG_WRITE, OP_EMUL_TRUNCATE, OP_EMUL_UNLINK, SG_MAX};
+use super::{OP_EMUL_SG_READ, OP_EMUL_SG_WRITE, OP_EMUL_TRUNCATE, OP_EMUL_TRUNCATE_NAME, OP_EMUL_UNLINK, SG_MAX};
 use crate::message::{Item, Message, Reply};
 use crate::port::{port, SendRight};
 use crate::portset::{Event, MemberId, PortSet};
@@ -569,6 +569,7 @@ impl EmulServer {
             OP_EMUL_RENAME => Step::Now(rename(&self.root, self.euid, who, &body).map(|()| (vec![], vec![]))),
             OP_EMUL_MKDIR => Step::Now(mkdir(&self.root, self.euid, who, &body).map(|()| (vec![], vec![]))),
             OP_EMUL_TRUNCATE | OP_EMUL_FSYNC => self.file_op(m.op(), who, &body),
+            OP_EMUL_TRUNCATE_NAME => self.truncate_by_name(who, &body),
             OP_EMUL_SG_READ | OP_EMUL_SG_WRITE => Step::Now(self.segment(m.op(), who, &body).map(|b| (b, vec![]))),
             OP_EMUL_TOKEN => self.token(who, &body),
             // A channel is asked for on the main port only.
@@ -657,6 +658,30 @@ impl EmulServer {
         }
         let (table, holders, counters, euid) = (self.table.clone(), self.holders.clone(), self.counters.clone(), self.euid);
         Step::Wait(Box::new(move || cut(&table, &holders, &counters, (euid, who), f.identity, f.file.as_fd(), len).map(|()| (vec![], vec![]))))
+    }
+
+    /// `OP_EMUL_TRUNCATE_NAME`: the file is opened for writing as the
+    /// asker (the permission `truncate` needs; a directory is `EISDIR`,
+    /// anything but a regular file `EXDEV`, for the kernel to answer) and
+    /// cut on a waiting thread like an open file; the server's descriptor
+    /// goes when the cut is done.
+    fn truncate_by_name(&self, who: Asker, body: &[u8]) -> Step {
+        let Some(len) = get_u64(body, 0) else { return Step::Now(Err(Errno::INVAL)) };
+        let name = match body.get(8..).ok_or(Errno::INVAL).and_then(name_of) {
+            Ok(name) => lookup_name(name),
+            Err(e) => return Step::Now(Err(e)),
+        };
+        let opened = as_asker(self.euid, &who, || open_beneath(&self.root, name, libc::O_WRONLY, 0, who.uid)).and_then(|r| r);
+        let identity = opened.and_then(|(fd, _)| {
+            let st = rustix::fs::fstat(&fd)?;
+            Ok((fd, (st.st_dev as u64, st.st_ino as u64)))
+        });
+        let (fd, identity) = match identity {
+            Ok(found) => found,
+            Err(e) => return Step::Now(Err(e)),
+        };
+        let (table, holders, counters, euid) = (self.table.clone(), self.holders.clone(), self.counters.clone(), self.euid);
+        Step::Wait(Box::new(move || cut(&table, &holders, &counters, (euid, who), identity, fd.as_fd(), len).map(|()| (vec![], vec![]))))
     }
 
     fn open(&mut self, who: Asker, body: &[u8], direct: Option<&OwnedFd>) -> Step {

@@ -1030,3 +1030,43 @@ fn ferry_run_truncate_by_name_of_a_file_open_for_reading_keeps_its_locks_like_na
     assert!(native.contains("truncated 4 b'0123' held") && native.contains("missing 2"), "{native}");
     assert_eq!(served, native);
 }
+
+/// What `inotify` reports of a program's calls under the served directory
+/// is what it reports natively: `truncate` by name is one modification,
+/// where the server, which opened the file for writing to cut it, made it
+/// an open, a modification and a close for writing as well (a program
+/// watching the directory saw a file it never opened written and closed).
+#[test]
+fn ferry_run_inotify_sees_the_program_s_calls_like_native() {
+    if !have_python() {
+        return;
+    }
+    let py = "import ctypes, os, struct\n\
+              libc = ctypes.CDLL(None, use_errno=True)\n\
+              fd = libc.inotify_init1(os.O_NONBLOCK)\n\
+              os.mkdir('w')\n\
+              libc.inotify_add_watch(fd, b'w', 0xfff)\n\
+              def events(what):\n\
+              \x20   try: buf = os.read(fd, 65536)\n\
+              \x20   except BlockingIOError: buf = b''\n\
+              \x20   i = 0; ev = []\n\
+              \x20   while i < len(buf):\n\
+              \x20       w, m, c, l = struct.unpack_from('iIII', buf, i); ev.append('%s:%s' % (hex(m), buf[i + 16:i + 16 + l].rstrip(bytes(1)).decode())); i += 16 + l\n\
+              \x20   print(what, *ev)\n\
+              fd2 = os.open('w/f', os.O_CREAT | os.O_RDWR, 0o644); events('create')\n\
+              os.write(fd2, b'0123456789'); events('write')\n\
+              os.close(fd2); events('close')\n\
+              os.truncate('w/f', 4); events('truncate')\n\
+              os.truncate('w/f', 8); events('grow')\n\
+              os.chmod('w/f', 0o600); events('chmod')\n\
+              fd3 = os.open('w/f', os.O_WRONLY | os.O_TRUNC); events('open trunc')\n\
+              os.ftruncate(fd3, 3); events('ftruncate')\n\
+              os.close(fd3); events('close w')\n\
+              os.utime('w/f', (1, 1)); events('utime')\n\
+              os.rename('w/f', 'w/g'); events('rename')\n\
+              os.unlink('w/g'); events('unlink')\n";
+    let script = format!("python3 -c \"{py}\"");
+    let (native, served) = native_and_served("inotify", &script, "ls w");
+    assert!(native.contains("truncate 0x2:f\n"), "{native}");
+    assert_eq!(served, native);
+}

@@ -99,11 +99,12 @@ pub const OP_EMUL_CLOSE: u32 = 0x7065_000b;
 pub const OP_EMUL_CHANNEL: u32 = 0x7065_000c;
 /// Client → server: truncate the file `name` to a length (body: the
 /// length, u64, then the name), as `truncate(2)` by name. The server
-/// opens the file for writing as the asker (the permission a truncation
-/// needs) and cuts it as [`OP_EMUL_TRUNCATE`] does, with the tokens of
-/// every open file of it called back first; it closes its own descriptor
-/// after, so the asking process never holds one to close, and closing one
-/// would drop the process's POSIX record locks on the file.
+/// resolves the name as the asker and cuts the file as
+/// [`OP_EMUL_TRUNCATE`] does, with the tokens of every open file of it
+/// called back first, by name (`truncate(2)` of its `O_PATH`
+/// descriptor's `/proc/self/fd` name): nothing is opened, so the asking
+/// process holds no descriptor to close (closing one would drop its POSIX
+/// record locks on the file) and `inotify` sees one modification.
 pub const OP_EMUL_TRUNCATE_NAME: u32 = 0x7065_000d;
 /// How long a thread that waits for the other side of a call looks for
 /// it, yielding the CPU between looks, before it sleeps: the caller for

@@ -657,31 +657,40 @@ impl EmulServer {
             return Step::Now(Err(Errno::INVAL));
         }
         let (table, holders, counters, euid) = (self.table.clone(), self.holders.clone(), self.counters.clone(), self.euid);
-        Step::Wait(Box::new(move || cut(&table, &holders, &counters, (euid, who), f.identity, f.file.as_fd(), len).map(|()| (vec![], vec![]))))
+        Step::Wait(Box::new(move || cut(&table, &holders, &counters, (euid, who), f.identity, Cut::Open(f.file.as_fd()), len).map(|()| (vec![], vec![]))))
     }
 
-    /// `OP_EMUL_TRUNCATE_NAME`: the file is opened for writing as the
-    /// asker (the permission `truncate` needs; a directory is `EISDIR`,
-    /// anything but a regular file `EXDEV`, for the kernel to answer) and
-    /// cut on a waiting thread like an open file; the server's descriptor
-    /// goes when the cut is done.
+    /// `OP_EMUL_TRUNCATE_NAME`: the name is resolved as the asker and the
+    /// file cut by name on a waiting thread, like an open file, with the
+    /// kernel's checks of a truncation by name (a directory is `EISDIR`,
+    /// a FIFO `EINVAL`, a file the asker may not write `EACCES`). Nothing
+    /// is opened, so nothing watching the file (`inotify`) sees it opened
+    /// and closed, as natively.
     fn truncate_by_name(&self, who: Asker, body: &[u8]) -> Step {
         let Some(len) = get_u64(body, 0) else { return Step::Now(Err(Errno::INVAL)) };
         let name = match body.get(8..).ok_or(Errno::INVAL).and_then(name_of) {
             Ok(name) => lookup_name(name),
             Err(e) => return Step::Now(Err(e)),
         };
-        let opened = as_asker(self.euid, &who, || open_beneath(&self.root, name, libc::O_WRONLY, 0, who.uid)).and_then(|r| r);
-        let identity = opened.and_then(|(fd, _)| {
-            let st = rustix::fs::fstat(&fd)?;
-            Ok((fd, (st.st_dev as u64, st.st_ino as u64)))
+        // What the kernel would refuse (a file the asker may not write) is
+        // refused before anyone's token is called back.
+        let found = as_asker(self.euid, &who, || {
+            let path = resolve(&self.root, name, true, OFlags::empty())?;
+            let st = rustix::fs::fstat(&path)?;
+            if rustix::fs::FileType::from_raw_mode(st.st_mode).is_file() {
+                use std::os::fd::AsRawFd;
+                let proc_name = format!("/proc/self/fd/{}", path.as_raw_fd());
+                rustix::fs::accessat(rustix::fs::CWD, proc_name.as_str(), rustix::fs::Access::WRITE_OK, AtFlags::EACCESS)?;
+            }
+            Ok((path, (st.st_dev as u64, st.st_ino as u64)))
         });
-        let (fd, identity) = match identity {
+        let identity = found.and_then(|r| r);
+        let (path, identity) = match identity {
             Ok(found) => found,
             Err(e) => return Step::Now(Err(e)),
         };
         let (table, holders, counters, euid) = (self.table.clone(), self.holders.clone(), self.counters.clone(), self.euid);
-        Step::Wait(Box::new(move || cut(&table, &holders, &counters, (euid, who), identity, fd.as_fd(), len).map(|()| (vec![], vec![]))))
+        Step::Wait(Box::new(move || cut(&table, &holders, &counters, (euid, who), identity, Cut::Name(path.as_fd()), len).map(|()| (vec![], vec![]))))
     }
 
     fn open(&mut self, who: Asker, body: &[u8], direct: Option<&OwnedFd>) -> Step {
@@ -692,7 +701,7 @@ impl EmulServer {
             // the open file with it.
             Ok((answer, Some(open))) => {
                 let (table, holders, counters, euid) = (self.table.clone(), self.holders.clone(), self.counters.clone(), self.euid);
-                Step::Wait(Box::new(move || cut(&table, &holders, &counters, (euid, who), open.identity, open.file.as_fd(), 0).map(|()| answer)))
+                Step::Wait(Box::new(move || cut(&table, &holders, &counters, (euid, who), open.identity, Cut::Open(open.file.as_fd()), 0).map(|()| answer)))
             }
             Err(e) => Step::Now(Err(e)),
         }
@@ -786,7 +795,16 @@ fn writable(file: BorrowedFd<'_>) -> bool {
     rustix::fs::fcntl_getfl(file).is_ok_and(|f| f & OFlags::ACCMODE != OFlags::RDONLY)
 }
 
-/// Sets the length of the file `identity` (open as `file`) to `len`.
+/// What [`cut`] truncates: an open file, by its descriptor, or a file by
+/// its name (an `O_PATH` descriptor: `truncate(2)`, which opens nothing).
+#[derive(Clone, Copy)]
+enum Cut<'a> {
+    Open(BorrowedFd<'a>),
+    Name(BorrowedFd<'a>),
+}
+
+/// Sets the length of the file `identity` (open as `file`, or named by
+/// it) to `len`.
 /// Every open file of this file (the caller's included: after a fork
 /// others may share it) may be reading through a window the bytes about
 /// to go. Their tokens are called back first (the server waits for an
@@ -810,7 +828,7 @@ fn cut(
     counters: &Counters,
     (euid, who): (u32, Asker),
     identity: (u64, u64),
-    file: BorrowedFd<'_>,
+    file: Cut<'_>,
     len: u64,
 ) -> Res<()> {
     let me = std::process::id() as i32;
@@ -836,7 +854,11 @@ fn cut(
         }
     }
     if result.is_ok() {
-        result = as_asker(euid, &who, || rustix::fs::ftruncate(file, len)).and_then(|r| r);
+        result = as_asker(euid, &who, || match file {
+            Cut::Open(fd) => rustix::fs::ftruncate(fd, len),
+            Cut::Name(path) => files::truncate_by_path(path, len),
+        })
+        .and_then(|r| r);
     }
     for o in recalled {
         if result.is_ok() {

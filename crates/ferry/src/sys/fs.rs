@@ -161,6 +161,22 @@ pub fn holds_open_file(pid: i32, file: BorrowedFd<'_>) -> bool {
     })
 }
 
+/// Truncates the file that the `O_PATH` descriptor `path` holds to `len`
+/// bytes by name (`truncate(2)` of its `/proc/self/fd` name), with the
+/// permission checks of a truncation by name and without opening it, so
+/// nothing watching the file sees it opened and closed.
+pub fn truncate_by_path(path: BorrowedFd<'_>, len: u64) -> rustix::io::Result<()> {
+    let name = std::ffi::CString::new(format!("/proc/self/fd/{}", path.as_raw_fd())).map_err(|_| Errno::INVAL)?;
+    let len = libc::off_t::try_from(len).map_err(|_| Errno::INVAL)?;
+    // SAFETY: truncate reads the NUL-terminated name, which lives across
+    // the call, and touches no other memory of ours.
+    if unsafe { libc::truncate(name.as_ptr(), len) } == 0 {
+        Ok(())
+    } else {
+        Err(Errno::from_raw_os_error(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)))
+    }
+}
+
 fn set_fsuid(uid: u32) -> u32 {
     // SAFETY: setfsuid takes an integer and touches no memory; it returns
     // the previous filesystem uid whether or not it changed it.

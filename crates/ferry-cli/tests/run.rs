@@ -1070,3 +1070,29 @@ fn ferry_run_inotify_sees_the_program_s_calls_like_native() {
     assert!(native.contains("truncate 0x2:f\n"), "{native}");
     assert_eq!(served, native);
 }
+
+/// Under a lowered limit on descriptors whose top quarter the library's
+/// own descriptors have filled (two per open file: eight files under
+/// `ulimit -n 64`), the program still gets the numbers it gets natively:
+/// the library's next ones went to the lowest free numbers, which are the
+/// program's next, so a shell's `exec {fd}>file` gave 22, 23, 26, 29
+/// where natively 21, 22, 23, 24, and the programs it started opened at
+/// other numbers too. They now go to the highest free numbers below the
+/// top quarter.
+#[test]
+fn ferry_run_many_files_under_a_lowered_limit_keep_the_program_s_numbers_like_native() {
+    if !have_python() {
+        return;
+    }
+    let py = "import os\n\
+              fds = [os.open('p%d' % i, os.O_CREAT | os.O_WRONLY, 0o644) for i in range(5)]\n\
+              print(fds)\n\
+              for i, fd in enumerate(fds): os.write(fd, b'%d' % i)\n";
+    let script = format!(
+        "bash <<'EOS'\nulimit -n 64; for i in $(seq 10 23); do exec {{fd}}>f$i; echo -n \"$fd \"; echo $i >&$fd; done; echo\n\
+         exec 5>g5; echo five >&5; python3 -c \"{py}\"; cat f1* f2* g5 p*; echo\nEOS\n"
+    );
+    let (native, served) = native_and_served("lowmany", &script, "ls | wc -l");
+    assert!(native.starts_with("11 12 13 14 15 16 17 18 19 20 21 22 23 24 \n"), "{native}");
+    assert_eq!(served, native);
+}

@@ -1390,7 +1390,7 @@ pub unsafe extern "C" fn fdatasync(fd: c_int) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     if let Some(_b) = enter() {
-        if fd >= ferry::emulation::client::high_fd() && kept_from_the_program(fd) {
+        if fd >= ferry::emulation::client::library_floor() && kept_from_the_program(fd) {
             // The program closes descriptors it did not open (a child
             // closing all but a few before exec, as Python's subprocess
             // does, or a daemon): the library's own stay, as `close_range`
@@ -1425,6 +1425,12 @@ fn kept_from_the_program(fd: c_int) -> bool {
 /// open file's hold), which a program that did not make it with ferry
 /// does not have up there.
 fn library_owned(fd: c_int, files: &[c_int]) -> bool {
+    if fd < ferry::emulation::client::high_fd() {
+        // Below, where the library's descriptors went only when the top of
+        // a lowered limit was full, the program may have such sockets of
+        // its own: only the library's own count.
+        return kept_from_the_program(fd);
+    }
     // SAFETY: a descriptor number only; the borrow lasts for the checks.
     let b = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
     let cloexec = rustix::io::fcntl_getfd(b).is_ok_and(|f| f.contains(rustix::io::FdFlags::CLOEXEC));
@@ -1440,7 +1446,7 @@ fn library_owned(fd: c_int, files: &[c_int]) -> bool {
 /// `closefrom(3)`) would otherwise cut the library off its server and its
 /// open files.
 fn close_range_sparing(first: c_uint, last: c_uint, flags: c_int) -> c_int {
-    let high = ferry::emulation::client::high_fd() as c_uint;
+    let high = ferry::emulation::client::library_floor() as c_uint;
     if last < high || first > last {
         // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
         return unsafe { real::close_range()(first, last, flags) };
@@ -1570,7 +1576,7 @@ pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
 /// (a write to one file landed in another, and a shell's `exec 1001<file`
 /// hung).
 fn clobbers_library(new: c_int) -> bool {
-    if new < ferry::emulation::client::high_fd() {
+    if new < ferry::emulation::client::library_floor() {
         return false;
     }
     let Some(_b) = enter() else { return false };

@@ -2,7 +2,7 @@
 //! preload library: one blocking call per request, errors as `errno`
 //! values (a server that is gone gives `EIO`).
 
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
 use super::{get_u32, get_u64, put_u32, put_u64, TokenPage};
 use super::{OP_EMUL_CHANNEL, OP_EMUL_CLOSE, OP_EMUL_FSYNC, OP_EMUL_MKDIR, OP_EMUL_OPEN, OP_EMUL_RENAME, OP_EMUL_STAT, OP_EMUL_TOKEN, OP_EMUL_TRUNCATE};
@@ -83,21 +83,72 @@ pub fn high_fd() -> i32 {
     })
 }
 
+/// The lowest number below [`high_fd`] that one of the library's own
+/// descriptors was given ([`dup_high`]), or `i32::MAX`.
+static LOW_WATER: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(i32::MAX);
+
+/// The lowest descriptor number the library's own descriptors may have
+/// had in this process: [`high_fd`], or lower once they went below it
+/// (a limit on descriptors lowered since, with the top of it full).
+/// Below it every descriptor is the program's.
+pub fn library_floor() -> i32 {
+    high_fd().min(LOW_WATER.load(std::sync::atomic::Ordering::Relaxed))
+}
+
 /// A close-on-exec duplicate of `fd` at [`high_fd`] or above, or, when
 /// the program lowered its limit on descriptors below that since, in the
 /// top quarter of the limit as it is now. (Left where they came, the
 /// library's descriptors fell among the program's numbers: after `ulimit
 /// -n 64`, a shell's `exec 40>file` found a hold of the library's at 40,
-/// saved and put it back, and `echo x >&40` wrote into the hold.)
+/// saved and put it back, and `echo x >&40` wrote into the hold.) When
+/// that is full, at the highest free number below it: the program's
+/// descriptors are the lowest free ones, so it gets the numbers it would
+/// get natively as long as both fit under the limit. (They went to the
+/// lowest free number, the one the program's next `open` should have got:
+/// with more than eight files open under `ulimit -n 64`, a shell's
+/// `exec {fd}>file` gave other numbers than natively.)
 pub fn dup_high(fd: BorrowedFd<'_>) -> rustix::io::Result<OwnedFd> {
-    match rustix::io::fcntl_dupfd_cloexec(fd, high_fd()) {
+    use std::sync::atomic::Ordering;
+    let limit = || rustix::process::getrlimit(rustix::process::Resource::Nofile).current.unwrap_or(u64::MAX);
+    let top = match rustix::io::fcntl_dupfd_cloexec(fd, high_fd()) {
         Err(rustix::io::Errno::INVAL) => {
-            let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile).current.unwrap_or(u64::MAX);
-            let top = i32::try_from(limit - limit / 4).map_or(HIGH_FD, |top| top.clamp(3, HIGH_FD));
-            rustix::io::fcntl_dupfd_cloexec(fd, top)
+            let l = limit();
+            i32::try_from(l - l / 4).map_or(HIGH_FD, |top| top.clamp(3, HIGH_FD))
         }
-        r => r,
+        r => return r.or_else(|e| below(fd, high_fd(), e)),
+    };
+    let placed = rustix::io::fcntl_dupfd_cloexec(fd, top).or_else(|e| below(fd, top, e))?;
+    LOW_WATER.fetch_min(placed.as_raw_fd(), Ordering::Relaxed);
+    Ok(placed)
+}
+
+/// A close-on-exec duplicate of `fd` at the highest free number below
+/// `top` (everything from `top` up being taken: `err`), starting from
+/// where the last one went (holes there are filled first), and never
+/// below the standard three.
+fn below(fd: BorrowedFd<'_>, top: i32, err: rustix::io::Errno) -> rustix::io::Result<OwnedFd> {
+    use std::sync::atomic::Ordering;
+    if err != rustix::io::Errno::MFILE {
+        return Err(err);
     }
+    let from = LOW_WATER.load(Ordering::Relaxed).min(top);
+    if from < top {
+        if let Ok(fd) = rustix::io::fcntl_dupfd_cloexec(fd, from) {
+            LOW_WATER.fetch_min(fd.as_raw_fd(), Ordering::Relaxed);
+            return Ok(fd);
+        }
+    }
+    for n in (3..from).rev() {
+        match rustix::io::fcntl_dupfd_cloexec(fd, n) {
+            Ok(fd) => {
+                LOW_WATER.fetch_min(fd.as_raw_fd(), Ordering::Relaxed);
+                return Ok(fd);
+            }
+            Err(rustix::io::Errno::MFILE) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(err)
 }
 
 /// Moves `fd` to a close-on-exec descriptor numbered [`high_fd`] or above

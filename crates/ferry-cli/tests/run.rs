@@ -1096,3 +1096,63 @@ fn ferry_run_many_files_under_a_lowered_limit_keep_the_program_s_numbers_like_na
     assert!(native.starts_with("11 12 13 14 15 16 17 18 19 20 21 22 23 24 \n"), "{native}");
     assert_eq!(served, native);
 }
+
+/// `fwscanf` on a stream opened under the served directory keeps the
+/// process's POSIX record locks on the file, as natively: the library
+/// scans through a stream of the C library's own over the same file, and
+/// it closed that stream after each scan, which closed a descriptor of the
+/// file and so dropped the process's locks on it (another process saw
+/// the file unlocked). The stream is now kept until the program's closes.
+#[test]
+fn ferry_run_fwscanf_keeps_the_program_s_record_locks_like_native() {
+    let cc = Command::new("sh").args(["-c", "command -v cc"]).output().is_ok_and(|o| o.status.success());
+    if !cc {
+        eprintln!("skipped ferry_run_fwscanf_keeps_the_program_s_record_locks_like_native: no cc");
+        return;
+    }
+    let script = r#"cat > ws.c <<'C'
+#include <fcntl.h>
+#include <locale.h>
+#include <stdio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <wchar.h>
+static const char *other(void) {
+    pid_t p = fork();
+    if (p == 0) {
+        int fd = open("f", O_RDONLY);
+        struct flock l = { .l_type = F_WRLCK, .l_whence = SEEK_SET };
+        fcntl(fd, F_GETLK, &l);
+        _exit(l.l_type == F_UNLCK ? 0 : 1);
+    }
+    int st;
+    waitpid(p, &st, 0);
+    return WEXITSTATUS(st) ? "held" : "free";
+}
+int main(void) {
+    setlocale(LC_ALL, "C.UTF-8");
+    FILE *w = fopen("f", "w"); fputs("12 h\xc3\xa9llo 34\n56 w\xc3\xb6rld 78\n", w); fclose(w);
+    int fd = open("f", O_RDWR);
+    struct flock l = { .l_type = F_WRLCK, .l_whence = SEEK_SET };
+    fcntl(fd, F_SETLK, &l);
+    printf("locked %s\n", other());
+    FILE *f = fopen("f", "r");
+    int a = 0, b = 0; wchar_t s[32];
+    int n = fwscanf(f, L"%d %ls %d", &a, s, &b);
+    printf("scanned %d %d %ls %d %s\n", n, a, s, b, other());
+    n = fwscanf(f, L"%d %ls %d", &a, s, &b);
+    printf("again %d %d %ls %d %s\n", n, a, s, b, other());
+    printf("at end %d %d %s\n", fwscanf(f, L"%d", &a), (int)fgetwc(f), other());
+    f = freopen("f", "r", f);
+    n = fwscanf(f, L"%d", &a);
+    printf("reopened %d %d %s\n", n, a, other());
+    fclose(f);
+    printf("closed %s\n", other());
+    return 0;
+}
+C
+cc -o ws ws.c && ./ws"#;
+    let (native, served) = native_and_served("fwscanf", script, "ls");
+    assert!(native.contains("scanned 3 12 héllo 34 held") && native.contains("closed free"), "{native}");
+    assert_eq!(served, native);
+}

@@ -419,6 +419,8 @@ extern "C" {
 struct Cookie {
     fd: c_int,
     buf: Vec<u8>,
+    /// The stream made with this cookie (its `FILE`), once made.
+    stream: *mut FILE,
 }
 
 /// The descriptor of the cookie `c`.
@@ -456,6 +458,8 @@ unsafe extern "C" fn cookie_close(c: *mut c_void) -> c_int {
     // `cookie_file` leaked, and the descriptor is the stream's own.
     unsafe {
         let cookie = Box::from_raw(c.cast::<Cookie>());
+        // The stream `fwscanf` kept for it goes with it.
+        crate::wide::forget_scanner(cookie.stream);
         close(cookie.fd)
     }
 }
@@ -505,7 +509,7 @@ fn cookie_file(fd: c_int, mode: *const c_char) -> *mut FILE {
     // SAFETY: the caller's open descriptor, borrowed for one fstat.
     let st = rustix::fs::fstat(unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) });
     let size = stream_buffer_size(st.map_or(0, |st| st.st_blksize.try_into().unwrap_or(0)));
-    let cookie = Box::into_raw(Box::new(Cookie { fd, buf: vec![0u8; size] }));
+    let cookie = Box::into_raw(Box::new(Cookie { fd, buf: vec![0u8; size], stream: std::ptr::null_mut() }));
     // SAFETY: the cookie lives until `cookie_close` (or just below if the
     // stream is not made); the mode is the caller's.
     let f = unsafe { fopencookie(cookie.cast(), mode, funcs) };
@@ -516,8 +520,10 @@ fn cookie_file(fd: c_int, mode: *const c_char) -> *mut FILE {
     }
     // SAFETY: a fresh stream that has done no I/O, given a buffer the
     // cookie owns (alive as long as the stream, never moved: the Vec is
-    // not touched again until `cookie_close` drops it).
+    // not touched again until `cookie_close` drops it); the cookie is
+    // still only ours until the stream's first call.
     unsafe {
+        (*cookie).stream = f;
         let buf = (*cookie).buf.as_mut_ptr();
         libc::setvbuf(f, buf.cast(), libc::_IOFBF, size);
     }

@@ -445,13 +445,94 @@ pub unsafe extern "C" fn __vfwprintf_chk(f: *mut FILE, flag: c_int, format: *con
     unsafe { real::__vfwprintf_chk()(f, flag, format, ap) }
 }
 
+/// The streams of the C library's own that `fwscanf` scans through, by
+/// the library's stream they scan for (`FILE` addresses), with the file
+/// each reads (device and inode). Each is kept until its stream closes
+/// ([`forget_scanner`]): closing its descriptor would drop the process's
+/// POSIX record locks on the file, which natively last until the stream's
+/// own descriptor closes.
+static SCANNERS: std::sync::Mutex<Vec<(usize, usize, (u64, u64))>> = std::sync::Mutex::new(Vec::new());
+
+/// The device and inode of descriptor `fd`.
+fn identity(fd: c_int) -> Option<(u64, u64)> {
+    // SAFETY: a descriptor number the caller holds open, borrowed for one fstat.
+    let st = rustix::fs::fstat(unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) }).ok()?;
+    Some((st.st_dev, st.st_ino))
+}
+
+/// Closes the stream `fwscanf` kept for the library's stream `f`, if any,
+/// as `f` closes.
+pub(crate) fn forget_scanner(f: *mut FILE) {
+    let mut all = SCANNERS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(i) = all.iter().position(|s| s.0 == f as usize) {
+        let (_, rf, _) = all.swap_remove(i);
+        drop(all);
+        // SAFETY: a stream of the C library's own that only this table held.
+        unsafe { real::fclose()(rf as *mut FILE) };
+    }
+}
+
+/// A stream of the C library's own reading the file of descriptor `fd`
+/// (the library's stream `f`'s): the one kept for `f` if it still reads
+/// that file, else a new one (through `/proc/self/fd`, as the kernel
+/// opens it). Null when none can be made. Hand it back with
+/// [`keep_scanner`].
+///
+/// # Safety
+/// `f` is a live stream of the library whose descriptor is `fd`.
+unsafe fn take_scanner(f: *mut FILE, fd: c_int) -> (*mut FILE, Option<(u64, u64)>) {
+    let id = identity(fd);
+    let kept = {
+        let mut all = SCANNERS.lock().unwrap_or_else(|e| e.into_inner());
+        all.iter().position(|s| s.0 == f as usize).map(|i| all.swap_remove(i))
+    };
+    if let Some((_, rf, was)) = kept {
+        if id.is_some() && Some(was) == id {
+            return (rf as *mut FILE, id);
+        }
+        // The stream's descriptor is another file's now (`freopen`, `dup2`
+        // onto it): that file's scanner goes, as its descriptor would
+        // have natively.
+        // SAFETY: a stream of the C library's own that only the table held.
+        unsafe { real::fclose()(rf as *mut FILE) };
+    }
+    let path = format!("/proc/self/fd/{fd}\0");
+    // SAFETY: a NUL-terminated name; the C library's own calls.
+    unsafe {
+        let rfd = real::open()(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC, 0);
+        if rfd < 0 {
+            return (std::ptr::null_mut(), None);
+        }
+        let rf = real::fdopen()(rfd, c"r".as_ptr());
+        if rf.is_null() {
+            real::close()(rfd);
+            return (rf, None);
+        }
+        (rf, identity(rfd))
+    }
+}
+
+/// Keeps `rf`, reading the file `id`, as the scanner of the library's
+/// stream `f` until `f` closes.
+fn keep_scanner(f: *mut FILE, rf: *mut FILE, id: Option<(u64, u64)>) {
+    match id {
+        Some(id) => SCANNERS.lock().unwrap_or_else(|e| e.into_inner()).push((f as usize, rf as usize, id)),
+        None => {
+            // SAFETY: a stream of the C library's own nobody else holds.
+            unsafe { real::fclose()(rf) };
+        }
+    }
+}
+
 /// `vfwscanf` on a byte-only stream, through a stream of the C library's
 /// own over the same file: the library's stream is flushed (its offset is
 /// then the next unread byte), a second, real stream on the file (through
 /// `/proc/self/fd`, as the kernel opens it) is put there and scanned by
 /// the C library's own function, and the library's stream is moved to
-/// where the scan stopped. A stream that cannot read fails as the C
-/// library's does (`EBADF`).
+/// where the scan stopped. The second stream is kept until the library's
+/// closes ([`SCANNERS`]): closed after each scan, it closed a descriptor
+/// of the file, which drops the process's POSIX record locks on it. A
+/// stream that cannot read fails as the C library's does (`EBADF`).
 ///
 /// # Safety
 /// `f` is a live byte-only stream; `format` and `ap` as for `vfwscanf`.
@@ -474,16 +555,11 @@ unsafe fn scan_wide(f: *mut FILE, format: *const wchar_t, ap: *mut c_void, isoc9
             if pos < 0 || fd < 0 {
                 return libc::EOF;
             }
-            let path = format!("/proc/self/fd/{fd}\0");
-            let rfd = real::open()(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC, 0);
-            if rfd < 0 {
-                return libc::EOF;
-            }
-            let rf = real::fdopen()(rfd, c"r".as_ptr());
+            let (rf, id) = take_scanner(f, fd);
             if rf.is_null() {
-                real::close()(rfd);
                 return libc::EOF;
             }
+            libc::clearerr(rf);
             let mut n = libc::EOF;
             if libc::fseeko(rf, pos, libc::SEEK_SET) == 0 {
                 n = if isoc99 { real::__isoc99_vfwscanf()(rf, format, ap) } else { real::vfwscanf()(rf, format, ap) };
@@ -503,7 +579,7 @@ unsafe fn scan_wide(f: *mut FILE, format: *const wchar_t, ap: *mut c_void, isoc9
                 }
                 set_errno(e);
             }
-            real::fclose()(rf);
+            keep_scanner(f, rf, id);
             n
         })();
         funlockfile(f);

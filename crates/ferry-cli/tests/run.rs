@@ -1156,3 +1156,61 @@ cc -o ws ws.c && ./ws"#;
     assert!(native.contains("scanned 3 12 héllo 34 held") && native.contains("closed free"), "{native}");
     assert_eq!(served, native);
 }
+
+/// A child made by a raw `clone(CLONE_VM | CLONE_VFORK)` (no `fork`, so no
+/// fork handler runs) shares its parent's memory, the library's table of
+/// descriptors included, but has descriptors of its own: the files it
+/// opened were recorded in its parent's table, and a pipe the parent made
+/// later at the same number was taken for the child's file (its read
+/// failed with `EBADF`). Such a child's opens are now the kernel's, and a
+/// child that is the first to use the library leaves both unemulated.
+#[test]
+fn ferry_run_raw_clone_children_leave_the_parent_s_descriptors_alone_like_native() {
+    let cc = Command::new("sh").args(["-c", "command -v cc"]).output().is_ok_and(|o| o.status.success());
+    if !cc {
+        eprintln!("skipped ferry_run_raw_clone_children_leave_the_parent_s_descriptors_alone_like_native: no cc");
+        return;
+    }
+    let script = r#"cat > cl.c <<'C'
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+static char stack[1 << 20];
+static int child(void *name) {
+    int fd = open(name, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    write(fd, "child\n", 6);
+    execlp("true", "true", (char *)0);
+    _exit(127);
+}
+int main(int argc, char **argv) {
+    if (argc > 1) {
+        int pre = open("pre", O_WRONLY | O_CREAT, 0644);
+        write(pre, "parent\n", 7);
+    }
+    pid_t p = clone(child, stack + sizeof stack, CLONE_VM | CLONE_VFORK | SIGCHLD, "cf");
+    int st;
+    waitpid(p, &st, 0);
+    int pfd[2];
+    pipe(pfd);
+    ssize_t n = write(pfd[1], "to the pipe\n", 12);
+    char b[64] = {0};
+    ssize_t m = read(pfd[0], b, 63);
+    printf("pipe %d %d wrote %zd read %zd: %s", pfd[0], pfd[1], n, m, b);
+    int g = open("cf", O_RDONLY);
+    memset(b, 0, sizeof b);
+    read(g, b, 63);
+    printf("cf: %s", b);
+    return 0;
+}
+C
+cc -o cl cl.c && ./cl && ./cl first && cat pre"#;
+    let (native, served) = native_and_served("rawclone", script, "ls");
+    assert!(native.contains("read 12: to the pipe\ncf: child\n"), "{native}");
+    assert_eq!(served, native);
+}

@@ -148,7 +148,12 @@ fn reopen_target(n: c_int) -> Option<(String, Identity)> {
 fn emul_open(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> Option<c_int> {
     let _b = enter()?;
     let e = emul()?;
-    if flags & (libc::O_PATH | libc::O_TMPFILE) != 0 {
+    // A child of a raw `clone` sharing this memory has descriptors of its
+    // own, which the table (its parent's) must not record: its opens are
+    // the kernel's. (Recorded there, the child's file stood for whatever
+    // the parent had at that number later, and a pipe the parent made
+    // was read as the child's file.)
+    if flags & (libc::O_PATH | libc::O_TMPFILE) != 0 || state::foreign() {
         return None;
     }
     // SAFETY: the caller's path (module safety).

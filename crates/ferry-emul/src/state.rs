@@ -126,6 +126,12 @@ extern "C" fn after_fork_in_child() {
 /// emulated, everything passes through). Call with [`enter`] held.
 pub fn emul() -> Option<&'static Emul> {
     EMUL.get_or_init(|| {
+        if shares_parent_memory() {
+            // A child of a raw `clone(CLONE_VM)` (no `fork`): this state
+            // is its parent's as well, and the descriptors set up here
+            // would be the child's alone. Neither is emulated.
+            return None;
+        }
         let root = std::env::var(ferry::emulation::ENV_ROOT).ok()?;
         let root = root.trim_end_matches('/').to_owned();
         if !root.starts_with('/') {
@@ -166,9 +172,31 @@ pub fn root_changed(e: &Emul) {
     }
 }
 
+/// Whether this process shares its memory with its parent (`kcmp`
+/// with `KCMP_VM`): a child of a raw `clone(CLONE_VM)`, running in its
+/// parent's memory until it execs. False when the kernel cannot say.
+fn shares_parent_memory() -> bool {
+    /// `kcmp`'s comparison of two processes' memory (linux/kcmp.h).
+    const KCMP_VM: libc::c_long = 1;
+    // SAFETY: kcmp compares two processes by pid and touches no memory of
+    // ours; getpid and getppid cannot fail.
+    unsafe { libc::syscall(libc::SYS_kcmp, libc::getpid() as libc::c_long, libc::getppid() as libc::c_long, KCMP_VM, 0 as libc::c_long, 0 as libc::c_long) == 0 }
+}
+
 /// This process's pid, kept without a system call.
 pub fn pid() -> i32 {
     PID.load(Ordering::Relaxed)
+}
+
+/// Whether this is not the process the library's memory belongs to: a
+/// child made by a raw `clone` (no `fork`, so no fork handler told the
+/// library), which with `CLONE_VM` shares the parent's memory, and with it
+/// the table of descriptors, but has a table of descriptors of its own in
+/// the kernel. Asked of the kernel (one system call), so only on paths
+/// that change the table.
+pub fn foreign() -> bool {
+    let me = pid();
+    me != 0 && rustix::process::getpid().as_raw_nonzero().get() != me
 }
 
 /// The emulated open file behind descriptor `fd`, if any (no lock taken
@@ -191,6 +219,11 @@ pub fn set(fd: i32, file: Arc<File>) {
     if fd < 0 {
         return;
     }
+    if foreign() {
+        // Another process's table (a raw `clone` child's): its numbers
+        // are not this one's.
+        return;
+    }
     if fd <= 2 {
         file.hand_offset_to_kernel();
     }
@@ -205,7 +238,12 @@ pub fn set(fd: i32, file: Arc<File>) {
 
 /// Forgets descriptor `fd`; returns its open file if it was emulated.
 pub fn take(fd: i32) -> Option<Arc<File>> {
-    if fd < 0 || COUNT.load(Ordering::Relaxed) == 0 {
+    if fd < 0 || COUNT.load(Ordering::Relaxed) == 0 || get(fd).is_none() {
+        return None;
+    }
+    if foreign() {
+        // A raw `clone` child closing or replacing its own copy of the
+        // descriptor: the parent's stays emulated.
         return None;
     }
     let mut t = TABLE.write().unwrap_or_else(|e| e.into_inner());

@@ -1214,3 +1214,27 @@ cc -o cl cl.c && ./cl && ./cl first && cat pre"#;
     assert!(native.contains("read 12: to the pipe\ncf: child\n"), "{native}");
     assert_eq!(served, native);
 }
+
+/// A program run as root without some of root's capabilities (here
+/// without `CAP_DAC_OVERRIDE`, `CAP_DAC_READ_SEARCH`, `CAP_FOWNER` and
+/// `CAP_CHOWN`, as services are run) is refused what it is refused
+/// natively: a server run by root served a root asker with all of its
+/// own capabilities, so the program read and appended to another user's
+/// file it may not touch, and created files in a directory closed to it.
+#[test]
+fn ferry_run_a_root_program_without_capabilities_is_served_without_them_like_native() {
+    let root = Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout == b"0\n");
+    let setpriv = Command::new("sh").args(["-c", "command -v setpriv"]).output().is_ok_and(|o| o.status.success());
+    if !root || !setpriv {
+        eprintln!("skipped ferry_run_a_root_program_without_capabilities_is_served_without_them_like_native: needs root and setpriv");
+        return;
+    }
+    let script = "echo secret > f && chmod 000 f && chown 65534 f && mkdir -m 000 d && chown 65534 d && echo x > g && chown 65534 g && chmod 600 g && \
+                  mkdir -m 700 p && chown 65534 p && echo in > p/h && chmod 644 p/h && echo mine > m && chmod 000 m && \
+                  setpriv --bounding-set=-dac_override,-dac_read_search,-fowner,-chown --inh-caps=-dac_override,-dac_read_search,-fowner,-chown \
+                  sh -c 'cat f; echo read $?; echo y >> g; echo append $?; ls d; echo list $?; touch d/x; echo create $?; cat p/h; echo search $?; \
+                  cat m; echo own $?; chmod 600 m; echo chmod $?; mkdir d/e; echo mkdir $?; rm p/h; echo remove $?' 2>&1 | sed 's/^.*: //'";
+    let (native, served) = native_and_served("caps", script, "ls -ln --time-style=+ | tail -n +2; ls d p");
+    assert!(native.contains("read 1") && native.contains("chmod 0\n"), "{native}");
+    assert_eq!(served, native);
+}

@@ -264,6 +264,8 @@ pub struct EmulServer {
     /// Process ports of the pids the token was last given to.
     holders: Holders,
     euid: u32,
+    /// The server's effective capabilities (raw bits) when it started.
+    capabilities: u64,
     counters: Arc<Counters>,
 }
 
@@ -283,6 +285,10 @@ struct Asker {
     /// the answer goes on (a thread's channel, a reply right), as the
     /// kernel reports them, when it is the asker's user; else none.
     groups: Arc<[u32]>,
+    /// The asker's effective capabilities when it is the server's own
+    /// user but holds fewer of them than the server (a root program run
+    /// without some of root's capabilities): the server acts within them.
+    caps: Option<u64>,
 }
 
 /// The supplementary groups of the user `uid`, `gid` that made `sock`'s
@@ -327,6 +333,7 @@ impl EmulServer {
             next_id: 1,
             holders: Arc::default(),
             euid,
+            capabilities: files::own_effective_capabilities(),
             counters: Arc::default(),
         };
         Ok((srv, tx))
@@ -534,7 +541,18 @@ impl EmulServer {
             Some(ReplyTo::Right(Reply::Send(r))) => groups_of(r.sock.as_fd(), c.uid, c.gid),
             None => Arc::from([]),
         };
-        let who = Asker { pid: c.pid, uid: c.uid, gid: c.gid, groups };
+        // A root asker may hold fewer capabilities than the server run by
+        // root: they are asked of the kernel for each request (a program
+        // may drop them at any time), and only then.
+        let mine = self.capabilities;
+        let caps = if c.uid == self.euid && mine != 0 {
+            // Unreadable (the asker is gone, or in another pid namespace):
+            // none.
+            files::effective_capabilities_of(c.pid).map_or(Some(0), |theirs| (mine & !theirs != 0).then_some(theirs))
+        } else {
+            None
+        };
+        let who = Asker { pid: c.pid, uid: c.uid, gid: c.gid, groups, caps };
         let uid = who.uid;
         let body = m.body().to_vec();
         let c = &self.counters;
@@ -1051,7 +1069,12 @@ fn lookup_name(name: &str) -> &str {
 /// server may (root), and never otherwise (`EACCES`).
 fn as_asker<T>(euid: u32, who: &Asker, f: impl FnOnce() -> T) -> Res<T> {
     if who.uid == euid {
-        return Ok(f());
+        let Some(caps) = who.caps else { return Ok(f()) };
+        // The server's user, with fewer of its capabilities: within them.
+        let acting = ActingAs::within_capabilities(caps).map_err(|_| Errno::ACCESS)?;
+        let r = f();
+        drop(acting);
+        return Ok(r);
     }
     let acting = ActingAs::user_in(who.uid, who.gid, &who.groups).map_err(|_| Errno::ACCESS)?;
     let r = f();

@@ -230,6 +230,39 @@ impl ActingAs {
     }
 }
 
+impl ActingAs {
+    /// Keeps this thread's identity and limits its effective capabilities
+    /// to those in `allowed` (the raw bits of a capability set), as a
+    /// client of the same user that holds fewer than this process.
+    ///
+    /// # Errors
+    /// When the thread's capabilities cannot be read or set; nothing is
+    /// changed then.
+    pub fn within_capabilities(allowed: u64) -> rustix::io::Result<ActingAs> {
+        let groups = rustix::process::getgroups()?;
+        let caps = rustix::thread::capabilities(None)?;
+        let effective = caps.effective & rustix::thread::CapabilitySet::from_bits_retain(allowed);
+        let mut acting = ActingAs { fsuid: set_fsuid(QUERY), fsgid: set_fsgid(QUERY), groups, caps: None };
+        rustix::thread::set_capabilities(None, rustix::thread::CapabilitySets { effective, ..caps })?;
+        acting.caps = Some(caps);
+        Ok(acting)
+    }
+}
+
+/// The effective capabilities of process `pid` (the raw bits of its
+/// `CapEff` in `/proc/PID/status`), or `None` when they cannot be read.
+pub fn effective_capabilities_of(pid: i32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find_map(|l| l.strip_prefix("CapEff:"))?;
+    u64::from_str_radix(line.trim(), 16).ok()
+}
+
+/// This thread's effective capabilities (raw bits), or none when they
+/// cannot be read.
+pub fn own_effective_capabilities() -> u64 {
+    rustix::thread::capabilities(None).map_or(0, |c| c.effective.bits())
+}
+
 impl Drop for ActingAs {
     fn drop(&mut self) {
         // First, so that the identity below may be switched back.

@@ -1238,3 +1238,25 @@ fn ferry_run_a_root_program_without_capabilities_is_served_without_them_like_nat
     assert!(native.contains("read 1") && native.contains("chmod 0\n"), "{native}");
     assert_eq!(served, native);
 }
+
+/// A program run as another user with capabilities of its own (ambient
+/// `CAP_DAC_OVERRIDE` and `CAP_DAC_READ_SEARCH`, here) reads and writes
+/// what they let it, as natively: the server acting as that user emptied
+/// its own capabilities, and the program was refused root's file and a
+/// directory closed to it ("Permission denied").
+#[test]
+fn ferry_run_another_user_s_capabilities_count_like_native() {
+    let root = Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout == b"0\n");
+    let setpriv = Command::new("sh").args(["-c", "command -v setpriv"]).output().is_ok_and(|o| o.status.success());
+    if !root || !setpriv {
+        eprintln!("skipped ferry_run_another_user_s_capabilities_count_like_native: needs root and setpriv");
+        return;
+    }
+    let script = "echo secret > f && chmod 600 f && mkdir -m 700 d && echo in > d/g && \
+                  setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=+dac_read_search,+dac_override --ambient-caps=+dac_read_search,+dac_override \
+                  sh -c 'cat f; echo read $?; cat d/g; echo search $?; echo x >> f; echo append $?; touch d/new; echo create $?' 2>&1 | sed 's/^.*: //'; \
+                  setpriv --reuid=65534 --regid=65534 --clear-groups sh -c 'cat f; echo without $?' 2>&1 | sed 's/^.*: //'";
+    let (native, served) = native_and_served("ambient", script, "ls -ln --time-style=+ . d | grep -v total");
+    assert!(native.contains("read 0") && native.contains("create 0") && native.contains("without 1"), "{native}");
+    assert_eq!(served, native);
+}

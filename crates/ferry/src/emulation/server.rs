@@ -285,9 +285,12 @@ struct Asker {
     /// the answer goes on (a thread's channel, a reply right), as the
     /// kernel reports them, when it is the asker's user; else none.
     groups: Arc<[u32]>,
-    /// The asker's effective capabilities when it is the server's own
-    /// user but holds fewer of them than the server (a root program run
-    /// without some of root's capabilities): the server acts within them.
+    /// The asker's effective capabilities, read when the server holds
+    /// any: the server acts within them for an asker of its own user that
+    /// holds fewer (a root program run without some of root's), and with
+    /// those of them it holds for another user (a program given some, as
+    /// ambient or file capabilities). `None`: all of the server's for its
+    /// own user, none for another.
     caps: Option<u64>,
 }
 
@@ -545,12 +548,14 @@ impl EmulServer {
         // root: they are asked of the kernel for each request (a program
         // may drop them at any time), and only then.
         let mine = self.capabilities;
-        let caps = if c.uid == self.euid && mine != 0 {
+        let caps = if mine == 0 {
+            None
+        } else if c.uid == self.euid {
             // Unreadable (the asker is gone, or in another pid namespace):
             // none.
-            files::effective_capabilities_of(c.pid).map_or(Some(0), |theirs| (mine & !theirs != 0).then_some(theirs))
+            files::effective_capabilities_of(c.pid, c.uid).map_or(Some(0), |theirs| (mine & !theirs != 0).then_some(theirs))
         } else {
-            None
+            files::effective_capabilities_of(c.pid, c.uid).filter(|theirs| *theirs != 0)
         };
         let who = Asker { pid: c.pid, uid: c.uid, gid: c.gid, groups, caps };
         let uid = who.uid;
@@ -1076,7 +1081,7 @@ fn as_asker<T>(euid: u32, who: &Asker, f: impl FnOnce() -> T) -> Res<T> {
         drop(acting);
         return Ok(r);
     }
-    let acting = ActingAs::user_in(who.uid, who.gid, &who.groups).map_err(|_| Errno::ACCESS)?;
+    let acting = ActingAs::user_in_with(who.uid, who.gid, &who.groups, who.caps.unwrap_or(0)).map_err(|_| Errno::ACCESS)?;
     let r = f();
     drop(acting);
     Ok(r)

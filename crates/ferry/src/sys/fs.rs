@@ -210,6 +210,18 @@ impl ActingAs {
     /// # Errors
     /// As [`ActingAs::user`].
     pub fn user_in(uid: u32, gid: u32, groups: &[u32]) -> rustix::io::Result<ActingAs> {
+        Self::user_in_with(uid, gid, groups, 0)
+    }
+
+    /// As [`ActingAs::user_in`], keeping in effect those of this
+    /// process's capabilities that are in `allowed` (the raw bits of the
+    /// client's effective set: a program run as another user with
+    /// capabilities of its own, ambient or from a file, uses them
+    /// natively).
+    ///
+    /// # Errors
+    /// As [`ActingAs::user`].
+    pub fn user_in_with(uid: u32, gid: u32, groups: &[u32], allowed: u64) -> rustix::io::Result<ActingAs> {
         let acting_in: Vec<Gid> = groups.iter().map(|&g| Gid::from_raw(g)).collect();
         let groups = rustix::process::getgroups()?;
         rustix::thread::set_thread_groups(&acting_in)?;
@@ -223,8 +235,8 @@ impl ActingAs {
         // Last, since switching the identity above needs CAP_SETUID and
         // CAP_SETGID in effect.
         let caps = rustix::thread::capabilities(None)?;
-        let none = rustix::thread::CapabilitySets { effective: rustix::thread::CapabilitySet::empty(), ..caps };
-        rustix::thread::set_capabilities(None, none)?;
+        let effective = caps.permitted & rustix::thread::CapabilitySet::from_bits_retain(allowed);
+        rustix::thread::set_capabilities(None, rustix::thread::CapabilitySets { effective, ..caps })?;
         acting.caps = Some(caps);
         Ok(acting)
     }
@@ -249,12 +261,18 @@ impl ActingAs {
     }
 }
 
-/// The effective capabilities of process `pid` (the raw bits of its
-/// `CapEff` in `/proc/PID/status`), or `None` when they cannot be read.
-pub fn effective_capabilities_of(pid: i32) -> Option<u64> {
+/// The effective capabilities of process `pid` acting as user `uid` (the
+/// raw bits of its `CapEff` in `/proc/PID/status`), or `None` when they
+/// cannot be read or the process there is not acting as `uid` (gone, and
+/// its pid another's).
+pub fn effective_capabilities_of(pid: i32, uid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find_map(|l| l.strip_prefix("CapEff:"))?;
-    u64::from_str_radix(line.trim(), 16).ok()
+    let field = |name: &str| status.lines().find_map(|l| l.strip_prefix(name)).map(str::split_whitespace);
+    let euid = field("Uid:")?.nth(1)?.parse::<u32>().ok()?;
+    if euid != uid {
+        return None;
+    }
+    u64::from_str_radix(field("CapEff:")?.next()?, 16).ok()
 }
 
 /// This thread's effective capabilities (raw bits), or none when they

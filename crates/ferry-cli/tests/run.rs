@@ -1260,3 +1260,33 @@ fn ferry_run_another_user_s_capabilities_count_like_native() {
     assert!(native.contains("read 0") && native.contains("create 0") && native.contains("without 1"), "{native}");
     assert_eq!(served, native);
 }
+
+/// A second open of a directory the program holds a POSIX record lock on
+/// keeps the lock, as natively: the library moved the directory's
+/// descriptor from the number it arrived on, and again to the program's
+/// number, and each close of a descriptor of the directory dropped the
+/// process's locks on it (another process saw it unlocked). The
+/// descriptor is now the program's where it arrived, as a file's is.
+#[test]
+fn ferry_run_a_second_open_of_a_directory_keeps_its_record_locks_like_native() {
+    if !have_python() {
+        return;
+    }
+    let py = "import os, sys, fcntl, struct, subprocess\n\
+              probe = 'import fcntl, os, struct\\nfd = os.open(\\'d\\', os.O_RDONLY)\\nr = fcntl.fcntl(fd, fcntl.F_GETLK, struct.pack(\\'hhqqi\\', fcntl.F_WRLCK, 0, 0, 0, 0))\\nprint(\\'held\\' if struct.unpack(\\'hhqqi\\', r)[0] != fcntl.F_UNLCK else \\'free\\')'\n\
+              def other(): return subprocess.run([sys.executable, '-c', probe], capture_output=True, text=True, timeout=60).stdout.strip()\n\
+              os.mkdir('d')\n\
+              fd = os.open('d', os.O_RDONLY)\n\
+              fcntl.lockf(fd, fcntl.LOCK_SH)\n\
+              print('locked', other())\n\
+              fd2 = os.open('d', os.O_RDONLY)\n\
+              print('second open', fd2 - fd, other(), bool(fcntl.fcntl(fd2, fcntl.F_GETFD) & fcntl.FD_CLOEXEC))\n\
+              fd3 = os.open('d', os.O_RDONLY | os.O_CLOEXEC)\n\
+              print('third open', fd3 - fd, other(), bool(fcntl.fcntl(fd3, fcntl.F_GETFD) & fcntl.FD_CLOEXEC))\n\
+              os.close(fd3)\n\
+              print('closed', other())\n";
+    let script = format!("python3 -c \"{py}\"");
+    let (native, served) = native_and_served("dirlock", &script, "ls");
+    assert!(native.contains("second open 1 held") && native.contains("closed free"), "{native}");
+    assert_eq!(served, native);
+}

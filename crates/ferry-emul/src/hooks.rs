@@ -238,6 +238,17 @@ fn emul_open(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> O
             set_errno(err);
             -1
         }
+        // Where the placeholder was, as a file's (no descriptor of the
+        // directory closed, so the process keeps its record locks on it),
+        // unless another thread took the number meanwhile.
+        Ok(Opened::Dir(dir)) if early && dir.as_raw_fd() == slot => {
+            let fd = dir.into_raw_fd();
+            // SAFETY: the descriptor the directory came on, now the
+            // program's; it came close-on-exec.
+            unsafe { real::fcntl()(fd, libc::F_SETFD, if cloexec { libc::FD_CLOEXEC as c_ulong } else { 0 }) };
+            state::take(fd);
+            fd
+        }
         Ok(Opened::Dir(dir)) => place(dir.as_raw_fd(), &mut held),
         Ok(Opened::File(mut o)) => {
             let received = o.received.take();

@@ -485,11 +485,11 @@ impl Client {
         };
         let mut fds = fds.into_iter();
         match (kind, fds.next(), fds.next(), items.next()) {
-            // Moved out of the low numbers too: the library duplicates it
-            // to the lowest free number for the program, which would
-            // otherwise be the next one up (a directory opened while
-            // descriptor 4 was free came back as 5).
-            (1, Some(dir), None, None) => Ok(Opened::Dir(high(dir))),
+            // Left where it came, at the lowest number free then: an
+            // emulation library gives it to the program there, and moving
+            // it would close a descriptor of the directory, which drops
+            // the process's POSIX record locks on it.
+            (1, Some(dir), None, None) => Ok(Opened::Dir(dir)),
             (0, Some(file), Some(page), Some(Item::Send(hold))) => {
                 let page = TokenPage::map(page.as_fd()).map_err(|_| libc::EIO)?;
                 // The library's own descriptors keep out of the low numbers

@@ -91,11 +91,23 @@ fn queues_of(pid: i32) -> Vec<(String, usize)> {
     bs.list().map(|l| l.into_iter().filter(|e| e.owner_pid == pid).map(|e| (e.name, e.queued_bytes as usize)).collect()).unwrap_or_default()
 }
 
-/// The pid that registered `name` with the name service.
+/// The pid that registered `name` with the name service: the name a
+/// lookup of it by this user reaches, this user's own, else the system's.
+/// Root's listing holds every user's names; another user's registration of
+/// the same name is never taken for the one root means, which let any user
+/// pass its own process off as a system service in root's `ferry stat`.
 fn owner_of(name: &str) -> Result<i32, String> {
     let mut bs = ferry::Bootstrap::connect_to(&ferry::bootstrap::default_path()).map_err(|e| format!("{name:?} is not a pid and the name service is unreachable: {e}"))?;
     let entries = bs.list().map_err(|e| e.to_string())?;
-    entries.iter().find(|e| e.name == name).map(|e| e.owner_pid).ok_or_else(|| format!("no name {name:?} registered"))
+    let me = rustix::process::geteuid().as_raw();
+    let of = |uid: u32| entries.iter().find(|e| e.name == name && e.uid == uid).map(|e| e.owner_pid);
+    if let Some(pid) = of(me).or_else(|| of(ferry::nameserver::SYSTEM_UID)) {
+        return Ok(pid);
+    }
+    match entries.iter().find(|e| e.name == name) {
+        Some(e) => Err(format!("{name:?} is registered only by user {}: give the pid ({}) to see that process", e.uid, e.owner_pid)),
+        None => Err(format!("no name {name:?} registered")),
+    }
 }
 
 fn list(json: bool) -> ExitCode {

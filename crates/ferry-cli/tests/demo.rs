@@ -316,6 +316,59 @@ fn stat_writes_no_control_characters_of_another_users_command_name() {
     }
 }
 
+/// `ferry stat NAME` run by root shows the process behind the name a
+/// lookup of NAME would reach: root's own, else the system's. Root's
+/// listing holds every user's names, and the first with that name was
+/// taken: another user (uid nobody) that registered a system service's
+/// name in its own scope had root's `ferry stat` show that user's process
+/// as the service.
+#[test]
+fn stat_by_name_never_shows_another_users_process_for_a_system_name() {
+    use std::io::{BufRead, BufReader};
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    use std::process::Stdio;
+    if rustix::process::geteuid().as_raw() != 0 {
+        eprintln!("stat_by_name_never_shows_another_users_process_for_a_system_name: skipped (needs root to play another user)");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("ferry-stat-spoof-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = dir.join("bootstrap");
+    let mut server = ferry::NameServer::bind_with_mode(&path, 0o666).unwrap();
+    // The system's "demo.server", a port of this process (as ferryd's
+    // `files` is the daemon's).
+    let (_rx, tx) = ferry::port().unwrap();
+    server.add_system_name("demo.server", tx).unwrap();
+    server.spawn().unwrap();
+    let exe = dir.join("ferry");
+    runnable_by_others(Path::new(env!("CARGO_BIN_EXE_ferry")), &exe);
+    let mut other = spawn_retrying(
+        Command::new(&exe)
+            .args(["demo", "--role", "server"])
+            .env("FERRY_BOOTSTRAP", &path)
+            .env("FERRY_NO_EMBED", "1")
+            .uid(65534)
+            .gid(65534)
+            .current_dir("/")
+            .stdout(Stdio::piped()),
+    );
+    let mut lines = BufReader::new(other.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    assert!(first.contains("registered"), "{first}");
+    let out = Command::new(env!("CARGO_BIN_EXE_ferry")).args(["stat", "demo.server"]).env("FERRY_BOOTSTRAP", &path).output().unwrap();
+    let theirs = other.id();
+    let _ = other.kill();
+    let _ = other.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    let text = String::from_utf8_lossy(&out.stdout);
+    println!("ferry stat demo.server (nobody's process is {theirs}, the system's {}):\n{text}", std::process::id());
+    assert!(!text.contains(&format!("pid {theirs} ")), "ferry stat showed another user's process for the system's name:\n{text}");
+    assert!(out.status.success() && text.contains(&format!("pid {} ", std::process::id())), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+}
+
 /// Puts program `from` at `to`, in a directory another user may enter,
 /// where that user may run it: the build directory may be beneath
 /// directories it cannot enter. A hard link where it can be (no bytes

@@ -39,7 +39,7 @@ pub fn main(args: &Args) -> ExitCode {
                 // System names (the daemon's own, and root's
                 // `register_system`) belong to no user.
                 let uid = if e.uid == ferry::nameserver::SYSTEM_UID { "system".to_owned() } else { e.uid.to_string() };
-                println!("{:<32} {:>6} {:>10} {:>12}", e.name, uid, e.owner_pid, e.queued_bytes);
+                println!("{:<32} {:>6} {:>10} {:>12}", shown(&e.name), uid, e.owner_pid, e.queued_bytes);
             }
             if entries.is_empty() {
                 println!("(no names registered)");
@@ -52,4 +52,27 @@ pub fn main(args: &Args) -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// A name as the listing shows it: as it is when it is all visible ASCII,
+/// else quoted, with every other character (spaces included) and any
+/// quote or backslash escaped (`\u{20}`). Root's listing holds every
+/// user's names, which their users choose: a name of spaces laid out as
+/// the listing's columns read as a row of its own (the system's `files`,
+/// registered by pid 1), and one of blank-looking letters could do the
+/// same.
+fn shown(name: &str) -> String {
+    if name.chars().all(|c| c.is_ascii_graphic() && c != '"' && c != '\\') {
+        return name.to_owned();
+    }
+    let mut s = String::from("\"");
+    for c in name.chars() {
+        if c.is_ascii_graphic() && c != '"' && c != '\\' {
+            s.push(c);
+        } else {
+            s.extend(c.escape_unicode());
+        }
+    }
+    s.push('"');
+    s
 }

@@ -369,6 +369,79 @@ fn stat_by_name_never_shows_another_users_process_for_a_system_name() {
     assert!(out.status.success() && text.contains(&format!("pid {} ", std::process::id())), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
 }
 
+/// A name that forges a row of `ferry names`: the system's `files`,
+/// registered by pid 1, with nothing queued, laid out as the listing lays
+/// out its columns.
+fn forged_row() -> String {
+    format!("files{}system{}1{}0", " ".repeat(28), " ".repeat(10), " ".repeat(12))
+}
+
+/// The other user's part of
+/// [`names_never_shows_another_users_name_as_a_row_of_its_own`]:
+/// registers [`forged_row`] with the name server at `path` and keeps it
+/// until its standard input closes.
+fn forge_a_row(path: &str) {
+    let (_rx, tx) = ferry::port().unwrap();
+    ferry::Bootstrap::connect_to(Path::new(path)).unwrap().register(&forged_row(), &tx).unwrap();
+    println!("registered");
+    let _ = std::io::Read::read(&mut std::io::stdin(), &mut [0u8; 1]);
+}
+
+/// `ferry names` run by root lists every user's names, whose users choose
+/// them. A name may hold spaces, and one laid out as the listing's
+/// columns (`files`, then `system` under UID, a pid and a queue depth)
+/// showed another user's (uid nobody's) registration as a row of its own:
+/// the system's `files`, registered by pid 1. A name of anything but
+/// visible ASCII is shown quoted, with those characters escaped.
+#[test]
+fn names_never_shows_another_users_name_as_a_row_of_its_own() {
+    use std::io::{BufRead, BufReader};
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    use std::process::Stdio;
+    if let Ok(path) = std::env::var("FERRY_TEST_FORGE_ROW") {
+        return forge_a_row(&path);
+    }
+    if rustix::process::geteuid().as_raw() != 0 {
+        eprintln!("names_never_shows_another_users_name_as_a_row_of_its_own: skipped (needs root to play another user)");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("ferry-names-forge-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = dir.join("bootstrap");
+    let mut server = ferry::NameServer::bind_with_mode(&path, 0o666).unwrap();
+    let (_rx, tx) = ferry::port().unwrap();
+    server.add_system_name("files", tx).unwrap();
+    server.spawn().unwrap();
+    let copy = dir.join("as-another-user");
+    runnable_by_others(&std::env::current_exe().unwrap(), &copy);
+    let mut other = spawn_retrying(
+        Command::new(&copy)
+            .args(["--exact", "names_never_shows_another_users_name_as_a_row_of_its_own", "--nocapture", "--test-threads=1"])
+            .env("FERRY_TEST_FORGE_ROW", &path)
+            .uid(65534)
+            .gid(65534)
+            .current_dir("/")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped()),
+    );
+    let mut lines = BufReader::new(other.stdout.take().unwrap()).lines();
+    assert!(lines.any(|l| l.is_ok_and(|l| l.contains("registered"))), "the other user did not register its name");
+    let out = Command::new(env!("CARGO_BIN_EXE_ferry")).args(["names", "--socket"]).arg(&path).output().unwrap();
+    drop(other.stdin.take());
+    let _ = other.kill();
+    let _ = other.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    let text = String::from_utf8_lossy(&out.stdout);
+    println!("ferry names:\n{text}");
+    assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    let rows: Vec<&str> = text.lines().filter(|l| l.split_whitespace().take(2).eq(["files", "system"])).collect();
+    assert_eq!(rows.len(), 1, "ferry names shows the system's files more than once:\n{text}");
+    assert!(rows[0].split_whitespace().nth(2) == Some(&std::process::id().to_string()), "{text}");
+}
+
 /// Puts program `from` at `to`, in a directory another user may enter,
 /// where that user may run it: the build directory may be beneath
 /// directories it cannot enter. A hard link where it can be (no bytes

@@ -793,3 +793,56 @@ fn file_memory_is_bounded_per_user_and_released_with_its_client() {
         assert_eq!(out, format!("b ok {} {}\n", 30 * PAGE, 30 * PAGE));
     });
 }
+
+/// A snapshot root takes of a file is an exact copy whatever another user
+/// did first. A version a user over its memory budget opened is served
+/// lazily from the file, and was then handed to every later opener of
+/// that file: uid nobody, its budget filled with copies of another file,
+/// opened a file of its own, and root's snapshot of it, taken after and
+/// well within root's own budget, showed nobody's later writes to the
+/// file in pages root had not read yet. A lazy version is now reused only
+/// for an opener that could not have a copy either.
+#[test]
+fn another_users_budget_never_makes_roots_snapshot_read_the_live_file() {
+    let test = "another_users_budget_never_makes_roots_snapshot_read_the_live_file";
+    if !common::can_play_other_user(test) {
+        return;
+    }
+    let _serial = common::serial();
+    use std::os::unix::process::CommandExt as _;
+    common::watchdog(test, LIMIT, || {
+        // The budget lets a user keep a copy of `fill` and not one more
+        // of `theirs` besides.
+        let budget = 64 * PAGE as u64;
+        let s = Served::start_with("lazy-shared", Budgets::default(), Some(budget), |root| {
+            std::fs::write(root.join("fill"), vec![1u8; 60 * PAGE]).unwrap();
+            chmod(&root.join("fill"), 0o644);
+            std::fs::write(root.join("theirs"), vec![1u8; 8 * PAGE]).unwrap();
+            chmod(&root.join("theirs"), 0o644);
+            std::os::unix::fs::chown(root.join("theirs"), Some(NOBODY), Some(NOBODY)).unwrap();
+        });
+        let mut attacker = s.attacker("files-hold", &["fill", "theirs"]);
+        let mut out = lines(&mut attacker);
+        assert_eq!(line(&mut out), format!("fill ok {} {}", 60 * PAGE, 60 * PAGE));
+        assert_eq!(line(&mut out), format!("theirs ok {} {}", 8 * PAGE, 8 * PAGE));
+        assert_eq!(line(&mut out), "ready");
+        // Root takes its snapshot and reads its first page.
+        let snap = s.client().open("theirs").unwrap();
+        assert_eq!(snap.as_slice()[0], 1);
+        // The file's owner writes it in place afterwards.
+        let theirs = s.root.join("theirs");
+        let wrote = std::process::Command::new("dd")
+            .args(["if=/dev/zero", "bs=4096", "count=1", "seek=5", "conv=notrunc", "status=none"])
+            .arg(format!("of={}", theirs.display()))
+            .uid(NOBODY)
+            .gid(NOBODY)
+            .current_dir("/")
+            .status()
+            .unwrap();
+        assert!(wrote.success());
+        let seen = snap.as_slice()[5 * PAGE];
+        println!("root's snapshot, page 5, after the owner wrote zeros there: {seen}");
+        kill(attacker);
+        assert_eq!(seen, 1, "root's snapshot showed a write made to the file after it was taken");
+    });
+}

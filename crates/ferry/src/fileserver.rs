@@ -471,13 +471,20 @@ fn open(
     // is served lazily from the file, as before versions were copied (pages
     // read on demand, nothing held but the descriptor; a snapshot of it
     // shows later in-place writes in pages not yet read, as `mmap` would).
+    //
+    // A lazy version is what an opener over its budget gets, and only such
+    // an opener gets it: one within its budget gets a copy of its own, as
+    // if no one had opened the file before. Handed to everyone, another
+    // user's lazy version (made by filling that user's budget first) made
+    // root's snapshot of a file read the live file, showing writes made
+    // after the snapshot was taken.
     let (held, charged) = memory.held(srv, who.uid);
     let extra = match &current {
-        Some((v, _, lazy)) if *lazy || charged.contains(v) => 0,
+        Some((v, _, false)) if charged.contains(v) => 0,
         _ => size,
     };
     let over = held.saturating_add(extra) > memory.per_user;
-    let current = current.filter(|(_, _, lazy)| *lazy || !over);
+    let current = current.filter(|(v, _, lazy)| if *lazy { over } else { !over || charged.contains(v) });
     let (version, cache, lazy) = match current {
         Some(v) => v,
         None => {

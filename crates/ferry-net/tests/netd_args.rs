@@ -195,3 +195,51 @@ fn system_names_are_refused_to_a_daemon_not_run_by_root() {
     assert!(err.contains("--system-names") && err.contains("only root"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `ferry-netd --gen-identity DIR` run by root never writes its private
+/// key where another user put a file of its own, nor through that user's
+/// symbolic links: uid nobody made `DIR` ahead, with a `key.pem` it may
+/// read and a `cert.pem` linked to a file only root may write. Root's key
+/// went into nobody's file and the certificate over root's. A directory
+/// of another user's, or one others may write to, is refused.
+#[test]
+fn gen_identity_never_writes_into_another_users_directory() {
+    use std::os::unix::process::CommandExt;
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped gen_identity_never_writes_into_another_users_directory: playing another user needs root");
+        return;
+    }
+    let base = std::env::temp_dir().join(format!("ferry-netd-squat-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let (shared, secret) = (base.join("tmp"), base.join("secret"));
+    std::fs::create_dir_all(&shared).unwrap();
+    std::fs::create_dir_all(&secret).unwrap();
+    std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let victim = secret.join("victim");
+    std::fs::write(&victim, b"root's own\n").unwrap();
+    let id = shared.join("id");
+    // The other user, a real process of uid nobody, makes the directory
+    // first.
+    let squat = format!(
+        "mkdir -m 755 {0} && touch {0}/key.pem && chmod 644 {0}/key.pem && ln -s {1} {0}/cert.pem",
+        id.display(),
+        victim.display()
+    );
+    let made = Command::new("sh").args(["-c", &squat]).uid(65534).gid(65534).current_dir("/").status().unwrap();
+    assert!(made.success(), "the other user could not make its directory");
+    let out = netd(&["--gen-identity", id.to_str().unwrap()]);
+    let key_there = std::fs::read_to_string(id.join("key.pem")).unwrap_or_default();
+    let victim_now = std::fs::read(&victim).unwrap();
+    let _ = std::fs::remove_dir_all(&base);
+    println!(
+        "gen-identity into nobody's directory: {}; nobody's key.pem holds a private key: {}; the victim is intact: {}",
+        out.status,
+        key_there.contains("PRIVATE KEY"),
+        victim_now == b"root's own\n"
+    );
+    assert!(!key_there.contains("PRIVATE KEY"), "root's private key went into another user's file");
+    assert_eq!(victim_now, b"root's own\n", "ferry-netd wrote through another user's symbolic link");
+    assert!(!out.status.success() && text(&out.stderr).contains("owned by uid 65534"), "{out:?}");
+}

@@ -95,18 +95,45 @@ fn parse_peer(v: &str) -> Result<(String, SocketAddr), String> {
 fn gen_identity(dir: &Path, host_name: &str) -> Result<(), String> {
     let id = Identity::generate(host_name).map_err(|e| e.to_string())?;
     let (cert, key) = id.to_pem();
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    write_private(&dir.join("key.pem"), &key)?;
-    std::fs::write(dir.join("cert.pem"), cert).map_err(|e| e.to_string())?;
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let at = own_dir(dir)?;
+    write_in(&at, dir, "key.pem", &key, 0o600)?;
+    write_in(&at, dir, "cert.pem", &cert, 0o644)?;
     println!("ferry-netd: wrote {0}/cert.pem (give it to peers) and {0}/key.pem", dir.display());
     Ok(())
 }
 
-fn write_private(path: &Path, text: &str) -> Result<(), String> {
+/// Opens `dir` for writing an identity into, if it is a directory (not a
+/// symbolic link) of this user or root that neither group nor others may
+/// write to. In another user's directory, or one others may write to,
+/// that user could have put a file of its own, readable by it, where the
+/// private key goes, or a symbolic link to a file only root may write.
+fn own_dir(dir: &Path) -> Result<std::os::fd::OwnedFd, String> {
+    use rustix::fs::{Mode, OFlags};
+    let fd = rustix::fs::open(dir, OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())
+        .map_err(|e| format!("{}: {e} (a symbolic link or not a directory?)", dir.display()))?;
+    let st = rustix::fs::fstat(&fd).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let me = rustix::process::geteuid().as_raw();
+    if st.st_uid != me && st.st_uid != 0 {
+        return Err(format!("refusing to write an identity into {}: it is owned by uid {}, not by this user (uid {me}) or root", dir.display(), st.st_uid));
+    }
+    if st.st_mode & 0o022 != 0 {
+        return Err(format!("refusing to write an identity into {}: its mode {:o} lets other users write to it", dir.display(), st.st_mode & 0o7777));
+    }
+    Ok(fd)
+}
+
+/// Writes `text` as file `name` in the directory `at` (`dir`), never
+/// through a symbolic link, with exactly the permissions `mode`.
+fn write_in(at: &std::os::fd::OwnedFd, dir: &Path, name: &str, text: &str, mode: u32) -> Result<(), String> {
+    use rustix::fs::{Mode, OFlags};
     use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    f.write_all(text.as_bytes()).map_err(|e| e.to_string())
+    let path = dir.join(name);
+    let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let fd = rustix::fs::openat(at, name, flags, Mode::from_raw_mode(mode)).map_err(|e| format!("{}: {e}", path.display()))?;
+    rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode)).map_err(|e| format!("{}: {e}", path.display()))?;
+    std::fs::File::from(fd).write_all(text.as_bytes()).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 fn read(path: &Path) -> Result<String, String> {

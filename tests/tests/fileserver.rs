@@ -846,3 +846,48 @@ fn another_users_budget_never_makes_roots_snapshot_read_the_live_file() {
         assert_eq!(seen, 1, "root's snapshot showed a write made to the file after it was taken");
     });
 }
+
+
+/// A version the file server made of a file that kept changing while it
+/// copied it is never handed to a later opener as the file's contents.
+/// After its last attempt the copy was stamped with the file's state
+/// after the copy, not before it: uid nobody, writing its own file while
+/// it opened it and stopping once answered, left a torn copy stamped as
+/// the file's final state, and root's snapshot of the file, taken when it
+/// no longer changed, held bytes the file did not.
+#[test]
+fn a_copy_torn_by_its_files_writer_is_never_handed_on_as_the_file() {
+    let test = "a_copy_torn_by_its_files_writer_is_never_handed_on_as_the_file";
+    if !common::can_play_other_user(test) {
+        return;
+    }
+    let _serial = common::serial();
+    common::watchdog(test, LIMIT, || {
+        let s = Served::start("torn", Budgets::default(), |root| {
+            std::fs::write(root.join("churned"), vec![0u8; 16384 * PAGE]).unwrap();
+            chmod(&root.join("churned"), 0o644);
+            std::os::unix::fs::chown(root.join("churned"), Some(NOBODY), Some(NOBODY)).unwrap();
+        });
+        let path = s.root.join("churned");
+        let (mut differed, mut planted) = (0, 0);
+        let trials = 12;
+        for _ in 0..trials {
+            let mut attacker = s.attacker("files-plant", &["churned", path.to_str().unwrap()]);
+            let mut out = lines(&mut attacker);
+            if line(&mut out) != "planted" {
+                kill(attacker);
+                continue;
+            }
+            planted += 1;
+            let snap = s.client().open("churned").unwrap();
+            let now = std::fs::read(&path).unwrap();
+            if snap.as_slice() != &now[..] {
+                differed += 1;
+            }
+            drop(snap);
+            kill(attacker);
+        }
+        println!("root's snapshots unlike the file they were taken of, which no longer changed: {differed} of {planted} planted in {trials} tries");
+        assert_eq!(differed, 0, "root's snapshot held bytes the file did not, in {differed} of {trials} tries");
+    });
+}

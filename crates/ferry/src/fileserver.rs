@@ -421,10 +421,15 @@ fn copy_version(file: &OwnedFd, st: &FileInfo, name: &str) -> Result<(OwnedFd, [
     let io = |what: &str, e: rustix::io::Errno| refuse(proto::E_UNSUPPORTED, format!("{name}: {what}: {e}"));
     let memfd = mem::memfd("ferry-file", st.size).map_err(|e| io("making its copy", e))?;
     let mut before = st.changed;
-    for _ in 0..COPY_ATTEMPTS {
+    for attempt in 1..=COPY_ATTEMPTS {
         files::copy_into(file.as_fd(), memfd.as_fd(), st.size).map_err(|e| io("copying", e))?;
         let after = files::info(file.as_fd()).map_err(|e| io("stat", e))?;
-        if after.changed == before && after.size == st.size {
+        // The last copy, changed under it, keeps the stamp from before
+        // it, which the file no longer has. Stamped with the state after
+        // it, a copy its file's writer tore (writing behind where it had
+        // read, then leaving the file alone) was handed to every later
+        // opener as the file's contents.
+        if (after.changed == before && after.size == st.size) || attempt == COPY_ATTEMPTS {
             break;
         }
         before = after.changed;

@@ -46,6 +46,12 @@
 //!   file description the server shares), touches page 0; with READ_OWN=1
 //!   a thread also reads the userfaultfd's events itself. Prints `ready`
 //!   and waits to be killed.
+//! - `files-plant NAME PATH`: opens NAME, its own file PATH, while it
+//!   writes the file's last page in place every 0.5 ms, watching the
+//!   server's reads of the file (inotify): once two copies are read, it
+//!   stops, writes the first page once, behind the third copy, and leaves
+//!   the file alone. Keeps the snapshot; prints `planted` (or `missed`
+//!   when the server read fewer than two copies) and waits to be killed.
 
 use std::io::Write;
 use std::time::Duration;
@@ -80,6 +86,7 @@ pub fn run(role: &str, args: &[String]) -> Outcome {
         "files-attach-raw" => Some(attach_raw(args)),
         "files-serve-here" => Some(serve_here(args)),
         "files-race" => Some(race(args)),
+        "files-plant" => Some(plant(args)),
         _ => None,
     }
 }
@@ -607,6 +614,64 @@ fn block(args: &[String]) -> Res {
     println!("ready");
     std::io::stdout().flush()?;
     loop {
+        std::thread::sleep(Duration::from_secs(3600));
+    }
+}
+
+fn plant(args: &[String]) -> Res {
+    use rustix::fs::inotify;
+    use std::os::unix::fs::FileExt;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let [name, path] = args else { return Err("usage: files-plant NAME PATH".into()) };
+    let file = Arc::new(std::fs::OpenOptions::new().read(true).write(true).open(path)?);
+    let pages = (file.metadata()?.len() / 4096).max(2);
+    // The first page gets a value it does not have.
+    let mut first = [0u8; 1];
+    file.read_exact_at(&mut first, 0)?;
+    let first = first[0].wrapping_add(1);
+    // Each copy the server makes of the file is one read of it, which
+    // the file's own user may watch.
+    let watch = inotify::init(inotify::CreateFlags::CLOEXEC | inotify::CreateFlags::NONBLOCK)?;
+    inotify::add_watch(&watch, path.as_str(), inotify::WatchFlags::ACCESS)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let (s2, f2) = (stop.clone(), file.clone());
+    let writer = std::thread::spawn(move || {
+        let mut i = 0u64;
+        while !s2.load(Ordering::Relaxed) {
+            i += 1;
+            let _ = f2.write_at(&[(i % 250) as u8 + 1; 4096], (pages - 1) * 4096);
+            std::thread::sleep(Duration::from_micros(500));
+        }
+    });
+    let (tx, rx) = std::sync::mpsc::channel();
+    let name = name.clone();
+    std::thread::spawn(move || {
+        let r = client().map_err(|e| e.to_string()).and_then(|fs| fs.open(&name).map_err(|e| e.to_string()));
+        let _ = tx.send(r);
+    });
+    // Writes go on through the first two copies; one more lands in the
+    // third, behind where it has read, and then the file is left alone.
+    let mut copies = 0;
+    let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 4096];
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while copies < 2 && std::time::Instant::now() < deadline {
+        let mut events = inotify::Reader::new(&watch, &mut buf);
+        match events.next() {
+            Ok(_) => copies += 1,
+            Err(_) => std::thread::sleep(Duration::from_micros(50)),
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let _ = writer.join();
+    if copies == 2 {
+        file.write_at(&[first; 4096], 0)?;
+    }
+    let snap = rx.recv()??;
+    println!("{}", if copies == 2 { "planted" } else { "missed" });
+    std::io::stdout().flush()?;
+    loop {
+        std::hint::black_box(&snap);
         std::thread::sleep(Duration::from_secs(3600));
     }
 }

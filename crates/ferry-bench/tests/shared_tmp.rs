@@ -142,3 +142,97 @@ fn benchmarks_run_by_root_never_write_through_another_users_links() {
     assert!(roots_in_squat.is_empty(), "iceoryx2 wrote {roots_in_squat:?} in directories another user made:\n{}", said[2]);
     assert!(said[2].contains("not this user's own directory"), "{}", said[2]);
 }
+
+/// What another user does before `ferry bench python` runs, when
+/// `FERRY_TEST_SQUAT_PY` names the shared temporary directory: puts
+/// symbolic links to `FERRY_TEST_VICTIM` where the suite's script would
+/// write its machine description beside its records, for the next pids.
+/// Run as uid nobody by
+/// `python_benchmark_run_by_root_never_writes_through_another_users_links`;
+/// otherwise nothing.
+#[test]
+fn squat_the_python_benchmarks_files() {
+    let (Some(tmp), Some(victim)) = (std::env::var_os("FERRY_TEST_SQUAT_PY"), std::env::var_os("FERRY_TEST_VICTIM")) else { return };
+    let tmp = Path::new(&tmp);
+    let read = |p: &str| -> u32 { std::fs::read_to_string(p).unwrap().trim().parse().unwrap() };
+    let (last, max) = (read("/proc/sys/kernel/ns_last_pid"), read("/proc/sys/kernel/pid_max"));
+    let mut made = 0;
+    for n in 1..3000 {
+        let pid = if last + n < max { last + n } else { 300 + (last + n - max) };
+        if std::os::unix::fs::symlink(&victim, tmp.join(format!("ferry-bench-python-{pid}-0.json.meta.json"))).is_ok() {
+            made += 1;
+        }
+    }
+    println!("squatted {made}");
+}
+
+/// `ferry bench python` run by root with a shared temporary directory
+/// where another user (nobody) put symbolic links, to a file only root may
+/// write, under the names the suite's script would write its machine
+/// description to (`FILE.meta.json` beside its records, as
+/// `python/bench/bench.py` does): the file is untouched. The records' name
+/// was made with care, but the script's second file was that name and a
+/// suffix, in the shared directory. The script here is a stand-in that
+/// writes the two files as the real one does.
+#[test]
+fn python_benchmark_run_by_root_never_writes_through_another_users_links() {
+    if rustix::process::geteuid().as_raw() != 0 {
+        eprintln!("python_benchmark_run_by_root_never_writes_through_another_users_links: skipped (needs root to play another user)");
+        return;
+    }
+    let base = std::env::temp_dir().join(format!("ferry-bench-squat-py-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let (tmp, secret) = (base.join("tmp"), base.join("secret"));
+    std::fs::create_dir_all(&tmp).unwrap();
+    std::fs::create_dir_all(&secret).unwrap();
+    std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let victim = secret.join("victim");
+    std::fs::write(&victim, b"root's own\n").unwrap();
+    // A stand-in for the interpreter (which says it can import ferry and
+    // numpy) and for the script, writing FILE and FILE.meta.json.
+    let (python, script) = (base.join("python"), base.join("bench.py"));
+    std::fs::write(&python, "#!/bin/sh\n[ \"$1\" = -c ] && exit 0\nexec python3 \"$@\"\n").unwrap();
+    std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let stand_in = "import sys\nout = sys.argv[sys.argv.index('--json') + 1]\n\
+        open(out, 'w').write('[]')\nopen(out + '.meta.json', 'w').write('{\"machine\": \"here\"}')\n";
+    std::fs::write(&script, stand_in).unwrap();
+    let copy = base.join("as-another-user");
+    if std::fs::hard_link(std::env::current_exe().unwrap(), &copy).is_err() {
+        std::fs::copy(std::env::current_exe().unwrap(), &copy).unwrap();
+        std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let mut squat = Command::new(&copy);
+    squat
+        .args(["--exact", "squat_the_python_benchmarks_files", "--nocapture", "--test-threads=1"])
+        .env("FERRY_TEST_SQUAT_PY", &tmp)
+        .env("FERRY_TEST_VICTIM", &victim)
+        .uid(65534)
+        .gid(65534)
+        .current_dir("/");
+    let mut out = squat.output();
+    for _ in 0..100 {
+        match &out {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy => std::thread::sleep(Duration::from_millis(10)),
+            _ => break,
+        }
+        out = squat.output();
+    }
+    let out = out.unwrap();
+    assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("squatted"), "{out:?}");
+    let run = Command::new(FERRY_BENCH)
+        .arg0("ferry")
+        .args(["bench", "python", "--smoke"])
+        .env("TMPDIR", &tmp)
+        .env("FERRY_PYTHON", &python)
+        .env("FERRY_PY_BENCH", &script)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run ferry-bench");
+    let said = format!("{}{}", String::from_utf8_lossy(&run.stdout), String::from_utf8_lossy(&run.stderr));
+    let victim_now = std::fs::read(&victim).unwrap();
+    let _ = std::fs::remove_dir_all(&base);
+    println!("the root-only file after ferry bench python: {:?}", String::from_utf8_lossy(&victim_now));
+    assert!(victim_now == b"root's own\n", "ferry bench python wrote through another user's symbolic link:\n{said}");
+}

@@ -91,10 +91,11 @@ pub fn run(quick: bool, mib: u64) -> Vec<Record> {
         eprintln!("ferry bench python: {why}");
         return skipped(mib, &why);
     };
-    let out = match tempfile_path() {
-        Ok(p) => p,
-        Err(e) => return skipped(mib, &format!("no temporary file for the script's records: {e}")),
+    let dir = match private_temp_dir() {
+        Ok(d) => d,
+        Err(e) => return skipped(mib, &format!("no temporary directory for the script's records: {e}")),
     };
+    let out = dir.path().join("records.json");
     let mut cmd = Command::new(&python);
     cmd.arg(&script).arg("--json").arg(&out).arg("--mib").arg(mib.to_string());
     if quick {
@@ -102,8 +103,7 @@ pub fn run(quick: bool, mib: u64) -> Vec<Record> {
     }
     let status = cmd.status();
     let text = std::fs::read_to_string(&out);
-    let _ = std::fs::remove_file(&out);
-    let _ = std::fs::remove_file(format!("{}.meta.json", out.display()));
+    drop(dir);
     match (status, text) {
         (Ok(s), Ok(text)) if s.success() => match crate::record::from_json_array(&text) {
             Ok(records) => records,
@@ -114,16 +114,13 @@ pub fn run(quick: bool, mib: u64) -> Vec<Record> {
     }
 }
 
-/// A fresh path in the temporary directory for the script's JSON.
-fn tempfile_path() -> std::io::Result<PathBuf> {
-    let dir = std::env::temp_dir();
-    for k in 0..100u32 {
-        let p = dir.join(format!("ferry-bench-python-{}-{k}.json", std::process::id()));
-        match std::fs::OpenOptions::new().write(true).create_new(true).open(&p) {
-            Ok(_) => return Ok(p),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(e),
-        }
-    }
-    Err(std::io::Error::other("no free name"))
+/// A new directory of this user's alone (mode 0700) in the temporary
+/// directory, `ferry-bench-python-` and random characters (`tempfile`),
+/// removed when dropped, for the script's records and the machine
+/// description it writes beside them (`FILE.meta.json`). The temporary
+/// directory is shared: a file of a name made there with care still had
+/// its sidecar's name known ahead, where another user's symbolic link made
+/// the script, run by root, write over a file only root may write.
+fn private_temp_dir() -> std::io::Result<tempfile::TempDir> {
+    tempfile::Builder::new().prefix("ferry-bench-python-").tempdir()
 }

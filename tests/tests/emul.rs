@@ -983,6 +983,51 @@ fn emul_another_user_holding_its_token_cannot_stop_the_owner_truncating() {
     });
 }
 
+/// Another user opens root's world-readable file 60 times and keeps the
+/// token of every one of its open files active. Root's truncation waits a
+/// moment for the other user's holders, all of them together, and then
+/// cuts the file under them: it waited 2 s for each in turn, so the other
+/// user's 60 open files held root's truncation (or open with `O_TRUNC`)
+/// for two minutes, and its budget of open files would have held it for
+/// hours. Bounded here at 30 s, a fraction of what 60 waits in turn take.
+#[test]
+fn emul_another_users_many_held_tokens_are_waited_for_together() {
+    if !common::can_play_other_user("emul_another_users_many_held_tokens_are_waited_for_together") {
+        return;
+    }
+    watchdog("emul_another_users_many_held_tokens_are_waited_for_together", Duration::from_secs(180), || {
+        use ferry::emulation::{Client, Opened};
+        use std::io::{BufRead, Write};
+        let dir = shared_scratch("hold-many");
+        std::fs::write(dir.join("public"), b"0123456789").unwrap();
+        let srv = Served::new(&dir);
+        let (mut peer, mut out) = start_stall(&srv, "hold-many", "public");
+        let mine = Client::new(srv.right().try_clone().unwrap());
+        let Ok(Opened::File(f)) = mine.open("public", libc::O_RDWR, 0) else { panic!("root's open failed") };
+        let (tx, rx) = std::sync::mpsc::channel();
+        let id = f.id;
+        let cutting = std::thread::spawn(move || {
+            let _ = tx.send(mine.truncate(id, 4));
+            mine
+        });
+        let cut = rx.recv_timeout(Duration::from_secs(30));
+        println!("root's truncation with 60 tokens of another user's held: {cut:?}");
+        assert!(cut.is_ok(), "root's truncation still waited after 30 s: the other user's holders were waited for one after another");
+        assert_eq!(cut.unwrap(), Ok(()));
+        assert_eq!(std::fs::read(dir.join("public")).unwrap(), b"0123");
+        let mine = cutting.join().unwrap();
+        writeln!(peer.stdin.take().unwrap()).unwrap();
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        drop(out);
+        assert!(peer.wait().unwrap().success(), "the attacker failed");
+        drop((f, mine));
+        let (_, open) = srv.finish();
+        assert_eq!(open, 0);
+        let _ = std::fs::remove_dir_all(&dir);
+    });
+}
+
 /// One user opens files until the server refuses it, against a server
 /// in its own process whose descriptor limit is lower than that user's
 /// budget of open files would need (1024, the usual default): the user is

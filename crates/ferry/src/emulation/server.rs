@@ -26,8 +26,9 @@ use crate::timeout::Timeout;
 /// How long the server waits for an active token holder before answering
 /// `EDEADLK` (a holder is active only inside one library call).
 const ACTIVE_WAIT: Duration = Duration::from_secs(20);
-/// How long a truncation waits for an active holder of another user's open
-/// file of the same file before cutting the file under it.
+/// How long a truncation waits for the active holders of other users' open
+/// files of the same file, all of them together, before cutting the file
+/// under them.
 const OTHERS_WAIT: Duration = Duration::from_secs(2);
 /// Most requests that may wait (for a token holder: token requests,
 /// truncations; for the disk: flushes) handed on their own threads at once
@@ -841,8 +842,9 @@ enum Cut<'a> {
 /// The file is cut as `who` (the server running as `euid`), so that it
 /// keeps no set-user-ID bit the asker's own truncation would clear. An
 /// open file of another user than the one cutting (who may write the
-/// file) whose holder stays active past [`OTHERS_WAIT`] does not stop the
-/// cut: it is cut under that holder, whose own process alone can fault, so
+/// file) whose holder stays active past [`OTHERS_WAIT`] (counted once for
+/// all such open files) does not stop the cut: it is cut under that
+/// holder, whose own process alone can fault, so
 /// that nobody who may only read a file can keep its writer from
 /// truncating it.
 fn cut(
@@ -865,8 +867,13 @@ fn cut(
     all.sort_by_key(|(id, _)| *id);
     let (mut recalled, mut stuck) = (Vec::new(), Vec::new());
     let mut result = Ok(());
+    // Other users' holders are waited for together, for OTHERS_WAIT in
+    // all: waited for in turn, a user's many open files of the file (up to
+    // its budget, thousands) held the owner's truncation for that many
+    // times OTHERS_WAIT.
+    let others_until = Instant::now() + OTHERS_WAIT;
     for (_, o) in &all {
-        let wait = if o.uid == who.uid { ACTIVE_WAIT } else { OTHERS_WAIT };
+        let wait = if o.uid == who.uid { ACTIVE_WAIT } else { others_until.saturating_duration_since(Instant::now()) };
         match hand_token(&o.page, holders, counters, me, wait) {
             Ok(()) => recalled.push(o),
             Err(Errno::DEADLK) if o.uid != who.uid => stuck.push(o),

@@ -148,7 +148,8 @@ fn other_user(args: &[String]) -> Res {
 /// waits for the active holder: `truncate` (a truncation of the open
 /// file), `open-trunc` (an open of NAME with `O_TRUNC`) or `tokens` (300
 /// token requests at once); or, with `hold`, opens NAME (another user's
-/// file) for reading and only keeps its token active; or, with `fsync`,
+/// file) for reading and only keeps its token active (`hold-many`: opens
+/// it 60 times, keeping every token active); or, with `fsync`,
 /// writes 256 MiB into NAME and asks the server to flush it to disk (which
 /// the disk makes wait, token or not). Prints `stalling`, waits for a line on standard
 /// input, and prints whether its first request was answered by then
@@ -158,15 +159,28 @@ fn stall(args: &[String]) -> Res {
     use ferry::emulation::{OP_EMUL_OPEN, OP_EMUL_TOKEN, OP_EMUL_TRUNCATE};
     let (how, name) = match args {
         [how, name] => (how.as_str(), name.as_str()),
-        _ => return Err("usage: emul-stall truncate|open-trunc|tokens|hold|fsync NAME".into()),
+        _ => return Err("usage: emul-stall truncate|open-trunc|tokens|hold|hold-many|fsync NAME".into()),
     };
     let right = ferry::spawn::inherited()?;
     let client = Client::new(right.try_clone()?);
+    let me = std::process::id() as i32;
+    let mut more = Vec::new();
+    if how == "hold-many" {
+        for _ in 1..60 {
+            let Opened::File(f) = client.open(name, libc::O_RDONLY, 0).map_err(|e| format!("open: errno {e}"))? else {
+                return Err("not a file".into());
+            };
+            if !f.page.try_activate(me) {
+                return Err(format!("the token is not this process's: {:?}", f.page.state()).into());
+            }
+            more.push(f);
+        }
+    }
+    let how = if how == "hold-many" { "hold" } else { how };
     let flags = if how == "hold" { libc::O_RDONLY } else { libc::O_RDWR | libc::O_CREAT };
     let Opened::File(f) = client.open(name, flags, 0o644).map_err(|e| format!("open: errno {e}"))? else {
         return Err("not a file".into());
     };
-    let me = std::process::id() as i32;
     if !f.page.try_activate(me) {
         return Err(format!("the token is not this process's: {:?}", f.page.state()).into());
     }
@@ -204,6 +218,9 @@ fn stall(args: &[String]) -> Res {
     std::io::stdout().flush()?;
     // Each token granted makes this process the active holder again.
     f.page.deactivate(me);
+    for g in &more {
+        g.page.deactivate(me);
+    }
     for _ in usize::from(answered)..sent {
         rx.recv(Timeout::After(Duration::from_secs(60)))?;
         f.page.deactivate(me);

@@ -201,10 +201,21 @@ const LOG_LIMIT: u64 = 4 << 20;
 const LOG_CHECK: Duration = Duration::from_secs(1);
 
 /// Opens `log` for appending: made with mode 0600, never through a
-/// symbolic link.
+/// symbolic link, and only if the file is this user's. Every user's
+/// connections and registrations are logged; a file another user made
+/// first where the log goes (in a directory every user may write to) was
+/// appended to, and that user read them.
 fn open_log(log: &Path) -> std::io::Result<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new().create(true).append(true).mode(0o600).custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32).open(log)
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let file = std::fs::OpenOptions::new().create(true).append(true).mode(0o600).custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32).open(log)?;
+    let (owner, me) = (file.metadata()?.uid(), rustix::process::geteuid().as_raw());
+    if owner != me {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!("it is owned by uid {owner}, not by this user (uid {me}): another user may read what is logged there"),
+        ));
+    }
+    Ok(file)
 }
 
 /// Sends standard error to the end of `log` and standard output to

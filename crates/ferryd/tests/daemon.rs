@@ -218,6 +218,57 @@ fn a_detached_daemons_log_is_begun_anew_past_its_limit() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `ferryd --detach --log FILE` run by root never logs into a file of
+/// another user's: uid nobody made FILE first, in a directory every user
+/// may write to, readable by it, and the daemon appended to it every
+/// user's connections and registrations (names are each user's own to
+/// list). A log file that is not the daemon's user's is refused, and so is
+/// the daemon's start.
+#[test]
+fn a_detached_daemon_never_logs_into_another_users_file() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("a_detached_daemon_never_logs_into_another_users_file: skipped (needs root to play another user)");
+        return;
+    }
+    let dir = fresh_dir("ferryd-squatted-log");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (sockets, shared) = (dir.join("run"), dir.join("tmp"));
+    std::fs::create_dir_all(&sockets).unwrap();
+    std::fs::set_permissions(&sockets, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::create_dir_all(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let log = shared.join("ferryd.log");
+    // The other user, a real process of uid nobody, makes the log first.
+    let made = Command::new("sh")
+        .args(["-c", &format!("touch {0} && chmod 666 {0}", log.display())])
+        .uid(65534)
+        .gid(65534)
+        .current_dir("/")
+        .status()
+        .unwrap();
+    assert!(made.success(), "the other user could not make the file");
+    let sock = sockets.join("bootstrap");
+    let out = Command::new(env!("CARGO_BIN_EXE_ferryd"))
+        .args(["--socket", sock.to_str().unwrap(), "--idle-exit", "60", "--detach", "--log", log.to_str().unwrap()])
+        .stdin(Stdio::null())
+        .output()
+        .expect("start ferryd --detach");
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    if out.status.success() {
+        let (_rx, tx) = ferry::port().unwrap();
+        ferry::Bootstrap::connect_to(&sock).expect("the daemon serves").register("roots-own-service", &tx).unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        stop_detached(&said);
+    }
+    let theirs = std::fs::read_to_string(&log).unwrap_or_default();
+    let _ = std::fs::remove_dir_all(&dir);
+    println!("ferryd --detach: {}; nobody's file now holds {} bytes", out.status, theirs.len());
+    assert!(!theirs.contains("ferryd:"), "the daemon logged into another user's file:\n{theirs}");
+    assert!(!out.status.success() && said.contains("owned by uid 65534"), "{said}");
+}
+
 /// An empty directory of this test run's own, named after `tag`.
 fn fresh_dir(tag: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("{tag}-{}", std::process::id()));

@@ -1028,6 +1028,67 @@ fn emul_another_users_many_held_tokens_are_waited_for_together() {
     });
 }
 
+/// Another user holding as many descriptors as it may, and asking from
+/// many threads at once for segments of root's open file, never holds up
+/// root's calls. The server checked on its own thread whether the asker
+/// held that open file natively, comparing each of the asker's
+/// descriptors with it (thousands of system calls for one request): 200
+/// such requests queued, and root's every call waited behind them.
+/// Bounded here at 30 s for root's 10 calls.
+#[test]
+fn emul_another_users_requests_for_a_file_it_does_not_hold_hold_up_nobody() {
+    if !common::can_play_other_user("emul_another_users_requests_for_a_file_it_does_not_hold_hold_up_nobody") {
+        return;
+    }
+    watchdog("emul_another_users_requests_for_a_file_it_does_not_hold_hold_up_nobody", Duration::from_secs(180), || {
+        use ferry::emulation::{Client, Opened};
+        use std::io::{BufRead, Write};
+        let dir = shared_scratch("foreign");
+        std::fs::write(dir.join("public"), b"0123456789").unwrap();
+        std::fs::write(dir.join("mine"), b"root's").unwrap();
+        let srv = Served::new(&dir);
+        let mine = Client::new(srv.right().try_clone().unwrap());
+        let Ok(Opened::File(f)) = mine.open("mine", libc::O_RDONLY, 0) else { panic!("root's open failed") };
+        let mut peer = common::peer_command_as(common::NOBODY, Path::new("/nonexistent"), "emul-foreign", &[&f.id.to_string(), "200"])
+            .pass_right(srv.right())
+            .unwrap()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut out = std::io::BufReader::new(peer.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert!(line.starts_with("flooding"), "the attacker did not start: {line}");
+        println!("the other user: {}", line.trim());
+        let (tx, rx) = std::sync::mpsc::channel();
+        let calls = std::thread::spawn(move || {
+            let t = std::time::Instant::now();
+            for _ in 0..10 {
+                mine.stat("public", false).unwrap();
+            }
+            let _ = tx.send(t.elapsed());
+            mine
+        });
+        let took = rx.recv_timeout(Duration::from_secs(30));
+        println!("root's 10 calls during the other user's requests: {took:?}");
+        writeln!(peer.stdin.take().unwrap()).unwrap();
+        line.clear();
+        out.read_line(&mut line).unwrap();
+        println!("the other user: {}", line.trim());
+        assert!(took.is_ok(), "root's 10 calls still waited after 30 s behind the other user's requests");
+        let mine = calls.join().unwrap();
+        drop(out);
+        assert!(peer.wait().unwrap().success(), "the attacker failed");
+        assert!(line.contains("answered 0 "), "the other user read root's file: {line}");
+        drop((f, mine));
+        let (_, open) = srv.finish();
+        assert_eq!(open, 0);
+        let _ = std::fs::remove_dir_all(&dir);
+    });
+}
+
 /// One user opens files until the server refuses it, against a server
 /// in its own process whose descriptor limit is lower than that user's
 /// budget of open files would need (1024, the usual default): the user is

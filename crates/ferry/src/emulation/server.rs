@@ -183,23 +183,43 @@ impl Handler {
     }
 }
 
-/// [`lookup`] for a client: another user's open file too when the asking
-/// process holds it (a descriptor of the same open file description). A
-/// program that opened a file and then became another user (`setuid` or
-/// `seteuid`, as daemons do after opening their logs) holds it natively,
-/// and its reads, writes, truncations and flushes through it failed with
-/// `EBADF`. The pid is the one the kernel reported for the request.
-fn lookup_for(table: &Table, id: u64, who: &Asker) -> Res<Arc<OpenFile>> {
+/// The open file a client's request names, as far as the server's own
+/// thread checks it.
+enum Named {
+    /// The asker's own (by uid).
+    Own(Arc<OpenFile>),
+    /// Another user's, which the asking process may still hold natively
+    /// (a descriptor of the same open file description): a program that
+    /// opened a file and then became another user (`setuid` or `seteuid`,
+    /// as daemons do after opening their logs), whose reads, writes,
+    /// truncations and flushes through it failed with `EBADF`. Checked by
+    /// [`held_by`], on a waiting thread.
+    Theirs(Arc<OpenFile>),
+}
+
+/// [`lookup`] for a client: its own open file at once, or another user's
+/// to be checked with [`held_by`].
+fn named(table: &Table, id: u64, who: &Asker) -> Res<Named> {
     match lookup(table, id, who.uid) {
-        Err(Errno::BADF) => {
-            let f = table.lock().unwrap_or_else(|e| e.into_inner()).get(&id).cloned().ok_or(Errno::BADF)?;
-            if files::holds_open_file(who.pid, f.file.as_fd()) {
-                Ok(f)
-            } else {
-                Err(Errno::BADF)
-            }
-        }
-        r => r,
+        Ok(f) => Ok(Named::Own(f)),
+        Err(Errno::BADF) => table.lock().unwrap_or_else(|e| e.into_inner()).get(&id).cloned().map(Named::Theirs).ok_or(Errno::BADF),
+        Err(e) => Err(e),
+    }
+}
+
+/// `f`, another user's open file, if the asking process holds it. The
+/// check compares each of the asker's descriptors with it, a system call
+/// each, thousands for a process that holds as many as it may: it runs on
+/// a waiting thread, within the asker's share of them. On the server's
+/// own thread, another user's requests naming an open file it did not
+/// hold (any open file's id, from many threads at once) held up every
+/// other user's calls. The pid is the one the kernel reported for the
+/// request.
+fn held_by(f: Arc<OpenFile>, who: &Asker) -> Res<Arc<OpenFile>> {
+    if files::holds_open_file(who.pid, f.file.as_fd()) {
+        Ok(f)
+    } else {
+        Err(Errno::BADF)
     }
 }
 
@@ -210,6 +230,27 @@ fn lookup(table: &Table, id: u64, uid: u32) -> Res<Arc<OpenFile>> {
         return Err(Errno::BADF);
     }
     Ok(f)
+}
+
+/// Reads a segment of open file `f` (`OP_EMUL_SG_READ`: up to
+/// [`SG_MAX`] bytes) or writes one (`OP_EMUL_SG_WRITE`, as the asker
+/// `who`, the server running as `euid`), as `body` asks.
+fn segment(f: &OpenFile, op: u32, euid: u32, who: &Asker, body: &[u8]) -> Res<Vec<u8>> {
+    let offset = get_u64(body, 8).ok_or(Errno::INVAL)?;
+    if op == OP_EMUL_SG_READ {
+        let len = (get_u32(body, 16).ok_or(Errno::INVAL)? as usize).min(SG_MAX);
+        let mut buf = vec![0u8; len];
+        let n = sg_read(f, offset, &mut buf)?;
+        buf.truncate(n);
+        Ok(buf)
+    } else {
+        // As the asker: a write by the server's own privileges would
+        // keep a set-user-ID bit the asker's write clears.
+        let n = as_asker(euid, who, || sg_write(f, offset, &body[16..]))??;
+        let mut out = Vec::new();
+        put_u64(&mut out, n as u64);
+        Ok(out)
+    }
 }
 
 fn sg_read(f: &OpenFile, offset: u64, buf: &mut [u8]) -> Res<usize> {
@@ -594,7 +635,7 @@ impl EmulServer {
             OP_EMUL_MKDIR => Step::Now(mkdir(&self.root, self.euid, who, &body).map(|()| (vec![], vec![]))),
             OP_EMUL_TRUNCATE | OP_EMUL_FSYNC => self.file_op(m.op(), who, &body),
             OP_EMUL_TRUNCATE_NAME => self.truncate_by_name(who, &body),
-            OP_EMUL_SG_READ | OP_EMUL_SG_WRITE => Step::Now(self.segment(m.op(), who, &body).map(|b| (b, vec![]))),
+            OP_EMUL_SG_READ | OP_EMUL_SG_WRITE => self.segment(m.op(), who, &body),
             OP_EMUL_TOKEN => self.token(who, &body),
             // A channel is asked for on the main port only.
             OP_EMUL_CHANNEL if matches!(reply.0, Some(ReplyTo::Right(_))) => Step::Now(self.add_channel(who.uid, m)),
@@ -629,12 +670,18 @@ impl EmulServer {
     /// once it is free (on a thread of its own).
     fn token(&self, who: Asker, body: &[u8]) -> Step {
         let Some(id) = get_u64(body, 0) else { return Step::Now(Err(Errno::INVAL)) };
-        let page = match lookup_for(&self.table, id, &who) {
-            Ok(f) => f.page.clone(),
+        let named = match named(&self.table, id, &who) {
+            Ok(n) => n,
             Err(e) => return Step::Now(Err(e)),
         };
         let (holders, counters) = (self.holders.clone(), self.counters.clone());
-        Step::Wait(Box::new(move || hand_token(&page, &holders, &counters, who.pid, ACTIVE_WAIT).map(|()| (vec![], vec![]))))
+        Step::Wait(Box::new(move || {
+            let f = match named {
+                Named::Own(f) => f,
+                Named::Theirs(f) => held_by(f, &who)?,
+            };
+            hand_token(&f.page, &holders, &counters, who.pid, ACTIVE_WAIT).map(|()| (vec![], vec![]))
+        }))
     }
 
     /// The handler form of the server's open-file routines, for callers in
@@ -643,30 +690,45 @@ impl EmulServer {
         Handler { table: self.table.clone(), uid: self.euid }
     }
 
-    fn segment(&self, op: u32, who: Asker, body: &[u8]) -> Res<Vec<u8>> {
-        let id = get_u64(body, 0).ok_or(Errno::INVAL)?;
-        let offset = get_u64(body, 8).ok_or(Errno::INVAL)?;
-        let f = lookup_for(&self.table, id, &who)?;
-        if op == OP_EMUL_SG_READ {
-            let len = (get_u32(body, 16).ok_or(Errno::INVAL)? as usize).min(SG_MAX);
-            let mut buf = vec![0u8; len];
-            let n = sg_read(&f, offset, &mut buf)?;
-            buf.truncate(n);
-            Ok(buf)
-        } else {
-            // As the asker: a write by the server's own privileges would
-            // keep a set-user-ID bit the asker's write clears.
-            let n = as_asker(self.euid, &who, || sg_write(&f, offset, &body[16..]))??;
-            let mut out = Vec::new();
-            put_u64(&mut out, n as u64);
-            Ok(out)
+    /// A segment read or write of an open file: at once on the asker's
+    /// own open file, else on a waiting thread once [`held_by`] found the
+    /// asker holding it.
+    fn segment(&self, op: u32, who: Asker, body: &[u8]) -> Step {
+        let Some(id) = get_u64(body, 0) else { return Step::Now(Err(Errno::INVAL)) };
+        let euid = self.euid;
+        match named(&self.table, id, &who) {
+            Err(e) => Step::Now(Err(e)),
+            Ok(Named::Own(f)) => Step::Now(segment(&f, op, euid, &who, body).map(|b| (b, vec![]))),
+            Ok(Named::Theirs(f)) => {
+                let body = body.to_vec();
+                Step::Wait(Box::new(move || {
+                    let f = held_by(f, &who)?;
+                    segment(&f, op, euid, &who, &body).map(|b| (b, vec![]))
+                }))
+            }
         }
     }
 
     fn file_op(&self, op: u32, who: Asker, body: &[u8]) -> Step {
         let Some(id) = get_u64(body, 0) else { return Step::Now(Err(Errno::INVAL)) };
-        let f = match lookup_for(&self.table, id, &who) {
-            Ok(f) => f,
+        let f = match named(&self.table, id, &who) {
+            Ok(Named::Own(f)) => f,
+            // Checked, and then done, on a waiting thread.
+            Ok(Named::Theirs(f)) => {
+                let (table, holders, counters, euid) = (self.table.clone(), self.holders.clone(), self.counters.clone(), self.euid);
+                let len = get_u64(body, 8);
+                return Step::Wait(Box::new(move || {
+                    let f = held_by(f, &who)?;
+                    if op == OP_EMUL_FSYNC {
+                        return rustix::fs::fsync(&f.file).map(|()| (vec![], vec![]));
+                    }
+                    let len = len.ok_or(Errno::INVAL)?;
+                    if !writable(f.file.as_fd()) {
+                        return Err(Errno::INVAL);
+                    }
+                    cut(&table, &holders, &counters, (euid, who), f.identity, Cut::Open(f.file.as_fd()), len).map(|()| (vec![], vec![]))
+                }));
+            }
             Err(e) => return Step::Now(Err(e)),
         };
         if op == OP_EMUL_FSYNC {

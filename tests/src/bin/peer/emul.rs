@@ -17,6 +17,7 @@ pub fn run(role: &str, args: &[String]) -> Outcome {
         "emul-token-dies" => Some(token_dies(args)),
         "emul-other-user" => Some(other_user(args)),
         "emul-stall" => Some(stall(args)),
+        "emul-foreign" => Some(foreign(args)),
         "emul-open-many" => Some(open_many(args)),
         "emul-full-reply" => Some(full_reply(args)),
         "emul-channel-intrude" => Some(channel_intrude(args)),
@@ -489,5 +490,59 @@ fn process_target() -> Res {
     std::io::stdout().flush()?;
     line.clear();
     std::io::stdin().lock().read_line(&mut line)?;
+    Ok(())
+}
+
+/// `emul-foreign ID THREADS`: as a hostile user, through the server passed
+/// as the inherited right, holding as many descriptors as its hard limit
+/// allows (less 1000), asks from THREADS threads (each over a channel of
+/// its own) for segment reads of open file ID, another user's, until a
+/// line comes on standard input. Prints `flooding` once they ask, then
+/// how many were answered and how many refused.
+fn foreign(args: &[String]) -> Res {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let (id, threads) = match args {
+        [id, n] => (id.parse::<u64>()?, n.parse::<usize>()?),
+        _ => return Err("usage: emul-foreign ID THREADS".into()),
+    };
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+    let hard = limit.maximum.unwrap_or(1 << 20).min(1 << 20);
+    rustix::process::setrlimit(rustix::process::Resource::Nofile, rustix::process::Rlimit { current: Some(hard), ..limit })?;
+    let null = std::fs::File::open("/dev/null")?;
+    let mut kept = Vec::new();
+    while (kept.len() as u64) + 1000 < hard {
+        match rustix::io::fcntl_dupfd_cloexec(&null, 0) {
+            Ok(fd) => kept.push(fd),
+            Err(_) => break,
+        }
+    }
+    let right = ferry::spawn::inherited()?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let (answered, refused) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let workers: Vec<_> = (0..threads)
+        .map(|_| {
+            let (client, stop, answered, refused) = (Client::new(right.try_clone().unwrap()), stop.clone(), answered.clone(), refused.clone());
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 16];
+                while !stop.load(Ordering::Relaxed) {
+                    match client.sg_read(id, 0, &mut buf) {
+                        Ok(_) => answered.fetch_add(1, Ordering::Relaxed),
+                        Err(_) => refused.fetch_add(1, Ordering::Relaxed),
+                    };
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    println!("flooding with {} descriptors held", kept.len());
+    std::io::stdout().flush()?;
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line)?;
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        let _ = w.join();
+    }
+    println!("answered {} refused {}", answered.load(Ordering::Relaxed), refused.load(Ordering::Relaxed));
     Ok(())
 }

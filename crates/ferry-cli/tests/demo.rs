@@ -442,6 +442,58 @@ fn names_never_shows_another_users_name_as_a_row_of_its_own() {
     assert!(rows[0].split_whitespace().nth(2) == Some(&std::process::id().to_string()), "{text}");
 }
 
+/// A program run by root that starts the name server on demand never
+/// runs another user's program as `ferryd`. It looked for `ferryd` beside
+/// itself and one directory up, and ran whatever was there: with the
+/// program in a directory of root's inside a directory every user may
+/// write to (`/tmp/build/prog`), uid nobody put a `ferryd` of its own one
+/// directory up, and root ran it. A candidate is now run only if it and
+/// its directory are the user's or root's and no one else may change
+/// them.
+#[test]
+fn the_daemon_started_on_demand_is_never_another_users_program() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    use std::process::Stdio;
+    if rustix::process::geteuid().as_raw() != 0 {
+        eprintln!("the_daemon_started_on_demand_is_never_another_users_program: skipped (needs root to play another user)");
+        return;
+    }
+    let base = std::env::temp_dir().join(format!("ferry-autostart-squat-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let (shared, runtime) = (base.join("tmp"), base.join("runtime"));
+    let build = shared.join("build");
+    std::fs::create_dir_all(&build).unwrap();
+    std::fs::create_dir_all(&runtime).unwrap();
+    std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    std::fs::set_permissions(&build, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&runtime, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let program = build.join("ferry");
+    runnable_by_others(Path::new(env!("CARGO_BIN_EXE_ferry")), &program);
+    // The other user, a real process of uid nobody, puts its `ferryd` one
+    // directory up from root's program.
+    let marker = shared.join("ran-as");
+    let plant = format!("printf '#!/bin/sh\\nid -u > {}\\nexit 1\\n' > {1} && chmod 755 {1}", marker.display(), shared.join("ferryd").display());
+    let planted = Command::new("sh").args(["-c", &plant]).uid(65534).gid(65534).current_dir("/").status().unwrap();
+    assert!(planted.success(), "the other user could not plant its program");
+    let out = Command::new(&program)
+        .args(["demo", "--role", "server"])
+        .env_remove("FERRY_BOOTSTRAP")
+        .env_remove("FERRY_DAEMON")
+        .env_remove("FERRY_NO_AUTOSTART")
+        .env_remove("FERRY_NO_EMBED")
+        .env("XDG_RUNTIME_DIR", &runtime)
+        .env("PATH", "/usr/bin:/bin")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let ran = std::fs::read_to_string(&marker).ok();
+    let _ = std::fs::remove_dir_all(&base);
+    println!("the other user's ferryd ran as uid: {ran:?}; the program said: {}", String::from_utf8_lossy(&out.stderr).trim());
+    assert_eq!(ran, None, "root ran another user's program as ferryd");
+}
+
 /// Puts program `from` at `to`, in a directory another user may enter,
 /// where that user may run it: the build directory may be beneath
 /// directories it cannot enter. A hard link where it can be (no bytes

@@ -20,7 +20,9 @@
 //! `ferryd.log` beside the socket), so the name service outlives any one
 //! client; it exits after [`AUTOSTART_IDLE_EXIT`] with no connection and
 //! no registered name, and the next client starts another. The binary is `$FERRY_DAEMON`, else `ferryd` beside the running
-//! program (or one directory up), else on `PATH`. Set
+//! program (or one directory up), else on `PATH`, each of those only if
+//! it and its directory are this user's or root's and no one else may
+//! change them. Set
 //! `FERRY_NO_AUTOSTART=1` (or the older `FERRY_NO_EMBED=1`) to forbid
 //! this; a path given by `FERRY_BOOTSTRAP` is never started on demand.
 //! [`Bootstrap::private`] runs a private name server inside the caller
@@ -469,6 +471,25 @@ fn daemon_candidates() -> Vec<PathBuf> {
     out
 }
 
+/// Whether the program at `bin` and its directory are this user's or
+/// root's and no one else may change them: the program is not writable by
+/// group or others, nor is its directory unless it is sticky (where no
+/// one may replace another's file). A candidate found beside the running
+/// program, one directory up or on `PATH` is run only then: a program in
+/// a directory of its user's inside one every user may write to (such as
+/// `/tmp/build/prog`) found another user's `ferryd` one directory up, and
+/// ran it as its own user, root included.
+fn nobody_else_controls(bin: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let me = rustix::process::geteuid().as_raw();
+    let ours = |m: &std::fs::Metadata| m.uid() == me || m.uid() == 0;
+    let Ok(file) = std::fs::metadata(bin) else { return false };
+    let Some(dir) = bin.parent().and_then(|d| std::fs::metadata(if d.as_os_str().is_empty() { Path::new(".") } else { d }).ok()) else {
+        return false;
+    };
+    ours(&file) && file.mode() & 0o022 == 0 && ours(&dir) && (dir.mode() & 0o022 == 0 || dir.mode() & 0o1000 != 0)
+}
+
 /// How long a daemon started on demand stays with no connection and no
 /// name before it exits (`ferryd --idle-exit`).
 pub const AUTOSTART_IDLE_EXIT: Duration = Duration::from_secs(600);
@@ -480,12 +501,16 @@ fn start_daemon(path: &Path) -> Result<Bootstrap, NameError> {
     // The daemon runs from `/`, so it holds no directory of the caller's.
     let path = &std::path::absolute(path).map_err(|e| NameError::NotRunning { path: path.to_owned(), why: format!("cannot make the path absolute: {e}") })?;
     let candidates = daemon_candidates();
-    let Some(bin) = candidates.iter().find(|p| p.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)) else {
+    let explicit = std::env::var_os("FERRY_DAEMON").is_some();
+    let Some(bin) = candidates
+        .iter()
+        .find(|p| p.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0) && (explicit || nobody_else_controls(p)))
+    else {
         let looked: Vec<String> = candidates.iter().map(|p| p.display().to_string()).collect();
         return Err(NameError::NotRunning {
             path: path.to_owned(),
             why: format!(
-                "nothing listens there and no ferryd binary was found to start (looked at: {}); put ferryd on PATH, set FERRY_DAEMON to it, or run `ferryd` yourself",
+                "nothing listens there and no ferryd binary was found to start (looked at: {}; one another user owns or may change is never run); put ferryd on PATH, set FERRY_DAEMON to it, or run `ferryd` yourself",
                 looked.join(", ")
             ),
         });

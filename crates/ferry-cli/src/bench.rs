@@ -42,6 +42,12 @@ fn is_executable(p: &Path) -> bool {
     std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
+/// [`is_executable`], for a program found rather than named: only one no
+/// one else may change (`ferry::spawn::nobody_else_controls`).
+fn is_trusted_executable(p: &Path) -> bool {
+    is_executable(p) && ferry::spawn::nobody_else_controls(p)
+}
+
 /// Finds `ferry-bench` as the module documentation says.
 fn locate(env: Option<&OsStr>, own: Option<&Path>, path: Option<&OsStr>) -> Result<PathBuf, NotFound> {
     if let Some(v) = env.filter(|v| !v.is_empty()) {
@@ -51,10 +57,10 @@ fn locate(env: Option<&OsStr>, own: Option<&Path>, path: Option<&OsStr>) -> Resu
         return if is_executable(&p) { Ok(p) } else { Err(NotFound::BadEnv(p)) };
     }
     let beside = own.and_then(Path::parent).map(|d| d.join(PROGRAM));
-    if let Some(b) = beside.as_ref().filter(|b| is_executable(b)) {
+    if let Some(b) = beside.as_ref().filter(|b| is_trusted_executable(b)) {
         return Ok(b.clone());
     }
-    let on_path = path.into_iter().flat_map(std::env::split_paths).map(|d| d.join(PROGRAM)).find(|p| is_executable(p));
+    let on_path = path.into_iter().flat_map(std::env::split_paths).map(|d| d.join(PROGRAM)).find(|p| is_trusted_executable(p));
     on_path.ok_or(NotFound::Absent { beside })
 }
 

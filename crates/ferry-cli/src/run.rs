@@ -62,7 +62,9 @@ fn library(explicit: Option<&Path>) -> Option<PathBuf> {
     }
     let exe = std::env::current_exe().ok()?;
     let dir = exe.parent()?;
-    [dir.join("libferry_emul.so"), dir.join("../lib/libferry_emul.so")].into_iter().find(|p| p.is_file())
+    // Preloaded into the program, with its user's rights: only a file no
+    // one else may change (`ferry::spawn::nobody_else_controls`).
+    [dir.join("libferry_emul.so"), dir.join("../lib/libferry_emul.so")].into_iter().find(|p| p.is_file() && ferry::spawn::nobody_else_controls(p))
 }
 
 /// Runs `ferry run`.
@@ -77,7 +79,7 @@ pub fn main(args: &Args) -> ExitCode {
         Err(e) => return fail(format!("{}: {e}", args.files.display())),
     };
     let Some(lib) = library(args.library.as_deref()) else {
-        return fail("libferry_emul.so not found (set FERRY_EMUL_LIB or pass --library)".into());
+        return fail("libferry_emul.so not found beside ferry or in ../lib (one another user owns or may change is never loaded; set FERRY_EMUL_LIB or pass --library)".into());
     };
     let lib = lib.canonicalize().unwrap_or(lib);
     let exe = match std::env::current_exe() {

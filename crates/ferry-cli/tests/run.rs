@@ -1290,3 +1290,67 @@ fn ferry_run_a_second_open_of_a_directory_keeps_its_record_locks_like_native() {
     assert!(native.contains("second open 1 held") && native.contains("closed free"), "{native}");
     assert_eq!(served, native);
 }
+
+/// `ferry run` run by root never preloads another user's library into the
+/// program. Unless told where the emulation library is, it took
+/// `libferry_emul.so` beside itself or in `../lib`: with `ferry` in a
+/// directory of root's inside one every user may write to
+/// (`/tmp/build/ferry`), uid nobody made `/tmp/lib` with a library of its
+/// own there, and root's program ran it as root. A library found, not
+/// named, is now loaded only if no one else may change it.
+#[test]
+fn run_never_preloads_another_users_library() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("run_never_preloads_another_users_library: skipped (needs root to play another user)");
+        return;
+    }
+    let base = std::env::temp_dir().join(format!("ferry-run-preload-squat-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let (shared, files) = (base.join("tmp"), base.join("files"));
+    let build = shared.join("build");
+    std::fs::create_dir_all(&build).unwrap();
+    std::fs::create_dir_all(&files).unwrap();
+    std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    std::fs::set_permissions(&build, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let ferry = build.join("ferry");
+    if std::fs::hard_link(env!("CARGO_BIN_EXE_ferry"), &ferry).is_err() {
+        std::fs::copy(env!("CARGO_BIN_EXE_ferry"), &ferry).unwrap();
+    }
+    // The other user's library: it says who loaded it.
+    let marker = shared.join("loaded-as");
+    let source = base.join("theirs.c");
+    std::fs::write(
+        &source,
+        format!(
+            "#include <stdio.h>\n#include <unistd.h>\n__attribute__((constructor)) static void said(void) {{ FILE *f = fopen(\"{}\", \"w\"); if (f) {{ fprintf(f, \"%d\\n\", (int) geteuid()); fclose(f); }} }}\n",
+            marker.display()
+        ),
+    )
+    .unwrap();
+    let built = base.join("theirs.so");
+    let cc = Command::new("cc").args(["-shared", "-fPIC", "-o"]).arg(&built).arg(&source).status();
+    if !cc.is_ok_and(|s| s.success()) {
+        eprintln!("run_never_preloads_another_users_library: skipped (no C compiler to build the other user's library)");
+        let _ = std::fs::remove_dir_all(&base);
+        return;
+    }
+    std::fs::set_permissions(&built, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // The other user, a real process of uid nobody, puts it in place.
+    let plant = format!("mkdir -m 777 {0}/lib && cp {1} {0}/lib/libferry_emul.so", shared.display(), built.display());
+    let planted = Command::new("sh").args(["-c", &plant]).uid(65534).gid(65534).current_dir("/").status().unwrap();
+    assert!(planted.success(), "the other user could not plant its library");
+    let out = Command::new(&ferry)
+        .args(["run", "--files"])
+        .arg(&files)
+        .args(["--", "/bin/true"])
+        .env_remove("FERRY_EMUL_LIB")
+        .output()
+        .unwrap();
+    let loaded = std::fs::read_to_string(&marker).ok();
+    let _ = std::fs::remove_dir_all(&base);
+    println!("the other user's library was loaded as uid: {loaded:?}; ferry run: {} {}", out.status, String::from_utf8_lossy(&out.stderr).trim());
+    assert_eq!(loaded, None, "ferry run preloaded another user's library");
+}

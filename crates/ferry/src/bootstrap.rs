@@ -471,25 +471,6 @@ fn daemon_candidates() -> Vec<PathBuf> {
     out
 }
 
-/// Whether the program at `bin` and its directory are this user's or
-/// root's and no one else may change them: the program is not writable by
-/// group or others, nor is its directory unless it is sticky (where no
-/// one may replace another's file). A candidate found beside the running
-/// program, one directory up or on `PATH` is run only then: a program in
-/// a directory of its user's inside one every user may write to (such as
-/// `/tmp/build/prog`) found another user's `ferryd` one directory up, and
-/// ran it as its own user, root included.
-fn nobody_else_controls(bin: &Path) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    let me = rustix::process::geteuid().as_raw();
-    let ours = |m: &std::fs::Metadata| m.uid() == me || m.uid() == 0;
-    let Ok(file) = std::fs::metadata(bin) else { return false };
-    let Some(dir) = bin.parent().and_then(|d| std::fs::metadata(if d.as_os_str().is_empty() { Path::new(".") } else { d }).ok()) else {
-        return false;
-    };
-    ours(&file) && file.mode() & 0o022 == 0 && ours(&dir) && (dir.mode() & 0o022 == 0 || dir.mode() & 0o1000 != 0)
-}
-
 /// How long a daemon started on demand stays with no connection and no
 /// name before it exits (`ferryd --idle-exit`).
 pub const AUTOSTART_IDLE_EXIT: Duration = Duration::from_secs(600);
@@ -504,7 +485,7 @@ fn start_daemon(path: &Path) -> Result<Bootstrap, NameError> {
     let explicit = std::env::var_os("FERRY_DAEMON").is_some();
     let Some(bin) = candidates
         .iter()
-        .find(|p| p.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0) && (explicit || nobody_else_controls(p)))
+        .find(|p| p.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0) && (explicit || crate::spawn::nobody_else_controls(p)))
     else {
         let looked: Vec<String> = candidates.iter().map(|p| p.display().to_string()).collect();
         return Err(NameError::NotRunning {

@@ -118,3 +118,26 @@ pub fn inherited() -> Result<SendRight, InheritError> {
         }
     }
 }
+
+/// Whether the file at `path` and its directory are this user's (by
+/// effective uid) or root's and no one else may change them: the file is
+/// not writable by group or others, nor is its directory unless the
+/// directory is sticky (where no one may replace another's file). A
+/// program or library found by where the running program is (beside it,
+/// a directory up, `../lib`) or on `PATH`, rather than named by its user,
+/// is run or loaded only then: a program run by root from a directory of
+/// its own inside one every user may write to (`/tmp/build/prog`) looked
+/// one directory up, and ran or preloaded another user's file there as
+/// root.
+pub fn nobody_else_controls(path: &std::path::Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let me = rustix::process::geteuid().as_raw();
+    let ours = |m: &std::fs::Metadata| m.uid() == me || m.uid() == 0;
+    let Ok(file) = std::fs::metadata(path) else { return false };
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => std::path::Path::new("."),
+    };
+    let Ok(dir) = std::fs::metadata(dir) else { return false };
+    ours(&file) && file.mode() & 0o022 == 0 && ours(&dir) && (dir.mode() & 0o022 == 0 || dir.mode() & 0o1000 != 0)
+}

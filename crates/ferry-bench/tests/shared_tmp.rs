@@ -236,3 +236,54 @@ fn python_benchmark_run_by_root_never_writes_through_another_users_links() {
     println!("the root-only file after ferry bench python: {:?}", String::from_utf8_lossy(&victim_now));
     assert!(victim_now == b"root's own\n", "ferry bench python wrote through another user's symbolic link:\n{said}");
 }
+
+/// `ferry bench python` run by root never runs another user's program as
+/// its Python interpreter. It tried the virtual environment beside its
+/// build directory, one directory above its own: with `ferry-bench` in a
+/// directory of root's inside one every user may write to
+/// (`/tmp/build/ferry-bench`), uid nobody made `/tmp/python-venv/bin/python`,
+/// and root ran it. An interpreter found there is now tried only if no one
+/// else may change it.
+#[test]
+fn python_benchmark_run_by_root_never_runs_another_users_interpreter() {
+    if rustix::process::geteuid().as_raw() != 0 {
+        eprintln!("python_benchmark_run_by_root_never_runs_another_users_interpreter: skipped (needs root to play another user)");
+        return;
+    }
+    let base = std::env::temp_dir().join(format!("ferry-bench-squat-venv-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let shared = base.join("tmp");
+    let build = shared.join("build");
+    std::fs::create_dir_all(&build).unwrap();
+    std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    std::fs::set_permissions(&build, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let program = build.join("ferry-bench");
+    if std::fs::hard_link(FERRY_BENCH, &program).is_err() {
+        std::fs::copy(FERRY_BENCH, &program).unwrap();
+    }
+    // The other user, a real process of uid nobody, makes the virtual
+    // environment's interpreter one directory up.
+    let marker = shared.join("ran-as");
+    let plant = format!(
+        "mkdir -p {0}/python-venv/bin && printf '#!/bin/sh\\nid -u > {1}\\nexit 1\\n' > {0}/python-venv/bin/python && chmod 755 {0}/python-venv/bin/python",
+        shared.display(),
+        marker.display()
+    );
+    let planted = Command::new("sh").args(["-c", &plant]).uid(65534).gid(65534).current_dir("/").status().unwrap();
+    assert!(planted.success(), "the other user could not plant its interpreter");
+    let run = Command::new(&program)
+        .arg0("ferry")
+        .args(["bench", "python", "--smoke", "--json"])
+        .arg(base.join("out.json"))
+        .env_remove("FERRY_PYTHON")
+        .env_remove("VIRTUAL_ENV")
+        .env_remove("CARGO_TARGET_DIR")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run ferry-bench");
+    let ran = std::fs::read_to_string(&marker).ok();
+    let _ = std::fs::remove_dir_all(&base);
+    println!("the other user's interpreter ran as uid: {ran:?}; ferry bench python: {}", run.status);
+    assert_eq!(ran, None, "ferry bench python ran another user's program as its interpreter");
+}

@@ -8,8 +8,9 @@
 //! `pickle5-oob`; `roundtrip`, 64 bytes, impls `ferry-py`, `ferry-py-port`,
 //! `mp-pipe`. The script needs ferry's Python package and NumPy; the
 //! interpreter is the first of `$FERRY_PYTHON`, `$VIRTUAL_ENV/bin/python`,
-//! the virtual environment `python/test.sh` makes (`target/python-venv`)
-//! and `python3` that can import both. Without one, every record of the
+//! the virtual environment `python/test.sh` makes (`target/python-venv`,
+//! beside this program's build directory only if no one else may change
+//! it) and `python3` that can import both. Without one, every record of the
 //! suite is written as skipped, with the reason and how to get the
 //! package in `extra.skipped`, and the same text goes to stderr.
 
@@ -41,9 +42,15 @@ fn candidates() -> Vec<PathBuf> {
     if let Some(venv) = std::env::var_os("VIRTUAL_ENV") {
         v.push(Path::new(&venv).join("bin/python"));
     }
-    // This program in target/<profile>/, the venv in target/python-venv.
+    // This program in target/<profile>/, the venv in target/python-venv:
+    // found, not named, so run only if no one else may change it
+    // (`ferry::spawn::nobody_else_controls`). With this program in
+    // `/tmp/build/`, that is `/tmp/python-venv`, which any user may make.
     if let Some(target) = std::env::current_exe().ok().and_then(|e| e.parent()?.parent().map(Path::to_path_buf)) {
-        v.push(target.join("python-venv/bin/python"));
+        let venv = target.join("python-venv/bin/python");
+        if ferry::spawn::nobody_else_controls(&venv) {
+            v.push(venv);
+        }
     }
     if let Some(t) = std::env::var_os("CARGO_TARGET_DIR") {
         v.push(Path::new(&t).join("python-venv/bin/python"));

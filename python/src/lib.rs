@@ -22,11 +22,12 @@ mod portset;
 mod region;
 mod rpc;
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use pyo3::sync::{MutexExt, RwLockExt};
 use pyo3::types::PyDict;
 
 /// Converts a Python timeout (seconds; `None` waits forever, `0` not at all)
@@ -46,6 +47,26 @@ pub(crate) fn timeout(secs: Option<f64>) -> PyResult<ferry::Timeout> {
 /// poisoned lock is used as it is.
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Locks a handle's state from code that holds the GIL. Another thread may
+/// hold the same lock with the GIL released for as long as its call blocks
+/// (a receive, an RPC call, a send waiting for room in a queue); waiting
+/// for it with the GIL held would stop every Python thread meanwhile, the
+/// one that could end that call included. So the GIL is released while
+/// waiting. [`lock`] is for code that runs without the GIL.
+pub(crate) fn lock_py<'a, T>(py: Python<'_>, m: &'a Mutex<T>) -> MutexGuard<'a, T> {
+    m.lock_py_attached(py).unwrap_or_else(|p| p.into_inner())
+}
+
+/// As [`lock_py`], to read a handle kept in a `RwLock`.
+pub(crate) fn read_py<'a, T>(py: Python<'_>, l: &'a RwLock<T>) -> RwLockReadGuard<'a, T> {
+    l.read_py_attached(py).unwrap_or_else(|p| p.into_inner())
+}
+
+/// As [`lock_py`], to change a handle kept in a `RwLock`.
+pub(crate) fn write_py<'a, T>(py: Python<'_>, l: &'a RwLock<T>) -> RwLockWriteGuard<'a, T> {
+    l.write_py_attached(py).unwrap_or_else(|p| p.into_inner())
 }
 
 /// The error for a handle that was closed or moved away.

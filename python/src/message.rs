@@ -133,11 +133,11 @@ impl Message {
         } else if r#move {
             return Err(PyTypeError::new_err("move=True applies to a Region only"));
         } else if let Ok(r) = item.cast::<SendRight>() {
-            r.get().take()?.into()
+            r.get().take(item.py())?.into()
         } else if let Ok(r) = item.cast::<SendOnceRight>() {
-            r.get().take()?.into()
+            r.get().take(item.py())?.into()
         } else if let Ok(r) = item.cast::<ReceiveRight>() {
-            r.get().take()?.into()
+            r.get().take(item.py())?.into()
         } else if let Ok(r) = item.cast::<RegionItem>() {
             r.get().take()?.into()
         } else {
@@ -165,9 +165,9 @@ impl Message {
     fn set_reply<'py>(mut slf: PyRefMut<'py, Self>, right: &Bound<'py, PyAny>) -> PyResult<PyRefMut<'py, Self>> {
         slf.get()?;
         let reply: ferry::Reply = if let Ok(r) = right.cast::<SendOnceRight>() {
-            r.get().take()?.into()
+            r.get().take(right.py())?.into()
         } else if let Ok(r) = right.cast::<SendRight>() {
-            r.get().take()?.into()
+            r.get().take(right.py())?.into()
         } else {
             return Err(PyTypeError::new_err("a reply right is a SendRight or a SendOnceRight"));
         };

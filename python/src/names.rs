@@ -9,7 +9,7 @@ use pyo3::types::PyDict;
 
 use crate::errors::name_error;
 use crate::port::SendRight;
-use crate::{gone, lock};
+use crate::{gone, lock, lock_py};
 
 /// A connection to the name service: `FERRY_BOOTSTRAP`'s socket, the default
 /// one, or `path`. Without a running `ferryd`, the first program starts an
@@ -61,7 +61,7 @@ impl Bootstrap {
     /// Registers a copy of `right` under `name` for this user. Raises
     /// `NameTaken` if a live port has it.
     fn register(&self, py: Python<'_>, name: &str, right: &Bound<'_, SendRight>) -> PyResult<()> {
-        let copy = right.get().with(|r| r.try_clone())?.map_err(crate::errors::os_error)?;
+        let copy = right.get().with(py, |r| r.try_clone())?.map_err(crate::errors::os_error)?;
         self.call(py, |b| b.register(name, &copy))
     }
 
@@ -70,7 +70,7 @@ impl Bootstrap {
     /// only: anyone else gets `NameDenied`). Raises `NameTaken` if a live
     /// port has it.
     fn register_system(&self, py: Python<'_>, name: &str, right: &Bound<'_, SendRight>) -> PyResult<()> {
-        let copy = right.get().with(|r| r.try_clone())?.map_err(crate::errors::os_error)?;
+        let copy = right.get().with(py, |r| r.try_clone())?.map_err(crate::errors::os_error)?;
         self.call(py, |b| b.register_system(name, &copy))
     }
 
@@ -84,7 +84,7 @@ impl Bootstrap {
     /// all) as the port of the user it names. Raises `NameTaken` if a live
     /// port has the name.
     fn register_system_service(&self, py: Python<'_>, name: &str, right: &Bound<'_, SendRight>) -> PyResult<()> {
-        let copy = right.get().with(|r| r.try_clone())?.map_err(crate::errors::os_error)?;
+        let copy = right.get().with(py, |r| r.try_clone())?.map_err(crate::errors::os_error)?;
         self.call(py, |b| b.register_system_service(name, &copy))
     }
 
@@ -117,13 +117,13 @@ impl Bootstrap {
 
     /// The socket path of the name server.
     #[getter]
-    fn path(&self) -> PyResult<PathBuf> {
-        Ok(lock(&self.inner).as_ref().ok_or_else(|| gone("Bootstrap"))?.path().to_path_buf())
+    fn path(&self, py: Python<'_>) -> PyResult<PathBuf> {
+        Ok(lock_py(py, &self.inner).as_ref().ok_or_else(|| gone("Bootstrap"))?.path().to_path_buf())
     }
 
     /// Closes the connection. Idempotent.
-    fn close(&self) {
-        let b = lock(&self.inner).take();
+    fn close(&self, py: Python<'_>) {
+        let b = lock_py(py, &self.inner).take();
         drop(b);
     }
 
@@ -132,8 +132,8 @@ impl Bootstrap {
     }
 
     #[pyo3(signature = (*_exc))]
-    fn __exit__(&self, _exc: &Bound<'_, pyo3::types::PyTuple>) -> bool {
-        self.close();
+    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+        self.close(py);
         false
     }
 }

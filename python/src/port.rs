@@ -14,7 +14,7 @@ use pyo3::prelude::*;
 
 use crate::errors::{os_error, recv_error, send_error};
 use crate::message::Message;
-use crate::{gone, interruptible, lock};
+use crate::{gone, interruptible, lock, lock_py, read_py, write_py};
 
 /// How a receive right is held: on its own, or inside a one-member port set
 /// so that it has one descriptor to poll.
@@ -80,8 +80,8 @@ impl ReceiveRight {
 
     /// Takes the right out of this handle (to move it into a message or a
     /// port set).
-    pub(crate) fn take(&self) -> PyResult<ferry::ReceiveRight> {
-        lock(&self.inner).take().map(Holder::into_right).ok_or_else(|| gone("ReceiveRight"))
+    pub(crate) fn take(&self, py: Python<'_>) -> PyResult<ferry::ReceiveRight> {
+        lock_py(py, &self.inner).take().map(Holder::into_right).ok_or_else(|| gone("ReceiveRight"))
     }
 }
 
@@ -103,23 +103,23 @@ impl ReceiveRight {
 
     /// Makes a send-once right to this port: good for exactly one message
     /// (typically a reply).
-    fn make_send_once(&self) -> PyResult<SendOnceRight> {
-        let mut g = lock(&self.inner);
+    fn make_send_once(&self, py: Python<'_>) -> PyResult<SendOnceRight> {
+        let mut g = lock_py(py, &self.inner);
         let h = g.as_mut().ok_or_else(|| gone("ReceiveRight"))?;
         Ok(SendOnceRight::wrap(h.port().make_send_once().map_err(os_error)?))
     }
 
     /// Send-once rights made here and not yet used or destroyed.
     #[getter]
-    fn send_once_outstanding(&self) -> PyResult<usize> {
-        let mut g = lock(&self.inner);
+    fn send_once_outstanding(&self, py: Python<'_>) -> PyResult<usize> {
+        let mut g = lock_py(py, &self.inner);
         Ok(g.as_mut().ok_or_else(|| gone("ReceiveRight"))?.port().send_once_outstanding())
     }
 
     /// Whether every send right is known to be gone.
     #[getter]
-    fn senders_gone(&self) -> PyResult<bool> {
-        let mut g = lock(&self.inner);
+    fn senders_gone(&self, py: Python<'_>) -> PyResult<bool> {
+        let mut g = lock_py(py, &self.inner);
         Ok(g.as_mut().ok_or_else(|| gone("ReceiveRight"))?.port().senders_gone())
     }
 
@@ -127,8 +127,8 @@ impl ReceiveRight {
     /// report (a message, no-senders, a dropped send-once right), for
     /// `selectors` and `asyncio`. Ask again after making send-once rights:
     /// the descriptor's registrations are brought up to date on each call.
-    fn fileno(&self) -> PyResult<RawFd> {
-        let mut g = lock(&self.inner);
+    fn fileno(&self, py: Python<'_>) -> PyResult<RawFd> {
+        let mut g = lock_py(py, &self.inner);
         let h = g.take().ok_or_else(|| gone("ReceiveRight"))?;
         let mut h = match h {
             Holder::Plain(r) => match ferry::PortSet::new() {
@@ -153,13 +153,13 @@ impl ReceiveRight {
 
     /// Whether the right was closed or moved away.
     #[getter]
-    fn closed(&self) -> bool {
-        lock(&self.inner).is_none()
+    fn closed(&self, py: Python<'_>) -> bool {
+        lock_py(py, &self.inner).is_none()
     }
 
     /// Destroys the right now (senders see a dead name). Idempotent.
-    fn close(&self) {
-        let h = lock(&self.inner).take();
+    fn close(&self, py: Python<'_>) {
+        let h = lock_py(py, &self.inner).take();
         drop(h);
     }
 
@@ -168,13 +168,13 @@ impl ReceiveRight {
     }
 
     #[pyo3(signature = (*_exc))]
-    fn __exit__(&self, _exc: &Bound<'_, pyo3::types::PyTuple>) -> bool {
-        self.close();
+    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+        self.close(py);
         false
     }
 
-    fn __repr__(&self) -> String {
-        format!("<ferry.ReceiveRight{}>", if self.closed() { " closed" } else { "" })
+    fn __repr__(&self, py: Python<'_>) -> String {
+        format!("<ferry.ReceiveRight{}>", if self.closed(py) { " closed" } else { "" })
     }
 }
 
@@ -191,12 +191,19 @@ impl SendRight {
         SendRight { inner: RwLock::new(Some(r)) }
     }
 
-    pub(crate) fn take(&self) -> PyResult<ferry::SendRight> {
-        self.inner.write().unwrap_or_else(|p| p.into_inner()).take().ok_or_else(|| gone("SendRight"))
+    pub(crate) fn take(&self, py: Python<'_>) -> PyResult<ferry::SendRight> {
+        write_py(py, &self.inner).take().ok_or_else(|| gone("SendRight"))
     }
 
-    /// Runs `f` with the right (shared: sends may run side by side).
-    pub(crate) fn with<R>(&self, f: impl FnOnce(&ferry::SendRight) -> R) -> PyResult<R> {
+    /// Runs `f` with the right (shared: sends may run side by side), from
+    /// code that holds the GIL.
+    pub(crate) fn with<R>(&self, py: Python<'_>, f: impl FnOnce(&ferry::SendRight) -> R) -> PyResult<R> {
+        let g = read_py(py, &self.inner);
+        Ok(f(g.as_ref().ok_or_else(|| gone("SendRight"))?))
+    }
+
+    /// As [`with`](Self::with), from code that runs without the GIL.
+    pub(crate) fn with_detached<R>(&self, f: impl FnOnce(&ferry::SendRight) -> R) -> PyResult<R> {
         let g = self.inner.read().unwrap_or_else(|p| p.into_inner());
         Ok(f(g.as_ref().ok_or_else(|| gone("SendRight"))?))
     }
@@ -212,7 +219,7 @@ impl SendRight {
     #[pyo3(signature = (msg, timeout=None))]
     fn send(&self, py: Python<'_>, msg: &Bound<'_, Message>, timeout: Option<f64>) -> PyResult<()> {
         let t = crate::timeout(timeout)?;
-        if self.closed() {
+        if self.closed(py) {
             return Err(gone("SendRight"));
         }
         let m = msg.borrow_mut().take_for_send()?;
@@ -228,15 +235,15 @@ impl SendRight {
     }
 
     /// Another send right to the same port.
-    fn clone(&self) -> PyResult<SendRight> {
-        let r = self.with(|s| s.try_clone())?.map_err(os_error)?;
+    fn clone(&self, py: Python<'_>) -> PyResult<SendRight> {
+        let r = self.with(py, |s| s.try_clone())?.map_err(os_error)?;
         Ok(SendRight::wrap(r))
     }
 
     /// Whether the port's receive right is gone (a dead name).
     #[getter]
-    fn is_dead(&self) -> PyResult<bool> {
-        self.with(|s| s.is_dead())
+    fn is_dead(&self, py: Python<'_>) -> PyResult<bool> {
+        self.with(py, |s| s.is_dead())
     }
 
     /// Waits up to `timeout` seconds for the receive right to go; returns
@@ -262,32 +269,32 @@ impl SendRight {
 
     /// The kernel's bound on the port's queue, in bytes.
     #[getter]
-    fn queue_limit(&self) -> PyResult<usize> {
-        self.with(|s| s.queue_limit())?.map_err(os_error)
+    fn queue_limit(&self, py: Python<'_>) -> PyResult<usize> {
+        self.with(py, |s| s.queue_limit())?.map_err(os_error)
     }
 
     /// Sets the bound on the port's queue, in bytes.
     #[setter]
-    fn set_queue_limit(&self, bytes: usize) -> PyResult<()> {
-        self.with(|s| s.set_queue_limit(bytes))?.map_err(os_error)
+    fn set_queue_limit(&self, py: Python<'_>, bytes: usize) -> PyResult<()> {
+        self.with(py, |s| s.set_queue_limit(bytes))?.map_err(os_error)
     }
 
     /// The descriptor of this right (polls writable while the queue has
     /// room, hang-up once the receiver is gone).
-    fn fileno(&self) -> PyResult<RawFd> {
+    fn fileno(&self, py: Python<'_>) -> PyResult<RawFd> {
         use std::os::fd::AsFd;
-        self.with(|s| s.as_fd().as_raw_fd())
+        self.with(py, |s| s.as_fd().as_raw_fd())
     }
 
     /// Whether the right was closed or moved away.
     #[getter]
-    fn closed(&self) -> bool {
-        lock_closed(&self.inner)
+    fn closed(&self, py: Python<'_>) -> bool {
+        read_py(py, &self.inner).is_none()
     }
 
     /// Destroys this right now. Idempotent.
-    fn close(&self) {
-        let r = self.inner.write().unwrap_or_else(|p| p.into_inner()).take();
+    fn close(&self, py: Python<'_>) {
+        let r = write_py(py, &self.inner).take();
         drop(r);
     }
 
@@ -296,18 +303,14 @@ impl SendRight {
     }
 
     #[pyo3(signature = (*_exc))]
-    fn __exit__(&self, _exc: &Bound<'_, pyo3::types::PyTuple>) -> bool {
-        self.close();
+    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+        self.close(py);
         false
     }
 
-    fn __repr__(&self) -> String {
-        format!("<ferry.SendRight{}>", if self.closed() { " closed" } else { "" })
+    fn __repr__(&self, py: Python<'_>) -> String {
+        format!("<ferry.SendRight{}>", if self.closed(py) { " closed" } else { "" })
     }
-}
-
-fn lock_closed<T>(l: &RwLock<Option<T>>) -> bool {
-    l.read().unwrap_or_else(|p| p.into_inner()).is_none()
 }
 
 /// A right good for exactly one message to a port, typically a reply. If it
@@ -323,8 +326,8 @@ impl SendOnceRight {
         SendOnceRight { inner: Mutex::new(Some(r)) }
     }
 
-    pub(crate) fn take(&self) -> PyResult<ferry::SendOnceRight> {
-        lock(&self.inner).take().ok_or_else(|| gone("SendOnceRight"))
+    pub(crate) fn take(&self, py: Python<'_>) -> PyResult<ferry::SendOnceRight> {
+        lock_py(py, &self.inner).take().ok_or_else(|| gone("SendOnceRight"))
     }
 }
 
@@ -337,26 +340,26 @@ impl SendOnceRight {
         if msg.borrow().is_sent() {
             return Err(crate::message::sent());
         }
-        let right = self.take()?;
+        let right = self.take(py)?;
         let m = msg.borrow_mut().take_for_send()?;
         py.detach(|| right.send(m, t)).map_err(send_error)
     }
 
     /// Whether the port's receive right is gone.
     #[getter]
-    fn is_dead(&self) -> PyResult<bool> {
-        Ok(lock(&self.inner).as_ref().ok_or_else(|| gone("SendOnceRight"))?.is_dead())
+    fn is_dead(&self, py: Python<'_>) -> PyResult<bool> {
+        Ok(lock_py(py, &self.inner).as_ref().ok_or_else(|| gone("SendOnceRight"))?.is_dead())
     }
 
     /// Whether the right was used, closed or moved away.
     #[getter]
-    fn closed(&self) -> bool {
-        lock(&self.inner).is_none()
+    fn closed(&self, py: Python<'_>) -> bool {
+        lock_py(py, &self.inner).is_none()
     }
 
     /// Destroys the right unused (the receiver sees `SendOnceDropped`).
-    fn close(&self) {
-        let r = lock(&self.inner).take();
+    fn close(&self, py: Python<'_>) {
+        let r = lock_py(py, &self.inner).take();
         drop(r);
     }
 
@@ -365,13 +368,13 @@ impl SendOnceRight {
     }
 
     #[pyo3(signature = (*_exc))]
-    fn __exit__(&self, _exc: &Bound<'_, pyo3::types::PyTuple>) -> bool {
-        self.close();
+    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+        self.close(py);
         false
     }
 
-    fn __repr__(&self) -> String {
-        format!("<ferry.SendOnceRight{}>", if self.closed() { " used" } else { "" })
+    fn __repr__(&self, py: Python<'_>) -> String {
+        format!("<ferry.SendOnceRight{}>", if self.closed(py) { " used" } else { "" })
     }
 }
 
@@ -404,27 +407,27 @@ impl ReplyReceiver {
 
     /// Whether the message, or the news that none will come, was taken.
     #[getter]
-    fn done(&self) -> PyResult<bool> {
-        Ok(lock(&self.inner).as_ref().ok_or_else(|| gone("ReplyReceiver"))?.is_done())
+    fn done(&self, py: Python<'_>) -> PyResult<bool> {
+        Ok(lock_py(py, &self.inner).as_ref().ok_or_else(|| gone("ReplyReceiver"))?.is_done())
     }
 
     /// A descriptor that polls readable when `try_recv` has an answer, for
     /// `selectors` and `asyncio` (`ferry.recv_async` takes this receiver
     /// too). It stays readable once the answer was taken.
-    fn fileno(&self) -> PyResult<RawFd> {
-        Ok(lock(&self.inner).as_ref().ok_or_else(|| gone("ReplyReceiver"))?.as_fd().as_raw_fd())
+    fn fileno(&self, py: Python<'_>) -> PyResult<RawFd> {
+        Ok(lock_py(py, &self.inner).as_ref().ok_or_else(|| gone("ReplyReceiver"))?.as_fd().as_raw_fd())
     }
 
     /// Whether the receiver was closed.
     #[getter]
-    fn closed(&self) -> bool {
-        lock(&self.inner).is_none()
+    fn closed(&self, py: Python<'_>) -> bool {
+        lock_py(py, &self.inner).is_none()
     }
 
     /// Closes the receiver now (a send through its right then fails with
     /// `PeerDead`). Idempotent.
-    fn close(&self) {
-        let r = lock(&self.inner).take();
+    fn close(&self, py: Python<'_>) {
+        let r = lock_py(py, &self.inner).take();
         drop(r);
     }
 
@@ -433,13 +436,13 @@ impl ReplyReceiver {
     }
 
     #[pyo3(signature = (*_exc))]
-    fn __exit__(&self, _exc: &Bound<'_, pyo3::types::PyTuple>) -> bool {
-        self.close();
+    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+        self.close(py);
         false
     }
 
-    fn __repr__(&self) -> String {
-        format!("<ferry.ReplyReceiver{}>", if self.closed() { " closed" } else { "" })
+    fn __repr__(&self, py: Python<'_>) -> String {
+        format!("<ferry.ReplyReceiver{}>", if self.closed(py) { " closed" } else { "" })
     }
 }
 

@@ -10,7 +10,7 @@ use pyo3::prelude::*;
 use crate::errors::{os_error, recv_error, wire_error};
 use crate::message::Message;
 use crate::port::{ReceiveRight, SendOnceRight, SendRight};
-use crate::{gone, interruptible, lock};
+use crate::{gone, interruptible, lock, lock_py};
 
 #[derive(Debug)]
 struct Set {
@@ -76,16 +76,16 @@ impl PortSet {
     }
 
     /// Moves a receive right into the set; returns its member number.
-    fn insert(&self, right: &Bound<'_, ReceiveRight>) -> PyResult<u64> {
-        let mut g = lock(&self.inner);
+    fn insert(&self, py: Python<'_>, right: &Bound<'_, ReceiveRight>) -> PyResult<u64> {
+        let mut g = lock_py(py, &self.inner);
         let s = g.as_mut().ok_or_else(|| gone("PortSet"))?;
-        let id = s.set.insert(right.get().take()?);
+        let id = s.set.insert(right.get().take(py)?);
         Ok(s.number(id))
     }
 
     /// Takes member `member`'s receive right back out of the set.
-    fn remove(&self, member: u64) -> PyResult<ReceiveRight> {
-        let mut g = lock(&self.inner);
+    fn remove(&self, py: Python<'_>, member: u64) -> PyResult<ReceiveRight> {
+        let mut g = lock_py(py, &self.inner);
         let s = g.as_mut().ok_or_else(|| gone("PortSet"))?;
         let id = s.id(member)?;
         let r = s.set.remove(id).ok_or_else(|| pyo3::exceptions::PyKeyError::new_err(format!("member {member} is not a port")))?;
@@ -95,8 +95,8 @@ impl PortSet {
     }
 
     /// Makes a send-once right to member port `member`.
-    fn make_send_once(&self, member: u64) -> PyResult<SendOnceRight> {
-        let mut g = lock(&self.inner);
+    fn make_send_once(&self, py: Python<'_>, member: u64) -> PyResult<SendOnceRight> {
+        let mut g = lock_py(py, &self.inner);
         let s = g.as_mut().ok_or_else(|| gone("PortSet"))?;
         let id = s.id(member)?;
         let port = s.set.port_mut(id).ok_or_else(|| pyo3::exceptions::PyKeyError::new_err(format!("member {member} is not a port")))?;
@@ -105,10 +105,10 @@ impl PortSet {
 
     /// Watches `right`'s port and reports a `"dead-name"` event when its
     /// receive right is gone. The set keeps its own copy of the right.
-    fn watch_dead_name(&self, right: &Bound<'_, SendRight>) -> PyResult<u64> {
-        let mut g = lock(&self.inner);
+    fn watch_dead_name(&self, py: Python<'_>, right: &Bound<'_, SendRight>) -> PyResult<u64> {
+        let mut g = lock_py(py, &self.inner);
         let s = g.as_mut().ok_or_else(|| gone("PortSet"))?;
-        let id = right.get().with(|r| s.set.watch_dead_name(r))?.map_err(os_error)?;
+        let id = right.get().with(py, |r| s.set.watch_dead_name(r))?.map_err(os_error)?;
         Ok(s.number(id))
     }
 
@@ -130,7 +130,7 @@ impl PortSet {
             Err(Some(e)) => return Err(recv_error(e)),
             Err(None) => return Err(gone("PortSet")),
         };
-        let mut g = lock(&self.inner);
+        let mut g = lock_py(py, &self.inner);
         let s = g.as_mut().ok_or_else(|| gone("PortSet"))?;
         let number = |s: &Set, id: ferry::MemberId| s.numbers.get(&id).copied().unwrap_or(0);
         let (kind, member, message, error) = match ev {
@@ -151,20 +151,20 @@ impl PortSet {
     /// A descriptor that polls readable when `wait(0)` has something to
     /// report. Ask again after inserting ports or making send-once rights:
     /// each call brings the registrations up to date.
-    fn fileno(&self) -> PyResult<RawFd> {
-        let mut g = lock(&self.inner);
+    fn fileno(&self, py: Python<'_>) -> PyResult<RawFd> {
+        let mut g = lock_py(py, &self.inner);
         let s = g.as_mut().ok_or_else(|| gone("PortSet"))?;
         s.set.ready_fd().map(|fd| fd.as_raw_fd()).map_err(os_error)
     }
 
     /// Number of member ports.
-    fn __len__(&self) -> PyResult<usize> {
-        Ok(lock(&self.inner).as_ref().ok_or_else(|| gone("PortSet"))?.set.len())
+    fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
+        Ok(lock_py(py, &self.inner).as_ref().ok_or_else(|| gone("PortSet"))?.set.len())
     }
 
     /// Destroys the set and every right in it. Idempotent.
-    fn close(&self) {
-        let s = lock(&self.inner).take();
+    fn close(&self, py: Python<'_>) {
+        let s = lock_py(py, &self.inner).take();
         drop(s);
     }
 
@@ -173,8 +173,8 @@ impl PortSet {
     }
 
     #[pyo3(signature = (*_exc))]
-    fn __exit__(&self, _exc: &Bound<'_, pyo3::types::PyTuple>) -> bool {
-        self.close();
+    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+        self.close(py);
         false
     }
 }

@@ -12,7 +12,7 @@ use ferry::rpc::{ConnectOptions, Policy, Transport};
 use crate::errors::{os_error, rpc_error};
 use crate::message::Message;
 use crate::port::{ReceiveRight, SendRight};
-use crate::{gone, interruptible, lock};
+use crate::{gone, interruptible, lock, lock_py};
 
 fn policy(name: &str) -> PyResult<Policy> {
     match name {
@@ -41,7 +41,7 @@ impl Connection {
     fn new(py: Python<'_>, server: &Bound<'_, SendRight>, policy: &str, timeout: Option<f64>) -> PyResult<Connection> {
         let opts = ConnectOptions { policy: self::policy(policy)?, timeout: crate::timeout(timeout)? };
         let right = server.get();
-        let c = py.detach(|| right.with(|s| ferry::rpc::Connection::connect(s, opts)))?.map_err(rpc_error)?;
+        let c = py.detach(|| right.with_detached(|s| ferry::rpc::Connection::connect(s, opts)))?.map_err(rpc_error)?;
         Ok(Connection { inner: Mutex::new(Some(c)) })
     }
 
@@ -62,13 +62,13 @@ impl Connection {
 
     /// Whether the connection still works.
     #[getter]
-    fn is_open(&self) -> bool {
-        lock(&self.inner).as_ref().is_some_and(|c| c.is_open())
+    fn is_open(&self, py: Python<'_>) -> bool {
+        lock_py(py, &self.inner).as_ref().is_some_and(|c| c.is_open())
     }
 
     /// Closes the connection. Idempotent.
-    fn close(&self) {
-        let c = lock(&self.inner).take();
+    fn close(&self, py: Python<'_>) {
+        let c = lock_py(py, &self.inner).take();
         drop(c);
     }
 
@@ -77,8 +77,8 @@ impl Connection {
     }
 
     #[pyo3(signature = (*_exc))]
-    fn __exit__(&self, _exc: &Bound<'_, pyo3::types::PyTuple>) -> bool {
-        self.close();
+    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+        self.close(py);
         false
     }
 }
@@ -101,9 +101,9 @@ impl RpcServer {
     /// A server on `port`, whose receive right moves in.
     #[new]
     #[pyo3(signature = (port, policy="adaptive"))]
-    fn new(port: &Bound<'_, ReceiveRight>, policy: &str) -> PyResult<RpcServer> {
+    fn new(py: Python<'_>, port: &Bound<'_, ReceiveRight>, policy: &str) -> PyResult<RpcServer> {
         let p = self::policy(policy)?;
-        let mut s = ferry::rpc::RpcServer::new(port.get().take()?).map_err(os_error)?;
+        let mut s = ferry::rpc::RpcServer::new(port.get().take(py)?).map_err(os_error)?;
         s.set_policy(p);
         Ok(RpcServer { inner: Mutex::new(Some(s)) })
     }
@@ -143,20 +143,20 @@ impl RpcServer {
 
     /// Closes connection `conn` (its client's calls fail with
     /// `RpcPeerDead`).
-    fn drop_connection(&self, conn: PyRef<'_, ConnId>) -> PyResult<()> {
-        lock(&self.inner).as_mut().ok_or_else(|| gone("RpcServer"))?.drop_connection(conn.0);
+    fn drop_connection(&self, py: Python<'_>, conn: PyRef<'_, ConnId>) -> PyResult<()> {
+        lock_py(py, &self.inner).as_mut().ok_or_else(|| gone("RpcServer"))?.drop_connection(conn.0);
         Ok(())
     }
 
     /// Number of live connections.
     #[getter]
-    fn connections(&self) -> PyResult<usize> {
-        Ok(lock(&self.inner).as_ref().ok_or_else(|| gone("RpcServer"))?.connections())
+    fn connections(&self, py: Python<'_>) -> PyResult<usize> {
+        Ok(lock_py(py, &self.inner).as_ref().ok_or_else(|| gone("RpcServer"))?.connections())
     }
 
     /// Closes the server, its port and every connection. Idempotent.
-    fn close(&self) {
-        let s = lock(&self.inner).take();
+    fn close(&self, py: Python<'_>) {
+        let s = lock_py(py, &self.inner).take();
         drop(s);
     }
 
@@ -165,8 +165,8 @@ impl RpcServer {
     }
 
     #[pyo3(signature = (*_exc))]
-    fn __exit__(&self, _exc: &Bound<'_, pyo3::types::PyTuple>) -> bool {
-        self.close();
+    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+        self.close(py);
         false
     }
 }

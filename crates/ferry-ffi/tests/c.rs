@@ -115,6 +115,19 @@ fn c_reply_pairs_carry_one_answer_or_report_the_right_dropped() {
     assert!(out.contains("reply: ok"), "{out}");
 }
 
+/// A child made with `fork()` frees the copies of its parent's handles it
+/// does not use, an RPC server among them, without an error; the parent's
+/// server keeps its watcher thread and serves a second child's calls.
+#[test]
+fn c_handles_freed_in_a_forked_child_leave_the_parents_alone() {
+    let fork = build("ferry_fork", &["tests/c/fork.c"]);
+    let out = wait_bounded(spawn(&fork, &[], Path::new("/nonexistent")), LIMIT);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "ferry panicked:\n{stderr}");
+    let stdout = succeeded("ferry_fork", &out);
+    assert!(stdout.contains("fork: ok, 200 calls served"), "{stdout}");
+}
+
 /// The static library links into a C program on its own (no
 /// `libferry.so` at run time) and behaves the same.
 #[test]

@@ -124,11 +124,19 @@ impl Shared {
 }
 
 /// A running watcher; stopping it (on drop) joins its thread.
+///
+/// A child made with `fork()` holds a copy of its parent's server and so of
+/// its watcher, without the thread. Its bell is the parent's (the child's
+/// descriptor names the same eventfd), so dropping the copy there must not
+/// ring it, which would stop the parent's watcher, nor join a thread the
+/// child does not have.
 #[derive(Debug)]
 pub(super) struct Watcher {
     shared: Arc<Shared>,
     bell: Bell,
     thread: Option<JoinHandle<()>>,
+    /// The process the thread runs in.
+    pid: u32,
 }
 
 impl Watcher {
@@ -139,7 +147,7 @@ impl Watcher {
         epoll.add(bell.as_fd(), Interest::Readable, STOP_KEY).map_err(crate::error::io_err)?;
         let s = shared.clone();
         let thread = std::thread::Builder::new().name("ferry-rpc-watch".into()).spawn(move || run(&epoll, &s))?;
-        Ok(Watcher { shared, bell, thread: Some(thread) })
+        Ok(Watcher { shared, bell, thread: Some(thread), pid: std::process::id() })
     }
 
     /// The state shared with the watcher thread.
@@ -151,6 +159,13 @@ impl Watcher {
 impl Drop for Watcher {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::Release);
+        if std::process::id() != self.pid {
+            // A forked child's copy: the thread and the bell are the
+            // parent's. Forgetting the handle leaves the parent's thread
+            // alone (it is not this process's to detach or join).
+            std::mem::forget(self.thread.take());
+            return;
+        }
         let _ = self.bell.ring();
         let _ = futex::wake_private(&self.shared.acked);
         if let Some(t) = self.thread.take() {

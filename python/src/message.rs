@@ -227,7 +227,8 @@ impl Message {
     }
 
     /// Who sent a received message, as the kernel recorded it: `(pid, uid,
-    /// gid)`; `None` for a message built here.
+    /// gid)` (for an `RpcServer`'s request, its client's when it made the
+    /// connection); `None` for a message built here.
     #[getter]
     fn sender(&self) -> PyResult<Option<(i32, u32, u32)>> {
         Ok(self.get()?.sender().map(|c| (c.pid, c.uid, c.gid)))

@@ -38,3 +38,30 @@ def test_call_to_a_dead_server_raises_rpc_peer_dead():
     server.close()
     with pytest.raises(ferry.RpcPeerDead):
         conn.call(ferry.Message(1), LIMIT)
+
+
+def test_requests_name_their_client():
+    rx, tx = ferry.port()
+    server = ferry.RpcServer(rx)
+    import os
+    import threading
+
+    replies = []
+
+    def client() -> None:
+        with ferry.Connection(tx, policy="block", timeout=LIMIT) as conn:
+            replies.append(conn.call(ferry.Message(1, b"slot"), LIMIT).op)
+            right = tx.clone()
+            replies.append(conn.call(ferry.Message(2, b"socket").add(right), LIMIT).op)
+
+    t = threading.Thread(target=client)
+    t.start()
+    conn, req = server.reply_and_wait(None, LIMIT)
+    senders = [req.sender]
+    conn, req = server.reply_and_wait((conn, ferry.Message(11)), LIMIT)
+    senders.append(req.sender)
+    server.reply(conn, ferry.Message(12))
+    t.join(LIMIT)
+    assert replies == [11, 12]
+    assert senders == [(os.getpid(), os.getuid(), os.getgid())] * 2
+    server.close()

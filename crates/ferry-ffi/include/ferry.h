@@ -623,6 +623,8 @@ enum ferry_status ferry_message_item_kind(const struct ferry_message *msg,
 
 /**
  * Who sent a received message (pid, uid, gid as the kernel reported them).
+ * For a request from `ferry_rpc_server_reply_and_wait`, its client, as the
+ * kernel reported them when the client made the connection.
  * `FERRY_ERR_INVALID_ARGUMENT` for a message this process built.
  *
  * # Safety

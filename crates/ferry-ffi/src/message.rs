@@ -280,6 +280,8 @@ pub unsafe extern "C" fn ferry_message_item_kind(msg: *const ferry_message, inde
 }
 
 /// Who sent a received message (pid, uid, gid as the kernel reported them).
+/// For a request from `ferry_rpc_server_reply_and_wait`, its client, as the
+/// kernel reported them when the client made the connection.
 /// `FERRY_ERR_INVALID_ARGUMENT` for a message this process built.
 ///
 /// # Safety

@@ -128,6 +128,15 @@ fn c_handles_freed_in_a_forked_child_leave_the_parents_alone() {
     assert!(stdout.contains("fork: ok, 200 calls served"), "{stdout}");
 }
 
+/// An RPC server learns who calls: every request, through the slot or over
+/// the socket, names its client's pid, uid and gid.
+#[test]
+fn c_rpc_requests_name_their_client() {
+    let sender = build("ferry_rpc_sender", &["tests/c/rpc_sender.c"]);
+    let out = succeeded("ferry_rpc_sender", &wait_bounded(spawn(&sender, &[], Path::new("/nonexistent")), LIMIT));
+    assert!(out.contains("rpc sender: ok"), "{out}");
+}
+
 /// The static library links into a C program on its own (no
 /// `libferry.so` at run time) and behaves the same.
 #[test]

@@ -187,9 +187,19 @@ impl Message {
         Message { op, body, items, reply: None, sender: None, via_send_once: false }
     }
 
-    /// Who sent this message (pid, uid, gid), for a received message.
+    /// Who sent this message (pid, uid, gid), for a received message. For
+    /// a request an [`RpcServer`](crate::rpc::RpcServer) returns, its
+    /// client's, as the kernel reported them when the connection was made
+    /// (a call through the shared slot carries none of its own).
     pub fn sender(&self) -> Option<Credentials> {
         self.sender
+    }
+
+    /// The message with `sender` as its sender (an RPC server's request
+    /// gets its connection's).
+    pub(crate) fn with_sender(mut self, sender: Option<Credentials>) -> Message {
+        self.sender = sender;
+        self
     }
 
     /// Whether the message arrived through a send-once right.

@@ -285,8 +285,9 @@ impl Wire for NoError {
 /// arguments.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Context {
-    /// Who sent it, as the kernel recorded it (`None` where the transport
-    /// does not tell, such as a call through an RPC connection's slot).
+    /// Who sent it, as the kernel recorded it (for a call through an RPC
+    /// connection, when the client made the connection; `None` where the
+    /// transport does not tell).
     pub sender: Option<Credentials>,
 }
 

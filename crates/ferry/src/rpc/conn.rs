@@ -26,6 +26,9 @@ pub(super) struct Conn {
     pub(super) sock: OwnedFd,
     /// The socket's identity, to refuse its own receive right in frames.
     pub(super) identity: (u64, u64),
+    /// The client's credentials, as the kernel gave them with its connect
+    /// request: the sender of every request on this connection.
+    pub(super) client: Option<crate::message::Credentials>,
     /// The mapped slot; `None` for a socket-only connection. Shared with
     /// the watcher while the server thread sleeps on this slot's request
     /// word alone (see `RpcServer::sleep_on_futexes`).
@@ -71,7 +74,7 @@ pub(super) fn drain(c: &mut Conn, buf: &mut [u8], after_doorbell_stop: bool) {
             Ok(Incoming::Empty) => return,
             Ok(Incoming::Doorbell) if after_doorbell_stop => return,
             Ok(Incoming::Doorbell) => {}
-            Ok(Incoming::Framed(seq, m)) => c.pending = Some((seq, m)),
+            Ok(Incoming::Framed(seq, m)) => c.pending = Some((seq, m.with_sender(c.client))),
             Ok(Incoming::Closed) | Ok(Incoming::ReplyTooLarge(_)) | Err(_) => {
                 c.dead = true;
                 return;

@@ -487,7 +487,7 @@ impl RpcServer {
                             probe::server_stamp(slot, 0);
                             slot.word(slot::OFF_SERVER_CPU).store(cpu, Ordering::Relaxed);
                             c.busy = Some((seq, true));
-                            found = Some((i, Message::new(req.op).with_body(req.body)));
+                            found = Some((i, Message::new(req.op).with_body(req.body).with_sender(c.client)));
                             break;
                         }
                         Ok(None) => {}
@@ -550,9 +550,9 @@ impl RpcServer {
                 Ok(mut m) if m.op() == RPC_CONNECT && m.items().len() == 1 => {
                     // The kernel's word on who sent the request; a message
                     // without credentials is charged to a user of its own.
-                    let uid = m.sender().map_or(u32::MAX, |c| c.uid);
+                    let client = m.sender();
                     if let Some(Item::Send(s)) = m.take_items().pop() {
-                        self.accept(s.sock, uid);
+                        self.accept(s.sock, client);
                     }
                 }
                 Ok(_) | Err(RecvError::BadMessage(_)) | Err(RecvError::SendOnceDropped) => {}
@@ -572,7 +572,10 @@ impl RpcServer {
     /// Checks a new connection's handshake and slot; on any fault the
     /// socket is closed, which the client sees as a refusal. A user over
     /// its budget (or a server at its total) is told so before the close.
-    fn accept(&mut self, sock: OwnedFd, uid: u32) {
+    /// `client`: the kernel's credentials on the connect request; a request
+    /// without them is charged to a user of its own.
+    fn accept(&mut self, sock: OwnedFd, client: Option<crate::message::Credentials>) {
+        let uid = client.map_or(u32::MAX, |c| c.uid);
         let Ok(hello) = frame::recv_hello(sock.as_fd()) else { return };
         // The hello is read first: closing a socket with a datagram unread
         // resets the connection, and the client would lose the refusal.
@@ -595,7 +598,7 @@ impl RpcServer {
         // Sequence numbers start at 0 and a client's first call is 1; the
         // client may already have published it, since it saw the ack.
         let identity = frame::identity_of(&sock);
-        self.conns.push(Conn { id, sock, identity, slot, last_req: 0, last_sock: 0, busy: None, pending: None, dead: false, _open: crate::counters::ConnectionGauge::open(), _held: held });
+        self.conns.push(Conn { id, sock, identity, client, slot, last_req: 0, last_sock: 0, busy: None, pending: None, dead: false, _open: crate::counters::ConnectionGauge::open(), _held: held });
     }
 
     /// Forgets dead connections (closing their sockets and unmapping their

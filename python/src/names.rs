@@ -9,7 +9,7 @@ use pyo3::types::PyDict;
 
 use crate::errors::name_error;
 use crate::port::SendRight;
-use crate::{gone, lock, lock_py};
+use crate::{gone, interruptible, lock, lock_py};
 
 /// A connection to the name service: `FERRY_BOOTSTRAP`'s socket, the default
 /// one, or `path`. Without a running `ferryd`, the first program starts an
@@ -91,6 +91,30 @@ impl Bootstrap {
     /// Looks `name` up; returns a send right. Raises `NameNotFound`.
     fn lookup(&self, py: Python<'_>, name: &str) -> PyResult<SendRight> {
         self.call(py, |b| b.lookup(name)).map(SendRight::wrap)
+    }
+
+    /// Looks `name` up, waiting up to `timeout` seconds (`None`: forever;
+    /// `0`: one lookup) for it to be registered, for a client that may start
+    /// before its server; returns a send right. Raises `NameNotFound` if it
+    /// was not registered in time. Ctrl-C interrupts the wait.
+    #[pyo3(signature = (name, timeout=None))]
+    fn lookup_wait(&self, py: Python<'_>, name: &str, timeout: Option<f64>) -> PyResult<SendRight> {
+        let t = crate::timeout(timeout)?;
+        let inner = &self.inner;
+        let r = interruptible(py, t, |e| matches!(e, Some(ferry::NameError::NotFound)), |slice| {
+            let mut g = lock(inner);
+            let b = g.as_mut().ok_or(None)?;
+            match slice {
+                ferry::Timeout::After(d) => b.lookup_wait(name, d),
+                ferry::Timeout::Zero | ferry::Timeout::Infinite => b.lookup(name),
+            }
+            .map_err(Some)
+        })?;
+        match r {
+            Ok(right) => Ok(SendRight::wrap(right)),
+            Err(Some(e)) => Err(name_error(e)),
+            Err(None) => Err(gone("Bootstrap")),
+        }
     }
 
     /// Removes this user's registration of `name`.

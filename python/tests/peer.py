@@ -8,7 +8,6 @@ Waits are bounded, so a lost message fails instead of hanging.
 from __future__ import annotations
 
 import sys
-import time
 
 import ferry
 
@@ -16,13 +15,13 @@ LIMIT = 30.0
 
 
 def lookup(name: str) -> ferry.SendRight:
+    """The send right registered as `name`, waiting for the test to
+    register it."""
     with ferry.Bootstrap() as bs:
-        for _ in range(2000):
-            try:
-                return bs.lookup(name)
-            except ferry.NameNotFound:
-                time.sleep(0.005)
-    raise SystemExit(f"{name} never registered")
+        try:
+            return bs.lookup_wait(name, LIMIT)
+        except ferry.NameNotFound:
+            raise SystemExit(f"{name} never registered") from None
 
 
 def sum_array(name: str) -> None:

@@ -259,6 +259,26 @@ def test_names_register_lookup_list(names):
         names.lookup("")
 
 
+def test_a_client_started_first_waits_for_its_servers_name(names):
+    name = unique("later")
+    peer = spawn_python("hold-receive", name)  # looks the name up before it exists
+    threading.Event().wait(0.2)
+    rx, tx = ferry.port()
+    names.register(name, tx)
+    hello = rx.recv(LIMIT)
+    (to_peer,) = hello.items
+    to_peer.send(ferry.Message(99))
+    assert "hold: stop" in finish(peer)
+    assert names.lookup_wait(name, 0).send(ferry.Message(5)) is None
+    assert rx.recv(LIMIT).op == 5
+    names.unregister(name)
+    for timeout in (0, 0.05):
+        with pytest.raises(ferry.NameNotFound):
+            names.lookup_wait(name, timeout)
+    with pytest.raises(ferry.InvalidName):
+        names.lookup_wait("", 1)
+
+
 def test_system_names_are_registered_by_root_alone(names):
     name = unique("system")
     rx, tx = ferry.port()

@@ -930,6 +930,20 @@ enum ferry_status ferry_bootstrap_lookup(struct ferry_bootstrap *bootstrap,
                                          struct ferry_send_right **out_right);
 
 /**
+ * Looks `name` up like [`ferry_bootstrap_lookup`], waiting for it to be
+ * registered as `timeout_ms` says (negative: forever; 0: one lookup), for
+ * a client that may start before its server. `FERRY_ERR_NAME_NOT_FOUND`
+ * if it was not registered in time; any other failure at once.
+ *
+ * # Safety
+ * As [`ferry_bootstrap_lookup`].
+ */
+enum ferry_status ferry_bootstrap_lookup_wait(struct ferry_bootstrap *bootstrap,
+                                              const char *name,
+                                              int64_t timeout_ms,
+                                              struct ferry_send_right **out_right);
+
+/**
  * Removes this user's registration of `name`.
  *
  * # Safety

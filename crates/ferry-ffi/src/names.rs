@@ -142,6 +142,40 @@ pub unsafe extern "C" fn ferry_bootstrap_lookup(bootstrap: *mut ferry_bootstrap,
     })
 }
 
+/// Looks `name` up like [`ferry_bootstrap_lookup`], waiting for it to be
+/// registered as `timeout_ms` says (negative: forever; 0: one lookup), for
+/// a client that may start before its server. `FERRY_ERR_NAME_NOT_FOUND`
+/// if it was not registered in time; any other failure at once.
+///
+/// # Safety
+/// As [`ferry_bootstrap_lookup`].
+#[no_mangle]
+pub unsafe extern "C" fn ferry_bootstrap_lookup_wait(
+    bootstrap: *mut ferry_bootstrap,
+    name: *const std::ffi::c_char,
+    timeout_ms: i64,
+    out_right: *mut *mut ferry_send_right,
+) -> ferry_status {
+    guard(|| {
+        let o = out(out_right, "out_right")?;
+        // SAFETY: header contract: a live handle and a NUL-terminated name.
+        let (b, n) = unsafe { (obj_mut(bootstrap, "bootstrap")?, string(name, "name")?) };
+        let right = match crate::timeout(timeout_ms) {
+            ferry::Timeout::Zero => b.bs.lookup(n)?,
+            ferry::Timeout::After(d) => b.bs.lookup_wait(n, d)?,
+            ferry::Timeout::Infinite => loop {
+                match b.bs.lookup_wait(n, std::time::Duration::from_secs(3600)) {
+                    Err(ferry::NameError::NotFound) => continue,
+                    r => break r?,
+                }
+            },
+        };
+        // SAFETY: `o` checked non-null.
+        unsafe { give(o, ferry_send_right { right }) };
+        Ok(())
+    })
+}
+
 /// Removes this user's registration of `name`.
 ///
 /// # Safety

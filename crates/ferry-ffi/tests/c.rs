@@ -137,6 +137,17 @@ fn c_rpc_requests_name_their_client() {
     assert!(out.contains("rpc sender: ok"), "{out}");
 }
 
+/// A client started before its server waits for the server's name:
+/// `ferry_bootstrap_lookup_wait` returns once the name is registered, and
+/// `FERRY_ERR_NAME_NOT_FOUND` when the timeout passes first.
+#[test]
+fn c_client_waits_for_a_name_registered_after_it_started() {
+    let waiter = build("ferry_lookup_wait", &["tests/c/lookup_wait.c"]);
+    let path = private_bootstrap("lookupwait");
+    let out = succeeded("ferry_lookup_wait", &wait_bounded(spawn(&waiter, &["c-lookup-wait"], &path), LIMIT));
+    assert!(out.contains("lookup wait: ok"), "{out}");
+}
+
 /// The static library links into a C program on its own (no
 /// `libferry.so` at run time) and behaves the same.
 #[test]

@@ -49,12 +49,8 @@ static void send_u64(const ferry_send_right *to, uint32_t op, const uint64_t *v,
 static int child(const char *name) {
     ferry_bootstrap *names;
     CHECK(ferry_bootstrap_connect(&names));
-    ferry_send_right *to_parent = NULL;
-    for (int i = 0; i < 2000 && ferry_bootstrap_lookup(names, name, &to_parent) == FERRY_ERR_NAME_NOT_FOUND; i++) {
-        struct timespec ts = {0, 5 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
-    EXPECT(to_parent != NULL);
+    ferry_send_right *to_parent;
+    CHECK(ferry_bootstrap_lookup_wait(names, name, 10000, &to_parent));
     ferry_receive_right *mine;
     ferry_send_right *to_me;
     CHECK(ferry_port_new(&mine, &to_me));

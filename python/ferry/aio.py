@@ -3,7 +3,9 @@ set without blocking the event loop.
 
 Both helpers try the non-blocking call first, then wait on the handle's
 ``fileno()`` with ``loop.add_reader`` and try again; the descriptor is asked
-for anew each time, so send-once rights made meanwhile are seen.
+for anew each time, so send-once rights made meanwhile are seen. Several
+tasks may await the same port or port set: each message goes to one of
+them.
 """
 
 from __future__ import annotations
@@ -17,19 +19,41 @@ if TYPE_CHECKING:  # pragma: no cover
     from ._ferry import Event, Message, PortSet, ReceiveRight, ReplyReceiver
 
 
+#: The tasks waiting for each descriptor to poll readable, by loop.
+_waiting: dict[tuple[asyncio.AbstractEventLoop, int], list[asyncio.Future[None]]] = {}
+
+
 async def _readable(fd: int) -> None:
+    """Waits until ``fd`` polls readable. A loop keeps one reader per
+    descriptor (``add_reader`` replaces the one before), so the tasks
+    waiting on the same port or port set share it: each readiness wakes
+    them all, and each tries again."""
     loop = asyncio.get_running_loop()
     fut: asyncio.Future[None] = loop.create_future()
+    key = (loop, fd)
+    waiters = _waiting.get(key)
+    if waiters is None:
+        waiters = _waiting[key] = []
 
-    def ready() -> None:
-        if not fut.done():
-            fut.set_result(None)
+        def ready() -> None:
+            loop.remove_reader(fd)
+            for f in _waiting.pop(key, []):
+                if not f.done():
+                    f.set_result(None)
 
-    loop.add_reader(fd, ready)
+        loop.add_reader(fd, ready)
+    waiters.append(fut)
     try:
         await fut
     finally:
-        loop.remove_reader(fd)
+        # Given up (a timeout, a cancellation): the last one to go takes
+        # the reader away.
+        left = _waiting.get(key)
+        if left is not None and fut in left:
+            left.remove(fut)
+            if not left:
+                del _waiting[key]
+                loop.remove_reader(fd)
 
 
 async def recv_async(port: "ReceiveRight | ReplyReceiver", timeout: float | None = None) -> "Message":

@@ -82,3 +82,30 @@ def test_wait_async_on_a_port_set():
         return e.kind, e.member == ia, e.message.op
 
     assert asyncio.run(main()) == ("message", True, 5)
+
+
+def test_tasks_awaiting_one_port_each_get_a_message():
+    async def main():
+        rx, tx = ferry.port()
+        ps = ferry.PortSet()
+        member_rx, member_tx = ferry.port()
+        ps.insert(member_rx)
+
+        async def receive() -> int:
+            return (await ferry.recv_async(rx, timeout=LIMIT / 3)).op
+
+        async def wait() -> int:
+            return (await ferry.wait_async(ps, timeout=LIMIT / 3)).message.op
+
+        tasks = [asyncio.create_task(receive()) for _ in range(3)] + [asyncio.create_task(wait()) for _ in range(2)]
+        await asyncio.sleep(0.1)  # every task waits on its descriptor by now
+        for op in (10, 11, 12):
+            tx.send(ferry.Message(op))
+        for op in (20, 21):
+            member_tx.send(ferry.Message(op))
+        return await asyncio.gather(*tasks, return_exceptions=True)
+
+    got = asyncio.run(main())
+    assert not [g for g in got if isinstance(g, BaseException)], f"a task waiting beside others got no message: {got}"
+    assert sorted(got[:3]) == [10, 11, 12], got
+    assert sorted(got[3:]) == [20, 21], got

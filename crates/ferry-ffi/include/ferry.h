@@ -1119,6 +1119,47 @@ enum ferry_status ferry_send_once_right_send(struct ferry_send_once_right *right
                                              int64_t timeout_ms);
 
 /**
+ * A descriptor for an event loop (`poll`, `epoll`, libuv, ...) that polls
+ * readable when [`ferry_receive_right_recv`] with a zero timeout has
+ * something to return: a message, a send-once right dropped, no senders.
+ * Call it with a zero timeout until it says `FERRY_ERR_TIMEOUT`, then wait
+ * for the descriptor again. It stands for the port's socket and every
+ * send-once right made on it (later ones included) and stays the same for
+ * the right's life. It belongs to the right: do not read, close or change
+ * it; it is closed when the right is freed or moved.
+ *
+ * # Safety
+ * `right` is a live receive-right handle used by no other call meanwhile;
+ * `out_fd` points at a writable `int`.
+ */
+enum ferry_status ferry_receive_right_fd(struct ferry_receive_right *right, int *out_fd);
+
+/**
+ * The right's socket, for an event loop: it polls writable while a send
+ * with a zero timeout may succeed (the queue has room), and reports a
+ * hang-up once the port's receive right is gone. It belongs to the right:
+ * do not read, write, close or change it.
+ *
+ * # Safety
+ * `right` is a live send-right handle; `out_fd` points at a writable
+ * `int`.
+ */
+enum ferry_status ferry_send_right_fd(const struct ferry_send_right *right, int *out_fd);
+
+/**
+ * The receiver's socket, for an event loop: it polls readable when
+ * [`ferry_reply_receiver_recv`] with a zero timeout has the answer (the
+ * message, or that the right was dropped), and stays readable once it was
+ * taken, so stop watching it then. It belongs to the receiver: do not
+ * read, close or change it.
+ *
+ * # Safety
+ * `receiver` is a live reply-receiver handle; `out_fd` points at a
+ * writable `int`.
+ */
+enum ferry_status ferry_reply_receiver_fd(const struct ferry_reply_receiver *receiver, int *out_fd);
+
+/**
  * Creates an empty port set.
  *
  * # Safety
@@ -1185,6 +1226,20 @@ enum ferry_status ferry_port_set_wait(struct ferry_port_set *set,
                                       enum ferry_event_kind *kind,
                                       uint32_t *member,
                                       struct ferry_message **out_msg);
+
+/**
+ * A descriptor for an event loop (`poll`, `epoll`, libuv, ...) that polls
+ * readable when [`ferry_port_set_wait`] with a zero timeout has an event.
+ * Call it with a zero timeout until it says `FERRY_ERR_TIMEOUT`, then wait
+ * for the descriptor again. The set's registrations are brought up to
+ * date by this call and by every wait; the descriptor stays the same for
+ * the set's life. It belongs to the set: do not read, close or change it.
+ *
+ * # Safety
+ * `set` is a live port-set handle used by no other call; `out_fd` points
+ * at a writable `int`.
+ */
+enum ferry_status ferry_port_set_fd(struct ferry_port_set *set, int *out_fd);
 
 /**
  * Allocates a zeroed region of `len` bytes (at least one); pages are
@@ -1403,6 +1458,20 @@ enum ferry_status ferry_rpc_server_reply_and_wait(struct ferry_rpc_server *serve
 enum ferry_status ferry_rpc_server_reply_and_wait_in_place(struct ferry_rpc_server *server,
                                                            struct ferry_message *msg,
                                                            int64_t timeout_ms);
+
+/**
+ * A descriptor for an event loop (`poll`, `epoll`, libuv, ...) that polls
+ * readable when the server has something to do: call
+ * [`ferry_rpc_server_reply_and_wait`] (or its in-place form) with a zero
+ * timeout, answering what it returns, until it says `FERRY_ERR_TIMEOUT`,
+ * then wait for the descriptor again. A wait that times out marks the
+ * server asleep, so that clients ring it and the descriptor hears of
+ * their calls. It belongs to the server: do not read, close or change it.
+ *
+ * # Safety
+ * `server` is a live server handle; `out_fd` points at a writable `int`.
+ */
+enum ferry_status ferry_rpc_server_fd(const struct ferry_rpc_server *server, int *out_fd);
 
 /**
  * The name of a status value as the header spells it

@@ -2,6 +2,8 @@
 //! through send and send-once rights, clone send rights, watch for dead
 //! names; a send-once right without a port (a reply pair).
 
+use std::os::fd::{AsFd, AsRawFd};
+
 use ferry::{ReceiveRight, ReplyReceiver, SendOnceRight, SendRight};
 
 use crate::handle::{free, give, obj, obj_mut, out, put, take};
@@ -299,5 +301,71 @@ pub unsafe extern "C" fn ferry_send_once_right_send(right: *mut ferry_send_once_
         // SAFETY: header contract: a live handle used by no other call.
         let m = unsafe { obj_mut(msg, "msg") }?;
         send_contents(m, |x| once.right.send(x, timeout(timeout_ms)))
+    })
+}
+
+/// A descriptor for an event loop (`poll`, `epoll`, libuv, ...) that polls
+/// readable when [`ferry_receive_right_recv`] with a zero timeout has
+/// something to return: a message, a send-once right dropped, no senders.
+/// Call it with a zero timeout until it says `FERRY_ERR_TIMEOUT`, then wait
+/// for the descriptor again. It stands for the port's socket and every
+/// send-once right made on it (later ones included) and stays the same for
+/// the right's life. It belongs to the right: do not read, close or change
+/// it; it is closed when the right is freed or moved.
+///
+/// # Safety
+/// `right` is a live receive-right handle used by no other call meanwhile;
+/// `out_fd` points at a writable `int`.
+#[no_mangle]
+pub unsafe extern "C" fn ferry_receive_right_fd(right: *mut ferry_receive_right, out_fd: *mut std::ffi::c_int) -> ferry_status {
+    guard(|| {
+        let o = out(out_fd, "out_fd")?;
+        // SAFETY: header contract: a live handle used by no other call.
+        let rx = unsafe { obj_mut(right, "right") }?;
+        let fd = rx.right.readiness_fd()?.as_raw_fd();
+        // SAFETY: `o` checked non-null.
+        unsafe { put(o, fd) };
+        Ok(())
+    })
+}
+
+/// The right's socket, for an event loop: it polls writable while a send
+/// with a zero timeout may succeed (the queue has room), and reports a
+/// hang-up once the port's receive right is gone. It belongs to the right:
+/// do not read, write, close or change it.
+///
+/// # Safety
+/// `right` is a live send-right handle; `out_fd` points at a writable
+/// `int`.
+#[no_mangle]
+pub unsafe extern "C" fn ferry_send_right_fd(right: *const ferry_send_right, out_fd: *mut std::ffi::c_int) -> ferry_status {
+    guard(|| {
+        let o = out(out_fd, "out_fd")?;
+        // SAFETY: header contract: a live handle.
+        let tx = unsafe { obj(right, "right") }?;
+        // SAFETY: `o` checked non-null.
+        unsafe { put(o, tx.right.as_fd().as_raw_fd()) };
+        Ok(())
+    })
+}
+
+/// The receiver's socket, for an event loop: it polls readable when
+/// [`ferry_reply_receiver_recv`] with a zero timeout has the answer (the
+/// message, or that the right was dropped), and stays readable once it was
+/// taken, so stop watching it then. It belongs to the receiver: do not
+/// read, close or change it.
+///
+/// # Safety
+/// `receiver` is a live reply-receiver handle; `out_fd` points at a
+/// writable `int`.
+#[no_mangle]
+pub unsafe extern "C" fn ferry_reply_receiver_fd(receiver: *const ferry_reply_receiver, out_fd: *mut std::ffi::c_int) -> ferry_status {
+    guard(|| {
+        let o = out(out_fd, "out_fd")?;
+        // SAFETY: header contract: a live handle.
+        let r = unsafe { obj(receiver, "receiver") }?;
+        // SAFETY: `o` checked non-null.
+        unsafe { put(o, r.receiver.as_fd().as_raw_fd()) };
+        Ok(())
     })
 }

@@ -5,6 +5,7 @@
 //! `MemberId` stays inside).
 
 use std::collections::HashMap;
+use std::os::fd::AsRawFd;
 
 use ferry::{Event, MemberId, PortSet};
 
@@ -200,6 +201,29 @@ pub unsafe extern "C" fn ferry_port_set_wait(
                 None => put(o, std::ptr::null_mut()),
             }
         }
+        Ok(())
+    })
+}
+
+/// A descriptor for an event loop (`poll`, `epoll`, libuv, ...) that polls
+/// readable when [`ferry_port_set_wait`] with a zero timeout has an event.
+/// Call it with a zero timeout until it says `FERRY_ERR_TIMEOUT`, then wait
+/// for the descriptor again. The set's registrations are brought up to
+/// date by this call and by every wait; the descriptor stays the same for
+/// the set's life. It belongs to the set: do not read, close or change it.
+///
+/// # Safety
+/// `set` is a live port-set handle used by no other call; `out_fd` points
+/// at a writable `int`.
+#[no_mangle]
+pub unsafe extern "C" fn ferry_port_set_fd(set: *mut ferry_port_set, out_fd: *mut std::ffi::c_int) -> ferry_status {
+    guard(|| {
+        let o = out(out_fd, "out_fd")?;
+        // SAFETY: header contract: a live handle used by no other call.
+        let s = unsafe { obj_mut(set, "set") }?;
+        let fd = s.set.ready_fd()?.as_raw_fd();
+        // SAFETY: `o` checked non-null.
+        unsafe { put(o, fd) };
         Ok(())
     })
 }

@@ -2,9 +2,11 @@
 //! server (`ferry_rpc_server_reply_and_wait`), over a shared slot with
 //! futex wake-ups.
 
+use std::os::fd::{AsFd, AsRawFd};
+
 use ferry::rpc::{ConnectOptions, Connection, Policy, RpcServer, Transport};
 
-use crate::handle::{free, give, obj, obj_mut, out, take};
+use crate::handle::{free, give, obj, obj_mut, out, put, take};
 use crate::message::ferry_message;
 use crate::port::{ferry_receive_right, ferry_send_right};
 use crate::status::{ferry_status, guard, Failure, Res};
@@ -231,6 +233,28 @@ pub unsafe extern "C" fn ferry_rpc_server_reply_and_wait_in_place(server: *mut f
         let answer = m.conn.take().map(|conn| (conn, m.take_contents()));
         let (conn, req) = s.server.reply_and_wait(answer, timeout(timeout_ms)).inspect_err(|_| m.refill(ferry::Message::new(0), None))?;
         m.refill(req, Some(conn));
+        Ok(())
+    })
+}
+
+/// A descriptor for an event loop (`poll`, `epoll`, libuv, ...) that polls
+/// readable when the server has something to do: call
+/// [`ferry_rpc_server_reply_and_wait`] (or its in-place form) with a zero
+/// timeout, answering what it returns, until it says `FERRY_ERR_TIMEOUT`,
+/// then wait for the descriptor again. A wait that times out marks the
+/// server asleep, so that clients ring it and the descriptor hears of
+/// their calls. It belongs to the server: do not read, close or change it.
+///
+/// # Safety
+/// `server` is a live server handle; `out_fd` points at a writable `int`.
+#[no_mangle]
+pub unsafe extern "C" fn ferry_rpc_server_fd(server: *const ferry_rpc_server, out_fd: *mut std::ffi::c_int) -> ferry_status {
+    guard(|| {
+        let o = out(out_fd, "out_fd")?;
+        // SAFETY: header contract: a live handle.
+        let s = unsafe { obj(server, "server") }?;
+        // SAFETY: `o` checked non-null.
+        unsafe { put(o, s.server.as_fd().as_raw_fd()) };
         Ok(())
     })
 }

@@ -148,6 +148,17 @@ fn c_client_waits_for_a_name_registered_after_it_started() {
     assert!(out.contains("lookup wait: ok"), "{out}");
 }
 
+/// Each receiving handle gives one descriptor for a C event loop, which
+/// polls readable exactly when a call with a zero timeout has something:
+/// a receive right, a reply receiver, a port set and an RPC server serving
+/// a forked client, driven by `poll(2)` alone.
+#[test]
+fn c_handles_fit_an_event_loop_through_one_descriptor_each() {
+    let event_loop = build("ferry_event_loop", &["tests/c/event_loop.c"]);
+    let out = succeeded("ferry_event_loop", &wait_bounded(spawn(&event_loop, &[], Path::new("/nonexistent")), LIMIT));
+    assert!(out.contains("event loop: ok"), "{out}");
+}
+
 /// The static library links into a C program on its own (no
 /// `libferry.so` at run time) and behaves the same.
 #[test]

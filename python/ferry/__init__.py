@@ -42,7 +42,7 @@ from ._ferry import (
     port,
     reply_pair,
 )
-from .aio import recv_async, wait_async
+from .aio import recv_async, reply_and_wait_async, wait_async
 from .errors import *  # noqa: F401,F403
 from .errors import NameError  # noqa: A004 - ferry.NameError, as in Rust
 from .errors import __all__ as _errors_all
@@ -70,6 +70,7 @@ __all__ = [
     "ndarray",
     "port",
     "recv_async",
+    "reply_and_wait_async",
     "reply_pair",
     "wait_async",
     # `from ferry import *` must not shadow the built-in NameError.

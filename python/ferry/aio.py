@@ -13,10 +13,10 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from .errors import RecvTimeout
+from .errors import RecvTimeout, RpcTimeout
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ._ferry import Event, Message, PortSet, ReceiveRight, ReplyReceiver
+    from ._ferry import ConnId, Event, Message, PortSet, ReceiveRight, ReplyReceiver, RpcServer
 
 
 #: The tasks waiting for each descriptor to poll readable, by loop.
@@ -76,6 +76,35 @@ async def recv_async(port: "ReceiveRight | ReplyReceiver", timeout: float | None
         return await asyncio.wait_for(loop(), timeout)
     except asyncio.TimeoutError:
         raise RecvTimeout(f"no message within {timeout} s") from None
+
+
+async def reply_and_wait_async(
+    server: "RpcServer", reply: "tuple[ConnId, Message] | None" = None, timeout: float | None = None
+) -> "tuple[ConnId, Message]":
+    """Sends ``reply`` (a ``(conn, message)`` pair, or ``None``) and awaits
+    the next request of an ``RpcServer`` without blocking the event loop;
+    returns ``(conn, request)``. The reply is sent first, before any
+    wait. Raises what ``reply_and_wait`` raises; ``timeout`` (seconds)
+    raises ``RpcTimeout``."""
+    try:
+        return server.reply_and_wait(reply, 0)
+    except RpcTimeout:
+        pass
+
+    async def loop() -> "tuple[ConnId, Message]":
+        while True:
+            await _readable(server.fileno())
+            try:
+                return server.reply_and_wait(None, 0)
+            except RpcTimeout:
+                pass
+
+    if timeout is None:
+        return await loop()
+    try:
+        return await asyncio.wait_for(loop(), timeout)
+    except asyncio.TimeoutError:
+        raise RpcTimeout(f"no request within {timeout} s") from None
 
 
 async def wait_async(portset: "PortSet", timeout: float | None = None) -> "Event":

@@ -2,6 +2,7 @@
 //! (`reply_and_wait`), ferry's fast path through a shared slot with futex
 //! wake-ups; calls carrying rights or regions fall back to the socket.
 
+use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::sync::Mutex;
 
 use pyo3::exceptions::PyValueError;
@@ -146,6 +147,16 @@ impl RpcServer {
     fn drop_connection(&self, py: Python<'_>, conn: PyRef<'_, ConnId>) -> PyResult<()> {
         lock_py(py, &self.inner).as_mut().ok_or_else(|| gone("RpcServer"))?.drop_connection(conn.0);
         Ok(())
+    }
+
+    /// A descriptor that polls readable when `reply_and_wait(reply, 0)` has
+    /// something to do, for `selectors` and `asyncio`
+    /// (`ferry.reply_and_wait_async`): call it with a zero timeout until it
+    /// raises `RpcTimeout`, then wait for the descriptor again. A wait that
+    /// times out marks the server asleep, so that clients ring it and the
+    /// descriptor hears of their calls.
+    fn fileno(&self, py: Python<'_>) -> PyResult<RawFd> {
+        Ok(lock_py(py, &self.inner).as_ref().ok_or_else(|| gone("RpcServer"))?.as_fd().as_raw_fd())
     }
 
     /// Number of live connections.

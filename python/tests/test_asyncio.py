@@ -109,3 +109,48 @@ def test_tasks_awaiting_one_port_each_get_a_message():
     assert not [g for g in got if isinstance(g, BaseException)], f"a task waiting beside others got no message: {got}"
     assert sorted(got[:3]) == [10, 11, 12], got
     assert sorted(got[3:]) == [20, 21], got
+
+
+def test_an_rpc_server_serves_calls_inside_the_event_loop():
+    rx, tx = ferry.port()
+    server = ferry.RpcServer(rx)
+    calls = 20
+    answers = []
+
+    def client() -> None:
+        with ferry.Connection(tx, timeout=LIMIT) as conn:
+            for i in range(calls):
+                answers.append(conn.call(ferry.Message(i, b"x" * i), LIMIT).op)
+
+    async def main() -> int:
+        ticks = 0
+        stop = False
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while not stop:
+                ticks += 1
+                await asyncio.sleep(0.001)
+
+        t = asyncio.create_task(ticker())
+        reply = None
+        for _ in range(calls):
+            conn, req = await ferry.reply_and_wait_async(server, reply, timeout=LIMIT)
+            assert req.body == b"x" * req.op
+            reply = (conn, ferry.Message(req.op + 100))
+        server.reply(*reply)
+        stop = True
+        await t
+        return ticks
+
+    import threading
+
+    thread = threading.Thread(target=client, daemon=True)
+    thread.start()
+    try:
+        ticks = asyncio.run(main())
+    finally:
+        server.close()  # a failed test's client then fails at once
+    thread.join(LIMIT)
+    assert answers == [i + 100 for i in range(calls)]
+    assert ticks > 0, "the event loop was blocked while the server waited"

@@ -159,6 +159,23 @@ fn c_handles_fit_an_event_loop_through_one_descriptor_each() {
     assert!(out.contains("event loop: ok"), "{out}");
 }
 
+/// A C program runs under valgrind (when it is installed) with no error:
+/// the misuse test, whose calls cover ports, messages, regions and the
+/// error paths.
+#[test]
+fn c_program_runs_under_valgrind() {
+    if std::process::Command::new("valgrind").arg("--version").output().is_err() {
+        eprintln!("skipped c_program_runs_under_valgrind: valgrind is not installed");
+        return;
+    }
+    let misuse = build("ferry_misuse_valgrind", &["tests/c/misuse.c"]);
+    let args = ["-q", "--error-exitcode=99", misuse.to_str().unwrap()];
+    let out = wait_bounded(spawn(Path::new("valgrind"), &args, Path::new("/nonexistent")), Duration::from_secs(300));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "under valgrind: {}\n{stderr}", out.status);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("misuse: ok"), "{stderr}");
+}
+
 /// The static library links into a C program on its own (no
 /// `libferry.so` at run time) and behaves the same.
 #[test]

@@ -266,6 +266,16 @@ impl ActingAs {
 /// cannot be read or the process there is not acting as `uid` (gone, and
 /// its pid another's).
 pub fn effective_capabilities_of(pid: i32, uid: u32) -> Option<u64> {
+    // The quick way, two system calls: `capget` of the process's main
+    // thread (the credentials' pid), and the owner of `/proc/PID`, which
+    // is its effective uid while it is dumpable. Formatting `status` costs
+    // the kernel some 20 µs, asked at every request.
+    let caps = rustix::thread::capabilities(Some(rustix::process::Pid::from_raw(pid)?)).ok()?;
+    if rustix::fs::stat(format!("/proc/{pid}")).is_ok_and(|st| st.st_uid == uid) {
+        return Some(caps.effective.bits());
+    }
+    // A process that is not dumpable (one started from a file with
+    // capabilities, say) shows `/proc/PID` as root's: its status says.
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let field = |name: &str| status.lines().find_map(|l| l.strip_prefix(name)).map(str::split_whitespace);
     let euid = field("Uid:")?.nth(1)?.parse::<u32>().ok()?;

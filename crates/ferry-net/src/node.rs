@@ -552,7 +552,10 @@ impl Node {
                 tokio::spawn(async move {
                     let remote = incoming.remote_address();
                     if let Err(e) = accept(sh, incoming).await {
-                        eprintln!("ferry-net: refused a link from {remote}: {e}");
+                        // Anyone who can reach the address may try, as
+                        // often as it likes.
+                        static SAID: AtomicU64 = AtomicU64::new(0);
+                        say_once_a_minute(&SAID, &format!("ferry-net: refused a link from {remote}: {e}"));
                     }
                 });
             }
@@ -2139,7 +2142,11 @@ impl Conn {
     fn refuse(&self, m: &mut Message, code: Refusal, why: &str) {
         match m.take_reply() {
             Some(reply) => {
-                eprintln!("ferry-net: a message to {}'s port was refused back to its sender: {why}", self.peer);
+                // Any local user with a right to a proxy may send such
+                // messages as fast as it likes: a line for each filled the
+                // log (3000 lines for 3000 messages).
+                static SAID: AtomicU64 = AtomicU64::new(0);
+                say_once_a_minute(&SAID, &format!("ferry-net: a message to {}'s port was refused back to its sender: {why}", self.peer));
                 let back = m.take_items().into_iter().fold(code.message(why), Message::with_item);
                 let _ = reply.send(back, Timeout::Zero);
             }
@@ -2148,6 +2155,8 @@ impl Conn {
     }
 
     fn drop_message(&self, why: &str) {
-        eprintln!("ferry-net: a message to {}'s port was dropped: {why}", self.peer);
+        // As for refusals: a local user may cause these at will.
+        static SAID: AtomicU64 = AtomicU64::new(0);
+        say_once_a_minute(&SAID, &format!("ferry-net: a message to {}'s port was dropped: {why}", self.peer));
     }
 }

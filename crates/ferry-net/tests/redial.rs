@@ -910,3 +910,82 @@ fn descriptors_of_messages_waiting_to_cross_are_held_within_a_users_budget() {
     drop(daemon);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Set in the environment of this test binary run as another user's
+/// program: the import to send messages through that are refused.
+const REFUSED_SENDER: &str = "FERRY_NETD_TEST_REFUSED_SENDER";
+
+/// How many messages that cannot cross the refused sender sends.
+const REFUSED_MESSAGES: usize = 2000;
+
+/// The other user's part of
+/// [`a_user_whose_messages_are_refused_cannot_flood_the_daemons_log`]:
+/// sends [`REFUSED_MESSAGES`] messages through the import, each carrying a
+/// receive right (which does not cross) and a reply right on which the
+/// refusal comes back, and half as many without a reply right (dropped).
+fn send_refused(import: &str) {
+    let mut names = ferry::Bootstrap::connect().unwrap();
+    let right = names.lookup(import).unwrap();
+    let (mut answers, _keep) = ferry::port().unwrap();
+    let mut refused = 0;
+    for i in 0..REFUSED_MESSAGES + REFUSED_MESSAGES / 2 {
+        let (rx, _tx) = ferry::port().unwrap();
+        let mut m = Message::new(51).with_item(ferry::Item::Receive(rx));
+        if i < REFUSED_MESSAGES {
+            m = m.with_reply(answers.make_send_once().unwrap());
+        }
+        right.send(m, WAIT).unwrap();
+        if i < REFUSED_MESSAGES {
+            refused += usize::from(ferry_net::Refusal::of(&answers.recv(WAIT).unwrap()).is_some());
+        }
+    }
+    println!("refused {refused} as uid {}", rustix::process::getuid().as_raw());
+}
+
+/// A user sending a root `ferry-netd` messages that cannot cross (through
+/// a system import every user may look up) does not write a line into
+/// the daemon's log for each: it wrote one per message refused or
+/// dropped, so 3000 messages made 3000 lines, and a loop of them filled
+/// whatever holds the log. Such lines are said once a minute.
+#[test]
+fn a_user_whose_messages_are_refused_cannot_flood_the_daemons_log() {
+    if let Ok(import) = std::env::var(REFUSED_SENDER) {
+        return send_refused(&import);
+    }
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped a_user_whose_messages_are_refused_cannot_flood_the_daemons_log: starting a process as another user needs root");
+        return;
+    }
+    let dir = fresh_dir("refused-log");
+    let boot = dir.join("bootstrap");
+    ferry::NameServer::bind_with_mode(&boot, 0o666).unwrap().spawn().unwrap();
+    let id = dir.join("id");
+    let (ix, ib) = identities(&id, "x", "b");
+    let b = node(ib, "x", &ix);
+    let (mut svc, svc_tx) = ferry::port().unwrap();
+    b.export("svc", svc_tx);
+    let peer = format!("b={}", b.local_addr().unwrap());
+    let (mut daemon, _) = netd(&id, "b", &boot, &args(&["--system-names", "--import", "svc@b", "--peer", &peer]), true);
+    let mut names = ferry::Bootstrap::connect_to(&boot).unwrap();
+    let import = until_found("svc@b", &mut || names.lookup("svc@b").ok());
+    reach(&import, &mut svc, 30);
+    // The daemon's log, read as it is written.
+    let mut stderr = daemon.0.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut log = String::new();
+        let _ = std::io::Read::read_to_string(&mut stderr, &mut log);
+        log
+    });
+    let out = as_nobody(&dir, &boot, "a_user_whose_messages_are_refused_cannot_flood_the_daemons_log", REFUSED_SENDER);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && said.contains(&format!("refused {REFUSED_MESSAGES} as uid {NOBODY}")), "{said}\n{}", String::from_utf8_lossy(&out.stderr));
+    let pid = rustix::process::Pid::from_raw(daemon.0.id() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    let _ = daemon.0.wait();
+    let log = reader.join().unwrap();
+    let lines = log.lines().filter(|l| l.contains("a message to b's port was")).count();
+    println!("lines the daemon logged for the other user's {} messages: {lines}", REFUSED_MESSAGES + REFUSED_MESSAGES / 2);
+    drop(daemon);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(lines <= 4, "the daemon logged {lines} lines for one user's refused messages");
+}

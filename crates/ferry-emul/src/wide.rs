@@ -451,7 +451,11 @@ pub unsafe extern "C" fn __vfwprintf_chk(f: *mut FILE, flag: c_int, format: *con
 /// ([`forget_scanner`]): closing its descriptor would drop the process's
 /// POSIX record locks on the file, which natively last until the stream's
 /// own descriptor closes.
-static SCANNERS: std::sync::Mutex<Vec<(usize, usize, (u64, u64))>> = std::sync::Mutex::new(Vec::new());
+static SCANNERS: std::sync::Mutex<Vec<Scanner>> = std::sync::Mutex::new(Vec::new());
+
+/// One entry of [`SCANNERS`]: the program's stream, the library's stream
+/// scanning it, and the file it reads (device and inode).
+type Scanner = (usize, usize, (u64, u64));
 
 /// The device and inode of descriptor `fd`.
 fn identity(fd: c_int) -> Option<(u64, u64)> {

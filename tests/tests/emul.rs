@@ -865,6 +865,25 @@ fn start_stall(srv: &Served, how: &str, name: &str) -> (std::process::Child, std
     (peer, out)
 }
 
+/// Tells the attacker of [`start_stall`] to go on, and returns the line it
+/// ends with once it has exited well.
+fn end_stall(mut peer: std::process::Child, mut out: std::io::BufReader<std::process::ChildStdout>) -> String {
+    use std::io::{BufRead, Write};
+    writeln!(peer.stdin.take().unwrap()).unwrap();
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    drop(out);
+    assert!(peer.wait().unwrap().success(), "the attacker failed");
+    line
+}
+
+/// Stops `srv`, checks it let go of every open file, and removes `dir`.
+fn finish_clean(srv: Served, dir: &Path) {
+    let (_, open) = srv.finish();
+    assert_eq!(open, 0);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// Another user keeps the token of its own open file active (it never
 /// finishes its "call") and asks for what must wait for the active holder:
 /// a truncation, or an open with `O_TRUNC`; or asks to flush 256 MiB it
@@ -923,24 +942,17 @@ fn emul_one_user_cannot_take_every_waiting_thread() {
     }
     watchdog("emul_one_user_cannot_take_every_waiting_thread", Duration::from_secs(120), || {
         use ferry::emulation::{Client, Opened};
-        use std::io::{BufRead, Write};
         let dir = shared_scratch("threads");
         let srv = Served::new(&dir);
         let mine = Client::new(srv.right().try_clone().unwrap());
-        let (mut peer, mut out) = start_stall(&srv, "tokens", "pub/mine");
+        let (peer, out) = start_stall(&srv, "tokens", "pub/mine");
         let Ok(Opened::File(f)) = mine.open("public", libc::O_RDONLY, 0) else { panic!("root's open failed") };
         f.page.give_up(std::process::id() as i32);
         assert_eq!(mine.token(f.id), Ok(()), "root's token request was refused");
-        writeln!(peer.stdin.take().unwrap()).unwrap();
-        let mut line = String::new();
-        out.read_line(&mut line).unwrap();
-        drop(out);
-        assert!(peer.wait().unwrap().success(), "the attacker failed");
+        end_stall(peer, out);
         drop(f);
         drop(mine);
-        let (_, open) = srv.finish();
-        assert_eq!(open, 0);
-        let _ = std::fs::remove_dir_all(&dir);
+        finish_clean(srv, &dir);
     });
 }
 
@@ -957,12 +969,11 @@ fn emul_another_user_holding_its_token_cannot_stop_the_owner_truncating() {
     }
     watchdog("emul_another_user_holding_its_token_cannot_stop_the_owner_truncating", Duration::from_secs(120), || {
         use ferry::emulation::{Client, Opened};
-        use std::io::{BufRead, Write};
         let dir = shared_scratch("hold");
         std::fs::write(dir.join("public"), b"0123456789").unwrap();
         let srv = Served::new(&dir);
         let mine = Client::new(srv.right().try_clone().unwrap());
-        let (mut peer, mut out) = start_stall(&srv, "hold", "public");
+        let (peer, out) = start_stall(&srv, "hold", "public");
         let Ok(Opened::File(f)) = mine.open("public", libc::O_RDWR, 0) else { panic!("root's open failed") };
         assert_eq!(mine.truncate(f.id, 4), Ok(()), "the other user's token stopped the truncation");
         assert_eq!(std::fs::read(dir.join("public")).unwrap(), b"0123");
@@ -971,15 +982,9 @@ fn emul_another_user_holding_its_token_cannot_stop_the_owner_truncating() {
             panic!("the other user's token stopped an open with O_TRUNC")
         };
         assert_eq!(std::fs::read(dir.join("public")).unwrap(), b"");
-        writeln!(peer.stdin.take().unwrap()).unwrap();
-        let mut line = String::new();
-        out.read_line(&mut line).unwrap();
-        drop(out);
-        assert!(peer.wait().unwrap().success(), "the attacker failed");
+        end_stall(peer, out);
         drop((f, g, mine));
-        let (_, open) = srv.finish();
-        assert_eq!(open, 0);
-        let _ = std::fs::remove_dir_all(&dir);
+        finish_clean(srv, &dir);
     });
 }
 
@@ -997,11 +1002,10 @@ fn emul_another_users_many_held_tokens_are_waited_for_together() {
     }
     watchdog("emul_another_users_many_held_tokens_are_waited_for_together", Duration::from_secs(180), || {
         use ferry::emulation::{Client, Opened};
-        use std::io::{BufRead, Write};
         let dir = shared_scratch("hold-many");
         std::fs::write(dir.join("public"), b"0123456789").unwrap();
         let srv = Served::new(&dir);
-        let (mut peer, mut out) = start_stall(&srv, "hold-many", "public");
+        let (peer, out) = start_stall(&srv, "hold-many", "public");
         let mine = Client::new(srv.right().try_clone().unwrap());
         let Ok(Opened::File(f)) = mine.open("public", libc::O_RDWR, 0) else { panic!("root's open failed") };
         let (tx, rx) = std::sync::mpsc::channel();
@@ -1016,15 +1020,9 @@ fn emul_another_users_many_held_tokens_are_waited_for_together() {
         assert_eq!(cut.unwrap(), Ok(()));
         assert_eq!(std::fs::read(dir.join("public")).unwrap(), b"0123");
         let mine = cutting.join().unwrap();
-        writeln!(peer.stdin.take().unwrap()).unwrap();
-        let mut line = String::new();
-        out.read_line(&mut line).unwrap();
-        drop(out);
-        assert!(peer.wait().unwrap().success(), "the attacker failed");
+        end_stall(peer, out);
         drop((f, mine));
-        let (_, open) = srv.finish();
-        assert_eq!(open, 0);
-        let _ = std::fs::remove_dir_all(&dir);
+        finish_clean(srv, &dir);
     });
 }
 
@@ -1083,9 +1081,7 @@ fn emul_another_users_requests_for_a_file_it_does_not_hold_hold_up_nobody() {
         assert!(peer.wait().unwrap().success(), "the attacker failed");
         assert!(line.contains("answered 0 "), "the other user read root's file: {line}");
         drop((f, mine));
-        let (_, open) = srv.finish();
-        assert_eq!(open, 0);
-        let _ = std::fs::remove_dir_all(&dir);
+        finish_clean(srv, &dir);
     });
 }
 

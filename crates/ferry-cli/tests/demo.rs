@@ -1,7 +1,7 @@
 //! Runs `ferry demo` as a user would and checks its account of what crossed
 //! each process boundary.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 #[test]
@@ -316,6 +316,24 @@ fn stat_writes_no_control_characters_of_another_users_command_name() {
     }
 }
 
+/// A name server on a thread of this process, in a fresh directory
+/// `ferry-TAG-PID` every user may reach, whose socket every user may
+/// connect to, with `system` registered as a system name for a port of
+/// this process: its directory, its socket, and the port's receive right.
+fn name_server_for_everyone(tag: &str, system: &str) -> (PathBuf, PathBuf, ferry::ReceiveRight) {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("ferry-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = dir.join("bootstrap");
+    let mut server = ferry::NameServer::bind_with_mode(&path, 0o666).unwrap();
+    let (rx, tx) = ferry::port().unwrap();
+    server.add_system_name(system, tx).unwrap();
+    server.spawn().unwrap();
+    (dir, path, rx)
+}
+
 /// `ferry stat NAME` run by root shows the process behind the name a
 /// lookup of NAME would reach: root's own, else the system's. Root's
 /// listing holds every user's names, and the first with that name was
@@ -325,24 +343,15 @@ fn stat_writes_no_control_characters_of_another_users_command_name() {
 #[test]
 fn stat_by_name_never_shows_another_users_process_for_a_system_name() {
     use std::io::{BufRead, BufReader};
-    use std::os::unix::fs::PermissionsExt;
     use std::os::unix::process::CommandExt;
     use std::process::Stdio;
     if rustix::process::geteuid().as_raw() != 0 {
         eprintln!("stat_by_name_never_shows_another_users_process_for_a_system_name: skipped (needs root to play another user)");
         return;
     }
-    let dir = std::env::temp_dir().join(format!("ferry-stat-spoof-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let path = dir.join("bootstrap");
-    let mut server = ferry::NameServer::bind_with_mode(&path, 0o666).unwrap();
     // The system's "demo.server", a port of this process (as ferryd's
     // `files` is the daemon's).
-    let (_rx, tx) = ferry::port().unwrap();
-    server.add_system_name("demo.server", tx).unwrap();
-    server.spawn().unwrap();
+    let (dir, path, _rx) = name_server_for_everyone("stat-spoof", "demo.server");
     let exe = dir.join("ferry");
     runnable_by_others(Path::new(env!("CARGO_BIN_EXE_ferry")), &exe);
     let mut other = spawn_retrying(
@@ -396,7 +405,6 @@ fn forge_a_row(path: &str) {
 #[test]
 fn names_never_shows_another_users_name_as_a_row_of_its_own() {
     use std::io::{BufRead, BufReader};
-    use std::os::unix::fs::PermissionsExt;
     use std::os::unix::process::CommandExt;
     use std::process::Stdio;
     if let Ok(path) = std::env::var("FERRY_TEST_FORGE_ROW") {
@@ -406,15 +414,7 @@ fn names_never_shows_another_users_name_as_a_row_of_its_own() {
         eprintln!("names_never_shows_another_users_name_as_a_row_of_its_own: skipped (needs root to play another user)");
         return;
     }
-    let dir = std::env::temp_dir().join(format!("ferry-names-forge-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let path = dir.join("bootstrap");
-    let mut server = ferry::NameServer::bind_with_mode(&path, 0o666).unwrap();
-    let (_rx, tx) = ferry::port().unwrap();
-    server.add_system_name("files", tx).unwrap();
-    server.spawn().unwrap();
+    let (dir, path, _rx) = name_server_for_everyone("names-forge", "files");
     let copy = dir.join("as-another-user");
     runnable_by_others(&std::env::current_exe().unwrap(), &copy);
     let mut other = spawn_retrying(

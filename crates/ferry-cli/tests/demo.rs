@@ -472,26 +472,36 @@ fn the_daemon_started_on_demand_is_never_another_users_program() {
     let program = build.join("ferry");
     runnable_by_others(Path::new(env!("CARGO_BIN_EXE_ferry")), &program);
     // The other user, a real process of uid nobody, puts its `ferryd` one
-    // directory up from root's program.
+    // directory up from root's program; then, in its place, a link of its
+    // own to a program of root's (one that only says it ran, standing for
+    // any program on the system).
     let marker = shared.join("ran-as");
-    let plant = format!("printf '#!/bin/sh\\nid -u > {}\\nexit 1\\n' > {1} && chmod 755 {1}", marker.display(), shared.join("ferryd").display());
-    let planted = Command::new("sh").args(["-c", &plant]).uid(65534).gid(65534).current_dir("/").status().unwrap();
-    assert!(planted.success(), "the other user could not plant its program");
-    let out = Command::new(&program)
-        .args(["demo", "--role", "server"])
-        .env_remove("FERRY_BOOTSTRAP")
-        .env_remove("FERRY_DAEMON")
-        .env_remove("FERRY_NO_AUTOSTART")
-        .env_remove("FERRY_NO_EMBED")
-        .env("XDG_RUNTIME_DIR", &runtime)
-        .env("PATH", "/usr/bin:/bin")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let ran = std::fs::read_to_string(&marker).ok();
+    let script = |to: &Path| format!("printf '#!/bin/sh\\nid -u > {}\\nexit 1\\n' > {1} && chmod 755 {1}", marker.display(), to.display());
+    let roots = base.join("roots-program");
+    assert!(Command::new("sh").args(["-c", &script(&roots)]).status().unwrap().success());
+    let plants = [
+        ("its own program", script(&shared.join("ferryd"))),
+        ("a link to a program of root's", format!("rm -f {0} && ln -s {1} {0}", shared.join("ferryd").display(), roots.display())),
+    ];
+    for (what, plant) in plants {
+        let planted = Command::new("sh").args(["-c", &plant]).uid(65534).gid(65534).current_dir("/").status().unwrap();
+        assert!(planted.success(), "the other user could not plant {what}");
+        let out = Command::new(&program)
+            .args(["demo", "--role", "server"])
+            .env_remove("FERRY_BOOTSTRAP")
+            .env_remove("FERRY_DAEMON")
+            .env_remove("FERRY_NO_AUTOSTART")
+            .env_remove("FERRY_NO_EMBED")
+            .env("XDG_RUNTIME_DIR", &runtime)
+            .env("PATH", "/usr/bin:/bin")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let ran = std::fs::read_to_string(&marker).ok();
+        println!("{what} as ferryd ran as uid: {ran:?}; the program said: {}", String::from_utf8_lossy(&out.stderr).trim());
+        assert_eq!(ran, None, "root ran {what}, planted by another user, as ferryd");
+    }
     let _ = std::fs::remove_dir_all(&base);
-    println!("the other user's ferryd ran as uid: {ran:?}; the program said: {}", String::from_utf8_lossy(&out.stderr).trim());
-    assert_eq!(ran, None, "root ran another user's program as ferryd");
 }
 
 /// Puts program `from` at `to`, in a directory another user may enter,

@@ -119,25 +119,32 @@ pub fn inherited() -> Result<SendRight, InheritError> {
     }
 }
 
-/// Whether the file at `path` and its directory are this user's (by
-/// effective uid) or root's and no one else may change them: the file is
-/// not writable by group or others, nor is its directory unless the
-/// directory is sticky (where no one may replace another's file). A
-/// program or library found by where the running program is (beside it,
-/// a directory up, `../lib`) or on `PATH`, rather than named by its user,
-/// is run or loaded only then: a program run by root from a directory of
-/// its own inside one every user may write to (`/tmp/build/prog`) looked
-/// one directory up, and ran or preloaded another user's file there as
-/// root.
+/// Whether no one but this user (by effective uid) and root may change
+/// the file at `path` or what that name leads to: the file, every
+/// directory on its way, and every symbolic link followed on the way are
+/// this user's or root's, the file is not writable by group or others, and
+/// neither is a directory unless it is sticky (where no one may replace
+/// another's entry). A program or library found by where the running
+/// program is (beside it, a directory up, `../lib`) or on `PATH`, rather
+/// than named by its user, is run or loaded only then: a program run by
+/// root from a directory of its own inside one every user may write to
+/// (`/tmp/build/prog`) looked one directory up, and ran or preloaded
+/// another user's file there as root; and a link of another user's in a
+/// sticky directory (`/tmp/ferryd`) may lead to any program at all.
 pub fn nobody_else_controls(path: &std::path::Path) -> bool {
     use std::os::unix::fs::MetadataExt;
     let me = rustix::process::geteuid().as_raw();
     let ours = |m: &std::fs::Metadata| m.uid() == me || m.uid() == 0;
-    let Ok(file) = std::fs::metadata(path) else { return false };
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => std::path::Path::new("."),
-    };
-    let Ok(dir) = std::fs::metadata(dir) else { return false };
-    ours(&file) && file.mode() & 0o022 == 0 && ours(&dir) && (dir.mode() & 0o022 == 0 || dir.mode() & 0o1000 != 0)
+    let Ok(cwd) = std::env::current_dir() else { return false };
+    let given = cwd.join(path);
+    let Ok(real) = std::fs::canonicalize(&given) else { return false };
+    // Each link on the way as written (a link's own mode means nothing:
+    // whoever owns it may point it elsewhere).
+    let links_ours = given.ancestors().all(|p| std::fs::symlink_metadata(p).map_or(true, |m| !m.file_type().is_symlink() || ours(&m)));
+    // The file and each directory on its real way.
+    let file_ours = std::fs::metadata(&real).is_ok_and(|m| ours(&m) && m.mode() & 0o022 == 0);
+    let dirs_ours = real.ancestors().skip(1).all(|d| {
+        std::fs::metadata(d).is_ok_and(|m| ours(&m) && (m.mode() & 0o022 == 0 || m.mode() & 0o1000 != 0))
+    });
+    links_ours && file_ours && dirs_ours
 }

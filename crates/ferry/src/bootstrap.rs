@@ -65,7 +65,9 @@ pub const MAX_NAME: usize = 255;
 const MAX_LIST_BYTES: usize = 64 << 20;
 
 /// How long a client waits for the name server to answer.
-const REQUEST_TIMEOUT: Timeout = Timeout::After(Duration::from_secs(10));
+const REQUEST_TIMEOUT: Timeout = Timeout::After(REQUEST_WAIT);
+/// How long [`REQUEST_TIMEOUT`] waits, for messages.
+const REQUEST_WAIT: Duration = Duration::from_secs(10);
 
 /// How long [`Bootstrap::connect`] waits for a daemon it started to answer.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
@@ -593,7 +595,7 @@ impl Link {
             Ok(None) => Err(Lost::Closed("it closed the connection".into())),
             Err(RecvError::Timeout) => Err(Lost::Failed(NameError::Unavailable(io::Error::new(
                 io::ErrorKind::TimedOut,
-                format!("the name server at {} did not answer within {REQUEST_TIMEOUT:?}", self.path.display()),
+                format!("the name server at {} did not answer within {REQUEST_WAIT:?}", self.path.display()),
             )))),
             Err(RecvError::Io(e)) => Err(Lost::Closed(format!("the connection failed: {e}"))),
             Err(e) => Err(Lost::Failed(e.into())),

@@ -286,7 +286,7 @@ crate::interface! {
         /// Registers `right` under `name` among the system names as a
         /// service that hands every lookup a port of its own (version 4;
         /// root only): for each lookup the server makes a port, sends its
-        /// receive right to `right` in a [`SERVICE_PORT`]
+        /// receive right to `right` in a [`SERVICE_PORT`](super::SERVICE_PORT)
         /// message, and answers with a send right to it. Kept until the
         /// port's receive right is gone.
         fn register_system_service(name: String, right: SendRight) | Refusal = 6;

@@ -1354,3 +1354,29 @@ fn run_never_preloads_another_users_library() {
     println!("the other user's library was loaded as uid: {loaded:?}; ferry run: {} {}", out.status, String::from_utf8_lossy(&out.stderr).trim());
     assert_eq!(loaded, None, "ferry run preloaded another user's library");
 }
+
+/// `truncate` by name from another user (uid nobody), of a file it may
+/// write and of root's file it may only read, as natively: the server
+/// cuts a file by name as the asker, with the asker's permission checks,
+/// so the second is refused and root's file keeps its bytes.
+#[test]
+fn ferry_run_another_user_s_truncate_by_name_is_checked_like_native() {
+    let root = Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout == b"0\n");
+    let setpriv = Command::new("sh").args(["-c", "command -v setpriv"]).output().is_ok_and(|o| o.status.success());
+    // The system's Python: another user may not reach one installed for root.
+    if !root || !setpriv || !Path::new("/usr/bin/python3").exists() {
+        eprintln!("skipped ferry_run_another_user_s_truncate_by_name_is_checked_like_native: needs root, setpriv and /usr/bin/python3");
+        return;
+    }
+    let py = "import os, errno\n\
+              for p in ['mine', 'theirs', 'nope']:\n\
+              \x20   try: os.truncate(p, 2); print(p, 'ok')\n\
+              \x20   except OSError as e: print(p, errno.errorcode[e.errno])\n";
+    let script = format!(
+        "echo 0123456789 > mine && echo 0123456789 > theirs && chmod 666 mine && chmod 644 theirs && \
+         setpriv --reuid=65534 --regid=65534 --clear-groups /usr/bin/python3 -c \"{py}\""
+    );
+    let (native, served) = native_and_served("truncate-other", &script, "wc -c mine theirs");
+    assert!(native.contains("mine ok") && native.contains("theirs EACCES") && native.contains("11 theirs"), "{native}");
+    assert_eq!(served, native);
+}

@@ -4,7 +4,7 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -89,45 +89,8 @@ fn benchmarks_run_by_root_never_write_through_another_users_links() {
         eprintln!("benchmarks_run_by_root_never_write_through_another_users_links: skipped (needs root to play another user)");
         return;
     }
-    let base = std::env::temp_dir().join(format!("ferry-bench-squat-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&base);
-    let (tmp, secret) = (base.join("tmp"), base.join("secret"));
-    std::fs::create_dir_all(&tmp).unwrap();
-    std::fs::create_dir_all(&secret).unwrap();
-    std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755)).unwrap();
-    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o1777)).unwrap();
-    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o700)).unwrap();
-    let victim = secret.join("victim");
-    std::fs::write(&victim, b"root's own\n").unwrap();
-    // The other user, a real process of uid nobody, running a copy of this
-    // test binary where that user may run it (the build directory may be
-    // beneath directories it cannot enter).
-    // A hard link where it can be (no bytes written: a copy just written
-    // may be busy for a moment while a child another test forked holds
-    // its descriptor), else a copy.
-    let copy = base.join("as-another-user");
-    if std::fs::hard_link(std::env::current_exe().unwrap(), &copy).is_err() {
-        std::fs::copy(std::env::current_exe().unwrap(), &copy).unwrap();
-        std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
-    let mut squat = Command::new(&copy);
-    squat
-        .args(["--exact", "squat_the_benchmarks_directories", "--nocapture", "--test-threads=1"])
-        .env("FERRY_TEST_SQUAT", &tmp)
-        .env("FERRY_TEST_VICTIM", &victim)
-        .uid(65534)
-        .gid(65534)
-        .current_dir("/");
-    let mut out = squat.output();
-    for _ in 0..100 {
-        match &out {
-            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy => std::thread::sleep(Duration::from_millis(10)),
-            _ => break,
-        }
-        out = squat.output();
-    }
-    let out = out.unwrap();
-    assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("squatted"), "{out:?}");
+    let (base, tmp, victim) = squatted_base("");
+    squat_as_nobody(&base, "squat_the_benchmarks_directories", ("FERRY_TEST_SQUAT", &tmp), &victim);
     let said = [bench("pager", &tmp, &[]), bench("files", &tmp, &[]), bench("rpc", &tmp, &["--impl", "iceoryx2-event"])];
     let victim_now = std::fs::read(&victim).unwrap();
     // Nothing of root's in the directories nobody made for iceoryx2.
@@ -180,16 +143,7 @@ fn python_benchmark_run_by_root_never_writes_through_another_users_links() {
         eprintln!("python_benchmark_run_by_root_never_writes_through_another_users_links: skipped (needs root to play another user)");
         return;
     }
-    let base = std::env::temp_dir().join(format!("ferry-bench-squat-py-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&base);
-    let (tmp, secret) = (base.join("tmp"), base.join("secret"));
-    std::fs::create_dir_all(&tmp).unwrap();
-    std::fs::create_dir_all(&secret).unwrap();
-    std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755)).unwrap();
-    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o1777)).unwrap();
-    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o700)).unwrap();
-    let victim = secret.join("victim");
-    std::fs::write(&victim, b"root's own\n").unwrap();
+    let (base, tmp, victim) = squatted_base("py");
     // A stand-in for the interpreter (which says it can import ferry and
     // numpy) and for the script, writing FILE and FILE.meta.json.
     let (python, script) = (base.join("python"), base.join("bench.py"));
@@ -198,29 +152,7 @@ fn python_benchmark_run_by_root_never_writes_through_another_users_links() {
     let stand_in = "import sys\nout = sys.argv[sys.argv.index('--json') + 1]\n\
         open(out, 'w').write('[]')\nopen(out + '.meta.json', 'w').write('{\"machine\": \"here\"}')\n";
     std::fs::write(&script, stand_in).unwrap();
-    let copy = base.join("as-another-user");
-    if std::fs::hard_link(std::env::current_exe().unwrap(), &copy).is_err() {
-        std::fs::copy(std::env::current_exe().unwrap(), &copy).unwrap();
-        std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
-    let mut squat = Command::new(&copy);
-    squat
-        .args(["--exact", "squat_the_python_benchmarks_files", "--nocapture", "--test-threads=1"])
-        .env("FERRY_TEST_SQUAT_PY", &tmp)
-        .env("FERRY_TEST_VICTIM", &victim)
-        .uid(65534)
-        .gid(65534)
-        .current_dir("/");
-    let mut out = squat.output();
-    for _ in 0..100 {
-        match &out {
-            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy => std::thread::sleep(Duration::from_millis(10)),
-            _ => break,
-        }
-        out = squat.output();
-    }
-    let out = out.unwrap();
-    assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("squatted"), "{out:?}");
+    squat_as_nobody(&base, "squat_the_python_benchmarks_files", ("FERRY_TEST_SQUAT_PY", &tmp), &victim);
     let run = Command::new(FERRY_BENCH)
         .arg0("ferry")
         .args(["bench", "python", "--smoke"])
@@ -241,7 +173,7 @@ fn python_benchmark_run_by_root_never_writes_through_another_users_links() {
 /// its Python interpreter. It tried the virtual environment beside its
 /// build directory, one directory above its own: with `ferry-bench` in a
 /// directory of root's inside one every user may write to
-/// (`/tmp/build/ferry-bench`), uid nobody made `/tmp/python-venv/bin/python`,
+/// (`$TMPDIR/build/ferry-bench`), uid nobody made `$TMPDIR/python-venv/bin/python`,
 /// and root ran it. An interpreter found there is now tried only if no one
 /// else may change it.
 #[test]
@@ -286,4 +218,54 @@ fn python_benchmark_run_by_root_never_runs_another_users_interpreter() {
     let _ = std::fs::remove_dir_all(&base);
     println!("the other user's interpreter ran as uid: {ran:?}; ferry bench python: {}", run.status);
     assert_eq!(ran, None, "ferry bench python ran another user's program as its interpreter");
+}
+
+/// A fresh directory `ferry-bench-squat-TAG-PID` holding `tmp`, a shared
+/// temporary directory (sticky, writable by all), and a file only root may
+/// write (`secret/victim`): the directory, `tmp` and the file.
+fn squatted_base(tag: &str) -> (PathBuf, PathBuf, PathBuf) {
+    let tag = if tag.is_empty() { String::new() } else { format!("{tag}-") };
+    let base = std::env::temp_dir().join(format!("ferry-bench-squat-{tag}{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let (tmp, secret) = (base.join("tmp"), base.join("secret"));
+    std::fs::create_dir_all(&tmp).unwrap();
+    std::fs::create_dir_all(&secret).unwrap();
+    std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let victim = secret.join("victim");
+    std::fs::write(&victim, b"root's own\n").unwrap();
+    (base, tmp, victim)
+}
+
+/// Runs test `squatter` of this binary as the other user, a real process
+/// of uid nobody, with `squat` (its variable and the shared directory)
+/// and the victim's path; it must say `squatted`. The binary is run from
+/// a copy in `base`, where that user may run it (the build directory may
+/// be beneath directories it cannot enter): a hard link where it can be
+/// (no bytes written: a copy just written may be busy for a moment while
+/// a child another test forked holds its descriptor), else a copy.
+fn squat_as_nobody(base: &Path, squatter: &str, squat: (&str, &Path), victim: &Path) {
+    let copy = base.join("as-another-user");
+    if std::fs::hard_link(std::env::current_exe().unwrap(), &copy).is_err() {
+        std::fs::copy(std::env::current_exe().unwrap(), &copy).unwrap();
+        std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let mut cmd = Command::new(&copy);
+    cmd.args(["--exact", squatter, "--nocapture", "--test-threads=1"])
+        .env(squat.0, squat.1)
+        .env("FERRY_TEST_VICTIM", victim)
+        .uid(65534)
+        .gid(65534)
+        .current_dir("/");
+    let mut out = cmd.output();
+    for _ in 0..100 {
+        match &out {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy => std::thread::sleep(Duration::from_millis(10)),
+            _ => break,
+        }
+        out = cmd.output();
+    }
+    let out = out.unwrap();
+    assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("squatted"), "{out:?}");
 }

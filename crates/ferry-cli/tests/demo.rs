@@ -268,10 +268,7 @@ fn demo_net_makes_its_directory_afresh_in_a_shared_temporary_directory() {
 /// the cursor over the lines before, or hide what follows.
 #[test]
 fn stat_writes_no_control_characters_of_another_users_command_name() {
-    use std::io::{BufRead, BufReader};
     use std::os::unix::fs::PermissionsExt;
-    use std::os::unix::process::CommandExt;
-    use std::process::Stdio;
     if rustix::process::geteuid().as_raw() != 0 {
         eprintln!("stat_writes_no_control_characters_of_another_users_command_name: skipped (needs root to play another user)");
         return;
@@ -288,19 +285,7 @@ fn stat_writes_no_control_characters_of_another_users_command_name() {
     let name = "\u{1b}[2J\u{1b}[Hx\u{7}\u{8}";
     let exe = dir.join(name);
     runnable_by_others(Path::new(env!("CARGO_BIN_EXE_ferry")), &exe);
-    let mut other = spawn_retrying(
-        Command::new(&exe)
-            .args(["demo", "--role", "server"])
-            .env("FERRY_BOOTSTRAP", &path)
-            .env("FERRY_NO_EMBED", "1")
-            .uid(65534)
-            .gid(65534)
-            .current_dir("/")
-            .stdout(Stdio::piped()),
-    );
-    let mut lines = BufReader::new(other.stdout.take().unwrap()).lines();
-    let first = lines.next().unwrap().unwrap();
-    assert!(first.contains("registered"), "{first}");
+    let (mut other, _output) = demo_server_as_nobody(&exe, &path);
     let pid = other.id().to_string();
     let one = Command::new(env!("CARGO_BIN_EXE_ferry")).args(["stat", &pid]).env("FERRY_BOOTSTRAP", &path).output().unwrap();
     let all = Command::new(env!("CARGO_BIN_EXE_ferry")).arg("stat").env("FERRY_BOOTSTRAP", &path).output().unwrap();
@@ -314,6 +299,29 @@ fn stat_writes_no_control_characters_of_another_users_command_name() {
         let control: Vec<char> = text.chars().filter(|c| c.is_control() && *c != '\n').collect();
         assert!(control.is_empty(), "{what} wrote control characters {control:?}:\n{text:?}");
     }
+}
+
+/// `ferry demo --role server` run from `exe` as uid nobody against the
+/// name server at `bootstrap`, once it says it registered its name; with
+/// the rest of its output, kept open while it runs.
+fn demo_server_as_nobody(exe: &Path, bootstrap: &Path) -> (std::process::Child, std::io::Lines<std::io::BufReader<std::process::ChildStdout>>) {
+    use std::io::{BufRead, BufReader};
+    use std::os::unix::process::CommandExt;
+    use std::process::Stdio;
+    let mut other = spawn_retrying(
+        Command::new(exe)
+            .args(["demo", "--role", "server"])
+            .env("FERRY_BOOTSTRAP", bootstrap)
+            .env("FERRY_NO_EMBED", "1")
+            .uid(65534)
+            .gid(65534)
+            .current_dir("/")
+            .stdout(Stdio::piped()),
+    );
+    let mut lines = BufReader::new(other.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    assert!(first.contains("registered"), "{first}");
+    (other, lines)
 }
 
 /// A name server on a thread of this process, in a fresh directory
@@ -342,9 +350,6 @@ fn name_server_for_everyone(tag: &str, system: &str) -> (PathBuf, PathBuf, ferry
 /// as the service.
 #[test]
 fn stat_by_name_never_shows_another_users_process_for_a_system_name() {
-    use std::io::{BufRead, BufReader};
-    use std::os::unix::process::CommandExt;
-    use std::process::Stdio;
     if rustix::process::geteuid().as_raw() != 0 {
         eprintln!("stat_by_name_never_shows_another_users_process_for_a_system_name: skipped (needs root to play another user)");
         return;
@@ -354,19 +359,7 @@ fn stat_by_name_never_shows_another_users_process_for_a_system_name() {
     let (dir, path, _rx) = name_server_for_everyone("stat-spoof", "demo.server");
     let exe = dir.join("ferry");
     runnable_by_others(Path::new(env!("CARGO_BIN_EXE_ferry")), &exe);
-    let mut other = spawn_retrying(
-        Command::new(&exe)
-            .args(["demo", "--role", "server"])
-            .env("FERRY_BOOTSTRAP", &path)
-            .env("FERRY_NO_EMBED", "1")
-            .uid(65534)
-            .gid(65534)
-            .current_dir("/")
-            .stdout(Stdio::piped()),
-    );
-    let mut lines = BufReader::new(other.stdout.take().unwrap()).lines();
-    let first = lines.next().unwrap().unwrap();
-    assert!(first.contains("registered"), "{first}");
+    let (mut other, _output) = demo_server_as_nobody(&exe, &path);
     let out = Command::new(env!("CARGO_BIN_EXE_ferry")).args(["stat", "demo.server"]).env("FERRY_BOOTSTRAP", &path).output().unwrap();
     let theirs = other.id();
     let _ = other.kill();
@@ -446,7 +439,7 @@ fn names_never_shows_another_users_name_as_a_row_of_its_own() {
 /// runs another user's program as `ferryd`. It looked for `ferryd` beside
 /// itself and one directory up, and ran whatever was there: with the
 /// program in a directory of root's inside a directory every user may
-/// write to (`/tmp/build/prog`), uid nobody put a `ferryd` of its own one
+/// write to (`$TMPDIR/build/prog`), uid nobody put a `ferryd` of its own one
 /// directory up, and root ran it. A candidate is now run only if it and
 /// its directory are the user's or root's and no one else may change
 /// them.

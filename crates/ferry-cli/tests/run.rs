@@ -1295,7 +1295,7 @@ fn ferry_run_a_second_open_of_a_directory_keeps_its_record_locks_like_native() {
 /// program. Unless told where the emulation library is, it took
 /// `libferry_emul.so` beside itself or in `../lib`: with `ferry` in a
 /// directory of root's inside one every user may write to
-/// (`/tmp/build/ferry`), uid nobody made `/tmp/lib` with a library of its
+/// (`$TMPDIR/build/ferry`), uid nobody made `$TMPDIR/lib` with a library of its
 /// own there, and root's program ran it as root. A library found, not
 /// named, is now loaded only if no one else may change it.
 #[test]

@@ -128,9 +128,9 @@ pub fn inherited() -> Result<SendRight, InheritError> {
 /// program is (beside it, a directory up, `../lib`) or on `PATH`, rather
 /// than named by its user, is run or loaded only then: a program run by
 /// root from a directory of its own inside one every user may write to
-/// (`/tmp/build/prog`) looked one directory up, and ran or preloaded
+/// (`$TMPDIR/build/prog`) looked one directory up, and ran or preloaded
 /// another user's file there as root; and a link of another user's in a
-/// sticky directory (`/tmp/ferryd`) may lead to any program at all.
+/// sticky directory (`$TMPDIR/ferryd`) may lead to any program at all.
 pub fn nobody_else_controls(path: &std::path::Path) -> bool {
     use std::os::unix::fs::MetadataExt;
     let me = rustix::process::geteuid().as_raw();

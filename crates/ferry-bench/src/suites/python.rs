@@ -45,7 +45,7 @@ fn candidates() -> Vec<PathBuf> {
     // This program in target/<profile>/, the venv in target/python-venv:
     // found, not named, so run only if no one else may change it
     // (`ferry::spawn::nobody_else_controls`). With this program in
-    // `/tmp/build/`, that is `/tmp/python-venv`, which any user may make.
+    // `$TMPDIR/build/`, that is `$TMPDIR/python-venv`, which any user may make.
     if let Some(target) = std::env::current_exe().ok().and_then(|e| e.parent()?.parent().map(Path::to_path_buf)) {
         let venv = target.join("python-venv/bin/python");
         if ferry::spawn::nobody_else_controls(&venv) {

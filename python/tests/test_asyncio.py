@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -120,6 +121,12 @@ def test_an_rpc_server_serves_calls_inside_the_event_loop():
     def client() -> None:
         with ferry.Connection(tx, timeout=LIMIT) as conn:
             for i in range(calls):
+                if i % 5 == 0:
+                    # The server waits for this call: a loop that runs
+                    # other tasks meanwhile ticks. Without a pause every
+                    # request could be waiting already, so that the
+                    # server never waits and the ticker never gets a turn.
+                    time.sleep(0.05)
                 answers.append(conn.call(ferry.Message(i, b"x" * i), LIMIT).op)
 
     async def main() -> int:

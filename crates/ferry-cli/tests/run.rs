@@ -1384,3 +1384,79 @@ fn ferry_run_another_user_s_truncate_by_name_is_checked_like_native() {
     assert!(native.contains("mine ok") && native.contains("theirs EACCES") && native.contains("11 theirs"), "{native}");
     assert_eq!(served, native);
 }
+
+/// A program whose signal handler leaves a file call by `siglongjmp` (the
+/// classic way to put a time limit on a call, with `alarm`) keeps its
+/// files as natively: a signal that came while the library served the
+/// call left the thread marked as inside the library for good, so its
+/// later calls went past the library to the kernel (a read of a file
+/// opened before then read `01`, the kernel's offset, where natively
+/// `23`); and a jump out of the library's own allocation broke the C
+/// library's heap (the program aborted in `malloc`). Some 300 jumps, on a
+/// timer of 40 µs, out of opens, reads and writes of served files.
+#[test]
+fn ferry_run_calls_left_by_siglongjmp_keep_the_program_s_files_like_native() {
+    let cc = Command::new("sh").args(["-c", "command -v cc"]).output().is_ok_and(|o| o.status.success());
+    if !cc {
+        eprintln!("skipped ferry_run_calls_left_by_siglongjmp_keep_the_program_s_files_like_native: no cc");
+        return;
+    }
+    let script = r#"cat > sj.c <<'C'
+#include <fcntl.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/time.h>
+#include <unistd.h>
+static sigjmp_buf env;
+static volatile sig_atomic_t jumps, armed;
+static void on_alarm(int s) {
+    (void)s;
+    if (armed) { jumps++; siglongjmp(env, 1); }
+}
+static void timer(long us) {
+    struct itimerval it = { { 0, us }, { 0, us } };
+    setitimer(ITIMER_REAL, &it, NULL);
+}
+int main(void) {
+    char big[300000];
+    memset(big, 'x', sizeof big);
+    int w = open("f", O_CREAT | O_WRONLY | O_TRUNC, 0644);
+    write(w, "0123456789", 10); write(w, big, sizeof big); close(w);
+    int f = open("f", O_RDONLY);
+    char b[8] = { 0 };
+    read(f, b, 2);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_alarm;
+    sigaction(SIGALRM, &sa, NULL);
+    timer(40);
+    for (volatile int i = 0; i < 4000 && jumps < 300; i++) {
+        if (sigsetjmp(env, 1) == 0) {
+            armed = 1;
+            int g = open("g", O_CREAT | O_RDWR, 0644);
+            char c[4096];
+            pread(f, c, sizeof c, 4096 * (i % 64));
+            if (g >= 0) { write(g, "g", 1); close(g); }
+        }
+    }
+    armed = 0;
+    timer(0);
+    signal(SIGALRM, SIG_DFL);
+    printf("jumped %s\n", jumps > 0 ? "yes" : "no");
+    read(f, b, 2);
+    printf("read %s\n", b);
+    char c[8] = { 0 };
+    printf("pread %zd %.4s\n", pread(f, c, 4, 6), c);
+    int h = open("h", O_CREAT | O_WRONLY, 0644);
+    printf("wrote %zd\n", write(h, "hello", 5));
+    close(h); close(f);
+    return 0;
+}
+C
+cc -o sj sj.c && ./sj && cat h; echo"#;
+    let (native, served) = native_and_served("siglongjmp", script, "ls; wc -c h");
+    assert!(native.contains("jumped yes\nread 23\npread 4 6789\nwrote 5\nhello"), "{native}");
+    assert_eq!(served, native);
+}

@@ -14,7 +14,7 @@
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use ferry::emulation::{OpenedFile, TokenPage, TokenState};
@@ -40,9 +40,16 @@ struct Window {
 /// not in the child), and the child's next read of the file hung. A
 /// holder of another pid than this process's is such a thread; its
 /// window, perhaps half moved, is forgotten (its mapping, if any, stays).
+///
+/// It also records its holder's thread ([`state::thread_mark`]): a thread
+/// that finds it held by itself was left by a signal handler's jump in
+/// the middle of a copy, and takes it over (a window is moved with
+/// signals held, so it is whole).
 struct WindowLock {
     /// The holder's pid; 0 when free.
     holder: AtomicI32,
+    /// The holding thread's mark; 0 while none is recorded.
+    thread: AtomicUsize,
     window: UnsafeCell<Window>,
 }
 
@@ -57,18 +64,28 @@ struct WindowGuard<'a> {
 
 impl WindowLock {
     fn new() -> WindowLock {
-        WindowLock { holder: AtomicI32::new(0), window: UnsafeCell::new(Window { addr: 0, start: 0, len: 0, read_before: false }) }
+        WindowLock { holder: AtomicI32::new(0), thread: AtomicUsize::new(0), window: UnsafeCell::new(Window { addr: 0, start: 0, len: 0, read_before: false }) }
     }
 
     fn lock(&self) -> WindowGuard<'_> {
         let me = state::pid();
+        let mark = state::thread_mark();
         let mut spins = 0u32;
         loop {
             match self.holder.compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed) {
-                Ok(_) => return WindowGuard { lock: self },
+                Ok(_) => {
+                    self.thread.store(mark, Ordering::Relaxed);
+                    return WindowGuard { lock: self };
+                }
+                // Left held by this thread's own copy, which a signal
+                // handler left by a jump: no frame of it holds it now.
+                Err(h) if h == me && self.thread.load(Ordering::Relaxed) == mark => {
+                    return WindowGuard { lock: self };
+                }
                 // Held at a fork by a thread of the parent: ours now.
                 Err(h) if h != me => {
                     if self.holder.compare_exchange(h, me, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+                        self.thread.store(mark, Ordering::Relaxed);
                         // SAFETY: held (just taken); no thread of this
                         // process has the window.
                         unsafe { (*self.window.get()).len = 0 };
@@ -105,6 +122,9 @@ impl std::ops::DerefMut for WindowGuard<'_> {
 
 impl Drop for WindowGuard<'_> {
     fn drop(&mut self) {
+        // The mark goes first: a thread never finds its own mark on a
+        // lock another thread holds.
+        self.lock.thread.store(0, Ordering::Relaxed);
         self.lock.holder.store(0, Ordering::Release);
     }
 }
@@ -114,6 +134,13 @@ pub struct File {
     id: u64,
     fd: OwnedFd,
     page: TokenPage,
+    /// The mark of the thread of this process that holds the token active
+    /// ([`state::thread_mark`]); 0 while none is recorded. A thread that
+    /// finds the token active for this process under its own mark was
+    /// left by a signal handler's jump while it held it, and takes it
+    /// over (another thread of the process would otherwise wait for it
+    /// for ever, and so would this one).
+    token_thread: AtomicUsize,
     /// Taken (and closed) when the open file goes, before the server is
     /// told to close its own descriptor of the file.
     hold: Option<SendRight>,
@@ -161,10 +188,14 @@ fn check_range(pos: u64, len: usize) -> Result<(), Errno> {
 struct Token<'a> {
     page: &'a TokenPage,
     pid: i32,
+    thread: &'a AtomicUsize,
 }
 
 impl Drop for Token<'_> {
     fn drop(&mut self) {
+        // The mark goes first: a thread never finds its own mark on a
+        // token another thread holds.
+        self.thread.store(0, Ordering::Relaxed);
         self.page.deactivate(self.pid);
     }
 }
@@ -177,6 +208,7 @@ impl File {
             id: o.id,
             fd: o.file,
             page: o.page,
+            token_thread: AtomicUsize::new(0),
             hold: Some(o.hold),
             readable: acc != libc::O_WRONLY,
             writable: acc != libc::O_RDONLY,
@@ -210,16 +242,22 @@ impl File {
     /// else a request to the server (which calls the token back).
     fn token(&self) -> Result<Token<'_>, Errno> {
         let pid = state::pid();
+        let mark = state::thread_mark();
+        let held = || {
+            self.token_thread.store(mark, Ordering::Relaxed);
+            Token { page: &self.page, pid, thread: &self.token_thread }
+        };
         for _ in 0..100_000 {
             if self.page.try_activate(pid) {
-                return Ok(Token { page: &self.page, pid });
+                return Ok(held());
             }
             match self.page.state() {
+                TokenState::Active(p) if p == pid && self.token_thread.load(Ordering::Relaxed) == mark => return Ok(held()),
                 TokenState::Active(p) if p == pid => self.page.wait_active(Duration::from_millis(10)),
                 _ => {
                     let e = state::emul().ok_or(libc::EIO)?;
                     match e.client.token(self.id) {
-                        Ok(()) => return Ok(Token { page: &self.page, pid }),
+                        Ok(()) => return Ok(held()),
                         // The server has too many waits going: ask again.
                         Err(libc::EAGAIN) => std::thread::sleep(Duration::from_millis(1)),
                         Err(err) => return Err(err),
@@ -254,6 +292,9 @@ impl File {
             if e.client.is_dead() {
                 return Err(libc::EIO);
             }
+            // Moved whole: a handler that left the copy by a jump leaves
+            // a window this thread takes over (`WindowLock`).
+            let _held = ferry::emulation::hold_signals();
             self.unmap(w);
             let start = p & !(self.wsize as u64 - 1);
             let prot = if self.map_writable { libc::PROT_READ | libc::PROT_WRITE } else { libc::PROT_READ };

@@ -55,6 +55,13 @@ fn emulated(fd: c_int) -> Option<(Arc<File>, state::Busy)> {
     Some((f, b))
 }
 
+/// [`emulated`], for a call that only copies (`state::enter_for_copy`).
+fn emulated_for_copy(fd: c_int) -> Option<(Arc<File>, state::Busy)> {
+    let f = state::get(fd)?;
+    let b = state::enter_for_copy()?;
+    Some((f, b))
+}
+
 unsafe fn cstr<'a>(p: *const c_char) -> Option<&'a [u8]> {
     if p.is_null() {
         None
@@ -95,7 +102,8 @@ fn fd_link(name: &[u8]) -> Option<c_int> {
     let rest = name.strip_prefix(b"/proc/")?;
     let slash = rest.iter().position(|&c| c == b'/')?;
     let (who, rest) = rest.split_at(slash);
-    let own = who == b"self" || who == b"thread-self" || who == state::pid().to_string().as_bytes();
+    // Compared as a number: a string made of the pid would allocate.
+    let own = who == b"self" || who == b"thread-self" || number(who) == Some(state::pid());
     if !own {
         return None;
     }
@@ -146,8 +154,10 @@ fn reopen_target(n: c_int) -> Option<(String, Identity)> {
 /// names that file (then, or after the server's open), and when the
 /// server refuses: the kernel reopens by the descriptor itself.
 fn emul_open(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> Option<c_int> {
-    let _b = enter()?;
+    let _b = state::enter_for_copy()?;
     let e = emul()?;
+    // Held from where the name may lead beneath the root (`state::beneath`).
+    let mut held = None;
     // A child of a raw `clone` sharing this memory has descriptors of its
     // own, which the table (its parent's) must not record: its opens are
     // the kernel's. (Recorded there, the child's file stood for whatever
@@ -160,10 +170,11 @@ fn emul_open(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> O
     let name = unsafe { cstr(path) }?;
     let (rel, reopens) = match fd_link(name) {
         Some(n) => {
+            held = Some(ferry::emulation::hold_signals());
             let (target, id) = reopen_target(n)?;
-            (state::beneath(e, libc::AT_FDCWD, target.as_bytes())?, Some(id))
+            (state::beneath(e, libc::AT_FDCWD, target.as_bytes(), &mut held)?, Some(id))
         }
-        None => (state::beneath(e, dirfd, name)?, None),
+        None => (state::beneath(e, dirfd, name, &mut held)?, None),
     };
     let mode = if flags & libc::O_CREAT != 0 { ferry::emulation::creation_mode(mode, current_umask()) } else { 0 };
     let cloexec = flags & libc::O_CLOEXEC != 0;
@@ -347,6 +358,40 @@ fn passed(fd: c_int) -> c_int {
         state::take(fd);
     }
     fd
+}
+
+/// `longjmp`: a signal handler that leaves a call the library was serving
+/// (see `state::jumping`).
+#[no_mangle]
+pub unsafe extern "C" fn longjmp(env: *mut c_void, val: c_int) -> ! {
+    state::jumping();
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function, which does not return.
+    unsafe { real::longjmp()(env, val) };
+    std::process::abort()
+}
+/// `_longjmp`.
+#[no_mangle]
+pub unsafe extern "C" fn _longjmp(env: *mut c_void, val: c_int) -> ! {
+    state::jumping();
+    // SAFETY: as for `longjmp`.
+    unsafe { real::_longjmp()(env, val) };
+    std::process::abort()
+}
+/// `siglongjmp`.
+#[no_mangle]
+pub unsafe extern "C" fn siglongjmp(env: *mut c_void, val: c_int) -> ! {
+    state::jumping();
+    // SAFETY: as for `longjmp`.
+    unsafe { real::siglongjmp()(env, val) };
+    std::process::abort()
+}
+/// The fortified `longjmp`.
+#[no_mangle]
+pub unsafe extern "C" fn __longjmp_chk(env: *mut c_void, val: c_int) -> ! {
+    state::jumping();
+    // SAFETY: as for `longjmp`.
+    unsafe { real::__longjmp_chk()(env, val) };
+    std::process::abort()
 }
 
 /// `open(2)`.
@@ -943,7 +988,7 @@ unsafe fn user_buf<'a>(p: *const c_void, n: usize) -> Result<&'a [u8], Errno> {
 /// `read(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
-    if let Some((f, _b)) = emulated(fd) {
+    if let Some((f, _b)) = emulated_for_copy(fd) {
         // SAFETY: the caller's buffer of n bytes (module safety).
         return ret_size(unsafe { user_buf_mut(buf, n) }.and_then(|s| f.read(s)));
     }
@@ -962,7 +1007,7 @@ pub unsafe extern "C" fn __read_chk(fd: c_int, buf: *mut c_void, n: size_t, bufl
 }
 
 unsafe fn pread_impl(fd: c_int, buf: *mut c_void, n: size_t, off: off_t) -> Option<ssize_t> {
-    let (f, _b) = emulated(fd)?;
+    let (f, _b) = emulated_for_copy(fd)?;
     // SAFETY: the caller's buffer of n bytes.
     Some(ret_size(unsafe { user_buf_mut(buf, n) }.and_then(|s| f.pread(s, off))))
 }
@@ -994,7 +1039,7 @@ pub unsafe extern "C" fn __pread64_chk(fd: c_int, buf: *mut c_void, n: size_t, o
 /// `write(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t {
-    if let Some((f, _b)) = emulated(fd) {
+    if let Some((f, _b)) = emulated_for_copy(fd) {
         // SAFETY: the caller's buffer of n bytes.
         return ret_size(unsafe { user_buf(buf, n) }.and_then(|s| f.write(s)));
     }
@@ -1003,7 +1048,7 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssiz
 }
 
 unsafe fn pwrite_impl(fd: c_int, buf: *const c_void, n: size_t, off: off_t) -> Option<ssize_t> {
-    let (f, _b) = emulated(fd)?;
+    let (f, _b) = emulated_for_copy(fd)?;
     // SAFETY: the caller's buffer of n bytes.
     Some(ret_size(unsafe { user_buf(buf, n) }.and_then(|s| f.pwrite(s, off))))
 }
@@ -1102,7 +1147,7 @@ fn vector_checks(f: &File, off: Option<i64>, write: bool) -> Result<(), Errno> {
 /// no other process sharing the offset reads or writes in between, as the
 /// kernel keeps the call whole.
 unsafe fn readv_impl(fd: c_int, iov: *const libc::iovec, cnt: c_int, off: Option<i64>) -> Option<ssize_t> {
-    let (f, _b) = emulated(fd)?;
+    let (f, _b) = emulated_for_copy(fd)?;
     // The kernel's order: the offset, the descriptor's mode, the vector.
     if let Err(e) = vector_checks(&f, off, false) {
         return Some(ret_size(Err(e)));
@@ -1299,7 +1344,7 @@ pub unsafe extern "C" fn pwritev64v2(fd: c_int, iov: *const libc::iovec, cnt: c_
 }
 
 fn lseek_impl(fd: c_int, off: off_t, whence: c_int) -> Option<off_t> {
-    let (f, _b) = emulated(fd)?;
+    let (f, _b) = emulated_for_copy(fd)?;
     Some(match f.lseek(off, whence) {
         Ok(v) => v,
         Err(e) => {
@@ -1344,10 +1389,11 @@ fn emul_truncate(path: *const c_char, len: off_t) -> Option<c_int> {
 /// file (the kernel's `truncate` keeps them; a lock the program held on a
 /// file it truncated by name went to another process).
 fn truncate_through_an_open_file(path: *const c_char, len: off_t) -> Option<c_int> {
-    let _b = enter()?;
+    let _b = state::enter_for_copy()?;
     let e = emul()?;
+    let mut _held = None;
     // SAFETY: the caller's path (module safety).
-    state::beneath(e, libc::AT_FDCWD, unsafe { cstr(path) }?)?;
+    state::beneath(e, libc::AT_FDCWD, unsafe { cstr(path) }?, &mut _held)?;
     // SAFETY: the caller's path, checked for writing as `truncate` checks it.
     if unsafe { libc::faccessat(libc::AT_FDCWD, path, libc::W_OK, libc::AT_EACCESS) } != 0 {
         return None;
@@ -1411,7 +1457,11 @@ pub unsafe extern "C" fn fdatasync(fd: c_int) -> c_int {
 /// `close(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
-    if let Some(_b) = enter() {
+    // Signals are held only where the library has work to do (see
+    // `state::enter`): a close of a descriptor it knows nothing of is
+    // the kernel's at once.
+    let work = fd >= ferry::emulation::client::library_floor() || state::get(fd).is_some();
+    if let Some(_b) = if work { enter() } else { state::enter_for_copy() } {
         if fd >= ferry::emulation::client::library_floor() && kept_from_the_program(fd) {
             // The program closes descriptors it did not open (a child
             // closing all but a few before exec, as Python's subprocess
@@ -1615,7 +1665,7 @@ pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
     }
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     let r = unsafe { real::dup2()(old, new) };
-    if r >= 0 && old != new {
+    if r >= 0 && old != new && (state::get(old).is_some() || state::get(new).is_some()) {
         let _b = enter();
         drop(state::take(new));
         duplicated(old, r);
@@ -1631,7 +1681,7 @@ pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
     }
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     let r = unsafe { real::dup3()(old, new, flags) };
-    if r >= 0 {
+    if r >= 0 && (state::get(old).is_some() || state::get(new).is_some()) {
         let _b = enter();
         drop(state::take(new));
         duplicated(old, r);
@@ -2001,10 +2051,11 @@ fn fill_stat(s: &StatInfo, out: *mut libc::stat) {
 /// Serves a name call when `path` (relative to `dirfd`) is under the
 /// served root.
 fn by_name(dirfd: c_int, path: *const c_char, f: impl FnOnce(&ferry::emulation::Client, &str) -> Result<(), Errno>) -> Option<c_int> {
-    let _b = enter()?;
+    let _b = state::enter_for_copy()?;
     let e = emul()?;
+    let mut _held = None;
     // SAFETY: the caller's path.
-    let rel = state::beneath(e, dirfd, unsafe { cstr(path) }?)?;
+    let rel = state::beneath(e, dirfd, unsafe { cstr(path) }?, &mut _held)?;
     match f(&e.client, &rel) {
         // Out of the served tree through a symbolic link (or across file
         // systems, where the kernel says the same): the kernel decides.
@@ -2132,11 +2183,12 @@ pub unsafe extern "C" fn chroot(path: *const c_char) -> c_int {
 /// nothing by name. (It used to fail with `EXDEV`: `mv` copies then, but
 /// Python's `os.replace` from a temporary directory into the tree failed.)
 fn rename_impl(fd1: c_int, p1: *const c_char, fd2: c_int, p2: *const c_char) -> Option<c_int> {
-    let _b = enter()?;
+    let _b = state::enter_for_copy()?;
     let e = emul()?;
+    let mut _held = None;
     // SAFETY: the caller's paths.
     let (a, b) = unsafe { (cstr(p1)?, cstr(p2)?) };
-    let (x, y) = (state::beneath(e, fd1, a)?, state::beneath(e, fd2, b)?);
+    let (x, y) = (state::beneath(e, fd1, a, &mut _held)?, state::beneath(e, fd2, b, &mut _held)?);
     match e.client.rename(&x, &y) {
         Err(libc::EXDEV) => None,
         r => Some(ret_int(r)),

@@ -50,6 +50,10 @@ macro_rules! real_fns {
 }
 
 real_fns! {
+    longjmp: fn(*mut c_void, c_int) -> ();
+    _longjmp: fn(*mut c_void, c_int) -> ();
+    siglongjmp: fn(*mut c_void, c_int) -> ();
+    __longjmp_chk: fn(*mut c_void, c_int) -> ();
     open: fn(*const c_char, c_int, c_uint) -> c_int;
     open64: fn(*const c_char, c_int, c_uint) -> c_int;
     __open_2: fn(*const c_char, c_int) -> c_int;
@@ -164,3 +168,17 @@ real_fns! {
     posix_spawn: fn(*mut libc::pid_t, *const c_char, *const c_void, *const c_void, *const *mut c_char, *const *mut c_char) -> c_int;
     posix_spawnp: fn(*mut libc::pid_t, *const c_char, *const c_void, *const c_void, *const *mut c_char, *const *mut c_char) -> c_int;
 }
+
+/// Finds the jumps when the library is loaded: they are called from
+/// signal handlers, where looking a function up (`dlsym`, which takes the
+/// loader's lock) is not safe.
+extern "C" fn find_jumps() {
+    longjmp();
+    _longjmp();
+    siglongjmp();
+    __longjmp_chk();
+}
+
+#[used]
+#[link_section = ".init_array"]
+static FIND_JUMPS: extern "C" fn() = find_jumps;

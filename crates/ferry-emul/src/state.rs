@@ -46,23 +46,94 @@ static TABLE: RwLock<Table> = RwLock::new(Vec::new());
 /// it: no name is served from then on.
 static NAMES_GONE: AtomicBool = AtomicBool::new(false);
 
+/// [`BUSY`]: this thread is not inside the library.
+const OUT: u8 = 0;
+/// [`BUSY`]: this thread is inside the library.
+const INSIDE: u8 = 1;
+/// [`BUSY`]: a signal handler left this thread's call into the library by
+/// a jump (see [`jumping`]).
+const LEFT: u8 = 2;
+
 thread_local! {
-    static BUSY: Cell<bool> = const { Cell::new(false) };
+    /// Whether this thread is inside the library: [`OUT`], [`INSIDE`] or
+    /// [`LEFT`].
+    static BUSY: Cell<u8> = const { Cell::new(OUT) };
 }
 
 /// The guard of one call being served by the library on this thread.
-pub struct Busy(());
+pub struct Busy {
+    /// The thread's signals, held for the call unless it only copies.
+    _held: Option<ferry::emulation::SignalsHeld>,
+}
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        BUSY.with(|b| b.set(false));
+        BUSY.with(|b| b.set(OUT));
     }
 }
 
 /// Enters the library on this thread; `None` if it is already inside (the
-/// call then passes through).
+/// call then passes through: a call the library's own code makes, or a
+/// signal handler's that came while the thread was inside).
+///
+/// Not when a handler left the call it interrupted by a jump
+/// (`siglongjmp`, the classic time limit on a call with `alarm`): that
+/// call's guard never ran, and the thread was taken for inside for good,
+/// so every later call of it went past the library to the kernel (a read
+/// of an emulated file read another descriptor's bytes). The next call
+/// enters; what the left call held (its window, the token) is taken over
+/// by this thread's next use of it (see [`thread_mark`]).
+///
+/// The thread's signals are held until the call returns: the call may
+/// allocate, take the table's lock or ask the server, none of which a
+/// handler may leave half done by a jump (a jump out of `malloc` left the
+/// C library's heap broken, and the program's next allocation aborted).
 pub fn enter() -> Option<Busy> {
-    BUSY.with(|b| if b.replace(true) { None } else { Some(Busy(())) })
+    let mut busy = enter_for_copy()?;
+    busy._held = Some(ferry::emulation::hold_signals());
+    Some(busy)
+}
+
+/// [`enter`], for a call that only copies between the program and an
+/// emulated file's window (a read, a write, a seek): it allocates
+/// nothing, and the locks it takes are taken over by its thread after a
+/// jump (see [`thread_mark`]), so no signal is held, which would cost two
+/// system calls a call.
+pub fn enter_for_copy() -> Option<Busy> {
+    BUSY.with(|b| match b.replace(INSIDE) {
+        OUT => Some(Busy { _held: None }),
+        LEFT => {
+            ferry::emulation::forget_held_signals();
+            Some(Busy { _held: None })
+        }
+        _ => None,
+    })
+}
+
+/// Called on a jump (`longjmp` and its kin) of this thread: one made while
+/// it is inside the library can only come from a signal handler that
+/// interrupted the library (the library makes none, and calls no code of
+/// the program), and leaves the call, unless the handler jumps within
+/// itself (which it may, but then makes no call into the library before
+/// returning, or the call passes through as a handler's would).
+pub fn jumping() {
+    let _ = BUSY.try_with(|b| {
+        if b.get() == INSIDE {
+            b.set(LEFT);
+        }
+    });
+}
+
+/// A nonzero number naming this thread among the live threads of the
+/// process (`pthread_self`; a child of `fork` keeps the forking thread's).
+/// A lock the library stamps with it and finds stamped so when this
+/// thread takes it again was left held by a call of this thread that a
+/// handler left by `siglongjmp`: the library never takes its locks again
+/// from inside itself (a nested call passes through, [`enter`]), so no
+/// frame of this thread still holds it.
+pub fn thread_mark() -> usize {
+    // SAFETY: pthread_self takes no arguments and cannot fail.
+    unsafe { libc::pthread_self() as usize }
 }
 
 /// The table of descriptors as `fork` found it.
@@ -84,7 +155,7 @@ thread_local! {
 /// while the lock was held here waited for it for ever (`open` is
 /// async-signal-safe); it runs once the lock is given back.
 extern "C" fn before_fork() {
-    if BUSY.with(|b| b.get()) {
+    if BUSY.with(|b| b.get() != OUT) {
         return;
     }
     // SAFETY: plain signal-set calls on sets of this frame.
@@ -227,6 +298,8 @@ pub fn set(fd: i32, file: Arc<File>) {
     if fd <= 2 {
         file.hand_offset_to_kernel();
     }
+    // No handler may leave the table's lock held (see `enter`).
+    let _held = ferry::emulation::hold_signals();
     let mut t = TABLE.write().unwrap_or_else(|e| e.into_inner());
     if t.len() <= fd as usize {
         t.resize(fd as usize + 1, None);
@@ -246,6 +319,7 @@ pub fn take(fd: i32) -> Option<Arc<File>> {
         // descriptor: the parent's stays emulated.
         return None;
     }
+    let _held = ferry::emulation::hold_signals();
     let mut t = TABLE.write().unwrap_or_else(|e| e.into_inner());
     let f = t.get_mut(fd as usize)?.take();
     if f.is_some() {
@@ -313,7 +387,14 @@ fn split_at_root(root: &str, full: &str) -> Option<String> {
 /// The name beneath the served root that `path` (relative to `dirfd`)
 /// denotes, or `None` when it is outside (the call then passes through).
 /// The empty string is the root itself.
-pub fn beneath(e: &Emul, dirfd: i32, path: &[u8]) -> Option<String> {
+///
+/// A name that may lead beneath the root is worked on with the thread's
+/// signals held, from here until `held` goes (the caller keeps it for the
+/// rest of the call): what follows allocates, and a handler that left the
+/// call by a jump out of `malloc` left the C library's heap broken. A name
+/// that cannot lead there (most names a program opens: the system's
+/// files) is told apart first, without allocating, and holds nothing.
+pub fn beneath(e: &Emul, dirfd: i32, path: &[u8], held: &mut Option<ferry::emulation::SignalsHeld>) -> Option<String> {
     // After a `chroot` away from it, the served directory has no name.
     if NAMES_GONE.load(Ordering::Relaxed) {
         return None;
@@ -324,8 +405,11 @@ pub fn beneath(e: &Emul, dirfd: i32, path: &[u8]) -> Option<String> {
         return None;
     }
     let path = std::str::from_utf8(path).ok()?;
-    if path.is_empty() {
+    if path.is_empty() || !may_lead_beneath(&e.root, dirfd, path) {
         return None;
+    }
+    if held.is_none() {
+        *held = Some(ferry::emulation::hold_signals());
     }
     let full = if path.starts_with('/') {
         path.to_owned()
@@ -350,6 +434,48 @@ pub fn beneath(e: &Emul, dirfd: i32, path: &[u8]) -> Option<String> {
     // server): the kernel resolves it from the directory, as natively
     // (`mkdir -p` of a tree deeper than PATH_MAX stopped there).
     split_at_root(&e.root, &full).filter(|rel| rel.len() < libc::PATH_MAX as usize)
+}
+
+/// Whether `path` (relative to `dirfd`) may lead beneath `root`, told
+/// without allocating: `false` only for a name whose components, from the
+/// root of the file system, leave `root`'s before they end. A `..` on the
+/// way, a relative name from a directory descriptor, or a working
+/// directory too long for the buffer here, all say `true`; so does a
+/// failure to learn the working directory.
+fn may_lead_beneath(root: &str, dirfd: i32, path: &str) -> bool {
+    let mut buf = [0u8; 4096];
+    let base = if path.starts_with('/') {
+        ""
+    } else if dirfd != libc::AT_FDCWD {
+        return true;
+    } else {
+        // SAFETY: getcwd writes at most buf.len() bytes, NUL included,
+        // into the buffer of this frame, and returns null on failure.
+        if unsafe { libc::getcwd(buf.as_mut_ptr().cast(), buf.len()) }.is_null() {
+            return true;
+        }
+        let n = buf.iter().position(|&c| c == 0).unwrap_or(buf.len());
+        match std::str::from_utf8(&buf[..n]) {
+            Ok(cwd) => cwd,
+            Err(_) => return true,
+        }
+    };
+    let mut want = root.split('/').filter(|c| !c.is_empty());
+    for c in base.split('/').chain(path.split('/')) {
+        match c {
+            "" | "." => continue,
+            ".." => return true,
+            _ => {}
+        }
+        match want.next() {
+            // Every component of the root matched: the name is beneath it.
+            None => return true,
+            Some(r) if r == c => {}
+            Some(_) => return false,
+        }
+    }
+    // The name ended on the way to the root, or at it (the root itself).
+    want.next().is_none()
 }
 
 /// Whether the directory `dirfd` has been removed (no link left).

@@ -49,6 +49,7 @@ use std::time::Duration;
 use crate::sys::futex::{self, SharedWords};
 
 pub use client::{Client, Opened, OpenedFile, StatInfo};
+pub use crate::sys::process::{forget_held_signals, hold_signals, SignalsHeld};
 pub use server::{EmulServer, EmulStats, Handler};
 
 /// Client → server: open. Body: flags (i32), mode (u32), name. Reply body:

@@ -105,3 +105,69 @@ pub fn pass_signals_to(child: i32) {
         }
     }
 }
+
+thread_local! {
+    /// How many [`SignalsHeld`] of this thread are alive (only the first
+    /// changes the mask).
+    static HELD: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Asynchronous signals held back from this thread while alive: they are
+/// delivered when the last guard of the thread goes. Faults (`SIGSEGV`,
+/// `SIGBUS`, `SIGILL`, `SIGFPE`, `SIGTRAP`, `SIGSYS`) are never held; the
+/// kernel would kill the process for a held one.
+pub struct SignalsHeld {
+    old: Option<libc::sigset_t>,
+    /// The mask is the thread's: the guard stays on it.
+    _thread: std::marker::PhantomData<*const ()>,
+}
+
+/// Holds back this thread's asynchronous signals until the guard goes.
+/// Nested guards cost nothing: only the outermost changes the mask.
+pub fn hold_signals() -> SignalsHeld {
+    let first = HELD.try_with(|h| {
+        h.set(h.get() + 1);
+        h.get() == 1
+    });
+    if first != Ok(true) {
+        return SignalsHeld { old: None, _thread: std::marker::PhantomData };
+    }
+    // SAFETY: plain signal-set calls on sets of this frame; the mask is
+    // this thread's own.
+    let old = unsafe {
+        let mut set = std::mem::zeroed::<libc::sigset_t>();
+        let mut old = std::mem::zeroed::<libc::sigset_t>();
+        libc::sigfillset(&mut set);
+        for sig in [libc::SIGSEGV, libc::SIGBUS, libc::SIGILL, libc::SIGFPE, libc::SIGTRAP, libc::SIGSYS] {
+            libc::sigdelset(&mut set, sig);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
+        old
+    };
+    SignalsHeld { old: Some(old), _thread: std::marker::PhantomData }
+}
+
+impl std::fmt::Debug for SignalsHeld {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SignalsHeld").field("outermost", &self.old.is_some()).finish()
+    }
+}
+
+impl Drop for SignalsHeld {
+    fn drop(&mut self) {
+        let _ = HELD.try_with(|h| h.set(h.get().saturating_sub(1)));
+        if let Some(old) = self.old.take() {
+            // SAFETY: restores the mask saved by `hold_signals` on this
+            // thread (the guard is not `Send`: it holds a raw set).
+            unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+        }
+    }
+}
+
+/// Forgets this thread's guards from [`hold_signals`] that were never
+/// dropped (their frames were left by `siglongjmp` from a handler of a
+/// fault, which is never held; `siglongjmp` restored the mask itself), so
+/// that the next guard changes the mask again.
+pub fn forget_held_signals() {
+    let _ = HELD.try_with(|h| h.set(0));
+}

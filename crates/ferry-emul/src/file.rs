@@ -256,6 +256,11 @@ impl File {
                 TokenState::Active(p) if p == pid => self.page.wait_active(Duration::from_millis(10)),
                 _ => {
                     let e = state::emul().ok_or(libc::EIO)?;
+                    // Asked with the thread's signals held: a handler that
+                    // left the call by a jump left its reply port open and
+                    // the token given to this process with no thread's
+                    // mark on it (see `state::enter`).
+                    let _held = ferry::emulation::hold_signals();
                     match e.client.token(self.id) {
                         Ok(()) => return Ok(held()),
                         // The server has too many waits going: ask again.
@@ -719,6 +724,9 @@ impl File {
 
 impl Drop for File {
     fn drop(&mut self) {
+        // Unmapped, closed and told to the server whole (see
+        // `state::enter`); nested in the caller's hold, this costs nothing.
+        let _held = ferry::emulation::hold_signals();
         let mut w = self.window.lock();
         self.unmap(&mut w);
         drop(w);

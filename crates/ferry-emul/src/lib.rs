@@ -42,4 +42,5 @@ mod file;
 pub mod hooks;
 mod real;
 mod state;
+mod table;
 pub mod wide;

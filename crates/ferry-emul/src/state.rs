@@ -6,7 +6,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock, RwLock, RwLockWriteGuard};
+use std::sync::{Arc, MutexGuard, OnceLock};
 
 use ferry::emulation::Client;
 
@@ -41,7 +41,6 @@ pub const DEFAULT_WINDOW: usize = 1 << 20;
 static EMUL: OnceLock<Option<Emul>> = OnceLock::new();
 static PID: AtomicI32 = AtomicI32::new(0);
 static COUNT: AtomicUsize = AtomicUsize::new(0);
-static TABLE: RwLock<Table> = RwLock::new(Vec::new());
 /// Set once a `chroot` has taken the served directory's name away from
 /// it: no name is served from then on.
 static NAMES_GONE: AtomicBool = AtomicBool::new(false);
@@ -117,6 +116,7 @@ pub fn enter_for_copy() -> Option<Busy> {
 /// itself (which it may, but then makes no call into the library before
 /// returning, or the call passes through as a handler's would).
 pub fn jumping() {
+    crate::table::left_by_jump();
     let _ = BUSY.try_with(|b| {
         if b.get() == INSIDE {
             b.set(LEFT);
@@ -136,13 +136,10 @@ pub fn thread_mark() -> usize {
     unsafe { libc::pthread_self() as usize }
 }
 
-/// The table of descriptors as `fork` found it.
-type Table = Vec<Option<Arc<File>>>;
-
 thread_local! {
     /// The table's lock, held by the forking thread across `fork`, and the
     /// thread's signal mask from before it.
-    static FORKING: RefCell<Option<(RwLockWriteGuard<'static, Table>, libc::sigset_t)>> = const { RefCell::new(None) };
+    static FORKING: RefCell<Option<(MutexGuard<'static, ()>, libc::sigset_t)>> = const { RefCell::new(None) };
 }
 
 /// Before `fork`: the table's lock is taken, so that no other thread of
@@ -166,7 +163,7 @@ extern "C" fn before_fork() {
         libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
         old
     };
-    let guard = TABLE.write().unwrap_or_else(|e| e.into_inner());
+    let guard = crate::table::hold_writers();
     let _ = FORKING.try_with(|f| *f.borrow_mut() = Some((guard, old)));
 }
 
@@ -188,6 +185,7 @@ extern "C" fn after_fork_in_parent() {
 extern "C" fn after_fork_in_child() {
     // SAFETY: getpid takes no arguments and cannot fail.
     PID.store(unsafe { libc::getpid() }, Ordering::Relaxed);
+    crate::table::forget_other_threads();
     // The child's copy of the lock, held by this same thread, goes (after
     // the pid is the child's, for a handler that runs at once).
     fork_done();
@@ -197,6 +195,9 @@ extern "C" fn after_fork_in_child() {
 /// emulated, everything passes through). Call with [`enter`] held.
 pub fn emul() -> Option<&'static Emul> {
     EMUL.get_or_init(|| {
+        // Set up once, with allocation: a handler's jump must not leave it
+        // half done (see `enter`).
+        let _held = ferry::emulation::hold_signals();
         if shares_parent_memory() {
             // A child of a raw `clone(CLONE_VM)` (no `fork`): this state
             // is its parent's as well, and the descriptors set up here
@@ -270,13 +271,14 @@ pub fn foreign() -> bool {
     me != 0 && rustix::process::getpid().as_raw_nonzero().get() != me
 }
 
-/// The emulated open file behind descriptor `fd`, if any (no lock taken
-/// while no descriptor is emulated, so unrelated calls cost one load).
+/// The emulated open file behind descriptor `fd`, if any: read without a
+/// lock (see `crate::table`), and while no descriptor is emulated,
+/// unrelated calls cost one load.
 pub fn get(fd: i32) -> Option<Arc<File>> {
     if fd < 0 || COUNT.load(Ordering::Relaxed) == 0 {
         return None;
     }
-    TABLE.read().ok()?.get(fd as usize)?.clone()
+    crate::table::read(|t| t.get(fd as usize)?.clone())
 }
 
 /// Records `fd` as a descriptor of `file`.
@@ -298,15 +300,20 @@ pub fn set(fd: i32, file: Arc<File>) {
     if fd <= 2 {
         file.hand_offset_to_kernel();
     }
-    // No handler may leave the table's lock held (see `enter`).
+    let old = crate::table::write(|t| {
+        if t.len() <= fd as usize {
+            t.resize(fd as usize + 1, None);
+        }
+        let old = t[fd as usize].replace(file);
+        if old.is_none() {
+            COUNT.fetch_add(1, Ordering::Relaxed);
+        }
+        old
+    });
+    // The file this number stood for goes (perhaps for good) with the
+    // thread's signals held, as the table's changes are.
     let _held = ferry::emulation::hold_signals();
-    let mut t = TABLE.write().unwrap_or_else(|e| e.into_inner());
-    if t.len() <= fd as usize {
-        t.resize(fd as usize + 1, None);
-    }
-    if t[fd as usize].replace(file).is_none() {
-        COUNT.fetch_add(1, Ordering::Relaxed);
-    }
+    drop(old);
 }
 
 /// Forgets descriptor `fd`; returns its open file if it was emulated.
@@ -319,13 +326,13 @@ pub fn take(fd: i32) -> Option<Arc<File>> {
         // descriptor: the parent's stays emulated.
         return None;
     }
-    let _held = ferry::emulation::hold_signals();
-    let mut t = TABLE.write().unwrap_or_else(|e| e.into_inner());
-    let f = t.get_mut(fd as usize)?.take();
-    if f.is_some() {
-        COUNT.fetch_sub(1, Ordering::Relaxed);
-    }
-    f
+    crate::table::write(|t| {
+        let f = t.get_mut(fd as usize)?.take();
+        if f.is_some() {
+            COUNT.fetch_sub(1, Ordering::Relaxed);
+        }
+        f
+    })
 }
 
 /// Every emulated descriptor and its open file.
@@ -333,8 +340,9 @@ pub fn all() -> Vec<(i32, Arc<File>)> {
     if COUNT.load(Ordering::Relaxed) == 0 {
         return Vec::new();
     }
-    let t = TABLE.read().unwrap_or_else(|e| e.into_inner());
-    t.iter().enumerate().filter_map(|(i, f)| f.clone().map(|f| (i as i32, f))).collect()
+    // The list is allocated: with the thread's signals held.
+    let _held = ferry::emulation::hold_signals();
+    crate::table::read(|t| t.iter().enumerate().filter_map(|(i, f)| f.clone().map(|f| (i as i32, f))).collect())
 }
 
 /// The working directory, asked of the kernel at each call: a cached one

@@ -312,11 +312,6 @@ impl Client {
     /// over a channel (none when it came by a reply right: those come in
     /// an envelope among the items).
     fn call_fds(&self, op: u32, body: Vec<u8>) -> Result<Answered, Errno> {
-        // No handler of the program runs during a call: one that left it
-        // by `siglongjmp` (the classic time limit on a call) left the
-        // reply port's descriptors and the answer's open, and the call
-        // half made at the server.
-        let _held = crate::sys::process::hold_signals();
         // A call is made as the caller's effective user and group, the
         // ones the kernel checks its own file calls with: the credentials
         // on a datagram name the real ones unless told otherwise, and a

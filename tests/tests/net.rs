@@ -284,6 +284,64 @@ fn an_untrusted_peer_is_refused_both_ways() {
     });
 }
 
+/// A host that tries to link again and again, with a certificate the
+/// node does not trust, gets a handshake only as often as the node's
+/// bounds allow (`ferry_net::gate`): each handshake costs the node a key
+/// exchange and a signature before it can tell, and it used to make one
+/// for every attempt (196 of 200 here, the rest timed out). A trusted peer at another
+/// address links meanwhile.
+#[test]
+fn a_host_that_keeps_trying_to_link_gets_few_handshakes_and_others_still_link() {
+    watchdog("a_host_that_keeps_trying_to_link_gets_few_handshakes_and_others_still_link", LIMIT, || {
+        let ia = Identity::generate("a").unwrap();
+        let ib = Identity::generate("b").unwrap();
+        let a = Node::start(config(&ia, vec![Peer { name: "b".into(), cert: ib.cert.clone() }])).unwrap();
+        let b = Node::start(config(&ib, vec![Peer { name: "a".into(), cert: ia.cert.clone() }])).unwrap();
+        let at: SocketAddr = a.local_addr().unwrap();
+        let stranger = Identity::generate("b").unwrap();
+        let mut client = ferry_net::tls::quic_client_config(&stranger, &Peer { name: "a".into(), cert: ia.cert.clone() }).unwrap();
+        let mut t = quinn::TransportConfig::default();
+        t.max_idle_timeout(Some(quinn::IdleTimeout::try_from(Duration::from_secs(2)).unwrap()));
+        client.transport_config(std::sync::Arc::new(t));
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        const TRIES: usize = 200;
+        let answered = rt.block_on(async move {
+            // Another loopback address than the trusted peer's.
+            let mut ep = quinn::Endpoint::client("127.0.0.2:0".parse().unwrap()).unwrap();
+            ep.set_default_client_config(client);
+            let tries: Vec<_> = (0..TRIES)
+                .map(|_| {
+                    let ep = ep.clone();
+                    tokio::spawn(async move {
+                        let Ok(connecting) = ep.connect(at, "a") else { return false };
+                        // Answered: the handshake was made (then the link
+                        // refused), not left without a reply.
+                        match tokio::time::timeout(Duration::from_secs(10), connecting).await {
+                            Ok(Ok(conn)) => {
+                                conn.close(0u32.into(), b"");
+                                true
+                            }
+                            Ok(Err(quinn::ConnectionError::TimedOut)) | Err(_) => false,
+                            Ok(Err(_)) => true,
+                        }
+                    })
+                })
+                .collect();
+            let mut answered = 0;
+            for t in tries {
+                answered += usize::from(t.await.unwrap_or(false));
+            }
+            ep.close(0u32.into(), b"");
+            answered
+        });
+        let st = a.stats();
+        println!("{answered} of {TRIES} tries answered; the node's handshakes: {st:?}");
+        assert!(answered <= TRIES * 3 / 4, "the node made a handshake for {answered} of {TRIES} tries from one host");
+        assert!(st.handshakes_turned_away > 0, "{st:?}");
+        b.connect("a", at).expect("a trusted peer at another address links");
+    });
+}
+
 #[test]
 fn small_regions_cross_by_value() {
     watchdog("small_regions_cross_by_value", LIMIT, || {

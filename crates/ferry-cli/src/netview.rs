@@ -97,5 +97,9 @@ fn print_stat(st: &Status) {
             "  fetched on demand {} B in {} fetches; served {} B; regions by reference: {} sent, {} received",
             t.bytes_fetched, t.fetches, t.bytes_served, t.regions_sent, t.regions_received
         );
+        println!(
+            "  handshakes with hosts asking to link: {} started, {} ignored (too many at once or too often), {} asked to prove their address",
+            t.handshakes, t.handshakes_turned_away, t.address_checks
+        );
     }
 }

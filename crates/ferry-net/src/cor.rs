@@ -78,6 +78,12 @@ pub(crate) struct Counters {
     pub(crate) bytes_served: AtomicU64,
     pub(crate) regions_sent: AtomicU64,
     pub(crate) regions_received: AtomicU64,
+    /// Handshakes started with peers that asked to link (`crate::gate`).
+    pub(crate) handshakes: AtomicU64,
+    /// Attempts to link that were ignored, past a bound of `crate::gate`.
+    pub(crate) handshakes_turned_away: AtomicU64,
+    /// Attempts whose address was asked to prove itself first.
+    pub(crate) address_checks: AtomicU64,
 }
 
 /// Fetches the bytes of one remote region.

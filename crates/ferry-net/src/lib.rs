@@ -20,6 +20,7 @@ mod deadwatch;
 mod flow;
 mod inflight;
 pub mod frame;
+pub mod gate;
 pub mod link;
 pub mod node;
 pub mod redial;

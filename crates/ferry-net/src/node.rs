@@ -355,6 +355,14 @@ pub struct NetStats {
     pub regions_sent: u64,
     /// Regions received by reference.
     pub regions_received: u64,
+    /// TLS handshakes started with hosts that asked to link
+    /// ([`crate::gate`]).
+    pub handshakes: u64,
+    /// Attempts to link ignored past a bound of [`crate::gate`].
+    pub handshakes_turned_away: u64,
+    /// Attempts whose address was asked to prove itself first (a QUIC
+    /// Retry).
+    pub address_checks: u64,
 }
 
 /// A network node: exports names, links to peers, proxies their ports.
@@ -371,6 +379,8 @@ struct Shared {
     names: Mutex<HashMap<String, SendRight>>,
     links: Mutex<HashMap<String, Arc<Conn>>>,
     counters: Arc<Counters>,
+    /// Which attempts to link may start a handshake.
+    gate: crate::gate::Gate,
 }
 
 /// A right kept for an export.
@@ -544,13 +554,32 @@ impl Node {
             names: Mutex::new(HashMap::new()),
             links: Mutex::new(HashMap::new()),
             counters: Arc::new(Counters::default()),
+            gate: crate::gate::Gate::default(),
         });
         let (ep, sh) = (endpoint.clone(), shared.clone());
         rt.spawn(async move {
             while let Some(incoming) = ep.accept().await {
+                let remote = incoming.remote_address();
+                let ticket = match sh.gate.admit(remote.ip(), incoming.remote_address_validated(), incoming.may_retry()) {
+                    crate::gate::Admit::Go(ticket) => ticket,
+                    crate::gate::Admit::Check => {
+                        sh.counters.address_checks.fetch_add(1, Ordering::Relaxed);
+                        let _ = incoming.retry();
+                        continue;
+                    }
+                    crate::gate::Admit::No => {
+                        sh.counters.handshakes_turned_away.fetch_add(1, Ordering::Relaxed);
+                        static SAID_BUSY: AtomicU64 = AtomicU64::new(0);
+                        say_once_a_minute(&SAID_BUSY, &format!("ferry-net: ignored attempts to link from {remote}: too many handshakes at once or too often"));
+                        incoming.ignore();
+                        continue;
+                    }
+                };
+                sh.counters.handshakes.fetch_add(1, Ordering::Relaxed);
                 let sh = sh.clone();
                 tokio::spawn(async move {
-                    let remote = incoming.remote_address();
+                    // Counted as going until the link is up or refused.
+                    let _ticket = ticket;
                     if let Err(e) = accept(sh, incoming).await {
                         // Anyone who can reach the address may try, as
                         // often as it likes.
@@ -720,6 +749,9 @@ impl Node {
             bytes_served: c.bytes_served.load(Ordering::Relaxed),
             regions_sent: c.regions_sent.load(Ordering::Relaxed),
             regions_received: c.regions_received.load(Ordering::Relaxed),
+            handshakes: c.handshakes.load(Ordering::Relaxed),
+            handshakes_turned_away: c.handshakes_turned_away.load(Ordering::Relaxed),
+            address_checks: c.address_checks.load(Ordering::Relaxed),
         }
     }
 
@@ -817,7 +849,12 @@ fn transport(c: &NodeConfig) -> Arc<quinn::TransportConfig> {
 }
 
 async fn accept(sh: Arc<Shared>, incoming: quinn::Incoming) -> Result<(), NetError> {
-    let conn = incoming.await.map_err(|e| NetError::Refused(e.to_string()))?;
+    // The handshake, within the operation timeout: a host that starts one
+    // and stops answering holds it no longer (see `crate::gate`).
+    let conn = match tokio::time::timeout(sh.config.op_timeout, incoming).await {
+        Ok(r) => r.map_err(|e| NetError::Refused(e.to_string()))?,
+        Err(_) => return Err(NetError::Timeout),
+    };
     let certs = conn
         .peer_identity()
         .and_then(|i| i.downcast::<Vec<rustls::pki_types::CertificateDer<'static>>>().ok())

@@ -97,6 +97,7 @@ impl Status {
         }
         let t = &self.stats;
         s += &format!("stats\t{}\t{}\t{}\t{}\t{}\n", t.bytes_fetched, t.fetches, t.bytes_served, t.regions_sent, t.regions_received);
+        s += &format!("handshakes\t{}\t{}\t{}\n", t.handshakes, t.handshakes_turned_away, t.address_checks);
         s.into_bytes()
     }
 
@@ -133,7 +134,17 @@ impl Status {
                     regions: n(4)? as usize,
                 }),
                 "stats" if f.len() == 6 => {
-                    st.stats = NetStats { bytes_fetched: n(1)?, fetches: n(2)?, bytes_served: n(3)?, regions_sent: n(4)?, regions_received: n(5)? }
+                    st.stats = NetStats {
+                        bytes_fetched: n(1)?,
+                        fetches: n(2)?,
+                        bytes_served: n(3)?,
+                        regions_sent: n(4)?,
+                        regions_received: n(5)?,
+                        ..st.stats
+                    }
+                }
+                "handshakes" if f.len() == 4 => {
+                    st.stats = NetStats { handshakes: n(1)?, handshakes_turned_away: n(2)?, address_checks: n(3)?, ..st.stats }
                 }
                 _ => return Err(format!("bad status line {line:?}")),
             }

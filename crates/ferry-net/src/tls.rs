@@ -108,7 +108,10 @@ impl Pinned {
         if self.peers.iter().any(|p| p.cert.as_ref() == cert.as_ref()) {
             Ok(())
         } else {
-            eprintln!("ferry-net: refused a {side} whose certificate is not on the trusted list");
+            // Anyone who can reach a node may make it say this: once a
+            // minute at most (the refusal itself is told to the caller).
+            static SAID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+            crate::node::say_once_a_minute(&SAID, &format!("ferry-net: refused a {side} whose certificate is not on the trusted list"));
             Err(rustls::Error::General(format!("{side} certificate is not on the trusted list")))
         }
     }

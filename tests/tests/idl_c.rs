@@ -212,8 +212,47 @@ ferry_idl::interface! {
     }
 }
 
-/// Generates the C stubs of `desc` and compiles them as C11 with every
-/// warning an error, and their header as C++, in a fresh directory.
+ferry_idl::record! {
+    /// A record holding a list, an optional value and another record.
+    #[derive(Debug)]
+    pub struct Nested {
+        /// A list of strings.
+        1 => pub tags: Vec<String>,
+        /// An optional record.
+        2 => pub inner: Option<Reserved>,
+        /// Fixed-size bytes.
+        3 => pub fixed: [u8; 4],
+    }
+}
+
+ferry_idl::interface! {
+    /// Every kind of value, so that every helper the generator writes is
+    /// compiled.
+    pub mod every: "test.every", version 1, compatible 1 {
+        /// Every scalar.
+        fn scalars(byte: u8, half: u16, word: u32, wide: u64, sbyte: i8, shalf: i16, sword: i32, swide: i64, single: f32, double: f64, flag: bool) -> f64 = 1;
+        /// Strings, bytes, lists, arrays and records.
+        fn texts(text: String, bytes: Vec<u8>, list: Vec<u32>, nested: Vec<Nested>) -> Option<Nested> | Answer = 2;
+        /// Rights of every kind, in lists too.
+        fn rights(to: ferry_idl::SendTo<every::Protocol>, rx: ferry_idl::ReceiveOf<every::Protocol>, once: ferry_idl::SendOnceTo<every::Protocol>, more: Vec<ferry_idl::SendTo<every::Protocol>>) = 3;
+        /// Regions in every mode.
+        fn regions(copied: ferry_idl::ByValue, lent: ferry_idl::Lent, shared: ferry_idl::Shared) -> ferry_idl::ByValue = 4;
+        /// A one-way operation.
+        oneway note(text: String) = 5;
+    }
+}
+
+/// The C++ compiler: `$CXX`, else the first of `c++` and `g++` that runs.
+fn cxx() -> Option<String> {
+    if let Ok(cxx) = std::env::var("CXX") {
+        return Some(cxx);
+    }
+    ["c++", "g++"].into_iter().find(|c| Command::new(c).arg("--version").output().is_ok_and(|o| o.status.success())).map(str::to_owned)
+}
+
+/// Generates the C stubs of `desc` and compiles them as C11 and as C++17,
+/// with every warning an error, and their header alone as C++, in a fresh
+/// directory. Without a C++ compiler the C++ half is skipped, and says so.
 fn compile_stubs(desc: &serde_json::Value, prefix: &str) {
     let dir = common::temp_path(format!("ferry-idl-c-{}-{prefix}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -232,11 +271,25 @@ fn compile_stubs(desc: &serde_json::Value, prefix: &str) {
         .output()
         .unwrap_or_else(|e| panic!("run {cc}: {e}"));
     assert!(out.status.success(), "{prefix}'s C stubs do not compile:\n{}", String::from_utf8_lossy(&out.stderr));
-    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
-    match Command::new(&cxx).args(["-x", "c++", "-fsyntax-only", "-Wall", "-Werror"]).arg(&include).arg(dir.join(&stubs.header_name)).output() {
-        Ok(out) => assert!(out.status.success(), "{prefix}'s C header is not valid C++:\n{}", String::from_utf8_lossy(&out.stderr)),
-        Err(e) => eprintln!("{cxx} not run ({e}): the header was checked as C only"),
-    }
+    let Some(cxx) = cxx() else {
+        eprintln!("no C++ compiler (set CXX, or install c++ or g++): {prefix}'s stubs were compiled as C only");
+        let _ = std::fs::remove_dir_all(&dir);
+        return;
+    };
+    let cxx_flags = ["-x", "c++", "-std=c++17", "-Wall", "-Wextra", "-Werror"];
+    let out = Command::new(&cxx).args(cxx_flags).arg("-fsyntax-only").arg(&include).arg(dir.join(&stubs.header_name)).output().unwrap_or_else(|e| panic!("run {cxx}: {e}"));
+    assert!(out.status.success(), "{prefix}'s C header is not valid C++:\n{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(&cxx)
+        .args(cxx_flags)
+        .args(["-D_DEFAULT_SOURCE", "-c"])
+        .arg(&include)
+        .arg(format!("-I{}", dir.display()))
+        .arg(dir.join(&stubs.source_name))
+        .arg("-o")
+        .arg(dir.join(format!("{prefix}.cc.o")))
+        .output()
+        .unwrap_or_else(|e| panic!("run {cxx}: {e}"));
+    assert!(out.status.success(), "{prefix}'s C stubs do not compile as C++:\n{}", String::from_utf8_lossy(&out.stderr));
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -248,4 +301,13 @@ fn the_name_service_and_names_that_are_reserved_words_compile_to_c() {
     // compile.
     compile_stubs(&ferry::bootstrap::protocol::describe(), "names");
     compile_stubs(&reserved::describe(), "reserved");
+}
+
+/// The stubs are C that C++ compiles too (no conversion from `void *`
+/// without a cast, no C++ keyword as a name), so a C++ program can build
+/// them with the rest of its sources.
+#[test]
+fn stubs_of_every_kind_of_value_compile_as_c_and_as_cxx() {
+    compile_stubs(&serde_json::from_str(&std::fs::read_to_string(repo().join("tests/idl/example.kv.json")).unwrap()).unwrap(), "kv");
+    compile_stubs(&every::describe(), "every");
 }

@@ -2,7 +2,9 @@
 //! that `describe()` emits into a header and a source file over ferry's C
 //! API (`crates/ferry-ffi/include/ferry.h`), with a typed client function
 //! per operation and a server dispatch table. The `ferry-idl-c` program
-//! runs it (`ferry-idl-c DESCRIPTION.json OUT_DIR [PREFIX]`).
+//! runs it (`ferry-idl-c DESCRIPTION.json OUT_DIR [PREFIX]`). Both files are
+//! C11 and C++17 alike (declarations inside `extern "C"`, every pointer
+//! from `malloc` cast to its type), so C++ programs compile them too.
 //!
 //! The generated code speaks the wire encoding of [`ferry::idl::codec`] byte for
 //! byte and makes the same checks before a server's function runs (validate,
@@ -170,7 +172,7 @@ impl Gen {
                         g.proto(&format!("static int dec_{m}(fidl_dec *d, ferry_idl_bytes *v)"));
                         let _ = writeln!(
                             g.funcs,
-                            "static int dec_{m}(fidl_dec *d, ferry_idl_bytes *v) {{\n    uint32_t n;\n    const uint8_t *b;\n    if (fidl_count(d, 1, &n) || fidl_take(d, n, &b)) return -1;\n{}    v->data = malloc((size_t)n + 1);\n    if (v->data == NULL) return fidl_fail(d, \"out of memory\");\n    memcpy(v->data, b, n);\n    v->data[n] = 0;\n    v->len = n;\n    return 0;\n}}",
+                            "static int dec_{m}(fidl_dec *d, ferry_idl_bytes *v) {{\n    uint32_t n;\n    const uint8_t *b;\n    if (fidl_count(d, 1, &n) || fidl_take(d, n, &b)) return -1;\n{}    v->data = (uint8_t *)malloc((size_t)n + 1);\n    if (v->data == NULL) return fidl_fail(d, \"out of memory\");\n    memcpy(v->data, b, n);\n    v->data[n] = 0;\n    v->len = n;\n    return 0;\n}}",
                             if utf8 { "    if (!fidl_utf8(b, n)) return fidl_fail(d, \"a string is not UTF-8\");\n" } else { "" }
                         );
                         g.proto(&format!("static void free_{m}(ferry_idl_bytes *v)"));
@@ -207,7 +209,7 @@ impl Gen {
                 g.proto(&format!("static void enc_{m}(fidl_enc *e, const {c} *v)"));
                 let _ = writeln!(g.funcs, "static void enc_{m}(fidl_enc *e, const {c} *v) {{\n    fidl_put_u32(e, (uint32_t)v->len);\n    for (size_t i = 0; i < v->len; i++) enc_{}(e, &v->items[i]);\n}}", i.m);
                 g.proto(&format!("static int dec_{m}(fidl_dec *d, {c} *v)"));
-                let _ = writeln!(g.funcs, "static int dec_{m}(fidl_dec *d, {c} *v) {{\n    uint32_t n;\n    v->items = NULL;\n    v->len = 0;\n    if (fidl_count(d, {}, &n)) return -1;\n    if (n == 0) return 0;\n    v->items = calloc(n, sizeof *v->items);\n    if (v->items == NULL) return fidl_fail(d, \"out of memory\");\n    for (; v->len < n; v->len++)\n        if (dec_{}(d, &v->items[v->len])) return -1;\n    return 0;\n}}", i.min, i.m);
+                let _ = writeln!(g.funcs, "static int dec_{m}(fidl_dec *d, {c} *v) {{\n    uint32_t n;\n    v->items = NULL;\n    v->len = 0;\n    if (fidl_count(d, {}, &n)) return -1;\n    if (n == 0) return 0;\n    v->items = ({} *)calloc(n, sizeof *v->items);\n    if (v->items == NULL) return fidl_fail(d, \"out of memory\");\n    for (; v->len < n; v->len++)\n        if (dec_{}(d, &v->items[v->len])) return -1;\n    return 0;\n}}", i.min, i.c, i.m);
                 g.proto(&format!("static void free_{m}({c} *v)"));
                 let _ = writeln!(g.funcs, "static void free_{m}({c} *v) {{\n    for (size_t i = 0; i < v->len; i++) free_{}(&v->items[i]);\n    free(v->items);\n    v->items = NULL;\n    v->len = 0;\n}}", i.m);
             });
@@ -495,7 +497,7 @@ static void fidl_put(fidl_enc *e, const void *p, size_t n) {
         size_t cap = e->cap ? e->cap * 2 : 64;
         while (cap < e->len + n)
             cap *= 2;
-        uint8_t *b = realloc(e->buf, cap);
+        uint8_t *b = (uint8_t *)realloc(e->buf, cap);
         if (b == NULL) {
             e->st = FERRY_ERR_IO;
             return;
@@ -595,7 +597,7 @@ static int fidl_dec_init(fidl_dec *d, ferry_message *m) {
         return fidl_fail(d, "not a readable message");
     d->end = d->len;
     if (d->nitems) {
-        d->claimed = calloc(d->nitems, 1);
+        d->claimed = (uint8_t *)calloc(d->nitems, 1);
         if (d->claimed == NULL)
             return fidl_fail(d, "out of memory");
     }
@@ -978,7 +980,7 @@ static int fidl_connect({p}_client *c, {p}_client **out) {{
 }}
 
 int {p}_connect_port(ferry_send_right *to, int64_t timeout_ms, {p}_client **out) {{
-    {p}_client *c = calloc(1, sizeof *c);
+    {p}_client *c = ({p}_client *)calloc(1, sizeof *c);
     if (c == NULL) {{ ferry_send_right_free(to); return FERRY_ERR_IO; }}
     c->to = to;
     c->timeout_ms = timeout_ms;
@@ -986,7 +988,7 @@ int {p}_connect_port(ferry_send_right *to, int64_t timeout_ms, {p}_client **out)
 }}
 
 int {p}_connect_rpc(ferry_connection *conn, int64_t timeout_ms, {p}_client **out) {{
-    {p}_client *c = calloc(1, sizeof *c);
+    {p}_client *c = ({p}_client *)calloc(1, sizeof *c);
     if (c == NULL) {{ ferry_connection_free(conn); return FERRY_ERR_IO; }}
     c->conn = conn;
     c->timeout_ms = timeout_ms;

@@ -1347,7 +1347,7 @@ enum ferry_status ferry_mapped_region_read(const struct ferry_mapped_region *map
  * storage for a pointer.
  */
 enum ferry_status ferry_connection_connect(const struct ferry_send_right *server,
-                                           uint32_t policy_,
+                                           uint32_t policy,
                                            int64_t timeout_ms,
                                            struct ferry_connection **out_conn);
 
@@ -1365,7 +1365,7 @@ void ferry_connection_free(struct ferry_connection *conn);
  * # Safety
  * `conn` is a live connection handle used by no other call meanwhile.
  */
-enum ferry_status ferry_connection_set_policy(struct ferry_connection *conn, uint32_t policy_);
+enum ferry_status ferry_connection_set_policy(struct ferry_connection *conn, uint32_t policy);
 
 /**
  * Sends the contents of `request` and waits for its reply, as
@@ -1422,7 +1422,7 @@ void ferry_rpc_server_free(struct ferry_rpc_server *server);
  * # Safety
  * `server` is a live server handle used by no other call meanwhile.
  */
-enum ferry_status ferry_rpc_server_set_policy(struct ferry_rpc_server *server, uint32_t policy_);
+enum ferry_status ferry_rpc_server_set_policy(struct ferry_rpc_server *server, uint32_t policy);
 
 /**
  * Sends `reply` (NULL for none; made with `ferry_message_new_reply` from

@@ -19,7 +19,7 @@ pub const FERRY_POLICY_BLOCK: u32 = 1;
 /// Wait policy: busy-wait (pinned pairs on dedicated cores only).
 pub const FERRY_POLICY_POLL: u32 = 2;
 
-fn policy(p: u32) -> Res<Policy> {
+fn parse_policy(p: u32) -> Res<Policy> {
     match p {
         FERRY_POLICY_ADAPTIVE => Ok(Policy::Adaptive),
         FERRY_POLICY_BLOCK => Ok(Policy::Block),
@@ -50,10 +50,10 @@ pub struct ferry_rpc_server {
 /// `server` is a live send-right handle; `out_conn` points at writable
 /// storage for a pointer.
 #[no_mangle]
-pub unsafe extern "C" fn ferry_connection_connect(server: *const ferry_send_right, policy_: u32, timeout_ms: i64, out_conn: *mut *mut ferry_connection) -> ferry_status {
+pub unsafe extern "C" fn ferry_connection_connect(server: *const ferry_send_right, policy: u32, timeout_ms: i64, out_conn: *mut *mut ferry_connection) -> ferry_status {
     guard(|| {
         let o = out(out_conn, "out_conn")?;
-        let policy = policy(policy_)?;
+        let policy = parse_policy(policy)?;
         // SAFETY: header contract: a live handle.
         let tx = unsafe { obj(server, "server") }?;
         let conn = Connection::connect(&tx.right, ConnectOptions { policy, timeout: timeout(timeout_ms) })?;
@@ -81,9 +81,9 @@ pub unsafe extern "C" fn ferry_connection_free(conn: *mut ferry_connection) {
 /// # Safety
 /// `conn` is a live connection handle used by no other call meanwhile.
 #[no_mangle]
-pub unsafe extern "C" fn ferry_connection_set_policy(conn: *mut ferry_connection, policy_: u32) -> ferry_status {
+pub unsafe extern "C" fn ferry_connection_set_policy(conn: *mut ferry_connection, policy: u32) -> ferry_status {
     guard(|| {
-        let p = policy(policy_)?;
+        let p = parse_policy(policy)?;
         // SAFETY: header contract: a live handle used by no other call.
         unsafe { obj_mut(conn, "conn") }?.conn.set_policy(p);
         Ok(())
@@ -168,9 +168,9 @@ pub unsafe extern "C" fn ferry_rpc_server_free(server: *mut ferry_rpc_server) {
 /// # Safety
 /// `server` is a live server handle used by no other call meanwhile.
 #[no_mangle]
-pub unsafe extern "C" fn ferry_rpc_server_set_policy(server: *mut ferry_rpc_server, policy_: u32) -> ferry_status {
+pub unsafe extern "C" fn ferry_rpc_server_set_policy(server: *mut ferry_rpc_server, policy: u32) -> ferry_status {
     guard(|| {
-        let p = policy(policy_)?;
+        let p = parse_policy(policy)?;
         // SAFETY: header contract: a live handle used by no other call.
         unsafe { obj_mut(server, "server") }?.server.set_policy(p);
         Ok(())

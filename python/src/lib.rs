@@ -112,13 +112,16 @@ fn _ferry(m: &Bound<'_, PyModule>) -> PyResult<()> {
 }
 
 /// Longest stretch a blocking call waits with the GIL released before it
-/// looks at Python's signals (so Ctrl-C interrupts a receive).
+/// looks at Python's signals (so Ctrl-C interrupts a receive, a call, a
+/// send waiting for room).
 const SIGNAL_SLICE: Duration = Duration::from_millis(200);
 
 /// Runs a blocking `op` with the GIL released, in slices of at most
 /// [`SIGNAL_SLICE`] so that pending signals are handled between them; `op`
-/// must be safe to repeat after it timed out (a receive or a wait, never a
-/// send, which gives its message up). `is_timeout` tells a slice's timeout.
+/// must be safe to repeat after it timed out (a receive, a wait, the wait
+/// for the reply to a call already sent; a send only through
+/// [`send_in_slices`], which takes its message back). `is_timeout` tells a
+/// slice's timeout.
 pub(crate) fn interruptible<T, E>(
     py: Python<'_>,
     t: ferry::Timeout,
@@ -143,6 +146,44 @@ where
         match r {
             Err(e) if is_timeout(&e) && deadline.is_none_or(|d| std::time::Instant::now() < d) => py.check_signals()?,
             r => return Ok(r),
+        }
+    }
+}
+
+/// A send that a signal interrupted before it was sent: the Python
+/// exception, and the right and message to give back to their handles.
+pub(crate) struct Interrupted<R> {
+    pub(crate) error: PyErr,
+    pub(crate) right: R,
+    pub(crate) msg: ferry::Message,
+}
+
+/// Sends `msg` through `right` with `send`, waiting for room as `t` says
+/// in slices of at most [`SIGNAL_SLICE`] so that pending signals are
+/// handled between them. A slice that times out gives the message and the
+/// right back (a send queues all of a message or none of it), and the next
+/// slice sends that same message: it is sent once or not at all.
+pub(crate) fn send_in_slices<R: Send>(
+    py: Python<'_>,
+    t: ferry::Timeout,
+    right: R,
+    msg: ferry::Message,
+    send: impl Fn(R, ferry::Message, ferry::Timeout) -> Result<(), ferry::SendFailed<R>> + Sync,
+) -> Result<Result<(), ferry::SendError>, Box<Interrupted<R>>> {
+    let mut held = Some((right, msg));
+    let r = interruptible(py, t, |e| matches!(e, ferry::SendError::Timeout), |slice| {
+        let (right, msg) = held.take().expect("a timed-out slice gives the message back");
+        send(right, msg, slice).map_err(|f| {
+            let (e, msg, right) = f.into_parts();
+            held = Some((right, msg));
+            e
+        })
+    });
+    match r {
+        Ok(sent) => Ok(sent),
+        Err(error) => {
+            let (right, msg) = held.take().expect("a timed-out slice gives the message back");
+            Err(Box::new(Interrupted { error, right, msg }))
         }
     }
 }

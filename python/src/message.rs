@@ -50,6 +50,12 @@ impl Message {
     pub(crate) fn take_for_send(&mut self) -> PyResult<ferry::Message> {
         self.msg.take().ok_or_else(sent)
     }
+
+    /// Puts back a message whose send was interrupted before it was sent,
+    /// so that the Python object can be sent again.
+    pub(crate) fn restore(&mut self, m: ferry::Message) {
+        self.msg = Some(m);
+    }
 }
 
 /// The error for a message used again after it was sent.
@@ -217,13 +223,27 @@ impl Message {
     }
 
     /// Sends `answer` through this message's reply right, using the right
-    /// up. Raises `ValueError` if the message carries no reply right.
+    /// up. Raises `ValueError` if the message carries no reply right. A
+    /// signal (Ctrl-C) that interrupts the wait for room leaves the right
+    /// and `answer` unused.
     #[pyo3(signature = (answer, timeout=None))]
     fn reply(&mut self, py: Python<'_>, answer: &Bound<'_, Message>, timeout: Option<f64>) -> PyResult<()> {
         let t = crate::timeout(timeout)?;
+        if answer.borrow().is_sent() {
+            return Err(sent());
+        }
         let r = self.msg.as_mut().ok_or_else(sent)?.take_reply().ok_or_else(|| PyValueError::new_err("this message carries no reply right"))?;
         let m = answer.borrow_mut().take_for_send()?;
-        py.detach(|| r.send(m, t)).map_err(send_error)
+        match crate::send_in_slices(py, t, r, m, |r, m, slice| r.send(m, slice)) {
+            Ok(sent) => sent.map_err(send_error),
+            Err(i) => {
+                let i = *i;
+                // Interrupted unsent: the reply right and the answer stay.
+                self.update(|m| m.with_reply(i.right))?;
+                answer.borrow_mut().restore(i.msg);
+                Err(i.error)
+            }
+        }
     }
 
     /// Who sent a received message, as the kernel recorded it: `(pid, uid,

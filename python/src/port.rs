@@ -14,7 +14,7 @@ use pyo3::prelude::*;
 
 use crate::errors::{os_error, recv_error, send_error};
 use crate::message::Message;
-use crate::{gone, interruptible, lock, lock_py, read_py, write_py};
+use crate::{gone, interruptible, lock, lock_py, read_py, send_in_slices, write_py};
 
 /// How a receive right is held: on its own, or inside a one-member port set
 /// so that it has one descriptor to poll.
@@ -215,22 +215,22 @@ impl SendRight {
     /// seconds while the queue is full (`None`: forever; `0`: raise
     /// `QueueFull` at once). Raises `PeerDead` when the receive right is
     /// gone, `SendTimeout`, `MessageTooLarge`. The message is used up
-    /// either way.
+    /// either way, except when a signal (Ctrl-C) interrupts the wait for
+    /// room: then nothing was sent, and the message can be sent again.
     #[pyo3(signature = (msg, timeout=None))]
     fn send(&self, py: Python<'_>, msg: &Bound<'_, Message>, timeout: Option<f64>) -> PyResult<()> {
         let t = crate::timeout(timeout)?;
-        if self.closed(py) {
-            return Err(gone("SendRight"));
-        }
+        // Held until the send ends (sends share it; `close` waits).
+        let g = read_py(py, &self.inner);
+        let right = g.as_ref().ok_or_else(|| gone("SendRight"))?;
         let m = msg.borrow_mut().take_for_send()?;
-        let inner = &self.inner;
-        let r = py.detach(|| {
-            let g = inner.read().unwrap_or_else(|p| p.into_inner());
-            g.as_ref().map(|s| s.send(m, t))
-        });
-        match r {
-            Some(r) => r.map_err(send_error),
-            None => Err(gone("SendRight")),
+        match send_in_slices(py, t, (), m, |(), m, slice| right.send(m, slice)) {
+            Ok(sent) => sent.map_err(send_error),
+            Err(i) => {
+                let i = *i;
+                msg.borrow_mut().restore(i.msg);
+                Err(i.error)
+            }
         }
     }
 
@@ -333,7 +333,9 @@ impl SendOnceRight {
 
 #[pymethods]
 impl SendOnceRight {
-    /// Sends `msg` through this right, using it up.
+    /// Sends `msg` through this right, using it up. A signal (Ctrl-C) that
+    /// interrupts the wait for room leaves the right and the message
+    /// unused.
     #[pyo3(signature = (msg, timeout=None))]
     fn send(&self, py: Python<'_>, msg: &Bound<'_, Message>, timeout: Option<f64>) -> PyResult<()> {
         let t = crate::timeout(timeout)?;
@@ -342,7 +344,16 @@ impl SendOnceRight {
         }
         let right = self.take(py)?;
         let m = msg.borrow_mut().take_for_send()?;
-        py.detach(|| right.send(m, t)).map_err(send_error)
+        match send_in_slices(py, t, right, m, |r, m, slice| r.send(m, slice)) {
+            Ok(sent) => sent.map_err(send_error),
+            Err(i) => {
+                let i = *i;
+                // Interrupted unsent: the right and the message stay.
+                *lock_py(py, &self.inner) = Some(i.right);
+                msg.borrow_mut().restore(i.msg);
+                Err(i.error)
+            }
+        }
     }
 
     /// Whether the port's receive right is gone.

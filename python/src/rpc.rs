@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use ferry::rpc::{ConnectOptions, Policy, Transport};
+use ferry::rpc::Policy;
 
 use crate::errors::{os_error, rpc_error};
 use crate::message::Message;
@@ -36,29 +36,40 @@ pub struct Connection {
 #[pymethods]
 impl Connection {
     /// Opens the connection, waiting up to `timeout` seconds for the server
-    /// to accept.
+    /// to accept (in slices, so that a signal such as Ctrl-C interrupts
+    /// the wait).
     #[new]
     #[pyo3(signature = (server, policy="adaptive", timeout=None))]
     fn new(py: Python<'_>, server: &Bound<'_, SendRight>, policy: &str, timeout: Option<f64>) -> PyResult<Connection> {
-        let opts = ConnectOptions { policy: self::policy(policy)?, timeout: crate::timeout(timeout)? };
+        let t = crate::timeout(timeout)?;
+        let mut connecting = ferry::rpc::Connection::begin_connect(self::policy(policy)?).map_err(rpc_error)?;
         let right = server.get();
-        let c = py.detach(|| right.with_detached(|s| ferry::rpc::Connection::connect(s, opts)))?.map_err(rpc_error)?;
-        Ok(Connection { inner: Mutex::new(Some(c)) })
+        let r = interruptible(py, t, |e| matches!(e, Some(ferry::rpc::RpcError::Timeout)), |slice| {
+            right.with_detached(|s| connecting.wait(s, slice)).map_err(|_| None)?.map_err(Some)
+        })?;
+        match r {
+            Ok(c) => Ok(Connection { inner: Mutex::new(Some(c)) }),
+            Err(Some(e)) => Err(rpc_error(e)),
+            Err(None) => Err(gone("SendRight")),
+        }
     }
 
     /// Sends `request` and waits up to `timeout` seconds for the reply.
     /// Raises `RpcTimeout` (a later reply is discarded) or `RpcPeerDead`.
+    /// The request is sent once; the wait for its reply is made in slices,
+    /// so that a signal (Ctrl-C) interrupts it, and the call is then
+    /// abandoned as after a timeout.
     #[pyo3(signature = (request, timeout=None))]
     fn call(&self, py: Python<'_>, request: &Bound<'_, Message>, timeout: Option<f64>) -> PyResult<Message> {
         let t = crate::timeout(timeout)?;
         let m = request.borrow_mut().take_for_send()?;
-        let inner = &self.inner;
-        let r = py.detach(|| lock(inner).as_mut().map(|c| c.call(m, t)));
-        match r {
-            Some(Ok(reply)) => Ok(Message::received(reply)),
-            Some(Err(e)) => Err(rpc_error(e)),
-            None => Err(gone("Connection")),
-        }
+        // Held from the request to its reply: a call of another thread in
+        // between would abandon this one.
+        let mut g = lock_py(py, &self.inner);
+        let conn = g.as_mut().ok_or_else(|| gone("Connection"))?;
+        let mut call = py.detach(|| conn.send_request(m)).map_err(rpc_error)?;
+        let r = interruptible(py, t, |e| matches!(e, ferry::rpc::RpcError::Timeout), |slice| conn.wait_reply(&mut call, slice))?;
+        r.map(Message::received).map_err(rpc_error)
     }
 
     /// Whether the connection still works.

@@ -104,12 +104,82 @@ def hold_receive(name: str) -> None:
     print("hold: stop")
 
 
+def _blocked(what: str, block) -> None:
+    """Prints ``ready``, then blocks in ``block()`` (which has no timeout)
+    until Ctrl-C (SIGINT) interrupts it, and says so."""
+    try:
+        print("ready", flush=True)
+        block()
+    except KeyboardInterrupt:
+        print(f"interrupted in {what}", flush=True)
+    else:
+        raise SystemExit(f"{what} returned instead of waiting")
+
+
+def interrupt_recv(name: str) -> None:
+    """A receive without a timeout, interrupted; then the message the test
+    sends afterwards, received on the same port."""
+    rx, tx = ferry.port()
+    with ferry.Bootstrap() as bs:
+        bs.register(name, tx)
+    tx.close()
+    _blocked("recv", rx.recv)
+    m = rx.recv(LIMIT)
+    print(f"then received {m.body.decode()}")
+
+
+def interrupt_call(name: str) -> None:
+    """An RPC call without a timeout to a server that does not answer,
+    interrupted; then another call on the same connection, which must get
+    its own reply and not the late one of the interrupted call."""
+    conn = ferry.Connection(lookup(name), timeout=LIMIT)
+    _blocked("call", lambda: conn.call(ferry.Message(1, b"first")))
+    reply = conn.call(ferry.Message(2, b"second"), LIMIT)
+    print(f"then the reply {reply.body.decode()}")
+
+
+def interrupt_connect(name: str) -> None:
+    """Opening an RPC connection without a timeout to a port nobody serves
+    yet, interrupted; then a connection to the same port once it is
+    served, and a call on it."""
+    to = lookup(name)
+    _blocked("connect", lambda: ferry.Connection(to))
+    conn = ferry.Connection(to, timeout=LIMIT)
+    reply = conn.call(ferry.Message(3, b"call"), LIMIT)
+    print(f"then the reply {reply.body.decode()}")
+
+
+def interrupt_send() -> None:
+    """A send without a timeout to a full queue, interrupted; the message
+    stays usable and is sent once the queue has room."""
+    rx, tx = ferry.port(queue_limit=4096)
+    filled = 0
+    while True:
+        try:
+            tx.send(ferry.Message(0, bytes(512)), 0)
+            filled += 1
+        except ferry.QueueFull:
+            break
+    msg = ferry.Message(7, b"kept")
+    _blocked("send", lambda: tx.send(msg))
+    assert not msg.sent, "an interrupted send keeps its message"
+    for _ in range(filled):
+        assert rx.recv(LIMIT).op == 0
+    tx.send(msg, LIMIT)
+    m = rx.recv(LIMIT)
+    print(f"then sent {m.op} {m.body.decode()}")
+
+
 ROLES = {
     "sum-array": sum_array,
     "send-array": send_array,
     "echo": echo,
     "rpc-server": rpc_server,
     "hold-receive": hold_receive,
+    "interrupt-recv": interrupt_recv,
+    "interrupt-call": interrupt_call,
+    "interrupt-connect": interrupt_connect,
+    "interrupt-send": interrupt_send,
 }
 
 if __name__ == "__main__":

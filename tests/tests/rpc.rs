@@ -247,6 +247,69 @@ fn conformance_socket() {
 
 /// The server is SIGKILLed while it works on a call: the caller gets
 /// `PeerDead`, not a hang, under every policy and on both transports.
+/// Waits until `fd` polls readable or hangs up (or a signal ends the
+/// wait: the caller looks again either way).
+fn readable(fd: std::os::fd::BorrowedFd<'_>) {
+    use std::os::fd::AsRawFd;
+    let mut p = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd, borrowed for the duration of the call.
+    unsafe { libc::poll(&mut p, 1, -1) };
+}
+
+/// A call in two steps (`send_request`, then `wait_reply` as often as it
+/// takes), under every policy, with the request and the reply in the slot
+/// or over the socket: a wait that times out leaves the call pending and
+/// a later wait gets that call's one reply; a zero wait only looks, and
+/// the connection's socket polls readable once the reply is there; a new
+/// request abandons a pending call, whose late reply is discarded. A
+/// connection opened in steps (`begin_connect`) works as one opened at
+/// once.
+#[test]
+fn a_call_in_steps_gets_its_one_reply() {
+    let _guard = shared();
+    common::watchdog("a_call_in_steps_gets_its_one_reply", LIMIT, || {
+        let server = start_server("call-in-steps", "adaptive", 1);
+        for policy in [Policy::Adaptive, Policy::Block, Policy::Poll] {
+            let mut connecting = Connection::begin_connect(policy).unwrap();
+            let mut conn = connecting.wait(&server.to, Timeout::Infinite).unwrap();
+            let big = vec![7u8; SLOT_INLINE + 1];
+            let requests = || {
+                [
+                    (slow(100, b"slot"), b"slot".to_vec()),
+                    (slow(100, &big), big.clone()),
+                    (Message::new(OP_BIG).with_body(20_000u32.to_le_bytes()), vec![0x5A; 20_000]),
+                ]
+            };
+            for (req, want) in requests() {
+                let mut call = conn.send_request(req).unwrap();
+                let reply = loop {
+                    match conn.wait_reply(&mut call, Timeout::millis(10)) {
+                        Err(RpcError::Timeout) => {}
+                        other => break other.unwrap(),
+                    }
+                };
+                assert_eq!(reply.body(), &want[..], "{policy:?}, timed waits");
+            }
+            for (req, want) in requests() {
+                let mut call = conn.send_request(req).unwrap();
+                let reply = loop {
+                    match conn.wait_reply(&mut call, Timeout::Zero) {
+                        Err(RpcError::Timeout) => readable(conn.socket_fd().expect("open")),
+                        other => break other.unwrap(),
+                    }
+                };
+                assert_eq!(reply.body(), &want[..], "{policy:?}, zero waits");
+            }
+            let mut abandoned = conn.send_request(slow(100, b"late")).unwrap();
+            assert!(matches!(conn.wait_reply(&mut abandoned, Timeout::Zero), Err(RpcError::Timeout)));
+            let r = conn.call(Message::new(OP_ECHO).with_body(*b"mine"), Timeout::Infinite).unwrap();
+            assert_eq!(r.body(), b"mine", "a late reply leaked into the next call");
+        }
+        let mut last = Connection::connect(&server.to, opts(Policy::Block)).unwrap();
+        server.exit(&mut last);
+    });
+}
+
 #[test]
 fn server_killed_mid_call() {
     let _guard = shared();

@@ -80,7 +80,7 @@ use std::io;
 use crate::message::Message;
 use crate::timeout::Timeout;
 
-pub use client::{ConnectOptions, Connection, SocketConnection};
+pub use client::{ConnectOptions, Connecting, Connection, PendingCall, SocketConnection};
 #[cfg(feature = "tokio")]
 pub(crate) use client::Look;
 pub use policy::{pin_current_thread, stats, Policy, RpcStats, ADAPTIVE_SPIN, LIVENESS_INTERVAL, WAKE_GRACE};

@@ -98,6 +98,110 @@ impl Connection {
     }
 }
 
+/// A call whose request [`Connection::send_request`] has sent and whose
+/// reply has not been taken yet: [`Connection::wait_reply`] waits for it,
+/// as many times as it takes. Dropping it, or sending another request on
+/// the connection, abandons the call: the server still answers it, and its
+/// late reply is discarded, as after a timeout.
+#[derive(Debug)]
+#[must_use = "the reply is taken with Connection::wait_reply"]
+pub struct PendingCall {
+    seq: u32,
+    /// The request went through the slot (the reply may come there).
+    via_slot: bool,
+    /// The slot asks the server to ring the socket when it replies.
+    armed: bool,
+}
+
+/// A call in two steps: send the request, then wait for its reply in as
+/// many waits as the caller likes, each with its own timeout. For callers
+/// that must look at something else between waits (an interpreter's
+/// signals, an event loop), where one [`Transport::call`] would block
+/// until its end.
+impl Connection {
+    /// Sends `req` (through the slot when it fits, else over the socket)
+    /// without waiting for the reply.
+    ///
+    /// # Errors
+    /// [`RpcError::PeerDead`] if the connection is closed or the server
+    /// gone; [`RpcError::TooLarge`] if `req` cannot travel.
+    pub fn send_request(&mut self, req: Message) -> Result<PendingCall, RpcError> {
+        // A call abandoned while it asked for the doorbell asks no more.
+        self.want_doorbell(false);
+        let (seq, via_slot) = self.start_call(req)?;
+        Ok(PendingCall { seq, via_slot, armed: false })
+    }
+
+    /// Waits up to `timeout` for the reply to `call`, as this connection's
+    /// policy says. [`RpcError::Timeout`] leaves the call pending: wait
+    /// again for the same reply (the request is never sent twice).
+    /// [`Timeout::Zero`] only looks, and asks the server to ring the
+    /// connection's socket ([`socket_fd`](Self::socket_fd)) when it replies, so
+    /// that an event loop can wait for the socket to poll readable and then
+    /// look again.
+    ///
+    /// # Errors
+    /// As [`Transport::call`]; after any error but
+    /// [`RpcError::Timeout`] the call is over.
+    pub fn wait_reply(&mut self, call: &mut PendingCall, timeout: Timeout) -> Result<Message, RpcError> {
+        let out = if timeout == Timeout::Zero {
+            match self.look_for_reply(call) {
+                Ok(Some(m)) => Ok(m),
+                Ok(None) => return Err(RpcError::Timeout),
+                Err(e) => Err(e),
+            }
+        } else {
+            self.disarm(call);
+            let out = self.inner.wait_reply(call, timeout.deadline());
+            self.inner.close_if_broken(out)
+        };
+        if !matches!(out, Err(RpcError::Timeout)) {
+            self.disarm(call);
+        }
+        out
+    }
+
+    /// The connection's socket, while the connection is open: it polls
+    /// readable when [`wait_reply`](Self::wait_reply) with
+    /// [`Timeout::Zero`] asked for a doorbell and the reply (or the
+    /// server's hang-up) came.
+    pub fn socket_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.socket()
+    }
+
+    /// The reply to `call` if it is here, without waiting; else asks for
+    /// the doorbell and says `None`.
+    fn look_for_reply(&mut self, call: &mut PendingCall) -> Result<Option<Message>, RpcError> {
+        if call.via_slot {
+            if let Some(out) = self.slot_reply(call.seq) {
+                return out.map(Some);
+            }
+            if !call.armed {
+                // Ask for the doorbell, then look once more: the server
+                // publishes, then reads the flag.
+                self.want_doorbell(true);
+                call.armed = true;
+                if let Some(out) = self.slot_reply(call.seq) {
+                    return out.map(Some);
+                }
+            }
+        }
+        match self.read_socket(call.seq, call.via_slot)? {
+            Look::Reply(m) => Ok(Some(m)),
+            // The datagrams just read may have included the doorbell of a
+            // reply published in the slot meanwhile.
+            Look::Empty | Look::More if call.via_slot => self.slot_reply(call.seq).transpose(),
+            Look::Empty | Look::More => Ok(None),
+        }
+    }
+
+    fn disarm(&mut self, call: &mut PendingCall) {
+        if std::mem::take(&mut call.armed) {
+            self.want_doorbell(false);
+        }
+    }
+}
+
 impl Transport for Connection {
     fn call(&mut self, req: Message, timeout: Timeout) -> Result<Message, RpcError> {
         self.inner.call(req, timeout)
@@ -127,8 +231,7 @@ impl SocketConnection {
     }
 }
 
-/// What [`Connection::try_reply`] found.
-#[cfg(feature = "tokio")]
+/// What [`Connection::read_socket`] found.
 #[derive(Debug)]
 pub(crate) enum Look {
     /// The reply to the call.
@@ -140,11 +243,12 @@ pub(crate) enum Look {
     More,
 }
 
-/// The hooks an event-driven caller (the `tokio` module) builds a call
-/// from: publish the request, then look for the reply without ever
-/// blocking, waiting in between on the connection socket, where the server
-/// rings a doorbell instead of a futex wake when the slot asks for one.
-#[cfg(feature = "tokio")]
+/// The hooks a call in two steps is built from (the `tokio` module's
+/// awaited calls, [`Connection::send_request`] and
+/// [`Connection::wait_reply`]): publish the request, then look for the
+/// reply without ever blocking, waiting in between on the connection
+/// socket, where the server rings a doorbell instead of a futex wake when
+/// the slot asks for one.
 impl Connection {
     /// The client end of the connection socket, while the connection is
     /// open.
@@ -219,20 +323,77 @@ fn past(deadline: Option<Instant>) -> bool {
     deadline.is_some_and(|d| Instant::now() >= d)
 }
 
-impl Inner {
-    fn connect(server: &SendRight, opts: ConnectOptions, with_slot: bool) -> Result<Inner, RpcError> {
+/// A connection being opened in steps ([`Connection::begin_connect`]): the
+/// connect request goes to the server's port, then the server's acceptance
+/// is awaited, each step as long as [`wait`](Self::wait) is told, in as many
+/// waits as it takes. For callers that must look at something else between
+/// waits (an interpreter's signals), where [`Connection::connect`] would
+/// block until its end. Dropping it gives the connection up.
+#[derive(Debug)]
+pub struct Connecting {
+    /// This side's end of the connection socket and the slot, until the
+    /// connection is open.
+    ends: Option<(OwnedFd, Option<(Slot, OwnedFd)>)>,
+    policy: Policy,
+    /// The connect request, until the server's port has taken it.
+    request: Option<Message>,
+}
+
+impl Connection {
+    /// Makes the connection's socket and slot, to be opened with
+    /// [`Connecting::wait`]; nothing is sent yet.
+    ///
+    /// # Errors
+    /// [`RpcError::Io`] if the socket or the slot cannot be made.
+    pub fn begin_connect(policy: Policy) -> Result<Connecting, RpcError> {
+        Connecting::new(policy, true)
+    }
+}
+
+impl Connecting {
+    fn new(policy: Policy, with_slot: bool) -> Result<Connecting, RpcError> {
         let io = |e| RpcError::Io(io_err(e));
         let (mine, theirs) = socket::seqpacket_pair().map_err(io)?;
         let slot = if with_slot { Some(Slot::create().map_err(io)?) } else { None };
         frame::send_hello(mine.as_fd(), slot.as_ref().map(|(_, fd)| fd.as_fd())).map_err(io)?;
-        let connect = Message::new(RPC_CONNECT).with_item(SendRight::from_fd(theirs));
-        server.send(connect, opts.timeout).map_err(|e| match e.into_error() {
-            crate::SendError::PeerDead => RpcError::PeerDead,
-            crate::SendError::QueueFull | crate::SendError::Timeout => RpcError::Timeout,
-            crate::SendError::Io(e) => RpcError::Io(e),
-            other => RpcError::Refused(other.to_string()),
-        })?;
-        let deadline = opts.timeout.deadline();
+        let request = Message::new(RPC_CONNECT).with_item(SendRight::from_fd(theirs));
+        Ok(Connecting { ends: Some((mine, slot)), policy, request: Some(request) })
+    }
+
+    /// Sends the connect request to the server whose port `server` names,
+    /// unless an earlier wait did, then waits for the server to accept; each
+    /// step waits up to `timeout`. [`RpcError::Timeout`] leaves the
+    /// connection half open: wait again, with the same server (the request
+    /// is sent once).
+    ///
+    /// # Errors
+    /// As [`Connection::connect`]; [`RpcError::Io`] once the connection was
+    /// returned.
+    pub fn wait(&mut self, server: &SendRight, timeout: Timeout) -> Result<Connection, RpcError> {
+        Ok(Connection { inner: self.wait_inner(server, timeout)? })
+    }
+
+    fn wait_inner(&mut self, server: &SendRight, timeout: Timeout) -> Result<Inner, RpcError> {
+        let io = |e| RpcError::Io(io_err(e));
+        let Some((mine, _)) = &self.ends else {
+            return Err(RpcError::Io(std::io::Error::other("the connection was opened already")));
+        };
+        if let Some(request) = self.request.take() {
+            if let Err(failed) = server.send(request, timeout) {
+                let (e, request, ()) = failed.into_parts();
+                let e = match e {
+                    crate::SendError::PeerDead => RpcError::PeerDead,
+                    crate::SendError::QueueFull | crate::SendError::Timeout => RpcError::Timeout,
+                    crate::SendError::Io(e) => RpcError::Io(e),
+                    other => RpcError::Refused(other.to_string()),
+                };
+                if matches!(e, RpcError::Timeout) {
+                    self.request = Some(request);
+                }
+                return Err(e);
+            }
+        }
+        let deadline = timeout.deadline();
         let mut buf = vec![0u8; 64];
         loop {
             policy::count_poll();
@@ -254,17 +415,24 @@ impl Inner {
                 Err(e) => return Err(io(e)),
             }
         }
+        let (mine, slot) = self.ends.take().expect("checked above");
         let identity = frame::identity_of(&mine);
         Ok(Inner {
             sock: Some(mine),
             identity,
             slot,
-            policy: opts.policy,
+            policy: self.policy,
             seq: 0,
             buf: vec![0; crate::wire::MAX_MESSAGE + 1],
             probe: None,
             _open: crate::counters::ConnectionGauge::open(),
         })
+    }
+}
+
+impl Inner {
+    fn connect(server: &SendRight, opts: ConnectOptions, with_slot: bool) -> Result<Inner, RpcError> {
+        Connecting::new(opts.policy, with_slot)?.wait_inner(server, opts.timeout)
     }
 
     /// A call that owns its request: on the fast path the reply is copied
@@ -315,7 +483,6 @@ impl Inner {
     }
 
     /// See [`Connection::slot_reply`].
-    #[cfg(feature = "tokio")]
     fn slot_reply(&self, seq: u32) -> Option<Result<Message, RpcError>> {
         let slot = &self.slot.as_ref()?.0;
         if slot.reply_seq() != seq {
@@ -330,7 +497,6 @@ impl Inner {
     }
 
     /// See [`Connection::read_socket`].
-    #[cfg(feature = "tokio")]
     fn read_socket(&mut self, seq: u32, via_slot: bool) -> Result<Look, RpcError> {
         let Some(sock) = self.sock.as_ref() else { return Err(RpcError::PeerDead) };
         // Bounded, so a peer flooding stale frames cannot hold the caller.
@@ -496,6 +662,27 @@ impl Inner {
                 self.check_alive(seq)?;
             }
         }
+    }
+
+    /// See [`Connection::wait_reply`]: waits until `deadline` for the reply
+    /// to a call already sent.
+    fn wait_reply(&mut self, call: &mut PendingCall, deadline: Option<Instant>) -> Result<Message, RpcError> {
+        if self.sock.is_none() {
+            return Err(RpcError::PeerDead);
+        }
+        if call.via_slot {
+            let my_cpu = if self.policy == Policy::Adaptive { policy::cpu_tag() } else { 0 };
+            if let Some((slot, _)) = &self.slot {
+                slot.word(slot::OFF_CLIENT_CPU).store(my_cpu, Ordering::Relaxed);
+            }
+            self.wait_slot(call.seq, deadline, false, my_cpu)?;
+            match self.slot_reply(call.seq) {
+                Some(out) => return out,
+                // Published as travelling over the socket: wait there.
+                None => call.via_slot = false,
+            }
+        }
+        self.recv_reply(call.seq, deadline)
     }
 
     /// Fails with `PeerDead` if the server's end of the socket is gone and

@@ -26,6 +26,7 @@ from ._ferry import (
     SERVICE_PORT,
     Bootstrap,
     ConnId,
+    Connecting,
     Connection,
     Event,
     MappedRegion,
@@ -35,6 +36,7 @@ from ._ferry import (
     Region,
     RegionItem,
     ReplyReceiver,
+    PendingCall,
     RpcServer,
     SendOnceRight,
     SendRight,
@@ -42,7 +44,7 @@ from ._ferry import (
     port,
     reply_pair,
 )
-from .aio import recv_async, reply_and_wait_async, wait_async
+from .aio import call_async, connect_async, recv_async, reply_and_wait_async, wait_async
 from .errors import *  # noqa: F401,F403
 from .errors import NameError  # noqa: A004 - ferry.NameError, as in Rust
 from .errors import __all__ as _errors_all
@@ -54,10 +56,12 @@ __all__ = [
     "SERVICE_PORT",
     "Bootstrap",
     "ConnId",
+    "Connecting",
     "Connection",
     "Event",
     "MappedRegion",
     "Message",
+    "PendingCall",
     "PortSet",
     "ReceiveRight",
     "Region",
@@ -66,6 +70,8 @@ __all__ = [
     "RpcServer",
     "SendOnceRight",
     "SendRight",
+    "call_async",
+    "connect_async",
     "counters",
     "ndarray",
     "port",

@@ -1,47 +1,53 @@
-"""``asyncio`` integration: await a message on a port or an event on a port
-set without blocking the event loop.
+"""``asyncio`` integration: await a message on a port, an event on a port
+set, a request on an RPC server, or an RPC client's connection and calls,
+without blocking the event loop.
 
-Both helpers try the non-blocking call first, then wait on the handle's
-``fileno()`` with ``loop.add_reader`` and try again; the descriptor is asked
+Every helper tries the non-blocking call first, then waits on the handle's
+``fileno()`` with ``loop.add_reader`` and tries again; the descriptor is asked
 for anew each time, so send-once rights made meanwhile are seen. Several
 tasks may await the same port or port set: each message goes to one of
-them.
+them. Calls on one connection are made one at a time, in the order they
+were awaited.
 """
 
 from __future__ import annotations
 
 import asyncio
+import weakref
 from typing import TYPE_CHECKING
 
+from ._ferry import Connecting
 from .errors import RecvTimeout, RpcTimeout
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ._ferry import ConnId, Event, Message, PortSet, ReceiveRight, ReplyReceiver, RpcServer
+    from ._ferry import ConnId, Connection, Event, Message, PortSet, ReceiveRight, ReplyReceiver, RpcServer, SendRight, _Policy
 
 
-#: The tasks waiting for each descriptor to poll readable, by loop.
-_waiting: dict[tuple[asyncio.AbstractEventLoop, int], list[asyncio.Future[None]]] = {}
+#: The tasks waiting for each descriptor to poll readable (or writable),
+#: by loop.
+_waiting: dict[tuple[asyncio.AbstractEventLoop, int, bool], list[asyncio.Future[None]]] = {}
 
 
-async def _readable(fd: int) -> None:
-    """Waits until ``fd`` polls readable. A loop keeps one reader per
-    descriptor (``add_reader`` replaces the one before), so the tasks
-    waiting on the same port or port set share it: each readiness wakes
-    them all, and each tries again."""
+async def _ready(fd: int, writable: bool = False) -> None:
+    """Waits until ``fd`` polls readable (or ``writable``). A loop keeps one
+    reader and one writer per descriptor (``add_reader`` replaces the one
+    before), so the tasks waiting on the same descriptor share it: each
+    readiness wakes them all, and each tries again."""
     loop = asyncio.get_running_loop()
     fut: asyncio.Future[None] = loop.create_future()
-    key = (loop, fd)
+    key = (loop, fd, writable)
+    remove = loop.remove_writer if writable else loop.remove_reader
     waiters = _waiting.get(key)
     if waiters is None:
         waiters = _waiting[key] = []
 
         def ready() -> None:
-            loop.remove_reader(fd)
+            remove(fd)
             for f in _waiting.pop(key, []):
                 if not f.done():
                     f.set_result(None)
 
-        loop.add_reader(fd, ready)
+        (loop.add_writer if writable else loop.add_reader)(fd, ready)
     waiters.append(fut)
     try:
         await fut
@@ -53,7 +59,12 @@ async def _readable(fd: int) -> None:
             left.remove(fut)
             if not left:
                 del _waiting[key]
-                loop.remove_reader(fd)
+                remove(fd)
+
+
+async def _readable(fd: int) -> None:
+    """Waits until ``fd`` polls readable (see ``_ready``)."""
+    await _ready(fd)
 
 
 async def recv_async(port: "ReceiveRight | ReplyReceiver", timeout: float | None = None) -> "Message":
@@ -125,3 +136,66 @@ async def wait_async(portset: "PortSet", timeout: float | None = None) -> "Event
         return await asyncio.wait_for(loop(), timeout)
     except asyncio.TimeoutError:
         raise RecvTimeout(f"no event within {timeout} s") from None
+
+
+async def connect_async(server: "SendRight", policy: "_Policy" = "adaptive", timeout: float | None = None) -> "Connection":
+    """Opens a ``Connection`` to the RPC server whose port ``server`` names
+    without blocking the event loop (the server may be served by this very
+    loop, with ``reply_and_wait_async``). Raises what ``Connection(server,
+    policy, timeout)`` raises; ``timeout`` (seconds) raises ``RpcTimeout``.
+    The handle ``server`` stays the caller's."""
+    connecting = Connecting(server, policy)
+
+    async def loop() -> "Connection":
+        while True:
+            try:
+                return connecting.try_open()
+            except RpcTimeout:
+                pass
+            if connecting.request_sent:
+                await _ready(connecting.fileno())
+            else:
+                await _ready(server.fileno(), writable=True)  # the server's port is full
+
+    if timeout is None:
+        return await loop()
+    try:
+        return await asyncio.wait_for(loop(), timeout)
+    except asyncio.TimeoutError:
+        raise RpcTimeout(f"the server did not accept within {timeout} s") from None
+
+
+#: One lock per connection: its calls are made one at a time (a request
+#: sent while another call waits would abandon that call).
+_call_locks: "weakref.WeakKeyDictionary[Connection, asyncio.Lock]" = weakref.WeakKeyDictionary()
+
+
+async def call_async(conn: "Connection", request: "Message", timeout: float | None = None) -> "Message":
+    """Sends ``request`` on ``conn`` and awaits the reply without blocking
+    the event loop, as ``conn.call(request, timeout)`` does blocking.
+    Raises ``RpcTimeout`` (``timeout``, in seconds, counts from the call,
+    waiting for an earlier call on the same connection included; a later
+    reply is discarded) or ``RpcPeerDead``. Tasks calling on one connection
+    take turns. A call cancelled after its request was sent is abandoned
+    as after a timeout: the server still answers it, and the next call
+    discards that reply."""
+    lock = _call_locks.get(conn)
+    if lock is None:
+        lock = _call_locks[conn] = asyncio.Lock()
+
+    async def call() -> "Message":
+        async with lock:
+            pending = conn.send_request(request)
+            while True:
+                try:
+                    return conn.try_reply(pending)
+                except RpcTimeout:
+                    pass
+                await _ready(conn.fileno())
+
+    if timeout is None:
+        return await call()
+    try:
+        return await asyncio.wait_for(call(), timeout)
+    except asyncio.TimeoutError:
+        raise RpcTimeout(f"no reply within {timeout} s") from None

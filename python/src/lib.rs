@@ -105,6 +105,8 @@ fn _ferry(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<rpc::Connection>()?;
     m.add_class::<rpc::RpcServer>()?;
     m.add_class::<rpc::ConnId>()?;
+    m.add_class::<rpc::PendingCall>()?;
+    m.add_class::<rpc::Connecting>()?;
     m.add("MAX_INLINE", ferry::message::MAX_INLINE)?;
     m.add("MAX_ITEMS", ferry::message::MAX_ITEMS)?;
     m.add("SERVICE_PORT", ferry::bootstrap::SERVICE_PORT)?;

@@ -27,7 +27,7 @@ fn policy(name: &str) -> PyResult<Policy> {
 /// A connection to an `RpcServer` whose port `server` names. `policy` is
 /// how this side waits for replies: `"adaptive"` (spin briefly, then sleep),
 /// `"block"` or `"poll"`.
-#[pyclass(module = "ferry._ferry", frozen)]
+#[pyclass(module = "ferry._ferry", frozen, weakref)]
 #[derive(Debug)]
 pub struct Connection {
     inner: Mutex<Option<ferry::rpc::Connection>>,
@@ -72,6 +72,46 @@ impl Connection {
         r.map(Message::received).map_err(rpc_error)
     }
 
+    /// Sends `request` without waiting for the reply; returns the
+    /// `PendingCall` whose reply `try_reply(pending)` takes. For
+    /// `ferry.call_async`.
+    fn send_request(&self, py: Python<'_>, request: &Bound<'_, Message>) -> PyResult<PendingCall> {
+        let m = request.borrow_mut().take_for_send()?;
+        let inner = &self.inner;
+        let c = py.detach(|| lock(inner).as_mut().map(|c| c.send_request(m))).ok_or_else(|| gone("Connection"))?.map_err(rpc_error)?;
+        Ok(PendingCall { inner: Mutex::new(Some(c)) })
+    }
+
+    /// The reply to `pending` if it is here; raises `RpcTimeout` if not
+    /// yet, after asking the server to make `fileno()` poll readable when
+    /// it replies. Any other outcome ends the call. For `ferry.call_async`.
+    fn try_reply(&self, py: Python<'_>, pending: &PendingCall) -> PyResult<Message> {
+        let mut g = lock_py(py, &self.inner);
+        let conn = g.as_mut().ok_or_else(|| gone("Connection"))?;
+        let mut p = lock_py(py, &pending.inner);
+        let call = p.as_mut().ok_or_else(|| PyValueError::new_err("this call is over: its reply was taken or it failed"))?;
+        match conn.wait_reply(call, ferry::Timeout::Zero) {
+            Ok(m) => {
+                *p = None;
+                Ok(Message::received(m))
+            }
+            Err(ferry::rpc::RpcError::Timeout) => Err(rpc_error(ferry::rpc::RpcError::Timeout)),
+            Err(e) => {
+                *p = None;
+                Err(rpc_error(e))
+            }
+        }
+    }
+
+    /// The connection's socket: it polls readable once `try_reply` has
+    /// asked for the reply and it came (or the server went away), for
+    /// `selectors` and `asyncio`.
+    fn fileno(&self, py: Python<'_>) -> PyResult<RawFd> {
+        let g = lock_py(py, &self.inner);
+        let c = g.as_ref().ok_or_else(|| gone("Connection"))?;
+        c.socket_fd().map(|fd| fd.as_raw_fd()).ok_or_else(|| rpc_error(ferry::rpc::RpcError::PeerDead))
+    }
+
     /// Whether the connection still works.
     #[getter]
     fn is_open(&self, py: Python<'_>) -> bool {
@@ -92,6 +132,81 @@ impl Connection {
     fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, pyo3::types::PyTuple>) -> bool {
         self.close(py);
         false
+    }
+}
+
+/// A call whose request `Connection.send_request` sent; its reply is taken
+/// with `Connection.try_reply`. Dropping it abandons the call (a late reply
+/// is discarded).
+#[pyclass(module = "ferry._ferry", frozen)]
+#[derive(Debug)]
+pub struct PendingCall {
+    inner: Mutex<Option<ferry::rpc::PendingCall>>,
+}
+
+#[pymethods]
+impl PendingCall {
+    /// Whether the call is over (its reply taken, or it failed).
+    #[getter]
+    fn done(&self, py: Python<'_>) -> bool {
+        lock_py(py, &self.inner).is_none()
+    }
+}
+
+/// A connection being opened without blocking, for `ferry.connect_async`:
+/// `try_open()` sends the connect request to the server (once) and returns
+/// the `Connection` once the server has accepted; until then it raises
+/// `RpcTimeout`, and `fileno()` polls readable when the server answers
+/// (while `request_sent` is false, the server's port was full: wait for
+/// its send right to poll writable instead).
+#[pyclass(module = "ferry._ferry", frozen)]
+#[derive(Debug)]
+pub struct Connecting {
+    server: ferry::SendRight,
+    inner: Mutex<Option<ferry::rpc::Connecting>>,
+}
+
+#[pymethods]
+impl Connecting {
+    /// Makes the connection's socket and slot; nothing is sent yet.
+    /// `server` is the server's port (the handle stays the caller's).
+    #[new]
+    #[pyo3(signature = (server, policy="adaptive"))]
+    fn new(py: Python<'_>, server: &Bound<'_, SendRight>, policy: &str) -> PyResult<Connecting> {
+        let p = self::policy(policy)?;
+        let server = server.get().with(py, |s| s.try_clone())?.map_err(os_error)?;
+        let c = ferry::rpc::Connection::begin_connect(p).map_err(rpc_error)?;
+        Ok(Connecting { server, inner: Mutex::new(Some(c)) })
+    }
+
+    /// The open `Connection` if the server has accepted; raises
+    /// `RpcTimeout` if not yet, `RpcPeerDead` if the server's port is gone,
+    /// `RpcError` if the server refused.
+    fn try_open(&self, py: Python<'_>) -> PyResult<Connection> {
+        let mut g = lock_py(py, &self.inner);
+        let c = g.as_mut().ok_or_else(|| PyValueError::new_err("this connection was opened already"))?;
+        match c.wait(&self.server, ferry::Timeout::Zero) {
+            Ok(conn) => {
+                *g = None;
+                Ok(Connection { inner: Mutex::new(Some(conn)) })
+            }
+            Err(e) => Err(rpc_error(e)),
+        }
+    }
+
+    /// Whether the connect request is in the server's port (a full port
+    /// keeps it here until there is room).
+    #[getter]
+    fn request_sent(&self, py: Python<'_>) -> PyResult<bool> {
+        Ok(lock_py(py, &self.inner).as_ref().ok_or_else(|| PyValueError::new_err("this connection was opened already"))?.request_sent())
+    }
+
+    /// This side's end of the connection socket: it polls readable once
+    /// the server has answered the request.
+    fn fileno(&self, py: Python<'_>) -> PyResult<RawFd> {
+        let g = lock_py(py, &self.inner);
+        let c = g.as_ref().ok_or_else(|| PyValueError::new_err("this connection was opened already"))?;
+        c.socket_fd().map(|fd| fd.as_raw_fd()).ok_or_else(|| PyValueError::new_err("this connection was opened already"))
     }
 }
 

@@ -8,7 +8,7 @@ import time
 import pytest
 
 import ferry
-from conftest import LIMIT, finish, spawn_python, unique
+from conftest import LIMIT, finish, spawn_python, spawn_rust, unique
 from test_ports import _lookup
 
 
@@ -161,3 +161,94 @@ def test_an_rpc_server_serves_calls_inside_the_event_loop():
     thread.join(LIMIT)
     assert answers == [i + 100 for i in range(calls)]
     assert ticks > 0, "the event loop was blocked while the server waited"
+
+
+def test_call_async_calls_a_server_in_another_process(names):
+    name = unique("rpc")
+    calls = 30
+    peer = spawn_python("rpc-server", name, str(calls))
+    to_server = _lookup(names, name)
+
+    async def main() -> tuple[list[tuple[int, bytes]], int]:
+        ticks = 0
+        stop = False
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while not stop:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        t = asyncio.create_task(ticker())
+        conn = await ferry.connect_async(to_server, policy="block", timeout=LIMIT)
+        got = []
+        for i in range(calls // 2):
+            reply = await ferry.call_async(conn, ferry.Message(i, f"call {i}".encode()), timeout=LIMIT)
+            got.append((reply.op, reply.body))
+
+        # Tasks calling on one connection take turns; each gets its own reply.
+        async def one(i: int) -> tuple[int, bytes]:
+            reply = await ferry.call_async(conn, ferry.Message(i, f"call {i}".encode()), timeout=LIMIT)
+            return reply.op, reply.body
+
+        got += await asyncio.gather(*(one(i) for i in range(calls // 2, calls)))
+        stop = True
+        await t
+        conn.close()
+        return got, ticks
+
+    got, ticks = asyncio.run(main())
+    assert got == [(i + 1, f"CALL {i}".encode()) for i in range(calls)]
+    assert ticks > 0, "the event loop kept running while calls were awaited"
+    assert f"served {calls}" in finish(peer)
+
+
+def test_call_async_times_out_and_the_late_reply_is_discarded(names):
+    # ferry-peer's server: op 1 echoes, op 2 sleeps the milliseconds its
+    # body starts with, then answers the rest; op 7 ends it.
+    name = unique("rpc")
+    peer = spawn_rust("rpc-server", name, "adaptive", "1")
+    assert peer.stdout.readline().strip() == "ready"
+    to_server = _lookup(names, name)
+
+    async def main() -> None:
+        conn = await ferry.connect_async(to_server, timeout=LIMIT)
+        with pytest.raises(ferry.RpcTimeout):
+            await ferry.call_async(conn, ferry.Message(2, (300).to_bytes(4, "little") + b"late"), timeout=0.05)
+        reply = await ferry.call_async(conn, ferry.Message(1, b"mine"), timeout=LIMIT)
+        assert reply.body == b"mine", "a late reply leaked into the next call"
+        # Past the slot (a larger body goes over the connection's socket).
+        big = bytes(range(256)) * 64
+        assert (await ferry.call_async(conn, ferry.Message(1, big), timeout=LIMIT)).body == big
+        assert (await ferry.call_async(conn, ferry.Message(7), timeout=LIMIT)).op == 7
+        with pytest.raises(ferry.RpcPeerDead):
+            await ferry.call_async(conn, ferry.Message(1, b"gone"), timeout=LIMIT)
+
+    asyncio.run(main())
+    finish(peer)
+
+
+def test_a_client_and_a_server_share_one_event_loop():
+    rx, tx = ferry.port()
+    server = ferry.RpcServer(rx)
+
+    async def serve() -> None:
+        reply = None
+        while True:
+            try:
+                conn, req = await ferry.reply_and_wait_async(server, reply, timeout=LIMIT)
+            except ferry.NoClients:
+                return
+            reply = (conn, ferry.Message(req.op + 1, req.body[::-1]))
+
+    async def main() -> list[bytes]:
+        serving = asyncio.create_task(serve())
+        conn = await ferry.connect_async(tx, timeout=LIMIT)
+        tx.close()
+        got = [(await ferry.call_async(conn, ferry.Message(i, b"abc" * i), timeout=LIMIT)).body for i in range(1, 4)]
+        conn.close()
+        await serving
+        return got
+
+    assert asyncio.run(main()) == [b"cba", b"cbacba", b"cbacbacba"]
+    server.close()

@@ -261,7 +261,8 @@ fn readable(fd: std::os::fd::BorrowedFd<'_>) {
 /// or over the socket: a wait that times out leaves the call pending and
 /// a later wait gets that call's one reply; a zero wait only looks, and
 /// the connection's socket polls readable once the reply is there; a new
-/// request abandons a pending call, whose late reply is discarded. A
+/// request abandons a pending call, whose late reply is discarded (and a
+/// wait for it fails at once). A
 /// connection opened in steps (`begin_connect`) works as one opened at
 /// once.
 #[test]
@@ -304,6 +305,7 @@ fn a_call_in_steps_gets_its_one_reply() {
             assert!(matches!(conn.wait_reply(&mut abandoned, Timeout::Zero), Err(RpcError::Timeout)));
             let r = conn.call(Message::new(OP_ECHO).with_body(*b"mine"), Timeout::Infinite).unwrap();
             assert_eq!(r.body(), b"mine", "a late reply leaked into the next call");
+            assert!(matches!(conn.wait_reply(&mut abandoned, Timeout::Infinite), Err(RpcError::Io(_))), "an abandoned call waits for nothing");
         }
         let mut last = Connection::connect(&server.to, opts(Policy::Block)).unwrap();
         server.exit(&mut last);

@@ -142,8 +142,13 @@ impl Connection {
     ///
     /// # Errors
     /// As [`Transport::call`]; after any error but
-    /// [`RpcError::Timeout`] the call is over.
+    /// [`RpcError::Timeout`] the call is over. [`RpcError::Io`] at once for
+    /// a call that a later request on this connection abandoned (its reply
+    /// would never be returned).
     pub fn wait_reply(&mut self, call: &mut PendingCall, timeout: Timeout) -> Result<Message, RpcError> {
+        if call.seq != self.inner.seq {
+            return Err(RpcError::Io(std::io::Error::other("the call was abandoned: a later request was sent on this connection")));
+        }
         let out = if timeout == Timeout::Zero {
             match self.look_for_reply(call) {
                 Ok(Some(m)) => Ok(m),
@@ -371,6 +376,19 @@ impl Connecting {
     /// returned.
     pub fn wait(&mut self, server: &SendRight, timeout: Timeout) -> Result<Connection, RpcError> {
         Ok(Connection { inner: self.wait_inner(server, timeout)? })
+    }
+
+    /// Whether the connect request has been sent (a full port keeps it
+    /// here until a [`wait`](Self::wait) finds room).
+    pub fn request_sent(&self) -> bool {
+        self.request.is_none()
+    }
+
+    /// This side's end of the connection socket, until the connection is
+    /// returned: it polls readable once the server has answered the
+    /// request (accepted it, refused it, or gone away).
+    pub fn socket_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.ends.as_ref().map(|(mine, _)| mine.as_fd())
     }
 
     fn wait_inner(&mut self, server: &SendRight, timeout: Timeout) -> Result<Inner, RpcError> {

@@ -239,6 +239,9 @@ ferry_idl::interface! {
         fn regions(copied: ferry_idl::ByValue, lent: ferry_idl::Lent, shared: ferry_idl::Shared) -> ferry_idl::ByValue = 4;
         /// A one-way operation.
         oneway note(text: String) = 5;
+        /// Arguments named like the generated code's own variables,
+        /// parameters and the C library functions it calls.
+        fn clash(c: u32, a: u32, d: u32, e: u32, m: u32, r: u32, st: u32, reply: u32, code: u32, ctx: u32, result: u32, error: u32, memset: u32, snprintf: u32) -> u32 | Answer = 6;
     }
 }
 

@@ -101,6 +101,17 @@ fn member(name: &str) -> String {
     }
 }
 
+/// A member name as a parameter of a prototype beside the generated ones
+/// (`c`, `ctx`, `result`, `error`): itself, or with a trailing `_` where it
+/// is one of them.
+fn param(member: &str) -> String {
+    if ["c", "ctx", "result", "error"].contains(&member) {
+        format!("{member}_")
+    } else {
+        member.to_owned()
+    }
+}
+
 fn ident_ok(s: &str) -> bool {
     !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') && !s.starts_with(|c: char| c.is_ascii_digit())
 }
@@ -772,16 +783,20 @@ pub fn generate(description: &Value, prefix: Option<&str>) -> Result<CStubs, CEr
         let konst = format!("{upper}_OP_{}", name.to_ascii_uppercase());
         let _ = writeln!(g.consts, "/** Operation `{name}`'s ordinal. */\n#define {konst} {ord}u");
 
-        // The client function.
-        let mut params = format!("{p}_client *c");
+        // The client function. Its definition names the arguments
+        // `arg_NAME`, so that no argument hides one of its variables or a
+        // function it calls; its prototype names them as the description
+        // does, but for one named like another parameter.
+        let (mut params, mut def_params) = (format!("{p}_client *c"), format!("{p}_client *c"));
         for (f, t) in &fields.types {
-            let _ = write!(params, ", {} *{f}", t.c);
+            let _ = write!(params, ", {} *{}", t.c, param(f));
+            let _ = write!(def_params, ", {} *arg_{f}", t.c);
         }
-        if let Some(t) = &rt {
-            let _ = write!(params, ", {} *result", t.c);
-        }
-        if let Some(t) = &et {
-            let _ = write!(params, ", {} *error", t.c);
+        for (t, fixed) in [(&rt, "result"), (&et, "error")] {
+            if let Some(t) = t {
+                let _ = write!(params, ", {} *{fixed}", t.c);
+                let _ = write!(def_params, ", {} *{fixed}", t.c);
+            }
         }
         let doc = op.get("doc").and_then(Value::as_str).unwrap_or("").replace("*/", "* /");
         let _ = writeln!(
@@ -793,7 +808,7 @@ pub fn generate(description: &Value, prefix: Option<&str>) -> Result<CStubs, CEr
         );
         let mut args_init = format!("    {args_c} a;\n    memset(&a, 0, sizeof a);\n");
         for (f, _) in &fields.types {
-            let _ = writeln!(args_init, "    a.{f} = *{f};");
+            let _ = writeln!(args_init, "    a.{f} = *arg_{f};");
         }
         let (res_dec, err_dec) = (
             rt.as_ref().map_or("    r = 0;\n".to_owned(), |t| format!("    r = dec_{}(&d, result);\n", t.m)),
@@ -801,7 +816,7 @@ pub fn generate(description: &Value, prefix: Option<&str>) -> Result<CStubs, CEr
         );
         let _ = writeln!(
             client,
-            "int {p}_{name}({params}) {{\n{args_init}    ferry_message *m, *reply = NULL;\n    ferry_status st = ferry_message_new({ord}, &m);\n    if (st != FERRY_OK) return st;\n    fidl_enc e;\n    fidl_enc_init(&e, m);\n    enc_{name}_args(&e, &a);\n    st = fidl_enc_finish(&e);\n    if (st != FERRY_OK) {{ ferry_message_free(m); return st; }}\n{}    st = fidl_call(c, m, &reply);\n    ferry_message_free(m);\n    if (st != FERRY_OK) return st;\n{}}}",
+            "int {p}_{name}({def_params}) {{\n{args_init}    ferry_message *m, *reply = NULL;\n    ferry_status st = ferry_message_new({ord}, &m);\n    if (st != FERRY_OK) return st;\n    fidl_enc e;\n    fidl_enc_init(&e, m);\n    enc_{name}_args(&e, &a);\n    st = fidl_enc_finish(&e);\n    if (st != FERRY_OK) {{ ferry_message_free(m); return st; }}\n{}    st = fidl_call(c, m, &reply);\n    ferry_message_free(m);\n    if (st != FERRY_OK) return st;\n{}}}",
             if oneway {
                 "    if (c->conn == NULL) {\n        st = ferry_send_right_send(c->to, m, c->timeout_ms);\n        ferry_message_free(m);\n        return st;\n    }\n"
             } else {
@@ -822,7 +837,7 @@ pub fn generate(description: &Value, prefix: Option<&str>) -> Result<CStubs, CEr
         // The server's function and its dispatch case.
         let mut sig = "void *ctx".to_owned();
         for (f, t) in &fields.types {
-            let _ = write!(sig, ", {} *{f}", t.c);
+            let _ = write!(sig, ", {} *{}", t.c, param(f));
         }
         if let Some(t) = &rt {
             let _ = write!(sig, ", {} *result", t.c);

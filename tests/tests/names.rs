@@ -174,6 +174,12 @@ impl Daemon {
     /// limit (soft and hard) set to `nofile` if given, and waits until it
     /// answers.
     fn start(test: &str, args: &[&str], nofile: Option<u64>) -> Daemon {
+        Daemon::start_with(test, args, nofile, None)
+    }
+
+    /// As [`Daemon::start`], with the daemon's umask set to `umask` if
+    /// given.
+    fn start_with(test: &str, args: &[&str], nofile: Option<u64>, umask: Option<u32>) -> Daemon {
         let dir = test_dir(test);
         let path = dir.join("run").join("bootstrap");
         let log = dir.join("ferryd.log");
@@ -188,6 +194,18 @@ impl Daemon {
                 cmd.pre_exec(move || {
                     let lim = rustix::process::Rlimit { current: Some(n), maximum: Some(n) };
                     rustix::process::setrlimit(rustix::process::Resource::Nofile, lim).map_err(std::io::Error::from)
+                });
+            }
+        }
+        if let Some(mask) = umask {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: the closure runs in the forked child before exec and
+            // makes only the umask system call, which is async-signal-safe;
+            // it allocates nothing and takes no lock.
+            unsafe {
+                cmd.pre_exec(move || {
+                    rustix::process::umask(rustix::fs::Mode::from_raw_mode(mask));
+                    Ok(())
                 });
             }
         }
@@ -561,6 +579,71 @@ fn a_name_never_leads_back_into_the_daemon() {
         assert!(now <= base, "the daemon kept what a user that is gone registered: {base} descriptors before, {now} after");
         let left: Vec<_> = names(&d.path).list().unwrap().into_iter().filter(|e| e.uid == NOBODY).map(|e| e.name).collect();
         assert!(left.is_empty(), "names of a user that is gone: {left:?}");
+    });
+}
+
+/// A write-back through `ferryd --files` leaves the file's mode, owner
+/// and group as a write in place by the same user leaves them: for each
+/// file a twin is written natively by the same user, and the two must
+/// agree. The daemon runs under umask 077, as daemons often do; its new
+/// inode was made under that umask and given back only its owner, so a
+/// root-owned file of mode 0666 that another user wrote back became 0600
+/// (0644 under the usual umask).
+#[test]
+fn a_write_back_keeps_the_files_mode_owner_and_group() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    if !can_play_other_user("a_write_back_keeps_the_files_mode_owner_and_group") {
+        return;
+    }
+    watchdog("write_back_mode", LIMIT, || {
+        const GROUP: u32 = 4242;
+        let served = test_dir("writeback-root");
+        let dir = served.join("dropbox");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        // (name, owner, group, mode, written by)
+        let files = [
+            ("everyones", 0, 0, 0o666, NOBODY),
+            ("grouped", NOBODY, GROUP, 0o640, NOBODY),
+            ("roots-grouped", 0, GROUP, 0o640, 0),
+            ("setgid", NOBODY, NOBODY, 0o2664, NOBODY),
+            ("setgid-other-group", NOBODY, GROUP, 0o2664, NOBODY),
+            ("setgid-exec", NOBODY, NOBODY, 0o2775, NOBODY),
+            ("setuid", NOBODY, NOBODY, 0o4755, NOBODY),
+            ("sticky", 0, 0, 0o1666, NOBODY),
+        ];
+        for (name, uid, gid, mode, _) in files {
+            for f in [name.to_owned(), format!("{name}.native")] {
+                let p = dir.join(f);
+                std::fs::write(&p, b"before").unwrap();
+                std::os::unix::fs::chown(&p, Some(uid), Some(gid)).unwrap();
+                std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+            }
+        }
+        let d = Daemon::start_with("writeback", &["--system", "--files", served.to_str().unwrap()], None, Some(0o077));
+        for (name, uid, gid, mode, writer) in files {
+            let path = format!("dropbox/{name}");
+            if writer == 0 {
+                let client = ferry::fileserver::FileClient::new(names(&d.path).lookup("files").unwrap());
+                client.write(&path, b"after").unwrap_or_else(|e| panic!("root's write-back of {name}: {e}"));
+            } else {
+                assert_eq!(finish(spawn_peer_as(writer, &d.path, "files-write", &[&path, "after"])), "ok\n", "{name}: {}", d.log());
+            }
+            let native = Command::new("sh")
+                .args(["-c", "printf after > \"$0\"", dir.join(format!("{name}.native")).to_str().unwrap()])
+                .uid(writer)
+                .gid(writer)
+                .current_dir("/")
+                .status()
+                .unwrap();
+            assert!(native.success(), "{name}: the native write failed");
+            let state = |m: std::fs::Metadata| format!("{:o} {}:{}", m.mode() & 0o7777, m.uid(), m.gid());
+            let served = state(std::fs::metadata(dir.join(name)).unwrap());
+            let native = state(std::fs::metadata(dir.join(format!("{name}.native"))).unwrap());
+            assert_eq!(std::fs::read(dir.join(name)).unwrap(), b"after", "{name}");
+            println!("{name}: {mode:o} {uid}:{gid} before; written back {served}; written natively {native}");
+            assert_eq!(served, native, "{name}: a write-back left another mode, owner or group than a native write");
+        }
     });
 }
 

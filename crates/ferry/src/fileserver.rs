@@ -40,7 +40,9 @@
 //! with no supplementary groups (kernel credentials carry only the primary
 //! gid; nothing is granted that the kernel would not grant that uid and gid
 //! alone), so the kernel applies directory search permission, modes and
-//! ACLs; write-back creates and renames as the asker too. A server that
+//! ACLs; write-back creates and renames as the asker too, and gives the
+//! new inode the file's owner, group and mode as a write in place by the
+//! asker leaves them. A server that
 //! cannot switch identities checks the mode bits itself, of every directory
 //! on the way and of the file. A root asker gets what the mode bits say,
 //! not root's privileges. Names are resolved beneath the server's root
@@ -587,8 +589,15 @@ fn write_back(srv: &mut ObjectServer, root: &OwnedFd, versions: &mut Versions, m
     }
     let Some((new, tmp)) = made else { return Err(resolve_refusal(name, rustix::io::Errno::EXIST)) };
     let written = files::write_all_synced(new.as_fd(), data).map_err(|e| refuse(proto::E_UNSUPPORTED, format!("writing {name}: {e}")));
-    // The file keeps its owner where the server may give it (as itself).
+    // The file keeps its owner where the server may give it (as itself),
+    // then its mode: the new inode was made under the server's umask, and a
+    // file of mode 0666 became 0644.
     files::keep_owner(new.as_fd(), st.uid, st.gid);
+    let written = written.and_then(|()| {
+        let now = files::info(new.as_fd()).map_err(|e| refuse(proto::E_UNSUPPORTED, format!("{name}: {e}")))?;
+        let mode = written_mode(&st, &now, who);
+        files::set_mode(new.as_fd(), mode).map_err(|e| refuse(proto::E_UNSUPPORTED, format!("giving {name} its mode: {e}")))
+    });
     drop(new);
     let renamed = written.and_then(|()| {
         let rename = || files::rename_beneath(at, &tmp, name_there).map_err(|e| resolve_refusal(name, e));
@@ -605,6 +614,29 @@ fn write_back(srv: &mut ObjectServer, root: &OwnedFd, versions: &mut Versions, m
         srv.retire(v.object);
     }
     Ok(Message::new(OP_FILE_WRITTEN).with_body(proto::body(&[data.len() as u64])))
+}
+
+/// The mode bits of a file's new contents, whose inode is now as `now`
+/// says, for a file that was as `was` says before `who` wrote it back: the
+/// file's own, as a write in place by `who` leaves them. The kernel drops
+/// set-user-ID on such a write, and set-group-ID where the group may
+/// execute the file or the writer is not in its group (the asker's
+/// primary gid; a root asker has no privilege here either). Where the
+/// server could not give the new inode the file's owner or group (it does
+/// not run as root), the new owner or group gets no more than it had:
+/// set-user-ID and set-group-ID go, and the group class gets no more than
+/// others had.
+fn written_mode(was: &FileInfo, now: &FileInfo, who: Asker) -> u32 {
+    const SUID: u32 = 0o4000;
+    const SGID: u32 = 0o2000;
+    let mut mode = was.mode & !SUID;
+    if mode & 0o010 != 0 || who.gid != was.gid || now.gid != was.gid {
+        mode &= !SGID;
+    }
+    if now.gid != was.gid {
+        mode &= !(0o070 & !((mode & 0o007) << 3));
+    }
+    mode
 }
 
 /// A fresh name beside `name` for its new contents, unpredictable to

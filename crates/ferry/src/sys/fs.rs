@@ -422,6 +422,15 @@ pub fn keep_owner(fd: BorrowedFd<'_>, uid: u32, gid: u32) {
     let _ = rustix::fs::fchown(fd, Some(Uid::from_raw(uid)), Some(Gid::from_raw(gid)));
 }
 
+/// Gives `fd` the permission bits `mode` (`fchmod`), set-user-ID,
+/// set-group-ID and sticky bits included, as far as this process may: the
+/// kernel drops set-group-ID for a process that is neither in the file's
+/// group nor privileged. Made after [`keep_owner`], since a change of owner
+/// clears set-user-ID and set-group-ID.
+pub fn set_mode(fd: BorrowedFd<'_>, mode: u32) -> rustix::io::Result<()> {
+    rustix::fs::fchmod(fd, Mode::from_raw_mode(mode & 0o7777))
+}
+
 /// Renames `from` over `to`, both beneath `root` (atomically: whoever has
 /// the old inode of `to` open keeps reading the old contents). With
 /// [`ActingAs`] in force the kernel checks the directory's write permission

@@ -647,6 +647,47 @@ fn a_write_back_keeps_the_files_mode_owner_and_group() {
     });
 }
 
+/// Any user can make a daemon log a line by connecting (and more by
+/// registering a name and letting it go); `ferryd` in the foreground
+/// logged each, and a user connecting in a loop wrote to its log without
+/// bound. Here uid nobody makes 300 connections, each with a
+/// registration that ends: of the 900 lines about it, at most the budget
+/// (5 lines each 2 s here) is logged per stretch, and each stretch's
+/// count of the rest is logged in one line.
+#[test]
+fn a_user_connecting_in_a_loop_cannot_flood_the_daemons_log() {
+    if !can_play_other_user("a_user_connecting_in_a_loop_cannot_flood_the_daemons_log") {
+        return;
+    }
+    watchdog("log_flood", Duration::from_secs(120), || {
+        let d = Daemon::start("logflood", &["--system", "--log-lines", "5", "--log-every", "2"], None);
+        assert_eq!(finish(spawn_peer_as(NOBODY, &d.path, "churn-connections", &["300"])), "churned 300\n", "{}", d.log());
+        let about = |log: &str| -> (usize, u64, usize) {
+            let lines: Vec<&str> = log.lines().collect();
+            let said = lines.iter().filter(|l| !l.contains("not logged") && !l.contains("counted") && l.contains(&format!("uid {NOBODY}"))).count();
+            let counted: Vec<u64> = lines
+                .iter()
+                .filter(|l| l.contains(&format!("lines about uid {NOBODY} not logged")))
+                .filter_map(|l| l.trim_start_matches("ferryd: ").split(' ').next()?.parse().ok())
+                .collect();
+            (said, counted.iter().sum(), counted.len())
+        };
+        // The last stretch's count comes once it is over.
+        let mut seen = about(&d.log());
+        for _ in 0..2000 {
+            if seen.0 as u64 + seen.1 >= 900 {
+                break;
+            }
+            nap();
+            seen = about(&d.log());
+        }
+        let (said, counted, stretches) = seen;
+        println!("of 900 lines about uid {NOBODY}, {said} logged and {counted} counted in {stretches} lines");
+        assert_eq!(said as u64 + counted, 900, "lines about the user went missing:\n{}", d.log());
+        assert!(said <= 5 * (stretches + 1), "{said} lines about one user logged in {stretches} stretches of its budget:\n{}", d.log());
+    });
+}
+
 #[test]
 fn one_user_cannot_take_every_descriptor() {
     if !can_play_other_user("one_user_cannot_take_every_descriptor") {

@@ -71,6 +71,26 @@ const ACCEPT_PAUSE: Duration = Duration::from_secs(1);
 /// are counted and the count is logged with the next one.
 const QUIET_FOR: Duration = Duration::from_secs(30);
 
+/// Lines about one user's doings (its connections, malformed requests,
+/// registrations and their ends) logged at most each [`LOG_EVERY`], by
+/// default: any user can cause them at will, as fast as it can connect.
+pub const LOG_LINES_PER_USER: u32 = 20;
+
+/// The time [`LOG_LINES_PER_USER`] is counted over, by default.
+pub const LOG_EVERY: Duration = Duration::from_secs(60);
+
+/// How much one user has made the server log in the current stretch of
+/// its log budget ([`NameServer::set_log_budget`]).
+#[derive(Debug)]
+struct UserLog {
+    /// When the stretch began.
+    since: Instant,
+    /// Lines logged in it.
+    said: u32,
+    /// Lines counted and not logged in it.
+    held: u64,
+}
+
 /// What a name server lets each user make it hold. Exceeding a budget is a
 /// typed error for that request
 /// ([`NameError::LimitReached`](crate::NameError::LimitReached)); everyone
@@ -140,6 +160,11 @@ pub struct NameServer {
     refused: HashMap<u32, (OwnedFd, Instant, u32)>,
     /// Per kind of rate-limited log line: when last logged, lines held back.
     quiet: HashMap<&'static str, (Instant, u64)>,
+    /// Per uid, what its doings have logged lately.
+    user_log: HashMap<u32, UserLog>,
+    /// Lines about one user logged at most each `log_every`.
+    log_lines: u32,
+    log_every: Duration,
     next: u32,
     buf: Vec<u8>,
     log: bool,
@@ -248,6 +273,9 @@ impl NameServer {
             listener_paused: None,
             refused: HashMap::new(),
             quiet: HashMap::new(),
+            user_log: HashMap::new(),
+            log_lines: LOG_LINES_PER_USER,
+            log_every: LOG_EVERY,
             next: 0,
             buf: vec![0; crate::wire::MAX_MESSAGE + 1],
             log: false,
@@ -321,9 +349,22 @@ impl NameServer {
         Ok(())
     }
 
-    /// Prints one line per event on standard error (for `ferryd`).
+    /// Prints one line per event on standard error (for `ferryd`), with
+    /// the lines about each user's doings within a budget
+    /// ([`NameServer::set_log_budget`]).
     pub fn set_logging(&mut self, on: bool) {
         self.log = on;
+    }
+
+    /// Logs at most `lines` lines about one user's doings (its
+    /// connections, malformed requests, registrations and their ends)
+    /// each `every` ([`LOG_LINES_PER_USER`] each [`LOG_EVERY`] unless set
+    /// here). The lines past them are counted, and once `every` is over
+    /// the count is logged in one line, so a user connecting in a loop
+    /// adds a bounded number of lines to the log, whatever it does.
+    pub fn set_log_budget(&mut self, lines: u32, every: Duration) {
+        self.log_lines = lines;
+        self.log_every = every;
     }
 
     /// The path this server listens on.
@@ -335,6 +376,49 @@ impl NameServer {
         if self.log {
             eprintln!("ferryd: {what}");
         }
+    }
+
+    /// Logs `what`, a line about a doing of user `uid`, within that user's
+    /// budget of lines ([`NameServer::set_log_budget`]); past it, counts
+    /// it.
+    fn say_for(&mut self, uid: u32, what: std::fmt::Arguments<'_>) {
+        if !self.log {
+            return;
+        }
+        let now = Instant::now();
+        self.say_held(now);
+        let (lines, every) = (self.log_lines, self.log_every);
+        let log = self.user_log.entry(uid).or_insert(UserLog { since: now, said: 0, held: 0 });
+        if log.said < lines {
+            log.said += 1;
+            eprintln!("ferryd: {what}");
+        } else {
+            if log.held == 0 {
+                eprintln!("ferryd: {lines} lines about uid {uid} in under {}: the rest of them are counted, not logged", secs(every));
+            }
+            log.held += 1;
+        }
+    }
+
+    /// Logs, for each user whose budget of lines began `log_every` or
+    /// more before `now`, how many of its lines were not logged, and
+    /// begins its budget anew.
+    fn say_held(&mut self, now: Instant) {
+        let every = self.log_every;
+        self.user_log.retain(|uid, log| {
+            if now < log.since + every {
+                return true;
+            }
+            if log.held > 0 {
+                eprintln!("ferryd: {} more lines about uid {uid} not logged in those {}", log.held, secs(every));
+            }
+            false
+        });
+    }
+
+    /// When the first user's count of lines held back is due in the log.
+    fn held_due(&self) -> Option<Instant> {
+        self.user_log.values().filter(|l| l.held > 0).map(|l| l.since + self.log_every).min()
     }
 
     /// Logs `what` unless a line of this `kind` was logged within
@@ -427,7 +511,13 @@ impl NameServer {
         if let Some(due) = self.refused.values().map(|(_, at, _)| *at + REFUSED_LINGER).min() {
             deadline = Some(deadline.map_or(due, |d| d.min(due)));
         }
+        if let Some(due) = self.held_due() {
+            deadline = Some(deadline.map_or(due, |d| d.min(due)));
+        }
         let events = self.epoll.wait(32, deadline).map_err(io_err)?;
+        if self.log {
+            self.say_held(Instant::now());
+        }
         if self.listener_paused.is_some_and(|since| Instant::now() >= since + ACCEPT_PAUSE) {
             self.resume_listener();
         }
@@ -567,7 +657,7 @@ impl NameServer {
         if self.epoll.add(sock.as_fd(), Interest::Readable, KEY_CONN | id as u64).is_err() {
             socket::unkeep(identity.1);
         } else {
-            self.say(format_args!("client connected: pid {} uid {}", peer.pid, peer.uid));
+            self.say_for(peer.uid, format_args!("client connected: pid {} uid {}", peer.pid, peer.uid));
             *self.conns_of.entry(peer.uid).or_insert(0) += 1;
             self.hold(identity.1);
             self.conns.insert(id, Conn { sock, identity, peer: Some(peer), spoke: false });
@@ -625,8 +715,9 @@ impl NameServer {
                 return;
             }
             Err(RecvError::BadMessage(w)) => {
-                self.say(format_args!("malformed request discarded: {w}"));
-                if conn.spoke {
+                let (uid, spoke) = (conn.peer.map_or(u32::MAX, |p| p.uid), conn.spoke);
+                self.say_for(uid, format_args!("malformed request of uid {uid} discarded: {w}"));
+                if spoke {
                     fault_message(Fault::BadRequest(w.to_string()))
                 } else {
                     Message::new(V1_BAD_REQUEST).with_body(w.to_string())
@@ -743,9 +834,9 @@ impl NameServer {
             return Err(Refusal::Refused(format!("cannot watch the registered port: {e}")));
         }
         if scope == SYSTEM_UID {
-            self.say(format_args!("registered system name {:?} by uid {} pid {}", key.1, cred.uid, cred.pid));
+            self.say_for(cred.uid, format_args!("registered system name {:?} by uid {} pid {}", key.1, cred.uid, cred.pid));
         } else {
-            self.say(format_args!("registered {:?} for uid {} by pid {}", key.1, cred.uid, cred.pid));
+            self.say_for(cred.uid, format_args!("registered {:?} for uid {} by pid {}", key.1, cred.uid, cred.pid));
             *self.names_of.entry(scope).or_insert(0) += 1;
         }
         crate::trace::event!(info, name = %key.1, uid = cred.uid, pid = cred.pid, system = scope == SYSTEM_UID, "name registered");
@@ -772,7 +863,7 @@ impl NameServer {
                 }
                 drop(e.right);
                 self.release(e.inode);
-                self.say(format_args!("dropped {:?} of uid {}", key.1, key.0));
+                self.say_for(key.0, format_args!("dropped {:?} of uid {}", key.1, key.0));
             }
         }
     }
@@ -786,6 +877,15 @@ impl Drop for NameServer {
                 socket::unkeep(inode);
             }
         }
+    }
+}
+
+/// `every` as the log says it: whole seconds, or milliseconds below one.
+fn secs(every: Duration) -> String {
+    if every >= Duration::from_secs(1) {
+        format!("{} s", every.as_secs())
+    } else {
+        format!("{} ms", every.as_millis())
     }
 }
 

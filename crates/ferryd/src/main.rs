@@ -70,6 +70,14 @@ struct Args {
     /// near this size however many clients connect [default: 4194304].
     #[arg(long, value_name = "BYTES")]
     log_limit: Option<u64>,
+    /// Lines about one user's doings (its connections, malformed requests,
+    /// names registered and gone) logged at most each --log-every; the
+    /// rest are counted, and the count is logged when that time is over.
+    #[arg(long, value_name = "N", default_value_t = ferry::nameserver::LOG_LINES_PER_USER)]
+    log_lines: u32,
+    /// The time in seconds --log-lines is counted over.
+    #[arg(long, value_name = "SECS", default_value_t = ferry::nameserver::LOG_EVERY.as_secs())]
+    log_every: u64,
     /// (internal) The background half of --detach.
     #[arg(long, hide = true)]
     new_session: bool,
@@ -119,6 +127,7 @@ fn main() -> ExitCode {
         fd_reserve: args.fd_reserve,
     });
     server.set_logging(true);
+    server.set_log_budget(args.log_lines, Duration::from_secs(args.log_every.max(1)));
     if let Some(secs) = args.idle_exit {
         if args.files.is_some() {
             eprintln!("ferryd: --idle-exit is ignored with --files: the file server's name is always held");

@@ -187,13 +187,14 @@ fn detach_returns_to_a_caller_capturing_its_output_and_logs_to_a_file() {
 /// (each connection is a line): past `--log-limit` it is renamed to
 /// `ferryd.log.1` and begun anew, so a user connecting in a loop cannot
 /// fill the file system the log is on (`/run`, in memory, for a system
-/// daemon).
+/// daemon). Here every connection is logged (`--log-lines`, past this
+/// user's budget of lines otherwise).
 #[test]
 fn a_detached_daemons_log_is_begun_anew_past_its_limit() {
     let dir = fresh_dir("ferryd-logturn");
     let sock = dir.join("bootstrap");
     let out = Command::new(env!("CARGO_BIN_EXE_ferryd"))
-        .args(["--socket", sock.to_str().unwrap(), "--idle-exit", "60", "--detach", "--log-limit", "4000"])
+        .args(["--socket", sock.to_str().unwrap(), "--idle-exit", "60", "--detach", "--log-limit", "4000", "--log-lines", "1000000"])
         .stdin(Stdio::null())
         .output()
         .expect("start ferryd --detach");

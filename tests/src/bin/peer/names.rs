@@ -27,6 +27,9 @@
 //!   parks each port's receiving socket in flight, inside the queue of the
 //!   registered socket the name server holds (see [`port_parked`]); prints
 //!   `parked N` and exits, leaving no process that holds any of them.
+//! - `churn-connections N`: N times, one after another, connects,
+//!   registers a fresh port as `churn`, and hangs up with the port gone;
+//!   prints `churned K` (the registrations that succeeded).
 //! - `register-files PREFIX N`: looks up `files` N times and registers
 //!   each right it gets (a port of the file server's, in the name
 //!   server's own process) under `PREFIX-0` ..; prints `registered K
@@ -55,6 +58,7 @@ pub fn run(role: &str, args: &[String]) -> Outcome {
         "system-names" => system_names(&arg(0)),
         "park-names" => park_names(&arg(0), num(1)),
         "register-files" => register_files(&arg(0), num(1)),
+        "churn-connections" => churn_connections(num(0)),
         _ => return None,
     })
 }
@@ -185,6 +189,25 @@ fn fill_names(prefix: &str, max: usize) -> Res {
 /// A connection to the default name server that has made one request.
 fn connect_and_ask(path: &std::path::Path) -> Result<Bootstrap, ferry::NameError> {
     Bootstrap::connect_to(path).and_then(|mut b| b.list().map(|_| b))
+}
+
+fn churn_connections(n: usize) -> Res {
+    let path = ferry::bootstrap::default_path();
+    let mut churned = 0;
+    for _ in 0..n {
+        let mut b = Bootstrap::connect_to(&path)?;
+        let (rx, tx) = ferry::port()?;
+        if b.register("churn", &tx).is_ok() {
+            churned += 1;
+        }
+        drop((tx, rx));
+        // The next registration waits for this one to go with its port.
+        while b.lookup("churn").is_ok() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    println!("churned {churned}");
+    Ok(())
 }
 
 fn hold_connections(max: usize) -> Res {

@@ -161,6 +161,70 @@ fn test_dir(test: &str) -> PathBuf {
     dir
 }
 
+/// Has the command's process start with umask `mask`.
+fn with_umask(cmd: &mut Command, mask: u32) {
+    // SAFETY: the closure runs in the forked child before exec and makes
+    // only the umask system call, which is async-signal-safe; it allocates
+    // nothing and takes no lock.
+    unsafe {
+        cmd.pre_exec(move || {
+            rustix::process::umask(rustix::fs::Mode::from_raw_mode(mask));
+            Ok(())
+        });
+    }
+}
+
+/// Has the command's process start with sockets of the netlink family
+/// refused to it (`socket(AF_NETLINK, ..)` fails with `EPERM`, through a
+/// seccomp filter): it has then no way to look through the system's
+/// sockets (`sock_diag`), and can ask the kernel only about sockets it
+/// holds.
+fn without_netlink(cmd: &mut Command) {
+    #[cfg(target_arch = "x86_64")]
+    const ARCH: u32 = 0xC000_003E; // AUDIT_ARCH_X86_64
+    #[cfg(target_arch = "aarch64")]
+    const ARCH: u32 = 0xC000_00B7; // AUDIT_ARCH_AARCH64
+    const LD: u16 = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
+    const JEQ: u16 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
+    const RET: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
+    const RET_ERRNO: u32 = 0x0005_0000;
+    const RET_ALLOW: u32 = 0x7fff_0000;
+    let op = |code, jf, k| libc::sock_filter { code, jt: 0, jf, k };
+    // struct seccomp_data: nr at 0, arch at 4, the first argument at 16.
+    let filter = [
+        op(LD, 0, 4),
+        op(JEQ, 5, ARCH),
+        op(LD, 0, 0),
+        op(JEQ, 3, libc::SYS_socket as u32),
+        op(LD, 0, 16),
+        op(JEQ, 1, libc::AF_NETLINK as u32),
+        op(RET, 0, RET_ERRNO | libc::EPERM as u32),
+        op(RET, 0, RET_ALLOW),
+    ];
+    // SAFETY: the closure runs in the forked child before exec and makes
+    // only the prctl and seccomp system calls, which are async-signal-safe;
+    // the filter it points the kernel at lives in the closure, and nothing
+    // is allocated or locked.
+    unsafe {
+        cmd.pre_exec(move || {
+            let prog = libc::sock_fprog { len: filter.len() as u16, filter: filter.as_ptr().cast_mut() };
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || libc::syscall(libc::SYS_seccomp, 1, 0, &prog as *const libc::sock_fprog) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// The processor time process `pid` has used, user and system, in
+/// milliseconds (for the record: tests never assert times).
+fn cpu_ms(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<u64> = after.split(' ').skip(11).take(2).map(|v| v.parse().unwrap()).collect();
+    (f[0] + f[1]) * 1000 / rustix::param::clock_ticks_per_second()
+}
+
 /// A `ferryd` process run by this test, killed when dropped.
 struct Daemon {
     child: Child,
@@ -174,12 +238,12 @@ impl Daemon {
     /// limit (soft and hard) set to `nofile` if given, and waits until it
     /// answers.
     fn start(test: &str, args: &[&str], nofile: Option<u64>) -> Daemon {
-        Daemon::start_with(test, args, nofile, None)
+        Daemon::start_with(test, args, nofile, |_| {})
     }
 
-    /// As [`Daemon::start`], with the daemon's umask set to `umask` if
-    /// given.
-    fn start_with(test: &str, args: &[&str], nofile: Option<u64>, umask: Option<u32>) -> Daemon {
+    /// As [`Daemon::start`], with the daemon's command given to `prepare`
+    /// first (see [`with_umask`], [`without_netlink`]).
+    fn start_with(test: &str, args: &[&str], nofile: Option<u64>, prepare: impl FnOnce(&mut Command)) -> Daemon {
         let dir = test_dir(test);
         let path = dir.join("run").join("bootstrap");
         let log = dir.join("ferryd.log");
@@ -197,18 +261,7 @@ impl Daemon {
                 });
             }
         }
-        if let Some(mask) = umask {
-            use std::os::unix::process::CommandExt;
-            // SAFETY: the closure runs in the forked child before exec and
-            // makes only the umask system call, which is async-signal-safe;
-            // it allocates nothing and takes no lock.
-            unsafe {
-                cmd.pre_exec(move || {
-                    rustix::process::umask(rustix::fs::Mode::from_raw_mode(mask));
-                    Ok(())
-                });
-            }
-        }
+        prepare(&mut cmd);
         let mut child = cmd.spawn().expect("start ferryd");
         for _ in 0..2000 {
             if ferry::Bootstrap::connect_to(&path).is_ok() {
@@ -620,7 +673,7 @@ fn a_write_back_keeps_the_files_mode_owner_and_group() {
                 std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
             }
         }
-        let d = Daemon::start_with("writeback", &["--system", "--files", served.to_str().unwrap()], None, Some(0o077));
+        let d = Daemon::start_with("writeback", &["--system", "--files", served.to_str().unwrap()], None, |cmd| with_umask(cmd, 0o077));
         for (name, uid, gid, mode, writer) in files {
             let path = format!("dropbox/{name}");
             if writer == 0 {
@@ -685,6 +738,55 @@ fn a_user_connecting_in_a_loop_cannot_flood_the_daemons_log() {
         println!("of 900 lines about uid {NOBODY}, {said} logged and {counted} counted in {stretches} lines");
         assert_eq!(said as u64 + counted, 900, "lines about the user went missing:\n{}", d.log());
         assert!(said <= 5 * (stretches + 1), "{said} lines about one user logged in {stretches} stretches of its budget:\n{}", d.log());
+    });
+}
+
+/// The name server checks that a registered right does not lead back to
+/// a socket a server of its process keeps (`the_server_never_holds_both_ends_of_a_port`,
+/// `a_name_never_leads_back_into_the_daemon`). It asked the kernel for
+/// the inode of the right's other end (`sock_diag`), which the kernel
+/// finds by walking every Unix socket of the system, so each registration
+/// and each connection cost the daemon more for every socket any user
+/// held. Here the daemon runs with netlink refused to it, so it can ask
+/// only about the sockets it is handed, and the check still holds: both
+/// ends of a pair, a client's own connection and a port of the daemon's
+/// file server are refused. The daemon's processor time for 200
+/// connections with a registration each, beside no other sockets and
+/// beside 38000 of uid nobody's, is printed for the record.
+#[test]
+fn registrations_are_checked_without_looking_through_other_users_sockets() {
+    use std::os::fd::AsFd;
+    if !can_play_other_user("registrations_are_checked_without_looking_through_other_users_sockets") {
+        return;
+    }
+    watchdog("no_scan", Duration::from_secs(300), || {
+        let served = test_dir("noscan-root");
+        let d = Daemon::start_with("noscan", &["--system", "--files", served.to_str().unwrap()], None, without_netlink);
+        let churn = || {
+            let before = cpu_ms(d.child.id());
+            assert_eq!(finish(spawn_peer_as(OTHER, &d.path, "churn-connections", &["200"])), "churned 200\n", "{}", d.log());
+            cpu_ms(d.child.id()) - before
+        };
+        let alone = churn();
+        // Two processes, as each may open 20000 descriptors here; killed
+        // when dropped.
+        let mut hogs: Vec<Peer> = (0..2).map(|_| Peer::new(spawn_peer_as(NOBODY, &d.path, "hold-sockets", &["19000"]))).collect();
+        let held: usize = hogs.iter_mut().map(|h| h.until_ready()[0].trim_start_matches("holding ").parse::<usize>().unwrap()).sum();
+        let beside = churn();
+        println!("200 connections and registrations: the daemon used {alone} ms beside no other sockets, {beside} ms beside {held} of uid {NOBODY}'s");
+        // The checks hold with no way of looking through the system's
+        // sockets.
+        let conn = raw_connection(&d.path);
+        let (a, b) = rustix::net::socketpair(rustix::net::AddressFamily::UNIX, rustix::net::SocketType::SEQPACKET, rustix::net::SocketFlags::CLOEXEC, None).unwrap();
+        raw_hello(conn.as_fd());
+        assert_eq!(raw_register(conn.as_fd(), "one-end", a.as_fd()), None, "{}", d.log());
+        let refused = raw_register(conn.as_fd(), "other-end", b.as_fd());
+        assert!(matches!(&refused, Some(ferry::bootstrap::Refusal::Refused(why)) if why.contains("held by the name server")), "both ends of a pair were registered: {refused:?}\n{}", d.log());
+        let refused = raw_register(conn.as_fd(), "own-conn", conn.as_fd());
+        assert!(matches!(&refused, Some(ferry::bootstrap::Refusal::Refused(why)) if why.contains("held by the name server")), "the client's own connection was registered: {refused:?}\n{}", d.log());
+        assert_eq!(finish(spawn_peer_as(NOBODY, &d.path, "register-files", &["loop", "4"])).trim(), "registered 0 refused 4", "{}", d.log());
+        assert!(!d.log().contains("unchecked"), "{}", d.log());
+        drop(hogs);
     });
 }
 

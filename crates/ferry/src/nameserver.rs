@@ -16,7 +16,9 @@
 //! names and connections together), so that one user can never exhaust the
 //! server for the others. The server holds nothing whose liveness it alone keeps: a
 //! registration whose socket is the other end of one the server already
-//! holds (both ends of one pair, or a client's own connection) is refused.
+//! holds (both ends of one pair, or a client's own connection) is refused,
+//! at a cost that does not grow with the sockets other users hold (the
+//! kernel is asked about that one socket, see `sys::kept`).
 //! When `accept` runs out of descriptors anyway (another thread of the
 //! process took them), the listener is set aside until a descriptor is
 //! freed, so the server never spins.
@@ -35,6 +37,7 @@ use crate::idl::{answer_hello, fault_message, reply_of, ByValue, Context, Dispat
 use crate::message::{Item, Message};
 use crate::port::{recv_on, send_on, SendRight};
 use crate::region::RegionItem;
+use crate::sys::kept::{self, Keeper, OtherEnd};
 use crate::sys::socket::{self, Cred};
 use crate::sys::wait::{Epoll, Interest};
 use crate::timeout::Timeout;
@@ -146,6 +149,8 @@ pub struct NameServer {
     minters: HashMap<String, Minter>,
     /// Socket inodes the server holds a descriptor of, with how many.
     held: HashMap<u64, usize>,
+    /// This server's mark on the sockets it keeps ([`kept`]).
+    keeper: Keeper,
     names_of: HashMap<u32, usize>,
     conns_of: HashMap<u32, usize>,
     limits: Limits,
@@ -265,6 +270,7 @@ impl NameServer {
             watches: HashMap::new(),
             minters: HashMap::new(),
             held: HashMap::new(),
+            keeper: kept::new_keeper(),
             names_of: HashMap::new(),
             conns_of: HashMap::new(),
             limits,
@@ -319,12 +325,17 @@ impl NameServer {
             let w = e.watch;
             self.drop_watch(w);
         }
-        let inode = socket::identity(right.as_fd()).map_err(io_err)?.1;
         self.next += 1;
         let watch = self.next;
         self.epoll.add(right.as_fd(), Interest::Abandoned, KEY_WATCH | watch as u64).map_err(io_err)?;
+        let inode = match kept::keep(right.as_fd(), self.keeper) {
+            Ok(inode) => inode,
+            Err(e) => {
+                let _ = self.epoll.remove(right.as_fd());
+                return Err(io_err(e));
+            }
+        };
         self.say(format_args!("registered system name {name:?}"));
-        socket::keep(inode);
         self.hold(inode);
         self.watches.insert(watch, key.clone());
         self.names.insert(key, Entry { right, inode, owner_pid: std::process::id() as i32, watch });
@@ -577,7 +588,7 @@ impl NameServer {
     }
 
     /// Records a socket the server holds, already kept process-wide
-    /// ([`socket::keep`], [`socket::keep_unless_kept`]).
+    /// ([`kept::keep`], [`kept::keep_unless`]).
     fn hold(&mut self, inode: u64) {
         *self.held.entry(inode).or_insert(0) += 1;
     }
@@ -585,7 +596,7 @@ impl NameServer {
     fn release(&mut self, inode: u64) {
         if let Some(n) = self.held.get_mut(&inode) {
             *n -= 1;
-            socket::unkeep(inode);
+            kept::unkeep(inode, self.keeper);
             if *n == 0 {
                 self.held.remove(&inode);
             }
@@ -649,13 +660,19 @@ impl NameServer {
         // A client's end that another server of this process keeps (handed
         // to the file server as a hold before this accept, say) would keep
         // the connection open, and that server the end, for ever: closed.
-        let other_end = socket::peer_inode(sock.as_fd()).ok().flatten();
-        if !socket::keep_unless_kept(identity.1, other_end) {
-            self.say_limited("refused", format_args!("connection of pid {} uid {} closed: its other end is kept by a server of this process", peer.pid, peer.uid));
-            return;
+        match kept::keep_unless(sock.as_fd(), self.keeper, |other| matches!(other, OtherEnd::Kept { .. })) {
+            Ok(Ok(_)) => {}
+            Ok(Err(_)) => {
+                self.say_limited("refused", format_args!("connection of pid {} uid {} closed: its other end is kept by a server of this process", peer.pid, peer.uid));
+                return;
+            }
+            Err(e) => {
+                self.say_limited("refused", format_args!("connection of pid {} uid {} closed: cannot ask the kernel about its socket: {e}", peer.pid, peer.uid));
+                return;
+            }
         }
         if self.epoll.add(sock.as_fd(), Interest::Readable, KEY_CONN | id as u64).is_err() {
-            socket::unkeep(identity.1);
+            kept::unkeep(identity.1, self.keeper);
         } else {
             self.say_for(peer.uid, format_args!("client connected: pid {} uid {}", peer.pid, peer.uid));
             *self.conns_of.entry(peer.uid).or_insert(0) += 1;
@@ -793,44 +810,42 @@ impl NameServer {
         // socket must be connected, and its other end must not be a socket
         // the server holds (the receive end registered as a "send right"
         // under another name, or the client's own connection to us).
-        let Ok(inode) = socket::identity(right.as_fd()).map(|id| id.1) else {
-            return Err(Refusal::Refused("cannot identify the registered socket".into()));
-        };
         // Nor one that another server of this process keeps (a file
         // server's port, hold or lifeline), which would keep the name and
         // the other's socket for each other; unless this process itself
-        // registers it, as a host publishing its own server may.
+        // registers it, as a host publishing its own server may. Checked
+        // and kept in one step (another server of this process may be
+        // taking the other end right now), by asking the kernel about this
+        // one socket ([`kept`]): what it costs does not grow with the
+        // sockets other users hold.
         let own = cred.pid == std::process::id() as i32;
-        let mut other_end = None;
-        match socket::peer_inode(right.as_fd()) {
-            Ok(Some(peer)) if self.held.contains_key(&peer) => {
+        let me = self.keeper;
+        let refuse = |other| match other {
+            OtherEnd::Missing => true,
+            OtherEnd::Kept { by } => by == me || !own,
+            OtherEnd::Elsewhere => false,
+        };
+        let inode = match kept::keep_unless(right.as_fd(), me, refuse) {
+            Ok(Ok(inode)) => inode,
+            Ok(Err(OtherEnd::Missing)) => return Err(Refusal::Refused("the registered socket is not connected to a port".into())),
+            Ok(Err(OtherEnd::Kept { by })) if by == me => {
                 self.say_limited("refused", format_args!("registration of {:?} for uid {} refused: the server holds the other end", key.1, cred.uid));
                 return Err(Refusal::Refused(
                     "the other end of this socket is held by the name server itself: a registered right must lead to a receive right held elsewhere".into(),
                 ));
             }
-            Ok(Some(peer)) => other_end = Some(peer),
-            Ok(None) => return Err(Refusal::Refused("the registered socket is not connected to a port".into())),
-            // A kernel without sock_diag for Unix sockets (CONFIG_UNIX_DIAG)
-            // cannot say; refusing every registration there would leave no
-            // name service at all, so the check is skipped, and said so.
-            Err(e) => self.say_limited(
-                "diag",
-                format_args!("cannot ask the kernel for the other end of a registered socket ({e}); registering it unchecked"),
-            ),
-        }
+            Ok(Err(_)) => {
+                self.say_limited("refused", format_args!("registration of {:?} for uid {} refused: a server of this process holds the other end", key.1, cred.uid));
+                return Err(Refusal::Refused(
+                    "the other end of this socket is held by a server of the name server's process: a registered right must lead to a receive right held elsewhere".into(),
+                ));
+            }
+            Err(e) => return Err(Refusal::Refused(format!("cannot ask the kernel about the registered socket: {e}"))),
+        };
         self.next += 1;
         let watch = self.next;
-        // Checked and kept in one step (another server of this process may
-        // be taking the other end right now).
-        if !socket::keep_unless_kept(inode, if own { None } else { other_end }) {
-            self.say_limited("refused", format_args!("registration of {:?} for uid {} refused: a server of this process holds the other end", key.1, cred.uid));
-            return Err(Refusal::Refused(
-                "the other end of this socket is held by a server of the name server's process: a registered right must lead to a receive right held elsewhere".into(),
-            ));
-        }
         if let Err(e) = self.epoll.add(right.as_fd(), Interest::Abandoned, KEY_WATCH | watch as u64) {
-            socket::unkeep(inode);
+            kept::unkeep(inode, me);
             return Err(Refusal::Refused(format!("cannot watch the registered port: {e}")));
         }
         if scope == SYSTEM_UID {
@@ -874,7 +889,7 @@ impl Drop for NameServer {
         // The sockets it kept go with it.
         for (inode, n) in self.held.drain() {
             for _ in 0..n {
-                socket::unkeep(inode);
+                kept::unkeep(inode, self.keeper);
             }
         }
     }
@@ -1064,8 +1079,9 @@ mod tests {
 
     /// A system name added over a dead one takes the dead entry's place
     /// whole: its watch goes, and the socket it kept is no longer counted
-    /// as kept by this process (where a new socket given the same inode
-    /// number would have been refused as leading back into it).
+    /// as kept by this process (where a socket connected to a new one
+    /// given the same inode number would have been refused as leading
+    /// back into it).
     #[test]
     fn a_system_name_over_a_dead_one_lets_the_dead_ones_socket_go() {
         let dir = std::env::temp_dir().join(format!("ferry-ns-unit-{}", std::process::id()));
@@ -1078,11 +1094,7 @@ mod tests {
         let (_rx2, tx2) = crate::port().unwrap();
         ns.add_system_name("svc", tx2).unwrap();
         assert_eq!(ns.watches.len(), 1, "the dead entry's watch stayed");
-        // An inode no socket has: kept only if the old one still is.
-        let probe = u64::MAX - 7;
-        let keepable = socket::keep_unless_kept(probe, Some(old));
-        socket::unkeep(probe);
-        assert!(keepable, "the dead entry's socket is still kept");
+        assert!(!kept::is_kept(old), "the dead entry's socket is still kept");
         drop(ns);
         let _ = std::fs::remove_dir_all(&dir);
     }

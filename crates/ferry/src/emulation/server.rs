@@ -20,7 +20,7 @@ use crate::port::{port, SendRight};
 use crate::portset::{Event, MemberId, PortSet};
 use crate::process::ProcessPort;
 use crate::sys::fs::{self as files, ActingAs};
-use crate::sys::socket::Kept;
+use crate::sys::kept::Kept;
 use crate::timeout::Timeout;
 
 /// How long the server waits for an active token holder before answering

@@ -33,7 +33,7 @@ use crate::error::RecvError;
 use crate::message::{Item, Message};
 use crate::port::{ReceiveRight, SendRight};
 use crate::sys::mem;
-use crate::sys::socket::Kept;
+use crate::sys::kept::Kept;
 use crate::sys::uffd::{Event, Partial, Uffd};
 use crate::sys::wait::{Epoll, Interest};
 use crate::timeout::Timeout;

@@ -7,6 +7,7 @@
 
 pub mod fs;
 pub mod futex;
+pub mod kept;
 pub mod lock;
 pub mod mem;
 pub mod process;

@@ -30,6 +30,9 @@
 //! - `churn-connections N`: N times, one after another, connects,
 //!   registers a fresh port as `churn`, and hangs up with the port gone;
 //!   prints `churned K` (the registrations that succeeded).
+//! - `hold-sockets N`: makes up to N Unix sockets (socket pairs), as many
+//!   as its open-file limit allows, prints `holding K`, then `ready`, and
+//!   holds them until killed.
 //! - `register-files PREFIX N`: looks up `files` N times and registers
 //!   each right it gets (a port of the file server's, in the name
 //!   server's own process) under `PREFIX-0` ..; prints `registered K
@@ -59,6 +62,7 @@ pub fn run(role: &str, args: &[String]) -> Outcome {
         "park-names" => park_names(&arg(0), num(1)),
         "register-files" => register_files(&arg(0), num(1)),
         "churn-connections" => churn_connections(num(0)),
+        "hold-sockets" => hold_sockets(num(0)),
         _ => return None,
     })
 }
@@ -208,6 +212,20 @@ fn churn_connections(n: usize) -> Res {
     }
     println!("churned {churned}");
     Ok(())
+}
+
+fn hold_sockets(n: usize) -> Res {
+    let mut held = Vec::new();
+    while held.len() + 2 <= n {
+        use rustix::net::{AddressFamily, SocketFlags, SocketType};
+        match rustix::net::socketpair(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None) {
+            Ok(pair) => held.push(pair),
+            Err(_) => break,
+        }
+    }
+    println!("holding {}", held.len() * 2);
+    println!("ready");
+    wait_forever()
 }
 
 fn hold_connections(max: usize) -> Res {

@@ -1243,6 +1243,31 @@ fn ferry_run_a_root_program_without_capabilities_is_served_without_them_like_nat
     assert_eq!(served, native);
 }
 
+/// A program run as root in other groups than the server's is served with
+/// its own groups and gid, as natively: without `CAP_DAC_OVERRIDE` and
+/// `CAP_DAC_READ_SEARCH`, a file its supplementary group may read is read,
+/// and with none, it is refused; a file it makes is of its own gid. The
+/// server acted for an asker of its own uid with its own groups and gid,
+/// so the first was refused and the file made was of the server's gid.
+#[test]
+fn ferry_run_a_root_program_s_own_groups_count_like_native() {
+    let root = Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout == b"0\n");
+    let setpriv = Command::new("sh").args(["-c", "command -v setpriv"]).output().is_ok_and(|o| o.status.success());
+    if !root || !setpriv {
+        eprintln!("skipped ferry_run_a_root_program_s_own_groups_count_like_native: needs root and setpriv");
+        return;
+    }
+    let script = "echo secret > f && chown 65534:4242 f && chmod 040 f && \
+                  setpriv --bounding-set=-dac_override,-dac_read_search --inh-caps=-dac_override,-dac_read_search --groups=4242 \
+                  sh -c 'cat f; echo group $?' 2>&1 | sed 's/^.*: //'; \
+                  setpriv --bounding-set=-dac_override,-dac_read_search --inh-caps=-dac_override,-dac_read_search --clear-groups \
+                  sh -c 'cat f; echo none $?' 2>&1 | sed 's/^.*: //'; \
+                  setpriv --regid=4243 --clear-groups sh -c 'echo x > made; echo made $?'";
+    let (native, served) = native_and_served("groups", script, "ls -ln --time-style=+ | tail -n +2");
+    assert!(native.contains("secret\ngroup 0") && native.contains("none 1") && native.contains(" 4243 "), "{native}");
+    assert_eq!(served, native);
+}
+
 /// A program run as another user with capabilities of its own (ambient
 /// `CAP_DAC_OVERRIDE` and `CAP_DAC_READ_SEARCH`, here) reads and writes
 /// what they let it, as natively: the server acting as that user emptied

@@ -306,6 +306,10 @@ pub struct EmulServer {
     /// Process ports of the pids the token was last given to.
     holders: Holders,
     euid: u32,
+    /// The server's effective gid and its supplementary groups (sorted):
+    /// an asker of its uid in others is served with its own.
+    egid: u32,
+    groups: Arc<[u32]>,
     /// The server's effective capabilities (raw bits) when it started.
     capabilities: u64,
     counters: Arc<Counters>,
@@ -327,6 +331,11 @@ struct Asker {
     /// the answer goes on (a thread's channel, a reply right), as the
     /// kernel reports them, when it is the asker's user; else none.
     groups: Arc<[u32]>,
+    /// Whether the server takes on the asker's uid, gid and groups: it is
+    /// another user, or the server's own in another gid or other groups
+    /// than the server's (which only a server holding capabilities, run
+    /// by root, can take on).
+    switch: bool,
     /// The asker's effective capabilities, read when the server holds
     /// any: the server acts within them for an asker of its own user that
     /// holds fewer (a root program run without some of root's), and with
@@ -346,6 +355,23 @@ fn groups_of(sock: BorrowedFd<'_>, uid: u32, gid: u32) -> Arc<[u32]> {
         Ok(c) if c.uid == uid && c.gid == gid => peer_groups(sock).map(Arc::from).unwrap_or_else(|_| Arc::from([])),
         _ => Arc::from([]),
     }
+}
+
+/// This process's supplementary groups, sorted (none if unreadable).
+fn own_groups() -> Arc<[u32]> {
+    let mut groups: Vec<u32> = rustix::process::getgroups().map(|g| g.iter().map(|g| g.as_raw()).collect()).unwrap_or_default();
+    groups.sort_unstable();
+    groups.dedup();
+    Arc::from(groups)
+}
+
+/// Whether `theirs` holds the same groups as `ours` (sorted), in any
+/// order.
+fn same_groups(theirs: &[u32], ours: &[u32]) -> bool {
+    let mut theirs = theirs.to_vec();
+    theirs.sort_unstable();
+    theirs.dedup();
+    theirs == ours
 }
 
 type Res<T> = Result<T, Errno>;
@@ -378,6 +404,8 @@ impl EmulServer {
             next_id: 1,
             holders: Arc::default(),
             euid,
+            egid: rustix::process::getegid().as_raw(),
+            groups: own_groups(),
             capabilities: files::own_effective_capabilities(),
             counters: Arc::default(),
         };
@@ -578,9 +606,10 @@ impl EmulServer {
         };
         let reply = Answerer(Some(reply));
         let Some(c) = m.sender() else { return };
-        // Looked up only when the server acts as another user.
+        // Looked up only when the server acts as another user, or may act
+        // as its own in other groups (it holds capabilities).
         let groups = match &reply.0 {
-            _ if c.uid == self.euid => Arc::from([]),
+            _ if c.uid == self.euid && self.capabilities == 0 => Arc::from([]),
             Some(ReplyTo::Channel(sock)) => groups_of(sock.as_fd(), c.uid, c.gid),
             Some(ReplyTo::Right(Reply::SendOnce(r))) => groups_of(r.sock.as_fd(), c.uid, c.gid),
             Some(ReplyTo::Right(Reply::Send(r))) => groups_of(r.sock.as_fd(), c.uid, c.gid),
@@ -599,7 +628,14 @@ impl EmulServer {
         } else {
             files::effective_capabilities_of(c.pid, c.uid).filter(|theirs| *theirs != 0)
         };
-        let who = Asker { pid: c.pid, uid: c.uid, gid: c.gid, groups, caps };
+        // An asker of the server's uid in another gid or other groups is
+        // served with its own, as natively: with the server's, a root
+        // program in a group the server is not in (and without
+        // `CAP_DAC_OVERRIDE`) was refused that group's files, and the files
+        // it made were of the server's gid.
+        let switch = c.uid != self.euid || (mine != 0 && (c.gid != self.egid || !same_groups(&groups, &self.groups)));
+        let caps = if c.uid == self.euid && switch { Some(caps.unwrap_or(mine)) } else { caps };
+        let who = Asker { pid: c.pid, uid: c.uid, gid: c.gid, groups, switch, caps };
         let uid = who.uid;
         let body = m.body().to_vec();
         let c = &self.counters;
@@ -1132,10 +1168,11 @@ fn lookup_name(name: &str) -> &str {
 }
 
 /// Runs `f` with the asker's file-system identity: directly when the server
-/// runs as the asker's uid, by switching this thread's identity when the
-/// server may (root), and never otherwise (`EACCES`).
+/// runs as the asker's uid (in its gid and groups, or unable to take on
+/// others), by switching this thread's identity when the server may
+/// (root), and never otherwise (`EACCES`).
 fn as_asker<T>(euid: u32, who: &Asker, f: impl FnOnce() -> T) -> Res<T> {
-    if who.uid == euid {
+    if who.uid == euid && !who.switch {
         let Some(caps) = who.caps else { return Ok(f()) };
         // The server's user, with fewer of its capabilities: within them.
         let acting = ActingAs::within_capabilities(caps).map_err(|_| Errno::ACCESS)?;

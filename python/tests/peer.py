@@ -7,6 +7,7 @@ Waits are bounded, so a lost message fails instead of hanging.
 
 from __future__ import annotations
 
+import signal
 import sys
 
 import ferry
@@ -107,6 +108,11 @@ def hold_receive(name: str) -> None:
 def _blocked(what: str, block) -> None:
     """Prints ``ready``, then blocks in ``block()`` (which has no timeout)
     until Ctrl-C (SIGINT) interrupts it, and says so."""
+    # A shell that starts a command in the background leaves SIGINT
+    # ignored in it, and Python then keeps it ignored (no
+    # KeyboardInterrupt): the peer takes Python's own handler, whatever
+    # it inherited, as an interactive program would have.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         print("ready", flush=True)
         block()

@@ -650,6 +650,10 @@ fn a_write_back_keeps_the_files_mode_owner_and_group() {
     }
     watchdog("write_back_mode", LIMIT, || {
         const GROUP: u32 = 4242;
+        // A writer that is root without CAP_FSETID (`setpriv`), which
+        // loses set-user-ID on a write as any user does.
+        const ROOT_WITHOUT_FSETID: u32 = u32::MAX;
+        let setpriv = Command::new("sh").args(["-c", "command -v setpriv"]).output().is_ok_and(|o| o.status.success());
         let served = test_dir("writeback-root");
         let dir = served.join("dropbox");
         std::fs::create_dir(&dir).unwrap();
@@ -663,6 +667,9 @@ fn a_write_back_keeps_the_files_mode_owner_and_group() {
             ("setgid-other-group", NOBODY, GROUP, 0o2664, NOBODY),
             ("setgid-exec", NOBODY, NOBODY, 0o2775, NOBODY),
             ("setuid", NOBODY, NOBODY, 0o4755, NOBODY),
+            ("setuid-by-root", 0, 0, 0o4755, 0),
+            ("setgid-exec-by-root", 0, GROUP, 0o2775, 0),
+            ("setuid-by-root-without-fsetid", 0, 0, 0o4755, ROOT_WITHOUT_FSETID),
             ("sticky", 0, 0, 0o1666, NOBODY),
         ];
         for (name, uid, gid, mode, _) in files {
@@ -675,20 +682,34 @@ fn a_write_back_keeps_the_files_mode_owner_and_group() {
         }
         let d = Daemon::start_with("writeback", &["--system", "--files", served.to_str().unwrap()], None, |cmd| with_umask(cmd, 0o077));
         for (name, uid, gid, mode, writer) in files {
+            if writer == ROOT_WITHOUT_FSETID && !setpriv {
+                println!("{name}: skipped, no setpriv");
+                continue;
+            }
             let path = format!("dropbox/{name}");
-            if writer == 0 {
+            let drop_fsetid = ["--bounding-set=-fsetid", "--inh-caps=-fsetid"];
+            if writer == ROOT_WITHOUT_FSETID {
+                let out = Command::new("setpriv")
+                    .args(drop_fsetid)
+                    .arg(common::peer_for_other_users())
+                    .args(["files-write", &path, "after"])
+                    .env("FERRY_BOOTSTRAP", &d.path)
+                    .env("FERRY_NO_EMBED", "1")
+                    .output()
+                    .unwrap();
+                assert_eq!(String::from_utf8_lossy(&out.stdout), "ok\n", "{name}: {}", d.log());
+            } else if writer == 0 {
                 let client = ferry::fileserver::FileClient::new(names(&d.path).lookup("files").unwrap());
                 client.write(&path, b"after").unwrap_or_else(|e| panic!("root's write-back of {name}: {e}"));
             } else {
                 assert_eq!(finish(spawn_peer_as(writer, &d.path, "files-write", &[&path, "after"])), "ok\n", "{name}: {}", d.log());
             }
-            let native = Command::new("sh")
-                .args(["-c", "printf after > \"$0\"", dir.join(format!("{name}.native")).to_str().unwrap()])
-                .uid(writer)
-                .gid(writer)
-                .current_dir("/")
-                .status()
-                .unwrap();
+            let twin = dir.join(format!("{name}.native"));
+            let native = if writer == ROOT_WITHOUT_FSETID {
+                Command::new("setpriv").args(drop_fsetid).args(["sh", "-c", "printf after > \"$0\""]).arg(&twin).current_dir("/").status().unwrap()
+            } else {
+                Command::new("sh").args(["-c", "printf after > \"$0\""]).arg(&twin).uid(writer).gid(writer).current_dir("/").status().unwrap()
+            };
             assert!(native.success(), "{name}: the native write failed");
             let state = |m: std::fs::Metadata| format!("{:o} {}:{}", m.mode() & 0o7777, m.uid(), m.gid());
             let served = state(std::fs::metadata(dir.join(name)).unwrap());

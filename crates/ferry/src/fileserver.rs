@@ -593,9 +593,14 @@ fn write_back(srv: &mut ObjectServer, root: &OwnedFd, versions: &mut Versions, m
     // then its mode: the new inode was made under the server's umask, and a
     // file of mode 0666 became 0644.
     files::keep_owner(new.as_fd(), st.uid, st.gid);
+    // An asker holding CAP_FSETID (root, as a rule) keeps set-user-ID and
+    // set-group-ID, as on its native write; one without it, root or not,
+    // loses them as there.
+    const CAP_FSETID: u64 = 1 << 4;
+    let fsetid = m.sender().and_then(|c| files::effective_capabilities_of(c.pid, c.uid)).is_some_and(|caps| caps & CAP_FSETID != 0);
     let written = written.and_then(|()| {
         let now = files::info(new.as_fd()).map_err(|e| refuse(proto::E_UNSUPPORTED, format!("{name}: {e}")))?;
-        let mode = written_mode(&st, &now, who);
+        let mode = written_mode(&st, &now, who, fsetid);
         files::set_mode(new.as_fd(), mode).map_err(|e| refuse(proto::E_UNSUPPORTED, format!("giving {name} its mode: {e}")))
     });
     drop(new);
@@ -618,19 +623,21 @@ fn write_back(srv: &mut ObjectServer, root: &OwnedFd, versions: &mut Versions, m
 
 /// The mode bits of a file's new contents, whose inode is now as `now`
 /// says, for a file that was as `was` says before `who` wrote it back: the
-/// file's own, as a write in place by `who` leaves them. The kernel drops
-/// set-user-ID on such a write, and set-group-ID where the group may
-/// execute the file or the writer is not in its group (the asker's
-/// primary gid; a root asker has no privilege here either). Where the
-/// server could not give the new inode the file's owner or group (it does
-/// not run as root), the new owner or group gets no more than it had:
-/// set-user-ID and set-group-ID go, and the group class gets no more than
-/// others had.
-fn written_mode(was: &FileInfo, now: &FileInfo, who: Asker) -> u32 {
+/// file's own, as a write in place by `who` leaves them. Unless the writer
+/// holds CAP_FSETID (`fsetid`), the kernel drops set-user-ID on such a
+/// write, and set-group-ID where the group may execute the file or the
+/// writer is not in its group (the asker's primary gid). Where the server
+/// could not give the new inode the file's owner or group (it does not run
+/// as root), the new owner or group gets no more than it had: set-user-ID
+/// and set-group-ID go, and the group class gets no more than others had.
+fn written_mode(was: &FileInfo, now: &FileInfo, who: Asker, fsetid: bool) -> u32 {
     const SUID: u32 = 0o4000;
     const SGID: u32 = 0o2000;
-    let mut mode = was.mode & !SUID;
-    if mode & 0o010 != 0 || who.gid != was.gid || now.gid != was.gid {
+    let mut mode = was.mode;
+    if !fsetid || now.uid != was.uid {
+        mode &= !SUID;
+    }
+    if (!fsetid && (mode & 0o010 != 0 || who.gid != was.gid)) || now.gid != was.gid {
         mode &= !SGID;
     }
     if now.gid != was.gid {

@@ -113,13 +113,22 @@ fn ferry_run_tells_its_own_failures_from_the_programs() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Runs `ferry run --files DIR -- ARGS` and returns its output.
 /// Whether `python3` runs here (the tests that need it say they are
 /// skipped when it does not).
 fn have_python() -> bool {
     let here = Command::new("python3").arg("-c").arg("pass").output().is_ok();
     if !here {
         eprintln!("skipped: python3 is not installed");
+    }
+    here
+}
+
+/// Whether a C compiler (`cc`) is installed; `test` says it is skipped
+/// when none is.
+fn have_cc(test: &str) -> bool {
+    let here = Command::new("sh").args(["-c", "command -v cc"]).output().is_ok_and(|o| o.status.success());
+    if !here {
+        eprintln!("skipped {test}: cc is not installed");
     }
     here
 }
@@ -517,9 +526,7 @@ int main(void) {
 /// now blocked on the forking thread while the lock is held.
 #[test]
 fn ferry_run_signal_handlers_that_open_files_during_fork_never_hang() {
-    let cc = Command::new("sh").args(["-c", "command -v cc"]).output().is_ok_and(|o| o.status.success());
-    if !cc {
-        eprintln!("skipped ferry_run_signal_handlers_that_open_files_during_fork_never_hang: cc is not installed");
+    if !have_cc("ferry_run_signal_handlers_that_open_files_during_fork_never_hang") {
         return;
     }
     let dir = scratch("forksig");
@@ -544,9 +551,7 @@ fn ferry_run_children_forked_while_threads_use_files_never_hang() {
     // table of descriptors, or while another thread copied from an open
     // file's window (the child's read of that file waited for the
     // window's lock for ever).
-    let cc = Command::new("sh").args(["-c", "command -v cc"]).output().is_ok_and(|o| o.status.success());
-    if !cc {
-        eprintln!("skipped ferry_run_children_forked_while_threads_use_files_never_hang: cc is not installed");
+    if !have_cc("ferry_run_children_forked_while_threads_use_files_never_hang") {
         return;
     }
     let dir = scratch("fork");
@@ -1109,9 +1114,7 @@ fn ferry_run_many_files_under_a_lowered_limit_keep_the_program_s_numbers_like_na
 /// the file unlocked). The stream is now kept until the program's closes.
 #[test]
 fn ferry_run_fwscanf_keeps_the_program_s_record_locks_like_native() {
-    let cc = Command::new("sh").args(["-c", "command -v cc"]).output().is_ok_and(|o| o.status.success());
-    if !cc {
-        eprintln!("skipped ferry_run_fwscanf_keeps_the_program_s_record_locks_like_native: no cc");
+    if !have_cc("ferry_run_fwscanf_keeps_the_program_s_record_locks_like_native") {
         return;
     }
     let script = r#"cat > ws.c <<'C'
@@ -1170,9 +1173,7 @@ cc -o ws ws.c && ./ws"#;
 /// child that is the first to use the library leaves both unemulated.
 #[test]
 fn ferry_run_raw_clone_children_leave_the_parent_s_descriptors_alone_like_native() {
-    let cc = Command::new("sh").args(["-c", "command -v cc"]).output().is_ok_and(|o| o.status.success());
-    if !cc {
-        eprintln!("skipped ferry_run_raw_clone_children_leave_the_parent_s_descriptors_alone_like_native: no cc");
+    if !have_cc("ferry_run_raw_clone_children_leave_the_parent_s_descriptors_alone_like_native") {
         return;
     }
     let script = r#"cat > cl.c <<'C'
@@ -1421,9 +1422,7 @@ fn ferry_run_another_user_s_truncate_by_name_is_checked_like_native() {
 /// timer of 40 µs, out of opens, reads and writes of served files.
 #[test]
 fn ferry_run_calls_left_by_siglongjmp_keep_the_program_s_files_like_native() {
-    let cc = Command::new("sh").args(["-c", "command -v cc"]).output().is_ok_and(|o| o.status.success());
-    if !cc {
-        eprintln!("skipped ferry_run_calls_left_by_siglongjmp_keep_the_program_s_files_like_native: no cc");
+    if !have_cc("ferry_run_calls_left_by_siglongjmp_keep_the_program_s_files_like_native") {
         return;
     }
     let script = r#"cat > sj.c <<'C'

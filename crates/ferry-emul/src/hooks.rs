@@ -157,7 +157,7 @@ fn emul_open(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> O
     let _b = state::enter_for_copy()?;
     let e = emul()?;
     // Held from where the name may lead beneath the root (`state::beneath`).
-    let mut held = None;
+    let mut signals = None;
     // A child of a raw `clone` sharing this memory has descriptors of its
     // own, which the table (its parent's) must not record: its opens are
     // the kernel's. (Recorded there, the child's file stood for whatever
@@ -170,11 +170,11 @@ fn emul_open(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> O
     let name = unsafe { cstr(path) }?;
     let (rel, reopens) = match fd_link(name) {
         Some(n) => {
-            held = Some(ferry::emulation::hold_signals());
+            signals = Some(ferry::emulation::hold_signals());
             let (target, id) = reopen_target(n)?;
-            (state::beneath(e, libc::AT_FDCWD, target.as_bytes(), &mut held)?, Some(id))
+            (state::beneath(e, libc::AT_FDCWD, target.as_bytes(), &mut signals)?, Some(id))
         }
-        None => (state::beneath(e, dirfd, name, &mut held)?, None),
+        None => (state::beneath(e, dirfd, name, &mut signals)?, None),
     };
     let mode = if flags & libc::O_CREAT != 0 { ferry::emulation::creation_mode(mode, current_umask()) } else { 0 };
     let cloexec = flags & libc::O_CLOEXEC != 0;
@@ -1391,9 +1391,9 @@ fn emul_truncate(path: *const c_char, len: off_t) -> Option<c_int> {
 fn truncate_through_an_open_file(path: *const c_char, len: off_t) -> Option<c_int> {
     let _b = state::enter_for_copy()?;
     let e = emul()?;
-    let mut _held = None;
+    let mut signals = None;
     // SAFETY: the caller's path (module safety).
-    state::beneath(e, libc::AT_FDCWD, unsafe { cstr(path) }?, &mut _held)?;
+    state::beneath(e, libc::AT_FDCWD, unsafe { cstr(path) }?, &mut signals)?;
     // SAFETY: the caller's path, checked for writing as `truncate` checks it.
     if unsafe { libc::faccessat(libc::AT_FDCWD, path, libc::W_OK, libc::AT_EACCESS) } != 0 {
         return None;
@@ -2053,9 +2053,9 @@ fn fill_stat(s: &StatInfo, out: *mut libc::stat) {
 fn by_name(dirfd: c_int, path: *const c_char, f: impl FnOnce(&ferry::emulation::Client, &str) -> Result<(), Errno>) -> Option<c_int> {
     let _b = state::enter_for_copy()?;
     let e = emul()?;
-    let mut _held = None;
+    let mut signals = None;
     // SAFETY: the caller's path.
-    let rel = state::beneath(e, dirfd, unsafe { cstr(path) }?, &mut _held)?;
+    let rel = state::beneath(e, dirfd, unsafe { cstr(path) }?, &mut signals)?;
     match f(&e.client, &rel) {
         // Out of the served tree through a symbolic link (or across file
         // systems, where the kernel says the same): the kernel decides.
@@ -2185,10 +2185,10 @@ pub unsafe extern "C" fn chroot(path: *const c_char) -> c_int {
 fn rename_impl(fd1: c_int, p1: *const c_char, fd2: c_int, p2: *const c_char) -> Option<c_int> {
     let _b = state::enter_for_copy()?;
     let e = emul()?;
-    let mut _held = None;
+    let mut signals = None;
     // SAFETY: the caller's paths.
     let (a, b) = unsafe { (cstr(p1)?, cstr(p2)?) };
-    let (x, y) = (state::beneath(e, fd1, a, &mut _held)?, state::beneath(e, fd2, b, &mut _held)?);
+    let (x, y) = (state::beneath(e, fd1, a, &mut signals)?, state::beneath(e, fd2, b, &mut signals)?);
     match e.client.rename(&x, &y) {
         Err(libc::EXDEV) => None,
         r => Some(ret_int(r)),

@@ -10,6 +10,7 @@ writing its own copy; the other process (this script again, started with
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -41,7 +42,8 @@ def receiver(name: str) -> None:
 def sender(mib: int) -> None:
     # A private name server on a thread of this process; the receiver is
     # told where it listens.
-    names = ferry.Bootstrap.private(tempfile.mkdtemp(prefix="ferry-numpy-"))
+    scratch = tempfile.mkdtemp(prefix="ferry-numpy-")
+    names = ferry.Bootstrap.private(scratch)
     env = dict(os.environ, FERRY_BOOTSTRAP=str(names.path), FERRY_NO_AUTOSTART="1")
     child = subprocess.Popen([sys.executable, __file__, "--receiver", NAME], stdout=subprocess.PIPE, text=True, env=env)
     try:
@@ -63,6 +65,7 @@ def sender(mib: int) -> None:
     finally:
         out, _ = child.communicate(timeout=60)
         print(out, end="")
+        shutil.rmtree(scratch, ignore_errors=True)
     if child.returncode != 0:
         raise SystemExit(f"receiver failed with {child.returncode}")
 

@@ -9,9 +9,11 @@ and ends the run if a test hangs; nothing here measures time.
 
 from __future__ import annotations
 
+import atexit
 import faulthandler
 import itertools
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -20,6 +22,8 @@ from pathlib import Path
 import pytest
 
 _DIR = tempfile.mkdtemp(prefix="ferry-pytest-")
+# Removed when the test process exits, passed or failed.
+atexit.register(shutil.rmtree, _DIR, ignore_errors=True)
 os.environ["FERRY_BOOTSTRAP"] = os.path.join(_DIR, "bootstrap")
 os.environ["FERRY_NO_AUTOSTART"] = "1"
 

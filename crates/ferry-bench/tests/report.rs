@@ -236,5 +236,6 @@ fn a_later_run_replaces_the_suites_it_measured() {
     assert!(accent.contains("2 µs") && !accent.contains("1.5 µs"), "{accent}");
     // The rpc suite's records are still the first file's.
     assert!(md.contains("ferry-call-poll"), "{md}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -16,14 +16,33 @@ use support::*;
 
 const LIMIT: Duration = Duration::from_secs(60);
 
+/// A private name server's path, whose directory goes when the test ends
+/// (passed or failed).
+struct Bootstrap(PathBuf);
+
+impl std::ops::Deref for Bootstrap {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Bootstrap {
+    fn drop(&mut self) {
+        if let Some(dir) = self.0.parent() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
 /// A private name server for one test, on a thread of this process.
-fn private_bootstrap(test: &str) -> PathBuf {
+fn private_bootstrap(test: &str) -> Bootstrap {
     static N: AtomicU32 = AtomicU32::new(0);
     let dir = std::env::temp_dir().join(format!("ferry-ffi-test-{}-{test}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
     std::fs::create_dir_all(&dir).expect("create test dir");
     let path = dir.join("bootstrap");
     ferry::NameServer::bind(&path).expect("bind name server").spawn().expect("start name server");
-    path
+    Bootstrap(path)
 }
 
 fn build(name: &str, sources: &[&str]) -> PathBuf {

@@ -496,9 +496,12 @@ fn over_budget(e: &crate::pager::PagerError) -> bool {
 // ---------------------------------------------------------------------------
 // The name service.
 
+/// A directory of this process's for `what`, removed with what it holds
+/// when the process exits (the servers in it live as long as the process).
 fn scratch_dir(what: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("ferry-fuzz-{}-{what}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("create fuzzing directory");
+    crate::sys::process::remove_at_exit(dir.clone());
     dir
 }
 

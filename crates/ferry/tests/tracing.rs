@@ -72,6 +72,8 @@ fn a_rejected_message_and_a_gone_peer_are_traced() {
         let path = dir.join("bootstrap");
         ferry::NameServer::bind(&path).unwrap().spawn().unwrap();
         ferry::Bootstrap::connect_to(&path).unwrap().register("traced", &tx3).unwrap();
+        // The server keeps its socket; the directory need not outlive the test.
+        let _ = std::fs::remove_dir_all(&dir);
     }
     let lines = rec.0.lock().unwrap().clone();
     let has = |needle: &str| lines.iter().any(|l| l.starts_with("ferry ") && l.contains(needle));

@@ -171,3 +171,27 @@ impl Drop for SignalsHeld {
 pub fn forget_held_signals() {
     let _ = HELD.try_with(|h| h.set(0));
 }
+
+/// Removes `path` (a directory with what it holds, or a file) when this
+/// process exits normally, as the fuzzers' scratch directories are, whose
+/// servers live as long as the process.
+#[cfg(feature = "fuzzing")]
+pub fn remove_at_exit(path: std::path::PathBuf) {
+    static MADE: std::sync::Mutex<Vec<std::path::PathBuf>> = std::sync::Mutex::new(Vec::new());
+    static AT_EXIT: std::sync::Once = std::sync::Once::new();
+    extern "C" fn remove_all() {
+        // A thread still holding the list at exit keeps it: better some
+        // litter than an exit that waits.
+        if let Ok(made) = MADE.try_lock() {
+            for p in made.iter() {
+                let _ = std::fs::remove_dir_all(p).or_else(|_| std::fs::remove_file(p));
+            }
+        }
+    }
+    // SAFETY: `remove_all` is an `extern "C"` function taking nothing, as
+    // `atexit` requires; it touches only the list above and the file system.
+    AT_EXIT.call_once(|| unsafe {
+        libc::atexit(remove_all);
+    });
+    MADE.lock().unwrap_or_else(|e| e.into_inner()).push(path);
+}

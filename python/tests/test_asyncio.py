@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 
 import pytest
@@ -12,6 +13,32 @@ from conftest import LIMIT, finish, spawn_python, spawn_rust, unique
 from test_ports import _lookup
 
 
+class _Ticker:
+    """Counts the event loop's turns, as a task of its own, while the
+    ``async with`` block runs: a count above zero shows that what the block
+    awaited let the loop run other tasks."""
+
+    def __init__(self, pause: float = 0) -> None:
+        self.ticks = 0
+        self._pause = pause
+        self._task: asyncio.Task[None] | None = None
+
+    async def _run(self) -> None:
+        while True:
+            self.ticks += 1
+            await asyncio.sleep(self._pause)
+
+    async def __aenter__(self) -> _Ticker:
+        self._task = asyncio.create_task(self._run())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+
 def test_recv_async_gets_a_reply_from_another_process(names):
     name = unique("echo")
     peer = spawn_python("echo", name)
@@ -19,22 +46,13 @@ def test_recv_async_gets_a_reply_from_another_process(names):
 
     async def main():
         rx, _keep = ferry.port()
-        ticks = 0
-
-        async def ticker():
-            nonlocal ticks
-            while True:
-                ticks += 1
-                await asyncio.sleep(0)
-
-        t = asyncio.create_task(ticker())
-        # The descriptor is taken before the send-once right exists: the
-        # helper must pick up the new right when it asks again.
-        rx.fileno()
-        to_echo.send(ferry.Message(10, b"xy").set_reply(rx.make_send_once()))
-        reply = await ferry.recv_async(rx, timeout=LIMIT)
-        t.cancel()
-        return reply, ticks
+        async with _Ticker() as ticker:
+            # The descriptor is taken before the send-once right exists:
+            # the helper must pick up the new right when it asks again.
+            rx.fileno()
+            to_echo.send(ferry.Message(10, b"xy").set_reply(rx.make_send_once()))
+            reply = await ferry.recv_async(rx, timeout=LIMIT)
+        return reply, ticker.ticks
 
     reply, ticks = asyncio.run(main())
     assert (reply.op, reply.body, reply.via_send_once) == (11, b"yx", True)
@@ -130,25 +148,14 @@ def test_an_rpc_server_serves_calls_inside_the_event_loop():
                 answers.append(conn.call(ferry.Message(i, b"x" * i), LIMIT).op)
 
     async def main() -> int:
-        ticks = 0
-        stop = False
-
-        async def ticker() -> None:
-            nonlocal ticks
-            while not stop:
-                ticks += 1
-                await asyncio.sleep(0.001)
-
-        t = asyncio.create_task(ticker())
-        reply = None
-        for _ in range(calls):
-            conn, req = await ferry.reply_and_wait_async(server, reply, timeout=LIMIT)
-            assert req.body == b"x" * req.op
-            reply = (conn, ferry.Message(req.op + 100))
-        server.reply(*reply)
-        stop = True
-        await t
-        return ticks
+        async with _Ticker(pause=0.001) as ticker:
+            reply = None
+            for _ in range(calls):
+                conn, req = await ferry.reply_and_wait_async(server, reply, timeout=LIMIT)
+                assert req.body == b"x" * req.op
+                reply = (conn, ferry.Message(req.op + 100))
+            server.reply(*reply)
+        return ticker.ticks
 
     import threading
 
@@ -170,32 +177,18 @@ def test_call_async_calls_a_server_in_another_process(names):
     to_server = _lookup(names, name)
 
     async def main() -> tuple[list[tuple[int, bytes]], int]:
-        ticks = 0
-        stop = False
-
-        async def ticker() -> None:
-            nonlocal ticks
-            while not stop:
-                ticks += 1
-                await asyncio.sleep(0)
-
-        t = asyncio.create_task(ticker())
-        conn = await ferry.connect_async(to_server, policy="block", timeout=LIMIT)
-        got = []
-        for i in range(calls // 2):
-            reply = await ferry.call_async(conn, ferry.Message(i, f"call {i}".encode()), timeout=LIMIT)
-            got.append((reply.op, reply.body))
-
-        # Tasks calling on one connection take turns; each gets its own reply.
         async def one(i: int) -> tuple[int, bytes]:
             reply = await ferry.call_async(conn, ferry.Message(i, f"call {i}".encode()), timeout=LIMIT)
             return reply.op, reply.body
 
-        got += await asyncio.gather(*(one(i) for i in range(calls // 2, calls)))
-        stop = True
-        await t
+        async with _Ticker() as ticker:
+            conn = await ferry.connect_async(to_server, policy="block", timeout=LIMIT)
+            got = [await one(i) for i in range(calls // 2)]
+            # Tasks calling on one connection take turns; each gets its own
+            # reply.
+            got += await asyncio.gather(*(one(i) for i in range(calls // 2, calls)))
         conn.close()
-        return got, ticks
+        return got, ticker.ticks
 
     got, ticks = asyncio.run(main())
     assert got == [(i + 1, f"CALL {i}".encode()) for i in range(calls)]

@@ -496,12 +496,19 @@ fn over_budget(e: &crate::pager::PagerError) -> bool {
 // ---------------------------------------------------------------------------
 // The name service.
 
+/// Removes `path` (a directory with what it holds, or a file) when this
+/// process exits normally: for test runners, whose scratch directories
+/// hold servers that live as long as the process.
+pub fn remove_at_exit(path: PathBuf) {
+    crate::sys::process::remove_at_exit(path);
+}
+
 /// A directory of this process's for `what`, removed with what it holds
 /// when the process exits (the servers in it live as long as the process).
 fn scratch_dir(what: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("ferry-fuzz-{}-{what}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("create fuzzing directory");
-    crate::sys::process::remove_at_exit(dir.clone());
+    remove_at_exit(dir.clone());
     dir
 }
 

@@ -29,24 +29,8 @@ pub fn watchdog<T>(name: &str, limit: Duration, f: impl FnOnce() -> T) -> T {
 /// this test process exits (its tests passed or failed), so that runs of
 /// the suite leave nothing behind.
 pub fn temp_path(name: impl AsRef<Path>) -> PathBuf {
-    static MADE: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
-    static AT_EXIT: std::sync::Once = std::sync::Once::new();
-    extern "C" fn remove_all() {
-        // A thread still holding the list at exit keeps it: better some
-        // litter than an exit that waits.
-        if let Ok(made) = MADE.try_lock() {
-            for p in made.iter() {
-                let _ = std::fs::remove_dir_all(p).or_else(|_| std::fs::remove_file(p));
-            }
-        }
-    }
-    // SAFETY: `remove_all` is an `extern "C"` function taking nothing, as
-    // `atexit` requires; it touches only the list above and the file system.
-    AT_EXIT.call_once(|| unsafe {
-        libc::atexit(remove_all);
-    });
     let path = std::env::temp_dir().join(name);
-    MADE.lock().unwrap_or_else(|e| e.into_inner()).push(path.clone());
+    ferry::fuzzing::remove_at_exit(path.clone());
     path
 }
 

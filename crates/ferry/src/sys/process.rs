@@ -173,8 +173,7 @@ pub fn forget_held_signals() {
 }
 
 /// Removes `path` (a directory with what it holds, or a file) when this
-/// process exits normally, as the fuzzers' scratch directories are, whose
-/// servers live as long as the process.
+/// process exits normally (`ferry::fuzzing::remove_at_exit`).
 #[cfg(feature = "fuzzing")]
 pub fn remove_at_exit(path: std::path::PathBuf) {
     static MADE: std::sync::Mutex<Vec<std::path::PathBuf>> = std::sync::Mutex::new(Vec::new());

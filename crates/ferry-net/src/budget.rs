@@ -179,6 +179,9 @@ impl Budgets {
     /// still finds room (each takes at most half of what is left), where a
     /// fixed share per user lets a few users take every proxy between them.
     pub(crate) fn over(&self, uid: u32, refs: usize, regions: usize, limits: Limits, peer: &str) -> Option<String> {
+        if refs == 0 && regions == 0 {
+            return None;
+        }
         let (e, r) = self.of(uid);
         if regions > 0 && r + regions > limits.regions {
             return Some(format!("user {uid} already has {r} regions by reference kept for {peer} (the limit is {})", limits.regions));

@@ -113,6 +113,18 @@ impl Out {
     /// no frame of the stream is asked for already, calls `ask` to send the
     /// [`Frame::Want`](crate::frame::Frame::Want).
     pub(crate) async fn take_or_ask<F: std::future::Future<Output = ()>>(&self, n: usize, mut ask: impl FnMut() -> F) -> Result<(), Closed> {
+        // Most takes find the credit there: taken without joining the
+        // list of waiters for a change.
+        {
+            let mut s = self.state.lock().unwrap();
+            if s.closed {
+                return Err(Closed);
+            }
+            if s.avail >= n as u64 {
+                s.avail -= n as u64;
+                return Ok(());
+            }
+        }
         let mut counted = None;
         loop {
             let changed = self.changed.notified();

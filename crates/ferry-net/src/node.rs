@@ -1083,6 +1083,10 @@ impl Conn {
     async fn read_stream(self: Arc<Self>, sh: Arc<Shared>, mut s: quinn::RecvStream, message: bool) {
         let id = u64::from(s.id());
         let _forget = message.then(|| ForgetCredit(&self.ins, id));
+        // This process's pid, whatever the configuration says: the kernel
+        // refuses a pid of no process. Asked once (a system call), not for
+        // every frame.
+        let deliver_as = sh.config.deliver_as.map(|c| ferry::Credentials { pid: std::process::id() as i32, ..c });
         loop {
             let got = if message { self.read_message_frame(&mut s, id).await } else { read_frame(&mut s).await };
             let bytes = match got {
@@ -1113,9 +1117,6 @@ impl Conn {
                 }
             };
             self.send_control(&after.frames).await;
-            // This process's pid, whatever the configuration says: the
-            // kernel refuses a pid of no process.
-            let deliver_as = sh.config.deliver_as.map(|c| ferry::Credentials { pid: std::process::id() as i32, ..c });
             for (t, m) in after.deliver {
                 match t {
                     Target::Send(r) => {
@@ -1680,10 +1681,15 @@ const ONCE_STREAM: u64 = u64::MAX;
 
 /// The task behind one proxy port: forwards its messages to the peer.
 async fn forward(c: Arc<Conn>, mut rx: AsyncReceiveRight, import: u64, key: Key, mut kill: watch::Receiver<bool>) {
+    // One wait on the kill switch for the proxy's life: a wait made afresh
+    // for each message joined and left the switch's list of waiters each
+    // time, a lock and two list updates on every message's way.
+    let killed = kill.wait_for(|k| *k);
+    tokio::pin!(killed);
     loop {
         let got = tokio::select! {
             m = rx.recv() => m,
-            _ = kill.wait_for(|k| *k) => return,
+            _ = &mut killed => return,
         };
         match got {
             Ok(m) if ferry::bootstrap::ServicePort::is(&m) => c.adopt_port(import, m),
@@ -1819,6 +1825,10 @@ struct WaitingFds<'a> {
 impl<'a> WaitingFds<'a> {
     /// Counts `n` descriptors for user `uid`, if its budget has room.
     fn take(conn: &'a Conn, uid: u32, n: usize) -> Option<WaitingFds<'a>> {
+        // A message of no descriptors counts nothing (most calls).
+        if n == 0 {
+            return Some(WaitingFds { conn, uid, n });
+        }
         let mut held = conn.waiting_fds.lock().unwrap();
         let mine = held.entry(uid).or_insert(0);
         if *mine + n > FDS_WAITING_PER_USER {
@@ -1834,6 +1844,9 @@ impl<'a> WaitingFds<'a> {
 
 impl Drop for WaitingFds<'_> {
     fn drop(&mut self) {
+        if self.n == 0 {
+            return;
+        }
         let mut held = self.conn.waiting_fds.lock().unwrap();
         if let Some(mine) = held.get_mut(&self.uid) {
             *mine -= self.n;
@@ -1995,7 +2008,7 @@ impl Conn {
             );
             return self.refuse(&mut m, Refusal::TooLarge, &why);
         }
-        let over = {
+        let (over, existing) = {
             let mut st = self.state.lock().unwrap();
             let over = st.budgets.over(uid, rights, regions, self.limits, &self.peer);
             let over = over.or_else(|| st.budgets.space_over(uid, space, &self.peer));
@@ -2006,7 +2019,8 @@ impl Conn {
                 // port's proxies go.
                 st.budgets.charge_stream(uid, import);
             }
-            over
+            let existing = if over.is_none() { st.streams.get(&stream_key(import, once)).cloned() } else { None };
+            (over, existing)
         };
         if let Some(why) = over {
             return self.refuse(&mut m, Refusal::OverBudget, &why);
@@ -2018,7 +2032,6 @@ impl Conn {
         // made the node hold a frame of up to 40 MiB, twice over, for each.
         // Meanwhile this proxy reads nothing more, and its queue pushes
         // back on the local senders.
-        let existing = self.state.lock().unwrap().streams.get(&stream_key(import, once)).cloned();
         let stream = match existing {
             Some(s) => s,
             None => {
@@ -2046,13 +2059,16 @@ impl Conn {
         // Given back if the frame is not written after all.
         let mut unused = Unused(Some((&stream.flow, len)));
         // The budgets again, as this message's items are charged below:
-        // the user's other messages may have been while it waited.
-        let over = {
-            let st = self.state.lock().unwrap();
-            st.budgets.over(uid, rights, regions, self.limits, &self.peer).or_else(|| st.budgets.space_over(uid, space, &self.peer))
-        };
-        if let Some(why) = over {
-            return self.refuse(&mut m, Refusal::OverBudget, &why);
+        // the user's other messages may have been while it waited. (A
+        // message that charges nothing passes them.)
+        if rights > 0 || regions > 0 || space > 0 {
+            let over = {
+                let st = self.state.lock().unwrap();
+                st.budgets.over(uid, rights, regions, self.limits, &self.peer).or_else(|| st.budgets.space_over(uid, space, &self.peer))
+            };
+            if let Some(why) = over {
+                return self.refuse(&mut m, Refusal::OverBudget, &why);
+            }
         }
         let mut outs = Vec::new();
         let mut taken = Vec::new();

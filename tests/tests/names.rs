@@ -721,6 +721,76 @@ fn a_write_back_keeps_the_files_mode_owner_and_group() {
     });
 }
 
+/// A write-back through `ferryd --files` keeps the file's ACL and its
+/// user attributes, as a write in place does. The file's ACL lets uid
+/// nobody write it and gives its owning group nothing, so its group bits
+/// (0660 as `stat` shows them) are the ACL's mask. The new inode of a
+/// write-back had no ACL: its group bits then were the owning group's own,
+/// and a member of that group read a file the ACL had kept from it; the
+/// file's `user.` attribute was gone as well. A twin written natively by
+/// nobody must agree on the ACL, the attribute and the mode, and the
+/// group's member must be refused both.
+#[test]
+fn a_write_back_keeps_the_files_acl_and_attributes() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let test = "a_write_back_keeps_the_files_acl_and_attributes";
+    if !can_play_other_user(test) {
+        return;
+    }
+    watchdog("write_back_acl", LIMIT, || {
+        const GROUP: u32 = 4243;
+        const MEMBER: u32 = 4244;
+        const ACL: &str = "system.posix_acl_access";
+        // version 2; (tag, permissions, id): the owner rw, uid nobody rw,
+        // the owning group nothing, mask rw, others nothing.
+        let mut acl = 2u32.to_le_bytes().to_vec();
+        for (tag, perm, id) in [(0x01u16, 6u16, u32::MAX), (0x02, 6, NOBODY), (0x04, 0, u32::MAX), (0x10, 6, u32::MAX), (0x20, 0, u32::MAX)] {
+            acl.extend_from_slice(&tag.to_le_bytes());
+            acl.extend_from_slice(&perm.to_le_bytes());
+            acl.extend_from_slice(&id.to_le_bytes());
+        }
+        let served = test_dir("writeback-acl-root");
+        let dir = served.join("dropbox");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        for f in ["kept", "kept.native"] {
+            let p = dir.join(f);
+            std::fs::write(&p, b"before").unwrap();
+            std::os::unix::fs::chown(&p, Some(0), Some(GROUP)).unwrap();
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+            let set = rustix::fs::setxattr(&p, ACL, &acl, rustix::fs::XattrFlags::empty())
+                .and_then(|()| rustix::fs::setxattr(&p, "user.origin", b"made by the test", rustix::fs::XattrFlags::empty()));
+            if let Err(e) = set {
+                eprintln!("skipped {test}: the temporary directory's file system takes no ACL or user attribute ({e})");
+                return;
+            }
+        }
+        let d = Daemon::start("writeback-acl", &["--system", "--files", served.to_str().unwrap()], None);
+        assert_eq!(finish(spawn_peer_as(NOBODY, &d.path, "files-write", &["dropbox/kept", "after"])), "ok\n", "{}", d.log());
+        let twin = dir.join("kept.native");
+        let native = Command::new("sh").args(["-c", "printf after > \"$0\""]).arg(&twin).uid(NOBODY).gid(NOBODY).current_dir("/").status().unwrap();
+        assert!(native.success(), "the native write failed");
+        let attr = |p: &Path, name: &str| -> Option<Vec<u8>> {
+            let mut buf = vec![0u8; 4096];
+            rustix::fs::getxattr(p, name, &mut buf[..]).ok().map(|n| buf[..n].to_vec())
+        };
+        let state = |p: &Path| {
+            let m = std::fs::metadata(p).unwrap();
+            (format!("{:o} {}:{}", m.mode() & 0o7777, m.uid(), m.gid()), attr(p, ACL), attr(p, "user.origin"))
+        };
+        let kept = dir.join("kept");
+        assert_eq!(std::fs::read(&kept).unwrap(), b"after");
+        let (served_state, native_state) = (state(&kept), state(&twin));
+        println!("written back: {served_state:?}\nwritten natively: {native_state:?}");
+        // A member of the file's group, refused by the ACL, reads neither.
+        let read_as_member = |p: &Path| Command::new("cat").arg(p).uid(MEMBER).gid(GROUP).stdout(Stdio::null()).stderr(Stdio::null()).status().unwrap().success();
+        assert!(!read_as_member(&twin), "the group's member read the native twin");
+        assert!(!read_as_member(&kept), "the group's member read the written-back file the ACL keeps from it");
+        assert!(native_state.1.is_some() && native_state.2.is_some(), "the native write lost the attributes: {native_state:?}");
+        assert_eq!(served_state, native_state, "a write-back left another ACL, attribute or mode than a native write");
+    });
+}
+
 /// Any user can make a daemon log a line by connecting (and more by
 /// registering a name and letting it go); `ferryd` in the foreground
 /// logged each, and a user connecting in a loop wrote to its log without

@@ -552,8 +552,9 @@ fn write_back(srv: &mut ObjectServer, root: &OwnedFd, versions: &mut Versions, m
     }
     let name = name_of(&rest[..n])?;
     let data = &rest[n..];
-    // Write permission on the file, as the asker.
-    let (_, st) = open_as(root, name, who, true)?;
+    // Write permission on the file, as the asker. The open file is kept
+    // for its extended attributes, which the new contents get.
+    let (old, st) = open_as(root, name, who, true)?;
     // New contents go to a fresh inode renamed over the name: snapshots
     // of the old version keep reading the old inode. Creating and renaming
     // need write permission on the directory, checked as the asker too.
@@ -589,6 +590,16 @@ fn write_back(srv: &mut ObjectServer, root: &OwnedFd, versions: &mut Versions, m
     }
     let Some((new, tmp)) = made else { return Err(resolve_refusal(name, rustix::io::Errno::EXIST)) };
     let written = files::write_all_synced(new.as_fd(), data).map_err(|e| refuse(proto::E_UNSUPPORTED, format!("writing {name}: {e}")));
+    // The file's ACL and its other extended attributes, while the new inode
+    // is still its maker's to change: without its ACL the file's group
+    // bits, which show the ACL's mask, would give its owning group what
+    // the ACL withheld. A file whose attributes cannot be kept is not
+    // written back.
+    let written = written.and_then(|()| {
+        files::copy_xattrs(old.as_fd(), new.as_fd())
+            .map_err(|(attr, e)| refuse(proto::E_UNSUPPORTED, format!("{name}: its new contents cannot keep its {attr}: {e}")))
+    });
+    drop(old);
     // The file keeps its owner where the server may give it (as itself),
     // then its mode: the new inode was made under the server's umask, and a
     // file of mode 0666 became 0644.

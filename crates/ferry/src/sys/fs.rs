@@ -416,6 +416,64 @@ pub fn write_all_synced(fd: BorrowedFd<'_>, data: &[u8]) -> rustix::io::Result<(
     rustix::fs::fsync(fd)
 }
 
+/// Gives `to` the extended attributes of `from` that a write in place
+/// would have left on it: the POSIX ACL (`system.posix_acl_access`), the
+/// user's own (`user.*`) and, where this process may read them, the
+/// trusted ones. The security namespace is left to the kernel: a write
+/// drops file capabilities (`security.capability`), and a security
+/// module labels a new inode itself. The first attribute that cannot be
+/// read or set is the error, named; a file system without extended
+/// attributes has none to copy.
+pub fn copy_xattrs(from: BorrowedFd<'_>, to: BorrowedFd<'_>) -> Result<(), (String, Errno)> {
+    let list = match read_growing(|buf| match buf {
+        None => rustix::fs::flistxattr_query(from),
+        Some(b) => rustix::fs::flistxattr(from, b),
+    }) {
+        Ok(l) => l,
+        Err(Errno::NOTSUP) => return Ok(()),
+        Err(e) => return Err(("the list of its extended attributes".into(), e)),
+    };
+    for name in list.split(|&b| b == 0).filter(|n| !n.is_empty()) {
+        let shown = String::from_utf8_lossy(name).into_owned();
+        if name.starts_with(b"security.") {
+            continue;
+        }
+        let value = match read_growing(|buf| match buf {
+            None => rustix::fs::fgetxattr_query(from, name),
+            Some(b) => rustix::fs::fgetxattr(from, name, b),
+        }) {
+            Ok(v) => v,
+            // Removed since it was listed: nothing to keep.
+            Err(Errno::NODATA) => continue,
+            Err(e) => return Err((shown, e)),
+        };
+        rustix::fs::fsetxattr(to, name, &value, rustix::fs::XattrFlags::empty()).map_err(|e| (shown, e))?;
+    }
+    Ok(())
+}
+
+/// Reads a value whose length the kernel tells first (`read(None)`) into
+/// a buffer of that length (`read(Some(buf))`), again with the new length
+/// if it grew between the two calls.
+fn read_growing(mut read: impl FnMut(Option<&mut [u8]>) -> rustix::io::Result<usize>) -> rustix::io::Result<Vec<u8>> {
+    for _ in 0..8 {
+        let n = read(None)?;
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let mut buf = vec![0u8; n];
+        match read(Some(&mut buf)) {
+            Ok(got) => {
+                buf.truncate(got);
+                return Ok(buf);
+            }
+            Err(Errno::RANGE) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(Errno::RANGE)
+}
+
 /// Gives `fd` the owner `uid`/`gid` where this process may (root); a
 /// process without the privilege leaves it as it is.
 pub fn keep_owner(fd: BorrowedFd<'_>, uid: u32, gid: u32) {

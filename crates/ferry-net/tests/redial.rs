@@ -989,3 +989,97 @@ fn a_user_whose_messages_are_refused_cannot_flood_the_daemons_log() {
     let _ = std::fs::remove_dir_all(&dir);
     assert!(lines <= 4, "the daemon logged {lines} lines for one user's refused messages");
 }
+
+/// Set in the environment of this test binary run as another user's
+/// program: floods a root daemon's system services (see
+/// [`a_user_flooding_the_daemons_services_leaves_others_lookups_served`]).
+const SERVICE_FLOODER: &str = "FERRY_NETD_TEST_SERVICE_FLOODER";
+
+/// How long the other user floods, in seconds.
+const FLOOD_SECS: u64 = 12;
+
+/// The other user's part of
+/// [`a_user_flooding_the_daemons_services_leaves_others_lookups_served`]:
+/// from many threads, keeps the status server answering queries on every
+/// status port it may have, and looks up the status name and the import
+/// in a loop, dropping each right at once.
+fn flood_services(import: &str) {
+    let end = Instant::now() + Duration::from_secs(FLOOD_SECS);
+    let lookups = Arc::new(AtomicUsize::new(0));
+    let mut threads = Vec::new();
+    for t in 0..12 {
+        let import = import.to_owned();
+        let lookups = lookups.clone();
+        threads.push(std::thread::spawn(move || {
+            let mut names = ferry::Bootstrap::connect().unwrap();
+            if t < 6 {
+                // Queries on ports of its own, their answers never read.
+                let ports: Vec<_> = (0..10).filter_map(|_| names.lookup(ferry_net::status::NAME).ok()).collect();
+                let (_answers, to_answers) = ferry::port().unwrap();
+                while Instant::now() < end {
+                    for p in &ports {
+                        let m = Message::new(ferry_net::status::QUERY).with_reply(to_answers.try_clone().unwrap());
+                        let _ = p.send(m, Timeout::millis(100));
+                    }
+                }
+            } else {
+                let name = if t % 2 == 0 { ferry_net::status::NAME.to_owned() } else { import };
+                while Instant::now() < end {
+                    if names.lookup(&name).is_ok() {
+                        lookups.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        }));
+    }
+    for t in threads {
+        t.join().unwrap();
+    }
+    println!("flooded as uid {} with {} lookups", rustix::process::getuid().as_raw(), lookups.load(Ordering::Relaxed));
+}
+
+/// Another user (nobody) that keeps a root `ferry-netd --system-names`
+/// busy, with queries on every status port it may have and lookups of the
+/// status name and of an import in a loop from many threads, leaves root's
+/// lookups of both served: each lookup's port is handed to the daemon on
+/// a port every user's lookups share, and a daemon behind on that port
+/// made the name server refuse the lookup ("did not take a port").
+#[test]
+fn a_user_flooding_the_daemons_services_leaves_others_lookups_served() {
+    if let Ok(import) = std::env::var(SERVICE_FLOODER) {
+        return flood_services(&import);
+    }
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped a_user_flooding_the_daemons_services_leaves_others_lookups_served: starting a process as another user needs root");
+        return;
+    }
+    let SystemImport { dir, boot, b: _b, mut svc, daemon } = system_import("service-flood");
+    let mut names = ferry::Bootstrap::connect_to(&boot).unwrap();
+    let first = until_found("svc@b", &mut || names.lookup("svc@b").ok());
+    reach(&first, &mut svc, 30);
+    drop(first);
+    let (d2, b2) = (dir.clone(), boot.clone());
+    let flooder = std::thread::spawn(move || as_nobody(&d2, &b2, "a_user_flooding_the_daemons_services_leaves_others_lookups_served", SERVICE_FLOODER));
+    std::thread::sleep(Duration::from_secs(2));
+    let (mut tries, mut failed) = (0, Vec::new());
+    let end = Instant::now() + Duration::from_secs(FLOOD_SECS - 4);
+    while Instant::now() < end {
+        tries += 1;
+        match names.lookup(ferry_net::status::NAME).map_err(|e| e.to_string()).and_then(|r| ferry_net::status::query(&r).map_err(|e| e.to_string())) {
+            Ok(_) => {}
+            Err(e) => failed.push(format!("status: {e}")),
+        }
+        match names.lookup("svc@b") {
+            Ok(r) => reach(&r, &mut svc, 34),
+            Err(e) => failed.push(format!("svc@b: {e}")),
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = flooder.join().unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && said.contains(&format!("flooded as uid {NOBODY}")), "{said}\n{}", String::from_utf8_lossy(&out.stderr));
+    println!("root's {tries} rounds: {} failed; the other user {}", failed.len(), said.lines().find(|l| l.contains("flooded")).unwrap_or(""));
+    drop(daemon);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(failed.is_empty(), "root's lookups failed while another user flooded: {failed:?}");
+}

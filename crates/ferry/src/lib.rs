@@ -42,6 +42,7 @@ pub mod emulation;
 pub mod error;
 pub mod fileserver;
 pub mod idl;
+mod intake;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;

@@ -33,6 +33,7 @@ use rustix::io::Errno;
 
 use crate::bootstrap::{self, protocol, valid_name, Budget, Limit, Listing, NameEntry, Refusal, SERVICE_PORT, V1_BAD_REQUEST};
 use crate::error::{io_err, RecvError};
+use crate::intake::Intake;
 use crate::idl::{answer_hello, fault_message, reply_of, ByValue, Context, Dispatch, Encoder, Fault, Route, Wire, OP_HELLO, REPLY_OK};
 use crate::message::{Item, Message};
 use crate::port::{recv_on, send_on, SendRight};
@@ -953,7 +954,7 @@ impl protocol::Service for Requests<'_> {
         let Some(e) = live(&(SYSTEM_UID, name.clone())) else { return Err(Refusal::NotFound) };
         match self.ns.minters.get_mut(&name) {
             Some(Minter::Here(mint)) => mint(self.cred.uid),
-            Some(Minter::There) => mint_there(&e.right, self.cred.uid, &name),
+            Some(Minter::There(intake)) => mint_there(&e.right, intake, self.cred.uid, &name),
             None => e.right.try_clone().map_err(|_| limit_reached(Limit::Descriptors, self.ns.fd_capacity)),
         }
     }
@@ -998,7 +999,7 @@ impl protocol::Service for Requests<'_> {
 
     fn register_system_service(&mut self, ctx: &Context, name: String, right: SendRight) -> Result<(), Refusal> {
         self.register_system(ctx, name.clone(), right)?;
-        self.ns.minters.insert(name, Minter::There);
+        self.ns.minters.insert(name, Minter::There(Intake::default()));
         Ok(())
     }
 
@@ -1023,15 +1024,17 @@ enum Minter {
     /// By a function of this process ([`NameServer::add_system_service`]).
     Here(Mint),
     /// By this server, which sends each port's receive right to the
-    /// service's registered port ([`SERVICE_PORT`]).
-    There,
+    /// service's registered port ([`SERVICE_PORT`]), each user within its
+    /// share of that port's queue.
+    There(Intake),
 }
+
 
 impl std::fmt::Debug for Minter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             Minter::Here(_) => "Minter::Here",
-            Minter::There => "Minter::There",
+            Minter::There(_) => "Minter::There",
         })
     }
 }
@@ -1042,8 +1045,10 @@ impl std::fmt::Debug for Minter {
 /// (`register_system_service`): made here, its receive right sent to the
 /// service in a [`SERVICE_PORT`] message, and a send right to it
 /// returned. Nothing stays here: the port closes when the service drops
-/// its receive right or the user its last send right.
-fn mint_there(service: &SendRight, uid: u32, name: &str) -> Result<SendRight, Refusal> {
+/// its receive right or the user its last send right. A user with more
+/// than its share of `intake` waiting is refused before a port is made.
+fn mint_there(service: &SendRight, intake: &mut Intake, uid: u32, name: &str) -> Result<SendRight, Refusal> {
+    let before = intake.room_for(service, uid).map_err(|why| Refusal::Refused(format!("the service {name:?} is busy: {why}")))?;
     let (rx, tx) = crate::port().map_err(|e| Refusal::Refused(format!("cannot make a port for {name:?}: {e}")))?;
     let copy = tx.try_clone().map_err(|e| Refusal::Refused(format!("cannot make a port for {name:?}: {e}")))?;
     let m = Message::new(SERVICE_PORT).with_body(uid.to_le_bytes().to_vec()).with_item(Item::Receive(rx)).with_item(Item::Send(copy));
@@ -1051,7 +1056,10 @@ fn mint_there(service: &SendRight, uid: u32, name: &str) -> Result<SendRight, Re
     // service drains it as it serves, so it is full only when the service
     // has fallen behind, and a wait would hold up every user's requests.
     match service.send(m, Timeout::Zero) {
-        Ok(()) => Ok(tx),
+        Ok(()) => {
+            intake.sent(service, before, uid);
+            Ok(tx)
+        }
         Err(e) => Err(Refusal::Refused(format!("the service {name:?} did not take a port for this lookup: {e}"))),
     }
 }

@@ -41,7 +41,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ferry::pager::{
-    Answer, DeathPolicy, Filling, MappedObject, MemoryObject, ObjectConfig, ObjectServer, Pager, PagerError, PagerFault, Supply, SupplyMode,
+    Answer, DeathPolicy, Filling, MappedObject, MemoryObject, ObjectConfig, ObjectServer, Pager, PagerError, PagerFault, SharedBudget, Supply, SupplyMode,
 };
 use ferry::{Item, Message, ReceiveRight, RegionItem, SendRight, Timeout};
 
@@ -201,11 +201,13 @@ impl Pager for RemotePager {
 
 /// Starts the object server of one region received by reference, on a
 /// thread of its own; returns the send right the receiving program gets.
-/// `on_exit` runs when the server stops (released, or the link lost).
-pub(crate) fn serve(f: Arc<Fetcher>, on_exit: Box<dyn FnOnce() + Send>) -> io::Result<SendRight> {
+/// Its mappings and copies count against `uses`, which every region
+/// server of the node shares. `on_exit` runs when the server stops
+/// (released, or the link lost).
+pub(crate) fn serve(f: Arc<Fetcher>, uses: SharedBudget, on_exit: Box<dyn FnOnce() + Send>) -> io::Result<SendRight> {
     let (port, right) = ferry::port()?;
     std::thread::Builder::new().name("ferry-net-region".into()).spawn(move || {
-        run(port, &f);
+        run(port, &f, uses);
         on_exit();
     })?;
     Ok(right)
@@ -215,11 +217,12 @@ fn words(w: &[u64]) -> Vec<u8> {
     w.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
-fn run(port: ReceiveRight, f: &Arc<Fetcher>) {
+fn run(port: ReceiveRight, f: &Arc<Fetcher>, uses: SharedBudget) {
     let mut server = match ObjectServer::with_port(port) {
         Ok(s) => s,
         Err(e) => return eprintln!("ferry-net: cannot serve a region from {}: {e}", f.peer),
     };
+    server.share_budget(uses);
     let config = ObjectConfig { cluster: CLUSTER_PAGES, mode: SupplyMode::Copy, on_death: DeathPolicy::Sigbus, track_dirty: false };
     let id = match server.add_object(f.len, Box::new(RemotePager { f: f.clone() }), config) {
         Ok(id) => id,

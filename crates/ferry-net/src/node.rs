@@ -381,6 +381,9 @@ struct Shared {
     counters: Arc<Counters>,
     /// Which attempts to link may start a handshake.
     gate: crate::gate::Gate,
+    /// Mappings and copies of the regions this node serves, per local
+    /// user, across all of them ([`REGION_USES_PER_USER`]).
+    region_uses: ferry::pager::SharedBudget,
 }
 
 /// A right kept for an export.
@@ -555,6 +558,7 @@ impl Node {
             links: Mutex::new(HashMap::new()),
             counters: Arc::new(Counters::default()),
             gate: crate::gate::Gate::default(),
+            region_uses: ferry::pager::SharedBudget::new(REGION_USES_PER_USER),
         });
         let (ep, sh) = (endpoint.clone(), shared.clone());
         rt.spawn(async move {
@@ -1537,7 +1541,7 @@ fn remote_region(c: &Arc<Conn>, st: &mut State, sh: Option<&Arc<Shared>>, (id, l
                 }
             }
         });
-        let right = cor::serve(f, on_exit)?;
+        let right = cor::serve(f, sh.region_uses.clone(), on_exit)?;
         st.remote_regions.insert(id, (lost, owner));
         sh.counters.regions_received.fetch_add(1, Ordering::Relaxed);
         Ok(Item::Send(right))
@@ -1800,6 +1804,15 @@ pub(crate) fn say_once_a_minute(last: &AtomicU64, msg: &str) {
         eprintln!("{msg} (said once a minute)");
     }
 }
+
+/// Mappings and copies one local user may have at once of all the regions
+/// this node serves (regions received by reference, each served by an
+/// object server of its own): each mapping costs the node two descriptors
+/// (its userfaultfd and lifeline), each copy one (its hold). Past it a
+/// mapping or copy is refused with `PagerError::OverBudget`. Each
+/// region's server had budgets of its own, so a user's mappings and
+/// copies cost the node 384 descriptors more for every region it was sent.
+pub const REGION_USES_PER_USER: usize = 256;
 
 /// Ports made for one user's lookups (of proxies offered as system
 /// services) that one link serves at once: each costs the node a socket,

@@ -55,7 +55,7 @@ pub(crate) use client::call;
 pub use client::{MappedObject, MemoryObject, ObjectState, DEFAULT_TIMEOUT};
 pub use fill::{page_size, Filling};
 pub(crate) use server::refusal;
-pub use server::{Answer, Extension, ObjectServer, PortMinter, ServerStats};
+pub use server::{Answer, Extension, ObjectServer, PortMinter, ServerStats, SharedBudget};
 
 /// The offset of a byte within a memory object.
 pub type Offset = u64;

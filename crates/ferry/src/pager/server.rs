@@ -186,6 +186,8 @@ struct Client {
     dirty: PageSet,
     pid: Option<i32>,
     uid: Option<u32>,
+    /// Its count in the process-wide budget, if the server shares one.
+    _charge: Option<Charge>,
 }
 
 /// An object kept alive for a client while the receive right behind
@@ -196,6 +198,82 @@ struct Hold {
     right: SendRight,
     /// The hold's socket, among those this process keeps.
     _kept: Kept,
+    /// Its count in the process-wide budget, if the server shares one.
+    _charge: Option<Charge>,
+}
+
+/// A budget of mappings and holds (together) per user, shared by several
+/// object servers of one process ([`ObjectServer::share_budget`]): a host
+/// that starts an object server for each object it is given (a network
+/// node serving each region received by reference) would otherwise let a
+/// user take each server's whole [`Budgets`], as many times as it was
+/// given objects.
+#[derive(Clone, Debug)]
+pub struct SharedBudget {
+    inner: Arc<SharedInner>,
+}
+
+#[derive(Debug)]
+struct SharedInner {
+    per_user: usize,
+    used: Mutex<HashMap<u32, usize>>,
+}
+
+impl SharedBudget {
+    /// A budget of `per_user` mappings and holds for each user, counted
+    /// across every server that shares it.
+    pub fn new(per_user: usize) -> SharedBudget {
+        SharedBudget { inner: Arc::new(SharedInner { per_user, used: Mutex::new(HashMap::new()) }) }
+    }
+
+    /// Mappings and holds user `uid` has now in every server sharing it.
+    pub fn used(&self, uid: u32) -> usize {
+        self.lock().get(&uid).copied().unwrap_or(0)
+    }
+
+    /// Mappings and holds each user may have.
+    pub fn per_user(&self) -> usize {
+        self.inner.per_user
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u32, usize>> {
+        self.inner.used.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Counts one more for `uid`, if its budget has room.
+    fn charge(&self, uid: u32) -> Option<Charge> {
+        let mut used = self.lock();
+        let n = used.entry(uid).or_insert(0);
+        if *n >= self.inner.per_user {
+            return None;
+        }
+        *n += 1;
+        Some(Charge { budget: self.clone(), uid })
+    }
+
+    fn refusal(&self, uid: u32) -> String {
+        format!("uid {uid} already has {} mappings and copies of this process's objects (the budget); let some go first", self.inner.per_user)
+    }
+}
+
+/// One mapping's or hold's count in a [`SharedBudget`], given back when
+/// dropped (with its mapping or hold).
+#[derive(Debug)]
+struct Charge {
+    budget: SharedBudget,
+    uid: u32,
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        let mut used = self.budget.lock();
+        if let Some(n) = used.get_mut(&self.uid) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                used.remove(&self.uid);
+            }
+        }
+    }
 }
 
 /// Hosts memory objects and serves their pages to clients in other
@@ -231,6 +309,8 @@ pub struct ObjectServer {
     ports: Vec<Option<ClientPort>>,
     book: Arc<Mutex<PortBook>>,
     budgets: Budgets,
+    /// A budget shared with other servers of the process, if any.
+    shared: Option<SharedBudget>,
     stats: ServerStats,
     /// The copy-mode staging buffer, kept between faults.
     scratch: Vec<u8>,
@@ -300,6 +380,7 @@ impl ObjectServer {
             ports: Vec::new(),
             book: Arc::new(Mutex::new(PortBook { open: HashMap::new(), per_user: Budgets::default().ports_per_user, pending: HashMap::new() })),
             budgets: Budgets::default(),
+            shared: None,
             stats: ServerStats::default(),
             scratch: Vec::new(),
         })
@@ -411,6 +492,14 @@ impl ObjectServer {
     /// object `id`; false for an object that does not exist.
     pub fn may_use(&self, id: ObjectId, uid: Option<u32>) -> bool {
         self.objects.get(&id).is_some_and(|o| o.everyone || uid.is_some_and(|u| o.users.contains(&u)))
+    }
+
+    /// Counts every mapping and hold of this server against `budget` too,
+    /// which other servers of the process share (from now on): past it,
+    /// an attach or a hold is refused as over budget, as past this
+    /// server's own [`Budgets`].
+    pub fn share_budget(&mut self, budget: SharedBudget) {
+        self.shared = Some(budget);
     }
 
     /// Sets the per-user budgets (they apply to requests from now on).
@@ -534,9 +623,13 @@ impl ObjectServer {
                 "a hold must be a send right to a port whose receive right its client keeps: this one has no other end, or it leads back into the server".into(),
             ));
         };
+        let _charge = match &self.shared {
+            Some(b) => Some(b.charge(uid).ok_or_else(|| PagerError::OverBudget(b.refusal(uid)))?),
+            None => None,
+        };
         let slot = free_slot(&self.holds);
         self.epoll.add(right.as_fd(), Interest::Abandoned, key(slot, KIND_HOLD)).map_err(|e| PagerError::Io(errno(e)))?;
-        put(&mut self.holds, slot, Hold { object: id, uid, right, _kept });
+        put(&mut self.holds, slot, Hold { object: id, uid, right, _kept, _charge });
         let o = self.objects.get_mut(&id).expect("checked above");
         o.ephemeral = true;
         o.attached_once = true;
@@ -744,6 +837,10 @@ impl ObjectServer {
                 "a lifeline must be a send right to a port its client keeps: this one has no other end, or it leads back into the server".into(),
             ));
         };
+        let _charge = match &self.shared {
+            Some(b) => Some(b.charge(u).ok_or_else(|| (proto::E_BUDGET, b.refusal(u)))?),
+            None => None,
+        };
         let slot = free_slot(&self.clients);
         let pid = m.sender().map(|c| c.pid);
         let client = Client {
@@ -757,6 +854,7 @@ impl ObjectServer {
             dirty: PageSet::default(),
             pid,
             uid,
+            _charge,
         };
         let watched = self
             .epoll

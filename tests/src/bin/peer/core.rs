@@ -28,6 +28,7 @@ pub fn run(role: &str, args: &[String]) -> Outcome {
         "send-to-each" => send_to_each(arg(0).parse().unwrap_or(0)),
         "keep-messages" => keep_messages(arg(0).parse().unwrap_or(0)),
         "fetch-whole" => fetch_whole(arg(0).parse().unwrap_or(0)),
+        "map-regions" => map_regions(arg(0).parse().unwrap_or(0)),
         _ => return None,
     })
 }
@@ -307,6 +308,38 @@ fn fetch_whole(n: usize) -> R {
         copies.push(view);
     }
     say_and_hold(&format!("held {} {sum}", copies.len()), copies)
+}
+
+/// Sends a right to a port of its own through the inherited right (op
+/// 21), takes `n` messages there each carrying a region received by
+/// reference, and maps each region, and has it copied, again and again
+/// until refused (at most 1000 times each), keeping every mapping and
+/// copy; says `mapped M copied C` and holds them until its input ends.
+fn map_regions(n: usize) -> R {
+    let to = ferry::spawn::inherited()?;
+    let t = Timeout::After(std::time::Duration::from_secs(10));
+    let (mut mine, tx) = ferry::port()?;
+    to.send(Message::new(21).with_item(tx), t)?;
+    let (mut maps, mut copies, mut regions) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..n {
+        let mut m = mine.recv(t)?;
+        let Some(Item::Send(right)) = m.take_items().pop() else { return Err("a message without a region".into()) };
+        let region = ferry_net::RemoteRegion::open(right)?;
+        for _ in 0..1000 {
+            match region.map() {
+                Ok(view) => maps.push(view),
+                Err(_) => break,
+            }
+        }
+        for _ in 0..1000 {
+            match region.object().copy() {
+                Ok(copy) => copies.push(copy),
+                Err(_) => break,
+            }
+        }
+        regions.push(region);
+    }
+    say_and_hold(&format!("mapped {} copied {}", maps.len(), copies.len()), (maps, copies, regions))
 }
 
 fn say_and_hold<T>(said: &str, held: T) -> R {

@@ -759,6 +759,7 @@ impl NameServer {
     fn handle(&mut self, id: u32, msg: Message) -> Message {
         let Some(conn) = self.conns.get(&id) else { return refusal(Refusal::Denied) };
         let (spoke, peer) = (conn.spoke, conn.peer);
+        let unread = socket::queued_bytes(conn.sock.as_fd()).unwrap_or(0);
         let Some(cred) = msg.sender().or(peer) else { return refusal(Refusal::Denied) };
         if msg.op() == OP_HELLO {
             let reply = answer_hello::<protocol::Protocol>(msg);
@@ -774,7 +775,7 @@ impl NameServer {
                 "this name server speaks ferry.names version 3 (compatible with 2), which starts with a version check; this client speaks an older version",
             );
         }
-        protocol::Server(Requests { ns: self, cred }).dispatch(msg, Route::Rpc).unwrap_or_else(|| refusal(Refusal::Denied))
+        protocol::Server(Requests { ns: self, cred, unread }).dispatch(msg, Route::Rpc).unwrap_or_else(|| refusal(Refusal::Denied))
     }
 
     /// Checks a registration of `name` in the caller's own scope
@@ -928,6 +929,8 @@ fn refusal(why: Refusal) -> Message {
 struct Requests<'a> {
     ns: &'a mut NameServer,
     cred: Cred,
+    /// Bytes of earlier replies on the connection its client has not read.
+    unread: usize,
 }
 
 /// Listings whose entries take more than this (estimated from above)
@@ -976,7 +979,13 @@ impl protocol::Service for Requests<'_> {
         if entries.iter().map(|e| e.name.len() + 64).sum::<usize>() <= INLINE_LISTING {
             return Ok(Listing::Inline(entries));
         }
-        // Too long to travel inline: a sealed by-value region.
+        // Too long to travel inline: a sealed by-value region. Its memfd
+        // is not counted against the connection's queue (the message is),
+        // so a client that asks again without reading its replies could
+        // park any number of them there: at most one waits unread.
+        if self.unread > 0 {
+            return Err(Refusal::Refused("a long listing is sent only once this connection's earlier replies are read".into()));
+        }
         let mut enc = Encoder::new();
         entries.encode(&mut enc);
         let bytes = enc.into_message(0);

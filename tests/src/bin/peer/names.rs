@@ -33,6 +33,11 @@
 //! - `hold-sockets N`: makes up to N Unix sockets (socket pairs), as many
 //!   as its open-file limit allows, prints `holding K`, then `ready`, and
 //!   holds them until killed.
+//! - `unread-listings CONNS N`: registers names of 250 bytes until refused
+//!   (so that its listing travels in a region), then over CONNS raw
+//!   connections asks for the listing up to N times each without reading
+//!   a reply, stopping on a connection when a send would block; prints
+//!   `asked K` and `ready`, and holds everything until killed.
 //! - `register-files PREFIX N`: looks up `files` N times and registers
 //!   each right it gets (a port of the file server's, in the name
 //!   server's own process) under `PREFIX-0` ..; prints `registered K
@@ -63,6 +68,7 @@ pub fn run(role: &str, args: &[String]) -> Outcome {
         "register-files" => register_files(&arg(0), num(1)),
         "churn-connections" => churn_connections(num(0)),
         "hold-sockets" => hold_sockets(num(0)),
+        "unread-listings" => unread_listings(num(0), num(1)),
         _ => return None,
     })
 }
@@ -224,6 +230,46 @@ fn hold_sockets(n: usize) -> Res {
         }
     }
     println!("holding {}", held.len() * 2);
+    println!("ready");
+    wait_forever()
+}
+
+fn unread_listings(conns: usize, n: usize) -> Res {
+    use rustix::net::{AddressFamily, SendFlags, SocketAddrUnix, SocketFlags, SocketType};
+    let (_rx, tx) = ferry::port()?;
+    let mut bs = Bootstrap::connect()?;
+    let long = "x".repeat(240);
+    let mut i = 0;
+    while bs.register(&format!("{long}-{i}"), &tx).is_ok() {
+        i += 1;
+    }
+    let path = ferry::bootstrap::default_path();
+    let datagram = |m: ferry::Message| {
+        let mut out = Vec::new();
+        ferry::wire::encode(&mut out, m.op(), 0, &[], m.body());
+        out
+    };
+    let hello = datagram(ferry::idl::hello_request::<ferry::bootstrap::protocol::Protocol>());
+    // `list`, operation 3 of the protocol, takes no arguments.
+    let list = datagram(ferry::Message::new(3));
+    let (mut held, mut asked) = (Vec::new(), 0);
+    for _ in 0..conns {
+        let sock = rustix::net::socket_with(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None)?;
+        if rustix::net::connect(&sock, &SocketAddrUnix::new(&path)?).is_err() {
+            break;
+        }
+        rustix::net::send(&sock, &hello, SendFlags::empty())?;
+        let mut buf = vec![0u8; 70_000];
+        rustix::net::recv(&sock, &mut buf, rustix::net::RecvFlags::empty())?;
+        for _ in 0..n {
+            match rustix::net::send(&sock, &list, SendFlags::DONTWAIT) {
+                Ok(_) => asked += 1,
+                Err(_) => break,
+            }
+        }
+        held.push(sock);
+    }
+    println!("registered {i} asked {asked}");
     println!("ready");
     wait_forever()
 }

@@ -1400,6 +1400,12 @@ fn apply_event(c: &Arc<Conn>, st: &mut State, sh: Option<&Arc<Shared>>, e: Event
             if let Some(why) = &short {
                 say_short(why);
             }
+            // Within the node's descriptors, the port's owner may still
+            // be past its share of them: then too they arrive dead.
+            let short = short.or_else(|| {
+                let mine = st.proxy_owners.of(owner) * FDS_PER_ITEM + st.remote_regions.values().filter(|(_, o)| *o == owner).count();
+                if proxies > 0 { fds_over_share(proxies * FDS_PER_ITEM, mine, owner) } else { None }
+            });
             for i in items {
                 let i = match i {
                     Incoming::Proxy { import, .. } if short.is_some() => {
@@ -1787,6 +1793,27 @@ fn fds_short(needed: usize) -> Option<String> {
     })
 }
 
+/// Why one local user, holding `mine` of this node's descriptors on a
+/// link, may not take `needed` more, if it may not: a user may hold at
+/// most half of what is free of them with its own counted in (so however
+/// many of its rights it sends or is sent, it leaves at least as many
+/// free as it holds), and one holding none is held only by
+/// [`fds_short`]. Without it one user's rights, each within its count
+/// budgets, took every descriptor of a node with a few thousand, and
+/// every other user's rights were refused as the node being short.
+fn fds_over_share(needed: usize, mine: usize, uid: u32) -> Option<String> {
+    if mine == 0 {
+        return None;
+    }
+    fds_short(mine + 2 * needed).map(|short| {
+        let counts = short.trim_start_matches("this node is short of descriptors ");
+        let why = format!("user {uid} holds about {mine} of this node's descriptors on this link, and one user may hold at most half of those free with its own {counts}");
+        static SAID: AtomicU64 = AtomicU64::new(0);
+        say_once_a_minute(&SAID, &format!("ferry-net: {why}"));
+        why
+    })
+}
+
 /// Logs that the node is short of descriptors, at most once a minute
 /// however often it refuses for it.
 fn say_short(why: &str) {
@@ -1928,6 +1955,10 @@ impl Conn {
         }
         let mut st = self.state.lock().unwrap();
         let mine = st.proxy_owners.of(owner);
+        let regions = st.remote_regions.values().filter(|(_, o)| *o == owner).count();
+        if fds_over_share(FDS_PER_ITEM, mine * FDS_PER_ITEM + regions, owner).is_some() {
+            return;
+        }
         let others = st.proxy_owners.len() - mine;
         let adopted = st.adopted.get(&owner).copied().unwrap_or(0);
         if mine + 1 > share_left(self.limits.peer_proxies, others) || adopted >= ADOPTED_PER_USER {
@@ -2011,6 +2042,14 @@ impl Conn {
             if let Some(why) = fds_short(takes) {
                 say_short(&why);
                 return self.refuse(&mut m, Refusal::Failed, &why);
+            }
+            let mine = {
+                let st = self.state.lock().unwrap();
+                let (refs, kept) = st.budgets.of(uid);
+                refs * FDS_PER_ITEM + kept
+            };
+            if let Some(why) = fds_over_share(takes, mine, uid) {
+                return self.refuse(&mut m, Refusal::OverBudget, &why);
             }
         }
         let len = frame::message_len(m.body().len(), caps, regions, eager.iter().copied(), m.has_reply());

@@ -29,6 +29,8 @@ pub fn run(role: &str, args: &[String]) -> Outcome {
         "keep-messages" => keep_messages(arg(0).parse().unwrap_or(0)),
         "fetch-whole" => fetch_whole(arg(0).parse().unwrap_or(0)),
         "map-regions" => map_regions(arg(0).parse().unwrap_or(0)),
+        "export-rights" => export_rights(arg(0).parse().unwrap_or(0)),
+        "keep-all" => keep_all(),
         _ => return None,
     })
 }
@@ -340,6 +342,57 @@ fn map_regions(n: usize) -> R {
         regions.push(region);
     }
     say_and_hold(&format!("mapped {} copied {}", maps.len(), copies.len()), (maps, copies, regions))
+}
+
+/// Sends up to `n` messages through the inherited right, each carrying 63
+/// send rights to fresh ports of its own (whose receive rights it keeps)
+/// and a reply right, stopping at the first refusal; says `sent S
+/// refused: WHY` (or `refused: none`) and holds the ports until its input
+/// ends.
+fn export_rights(n: usize) -> R {
+    let to = ferry::spawn::inherited()?;
+    let t = Timeout::After(std::time::Duration::from_secs(10));
+    let (mut answers, _keep) = ferry::port()?;
+    let (mut ports, mut sent, mut why) = (Vec::new(), 0, String::from("none"));
+    for _ in 0..n {
+        let mut m = Message::new(40).with_reply(answers.make_send_once()?);
+        for _ in 0..63 {
+            let (rx, tx) = ferry::port()?;
+            ports.push(rx);
+            m = m.with_item(Item::Send(tx));
+        }
+        to.send(m, t)?;
+        if let Ok(answer) = answers.recv(Timeout::millis(100)) {
+            why = ferry_net::Refusal::of(&answer).map_or_else(|| format!("op {}", answer.op()), |(r, text)| format!("{r:?} {text}"));
+            break;
+        }
+        sent += 1;
+    }
+    say_and_hold(&format!("sent {sent} refused: {why}"), ports)
+}
+
+/// Sends a right to a port of its own through the inherited right (op
+/// 21), says `ready`, and keeps every message that arrives there until its
+/// input ends.
+fn keep_all() -> R {
+    use std::io::Read;
+    let to = ferry::spawn::inherited()?;
+    let (mut mine, tx) = ferry::port()?;
+    to.send(Message::new(21).with_item(tx), Timeout::After(std::time::Duration::from_secs(10)))?;
+    println!("ready");
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let d2 = done.clone();
+    std::thread::spawn(move || {
+        let _ = std::io::stdin().read_to_end(&mut Vec::new());
+        d2.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    let mut kept = Vec::new();
+    while !done.load(std::sync::atomic::Ordering::Relaxed) {
+        if let Ok(m) = mine.recv(Timeout::millis(100)) {
+            kept.push(m);
+        }
+    }
+    Ok(())
 }
 
 fn say_and_hold<T>(said: &str, held: T) -> R {

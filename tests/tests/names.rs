@@ -629,6 +629,9 @@ fn listings_a_user_never_reads_hold_little_of_the_daemons_memory() {
     if !can_play_other_user("listings_a_user_never_reads_hold_little_of_the_daemons_memory") {
         return;
     }
+    // It measures the machine's shared memory: no test of this binary
+    // that makes large memfds runs meanwhile.
+    let _serial = serial();
     watchdog("unread_listings", LIMIT, || {
         let d = Daemon::start("unreadlistings", &["--system"], None);
         let before = shmem();
@@ -752,6 +755,64 @@ fn a_write_back_keeps_the_files_mode_owner_and_group() {
             println!("{name}: {mode:o} {uid}:{gid} before; written back {served}; written natively {native}");
             assert_eq!(served, native, "{name}: a write-back left another mode, owner or group than a native write");
         }
+    });
+}
+
+/// Two other users keeping the file server busy (each copying fresh
+/// versions of a large file of its own) while they look up `files` as
+/// fast as they can leave root's lookups of `files` served. Each lookup's
+/// port reaches the file server through its one main queue, sent without
+/// waiting; while the server copies, the ports wait there, and two users
+/// with their budgets of ports (256 each) filled it: root's lookups were
+/// refused as the server being busy.
+#[test]
+fn users_looking_up_a_busy_file_server_leave_room_for_others() {
+    use std::os::unix::fs::PermissionsExt;
+    let test = "users_looking_up_a_busy_file_server_leave_room_for_others";
+    if !can_play_other_user(test) {
+        return;
+    }
+    // Its copies of large files would count in another test's measure of
+    // the machine's shared memory.
+    let _serial = serial();
+    watchdog("busy_files_lookups", LIMIT, || {
+        const SECS: u64 = 8;
+        let served = test_dir("busylookups-root");
+        std::fs::set_permissions(&served, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let mut attackers = Vec::new();
+        let d = Daemon::start("busylookups", &["--system", "--files", served.to_str().unwrap()], None);
+        for uid in [NOBODY, OTHER] {
+            let big = served.join(format!("big-{uid}"));
+            let f = std::fs::File::create(&big).unwrap();
+            f.set_len(192 << 20).unwrap();
+            std::os::unix::fs::chown(&big, Some(uid), Some(uid)).unwrap();
+            std::fs::set_permissions(&big, std::fs::Permissions::from_mode(0o600)).unwrap();
+            attackers.push(spawn_peer_as(uid, &d.path, "files-busy-lookups", &[big.to_str().unwrap(), &SECS.to_string()]));
+        }
+        std::thread::sleep(Duration::from_secs(1));
+        let mut bs = names(&d.path);
+        let end = std::time::Instant::now() + Duration::from_secs(SECS - 2);
+        let (mut tries, mut refused) = (0, Vec::new());
+        // A lookup every 100 ms, each port kept waiting in the queue while
+        // the server copies: root's share of the queue (some 50 ports with
+        // the two others at theirs) outlasts a copy of several seconds. (A
+        // user that looks the server up in a loop gets its share, as each
+        // of the two others does, and is refused past it.)
+        let mut kept = Vec::new();
+        while std::time::Instant::now() < end {
+            tries += 1;
+            match bs.lookup("files") {
+                Ok(r) => kept.push(r),
+                Err(e) => refused.push(e.to_string()),
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        drop(kept);
+        for a in attackers {
+            println!("the other user: {}", finish(a).trim());
+        }
+        println!("root's {tries} lookups of files: {} refused", refused.len());
+        assert!(refused.is_empty(), "root's lookups were refused while two other users looked up a busy file server: {:?}", &refused[..refused.len().min(3)]);
     });
 }
 

@@ -1,16 +1,17 @@
-//! The shared way in to a server that every user's requests for a port of
-//! its own go through (a system service's registered port, the file
-//! server's main port), kept from being filled by one user.
+//! The shared way in to a server through which every user's requests
+//! hand it a port of their own (a system service registered from another
+//! process, the file server's main port), kept from being filled by one
+//! user.
 //!
 //! One process sends there on every user's behalf (the name server for a
-//! service registered from another process, a [`PortMinter`] for the file
-//! server), never waiting, since it serves every user: a full queue
-//! refuses the request. A user that asked in a loop while the server was
-//! busy (with that user's own requests) filled the queue, and every other
-//! user's lookups were refused. So each user may have at most half of what
-//! the other users leave of the queue waiting in it, and a user with
-//! nothing waiting may always send one: however many users fill their
-//! share, the next finds room.
+//! service registered elsewhere, a [`PortMinter`] for the file server),
+//! never waiting, since it serves every user: a full queue refuses the
+//! request. Users that asked in a loop while the server was busy (with
+//! their own requests) filled the queue, and every other user's lookups
+//! were refused. So each user may have at most half of what the other
+//! users leave of the queue waiting in it, and a user with nothing
+//! waiting may always send one: however many users fill their share, the
+//! next finds room.
 //!
 //! [`PortMinter`]: crate::pager::PortMinter
 

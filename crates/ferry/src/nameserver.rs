@@ -1038,7 +1038,6 @@ enum Minter {
     There(Intake),
 }
 
-
 impl std::fmt::Debug for Minter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {

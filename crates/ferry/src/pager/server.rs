@@ -98,6 +98,9 @@ struct PortBook {
 pub struct PortMinter {
     server: SendRight,
     book: Arc<Mutex<PortBook>>,
+    /// Whose ports wait in the server's main queue: each user within its
+    /// share of it ([`crate::intake`]).
+    intake: Mutex<crate::intake::Intake>,
 }
 
 impl PortMinter {
@@ -126,7 +129,14 @@ impl PortMinter {
             }
             *book.open.entry(uid).or_insert(0) += 1;
         }
-        let made = crate::port().map_err(PagerError::Io).and_then(|(port, right)| {
+        // Within the user's share of the main queue, which every user's
+        // ports cross while the server is busy: two users looking the
+        // server up in a loop while it copied a large file filled it, and
+        // every other user's lookups were refused as busy. Held while the
+        // port is sent, so that the queue grows by this port alone.
+        let mut intake = self.intake.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let room = intake.room_for(&self.server, uid).map_err(|_| PagerError::Timeout);
+        let made = room.and_then(|before| crate::port().map(|p| (before, p)).map_err(PagerError::Io)).and_then(|(before, (port, right))| {
             let kept = Kept::new(port.main_fd()).map(|k| {
                 let inode = k.inode();
                 self.lock().pending.insert(inode, k);
@@ -145,6 +155,9 @@ impl PortMinter {
                 crate::error::SendError::QueueFull | crate::error::SendError::Timeout => PagerError::Timeout,
                 _ => PagerError::PagerDead,
             });
+            if sent.is_ok() {
+                intake.sent(&self.server, before, uid);
+            }
             if let (Err(_), Some(inode)) = (&sent, kept) {
                 self.lock().pending.remove(&inode);
             }
@@ -513,7 +526,7 @@ impl ObjectServer {
     /// one [`ObjectServer::new`] returned), which the minter keeps: give
     /// clients the minter's ports instead of it.
     pub fn port_minter(&self, main: SendRight) -> PortMinter {
-        PortMinter { server: main, book: self.book.clone() }
+        PortMinter { server: main, book: self.book.clone(), intake: Mutex::default() }
     }
 
     /// Ports made for clients by a [`PortMinter`] and still open.

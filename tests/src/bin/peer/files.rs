@@ -78,6 +78,7 @@ pub fn run(role: &str, args: &[String]) -> Outcome {
         "files-self-hold" => Some(self_hold(args)),
         "files-sabotage" => Some(sabotage()),
         "files-lookups" => Some(lookups(args)),
+        "files-busy-lookups" => Some(busy_lookups(args)),
         "files-block" => Some(block(args)),
         "files-keep" => Some(keep(args)),
         "files-hold" => Some(hold_files(args)),
@@ -493,6 +494,48 @@ fn lookups(args: &[String]) -> Res {
     loop {
         std::thread::sleep(Duration::from_secs(3600));
     }
+}
+
+/// For SECS seconds, keeps the file server busy copying a fresh version
+/// of NAME (a large file of this user's, changed before each open) on one
+/// thread, and looks up `files` as fast as it can on another, keeping up
+/// to 200 of the ports it gets at once: while the server copies, each
+/// lookup's port waits in the server's one main queue.
+fn busy_lookups(args: &[String]) -> Res {
+    use std::os::unix::fs::FileExt;
+    let [name, secs] = args else { return Err("usage: files-busy-lookups NAME SECS".into()) };
+    let end = std::time::Instant::now() + Duration::from_secs(secs.parse()?);
+    let path = name.clone();
+    let busy = std::thread::spawn(move || -> Result<usize, String> {
+        let fs = client().map_err(|e| e.to_string())?;
+        let file = std::fs::OpenOptions::new().write(true).open(&path).map_err(|e| e.to_string())?;
+        let mut copies = 0usize;
+        while std::time::Instant::now() < end {
+            file.write_all_at(&[copies as u8], 0).map_err(|e| e.to_string())?;
+            if fs.open(std::path::Path::new(&path).file_name().and_then(|n| n.to_str()).unwrap_or_default()).is_ok() {
+                copies += 1;
+            }
+        }
+        Ok(copies)
+    });
+    let mut bs = Bootstrap::connect()?;
+    let (mut kept, mut looked, mut refused) = (Vec::new(), 0usize, 0usize);
+    while std::time::Instant::now() < end {
+        match bs.lookup("files") {
+            Ok(r) => {
+                looked += 1;
+                kept.push(r);
+                if kept.len() >= 200 {
+                    kept.clear();
+                }
+            }
+            Err(_) => refused += 1,
+        }
+    }
+    let copies = busy.join().map_err(|_| "the copying thread panicked")??;
+    println!("copies {copies} lookups {looked} refused {refused}");
+    std::io::stdout().flush()?;
+    Ok(())
 }
 
 fn keep(args: &[String]) -> Res {

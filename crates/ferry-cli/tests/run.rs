@@ -714,6 +714,47 @@ fn ferry_run_truncate_by_name_keeps_the_program_s_record_locks_like_native() {
     assert_eq!(served, native);
 }
 
+/// A truncation that would grow a file past the program's file size limit
+/// (`ulimit -f`, `RLIMIT_FSIZE`) fails with `EFBIG` and raises `SIGXFSZ`,
+/// as natively, by descriptor and by name, while one that shrinks the file
+/// or stays within the limit is made, and the kernel's earlier refusals
+/// (a descriptor open only for reading, a missing name) come first. The
+/// server, which makes the cut and runs under limits of its own, grew the
+/// file to any length: `truncate -s 1M f` under `ulimit -f 20` succeeded.
+#[test]
+fn ferry_run_truncation_past_the_file_size_limit_fails_like_native() {
+    if !have_python() {
+        return;
+    }
+    let py = "import os, signal, resource\n\
+              signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGXFSZ])\n\
+              resource.setrlimit(resource.RLIMIT_FSIZE, (10000, resource.RLIM_INFINITY))\n\
+              def t(what, call):\n\
+              \x20   try: call(); r = 'ok'\n\
+              \x20   except OSError as e: r = e.errno\n\
+              \x20   raised = signal.SIGXFSZ in signal.sigpending()\n\
+              \x20   if raised: signal.sigwait([signal.SIGXFSZ])\n\
+              \x20   print(what, r, raised, os.path.getsize('f'))\n\
+              fd = os.open('f', os.O_RDWR)\n\
+              ro = os.open('f', os.O_RDONLY)\n\
+              t('fd grow past', lambda: os.ftruncate(fd, 20000))\n\
+              t('fd grow to', lambda: os.ftruncate(fd, 10000))\n\
+              t('fd one past', lambda: os.ftruncate(fd, 10001))\n\
+              t('name grow past', lambda: os.truncate('f', 30000))\n\
+              t('fd shrink', lambda: os.ftruncate(fd, 100))\n\
+              t('read-only past', lambda: os.ftruncate(ro, 20000))\n\
+              t('missing past', lambda: os.truncate('missing', 20000))\n\
+              t('name within', lambda: os.truncate('f', 5000))\n\
+              os.write(os.open('big', os.O_WRONLY | os.O_CREAT), b'b' * 9000)\n\
+              resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.RLIM_INFINITY))\n\
+              t('name shrink above the limit', lambda: os.truncate('big', 8000))\n\
+              t('name same above the limit', lambda: os.truncate('big', 8000))\n";
+    let script = format!("echo 0123456789 > f && python3 -c \"{py}\"; (ulimit -f 20; truncate -s 1M f); echo truncate $?; wc -c < f; wc -c < big");
+    let (native, served) = native_and_served("fsizelimit", &script, "ls");
+    assert!(native.contains("fd grow past 27 True 11"), "{native}");
+    assert_eq!(served, native);
+}
+
 /// A program run as another user than the server's (here uid 65534 under a
 /// server run by root) reaches the files its supplementary groups open to
 /// it, and no more, as natively: the server acted as the asker's uid and

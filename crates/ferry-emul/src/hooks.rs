@@ -1376,6 +1376,12 @@ pub unsafe extern "C" fn lseek64(fd: c_int, off: off_t, whence: c_int) -> off_t 
 /// reading went to another process). A negative length is the kernel's to
 /// refuse, before it looks at the name.
 fn emul_truncate(path: *const c_char, len: off_t) -> Option<c_int> {
+    if grows_past_the_size_limit(len, || {
+        // SAFETY: the caller's path (module safety).
+        rustix::fs::stat(unsafe { CStr::from_ptr(path) }).ok().map(|st| st.st_size)
+    }) {
+        return None;
+    }
     if let Some(r) = truncate_through_an_open_file(path, len) {
         return Some(r);
     }
@@ -1403,6 +1409,25 @@ fn truncate_through_an_open_file(path: *const c_char, len: off_t) -> Option<c_in
     let (_, f) = state::all().into_iter().find(|(_, f)| f.check_writable().is_ok() && identity_of(f.fd().as_fd()) == Some((st.st_dev, st.st_ino)))?;
     Some(ret_int(f.truncate(len)))
 }
+/// Whether cutting a file to `len` bytes would grow it past the process's
+/// file size limit (`RLIMIT_FSIZE`), which the kernel refuses with `EFBIG`
+/// and a `SIGXFSZ` to the caller. The server makes its cuts under limits
+/// of its own, and grew the file to any length: such a cut is left to the
+/// kernel, in the process, which refuses it as natively, after its own
+/// earlier checks (a name it cannot find, a descriptor not open for
+/// writing). `size` is the file's size now (`None` if the kernel cannot
+/// say, when it will refuse the cut itself). Only a file that grows
+/// between `size` and the kernel's cut is cut by the kernel, as by a
+/// program outside the emulation.
+fn grows_past_the_size_limit(len: off_t, size: impl FnOnce() -> Option<i64>) -> bool {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: fills a local structure.
+    let r = unsafe { libc::getrlimit(libc::RLIMIT_FSIZE, &mut lim) };
+    if r != 0 || lim.rlim_cur == libc::RLIM_INFINITY || u64::try_from(len).map_or(true, |len| len <= lim.rlim_cur) {
+        return false;
+    }
+    size().is_none_or(|size| size < len)
+}
 /// `truncate(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn truncate(path: *const c_char, len: off_t) -> c_int {
@@ -1419,6 +1444,10 @@ pub unsafe extern "C" fn truncate64(path: *const c_char, len: off_t) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn ftruncate(fd: c_int, len: off_t) -> c_int {
     if let Some((f, _b)) = emulated(fd) {
+        if grows_past_the_size_limit(len, || rustix::fs::fstat(f.fd()).ok().map(|st| st.st_size)) {
+            // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
+            return unsafe { real::ftruncate()(fd, len) };
+        }
         return ret_int(f.truncate(len));
     }
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
@@ -1428,6 +1457,10 @@ pub unsafe extern "C" fn ftruncate(fd: c_int, len: off_t) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn ftruncate64(fd: c_int, len: off_t) -> c_int {
     if let Some((f, _b)) = emulated(fd) {
+        if grows_past_the_size_limit(len, || rustix::fs::fstat(f.fd()).ok().map(|st| st.st_size)) {
+            // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
+            return unsafe { real::ftruncate64()(fd, len) };
+        }
         return ret_int(f.truncate(len));
     }
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.

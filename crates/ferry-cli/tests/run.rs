@@ -1004,6 +1004,46 @@ fn ferry_run_names_after_chroot_are_the_new_root_s_like_native() {
     assert_eq!(served, native);
 }
 
+/// In a mount namespace of its own, a program's names are that
+/// namespace's, as natively: the server resolves names in its own, so a
+/// file system the program mounted under the served directory (after
+/// `unshare -m`, or its own `unshare(CLONE_NEWNS)`) was not seen: files
+/// written there went to the directory beneath the mount, and the
+/// directory's old files were still read through it. Descriptors opened
+/// before stay served.
+#[test]
+fn ferry_run_names_in_a_mount_namespace_of_the_program_s_own_are_its_own_like_native() {
+    let root = Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout == b"0\n");
+    let can = Command::new("unshare").args(["-m", "sh", "-c", "mount -t tmpfs none /mnt"]).output().is_ok_and(|o| o.status.success());
+    if !root || !can || !have_python() {
+        eprintln!("skipped ferry_run_names_in_a_mount_namespace_of_the_program_s_own_are_its_own_like_native: needs root, unshare and tmpfs");
+        return;
+    }
+    let py = "import os, errno, ctypes, subprocess\n\
+              def tr(what, f):\n\
+              \x20   try: print(what, f())\n\
+              \x20   except OSError as e: print(what, errno.errorcode[e.errno])\n\
+              fd = os.open('in/u', os.O_RDWR)\n\
+              libc = ctypes.CDLL(None, use_errno=True)\n\
+              print('unshare', libc.unshare(0x20000))\n\
+              subprocess.run(['mount', '--make-rprivate', '/'], check=True)\n\
+              subprocess.run(['mount', '-t', 'tmpfs', 'none', 'in'], check=True)\n\
+              tr('old', lambda: open('in/u').read())\n\
+              tr('create', lambda: open('in/g', 'w').write('g'))\n\
+              tr('list', lambda: sorted(os.listdir('in')))\n\
+              tr('stat', lambda: os.stat('in/g').st_size)\n\
+              tr('held', lambda: os.read(fd, 100))\n\
+              tr('write held', lambda: os.write(fd, b'!'))\n";
+    let script = format!(
+        "mkdir sub in && echo under > sub/u && echo under > in/u && \
+         unshare -m sh -c 'mount -t tmpfs none \"$D/sub\" && echo x > \"$D/sub/f\" && ls \"$D/sub\"; cat sub/f; cat \"$D/sub/u\"'; \
+         ls sub; unshare -m python3 -c \"{py}\"; ls in"
+    );
+    let (native, served) = native_and_served("mountns", &script, "find . | sort; cat in/u");
+    assert!(native.contains("old ENOENT") && native.contains("list ['g']"), "{native}");
+    assert_eq!(served, native);
+}
+
 /// `O_NOFOLLOW` and `O_ASYNC` stay in an open file's flags as
 /// `fcntl(F_GETFL)` shows them, as natively: the server opened an existing
 /// file or directory again through its `/proc/self/fd` name, which takes

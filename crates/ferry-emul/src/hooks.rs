@@ -2208,6 +2208,41 @@ pub unsafe extern "C" fn chroot(path: *const c_char) -> c_int {
     r
 }
 
+/// `unshare(2)`. A process that takes a mount namespace of its own
+/// (`CLONE_NEWNS`) may mount other file systems under the served
+/// directory, which the server, in its own namespace, does not see: its
+/// names are the kernel's from then on (`state::mounts_changed`). The
+/// library went on serving them, so files written under a program's own
+/// mount went to the directory beneath it.
+#[no_mangle]
+pub unsafe extern "C" fn unshare(flags: c_int) -> c_int {
+    let e = enter().and_then(|_b| emul());
+    // SAFETY: the caller's argument, passed on unchanged to the C library's own function.
+    let r = unsafe { real::unshare()(flags) };
+    if r == 0 && flags & libc::CLONE_NEWNS != 0 {
+        if let (Some(e), Some(_b)) = (e, enter()) {
+            state::mounts_changed(e);
+        }
+    }
+    r
+}
+
+/// `setns(2)`. Into another mount namespace (`CLONE_NEWNS`, or any kind
+/// with `nstype` 0 or a process's descriptor): names are served only
+/// while it is the server's, as after `unshare`.
+#[no_mangle]
+pub unsafe extern "C" fn setns(fd: c_int, nstype: c_int) -> c_int {
+    let e = enter().and_then(|_b| emul());
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
+    let r = unsafe { real::setns()(fd, nstype) };
+    if r == 0 && (nstype == 0 || nstype & libc::CLONE_NEWNS != 0) {
+        if let (Some(e), Some(_b)) = (e, enter()) {
+            state::mounts_changed(e);
+        }
+    }
+    r
+}
+
 /// Renames through the server when both names are under the root. A
 /// rename with one name outside the root, or one the server cannot do
 /// beneath it (the root itself, a name through a link out of the tree:

@@ -150,6 +150,8 @@ real_fns! {
     mkdir: fn(*const c_char, mode_t) -> c_int;
     mkdirat: fn(c_int, *const c_char, mode_t) -> c_int;
     chroot: fn(*const c_char) -> c_int;
+    unshare: fn(c_int) -> c_int;
+    setns: fn(c_int, c_int) -> c_int;
     execve: fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
     sendmsg: fn(c_int, *const libc::msghdr, c_int) -> ssize_t;
     sendmmsg: fn(c_int, *mut libc::mmsghdr, c_uint, c_int) -> c_int;

@@ -30,6 +30,9 @@ pub struct Emul {
     /// when the emulation was set up, to tell after a `chroot` whether the
     /// name still leads there.
     pub root_id: Option<(u64, u64)>,
+    /// The mount namespace the server resolves names in, as announced
+    /// ([`ferry::emulation::ENV_MOUNTS`]) when the emulation was set up.
+    pub mounts: Option<String>,
 }
 
 /// Bytes per window unless `FERRY_EMUL_WINDOW` says otherwise: 1 MiB,
@@ -44,6 +47,9 @@ static COUNT: AtomicUsize = AtomicUsize::new(0);
 /// Set once a `chroot` has taken the served directory's name away from
 /// it: no name is served from then on.
 static NAMES_GONE: AtomicBool = AtomicBool::new(false);
+/// Set while the process is in another mount namespace than the server's:
+/// no name is served meanwhile (see [`mounts_changed`]).
+static OTHER_MOUNTS: AtomicBool = AtomicBool::new(false);
 
 /// [`BUSY`]: this thread is not inside the library.
 const OUT: u8 = 0;
@@ -222,7 +228,9 @@ pub fn emul() -> Option<&'static Emul> {
         unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork_in_parent), Some(after_fork_in_child)) };
         let populate = std::env::var("FERRY_EMUL_POPULATE").is_ok_and(|v| v == "1");
         let root_id = identity(&root);
-        Some(Emul { client, root, window, populate, fileno_patch: crate::hooks::check_fileno_patch(), root_id })
+        let e = Emul { client, root, window, populate, fileno_patch: crate::hooks::check_fileno_patch(), root_id, mounts: std::env::var(ferry::emulation::ENV_MOUNTS).ok() };
+        mounts_changed(&e);
+        Some(e)
     })
     .as_ref()
 }
@@ -242,6 +250,18 @@ pub fn root_changed(e: &Emul) {
     if e.root_id.is_none() || identity(&e.root) != e.root_id {
         NAMES_GONE.store(true, Ordering::Relaxed);
     }
+}
+
+/// At set-up and after the process changed its mount namespace
+/// (`unshare`, `setns`): in another namespace than the server's, the
+/// file systems under the served directory may be others (a program's own
+/// `mount` there is not the server's to see), so its names are the
+/// kernel's until the process is back in the server's namespace;
+/// descriptors opened before stay served, as the kernel keeps them open.
+/// When either namespace is unknown, names are served as before.
+pub fn mounts_changed(e: &Emul) {
+    let other = e.mounts.as_ref().is_some_and(|server| ferry::emulation::mount_namespace().is_some_and(|own| own != *server));
+    OTHER_MOUNTS.store(other, Ordering::Relaxed);
 }
 
 /// Whether this process shares its memory with its parent (`kcmp`
@@ -403,8 +423,9 @@ fn split_at_root(root: &str, full: &str) -> Option<String> {
 /// that cannot lead there (most names a program opens: the system's
 /// files) is told apart first, without allocating, and holds nothing.
 pub fn beneath(e: &Emul, dirfd: i32, path: &[u8], held: &mut Option<ferry::emulation::SignalsHeld>) -> Option<String> {
-    // After a `chroot` away from it, the served directory has no name.
-    if NAMES_GONE.load(Ordering::Relaxed) {
+    // After a `chroot` away from it, the served directory has no name;
+    // in another mount namespace, names are that namespace's.
+    if NAMES_GONE.load(Ordering::Relaxed) || OTHER_MOUNTS.load(Ordering::Relaxed) {
         return None;
     }
     // A name of PATH_MAX bytes or more is the kernel's to refuse

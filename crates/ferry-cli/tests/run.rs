@@ -569,6 +569,88 @@ fn ferry_run_children_forked_while_threads_use_files_never_hang() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A program placing record locks relative to its offset: `lockf`, and
+/// `fcntl` locks with `l_whence` `SEEK_CUR` (plain and open-file ones, set
+/// and tested), after seeks and reads.
+const LOCK_AT_OFFSET_C: &str = r#"
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <errno.h>
+#include <unistd.h>
+#include <sys/wait.h>
+static void show(const char *what, int r, struct flock *l) {
+    printf("%s %d %s type %d whence %d start %ld len %ld\n", what, r, r < 0 ? strerror(errno) : "", l->l_type, l->l_whence, (long)l->l_start, (long)l->l_len);
+}
+static void others_see(const char *when) {
+    fflush(stdout);
+    if (fork() == 0) {
+        int fd = open("f", O_RDWR);
+        for (off_t s = 0; s < 300; s += 5) {
+            struct flock l = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = s, .l_len = 1 };
+            if (fcntl(fd, F_GETLK, &l) == 0 && l.l_type != F_UNLCK) printf("%s: %ld locked\n", when, (long)s);
+        }
+        fflush(stdout);
+        _exit(0);
+    }
+    wait(NULL);
+}
+int main(void) {
+    char buf[300];
+    memset(buf, 'a', sizeof buf);
+    int fd = open("f", O_RDWR | O_CREAT | O_TRUNC, 0644);
+    write(fd, buf, sizeof buf);
+    lseek(fd, 100, SEEK_SET);
+    printf("lockf %d\n", lockf(fd, F_TLOCK, 10));
+    read(fd, buf, 50);
+    struct flock l = { .l_type = F_WRLCK, .l_whence = SEEK_CUR, .l_start = 50, .l_len = 5 };
+    show("setlk", fcntl(fd, F_SETLK, &l), &l);
+    l = (struct flock){ .l_type = F_RDLCK, .l_whence = SEEK_CUR, .l_start = -150, .l_len = 1 };
+    show("getlk", fcntl(fd, F_GETLK, &l), &l);
+    l = (struct flock){ .l_type = F_RDLCK, .l_whence = SEEK_CUR, .l_start = -200, .l_len = 1 };
+    show("before the start", fcntl(fd, F_GETLK, &l), &l);
+    int two = open("f", O_RDWR);
+    lseek(two, 250, SEEK_SET);
+    l = (struct flock){ .l_type = F_WRLCK, .l_whence = SEEK_CUR, .l_start = 0, .l_len = 10 };
+    show("ofd setlk", fcntl(two, F_OFD_SETLK, &l), &l);
+    int three = open("f", O_RDWR);
+    read(three, buf, 260);
+    l = (struct flock){ .l_type = F_WRLCK, .l_whence = SEEK_CUR, .l_start = -5, .l_len = 1 };
+    show("ofd getlk", fcntl(three, F_OFD_GETLK, &l), &l);
+    l = (struct flock){ .l_type = F_WRLCK, .l_whence = SEEK_CUR, .l_start = 20, .l_len = 1 };
+    show("ofd getlk free", fcntl(three, F_OFD_GETLK, &l), &l);
+    others_see("locked");
+    lseek(fd, 105, SEEK_SET);
+    printf("lockf test %d\n", lockf(fd, F_TEST, 10));
+    printf("unlock %d\n", lockf(fd, F_ULOCK, 0));
+    others_see("unlocked");
+    return 0;
+}
+"#;
+
+/// Record locks placed relative to the offset (`lockf`, `fcntl` with
+/// `SEEK_CUR`) are placed from the open file's offset, as natively: the
+/// kernel placed them from its own offset of the descriptor, which the
+/// library does not move (the offset lives in the token page), so
+/// `lockf` after a seek to 100 locked bytes 0 to 9, and a `SEEK_CUR` lock
+/// reaching back before the kernel's offset failed with `EINVAL`.
+#[test]
+fn ferry_run_record_locks_relative_to_the_offset_are_placed_like_native() {
+    if !have_cc("ferry_run_record_locks_relative_to_the_offset_are_placed_like_native") {
+        return;
+    }
+    let src = scratch("lockcur-src");
+    std::fs::write(src.join("l.c"), LOCK_AT_OFFSET_C).unwrap();
+    let built = Command::new("cc").args(["-O2", "-o", "l", "l.c"]).current_dir(&src).status().unwrap();
+    assert!(built.success(), "cc failed");
+    let exe = src.join("l");
+    let (native, served) = native_and_served("lockcur", exe.to_str().unwrap(), "ls");
+    let _ = std::fs::remove_dir_all(&src);
+    assert!(native.contains("locked: 100 locked") && native.contains("ofd getlk 0  type 1 whence 0 start 250 len 10"), "{native}");
+    assert_eq!(served, native);
+}
+
 /// Runs `sh -c script` in a fresh directory named by `$D` (its working
 /// directory), natively and then under `ferry run --files $D` in the same
 /// directory made afresh, and returns both outputs (standard output,

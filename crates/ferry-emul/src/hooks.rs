@@ -1723,7 +1723,7 @@ pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
 }
 fn fcntl_impl(fd: c_int, cmd: c_int, arg: c_ulong, real: unsafe extern "C" fn(c_int, c_int, c_ulong) -> c_int) -> c_int {
     // SAFETY: passes the caller's arguments through unchanged.
-    let r = unsafe { real(fd, cmd, arg) };
+    let r = lock_from_the_offset(fd, cmd, arg, real).unwrap_or_else(|| unsafe { real(fd, cmd, arg) });
     if (cmd == libc::F_DUPFD || cmd == libc::F_DUPFD_CLOEXEC) && r >= 0 {
         return duplicated(fd, r);
     }
@@ -1741,6 +1741,105 @@ fn fcntl_impl(fd: c_int, cmd: c_int, arg: c_ulong, real: unsafe extern "C" fn(c_
         }
     }
     r
+}
+
+/// A record lock (`F_GETLK`, `F_SETLK`, `F_SETLKW` and their open-file
+/// forms) that an emulated descriptor's caller places relative to its
+/// offset (`l_whence` `SEEK_CUR`): the kernel would place it from its own
+/// offset of the descriptor, which is not the open file's (that lives in
+/// the token page), so it is placed from the open file's offset
+/// (`SEEK_SET`), checked as the kernel checks it (`EOVERFLOW` past the
+/// largest offset, `EINVAL` before the start). A test answers as the
+/// kernel does: the conflicting lock whole, from the start, or only
+/// `F_UNLCK` in `l_type` when none conflicts. `None`: not such a lock, or
+/// not an emulated descriptor; the kernel's as it is.
+fn lock_from_the_offset(fd: c_int, cmd: c_int, arg: c_ulong, real: unsafe extern "C" fn(c_int, c_int, c_ulong) -> c_int) -> Option<c_int> {
+    if !matches!(cmd, libc::F_GETLK | libc::F_SETLK | libc::F_SETLKW | libc::F_OFD_GETLK | libc::F_OFD_SETLK | libc::F_OFD_SETLKW) || arg == 0 {
+        return None;
+    }
+    let asked = arg as *mut libc::flock;
+    // SAFETY: the lock commands' argument is the caller's `struct flock`,
+    // not null (the call's contract).
+    let mut lock = unsafe { asked.read() };
+    if c_int::from(lock.l_whence) != libc::SEEK_CUR {
+        return None;
+    }
+    let offset = lseek_impl(fd, 0, libc::SEEK_CUR)?;
+    if offset < 0 {
+        return Some(-1);
+    }
+    let Some(start) = lock.l_start.checked_add(offset) else {
+        set_errno(libc::EOVERFLOW);
+        return Some(-1);
+    };
+    lock.l_whence = libc::SEEK_SET as libc::c_short;
+    lock.l_start = start;
+    // SAFETY: the caller's descriptor and command, with a lock of ours.
+    let r = unsafe { real(fd, cmd, std::ptr::addr_of_mut!(lock) as c_ulong) };
+    if r == 0 && matches!(cmd, libc::F_GETLK | libc::F_OFD_GETLK) {
+        if c_int::from(lock.l_type) == libc::F_UNLCK {
+            // SAFETY: as above.
+            unsafe { (*asked).l_type = lock.l_type };
+        } else {
+            // SAFETY: as above.
+            unsafe { asked.write(lock) };
+        }
+    }
+    Some(r)
+}
+
+/// `lockf(3)`'s commands (`<unistd.h>`).
+const F_ULOCK: c_int = 0;
+const F_LOCK: c_int = 1;
+const F_TLOCK: c_int = 2;
+const F_TEST: c_int = 3;
+
+/// `lockf(3)` on an emulated descriptor: a record lock from the open
+/// file's offset, `len` bytes on (back from it when negative, to the end
+/// of any file when 0), made as the C library makes it but through
+/// [`fcntl_impl`]. The C library's own makes its `fcntl` call internally,
+/// where the library does not see it, and the kernel placed the lock from
+/// its own offset (`lockf` after a seek to 100 locked bytes from 0).
+fn lockf_impl(fd: c_int, cmd: c_int, len: off_t) -> Option<c_int> {
+    state::get(fd)?;
+    // SAFETY: a plain C structure, all zeros a valid value.
+    let mut lock: libc::flock = unsafe { std::mem::zeroed() };
+    lock.l_whence = libc::SEEK_CUR as libc::c_short;
+    lock.l_len = len;
+    let (kind, op) = match cmd {
+        F_TEST => (libc::F_RDLCK, libc::F_GETLK),
+        F_ULOCK => (libc::F_UNLCK, libc::F_SETLK),
+        F_LOCK => (libc::F_WRLCK, libc::F_SETLKW),
+        F_TLOCK => (libc::F_WRLCK, libc::F_SETLK),
+        _ => {
+            set_errno(libc::EINVAL);
+            return Some(-1);
+        }
+    };
+    lock.l_type = kind as libc::c_short;
+    let r = fcntl_impl(fd, op, std::ptr::addr_of_mut!(lock) as c_ulong, real::fcntl());
+    if cmd != F_TEST || r < 0 {
+        return Some(r);
+    }
+    // Free, or held by this process: as the C library answers.
+    // SAFETY: getpid takes no arguments and cannot fail.
+    if c_int::from(lock.l_type) == libc::F_UNLCK || lock.l_pid == unsafe { libc::getpid() } {
+        return Some(0);
+    }
+    set_errno(libc::EACCES);
+    Some(-1)
+}
+/// `lockf(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn lockf(fd: c_int, cmd: c_int, len: off_t) -> c_int {
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
+    lockf_impl(fd, cmd, len).unwrap_or_else(|| unsafe { real::lockf()(fd, cmd, len) })
+}
+/// `lockf64(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn lockf64(fd: c_int, cmd: c_int, len: off_t) -> c_int {
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
+    lockf_impl(fd, cmd, len).unwrap_or_else(|| unsafe { real::lockf64()(fd, cmd, len) })
 }
 
 /// `flock(2)`: the kernel's, on the program's descriptor; a lock taken on

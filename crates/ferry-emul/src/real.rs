@@ -131,6 +131,8 @@ real_fns! {
     dup3: fn(c_int, c_int, c_int) -> c_int;
     fcntl: fn(c_int, c_int, c_ulong) -> c_int;
     fcntl64: fn(c_int, c_int, c_ulong) -> c_int;
+    lockf: fn(c_int, c_int, off_t) -> c_int;
+    lockf64: fn(c_int, c_int, off_t) -> c_int;
     copy_file_range: fn(c_int, *mut i64, c_int, *mut i64, size_t, c_uint) -> ssize_t;
     sendfile: fn(c_int, c_int, *mut off_t, size_t) -> ssize_t;
     sendfile64: fn(c_int, c_int, *mut off_t, size_t) -> ssize_t;

@@ -569,6 +569,34 @@ fn ferry_run_children_forked_while_threads_use_files_never_hang() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Reads of many open files under a limit on the program's address space
+/// (`ulimit -v`) succeed as natively: each open file read past its first
+/// 64 KiB had a window of 1 MiB mapped, and once the windows had taken
+/// the address space the program may use, reads failed with `ENOMEM`
+/// (Python's `read` raised "Cannot allocate memory"). A window that cannot
+/// be mapped leaves the read to the kernel (`pread`).
+#[test]
+fn ferry_run_reads_under_an_address_space_limit_succeed_like_native() {
+    if !have_python() {
+        return;
+    }
+    let py = "import os\n\
+              os.mkdir('m')\n\
+              for i in range(400): open('m/f%d' % i, 'wb').write(bytes([i % 256]) * 100000)\n\
+              fs = [open('m/f%d' % i, 'rb') for i in range(400)]\n\
+              total = 0\n\
+              for i, f in enumerate(fs):\n\
+              \x20   a = f.read(70000); b = f.read()\n\
+              \x20   total += len(a) + len(b)\n\
+              \x20   assert a + b == bytes([i % 256]) * 100000\n\
+              fds = [os.open('m/f%d' % i, os.O_RDONLY) for i in range(400)]\n\
+              print(total, sum(len(os.pread(fd, 100000, 0)) + len(os.pread(fd, 10, 99995)) for fd in fds))\n";
+    let script = format!("ulimit -v 250000 && python3 -c \"{py}\"");
+    let (native, served) = native_and_served("aslimit", &script, "ls m | wc -l");
+    assert!(native.contains("40000000 40002000"), "{native}");
+    assert_eq!(served, native);
+}
+
 /// A program placing record locks relative to its offset: `lockf`, and
 /// `fcntl` locks with `l_whence` `SEEK_CUR` (plain and open-file ones, set
 /// and tested), after seeks and reads.

@@ -301,6 +301,14 @@ impl File {
             // a window this thread takes over (`WindowLock`).
             let _held = ferry::emulation::hold_signals();
             self.unmap(w);
+            if rustix::process::getrlimit(rustix::process::Resource::As).current.is_some() {
+                // Under a limit on the address space the windows would
+                // take what the program has natively (1 MiB an open file:
+                // with a few hundred files open, reads and then its own
+                // allocations failed with ENOMEM): none is mapped, and
+                // the read is the kernel's (`copy_out`).
+                return Err(libc::ENOMEM);
+            }
             let start = p & !(self.wsize as u64 - 1);
             let prot = if self.map_writable { libc::PROT_READ | libc::PROT_WRITE } else { libc::PROT_READ };
             use std::os::fd::AsRawFd;
@@ -357,17 +365,7 @@ impl File {
                 // here: the length is the kernel's to check.
                 return rustix::io::pread(&self.fd, buf, pos).map_err(errno);
             }
-            let mut done = 0;
-            while done < want {
-                match rustix::io::pread(&self.fd, &mut buf[done..want], pos + done as u64) {
-                    Ok(0) => break,
-                    Ok(n) => done += n,
-                    Err(rustix::io::Errno::INTR) => {}
-                    Err(_) if done > 0 => break,
-                    Err(e) => return Err(errno(e)),
-                }
-            }
-            return Ok(done);
+            return self.pread_below(&mut buf[..want], pos, 0);
         }
         let mut done = 0;
         while done < want {
@@ -375,6 +373,10 @@ impl File {
             // the next call, as a short read is followed by the error.
             let (src, avail) = match self.window_at(&mut w, pos + done as u64) {
                 Ok(x) => x,
+                // No window (under a limit on the address space, or no
+                // room for one): the rest is the kernel's to read, as
+                // natively, where the read failed with ENOMEM.
+                Err(libc::ENOMEM) => return self.pread_below(&mut buf[..want], pos, done),
                 Err(_) if done > 0 => break,
                 Err(e) => return Err(e),
             };
@@ -394,6 +396,23 @@ impl File {
                 return Ok(valid);
             }
             done += n;
+        }
+        Ok(done)
+    }
+
+    /// Reads `buf` (bytes below the size known) from the file at `pos`
+    /// with `pread`, the first `done` already there; returns the bytes
+    /// read in all, short at the file's real end, and a failure only when
+    /// nothing was read.
+    fn pread_below(&self, buf: &mut [u8], pos: u64, mut done: usize) -> Result<usize, Errno> {
+        while done < buf.len() {
+            match rustix::io::pread(&self.fd, &mut buf[done..], pos + done as u64) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(rustix::io::Errno::INTR) => {}
+                Err(_) if done > 0 => break,
+                Err(e) => return Err(errno(e)),
+            }
         }
         Ok(done)
     }

@@ -569,6 +569,37 @@ fn ferry_run_children_forked_while_threads_use_files_never_hang() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Once the served directory is moved away from its name (renamed, or
+/// removed and made anew), names under that name are the kernel's, as
+/// natively: the server resolves names from the directory it was given,
+/// wherever it went, so `cat DIR/f` after `mv DIR DIR.moved` read the
+/// moved file instead of failing, and files made in a new `DIR` went into
+/// the moved one. A process that moves it back is served again.
+#[test]
+fn ferry_run_names_after_the_served_directory_moves_are_its_name_s_like_native() {
+    if !have_python() {
+        return;
+    }
+    let py = "import os\n\
+              D = os.environ['D']\n\
+              def tr(what, f):\n\
+              \x20   try: print(what, f())\n\
+              \x20   except OSError as e: print(what, e.errno)\n\
+              os.rename(D, D + '.2')\n\
+              tr('moved', lambda: open(D + '/g').read())\n\
+              tr('create', lambda: open(D + '/h', 'w').write('h'))\n\
+              os.rename(D + '.2', D)\n\
+              tr('back', lambda: open(D + '/g').read())\n\
+              tr('create back', lambda: open(D + '/h', 'w').write('h'))\n";
+    let script = format!(
+        "echo old > f && cd / && mv \"$D\" \"$D.moved\" && cat \"$D/f\"; mkdir \"$D\" && echo new > \"$D/g\" && ls \"$D\" && cat \"$D/g\" && \
+         ls \"$D.moved\" && python3 -c \"{py}\"; ls \"$D\"; rm -rf \"$D.moved\""
+    );
+    let (native, served) = native_and_served("rootmoved", &script, "ls; cat g");
+    assert!(native.contains("No such file") && native.contains("moved 2\ncreate 2\nback new"), "{native}");
+    assert_eq!(served, native);
+}
+
 /// Reads of many open files under a limit on the program's address space
 /// (`ulimit -v`) succeed as natively: each open file read past its first
 /// 64 KiB had a window of 1 MiB mapped, and once the windows had taken

@@ -282,9 +282,77 @@ fn sg_write(f: &OpenFile, offset: u64, data: &[u8]) -> Res<usize> {
     Ok(done)
 }
 
+/// Whether the served directory's name still leads to the served
+/// directory. Programs find their files by that name, and the server
+/// resolves them from the directory it was given, wherever it went: after
+/// `mv DIR DIR.moved` (or `rm -r DIR; mkdir DIR`), `cat DIR/f` read the
+/// moved file where natively it fails, and files made in the new `DIR`
+/// went into the moved one. While the name leads elsewhere, names are
+/// refused with `EXDEV` and the library leaves each call to the kernel,
+/// as for a name out of the tree; a directory moved back is served again.
+///
+/// The name is looked up again only after something changed along it:
+/// an `inotify` watch on each directory above the served one reports its
+/// entries created, removed and renamed, and is read (without waiting)
+/// before each call by name. The kernel queues the event before the
+/// rename or removal returns, so a call made after it finds it. Without
+/// the watches (`inotify` unavailable, or out of watches), and while the
+/// name leads elsewhere, the name is looked up before every call.
+struct RootName {
+    name: std::path::PathBuf,
+    /// The served directory's device and inode.
+    id: (u64, u64),
+    watch: Option<OwnedFd>,
+    moved: bool,
+}
+
+impl RootName {
+    fn new(name: &Path, root: &OwnedFd) -> std::io::Result<RootName> {
+        let st = rustix::fs::fstat(root).map_err(crate::error::io_err)?;
+        // By its absolute name, as programs name it (and the server may
+        // not stay in the directory it was started in).
+        let name = std::fs::canonicalize(name)?;
+        let watch = Self::watch_above(&name);
+        Ok(RootName { name, id: (st.st_dev as u64, st.st_ino as u64), watch, moved: false })
+    }
+
+    /// An `inotify` descriptor watching the entries of every directory
+    /// above `name`, or `None` if any cannot be watched.
+    fn watch_above(name: &Path) -> Option<OwnedFd> {
+        use rustix::fs::inotify::{self, CreateFlags, WatchFlags};
+        let fd = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK).ok()?;
+        let what = WatchFlags::CREATE | WatchFlags::DELETE | WatchFlags::MOVED_FROM | WatchFlags::MOVED_TO | WatchFlags::DELETE_SELF | WatchFlags::MOVE_SELF | WatchFlags::ONLYDIR;
+        for above in name.ancestors().skip(1) {
+            inotify::add_watch(&fd, above, what).ok()?;
+        }
+        Some(fd)
+    }
+
+    /// Whether the name now leads elsewhere than to the served directory.
+    fn moved(&mut self) -> bool {
+        let mut look = self.moved || self.watch.is_none();
+        if let Some(fd) = &self.watch {
+            let mut events = [0u8; 4096];
+            while let Ok(n) = rustix::io::read(fd, &mut events) {
+                if n == 0 {
+                    break;
+                }
+                look = true;
+            }
+        }
+        if look {
+            let now = rustix::fs::stat(&self.name).ok().map(|st| (st.st_dev, st.st_ino));
+            self.moved = now != Some(self.id);
+        }
+        self.moved
+    }
+}
+
 /// Serves files under a root directory to emulated programs.
 pub struct EmulServer {
     root: OwnedFd,
+    /// Whether `root`'s name still leads to it.
+    root_name: RootName,
     set: PortSet,
     main: MemberId,
     /// Open files by hold, and by id (shared with handlers).
@@ -390,8 +458,10 @@ impl EmulServer {
         let main = set.insert(rx);
         let euid = rustix::process::geteuid().as_raw();
         let budget = FileBudget::now();
+        let root_name = RootName::new(root, &dir)?;
         let srv = EmulServer {
             budget,
+            root_name,
             root: dir,
             set,
             main,
@@ -649,7 +719,11 @@ impl EmulServer {
         if let Some(counter) = counter {
             counter.fetch_add(1, Ordering::Relaxed);
         }
+        let by_name = matches!(m.op(), OP_EMUL_OPEN | OP_EMUL_STAT | OP_EMUL_UNLINK | OP_EMUL_RENAME | OP_EMUL_MKDIR | OP_EMUL_TRUNCATE_NAME);
         let step = match m.op() {
+            // The served directory's name leads elsewhere: names under it
+            // are the kernel's (`RootName`).
+            _ if by_name && self.root_name.moved() => Step::Now(Err(Errno::XDEV)),
             // Over a channel, an open's descriptors go on it just before
             // the answer; by a reply right, in an envelope.
             OP_EMUL_OPEN => {

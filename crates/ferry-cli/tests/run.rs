@@ -919,6 +919,45 @@ fn ferry_run_another_user_s_supplementary_groups_count_like_native() {
     assert_eq!(served, native);
 }
 
+/// A program run as another user than the server's, which may not search
+/// a directory above the served one, reaches no file under it, as
+/// natively (`EACCES`): the server resolved names from the directory it
+/// was given, checking only the directories beneath it, so such a user
+/// read, wrote and created files there. The same program moved to a
+/// directory it may search is served as before.
+#[test]
+fn ferry_run_another_user_who_may_not_reach_the_served_directory_is_refused_like_native() {
+    let root = Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout == b"0\n");
+    let setpriv = Command::new("sh").args(["-c", "command -v setpriv"]).output().is_ok_and(|o| o.status.success());
+    if !root || !setpriv {
+        eprintln!("skipped ferry_run_another_user_who_may_not_reach_the_served_directory_is_refused_like_native: needs root and setpriv");
+        return;
+    }
+    let top = scratch("unreachable");
+    let served = top.join("closed/d");
+    let d = served.to_str().unwrap().to_owned();
+    let script = format!(
+        "setpriv --reuid=65534 --regid=65534 --clear-groups sh -c 'cat {d}/f; echo more >> {d}/f; touch {d}/new; ls {d}; echo closed $?' 2>&1; \
+         chmod 755 {d}/..; setpriv --reuid=65534 --regid=65534 --clear-groups sh -c 'cat {d}/f; echo more >> {d}/f; touch {d}/new; echo open $?' 2>&1; \
+         chmod 700 {d}/..; cat {d}/f; ls {d}"
+    );
+    let run = |under: bool| {
+        let _ = std::fs::remove_dir_all(top.join("closed"));
+        std::fs::create_dir_all(&served).unwrap();
+        std::fs::write(served.join("f"), b"hi\n").unwrap();
+        Command::new("chmod").args(["666", &format!("{d}/f")]).status().unwrap();
+        Command::new("chmod").args(["777", &d]).status().unwrap();
+        Command::new("chmod").args(["700", &format!("{d}/..")]).status().unwrap();
+        let out = if under { ferry_run(&d, &["sh", "-c", &script]) } else { Command::new("sh").args(["-c", &script]).output().unwrap() };
+        format!("{}--- {}", String::from_utf8_lossy(&out.stdout).replace("Permission denied", "EACCES"), out.status)
+    };
+    let native = run(false);
+    let under = run(true);
+    let _ = std::fs::remove_dir_all(&top);
+    assert!(native.contains("closed 2") && native.contains("open 0"), "{native}");
+    assert_eq!(under, native);
+}
+
 /// A program run as root that takes another user's effective ids to act
 /// for that user (`setegid`, `seteuid`, as daemons do before touching a
 /// user's files) is served as that user, as the kernel checks it

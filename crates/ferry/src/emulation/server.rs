@@ -328,6 +328,22 @@ impl RootName {
         Some(fd)
     }
 
+    /// Whether `who` may reach the served directory by its name: search
+    /// every directory on the way (and the served one itself), as the
+    /// kernel checks a program's names. Names are resolved from the
+    /// served directory, beneath which the kernel checks each directory as
+    /// the asker; above it, nothing was checked, and a user who may not
+    /// search a directory there read and wrote the files under it. Asked
+    /// only for an asker the server acts as another for (another user, or
+    /// other groups or capabilities): one lookup of the name.
+    fn reachable_by(&self, euid: u32, who: &Asker) -> bool {
+        if who.uid == euid && !who.switch && who.caps.is_none() {
+            return true;
+        }
+        let look = || rustix::fs::accessat(rustix::fs::CWD, &self.name, rustix::fs::Access::EXEC_OK, AtFlags::EACCESS);
+        matches!(as_asker(euid, who, look), Ok(Ok(())))
+    }
+
     /// Whether the name now leads elsewhere than to the served directory.
     fn moved(&mut self) -> bool {
         let mut look = self.moved || self.watch.is_none();
@@ -724,6 +740,9 @@ impl EmulServer {
             // The served directory's name leads elsewhere: names under it
             // are the kernel's (`RootName`).
             _ if by_name && self.root_name.moved() => Step::Now(Err(Errno::XDEV)),
+            // Nor for an asker who may not reach it by its name: the
+            // kernel refuses the call, as natively.
+            _ if by_name && !self.root_name.reachable_by(self.euid, &who) => Step::Now(Err(Errno::XDEV)),
             // Over a channel, an open's descriptors go on it just before
             // the answer; by a reply right, in an envelope.
             OP_EMUL_OPEN => {

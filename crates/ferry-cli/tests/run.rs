@@ -958,6 +958,26 @@ fn ferry_run_another_user_who_may_not_reach_the_served_directory_is_refused_like
     assert_eq!(under, native);
 }
 
+/// A program in a user namespace of its own (`unshare -r`, as an
+/// unprivileged user) holds capabilities there that give it nothing over
+/// the files of users the namespace does not map, as natively: the server
+/// (run by root) read the capabilities the kernel reports for it and acted
+/// with them, so such a user read and overwrote root's private files.
+#[test]
+fn ferry_run_a_program_in_a_user_namespace_of_its_own_gains_no_capability_like_native() {
+    let root = Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout == b"0\n");
+    let can = Command::new("setpriv").args(["--reuid=65534", "--regid=65534", "--clear-groups", "unshare", "-r", "true"]).status().is_ok_and(|s| s.success());
+    if !root || !can {
+        eprintln!("skipped ferry_run_a_program_in_a_user_namespace_of_its_own_gains_no_capability_like_native: needs root, setpriv and user namespaces");
+        return;
+    }
+    let script = "echo secret > s && chmod 600 s && echo mine > m && chown 65534:65534 m && chmod 000 m && chmod 777 . && \
+                  setpriv --reuid=65534 --regid=65534 --clear-groups unshare -r sh -c 'cat s; echo over > s; cat m; echo mine2 > m; echo new > n; ls -n n | cut -d\" \" -f3; mkdir dd; echo ns $?' 2>&1; cat s";
+    let (native, served) = native_and_served("userns", script, "ls -ln | cut -d' ' -f1,3,4,9");
+    assert!(native.contains("Permission denied") && native.contains("secret"), "{native}");
+    assert_eq!(served, native);
+}
+
 /// A program run as root that takes another user's effective ids to act
 /// for that user (`setegid`, `seteuid`, as daemons do before touching a
 /// user's files) is served as that user, as the kernel checks it

@@ -396,6 +396,9 @@ pub struct EmulServer {
     groups: Arc<[u32]>,
     /// The server's effective capabilities (raw bits) when it started.
     capabilities: u64,
+    /// The server's user namespace (device and inode of its
+    /// `/proc/self/ns/user`), if the kernel says.
+    user_namespace: Option<(u64, u64)>,
     counters: Arc<Counters>,
 }
 
@@ -493,6 +496,7 @@ impl EmulServer {
             egid: rustix::process::getegid().as_raw(),
             groups: own_groups(),
             capabilities: files::own_effective_capabilities(),
+            user_namespace: user_namespace_of("self"),
             counters: Arc::default(),
         };
         Ok((srv, tx))
@@ -721,6 +725,22 @@ impl EmulServer {
         // it made were of the server's gid.
         let switch = c.uid != self.euid || (mine != 0 && (c.gid != self.egid || !same_groups(&groups, &self.groups)));
         let caps = if c.uid == self.euid && switch { Some(caps.unwrap_or(mine)) } else { caps };
+        // An asker in another user namespace holds its capabilities in
+        // that namespace, where they count only over the files of the
+        // users it maps, which the server cannot weigh: its names are the
+        // kernel's (`EXDEV`, below), and whatever else it asks is done
+        // with no capability. Acting with them, a server run by root let
+        // an unprivileged user in a namespace of its own (`unshare -r`)
+        // read and overwrite root's private files. Asked only by a server
+        // that holds capabilities (one that holds none lends none) of an
+        // asker that would be served with some: without any, its calls
+        // are weighed by its ids alone, as the kernel weighs them.
+        let lent = match caps {
+            Some(theirs) => theirs != 0,
+            None => c.uid == self.euid,
+        };
+        let foreign = mine != 0 && lent && self.user_namespace.is_some() && user_namespace_of(&c.pid.to_string()) != self.user_namespace;
+        let (switch, caps) = if foreign { (true, Some(0)) } else { (switch, caps) };
         let who = Asker { pid: c.pid, uid: c.uid, gid: c.gid, groups, switch, caps };
         let uid = who.uid;
         let body = m.body().to_vec();
@@ -739,7 +759,7 @@ impl EmulServer {
         let step = match m.op() {
             // The served directory's name leads elsewhere: names under it
             // are the kernel's (`RootName`).
-            _ if by_name && self.root_name.moved() => Step::Now(Err(Errno::XDEV)),
+            _ if by_name && (foreign || self.root_name.moved()) => Step::Now(Err(Errno::XDEV)),
             // Nor for an asker who may not reach it by its name: the
             // kernel refuses the call, as natively.
             _ if by_name && !self.root_name.reachable_by(self.euid, &who) => Step::Now(Err(Errno::XDEV)),
@@ -1258,6 +1278,15 @@ fn lookup_name(name: &str) -> &str {
     } else {
         name
     }
+}
+
+/// The user namespace of the process `pid` (`self` for the server) as the
+/// device and inode of its `/proc/PID/ns/user`; `None` when it cannot be
+/// read (the process is gone, or another user's to a server not run by
+/// root).
+fn user_namespace_of(pid: &str) -> Option<(u64, u64)> {
+    let st = rustix::fs::stat(format!("/proc/{pid}/ns/user").as_str()).ok()?;
+    Some((st.st_dev, st.st_ino))
 }
 
 /// Runs `f` with the asker's file-system identity: directly when the server

@@ -1757,6 +1757,9 @@ fn lock_from_the_offset(fd: c_int, cmd: c_int, arg: c_ulong, real: unsafe extern
     if !matches!(cmd, libc::F_GETLK | libc::F_SETLK | libc::F_SETLKW | libc::F_OFD_GETLK | libc::F_OFD_SETLK | libc::F_OFD_SETLKW) || arg == 0 {
         return None;
     }
+    // Any other descriptor's lock is the kernel's alone (a bad pointer
+    // its EFAULT): nothing of the caller's is read for it.
+    state::get(fd)?;
     let asked = arg as *mut libc::flock;
     // SAFETY: the lock commands' argument is the caller's `struct flock`,
     // not null (the call's contract).

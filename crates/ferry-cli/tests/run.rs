@@ -978,6 +978,40 @@ fn ferry_run_a_program_in_a_user_namespace_of_its_own_gains_no_capability_like_n
     assert_eq!(served, native);
 }
 
+/// Under a server not run by root, a program in a user namespace of its
+/// own (`unshare -r`) is root there, with capabilities over its own
+/// user's files, as natively: it reads its file of mode 000. Served as its
+/// user with no capability, it was refused.
+#[test]
+fn ferry_run_a_program_in_a_user_namespace_keeps_its_capabilities_there_like_native() {
+    let root = Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout == b"0\n");
+    let can = Command::new("setpriv").args(["--reuid=65534", "--regid=65534", "--clear-groups", "unshare", "-r", "true"]).status().is_ok_and(|s| s.success());
+    if !root || !can {
+        eprintln!("skipped ferry_run_a_program_in_a_user_namespace_keeps_its_capabilities_there_like_native: needs root, setpriv and user namespaces");
+        return;
+    }
+    let dir = scratch("userns-own");
+    let d = dir.to_str().unwrap().to_owned();
+    let script = format!("unshare -r sh -c 'cat {d}/m; echo again > {d}/m; cat {d}/m; chmod 600 {d}/m; echo ns $?' 2>&1; stat -c %a {d}/m");
+    let run = |under: bool| {
+        std::fs::write(dir.join("m"), b"mine\n").unwrap();
+        Command::new("chown").args(["-R", "65534:65534", &d]).status().unwrap();
+        Command::new("chmod").args(["000", &format!("{d}/m")]).status().unwrap();
+        let mut cmd = Command::new("setpriv");
+        cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"]);
+        if under {
+            cmd.arg(env!("CARGO_BIN_EXE_ferry")).args(["run", "--files", &d, "--library"]).arg(library()).arg("--");
+        }
+        let out = cmd.args(["sh", "-c", &script]).env("HOME", &d).output().unwrap();
+        format!("{}{}--- {}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr), out.status)
+    };
+    let native = run(false);
+    let served = run(true);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(native.contains("mine\nagain\nns 0\n600"), "{native}");
+    assert_eq!(served, native);
+}
+
 /// A program run as root that takes another user's effective ids to act
 /// for that user (`setegid`, `seteuid`, as daemons do before touching a
 /// user's files) is served as that user, as the kernel checks it

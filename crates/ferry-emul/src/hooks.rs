@@ -2312,8 +2312,10 @@ pub unsafe extern "C" fn chroot(path: *const c_char) -> c_int {
 
 /// `unshare(2)`. A process that takes a mount namespace of its own
 /// (`CLONE_NEWNS`) may mount other file systems under the served
-/// directory, which the server, in its own namespace, does not see: its
-/// names are the kernel's from then on (`state::mounts_changed`). The
+/// directory, which the server, in its own namespace, does not see, and
+/// one in a user namespace of its own (`CLONE_NEWUSER`) holds
+/// capabilities there that only its kernel weighs: its names are the
+/// kernel's from then on (`state::mounts_changed`). The
 /// library went on serving them, so files written under a program's own
 /// mount went to the directory beneath it.
 #[no_mangle]
@@ -2321,7 +2323,7 @@ pub unsafe extern "C" fn unshare(flags: c_int) -> c_int {
     let e = enter().and_then(|_b| emul());
     // SAFETY: the caller's argument, passed on unchanged to the C library's own function.
     let r = unsafe { real::unshare()(flags) };
-    if r == 0 && flags & libc::CLONE_NEWNS != 0 {
+    if r == 0 && flags & (libc::CLONE_NEWNS | libc::CLONE_NEWUSER) != 0 {
         if let (Some(e), Some(_b)) = (e, enter()) {
             state::mounts_changed(e);
         }
@@ -2329,15 +2331,16 @@ pub unsafe extern "C" fn unshare(flags: c_int) -> c_int {
     r
 }
 
-/// `setns(2)`. Into another mount namespace (`CLONE_NEWNS`, or any kind
-/// with `nstype` 0 or a process's descriptor): names are served only
-/// while it is the server's, as after `unshare`.
+/// `setns(2)`. Into another mount or user namespace (`CLONE_NEWNS`,
+/// `CLONE_NEWUSER`, or any kind with `nstype` 0 or a process's
+/// descriptor): names are served only while both are the server's, as
+/// after `unshare`.
 #[no_mangle]
 pub unsafe extern "C" fn setns(fd: c_int, nstype: c_int) -> c_int {
     let e = enter().and_then(|_b| emul());
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     let r = unsafe { real::setns()(fd, nstype) };
-    if r == 0 && (nstype == 0 || nstype & libc::CLONE_NEWNS != 0) {
+    if r == 0 && (nstype == 0 || nstype & (libc::CLONE_NEWNS | libc::CLONE_NEWUSER) != 0) {
         if let (Some(e), Some(_b)) = (e, enter()) {
             state::mounts_changed(e);
         }

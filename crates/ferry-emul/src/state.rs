@@ -33,6 +33,9 @@ pub struct Emul {
     /// The mount namespace the server resolves names in, as announced
     /// ([`ferry::emulation::ENV_MOUNTS`]) when the emulation was set up.
     pub mounts: Option<String>,
+    /// The user namespace the server acts in, as announced
+    /// ([`ferry::emulation::ENV_USERS`]) when the emulation was set up.
+    pub users: Option<String>,
 }
 
 /// Bytes per window unless `FERRY_EMUL_WINDOW` says otherwise: 1 MiB,
@@ -47,8 +50,8 @@ static COUNT: AtomicUsize = AtomicUsize::new(0);
 /// Set once a `chroot` has taken the served directory's name away from
 /// it: no name is served from then on.
 static NAMES_GONE: AtomicBool = AtomicBool::new(false);
-/// Set while the process is in another mount namespace than the server's:
-/// no name is served meanwhile (see [`mounts_changed`]).
+/// Set while the process is in another mount or user namespace than the
+/// server's: no name is served meanwhile (see [`mounts_changed`]).
 static OTHER_MOUNTS: AtomicBool = AtomicBool::new(false);
 
 /// [`BUSY`]: this thread is not inside the library.
@@ -228,7 +231,7 @@ pub fn emul() -> Option<&'static Emul> {
         unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork_in_parent), Some(after_fork_in_child)) };
         let populate = std::env::var("FERRY_EMUL_POPULATE").is_ok_and(|v| v == "1");
         let root_id = identity(&root);
-        let e = Emul { client, root, window, populate, fileno_patch: crate::hooks::check_fileno_patch(), root_id, mounts: std::env::var(ferry::emulation::ENV_MOUNTS).ok() };
+        let e = Emul { client, root, window, populate, fileno_patch: crate::hooks::check_fileno_patch(), root_id, mounts: std::env::var(ferry::emulation::ENV_MOUNTS).ok(), users: std::env::var(ferry::emulation::ENV_USERS).ok() };
         mounts_changed(&e);
         Some(e)
     })
@@ -259,8 +262,16 @@ pub fn root_changed(e: &Emul) {
 /// kernel's until the process is back in the server's namespace;
 /// descriptors opened before stay served, as the kernel keeps them open.
 /// When either namespace is unknown, names are served as before.
+///
+/// The same goes for a user namespace (`unshare -r`, `CLONE_NEWUSER`):
+/// there the process holds capabilities over the files of the users the
+/// namespace maps, which only its own kernel weighs. Served as its user
+/// with none, a program that `unshare -r` made root of its namespace was
+/// refused its own user's files of mode 000, which natively it reads (a
+/// server run by root refuses such a program's names itself).
 pub fn mounts_changed(e: &Emul) {
-    let other = e.mounts.as_ref().is_some_and(|server| ferry::emulation::mount_namespace().is_some_and(|own| own != *server));
+    let differs = |server: &Option<String>, own: fn() -> Option<String>| server.as_ref().is_some_and(|server| own().is_some_and(|own| own != *server));
+    let other = differs(&e.mounts, ferry::emulation::mount_namespace) || differs(&e.users, ferry::emulation::user_namespace);
     OTHER_MOUNTS.store(other, Ordering::Relaxed);
 }
 

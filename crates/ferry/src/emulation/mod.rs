@@ -156,6 +156,20 @@ pub const ENV_HANDOFF: &str = "FERRY_EMUL_HANDOFF";
 /// kernel's.
 pub const ENV_MOUNTS: &str = "FERRY_EMUL_MOUNTS";
 
+/// Environment variable naming the user namespace the server acts in
+/// (see [`user_namespace`]): a program in another one holds its
+/// capabilities there, over the files of the users it maps, which only
+/// its own kernel weighs, so its names are the kernel's.
+pub const ENV_USERS: &str = "FERRY_EMUL_USERS";
+
+/// The user namespace this process is in, as the device and inode of
+/// `/proc/self/ns/user` written `dev:ino` (the form [`ENV_USERS`] holds);
+/// `None` when the kernel cannot say (no `/proc`).
+pub fn user_namespace() -> Option<String> {
+    let st = rustix::fs::stat("/proc/self/ns/user").ok()?;
+    Some(format!("{}:{}", st.st_dev, st.st_ino))
+}
+
 /// The mount namespace this process is in, as the device and inode of
 /// `/proc/self/ns/mnt` written `dev:ino` (the form [`ENV_MOUNTS`] holds);
 /// `None` when the kernel cannot say (no `/proc`).
@@ -164,14 +178,17 @@ pub fn mount_namespace() -> Option<String> {
     Some(format!("{}:{}", st.st_dev, st.st_ino))
 }
 
-/// Announces in `cmd`'s environment ([`ENV_MOUNTS`]) the mount namespace
-/// of this process, where the server is expected to resolve names (the
-/// one `ferry run` and its server share), or that it is unknown.
-fn announce_mount_namespace(cmd: &mut std::process::Command) {
-    match mount_namespace() {
-        Some(ns) => cmd.env(ENV_MOUNTS, ns),
-        None => cmd.env_remove(ENV_MOUNTS),
-    };
+/// Announces in `cmd`'s environment the mount and user namespaces of
+/// this process ([`ENV_MOUNTS`], [`ENV_USERS`]), where the server is
+/// expected to resolve names and act (the ones `ferry run` and its server
+/// share), or that either is unknown.
+fn announce_namespaces(cmd: &mut std::process::Command) {
+    for (name, ns) in [(ENV_MOUNTS, mount_namespace()), (ENV_USERS, user_namespace())] {
+        match ns {
+            Some(ns) => cmd.env(name, ns),
+            None => cmd.env_remove(name),
+        };
+    }
 }
 
 /// Token states (low two bits of the token word).
@@ -406,8 +423,8 @@ pub const INHERITED_AT: i32 = 1000;
 
 /// Prepares `cmd` to run emulated: the program inherits a copy of
 /// `server` at [`INHERITED_AT`] (announced in [`ENV_FD`]), `root` is
-/// announced in [`ENV_ROOT`] and this process's mount namespace in
-/// [`ENV_MOUNTS`], and `library` (the `ferry-emul` preload
+/// announced in [`ENV_ROOT`] and this process's mount and user
+/// namespaces in [`ENV_MOUNTS`] and [`ENV_USERS`], and `library` (the `ferry-emul` preload
 /// library) is put first in `LD_PRELOAD`. `root` should be absolute and
 /// canonical: names are matched against it as the program spells them
 /// after `.` and `..` are taken out.
@@ -429,7 +446,7 @@ pub fn prepare_command(
         preload.push(old);
     }
     cmd.env("LD_PRELOAD", preload).env(ENV_ROOT, root).env(ENV_FD, INHERITED_AT.to_string());
-    announce_mount_namespace(cmd);
+    announce_namespaces(cmd);
     Ok(())
 }
 
@@ -437,8 +454,9 @@ pub fn prepare_command(
 /// through the process port (start it with
 /// [`crate::process::spawn_with_hand_off`] and answer with
 /// [`crate::process::HandOff::hand`]): the preload library at `library`
-/// in `LD_PRELOAD`, files under `root` served (names as this process's
-/// mount namespace sees them, [`ENV_MOUNTS`]), and the right asked for at
+/// in `LD_PRELOAD`, files under `root` served (to programs in this
+/// process's mount and user namespaces, [`ENV_MOUNTS`], [`ENV_USERS`]),
+/// and the right asked for at
 /// its first file call and placed at [`INHERITED_AT`], where the programs
 /// it starts inherit it. Nothing is inherited from the caller.
 pub fn prepare_command_for_hand_off(cmd: &mut std::process::Command, root: &std::path::Path, library: &std::path::Path) {
@@ -448,5 +466,5 @@ pub fn prepare_command_for_hand_off(cmd: &mut std::process::Command, root: &std:
         preload.push(old);
     }
     cmd.env("LD_PRELOAD", preload).env(ENV_ROOT, root).env(ENV_FD, INHERITED_AT.to_string()).env(ENV_HANDOFF, "1");
-    announce_mount_namespace(cmd);
+    announce_namespaces(cmd);
 }

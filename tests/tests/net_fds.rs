@@ -6,17 +6,12 @@ mod common;
 
 use std::time::Duration;
 
-use common::watchdog;
+use common::{loopback_node as node, watchdog};
 use ferry::{Item, Message, Timeout};
-use ferry_net::{Identity, Node, NodeConfig, Peer};
+use ferry_net::Identity;
 
 const WAIT: Timeout = Timeout::After(Duration::from_secs(10));
 
-fn node(me: &Identity, peer: &Identity, name: &str) -> Node {
-    let mut c = NodeConfig::new(me.clone(), vec![Peer { name: name.into(), cert: peer.cert.clone() }], "127.0.0.1:0".parse().unwrap());
-    c.op_timeout = Duration::from_secs(5);
-    Node::start(c).unwrap()
-}
 
 #[test]
 fn a_node_short_of_descriptors_refuses_rights_and_keeps_the_link() {

@@ -1705,6 +1705,7 @@ pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
     }
     r
 }
+
 /// `dup3(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
@@ -1721,6 +1722,10 @@ pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
     }
     r
 }
+
+/// `fcntl` and `fcntl64` (`real`): record locks placed from the open
+/// file's offset; duplicates, open-file-description locks and changes of
+/// the file's flags followed.
 fn fcntl_impl(fd: c_int, cmd: c_int, arg: c_ulong, real: unsafe extern "C" fn(c_int, c_int, c_ulong) -> c_int) -> c_int {
     // SAFETY: passes the caller's arguments through unchanged.
     let r = lock_from_the_offset(fd, cmd, arg, real).unwrap_or_else(|| unsafe { real(fd, cmd, arg) });

@@ -115,15 +115,8 @@ impl Out {
     pub(crate) async fn take_or_ask<F: std::future::Future<Output = ()>>(&self, n: usize, mut ask: impl FnMut() -> F) -> Result<(), Closed> {
         // Most takes find the credit there: taken without joining the
         // list of waiters for a change.
-        {
-            let mut s = self.state.lock().unwrap();
-            if s.closed {
-                return Err(Closed);
-            }
-            if s.avail >= n as u64 {
-                s.avail -= n as u64;
-                return Ok(());
-            }
+        if let Some(done) = Self::take_now(&mut self.state.lock().unwrap(), n) {
+            return done;
         }
         let mut counted = None;
         loop {
@@ -134,12 +127,8 @@ impl Out {
             changed.as_mut().enable();
             let asking = {
                 let mut s = self.state.lock().unwrap();
-                if s.closed {
-                    return Err(Closed);
-                }
-                if s.avail >= n as u64 {
-                    s.avail -= n as u64;
-                    return Ok(());
+                if let Some(done) = Self::take_now(&mut s, n) {
+                    return done;
                 }
                 let asking = n > SMALL && !s.asked;
                 s.asked |= asking;
@@ -151,6 +140,19 @@ impl Out {
             counted.get_or_insert_with(|| Waiting::new(self));
             changed.await;
         }
+    }
+
+    /// Takes `n` bytes of credit if the stream has them (`Some(Ok)`), or
+    /// says it is closed (`Some(Err)`); `None`: wait for more.
+    fn take_now(s: &mut OutState, n: usize) -> Option<Result<(), Closed>> {
+        if s.closed {
+            return Some(Err(Closed));
+        }
+        if s.avail < n as u64 {
+            return None;
+        }
+        s.avail -= n as u64;
+        Some(Ok(()))
     }
 
     /// Whether a sender waits for credit on the stream now.

@@ -343,6 +343,15 @@ pub fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
     panic!("gave up waiting for {what}");
 }
 
+/// A node on loopback for identity `me` that trusts `peer` under the name
+/// `name`, with a 5 s operation timeout.
+pub fn loopback_node(me: &ferry_net::Identity, peer: &ferry_net::Identity, name: &str) -> ferry_net::Node {
+    let peers = vec![ferry_net::Peer { name: name.into(), cert: peer.cert.clone() }];
+    let mut c = ferry_net::NodeConfig::new(me.clone(), peers, SocketAddr::from(([127, 0, 0, 1], 0)));
+    c.op_timeout = Duration::from_secs(5);
+    ferry_net::Node::start(c).unwrap()
+}
+
 /// Host `a` trusting only host `m`, a peer the test plays by hand with
 /// [`dial`] (3 s idle timeout, `op_timeout` per operation): the node, its
 /// identity and `m`'s.

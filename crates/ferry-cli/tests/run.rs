@@ -45,6 +45,23 @@ fn library() -> PathBuf {
     .clone()
 }
 
+/// `ferry` where another user may run it: beside [`library`]'s copy (the
+/// build directory may sit below directories other users cannot enter;
+/// `setpriv` still starts a program there, but `ferry run` then fails to
+/// start its server from it).
+fn ferry_for_other_users() -> PathBuf {
+    static LINK: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    LINK.get_or_init(|| {
+        let lib = library();
+        let ferry = lib.parent().expect("the library's directory").join("ferry");
+        if std::fs::hard_link(env!("CARGO_BIN_EXE_ferry"), &ferry).is_err() {
+            std::fs::copy(env!("CARGO_BIN_EXE_ferry"), &ferry).expect("copy ferry");
+        }
+        ferry
+    })
+    .clone()
+}
+
 /// Process ids whose command line contains `needle`.
 fn processes_with(needle: &str) -> Vec<u32> {
     let mut found = Vec::new();
@@ -1000,7 +1017,7 @@ fn ferry_run_a_program_in_a_user_namespace_keeps_its_capabilities_there_like_nat
         let mut cmd = Command::new("setpriv");
         cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"]);
         if under {
-            cmd.arg(env!("CARGO_BIN_EXE_ferry")).args(["run", "--files", &d, "--library"]).arg(library()).arg("--");
+            cmd.arg(ferry_for_other_users()).args(["run", "--files", &d, "--library"]).arg(library()).arg("--");
         }
         let out = cmd.args(["sh", "-c", &script]).env("HOME", &d).output().unwrap();
         format!("{}{}--- {}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr), out.status)

@@ -1403,8 +1403,11 @@ fn apply_event(c: &Arc<Conn>, st: &mut State, sh: Option<&Arc<Shared>>, e: Event
             // Within the node's descriptors, the port's owner may still
             // be past its share of them: then too they arrive dead.
             let short = short.or_else(|| {
+                if proxies == 0 {
+                    return None;
+                }
                 let mine = st.proxy_owners.of(owner) * FDS_PER_ITEM + st.remote_regions.values().filter(|(_, o)| *o == owner).count();
-                if proxies > 0 { fds_over_share(proxies * FDS_PER_ITEM, mine, owner) } else { None }
+                fds_over_share(proxies * FDS_PER_ITEM, mine, owner)
             });
             for i in items {
                 let i = match i {

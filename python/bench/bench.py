@@ -29,11 +29,13 @@ describing the machine.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import multiprocessing as mp
 import os
 import pickle
 import platform
+import shutil
 import statistics
 import sys
 import tempfile
@@ -424,6 +426,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--case", choices=["oneshot", "roundtrip", "all"], default="all")
     args = ap.parse_args(argv)
     private = _bootstrap_env()
+    if private is not None:
+        # The private name server's directory goes with the run.
+        atexit.register(shutil.rmtree, private, True)
     import ferry
 
     # This run's name server, on a thread of this process for the whole run.

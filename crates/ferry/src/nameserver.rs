@@ -759,7 +759,6 @@ impl NameServer {
     fn handle(&mut self, id: u32, msg: Message) -> Message {
         let Some(conn) = self.conns.get(&id) else { return refusal(Refusal::Denied) };
         let (spoke, peer) = (conn.spoke, conn.peer);
-        let unread = socket::queued_bytes(conn.sock.as_fd()).unwrap_or(0);
         let Some(cred) = msg.sender().or(peer) else { return refusal(Refusal::Denied) };
         if msg.op() == OP_HELLO {
             let reply = answer_hello::<protocol::Protocol>(msg);
@@ -775,7 +774,7 @@ impl NameServer {
                 "this name server speaks ferry.names version 3 (compatible with 2), which starts with a version check; this client speaks an older version",
             );
         }
-        protocol::Server(Requests { ns: self, cred, unread }).dispatch(msg, Route::Rpc).unwrap_or_else(|| refusal(Refusal::Denied))
+        protocol::Server(Requests { ns: self, cred, conn: id }).dispatch(msg, Route::Rpc).unwrap_or_else(|| refusal(Refusal::Denied))
     }
 
     /// Checks a registration of `name` in the caller's own scope
@@ -929,8 +928,8 @@ fn refusal(why: Refusal) -> Message {
 struct Requests<'a> {
     ns: &'a mut NameServer,
     cred: Cred,
-    /// Bytes of earlier replies on the connection its client has not read.
-    unread: usize,
+    /// The connection the request came on.
+    conn: u32,
 }
 
 /// Listings whose entries take more than this (estimated from above)
@@ -983,7 +982,8 @@ impl protocol::Service for Requests<'_> {
         // is not counted against the connection's queue (the message is),
         // so a client that asks again without reading its replies could
         // park any number of them there: at most one waits unread.
-        if self.unread > 0 {
+        let unread = self.ns.conns.get(&self.conn).map_or(0, |c| socket::queued_bytes(c.sock.as_fd()).unwrap_or(0));
+        if unread > 0 {
             return Err(Refusal::Refused("a long listing is sent only once this connection's earlier replies are read".into()));
         }
         let mut enc = Encoder::new();

@@ -384,7 +384,18 @@ struct Shared {
     /// Mappings and copies of the regions this node serves, per local
     /// user, across all of them ([`REGION_USES_PER_USER`]).
     region_uses: ferry::pager::SharedBudget,
+    /// The user each port this node serves for one is charged to ([`MadeFor`]).
+    made_for: MadeFor,
 }
+
+/// The ports this node made or took to serve for a local user, by key: the
+/// proxies of rights sent to that user's ports, and the ports a name
+/// server made for that user's lookups of an import. Their sockets are
+/// the node's (or the name server's), so `SO_PEERCRED` names root for a
+/// node run by root: a user that passed one on to another peer had that
+/// peer's traffic to it charged to root's shares there. Kept while the
+/// proxy serves.
+type MadeFor = Arc<Mutex<HashMap<Key, u32>>>;
 
 /// A right kept for an export.
 #[derive(Debug)]
@@ -512,6 +523,8 @@ struct Conn {
     /// Descriptors held by messages waiting to cross, by the user that sent
     /// them ([`FDS_WAITING_PER_USER`]).
     waiting_fds: Mutex<HashMap<u32, usize>>,
+    /// The node's ports served for users, all links' ([`MadeFor`]).
+    made_for: MadeFor,
 }
 
 /// Deliveries to one user's send-once rights from one peer that may wait
@@ -559,6 +572,7 @@ impl Node {
             counters: Arc::new(Counters::default()),
             gate: crate::gate::Gate::default(),
             region_uses: ferry::pager::SharedBudget::new(REGION_USES_PER_USER),
+            made_for: MadeFor::default(),
         });
         let (ep, sh) = (endpoint.clone(), shared.clone());
         rt.spawn(async move {
@@ -909,6 +923,7 @@ fn start_link(sh: Arc<Shared>, peer: String, conn: quinn::Connection, send: quin
         ins: Mutex::new(HashMap::new()),
         once_waits: Mutex::new(HashMap::new()),
         waiting_fds: Mutex::new(HashMap::new()),
+        made_for: sh.made_for.clone(),
         state: Mutex::new(State {
             link: {
                 let mut l = Link::new();
@@ -1452,7 +1467,7 @@ fn apply_event(c: &Arc<Conn>, st: &mut State, sh: Option<&Arc<Shared>>, e: Event
             let key = right.as_ref().and_then(|r| key_of(r.as_fd()).ok());
             if let Ok((f, store)) = st.link.answer_lookup(req, key) {
                 if let (Store::Keep(id), Some(r)) = (store, right) {
-                    keep_send(c, st, id, r);
+                    keep_send(c, st, id, r, key);
                 }
                 if let Frame::Found { cap: Some(Cap::Hosted(id)), .. } = f {
                     st.budgets.charge_ref(LOOKUPS, id);
@@ -1463,7 +1478,7 @@ fn apply_event(c: &Arc<Conn>, st: &mut State, sh: Option<&Arc<Shared>>, e: Event
         Event::Found { req, import } => {
             let waiter = st.lookups.remove(&req);
             let answer = match import {
-                Some(id) => match proxy_or_release(c, st, id, false, after) {
+                Some(id) => match proxy_or_release(c, st, id, false, None, after) {
                     Ok(Item::Send(s)) => {
                         st.proxy_owners.insert((key_of(s.as_fd()).ok(), id), UNKNOWN_OWNER);
                         Answer::Right(s)
@@ -1581,7 +1596,7 @@ fn incoming(c: &Arc<Conn>, st: &mut State, sh: Option<&Arc<Shared>>, i: Incoming
                 st.forget_if_gone(import);
                 return dead_name();
             }
-            let item = proxy_or_release(c, st, import, once, after)?;
+            let item = proxy_or_release(c, st, import, once, Some(owner), after)?;
             let key = match &item {
                 Item::Send(s) => key_of(s.as_fd()).ok(),
                 _ => None,
@@ -1605,9 +1620,13 @@ fn dead_name() -> io::Result<Item> {
     Ok(Item::Send(tx))
 }
 
-/// Keeps a send right for export `id` and watches it for death.
-fn keep_send(c: &Arc<Conn>, st: &mut State, id: u64, right: SendRight) {
-    let owner = owner_of(right.as_fd());
+/// Keeps a send right for export `id` (its port's `key`, if known) and
+/// watches it for death.
+fn keep_send(c: &Arc<Conn>, st: &mut State, id: u64, right: SendRight, key: Option<Key>) {
+    // A port this node serves for a user is that user's, whoever made its
+    // socket ([`MadeFor`]).
+    let made = key.and_then(|k| c.made_for.lock().unwrap().get(&k).copied());
+    let owner = made.unwrap_or_else(|| owner_of(right.as_fd()));
     let watch_right = right.try_clone();
     let right = match AsyncSendRight::new(right) {
         Ok(r) => Arc::new(r),
@@ -1645,8 +1664,8 @@ async fn watch_dead(c: std::sync::Weak<Conn>, id: u64, right: SendRight) {
 
 /// Makes a proxy, or if that fails here (out of descriptors), releases
 /// the reference at once so the peer's count stays right.
-fn proxy_or_release(c: &Arc<Conn>, st: &mut State, import: u64, once: bool, after: &mut After) -> io::Result<Item> {
-    make_proxy(c, st, import, once).inspect_err(|_| {
+fn proxy_or_release(c: &Arc<Conn>, st: &mut State, import: u64, once: bool, owner: Option<u32>, after: &mut After) -> io::Result<Item> {
+    make_proxy(c, st, import, once, owner).inspect_err(|_| {
         after.frames.extend(st.link.proxy_released(import, None));
         st.forget_if_gone(import);
     })
@@ -1654,8 +1673,9 @@ fn proxy_or_release(c: &Arc<Conn>, st: &mut State, import: u64, once: bool, afte
 
 /// Makes a proxy for import `import` (a port behind a send right, a reply
 /// receiver behind a send-once right) and starts its forwarding task;
-/// returns the local right to hand out.
-fn make_proxy(c: &Arc<Conn>, st: &mut State, import: u64, once: bool) -> io::Result<Item> {
+/// returns the local right to hand out. A send right's proxy made for
+/// user `owner` is that user's while it serves ([`MadeFor`]).
+fn make_proxy(c: &Arc<Conn>, st: &mut State, import: u64, once: bool, owner: Option<u32>) -> io::Result<Item> {
     if once {
         // A send-once right needs no port behind it: one socket pair,
         // registered once, is a proxy for its one message.
@@ -1668,7 +1688,20 @@ fn make_proxy(c: &Arc<Conn>, st: &mut State, import: u64, once: bool) -> io::Res
     let rx = AsyncReceiveRight::new(rx)?;
     let k = key_of(tx.as_fd())?;
     st.link.proxy_made(k, import);
-    tokio::spawn(forward(c.clone(), rx, import, k, st.kill_switch(import)));
+    let serve = forward(c.clone(), rx, import, k, st.kill_switch(import));
+    match owner {
+        Some(uid) => {
+            c.made_for.lock().unwrap().insert(k, uid);
+            let made_for = c.made_for.clone();
+            tokio::spawn(async move {
+                serve.await;
+                made_for.lock().unwrap().remove(&k);
+            });
+        }
+        None => {
+            tokio::spawn(serve);
+        }
+    }
     Ok(Item::Send(tx))
 }
 
@@ -1915,7 +1948,8 @@ impl Drop for Unused<'_> {
 /// A local right taken out of a message, waiting for the state machine to
 /// say whether to keep it.
 enum Taken {
-    Send(SendRight),
+    /// A send right, and its port's key (none for a dead name).
+    Send(SendRight, Option<Key>),
     Once(SendOnceRight),
     Region(MappedRegion),
     None,
@@ -1980,10 +2014,12 @@ impl Conn {
         st.link.proxy_made(key, import);
         st.proxy_owners.insert((Some(key), import), owner);
         *st.adopted.entry(owner).or_insert(0) += 1;
+        self.made_for.lock().unwrap().insert(key, owner);
         let kill = st.kill_switch(import);
         let c = self.clone();
         tokio::spawn(async move {
             forward(c.clone(), rx, import, key, kill).await;
+            c.made_for.lock().unwrap().remove(&key);
             let mut st = c.state.lock().unwrap();
             if let Some(n) = st.adopted.get_mut(&owner) {
                 *n -= 1;
@@ -2131,12 +2167,12 @@ impl Conn {
             match item {
                 Item::Send(s) if is_dead => {
                     outs.push(Outgoing::DeadSend);
-                    taken.push(Taken::Send(s));
+                    taken.push(Taken::Send(s, None));
                 }
                 Item::Send(s) => match key_of(s.as_fd()) {
                     Ok(k) => {
                         outs.push(Outgoing::Send(k));
-                        taken.push(Taken::Send(s));
+                        taken.push(Taken::Send(s, Some(k)));
                     }
                     Err(e) => return self.refuse(&mut m, Refusal::Failed, &e.to_string()),
                 },
@@ -2170,12 +2206,12 @@ impl Conn {
         }
         let reply = match m.take_reply() {
             Some(Reply::Send(s)) if s.is_dead() => {
-                taken.push(Taken::Send(s));
+                taken.push(Taken::Send(s, None));
                 Some(Outgoing::DeadSend)
             }
             Some(Reply::Send(s)) => match key_of(s.as_fd()) {
                 Ok(k) => {
-                    taken.push(Taken::Send(s));
+                    taken.push(Taken::Send(s, Some(k)));
                     Some(Outgoing::Send(k))
                 }
                 Err(e) => return self.drop_message(&e.to_string()),
@@ -2200,7 +2236,7 @@ impl Conn {
             };
             for (store, t) in stores.into_iter().zip(taken) {
                 match (store, t) {
-                    (Store::Keep(id), Taken::Send(s)) => keep_send(self, &mut st, id, s),
+                    (Store::Keep(id), Taken::Send(s, key)) => keep_send(self, &mut st, id, s, key),
                     (Store::Keep(id), Taken::Once(s)) => {
                         let owner = owner_of(s.as_fd());
                         st.held.insert(id, Held::Once { right: s, owner });

@@ -390,21 +390,25 @@ fn system_import(tag: &str) -> SystemImport {
 /// environment variable `role` and the name server at `boot`: the binary
 /// is copied into `dir`, where that user may run it.
 fn as_nobody(dir: &Path, boot: &Path, test: &str, role: &str) -> std::process::Output {
+    nobody_command(dir, boot, test, role, "svc@b").stdin(Stdio::null()).output().unwrap()
+}
+
+/// The command [`as_nobody`] runs, with `value` in `role`, for a caller
+/// that adds to it.
+fn nobody_command(dir: &Path, boot: &Path, test: &str, role: &str, value: &str) -> Command {
     use std::os::unix::fs::PermissionsExt;
     use std::os::unix::process::CommandExt;
     let copy = dir.join("as-another-user");
     std::fs::copy(std::env::current_exe().unwrap(), &copy).unwrap();
     std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
-    Command::new(&copy)
-        .args(["--exact", test, "--nocapture"])
-        .env(role, "svc@b")
+    let mut cmd = Command::new(&copy);
+    cmd.args(["--exact", test, "--nocapture"])
+        .env(role, value)
         .env("FERRY_BOOTSTRAP", boot)
         .current_dir("/")
         .uid(NOBODY)
-        .gid(NOBODY)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
+        .gid(NOBODY);
+    cmd
 }
 
 /// Set in the environment of this test binary run as another user's
@@ -1090,4 +1094,135 @@ fn a_user_flooding_the_daemons_services_leaves_others_lookups_served() {
     drop(daemon);
     let _ = std::fs::remove_dir_all(&dir);
     assert!(failed.is_empty(), "root's lookups failed while another user flooded: {failed:?}");
+}
+
+/// Set in the environment of this test binary run as another user's
+/// program: `IMPORT,VIA`, the names of two system imports.
+const PASSER: &str = "FERRY_NETD_TEST_PASSER";
+
+/// The other user's part of
+/// [`a_port_made_for_a_users_lookup_and_passed_on_is_charged_to_that_user`]:
+/// looks both names up (a port of its own each, made by the name server)
+/// and sends its right to the first through the second (op 21); says so,
+/// and holds its rights until its standard input ends.
+fn pass_on(names: &str) {
+    use std::io::Read;
+    let (import, via) = names.split_once(',').unwrap();
+    let mut bs = ferry::Bootstrap::connect().unwrap();
+    let (right, to) = (bs.lookup(import).unwrap(), bs.lookup(via).unwrap());
+    to.send(Message::new(21).with_item(ferry::Item::Send(right)), WAIT).unwrap();
+    println!("passed on as uid {}", rustix::process::getuid().as_raw());
+    std::io::stdin().read_to_end(&mut Vec::new()).unwrap();
+    drop(to);
+}
+
+/// The first line of `child`'s standard output (after the test harness's
+/// own) that contains `what`, or all it said if none does within a
+/// minute; the rest of its output is read and dropped meanwhile, so it
+/// never blocks on it.
+fn said_line(child: &mut std::process::Child, what: &str) -> String {
+    let lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut said = String::new();
+    while let Ok(line) = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+        if line.contains(what) {
+            return line;
+        }
+        said += &line;
+        said.push('\n');
+    }
+    said
+}
+
+/// The right in `m`, its one item, and whether it is a dead name.
+fn right_in(m: &mut Message) -> (ferry::SendRight, bool) {
+    match m.take_items().pop() {
+        Some(ferry::Item::Send(s)) => {
+            let dead = s.is_dead();
+            (s, dead)
+        }
+        other => panic!("not one send right: {other:?}"),
+    }
+}
+
+/// A port a system name server made for one user's lookup of a node's
+/// import is that user's: passed on by that user (nobody) to another peer,
+/// the traffic that peer sends to it counts against that user's shares
+/// here, not root's. Its socket is the name server's (root's), and it was
+/// charged to root: rights the peer sent to it took root's share of that
+/// peer's proxies, and a right sent to root's own port arrived dead.
+#[test]
+fn a_port_made_for_a_users_lookup_and_passed_on_is_charged_to_that_user() {
+    if let Ok(names) = std::env::var(PASSER) {
+        return pass_on(&names);
+    }
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped a_port_made_for_a_users_lookup_and_passed_on_is_charged_to_that_user: starting a process as another user needs root");
+        return;
+    }
+    let dir = fresh_dir("passed-on");
+    let boot = dir.join("bootstrap");
+    ferry::NameServer::bind_with_mode(&boot, 0o666).unwrap().spawn().unwrap();
+    let (ia, ib, ic) = (Identity::generate("a").unwrap(), Identity::generate("b").unwrap(), Identity::generate("c").unwrap());
+    let peers = vec![Peer { name: "b".into(), cert: ib.cert.clone() }, Peer { name: "c".into(), cert: ic.cert.clone() }];
+    let mut config = NodeConfig::new(ia.clone(), peers, "127.0.0.1:0".parse().unwrap());
+    config.max_proxies_per_peer = 16;
+    let a = Node::start(config).unwrap();
+    let (b, c) = (node(ib, "a", &ia), node(ic, "a", &ia));
+    a.connect("b", b.local_addr().unwrap()).unwrap();
+    a.connect("c", c.local_addr().unwrap()).unwrap();
+    let (mut svc, svc_tx) = ferry::port().unwrap();
+    b.export("svc", svc_tx);
+    let (mut sink, sink_tx) = ferry::port().unwrap();
+    c.export("sink", sink_tx);
+    // Both imports offered to every user, as `ferry-netd --system-names`
+    // offers them.
+    let (to_svc, to_sink) = (a.lookup("svc@b").unwrap(), a.lookup("sink@c").unwrap());
+    let mut names = ferry::Bootstrap::connect_to(&boot).unwrap();
+    names.register_system_service("svc@b", &to_svc).unwrap();
+    names.register_system_service("sink@c", &to_sink).unwrap();
+
+    let mut other = nobody_command(&dir, &boot, "a_port_made_for_a_users_lookup_and_passed_on_is_charged_to_that_user", PASSER, "svc@b,sink@c")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let said = said_line(&mut other, "passed on as uid");
+    assert!(said.contains(&format!("passed on as uid {NOBODY}")), "{said}");
+    let mut m = sink.recv(WAIT).unwrap();
+    assert_eq!(m.op(), 21);
+    let Some(ferry::Item::Send(passed)) = m.take_items().pop() else { panic!("no right in {m:?}") };
+
+    // Host c sends eight rights to the port passed on, each kept at b.
+    let mut kept = Vec::new();
+    let mut dead = 0;
+    for i in 0..8 {
+        let (rx, tx) = ferry::port().unwrap();
+        passed.send(Message::new(30 + i).with_item(ferry::Item::Send(tx)), WAIT).unwrap();
+        let mut m = svc.recv(WAIT).unwrap();
+        assert_eq!(m.op(), 30 + i);
+        let (right, is_dead) = right_in(&mut m);
+        dead += usize::from(is_dead);
+        kept.push((rx, right));
+    }
+    // Then one to a port of root's there: it arrives live.
+    let (mut mine, mine_tx) = ferry::port().unwrap();
+    to_sink.send(Message::new(22).with_item(ferry::Item::Send(mine_tx)), WAIT).unwrap();
+    let mut m = sink.recv(WAIT).unwrap();
+    let Some(ferry::Item::Send(to_mine)) = m.take_items().pop() else { panic!("no right in {m:?}") };
+    let (_rx, tx) = ferry::port().unwrap();
+    to_mine.send(Message::new(23).with_item(ferry::Item::Send(tx)), WAIT).unwrap();
+    let (_right, root_dead) = right_in(&mut mine.recv(WAIT).unwrap());
+    println!("of the eight rights sent to the port passed on, {dead} arrived dead; root's right arrived {}", if root_dead { "dead" } else { "live" });
+    drop(other.stdin.take());
+    let _ = other.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(!root_dead, "root's right arrived dead: the traffic to the other user's port took root's share of the peer's proxies");
+    assert!(dead > 0, "the other user's share of the peer's proxies held nothing back");
 }

@@ -11,10 +11,9 @@
 //! budgets, not the names, the table sizes, the traffic counters or other
 //! users' budgets.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
-use ferry::{Event, MemberId, Message, PortSet, ReceiveRight, RecvError, SendRight, Timeout};
+use ferry::{Event, Message, PortSet, ReceiveRight, RecvError, SendRight, Timeout};
 
 use crate::node::{LinkInfo, NetError, NetStats, Node, UserUsage};
 
@@ -163,16 +162,26 @@ pub const PORTS_PER_USER: usize = 64;
 /// lookup of it ([`ferry::Bootstrap::register_system_service`]), served
 /// together: a user who shuts down or fills its own right to the status
 /// server leaves every other user's working.
+///
+/// Each user's ports are a set of their own, and the sets (and the status
+/// port's, through which the name server hands over the ports) are served
+/// in turn, one query from each that has one: a user that keeps every
+/// port it may have full of queries holds another user's query up by one
+/// answer, not by one answer for each of its ports. With one set for all,
+/// root's query waited behind about one answer for every port the other
+/// user kept busy, about a second a query under a flood.
 #[derive(Debug)]
 pub struct Server {
-    set: PortSet,
-    main: MemberId,
+    /// The status port, in a set of its own.
+    main: PortSet,
     /// Whether the main port may still get messages.
     main_open: bool,
-    /// The user each added port was made for.
-    owner: HashMap<MemberId, u32>,
-    /// How many added ports each user has.
-    count: HashMap<u32, usize>,
+    /// The ports made for each user's lookups, a set for each user, in the
+    /// order they are served.
+    users: Vec<(u32, PortSet)>,
+    /// The set to serve first next time (0: the status port's, then each
+    /// user's), so that each is served in turn.
+    next: usize,
 }
 
 impl Server {
@@ -181,9 +190,17 @@ impl Server {
     /// # Errors
     /// The set's `epoll` cannot be made.
     pub fn new(port: ReceiveRight) -> std::io::Result<Server> {
-        let mut set = PortSet::new()?;
-        let main = set.insert(port);
-        Ok(Server { set, main, main_open: true, owner: HashMap::new(), count: HashMap::new() })
+        let mut main = PortSet::new()?;
+        main.insert(port);
+        Ok(Server { main, main_open: true, users: Vec::new(), next: 0 })
+    }
+
+    /// The set `i` (0: the status port's, then each user's).
+    fn set(&mut self, i: usize) -> &mut PortSet {
+        match i {
+            0 => &mut self.main,
+            i => &mut self.users[i - 1].1,
+        }
     }
 
     /// Answers status queries until `timeout` passes with none (or forever
@@ -192,9 +209,30 @@ impl Server {
     pub fn serve(&mut self, node: &Node, imports: &[String], timeout: Timeout) -> usize {
         let mut n = 0;
         loop {
-            match self.set.wait(timeout) {
-                Ok(Event::Message(id, mut m)) if id == self.main && ferry::bootstrap::ServicePort::is(&m) => self.adopt(&mut m),
-                Ok(Event::Message(_, mut m)) => {
+            // The next set in turn that has something: one event of it.
+            let sets = 1 + self.users.len();
+            let mut got = None;
+            for k in 0..sets {
+                let i = (self.next + k) % sets;
+                match self.set(i).wait(Timeout::Zero) {
+                    Ok(e) => {
+                        got = Some((i, e));
+                        break;
+                    }
+                    Err(RecvError::Timeout) | Err(RecvError::BadMessage(_)) => {}
+                    Err(_) => return n,
+                }
+            }
+            let Some((i, event)) = got else {
+                if !self.idle(timeout) {
+                    return n;
+                }
+                continue;
+            };
+            self.next = i + 1;
+            match event {
+                Event::Message(_, mut m) if i == 0 && ferry::bootstrap::ServicePort::is(&m) => self.adopt(&mut m),
+                Event::Message(_, mut m) => {
                     let asker = m.sender().map(|c| c.uid);
                     if let (QUERY, Some(reply)) = (m.op(), m.take_reply()) {
                         let body = Status::of(node, imports, asker).encode();
@@ -202,24 +240,47 @@ impl Server {
                         n += 1;
                     }
                 }
-                Ok(Event::NoSenders(id)) => {
-                    self.set.remove(id);
-                    if id == self.main {
+                Event::NoSenders(id) => {
+                    self.set(i).remove(id);
+                    if i == 0 {
                         self.main_open = false;
-                    } else if let Some(uid) = self.owner.remove(&id) {
-                        if let Some(c) = self.count.get_mut(&uid) {
-                            *c -= 1;
-                            if *c == 0 {
-                                self.count.remove(&uid);
-                            }
-                        }
+                    } else if self.users[i - 1].1.is_empty() {
+                        self.users.remove(i - 1);
                     }
-                    if !self.main_open && self.owner.is_empty() {
+                    if !self.main_open && self.users.is_empty() {
                         return n;
                     }
                 }
-                Ok(_) | Err(RecvError::BadMessage(_)) => continue,
-                Err(_) => return n,
+                _ => {}
+            }
+        }
+    }
+
+    /// Waits until a set may have something, or `timeout` passes (false).
+    fn idle(&mut self, timeout: Timeout) -> bool {
+        // Each set's registrations brought up to date before it is polled.
+        for i in 0..1 + self.users.len() {
+            if self.set(i).ready_fd().is_err() {
+                return false;
+            }
+        }
+        let wait = match timeout {
+            Timeout::Zero => return false,
+            Timeout::After(d) => Some(rustix::event::Timespec { tv_sec: d.as_secs() as i64, tv_nsec: i64::from(d.subsec_nanos()) }),
+            Timeout::Infinite => None,
+        };
+        let mut fds: Vec<_> = std::iter::once(&self.main)
+            .chain(self.users.iter().map(|(_, s)| s))
+            .map(|s| rustix::event::PollFd::new(s, rustix::event::PollFlags::IN))
+            .collect();
+        loop {
+            match rustix::event::poll(&mut fds, wait.as_ref()) {
+                Ok(0) => return false,
+                Ok(_) => return true,
+                // A signal: nothing to serve yet, so waiting again for the
+                // whole timeout only makes it longer.
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(_) => return false,
             }
         }
     }
@@ -228,16 +289,24 @@ impl Server {
     /// user's [`PORTS_PER_USER`].
     fn adopt(&mut self, m: &mut Message) {
         let Some(ferry::bootstrap::ServicePort { uid, port }) = ferry::bootstrap::ServicePort::take(m) else { return };
-        let have = self.count.get(&uid).copied().unwrap_or(0);
+        let have = self.users.iter().find(|(u, _)| *u == uid).map_or(0, |(_, s)| s.len());
         if have >= PORTS_PER_USER {
             static SAID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
             let why = format!("ferry-netd: status ports made for user {uid}'s lookups are dropped: it has {have}, the most one user may");
             crate::node::say_once_a_minute(&SAID, &why);
             return;
         }
-        let id = self.set.insert(port);
-        self.owner.insert(id, uid);
-        *self.count.entry(uid).or_insert(0) += 1;
+        let set = match self.users.iter().position(|(u, _)| *u == uid) {
+            Some(i) => &mut self.users[i].1,
+            None => match PortSet::new() {
+                Ok(set) => {
+                    self.users.push((uid, set));
+                    &mut self.users.last_mut().expect("just pushed").1
+                }
+                Err(e) => return eprintln!("ferry-netd: a status port made for user {uid}'s lookup is dropped: {e}"),
+            },
+        };
+        set.insert(port);
     }
 }
 

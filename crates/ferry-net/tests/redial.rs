@@ -1226,3 +1226,111 @@ fn a_port_made_for_a_users_lookup_and_passed_on_is_charged_to_that_user() {
     assert!(!root_dead, "root's right arrived dead: the traffic to the other user's port took root's share of the peer's proxies");
     assert!(dead > 0, "the other user's share of the peer's proxies held nothing back");
 }
+
+/// Set in the environment of this test binary run as another user's
+/// program: a collecting port is passed to it, and it floods the status
+/// server with queries answered there.
+const STATUS_FLOODER: &str = "FERRY_NETD_TEST_STATUS_FLOODER";
+
+/// The other user's part of
+/// [`a_user_flooding_the_status_server_holds_up_roots_query_by_few_answers`]:
+/// looks the status name up as often as it may (a port of its own each
+/// time), and until its standard input ends keeps every one of those
+/// ports full of queries whose answers go to the passed port.
+fn flood_status() {
+    use std::io::Read;
+    let answers = ferry::spawn::inherited().unwrap();
+    let mut names = ferry::Bootstrap::connect().unwrap();
+    let ports: Vec<_> = (0..ferry_net::status::PORTS_PER_USER).filter_map(|_| names.lookup(ferry_net::status::NAME).ok()).collect();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let s2 = stop.clone();
+    std::thread::spawn(move || {
+        let _ = std::io::stdin().read_to_end(&mut Vec::new());
+        s2.store(true, Ordering::Relaxed);
+    });
+    println!("flooding {} ports as uid {}", ports.len(), rustix::process::getuid().as_raw());
+    let end = Instant::now() + Duration::from_secs(120);
+    while !stop.load(Ordering::Relaxed) && Instant::now() < end {
+        let mut full = 0;
+        for p in &ports {
+            let m = Message::new(ferry_net::status::QUERY).with_reply(answers.try_clone().unwrap());
+            full += usize::from(p.send(m, Timeout::Zero).is_err());
+        }
+        if full == ports.len() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+/// Another user (nobody) keeping every status port it may have full of
+/// queries holds root's `ferry stat` (a lookup of the status name, then a
+/// query) up by a few answers, not by one answer for each of its ports:
+/// the status server serves each user's ports in turn. Both users' answers
+/// come to one port here, so their order is the order they were answered
+/// in. With every port in one set, about one answer for each of the other
+/// user's ports came before each of root's, about a second a query under
+/// such a flood.
+#[test]
+fn a_user_flooding_the_status_server_holds_up_roots_query_by_few_answers() {
+    if std::env::var(STATUS_FLOODER).is_ok() {
+        return flood_status();
+    }
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped a_user_flooding_the_status_server_holds_up_roots_query_by_few_answers: starting a process as another user needs root");
+        return;
+    }
+    use ferry::spawn::CommandExt;
+    let SystemImport { dir, boot, b: _b, svc: _svc, daemon } = system_import("status-flood");
+    let mut names = ferry::Bootstrap::connect_to(&boot).unwrap();
+    until_found("the status name", &mut || names.lookup(ferry_net::status::NAME).ok());
+    let (mut answers, to_answers) = ferry::port().unwrap();
+    to_answers.set_queue_limit(64 << 20).unwrap();
+    let mut other = nobody_command(&dir, &boot, "a_user_flooding_the_status_server_holds_up_roots_query_by_few_answers", STATUS_FLOODER, "1")
+        .pass_right(&to_answers)
+        .unwrap()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let said = said_line(&mut other, "as uid");
+    assert!(said.contains(&format!("as uid {NOBODY}")), "{said}");
+    // Whose answer `m` is: root's status is the full one.
+    let roots = |m: &Message| ferry_net::status::Status::decode(m.body()).unwrap().full;
+    // The flood is on once the other user's answers come.
+    for _ in 0..200 {
+        assert!(!roots(&answers.recv(WAIT).unwrap()), "an answer to root before it asked");
+    }
+    let mut before = Vec::new();
+    for _ in 0..10 {
+        // What was answered so far is read first.
+        for _ in 0..100_000 {
+            if answers.recv(Timeout::Zero).is_err() {
+                break;
+            }
+        }
+        let status = names.lookup(ferry_net::status::NAME).unwrap();
+        status.send(Message::new(ferry_net::status::QUERY).with_reply(to_answers.try_clone().unwrap()), WAIT).unwrap();
+        let mut others = 0;
+        loop {
+            let m = answers.recv(Timeout::After(Duration::from_secs(30))).expect("root's query was answered");
+            if roots(&m) {
+                break;
+            }
+            others += 1;
+            assert!(others < 1_000_000, "root's query was never answered");
+        }
+        before.push(others);
+    }
+    drop(other.stdin.take());
+    let _ = other.wait();
+    drop(daemon);
+    let _ = std::fs::remove_dir_all(&dir);
+    println!("answers to the other user before each of root's ten: {before:?}");
+    // The other user's set is served once before the lookup's port is
+    // taken and once before the query, in the worst turn; answers made
+    // while this test had not asked yet (it may lose its CPU between
+    // reading what came and asking) count too, so the typical round is
+    // what is checked.
+    before.sort_unstable();
+    assert!(before[before.len() / 2] <= 16, "root's queries waited behind {before:?} answers to the other user");
+}

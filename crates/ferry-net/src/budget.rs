@@ -113,11 +113,48 @@ pub(crate) const LINK_REGION_SPACE: u64 = 16 << 40;
 
 /// Address space all links' regions sent by reference may take together,
 /// half of what a 47-bit address space leaves a process: the node's own
-/// work keeps the rest.
+/// work keeps the rest. A user may take half of what the others leave of
+/// it, as of each link's.
 pub(crate) const NODE_REGION_SPACE: u64 = 64 << 40;
 
-/// Address space regions sent by reference take now, all links together.
-static NODE_SPACE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+/// Address space regions sent by reference take now, all links together:
+/// in all, and each user's.
+#[derive(Debug, Default)]
+struct NodeSpace {
+    total: u64,
+    users: Option<HashMap<u32, u64>>,
+}
+
+impl NodeSpace {
+    fn of(&self, uid: u32) -> u64 {
+        self.users.as_ref().and_then(|u| u.get(&uid)).copied().unwrap_or(0)
+    }
+
+    fn charge(&mut self, uid: u32, len: u64) {
+        *self.users.get_or_insert_with(HashMap::new).entry(uid).or_insert(0) += len;
+        self.total += len;
+    }
+
+    fn uncharge(&mut self, uid: u32, len: u64) {
+        if let Some(n) = self.users.as_mut().and_then(|u| u.get_mut(&uid)) {
+            let k = (*n).min(len);
+            *n -= k;
+            self.total -= k;
+            if *n == 0 {
+                if let Some(u) = self.users.as_mut() {
+                    u.remove(&uid);
+                }
+            }
+        }
+    }
+}
+
+/// The process's address space is one for all its links: so is the count.
+static NODE_SPACE: std::sync::Mutex<NodeSpace> = std::sync::Mutex::new(NodeSpace { total: 0, users: None });
+
+fn node_space() -> std::sync::MutexGuard<'static, NodeSpace> {
+    NODE_SPACE.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 /// Per-user counts for one link.
 #[derive(Debug, Default)]
@@ -148,7 +185,10 @@ pub(crate) struct Budgets {
 impl Drop for Budgets {
     /// A link gone gives back the node's address space its regions took.
     fn drop(&mut self) {
-        NODE_SPACE.fetch_sub(self.space_total, std::sync::atomic::Ordering::Relaxed);
+        let mut all = node_space();
+        for (&uid, &len) in &self.space {
+            all.uncharge(uid, len);
+        }
     }
 }
 
@@ -204,8 +244,10 @@ impl Budgets {
     /// Why a message from `uid` whose regions by reference are `bytes` long
     /// together must be refused for the address space they would take,
     /// or `None` if they fit: a user may take half of what the others
-    /// leave of [`LINK_REGION_SPACE`], and all links together
-    /// [`NODE_REGION_SPACE`].
+    /// leave of [`LINK_REGION_SPACE`], and, over all links together, half
+    /// of what they leave of [`NODE_REGION_SPACE`]. With only the first,
+    /// one user sending to eight peers took all of the node's, and every
+    /// other user's regions were refused.
     pub(crate) fn space_over(&self, uid: u32, bytes: u64, peer: &str) -> Option<String> {
         if bytes == 0 {
             return None;
@@ -219,9 +261,15 @@ impl Budgets {
                 "user {uid} already has {mine} bytes of regions by reference kept for {peer}, and one user may have at most half of the {free} bytes of address space the others leave"
             ));
         }
-        let all = NODE_SPACE.load(std::sync::atomic::Ordering::Relaxed);
-        (all + bytes > NODE_REGION_SPACE)
-            .then(|| format!("regions by reference take {all} bytes of this node's address space already, of the {NODE_REGION_SPACE} they may"))
+        let all = node_space();
+        let mine = all.of(uid);
+        let others = all.total - mine;
+        (mine + bytes > NODE_REGION_SPACE.saturating_sub(others) / 2).then(|| {
+            let free = NODE_REGION_SPACE.saturating_sub(others);
+            format!(
+                "user {uid} already has {mine} bytes of regions by reference kept on all links, and one user may have at most half of the {free} bytes of this node's address space for them that the others leave"
+            )
+        })
     }
 
     /// Why a message from `uid` to import `import` must be refused because
@@ -275,7 +323,7 @@ impl Budgets {
         }
         *self.space.entry(uid).or_insert(0) += len;
         self.space_total += len;
-        NODE_SPACE.fetch_add(len, std::sync::atomic::Ordering::Relaxed);
+        node_space().charge(uid, len);
     }
 
     /// Gives back what region `id` cost its user, if it was charged.
@@ -294,7 +342,7 @@ impl Budgets {
             }
         }
         self.space_total = self.space_total.saturating_sub(len);
-        NODE_SPACE.fetch_sub(len, std::sync::atomic::Ordering::Relaxed);
+        node_space().uncharge(uid, len);
     }
 
     /// Counts one more reference to export `id`, sent to the peer by `uid`
@@ -520,5 +568,27 @@ mod tests {
         }
         assert_eq!(b.space_over(1, LINK_REGION_SPACE / 2, "p"), None);
         assert!(b.users().is_empty());
+    }
+
+    #[test]
+    fn one_user_takes_at_most_half_of_the_nodes_address_space_over_all_links() {
+        let tib = 1u64 << 40;
+        // Users of their own: the count is the process's, shared with the
+        // other tests.
+        let (one, two) = (4_000_001, 4_000_002);
+        let mut links: Vec<Budgets> = (0..5).map(|_| Budgets::default()).collect();
+        for (i, b) in links.iter_mut().enumerate().take(4) {
+            for id in 0..8 {
+                assert_eq!(b.space_over(one, tib, "p"), None, "link {i}, region {id}");
+                b.charge_region(one, id, tib);
+            }
+        }
+        let why = links[4].space_over(one, tib, "p").expect("half of the node's space is user one's");
+        assert!(why.contains("all links"), "{why}");
+        assert_eq!(links[4].space_over(two, tib, "p"), None, "another user still finds room");
+        // A link gone gives its space back.
+        links.pop();
+        links.pop();
+        assert_eq!(Budgets::default().space_over(one, tib, "p"), None);
     }
 }

@@ -1334,3 +1334,119 @@ fn a_user_flooding_the_status_server_holds_up_roots_query_by_few_answers() {
     before.sort_unstable();
     assert!(before[before.len() / 2] <= 16, "root's queries waited behind {before:?} answers to the other user");
 }
+
+/// Set in the environment of this test binary run as another user's
+/// program: the system imports (comma-separated) to send regions by
+/// reference through.
+const SPACE_TAKER: &str = "FERRY_NETD_TEST_SPACE_TAKER";
+
+/// The other user's part of
+/// [`one_user_takes_at_most_half_of_a_nodes_address_space_for_regions_over_all_links`]:
+/// sends nine regions of a tebibyte (sparse) by reference through each of
+/// the imports in turn, then op 99 through each, and says so.
+fn take_space(imports: &str) {
+    let mut names = ferry::Bootstrap::connect().unwrap();
+    let rights: Vec<_> = imports.split(',').map(|i| names.lookup(i).unwrap()).collect();
+    for r in &rights {
+        for i in 0..9 {
+            let region = ferry::Region::new(1 << 40).unwrap().by_move().unwrap();
+            r.send(Message::new(40 + i).with_item(region), WAIT).unwrap();
+        }
+    }
+    for r in &rights {
+        r.send(Message::new(99), WAIT).unwrap();
+    }
+    println!("sent as uid {}", rustix::process::getuid().as_raw());
+}
+
+/// How many peers the address space test links the daemon to: with a
+/// user's half of each link's 16 TiB, eight take the node's 64 TiB.
+const SPACE_PEERS: usize = 8;
+
+/// Regions by reference stay mapped at their origin until the peer lets
+/// them go: a user (nobody) sending tebibyte regions to eight peers of a
+/// root `ferry-netd` takes at most half of the 64 TiB of address space
+/// the node gives them over all links, and root's region still crosses.
+/// Each link's share was half of its 16 TiB, and the node's 64 TiB was
+/// no one's: the other user's 64 regions, eight on each link, took all of
+/// it, and root's was refused.
+#[test]
+fn one_user_takes_at_most_half_of_a_nodes_address_space_for_regions_over_all_links() {
+    if let Ok(imports) = std::env::var(SPACE_TAKER) {
+        return take_space(&imports);
+    }
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped one_user_takes_at_most_half_of_a_nodes_address_space_for_regions_over_all_links: starting a process as another user needs root");
+        return;
+    }
+    let dir = fresh_dir("region-space");
+    let boot = dir.join("bootstrap");
+    ferry::NameServer::bind_with_mode(&boot, 0o666).unwrap().spawn().unwrap();
+    let id = dir.join("id");
+    std::fs::create_dir_all(&id).unwrap();
+    let me = Identity::generate("x").unwrap();
+    let (cert, key) = me.to_pem();
+    std::fs::write(id.join("cert.pem"), cert).unwrap();
+    std::fs::write(id.join("key.pem"), key).unwrap();
+    let mut args = vec!["--system-names".to_owned()];
+    let mut peers = Vec::new();
+    for i in 1..=SPACE_PEERS {
+        let host = format!("b{i}");
+        let them = Identity::generate(&host).unwrap();
+        std::fs::write(id.join(format!("{host}.pem")), them.to_pem().0).unwrap();
+        let peer = node(them, "x", &me);
+        let (sink, sink_tx) = ferry::port().unwrap();
+        peer.export("sink", sink_tx);
+        // The helper trusts b1 itself.
+        if i > 1 {
+            args.extend(["--trust".to_owned(), format!("{host}={}", id.join(format!("{host}.pem")).display())]);
+        }
+        args.extend([
+            "--peer".to_owned(),
+            format!("{host}={}", peer.local_addr().unwrap()),
+            "--import".to_owned(),
+            format!("sink@{host}"),
+        ]);
+        peers.push((peer, sink));
+    }
+    let (daemon, _) = netd(&id, "b1", &boot, &args, false);
+    let mut names = ferry::Bootstrap::connect_to(&boot).unwrap();
+    for i in 1..=SPACE_PEERS {
+        until_found("an import", &mut || names.lookup(&format!("sink@b{i}")).ok());
+    }
+    let imports: Vec<String> = (1..=SPACE_PEERS).map(|i| format!("sink@b{i}")).collect();
+    let test = "one_user_takes_at_most_half_of_a_nodes_address_space_for_regions_over_all_links";
+    let out = nobody_command(&dir, &boot, test, SPACE_TAKER, &imports.join(",")).stdin(Stdio::null()).output().unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && said.contains(&format!("sent as uid {NOBODY}")), "{said}\n{}", String::from_utf8_lossy(&out.stderr));
+    // Each peer's regions from the other user, kept, up to its op 99.
+    let mut kept = Vec::new();
+    let mut taken = Vec::new();
+    for (_, sink) in &mut peers {
+        let mut n = 0;
+        // Nine regions at most, then op 99.
+        for _ in 0..10 {
+            let m = sink.recv(WAIT).expect("the other user's messages arrive");
+            if m.op() == 99 {
+                break;
+            }
+            n += m.items().len();
+            kept.push(m);
+        }
+        taken.push(n);
+    }
+    // Root's region through the first link.
+    let (mut refusals, _keep) = ferry::port().unwrap();
+    let region = ferry::Region::new(1 << 40).unwrap().by_move().unwrap();
+    let to = names.lookup("sink@b1").unwrap();
+    to.send(Message::new(7).with_item(region).with_reply(refusals.make_send_once().unwrap()), WAIT).unwrap();
+    let got = peers[0].1.recv(WAIT).map(|m| (m.op(), m.items().len()));
+    let refused = refusals.recv(Timeout::Zero).ok().and_then(|m| ferry_net::Refusal::of(&m)).map(|(_, why)| why);
+    println!("the other user's tebibyte regions kept on each link: {taken:?}; root's: {got:?} {refused:?}");
+    drop(daemon);
+    let _ = std::fs::remove_dir_all(&dir);
+    // Half of the node's 64 TiB, and a few more its links' proxies let
+    // pass at once while each checked what the others had not charged yet.
+    assert!(taken.iter().sum::<usize>() <= 32 + SPACE_PEERS, "one user took {taken:?} TiB, more than half of the node's 64");
+    assert_eq!(got.ok(), Some((7, 1)), "root's region did not cross: {refused:?}");
+}

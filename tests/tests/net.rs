@@ -1182,3 +1182,123 @@ fn a_dead_right_crosses_as_a_dead_name() {
         wait_until("nothing exported for the dead rights", || b.links()[0].exports == 0);
     });
 }
+
+/// A hostile peer played by hand: answers the node's lookup of `svc` with
+/// its port 7, and for every message it gets there releases each right
+/// the message hands it, every reference at once, announcing a million
+/// uses (frames naming it) it never sends. After a message of op 1000 or
+/// more (a probe) it looks a name up and, once the answer is back (the
+/// node has applied every frame sent before), reports the probe's op and
+/// whether a message with rights came since the last probe.
+async fn peer_announcing_uses_it_never_sends(conn: quinn::Connection, report: std::sync::mpsc::Sender<(u32, bool)>) {
+    use ferry_net::frame::{Cap, Frame, Part};
+    use tokio::io::AsyncReadExt;
+    async fn read(s: &mut quinn::RecvStream) -> Option<Frame> {
+        let n = s.read_u32_le().await.ok()? as usize;
+        let mut buf = vec![0; n];
+        s.read_exact(&mut buf).await.ok()?;
+        Frame::decode(&buf).ok()
+    }
+    let (send, mut recv) = conn.accept_bi().await.unwrap();
+    let mut magic = [0u8; 4];
+    recv.read_exact(&mut magic).await.unwrap();
+    let control = std::sync::Arc::new(tokio::sync::Mutex::new(send));
+    let probes = std::sync::Arc::new(std::sync::Mutex::new(std::collections::HashMap::new()));
+    let (c2, p2) = (control.clone(), probes.clone());
+    tokio::spawn(async move {
+        while let Some(f) = read(&mut recv).await {
+            match f {
+                Frame::Lookup { req, .. } => {
+                    let found = Frame::Found { req, cap: Some(Cap::Hosted(7)) };
+                    c2.lock().await.write_all(&found.encode_with_len()).await.unwrap();
+                }
+                Frame::Found { req, .. } => {
+                    if let Some(r) = p2.lock().unwrap().remove(&req) {
+                        let _ = report.send(r);
+                    }
+                }
+                _ => {}
+            }
+        }
+    });
+    let mut s = conn.accept_uni().await.unwrap();
+    let (mut saw, mut next_req) = (false, 1u64);
+    while let Some(f) = read(&mut s).await {
+        let Frame::Message { op, parts, reply, .. } = f else { continue };
+        let mut frames = Vec::new();
+        for c in parts.iter().filter_map(|p| if let Part::Cap(c) = p { Some(*c) } else { None }).chain(reply) {
+            if let Cap::Hosted(id) | Cap::HostedOnce(id) = c {
+                frames.push(Frame::Release { id, count: 1, uses: 1_000_000 });
+                saw = true;
+            }
+        }
+        if op >= 1000 {
+            probes.lock().unwrap().insert(next_req, (op, std::mem::take(&mut saw)));
+            frames.push(Frame::Lookup { req: next_req, name: "sync".into() });
+            next_req += 1;
+        }
+        let mut c = control.lock().await;
+        for f in frames {
+            c.write_all(&f.encode_with_len()).await.unwrap();
+        }
+    }
+}
+
+/// A peer's release says how many frames naming the export it sent
+/// (`uses`), and the export is kept until they have arrived: a hostile
+/// peer that lets go of every reference at once and announces uses it
+/// never sends had the node keep every right it was sent, a send-once
+/// right for each call until the link closed, and send rights past the
+/// senders' budget, which the releases had refunded (with a budget of
+/// four, all twelve rights crossed and were kept). Now a released
+/// send-once right is freed (its port hears it dropped), and one
+/// reference of a send right kept this way stays charged, so its
+/// sender's budget bounds what the node keeps.
+#[test]
+fn a_peer_announcing_uses_it_never_sends_leaves_the_node_keeping_only_what_budgets_allow() {
+    watchdog("a_peer_announcing_uses_it_never_sends_leaves_the_node_keeping_only_what_budgets_allow", LIMIT, || {
+        let (ia, im) = (Identity::generate("a").unwrap(), Identity::generate("m").unwrap());
+        let mut c = config(&ia, vec![Peer { name: "m".into(), cert: im.cert.clone() }]);
+        c.max_exports_per_user = 4;
+        let a = Node::start(c).unwrap();
+        let addr = a.local_addr().unwrap();
+        let (report, reports) = std::sync::mpsc::channel();
+        let peer = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+            rt.block_on(async {
+                let conn = common::dial(&im, &ia, addr, |_| {}).await;
+                let _ = tokio::time::timeout(Duration::from_secs(50), peer_announcing_uses_it_never_sends(conn, report)).await;
+            });
+        });
+        wait_until("the peer to link", || a.links().iter().any(|l| l.up));
+        let svc = a.lookup("svc@m").unwrap();
+        let probe = |op: u32| {
+            svc.send(Message::new(op), WAIT).unwrap();
+            let (got, saw) = reports.recv_timeout(Duration::from_secs(10)).expect("the peer answers each probe");
+            assert_eq!(got, op);
+            saw
+        };
+
+        // A call's reply right, released at once.
+        let (mut home, _keep) = ferry::port().unwrap();
+        svc.send(Message::new(1).with_reply(home.make_send_once().unwrap()), WAIT).unwrap();
+        assert!(probe(1000), "the call crossed");
+        let dropped = matches!(home.recv(WAIT), Err(RecvError::SendOnceDropped));
+
+        // Twelve send rights, one a message, each released at once.
+        let mut ports = Vec::new();
+        let mut crossed = 0;
+        for i in 0..12 {
+            let (rx, tx) = ferry::port().unwrap();
+            ports.push(rx);
+            svc.send(Message::new(10 + i).with_item(Item::Send(tx)), WAIT).unwrap();
+            crossed += usize::from(probe(1001 + i));
+        }
+        let kept = a.links()[0].exports;
+        println!("reply right dropped: {dropped}; of twelve rights {crossed} crossed, and the node keeps {kept}");
+        drop(a);
+        peer.join().unwrap();
+        assert!(dropped, "a released send-once right was kept");
+        assert!(crossed <= 4 && kept <= 4, "{crossed} rights crossed and {kept} are kept, past the budget of four");
+    });
+}

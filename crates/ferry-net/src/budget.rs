@@ -360,6 +360,12 @@ impl Budgets {
         }
     }
 
+    /// The references to export `id` charged now, whoever they are charged
+    /// to.
+    pub(crate) fn charged(&self, id: u64) -> u64 {
+        self.sent.get(&id).map_or(0, |owners| owners.iter().map(|(_, n)| n).sum())
+    }
+
     /// The peer let go of `count` references to export `id`: lookups' are
     /// freed first, then each user's in the order they first sent one.
     pub(crate) fn release_refs(&mut self, id: u64, mut count: u64) {

@@ -642,10 +642,21 @@ impl Link {
         }
     }
 
-    /// Frees export `id` if nothing across the link can still name it.
+    /// Whether export `id` is let go of by the peer, every reference, but
+    /// still kept: frames naming it that the peer said it sent (its
+    /// `uses`) have not all arrived.
+    pub fn export_waiting(&self, id: u64) -> bool {
+        self.exports.get(&id).is_some_and(|e| e.refs == 0)
+    }
+
+    /// Frees export `id` if nothing across the link can still name it. A
+    /// send-once right is named by its one message only, which frees it,
+    /// so a release frees it whatever uses it announces (waiting for them,
+    /// a peer that announced uses it never sent had the right kept until
+    /// the link closed).
     fn maybe_free(&mut self, id: u64, out: &mut Output) {
         if let Some(e) = self.exports.get(&id) {
-            if e.refs == 0 && e.uses_seen >= e.uses_announced {
+            if e.refs == 0 && (e.once || e.uses_seen >= e.uses_announced) {
                 if let Some(k) = e.key {
                     self.by_key.remove(&k);
                 }

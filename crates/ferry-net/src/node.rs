@@ -1389,7 +1389,14 @@ impl Conn {
         let mut st = self.state.lock().unwrap();
         let out = st.link.handle(bytes)?;
         for (id, count) in out.released {
-            st.budgets.release_refs(id, count);
+            // An export the peer let go of wholly that still waits for
+            // frames naming it (the uses its release announced) stays kept
+            // here, and so does the last reference charged for it, until
+            // it goes: a peer announcing uses it never sends had the node
+            // keep rights that no budget counted, as many as its users
+            // sent.
+            let kept = u64::from(st.link.export_waiting(id) && st.budgets.charged(id) <= count);
+            st.budgets.release_refs(id, count.saturating_sub(kept));
         }
         let mut after = After { deliver: Vec::new(), frames: out.frames };
         for e in out.events {

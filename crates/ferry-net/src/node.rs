@@ -1440,9 +1440,14 @@ fn apply_event(c: &Arc<Conn>, st: &mut State, sh: Option<&Arc<Shared>>, e: Event
                     }
                     i => i,
                 };
+                // As for rights arriving dead: the peer's hosts choose how
+                // many items past a share (regions, say) are lost.
                 match incoming(c, st, sh, i, owner, after) {
                     Ok(item) => msg = msg.with_item(item),
-                    Err(e) => eprintln!("ferry-net: an item from {} was lost: {e}", c.peer),
+                    Err(e) => {
+                        static SAID: AtomicU64 = AtomicU64::new(0);
+                        say_once_a_minute(&SAID, &format!("ferry-net: an item from {} was lost: {e}", c.peer));
+                    }
                 }
             }
             if let Some(r) = reply {
@@ -1450,7 +1455,10 @@ fn apply_event(c: &Arc<Conn>, st: &mut State, sh: Option<&Arc<Shared>>, e: Event
                     Ok(Item::Send(s)) => msg = msg.with_reply(Reply::Send(s)),
                     Ok(Item::SendOnce(s)) => msg = msg.with_reply(Reply::SendOnce(s)),
                     Ok(_) => {}
-                    Err(e) => eprintln!("ferry-net: a reply right from {} was lost: {e}", c.peer),
+                    Err(e) => {
+                        static SAID: AtomicU64 = AtomicU64::new(0);
+                        say_once_a_minute(&SAID, &format!("ferry-net: a reply right from {} was lost: {e}", c.peer));
+                    }
                 }
             }
             let target = if once {
@@ -1595,9 +1603,16 @@ fn incoming(c: &Arc<Conn>, st: &mut State, sh: Option<&Arc<Shared>>, i: Incoming
             let others = st.proxy_owners.len() - mine;
             let free = c.limits.peer_proxies.saturating_sub(others);
             if mine + 1 > share_left(c.limits.peer_proxies, others) {
-                eprintln!(
-                    "ferry-net: a right from {} arrives as a dead name: user {owner} has {mine} of its proxies, and one user may have at most half of the {free} the others leave",
-                    c.peer
+                // How many come is the peer's hosts' choice (a user there
+                // sending rights to its own port here, say): a line for
+                // each filled the log.
+                static SAID: AtomicU64 = AtomicU64::new(0);
+                say_once_a_minute(
+                    &SAID,
+                    &format!(
+                        "ferry-net: a right from {} arrives as a dead name: user {owner} has {mine} of its proxies, and one user may have at most half of the {free} the others leave",
+                        c.peer
+                    ),
                 );
                 after.frames.extend(st.link.proxy_released(import, None));
                 st.forget_if_gone(import);

@@ -1450,3 +1450,84 @@ fn one_user_takes_at_most_half_of_a_nodes_address_space_for_regions_over_all_lin
     assert!(taken.iter().sum::<usize>() <= 32 + SPACE_PEERS, "one user took {taken:?} TiB, more than half of the node's 64");
     assert_eq!(got.ok(), Some((7, 1)), "root's region did not cross: {refused:?}");
 }
+
+/// Set in the environment of this test binary run as a node of its own
+/// (so that its log can be read): the directory holding its identity
+/// (`a.pem`, `a.key`) and its peer's certificate (`b.pem`) and address
+/// (`b.addr`).
+const NOISY_NODE: &str = "FERRY_NETD_TEST_NOISY_NODE";
+
+/// The node of
+/// [`rights_past_a_users_share_arriving_dead_cannot_flood_the_log`]: at
+/// most 16 proxies of its peer `b`, linked to it, exporting `sink`, a
+/// port it never reads (with room for many messages); says `ready` and
+/// runs until its standard input ends.
+fn noisy_node(dir: &str) {
+    use std::io::Read;
+    let dir = Path::new(dir);
+    let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap();
+    let me = Identity::from_pem(&read("a.pem"), &read("a.key")).unwrap();
+    let peer = Peer { name: "b".into(), cert: ferry_net::tls::parse_cert_pem(&read("b.pem")).unwrap() };
+    let mut config = NodeConfig::new(me, vec![peer], "127.0.0.1:0".parse().unwrap());
+    config.max_proxies_per_peer = 16;
+    let a = Node::start(config).unwrap();
+    let (_sink, to_sink) = ferry::port_with(ferry::PortOptions { queue_limit: Some(16 << 20) }).unwrap();
+    a.export("sink", to_sink);
+    a.connect("b", read("b.addr").parse().unwrap()).unwrap();
+    println!("ready");
+    std::io::stdin().read_to_end(&mut Vec::new()).unwrap();
+}
+
+/// Rights a peer sends to one local user's port past that user's share of
+/// the peer's proxies arrive as dead names, and the node says so at most
+/// once a minute: the peer's hosts (a user there sending to its own port
+/// here, say) choose how many. Each was a line of the node's log: 300
+/// rights sent past a share of eight made 292 lines.
+#[test]
+fn rights_past_a_users_share_arriving_dead_cannot_flood_the_log() {
+    if let Ok(dir) = std::env::var(NOISY_NODE) {
+        return noisy_node(&dir);
+    }
+    let dir = fresh_dir("noisy");
+    let (ia, ib) = (Identity::generate("a").unwrap(), Identity::generate("b").unwrap());
+    let (cert, key) = ia.to_pem();
+    std::fs::write(dir.join("a.pem"), cert).unwrap();
+    std::fs::write(dir.join("a.key"), key).unwrap();
+    std::fs::write(dir.join("b.pem"), ib.to_pem().0).unwrap();
+    let b = node(ib, "a", &ia);
+    std::fs::write(dir.join("b.addr"), b.local_addr().unwrap().to_string()).unwrap();
+    let mut a = Killed(
+        Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "rights_past_a_users_share_arriving_dead_cannot_flood_the_log", "--nocapture"])
+            .env(NOISY_NODE, &dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let said = said_line(&mut a.0, "ready");
+    assert_eq!(said, "ready");
+    let sink = until_found("sink@a", &mut || b.lookup("sink@a").ok());
+    let mut kept = Vec::new();
+    for i in 0..300 {
+        let (rx, tx) = ferry::port().unwrap();
+        kept.push(rx);
+        sink.send(Message::new(i).with_item(ferry::Item::Send(tx)), WAIT).unwrap();
+    }
+    // The node has taken them all once the rights past its share are
+    // released back here: each such port has no senders left.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while kept.iter_mut().map(|rx| matches!(rx.try_recv(), Err(ferry::RecvError::NoSenders))).filter(|&gone| gone).count() < 292 {
+        assert!(Instant::now() < deadline, "the rights past the share did not come back");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(a.0.stdin.take());
+    let _ = a.0.wait();
+    let mut log = String::new();
+    std::io::Read::read_to_string(&mut a.0.stderr.take().unwrap(), &mut log).unwrap();
+    let lines = log.lines().filter(|l| l.contains("arrives as a dead name")).count();
+    println!("{lines} lines of the node's log for the rights that arrived dead");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(lines <= 1, "{lines} lines for the rights that arrived dead:\n{log}");
+}

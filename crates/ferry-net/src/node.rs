@@ -1670,6 +1670,23 @@ fn owner_of(fd: BorrowedFd<'_>) -> u32 {
     rustix::net::sockopt::socket_peercred(fd).map_or(UNKNOWN_OWNER, |c| c.uid.as_raw())
 }
 
+/// The user a kept send-once right is charged to: whoever made its socket
+/// ([`owner_of`]), except a right this process made, which is a proxy of a
+/// peer's send-once right (a reply right sent to a local user's port):
+/// no user's. Its socket is the node's, root's for a node run by root, so
+/// a user that passed one on to another peer had the reply that peer sent
+/// through it charged to root's shares there. Which user it was made for
+/// is not asked of the kernel on every call's way; `SO_PEERCRED` tells the
+/// pid along with the uid.
+fn once_owner(fd: BorrowedFd<'_>) -> u32 {
+    static OWN: std::sync::OnceLock<i32> = std::sync::OnceLock::new();
+    let own = *OWN.get_or_init(|| std::process::id() as i32);
+    match rustix::net::sockopt::socket_peercred(fd) {
+        Ok(c) if c.pid.as_raw_nonzero().get() != own => c.uid.as_raw(),
+        _ => UNKNOWN_OWNER,
+    }
+}
+
 /// Waits until the exported port dies, then tells the peer. The task is
 /// aborted when the export is dropped, which lets go of its right.
 async fn watch_dead(c: std::sync::Weak<Conn>, id: u64, right: SendRight) {
@@ -2260,7 +2277,7 @@ impl Conn {
                 match (store, t) {
                     (Store::Keep(id), Taken::Send(s, key)) => keep_send(self, &mut st, id, s, key),
                     (Store::Keep(id), Taken::Once(s)) => {
-                        let owner = owner_of(s.as_fd());
+                        let owner = once_owner(s.as_fd());
                         st.held.insert(id, Held::Once { right: s, owner });
                     }
                     (Store::Region(id), Taken::Region(m)) => {

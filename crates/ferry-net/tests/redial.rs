@@ -1531,3 +1531,104 @@ fn rights_past_a_users_share_arriving_dead_cannot_flood_the_log() {
     let _ = std::fs::remove_dir_all(&dir);
     assert!(lines <= 1, "{lines} lines for the rights that arrived dead:\n{log}");
 }
+
+/// Set in the environment of this test binary run as another user's
+/// program: `IMPORT,VIA`, the names of two system imports.
+const REPLY_PASSER: &str = "FERRY_NETD_TEST_REPLY_PASSER";
+
+/// The other user's part of
+/// [`a_reply_right_from_a_peer_passed_on_by_a_user_is_not_charged_to_root`]:
+/// sends a right to a port of its own through the first import (op 21),
+/// takes the reply right of the first call that port gets, and sends it
+/// on through the second import (op 22); says so, and holds what it has
+/// until its standard input ends.
+fn pass_reply_on(names: &str) {
+    use std::io::Read;
+    let (import, via) = names.split_once(',').unwrap();
+    let mut bs = ferry::Bootstrap::connect().unwrap();
+    let (to_import, to_via) = (bs.lookup(import).unwrap(), bs.lookup(via).unwrap());
+    let (mut mine, tx) = ferry::port().unwrap();
+    to_import.send(Message::new(21).with_item(ferry::Item::Send(tx)), WAIT).unwrap();
+    let mut call = mine.recv(WAIT).unwrap();
+    let Some(ferry::Reply::SendOnce(reply)) = call.take_reply() else { panic!("a call without a send-once reply right: {call:?}") };
+    to_via.send(Message::new(22).with_item(ferry::Item::SendOnce(reply)), WAIT).unwrap();
+    println!("passed the reply right on as uid {}", rustix::process::getuid().as_raw());
+    std::io::stdin().read_to_end(&mut Vec::new()).unwrap();
+    drop((to_import, to_via, mine));
+}
+
+/// A reply right a peer sent to a user's port is a send-once right the
+/// node made, its socket root's for a node run by root: passed on by that
+/// user (nobody) to another peer, the reply that peer sends through it
+/// counted against root's share of that peer's proxies, and a right to
+/// root's own port arrived dead. It is no user's now.
+#[test]
+fn a_reply_right_from_a_peer_passed_on_by_a_user_is_not_charged_to_root() {
+    if let Ok(names) = std::env::var(REPLY_PASSER) {
+        return pass_reply_on(&names);
+    }
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped a_reply_right_from_a_peer_passed_on_by_a_user_is_not_charged_to_root: starting a process as another user needs root");
+        return;
+    }
+    let dir = fresh_dir("reply-passed-on");
+    let boot = dir.join("bootstrap");
+    ferry::NameServer::bind_with_mode(&boot, 0o666).unwrap().spawn().unwrap();
+    let (ia, ib, ic) = (Identity::generate("a").unwrap(), Identity::generate("b").unwrap(), Identity::generate("c").unwrap());
+    let peers = vec![Peer { name: "b".into(), cert: ib.cert.clone() }, Peer { name: "c".into(), cert: ic.cert.clone() }];
+    let mut config = NodeConfig::new(ia.clone(), peers, "127.0.0.1:0".parse().unwrap());
+    config.max_proxies_per_peer = 16;
+    let a = Node::start(config).unwrap();
+    let (b, c) = (node(ib, "a", &ia), node(ic, "a", &ia));
+    a.connect("b", b.local_addr().unwrap()).unwrap();
+    a.connect("c", c.local_addr().unwrap()).unwrap();
+    let (mut svc, svc_tx) = ferry::port().unwrap();
+    b.export("svc", svc_tx);
+    let (mut sink, sink_tx) = ferry::port().unwrap();
+    c.export("sink", sink_tx);
+    let (to_svc, to_sink) = (a.lookup("svc@b").unwrap(), a.lookup("sink@c").unwrap());
+    let mut names = ferry::Bootstrap::connect_to(&boot).unwrap();
+    names.register_system_service("svc@b", &to_svc).unwrap();
+    names.register_system_service("sink@c", &to_sink).unwrap();
+
+    let test = "a_reply_right_from_a_peer_passed_on_by_a_user_is_not_charged_to_root";
+    let mut other = nobody_command(&dir, &boot, test, REPLY_PASSER, "svc@b,sink@c").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    // Host b calls the other user's port with a reply right.
+    let mut m = svc.recv(WAIT).unwrap();
+    assert_eq!(m.op(), 21);
+    let Some(ferry::Item::Send(to_other)) = m.take_items().pop() else { panic!("no right in {m:?}") };
+    let (mut replies, _keep) = ferry::port().unwrap();
+    to_other.send(Message::new(1).with_reply(replies.make_send_once().unwrap()), WAIT).unwrap();
+    let said = said_line(&mut other, "passed the reply right on");
+    assert!(said.contains(&format!("as uid {NOBODY}")), "{said}");
+    let mut m = sink.recv(WAIT).unwrap();
+    assert_eq!(m.op(), 22);
+    let Some(ferry::Item::SendOnce(reply)) = m.take_items().pop() else { panic!("no send-once right in {m:?}") };
+
+    // Host c answers through it with eight rights, kept at b.
+    let mut ports = Vec::new();
+    let mut answer = Message::new(2);
+    for _ in 0..8 {
+        let (rx, tx) = ferry::port().unwrap();
+        ports.push(rx);
+        answer = answer.with_item(ferry::Item::Send(tx));
+    }
+    reply.send(answer, WAIT).unwrap();
+    let mut got = replies.recv(WAIT).unwrap();
+    let rights: Vec<_> = got.take_items().into_iter().map(|i| if let ferry::Item::Send(s) = i { s } else { panic!("not a send right") }).collect();
+    let dead = rights.iter().filter(|r| r.is_dead()).count();
+    // Then a right to a port of root's there: it arrives live.
+    let (mut mine, mine_tx) = ferry::port().unwrap();
+    to_sink.send(Message::new(23).with_item(ferry::Item::Send(mine_tx)), WAIT).unwrap();
+    let mut m = sink.recv(WAIT).unwrap();
+    let Some(ferry::Item::Send(to_mine)) = m.take_items().pop() else { panic!("no right in {m:?}") };
+    let (_rx, tx) = ferry::port().unwrap();
+    to_mine.send(Message::new(24).with_item(ferry::Item::Send(tx)), WAIT).unwrap();
+    let (_right, root_dead) = right_in(&mut mine.recv(WAIT).unwrap());
+    println!("of the eight rights in the reply, {dead} arrived dead; root's right arrived {}", if root_dead { "dead" } else { "live" });
+    drop(other.stdin.take());
+    let _ = other.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    drop(rights);
+    assert!(!root_dead, "root's right arrived dead: the reply through the other user's reply right took root's share of the peer's proxies");
+}

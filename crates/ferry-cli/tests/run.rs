@@ -1601,6 +1601,50 @@ fn ferry_run_a_root_program_s_own_groups_count_like_native() {
     assert_eq!(served, native);
 }
 
+/// A root program without `CAP_DAC_OVERRIDE` that drops a supplementary
+/// group after its first file call (`setgroups`, as a daemon shedding
+/// privileges does) is refused that group's files from then on, as
+/// natively; given the group back it reads them again, and once it has
+/// dropped the group and every capability, it stays refused. The server
+/// took the groups the kernel recorded for the thread's channel when it
+/// was made (`SO_PEERGROUPS`), and served the program with the dropped
+/// group for as long as the thread lived: it read the file 3 times where
+/// natively it was refused.
+#[test]
+fn ferry_run_a_program_that_drops_a_group_is_refused_that_groups_files_like_native() {
+    let root = Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout == b"0\n");
+    let setpriv = Command::new("sh").args(["-c", "command -v setpriv"]).output().is_ok_and(|o| o.status.success());
+    if !root || !setpriv || !have_python() {
+        eprintln!("skipped ferry_run_a_program_that_drops_a_group_is_refused_that_groups_files_like_native: needs root, setpriv and python3");
+        return;
+    }
+    let py = "import ctypes, os\n\
+              def cat(what):\n\
+              \x20   try: print(what, open('f').read().strip())\n\
+              \x20   except OSError as e: print(what, 'errno', e.errno)\n\
+              print(open('o').read().strip())\n\
+              cat('in-group')\n\
+              os.setgroups([])\n\
+              cat('dropped')\n\
+              os.setgroups([4242])\n\
+              cat('again')\n\
+              os.setgroups([])\n\
+              libc = ctypes.CDLL(None, use_errno=True)\n\
+              print('capset', libc.capset((ctypes.c_uint32 * 2)(0x20080522, 0), (ctypes.c_uint32 * 6)()))\n\
+              cat('no-capabilities')\n\
+              cat('still')\n";
+    let script = format!(
+        "echo secret > f && chown 65534:4242 f && chmod 040 f && echo open > o && \
+         setpriv --bounding-set=-dac_override,-dac_read_search --inh-caps=-dac_override,-dac_read_search --groups=4242 python3 -c \"{py}\" 2>&1"
+    );
+    let (native, served) = native_and_served("dropgroups", &script, "ls -ln --time-style=+ | tail -n +2");
+    assert!(
+        native.contains("in-group secret\ndropped errno 13\nagain secret\ncapset 0\nno-capabilities errno 13\nstill errno 13"),
+        "{native}"
+    );
+    assert_eq!(served, native);
+}
+
 /// A program run as another user with capabilities of its own (ambient
 /// `CAP_DAC_OVERRIDE` and `CAP_DAC_READ_SEARCH`, here) reads and writes
 /// what they let it, as natively: the server acting as that user emptied

@@ -382,6 +382,9 @@ pub struct EmulServer {
     channels: HashMap<MemberId, (Arc<OwnedFd>, u32)>,
     /// Channels per user.
     channels_of: HashMap<u32, usize>,
+    /// The groups each channel's asker was last found in
+    /// ([`GroupsSeen`]).
+    groups_seen: HashMap<MemberId, GroupsSeen>,
     /// The sockets of the main port, the holds' ports and the channels,
     /// among those this process keeps (a channel must not lead back to
     /// any of them).
@@ -431,6 +434,20 @@ struct Asker {
     /// own user, none for another.
     caps: Option<u64>,
 }
+
+/// What a channel's asker was last served in: the channel's groups
+/// (`SO_PEERGROUPS`, its maker's when it made it) less those the process
+/// was no longer in, for which process, and whether that process could
+/// change its groups then (it held `CAP_SETGID`).
+struct GroupsSeen {
+    pid: i32,
+    made_in: Arc<[u32]>,
+    served: Arc<[u32]>,
+    could_change: bool,
+}
+
+/// `CAP_SETGID`, which `setgroups` needs.
+const CAP_SETGID: u64 = 1 << 6;
 
 /// The supplementary groups of the user `uid`, `gid` that made `sock`'s
 /// other end, as the kernel reports them (`SO_PEERGROUPS`), or none when
@@ -489,6 +506,7 @@ impl EmulServer {
             per_user: HashMap::new(),
             channels: HashMap::new(),
             channels_of: HashMap::new(),
+            groups_seen: HashMap::new(),
             kept: main_kept.map(|k| HashMap::from([(main, k)])).unwrap_or_default(),
             next_id: 1,
             holders: Arc::default(),
@@ -556,7 +574,7 @@ impl EmulServer {
                 Err(_) => return true,
             };
             match ev {
-                Event::Message(id, mut m) if id == self.main => self.handle(&mut m, None),
+                Event::Message(id, mut m) if id == self.main => self.handle(&mut m, None, None),
                 Event::Message(id, mut m) if self.channels.contains_key(&id) => {
                     let (sock, owner) = self.channels[&id].clone();
                     // Only its own thread asks on a channel, and the answer
@@ -569,7 +587,7 @@ impl EmulServer {
                         self.drop_channel(id);
                         continue;
                     }
-                    self.handle(&mut m, Some(ReplyTo::Channel(sock)));
+                    self.handle(&mut m, Some(ReplyTo::Channel(sock)), Some(id));
                 }
                 Event::NoSenders(id) | Event::BadMessage(id, _) if self.channels.contains_key(&id) => self.drop_channel(id),
                 // Nobody can ask any more: done once no open file is left
@@ -641,6 +659,7 @@ impl EmulServer {
     fn drop_channel(&mut self, id: MemberId) {
         self.set.remove(id);
         self.kept.remove(&id);
+        self.groups_seen.remove(&id);
         if let Some((_, uid)) = self.channels.remove(&id) {
             if let Some(n) = self.channels_of.get_mut(&uid) {
                 *n -= 1;
@@ -685,8 +704,9 @@ impl EmulServer {
     }
 
     /// Handles one request: from the main port with its reply right
-    /// (`channel` `None`), or from a thread's channel, answered there.
-    fn handle(&mut self, m: &mut Message, channel: Option<ReplyTo>) {
+    /// (`channel` `None`), or from a thread's channel (`on`), answered
+    /// there.
+    fn handle(&mut self, m: &mut Message, channel: Option<ReplyTo>, on: Option<MemberId>) {
         let reply = match channel {
             Some(to) => to,
             None => match m.take_reply() {
@@ -709,14 +729,29 @@ impl EmulServer {
         // root: they are asked of the kernel for each request (a program
         // may drop them at any time), and only then.
         let mine = self.capabilities;
+        let held = if mine == 0 { None } else { files::capabilities_of(c.pid, c.uid) };
         let caps = if mine == 0 {
             None
         } else if c.uid == self.euid {
             // Unreadable (the asker is gone, or in another pid namespace):
             // none.
-            files::effective_capabilities_of(c.pid, c.uid).map_or(Some(0), |theirs| (mine & !theirs != 0).then_some(theirs))
+            held.map_or(Some(0), |(theirs, _)| (mine & !theirs != 0).then_some(theirs))
         } else {
-            files::effective_capabilities_of(c.pid, c.uid).filter(|theirs| *theirs != 0)
+            held.map(|(theirs, _)| theirs).filter(|theirs| *theirs != 0)
+        };
+        // The socket's groups are its maker's when it made it: a process
+        // may have left some since (`setgroups`, as a daemon shedding
+        // privileges does), and was served in them for as long as the
+        // socket lived. They count only as far as the process is still in
+        // them. Asked of the kernel only where groups may give what the
+        // asker's capabilities do not (it holds fewer than the server),
+        // and for a channel once, then again only while its process may
+        // change its groups (it holds `CAP_SETGID`) and once after.
+        let groups = if mine == 0 || groups.is_empty() || (c.uid == self.euid && caps.is_none()) {
+            groups
+        } else {
+            let could_change = held.is_none_or(|(_, permitted)| permitted & CAP_SETGID != 0);
+            self.groups_now(on, (c.pid, c.uid, c.gid), groups, could_change)
         };
         // An asker of the server's uid in another gid or other groups is
         // served with its own, as natively: with the server's, a root
@@ -813,6 +848,27 @@ impl EmulServer {
                 }
             },
         }
+    }
+
+    /// The groups of `made_in` (a socket's, `SO_PEERGROUPS`) that process
+    /// `pid` of user `uid` in group `gid` is still in: as last found on
+    /// channel `on` when neither then nor now could the process change
+    /// its groups, else from the kernel (`/proc/PID/status`); none when
+    /// they cannot be read.
+    fn groups_now(&mut self, on: Option<MemberId>, (pid, uid, gid): (i32, u32, u32), made_in: Arc<[u32]>, could_change: bool) -> Arc<[u32]> {
+        if let Some(seen) = on.and_then(|id| self.groups_seen.get(&id)) {
+            if !could_change && !seen.could_change && seen.pid == pid && seen.made_in == made_in {
+                return seen.served.clone();
+            }
+        }
+        let served: Arc<[u32]> = match files::supplementary_groups_of(pid, uid, gid) {
+            Some(now) => made_in.iter().copied().filter(|g| now.contains(g)).collect(),
+            None => Arc::from([]),
+        };
+        if let Some(id) = on {
+            self.groups_seen.insert(id, GroupsSeen { pid, made_in, served: served.clone(), could_change });
+        }
+        served
     }
 
     /// A token request: the asker's open file's page, handed to the asker

@@ -266,13 +266,19 @@ impl ActingAs {
 /// cannot be read or the process there is not acting as `uid` (gone, and
 /// its pid another's).
 pub fn effective_capabilities_of(pid: i32, uid: u32) -> Option<u64> {
+    capabilities_of(pid, uid).map(|(effective, _)| effective)
+}
+
+/// The effective and permitted capabilities of process `pid` acting as
+/// user `uid` (raw bits), or `None` as for [`effective_capabilities_of`].
+pub fn capabilities_of(pid: i32, uid: u32) -> Option<(u64, u64)> {
     // The quick way, two system calls: `capget` of the process's main
     // thread (the credentials' pid), and the owner of `/proc/PID`, which
     // is its effective uid while it is dumpable. Formatting `status` costs
     // the kernel some 20 µs, asked at every request.
     let caps = rustix::thread::capabilities(Some(rustix::process::Pid::from_raw(pid)?)).ok()?;
     if rustix::fs::stat(format!("/proc/{pid}")).is_ok_and(|st| st.st_uid == uid) {
-        return Some(caps.effective.bits());
+        return Some((caps.effective.bits(), caps.permitted.bits()));
     }
     // A process that is not dumpable (one started from a file with
     // capabilities, say) shows `/proc/PID` as root's: its status says.
@@ -282,7 +288,23 @@ pub fn effective_capabilities_of(pid: i32, uid: u32) -> Option<u64> {
     if euid != uid {
         return None;
     }
-    u64::from_str_radix(field("CapEff:")?.next()?, 16).ok()
+    let bits = |name: &str| u64::from_str_radix(field(name)?.next()?, 16).ok();
+    Some((bits("CapEff:")?, bits("CapPrm:")?))
+}
+
+/// The supplementary groups process `pid` is in now (those of its main
+/// thread, `Groups` in `/proc/PID/status`), or `None` when they cannot
+/// be read or the process there is not acting as user `uid` in group
+/// `gid` (gone, and its pid another's).
+pub fn supplementary_groups_of(pid: i32, uid: u32, gid: u32) -> Option<Vec<u32>> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let field = |name: &str| status.lines().find_map(|l| l.strip_prefix(name)).map(str::split_whitespace);
+    let euid = field("Uid:")?.nth(1)?.parse::<u32>().ok()?;
+    let egid = field("Gid:")?.nth(1)?.parse::<u32>().ok()?;
+    if euid != uid || egid != gid {
+        return None;
+    }
+    field("Groups:")?.map(|g| g.parse::<u32>().ok()).collect()
 }
 
 /// This thread's effective capabilities (raw bits), or none when they

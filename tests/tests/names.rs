@@ -758,6 +758,72 @@ fn a_write_back_keeps_the_files_mode_owner_and_group() {
     });
 }
 
+/// A user in a user namespace of its own holds every capability there,
+/// `CAP_FSETID` included, but the kernel keeps set-user-ID (and
+/// set-group-ID on a file its group may run) on a write only for a writer
+/// holding it in the initial namespace: uid nobody in such a namespace
+/// (`unshare -U --keep-caps`, mapping only itself) writing a set-user-ID
+/// or set-group-ID file it may write, root's or its own, loses the bit
+/// natively. The file server read the asker's capabilities from the
+/// kernel and kept the bit: nobody's own contents in a set-user-ID root
+/// file (mode 4757) and a set-group-ID one (2777).
+#[test]
+fn a_write_back_from_a_user_namespace_keeps_no_set_id_bit_the_kernel_would_drop() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let test = "a_write_back_from_a_user_namespace_keeps_no_set_id_bit_the_kernel_would_drop";
+    if !can_play_other_user(test) {
+        return;
+    }
+    let in_namespace = |cmd: &[&str]| {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "unshare", "-U", "--map-user=65534", "--map-group=65534", "--keep-caps"]).args(cmd).current_dir("/");
+        c
+    };
+    let caps = in_namespace(&["grep", "CapEff", "/proc/self/status"]).output();
+    if !caps.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("ffffff")) {
+        eprintln!("skipped {test}: needs setpriv, and unshare with --map-user and --keep-caps into a user namespace");
+        return;
+    }
+    watchdog("write_back_userns", LIMIT, || {
+        let served = test_dir("writeback-userns-root");
+        let dir = served.join("dropbox");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        // (name, owner and group, mode): root's, and nobody's own.
+        let files = [("setuid", 0, 0o4757), ("setgid", 0, 0o2777), ("own-setuid", NOBODY, 0o4755)];
+        for (name, owner, mode) in files {
+            for f in [name.to_owned(), format!("{name}.native")] {
+                let p = dir.join(f);
+                std::fs::write(&p, b"before").unwrap();
+                std::os::unix::fs::chown(&p, Some(owner), Some(owner)).unwrap();
+                std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+            }
+        }
+        let d = Daemon::start("writeback-userns", &["--system", "--files", served.to_str().unwrap()], None);
+        let peer = common::peer_for_other_users();
+        for (name, owner, mode) in files {
+            let path = format!("dropbox/{name}");
+            let out = in_namespace(&[peer.to_str().unwrap(), "files-write", &path, "after"])
+                .env("FERRY_BOOTSTRAP", &d.path)
+                .env("FERRY_NO_EMBED", "1")
+                .env("TMPDIR", "/tmp")
+                .env_remove("XDG_RUNTIME_DIR")
+                .output()
+                .unwrap();
+            assert_eq!(String::from_utf8_lossy(&out.stdout), "ok\n", "{name}: {}", d.log());
+            let twin = dir.join(format!("{name}.native"));
+            let native = in_namespace(&["sh", "-c", "printf after > \"$0\""]).arg(&twin).status().unwrap();
+            assert!(native.success(), "{name}: the native write failed");
+            let state = |m: std::fs::Metadata| format!("{:o} {}:{}", m.mode() & 0o7777, m.uid(), m.gid());
+            let served = state(std::fs::metadata(dir.join(name)).unwrap());
+            let native = state(std::fs::metadata(&twin).unwrap());
+            assert_eq!(std::fs::read(dir.join(name)).unwrap(), b"after", "{name}");
+            println!("{name}: {mode:o} {owner}:{owner} before; written back {served}; written natively {native}");
+            assert_eq!(served, native, "{name}: a write-back from a user namespace kept what a native write drops");
+        }
+    });
+}
+
 /// Two other users keeping the file server busy (each copying fresh
 /// versions of a large file of its own) while they look up `files` as
 /// fast as they can leave root's lookups of `files` served. Each lookup's

@@ -606,9 +606,15 @@ fn write_back(srv: &mut ObjectServer, root: &OwnedFd, versions: &mut Versions, m
     files::keep_owner(new.as_fd(), st.uid, st.gid);
     // An asker holding CAP_FSETID (root, as a rule) keeps set-user-ID and
     // set-group-ID, as on its native write; one without it, root or not,
-    // loses them as there.
+    // loses them as there. The kernel reads the capabilities an asker
+    // holds in its own user namespace, and keeps the bits only for one
+    // holding it in the initial namespace: uid nobody in a namespace of
+    // its own (where it holds every capability) kept the set-user-ID bit
+    // of root's file it wrote back.
     const CAP_FSETID: u64 = 1 << 4;
-    let fsetid = m.sender().and_then(|c| files::effective_capabilities_of(c.pid, c.uid)).is_some_and(|caps| caps & CAP_FSETID != 0);
+    let fsetid = m.sender().is_some_and(|c| {
+        files::effective_capabilities_of(c.pid, c.uid).is_some_and(|caps| caps & CAP_FSETID != 0) && files::in_initial_user_namespace(c.pid)
+    });
     let written = written.and_then(|()| {
         let now = files::info(new.as_fd()).map_err(|e| refuse(proto::E_UNSUPPORTED, format!("{name}: {e}")))?;
         let mode = written_mode(&st, &now, who, fsetid);

@@ -292,6 +292,15 @@ pub fn capabilities_of(pid: i32, uid: u32) -> Option<(u64, u64)> {
     Some((bits("CapEff:")?, bits("CapPrm:")?))
 }
 
+/// Whether process `pid` is in the initial user namespace, where its
+/// capabilities count over every file: its `uid_map` maps every id to
+/// itself. The kernel keeps set-user-ID on a write only for a writer
+/// holding `CAP_FSETID` there; one in a namespace of its own holds it only
+/// inside. `false` when the map cannot be read.
+pub fn in_initial_user_namespace(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/uid_map")).is_ok_and(|map| map.split_whitespace().eq(["0", "0", "4294967295"]))
+}
+
 /// The supplementary groups process `pid` is in now (those of its main
 /// thread, `Groups` in `/proc/PID/status`), or `None` when they cannot
 /// be read or the process there is not acting as user `uid` in group

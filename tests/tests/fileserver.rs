@@ -480,6 +480,45 @@ fn holds_that_lead_back_into_the_server_are_refused() {
     });
 }
 
+/// A hold right to a port another user made and keeps (a system name
+/// root registered, looked up) never hangs up when its client exits: it
+/// hangs up when that user's process lets the port go. Nobody's 128 such
+/// holds kept its snapshots, and its whole budget, in the server after it
+/// exited. A hold (and a lifeline) must be a port made by the asker's
+/// user or by the asking process itself; such ones are refused, nothing
+/// stays after the client exits, and its budget is whole.
+#[test]
+fn holds_of_ports_another_user_keeps_are_refused() {
+    let test = "holds_of_ports_another_user_keeps_are_refused";
+    if !common::can_play_other_user(test) {
+        return;
+    }
+    let _serial = common::serial();
+    common::watchdog(test, LIMIT, || {
+        let budgets = Budgets::default();
+        let s = Served::start("other-hold", budgets, |_| {});
+        // Root's port, kept here for the whole test.
+        let (_rx, tx) = ferry::port().unwrap();
+        ferry::Bootstrap::connect_to(&s.bootstrap).unwrap().register_system("long-lived", &tx).unwrap();
+        let objects = s.objects_settled(0);
+        let fds = s.fds_settled(0);
+        let held = budgets.holds_per_user;
+        let mut holder = s.attacker("files-self-hold", &["system", "README", &held.to_string()]);
+        let mut out = lines(&mut holder);
+        assert_eq!(line(&mut out), format!("held 0 over-budget 0 other {held}"), "holds of root's port were taken");
+        let _ = holder.wait();
+        assert_eq!(s.objects_settled(objects), objects, "the server kept snapshots of a client that exited");
+        let after = s.fds_settled(fds + 8);
+        assert!(after <= fds + 8, "the server kept descriptors: {fds} before, {after} after");
+        // The user's whole budget is there.
+        let mut again = s.attacker("files-hoard", &["README", &held.to_string()]);
+        let mut out = lines(&mut again);
+        assert_eq!(line(&mut out), format!("granted {held} over-budget 0 other 0"));
+        kill(again);
+        root_is_served(&s);
+    });
+}
+
 /// Files of the kernel's own file systems are not served: their contents
 /// are the kernel's answers, some decided by who opens them, and the
 /// server opening one for a client would open it with the server's

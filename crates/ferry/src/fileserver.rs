@@ -455,6 +455,11 @@ fn open(
     let (Some(Item::Send(hold)), None) = (items.next(), items.next()) else {
         return Err(refuse(proto::E_BAD_REQUEST, "an open carries one hold send right"));
     };
+    // The client's own port: another user's would keep the snapshot after
+    // the client exited.
+    if !crate::pager::made_by_asker(&hold, m.sender()) {
+        return Err(refuse(proto::E_BAD_REQUEST, "a hold must be a send right to a port its client made: this one was made by another user"));
+    }
     // Over budget: refuse before touching the file system.
     if !srv.can_hold(who.uid) {
         return Err(refusal(PagerError::OverBudget(format!(

@@ -54,7 +54,7 @@ use crate::wire::{self, ItemDesc};
 pub(crate) use client::call;
 pub use client::{MappedObject, MemoryObject, ObjectState, DEFAULT_TIMEOUT};
 pub use fill::{page_size, Filling};
-pub(crate) use server::refusal;
+pub(crate) use server::{made_by_asker, refusal};
 pub use server::{Answer, Extension, ObjectServer, PortMinter, ServerStats, SharedBudget};
 
 /// The offset of a byte within a memory object.

@@ -351,6 +351,18 @@ fn key(slot: usize, kind: u64) -> u64 {
     (slot as u64 + 1) * 4 + kind
 }
 
+/// Whether `right`'s socket was made by the asker `who` (as the kernel
+/// says who sent the request): by a process of its user, or by the asking
+/// process itself (a relay sending as another user, as a root network
+/// server delivers other hosts' requests). A hold or a lifeline must be a
+/// port its client keeps; one another user made (a system name's port,
+/// looked up) is kept by that user's process, and kept what it held, a
+/// user's snapshots and budget, after the client exited.
+pub(crate) fn made_by_asker(right: &SendRight, who: Option<crate::Credentials>) -> bool {
+    let Some(who) = who else { return false };
+    crate::sys::socket::peer_cred(right.as_fd()).is_ok_and(|maker| maker.uid == who.uid || maker.pid == who.pid)
+}
+
 fn free_slot<T>(v: &[Option<T>]) -> usize {
     v.iter().position(Option::is_none).unwrap_or(v.len())
 }
@@ -843,11 +855,13 @@ impl ObjectServer {
                 format!("uid {u} already has {} mappings attached (the budget); unmap some first", self.budgets.clients_per_user),
             ));
         }
-        // Kept until its other end goes: there must be one, elsewhere.
-        let Some(_kept) = Kept::unless_it_leads_back(lifeline.as_fd()) else {
+        // Kept until its other end goes: there must be one, elsewhere, and
+        // the client's own.
+        let kept = made_by_asker(&lifeline, m.sender()).then(|| Kept::unless_it_leads_back(lifeline.as_fd())).flatten();
+        let Some(_kept) = kept else {
             return Err((
                 proto::E_BAD_REQUEST,
-                "a lifeline must be a send right to a port its client keeps: this one has no other end, or it leads back into the server".into(),
+                "a lifeline must be a send right to a port its client made and keeps: this one has no other end, leads back into the server, or was made by another user".into(),
             ));
         };
         let _charge = match &self.shared {
@@ -890,6 +904,9 @@ impl ObjectServer {
         let (Some(Item::Send(hold)), None, Some(uid)) = (items.next(), items.next(), uid) else {
             return Err((proto::E_BAD_REQUEST, "a copy request carries one hold send right and credentials".into()));
         };
+        if !made_by_asker(&hold, m.sender()) {
+            return Err((proto::E_BAD_REQUEST, "a hold must be a send right to a port its client made: this one was made by another user".into()));
+        }
         if !self.can_hold(uid) {
             return Err((proto::E_BUDGET, format!("uid {uid} already holds {} objects (the budget)", self.budgets.holds_per_user)));
         }

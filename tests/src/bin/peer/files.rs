@@ -22,9 +22,10 @@
 //!   leading back into the server's process: with HOW `server` a send
 //!   right to the server itself (a lookup of `files` of its own); with
 //!   `name` the receiving socket of a port whose send right it registered
-//!   with the name server, sent by hand as a send right. Prints `held G
-//!   over-budget B other O` and exits, leaving no process that holds a
-//!   hold.
+//!   with the name server, sent by hand as a send right; with `system`
+//!   a send right to the port another user registered as the system name
+//!   `long-lived` (a lookup of its own). Prints `held G over-budget B
+//!   other O` and exits, leaving no process that holds a hold.
 //! - `files-sabotage`: looks `files` up and acts on its right's socket
 //!   as only the kernel stops it: shrinks its send buffer, sets
 //!   `O_NONBLOCK`, shuts it down; prints `done`.
@@ -412,6 +413,7 @@ fn self_hold(args: &[String]) -> Res {
                 kept.push((rx, tx));
                 got
             }
+            "system" => open_held(&right, &mut replies, name, bs.lookup("long-lived")?)?,
             "listen" => {
                 use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
                 let l = rustix::net::socket_with(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None)?;

@@ -520,3 +520,35 @@ fn a_reply_goes_out_even_if_the_wait_after_it_is_never_polled() {
         assert_eq!(client.join().unwrap(), (b"one".to_vec(), b"two".to_vec()));
     });
 }
+
+/// A connect abandoned by a timeout around it holds nothing: the runtime
+/// can be dropped at once (it waits for no thread still connecting), and
+/// the connection the abandoned request offered is closed, so a server
+/// that takes the request later sees it gone. The server here is a port
+/// nobody accepts on, so the connect itself can never finish.
+#[test]
+fn an_abandoned_connect_holds_neither_the_runtime_nor_its_connection() {
+    common::watchdog("an_abandoned_connect_holds_neither_the_runtime_nor_its_connection", LIMIT * 2, || {
+        let (mut port, to) = ferry::port().unwrap();
+        let runtime = rt();
+        let abandoned = runtime.block_on(async {
+            tokio::time::timeout(Duration::from_millis(50), AsyncConnection::connect(&to, ConnectOptions::default())).await
+        });
+        assert!(abandoned.is_err(), "nobody accepts, so the connect cannot have finished");
+        let (dropped_tx, dropped_rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            drop(runtime);
+            let _ = dropped_tx.send(());
+        });
+        let runtime_dropped = dropped_rx.recv_timeout(Duration::from_secs(20)).is_ok();
+        let mut request = port.recv(Timeout::After(LIMIT)).expect("the connect request");
+        let Some(Item::Send(offered)) = request.take_items().into_iter().next() else {
+            panic!("the connect request carries its connection's socket");
+        };
+        let connection_closed = offered.wait_dead(Timeout::After(Duration::from_secs(20)));
+        // Frees a connect still waiting for this port, so the process ends.
+        drop(port);
+        assert!(runtime_dropped, "dropping the runtime waited for the abandoned connect");
+        assert!(connection_closed, "the abandoned connect's connection is still open");
+    });
+}

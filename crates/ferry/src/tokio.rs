@@ -31,6 +31,9 @@
 //!   late reply is discarded by the next call, which is never given a reply
 //!   to an earlier request. Since a server takes one request per connection
 //!   at a time, the next call's request is served after the abandoned one.
+//! - A dropped [`AsyncConnection::connect`] future gives its half-open
+//!   connection up within 100 ms: it closes, and a runtime being dropped
+//!   does not wait for it.
 //!
 //! All of these must be created and used inside a tokio runtime with its
 //! I/O driver enabled (`enable_io`, or `enable_all`).
@@ -53,7 +56,10 @@ use std::future::Future;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use ::tokio::io::unix::AsyncFd;
 use ::tokio::io::Interest;
@@ -461,6 +467,20 @@ impl AsyncRpcServer {
     }
 }
 
+/// Longest stretch an [`AsyncConnection::connect`] thread waits before it
+/// looks whether its future was dropped.
+const CONNECT_SLICE: Duration = Duration::from_millis(100);
+
+/// Tells a connect's blocking thread, when its future is dropped, that
+/// nobody waits for the connection any more.
+struct Abandon(Arc<AtomicBool>);
+
+impl Drop for Abandon {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
 /// A [`Connection`] whose calls are awaited. Short calls go through the
 /// shared slot as with blocking calls; the reply's wake-up is a doorbell
 /// datagram on the connection socket, which the runtime watches.
@@ -476,15 +496,30 @@ pub struct AsyncConnection {
 
 impl AsyncConnection {
     /// Opens a connection to the server whose port `server` names. The
-    /// handshake waits for the server to accept, on a blocking-pool thread.
+    /// handshake waits for the server to accept, on a blocking-pool thread,
+    /// in slices of at most 100 ms. Dropping the future (a
+    /// timeout around it, `select!`, a runtime shutting down) abandons the
+    /// connect: the thread gives the connection up at the end of its slice,
+    /// so it closes and the runtime waits for nothing longer.
     ///
     /// # Errors
     /// As [`Connection::connect`].
     pub async fn connect(server: &SendRight, opts: ConnectOptions) -> Result<AsyncConnection, RpcError> {
         let server = server.try_clone().map_err(RpcError::Io)?;
-        let conn = ::tokio::task::spawn_blocking(move || Connection::connect(&server, opts))
-            .await
-            .map_err(|e| RpcError::Io(io::Error::other(e)))??;
+        let mut connecting = Connection::begin_connect(opts.policy)?;
+        let abandon = Abandon(Arc::new(AtomicBool::new(false)));
+        let abandoned = Arc::clone(&abandon.0);
+        let deadline = opts.timeout.deadline();
+        let conn = ::tokio::task::spawn_blocking(move || loop {
+            let slice = deadline.map_or(CONNECT_SLICE, |d| d.saturating_duration_since(Instant::now()).min(CONNECT_SLICE));
+            match connecting.wait(&server, Timeout::from(slice)) {
+                Err(RpcError::Timeout) if !abandoned.load(Ordering::Acquire) && deadline.is_none_or(|d| Instant::now() < d) => {}
+                done => return done,
+            }
+        })
+        .await
+        .map_err(|e| RpcError::Io(io::Error::other(e)))??;
+        drop(abandon);
         AsyncConnection::new(conn)
     }
 

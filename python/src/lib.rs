@@ -31,14 +31,14 @@ use pyo3::sync::{MutexExt, RwLockExt};
 use pyo3::types::PyDict;
 
 /// Converts a Python timeout (seconds; `None` waits forever, `0` not at all)
-/// into ferry's.
+/// into ferry's. A timeout longer than a `Duration` holds (about 1.8e19
+/// seconds, `math.inf` included) waits forever.
 pub(crate) fn timeout(secs: Option<f64>) -> PyResult<ferry::Timeout> {
     match secs {
         None => Ok(ferry::Timeout::Infinite),
         Some(s) if s.is_nan() || s < 0.0 => Err(PyValueError::new_err(format!("timeout must be None or >= 0 seconds, not {s}"))),
         Some(0.0) => Ok(ferry::Timeout::Zero),
-        Some(s) if s.is_infinite() => Ok(ferry::Timeout::Infinite),
-        Some(s) => Ok(ferry::Timeout::After(Duration::from_secs_f64(s))),
+        Some(s) => Ok(Duration::try_from_secs_f64(s).map_or(ferry::Timeout::Infinite, ferry::Timeout::After)),
     }
 }
 
@@ -136,7 +136,8 @@ where
 {
     let deadline = match t {
         ferry::Timeout::Zero => return Ok(py.detach(|| op(ferry::Timeout::Zero))),
-        ferry::Timeout::After(d) => Some(std::time::Instant::now() + d),
+        // A deadline past the end of the clock is no deadline.
+        ferry::Timeout::After(d) => std::time::Instant::now().checked_add(d),
         ferry::Timeout::Infinite => None,
     };
     loop {

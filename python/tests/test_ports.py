@@ -119,6 +119,30 @@ def test_errors_are_typed_per_family():
         rx.recv(LIMIT)
 
 
+def test_timeouts_too_long_for_a_clock_wait_like_none():
+    """A timeout longer than any clock counts (1e19 seconds, the largest
+    float) waits as long as it takes, as ``None`` and ``math.inf`` do: the
+    calls below have their answer at once and return it."""
+    import sys
+
+    for t in (1e19, 1e300, sys.float_info.max):
+        rx, tx = ferry.port()
+        tx.send(ferry.Message(1, b"queued"), timeout=t)
+        assert rx.recv(t).body == b"queued"
+        answer, once = ferry.reply_pair()
+        once.send(ferry.Message(2), timeout=t)
+        assert answer.recv(t).op == 2
+        ps = ferry.PortSet()
+        member = ps.insert(rx)
+        tx.send(ferry.Message(3))
+        ev = ps.wait(t)
+        assert (ev.kind, ev.member, ev.message.op) == ("message", member, 3)
+        ps.close()
+        assert tx.wait_dead(t)
+    with pytest.raises(ValueError):
+        ferry.port()[0].recv(float("nan"))
+
+
 def test_used_and_closed_handles_refuse_with_value_error():
     rx, tx = ferry.port()
     m = ferry.Message(1)

@@ -7,7 +7,8 @@
 //!   view exists: the view holds a reference to the exporting object
 //!   (`view.obj`), the exporters ([`crate::region`]) keep their memory
 //!   mapped as long as they live, and the one early unmap (a send by move)
-//!   is refused while views are counted. Sealing a region for a send by
+//!   is refused while views are counted and made only for a region never
+//!   viewed (one ever viewed keeps its memory mapped after a move). Sealing a region for a send by
 //!   copy remaps it at the same address, so views stay valid across it.
 //! - A read-only export is never handed out writable: `PyBuffer_FillInfo`
 //!   refuses a writable request for read-only memory with `BufferError`.

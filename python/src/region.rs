@@ -7,7 +7,10 @@
 //! stays mapped as long as the Python object lives, and every view or array
 //! over it holds a reference to the object (NumPy's `base`), so an array can
 //! never outlive the memory under it: `close()` only ends the handle's use.
-//! The one early unmap is a send by move, refused while views are counted.
+//! The one early unmap is a send by move of a region never viewed; a move
+//! is refused while views are counted, and a region ever viewed keeps its
+//! memory mapped (copy-on-write) after a move, since an array may hold the
+//! object without a counted view.
 //! A `Region`'s views stay valid when it is sealed for a send by copy: the
 //! mapping is replaced by a private one at the same address, and later
 //! writes through them stay in this process (copy-on-write). A
@@ -95,15 +98,22 @@ impl Region {
     }
 
     /// An item sending the region by move; the region is used up. Refused
-    /// while views are counted. (An array made with
-    /// `numpy.ndarray(buffer=region)` holds the object but no view: NumPy
-    /// releases the buffer at once. Such arrays must be gone before a move;
-    /// `ferry.ndarray`, `numpy.frombuffer` and `memoryview` are counted.)
+    /// while views are counted. An array made with
+    /// `numpy.ndarray(buffer=region)` holds the object but no view (NumPy
+    /// releases the buffer at once), so a region that was ever viewed keeps
+    /// its memory mapped here, copy-on-write, as long as the object lives;
+    /// only a region never viewed is unmapped at once.
     pub(crate) fn move_item(&self) -> PyResult<ferry::RegionItem> {
         let mut g = self.state()?;
         let views = self.views.load(Ordering::SeqCst);
         if views > 0 {
             return Err(busy("Region", views));
+        }
+        if self.viewed.load(Ordering::SeqCst) {
+            let r = g.as_mut().ok_or_else(|| gone("Region"))?;
+            let item = r.by_move_keeping_view().map_err(region_error)?;
+            self.closed.store(true, Ordering::SeqCst);
+            return Ok(item);
         }
         let r = g.take().ok_or_else(|| gone("Region"))?;
         r.by_move().map_err(region_error)

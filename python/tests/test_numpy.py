@@ -4,6 +4,8 @@ send, received read-only over the sealed mapping."""
 from __future__ import annotations
 
 import gc
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -107,6 +109,34 @@ def test_move_refuses_while_an_array_uses_the_region_and_close_keeps_arrays_vali
     tx.send(ferry.Message(1).add(region, move=True))
     assert region.closed
     assert rx.recv(LIMIT).items[0].mode == "move"
+
+
+def test_an_array_holding_no_view_outlives_a_move_of_its_region():
+    """``numpy.ndarray(buffer=region)`` releases its buffer view at once, so
+    a move cannot count it: the move leaves this process's view of a region
+    ever viewed mapped (copy-on-write) for as long as the region object
+    lives, and the array still reads and writes it, without the receiver
+    seeing a write. In a child process: the failure is a crash."""
+    child = subprocess.run([sys.executable, "-c", _MOVED_UNDER_AN_ARRAY], capture_output=True, text=True, timeout=LIMIT)
+    assert child.returncode == 0, f"the child ended with {child.returncode}: {child.stderr}"
+    n = 1 << 17
+    assert child.stdout.split() == ["move", str(7 * (n - 1) + 5), "7", str(7 * n)]
+
+
+_MOVED_UNDER_AN_ARRAY = """
+import numpy as np, ferry
+rx, tx = ferry.port()
+region = ferry.Region(1 << 20)
+a = np.ndarray((1 << 17,), "u8", buffer=region)
+a[:] = 7
+tx.send(ferry.Message(1).add(region, move=True))
+assert region.closed
+a[0] = 5
+item = rx.recv(30).items[0]
+mode = item.mode
+got = ferry.ndarray(item.map(), "u8")
+print(mode, int(a.sum()), int(got[0]), int(got.sum()))
+"""
 
 
 def test_bytes_and_arrays_sent_with_one_copy():

@@ -455,6 +455,24 @@ impl Region {
         Ok(RegionItem::outgoing(Mode::Move, fd, len, addr, huge))
     }
 
+    /// Makes an item that sends this region **by move**, as
+    /// [`by_move`](Self::by_move) does, but leaves this process's view
+    /// mapped at the same address, privately (copy-on-write, as after a
+    /// send by copy), until the region is dropped; the region may not be
+    /// sent again. For callers that cannot rule out a pointer into the
+    /// region still being used after the send (a language binding whose
+    /// arrays hold the region without saying so): such a pointer keeps
+    /// reading the sent bytes and its writes stay in this process. The
+    /// receiver sees a region sent by move.
+    ///
+    /// # Errors
+    /// As [`by_copy`](Self::by_copy).
+    pub fn by_move_keeping_view(&mut self) -> Result<RegionItem, RegionError> {
+        self.seal()?;
+        let fd = crate::sys::socket::dup(self.fd.as_fd()).map_err(|e| RegionError::Alloc(io_err(e)))?;
+        Ok(RegionItem::outgoing(Mode::Move, fd, self.len, self.map.addr(), self.huge))
+    }
+
     /// Seals the memfd (once) and makes sure it holds the current contents.
     fn seal(&mut self) -> Result<(), RegionError> {
         match self.state {

@@ -277,7 +277,7 @@ class Interface:
                         raise TypeError(f"{v!r} is not a {t}")
                 try:
                     enc.body += struct.pack(fmt, v)
-                except struct.error as e:
+                except (struct.error, OverflowError) as e:
                     raise ValueError(f"{v!r} does not fit a {t}: {e}") from None
             elif t == "bool":
                 if not isinstance(v, bool):
@@ -292,13 +292,13 @@ class Interface:
                 b = v.encode()
                 enc.body += struct.pack("<I", len(b)) + b
             elif t == "bytes":
-                b = bytes(v)
+                b = _bytes_of(v, t)
                 enc.body += struct.pack("<I", len(b)) + b
             else:
                 raise TypeError(f"unknown type {t!r}")
             return
         if "array" in t:
-            b = bytes(v)
+            b = _bytes_of(v, f"array of {t['len']} bytes")
             if len(b) != t["len"]:
                 raise ValueError(f"{len(b)} bytes where the array holds {t['len']}")
             enc.body += b
@@ -641,6 +641,15 @@ _HELLO: dict[str, Any] = {
         {"name": "compatible", "ordinal": 3, "type": "u32"},
     ],
 }
+
+
+def _bytes_of(v: Any, what: str) -> bytes:
+    """The bytes of ``v`` for a ``bytes`` or array value: a bytes-like
+    object or a sequence of integers. An integer is refused, not taken for
+    a length (``bytes(4)`` is four zero bytes), and so is a string."""
+    if isinstance(v, (int, str)):
+        raise TypeError(f"{v!r} is not bytes (for a {what})")
+    return bytes(v)
 
 
 def _mode_ok(declared: str, mode: str) -> bool:

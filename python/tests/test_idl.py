@@ -93,6 +93,59 @@ def test_bad_arguments_are_refused_before_sending():
         KV.request("nosuch")
 
 
+TYPES = idl.load(
+    {
+        "interface": "test.types",
+        "version": 1,
+        "compatible": 1,
+        "operations": [
+            {
+                "name": "digest",
+                "ordinal": 1,
+                "kind": "call",
+                "args": [
+                    {"name": "data", "ordinal": 1, "type": "bytes"},
+                    {"name": "tag", "ordinal": 2, "type": {"array": "u8", "len": 4}},
+                    {"name": "scale", "ordinal": 3, "type": "f32"},
+                ],
+                "result": "f32",
+                "error": None,
+            }
+        ],
+    }
+)
+
+
+class Digest:
+    def __init__(self, answer: Any) -> None:
+        self.answer = answer
+
+    def digest(self, data: bytes, tag: bytes, scale: float) -> Any:
+        return self.answer
+
+
+def test_values_not_of_their_type_are_refused_not_converted():
+    """An int is not bytes (``bytes(4)`` is four zero bytes), a float too
+    large for an f32 does not fit it: a client refuses such arguments with
+    ``TypeError`` or ``ValueError`` before sending, and a server answers
+    such a result with a fault rather than stopping."""
+    assert TYPES.request("digest", b"ok", b"abcd", 0.5).op == 1
+    for data, tag in [(4, b"abcd"), (True, b"abcd"), (b"ok", 4), (b"ok", 10**12)]:
+        with pytest.raises(TypeError):
+            TYPES.request("digest", data, tag, 1.0)
+    for scale in (1e300, 10**400):
+        with pytest.raises(ValueError):
+            TYPES.request("digest", b"ok", b"abcd", scale)
+    for answer in (1e300, 10**400, "text"):
+        reply, ran = TYPES.dispatch(Digest(answer), TYPES.request("digest", b"ok", b"abcd", 1.0))
+        assert ran
+        with pytest.raises(idl.Fault) as e:
+            TYPES.decode_reply("digest", reply)
+        assert e.value.code == 4, e.value
+    reply, _ = TYPES.dispatch(Digest(0.25), TYPES.request("digest", b"ok", b"abcd", 1.0))
+    assert TYPES.decode_reply("digest", reply) == 0.25
+
+
 def test_bad_replies_are_typed_errors():
     for body in ["02", "0100", "01010000000000000000"]:  # bad tag, short, trailing
         with pytest.raises(idl.BadReply):

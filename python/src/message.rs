@@ -63,6 +63,32 @@ pub(crate) fn sent() -> PyErr {
     PyValueError::new_err("this message was already sent")
 }
 
+/// The error for a message another call holds: the message being replied
+/// to, given as its own answer or sent by another thread meanwhile.
+fn in_use() -> PyErr {
+    PyValueError::new_err("this message is in use by another call (a reply to it is being sent)")
+}
+
+/// Whether a message given as an argument was sent already.
+pub(crate) fn is_sent_arg(msg: &Bound<'_, Message>) -> PyResult<bool> {
+    Ok(msg.try_borrow().map_err(|_| in_use())?.is_sent())
+}
+
+/// Takes a message given as an argument out to send it (see
+/// [`Message::take_for_send`]).
+pub(crate) fn take_arg(msg: &Bound<'_, Message>) -> PyResult<ferry::Message> {
+    msg.try_borrow_mut().map_err(|_| in_use())?.take_for_send()
+}
+
+/// Puts a message whose send was interrupted back into its argument (see
+/// [`Message::restore`]); if another call holds it by now, the message is
+/// dropped unsent.
+pub(crate) fn restore_arg(msg: &Bound<'_, Message>, m: ferry::Message) {
+    if let Ok(mut g) = msg.try_borrow_mut() {
+        g.restore(m);
+    }
+}
+
 /// Turns a received item into its Python handle.
 fn raise_item(py: Python<'_>, item: ferry::Item) -> PyResult<Py<PyAny>> {
     Ok(match item {
@@ -229,18 +255,18 @@ impl Message {
     #[pyo3(signature = (answer, timeout=None))]
     fn reply(&mut self, py: Python<'_>, answer: &Bound<'_, Message>, timeout: Option<f64>) -> PyResult<()> {
         let t = crate::timeout(timeout)?;
-        if answer.borrow().is_sent() {
+        if is_sent_arg(answer)? {
             return Err(sent());
         }
         let r = self.msg.as_mut().ok_or_else(sent)?.take_reply().ok_or_else(|| PyValueError::new_err("this message carries no reply right"))?;
-        let m = answer.borrow_mut().take_for_send()?;
+        let m = take_arg(answer)?;
         match crate::send_in_slices(py, t, r, m, |r, m, slice| r.send(m, slice)) {
             Ok(sent) => sent.map_err(send_error),
             Err(i) => {
                 let i = *i;
                 // Interrupted unsent: the reply right and the answer stay.
                 self.update(|m| m.with_reply(i.right))?;
-                answer.borrow_mut().restore(i.msg);
+                restore_arg(answer, i.msg);
                 Err(i.error)
             }
         }

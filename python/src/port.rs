@@ -223,12 +223,12 @@ impl SendRight {
         // Held until the send ends (sends share it; `close` waits).
         let g = read_py(py, &self.inner);
         let right = g.as_ref().ok_or_else(|| gone("SendRight"))?;
-        let m = msg.borrow_mut().take_for_send()?;
+        let m = crate::message::take_arg(msg)?;
         match send_in_slices(py, t, (), m, |(), m, slice| right.send(m, slice)) {
             Ok(sent) => sent.map_err(send_error),
             Err(i) => {
                 let i = *i;
-                msg.borrow_mut().restore(i.msg);
+                crate::message::restore_arg(msg, i.msg);
                 Err(i.error)
             }
         }
@@ -339,18 +339,18 @@ impl SendOnceRight {
     #[pyo3(signature = (msg, timeout=None))]
     fn send(&self, py: Python<'_>, msg: &Bound<'_, Message>, timeout: Option<f64>) -> PyResult<()> {
         let t = crate::timeout(timeout)?;
-        if msg.borrow().is_sent() {
+        if crate::message::is_sent_arg(msg)? {
             return Err(crate::message::sent());
         }
         let right = self.take(py)?;
-        let m = msg.borrow_mut().take_for_send()?;
+        let m = crate::message::take_arg(msg)?;
         match send_in_slices(py, t, right, m, |r, m, slice| r.send(m, slice)) {
             Ok(sent) => sent.map_err(send_error),
             Err(i) => {
                 let i = *i;
                 // Interrupted unsent: the right and the message stay.
                 *lock_py(py, &self.inner) = Some(i.right);
-                msg.borrow_mut().restore(i.msg);
+                crate::message::restore_arg(msg, i.msg);
                 Err(i.error)
             }
         }

@@ -62,7 +62,7 @@ impl Connection {
     #[pyo3(signature = (request, timeout=None))]
     fn call(&self, py: Python<'_>, request: &Bound<'_, Message>, timeout: Option<f64>) -> PyResult<Message> {
         let t = crate::timeout(timeout)?;
-        let m = request.borrow_mut().take_for_send()?;
+        let m = crate::message::take_arg(request)?;
         // Held from the request to its reply: a call of another thread in
         // between would abandon this one.
         let mut g = lock_py(py, &self.inner);
@@ -76,7 +76,7 @@ impl Connection {
     /// `PendingCall` whose reply `try_reply(pending)` takes. For
     /// `ferry.call_async`.
     fn send_request(&self, py: Python<'_>, request: &Bound<'_, Message>) -> PyResult<PendingCall> {
-        let m = request.borrow_mut().take_for_send()?;
+        let m = crate::message::take_arg(request)?;
         let inner = &self.inner;
         let c = py.detach(|| lock(inner).as_mut().map(|c| c.send_request(m))).ok_or_else(|| gone("Connection"))?.map_err(rpc_error)?;
         Ok(PendingCall { inner: Mutex::new(Some(c)) })
@@ -243,7 +243,7 @@ impl RpcServer {
     fn reply_and_wait(&self, py: Python<'_>, reply: Option<(PyRef<'_, ConnId>, Bound<'_, Message>)>, timeout: Option<f64>) -> PyResult<(ConnId, Message)> {
         let t = crate::timeout(timeout)?;
         let mut first = match reply {
-            Some((id, m)) => Some((id.0, m.borrow_mut().take_for_send()?)),
+            Some((id, m)) => Some((id.0, crate::message::take_arg(&m)?)),
             None => None,
         };
         let inner = &self.inner;
@@ -263,7 +263,7 @@ impl RpcServer {
 
     /// Sends the reply to the request last taken from `conn`.
     fn reply(&self, py: Python<'_>, conn: PyRef<'_, ConnId>, msg: &Bound<'_, Message>) -> PyResult<()> {
-        let m = msg.borrow_mut().take_for_send()?;
+        let m = crate::message::take_arg(msg)?;
         let (inner, id) = (&self.inner, conn.0);
         py.detach(|| lock(inner).as_mut().map(|s| s.reply(id, m))).ok_or_else(|| gone("RpcServer"))?.map_err(rpc_error)
     }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 
 import pytest
 
@@ -141,6 +142,47 @@ def test_timeouts_too_long_for_a_clock_wait_like_none():
         assert tx.wait_dead(t)
     with pytest.raises(ValueError):
         ferry.port()[0].recv(float("nan"))
+
+
+def test_a_message_in_use_by_another_call_is_refused_with_value_error():
+    """A message cannot answer itself, and one another thread is replying
+    to (blocked on a full queue) cannot be sent meanwhile: ``ValueError``,
+    not a panic; the messages stay usable."""
+    rx, tx = ferry.port()
+    tx.send(ferry.Message(1).set_reply(rx.make_send_once()))
+    m = rx.recv(LIMIT)
+    with pytest.raises(ValueError):
+        m.reply(m)
+    m.reply(ferry.Message(2))
+    assert rx.recv(LIMIT).op == 2
+
+    full_rx, full_tx = ferry.port(queue_limit=4096)
+    with pytest.raises(ferry.QueueFull):
+        for _ in range(10_000):
+            full_tx.send(ferry.Message(0, bytes(1024)), timeout=0)
+    tx.send(ferry.Message(3).set_reply(full_tx.clone()))
+    request = rx.recv(LIMIT)
+    replying = threading.Thread(target=request.reply, args=(ferry.Message(4, bytes(1024)), LIMIT))
+    replying.start()
+    for _ in range(30_000):  # until the other thread is inside reply()
+        try:
+            request.op
+        except RuntimeError:
+            break
+        time.sleep(0.001)
+    else:
+        pytest.fail("the replying thread never started its reply")
+    with pytest.raises(ValueError):
+        tx.send(request)
+    with pytest.raises(ValueError):
+        ferry.reply_pair()[1].send(request)
+    for _ in range(100):
+        if full_rx.recv(LIMIT).op == 4:
+            break
+    replying.join(LIMIT)
+    assert not replying.is_alive()
+    tx.send(request)
+    assert rx.recv(LIMIT).op == 3
 
 
 def test_used_and_closed_handles_refuse_with_value_error():

@@ -13,6 +13,7 @@ were awaited.
 from __future__ import annotations
 
 import asyncio
+import os
 import weakref
 from typing import TYPE_CHECKING
 
@@ -23,43 +24,31 @@ if TYPE_CHECKING:  # pragma: no cover
     from ._ferry import ConnId, Connection, Event, Message, PortSet, ReceiveRight, ReplyReceiver, RpcServer, SendRight, _Policy
 
 
-#: The tasks waiting for each descriptor to poll readable (or writable),
-#: by loop.
-_waiting: dict[tuple[asyncio.AbstractEventLoop, int, bool], list[asyncio.Future[None]]] = {}
-
-
 async def _ready(fd: int, writable: bool = False) -> None:
-    """Waits until ``fd`` polls readable (or ``writable``). A loop keeps one
-    reader and one writer per descriptor (``add_reader`` replaces the one
-    before), so the tasks waiting on the same descriptor share it: each
-    readiness wakes them all, and each tries again."""
+    """Waits until ``fd`` polls readable (or ``writable``). The loop watches
+    a duplicate of ``fd`` made for this wait alone: a loop keeps one reader
+    per descriptor number, and a handle closed while a task waited on its
+    own number would leave the loop watching that number after the kernel
+    stopped (closing a descriptor takes it out of every ``epoll`` set), so
+    a later handle given the same number would never be heard. The
+    duplicate's number stays taken until the wait ends. Tasks waiting on
+    the same handle each have their own, and each readiness wakes them
+    all; each tries again."""
     loop = asyncio.get_running_loop()
     fut: asyncio.Future[None] = loop.create_future()
-    key = (loop, fd, writable)
-    remove = loop.remove_writer if writable else loop.remove_reader
-    waiters = _waiting.get(key)
-    if waiters is None:
-        waiters = _waiting[key] = []
+    own = os.dup(fd)
+    add, remove = (loop.add_writer, loop.remove_writer) if writable else (loop.add_reader, loop.remove_reader)
 
-        def ready() -> None:
-            remove(fd)
-            for f in _waiting.pop(key, []):
-                if not f.done():
-                    f.set_result(None)
+    def ready() -> None:
+        if not fut.done():
+            fut.set_result(None)
 
-        (loop.add_writer if writable else loop.add_reader)(fd, ready)
-    waiters.append(fut)
     try:
+        add(own, ready)
         await fut
     finally:
-        # Given up (a timeout, a cancellation): the last one to go takes
-        # the reader away.
-        left = _waiting.get(key)
-        if left is not None and fut in left:
-            left.remove(fut)
-            if not left:
-                del _waiting[key]
-                remove(fd)
+        remove(own)
+        os.close(own)
 
 
 async def _readable(fd: int) -> None:

@@ -130,6 +130,40 @@ def test_tasks_awaiting_one_port_each_get_a_message():
     assert sorted(got[3:]) == [20, 21], got
 
 
+def test_a_port_closed_under_a_waiting_task_leaves_its_descriptor_number_usable():
+    """A task awaiting a port that is closed meanwhile must not leave the
+    loop watching a descriptor number the kernel no longer watches: a later
+    port given that number (the kernel hands out the lowest free one) is
+    heard when a message arrives."""
+
+    async def main() -> int:
+        rx, tx = ferry.port()
+        stranded = asyncio.create_task(ferry.recv_async(rx))
+        await asyncio.sleep(0.05)  # waiting on the descriptor by now
+        number = rx.fileno()
+        rx.close()
+        tx.close()
+        kept = []
+        for _ in range(50):
+            rx2, tx2 = ferry.port()
+            if rx2.fileno() == number:
+                break
+            kept.append((rx2, tx2))
+        else:
+            pytest.fail(f"no new port was given descriptor {number} again")
+        waiting = asyncio.create_task(ferry.recv_async(rx2, timeout=10))
+        await asyncio.sleep(0.05)
+        tx2.send(ferry.Message(7))
+        try:
+            return (await waiting).op
+        finally:
+            stranded.cancel()
+            with contextlib.suppress(asyncio.CancelledError, ValueError):
+                await stranded
+
+    assert asyncio.run(main()) == 7
+
+
 def test_an_rpc_server_serves_calls_inside_the_event_loop():
     rx, tx = ferry.port()
     server = ferry.RpcServer(rx)

@@ -222,8 +222,9 @@ pub unsafe extern "C" fn ferry_send_right_clone(right: *const ferry_send_right, 
 /// Sends the contents of `msg` to the port, waiting for queue space as
 /// `timeout_ms` says. The message handle stays the caller's: on success it
 /// is left empty (its operation id kept) to free or fill again; on failure
-/// its rights and regions have been closed with the failed send (as in the
-/// Rust API) and it must still be freed.
+/// (nothing was sent) it holds all it held, its rights, regions and reply
+/// right included, as in the Rust API: send it again, or free it (which
+/// closes them). Do not add its items to it again.
 ///
 /// # Safety
 /// `right` is a live send-right handle (it may be shared between threads);

@@ -51,8 +51,16 @@ static void failing_round(void) {
     CHECK(ferry_message_set_body(m, (const uint8_t *)"x", 1));
     IS(ferry_send_right_send(dead_tx, m, 0), FERRY_ERR_PEER_DEAD);
     EXPECT(strstr(ferry_last_error_message(), "dead") != NULL);
-    /* The handle is still the caller's: usable and freeable. */
+    /* Nothing was sent: the handle holds all it held, to send again. */
+    size_t held;
+    CHECK(ferry_message_item_count(m, &held));
+    EXPECT(held == 2);
     CHECK(ferry_message_set_body(m, (const uint8_t *)"again", 5));
+    CHECK(ferry_send_right_send(tx, m, 0));
+    ferry_message_free(m);
+    CHECK(ferry_receive_right_recv(rx, 0, &m));
+    CHECK(ferry_message_item_count(m, &held));
+    EXPECT(held == 2);
     ferry_message_free(m);
     ferry_send_right_free(dead_tx);
 

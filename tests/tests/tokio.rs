@@ -266,6 +266,50 @@ fn a_dropped_send_future_hands_its_message_back_and_delivers_nothing() {
     });
 }
 
+/// Tasks sending through one right while the queue is full each get
+/// their turn: every waiting send is woken when room appears, not only the
+/// one that asked last.
+#[test]
+fn tasks_sending_through_one_right_to_a_full_queue_are_all_woken() {
+    run("tasks_sending_through_one_right_to_a_full_queue_are_all_woken", || async {
+        let (mut rx, tx, queued) = full_port();
+        let tx = std::sync::Arc::new(AsyncSendRight::new(tx).unwrap());
+        let senders: Vec<_> = (0..3)
+            .map(|i| {
+                let tx = tx.clone();
+                tokio::spawn(async move { tx.send(Message::new(9000 + i).with_body(vec![1; 512])).await })
+            })
+            .collect();
+        // Every task reaches its wait for room before any is made.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(senders.iter().all(|s| !s.is_finished()), "the queue is full: every send waits");
+        let expected = queued as usize + senders.len();
+        let drainer = std::thread::spawn(move || {
+            let mut ops = Vec::new();
+            while ops.len() < expected {
+                match rx.recv(Timeout::After(Duration::from_secs(10))) {
+                    Ok(m) => ops.push(m.op()),
+                    Err(_) => break,
+                }
+            }
+            ops
+        });
+        let all = tokio::time::timeout(Duration::from_secs(20), async {
+            let mut done = Vec::new();
+            for s in senders {
+                done.push(s.await.unwrap());
+            }
+            done
+        })
+        .await;
+        let ops = drainer.join().unwrap();
+        let sent = ops.iter().filter(|&&o| o >= 9000).count();
+        assert!(all.is_ok(), "{sent} of 3 waiting sends were woken and delivered");
+        assert!(all.unwrap().iter().all(Result::is_ok));
+        assert_eq!((ops.len(), sent), (expected, 3));
+    });
+}
+
 #[test]
 fn a_send_to_a_dead_port_fails_and_keeps_the_message() {
     run("a_send_to_a_dead_port_fails_and_keeps_the_message", || async {

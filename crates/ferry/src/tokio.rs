@@ -61,7 +61,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use ::tokio::io::unix::AsyncFd;
+use ::tokio::io::unix::{AsyncFd, AsyncFdReadyGuard};
 use ::tokio::io::Interest;
 
 use crate::error::{io_err, RecvError, SendError};
@@ -252,7 +252,7 @@ impl AsyncSendRight {
     /// [`SendError::TooLarge`] for a wire-format limit, the message is
     /// still in the future.
     pub fn send(&self, msg: Message) -> SendFuture<'_> {
-        SendFuture { right: self, msg: Some(msg) }
+        SendFuture { right: self, msg: Some(msg), room: None }
     }
 
     /// The send right.
@@ -267,12 +267,24 @@ impl AsyncSendRight {
 }
 
 /// The future of [`AsyncSendRight::send`]: it holds the message until the
-/// kernel has accepted it.
-#[derive(Debug)]
+/// kernel has accepted it. Several may wait on one right at once (tasks
+/// sharing it): each waits for room on its own, so each is woken.
 #[must_use = "a send does nothing unless awaited or polled"]
 pub struct SendFuture<'a> {
     right: &'a AsyncSendRight,
     msg: Option<Message>,
+    /// This send's wait for room while the queue is full. (The runtime's
+    /// `poll_write_ready` wakes only the task that asked last.)
+    room: Option<Pin<Box<WaitForRoom<'a>>>>,
+}
+
+/// A wait for the send right's socket to poll writable.
+type WaitForRoom<'a> = dyn Future<Output = io::Result<AsyncFdReadyGuard<'a, Watched<SendRight>>>> + Send + 'a;
+
+impl std::fmt::Debug for SendFuture<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SendFuture").field("right", &self.right).field("msg", &self.msg).field("waiting", &self.room.is_some()).finish()
+    }
 }
 
 impl SendFuture<'_> {
@@ -290,18 +302,28 @@ impl Future for SendFuture<'_> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
-        let sock = this.right.fd.get_ref().0.as_fd();
+        let right = this.right;
+        let sock = right.fd.get_ref().0.as_fd();
         // One attempt before asking for readiness: the usual case, a queue
         // with room, costs no round through the runtime.
-        match try_send(sock, &mut this.msg) {
-            Err(SendError::QueueFull) => {}
-            done => return Poll::Ready(done),
+        if this.room.is_none() {
+            match try_send(sock, &mut this.msg) {
+                Err(SendError::QueueFull) => {}
+                done => return Poll::Ready(done),
+            }
         }
         loop {
-            let mut guard = match this.right.fd.poll_write_ready(cx) {
+            let room = this.room.get_or_insert_with(|| Box::pin(right.fd.writable()));
+            let ready = room.as_mut().poll(cx);
+            let mut guard = match ready {
                 Poll::Pending => return Poll::Pending,
-                Poll::Ready(Err(e)) => return Poll::Ready(Err(SendError::Io(e))),
-                Poll::Ready(Ok(g)) => g,
+                Poll::Ready(r) => {
+                    this.room = None;
+                    match r {
+                        Ok(g) => g,
+                        Err(e) => return Poll::Ready(Err(SendError::Io(e))),
+                    }
+                }
             };
             match try_send(sock, &mut this.msg) {
                 Err(SendError::QueueFull) => guard.clear_ready(),

@@ -579,7 +579,8 @@ enum ferry_status ferry_message_op(const struct ferry_message *msg, uint32_t *op
 
 /**
  * Replaces the inline body with a copy of `len` bytes at `data` (at most
- * `FERRY_MAX_INLINE` are accepted when sending).
+ * `FERRY_MAX_INLINE` are accepted when sending). `data` may point into
+ * the message's own body (from `ferry_message_body`), to trim it in place.
  *
  * # Safety
  * `msg` is a live message handle used by no other call meanwhile; `data`
@@ -837,7 +838,8 @@ enum ferry_status ferry_message_set_op(struct ferry_message *msg, uint32_t op);
 
 /**
  * Empties the message for reuse and fills it again: operation id `op`,
- * a copy of `len` bytes at `data` as its body (NULL and 0 for none), every
+ * a copy of `len` bytes at `data` as its body (NULL and 0 for none; it may
+ * point into the message's own body), every
  * item and the reply right closed. An RPC request keeps the connection it
  * came on, so the handle can carry the reply
  * (`ferry_rpc_server_reply_and_wait_in_place`).

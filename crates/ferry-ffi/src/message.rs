@@ -113,6 +113,15 @@ pub(crate) fn send_contents<R>(msg: &mut ferry_message, send: impl FnOnce(Messag
     })
 }
 
+/// Whether `src` lies, even in part, in `body`'s buffer: a C caller may
+/// set a message's body from its own (`ferry_message_body`, then a part
+/// of it), and those bytes must be copied out before the buffer is
+/// rewritten.
+fn overlaps(body: &[u8], src: &[u8]) -> bool {
+    let (b, s) = (body.as_ptr() as usize, src.as_ptr() as usize);
+    !src.is_empty() && s < b + body.len() && b < s + src.len()
+}
+
 /// What an item of a message is.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -203,7 +212,8 @@ pub unsafe extern "C" fn ferry_message_op(msg: *const ferry_message, op: *mut u3
 }
 
 /// Replaces the inline body with a copy of `len` bytes at `data` (at most
-/// `FERRY_MAX_INLINE` are accepted when sending).
+/// `FERRY_MAX_INLINE` are accepted when sending). `data` may point into
+/// the message's own body (from `ferry_message_body`), to trim it in place.
 ///
 /// # Safety
 /// `msg` is a live message handle used by no other call meanwhile; `data`
@@ -216,8 +226,12 @@ pub unsafe extern "C" fn ferry_message_set_body(msg: *mut ferry_message, data: *
         // SAFETY: as above.
         let src = unsafe { bytes(data, len, "data") }?;
         let body = m.msg.body_mut();
-        body.clear();
-        body.extend_from_slice(src);
+        if overlaps(body, src) {
+            *body = src.to_vec();
+        } else {
+            body.clear();
+            body.extend_from_slice(src);
+        }
         Ok(())
     })
 }
@@ -699,7 +713,8 @@ pub unsafe extern "C" fn ferry_message_set_op(msg: *mut ferry_message, op: u32) 
 }
 
 /// Empties the message for reuse and fills it again: operation id `op`,
-/// a copy of `len` bytes at `data` as its body (NULL and 0 for none), every
+/// a copy of `len` bytes at `data` as its body (NULL and 0 for none; it may
+/// point into the message's own body), every
 /// item and the reply right closed. An RPC request keeps the connection it
 /// came on, so the handle can carry the reply
 /// (`ferry_rpc_server_reply_and_wait_in_place`).
@@ -713,8 +728,12 @@ pub unsafe extern "C" fn ferry_message_reset(msg: *mut ferry_message, op: u32, d
         // SAFETY: header contract: a live handle used by no other call; `len` bytes at `data`.
         let (m, src) = unsafe { (obj_mut(msg, "msg")?, bytes(data, len, "data")?) };
         let mut body = mem::take(m.msg.body_mut());
-        body.clear();
-        body.extend_from_slice(src);
+        if overlaps(&body, src) {
+            body = src.to_vec();
+        } else {
+            body.clear();
+            body.extend_from_slice(src);
+        }
         m.msg = Message::new(op).with_body(body);
         m.items.clear();
         m.reply = None;

@@ -169,6 +169,28 @@ int main(void) {
     ferry_port_set_free(NULL);
     ferry_bootstrap_free(NULL);
 
+    /* A body set from the message's own body (trimming it in place), as
+     * set_body and reset: the bytes are copied as they were before. */
+    m = msg(1);
+    static uint8_t pattern[4096];
+    for (size_t i = 0; i < sizeof pattern; i++)
+        pattern[i] = (uint8_t)(i * 7 + i / 251);
+    CHECK(ferry_message_set_body(m, pattern, sizeof pattern));
+    const uint8_t *own;
+    size_t own_len;
+    size_t from = 0;
+    for (size_t shift = 1; shift < 64; shift += 9) {
+        CHECK(ferry_message_body(m, &own, &own_len));
+        CHECK(ferry_message_set_body(m, own + shift, own_len - shift));
+        from += shift;
+        CHECK(ferry_message_body(m, &own, &own_len));
+        EXPECT(own_len == sizeof pattern - from && memcmp(own, pattern + from, own_len) == 0);
+    }
+    CHECK(ferry_message_reset(m, 2, own + 5, 100));
+    CHECK(ferry_message_body(m, &own, &own_len));
+    EXPECT(own_len == 100 && memcmp(own, pattern + from + 5, 100) == 0);
+    ferry_message_free(m);
+
     /* Bad values. */
     ferry_region *r = NULL;
     IS(ferry_region_new(0, &r), FERRY_ERR_INVALID_ARGUMENT);

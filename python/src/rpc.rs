@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use ferry::rpc::Policy;
+use ferry::rpc::{Policy, RpcError};
 
 use crate::errors::{os_error, rpc_error};
 use crate::message::Message;
@@ -238,7 +238,9 @@ impl RpcServer {
     /// Sends `reply` (a `(conn, message)` pair, or `None`), then waits up to
     /// `timeout` seconds for the next request; returns `(conn, request)`.
     /// Every request must be answered (here or with `reply`) before its
-    /// connection sends another. Raises `RpcTimeout` or `NoClients`.
+    /// connection sends another. A reply that cannot travel (too large) fails
+    /// its client's call and, like one to a client that has gone, does not
+    /// stop the wait. Raises `RpcTimeout` or `NoClients`.
     #[pyo3(signature = (reply=None, timeout=None))]
     fn reply_and_wait(&self, py: Python<'_>, reply: Option<(PyRef<'_, ConnId>, Bound<'_, Message>)>, timeout: Option<f64>) -> PyResult<(ConnId, Message)> {
         let t = crate::timeout(timeout)?;
@@ -249,10 +251,17 @@ impl RpcServer {
         let inner = &self.inner;
         let r = interruptible(py, t, |e| matches!(e, Some(ferry::rpc::RpcError::Timeout)), |slice| {
             let mut g = lock(inner);
-            match g.as_mut() {
-                Some(s) => s.reply_and_wait(first.take(), slice).map_err(Some),
-                None => Err(None),
+            let Some(s) = g.as_mut() else { return Err(None) };
+            if let Some((id, m)) = first.take() {
+                // As ferry's own serving loops treat them: a client gone, or
+                // told that its reply could not travel, is not this server's
+                // failure; it goes on to the next request.
+                match s.reply(id, m) {
+                    Ok(()) | Err(RpcError::PeerDead | RpcError::Protocol { .. } | RpcError::TooLarge(_)) => {}
+                    Err(e) => return Err(Some(e)),
+                }
             }
+            s.reply_and_wait(None, slice).map_err(Some)
         })?;
         match r {
             Ok((id, m)) => Ok((ConnId(id), Message::received(m))),

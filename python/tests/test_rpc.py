@@ -65,3 +65,34 @@ def test_requests_name_their_client():
     assert replies == [11, 12]
     assert senders == [(os.getpid(), os.getuid(), os.getgid())] * 2
     server.close()
+
+
+def test_a_reply_too_large_to_travel_fails_its_call_and_the_server_goes_on():
+    """A reply that cannot travel (a body over the inline limit) fails that
+    client's call, as a Rust server does; ``reply_and_wait`` goes on to the
+    next request instead of raising, so a serving loop keeps serving."""
+    import threading
+
+    rx, tx = ferry.port()
+    server = ferry.RpcServer(rx)
+    outcomes: list[object] = []
+
+    def client() -> None:
+        with ferry.Connection(tx, policy="block", timeout=LIMIT) as conn:
+            try:
+                conn.call(ferry.Message(1, b"big"), LIMIT)
+                outcomes.append("answered")
+            except ferry.RpcError as e:
+                outcomes.append(type(e).__name__)
+            outcomes.append(conn.call(ferry.Message(2, b"small"), LIMIT).body)
+
+    t = threading.Thread(target=client)
+    t.start()
+    conn, req = server.reply_and_wait(None, LIMIT)
+    assert req.body == b"big"
+    conn, req = server.reply_and_wait((conn, ferry.Message(1, bytes(ferry.MAX_INLINE))), LIMIT)
+    assert req.body == b"small"
+    server.reply(conn, ferry.Message(2, b"small answered"))
+    t.join(LIMIT)
+    assert outcomes == ["RpcError", b"small answered"]
+    server.close()

@@ -1431,7 +1431,9 @@ enum ferry_status ferry_rpc_server_set_policy(struct ferry_rpc_server *server, u
  * Sends `reply` (NULL for none; made with `ferry_message_new_reply` from
  * the request it answers) and waits for the next request on any
  * connection, as `timeout_ms` allows. The reply handle stays the caller's
- * (left empty). A reply to a client that has gone is dropped silently.
+ * (left empty). A reply to a client that has gone is dropped silently; one
+ * too large to travel fails its client's call (`FERRY_ERR_TOO_LARGE`
+ * there) and the wait goes on.
  * Every request must be answered by a later call before its connection
  * sends another. `FERRY_ERR_NO_CLIENTS` when the port has no senders and
  * no connection is left.
@@ -1453,7 +1455,9 @@ enum ferry_status ferry_rpc_server_reply_and_wait(struct ferry_rpc_server *serve
  * (refill it with `ferry_message_reset` first: whatever it holds
  * is sent, items included); then the next request is received into it. A
  * new message (from `ferry_message_new`) sends nothing, so the first call
- * only waits. On failure the handle is left empty (no request).
+ * only waits. A reply too large to travel fails its client's call and the
+ * wait goes on, as in [`ferry_rpc_server_reply_and_wait`]. On failure the
+ * handle is left empty (no request).
  *
  * # Safety
  * `server` and `msg` are live handles used by no other call meanwhile.

@@ -4,7 +4,8 @@
 
 use std::os::fd::{AsFd, AsRawFd};
 
-use ferry::rpc::{ConnectOptions, Connection, Policy, RpcServer, Transport};
+use ferry::rpc::{ConnId, ConnectOptions, Connection, Policy, RpcError, RpcServer, Transport};
+use ferry::Message;
 
 use crate::handle::{free, give, obj, obj_mut, out, put, take};
 use crate::message::ferry_message;
@@ -131,6 +132,16 @@ pub unsafe extern "C" fn ferry_connection_call_in_place(conn: *mut ferry_connect
     })
 }
 
+/// Sends a reply as a reply-and-wait does before it waits: a client that
+/// has gone, or that was told its reply could not travel (too large), is
+/// not the server's failure.
+fn send_reply(server: &mut RpcServer, conn: ConnId, reply: Message) -> Res {
+    match server.reply(conn, reply) {
+        Ok(()) | Err(RpcError::PeerDead | RpcError::Protocol { .. } | RpcError::TooLarge(_)) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Makes an RPC server accepting connections on the port of `port`,
 /// **consuming** the receive right (whatever the outcome).
 ///
@@ -180,7 +191,9 @@ pub unsafe extern "C" fn ferry_rpc_server_set_policy(server: *mut ferry_rpc_serv
 /// Sends `reply` (NULL for none; made with `ferry_message_new_reply` from
 /// the request it answers) and waits for the next request on any
 /// connection, as `timeout_ms` allows. The reply handle stays the caller's
-/// (left empty). A reply to a client that has gone is dropped silently.
+/// (left empty). A reply to a client that has gone is dropped silently; one
+/// too large to travel fails its client's call (`FERRY_ERR_TOO_LARGE`
+/// there) and the wait goes on.
 /// Every request must be answered by a later call before its connection
 /// sends another. `FERRY_ERR_NO_CLIENTS` when the port has no senders and
 /// no connection is left.
@@ -200,15 +213,13 @@ pub unsafe extern "C" fn ferry_rpc_server_reply_and_wait(
         let o = out(out_request, "out_request")?;
         // SAFETY: header contract: a live handle used by no other call.
         let s = unsafe { obj_mut(server, "server") }?;
-        let answer = if reply.is_null() {
-            None
-        } else {
+        if !reply.is_null() {
             // SAFETY: non-null, so a live handle used by no other call per the header.
             let r = unsafe { obj_mut(reply, "reply") }?;
             let conn = r.conn.ok_or_else(|| Failure::new(ferry_status::FERRY_ERR_NO_REPLY_RIGHT, "the reply was not made with ferry_message_new_reply"))?;
-            Some((conn, r.take_contents()))
-        };
-        let (conn, req) = s.server.reply_and_wait(answer, timeout(timeout_ms))?;
+            send_reply(&mut s.server, conn, r.take_contents())?;
+        }
+        let (conn, req) = s.server.reply_and_wait(None, timeout(timeout_ms))?;
         // SAFETY: `o` checked non-null.
         unsafe { give(o, ferry_message::received(req, Some(conn))) };
         Ok(())
@@ -221,7 +232,9 @@ pub unsafe extern "C" fn ferry_rpc_server_reply_and_wait(
 /// (refill it with `ferry_message_reset` first: whatever it holds
 /// is sent, items included); then the next request is received into it. A
 /// new message (from `ferry_message_new`) sends nothing, so the first call
-/// only waits. On failure the handle is left empty (no request).
+/// only waits. A reply too large to travel fails its client's call and the
+/// wait goes on, as in [`ferry_rpc_server_reply_and_wait`]. On failure the
+/// handle is left empty (no request).
 ///
 /// # Safety
 /// `server` and `msg` are live handles used by no other call meanwhile.
@@ -230,8 +243,11 @@ pub unsafe extern "C" fn ferry_rpc_server_reply_and_wait_in_place(server: *mut f
     guard(|| {
         // SAFETY: header contract: live handles used by no other call.
         let (s, m) = unsafe { (obj_mut(server, "server")?, obj_mut(msg, "msg")?) };
-        let answer = m.conn.take().map(|conn| (conn, m.take_contents()));
-        let (conn, req) = s.server.reply_and_wait(answer, timeout(timeout_ms)).inspect_err(|_| m.refill(ferry::Message::new(0), None))?;
+        if let Some(conn) = m.conn.take() {
+            let reply = m.take_contents();
+            send_reply(&mut s.server, conn, reply).inspect_err(|_| m.refill(Message::new(0), None))?;
+        }
+        let (conn, req) = s.server.reply_and_wait(None, timeout(timeout_ms)).inspect_err(|_| m.refill(Message::new(0), None))?;
         m.refill(req, Some(conn));
         Ok(())
     })

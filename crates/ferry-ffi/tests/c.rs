@@ -156,6 +156,15 @@ fn c_rpc_requests_name_their_client() {
     assert!(out.contains("rpc sender: ok"), "{out}");
 }
 
+/// A reply too large to travel fails its client's call, and the server's
+/// reply-and-wait (in place or not) goes on to the next request.
+#[test]
+fn c_rpc_server_goes_on_after_a_reply_too_large_to_travel() {
+    let too_large = build("ferry_rpc_too_large", &["tests/c/rpc_too_large.c"]);
+    let out = succeeded("ferry_rpc_too_large", &wait_bounded(spawn(&too_large, &[], Path::new("/nonexistent")), LIMIT));
+    assert!(out.contains("rpc too large: ok"), "{out}");
+}
+
 /// A client started before its server waits for the server's name:
 /// `ferry_bootstrap_lookup_wait` returns once the name is registered, and
 /// `FERRY_ERR_NAME_NOT_FOUND` when the timeout passes first.

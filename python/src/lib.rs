@@ -183,6 +183,9 @@ pub(crate) fn send_in_slices<R: Send>(
         })
     });
     match r {
+        // The last slice of a timeout may have had no time left, and a send
+        // that does not wait says the queue is full: the timeout ran out.
+        Ok(Err(ferry::SendError::QueueFull)) if t != ferry::Timeout::Zero => Ok(Err(ferry::SendError::Timeout)),
         Ok(sent) => Ok(sent),
         Err(error) => {
             let (right, msg) = held.take().expect("a timed-out slice gives the message back");

@@ -120,6 +120,19 @@ def test_errors_are_typed_per_family():
         rx.recv(LIMIT)
 
 
+def test_a_send_given_a_timeout_ends_in_send_timeout_however_short():
+    """A send given a timeout that ends while the queue is full raises
+    ``SendTimeout``, also when the time left for its last wait rounds to
+    nothing; ``QueueFull`` is for ``timeout=0``."""
+    rx, tx = ferry.port(queue_limit=4096)
+    with pytest.raises(ferry.QueueFull):
+        for _ in range(10_000):
+            tx.send(ferry.Message(1, bytes(1024)), timeout=0)
+    for t in (1e-9, 1e-6, 0.01):
+        with pytest.raises(ferry.SendTimeout):
+            tx.send(ferry.Message(1, bytes(1024)), timeout=t)
+
+
 def test_timeouts_too_long_for_a_clock_wait_like_none():
     """A timeout longer than any clock counts (1e19 seconds, the largest
     float) waits as long as it takes, as ``None`` and ``math.inf`` do: the

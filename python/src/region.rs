@@ -111,6 +111,11 @@ impl Region {
         }
         if self.viewed.load(Ordering::SeqCst) {
             let r = g.as_mut().ok_or_else(|| gone("Region"))?;
+            if self.sealed.load(Ordering::SeqCst) {
+                // As for a send by copy: arrays may have written it since
+                // it was sealed, unseen by ferry. Only marks it written.
+                let _ = r.as_mut_slice();
+            }
             let item = r.by_move_keeping_view().map_err(region_error)?;
             self.closed.store(true, Ordering::SeqCst);
             return Ok(item);

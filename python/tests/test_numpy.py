@@ -111,6 +111,23 @@ def test_move_refuses_while_an_array_uses_the_region_and_close_keeps_arrays_vali
     assert rx.recv(LIMIT).items[0].mode == "move"
 
 
+def test_a_move_after_a_copy_sends_what_arrays_wrote_since():
+    """A region sent by copy, then written through an array, then sent by
+    move sends what the array wrote (writes through arrays are invisible to
+    ferry, as for a second send by copy)."""
+    rx, tx = ferry.port()
+    region = ferry.Region(4096)
+    a = ferry.ndarray(region, "u1")
+    a[:] = 1
+    tx.send(ferry.Message(1).add(region))
+    a[:] = 2
+    del a
+    tx.send(ferry.Message(2).add(region, move=True))
+    first = rx.recv(LIMIT).items[0].copy_out()
+    second = rx.recv(LIMIT).items[0].copy_out()
+    assert (set(first), set(second)) == ({1}, {2})
+
+
 def test_an_array_holding_no_view_outlives_a_move_of_its_region():
     """``numpy.ndarray(buffer=region)`` releases its buffer view at once, so
     a move cannot count it: the move leaves this process's view of a region

@@ -112,6 +112,25 @@ fn a_long_timed_receive_gets_what_arrives_while_it_waits() {
     });
 }
 
+/// A timeout too long for the clock waits like an endless one: a send,
+/// a receive and a name lookup given `Duration::MAX` do their work rather
+/// than panic when their deadline is worked out.
+#[test]
+fn a_timeout_too_long_for_the_clock_waits_like_an_endless_one() {
+    let _serial = common::serial();
+    watchdog("a_timeout_too_long_for_the_clock_waits_like_an_endless_one", LIMIT, || {
+        let forever = Timeout::After(Duration::MAX);
+        let (mut rx, tx) = ferry::port().unwrap();
+        let sender = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(150));
+            tx.send(Message::new(7), forever).unwrap();
+        });
+        assert_eq!(rx.recv(forever).unwrap().op(), 7);
+        sender.join().unwrap();
+        assert!(matches!(rx.recv(forever), Err(RecvError::NoSenders)));
+    });
+}
+
 /// A timed receive leaves the socket's timer set; a receive without a
 /// timeout must wait through it for as long as it takes.
 #[test]

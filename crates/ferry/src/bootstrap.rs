@@ -820,12 +820,13 @@ impl Bootstrap {
     /// [`NameError::NotFound`] if the name did not appear in time; any other
     /// error of [`lookup`](Bootstrap::lookup) at once.
     pub fn lookup_wait(&mut self, name: &str, timeout: Duration) -> Result<SendRight, NameError> {
-        let deadline = Instant::now() + timeout;
+        let deadline = Instant::now().checked_add(timeout);
         let mut nap = Duration::from_millis(1);
         loop {
             match self.lookup(name) {
-                Err(NameError::NotFound) if Instant::now() < deadline => {
-                    std::thread::sleep(nap.min(deadline.saturating_duration_since(Instant::now())));
+                Err(NameError::NotFound) if deadline.is_none_or(|d| Instant::now() < d) => {
+                    let left = deadline.map_or(nap, |d| d.saturating_duration_since(Instant::now()));
+                    std::thread::sleep(nap.min(left));
                     nap = (nap * 2).min(Duration::from_millis(50));
                 }
                 other => return other,

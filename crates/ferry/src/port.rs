@@ -104,7 +104,7 @@ impl SocketTimer {
     /// less two ticks at 100 Hz, plus 8/63 of that, plus two ticks, is
     /// under the wait for any wait of at least [`SOCKET_TIMER_FROM`]).
     fn bound(wait: Duration) -> Duration {
-        wait * 7 / 8 - Duration::from_millis(20)
+        wait - wait / 8 - Duration::from_millis(20)
     }
 
     /// Waits up to about `wait` for a datagram on `sock` under its own
@@ -619,6 +619,10 @@ fn recv_timed(
 ) -> Result<Option<Message>, RecvError> {
     let Timeout::After(wait) = timeout else { return recv_on(sock, buf, identity, timeout, via_send_once) };
     let start = Instant::now();
+    if start.checked_add(wait).is_none() {
+        // Longer than the clock can hold: as endless as no timeout.
+        return recv_on(sock, buf, identity, Timeout::Infinite, via_send_once);
+    }
     if let Some(dg) = timer.wait(sock, buf, wait).map_err(|e| RecvError::Io(io_err(e)))? {
         return datagram_message(buf, dg, identity, via_send_once);
     }

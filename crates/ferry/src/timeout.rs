@@ -23,11 +23,11 @@ impl Timeout {
     }
 
     /// The absolute deadline for an operation starting now; `None` means no
-    /// deadline (wait forever).
+    /// deadline (wait forever), as for a duration too long for the clock.
     pub(crate) fn deadline(self) -> Option<Instant> {
         match self {
             Timeout::Zero => Some(Instant::now()),
-            Timeout::After(d) => Some(Instant::now() + d),
+            Timeout::After(d) => Instant::now().checked_add(d),
             Timeout::Infinite => None,
         }
     }

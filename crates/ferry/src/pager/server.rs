@@ -733,11 +733,7 @@ impl ObjectServer {
     /// object server does not know to `ext` (how the file server adds its
     /// own requests on the same port).
     pub fn serve_with(&mut self, timeout: Timeout, ext: Extension<'_>) -> Result<usize, PagerError> {
-        let deadline = match timeout {
-            Timeout::Zero => Some(Instant::now()),
-            Timeout::After(d) => Some(Instant::now() + d),
-            Timeout::Infinite => None,
-        };
+        let deadline = timeout.deadline();
         let events = self.epoll.wait(64, deadline).map_err(|e| PagerError::Io(errno(e)))?;
         for &(k, ready) in &events {
             if k == KEY_PORT {

@@ -622,3 +622,81 @@ fn a_port_set_reports_no_senders_after_the_last_send_once_right() {
         }
     });
 }
+
+/// Set in the copy of this test binary that
+/// `a_receive_costs_the_same_however_many_send_once_rights_are_out` runs
+/// under `strace`: that copy does the receives to be counted.
+const COUNTED_RECEIVES: &str = "FERRY_TEST_COUNTED_RECEIVES";
+
+/// Receives through a port with 500 send-once rights outstanding: 40
+/// messages queued on the port itself, 40 replies through send-once rights,
+/// one message that comes while the receiver waits. Prints how many it
+/// received.
+fn receive_beside_many_send_once_rights() {
+    let (mut rx, tx) = ferry::port().unwrap();
+    let mut out: Vec<_> = (0..500).map(|_| rx.make_send_once().unwrap()).collect();
+    let mut received = 0;
+    for i in 0..40 {
+        tx.send(Message::new(i), Timeout::Infinite).unwrap();
+        assert_eq!(rx.recv(Timeout::Infinite).unwrap().op(), i);
+        received += 1;
+    }
+    for i in 0..40 {
+        out.pop().unwrap().send(Message::new(1000 + i), Timeout::Infinite).unwrap();
+        let m = rx.recv(Timeout::Infinite).unwrap();
+        assert_eq!((m.op(), m.via_send_once()), (1000 + i, true));
+        received += 1;
+    }
+    let late = tx.try_clone().unwrap();
+    let sender = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(50));
+        late.send(Message::new(7), Timeout::Infinite).unwrap();
+    });
+    assert_eq!(rx.recv(Timeout::Infinite).unwrap().op(), 7);
+    received += 1;
+    sender.join().unwrap();
+    assert_eq!(rx.send_once_outstanding(), 460);
+    println!("received {received}");
+}
+
+#[test]
+fn a_receive_costs_the_same_however_many_send_once_rights_are_out() {
+    use std::process::Command;
+    if std::env::var_os(COUNTED_RECEIVES).is_some() {
+        receive_beside_many_send_once_rights();
+        return;
+    }
+    let _serial = common::serial();
+    // Counted in system calls, not time: each receive tried every
+    // outstanding send-once right's socket with a `recvmsg(2)` of its own.
+    let calls = "recvmsg,recvfrom,poll,ppoll,epoll_wait,epoll_pwait,epoll_pwait2";
+    let log = common::temp_path(format!("ferry-ports-{}-counted.strace", std::process::id()));
+    let exe = std::env::current_exe().unwrap();
+    let run = Command::new("strace")
+        .args(["-f", "-qq", "-e", &format!("trace={calls}"), "-o"])
+        .arg(&log)
+        .arg("--")
+        .arg(&exe)
+        .args(["--exact", "a_receive_costs_the_same_however_many_send_once_rights_are_out", "--nocapture", "--test-threads=1"])
+        .env(COUNTED_RECEIVES, "1")
+        .output();
+    let run = match run {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("skipped: this test counts system calls with strace, which cannot be run here ({e})");
+            return;
+        }
+    };
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    if !run.status.success() && stderr.contains("ptrace") {
+        eprintln!("skipped: strace may not trace processes here: {}", stderr.trim());
+        return;
+    }
+    assert!(run.status.success() && stdout.contains("received 81"), "the counted receives failed:\n{stdout}\n{stderr}");
+    let text = std::fs::read_to_string(&log).unwrap();
+    let _ = std::fs::remove_file(&log);
+    // One line per call; a call that blocked shows again as resumed.
+    let made = text.lines().filter(|l| !l.contains("resumed>")).count();
+    assert!(made <= 81 * 4, "81 receives beside 500 outstanding send-once rights made {made} receiving and waiting calls");
+}

@@ -17,7 +17,7 @@
 //! socket that all send rights share; see [`SendRight::set_queue_limit`].
 
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -213,15 +213,23 @@ impl ReceiveRight {
                     }
                 };
             }
-            if let Some(r) = self.try_recv_any() {
+            let (got, reported) = self.try_recv_pass();
+            if let Some(r) = got {
                 return r;
             }
             if past(deadline) {
                 return Err(RecvError::Timeout);
             }
-            let fds: Vec<(BorrowedFd<'_>, Interest)> = self.sources().map(|f| (f, Interest::Readable)).collect();
-            let ready = wait::poll_many(&fds, deadline).map_err(|e| RecvError::Io(io_err(e)))?;
-            if !ready.iter().any(|r| r.any()) {
+            let woken = match self.ready.get() {
+                // The instance the pass asked: waiting in it costs the same
+                // however many sources there are.
+                Some(ep) if reported => ep.wait(1, deadline).map(|ev| !ev.is_empty()),
+                _ => {
+                    let fds: Vec<(BorrowedFd<'_>, Interest)> = self.sources().map(|f| (f, Interest::Readable)).collect();
+                    wait::poll_many(&fds, deadline).map(|ready| ready.iter().any(|r| r.any()))
+                }
+            };
+            if !woken.map_err(|e| RecvError::Io(io_err(e)))? {
                 return Err(RecvError::Timeout);
             }
         }
@@ -234,6 +242,65 @@ impl ReceiveRight {
 
     /// One non-blocking pass over every source; `None` when none had anything.
     pub(crate) fn try_recv_any(&mut self) -> Option<Result<Message, RecvError>> {
+        self.try_recv_pass().0
+    }
+
+    /// [`try_recv_any`](Self::try_recv_any), and whether the pass went by
+    /// what the right's `epoll` instance reported (so that waiting in it
+    /// is sound). With more than [`SCAN_ONCE_MAX`] send-once rights
+    /// outstanding, the instance says which sources have anything and only
+    /// those are read; otherwise, or when it cannot be had or names a
+    /// source this right no longer holds, every source is tried in turn.
+    fn try_recv_pass(&mut self) -> (Option<Result<Message, RecvError>>, bool) {
+        if self.once.len() > SCAN_ONCE_MAX {
+            if let Some(got) = self.try_recv_reported() {
+                return (got, true);
+            }
+        }
+        (self.try_recv_scan(), false)
+    }
+
+    /// The pass of [`try_recv_pass`](Self::try_recv_pass) that asks the
+    /// `epoll` instance (made now if need be) which sources are readable:
+    /// a receive then costs the same however many send-once rights are
+    /// outstanding, where trying each was one `recvmsg(2)` per right (a
+    /// millisecond per message with a thousand outstanding). `None` when
+    /// the instance cannot be had, or reports a source this right no
+    /// longer holds (or one with nothing to read): a send-once socket it
+    /// closed while another process (a child after `fork`) kept a copy
+    /// stays registered, perhaps under a descriptor number now reused, and
+    /// only a scan and `poll` are sure not to spin on it.
+    fn try_recv_reported(&mut self) -> Option<Option<Result<Message, RecvError>>> {
+        self.readiness_fd().ok()?;
+        let events = self.ready.get()?.wait(SCAN_ONCE_MAX, Some(Instant::now())).ok()?;
+        let mut main = false;
+        let mut stale = false;
+        for (key, _) in events {
+            if key == MAIN_KEY {
+                main = true;
+                continue;
+            }
+            // A reported socket with nothing to read is another's entry
+            // under a reused descriptor number.
+            match self.once.iter().position(|f| source_key(f.as_fd()) == key).and_then(|i| self.recv_once(i)) {
+                Some(r) => return Some(Some(r)),
+                None => stale = true,
+            }
+        }
+        if main && !self.senders_gone {
+            if let Some(r) = self.recv_main(false) {
+                return Some(Some(r));
+            }
+        }
+        if stale {
+            return None;
+        }
+        Some(None)
+    }
+
+    /// The pass of [`try_recv_pass`](Self::try_recv_pass) that tries every
+    /// source in turn.
+    fn try_recv_scan(&mut self) -> Option<Result<Message, RecvError>> {
         let mut i = 0;
         while i < self.once.len() {
             match self.recv_once(i) {
@@ -293,7 +360,7 @@ impl ReceiveRight {
     pub fn make_send_once(&mut self) -> io::Result<SendOnceRight> {
         let (rx, tx) = socket::seqpacket_pair().map_err(io_err)?;
         if let Some(ep) = self.ready.get() {
-            ep.add(rx.as_fd(), Interest::Readable, 0).map_err(io_err)?;
+            ep.add(rx.as_fd(), Interest::Readable, source_key(rx.as_fd())).map_err(io_err)?;
         }
         self.once.push(rx);
         self.generation += 1;
@@ -342,8 +409,11 @@ impl ReceiveRight {
             return Ok(ep.as_fd());
         }
         let ep = Epoll::new().map_err(io_err)?;
-        for fd in self.sources() {
-            ep.add(fd, Interest::Readable, 0).map_err(io_err)?;
+        if !self.senders_gone {
+            ep.add(self.sock.as_fd(), Interest::Readable, MAIN_KEY).map_err(io_err)?;
+        }
+        for fd in self.once_fds() {
+            ep.add(fd, Interest::Readable, source_key(fd)).map_err(io_err)?;
         }
         // Two threads may race to make it: one wins, the other's is closed.
         Ok(self.ready.get_or_init(|| ep).as_fd())
@@ -377,6 +447,20 @@ impl AsFd for ReceiveRight {
             Err(e) => panic!("cannot make the readiness descriptor of a receive right: {e}"),
         }
     }
+}
+
+/// Most send-once rights outstanding for which a receive tries each
+/// right's socket in turn (a non-blocking `recvmsg(2)` apiece); with more,
+/// it asks the right's `epoll` instance which sources have anything.
+const SCAN_ONCE_MAX: usize = 8;
+
+/// The key of a receive right's main socket in its `epoll` instance.
+const MAIN_KEY: u64 = u64::MAX;
+
+/// The key of a send-once socket in its receive right's `epoll` instance:
+/// its descriptor number, never [`MAIN_KEY`].
+fn source_key(fd: BorrowedFd<'_>) -> u64 {
+    fd.as_raw_fd() as u64
 }
 
 fn past(deadline: Option<Instant>) -> bool {

@@ -623,29 +623,63 @@ fn a_port_set_reports_no_senders_after_the_last_send_once_right() {
     });
 }
 
-/// Set in the copy of this test binary that
-/// `a_receive_costs_the_same_however_many_send_once_rights_are_out` runs
-/// under `strace`: that copy does the receives to be counted.
-const COUNTED_RECEIVES: &str = "FERRY_TEST_COUNTED_RECEIVES";
+/// Set in the copy of this test binary that a test counting system calls
+/// runs under `strace`: that copy does the work to be counted.
+const COUNTED_CHILD: &str = "FERRY_TEST_COUNTED_CHILD";
+
+/// Runs test `test` of this binary again under `strace`, tracing `calls`
+/// (and `getppid`, which the counted work makes once to mark where the
+/// counting starts), with [`COUNTED_CHILD`] set; checks that it passed and
+/// printed `done`. Returns the traced calls made after the mark, a call
+/// that blocked counted once; `None` (said on stderr) where `strace`
+/// cannot run or trace.
+fn counted_calls(test: &str, calls: &str) -> Option<usize> {
+    use std::process::Command;
+    let log = common::temp_path(format!("ferry-ports-{}-{test}.strace", std::process::id()));
+    let run = Command::new("strace")
+        .args(["-f", "-qq", "-e", &format!("trace={calls},getppid"), "-o"])
+        .arg(&log)
+        .arg("--")
+        .arg(std::env::current_exe().unwrap())
+        .args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env(COUNTED_CHILD, "1")
+        .output();
+    let run = match run {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("skipped: this test counts system calls with strace, which cannot be run here ({e})");
+            return None;
+        }
+    };
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    if !run.status.success() && stderr.contains("ptrace") {
+        eprintln!("skipped: strace may not trace processes here: {}", stderr.trim());
+        return None;
+    }
+    assert!(run.status.success() && stdout.contains("done"), "the counted work failed:\n{stdout}\n{stderr}");
+    let text = std::fs::read_to_string(&log).unwrap();
+    let _ = std::fs::remove_file(&log);
+    let after = text.lines().skip_while(|l| !l.contains("getppid(")).skip(1);
+    // One line per call; a call that blocked shows again as resumed.
+    Some(after.filter(|l| !l.contains("resumed>")).count())
+}
 
 /// Receives through a port with 500 send-once rights outstanding: 40
 /// messages queued on the port itself, 40 replies through send-once rights,
-/// one message that comes while the receiver waits. Prints how many it
-/// received.
+/// one message that comes while the receiver waits.
 fn receive_beside_many_send_once_rights() {
     let (mut rx, tx) = ferry::port().unwrap();
     let mut out: Vec<_> = (0..500).map(|_| rx.make_send_once().unwrap()).collect();
-    let mut received = 0;
+    let _ = rustix::process::getppid();
     for i in 0..40 {
         tx.send(Message::new(i), Timeout::Infinite).unwrap();
         assert_eq!(rx.recv(Timeout::Infinite).unwrap().op(), i);
-        received += 1;
     }
     for i in 0..40 {
         out.pop().unwrap().send(Message::new(1000 + i), Timeout::Infinite).unwrap();
         let m = rx.recv(Timeout::Infinite).unwrap();
         assert_eq!((m.op(), m.via_send_once()), (1000 + i, true));
-        received += 1;
     }
     let late = tx.try_clone().unwrap();
     let sender = std::thread::spawn(move || {
@@ -653,16 +687,14 @@ fn receive_beside_many_send_once_rights() {
         late.send(Message::new(7), Timeout::Infinite).unwrap();
     });
     assert_eq!(rx.recv(Timeout::Infinite).unwrap().op(), 7);
-    received += 1;
     sender.join().unwrap();
     assert_eq!(rx.send_once_outstanding(), 460);
-    println!("received {received}");
+    println!("done");
 }
 
 #[test]
 fn a_receive_costs_the_same_however_many_send_once_rights_are_out() {
-    use std::process::Command;
-    if std::env::var_os(COUNTED_RECEIVES).is_some() {
+    if std::env::var_os(COUNTED_CHILD).is_some() {
         receive_beside_many_send_once_rights();
         return;
     }
@@ -670,33 +702,42 @@ fn a_receive_costs_the_same_however_many_send_once_rights_are_out() {
     // Counted in system calls, not time: each receive tried every
     // outstanding send-once right's socket with a `recvmsg(2)` of its own.
     let calls = "recvmsg,recvfrom,poll,ppoll,epoll_wait,epoll_pwait,epoll_pwait2";
-    let log = common::temp_path(format!("ferry-ports-{}-counted.strace", std::process::id()));
-    let exe = std::env::current_exe().unwrap();
-    let run = Command::new("strace")
-        .args(["-f", "-qq", "-e", &format!("trace={calls}"), "-o"])
-        .arg(&log)
-        .arg("--")
-        .arg(&exe)
-        .args(["--exact", "a_receive_costs_the_same_however_many_send_once_rights_are_out", "--nocapture", "--test-threads=1"])
-        .env(COUNTED_RECEIVES, "1")
-        .output();
-    let run = match run {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("skipped: this test counts system calls with strace, which cannot be run here ({e})");
-            return;
-        }
-    };
-    let stdout = String::from_utf8_lossy(&run.stdout);
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    if !run.status.success() && stderr.contains("ptrace") {
-        eprintln!("skipped: strace may not trace processes here: {}", stderr.trim());
+    let Some(made) = counted_calls("a_receive_costs_the_same_however_many_send_once_rights_are_out", calls) else { return };
+    assert!(made <= 81 * 4, "81 receives beside 500 outstanding send-once rights made {made} receiving and waiting calls");
+}
+
+/// A port set whose one member has 500 send-once rights outstanding, then
+/// 40 rounds of: a send-once right made on the member, a reply through it,
+/// the set's wait for it.
+fn port_set_beside_many_send_once_rights() {
+    let (rx, _tx) = ferry::port().unwrap();
+    let mut set = PortSet::new().unwrap();
+    let id = set.insert(rx);
+    let mut out: Vec<_> = (0..500).map(|_| set.port_mut(id).unwrap().make_send_once().unwrap()).collect();
+    // Registered once, before the counting starts.
+    assert!(matches!(set.wait(Timeout::Zero), Err(RecvError::Timeout)));
+    out.pop().unwrap().send(Message::new(1), Timeout::Infinite).unwrap();
+    assert!(matches!(set.wait(Timeout::Infinite), Ok(Event::Message(i, m)) if i == id && m.op() == 1));
+    let _ = rustix::process::getppid();
+    for i in 0..40 {
+        let once = set.port_mut(id).unwrap().make_send_once().unwrap();
+        once.send(Message::new(100 + i), Timeout::Infinite).unwrap();
+        assert!(matches!(set.wait(Timeout::Infinite), Ok(Event::Message(m, msg)) if m == id && msg.op() == 100 + i));
+    }
+    assert_eq!(set.port_mut(id).unwrap().send_once_outstanding(), 499);
+    println!("done");
+}
+
+#[test]
+fn a_port_set_costs_the_same_however_many_send_once_rights_are_out() {
+    if std::env::var_os(COUNTED_CHILD).is_some() {
+        port_set_beside_many_send_once_rights();
         return;
     }
-    assert!(run.status.success() && stdout.contains("received 81"), "the counted receives failed:\n{stdout}\n{stderr}");
-    let text = std::fs::read_to_string(&log).unwrap();
-    let _ = std::fs::remove_file(&log);
-    // One line per call; a call that blocked shows again as resumed.
-    let made = text.lines().filter(|l| !l.contains("resumed>")).count();
-    assert!(made <= 81 * 4, "81 receives beside 500 outstanding send-once rights made {made} receiving and waiting calls");
+    let _serial = common::serial();
+    // Each wait after a send-once right was made or used offered every
+    // outstanding one to `epoll` again, one `epoll_ctl(2)` apiece.
+    let calls = "epoll_ctl,recvmsg,recvfrom,poll,ppoll,epoll_wait,epoll_pwait,epoll_pwait2";
+    let Some(made) = counted_calls("a_port_set_costs_the_same_however_many_send_once_rights_are_out", calls) else { return };
+    assert!(made <= 40 * 8, "40 rounds through a port set beside 500 outstanding send-once rights made {made} registering, receiving and waiting calls");
 }

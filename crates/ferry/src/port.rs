@@ -62,7 +62,14 @@ pub fn port_with(opts: PortOptions) -> io::Result<(ReceiveRight, SendRight)> {
 #[derive(Debug)]
 pub struct ReceiveRight {
     sock: OwnedFd,
+    /// The receiving ends of the outstanding send-once rights, in the
+    /// order they came.
     once: Vec<OwnedFd>,
+    /// Send-once sockets this right has held, counted as they came (made
+    /// here, or brought along when the right arrived in a message): the
+    /// last `once_made - n` of `once` include every one that came after
+    /// the first `n`.
+    once_made: u64,
     identity: (u64, u64),
     /// Every send right is gone; only send-once rights can still deliver.
     senders_gone: bool,
@@ -161,7 +168,8 @@ impl ReceiveRight {
     /// Builds a receive right from descriptors already checked to be port
     /// sockets, whose identity is known. Cannot fail.
     pub(crate) fn from_checked(sock: OwnedFd, once: Vec<OwnedFd>, identity: (u64, u64)) -> Self {
-        ReceiveRight { sock, once, identity, senders_gone: false, generation: 0, ready: OnceLock::new(), timer: SocketTimer::Foreign }
+        let once_made = once.len() as u64;
+        ReceiveRight { sock, once, once_made, identity, senders_gone: false, generation: 0, ready: OnceLock::new(), timer: SocketTimer::Foreign }
     }
 
     /// Every descriptor that makes up this right, main socket first, for
@@ -173,6 +181,20 @@ impl ReceiveRight {
     /// The receiving ends of the outstanding send-once rights.
     pub(crate) fn once_fds(&self) -> impl Iterator<Item = BorrowedFd<'_>> {
         self.once.iter().map(|f| f.as_fd())
+    }
+
+    /// How many send-once sockets this right has held so far (see
+    /// [`newest_once_fds`](Self::newest_once_fds)).
+    pub(crate) fn once_made(&self) -> u64 {
+        self.once_made
+    }
+
+    /// The receiving ends of the `n` newest outstanding send-once rights
+    /// (all of them if fewer): with `n` = `once_made()` now less its value
+    /// earlier, every one that came since, and perhaps some older.
+    pub(crate) fn newest_once_fds(&self, n: u64) -> impl Iterator<Item = BorrowedFd<'_>> {
+        let n = usize::try_from(n).unwrap_or(usize::MAX).min(self.once.len());
+        self.once[self.once.len() - n..].iter().map(|f| f.as_fd())
     }
 
     pub(crate) fn generation(&self) -> u64 {
@@ -349,7 +371,8 @@ impl ReceiveRight {
             Err(e) => Some(Err(RecvError::Io(io_err(e)))),
         })?;
         // One message or end-of-file: either way this right is used up.
-        drop(self.once.swap_remove(i));
+        // Removed in place, keeping the rest in the order they came.
+        drop(self.once.remove(i));
         self.generation += 1;
         Some(got)
     }
@@ -363,6 +386,7 @@ impl ReceiveRight {
             ep.add(rx.as_fd(), Interest::Readable, source_key(rx.as_fd())).map_err(io_err)?;
         }
         self.once.push(rx);
+        self.once_made += 1;
         self.generation += 1;
         Ok(SendOnceRight { sock: tx })
     }

@@ -40,6 +40,9 @@ pub enum Event {
 struct Member {
     port: ReceiveRight,
     seen_generation: Option<u64>,
+    /// The port's `once_made()` when its send-once sockets were last
+    /// registered; `None` before the first time.
+    seen_made: Option<u64>,
     main_registered: bool,
     quiet: bool,
 }
@@ -73,7 +76,7 @@ impl PortSet {
     /// Moves a receive right into the set.
     pub fn insert(&mut self, port: ReceiveRight) -> MemberId {
         let id = self.id();
-        self.ports.insert(id, Member { port, seen_generation: None, main_registered: false, quiet: false });
+        self.ports.insert(id, Member { port, seen_generation: None, seen_made: None, main_registered: false, quiet: false });
         // Registered now, so an event loop watching `as_fd` sees it at once;
         // a failure here is reported by the next `wait`, which retries.
         let _ = self.sync();
@@ -132,13 +135,19 @@ impl PortSet {
                 m.main_registered = want_main;
             }
             // Send-once sockets already registered stay registered; closed
-            // ones left epoll when they were closed.
-            for fd in m.port.once_fds() {
+            // ones left epoll when they were closed. Only those that came
+            // since the last registration are added: offering every
+            // outstanding one again cost a call each, on every wait after
+            // a send-once right was made or used.
+            let made = m.port.once_made();
+            let fresh = m.seen_made.and_then(|seen| made.checked_sub(seen)).unwrap_or(u64::MAX);
+            for fd in m.port.newest_once_fds(fresh) {
                 match self.epoll.add(fd, Interest::Readable, key) {
                     Ok(()) | Err(rustix::io::Errno::EXIST) => {}
                     Err(e) => return Err(io_err(e)),
                 }
             }
+            m.seen_made = Some(made);
             m.seen_generation = Some(m.port.generation());
         }
         Ok(())

@@ -623,48 +623,6 @@ fn a_port_set_reports_no_senders_after_the_last_send_once_right() {
     });
 }
 
-/// Set in the copy of this test binary that a test counting system calls
-/// runs under `strace`: that copy does the work to be counted.
-const COUNTED_CHILD: &str = "FERRY_TEST_COUNTED_CHILD";
-
-/// Runs test `test` of this binary again under `strace`, tracing `calls`
-/// (and `getppid`, which the counted work makes once to mark where the
-/// counting starts), with [`COUNTED_CHILD`] set; checks that it passed and
-/// printed `done`. Returns the traced calls made after the mark, a call
-/// that blocked counted once; `None` (said on stderr) where `strace`
-/// cannot run or trace.
-fn counted_calls(test: &str, calls: &str) -> Option<usize> {
-    use std::process::Command;
-    let log = common::temp_path(format!("ferry-ports-{}-{test}.strace", std::process::id()));
-    let run = Command::new("strace")
-        .args(["-f", "-qq", "-e", &format!("trace={calls},getppid"), "-o"])
-        .arg(&log)
-        .arg("--")
-        .arg(std::env::current_exe().unwrap())
-        .args(["--exact", test, "--nocapture", "--test-threads=1"])
-        .env(COUNTED_CHILD, "1")
-        .output();
-    let run = match run {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("skipped: this test counts system calls with strace, which cannot be run here ({e})");
-            return None;
-        }
-    };
-    let stdout = String::from_utf8_lossy(&run.stdout);
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    if !run.status.success() && stderr.contains("ptrace") {
-        eprintln!("skipped: strace may not trace processes here: {}", stderr.trim());
-        return None;
-    }
-    assert!(run.status.success() && stdout.contains("done"), "the counted work failed:\n{stdout}\n{stderr}");
-    let text = std::fs::read_to_string(&log).unwrap();
-    let _ = std::fs::remove_file(&log);
-    let after = text.lines().skip_while(|l| !l.contains("getppid(")).skip(1);
-    // One line per call; a call that blocked shows again as resumed.
-    Some(after.filter(|l| !l.contains("resumed>")).count())
-}
-
 /// Receives through a port with 500 send-once rights outstanding: 40
 /// messages queued on the port itself, 40 replies through send-once rights,
 /// one message that comes while the receiver waits.
@@ -694,7 +652,7 @@ fn receive_beside_many_send_once_rights() {
 
 #[test]
 fn a_receive_costs_the_same_however_many_send_once_rights_are_out() {
-    if std::env::var_os(COUNTED_CHILD).is_some() {
+    if common::counted_child() {
         receive_beside_many_send_once_rights();
         return;
     }
@@ -702,7 +660,8 @@ fn a_receive_costs_the_same_however_many_send_once_rights_are_out() {
     // Counted in system calls, not time: each receive tried every
     // outstanding send-once right's socket with a `recvmsg(2)` of its own.
     let calls = "recvmsg,recvfrom,poll,ppoll,epoll_wait,epoll_pwait,epoll_pwait2";
-    let Some(made) = counted_calls("a_receive_costs_the_same_however_many_send_once_rights_are_out", calls) else { return };
+    let Some(made) = common::counted_calls("a_receive_costs_the_same_however_many_send_once_rights_are_out", calls) else { return };
+    let made = made.len();
     assert!(made <= 81 * 4, "81 receives beside 500 outstanding send-once rights made {made} receiving and waiting calls");
 }
 
@@ -730,7 +689,7 @@ fn port_set_beside_many_send_once_rights() {
 
 #[test]
 fn a_port_set_costs_the_same_however_many_send_once_rights_are_out() {
-    if std::env::var_os(COUNTED_CHILD).is_some() {
+    if common::counted_child() {
         port_set_beside_many_send_once_rights();
         return;
     }
@@ -738,6 +697,7 @@ fn a_port_set_costs_the_same_however_many_send_once_rights_are_out() {
     // Each wait after a send-once right was made or used offered every
     // outstanding one to `epoll` again, one `epoll_ctl(2)` apiece.
     let calls = "epoll_ctl,recvmsg,recvfrom,poll,ppoll,epoll_wait,epoll_pwait,epoll_pwait2";
-    let Some(made) = counted_calls("a_port_set_costs_the_same_however_many_send_once_rights_are_out", calls) else { return };
+    let Some(made) = common::counted_calls("a_port_set_costs_the_same_however_many_send_once_rights_are_out", calls) else { return };
+    let made = made.len();
     assert!(made <= 40 * 8, "40 rounds through a port set beside 500 outstanding send-once rights made {made} registering, receiving and waiting calls");
 }

@@ -193,6 +193,57 @@ fn lend_pool_reuses_its_regions() {
     });
 }
 
+/// A lend pool of 201 slots, 200 of them held by a receiver in this
+/// process: 40 rounds of acquire, lend, send, receive and the oldest frame
+/// dropped; then, every slot out, an acquire that waits until a thread
+/// drops one.
+fn lend_beside_many_lent_slots() {
+    let pool = LendPool::new(201, 4096).unwrap();
+    let (mut rx, tx) = ferry::port_with(ferry::PortOptions { queue_limit: Some(1 << 20) }).unwrap();
+    let mut held = std::collections::VecDeque::new();
+    let mut lend = |held: &mut std::collections::VecDeque<Vec<Item>>, i: u32| {
+        let mut lease = pool.acquire(Timeout::Infinite).unwrap();
+        lease.as_mut_slice()[0] = i as u8;
+        tx.send(Message::new(i).with_item(lease.lend().unwrap()), Timeout::Infinite).unwrap();
+        held.push_back(rx.recv(Timeout::Infinite).unwrap().take_items());
+    };
+    for i in 0..200 {
+        lend(&mut held, i);
+    }
+    let _ = rustix::process::getppid();
+    for i in 0..40 {
+        lend(&mut held, 200 + i);
+        held.pop_front();
+    }
+    let last = pool.acquire(Timeout::Zero).unwrap();
+    assert!(matches!(pool.acquire(Timeout::Zero), Err(RegionError::PoolExhausted)));
+    let oldest = held.pop_front().unwrap();
+    let returner = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(50));
+        drop(oldest);
+    });
+    let freed = pool.acquire(Timeout::Infinite).unwrap();
+    let _ = rustix::process::getppid();
+    returner.join().unwrap();
+    drop((last, freed, held));
+    println!("done");
+}
+
+#[test]
+fn a_lend_pool_costs_the_same_however_many_of_its_slots_are_out() {
+    if common::counted_child() {
+        lend_beside_many_lent_slots();
+        return;
+    }
+    let _s = serial();
+    // Counted in system calls, not time: each acquire polled every lent
+    // slot with a call of its own, and one that waited duplicated the
+    // descriptor of every lent slot (lending duplicates one per frame).
+    let Some(calls) = common::counted_calls("a_lend_pool_costs_the_same_however_many_of_its_slots_are_out", "poll,ppoll,fcntl") else { return };
+    let made = calls.iter().filter(|l| l.contains("poll(") || l.contains("F_DUPFD")).count();
+    assert!(made <= 41 * 4, "41 acquires beside 200 lent slots made {made} polling and duplicating calls");
+}
+
 #[test]
 fn share_mode_is_opt_in_and_mutual() {
     let _s = serial();

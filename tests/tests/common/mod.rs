@@ -458,3 +458,50 @@ impl Drop for MemoryCgroup {
         }
     }
 }
+
+/// Set in the copy of this test binary that a test counting system calls
+/// runs under `strace`: that copy does the work to be counted.
+pub const COUNTED_CHILD: &str = "FERRY_TEST_COUNTED_CHILD";
+
+/// Runs test `test` of this binary again under `strace`, tracing `calls`
+/// (and `getppid`, which the counted work makes to mark where the counting
+/// starts and, if it makes it again, where it ends), with [`COUNTED_CHILD`]
+/// set; checks that it passed and printed `done`. Returns the traced calls
+/// made between the marks, one line each (a call that blocked once);
+/// `None` (said on stderr) where `strace` cannot run or trace.
+pub fn counted_calls(test: &str, calls: &str) -> Option<Vec<String>> {
+    let log = temp_path(format!("ferry-counted-{}-{test}.strace", std::process::id()));
+    let run = Command::new("strace")
+        .args(["-f", "-qq", "-e", &format!("trace={calls},getppid"), "-o"])
+        .arg(&log)
+        .arg("--")
+        .arg(std::env::current_exe().unwrap())
+        .args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env(COUNTED_CHILD, "1")
+        .output();
+    let run = match run {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("skipped: this test counts system calls with strace, which cannot be run here ({e})");
+            return None;
+        }
+    };
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    if !run.status.success() && stderr.contains("ptrace") {
+        eprintln!("skipped: strace may not trace processes here: {}", stderr.trim());
+        return None;
+    }
+    assert!(run.status.success() && stdout.contains("done"), "the counted work failed:\n{stdout}\n{stderr}");
+    let text = std::fs::read_to_string(&log).unwrap();
+    let _ = std::fs::remove_file(&log);
+    let after = text.lines().skip_while(|l| !l.contains("getppid(")).skip(1).take_while(|l| !l.contains("getppid("));
+    // One line per call; a call that blocked shows again as resumed.
+    Some(after.filter(|l| !l.contains("resumed>")).map(str::to_owned).collect())
+}
+
+/// Whether this process is the copy of a test binary that
+/// [`counted_calls`] runs: the test then does only the work to be counted.
+pub fn counted_child() -> bool {
+    std::env::var_os(COUNTED_CHILD).is_some()
+}

@@ -48,8 +48,10 @@ enum Slot {
     Free(Mapping),
     /// Leased to this process's code, or in a message not yet sent.
     Held,
-    /// Sent; `back` reads end-of-file once the borrower is done.
-    Lent { back: OwnedFd, map: Mapping },
+    /// Sent; `back` reads end-of-file once the borrower is done. Shared
+    /// with a thread waiting for it in [`LendPool::acquire`], which must
+    /// not see it closed under it.
+    Lent { back: Arc<OwnedFd>, map: Mapping },
 }
 
 #[derive(Debug)]
@@ -136,7 +138,7 @@ impl LendPool {
     pub fn acquire(&self, timeout: Timeout) -> Result<Lease, RegionError> {
         let deadline = timeout.deadline();
         loop {
-            let waits: Vec<OwnedFd> = {
+            let waits: Vec<Arc<OwnedFd>> = {
                 let mut slots = self.lock();
                 reap(&mut slots);
                 if let Some(i) = slots.iter().position(|s| matches!(s, Slot::Free(_))) {
@@ -146,7 +148,7 @@ impl LendPool {
                 slots
                     .iter()
                     .filter_map(|s| match s {
-                        Slot::Lent { back, .. } => socket::dup(back.as_fd()).ok(),
+                        Slot::Lent { back, .. } => Some(back.clone()),
                         _ => None,
                     })
                     .collect()
@@ -165,19 +167,28 @@ impl LendPool {
     }
 }
 
-/// Frees every lent slot whose borrower is done.
+/// Frees every lent slot whose borrower is done: one `poll` over all the
+/// lent slots, not one each (a pool most of whose slots a slow receiver
+/// holds paid a system call per held slot on every acquire).
 fn reap(slots: &mut [Slot]) {
-    for s in slots.iter_mut() {
-        let done = match s {
-            Slot::Lent { back, .. } => {
-                matches!(wait::poll_one(back.as_fd(), Interest::Readable, Timeout::Zero.deadline()), Ok(r) if r.any())
-            }
-            _ => false,
-        };
-        if done {
-            if let Slot::Lent { map, .. } = std::mem::replace(s, Slot::Held) {
-                *s = Slot::Free(map);
-            }
+    let lent: Vec<usize> = (0..slots.len()).filter(|&i| matches!(slots[i], Slot::Lent { .. })).collect();
+    if lent.is_empty() {
+        return;
+    }
+    let done: Vec<usize> = {
+        let fds: Vec<_> = lent
+            .iter()
+            .filter_map(|&i| match &slots[i] {
+                Slot::Lent { back, .. } => Some((back.as_fd(), Interest::Readable)),
+                _ => None,
+            })
+            .collect();
+        let Ok(ready) = wait::poll_many(&fds, Timeout::Zero.deadline()) else { return };
+        lent.iter().zip(ready).filter(|(_, r)| r.any()).map(|(&i, _)| i).collect()
+    };
+    for i in done {
+        if let Slot::Lent { map, .. } = std::mem::replace(&mut slots[i], Slot::Held) {
+            slots[i] = Slot::Free(map);
         }
     }
 }
@@ -278,7 +289,7 @@ impl Ticket {
     pub(crate) fn sent(mut self) {
         let (Some(map), Some(back)) = (self.map.take(), self.back.take()) else { return };
         let mut slots = self.pool.slots.lock().unwrap_or_else(|e| e.into_inner());
-        slots[self.slot] = Slot::Lent { back, map };
+        slots[self.slot] = Slot::Lent { back: Arc::new(back), map };
     }
 }
 

@@ -18,7 +18,6 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::os::fd::AsFd;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
 use rustix::io::Errno;
 

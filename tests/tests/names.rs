@@ -435,6 +435,37 @@ fn root_registers_system_names_that_every_user_finds() {
     });
 }
 
+/// A request acts as the user who opened the connection it came on, not
+/// as whoever sent its datagram. Uid nobody opens a connection to the name
+/// server and hands it, as the reply right of its requests, to a root
+/// server that answers every request (op + 1, body reversed): root's
+/// answers land on nobody's connection as a `lookup` and an `unregister`
+/// of root's names. They are refused (`Denied`), answered to nobody; root's
+/// names and ports are untouched.
+#[test]
+fn a_request_on_a_users_connection_never_acts_as_the_root_server_that_sent_it() {
+    if !can_play_other_user("a_request_on_a_users_connection_never_acts_as_the_root_server_that_sent_it") {
+        return;
+    }
+    watchdog("names_deputy", LIMIT, || {
+        let d = Daemon::start("deputy", &["--system"], None);
+        let mut bs = names(&d.path);
+        let (mut secret_rx, secret_tx) = ferry::port().unwrap();
+        bs.register("root-secret", &secret_tx).unwrap();
+        let (_keep_rx, keep_tx) = ferry::port().unwrap();
+        bs.register("root-keep", &keep_tx).unwrap();
+        let _server = Peer::new(spawn_peer(&d.path, "server", &["echo-root"]));
+        let echo = lookup_retry(&mut bs, "echo-root");
+        bs.register_system("echo", &echo).unwrap();
+        let mut nobody = Peer::new(spawn_peer_as(NOBODY, &d.path, "deputy", &["echo", "root-secret", "root-keep"]));
+        let said = nobody.until_ready();
+        let got = secret_rx.recv(Timeout::Zero);
+        assert!(got.is_err(), "uid {NOBODY} reached root's port, sent by {:?}; it said {said:?}", got.ok().and_then(|m| m.sender()));
+        assert!(bs.lookup("root-keep").is_ok(), "uid {NOBODY} removed root's name; it said {said:?}");
+        assert_eq!(said, ["lookup: Denied", "unregister: Denied"], "{said:?}");
+    });
+}
+
 /// Root offers a system service (`register_system_service`, as a root
 /// `ferry-netd --system-names` does with its imports): each lookup gets a
 /// port of its own, whose receive right the name server sends to the

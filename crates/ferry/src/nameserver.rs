@@ -5,7 +5,9 @@
 //! demand by [`crate::bootstrap`]) or on a thread of a program that asked for
 //! a private one ([`NameServer::spawn`], [`crate::Bootstrap::private`]).
 //! Names are scoped by the uid the kernel reports for each request, never by
-//! what a client claims; a registration is dropped as soon as its port's
+//! what a client claims, and a datagram another user sent on a client's
+//! connection is refused (except on a connection root opened, where it acts
+//! as its sender); a registration is dropped as soon as its port's
 //! receive right dies (the server watches every registered right for a dead
 //! name); re-registering a live name is refused. A malformed request gets an
 //! error reply and the server carries on.
@@ -760,6 +762,17 @@ impl NameServer {
         let Some(conn) = self.conns.get(&id) else { return refusal(Refusal::Denied) };
         let (spoke, peer) = (conn.spoke, conn.peer);
         let Some(cred) = msg.sender().or(peer) else { return refusal(Refusal::Denied) };
+        // A request acts as the user who opened the connection, whoever
+        // sent its datagram: a client can hand its connection to a more
+        // privileged process (as the reply right of a request to a root
+        // server, say), whose answer would otherwise act as that process
+        // here and be answered to the client. Root's own connections may
+        // carry another user's requests (a process that dropped its
+        // privileges, or root sending as another): those act as that user.
+        if let Some(p) = peer.filter(|p| p.uid != 0 && p.uid != cred.uid) {
+            self.say_limited("refused", format_args!("request of uid {} pid {} on a connection of uid {} refused: a request acts as the user who opened its connection", cred.uid, cred.pid, p.uid));
+            return refusal(Refusal::Denied);
+        }
         if msg.op() == OP_HELLO {
             let reply = answer_hello::<protocol::Protocol>(msg);
             if let (REPLY_OK, Some(c)) = (reply.op(), self.conns.get_mut(&id)) {

@@ -33,6 +33,15 @@
 //! - `hold-sockets N`: makes up to N Unix sockets (socket pairs), as many
 //!   as its open-file limit allows, prints `holding K`, then `ready`, and
 //!   holds them until killed.
+//! - `deputy ECHO SECRET KEEP`: opens a connection of its own to the name
+//!   server (version check done), then hands it as the reply right of
+//!   requests to `ECHO`, a system name of a root server that replies with
+//!   op + 1 and the body reversed (`server` in `core.rs`): op 1 with
+//!   `SECRET` makes the reply a `lookup` (2) of it, op 3 with `KEEP` an
+//!   `unregister` (4). Prints what the name server answered on the
+//!   connection to each: `lookup: right` (and sends op 77 through the right
+//!   got) or `lookup: ERROR`, `unregister: done` or `unregister: ERROR`;
+//!   then `ready`.
 //! - `unread-listings CONNS N`: registers names of 250 bytes until refused
 //!   (so that its listing travels in a region), then over CONNS raw
 //!   connections asks for the listing up to N times each without reading
@@ -69,6 +78,7 @@ pub fn run(role: &str, args: &[String]) -> Outcome {
         "churn-connections" => churn_connections(num(0)),
         "hold-sockets" => hold_sockets(num(0)),
         "unread-listings" => unread_listings(num(0), num(1)),
+        "deputy" => deputy(&arg(0), &arg(1), &arg(2)),
         _ => return None,
     })
 }
@@ -356,6 +366,76 @@ fn system_names(name: &str) -> Res {
     bs.lookup(name)?.send(ferry::Message::new(22), ferry::Timeout::After(Duration::from_secs(10)))?;
     let own = rx.recv(ferry::Timeout::After(Duration::from_secs(10))).is_ok_and(|m| m.op() == 22);
     println!("own name first: {own}");
+    println!("ready");
+    Ok(())
+}
+
+/// Puts a second descriptor of `sock` where `right`'s own is, so that what
+/// is sent or received through `right` goes through `sock`.
+fn alias(sock: &std::os::fd::OwnedFd, right: std::os::fd::BorrowedFd<'_>) -> Res {
+    use std::os::fd::AsRawFd;
+    // SAFETY: both descriptors are open for the whole call (`sock` is owned
+    // by the caller, `right` borrowed from a right the caller holds); dup2
+    // replaces the right's descriptor with another of `sock`'s, which the
+    // right then owns and closes as it would have its own.
+    if unsafe { libc::dup2(sock.as_raw_fd(), right.as_raw_fd()) } < 0 {
+        return Err(std::io::Error::last_os_error().into());
+    }
+    Ok(())
+}
+
+/// Makes the root server `echo` answer onto this user's own connection to
+/// the name server (see `deputy` in the module's list of roles).
+fn deputy(echo: &str, secret: &str, keep: &str) -> Res {
+    use ferry::bootstrap::{protocol, Refusal};
+    use ferry::idl::decode_reply;
+    use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+    use std::os::fd::AsFd;
+    let wait = ferry::Timeout::After(Duration::from_secs(10));
+    let echo = Bootstrap::connect()?.lookup(echo)?;
+    let sock = rustix::net::socket_with(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None)?;
+    rustix::net::sockopt::set_socket_passcred(&sock, true)?;
+    rustix::net::connect(&sock, &SocketAddrUnix::new(ferry::bootstrap::default_path())?)?;
+    // The connection, as a right to send on, and (one for each answer) a
+    // reply receiver to receive on.
+    let (_unused, conn_tx) = ferry::port()?;
+    alias(&sock, conn_tx.as_fd())?;
+    let answer = || -> Result<ferry::Message, Box<dyn std::error::Error>> {
+        let (mut rx, _unused) = ferry::reply_pair()?;
+        alias(&sock, rx.as_fd())?;
+        Ok(rx.recv(wait)?)
+    };
+    conn_tx.send(ferry::idl::hello_request::<protocol::Protocol>(), wait)?;
+    ferry::idl::hello_check::<protocol::Protocol>(answer()?)?;
+    // A request as the name service's own client encodes it, taken from a
+    // port of this program's; reversed, the body the echo server turns it
+    // back into.
+    let encoded = |call: &dyn Fn(&mut protocol::Client<ferry::idl::PortChannel>)| -> Result<Vec<u8>, Box<dyn std::error::Error>> {
+        let (mut rx, tx) = ferry::port()?;
+        let mut chan = ferry::idl::PortChannel::new(tx);
+        chan.set_timeout(ferry::Timeout::Zero);
+        call(&mut protocol::Client::after_hello(chan, 4));
+        let mut b = rx.recv(wait)?.body().to_vec();
+        b.reverse();
+        Ok(b)
+    };
+    let ask = |op: u32, body: Vec<u8>| -> Result<ferry::Message, Box<dyn std::error::Error>> {
+        let (_unused, once) = ferry::reply_pair()?;
+        alias(&sock, once.as_fd())?;
+        echo.send(ferry::Message::new(op).with_body(body).with_reply(once), wait)?;
+        answer()
+    };
+    match decode_reply::<ferry::SendRight, Refusal>(ask(1, encoded(&|c| drop(c.lookup(secret.to_owned())))?)?)? {
+        Ok(right) => {
+            right.send(ferry::Message::new(77), wait)?;
+            println!("lookup: right");
+        }
+        Err(e) => println!("lookup: {e:?}"),
+    }
+    match decode_reply::<(), Refusal>(ask(3, encoded(&|c| drop(c.unregister(keep.to_owned())))?)?)? {
+        Ok(()) => println!("unregister: done"),
+        Err(e) => println!("unregister: {e:?}"),
+    }
     println!("ready");
     Ok(())
 }

@@ -466,6 +466,36 @@ fn a_request_on_a_users_connection_never_acts_as_the_root_server_that_sent_it() 
     });
 }
 
+/// A request on a user's own port of `ferryd`'s file server acts as that
+/// user, whoever sent it. Uid nobody hands its port of the file server, as
+/// the reply right of a request, to a root server that answers every
+/// request (op + 1, body reversed): root's answer lands on nobody's port as
+/// a write-back of a file only root may write. It is refused; the file
+/// keeps its contents.
+#[test]
+fn a_request_on_a_users_file_server_port_never_acts_as_the_root_server_that_sent_it() {
+    if !can_play_other_user("a_request_on_a_users_file_server_port_never_acts_as_the_root_server_that_sent_it") {
+        return;
+    }
+    watchdog("files_deputy", LIMIT, || {
+        use std::os::unix::fs::PermissionsExt;
+        let served = test_dir("filesdeputy-root");
+        std::fs::write(served.join("secret"), b"root only").unwrap();
+        std::fs::set_permissions(served.join("secret"), std::fs::Permissions::from_mode(0o600)).unwrap();
+        let d = Daemon::start("filesdeputy", &["--system", "--files", served.to_str().unwrap()], None);
+        let mut bs = names(&d.path);
+        let _server = Peer::new(spawn_peer(&d.path, "server", &["echo-root"]));
+        let echo = lookup_retry(&mut bs, "echo-root");
+        bs.register_system("echo", &echo).unwrap();
+        let mut nobody = Peer::new(spawn_peer_as(NOBODY, &d.path, "files-deputy", &["echo", "secret"]));
+        let said = nobody.until_ready();
+        let now = std::fs::read(served.join("secret")).unwrap();
+        assert_eq!(String::from_utf8_lossy(&now), "root only", "uid {NOBODY} wrote root's file; it said {said:?}");
+        assert_eq!(said.len(), 1, "{said:?}");
+        assert!(said[0].starts_with("open: ") && !said[0].ends_with(" bytes"), "uid {NOBODY} opened root's file: {said:?}");
+    });
+}
+
 /// Root offers a system service (`register_system_service`, as a root
 /// `ferry-netd --system-names` does with its imports): each lookup gets a
 /// port of its own, whose receive right the name server sends to the

@@ -29,7 +29,7 @@ use super::{
     SupplyMode,
 };
 use crate::error::RecvError;
-use crate::message::{Item, Message};
+use crate::message::{Item, Message, Reply};
 use crate::port::{ReceiveRight, SendRight};
 use crate::sys::mem;
 use crate::sys::kept::Kept;
@@ -108,7 +108,10 @@ impl PortMinter {
         self.lock().per_user
     }
 
-    /// A send right to a new port of the server's for user `uid` alone.
+    /// A send right to a new port of the server's for user `uid` alone:
+    /// requests another user sends on it are refused
+    /// ([`PagerError::Denied`]), unless `uid` is root's (they then act as
+    /// their sender).
     ///
     /// # Errors
     /// [`PagerError::OverBudget`] when `uid` has its budget of ports open
@@ -575,7 +578,10 @@ impl ObjectServer {
         for _ in 0..PORT_TURN {
             let Some(cp) = self.ports.get_mut(slot).and_then(Option::as_mut) else { return };
             match cp.port.recv(Timeout::Zero) {
-                Ok(m) => self.handle(m, ext),
+                Ok(m) => {
+                    let owner = cp.uid;
+                    self.handle(m, ext, Some(owner));
+                }
                 Err(RecvError::Timeout) => return,
                 Err(RecvError::BadMessage(_)) => self.stats.malformed += 1,
                 Err(_) => {
@@ -755,7 +761,7 @@ impl ObjectServer {
         loop {
             match self.port.recv(Timeout::Zero) {
                 Ok(m) if m.op() == proto::ADD_PORT => self.add_port(m),
-                Ok(m) => self.handle(m, ext),
+                Ok(m) => self.handle(m, ext, None),
                 Err(RecvError::Timeout) => return,
                 Err(RecvError::BadMessage(_)) => self.stats.malformed += 1,
                 Err(RecvError::NoSenders) => {
@@ -772,9 +778,21 @@ impl ObjectServer {
         }
     }
 
-    fn handle(&mut self, mut m: Message, ext: Extension<'_>) {
+    /// Answers one request; `owner` is the user the port it came on was
+    /// made for ([`PortMinter`]), `None` for the main port.
+    fn handle(&mut self, mut m: Message, ext: Extension<'_>, owner: Option<u32>) {
         let reply = m.take_reply();
         let uid = m.sender().map(|c| c.uid);
+        // A request on a port made for one user acts as that user, whoever
+        // sent it: a client could hand its port to a process of another
+        // user (as the reply right of a request to a root server, say),
+        // whose message would otherwise act as that process. On root's
+        // port another user's requests act as that user.
+        if let Some((o, u)) = owner.zip(uid).filter(|(o, u)| *o != 0 && u != o) {
+            let why = format!("this port was made for uid {o}: a request sent on it by uid {u} is refused");
+            self.answer(reply, Err((proto::E_DENIED, why)));
+            return;
+        }
         let answer = match m.op() {
             proto::OPEN => self.open(&m, uid),
             proto::ATTACH => self.attach(&mut m, uid),
@@ -788,6 +806,11 @@ impl ObjectServer {
             }
             op => ext(self, &mut m).unwrap_or_else(|| Err((proto::E_BAD_REQUEST, format!("unknown operation {op:#x}")))),
         };
+        self.answer(reply, answer);
+    }
+
+    /// Sends `answer` through `reply`, if the request carried one.
+    fn answer(&mut self, reply: Option<Reply>, answer: Answer) {
         let msg = match answer {
             Ok(msg) => msg,
             Err((code, why)) => {

@@ -42,6 +42,13 @@
 //!   connection to each: `lookup: right` (and sends op 77 through the right
 //!   got) or `lookup: ERROR`, `unregister: done` or `unregister: ERROR`;
 //!   then `ready`.
+//! - `files-deputy ECHO NAME`: makes `ECHO` (as for `deputy`) answer a
+//!   request of op `OP_FILE_WRITE - 1` onto this user's own port of the
+//!   file server (`files`), as a write-back of `NAME` with the contents
+//!   `written by another user`; waits for the echo server to have
+//!   answered it, then for the file server to answer an open of `NAME` on
+//!   the same port (so the write-back was served first), prints what that
+//!   open said (`open: LEN bytes` or `open: ERROR`), then `ready`.
 //! - `unread-listings CONNS N`: registers names of 250 bytes until refused
 //!   (so that its listing travels in a region), then over CONNS raw
 //!   connections asks for the listing up to N times each without reading
@@ -79,6 +86,7 @@ pub fn run(role: &str, args: &[String]) -> Outcome {
         "hold-sockets" => hold_sockets(num(0)),
         "unread-listings" => unread_listings(num(0), num(1)),
         "deputy" => deputy(&arg(0), &arg(1), &arg(2)),
+        "files-deputy" => files_deputy(&arg(0), &arg(1)),
         _ => return None,
     })
 }
@@ -435,6 +443,33 @@ fn deputy(echo: &str, secret: &str, keep: &str) -> Res {
     match decode_reply::<(), Refusal>(ask(3, encoded(&|c| drop(c.unregister(keep.to_owned())))?)?)? {
         Ok(()) => println!("unregister: done"),
         Err(e) => println!("unregister: {e:?}"),
+    }
+    println!("ready");
+    Ok(())
+}
+
+/// Makes the root server `echo` send a write-back of `name` to this user's
+/// own port of the file server (see `files-deputy` in the module's list).
+fn files_deputy(echo: &str, name: &str) -> Res {
+    let wait = ferry::Timeout::After(Duration::from_secs(10));
+    let mut bs = Bootstrap::connect()?;
+    let echo = bs.lookup(echo)?;
+    let files = bs.lookup("files")?;
+    let mut body = (name.len() as u64).to_le_bytes().to_vec();
+    body.extend_from_slice(name.as_bytes());
+    body.extend_from_slice(b"written by another user");
+    body.reverse();
+    let op = ferry::fileserver::OP_FILE_WRITE - 1;
+    echo.send(ferry::Message::new(op).with_body(body).with_reply(files.try_clone()?), wait)?;
+    // The echo server answers in order: once it answered this, it sent
+    // the one before.
+    let (mut done, once) = ferry::reply_pair()?;
+    echo.send(ferry::Message::new(0).with_reply(once), wait)?;
+    done.recv(wait)?;
+    let fs = ferry::fileserver::FileClient::new(files).with_timeout(wait);
+    match fs.open(name) {
+        Ok(f) => println!("open: {} bytes", f.as_slice().len()),
+        Err(e) => println!("open: {e}"),
     }
     println!("ready");
     Ok(())

@@ -26,6 +26,7 @@ pub mod node;
 pub mod redial;
 pub mod status;
 pub mod tls;
+mod turns;
 
 pub use cor::RemoteRegion;
 pub use redial::Redial;

@@ -42,6 +42,7 @@ use crate::frame::{self, Cap, Frame, Part, MAX_EAGER_REGION, MAX_FRAME};
 use crate::inflight::InFlight;
 use crate::link::{Event, Incoming, Key, Link, LinkError, Outgoing, Store};
 use crate::tls::{self, Identity, Peer};
+use crate::turns;
 
 /// How a node is set up.
 #[derive(Debug, Clone)]
@@ -497,6 +498,8 @@ struct OutStream {
     id: u64,
     send: tokio::sync::Mutex<quinn::SendStream>,
     flow: Arc<flow::Out>,
+    /// Its writers' turns by user ([`crate::turns`]), taken before `send`.
+    turns: turns::Turns,
 }
 
 #[derive(Debug)]
@@ -2169,7 +2172,7 @@ impl Conn {
                     Ok(s) => s,
                     Err(_) => return,
                 };
-                let s = Arc::new(OutStream { id: u64::from(s.id()), send: tokio::sync::Mutex::new(s), flow: Arc::default() });
+                let s = Arc::new(OutStream { id: u64::from(s.id()), send: tokio::sync::Mutex::new(s), flow: Arc::default(), turns: turns::Turns::default() });
                 let mut st = self.state.lock().unwrap();
                 if st.link.is_closed() {
                     return;
@@ -2178,6 +2181,12 @@ impl Conn {
                 st.out_flows.entry(s.id).or_insert_with(|| s.flow.clone());
                 s
             }
+        };
+        // Its user's turn at the stream first: one user's many proxies
+        // (a port for each lookup of a system import) wait as one.
+        let turn = match stream.turns.take(uid) {
+            Ok(t) => t,
+            Err(waiting) => waiting.turn().await,
         };
         let mut s = stream.send.lock().await;
         // Within the stream's credit: waited for, or for a large frame it
@@ -2308,6 +2317,7 @@ impl Conn {
         unused.0 = None;
         let _ = s.write_all(&bytes).await;
         drop(s);
+        drop(turn);
         self.state.lock().unwrap().forget_if_gone(import);
     }
 

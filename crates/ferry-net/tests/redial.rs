@@ -710,6 +710,110 @@ fn large_messages_waiting_for_credit_are_not_held_by_the_daemon() {
 }
 
 /// Set in the environment of this test binary run as another user's
+/// program: the import to flood with small messages through many ports of
+/// its own.
+const PORTS_FLOODER: &str = "FERRY_NETD_TEST_PORTS_FLOODER";
+
+/// How many ports of its own the flooding user looks up and keeps full.
+const FLOODED_PORTS: usize = 256;
+
+/// The other user's part of
+/// [`a_user_flooding_an_import_through_many_ports_holds_up_anothers_messages_by_few`]:
+/// looks the import up [`FLOODED_PORTS`] times (a port of its own each
+/// time) and keeps every one of them full of 1 KiB messages until its
+/// standard input closes (or two minutes pass).
+fn flood_ports(import: &str) {
+    use std::io::Read;
+    let mut names = ferry::Bootstrap::connect().unwrap();
+    let ports: Vec<_> = (0..FLOODED_PORTS).map(|_| names.lookup(import).unwrap()).collect();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let s2 = stop.clone();
+    std::thread::spawn(move || {
+        let _ = std::io::stdin().read_to_end(&mut Vec::new());
+        s2.store(true, Ordering::Relaxed);
+    });
+    println!("flooding {} ports as uid {}", ports.len(), rustix::process::getuid().as_raw());
+    let end = Instant::now() + Duration::from_secs(120);
+    while !stop.load(Ordering::Relaxed) && Instant::now() < end {
+        let mut full = 0;
+        for p in &ports {
+            full += usize::from(p.send(Message::new(41).with_body(vec![7u8; 1024]), Timeout::Zero).is_err());
+        }
+        if full == ports.len() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+/// Another user (nobody) keeping many ports of its own to a root
+/// `ferry-netd`'s system import full (a port for each lookup, all sending
+/// to the far host's one port on the import's one stream) holds root's
+/// messages to the same import up by a few of its messages, not by one
+/// for each of its ports: the import's senders take the stream in turn by
+/// user. Both users' messages come to one port here, so their order is
+/// the order they crossed in. Taken in the order the proxies came, each
+/// of root's waited behind one message of each of the other user's 256
+/// ports and what was in flight: 257 to 399 of its messages, never fewer;
+/// now the best of ten rounds waits behind a few.
+#[test]
+fn a_user_flooding_an_import_through_many_ports_holds_up_anothers_messages_by_few() {
+    if let Ok(import) = std::env::var(PORTS_FLOODER) {
+        return flood_ports(&import);
+    }
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped a_user_flooding_an_import_through_many_ports_holds_up_anothers_messages_by_few: starting a process as another user needs root");
+        return;
+    }
+    let test = "a_user_flooding_an_import_through_many_ports_holds_up_anothers_messages_by_few";
+    let SystemImport { dir, boot, b: _b, mut svc, daemon } = system_import("ports-flood");
+    let mut names = ferry::Bootstrap::connect_to(&boot).unwrap();
+    let mine = until_found("svc@b", &mut || names.lookup("svc@b").ok());
+    reach(&mine, &mut svc, 42);
+    let mut other = nobody_command(&dir, &boot, test, PORTS_FLOODER, "svc@b").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    let said = said_line(&mut other, "as uid");
+    assert!(said.contains(&format!("flooding {FLOODED_PORTS} ports as uid {NOBODY}")), "{said}");
+    // The flood is on once the other user's messages come.
+    for _ in 0..2000 {
+        assert_eq!(svc.recv(WAIT).unwrap().op(), 41, "a message of root's before it sent one");
+    }
+    let mut before = Vec::new();
+    for _ in 0..10 {
+        // What crossed so far is read first.
+        for _ in 0..100_000 {
+            if svc.recv(Timeout::Zero).is_err() {
+                break;
+            }
+        }
+        mine.send(Message::new(42), WAIT).unwrap();
+        let mut others = 0;
+        loop {
+            let m = svc.recv(Timeout::After(Duration::from_secs(30))).expect("root's message crossed");
+            if m.op() == 42 {
+                break;
+            }
+            others += 1;
+            assert!(others < 1_000_000, "root's message never crossed");
+        }
+        before.push(others);
+    }
+    drop(other.stdin.take());
+    let _ = other.wait();
+    drop(daemon);
+    let _ = std::fs::remove_dir_all(&dir);
+    println!("the other user's messages before each of root's ten: {before:?}");
+    // Root's message waits for the other user's one turn, and behind what
+    // is in flight on the stream (its window, which grows while the stream
+    // flows, and the far port's queue), which varies from round to round;
+    // what crossed while this test had not sent yet (it may lose its CPU
+    // between reading and sending) counts too. Taken in the order the
+    // proxies came, no round could wait for fewer than one message of
+    // each of the other user's ports, so the best round is what is
+    // checked, against half of those.
+    let best = before.iter().copied().min().unwrap_or(usize::MAX);
+    assert!(best <= FLOODED_PORTS / 2, "root's messages waited behind {before:?} of the other user's");
+}
+
+/// Set in the environment of this test binary run as another user's
 /// program: the import to call with reply rights it has filled.
 const FILLER: &str = "FERRY_NETD_TEST_FILLER";
 

@@ -542,6 +542,51 @@ fn flow_frames_off_the_control_stream_or_out_of_turn_close_the_link() {
     });
 }
 
+/// A message frame on the control stream breaks the protocol and closes
+/// the link: messages go on message streams, whose credit bounds what a
+/// peer has waiting, and the control stream, read without credit, would
+/// have waited there for the port's queue (holding up the link's
+/// lookups, releases and credit). Such a frame was delivered, and the
+/// link stayed up.
+#[test]
+fn a_message_frame_on_the_control_stream_closes_the_link() {
+    use ferry_net::frame::{Cap, Frame};
+    use tokio::io::AsyncReadExt;
+
+    watchdog("a_message_frame_on_the_control_stream_closes_the_link", LIMIT, || {
+        let (a, ia, im) = common::host_facing_m(Duration::from_secs(5));
+        let (mut svc, svc_tx) = ferry::port().unwrap();
+        a.export("svc", svc_tx);
+        let addr = a.local_addr().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let closed = rt.block_on(async {
+            let conn = common::dial(&im, &ia, addr, |_| {}).await;
+            let (mut send, mut recv) = conn.accept_bi().await.unwrap();
+            let mut magic = [0u8; 4];
+            recv.read_exact(&mut magic).await.unwrap();
+            assert_eq!(&magic, b"FNL2");
+            send.write_all(&Frame::Lookup { req: 1, name: "svc".into() }.encode_with_len()).await.unwrap();
+            let mut export = None;
+            for _ in 0..100 {
+                let n = recv.read_u32_le().await.unwrap() as usize;
+                let mut buf = vec![0; n];
+                recv.read_exact(&mut buf).await.unwrap();
+                if let Ok(Frame::Found { req: 1, cap }) = Frame::decode(&buf) {
+                    export = cap;
+                    break;
+                }
+            }
+            let Some(Cap::Hosted(target)) = export else { panic!("svc was not found: {export:?}") };
+            let m = Frame::Message { target, op: 5, body: vec![1; 16], parts: Vec::new(), reply: None };
+            send.write_all(&m.encode_with_len()).await.unwrap();
+            tokio::time::timeout(Duration::from_secs(10), conn.closed()).await
+        });
+        let reason = closed.expect("the node closed the broken link");
+        assert!(reason.to_string().contains("protocol error"), "{reason}");
+        assert!(svc.recv(Timeout::Zero).is_err(), "the message on the control stream was delivered");
+    });
+}
+
 #[test]
 fn loss_is_recovered_and_a_cut_link_turns_proxies_into_dead_names() {
     watchdog("loss_is_recovered_and_a_cut_link_turns_proxies_into_dead_names", LIMIT, || {

@@ -251,6 +251,13 @@ pub fn is_flow(bytes: &[u8]) -> bool {
     matches!(bytes.first(), Some(&(T_CREDIT | T_WANT | T_GRANT)))
 }
 
+/// Whether `bytes` (one frame, without its length prefix) is a
+/// [`Frame::Message`], which belongs on a message stream only, within its
+/// credit.
+pub fn is_message(bytes: &[u8]) -> bool {
+    bytes.first() == Some(&T_MESSAGE)
+}
+
 impl Frame {
     /// Encodes the frame (without the stream's length prefix).
     pub fn encode(&self) -> Vec<u8> {

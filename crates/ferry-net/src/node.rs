@@ -1121,6 +1121,12 @@ impl Conn {
                     return;
                 }
             };
+            // A message on the control stream would skip its stream's
+            // credit, and the control stream would wait for its port.
+            if !message && frame::is_message(&bytes) {
+                self.protocol_error("a message frame on the control stream");
+                return;
+            }
             if !message && frame::is_flow(&bytes) {
                 if let Err(e) = self.handle_flow(&bytes) {
                     self.protocol_error(&e);

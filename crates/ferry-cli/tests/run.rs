@@ -1860,3 +1860,56 @@ cc -o sj sj.c && ./sj && cat h; echo"#;
     assert!(native.contains("jumped yes\nread 23\npread 4 6789\nwrote 5\nhello"), "{native}");
     assert_eq!(served, native);
 }
+
+/// Name calls given flags they do not know: `unlinkat` with anything but
+/// `AT_REMOVEDIR` and `fstatat` with a flag outside its set, each printed
+/// with its result, and whether the file is still there.
+const UNKNOWN_NAME_FLAGS_C: &str = r#"
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/stat.h>
+static void show(const char *what, int r) {
+    printf("%s %d %s\n", what, r, r < 0 ? strerror(errno) : "");
+}
+int main(void) {
+    struct stat st;
+    close(open("victim", O_CREAT | O_WRONLY, 0644));
+    mkdir("d", 0755);
+    show("unlinkat 1", unlinkat(AT_FDCWD, "victim", 1));
+    show("unlinkat nofollow", unlinkat(AT_FDCWD, "victim", AT_SYMLINK_NOFOLLOW));
+    show("unlinkat removedir|1", unlinkat(AT_FDCWD, "d", AT_REMOVEDIR | 1));
+    show("fstatat unknown", fstatat(AT_FDCWD, "victim", &st, 0x40000000));
+    show("fstatat removedir", fstatat(AT_FDCWD, "victim", &st, AT_REMOVEDIR));
+    show("fstatat no-automount", fstatat(AT_FDCWD, "victim", &st, AT_NO_AUTOMOUNT | AT_SYMLINK_NOFOLLOW));
+    show("stat victim", stat("victim", &st));
+    show("stat d", stat("d", &st));
+    show("unlinkat 0", unlinkat(AT_FDCWD, "victim", 0));
+    show("unlinkat removedir", unlinkat(AT_FDCWD, "d", AT_REMOVEDIR));
+    return 0;
+}
+"#;
+
+/// `unlinkat` and `fstatat` with flags the kernel does not take for them
+/// fail with `EINVAL`, as natively. The library looked only at the flags
+/// it knew: `unlinkat(AT_FDCWD, "f", 1)` removed the file the kernel
+/// keeps (and `AT_REMOVEDIR | 1` the directory), and `fstatat` with an
+/// unknown flag answered 0.
+#[test]
+fn ferry_run_name_calls_with_unknown_flags_are_refused_like_native() {
+    if !have_cc("ferry_run_name_calls_with_unknown_flags_are_refused_like_native") {
+        return;
+    }
+    let src = scratch("nameflags-src");
+    std::fs::write(src.join("n.c"), UNKNOWN_NAME_FLAGS_C).unwrap();
+    let built = Command::new("cc").args(["-O2", "-o", "n", "n.c"]).current_dir(&src).status().unwrap();
+    assert!(built.success(), "cc failed");
+    let exe = src.join("n");
+    let (native, served) = native_and_served("nameflags", exe.to_str().unwrap(), "ls");
+    let _ = std::fs::remove_dir_all(&src);
+    assert!(native.contains("unlinkat 1 -1 Invalid argument") && native.contains("stat victim 0"), "{native}");
+    assert_eq!(served, native);
+}

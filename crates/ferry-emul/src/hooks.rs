@@ -2240,7 +2240,15 @@ pub unsafe extern "C" fn lstat64(path: *const c_char, out: *mut libc::stat) -> c
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     stat_impl(libc::AT_FDCWD, path, out, true).unwrap_or_else(|| unsafe { real::lstat64()(path, out) })
 }
+/// The flags of `fstatat` the server's answer covers. With any other the
+/// call is the kernel's, which refuses one it does not take (`EINVAL`):
+/// unknown flags were ignored and the call answered 0.
+const STAT_FLAGS: c_int = libc::AT_SYMLINK_NOFOLLOW | libc::AT_EMPTY_PATH | libc::AT_NO_AUTOMOUNT;
+
 fn fstatat_impl(dirfd: c_int, path: *const c_char, out: *mut libc::stat, flags: c_int) -> Option<c_int> {
+    if flags & !STAT_FLAGS != 0 {
+        return None;
+    }
     if flags & libc::AT_EMPTY_PATH != 0 {
         // SAFETY: the caller's path.
         if unsafe { cstr(path) }.is_none_or(|p| p.is_empty()) {
@@ -2272,8 +2280,11 @@ pub unsafe extern "C" fn unlink(path: *const c_char) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn unlinkat(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
     let dir = flags & libc::AT_REMOVEDIR != 0;
+    // Any flag but AT_REMOVEDIR is the kernel's to refuse (EINVAL): it
+    // was ignored, and `unlinkat(dirfd, name, 1)` removed the file.
+    let served = if flags & !libc::AT_REMOVEDIR == 0 { by_name(dirfd, path, |c, r| c.unlink(r, dir)) } else { None };
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
-    by_name(dirfd, path, |c, r| c.unlink(r, dir)).unwrap_or_else(|| unsafe { real::unlinkat()(dirfd, path, flags) })
+    served.unwrap_or_else(|| unsafe { real::unlinkat()(dirfd, path, flags) })
 }
 /// `rmdir(2)`.
 #[no_mangle]

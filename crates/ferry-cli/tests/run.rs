@@ -1913,3 +1913,94 @@ fn ferry_run_name_calls_with_unknown_flags_are_refused_like_native() {
     assert!(native.contains("unlinkat 1 -1 Invalid argument") && native.contains("stat victim 0"), "{native}");
     assert_eq!(served, native);
 }
+
+/// Streams opened with every kind of mode string the C library reads
+/// (`t` and other letters it ignores, `+` after them, letters past the
+/// ones it looks at, a first letter it refuses) by `fopen`, `fdopen` and
+/// `freopen`: each stream's descriptor's access, a read and a write
+/// through it, and what the file holds after.
+const STDIO_MODES_C: &str = r#"
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+static void use(const char *how, const char *mode, FILE *f) {
+    printf("%s %-12s %s", how, mode, f ? "ok" : strerror(errno));
+    if (f) {
+        int fl = fcntl(fileno(f), F_GETFL);
+        printf(" access %d append %d", fl & O_ACCMODE, !!(fl & O_APPEND));
+        errno = 0;
+        int c = fgetc(f);
+        printf(" getc %d %s", c, c < 0 ? strerror(errno) : "");
+        clearerr(f);
+        fseek(f, 0, SEEK_CUR);
+        errno = 0;
+        int w = fputs("W", f), fl2 = fflush(f);
+        printf(" puts %d flush %d %s", w, fl2, (w < 0 || fl2) ? strerror(errno) : "");
+        fclose(f);
+    }
+    char b[32] = {0};
+    int fd = open("data", O_RDONLY);
+    read(fd, b, sizeof b - 1);
+    close(fd);
+    b[strcspn(b, "\n")] = '|';
+    printf(" -> %s\n", b);
+}
+static void fresh(void) {
+    int fd = open("data", O_CREAT | O_WRONLY | O_TRUNC, 0644);
+    write(fd, "hello\n", 6);
+    close(fd);
+}
+int main(void) {
+    const char *modes[] = {"r", "rt", "r+t", "rt+", "rbt+", "re+", "wt+", "at+", "rbbbbbbbb+", "+r", "z", NULL};
+    for (int i = 0; modes[i]; i++) {
+        fresh();
+        errno = 0;
+        use("fopen", modes[i], fopen("data", modes[i]));
+    }
+    errno = 0;
+    printf("fopen z of a missing file %s\n", fopen("missing", "z") ? "ok" : strerror(errno));
+    const char *fdmodes[] = {"r", "rt+", "wt+", "at+", "rbbb+", NULL};
+    for (int i = 0; fdmodes[i]; i++) {
+        fresh();
+        errno = 0;
+        use("fdopen", fdmodes[i], fdopen(open("data", O_RDWR), fdmodes[i]));
+    }
+    const char *remodes[] = {"rt+", "wt+", "at+", "z", NULL};
+    for (int i = 0; remodes[i]; i++) {
+        fresh();
+        FILE *f = fopen("data", "r");
+        errno = 0;
+        use("freopen", remodes[i], freopen("data", remodes[i], f));
+    }
+    return 0;
+}
+"#;
+
+/// Streams opened under the served directory read and write as the C
+/// library's mode string says, as natively. The library's streams were
+/// made with the caller's mode string, which the C library reads for
+/// such streams only as far as a `+` right after the first letter (or
+/// after a `b`): `fopen(name, "rt+")` (and `"wt+"`, `"at+"`, `"re+"`)
+/// opened the file for reading and writing but gave a stream that could
+/// only read (or only write), so its writes failed with `EBADF`; and the
+/// library's own reading of the mode looked at the whole string, where
+/// the C library stops after six letters and refuses a first letter other
+/// than `r`, `w` or `a` (`EINVAL`).
+#[test]
+fn ferry_run_streams_take_the_mode_the_c_library_reads_like_native() {
+    if !have_cc("ferry_run_streams_take_the_mode_the_c_library_reads_like_native") {
+        return;
+    }
+    let src = scratch("stdiomodes-src");
+    std::fs::write(src.join("m.c"), STDIO_MODES_C).unwrap();
+    let built = Command::new("cc").args(["-O2", "-o", "m", "m.c"]).current_dir(&src).status().unwrap();
+    assert!(built.success(), "cc failed");
+    let exe = src.join("m");
+    let (native, served) = native_and_served("stdiomodes", exe.to_str().unwrap(), "ls");
+    let _ = std::fs::remove_dir_all(&src);
+    assert!(native.contains("fopen rt+          ok access 2 append 0 getc 104  puts 1 flush 0  -> hWllo|"), "{native}");
+    assert_eq!(served, native);
+}

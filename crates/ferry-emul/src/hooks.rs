@@ -565,15 +565,15 @@ fn stream_buffer_size(blksize: usize) -> usize {
 /// A `FILE` whose reads, writes, seeks and close go through the emulated
 /// descriptor `fd` (and which `fileno` reports as `fd`), with a buffer of
 /// the size the C library gives a stream over the same file.
-fn cookie_file(fd: c_int, mode: *const c_char) -> *mut FILE {
+fn cookie_file(fd: c_int, mode: StdioMode) -> *mut FILE {
     let funcs = CookieIo { read: Some(cookie_read), write: Some(cookie_write), seek: Some(cookie_seek), close: Some(cookie_close) };
     // SAFETY: the caller's open descriptor, borrowed for one fstat.
     let st = rustix::fs::fstat(unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) });
     let size = stream_buffer_size(st.map_or(0, |st| st.st_blksize.try_into().unwrap_or(0)));
     let cookie = Box::into_raw(Box::new(Cookie { fd, buf: vec![0u8; size], stream: std::ptr::null_mut() }));
     // SAFETY: the cookie lives until `cookie_close` (or just below if the
-    // stream is not made); the mode is the caller's.
-    let f = unsafe { fopencookie(cookie.cast(), mode, funcs) };
+    // stream is not made); the mode is a static string.
+    let f = unsafe { fopencookie(cookie.cast(), mode.cookie_mode().as_ptr(), funcs) };
     if f.is_null() {
         // SAFETY: the Box leaked above, which no stream holds.
         drop(unsafe { Box::from_raw(cookie) });
@@ -597,37 +597,118 @@ fn cookie_file(fd: c_int, mode: *const c_char) -> *mut FILE {
     f
 }
 
-fn mode_flags(mode: &[u8]) -> c_int {
-    let plus = mode.contains(&b'+');
-    let mut f = match mode.first() {
-        Some(b'w') => libc::O_CREAT | libc::O_TRUNC | if plus { libc::O_RDWR } else { libc::O_WRONLY },
-        Some(b'a') => libc::O_CREAT | libc::O_APPEND | if plus { libc::O_RDWR } else { libc::O_WRONLY },
-        _ => if plus { libc::O_RDWR } else { libc::O_RDONLY },
-    };
-    if mode.contains(&b'x') {
-        f |= libc::O_EXCL;
+/// A stdio mode string as the C library reads it: its first letter (`r`,
+/// `w` or `a`) and the letters it looks at after it. The library's
+/// streams are cookie streams, which the C library makes from a mode it
+/// reads only as far as a `+` right after the first letter (or after a
+/// `b`), so they are made from [`StdioMode::cookie_mode`], never the
+/// caller's string: `fopen(name, "rt+")` opened the file for reading and
+/// writing and gave a stream that could only read, and the mode's other
+/// letters were looked for in the whole string.
+#[derive(Clone, Copy)]
+struct StdioMode {
+    /// `r`, `w` or `a`.
+    first: u8,
+    /// Reading and writing (`+`).
+    plus: bool,
+    /// `O_EXCL` (`x`).
+    excl: bool,
+    /// `O_CLOEXEC` (`e`).
+    cloexec: bool,
+}
+
+impl StdioMode {
+    /// `mode` as `fopen` and `freopen` read it: after the first letter at
+    /// most six letters, up to a `,` (where `ccs=` begins); `None` (the C
+    /// library's `EINVAL`) when the first letter is not `r`, `w` or `a`.
+    fn of_fopen(mode: &[u8]) -> Option<StdioMode> {
+        let mut m = StdioMode::first(mode)?;
+        for &c in mode.iter().skip(1).take(6) {
+            match c {
+                b',' => break,
+                b'+' => m.plus = true,
+                b'x' => m.excl = true,
+                b'e' => m.cloexec = true,
+                _ => {}
+            }
+        }
+        Some(m)
     }
-    if mode.contains(&b'e') {
-        f |= libc::O_CLOEXEC;
+
+    /// `mode` as `fdopen` reads it: after the first letter at most four
+    /// letters, up to a `+`.
+    fn of_fdopen(mode: &[u8]) -> Option<StdioMode> {
+        let mut m = StdioMode::first(mode)?;
+        m.plus = mode.iter().skip(1).take(4).any(|&c| c == b'+');
+        Some(m)
     }
-    f
+
+    /// The mode's first letter, with nothing after it yet.
+    fn first(mode: &[u8]) -> Option<StdioMode> {
+        let first = *mode.first().filter(|c| matches!(c, b'r' | b'w' | b'a'))?;
+        Some(StdioMode { first, plus: false, excl: false, cloexec: false })
+    }
+
+    /// The `open` flags the C library opens a file with for this mode.
+    fn flags(self) -> c_int {
+        let access = if self.plus {
+            libc::O_RDWR
+        } else if self.first == b'r' {
+            libc::O_RDONLY
+        } else {
+            libc::O_WRONLY
+        };
+        let mut f = access
+            | match self.first {
+                b'w' => libc::O_CREAT | libc::O_TRUNC,
+                b'a' => libc::O_CREAT | libc::O_APPEND,
+                _ => 0,
+            };
+        if self.excl {
+            f |= libc::O_EXCL;
+        }
+        if self.cloexec {
+            f |= libc::O_CLOEXEC;
+        }
+        f
+    }
+
+    /// Whether the stream only appends (`a` without `+`).
+    fn append_only(self) -> bool {
+        self.first == b'a' && !self.plus
+    }
+
+    /// The mode a cookie stream of this mode is made with.
+    fn cookie_mode(self) -> &'static CStr {
+        match (self.first, self.plus) {
+            (b'w', false) => c"w",
+            (b'w', true) => c"w+",
+            (b'a', false) => c"a",
+            (b'a', true) => c"a+",
+            (_, false) => c"r",
+            (_, true) => c"r+",
+        }
+    }
 }
 
 fn emul_fopen(path: *const c_char, mode: *const c_char) -> Option<*mut FILE> {
+    // A mode the C library refuses is its own to refuse (EINVAL), before
+    // it opens anything: the library opened the file first, and a missing
+    // one answered ENOENT.
     // SAFETY: the caller's mode string.
-    let m = unsafe { cstr(mode) }?;
-    let fd = emul_open(libc::AT_FDCWD, path, mode_flags(m), 0o666)?;
+    let m = StdioMode::of_fopen(unsafe { cstr(mode) }?)?;
+    let fd = emul_open(libc::AT_FDCWD, path, m.flags(), 0o666)?;
     if fd < 0 {
         return Some(std::ptr::null_mut());
     }
-    if m.first() == Some(&b'a') && !m.contains(&b'+') {
+    if m.append_only() {
         // The C library's `fopen` puts an append-only stream at the end
         // at once, so that `ftell` before the first write says where it
         // will go; a cookie stream starts at 0 (`ftell` said 0).
         // SAFETY: lseek through the hook on our own descriptor.
         unsafe { lseek(fd, 0, libc::SEEK_END) };
     }
-    let f = cookie_file(fd, mode);
+    let f = cookie_file(fd, m);
     if f.is_null() {
         // SAFETY: our own descriptor, just opened.
         unsafe { close(fd) };
@@ -641,7 +722,7 @@ fn emul_fopen(path: *const c_char, mode: *const c_char) -> Option<*mut FILE> {
 /// the end.
 fn emul_fdopen(fd: c_int, mode: *const c_char) -> *mut FILE {
     // SAFETY: the caller's mode string.
-    let Some(m) = (unsafe { cstr(mode) }) else {
+    let Some(m) = (unsafe { cstr(mode) }).and_then(StdioMode::of_fdopen) else {
         set_errno(libc::EINVAL);
         return std::ptr::null_mut();
     };
@@ -650,29 +731,25 @@ fn emul_fdopen(fd: c_int, mode: *const c_char) -> *mut FILE {
     if fl < 0 {
         return std::ptr::null_mut();
     }
-    let want = mode_flags(m) & libc::O_ACCMODE;
+    let want = m.flags() & libc::O_ACCMODE;
     let have = fl & libc::O_ACCMODE;
-    let fits = match m.first() {
-        Some(b'r' | b'w' | b'a') => have == libc::O_RDWR || have == want,
-        _ => false,
-    };
-    if !fits {
+    if have != libc::O_RDWR && have != want {
         set_errno(libc::EINVAL);
         return std::ptr::null_mut();
     }
-    if m.first() == Some(&b'a') && fl & libc::O_APPEND == 0 {
+    if m.first == b'a' && fl & libc::O_APPEND == 0 {
         // SAFETY: fcntl through the hook (the open file follows O_APPEND)
         // and lseek through the hook, on the caller's descriptor.
         unsafe {
             if fcntl(fd, libc::F_SETFL, (fl | libc::O_APPEND) as c_ulong) < 0 {
                 return std::ptr::null_mut();
             }
-            if !m.contains(&b'+') {
+            if m.append_only() {
                 lseek(fd, 0, libc::SEEK_END);
             }
         }
     }
-    cookie_file(fd, mode)
+    cookie_file(fd, m)
 }
 
 /// Whether `f` is one of the library's own streams: a cookie stream with
@@ -837,11 +914,11 @@ const IO_IS_APPENDING: c_int = 0x1000;
 const IO_MODE_BITS: c_int = IO_NO_READS | IO_NO_WRITES | IO_IS_APPENDING;
 
 /// The `_flags` bits a stream opened with `mode` carries.
-fn mode_bits(mode: &[u8]) -> c_int {
-    match (mode.first(), mode.contains(&b'+')) {
-        (Some(b'a'), true) => IO_IS_APPENDING,
-        (Some(b'a'), false) => IO_IS_APPENDING | IO_NO_READS,
-        (Some(b'w'), false) => IO_NO_READS,
+fn mode_bits(mode: StdioMode) -> c_int {
+    match (mode.first, mode.plus) {
+        (b'a', true) => IO_IS_APPENDING,
+        (b'a', false) => IO_IS_APPENDING | IO_NO_READS,
+        (b'w', false) => IO_NO_READS,
         (_, true) => 0,
         _ => IO_NO_WRITES,
     }
@@ -857,6 +934,7 @@ fn check_mode_bits() -> bool {
             return false;
         }
         [c"r", c"w", c"a+"].iter().all(|m| {
+            let Some(mode) = StdioMode::of_fopen(m.to_bytes()) else { return false };
             let funcs = CookieIo { read: None, write: None, seek: None, close: None };
             // SAFETY: a cookie stream with no functions, one int read at
             // the start of the structure (its first, public field), closed.
@@ -865,7 +943,7 @@ fn check_mode_bits() -> bool {
                 if f.is_null() {
                     return false;
                 }
-                let ok = *(f as *const c_int) & IO_MODE_BITS == mode_bits(m.to_bytes());
+                let ok = *(f as *const c_int) & IO_MODE_BITS == mode_bits(mode);
                 real::fclose()(f);
                 ok
             }
@@ -884,11 +962,19 @@ fn cookie_reopen(path: *const c_char, mode: *const c_char, f: *mut FILE) -> Opti
         return None;
     }
     // SAFETY: the caller's mode string.
-    let m = unsafe { cstr(mode) }?;
+    let Some(m) = StdioMode::of_fopen(unsafe { cstr(mode) }?) else {
+        // As the C library does with a mode it refuses: the stream is
+        // closed, and the answer is EINVAL (the file was reopened for
+        // reading).
+        // SAFETY: the caller's stream, closed once as `freopen` does.
+        unsafe { real::fclose()(f) };
+        set_errno(libc::EINVAL);
+        return Some(std::ptr::null_mut());
+    };
     // SAFETY: a stream of ours, whose descriptor `fileno` reports (patched
     // in by `cookie_file`).
     let fd = unsafe { real::fileno()(f) };
-    let flags = mode_flags(m) & !libc::O_CLOEXEC;
+    let flags = m.flags() & !libc::O_CLOEXEC;
     // SAFETY: the caller's stream and path; `open` is this library's.
     unsafe {
         let was_cloexec = real::fcntl()(fd, libc::F_GETFD, 0) & libc::FD_CLOEXEC != 0;
@@ -915,7 +1001,7 @@ fn cookie_reopen(path: *const c_char, mode: *const c_char, f: *mut FILE) -> Opti
             return Some(std::ptr::null_mut());
         }
         close(new);
-        if m.contains(&b'e') || was_cloexec {
+        if m.cloexec || was_cloexec {
             // dup2 clears close-on-exec; the C library keeps it once a
             // mode asked for it, and so does this.
             real::fcntl()(fd, libc::F_SETFD, libc::FD_CLOEXEC as c_ulong);
@@ -926,8 +1012,7 @@ fn cookie_reopen(path: *const c_char, mode: *const c_char, f: *mut FILE) -> Opti
         libc::clearerr(f);
         // As `fopen` does: an append-only stream starts at the end, an
         // "a+" one (reads from the start) and every other at 0.
-        let append_only = m.first() == Some(&b'a') && !m.contains(&b'+');
-        libc::fseek(f, 0, if append_only { libc::SEEK_END } else { libc::SEEK_SET });
+        libc::fseek(f, 0, if m.append_only() { libc::SEEK_END } else { libc::SEEK_SET });
     }
     Some(f)
 }

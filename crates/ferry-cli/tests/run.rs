@@ -2004,3 +2004,57 @@ fn ferry_run_streams_take_the_mode_the_c_library_reads_like_native() {
     assert!(native.contains("fopen rt+          ok access 2 append 0 getc 104  puts 1 flush 0  -> hWllo|"), "{native}");
     assert_eq!(served, native);
 }
+
+/// Writes that cross the file size limit: `write`, `pwrite` and `writev`
+/// that start below it, each printed with what it wrote, then a write at
+/// the limit (`SIGXFSZ`).
+const WRITES_ACROSS_THE_SIZE_LIMIT_C: &str = r#"
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/resource.h>
+#include <sys/uio.h>
+int main(void) {
+    struct rlimit r = { 3000, 3000 };
+    setrlimit(RLIMIT_FSIZE, &r);
+    char b[5000];
+    memset(b, 'x', sizeof b);
+    int fd = open("f", O_CREAT | O_WRONLY | O_TRUNC, 0644);
+    printf("write %zd\n", write(fd, b, sizeof b));
+    fflush(stdout);
+    int g = open("g", O_CREAT | O_RDWR | O_TRUNC, 0644);
+    printf("pwrite %zd\n", pwrite(g, b, sizeof b, 1000));
+    fflush(stdout);
+    struct iovec v[2] = { { b, 1000 }, { b, 3000 } };
+    printf("writev %zd\n", writev(g, v, 2));
+    fflush(stdout);
+    ssize_t n = write(fd, b, 10);
+    printf("at the limit %zd %s\n", n, n < 0 ? strerror(errno) : "");
+    return 0;
+}
+"#;
+
+/// A write that starts below the file size limit (`ulimit -f`) and
+/// reaches past it writes what fits and returns that count, as natively;
+/// only a write at the limit fails (`EFBIG`, `SIGXFSZ`). The library
+/// went on writing the rest after the kernel's short write, and that
+/// second write, at the limit, raised `SIGXFSZ`: the program was killed
+/// by its first write across the limit, where natively it is told 3000
+/// of 5000 bytes were written and goes on.
+#[test]
+fn ferry_run_writes_across_the_file_size_limit_are_short_like_native() {
+    if !have_cc("ferry_run_writes_across_the_file_size_limit_are_short_like_native") {
+        return;
+    }
+    let src = scratch("fsizewrite-src");
+    std::fs::write(src.join("w.c"), WRITES_ACROSS_THE_SIZE_LIMIT_C).unwrap();
+    let built = Command::new("cc").args(["-O2", "-o", "w", "w.c"]).current_dir(&src).status().unwrap();
+    assert!(built.success(), "cc failed");
+    let exe = src.join("w");
+    let (native, served) = native_and_served("fsizewrite", exe.to_str().unwrap(), "stat -c '%n %s' f g");
+    let _ = std::fs::remove_dir_all(&src);
+    assert!(native.contains("write 3000\npwrite 2000\nwritev 3000\n"), "{native}");
+    assert_eq!(served, native);
+}

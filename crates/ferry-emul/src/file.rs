@@ -438,6 +438,14 @@ impl File {
         let mut done = inside;
         while done < buf.len() {
             match rustix::io::pwrite(&self.fd, &buf[done..], pos + done as u64) {
+                // A short write is the kernel's answer (the file size
+                // limit, a full disk): returned as it is. Written on, the
+                // rest started at the limit and raised SIGXFSZ, which
+                // killed a program the kernel had told of a short write.
+                Ok(n) if n < buf.len() - done => {
+                    done += n;
+                    break;
+                }
                 Ok(n) => done += n,
                 Err(rustix::io::Errno::INTR) => {}
                 Err(e) if done > 0 => {

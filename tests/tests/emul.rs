@@ -1032,7 +1032,12 @@ fn emul_another_users_many_held_tokens_are_waited_for_together() {
 /// held that open file natively, comparing each of the asker's
 /// descriptors with it (thousands of system calls for one request): 200
 /// such requests queued, and root's every call waited behind them.
-/// Bounded here at 30 s for root's 10 calls.
+/// Bounded here at 30 s for root's 10 calls. Then, on waiting threads,
+/// the checks of the one user ran 64 at a time, all work and no waiting:
+/// they took the CPU from the server's own thread, and root's 10 calls
+/// took from 0.4 s to more than 30 s with the machine's load. One check
+/// of a user's runs at a time now: at most two of the server's waiting
+/// threads are found running at most moments of the flood.
 #[test]
 fn emul_another_users_requests_for_a_file_it_does_not_hold_hold_up_nobody() {
     if !common::can_play_other_user("emul_another_users_requests_for_a_file_it_does_not_hold_hold_up_nobody") {
@@ -1060,6 +1065,18 @@ fn emul_another_users_requests_for_a_file_it_does_not_hold_hold_up_nobody() {
         out.read_line(&mut line).unwrap();
         assert!(line.starts_with("flooding"), "the attacker did not start: {line}");
         println!("the other user: {}", line.trim());
+        // The server's waiting threads running (or ready to) at 40 moments
+        // of the flood: the other user's checks, each a system call per
+        // descriptor it holds, ran 64 at a time and took the CPU from the
+        // server's own thread.
+        let mut running: Vec<usize> = (0..40)
+            .map(|_| {
+                std::thread::sleep(Duration::from_millis(20));
+                threads_running("ferry-emul-wait")
+            })
+            .collect();
+        running.sort_unstable();
+        println!("waiting threads running during the flood (sorted): {running:?}");
         let (tx, rx) = std::sync::mpsc::channel();
         let calls = std::thread::spawn(move || {
             let t = std::time::Instant::now();
@@ -1076,6 +1093,7 @@ fn emul_another_users_requests_for_a_file_it_does_not_hold_hold_up_nobody() {
         out.read_line(&mut line).unwrap();
         println!("the other user: {}", line.trim());
         assert!(took.is_ok(), "root's 10 calls still waited after 30 s behind the other user's requests");
+        assert!(running[running.len() / 2] <= 2, "the other user's checks ran side by side on the server's threads: {running:?}");
         let mine = calls.join().unwrap();
         drop(out);
         assert!(peer.wait().unwrap().success(), "the attacker failed");
@@ -1083,6 +1101,19 @@ fn emul_another_users_requests_for_a_file_it_does_not_hold_hold_up_nobody() {
         drop((f, mine));
         finish_clean(srv, &dir);
     });
+}
+
+/// How many of this process's threads named `name` are running or ready
+/// to run (state `R` in `/proc/self/task/*/stat`).
+fn threads_running(name: &str) -> usize {
+    let tasks = std::fs::read_dir("/proc/self/task").into_iter().flatten().flatten();
+    tasks
+        .filter(|t| {
+            std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim_end() == name)
+                && std::fs::read_to_string(t.path().join("stat"))
+                    .is_ok_and(|s| s.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('R')))
+        })
+        .count()
 }
 
 /// One user opens files until the server refuses it, against a server

@@ -2058,3 +2058,70 @@ fn ferry_run_writes_across_the_file_size_limit_are_short_like_native() {
     assert!(native.contains("write 3000\npwrite 2000\nwritev 3000\n"), "{native}");
     assert_eq!(served, native);
 }
+
+/// `splice` between a served file and pipes: a flag it does not know,
+/// `SPLICE_F_NONBLOCK` from an empty pipe and into a full one, and from
+/// a pipe holding less than asked; each call printed with its result,
+/// and the file's offset. An alarm ends a call that waits.
+const SPLICE_FLAGS_C: &str = r#"
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+static void show(const char *what, long r) {
+    printf("%s %ld %s\n", what, r, r < 0 ? strerror(errno) : "");
+    fflush(stdout);
+}
+int main(void) {
+    alarm(10);
+    int fd = open("f", O_CREAT | O_RDWR | O_TRUNC, 0644);
+    write(fd, "0123456789", 10);
+    lseek(fd, 0, SEEK_SET);
+    int p[2];
+    pipe(p);
+    show("unknown flag", splice(fd, NULL, p[1], NULL, 3, 0x100));
+    show("offset", lseek(fd, 0, SEEK_CUR));
+    show("empty pipe, nonblocking", splice(p[0], NULL, fd, NULL, 3, SPLICE_F_NONBLOCK));
+    write(p[1], "ab", 2);
+    show("pipe of two, nonblocking", splice(p[0], NULL, fd, NULL, 3, SPLICE_F_NONBLOCK));
+    show("offset", lseek(fd, 0, SEEK_CUR));
+    int q[2];
+    pipe(q);
+    fcntl(q[1], F_SETPIPE_SZ, 4096);
+    char full[4096];
+    memset(full, 'z', sizeof full);
+    write(q[1], full, sizeof full);
+    show("full pipe, nonblocking", splice(fd, NULL, q[1], NULL, 4, SPLICE_F_NONBLOCK));
+    show("offset", lseek(fd, 0, SEEK_CUR));
+    show("file to pipe, nonblocking", splice(fd, NULL, p[1], NULL, 4, SPLICE_F_NONBLOCK));
+    char b[16] = {0};
+    read(p[0], b, sizeof b - 1);
+    printf("the pipe had %s\n", b);
+    show("offset", lseek(fd, 0, SEEK_CUR));
+    return 0;
+}
+"#;
+
+/// `splice` with a served file at one end refuses a flag it does not
+/// know (`EINVAL`) and, with `SPLICE_F_NONBLOCK`, does not wait for its
+/// pipe: an empty pipe or a full one is `EAGAIN`, as natively. The
+/// library, which copies such splices itself, ignored the flags: a
+/// splice with an unknown flag copied, and one with `SPLICE_F_NONBLOCK`
+/// from an empty pipe waited until the alarm killed the program.
+#[test]
+fn ferry_run_splice_flags_are_honoured_like_native() {
+    if !have_cc("ferry_run_splice_flags_are_honoured_like_native") {
+        return;
+    }
+    let src = scratch("spliceflags-src");
+    std::fs::write(src.join("s.c"), SPLICE_FLAGS_C).unwrap();
+    let built = Command::new("cc").args(["-O2", "-o", "s", "s.c"]).current_dir(&src).status().unwrap();
+    assert!(built.success(), "cc failed");
+    let exe = src.join("s");
+    let (native, served) = native_and_served("spliceflags", exe.to_str().unwrap(), "cat f; echo");
+    let _ = std::fs::remove_dir_all(&src);
+    assert!(native.contains("unknown flag -1 Invalid argument") && native.contains("empty pipe, nonblocking -1 Resource temporarily unavailable"), "{native}");
+    assert_eq!(served, native);
+}

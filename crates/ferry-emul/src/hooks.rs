@@ -1995,7 +1995,16 @@ fn either_emulated(a: c_int, b: c_int) -> bool {
 
 /// Reads one chunk from `fd` at `at` (or at its offset when `None`),
 /// through the hooks so that emulated descriptors use the open file.
-unsafe fn chunk_read(fd: c_int, buf: &mut [u8], at: Option<i64>) -> ssize_t {
+/// With `nowait` (`SPLICE_F_NONBLOCK`) a descriptor that is not emulated
+/// (the splice's pipe) is read without waiting (`RWF_NOWAIT`: `EAGAIN`
+/// when it is empty), as the kernel's splice reads it.
+unsafe fn chunk_read(fd: c_int, buf: &mut [u8], at: Option<i64>, nowait: bool) -> ssize_t {
+    if nowait && state::get(fd).is_none() {
+        // SAFETY: the caller's descriptor, borrowed for one call.
+        let pipe = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+        let r = rustix::io::preadv2(pipe, &mut [std::io::IoSliceMut::new(buf)], u64::MAX, rustix::io::ReadWriteFlags::NOWAIT);
+        return ret_size(r.map_err(|e| e.raw_os_error()));
+    }
     // SAFETY: our own buffer of buf.len() bytes.
     unsafe {
         match at {
@@ -2007,15 +2016,22 @@ unsafe fn chunk_read(fd: c_int, buf: &mut [u8], at: Option<i64>) -> ssize_t {
 
 /// Writes all of `buf` to `fd` at `at` (or at its offset), retrying short
 /// writes: what was taken from the input must not be lost. Returns the
-/// bytes written and the error that stopped it, if any.
-unsafe fn chunk_write(fd: c_int, buf: &[u8], at: Option<i64>) -> (usize, Option<Errno>) {
+/// bytes written and the error that stopped it, if any. With `nowait`
+/// (`SPLICE_F_NONBLOCK`) a descriptor that is not emulated (the splice's
+/// pipe) is written without waiting (`RWF_NOWAIT`: `EAGAIN` when full).
+unsafe fn chunk_write(fd: c_int, buf: &[u8], at: Option<i64>, nowait: bool) -> (usize, Option<Errno>) {
+    let nowait = nowait && state::get(fd).is_none();
     let mut done = 0usize;
     let mut tries = 0u32;
     while done < buf.len() {
         let rest = &buf[done..];
-        // SAFETY: our own buffer.
+        // SAFETY: our own buffer; the caller's descriptor, borrowed for one call.
         let r = unsafe {
             match at {
+                _ if nowait => {
+                    let pipe = std::os::fd::BorrowedFd::borrow_raw(fd);
+                    ret_size(rustix::io::pwritev2(pipe, &[std::io::IoSlice::new(rest)], u64::MAX, rustix::io::ReadWriteFlags::NOWAIT).map_err(|e| e.raw_os_error()))
+                }
                 Some(o) => pwrite(fd, rest.as_ptr().cast(), rest.len(), o + done as i64),
                 None => write(fd, rest.as_ptr().cast(), rest.len()),
             }
@@ -2043,7 +2059,8 @@ unsafe fn chunk_write(fd: c_int, buf: &[u8], at: Option<i64>) -> (usize, Option<
 /// offset, which moves). Input is taken by `pread` and its offset moved by
 /// what was written, so nothing read is lost on a short write; an input
 /// that cannot seek (a pipe) is read and its bytes written in full.
-unsafe fn user_copy(i: c_int, in_at: *mut i64, o: c_int, out_at: *mut i64, n: size_t) -> ssize_t {
+/// `nowait` is `SPLICE_F_NONBLOCK`: the pipe end is not waited for.
+unsafe fn user_copy(i: c_int, in_at: *mut i64, o: c_int, out_at: *mut i64, n: size_t, nowait: bool) -> ssize_t {
     const CHUNK: usize = 256 * 1024;
     let mut buf = vec![0u8; n.min(CHUNK)];
     // SAFETY: the callers' offset pointers, null or valid (the kernel's contract).
@@ -2060,7 +2077,7 @@ unsafe fn user_copy(i: c_int, in_at: *mut i64, o: c_int, out_at: *mut i64, n: si
         let want = (n - total).min(buf.len());
         let at = ip.as_deref().copied().or(cur);
         // SAFETY: our own buffer.
-        let got = unsafe { chunk_read(i, &mut buf[..want], at) };
+        let got = unsafe { chunk_read(i, &mut buf[..want], at, nowait) };
         if got < 0 {
             if total == 0 {
                 return -1;
@@ -2072,7 +2089,7 @@ unsafe fn user_copy(i: c_int, in_at: *mut i64, o: c_int, out_at: *mut i64, n: si
         }
         let got = got as usize;
         // SAFETY: our own buffer.
-        let (put, err) = unsafe { chunk_write(o, &buf[..got], op.as_deref().copied()) };
+        let (put, err) = unsafe { chunk_write(o, &buf[..got], op.as_deref().copied(), nowait) };
         total += put;
         if let Some(v) = op.as_deref_mut() {
             *v += put as i64;
@@ -2191,15 +2208,15 @@ unsafe fn copy_checks(kind: CopyKind, i: c_int, io: *const i64, o: c_int, oo: *c
 }
 
 /// Checks a copy with an emulated end as the kernel would, then copies in
-/// the library.
-unsafe fn checked_copy(kind: CopyKind, i: c_int, io: *mut i64, o: c_int, oo: *mut i64, n: size_t) -> ssize_t {
+/// the library (`nowait`: see [`user_copy`]).
+unsafe fn checked_copy(kind: CopyKind, i: c_int, io: *mut i64, o: c_int, oo: *mut i64, n: size_t, nowait: bool) -> ssize_t {
     // SAFETY: the caller's arguments (the kernel's contract).
     if let Err(e) = unsafe { copy_checks(kind, i, io, o, oo, n) } {
         set_errno(e);
         return -1;
     }
     // SAFETY: the caller's arguments (the kernel's contract).
-    unsafe { user_copy(i, io, o, oo, n) }
+    unsafe { user_copy(i, io, o, oo, n, nowait) }
 }
 
 /// `copy_file_range(2)`.
@@ -2211,7 +2228,7 @@ pub unsafe extern "C" fn copy_file_range(i: c_int, io: *mut i64, o: c_int, oo: *
             return -1;
         }
         // SAFETY: the caller's arguments (the kernel's contract).
-        return unsafe { checked_copy(CopyKind::CopyFileRange, i, io, o, oo, n) };
+        return unsafe { checked_copy(CopyKind::CopyFileRange, i, io, o, oo, n, false) };
     }
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { real::copy_file_range()(i, io, o, oo, n, fl) }
@@ -2221,7 +2238,7 @@ pub unsafe extern "C" fn copy_file_range(i: c_int, io: *mut i64, o: c_int, oo: *
 pub unsafe extern "C" fn sendfile(o: c_int, i: c_int, off: *mut off_t, n: size_t) -> ssize_t {
     if either_emulated(i, o) {
         // SAFETY: the caller's arguments (the kernel's contract); the output's offset moves.
-        return unsafe { checked_copy(CopyKind::Sendfile, i, off, o, std::ptr::null_mut(), n) };
+        return unsafe { checked_copy(CopyKind::Sendfile, i, off, o, std::ptr::null_mut(), n, false) };
     }
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { real::sendfile()(o, i, off, n) }
@@ -2231,7 +2248,7 @@ pub unsafe extern "C" fn sendfile(o: c_int, i: c_int, off: *mut off_t, n: size_t
 pub unsafe extern "C" fn sendfile64(o: c_int, i: c_int, off: *mut off_t, n: size_t) -> ssize_t {
     if either_emulated(i, o) {
         // SAFETY: the caller's arguments (the kernel's contract); the output's offset moves.
-        return unsafe { checked_copy(CopyKind::Sendfile, i, off, o, std::ptr::null_mut(), n) };
+        return unsafe { checked_copy(CopyKind::Sendfile, i, off, o, std::ptr::null_mut(), n, false) };
     }
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { real::sendfile64()(o, i, off, n) }
@@ -2240,9 +2257,19 @@ pub unsafe extern "C" fn sendfile64(o: c_int, i: c_int, off: *mut off_t, n: size
 #[no_mangle]
 pub unsafe extern "C" fn splice(i: c_int, io: *mut i64, o: c_int, oo: *mut i64, n: size_t, fl: c_uint) -> ssize_t {
     if either_emulated(i, o) {
-        let _ = fl; // SPLICE_F_* are hints; the copy is done either way.
+        // A flag the kernel does not know is refused first (after a length
+        // of 0, which is nothing to do): it was ignored, and the splice
+        // copied. SPLICE_F_MOVE, SPLICE_F_MORE and SPLICE_F_GIFT are
+        // hints; SPLICE_F_NONBLOCK keeps the pipe end from waiting (an
+        // empty or full pipe waited for ever where the kernel answers
+        // EAGAIN).
+        let known = libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK | libc::SPLICE_F_MORE | libc::SPLICE_F_GIFT;
+        if n != 0 && fl & !known != 0 {
+            set_errno(libc::EINVAL);
+            return -1;
+        }
         // SAFETY: the caller's arguments (the kernel's contract).
-        return unsafe { checked_copy(CopyKind::Splice, i, io, o, oo, n) };
+        return unsafe { checked_copy(CopyKind::Splice, i, io, o, oo, n, fl & libc::SPLICE_F_NONBLOCK != 0) };
     }
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { real::splice()(i, io, o, oo, n, fl) }

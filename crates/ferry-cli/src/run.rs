@@ -130,9 +130,10 @@ pub fn main(args: &Args) -> ExitCode {
                 Ok(c) => c,
                 Err(e) => return not_started(e),
             };
-            drop(server);
             ferry::process::pass_signals_to(child.id() as i32);
-            return match child.wait() {
+            let status = child.wait();
+            after_the_program(server);
+            return match status {
                 Ok(st) => exit_code_of(st),
                 Err(e) => fail(format!("cannot wait for {}: {e}", Path::new(&args.program[0]).display())),
             };
@@ -143,6 +144,7 @@ pub fn main(args: &Args) -> ExitCode {
     ferry::process::pass_signals_to(child.id() as i32);
     // The program (and any process it starts before it has the right)
     // asks through the process port; this thread answers until it is gone.
+    let last = server.try_clone().ok();
     let answering = std::thread::spawn(move || {
         while !port.is_dead() {
             if handoff.hand(&server, Timeout::After(Duration::from_millis(200))).is_err() {
@@ -152,9 +154,34 @@ pub fn main(args: &Args) -> ExitCode {
     });
     let status = child.wait();
     let _ = answering.join();
+    if let Some(server) = last {
+        after_the_program(server);
+    }
     match status {
         Ok(st) => exit_code_of(st),
         Err(e) => fail(format!("cannot wait for {}: {e}", Path::new(&args.program[0]).display())),
+    }
+}
+
+/// Once the program is gone: one request to the server, answered after it
+/// has let go of the files the program left open. The server closes its
+/// descriptor of an open file when the file's last hold goes, as it comes
+/// to that event, and of a file opened only for reading nobody waits for
+/// it (`docs/emulation.md`): `ferry run` returned with such files still
+/// open, so a lock another program took on one of them (`flock -s` on a
+/// descriptor the shell handed it) was still held when the next command
+/// asked for the file's lock. The program's holds went when it exited,
+/// before this request, and the server takes its events in the order
+/// they came. Its answer does not matter, and a server that does not
+/// answer within 5 s (stopped, say) is not waited for longer.
+fn after_the_program(server: ferry::SendRight) {
+    let (done, answered) = std::sync::mpsc::channel();
+    let asking = std::thread::spawn(move || {
+        let _ = ferry::emulation::Client::new(server).stat(".", false);
+        let _ = done.send(());
+    });
+    if answered.recv_timeout(Duration::from_secs(5)).is_ok() {
+        let _ = asking.join();
     }
 }
 

@@ -2125,3 +2125,35 @@ fn ferry_run_splice_flags_are_honoured_like_native() {
     assert!(native.contains("unknown flag -1 Invalid argument") && native.contains("empty pipe, nonblocking -1 Resource temporarily unavailable"), "{native}");
     assert_eq!(served, native);
 }
+
+/// When `ferry run` returns, the files its program had open are closed,
+/// as natively once a program has exited: a lock another program took on
+/// one of them (`flock -s` on a descriptor the shell opened for reading
+/// and handed it) is let go, and a process started next takes the file's
+/// lock at once. The server, which holds a descriptor of every open file
+/// it serves, let go of files opened only for reading at its own pace,
+/// after `ferry run` had returned: `flock -n` right after found the
+/// program's lock still held 7 times in 30.
+#[test]
+fn ferry_run_returns_with_the_program_s_files_closed_like_native() {
+    if !Command::new("flock").arg("--version").output().is_ok_and(|o| o.status.success()) {
+        eprintln!("skipped ferry_run_returns_with_the_program_s_files_closed_like_native: flock is not installed");
+        return;
+    }
+    let dir = scratch("closedonreturn");
+    let d = dir.to_str().unwrap();
+    let lock = dir.join("lock");
+    std::fs::write(&lock, b"").unwrap();
+    let script = format!("exec 9<{d}/lock; flock -s 9");
+    let mut held = 0;
+    for _ in 0..30 {
+        let out = ferry_run(d, &["bash", "-c", &script]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let after = Command::new("flock").arg("-n").arg(&lock).arg("true").status().unwrap();
+        if !after.success() {
+            held += 1;
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(held, 0, "the program's lock was still held after ferry run returned, {held} times in 30");
+}

@@ -2157,3 +2157,58 @@ fn ferry_run_returns_with_the_program_s_files_closed_like_native() {
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(held, 0, "the program's lock was still held after ferry run returned, {held} times in 30");
 }
+
+/// Reads and writes given no buffer (a null pointer with bytes to move):
+/// at and past the end of the file, inside it, and on descriptors not
+/// open for that; each printed with its result and the offset after.
+const NULL_BUFFERS_C: &str = r#"
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+static void show(const char *what, long r, int fd) {
+    printf("%s %ld %s offset %ld\n", what, r, r < 0 ? strerror(errno) : "", (long)lseek(fd, 0, SEEK_CUR));
+}
+int main(void) {
+    int fd = open("f", O_CREAT | O_RDWR | O_TRUNC, 0644);
+    write(fd, "0123456789", 10);
+    int ro = open("f", O_RDONLY), wo = open("f", O_WRONLY);
+    show("read at the end", read(fd, NULL, 5), fd);
+    lseek(fd, 20, SEEK_SET);
+    show("read past the end", read(fd, NULL, 5), fd);
+    lseek(fd, 3, SEEK_SET);
+    show("read inside", read(fd, NULL, 5), fd);
+    show("pread at the end", pread(ro, NULL, 5, 10), ro);
+    show("pread inside", pread(ro, NULL, 5, 9), ro);
+    show("pread negative", pread(ro, NULL, 5, -1), ro);
+    show("read write-only", read(wo, NULL, 5), wo);
+    show("pread write-only", pread(wo, NULL, 5, 0), wo);
+    show("write read-only", write(ro, NULL, 5), ro);
+    show("pwrite read-only", pwrite(ro, NULL, 5, 0), ro);
+    show("write", write(wo, NULL, 5), wo);
+    return 0;
+}
+"#;
+
+/// A read or write given a null buffer with bytes to move fails as the
+/// kernel fails it: a descriptor not open for that is `EBADF` first, and
+/// a read with nothing left to read (at or past the end) is 0, where only
+/// a read that would copy bytes is `EFAULT`. The library answered
+/// `EFAULT` to every such call.
+#[test]
+fn ferry_run_reads_and_writes_without_a_buffer_fail_like_native() {
+    if !have_cc("ferry_run_reads_and_writes_without_a_buffer_fail_like_native") {
+        return;
+    }
+    let src = scratch("nullbuf-src");
+    std::fs::write(src.join("n.c"), NULL_BUFFERS_C).unwrap();
+    let built = Command::new("cc").args(["-O0", "-o", "n", "n.c"]).current_dir(&src).status().unwrap();
+    assert!(built.success(), "cc failed");
+    let exe = src.join("n");
+    let (native, served) = native_and_served("nullbuf", exe.to_str().unwrap(), "cat f; echo");
+    let _ = std::fs::remove_dir_all(&src);
+    assert!(native.contains("read at the end 0  offset 10") && native.contains("read write-only -1 Bad file descriptor"), "{native}");
+    assert_eq!(served, native);
+}

@@ -530,6 +530,41 @@ impl File {
         self.copy_out(pos as u64, buf)
     }
 
+    /// `read(2)` (at the shared offset: `pos` `None`) or `pread(2)` into
+    /// no buffer (a null pointer with bytes to move), answered as the
+    /// kernel answers it: its checks first (a negative offset, a
+    /// descriptor not open for reading), then 0 where nothing is left to
+    /// read from there (at or past the end) and `EFAULT` where bytes
+    /// would be copied. The offset does not move.
+    pub fn read_into_nothing(&self, pos: Option<i64>) -> Result<usize, Errno> {
+        if matches!(pos, Some(p) if p < 0) {
+            return Err(libc::EINVAL);
+        }
+        self.check_readable()?;
+        let _t = self.token()?;
+        let at = match pos {
+            Some(p) => p as u64,
+            None => self.offset_now()?,
+        };
+        let size = rustix::fs::fstat(&self.fd).map_err(errno)?.st_size as u64;
+        if at >= size {
+            Ok(0)
+        } else {
+            Err(libc::EFAULT)
+        }
+    }
+
+    /// `write(2)` (`pos` `None`) or `pwrite(2)` from no buffer (a null
+    /// pointer with bytes to move): the kernel's checks first (a negative
+    /// offset, a descriptor not open for writing), then `EFAULT`.
+    pub fn write_from_nothing(&self, pos: Option<i64>) -> Result<usize, Errno> {
+        if matches!(pos, Some(p) if p < 0) {
+            return Err(libc::EINVAL);
+        }
+        self.check_writable()?;
+        Err(libc::EFAULT)
+    }
+
     /// `write(2)` at the shared offset (at the end with `O_APPEND`, which
     /// the kernel places atomically, as other openers of the file may be
     /// appending too).

@@ -1074,6 +1074,9 @@ unsafe fn user_buf<'a>(p: *const c_void, n: usize) -> Result<&'a [u8], Errno> {
 #[no_mangle]
 pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
     if let Some((f, _b)) = emulated_for_copy(fd) {
+        if buf.is_null() && n > 0 {
+            return ret_size(f.read_into_nothing(None));
+        }
         // SAFETY: the caller's buffer of n bytes (module safety).
         return ret_size(unsafe { user_buf_mut(buf, n) }.and_then(|s| f.read(s)));
     }
@@ -1093,6 +1096,9 @@ pub unsafe extern "C" fn __read_chk(fd: c_int, buf: *mut c_void, n: size_t, bufl
 
 unsafe fn pread_impl(fd: c_int, buf: *mut c_void, n: size_t, off: off_t) -> Option<ssize_t> {
     let (f, _b) = emulated_for_copy(fd)?;
+    if buf.is_null() && n > 0 {
+        return Some(ret_size(f.read_into_nothing(Some(off))));
+    }
     // SAFETY: the caller's buffer of n bytes.
     Some(ret_size(unsafe { user_buf_mut(buf, n) }.and_then(|s| f.pread(s, off))))
 }
@@ -1125,6 +1131,9 @@ pub unsafe extern "C" fn __pread64_chk(fd: c_int, buf: *mut c_void, n: size_t, o
 #[no_mangle]
 pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t {
     if let Some((f, _b)) = emulated_for_copy(fd) {
+        if buf.is_null() && n > 0 {
+            return ret_size(f.write_from_nothing(None));
+        }
         // SAFETY: the caller's buffer of n bytes.
         return ret_size(unsafe { user_buf(buf, n) }.and_then(|s| f.write(s)));
     }
@@ -1134,6 +1143,9 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssiz
 
 unsafe fn pwrite_impl(fd: c_int, buf: *const c_void, n: size_t, off: off_t) -> Option<ssize_t> {
     let (f, _b) = emulated_for_copy(fd)?;
+    if buf.is_null() && n > 0 {
+        return Some(ret_size(f.write_from_nothing(Some(off))));
+    }
     // SAFETY: the caller's buffer of n bytes.
     Some(ret_size(unsafe { user_buf(buf, n) }.and_then(|s| f.pwrite(s, off))))
 }

@@ -2212,3 +2212,19 @@ fn ferry_run_reads_and_writes_without_a_buffer_fail_like_native() {
     assert!(native.contains("read at the end 0  offset 10") && native.contains("read write-only -1 Bad file descriptor"), "{native}");
     assert_eq!(served, native);
 }
+
+/// Under a limit on descriptors too low for the library's own
+/// descriptors of one more served file, a program's open that has its
+/// own number succeeds, as natively: the kernel opens the file, not
+/// served. A served open file takes three descriptors (the program's, the
+/// library's copy and the hold), and the open failed with `EMFILE`: under
+/// `ulimit -n 12` and `16` a shell's `exec 3>a 4>b 5>c` failed at the
+/// second or third file, where natively all three open and `cat` reads
+/// them.
+#[test]
+fn ferry_run_opens_under_a_limit_too_low_for_the_library_succeed_like_native() {
+    let script = "for n in 12 16; do bash -c \"ulimit -n $n; exec 3>a$n 4>b$n 5>c$n; echo x >&3; echo y >&4; echo z >&5; exec 3>&- 4>&- 5>&-; cat a$n b$n c$n\" 2>&1; done";
+    let (native, served) = native_and_served("lowlimit", script, "ls");
+    assert!(native.starts_with("x\ny\nz\nx\ny\nz\n--- stderr\n--- exit status: 0\n"), "{native}");
+    assert_eq!(served, native);
+}

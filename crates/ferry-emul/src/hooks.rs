@@ -185,7 +185,10 @@ fn emul_open(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> O
     // one the kernel would have given, whatever the library's own calls
     // hold meanwhile.
     let slot = match reserve_slot(e, flags) {
-        Ok(fd) => fd,
+        Ok(Some(fd)) => fd,
+        // The program's number is free but not the library's own: the
+        // kernel opens the file, not served, as natively.
+        Ok(None) => return None,
         Err(err) => {
             set_errno(err);
             return Some(-1);
@@ -241,6 +244,13 @@ fn emul_open(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> O
         // A reopen by a descriptor's name the server refuses, or that
         // reached another file: the kernel's, by the descriptor itself.
         ref r if reopens.is_some() && r.as_ref().ok().and_then(opened_identity) != reopens => {
+            release(&mut held);
+            return None;
+        }
+        // The library ran out of descriptors for the open file's own (the
+        // program's number is held for it): the kernel's open, as above,
+        // unless it was to make the file and the server may have made it.
+        Err(libc::EMFILE) if flags & (libc::O_CREAT | libc::O_EXCL) != libc::O_CREAT | libc::O_EXCL => {
             release(&mut held);
             return None;
         }
@@ -313,8 +323,12 @@ const OPEN_NEEDS: usize = 6;
 /// Takes the lowest free descriptor for the program's open (a placeholder,
 /// replaced by the open file), and, for an open that creates or truncates,
 /// checks that the library's own descriptors for it are there too, so that
-/// a program out of descriptors gets `EMFILE` with nothing done.
-fn reserve_slot(e: &state::Emul, flags: c_int) -> Result<c_int, Errno> {
+/// a program out of descriptors gets `EMFILE` with nothing done. `None`
+/// when the program's descriptor is there but the library's are not: the
+/// open is then the kernel's, not served, and succeeds as natively (it
+/// failed with `EMFILE`: a served open file takes three descriptors, and
+/// under `ulimit -n 16` a program opened 2 files where natively 12).
+fn reserve_slot(e: &state::Emul, flags: c_int) -> Result<Option<c_int>, Errno> {
     let server = e.client.right().as_fd();
     let dup = || {
         // SAFETY: a close-on-exec duplicate of the library's own descriptor.
@@ -342,13 +356,13 @@ fn reserve_slot(e: &state::Emul, flags: c_int) -> Result<c_int, Errno> {
             // SAFETY: a duplicate made just above.
             unsafe { real::close()(fd) };
         }
-        if let Some(err) = short {
+        if short.is_some() {
             // SAFETY: the placeholder made above.
             unsafe { real::close()(slot) };
-            return Err(err);
+            return Ok(None);
         }
     }
-    Ok(slot)
+    Ok(Some(slot))
 }
 
 fn passed(fd: c_int) -> c_int {

@@ -520,10 +520,7 @@ fn flow_frames_off_the_control_stream_or_out_of_turn_close_the_link() {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
             let closed = rt.block_on(async {
                 let conn = common::dial(&im, &ia, addr, |_| {}).await;
-                let (mut send, mut recv) = conn.accept_bi().await.unwrap();
-                let mut magic = [0u8; 4];
-                recv.read_exact(&mut magic).await.unwrap();
-                assert_eq!(&magic, b"FNL2");
+                let (mut send, _recv) = control_stream(&conn).await;
                 if control {
                     send.write_all(&bytes).await.unwrap();
                 } else {
@@ -540,6 +537,16 @@ fn flow_frames_off_the_control_stream_or_out_of_turn_close_the_link() {
             assert!(reason.to_string().contains("protocol error"), "{what}: {reason}");
         }
     });
+}
+
+/// The control stream of a link dialled by hand: the one the node opens,
+/// after its protocol's magic.
+async fn control_stream(conn: &quinn::Connection) -> (quinn::SendStream, quinn::RecvStream) {
+    let (send, mut recv) = conn.accept_bi().await.unwrap();
+    let mut magic = [0u8; 4];
+    recv.read_exact(&mut magic).await.unwrap();
+    assert_eq!(&magic, b"FNL2");
+    (send, recv)
 }
 
 /// A message frame on the control stream breaks the protocol and closes
@@ -561,10 +568,7 @@ fn a_message_frame_on_the_control_stream_closes_the_link() {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         let closed = rt.block_on(async {
             let conn = common::dial(&im, &ia, addr, |_| {}).await;
-            let (mut send, mut recv) = conn.accept_bi().await.unwrap();
-            let mut magic = [0u8; 4];
-            recv.read_exact(&mut magic).await.unwrap();
-            assert_eq!(&magic, b"FNL2");
+            let (mut send, mut recv) = control_stream(&conn).await;
             send.write_all(&Frame::Lookup { req: 1, name: "svc".into() }.encode_with_len()).await.unwrap();
             let mut export = None;
             for _ in 0..100 {

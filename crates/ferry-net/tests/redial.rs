@@ -1255,6 +1255,59 @@ fn right_in(m: &mut Message) -> (ferry::SendRight, bool) {
     }
 }
 
+/// Host a, whose system name server (at `boot` in `dir`) offers every
+/// user host b's export `svc` and host c's export `sink`, as `ferry-netd
+/// --system-names` offers them; host a keeps 16 proxies a peer. The
+/// tests of rights passed on by one user from one peer to another.
+struct PassingHosts {
+    dir: std::path::PathBuf,
+    boot: std::path::PathBuf,
+    svc: ferry::ReceiveRight,
+    sink: ferry::ReceiveRight,
+    /// Root's right to `sink@c`.
+    to_sink: ferry::SendRight,
+    /// Kept for the test's length: root's right to `svc@b`, its name
+    /// server connection and the three hosts.
+    kept: (ferry::SendRight, ferry::Bootstrap, [Node; 3]),
+}
+
+/// Starts the hosts of [`PassingHosts`], in a fresh directory named by `tag`.
+fn passing_hosts(tag: &str) -> PassingHosts {
+    let dir = fresh_dir(tag);
+    let boot = dir.join("bootstrap");
+    ferry::NameServer::bind_with_mode(&boot, 0o666).unwrap().spawn().unwrap();
+    let (ia, ib, ic) = (Identity::generate("a").unwrap(), Identity::generate("b").unwrap(), Identity::generate("c").unwrap());
+    let peers = vec![Peer { name: "b".into(), cert: ib.cert.clone() }, Peer { name: "c".into(), cert: ic.cert.clone() }];
+    let mut config = NodeConfig::new(ia.clone(), peers, "127.0.0.1:0".parse().unwrap());
+    config.max_proxies_per_peer = 16;
+    let a = Node::start(config).unwrap();
+    let (b, c) = (node(ib, "a", &ia), node(ic, "a", &ia));
+    a.connect("b", b.local_addr().unwrap()).unwrap();
+    a.connect("c", c.local_addr().unwrap()).unwrap();
+    let (svc, svc_tx) = ferry::port().unwrap();
+    b.export("svc", svc_tx);
+    let (sink, sink_tx) = ferry::port().unwrap();
+    c.export("sink", sink_tx);
+    let (to_svc, to_sink) = (a.lookup("svc@b").unwrap(), a.lookup("sink@c").unwrap());
+    let mut names = ferry::Bootstrap::connect_to(&boot).unwrap();
+    names.register_system_service("svc@b", &to_svc).unwrap();
+    names.register_system_service("sink@c", &to_sink).unwrap();
+    PassingHosts { dir, boot, svc, sink, to_sink, kept: (to_svc, names, [a, b, c]) }
+}
+
+/// Whether a right host c sends to a port of root's at host a arrives
+/// dead: root sends host c (`sink`) a right to its port with op `op`, and
+/// host c sends a right back through it with op `op + 1`.
+fn roots_right_arrives_dead(to_sink: &ferry::SendRight, sink: &mut ferry::ReceiveRight, op: u32) -> bool {
+    let (mut mine, mine_tx) = ferry::port().unwrap();
+    to_sink.send(Message::new(op).with_item(ferry::Item::Send(mine_tx)), WAIT).unwrap();
+    let mut m = sink.recv(WAIT).unwrap();
+    let Some(ferry::Item::Send(to_mine)) = m.take_items().pop() else { panic!("no right in {m:?}") };
+    let (_rx, tx) = ferry::port().unwrap();
+    to_mine.send(Message::new(op + 1).with_item(ferry::Item::Send(tx)), WAIT).unwrap();
+    right_in(&mut mine.recv(WAIT).unwrap()).1
+}
+
 /// A port a system name server made for one user's lookup of a node's
 /// import is that user's: passed on by that user (nobody) to another peer,
 /// the traffic that peer sends to it counts against that user's shares
@@ -1270,27 +1323,7 @@ fn a_port_made_for_a_users_lookup_and_passed_on_is_charged_to_that_user() {
         eprintln!("skipped a_port_made_for_a_users_lookup_and_passed_on_is_charged_to_that_user: starting a process as another user needs root");
         return;
     }
-    let dir = fresh_dir("passed-on");
-    let boot = dir.join("bootstrap");
-    ferry::NameServer::bind_with_mode(&boot, 0o666).unwrap().spawn().unwrap();
-    let (ia, ib, ic) = (Identity::generate("a").unwrap(), Identity::generate("b").unwrap(), Identity::generate("c").unwrap());
-    let peers = vec![Peer { name: "b".into(), cert: ib.cert.clone() }, Peer { name: "c".into(), cert: ic.cert.clone() }];
-    let mut config = NodeConfig::new(ia.clone(), peers, "127.0.0.1:0".parse().unwrap());
-    config.max_proxies_per_peer = 16;
-    let a = Node::start(config).unwrap();
-    let (b, c) = (node(ib, "a", &ia), node(ic, "a", &ia));
-    a.connect("b", b.local_addr().unwrap()).unwrap();
-    a.connect("c", c.local_addr().unwrap()).unwrap();
-    let (mut svc, svc_tx) = ferry::port().unwrap();
-    b.export("svc", svc_tx);
-    let (mut sink, sink_tx) = ferry::port().unwrap();
-    c.export("sink", sink_tx);
-    // Both imports offered to every user, as `ferry-netd --system-names`
-    // offers them.
-    let (to_svc, to_sink) = (a.lookup("svc@b").unwrap(), a.lookup("sink@c").unwrap());
-    let mut names = ferry::Bootstrap::connect_to(&boot).unwrap();
-    names.register_system_service("svc@b", &to_svc).unwrap();
-    names.register_system_service("sink@c", &to_sink).unwrap();
+    let PassingHosts { dir, boot, mut svc, mut sink, to_sink, kept: _kept } = passing_hosts("passed-on");
 
     let mut other = nobody_command(&dir, &boot, "a_port_made_for_a_users_lookup_and_passed_on_is_charged_to_that_user", PASSER, "svc@b,sink@c")
         .stdin(Stdio::piped())
@@ -1316,13 +1349,7 @@ fn a_port_made_for_a_users_lookup_and_passed_on_is_charged_to_that_user() {
         kept.push((rx, right));
     }
     // Then one to a port of root's there: it arrives live.
-    let (mut mine, mine_tx) = ferry::port().unwrap();
-    to_sink.send(Message::new(22).with_item(ferry::Item::Send(mine_tx)), WAIT).unwrap();
-    let mut m = sink.recv(WAIT).unwrap();
-    let Some(ferry::Item::Send(to_mine)) = m.take_items().pop() else { panic!("no right in {m:?}") };
-    let (_rx, tx) = ferry::port().unwrap();
-    to_mine.send(Message::new(23).with_item(ferry::Item::Send(tx)), WAIT).unwrap();
-    let (_right, root_dead) = right_in(&mut mine.recv(WAIT).unwrap());
+    let root_dead = roots_right_arrives_dead(&to_sink, &mut sink, 22);
     println!("of the eight rights sent to the port passed on, {dead} arrived dead; root's right arrived {}", if root_dead { "dead" } else { "live" });
     drop(other.stdin.take());
     let _ = other.wait();
@@ -1675,25 +1702,7 @@ fn a_reply_right_from_a_peer_passed_on_by_a_user_is_not_charged_to_root() {
         eprintln!("skipped a_reply_right_from_a_peer_passed_on_by_a_user_is_not_charged_to_root: starting a process as another user needs root");
         return;
     }
-    let dir = fresh_dir("reply-passed-on");
-    let boot = dir.join("bootstrap");
-    ferry::NameServer::bind_with_mode(&boot, 0o666).unwrap().spawn().unwrap();
-    let (ia, ib, ic) = (Identity::generate("a").unwrap(), Identity::generate("b").unwrap(), Identity::generate("c").unwrap());
-    let peers = vec![Peer { name: "b".into(), cert: ib.cert.clone() }, Peer { name: "c".into(), cert: ic.cert.clone() }];
-    let mut config = NodeConfig::new(ia.clone(), peers, "127.0.0.1:0".parse().unwrap());
-    config.max_proxies_per_peer = 16;
-    let a = Node::start(config).unwrap();
-    let (b, c) = (node(ib, "a", &ia), node(ic, "a", &ia));
-    a.connect("b", b.local_addr().unwrap()).unwrap();
-    a.connect("c", c.local_addr().unwrap()).unwrap();
-    let (mut svc, svc_tx) = ferry::port().unwrap();
-    b.export("svc", svc_tx);
-    let (mut sink, sink_tx) = ferry::port().unwrap();
-    c.export("sink", sink_tx);
-    let (to_svc, to_sink) = (a.lookup("svc@b").unwrap(), a.lookup("sink@c").unwrap());
-    let mut names = ferry::Bootstrap::connect_to(&boot).unwrap();
-    names.register_system_service("svc@b", &to_svc).unwrap();
-    names.register_system_service("sink@c", &to_sink).unwrap();
+    let PassingHosts { dir, boot, mut svc, mut sink, to_sink, kept: _kept } = passing_hosts("reply-passed-on");
 
     let test = "a_reply_right_from_a_peer_passed_on_by_a_user_is_not_charged_to_root";
     let mut other = nobody_command(&dir, &boot, test, REPLY_PASSER, "svc@b,sink@c").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
@@ -1722,13 +1731,7 @@ fn a_reply_right_from_a_peer_passed_on_by_a_user_is_not_charged_to_root() {
     let rights: Vec<_> = got.take_items().into_iter().map(|i| if let ferry::Item::Send(s) = i { s } else { panic!("not a send right") }).collect();
     let dead = rights.iter().filter(|r| r.is_dead()).count();
     // Then a right to a port of root's there: it arrives live.
-    let (mut mine, mine_tx) = ferry::port().unwrap();
-    to_sink.send(Message::new(23).with_item(ferry::Item::Send(mine_tx)), WAIT).unwrap();
-    let mut m = sink.recv(WAIT).unwrap();
-    let Some(ferry::Item::Send(to_mine)) = m.take_items().pop() else { panic!("no right in {m:?}") };
-    let (_rx, tx) = ferry::port().unwrap();
-    to_mine.send(Message::new(24).with_item(ferry::Item::Send(tx)), WAIT).unwrap();
-    let (_right, root_dead) = right_in(&mut mine.recv(WAIT).unwrap());
+    let root_dead = roots_right_arrives_dead(&to_sink, &mut sink, 23);
     println!("of the eight rights in the reply, {dead} arrived dead; root's right arrived {}", if root_dead { "dead" } else { "live" });
     drop(other.stdin.take());
     let _ = other.wait();

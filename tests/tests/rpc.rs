@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use ferry::rpc::{
     ConnectOptions, Connection, Policy, RpcError, RpcServer, RpcStats, SocketConnection, SplitReply, Transport, ADAPTIVE_SPIN,
     LIVENESS_INTERVAL,
-    SLOT_INLINE,
+    SLOT_INLINE, SLOT_SIZE,
 };
 use ferry::{Bootstrap, Item, Message, SendRight, Timeout};
 
@@ -105,17 +105,17 @@ fn u64s(b: &[u8]) -> Vec<u64> {
 
 /// The message-semantics suite every transport must pass.
 fn conformance<T: Transport>(conn: &mut T) {
-    // Bodies of every size class: empty, small, exactly the slot, just over
-    // it (socket path), large (socket path).
-    for len in [0, 1, 100, SLOT_INLINE, SLOT_INLINE + 1, 60_000] {
+    // Bodies of every size class: empty, small, a page, large, exactly the
+    // slot, just over it (socket path).
+    for len in [0, 1, 100, 4096, 60_000, SLOT_INLINE, SLOT_INLINE + 1] {
         let body: Vec<u8> = (0..len).map(|i| (i * 7 + len) as u8).collect();
         let r = conn.call(Message::new(OP_ECHO).with_body(body.clone()), Timeout::Infinite).expect("echo");
         assert_eq!(r.op(), OP_ECHO);
         assert_eq!(r.body(), &body[..], "echo of {len} bytes");
     }
-    // A large reply to a small request.
-    let r = conn.call(Message::new(OP_BIG).with_body(20_000u32.to_le_bytes()), Timeout::Infinite).unwrap();
-    assert_eq!(r.body().len(), 20_000);
+    // A reply larger than the slot to a small request.
+    let r = conn.call(Message::new(OP_BIG).with_body(65_000u32.to_le_bytes()), Timeout::Infinite).unwrap();
+    assert_eq!(r.body().len(), 65_000);
     assert!(r.body().iter().all(|&b| b == 0x5A));
     // Rights travel both ways.
     let (mut rx, tx) = ferry::port().unwrap();
@@ -159,8 +159,8 @@ fn conformance<T: Transport>(conn: &mut T) {
 
 /// `call_parts` and `reply_parts`: a body sent in two pieces arrives as
 /// one, and comes back in two pieces cut where the server said, split
-/// where the caller asked, at every size class (in the slot, just over
-/// it, far over it) and every cut; timeouts and errors as for `call`.
+/// where the caller asked, at every size class (in the slot, at its end,
+/// just over it) and every cut; timeouts and errors as for `call`.
 fn parts_conformance<T: Transport>(conn: &mut T) {
     let mut reply = SplitReply::default();
     for len in [0usize, 1, 5, 100, SLOT_INLINE - 4, SLOT_INLINE - 3, 60_000] {
@@ -278,7 +278,7 @@ fn a_call_in_steps_gets_its_one_reply() {
                 [
                     (slow(100, b"slot"), b"slot".to_vec()),
                     (slow(100, &big), big.clone()),
-                    (Message::new(OP_BIG).with_body(20_000u32.to_le_bytes()), vec![0x5A; 20_000]),
+                    (Message::new(OP_BIG).with_body(65_000u32.to_le_bytes()), vec![0x5A; 65_000]),
                 ]
             };
             for (req, want) in requests() {
@@ -436,13 +436,13 @@ fn garbage_reply_is_a_protocol_error() {
         assert_eq!(c.call(Message::new(OP_ECHO).with_body(*b"1"), Timeout::Infinite).unwrap().body(), b"1");
         // Stop the real server so that only the forgery answers; the next
         // call is sequence number 2: forge its reply with a length beyond
-        // the slot (rep_len at 4168, rep_seq at 4160: the reply page's
-        // control words, docs/rpc.md).
+        // the slot (rep_len and rep_seq at 72 and 64 into the reply half,
+        // the slot's second: docs/rpc.md).
         let pid = rustix::process::Pid::from_raw(server.child.id() as i32).unwrap();
         rustix::process::kill_process(pid, rustix::process::Signal::STOP).unwrap();
         let fd = c.slot_fd().unwrap();
-        rustix::io::pwrite(fd, &0x10_0000u32.to_le_bytes(), 4096 + 72).unwrap();
-        rustix::io::pwrite(fd, &2u32.to_le_bytes(), 4096 + 64).unwrap();
+        rustix::io::pwrite(fd, &0x10_0000u32.to_le_bytes(), (SLOT_SIZE / 2 + 72) as u64).unwrap();
+        rustix::io::pwrite(fd, &2u32.to_le_bytes(), (SLOT_SIZE / 2 + 64) as u64).unwrap();
         let got = c.call(Message::new(OP_ECHO).with_body(*b"2"), Timeout::Infinite);
         rustix::process::kill_process(pid, rustix::process::Signal::CONT).unwrap();
         match got {
@@ -453,6 +453,48 @@ fn garbage_reply_is_a_protocol_error() {
         let mut other = Connection::connect(&server.to, opts(Policy::Block)).unwrap();
         assert_eq!(other.call(Message::new(OP_ECHO).with_body(*b"ok"), Timeout::Infinite).unwrap().body(), b"ok");
         server.exit(&mut other);
+    })
+}
+
+/// Bodies of 4, 16 and 63 KiB each way travel through the slot: no socket
+/// operation on either side, and the slot holds the last request and reply.
+/// The slot carried 3840 bytes; every larger call went over the connection
+/// socket and reached a sleeping server only through its watcher thread,
+/// three times slower than the slot path (and than a plain socket).
+#[test]
+fn bodies_up_to_63_kib_travel_through_the_slot() {
+    let _guard = alone();
+    common::watchdog("large_slot_bodies", LIMIT, || {
+        let server = start_server("large-slot-bodies", "block", 1);
+        let mut c = Connection::connect(&server.to, opts(Policy::Block)).unwrap();
+        assert_eq!(c.call(Message::new(OP_ECHO).with_body(*b"1"), Timeout::Infinite).unwrap().body(), b"1");
+        let server_before = server_stats(&mut c);
+        let before = ferry::rpc::stats();
+        let fd = c.slot_fd().unwrap().try_clone_to_owned().unwrap();
+        let word = |off: usize| {
+            let mut w = [0u8; 4];
+            assert_eq!(rustix::io::pread(&fd, &mut w, off as u64).unwrap(), 4);
+            u32::from_le_bytes(w)
+        };
+        // The reply page is the slot's second half (docs/rpc.md).
+        let reply_page = SLOT_SIZE / 2;
+        for len in [4096usize, 16384, SLOT_INLINE] {
+            for round in 0..5usize {
+                let body: Vec<u8> = (0..len).map(|i| (i * 31 + round + len) as u8).collect();
+                let r = c.call(Message::new(OP_ECHO).with_body(body.clone()), Timeout::Infinite).unwrap();
+                assert_eq!(r.body(), &body[..], "echo of {len} bytes");
+            }
+            assert_eq!(word(72) as usize, len, "a {len}-byte request did not go through the slot");
+            assert_eq!((word(reply_page + 72) as usize, word(reply_page + 76)), (len, 0), "a {len}-byte reply did not go through the slot");
+        }
+        let made = ferry::rpc::stats().since(&before);
+        let server_delta = server_stats(&mut c).since(&server_before);
+        eprintln!("client: {made:?}; server: {server_delta:?}");
+        assert_eq!(made.socket_ops, 0, "large calls went over the socket");
+        // The stats call itself is one slot call; the calls above made no
+        // socket operation on the server either.
+        assert_eq!(server_delta.socket_ops, 0, "the server read large calls from the socket");
+        server.exit(&mut c);
     })
 }
 

@@ -416,8 +416,8 @@ fn async_calls_reach_a_blocking_server_in_another_process() {
             let r = conn.call(Message::new(OP_ECHO).with_body(big.clone())).await.unwrap();
             assert_eq!(r.body(), &big[..]);
             // A small request with a reply larger than the slot.
-            let r = conn.call(Message::new(OP_BIG).with_body(60_000u32.to_le_bytes())).await.unwrap();
-            assert!(r.body().len() == 60_000 && r.body().iter().all(|&b| b == 0x5A));
+            let r = conn.call(Message::new(OP_BIG).with_body(65_000u32.to_le_bytes())).await.unwrap();
+            assert!(r.body().len() == 65_000 && r.body().iter().all(|&b| b == 0x5A));
             // Rights move with a call.
             let (mut back_rx, back) = ferry::port().unwrap();
             let mut r = conn.call(Message::new(OP_RIGHTS).with_item(back)).await.unwrap();

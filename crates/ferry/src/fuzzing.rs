@@ -1125,8 +1125,9 @@ fn slot_seeds() -> Vec<Vec<u8>> {
     // reply page's words follow the request page's `OFF_REQ_DATA` bytes).
     let at = |off: usize| if off < slot::OFF_REQ_DATA { off } else { off - slot::REPLY_PAGE + slot::OFF_REQ_DATA };
     let put = |c: &mut Vec<u8>, off: usize, v: u32| c[at(off)..at(off) + 4].copy_from_slice(&v.to_le_bytes());
+    const INLINE: u32 = slot::SLOT_INLINE as u32;
     let mut out = Vec::new();
-    for (req_len, rep_len, via) in [(0u32, 0u32, 0u32), (5, 7, 0), (5, 7, 1), (3840, 3840, 0), (3841, 1, 0), (1, 1, 2)] {
+    for (req_len, rep_len, via) in [(0u32, 0u32, 0u32), (5, 7, 0), (5, 7, 1), (INLINE, INLINE, 0), (INLINE + 1, 1, 0), (1, 1, 2)] {
         let mut c = control.clone();
         put(&mut c, slot::OFF_REQ_SEQ, 9);
         put(&mut c, slot::OFF_REQ_OP, 42);

@@ -9,7 +9,7 @@
 //! connections, one operation).
 //!
 //! Each connection has a **socket** (a `SOCK_SEQPACKET` pair: its hang-up is
-//! how either side learns the other died) and a **slot**: an 8 KiB memfd both
+//! how either side learns the other died) and a **slot**: a 128 KiB memfd both
 //! sides map `MAP_SHARED`, holding one request and one reply area with
 //! sequence numbers. Short messages (body up to [`SLOT_INLINE`] bytes, no
 //! items) travel through the slot; a message with rights or a larger body

@@ -90,7 +90,7 @@ def test_a_reply_too_large_to_travel_fails_its_call_and_the_server_goes_on():
     t.start()
     conn, req = server.reply_and_wait(None, LIMIT)
     assert req.body == b"big"
-    conn, req = server.reply_and_wait((conn, ferry.Message(1, bytes(ferry.MAX_INLINE))), LIMIT)
+    conn, req = server.reply_and_wait((conn, ferry.Message(1, bytes(ferry.MAX_INLINE + 1))), LIMIT)
     assert req.body == b"small"
     server.reply(conn, ferry.Message(2, b"small answered"))
     t.join(LIMIT)

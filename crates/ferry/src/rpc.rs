@@ -102,6 +102,15 @@ pub const RPC_SOCKET_REPLY: u32 = 0xFE77_0003;
 /// sequence number and a zero word). The call fails with
 /// [`RpcError::ReplyTooLarge`]; the connection stays usable.
 pub const RPC_SOCKET_REPLY_TOO_LARGE: u32 = 0xFE77_0004;
+/// Operation id of a request sent over a connection's socket whose body
+/// is too long to follow the 8 bytes of framing in a message (more than
+/// [`crate::message::MAX_INLINE`] less 8): the message's body is the
+/// framing alone, and the caller's body travels by copy in a region, its
+/// last item.
+pub const RPC_SOCKET_REQUEST_LONG: u32 = 0xFE77_0005;
+/// Operation id of a reply sent over a connection's socket as
+/// [`RPC_SOCKET_REQUEST_LONG`] sends a request.
+pub const RPC_SOCKET_REPLY_LONG: u32 = 0xFE77_0006;
 
 /// Why a call or a reply-and-wait failed.
 #[derive(Debug)]

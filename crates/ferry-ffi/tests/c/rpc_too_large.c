@@ -12,7 +12,7 @@
 
 #include "check.h"
 
-static uint8_t big[FERRY_MAX_INLINE];
+static uint8_t big[FERRY_MAX_INLINE + 1];
 
 static int client(const ferry_send_right *to_server) {
     ferry_connection *conn;

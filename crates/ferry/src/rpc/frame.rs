@@ -15,6 +15,12 @@
 //!   call's sequence number and the caller's operation id (two little-endian
 //!   `u32`), followed by the caller's body; items and reply right are the
 //!   caller's own.
+//!   A body too long to follow those 8 bytes in a message (more than
+//!   [`MAX_INLINE`] less 8, up to [`MAX_INLINE`], as a port message
+//!   carries) travels as [`RPC_SOCKET_REQUEST_LONG`] /
+//!   [`RPC_SOCKET_REPLY_LONG`]: the message's body is the 8 bytes alone,
+//!   and the caller's body is a region sent by copy after the caller's
+//!   items, of a length only such a body has.
 //! - Reply too large (server → client): an ordinary ferry message with
 //!   operation [`RPC_SOCKET_REPLY_TOO_LARGE`] whose body is the call's
 //!   sequence number and a zero word, no items.
@@ -24,9 +30,10 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use rustix::io::Errno;
 
-use super::{RpcError, RPC_SOCKET_REPLY, RPC_SOCKET_REPLY_TOO_LARGE, RPC_SOCKET_REQUEST};
+use super::{RpcError, RPC_SOCKET_REPLY, RPC_SOCKET_REPLY_LONG, RPC_SOCKET_REPLY_TOO_LARGE, RPC_SOCKET_REQUEST, RPC_SOCKET_REQUEST_LONG};
 use crate::error::io_err;
-use crate::message::Message;
+use crate::message::{Item, Message, MAX_INLINE};
+use crate::region::RegionItem;
 use crate::port::send_on;
 use crate::sys::socket;
 use crate::timeout::Timeout;
@@ -145,16 +152,31 @@ pub(crate) fn ring(sock: BorrowedFd<'_>) -> Result<(), RpcError> {
 
 /// Sends `msg` over the socket as a framed request or reply for `seq`.
 pub(crate) fn send_framed(sock: BorrowedFd<'_>, frame_op: u32, seq: u32, mut msg: Message) -> Result<(), RpcError> {
-    let mut body = Vec::with_capacity(PREFIX + msg.body().len());
+    let len = msg.body().len();
+    if len > MAX_INLINE {
+        return Err(RpcError::TooLarge(format!("a body of {len} bytes is over the {MAX_INLINE} a call carries")));
+    }
+    // A body the framing would push over a message's inline bytes goes in
+    // a region of its own.
+    let long = len > MAX_INLINE - PREFIX;
+    let mut body = Vec::with_capacity(PREFIX + if long { 0 } else { len });
     body.extend_from_slice(&seq.to_le_bytes());
     body.extend_from_slice(&msg.op().to_le_bytes());
-    body.extend_from_slice(msg.body());
-    let mut out = Message::new(frame_op).with_body(body);
+    let tail = if long {
+        Some(RegionItem::copied_from(msg.body()).map_err(|e| RpcError::Io(std::io::Error::other(e.to_string())))?)
+    } else {
+        body.extend_from_slice(msg.body());
+        None
+    };
+    let mut out = Message::new(if long { long_op(frame_op) } else { frame_op }).with_body(body);
     if let Some(r) = msg.take_reply() {
         out = out.with_reply(r);
     }
     for it in msg.take_items() {
         out = out.with_item(it);
+    }
+    if let Some(r) = tail {
+        out = out.with_item(Item::Region(r));
     }
     super::policy::count_socket();
     send_on(sock, out, Timeout::Zero).map_err(|(e, _)| match e {
@@ -211,21 +233,41 @@ pub(crate) fn recv_one(sock: BorrowedFd<'_>, buf: &mut [u8], identity: (u64, u64
         }
         return Ok(Incoming::ReplyTooLarge(u32::from_le_bytes(m.body()[..4].try_into().expect("4 bytes"))));
     }
-    if m.op() != frame_op || m.body().len() < PREFIX {
-        return Err(RpcError::protocol(format!("unexpected frame (operation {:#x})", m.op())));
+    let long = m.op() == long_op(frame_op);
+    if (m.op() != frame_op && !long) || m.body().len() < PREFIX || (long && m.body().len() != PREFIX) {
+        return Err(RpcError::protocol(format!("unexpected frame (operation {:#x}, {} bytes)", m.op(), m.body().len())));
     }
     let b = m.body();
     let seq = u32::from_le_bytes(b[..4].try_into().expect("4 bytes"));
     let op = u32::from_le_bytes(b[4..8].try_into().expect("4 bytes"));
-    let body = b[PREFIX..].to_vec();
+    let inline = if long { Vec::new() } else { b[PREFIX..].to_vec() };
+    let mut items = m.take_items();
+    let body = if long {
+        // The body's region: by value, and of a length only a body too
+        // long for the framing has (checked before a byte is read).
+        match items.pop() {
+            Some(Item::Region(r)) if r.mode().is_by_value() && r.len() > MAX_INLINE - PREFIX && r.len() <= MAX_INLINE => {
+                r.copy_out(MAX_INLINE).map_err(|e| RpcError::protocol(format!("the body's region cannot be read: {e}")))?
+            }
+            _ => return Err(RpcError::protocol("a long frame's last item is not a region by value of a long body")),
+        }
+    } else {
+        inline
+    };
     let mut out = Message::new(op).with_body(body);
     if let Some(r) = m.take_reply() {
         out = out.with_reply(r);
     }
-    for it in m.take_items() {
+    for it in items {
         out = out.with_item(it);
     }
     Ok(Incoming::Framed(seq, out))
+}
+
+/// The operation of a frame whose body travels in a region, for the
+/// frame operation `frame_op`.
+fn long_op(frame_op: u32) -> u32 {
+    if frame_op == RPC_SOCKET_REQUEST { RPC_SOCKET_REQUEST_LONG } else { RPC_SOCKET_REPLY_LONG }
 }
 
 /// Which frame a side receives.

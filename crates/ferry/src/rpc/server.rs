@@ -199,7 +199,7 @@ impl RpcServer {
     /// # Errors
     /// [`RpcError::PeerDead`] if the connection is gone (it is forgotten);
     /// [`RpcError::TooLarge`] if the reply cannot travel (a body over
-    /// [`crate::message::MAX_INLINE`] less 8 bytes of framing, too many
+    /// [`crate::message::MAX_INLINE`], too many
     /// descriptors): the client's call fails with
     /// [`RpcError::ReplyTooLarge`] instead of waiting for a reply that cannot
     /// come, and the connection stays open (the rights the reply carried are

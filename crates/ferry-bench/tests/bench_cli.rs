@@ -286,11 +286,12 @@ fn rpc_suite_measures_the_generated_stubs() {
     assert!(out.contains("ferry-stub-call-block"), "no ferry-stub-call-block row in the table:\n{out}");
     let records: Vec<serde_json::Value> =
         serde_json::from_str(&std::fs::read_to_string(&json).expect("the results file")).expect("a JSON array");
-    assert_eq!(records.len(), 3 * four.len(), "one record per size and named impl: {records:?}");
+    const SIZES: [u64; 6] = [8, 64, 1024, 4096, 16384, 64512];
+    assert_eq!(records.len(), SIZES.len() * four.len(), "one record per size and named impl: {records:?}");
     for r in &records {
         assert!(four.iter().any(|imp| r["impl"] == *imp), "an impl not named with --impl ran: {r}");
     }
-    for bytes in [8u64, 64, 1024] {
+    for bytes in SIZES {
         for (stub, hand) in [("ferry-stub-call-block", "ferry-call-block"), ("ferry-stub-call-poll", "ferry-call-poll")] {
             let find = |imp: &str| {
                 records

@@ -785,16 +785,7 @@ fn a_user_flooding_an_import_through_many_ports_holds_up_anothers_messages_by_fe
             }
         }
         mine.send(Message::new(42), WAIT).unwrap();
-        let mut others = 0;
-        loop {
-            let m = svc.recv(Timeout::After(Duration::from_secs(30))).expect("root's message crossed");
-            if m.op() == 42 {
-                break;
-            }
-            others += 1;
-            assert!(others < 1_000_000, "root's message never crossed");
-        }
-        before.push(others);
+        before.push(others_before(&mut svc, |m| m.op() == 42, "root's message"));
     }
     drop(other.stdin.take());
     let _ = other.wait();
@@ -1257,6 +1248,20 @@ fn right_in(m: &mut Message) -> (ferry::SendRight, bool) {
     }
 }
 
+/// How many messages arrive on `rx` before the one `mine` picks out
+/// (`what`, for the failures): the other user's, ahead of root's.
+fn others_before(rx: &mut ferry::ReceiveRight, mine: impl Fn(&Message) -> bool, what: &str) -> usize {
+    let mut others = 0;
+    loop {
+        let m = rx.recv(Timeout::After(Duration::from_secs(30))).unwrap_or_else(|e| panic!("{what} did not come: {e}"));
+        if mine(&m) {
+            return others;
+        }
+        others += 1;
+        assert!(others < 1_000_000, "{what} never came");
+    }
+}
+
 /// Host a, whose system name server (at `boot` in `dir`) offers every
 /// user host b's export `svc` and host c's export `sink`, as `ferry-netd
 /// --system-names` offers them; host a keeps 16 proxies a peer. The
@@ -1443,16 +1448,7 @@ fn a_user_flooding_the_status_server_holds_up_roots_query_by_few_answers() {
         }
         let status = names.lookup(ferry_net::status::NAME).unwrap();
         status.send(Message::new(ferry_net::status::QUERY).with_reply(to_answers.try_clone().unwrap()), WAIT).unwrap();
-        let mut others = 0;
-        loop {
-            let m = answers.recv(Timeout::After(Duration::from_secs(30))).expect("root's query was answered");
-            if roots(&m) {
-                break;
-            }
-            others += 1;
-            assert!(others < 1_000_000, "root's query was never answered");
-        }
-        before.push(others);
+        before.push(others_before(&mut answers, roots, "root's query's answer"));
     }
     drop(other.stdin.take());
     let _ = other.wait();

@@ -62,11 +62,13 @@ impl Connection {
     #[pyo3(signature = (request, timeout=None))]
     fn call(&self, py: Python<'_>, request: &Bound<'_, Message>, timeout: Option<f64>) -> PyResult<Message> {
         let t = crate::timeout(timeout)?;
-        let m = crate::message::take_arg(request)?;
         // Held from the request to its reply: a call of another thread in
         // between would abandon this one.
         let mut g = lock_py(py, &self.inner);
         let conn = g.as_mut().ok_or_else(|| gone("Connection"))?;
+        // Taken once the connection is known open: a closed one leaves the
+        // request whole.
+        let m = crate::message::take_arg(request)?;
         let mut call = py.detach(|| conn.send_request(m)).map_err(rpc_error)?;
         let r = interruptible(py, t, |e| matches!(e, ferry::rpc::RpcError::Timeout), |slice| conn.wait_reply(&mut call, slice))?;
         r.map(Message::received).map_err(rpc_error)
@@ -76,9 +78,11 @@ impl Connection {
     /// `PendingCall` whose reply `try_reply(pending)` takes. For
     /// `ferry.call_async`.
     fn send_request(&self, py: Python<'_>, request: &Bound<'_, Message>) -> PyResult<PendingCall> {
+        let mut g = lock_py(py, &self.inner);
+        let conn = g.as_mut().ok_or_else(|| gone("Connection"))?;
+        // Taken once the connection is known open, as in `call`.
         let m = crate::message::take_arg(request)?;
-        let inner = &self.inner;
-        let c = py.detach(|| lock(inner).as_mut().map(|c| c.send_request(m))).ok_or_else(|| gone("Connection"))?.map_err(rpc_error)?;
+        let c = py.detach(|| conn.send_request(m)).map_err(rpc_error)?;
         Ok(PendingCall { inner: Mutex::new(Some(c)) })
     }
 

@@ -67,6 +67,35 @@ def test_requests_name_their_client():
     server.close()
 
 
+def test_a_call_on_a_closed_connection_leaves_its_request_whole():
+    """A call or an asynchronous send on a closed connection raises
+    ``ValueError`` and uses nothing up: the request, with its right, can
+    still be sent elsewhere."""
+    import threading
+
+    rx, tx = ferry.port()
+    server = ferry.RpcServer(rx)
+    conn_box = []
+    t = threading.Thread(target=lambda: conn_box.append(ferry.Connection(tx, timeout=LIMIT)))
+    t.start()
+    with pytest.raises(ferry.RpcTimeout):
+        server.reply_and_wait(None, 0.2)  # accepts the connection
+    t.join(LIMIT)
+    (conn,) = conn_box
+    conn.close()
+    kept_rx, kept_tx = ferry.port()
+    request = ferry.Message(7, b"whole").add(kept_tx)
+    with pytest.raises(ValueError):
+        conn.call(request, LIMIT)
+    with pytest.raises(ValueError):
+        conn.send_request(request)
+    other_rx, other_tx = ferry.port()
+    other_tx.send(request, LIMIT)
+    got = other_rx.recv(LIMIT)
+    assert (got.op, got.body, len(got.items)) == (7, b"whole", 1)
+    server.close()
+
+
 def test_a_reply_too_large_to_travel_fails_its_call_and_the_server_goes_on():
     """A reply that cannot travel (a body over the inline limit) fails that
     client's call, as a Rust server does; ``reply_and_wait`` goes on to the

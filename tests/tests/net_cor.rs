@@ -204,6 +204,9 @@ fn a_peer_that_stops_reading_a_fetch_loses_that_stream_within_the_timeout() {
                 Frame::decode(&b).unwrap()
             })
         };
+        // `a` names the link once its side of the handshake is done, which
+        // may come after `m` read the magic.
+        wait_until("the link to m", || a.links().iter().any(|l| l.peer == "m"));
         // A program on `a` looks up `x@m` (answered by hand) and sends a
         // region by reference to it.
         let sender = std::thread::spawn(move || {

@@ -723,9 +723,15 @@ const FLOODED_PORTS: usize = 256;
 /// time) and keeps every one of them full of 1 KiB messages until its
 /// standard input closes (or two minutes pass).
 fn flood_ports(import: &str) {
-    use std::io::Read;
     let mut names = ferry::Bootstrap::connect().unwrap();
     let ports: Vec<_> = (0..FLOODED_PORTS).map(|_| names.lookup(import).unwrap()).collect();
+    keep_full(&ports, || Message::new(41).with_body(vec![7u8; 1024]));
+}
+
+/// Keeps every one of `ports` full of `message()`s, as the other user's
+/// part of a flood, until standard input ends (or two minutes pass).
+fn keep_full(ports: &[ferry::SendRight], message: impl Fn() -> Message) {
+    use std::io::Read;
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let s2 = stop.clone();
     std::thread::spawn(move || {
@@ -736,8 +742,8 @@ fn flood_ports(import: &str) {
     let end = Instant::now() + Duration::from_secs(120);
     while !stop.load(Ordering::Relaxed) && Instant::now() < end {
         let mut full = 0;
-        for p in &ports {
-            full += usize::from(p.send(Message::new(41).with_body(vec![7u8; 1024]), Timeout::Zero).is_err());
+        for p in ports {
+            full += usize::from(p.send(message(), Timeout::Zero).is_err());
         }
         if full == ports.len() {
             std::thread::sleep(Duration::from_millis(1));
@@ -1376,28 +1382,10 @@ const STATUS_FLOODER: &str = "FERRY_NETD_TEST_STATUS_FLOODER";
 /// time), and until its standard input ends keeps every one of those
 /// ports full of queries whose answers go to the passed port.
 fn flood_status() {
-    use std::io::Read;
     let answers = ferry::spawn::inherited().unwrap();
     let mut names = ferry::Bootstrap::connect().unwrap();
     let ports: Vec<_> = (0..ferry_net::status::PORTS_PER_USER).filter_map(|_| names.lookup(ferry_net::status::NAME).ok()).collect();
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let s2 = stop.clone();
-    std::thread::spawn(move || {
-        let _ = std::io::stdin().read_to_end(&mut Vec::new());
-        s2.store(true, Ordering::Relaxed);
-    });
-    println!("flooding {} ports as uid {}", ports.len(), rustix::process::getuid().as_raw());
-    let end = Instant::now() + Duration::from_secs(120);
-    while !stop.load(Ordering::Relaxed) && Instant::now() < end {
-        let mut full = 0;
-        for p in &ports {
-            let m = Message::new(ferry_net::status::QUERY).with_reply(answers.try_clone().unwrap());
-            full += usize::from(p.send(m, Timeout::Zero).is_err());
-        }
-        if full == ports.len() {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    }
+    keep_full(&ports, || Message::new(ferry_net::status::QUERY).with_reply(answers.try_clone().unwrap()));
 }
 
 /// Another user (nobody) keeping every status port it may have full of

@@ -266,7 +266,7 @@ pub(crate) fn recv_one(sock: BorrowedFd<'_>, buf: &mut [u8], identity: (u64, u64
 
 /// The operation of a frame whose body travels in a region, for the
 /// frame operation `frame_op`.
-fn long_op(frame_op: u32) -> u32 {
+pub(crate) fn long_op(frame_op: u32) -> u32 {
     if frame_op == RPC_SOCKET_REQUEST { RPC_SOCKET_REQUEST_LONG } else { RPC_SOCKET_REPLY_LONG }
 }
 

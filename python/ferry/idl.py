@@ -42,9 +42,15 @@ from . import _ferry
 from .errors import FerryError
 
 OP_HELLO = 0
-REPLY_OK = 0
-REPLY_ERR = 1
-REPLY_FAULT = 2
+#: The bit of an operation id that marks an answer. Every reply carries it
+#: and no request may: a server drops a message whose id has it without
+#: running or answering anything, so an answer a client sent on to another
+#: server (naming that server's port as its reply right) is never taken
+#: there as a request of whoever sent the answer.
+ANSWER = 1 << 31
+REPLY_OK = ANSWER
+REPLY_ERR = ANSWER | 1
+REPLY_FAULT = ANSWER | 2
 #: How deeply records may nest in one message (as in Rust).
 MAX_DEPTH = 32
 
@@ -236,7 +242,7 @@ class Interface:
         self.types: dict[str, Any] = {}
         self._collect(_HELLO)
         for op in d["operations"]:
-            if op["ordinal"] == OP_HELLO or op["ordinal"] in self.by_ordinal or op["name"] in self.operations:
+            if op["ordinal"] == OP_HELLO or op["ordinal"] & ANSWER or op["ordinal"] in self.by_ordinal or op["name"] in self.operations:
                 raise ValueError(f"{self.name}: operation {op['name']} has a bad or repeated ordinal {op['ordinal']}")
             self.operations[op["name"]] = op
             self.by_ordinal[int(op["ordinal"])] = op
@@ -501,7 +507,7 @@ class Interface:
         elif code == REPLY_FAULT:
             t = None
         else:
-            raise UnexpectedReply(f"reply code {code} to {name}")
+            raise UnexpectedReply(f"{_unexpected(code)} to {name}")
         dec = _Dec(reply.body, reply.items)
         try:
             if code == REPLY_FAULT:
@@ -529,7 +535,7 @@ class Interface:
             fcode, text = dec.u32(), self.decode("string", dec)
             raise _FAULTS.get(fcode, Fault)(fcode, text)
         if reply.op != REPLY_OK:
-            raise UnexpectedReply(f"reply code {reply.op} to the version check")
+            raise UnexpectedReply(f"{_unexpected(reply.op)} to the version check")
         dec = _Dec(reply.body, reply.items)
         try:
             theirs = self.decode(_HELLO, dec)
@@ -551,8 +557,12 @@ class Interface:
 
     def dispatch(self, impl: Any, request: _ferry.Message) -> tuple[_ferry.Message | None, bool]:
         """Answers one request with ``impl``: the reply (None for a one-way
-        operation that went well) and whether ``impl`` ran."""
+        operation that went well, and for an answer, which is never a
+        request: it is dropped) and whether ``impl`` ran."""
         code = request.op
+        if code & ANSWER:
+            _drop_answer(self.name, code)
+            return None, False
         items = request.items
         if code == OP_HELLO:
             return self._answer_hello(request.body, items), False
@@ -608,6 +618,11 @@ class Interface:
                 m = port.recv(timeout)
             except NoSenders:
                 return
+            if m.op & ANSWER:
+                # An answer sent on to this server: never a request, and
+                # never answered.
+                _drop_answer(self.name, m.op)
+                continue
             op = self.by_ordinal.get(m.op)
             reply_right = m.take_reply()
             if reply_right is None and (op is None or op["kind"] != "oneway"):
@@ -629,6 +644,11 @@ class Interface:
                 conn, m = server.reply_and_wait(reply, timeout)
             except NoClients:
                 return
+            if m.op & ANSWER:
+                # Every call on a connection is answered, to the
+                # connection's maker, as whom it acts: an answer is refused.
+                reply = (conn, _fault(2, "the operation id is an answer's, not a request's"))
+                continue
             answer, _ = self.dispatch(impl, m)
             reply = (conn, answer if answer is not None else _ferry.Message(REPLY_OK))
 
@@ -654,6 +674,33 @@ def _bytes_of(v: Any, what: str) -> bytes:
 
 def _mode_ok(declared: str, mode: str) -> bool:
     return {"by_value": mode in ("copy", "move"), "lend": mode == "lend", "share": mode == "share", "any": True}.get(declared, False)
+
+
+#: Answers the servers of this process dropped because they arrived as
+#: requests (see :data:`ANSWER`).
+answers_dropped = 0
+_answer_said = 0.0
+
+
+def _drop_answer(iface: str, op: int) -> None:
+    """Counts an answer that reached a server of ``iface`` as a request and
+    says so on standard error at most once a minute."""
+    import sys
+    import time
+
+    global answers_dropped, _answer_said
+    answers_dropped += 1
+    now = time.monotonic()
+    if _answer_said == 0.0 or now - _answer_said >= 60:
+        _answer_said = now
+        print(f"ferry: {iface}: dropped an answer (operation id {op:#x}) that arrived as a request; {answers_dropped} so far (said at most once a minute)", file=sys.stderr)
+
+
+def _unexpected(code: int) -> str:
+    """How an unexpected reply code reads: an old server's plainly."""
+    if code <= 2:
+        return f"reply code {code} of the typed protocol before answers were marked (the server is too old for this client)"
+    return f"reply code {code:#x}"
 
 
 def _fault(code: int, text: str) -> _ferry.Message:

@@ -149,9 +149,12 @@ def test_values_not_of_their_type_are_refused_not_converted():
 def test_bad_replies_are_typed_errors():
     for body in ["02", "0100", "01010000000000000000"]:  # bad tag, short, trailing
         with pytest.raises(idl.BadReply):
-            KV.decode_reply("put", ferry.Message(0, bytes.fromhex(body)))
+            KV.decode_reply("put", ferry.Message(idl.REPLY_OK, bytes.fromhex(body)))
     with pytest.raises(idl.UnexpectedReply):
         KV.decode_reply("put", ferry.Message(9))
+    # A server from before answers were marked: told plainly.
+    with pytest.raises(idl.UnexpectedReply, match="before answers were marked"):
+        KV.decode_reply("put", ferry.Message(0, bytes.fromhex("0100")))
 
 
 def run_script(store: idl.Client, tag: str) -> None:
@@ -298,3 +301,28 @@ def test_python_server_validates_then_acts():
     assert fds() == before
     stray.close()
     stray_rx.close()
+
+
+def test_python_server_drops_an_answer_unanswered():
+    """An answer handed on to a server (its port named as the reply right of
+    a request to another) is never a request: the Python server neither
+    runs nor answers it, and counts it; the next request is served."""
+    store = PyStore()
+    rx, tx = ferry.port()
+    server = threading.Thread(target=KV.serve_port, args=(store, rx))
+    server.start()
+    replies, back = ferry.port()
+    dropped = idl.answers_dropped
+    # The store's refusal TooLarge(64 MiB): as a request (without the mark)
+    # its bytes would read as put() with unknown fields.
+    tx.send(ferry.Message(idl.REPLY_ERR, bytes.fromhex("010000000000000400000000")).set_reply(back.clone()), LIMIT)
+    tx.send(KV.request("list").set_reply(back.clone()), LIMIT)
+    first = replies.recv(LIMIT)
+    assert first.op == idl.REPLY_OK and KV.decode_reply("list", first) == []
+    assert idl.answers_dropped == dropped + 1
+    assert store.calls == 1
+    tx.close()
+    back.close()
+    server.join(LIMIT)
+    assert not server.is_alive()
+    replies.close()

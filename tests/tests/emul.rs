@@ -3438,3 +3438,24 @@ fn script_matches_native(test: &str, needs: &[&str], script: &str, same_stderr: 
         let _ = std::fs::remove_dir_all(&base);
     });
 }
+
+/// An answer sent on to the emulation server (the reply right of a request
+/// to another server naming the server's port) is never a request: it is
+/// dropped, counted and not answered.
+#[test]
+fn emul_an_answer_sent_to_the_server_is_dropped_unanswered() {
+    watchdog("emul_an_answer_sent_to_the_server_is_dropped_unanswered", Duration::from_secs(60), || {
+        let dir = scratch("answer");
+        let srv = Served::new(&dir);
+        let dropped = ferry::idl::answers_dropped();
+        let (mut replies, _keep) = ferry::port().unwrap();
+        let answer = ferry::Message::new(ferry::idl::REPLY_ERR).with_body(vec![1, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0]);
+        srv.right().send(answer.with_reply(replies.make_send_once().unwrap()), Timeout::Infinite).unwrap();
+        let got = replies.recv(Timeout::After(Duration::from_secs(30)));
+        assert!(matches!(got, Err(ferry::RecvError::SendOnceDropped)), "the server answered an answer: {got:?}");
+        assert_eq!(ferry::idl::answers_dropped(), dropped + 1, "the answer was not counted");
+        let (_, open) = srv.finish();
+        assert_eq!(open, 0);
+        let _ = std::fs::remove_dir_all(&dir);
+    });
+}

@@ -930,3 +930,23 @@ fn a_copy_torn_by_its_files_writer_is_never_handed_on_as_the_file() {
         assert_eq!(differed, 0, "root's snapshot held bytes the file did not, in {differed} of {trials} tries");
     });
 }
+
+/// An answer sent on to the file server (the reply right of a request to
+/// another server naming the file server's port) is never a request: it is
+/// dropped, counted and not answered, and the server goes on serving.
+#[test]
+fn an_answer_sent_to_the_file_server_is_dropped_unanswered() {
+    let _serial = common::serial();
+    common::watchdog("an_answer_sent_to_the_file_server_is_dropped_unanswered", LIMIT, || {
+        let s = Served::start("answer", Budgets::default(), |_| {});
+        let files = Bootstrap::connect_to(&s.bootstrap).unwrap().lookup("files").unwrap();
+        let dropped = ferry::idl::answers_dropped();
+        let (mut replies, _keep) = ferry::port().unwrap();
+        let answer = ferry::Message::new(ferry::idl::REPLY_ERR).with_body(vec![1, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0]);
+        files.send(answer.with_reply(replies.make_send_once().unwrap()), Timeout::Infinite).unwrap();
+        let got = replies.recv(Timeout::After(LIMIT));
+        assert!(matches!(got, Err(ferry::RecvError::SendOnceDropped)), "the file server answered an answer: {got:?}");
+        assert_eq!(ferry::idl::answers_dropped(), dropped + 1, "the answer was not counted");
+        root_is_served(&s);
+    });
+}

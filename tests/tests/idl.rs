@@ -364,11 +364,12 @@ fn the_name_service_speaks_what_its_contract_file_says() {
     // peers; a change must be deliberate (FERRY_BLESS=1 rewrites it) and
     // come with a new version (docs/interfaces.md, "Evolution").
     let want = matches_contract_file("ferry.names.json", names_contract(), "give it a new version and ");
-    assert_eq!((want["description"]["interface"].as_str(), want["description"]["version"].as_u64()), (Some("ferry.names"), Some(4)));
+    assert_eq!((want["description"]["interface"].as_str(), want["description"]["version"].as_u64()), (Some("ferry.names"), Some(5)));
     // Version 3 added register_system (operation 5), version 4
-    // register_system_service (operation 6); version 2 peers still talk to
-    // it.
-    assert_eq!(want["description"]["compatible"].as_u64(), Some(2), "{}", want["description"]);
+    // register_system_service (operation 6); version 5 marks answers
+    // (bit 31 of their operation id), which no older peer reads.
+    assert_eq!(want["description"]["compatible"].as_u64(), Some(5), "{}", want["description"]);
+    assert_eq!(want["replies"]["lookup: Err(NotFound)"]["op"], ferry_idl::REPLY_ERR);
     assert_eq!(want["requests"]["register_system(\"svc\", send right)"]["op"], 5);
     assert_eq!(want["requests"]["register_system_service(\"svc\", send right)"]["op"], 6);
     // lookup("svc"): operation 2, field 1 of 7 bytes: a string of 3.
@@ -376,4 +377,73 @@ fn the_name_service_speaks_what_its_contract_file_says() {
     assert_eq!(want["requests"]["lookup(\"svc\")"]["body_hex"], "01000700000003000000737663");
     // register carries the right as item 0.
     assert_eq!(want["requests"]["register(\"svc\", send right)"]["items"], serde_json::json!(["send_right"]));
+}
+
+ferry_idl::interface! {
+    /// A service that acts on who the kernel says sent each request: it
+    /// forgets what it keeps when root asks, and only then.
+    pub mod keeper: "example.keeper", version 1, compatible 1 {
+        /// Forgets everything kept (honoured from root only).
+        oneway forget_all() = 1;
+    }
+}
+
+/// The keeper of [`keeper`]: records the uid of every `forget_all` that
+/// reached it.
+struct Keeper(std::sync::Arc<std::sync::Mutex<Vec<u32>>>);
+
+impl keeper::Service for Keeper {
+    fn forget_all(&mut self, ctx: &ferry_idl::Context) {
+        self.0.lock().unwrap().push(ctx.sender.map_or(u32::MAX, |c| c.uid));
+    }
+}
+
+/// A confused deputy: another user asks a store run by root to put a value
+/// too large for it, naming as reply right a send right to another service
+/// of root's. The store's refusal (`TooLarge(64 MiB)`, operation id
+/// `REPLY_ERR`) is sent to that service by root; it must never read as
+/// that service's operation 1 asked by root.
+#[test]
+fn an_answer_sent_to_another_service_is_never_taken_as_a_request() {
+    const NAME: &str = "an_answer_sent_to_another_service_is_never_taken_as_a_request";
+    if !common::can_play_other_user(NAME) {
+        return;
+    }
+    common::watchdog(NAME, LIMIT, || {
+        let (store_child, store, rpc) = start_store();
+        drop(rpc);
+        let dropped = ferry_idl::answers_dropped();
+        let asked = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (mut keeper_rx, keeper_tx) = ferry::port().unwrap();
+        let mut server = keeper::Server(Keeper(asked.clone()));
+        let keeper_thread = std::thread::spawn(move || ferry_idl::serve_port(&mut server, &mut keeper_rx));
+
+        let (mut rx, tx) = ferry::port().unwrap();
+        let mut cmd = common::peer_command_as(common::NOBODY, std::path::Path::new("/nonexistent"), "idl-answer-elsewhere", &[]);
+        cmd.pass_right(&tx).unwrap();
+        drop(tx);
+        let attacker = cmd.spawn().unwrap();
+        drop(cmd);
+        let mut hello = rx.recv(Timeout::After(Duration::from_secs(30))).expect("the other user's peer did not start");
+        let Some(Item::Send(to_attacker)) = hello.take_items().into_iter().next() else { panic!("the peer sent no right") };
+        to_attacker.send(Message::new(1).with_item(store).with_item(keeper_tx), Timeout::Infinite).unwrap();
+        let out = common::finish(attacker);
+        assert!(out.contains("sent"), "{out}");
+
+        // The peer's own request went after the store's answer: once the
+        // keeper saw it, it saw everything that was sent to it.
+        for _ in 0..6000 {
+            if asked.lock().unwrap().contains(&common::NOBODY) {
+                break;
+            }
+            common::nap();
+        }
+        let asked = asked.lock().unwrap().clone();
+        assert!(asked.contains(&common::NOBODY), "the peer's own request never reached the keeper: {asked:?}");
+        assert!(!asked.contains(&0), "the store's answer reached the keeper as root's request: {asked:?}");
+        assert!(ferry_idl::answers_dropped() > dropped, "the keeper did not count the answer it dropped");
+        drop(to_attacker);
+        keeper_thread.join().unwrap().unwrap();
+        common::finish(store_child);
+    });
 }

@@ -128,8 +128,8 @@ fn the_rust_client_talks_to_a_c_store() {
 /// interface (cut short, bytes left over, not UTF-8, a required argument
 /// missing, a send right where a region belongs, an item nobody claims) are
 /// answered with a `BadRequest` fault, an unknown operation with
-/// `UnknownOperation`, and none of them reaches the C store's functions
-/// (it counts the requests that do).
+/// `UnknownOperation`, an answer is dropped unanswered, and none of them
+/// reaches the C store's functions (it counts the requests that do).
 #[test]
 fn the_c_dispatcher_refuses_what_does_not_match() {
     use ferry::{Message, Region, Timeout};
@@ -169,6 +169,13 @@ fn the_c_dispatcher_refuses_what_does_not_match() {
                 assert!(matches!(fault, Fault::BadRequest(_)), "request {k}: {fault:?}");
             }
         }
+        // An answer handed on to the store (a refusal, as another server
+        // would send it to a reply right naming the store's port) is
+        // dropped: not run, and not answered.
+        let answer = Message::new(ferry_idl::REPLY_ERR).with_body(hex("010000000000000400000000"));
+        to_store.send(answer.with_reply(reply_rx.make_send_once().unwrap()), Timeout::Infinite).unwrap();
+        let got = reply_rx.recv(Timeout::After(LIMIT));
+        assert!(matches!(got, Err(ferry::RecvError::SendOnceDropped)), "an answer was answered: {got:?}");
         drop((to_store, stray, stray_rx));
         bs.unregister("refuse").unwrap();
         bs.unregister("refuse.rpc").unwrap();

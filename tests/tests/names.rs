@@ -1643,11 +1643,11 @@ fn the_protocol_is_the_typed_interface_and_a_version_1_client_is_told() {
         let path = private_bootstrap("versioned");
         // The description says what the server speaks.
         let desc = protocol::describe();
-        assert_eq!((desc["interface"].as_str(), desc["version"].as_u64(), desc["compatible"].as_u64()), (Some("ferry.names"), Some(4), Some(2)));
+        assert_eq!((desc["interface"].as_str(), desc["version"].as_u64(), desc["compatible"].as_u64()), (Some("ferry.names"), Some(5), Some(5)));
         let ops: Vec<_> = desc["operations"].as_array().unwrap().iter().map(|o| o["name"].as_str().unwrap().to_owned()).collect();
         assert_eq!(ops, ["register", "lookup", "list", "unregister", "register_system", "register_system_service"]);
         let bs = names(&path);
-        assert_eq!(bs.server_version(), 4);
+        assert_eq!(bs.server_version(), 5);
 
         // A version-1 request (the name as the whole body, no version
         // check) is answered with version 1's "bad request" and a text.
@@ -1655,7 +1655,7 @@ fn the_protocol_is_the_typed_interface_and_a_version_1_client_is_told() {
         let (op, body) = raw_request(conn.as_fd(), protocol::ops::lookup, b"svc", None);
         let text = String::from_utf8_lossy(&body);
         assert_eq!(op, 5, "{text}");
-        assert!(text.contains("version 3"), "{text}");
+        assert!(text.contains("version 5"), "{text}");
 
         // After the check, a request that does not match its operation
         // never reaches the server's code: a fault says why, and the
@@ -1670,26 +1670,53 @@ fn the_protocol_is_the_typed_interface_and_a_version_1_client_is_told() {
         assert_eq!(raw_register(conn.as_fd(), "raw", a.as_fd()), None);
         drop(tx);
 
-        // A client of this version meeting a version-1 server is told so.
-        let old = common::temp_path(format!("ferry-test-{}-v1-server", std::process::id()));
-        let _ = std::fs::remove_file(&old);
-        let listener = rustix::net::socket_with(rustix::net::AddressFamily::UNIX, rustix::net::SocketType::SEQPACKET, rustix::net::SocketFlags::CLOEXEC, None).unwrap();
-        rustix::net::bind(&listener, &rustix::net::SocketAddrUnix::new(&old).unwrap()).unwrap();
-        rustix::net::listen(&listener, 4).unwrap();
-        let server = std::thread::spawn(move || {
-            // What a version-1 server answered an operation it did not
-            // know: status 5 with a text.
-            let c = rustix::net::accept(&listener).unwrap();
-            let mut buf = vec![0u8; ferry::wire::MAX_MESSAGE];
-            let _ = rustix::io::read(&c, &mut buf);
-            let mut reply = Vec::new();
-            ferry::wire::encode(&mut reply, 5, 0, &[], b"unknown operation");
-            rustix::io::write(&c, &reply).unwrap();
-        });
-        let e = ferry::Bootstrap::connect_to(&old).expect_err("a version-1 server");
-        server.join().unwrap();
-        let _ = std::fs::remove_file(&old);
-        assert!(matches!(&e, NameError::Protocol(why) if why.contains("older protocol")), "{e}");
+        // A client of this version meeting a version-1 server is told so:
+        // what it answered an operation it did not know (status 5 with a
+        // text); and one of versions 2 to 4, whose answer to the version
+        // check is the unmarked reply code 0.
+        for (old_op, body) in [(5, &b"unknown operation"[..]), (0, &b""[..])] {
+            let old = common::temp_path(format!("ferry-test-{}-old-server-{old_op}", std::process::id()));
+            let _ = std::fs::remove_file(&old);
+            let listener = rustix::net::socket_with(rustix::net::AddressFamily::UNIX, rustix::net::SocketType::SEQPACKET, rustix::net::SocketFlags::CLOEXEC, None).unwrap();
+            rustix::net::bind(&listener, &rustix::net::SocketAddrUnix::new(&old).unwrap()).unwrap();
+            rustix::net::listen(&listener, 4).unwrap();
+            let server = std::thread::spawn(move || {
+                let c = rustix::net::accept(&listener).unwrap();
+                let mut buf = vec![0u8; ferry::wire::MAX_MESSAGE];
+                let _ = rustix::io::read(&c, &mut buf);
+                let mut reply = Vec::new();
+                ferry::wire::encode(&mut reply, old_op, 0, &[], body);
+                rustix::io::write(&c, &reply).unwrap();
+            });
+            let e = ferry::Bootstrap::connect_to(&old).expect_err("an older server");
+            server.join().unwrap();
+            let _ = std::fs::remove_file(&old);
+            assert!(matches!(&e, NameError::Protocol(why) if why.contains("older protocol")), "{old_op}: {e}");
+        }
+    });
+}
+
+/// An answer handed on to a name server connection (say, as the reply
+/// right of a request to another server, which then answers on it) is never
+/// taken as a request: it is dropped, counted, and not answered, so the
+/// next answer on the connection is that of the next request.
+#[test]
+fn an_answer_on_a_connection_is_dropped_unanswered() {
+    watchdog("answer-dropped", LIMIT, || {
+        use std::os::fd::AsFd;
+        let path = private_bootstrap("answer-dropped");
+        let conn = raw_connection(&path);
+        raw_hello(conn.as_fd());
+        let dropped = ferry::idl::answers_dropped();
+        // A refusal whose bytes would read as `lookup("svc")`.
+        let mut enc = ferry::idl::Encoder::new();
+        enc.field(1, String::from("svc"));
+        let mut answer = Vec::new();
+        ferry::wire::encode(&mut answer, ferry::idl::REPLY_ERR, 0, &[], enc.into_message(0).body());
+        rustix::io::write(&conn, &answer).unwrap();
+        let (op, _) = raw_request(conn.as_fd(), ferry::bootstrap::protocol::ops::list, b"", None);
+        assert_eq!(op, ferry::idl::REPLY_OK, "the first answer on the connection is not the list's");
+        assert_eq!(ferry::idl::answers_dropped(), dropped + 1, "the answer was not counted as dropped");
     });
 }
 

@@ -1351,3 +1351,40 @@ fn a_peer_announcing_uses_it_never_sends_leaves_the_node_keeping_only_what_budge
         assert!(crossed <= 4 && kept <= 4, "{crossed} rights crossed and {kept} are kept, past the budget of four");
     });
 }
+
+/// Typed answers cross a link as they were sent: the mark that makes an
+/// answer never a request (bit 31 of its operation id) is part of the id,
+/// which a link carries whole. An answer sent across to a typed server is
+/// dropped there, and the server's own answers reach the client as answers.
+#[test]
+fn typed_answers_cross_a_link_marked_and_are_never_requests() {
+    watchdog("typed_answers_cross_a_link_marked_and_are_never_requests", LIMIT, || {
+        use ferry_tests::kv::{kv, SharedStore};
+        let (a, b) = pair();
+        let (mut srv, to_srv) = ferry::port().unwrap();
+        a.export("kv", to_srv);
+        let store = SharedStore::default();
+        let mut server = kv::Server(store.clone());
+        let serving = std::thread::spawn(move || ferry_idl::serve_port(&mut server, &mut srv));
+        let proxy = b.lookup("kv@a").unwrap();
+
+        let (mut me, _keep) = ferry::port().unwrap();
+        let hello = ferry_idl::hello_request::<kv::Protocol>().with_reply(me.make_send_once().unwrap());
+        proxy.send(hello, WAIT).unwrap();
+        assert_eq!(me.recv(WAIT).unwrap().op(), ferry_idl::REPLY_OK, "the answer crossed with its id whole");
+
+        // An answer (a refusal whose bytes would read as `put` with
+        // unknown fields) sent across to the server: dropped, not run.
+        let dropped = ferry_idl::answers_dropped();
+        let answer = Message::new(ferry_idl::REPLY_ERR).with_body(vec![1, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0]).with_reply(me.make_send_once().unwrap());
+        proxy.send(answer, WAIT).unwrap();
+        wait_until("the server to drop the answer", || ferry_idl::answers_dropped() > dropped);
+
+        let mut client = kv::Client::over_port(proxy).unwrap();
+        assert_eq!(client.list().unwrap(), Vec::new());
+        drop(client);
+        assert_eq!(store.0.lock().unwrap().requests, 1, "only the list reached the store");
+        drop(a.unexport("kv"));
+        serving.join().unwrap().unwrap();
+    });
+}

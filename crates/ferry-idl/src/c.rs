@@ -454,6 +454,16 @@ enum {
     FERRY_IDL_INCOMPATIBLE = 1004,
 };
 
+/** Reply operation ids. Bit 31 marks an answer: no request carries it,
+ * and a server drops a message whose id has it without running or
+ * answering anything (an answer a client sent on to another server, by
+ * naming that server's port as its reply right, is never taken there as a
+ * request of the answer's sender). Operation ordinals stay below it. */
+#define FERRY_IDL_ANSWER 0x80000000u
+#define FERRY_IDL_REPLY_OK 0x80000000u
+#define FERRY_IDL_REPLY_ERR 0x80000001u
+#define FERRY_IDL_REPLY_FAULT 0x80000002u
+
 /** Fault codes (`fault_code`), as in Rust's `Fault`. */
 enum {
     FERRY_IDL_FAULT_UNKNOWN_OPERATION = 1,
@@ -478,6 +488,22 @@ typedef struct ferry_idl_client {
 const RUNTIME_C: &str = r#"/* ---- the encoding's building blocks (crates/ferry-idl/src/codec.rs) ---- */
 
 #define FIDL_MAX_DEPTH 32
+
+/* Answers (FERRY_IDL_ANSWER) that arrived as requests and were dropped. */
+static unsigned long long fidl_answers_dropped;
+
+/* Counts an answer that reached this server as a request and says so on
+ * standard error at most once a minute; the caller drops it unanswered
+ * (an answer to an answer could go back and forth between two servers). */
+static void fidl_drop_answer(const char *iface, uint32_t op) {
+    static time_t said;
+    time_t now = time(NULL);
+    fidl_answers_dropped++;
+    if (said == 0 || now - said >= 60) {
+        said = now;
+        fprintf(stderr, "ferry: %s: dropped an answer (operation id %#x) that arrived as a request; %llu so far (said at most once a minute)\n", iface, (unsigned)op, fidl_answers_dropped);
+    }
+}
 
 typedef struct {
     uint8_t *buf;
@@ -655,7 +681,7 @@ static ferry_status fidl_new_reply(ferry_message *request, uint32_t op, ferry_me
 /* A fault reply to `request`: code, then the text as a string. */
 static ferry_message *fidl_fault(ferry_message *request, uint32_t code, const char *text) {
     ferry_message *r;
-    if (fidl_new_reply(request, 2, &r) != FERRY_OK)
+    if (fidl_new_reply(request, FERRY_IDL_REPLY_FAULT, &r) != FERRY_OK)
         return NULL;
     fidl_enc e;
     fidl_enc_init(&e, r);
@@ -703,9 +729,11 @@ static int fidl_reply_code(ferry_idl_client *c, fidl_dec *d, int has_error) {
     uint32_t op;
     if (ferry_message_op(d->msg, &op) != FERRY_OK)
         return FERRY_IDL_BAD_REPLY;
-    if (op == 0 || (op == 1 && has_error))
-        return (int)op;
-    if (op == 2) {
+    if (op == FERRY_IDL_REPLY_OK)
+        return 0;
+    if (op == FERRY_IDL_REPLY_ERR && has_error)
+        return 1;
+    if (op == FERRY_IDL_REPLY_FAULT) {
         uint32_t code, n;
         const uint8_t *b;
         if (fidl_u32(d, &code) || fidl_count(d, 1, &n) || fidl_take(d, n, &b) || fidl_finish(d))
@@ -714,7 +742,10 @@ static int fidl_reply_code(ferry_idl_client *c, fidl_dec *d, int has_error) {
         snprintf(c->fault, sizeof c->fault, "%.*s", (int)n, (const char *)b);
         return FERRY_IDL_FAULT;
     }
-    snprintf(c->fault, sizeof c->fault, "reply code %u", op);
+    if (op <= 2)
+        snprintf(c->fault, sizeof c->fault, "the server answers with reply code %u of the typed protocol before answers were marked: it is too old for this client (upgrade it)", op);
+    else
+        snprintf(c->fault, sizeof c->fault, "reply code %#x", op);
     return FERRY_IDL_UNEXPECTED_REPLY;
 }
 "#;
@@ -752,6 +783,9 @@ pub fn generate(description: &Value, prefix: Option<&str>) -> Result<CStubs, CEr
         let ord = op.get("ordinal").and_then(Value::as_u64).ok_or_else(|| bad(format!("{name} without an ordinal")))?;
         if ord == 0 || seen_ords.contains(&ord) {
             return Err(bad(format!("{name}: ordinal {ord} is 0 or used twice")));
+        }
+        if ord >= u64::from(ferry::idl::ANSWER) {
+            return Err(bad(format!("{name}: ordinal {ord} is not below 2^31 (operation ids with bit 31 set are answers)")));
         }
         seen_ords.push(ord);
         // The server's table names the operation as a struct member.
@@ -863,7 +897,7 @@ pub fn generate(description: &Value, prefix: Option<&str>) -> Result<CStubs, CEr
             "        *ran = 1;\n        free_ARGS(&a);\n        if (has_reply) return fidl_ok_reply(request);\n        return NULL;\n".replace("ARGS", &format!("{name}_args"))
         } else {
             format!(
-                "        *ran = 1;\n        ferry_message *r = NULL;\n        if (fidl_new_reply(request, rc == 1 ? 1 : 0, &r) == FERRY_OK) {{\n            fidl_enc e;\n            fidl_enc_init(&e, r);\n{}{}            if (fidl_enc_finish(&e) != FERRY_OK) {{ ferry_message_free(r); r = fidl_fault(request, 4, \"the reply could not be encoded\"); }}\n        }}\n{}{}        free_{name}_args(&a);\n        return r;\n",
+                "        *ran = 1;\n        ferry_message *r = NULL;\n        if (fidl_new_reply(request, rc == 1 ? FERRY_IDL_REPLY_ERR : FERRY_IDL_REPLY_OK, &r) == FERRY_OK) {{\n            fidl_enc e;\n            fidl_enc_init(&e, r);\n{}{}            if (fidl_enc_finish(&e) != FERRY_OK) {{ ferry_message_free(r); r = fidl_fault(request, 4, \"the reply could not be encoded\"); }}\n        }}\n{}{}        free_{name}_args(&a);\n        return r;\n",
                 rt.as_ref().map_or(String::new(), |t| format!("            if (rc == 0) enc_{}(&e, &result);\n", t.m)),
                 et.as_ref().map_or(String::new(), |t| format!("            if (rc == 1) enc_{}(&e, &error);\n", t.m)),
                 rt.as_ref().map_or(String::new(), |t| format!("        free_{}(&result);\n", t.m)),
@@ -881,7 +915,7 @@ pub fn generate(description: &Value, prefix: Option<&str>) -> Result<CStubs, CEr
     let guard = format!("{upper}_IDL_H");
     let _ = writeln!(
         h,
-        "/* C stubs of the interface \"{iname}\" version {version} (compatible {compatible}),\n * generated by ferry-idl-c from its description; do not edit. */\n#ifndef {guard}\n#define {guard}\n\n#include <stdbool.h>\n#include <stddef.h>\n#include <stdint.h>\n\n#include \"ferry.h\"\n\n#ifdef __cplusplus\nextern \"C\" {{\n#endif\n\n{RUNTIME_H}\n/** The interface's name and versions. */\n#define {upper}_NAME \"{iname}\"\n#define {upper}_VERSION {version}u\n#define {upper}_COMPATIBLE {compatible}u\n\n{}\n{}\n/** A client of \"{iname}\". */\ntypedef ferry_idl_client {p}_client;\n\n/** A client over a port: consumes `to`, makes the version check. Returns FERRY_OK, FERRY_IDL_INCOMPATIBLE, FERRY_IDL_FAULT or the transport's status. */\nint {p}_connect_port(ferry_send_right *to, int64_t timeout_ms, {p}_client **out);\n/** A client over an RPC connection (the fast path for calls that fit the slot): consumes `conn`, makes the version check. */\nint {p}_connect_rpc(ferry_connection *conn, int64_t timeout_ms, {p}_client **out);\n/** Frees a client and the right or connection it holds. NULL is ignored. */\nvoid {p}_client_free({p}_client *c);\n\n{api}\n/** The server: one function per operation (NULL answers UnknownOperation). */\ntypedef struct {p}_server_ops {{\n{ops_struct}}} {p}_server_ops;\n\n/** Answers one request: decodes and checks every argument first (a request that does not match gets a BadRequest fault and never reaches `ops`), then calls the operation. Returns the reply to send (NULL for a one-way operation without a reply right, or out of memory); `*ran` says whether `ops` ran. */\nferry_message *{p}_dispatch(const {p}_server_ops *ops, void *ctx, ferry_message *request, int *ran);\n/** Serves requests arriving on `rx` until no sender is left (FERRY_OK) or another failure (its status); a call without a reply right is not run. */\nferry_status {p}_serve_port(const {p}_server_ops *ops, void *ctx, ferry_receive_right *rx, int64_t timeout_ms);\n/** Serves calls on an RPC server until it has no clients left. */\nferry_status {p}_serve_rpc(const {p}_server_ops *ops, void *ctx, ferry_rpc_server *server, int64_t timeout_ms);\n\n#ifdef __cplusplus\n}}\n#endif\n#endif",
+        "/* C stubs of the interface \"{iname}\" version {version} (compatible {compatible}),\n * generated by ferry-idl-c from its description; do not edit. */\n#ifndef {guard}\n#define {guard}\n\n#include <stdbool.h>\n#include <stddef.h>\n#include <stdint.h>\n\n#include \"ferry.h\"\n\n#ifdef __cplusplus\nextern \"C\" {{\n#endif\n\n{RUNTIME_H}\n/** The interface's name and versions. */\n#define {upper}_NAME \"{iname}\"\n#define {upper}_VERSION {version}u\n#define {upper}_COMPATIBLE {compatible}u\n\n{}\n{}\n/** A client of \"{iname}\". */\ntypedef ferry_idl_client {p}_client;\n\n/** A client over a port: consumes `to`, makes the version check. Returns FERRY_OK, FERRY_IDL_INCOMPATIBLE, FERRY_IDL_FAULT or the transport's status. */\nint {p}_connect_port(ferry_send_right *to, int64_t timeout_ms, {p}_client **out);\n/** A client over an RPC connection (the fast path for calls that fit the slot): consumes `conn`, makes the version check. */\nint {p}_connect_rpc(ferry_connection *conn, int64_t timeout_ms, {p}_client **out);\n/** Frees a client and the right or connection it holds. NULL is ignored. */\nvoid {p}_client_free({p}_client *c);\n\n{api}\n/** The server: one function per operation (NULL answers UnknownOperation). */\ntypedef struct {p}_server_ops {{\n{ops_struct}}} {p}_server_ops;\n\n/** Answers one request: decodes and checks every argument first (a request that does not match gets a BadRequest fault and never reaches `ops`), then calls the operation. Returns the reply to send (NULL for a one-way operation without a reply right, for an answer (an id with FERRY_IDL_ANSWER), which is never a request and is dropped, or out of memory); `*ran` says whether `ops` ran. */\nferry_message *{p}_dispatch(const {p}_server_ops *ops, void *ctx, ferry_message *request, int *ran);\n/** Serves requests arriving on `rx` until no sender is left (FERRY_OK) or another failure (its status); a call without a reply right is not run. */\nferry_status {p}_serve_port(const {p}_server_ops *ops, void *ctx, ferry_receive_right *rx, int64_t timeout_ms);\n/** Serves calls on an RPC server until it has no clients left. */\nferry_status {p}_serve_rpc(const {p}_server_ops *ops, void *ctx, ferry_rpc_server *server, int64_t timeout_ms);\n\n#ifdef __cplusplus\n}}\n#endif\n#endif",
         g.consts,
         g.decls,
     );
@@ -905,7 +939,7 @@ pub fn generate(description: &Value, prefix: Option<&str>) -> Result<CStubs, CEr
     let mut c = String::new();
     let _ = writeln!(
         c,
-        "/* C stubs of the interface \"{iname}\", generated by ferry-idl-c; do not edit. */\n#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n\n#include \"{p}.h\"\n\n/* Not every type's helpers are used by every interface. */\n#pragma GCC diagnostic ignored \"-Wunused-function\"\n\n#define FERRY_IDL_MAX_COUNT 65536u\n\n{RUNTIME_C}\n{}\nstatic ferry_message *fidl_ok_reply(ferry_message *request) {{\n    ferry_message *r;\n    return fidl_new_reply(request, 0, &r) == FERRY_OK ? r : NULL;\n}}\n\n{}\n{frees}",
+        "/* C stubs of the interface \"{iname}\", generated by ferry-idl-c; do not edit. */\n#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n#include <time.h>\n\n#include \"{p}.h\"\n\n/* Not every type's helpers are used by every interface. */\n#pragma GCC diagnostic ignored \"-Wunused-function\"\n\n#define FERRY_IDL_MAX_COUNT 65536u\n\n{RUNTIME_C}\n{}\nstatic ferry_message *fidl_ok_reply(ferry_message *request) {{\n    ferry_message *r;\n    return fidl_new_reply(request, FERRY_IDL_REPLY_OK, &r) == FERRY_OK ? r : NULL;\n}}\n\n{}\n{frees}",
         g.protos, g.funcs
     );
     // The version check: the Hello record, written by hand (it is the same
@@ -1032,7 +1066,7 @@ static ferry_message *fidl_answer_hello(ferry_message *request, fidl_dec *d) {{
     if (!same) return fidl_fault(request, 3, "this server speaks " {upper}_NAME);
     if (v < {upper}_COMPATIBLE) return fidl_fault(request, 3, "the client's version is older than the oldest this server talks to");
     ferry_message *r;
-    if (fidl_new_reply(request, 0, &r) != FERRY_OK) return NULL;
+    if (fidl_new_reply(request, FERRY_IDL_REPLY_OK, &r) != FERRY_OK) return NULL;
     fidl_enc e;
     fidl_enc_init(&e, r);
     enc_hello(&e);
@@ -1044,6 +1078,11 @@ static ferry_message *fidl_dispatch(const {p}_server_ops *ops, void *ctx, ferry_
     uint32_t op;
     (void)has_reply;
     if (ferry_message_op(request, &op) != FERRY_OK) return NULL;
+    if (op & FERRY_IDL_ANSWER) {{
+        /* An answer sent on to this server: never a request, never answered. */
+        fidl_drop_answer({upper}_NAME, op);
+        return NULL;
+    }}
     if (op == 0) return fidl_answer_hello(request, d);
     switch (op) {{
 {dispatch_cases}    default: {{
@@ -1082,6 +1121,12 @@ ferry_status {p}_serve_port(const {p}_server_ops *ops, void *ctx, ferry_receive_
         uint32_t op = 0;
         ferry_message_has_reply(m, &has_reply);
         ferry_message_op(m, &op);
+        if (op & FERRY_IDL_ANSWER) {{
+            /* An answer sent on to this server: never a request, never answered. */
+            fidl_drop_answer({upper}_NAME, op);
+            ferry_message_free(m);
+            continue;
+        }}
         if (!has_reply && !fidl_is_oneway(op)) {{
             /* A call nobody could learn the outcome of is not run. */
             ferry_message_free(m);
@@ -1107,8 +1152,15 @@ ferry_status {p}_serve_rpc(const {p}_server_ops *ops, void *ctx, ferry_rpc_serve
         if (st == FERRY_ERR_BAD_MESSAGE) continue;
         if (st != FERRY_OK) return st;
         int ran;
-        reply = {p}_dispatch(ops, ctx, m, &ran);
-        if (reply == NULL) fidl_new_reply(m, 0, &reply); /* a one-way call is acknowledged */
+        uint32_t op = 0;
+        ferry_message_op(m, &op);
+        if (op & FERRY_IDL_ANSWER)
+            /* Every call on a connection is answered, to the connection's
+             * maker, as whom it acts: an answer there is refused. */
+            reply = fidl_fault(m, FERRY_IDL_FAULT_BAD_REQUEST, "the operation id is an answer's, not a request's");
+        else
+            reply = {p}_dispatch(ops, ctx, m, &ran);
+        if (reply == NULL) fidl_new_reply(m, FERRY_IDL_REPLY_OK, &reply); /* a one-way call is acknowledged */
         ferry_message_free(m);
     }}
 }}"#,

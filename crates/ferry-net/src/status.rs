@@ -232,6 +232,9 @@ impl Server {
             self.next = i + 1;
             match event {
                 Event::Message(_, mut m) if i == 0 && ferry::bootstrap::ServicePort::is(&m) => self.adopt(&mut m),
+                // An answer sent on to this server by naming its port as a
+                // reply right: never a query, and never answered.
+                Event::Message(_, m) if ferry::idl::is_answer(m.op()) => ferry::idl::drop_answer("ferry-netd status server", &m),
                 Event::Message(_, mut m) => {
                     let asker = m.sender().map(|c| c.uid);
                     if let (QUERY, Some(reply)) = (m.op(), m.take_reply()) {

@@ -258,14 +258,16 @@ crate::enumeration! {
 }
 
 crate::interface! {
-    /// The name service's protocol, version 4 (version 3 added
-    /// `register_system`, version 4 `register_system_service`; version 1
-    /// was packed by hand). A connection starts with the version check;
+    /// The name service's protocol, version 5 (version 3 added
+    /// `register_system`, version 4 `register_system_service`, version 5
+    /// marks every answer with bit 31 of its operation id, which earlier
+    /// versions cannot read; version 1 was packed by hand). A connection
+    /// starts with the version check;
     /// the server answers requests sent before it with version 1's "bad
     /// request" so a client of either version is told. Every name is
     /// scoped by the uid the kernel reports for the connection, never by
     /// what a request says.
-    pub mod protocol: "ferry.names", version 4, compatible 2 {
+    pub mod protocol: "ferry.names", version 5, compatible 5 {
         /// Registers `right` under `name` for the calling user; the server
         /// keeps a copy until the port's receive right is gone or the name
         /// is unregistered.

@@ -729,6 +729,13 @@ impl NameServer {
         let Some(conn) = self.conns.get(&id) else { return };
         let got = recv_on(conn.sock.as_fd(), &mut self.buf, conn.identity, Timeout::Zero, false);
         let reply = match got {
+            Ok(Some(msg)) if crate::idl::is_answer(msg.op()) => {
+                // An answer handed on to this connection (as the reply
+                // right of a request to another server): never a request,
+                // and never answered.
+                crate::idl::drop_answer("name server", &msg);
+                return;
+            }
             Ok(Some(msg)) => self.handle(id, msg),
             Ok(None) | Err(RecvError::Io(_)) => {
                 self.close_conn(id);
@@ -784,7 +791,7 @@ impl NameServer {
             // Before the version check: a client of version 1 reads this
             // as "bad request" and shows the text.
             return Message::new(V1_BAD_REQUEST).with_body(
-                "this name server speaks ferry.names version 3 (compatible with 2), which starts with a version check; this client speaks an older version",
+                "this name server speaks ferry.names version 5, which starts with a version check; this client speaks an older version",
             );
         }
         protocol::Server(Requests { ns: self, cred, conn: id }).dispatch(msg, Route::Rpc).unwrap_or_else(|| refusal(Refusal::Denied))

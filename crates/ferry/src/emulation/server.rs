@@ -744,6 +744,12 @@ impl EmulServer {
     /// (`channel` `None`), or from a thread's channel (`on`), answered
     /// there.
     fn handle(&mut self, m: &mut Message, channel: Option<ReplyTo>, on: Option<MemberId>) {
+        if crate::idl::is_answer(m.op()) {
+            // An answer sent on to this server by naming its port as a
+            // reply right: never a request, and never answered.
+            crate::idl::drop_answer("emulation server", m);
+            return;
+        }
         let reply = match channel {
             Some(to) => to,
             None => match m.take_reply() {

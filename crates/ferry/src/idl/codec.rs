@@ -877,6 +877,21 @@ pub fn field_or_absent<T: Wire>(slot: Option<T>, record: &'static str, ordinal: 
     }
 }
 
+/// Whether every operation ordinal in `ords` is below [`crate::idl::ANSWER`]
+/// (checked at compile time by the interface macro): ids with that bit
+/// set are answers.
+#[doc(hidden)]
+pub const fn below_answers(ords: &[u32]) -> bool {
+    let mut i = 0;
+    while i < ords.len() {
+        if crate::idl::is_answer(ords[i]) {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
 /// Whether every ordinal in `ords` is non-zero and distinct (checked at
 /// compile time by the macros).
 #[doc(hidden)]

@@ -272,6 +272,10 @@ macro_rules! interface {
                 "operation ordinals must be distinct and non-zero (0 is the version check)"
             );
             const _: () = assert!($compat <= $version, "compatible must not be newer than version");
+            const _: () = assert!(
+                $crate::idl::codec::below_answers(&[$($ord),*]),
+                "operation ordinals must be below 2^31 (ids with bit 31 set are answers)"
+            );
 
             impl $crate::idl::Interface for Protocol {
                 const NAME: &'static str = $name;
@@ -459,6 +463,19 @@ macro_rules! interface {
 
                 fn dispatch_encoded(&mut self, mut req: $crate::Message, route: $crate::idl::Route, out: &mut $crate::idl::Encoder) -> ::core::option::Option<$crate::idl::Answer> {
                     let op = req.op();
+                    if $crate::idl::is_answer(op) {
+                        // An answer sent on to this server: never a request.
+                        // Over a port it is dropped unanswered; over an RPC
+                        // connection, whose every call is answered on the
+                        // connection and acts as its maker, it is refused.
+                        return match route {
+                            $crate::idl::Route::Rpc => route.fault($crate::idl::Fault::BadRequest(::std::format!("operation id {op:#x} is an answer's, not a request's"))).map($crate::idl::Answer::Message),
+                            $crate::idl::Route::Port { .. } => {
+                                $crate::idl::drop_answer($name, &req);
+                                None
+                            }
+                        };
+                    }
                     if op == $crate::idl::OP_HELLO {
                         return route.can_reply().then(|| $crate::idl::Answer::Message($crate::idl::answer_hello::<Protocol>(req)));
                     }

@@ -98,15 +98,57 @@ pub trait Interface {
 }
 
 /// Operation id of the version check a client sends at connect. Interface
-/// operations use ordinals from 1.
+/// operations use ordinals from 1, below [`ANSWER`].
 pub const OP_HELLO: u32 = 0;
+/// The bit of an operation id that marks an answer. Every reply carries it
+/// and no request may: a server drops a message whose id has it without
+/// running or answering anything ([`is_answer`]), so an answer that a
+/// client sent on to another server (by naming that server's port as its
+/// reply right) can never be taken there as a request of whoever sent
+/// the answer.
+pub const ANSWER: u32 = 1 << 31;
 /// Reply operation id: the operation succeeded; the body is its result.
-pub const REPLY_OK: u32 = 0;
+pub const REPLY_OK: u32 = ANSWER;
 /// Reply operation id: the operation failed; the body is its typed error.
-pub const REPLY_ERR: u32 = 1;
+pub const REPLY_ERR: u32 = ANSWER | 1;
 /// Reply operation id: the server refused the request before running it;
 /// the body is a [`Fault`].
-pub const REPLY_FAULT: u32 = 2;
+pub const REPLY_FAULT: u32 = ANSWER | 2;
+
+/// Whether operation id `op` is an answer's ([`ANSWER`]): never a request.
+#[inline]
+pub const fn is_answer(op: u32) -> bool {
+    op & ANSWER != 0
+}
+
+static ANSWERS_DROPPED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static ANSWER_SAID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many messages the servers of this process dropped because they
+/// were answers ([`is_answer`]) arriving where requests belong.
+pub fn answers_dropped() -> u64 {
+    ANSWERS_DROPPED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Counts an answer that reached `server` as if it were a request, and says
+/// so on standard error at most once a minute. The message is dropped by
+/// the caller, unanswered: an answer to an answer could go back and forth
+/// between two servers.
+#[doc(hidden)]
+#[cold]
+pub fn drop_answer(server: &str, msg: &Message) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let n = ANSWERS_DROPPED.fetch_add(1, Relaxed) + 1;
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let last = ANSWER_SAID.load(Relaxed);
+    if (last == 0 || now >= last + 60) && ANSWER_SAID.compare_exchange(last, now.max(1), Relaxed, Relaxed).is_ok() {
+        let from = msg.sender().map_or_else(|| "an unknown sender".to_owned(), |c| format!("uid {} (pid {})", c.uid, c.pid));
+        eprintln!(
+            "ferry: {server}: dropped an answer (operation id {:#x}) from {from} that arrived as a request; {n} so far (said at most once a minute)",
+            msg.op()
+        );
+    }
+}
 
 /// What the server says about the request it sent to the caller as
 /// [`REPLY_FAULT`]: the implementation did not run.
@@ -205,7 +247,11 @@ impl fmt::Display for IdlError {
             IdlError::NoReply => write!(f, "the server dropped the reply right without answering"),
             IdlError::Fault(x) => write!(f, "{x}"),
             IdlError::BadReply(e) => write!(f, "the server's reply does not match the interface: {e}"),
-            IdlError::UnexpectedReply(op) => write!(f, "the server's reply has operation id {op}, not a reply code"),
+            IdlError::UnexpectedReply(op) if *op <= 2 => write!(
+                f,
+                "the server answers with reply code {op} of the typed protocol before answers were marked: it is too old for this client (upgrade it)"
+            ),
+            IdlError::UnexpectedReply(op) => write!(f, "the server's reply has operation id {op:#x}, not a reply code"),
             IdlError::WrongInterface { expected, got } => write!(f, "the server speaks {got:?}, not {expected:?}"),
             IdlError::Incompatible { server, oldest } => {
                 write!(f, "the server speaks version {server}; this client needs at least {oldest}")

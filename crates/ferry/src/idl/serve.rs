@@ -36,7 +36,9 @@ impl Route {
 pub trait Dispatch {
     /// Checks `req` against the interface, runs the implementation if it
     /// matches, and returns the reply to send (`None` when there is no one
-    /// to answer, or for a one-way operation through a port).
+    /// to answer, for a one-way operation through a port, or for an answer
+    /// through a port: an id with [`crate::idl::ANSWER`] set is never a
+    /// request, and is dropped unanswered).
     fn dispatch(&mut self, req: Message, route: Route) -> Option<Message>;
 
     /// As [`dispatch`](Dispatch::dispatch), with the reply of an

@@ -781,6 +781,12 @@ impl ObjectServer {
     /// Answers one request; `owner` is the user the port it came on was
     /// made for ([`PortMinter`]), `None` for the main port.
     fn handle(&mut self, mut m: Message, ext: Extension<'_>, owner: Option<u32>) {
+        if crate::idl::is_answer(m.op()) {
+            // An answer sent on to this server by naming its port as a
+            // reply right: never a request, and never answered.
+            crate::idl::drop_answer("object server", &m);
+            return;
+        }
         let reply = m.take_reply();
         let uid = m.sender().map(|c| c.uid);
         // A request on a port made for one user acts as that user, whoever

@@ -16,6 +16,17 @@
 //!   and runs the script in [`kv_script`] through the Rust client, over the
 //!   port, then (if `NAME.rpc` is registered) over RPC; prints
 //!   `kv-client-ok` when every answer was the one expected.
+//!
+//! For the confused-deputy test (`tests/tests/idl.rs`), run as another
+//! user:
+//! - `idl-answer-elsewhere`: takes its parent's send right, sends back one
+//!   message with a send right to a port of its own, and receives there a
+//!   message carrying a send right to a store (another user's) and one to
+//!   another service of that user. It asks the store to keep a value larger
+//!   than it takes, naming the service as the reply right (the store's
+//!   refusal is then sent to the service, by the store's user), makes one
+//!   call of its own so that the store has answered, then sends the service
+//!   its operation 1 itself, and prints `sent`.
 
 use ferry::rpc::RpcServer;
 use ferry::{Message, Timeout};
@@ -29,6 +40,7 @@ pub fn run(role: &str, _args: &[String]) -> Outcome {
         "idl-kv-server" => kv_server(),
         "idl-kv-named" => kv_named(_args),
         "idl-kv-client" => kv_client(_args),
+        "idl-answer-elsewhere" => answer_elsewhere(),
         _ => return None,
     })
 }
@@ -138,5 +150,34 @@ fn kv_client(args: &[String]) -> R {
         kv_script(&mut by_rpc, "rpc")?;
     }
     println!("kv-client-ok");
+    Ok(())
+}
+
+/// The attack of the confused-deputy test: see the module's documentation.
+fn answer_elsewhere() -> R {
+    use ferry::{Item, Region};
+    use ferry_idl::{ByValue, Encoder};
+    const WAIT: Timeout = Timeout::After(std::time::Duration::from_secs(30));
+    let parent = ferry::spawn::inherited()?;
+    let (mut rx, tx) = ferry::port()?;
+    parent.send(Message::new(1).with_item(tx), WAIT)?;
+    let mut rights = rx.recv(WAIT)?;
+    let mut items = rights.take_items().into_iter();
+    let (Some(Item::Send(store)), Some(Item::Send(service))) = (items.next(), items.next()) else {
+        return Err("expected a send right to the store and one to the service".into());
+    };
+    // A value over the store's limit: refused with TooLarge(64 MiB), whose
+    // bytes read as a record of two empty fields the service does not
+    // know, so as operation 1 with no arguments.
+    let huge = Region::new(ferry_tests::kv::MAX_VALUE as usize + 1)?.by_move()?;
+    let mut enc = Encoder::new();
+    enc.field(1, String::from("huge"));
+    enc.field(2, ByValue(huge));
+    store.send(enc.into_message(kv::ops::put).with_reply(service.try_clone()?), WAIT)?;
+    // The store serves its port in order: once this call is answered, so
+    // is the put.
+    kv::Client::over_port(store)?.list()?;
+    service.send(Message::new(1), WAIT)?;
+    println!("sent");
     Ok(())
 }

@@ -154,9 +154,12 @@ async def connect_async(server: "SendRight", policy: "_Policy" = "adaptive", tim
         raise RpcTimeout(f"the server did not accept within {timeout} s") from None
 
 
-#: One lock per connection: its calls are made one at a time (a request
-#: sent while another call waits would abandon that call).
-_call_locks: "weakref.WeakKeyDictionary[Connection, asyncio.Lock]" = weakref.WeakKeyDictionary()
+#: One lock per event loop and connection: a connection's calls are made
+#: one at a time (a request sent while another call waits would abandon
+#: that call). An ``asyncio.Lock`` belongs to the first loop that waits on
+#: it, so each loop that meets the connection (``asyncio.run`` after
+#: ``asyncio.run``) has its own.
+_call_locks: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, weakref.WeakKeyDictionary[Connection, asyncio.Lock]]" = weakref.WeakKeyDictionary()
 
 
 async def call_async(conn: "Connection", request: "Message", timeout: float | None = None) -> "Message":
@@ -164,13 +167,18 @@ async def call_async(conn: "Connection", request: "Message", timeout: float | No
     the event loop, as ``conn.call(request, timeout)`` does blocking.
     Raises ``RpcTimeout`` (``timeout``, in seconds, counts from the call,
     waiting for an earlier call on the same connection included; a later
-    reply is discarded) or ``RpcPeerDead``. Tasks calling on one connection
-    take turns. A call cancelled after its request was sent is abandoned
+    reply is discarded) or ``RpcPeerDead``. Tasks of one event loop calling
+    on one connection take turns, in each loop the connection meets (one
+    ``asyncio.run`` after another); loops running at once in several
+    threads need a connection each. A call cancelled after its request was sent is abandoned
     as after a timeout: the server still answers it, and the next call
     discards that reply."""
-    lock = _call_locks.get(conn)
+    locks = _call_locks.get(asyncio.get_running_loop())
+    if locks is None:
+        locks = _call_locks[asyncio.get_running_loop()] = weakref.WeakKeyDictionary()
+    lock = locks.get(conn)
     if lock is None:
-        lock = _call_locks[conn] = asyncio.Lock()
+        lock = locks[conn] = asyncio.Lock()
 
     async def call() -> "Message":
         async with lock:

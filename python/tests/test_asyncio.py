@@ -230,6 +230,33 @@ def test_call_async_calls_a_server_in_another_process(names):
     assert f"served {calls}" in finish(peer)
 
 
+def test_tasks_calling_on_one_connection_take_turns_in_each_event_loop_it_meets(names):
+    # A script or a test suite runs one event loop after another
+    # (`asyncio.run` each time) with the same connection; in each, several
+    # tasks call at once, so all but the first wait for their turn (each
+    # call takes the server 20 ms: ferry-peer's op 2).
+    name = unique("rpc")
+    peer = spawn_rust("rpc-server", name, "block", "1")
+    assert peer.stdout.readline().strip() == "ready"
+    to_server = _lookup(names, name)
+    conn = ferry.Connection(to_server, "block", LIMIT)
+    rounds, tasks = 3, 4
+
+    async def main(r: int) -> list[bytes]:
+        async def one(i: int) -> bytes:
+            request = ferry.Message(2, (20).to_bytes(4, "little") + f"call {i}".encode())
+            return (await ferry.call_async(conn, request, timeout=LIMIT)).body
+
+        return await asyncio.gather(*(one(r * tasks + i) for i in range(tasks)))
+
+    for r in range(rounds):
+        got = asyncio.run(main(r))
+        assert got == [f"call {i}".encode() for i in range(r * tasks, (r + 1) * tasks)], f"event loop {r + 1}"
+    assert conn.call(ferry.Message(7), LIMIT).op == 7
+    conn.close()
+    finish(peer)
+
+
 def test_call_async_times_out_and_the_late_reply_is_discarded(names):
     # ferry-peer's server: op 1 echoes, op 2 sleeps the milliseconds its
     # body starts with, then answers the rest; op 7 ends it.

@@ -132,6 +132,11 @@ thread_local! {
     static LAST: RefCell<CString> = RefCell::new(CString::default());
 }
 
+/// The text given for a failure once the calling thread's storage is torn
+/// down (a call from a `pthread_key_create` destructor or an `atexit`
+/// handler): the failure's own text cannot be kept there any more.
+const TORN_DOWN: &CStr = c"this thread is exiting, so the text of its last failure was not kept; the status says what failed";
+
 /// The text of the last failed ferry call on the calling thread (`""` if
 /// none failed yet). Successful calls leave it alone.
 ///
@@ -140,7 +145,7 @@ thread_local! {
 /// the next failing ferry call on the same thread; copy it to keep it.
 #[no_mangle]
 pub extern "C" fn ferry_last_error_message() -> *const c_char {
-    LAST.with(|l| l.borrow().as_ptr())
+    LAST.try_with(|l| l.try_borrow().map(|t| t.as_ptr())).ok().and_then(Result::ok).unwrap_or(TORN_DOWN.as_ptr())
 }
 
 /// A failure on its way to C: the status and the text for
@@ -192,12 +197,19 @@ fn panicked(p: Box<dyn std::any::Any + Send>) -> ferry_status {
     record(Failure::new(FERRY_ERR_PANIC, format!("ferry panicked: {what}")))
 }
 
-/// Records a failure's text for this thread and returns its status.
+/// Records a failure's text for this thread and returns its status. Once
+/// the thread's storage is torn down (thread-exit destructors, `atexit`
+/// handlers, which C code may call ferry from), the text is dropped and
+/// [`ferry_last_error_message`] says so: a panic here would abort.
 #[cold]
 #[inline(never)]
 pub(crate) fn record(f: Failure) -> ferry_status {
     let text = CString::new(f.text.replace('\0', "\\0")).unwrap_or_default();
-    LAST.with(|l| *l.borrow_mut() = text);
+    let _ = LAST.try_with(|l| {
+        if let Ok(mut last) = l.try_borrow_mut() {
+            *last = text;
+        }
+    });
     f.status
 }
 

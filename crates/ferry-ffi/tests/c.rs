@@ -134,6 +134,19 @@ fn c_reply_pairs_carry_one_answer_or_report_the_right_dropped() {
     assert!(out.contains("reply: ok"), "{out}");
 }
 
+/// ferry called from a thread's `pthread_key_create` destructor and from
+/// an `atexit` handler, after the library's thread-local storage is gone:
+/// messages still travel, and a failing call returns its status and a
+/// text instead of aborting the process.
+#[test]
+fn c_calls_made_while_a_thread_is_torn_down_return_their_status() {
+    let teardown = build("ferry_teardown", &["tests/c/teardown.c"]);
+    let out = succeeded("ferry_teardown", &wait_bounded(spawn(&teardown, &[], Path::new("/nonexistent")), LIMIT));
+    for stage in ["teardown: thread key destructor ok", "teardown: main done", "teardown: atexit handler ok"] {
+        assert!(out.contains(stage), "{out}");
+    }
+}
+
 /// A child made with `fork()` frees the copies of its parent's handles it
 /// does not use, an RPC server among them, without an error; the parent's
 /// server keeps its watcher thread and serves a second child's calls.

@@ -295,7 +295,12 @@ class Interface:
             elif t == "string":
                 if not isinstance(v, str):
                     raise TypeError(f"{v!r} is not a str")
-                b = v.encode()
+                try:
+                    b = v.encode()
+                except UnicodeEncodeError as e:
+                    # A lone surrogate (os.fsdecode's for a name that is
+                    # not UTF-8) has no UTF-8 form.
+                    raise ValueError(f"{v!r} is not UTF-8 text: {e.reason} at {e.start}") from None
                 enc.body += struct.pack("<I", len(b)) + b
             elif t == "bytes":
                 b = _bytes_of(v, t)
@@ -378,8 +383,10 @@ class Interface:
             enc.body += b"\0\0\0\0"
             try:
                 self.encode(ft, x, enc)
-            except (TypeError, ValueError) as e:
-                raise type(e)(f"{what}.{name}: {e}") from None
+            except TypeError as e:
+                raise TypeError(f"{what}.{name}: {e}") from None
+            except ValueError as e:
+                raise ValueError(f"{what}.{name}: {e}") from None
             enc.body[at : at + 4] = struct.pack("<I", len(enc.body) - at - 4)
 
     def decode(self, t: Any, dec: _Dec) -> Any:

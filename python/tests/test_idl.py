@@ -146,6 +146,27 @@ def test_values_not_of_their_type_are_refused_not_converted():
     assert TYPES.decode_reply("digest", reply) == 0.25
 
 
+def test_a_string_that_is_not_utf8_text_is_refused_with_value_error():
+    """A ``str`` with a lone surrogate (``os.fsdecode`` gives one for a
+    file name that is not UTF-8) has no UTF-8 form, so it cannot travel as
+    a ``string``: the client refuses it with ``ValueError`` naming the
+    argument, and a server answers such a result with a fault."""
+    key = os.fsdecode(b"name-\xff")
+    with pytest.raises(ValueError, match="get.key"):
+        KV.request("get", key)
+    entry = KV.types["Entry"]
+
+    class Lister:
+        def list(self) -> list[Any]:
+            return [entry(key=key, len=1)]
+
+    reply, ran = KV.dispatch(Lister(), KV.request("list"))
+    assert ran
+    with pytest.raises(idl.Fault) as e:
+        KV.decode_reply("list", reply)
+    assert e.value.code == 4 and "Entry.key" in e.value.text, e.value
+
+
 def test_bad_replies_are_typed_errors():
     for body in ["02", "0100", "01010000000000000000"]:  # bad tag, short, trailing
         with pytest.raises(idl.BadReply):

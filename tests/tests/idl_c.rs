@@ -39,6 +39,11 @@ fn lib_dir() -> PathBuf {
 /// Generates the store's C stubs into a fresh directory and compiles
 /// `program` (in `tests/idl/c/`) with them.
 fn build(program: &str) -> (PathBuf, PathBuf) {
+    build_with(program, &[])
+}
+
+/// As [`build`], with `flags` added to the compiler's.
+fn build_with(program: &str, flags: &[&str]) -> (PathBuf, PathBuf) {
     static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let dir = common::temp_path(format!("ferry-idl-c-{}-{}", std::process::id(), N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)));
     std::fs::create_dir_all(&dir).unwrap();
@@ -51,6 +56,7 @@ fn build(program: &str) -> (PathBuf, PathBuf) {
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let out = Command::new(&cc)
         .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O2", "-pthread", "-D_DEFAULT_SOURCE"])
+        .args(flags)
         .arg(format!("-I{}", repo().join("crates/ferry-ffi/include").display()))
         .arg(format!("-I{}", dir.display()))
         .arg(repo().join(format!("tests/idl/c/{program}.c")))
@@ -181,6 +187,46 @@ fn the_c_dispatcher_refuses_what_does_not_match() {
         bs.unregister("refuse.rpc").unwrap();
         let served = finish(store);
         assert!(served.contains("served 0 requests"), "{served}");
+        std::fs::remove_dir_all(dir).ok();
+    });
+}
+
+/// Whether the C compiler builds and runs a program with AddressSanitizer
+/// (and its leak check).
+fn address_sanitizer_works() -> bool {
+    let dir = common::temp_path(format!("ferry-idl-c-asan-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (src, exe) = (dir.join("probe.c"), dir.join("probe"));
+    std::fs::write(&src, "int main(void) { return 0; }\n").unwrap();
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let built = Command::new(&cc).arg("-fsanitize=address").arg(&src).arg("-o").arg(&exe).output().is_ok_and(|o| o.status.success());
+    let ran = built && Command::new(&exe).output().is_ok_and(|o| o.status.success());
+    std::fs::remove_dir_all(dir).ok();
+    ran
+}
+
+/// A C client given replies that do not decode frees what it decoded of
+/// them: each reply to `list` holds two entries, the second cut short
+/// after its key, and every call fails with `FERRY_IDL_BAD_REPLY`. The
+/// program is built with AddressSanitizer, whose leak check fails it if
+/// a key decoded before the failure is never freed.
+#[test]
+fn a_c_client_frees_a_list_that_fails_to_decode_part_way() {
+    if !address_sanitizer_works() {
+        eprintln!("skipped: the C compiler cannot build with -fsanitize=address here");
+        return;
+    }
+    watchdog("a_c_client_frees_a_list_that_fails_to_decode_part_way", LIMIT, || {
+        let (exe, dir) = build_with("kv_cut_list", &["-fsanitize=address", "-g"]);
+        let out = Command::new(&exe)
+            .arg("50")
+            .env("ASAN_OPTIONS", "detect_leaks=1")
+            .env("FERRY_NO_EMBED", "1")
+            .env("FERRY_NO_AUTOSTART", "1")
+            .output()
+            .expect("run kv_cut_list");
+        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success() && stdout.contains("kv-cut-list-ok"), "kv_cut_list failed with {}:\n{stdout}\n{stderr}", out.status);
         std::fs::remove_dir_all(dir).ok();
     });
 }

@@ -220,7 +220,7 @@ impl Gen {
                 g.proto(&format!("static void enc_{m}(fidl_enc *e, const {c} *v)"));
                 let _ = writeln!(g.funcs, "static void enc_{m}(fidl_enc *e, const {c} *v) {{\n    fidl_put_u32(e, (uint32_t)v->len);\n    for (size_t i = 0; i < v->len; i++) enc_{}(e, &v->items[i]);\n}}", i.m);
                 g.proto(&format!("static int dec_{m}(fidl_dec *d, {c} *v)"));
-                let _ = writeln!(g.funcs, "static int dec_{m}(fidl_dec *d, {c} *v) {{\n    uint32_t n;\n    v->items = NULL;\n    v->len = 0;\n    if (fidl_count(d, {}, &n)) return -1;\n    if (n == 0) return 0;\n    v->items = ({} *)calloc(n, sizeof *v->items);\n    if (v->items == NULL) return fidl_fail(d, \"out of memory\");\n    for (; v->len < n; v->len++)\n        if (dec_{}(d, &v->items[v->len])) return -1;\n    return 0;\n}}", i.min, i.c, i.m);
+                let _ = writeln!(g.funcs, "static int dec_{m}(fidl_dec *d, {c} *v) {{\n    uint32_t n;\n    v->items = NULL;\n    v->len = 0;\n    if (fidl_count(d, {}, &n)) return -1;\n    if (n == 0) return 0;\n    v->items = ({} *)calloc(n, sizeof *v->items);\n    if (v->items == NULL) return fidl_fail(d, \"out of memory\");\n    for (; v->len < n; v->len++)\n        if (dec_{}(d, &v->items[v->len])) {{\n            /* Not counted in len: what it decoded before failing is freed here. */\n            free_{}(&v->items[v->len]);\n            return -1;\n        }}\n    return 0;\n}}", i.min, i.c, i.m, i.m);
                 g.proto(&format!("static void free_{m}({c} *v)"));
                 let _ = writeln!(g.funcs, "static void free_{m}({c} *v) {{\n    for (size_t i = 0; i < v->len; i++) free_{}(&v->items[i]);\n    free(v->items);\n    v->items = NULL;\n    v->len = 0;\n}}", i.m);
             });

@@ -231,6 +231,22 @@ fn a_c_client_frees_a_list_that_fails_to_decode_part_way() {
     });
 }
 
+/// A C client given replies with no value (OK to `get`, the typed error to
+/// `put`, each with an empty body), into result and error structs the
+/// caller did not initialise, as the documentation's example leaves them:
+/// every call fails with `FERRY_IDL_BAD_REPLY`, without freeing what the
+/// uninitialised structs seemed to hold.
+#[test]
+fn a_c_client_given_a_reply_without_its_value_into_uninitialised_results_fails_cleanly() {
+    watchdog("a_c_client_given_a_reply_without_its_value_into_uninitialised_results_fails_cleanly", LIMIT, || {
+        let (exe, dir) = build("kv_empty_reply");
+        let out = Command::new(&exe).arg("20").env("FERRY_NO_EMBED", "1").env("FERRY_NO_AUTOSTART", "1").output().expect("run kv_empty_reply");
+        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success() && stdout.contains("kv-empty-reply-ok"), "kv_empty_reply failed with {}:\n{stdout}\n{stderr}", out.status);
+        std::fs::remove_dir_all(dir).ok();
+    });
+}
+
 ferry_idl::record! {
     /// Fields whose names are reserved words in C or C++.
     #[derive(Debug)]

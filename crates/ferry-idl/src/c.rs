@@ -844,9 +844,12 @@ pub fn generate(description: &Value, prefix: Option<&str>) -> Result<CStubs, CEr
         for (f, _) in &fields.types {
             let _ = writeln!(args_init, "    a.{f} = *arg_{f};");
         }
+        // `result` and `error` are the caller's, maybe never initialised
+        // (a local): zeroed before decoding, so that freeing what a failed
+        // decode left frees only what it decoded.
         let (res_dec, err_dec) = (
-            rt.as_ref().map_or("    r = 0;\n".to_owned(), |t| format!("    r = dec_{}(&d, result);\n", t.m)),
-            et.as_ref().map_or(String::new(), |t| format!("        r = dec_{}(&d, error);\n", t.m)),
+            rt.as_ref().map_or("    r = 0;\n".to_owned(), |t| format!("        memset(result, 0, sizeof *result);\n        r = dec_{}(&d, result);\n", t.m)),
+            et.as_ref().map_or(String::new(), |t| format!("        memset(error, 0, sizeof *error);\n        r = dec_{}(&d, error);\n", t.m)),
         );
         let _ = writeln!(
             client,

@@ -617,14 +617,19 @@ class Interface:
         """Serves requests arriving on ``port`` until no sender is left (or
         nothing arrives for ``timeout`` seconds: ferry's receive timeout).
         A call without a reply right is not run (nobody could learn its
-        outcome)."""
-        from .errors import NoSenders
+        outcome). A malformed message (``BadMessage``, which the receive
+        dropped whole) or a send-once right to the port destroyed unused
+        is skipped, as the Rust and C servers do: a peer cannot stop the
+        server with one."""
+        from .errors import BadMessage, NoSenders, SendOnceDropped
 
         while True:
             try:
                 m = port.recv(timeout)
             except NoSenders:
                 return
+            except (BadMessage, SendOnceDropped):
+                continue
             if m.op & ANSWER:
                 # An answer sent on to this server: never a request, and
                 # never answered.

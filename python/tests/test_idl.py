@@ -289,6 +289,37 @@ def test_rust_client_python_server_over_port_and_rpc():
     assert store.calls >= 12
 
 
+def test_a_python_server_goes_on_serving_after_malformed_datagrams(names):
+    """A peer that sends malformed datagrams to a typed server's port (the
+    Rust ``ferry-peer hostile-flood``: each is refused by the receive,
+    ``BadMessage``) does not stop it, as it does not stop the Rust and C
+    servers: a client's calls that follow are answered."""
+    store = PyStore()
+    name = unique("pykv-hostile")
+    rx, tx = ferry.port()
+    names.register(name, tx.clone())
+    errors: list[BaseException] = []
+
+    def serve() -> None:
+        try:
+            KV.serve_port(store, rx, LIMIT)
+        except BaseException as e:  # noqa: BLE001 - reported by the test
+            errors.append(e)
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    flood = spawn_rust("hostile-flood", name, "5")
+    finish(flood)
+    with KV.client(tx, timeout=LIMIT) as client:
+        assert client.put("after", region_of(b"flood")) is None
+        assert client.remove("after") is True
+    names.unregister(name)
+    thread.join(LIMIT * 2)
+    assert not thread.is_alive()
+    assert not errors, errors
+    assert store.calls == 2
+
+
 def fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 

@@ -153,9 +153,10 @@ where
     }
 }
 
-/// A send that a signal interrupted before it was sent: the Python
-/// exception, and the right and message to give back to their handles.
-pub(crate) struct Interrupted<R> {
+/// A send that did not happen (it failed, or a signal interrupted its
+/// wait for room): the Python exception, and the right and message to give
+/// back to their handles.
+pub(crate) struct Unsent<R> {
     pub(crate) error: PyErr,
     pub(crate) right: R,
     pub(crate) msg: ferry::Message,
@@ -165,31 +166,34 @@ pub(crate) struct Interrupted<R> {
 /// in slices of at most [`SIGNAL_SLICE`] so that pending signals are
 /// handled between them. A slice that times out gives the message and the
 /// right back (a send queues all of a message or none of it), and the next
-/// slice sends that same message: it is sent once or not at all.
+/// slice sends that same message: it is sent once or not at all. A send
+/// that fails, or that a signal interrupts, sent nothing: the message and
+/// the right come back whole with the exception, as a failed send hands
+/// them back in Rust.
 pub(crate) fn send_in_slices<R: Send>(
     py: Python<'_>,
     t: ferry::Timeout,
     right: R,
     msg: ferry::Message,
     send: impl Fn(R, ferry::Message, ferry::Timeout) -> Result<(), ferry::SendFailed<R>> + Sync,
-) -> Result<Result<(), ferry::SendError>, Box<Interrupted<R>>> {
+) -> Result<(), Box<Unsent<R>>> {
     let mut held = Some((right, msg));
     let r = interruptible(py, t, |e| matches!(e, ferry::SendError::Timeout), |slice| {
-        let (right, msg) = held.take().expect("a timed-out slice gives the message back");
+        let (right, msg) = held.take().expect("a failed slice gives the message back");
         send(right, msg, slice).map_err(|f| {
             let (e, msg, right) = f.into_parts();
             held = Some((right, msg));
             e
         })
     });
-    match r {
+    let error = match r {
+        Ok(Ok(())) => return Ok(()),
         // The last slice of a timeout may have had no time left, and a send
         // that does not wait says the queue is full: the timeout ran out.
-        Ok(Err(ferry::SendError::QueueFull)) if t != ferry::Timeout::Zero => Ok(Err(ferry::SendError::Timeout)),
-        Ok(sent) => Ok(sent),
-        Err(error) => {
-            let (right, msg) = held.take().expect("a timed-out slice gives the message back");
-            Err(Box::new(Interrupted { error, right, msg }))
-        }
-    }
+        Ok(Err(ferry::SendError::QueueFull)) if t != ferry::Timeout::Zero => errors::send_error(ferry::SendError::Timeout),
+        Ok(Err(e)) => errors::send_error(e),
+        Err(interrupted) => interrupted,
+    };
+    let (right, msg) = held.take().expect("a failed slice gives the message back");
+    Err(Box::new(Unsent { error, right, msg }))
 }

@@ -11,7 +11,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use crate::buffer::with_bytes;
-use crate::errors::{region_error, send_error};
+use crate::errors::region_error;
 use crate::port::{ReceiveRight, SendOnceRight, SendRight};
 use crate::region::{Region, RegionItem};
 
@@ -250,8 +250,8 @@ impl Message {
 
     /// Sends `answer` through this message's reply right, using the right
     /// up. Raises `ValueError` if the message carries no reply right. A
-    /// signal (Ctrl-C) that interrupts the wait for room leaves the right
-    /// and `answer` unused.
+    /// send that fails, or that a signal (Ctrl-C) interrupts while it
+    /// waits for room, leaves the right and `answer` unused.
     #[pyo3(signature = (answer, timeout=None))]
     fn reply(&mut self, py: Python<'_>, answer: &Bound<'_, Message>, timeout: Option<f64>) -> PyResult<()> {
         let t = crate::timeout(timeout)?;
@@ -261,13 +261,13 @@ impl Message {
         let r = self.msg.as_mut().ok_or_else(sent)?.take_reply().ok_or_else(|| PyValueError::new_err("this message carries no reply right"))?;
         let m = take_arg(answer)?;
         match crate::send_in_slices(py, t, r, m, |r, m, slice| r.send(m, slice)) {
-            Ok(sent) => sent.map_err(send_error),
-            Err(i) => {
-                let i = *i;
-                // Interrupted unsent: the reply right and the answer stay.
-                self.update(|m| m.with_reply(i.right))?;
-                restore_arg(answer, i.msg);
-                Err(i.error)
+            Ok(()) => Ok(()),
+            Err(u) => {
+                let u = *u;
+                // Unsent: the reply right and the answer stay.
+                self.update(|m| m.with_reply(u.right))?;
+                restore_arg(answer, u.msg);
+                Err(u.error)
             }
         }
     }

@@ -12,7 +12,7 @@ use std::sync::{Mutex, RwLock};
 
 use pyo3::prelude::*;
 
-use crate::errors::{os_error, recv_error, send_error};
+use crate::errors::{os_error, recv_error};
 use crate::message::Message;
 use crate::{gone, interruptible, lock, lock_py, read_py, send_in_slices, write_py};
 
@@ -214,9 +214,10 @@ impl SendRight {
     /// Sends `msg`, moving its rights and regions, waiting up to `timeout`
     /// seconds while the queue is full (`None`: forever; `0`: raise
     /// `QueueFull` at once). Raises `PeerDead` when the receive right is
-    /// gone, `SendTimeout`, `MessageTooLarge`. The message is used up
-    /// either way, except when a signal (Ctrl-C) interrupts the wait for
-    /// room: then nothing was sent, and the message can be sent again.
+    /// gone, `SendTimeout`, `MessageTooLarge`. A sent message is used up;
+    /// one that was not (the send failed, or a signal such as Ctrl-C
+    /// interrupted the wait for room) is left whole, rights and regions
+    /// inside, to send again or elsewhere.
     #[pyo3(signature = (msg, timeout=None))]
     fn send(&self, py: Python<'_>, msg: &Bound<'_, Message>, timeout: Option<f64>) -> PyResult<()> {
         let t = crate::timeout(timeout)?;
@@ -224,14 +225,11 @@ impl SendRight {
         let g = read_py(py, &self.inner);
         let right = g.as_ref().ok_or_else(|| gone("SendRight"))?;
         let m = crate::message::take_arg(msg)?;
-        match send_in_slices(py, t, (), m, |(), m, slice| right.send(m, slice)) {
-            Ok(sent) => sent.map_err(send_error),
-            Err(i) => {
-                let i = *i;
-                crate::message::restore_arg(msg, i.msg);
-                Err(i.error)
-            }
-        }
+        send_in_slices(py, t, (), m, |(), m, slice| right.send(m, slice)).map_err(|u| {
+            let u = *u;
+            crate::message::restore_arg(msg, u.msg);
+            u.error
+        })
     }
 
     /// Another send right to the same port.
@@ -333,9 +331,9 @@ impl SendOnceRight {
 
 #[pymethods]
 impl SendOnceRight {
-    /// Sends `msg` through this right, using it up. A signal (Ctrl-C) that
-    /// interrupts the wait for room leaves the right and the message
-    /// unused.
+    /// Sends `msg` through this right, using it up. A send that fails, or
+    /// that a signal (Ctrl-C) interrupts while it waits for room, leaves
+    /// the right and the message unused.
     #[pyo3(signature = (msg, timeout=None))]
     fn send(&self, py: Python<'_>, msg: &Bound<'_, Message>, timeout: Option<f64>) -> PyResult<()> {
         let t = crate::timeout(timeout)?;
@@ -344,16 +342,13 @@ impl SendOnceRight {
         }
         let right = self.take(py)?;
         let m = crate::message::take_arg(msg)?;
-        match send_in_slices(py, t, right, m, |r, m, slice| r.send(m, slice)) {
-            Ok(sent) => sent.map_err(send_error),
-            Err(i) => {
-                let i = *i;
-                // Interrupted unsent: the right and the message stay.
-                *lock_py(py, &self.inner) = Some(i.right);
-                crate::message::restore_arg(msg, i.msg);
-                Err(i.error)
-            }
-        }
+        send_in_slices(py, t, right, m, |r, m, slice| r.send(m, slice)).map_err(|u| {
+            let u = *u;
+            // Unsent: the right and the message stay.
+            *lock_py(py, &self.inner) = Some(u.right);
+            crate::message::restore_arg(msg, u.msg);
+            u.error
+        })
     }
 
     /// Whether the port's receive right is gone.

@@ -120,6 +120,70 @@ def test_errors_are_typed_per_family():
         rx.recv(LIMIT)
 
 
+def _fill(tx: ferry.SendRight) -> None:
+    with pytest.raises(ferry.QueueFull):
+        for _ in range(10_000):
+            tx.send(ferry.Message(0, bytes(1024)), timeout=0)
+
+
+def _drain(rx: ferry.ReceiveRight) -> None:
+    for _ in range(10_000):
+        try:
+            rx.recv(0)
+        except ferry.RecvTimeout:
+            return
+
+
+def test_a_failed_send_leaves_its_message_whole():
+    """A send that fails sent nothing and leaves the message as it was,
+    rights, regions and reply right inside, to send again (after
+    ``QueueFull`` or ``SendTimeout``) or elsewhere (after ``PeerDead``),
+    as in Rust and C; through a send-once right or as a reply, the right
+    stays too. A receive right in the message was the only one of its
+    port: losing it would destroy the port."""
+    rx, tx = ferry.port(queue_limit=4096)
+    precious_rx, precious_tx = ferry.port()
+    answer_rx, answer_tx = ferry.port()
+    region = ferry.Region(4096)
+    memoryview(region)[:5] = b"whole"
+    m = ferry.Message(7, b"body").add(precious_rx).add(region).set_reply(answer_rx.make_send_once())
+    _fill(tx)
+    for timeout in (0, 0.01):
+        with pytest.raises((ferry.QueueFull, ferry.SendTimeout)):
+            tx.send(m, timeout)
+        assert not m.sent, f"timeout {timeout}"
+    dead_rx, dead_tx = ferry.port()
+    dead_rx.close()
+    with pytest.raises(ferry.PeerDead):
+        dead_tx.send(m)
+    assert not m.sent
+
+    gone, once = ferry.reply_pair()
+    gone.close()
+    with pytest.raises(ferry.PeerDead):
+        once.send(m, 0)
+    assert not m.sent and not once.closed
+
+    _drain(rx)
+    tx.send(ferry.Message(8).set_reply(tx.clone()))
+    request = rx.recv(LIMIT)
+    _fill(tx)
+    with pytest.raises(ferry.QueueFull):
+        request.reply(m, 0)
+    assert not m.sent
+    _drain(rx)
+    request.reply(m, 0)
+    assert m.sent
+    got = rx.recv(LIMIT)
+    assert (got.op, got.body) == (7, b"body")
+    moved, item = got.items
+    assert item.copy_out()[:5] == b"whole"
+    precious_tx.send(ferry.Message(9))
+    assert moved.recv(LIMIT).op == 9, "the receive right travelled whole"
+    got.take_reply().send(ferry.Message(10))
+    assert answer_rx.recv(LIMIT).op == 10
+
+
 def test_a_send_given_a_timeout_ends_in_send_timeout_however_short():
     """A send given a timeout that ends while the queue is full raises
     ``SendTimeout``, also when the time left for its last wait rounds to

@@ -11,6 +11,7 @@ __all__ = [
     "port",
     "reply_pair",
     "counters",
+    "_forked",
     "ReceiveRight",
     "SendRight",
     "SendOnceRight",
@@ -42,6 +43,7 @@ _Item = SendRight | SendOnceRight | ReceiveRight | RegionItem | None
 def port(queue_limit: int | None = None) -> tuple[ReceiveRight, SendRight]: ...
 def reply_pair() -> tuple[ReplyReceiver, SendOnceRight]: ...
 def counters() -> dict[str, int]: ...
+def _forked() -> None: ...
 
 class _Handle:
     @property

@@ -96,6 +96,11 @@ pub(crate) fn rpc_error(e: RpcError) -> PyErr {
     raise(class, e.to_string())
 }
 
+/// A `RpcError` with its own text (no Rust error behind it).
+pub(crate) fn rpc_error_text(msg: String) -> PyErr {
+    raise("RpcError", msg)
+}
+
 /// An operating-system failure outside the families above (making a port or
 /// a port set).
 pub(crate) fn os_error(e: std::io::Error) -> PyErr {

@@ -22,6 +22,7 @@ mod portset;
 mod region;
 mod rpc;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
@@ -74,6 +75,38 @@ pub(crate) fn gone(what: &str) -> PyErr {
     PyValueError::new_err(format!("this {what} was closed or moved into a message or port set"))
 }
 
+/// How many forks this process is removed from the one that loaded the
+/// module: the hook `ferry/__init__.py` registers with
+/// `os.register_at_fork` counts one in each child. An RPC connection or
+/// server records the count it was made at, since its slot and sequence
+/// numbers are the making process's: see [`made_here`].
+static FORKS: AtomicU64 = AtomicU64::new(0);
+
+/// Counts a fork, in the child (`os.register_at_fork(after_in_child=...)`).
+#[pyfunction]
+fn _forked() {
+    FORKS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// The fork count a handle made now records.
+pub(crate) fn fork_count() -> u64 {
+    FORKS.load(Ordering::Relaxed)
+}
+
+/// `Ok` if a handle that recorded `made_at` was made in this process;
+/// else `RpcError`: a forked child's copy of a connection shares its slot
+/// and sequence numbers with the parent (and with every other child), so
+/// calls through copies would take each other's replies.
+pub(crate) fn made_here(made_at: u64, what: &str) -> PyResult<()> {
+    if made_at == fork_count() {
+        return Ok(());
+    }
+    Err(errors::rpc_error_text(format!(
+        "this {what} was opened by the process this one was forked from: its copies share one slot, and calls through them would take each \
+         other's replies; open a new {what} in this process (closing this copy leaves the other process's alone)"
+    )))
+}
+
 /// ferry's counters of this process (messages, bytes inline and mapped,
 /// bytes copied, regions, faults...) as a dict of name to count.
 #[pyfunction]
@@ -91,6 +124,7 @@ fn _ferry(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(port::port, m)?)?;
     m.add_function(wrap_pyfunction!(port::reply_pair, m)?)?;
     m.add_function(wrap_pyfunction!(counters, m)?)?;
+    m.add_function(wrap_pyfunction!(_forked, m)?)?;
     m.add_class::<port::ReceiveRight>()?;
     m.add_class::<port::SendRight>()?;
     m.add_class::<port::SendOnceRight>()?;

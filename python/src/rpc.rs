@@ -31,6 +31,8 @@ fn policy(name: &str) -> PyResult<Policy> {
 #[derive(Debug)]
 pub struct Connection {
     inner: Mutex<Option<ferry::rpc::Connection>>,
+    /// The fork count when it was opened ([`crate::made_here`]).
+    made_at: u64,
 }
 
 #[pymethods]
@@ -48,20 +50,22 @@ impl Connection {
             right.with_detached(|s| connecting.wait(s, slice)).map_err(|_| None)?.map_err(Some)
         })?;
         match r {
-            Ok(c) => Ok(Connection { inner: Mutex::new(Some(c)) }),
+            Ok(c) => Ok(Connection { inner: Mutex::new(Some(c)), made_at: crate::fork_count() }),
             Err(Some(e)) => Err(rpc_error(e)),
             Err(None) => Err(gone("SendRight")),
         }
     }
 
     /// Sends `request` and waits up to `timeout` seconds for the reply.
-    /// Raises `RpcTimeout` (a later reply is discarded) or `RpcPeerDead`.
-    /// The request is sent once; the wait for its reply is made in slices,
-    /// so that a signal (Ctrl-C) interrupts it, and the call is then
-    /// abandoned as after a timeout.
+    /// Raises `RpcTimeout` (a later reply is discarded) or `RpcPeerDead`;
+    /// `RpcError`, sending nothing, in a child forked after the connection
+    /// was opened (open one there). The request is sent once; the wait for
+    /// its reply is made in slices, so that a signal (Ctrl-C) interrupts
+    /// it, and the call is then abandoned as after a timeout.
     #[pyo3(signature = (request, timeout=None))]
     fn call(&self, py: Python<'_>, request: &Bound<'_, Message>, timeout: Option<f64>) -> PyResult<Message> {
         let t = crate::timeout(timeout)?;
+        crate::made_here(self.made_at, "Connection")?;
         // Held from the request to its reply: a call of another thread in
         // between would abandon this one.
         let mut g = lock_py(py, &self.inner);
@@ -78,6 +82,7 @@ impl Connection {
     /// `PendingCall` whose reply `try_reply(pending)` takes. For
     /// `ferry.call_async`.
     fn send_request(&self, py: Python<'_>, request: &Bound<'_, Message>) -> PyResult<PendingCall> {
+        crate::made_here(self.made_at, "Connection")?;
         let mut g = lock_py(py, &self.inner);
         let conn = g.as_mut().ok_or_else(|| gone("Connection"))?;
         // Taken once the connection is known open, as in `call`.
@@ -90,6 +95,7 @@ impl Connection {
     /// yet, after asking the server to make `fileno()` poll readable when
     /// it replies. Any other outcome ends the call. For `ferry.call_async`.
     fn try_reply(&self, py: Python<'_>, pending: &PendingCall) -> PyResult<Message> {
+        crate::made_here(self.made_at, "Connection")?;
         let mut g = lock_py(py, &self.inner);
         let conn = g.as_mut().ok_or_else(|| gone("Connection"))?;
         let mut p = lock_py(py, &pending.inner);
@@ -192,7 +198,7 @@ impl Connecting {
         match c.wait(&self.server, ferry::Timeout::Zero) {
             Ok(conn) => {
                 *g = None;
-                Ok(Connection { inner: Mutex::new(Some(conn)) })
+                Ok(Connection { inner: Mutex::new(Some(conn)), made_at: crate::fork_count() })
             }
             Err(e) => Err(rpc_error(e)),
         }
@@ -225,6 +231,8 @@ pub struct ConnId(ferry::rpc::ConnId);
 #[derive(Debug)]
 pub struct RpcServer {
     inner: Mutex<Option<ferry::rpc::RpcServer>>,
+    /// The fork count when it was made ([`crate::made_here`]).
+    made_at: u64,
 }
 
 #[pymethods]
@@ -236,7 +244,7 @@ impl RpcServer {
         let p = self::policy(policy)?;
         let mut s = ferry::rpc::RpcServer::new(port.get().take(py)?).map_err(os_error)?;
         s.set_policy(p);
-        Ok(RpcServer { inner: Mutex::new(Some(s)) })
+        Ok(RpcServer { inner: Mutex::new(Some(s)), made_at: crate::fork_count() })
     }
 
     /// Sends `reply` (a `(conn, message)` pair, or `None`), then waits up to
@@ -248,6 +256,7 @@ impl RpcServer {
     #[pyo3(signature = (reply=None, timeout=None))]
     fn reply_and_wait(&self, py: Python<'_>, reply: Option<(PyRef<'_, ConnId>, Bound<'_, Message>)>, timeout: Option<f64>) -> PyResult<(ConnId, Message)> {
         let t = crate::timeout(timeout)?;
+        crate::made_here(self.made_at, "RpcServer")?;
         let mut first = match reply {
             Some((id, m)) => Some((id.0, crate::message::take_arg(&m)?)),
             None => None,
@@ -276,6 +285,7 @@ impl RpcServer {
 
     /// Sends the reply to the request last taken from `conn`.
     fn reply(&self, py: Python<'_>, conn: PyRef<'_, ConnId>, msg: &Bound<'_, Message>) -> PyResult<()> {
+        crate::made_here(self.made_at, "RpcServer")?;
         let m = crate::message::take_arg(msg)?;
         let (inner, id) = (&self.inner, conn.0);
         py.detach(|| lock(inner).as_mut().map(|s| s.reply(id, m))).ok_or_else(|| gone("RpcServer"))?.map_err(rpc_error)

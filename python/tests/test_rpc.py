@@ -125,3 +125,60 @@ def test_a_reply_too_large_to_travel_fails_its_call_and_the_server_goes_on():
     t.join(LIMIT)
     assert outcomes == ["RpcError", b"small answered"]
     server.close()
+
+
+def test_a_connection_opened_before_a_fork_refuses_calls_in_the_child():
+    """Calls on one connection share its slot and their sequence numbers,
+    which a forked child holds a copy of: children calling on a connection
+    their parent opened got each other's replies. A child's call on it is
+    refused (``RpcError``, nothing sent) and a connection the child opens
+    works, as does the parent's, before and after."""
+    import os
+    import threading
+
+    rx, tx = ferry.port()
+    server = ferry.RpcServer(rx, "block")
+
+    def serve() -> None:
+        reply = None
+        while True:
+            try:
+                conn, req = server.reply_and_wait(reply, LIMIT)
+            except ferry.FerryError:
+                return
+            reply = (conn, ferry.Message(req.op + 1, req.body))
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    conn = ferry.Connection(tx, "block", LIMIT)
+    assert conn.call(ferry.Message(1, b"parent"), LIMIT).body == b"parent"
+    children = []
+    for c in range(2):
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                request = ferry.Message(2, b"child %d" % c)
+                try:
+                    conn.call(request, LIMIT)
+                except ferry.RpcError as e:
+                    code = 2 if isinstance(e, (ferry.RpcTimeout, ferry.RpcPeerDead)) or request.sent else 0
+                if code == 0:
+                    with ferry.Connection(tx, "block", LIMIT) as own:
+                        for k in range(100):
+                            body = b"child %d call %d" % (c, k)
+                            if own.call(ferry.Message(k, body), LIMIT).body != body:
+                                code = 3
+            finally:
+                os._exit(code)
+        children.append(pid)
+    codes = [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in children]
+    assert codes == [0, 0], "each child: 1 = its call went through, 2 = failed otherwise, 3 = own connection's wrong reply"
+    for k in range(100):
+        body = b"parent call %d" % k
+        assert conn.call(ferry.Message(k, body), LIMIT).body == body
+    conn.close()
+    tx.close()
+    thread.join(LIMIT)
+    assert not thread.is_alive()
+    server.close()

@@ -621,7 +621,7 @@ class Interface:
         dropped whole) or a send-once right to the port destroyed unused
         is skipped, as the Rust and C servers do: a peer cannot stop the
         server with one."""
-        from .errors import BadMessage, NoSenders, SendOnceDropped
+        from .errors import BadMessage, MessageTooLarge, NoSenders, SendOnceDropped
 
         while True:
             try:
@@ -643,8 +643,18 @@ class Interface:
             if answer is not None and reply_right is not None:
                 try:
                     reply_right.send(answer, 0)
+                except MessageTooLarge as e:
+                    # The answer cannot travel: say so instead, as the Rust
+                    # server does.
+                    try:
+                        reply_right.send(_fault(4, f"the reply could not be sent: {e}"), 0)
+                    except FerryError:
+                        pass
                 except FerryError:
                     pass  # a client gone or not reading loses its reply only
+                # A reply right a failed send left unused goes now: its
+                # client learns at once that no answer comes.
+                reply_right.close()
 
     def serve_rpc(self, impl: Any, server: _ferry.RpcServer, timeout: float | None = None) -> None:
         """Serves calls on an RPC server until it has no clients left."""

@@ -320,6 +320,30 @@ def test_a_python_server_goes_on_serving_after_malformed_datagrams(names):
     assert store.calls == 2
 
 
+def test_a_python_server_answers_a_reply_too_large_to_send_with_a_fault():
+    """A result too large for a message (a listing of more than 64 KiB)
+    cannot be sent as the reply over a port: the client gets the
+    ``ReplyTooLarge`` fault, as from the Rust server, and the server goes
+    on serving."""
+
+    class Huge:
+        def list(self) -> list[Any]:
+            return [KV.types["Entry"](key=f"{i:0200d}", len=i) for i in range(1000)]
+
+        def remove(self, key: str) -> bool:
+            return key == "x"
+
+    rx, tx = ferry.port()
+    thread = threading.Thread(target=KV.serve_port, args=(Huge(), rx, LIMIT))
+    thread.start()
+    with KV.client(tx, timeout=LIMIT) as client:
+        with pytest.raises(idl.ReplyTooLarge):
+            client.list()
+        assert client.remove("x") is True
+    thread.join(LIMIT * 2)
+    assert not thread.is_alive()
+
+
 def fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 

@@ -4,7 +4,9 @@ without blocking the event loop.
 
 Every helper tries the non-blocking call first, then waits on the handle's
 ``fileno()`` with ``loop.add_reader`` and tries again; the descriptor is asked
-for anew each time, so send-once rights made meanwhile are seen. Several
+for anew each time, so send-once rights made meanwhile are seen. A wait
+lasts at most 200 ms before the helper tries again, so a handle closed
+under a waiting task ends its wait with ``ValueError``. Several
 tasks may await the same port or port set: each message goes to one of
 them. Calls on one connection are made one at a time, in the order they
 were awaited.
@@ -24,8 +26,16 @@ if TYPE_CHECKING:  # pragma: no cover
     from ._ferry import ConnId, Connection, Event, Message, PortSet, ReceiveRight, ReplyReceiver, RpcServer, SendRight, _Policy
 
 
+#: Longest a helper waits on a descriptor before it tries its handle
+#: again. A handle closed meanwhile (by another task or thread) leaves the
+#: duplicate a wait watches with nothing that will ever make it ready; the
+#: next try raises ``ValueError``, as a blocking call's next slice does.
+_SLICE = 0.2
+
+
 async def _ready(fd: int, writable: bool = False) -> None:
-    """Waits until ``fd`` polls readable (or ``writable``). The loop watches
+    """Waits until ``fd`` polls readable (or ``writable``), or for at most
+    ``_SLICE`` seconds; the caller tries again either way. The loop watches
     a duplicate of ``fd`` made for this wait alone: a loop keeps one reader
     per descriptor number, and a handle closed while a task waited on its
     own number would leave the loop watching that number after the kernel
@@ -43,10 +53,12 @@ async def _ready(fd: int, writable: bool = False) -> None:
         if not fut.done():
             fut.set_result(None)
 
+    slice_over = loop.call_later(_SLICE, ready)
     try:
         add(own, ready)
         await fut
     finally:
+        slice_over.cancel()
         remove(own)
         os.close(own)
 

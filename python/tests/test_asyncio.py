@@ -164,6 +164,61 @@ def test_a_port_closed_under_a_waiting_task_leaves_its_descriptor_number_usable(
     assert asyncio.run(main()) == 7
 
 
+def test_a_task_awaiting_a_handle_closed_under_it_gets_value_error():
+    """A task awaiting a port, a port set, an RPC server or a call whose
+    handle another task closes raises ``ValueError``, as a blocking call
+    in another thread does, instead of waiting for ever on a descriptor
+    nothing will make ready again."""
+    import threading
+
+    def answered_never() -> tuple[ferry.RpcServer, ferry.Connection, threading.Event]:
+        # A server that accepts one connection and never answers its call.
+        rx, tx = ferry.port()
+        server = ferry.RpcServer(rx, "block")
+        done = threading.Event()
+
+        def accept() -> None:
+            with contextlib.suppress(ferry.FerryError, ValueError):
+                server.reply_and_wait(None, LIMIT)  # takes the call, never answers
+            done.wait(LIMIT)
+
+        threading.Thread(target=accept, daemon=True).start()
+        return server, ferry.Connection(tx, "block", LIMIT), done
+
+    async def main() -> list[str]:
+        rx, _tx = ferry.port()
+        ps = ferry.PortSet()
+        member_rx, _member_tx = ferry.port()
+        ps.insert(member_rx)
+        rpc_rx, _rpc_tx = ferry.port()
+        server = ferry.RpcServer(rpc_rx)
+        other, conn, done = answered_never()
+        waits = {
+            "recv_async": (ferry.recv_async(rx), rx),
+            "wait_async": (ferry.wait_async(ps), ps),
+            "reply_and_wait_async": (ferry.reply_and_wait_async(server), server),
+            "call_async": (ferry.call_async(conn, ferry.Message(1)), conn),
+        }
+        tasks = {name: asyncio.create_task(w) for name, (w, _) in waits.items()}
+        await asyncio.sleep(0.2)  # every task waits on its descriptor by now
+        for _, handle in waits.values():
+            handle.close()
+        got = []
+        for name, task in tasks.items():
+            try:
+                await asyncio.wait_for(task, 10)
+                got.append(f"{name}: returned")
+            except ValueError:
+                got.append(f"{name}: ValueError")
+            except asyncio.TimeoutError:
+                got.append(f"{name}: still waiting")
+        done.set()
+        other.close()
+        return got
+
+    assert asyncio.run(main()) == [f"{name}: ValueError" for name in ("recv_async", "wait_async", "reply_and_wait_async", "call_async")]
+
+
 def test_an_rpc_server_serves_calls_inside_the_event_loop():
     rx, tx = ferry.port()
     server = ferry.RpcServer(rx)

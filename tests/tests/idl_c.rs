@@ -365,6 +365,39 @@ fn compile_stubs(desc: &serde_json::Value, prefix: &str) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// An interface name is any string: one with quotes, backslashes, the end
+/// of a comment, a trigraph, a newline and letters beyond ASCII is written
+/// into the stubs' comments and their `PREFIX_NAME` string (which the
+/// version check sends) so that they compile, as C and as C++, and the
+/// string holds the name's bytes exactly.
+#[test]
+fn an_interface_name_of_any_characters_is_a_c_string_of_its_bytes() {
+    let name = "acme \"kv\" \\ */ /* ??= tab\there\nline 2 \u{e9}t\u{e9}";
+    let mut desc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(repo().join("tests/idl/example.kv.json")).unwrap()).unwrap();
+    let d = desc.get_mut("description").unwrap_or_else(|| panic!("the contract holds a description"));
+    d["interface"] = serde_json::Value::String(name.into());
+    compile_stubs(&desc, "odd");
+    let dir = common::temp_path(format!("ferry-idl-c-{}-odd-name", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let stubs = ferry_idl::c::generate(&desc, Some("odd")).expect("C stubs");
+    std::fs::write(dir.join(&stubs.header_name), &stubs.header).unwrap();
+    std::fs::write(dir.join("name.c"), "#include <stdio.h>\n#include \"odd.h\"\nint main(void) { fputs(ODD_NAME, stdout); return 0; }\n").unwrap();
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let out = Command::new(&cc)
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror"])
+        .arg(format!("-I{}", repo().join("crates/ferry-ffi/include").display()))
+        .arg(format!("-I{}", dir.display()))
+        .arg(dir.join("name.c"))
+        .arg("-o")
+        .arg(dir.join("name"))
+        .output()
+        .unwrap_or_else(|e| panic!("run {cc}: {e}"));
+    assert!(out.status.success(), "a program printing ODD_NAME does not compile:\n{}", String::from_utf8_lossy(&out.stderr));
+    let printed = Command::new(dir.join("name")).output().expect("run it");
+    assert_eq!(String::from_utf8_lossy(&printed.stdout), name);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn the_name_service_and_names_that_are_reserved_words_compile_to_c() {
     // The name service's operations include `register` and its listing a

@@ -59,6 +59,32 @@ pub struct CStubs {
     pub source: String,
 }
 
+/// `s` as the inside of a C string literal holding its UTF-8 bytes:
+/// printable ASCII as it is, but for `"`, `\` and `?` (trigraphs), which
+/// are escaped, and every other byte as a three-digit octal escape (which
+/// no following digit can extend). The result has no `*/` or `/*`, so it
+/// may go inside a comment too.
+fn c_literal(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        match b {
+            b'"' | b'\\' | b'?' => {
+                out.push('\\');
+                out.push(char::from(b));
+            }
+            // `*/` would end a comment the name is quoted in, and `/*`
+            // in one is warned about.
+            b'/' if out.ends_with('*') => out.push_str("\\057"),
+            b'*' if out.ends_with('/') => out.push_str("\\052"),
+            0x20..=0x7e => out.push(char::from(b)),
+            _ => {
+                let _ = write!(out, "\\{b:03o}");
+            }
+        }
+    }
+    out
+}
+
 /// `CamelCase` or `dotted.name` to `snake_case`.
 fn snake(s: &str) -> String {
     let mut out = String::new();
@@ -759,10 +785,12 @@ static int fidl_reply_code(ferry_idl_client *c, fidl_dec *d, int has_error) {
 /// A [`CError`] naming what the description lacks or what C cannot name.
 pub fn generate(description: &Value, prefix: Option<&str>) -> Result<CStubs, CError> {
     let d = description.get("description").unwrap_or(description);
-    let iname = d.get("interface").and_then(Value::as_str).ok_or_else(|| bad("no interface name"))?;
+    let name = d.get("interface").and_then(Value::as_str).ok_or_else(|| bad("no interface name"))?;
+    // The name goes into string literals and comments, escaped.
+    let iname = c_literal(name);
     let version = d.get("version").and_then(Value::as_u64).ok_or_else(|| bad("no version"))?;
     let compatible = d.get("compatible").and_then(Value::as_u64).ok_or_else(|| bad("no compatible version"))?;
-    let p = prefix.map(str::to_owned).unwrap_or_else(|| snake(iname));
+    let p = prefix.map(str::to_owned).unwrap_or_else(|| snake(name));
     if !ident_ok(&p) {
         return Err(bad(format!("prefix {p:?} is not a C identifier")));
     }

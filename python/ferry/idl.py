@@ -733,7 +733,10 @@ def _fault(code: int, text: str) -> _ferry.Message:
 class Client:
     """A typed proxy: one method per operation of its interface. It owns the
     send right or connection it was made with; ``close()`` (or leaving a
-    ``with`` block) closes it."""
+    ``with`` block) closes it. An operation named like one of the client's
+    own methods or attributes (``close``, ``call``, ``timeout``...) is the
+    method of that name with an underscore (``close_()``), as the C stubs
+    name it; ``call(name, ...)`` calls any operation by its name."""
 
     def __init__(self, iface: Interface, to: _ferry.SendRight | _ferry.Connection, timeout: float | None = None) -> None:
         self.interface = iface
@@ -783,13 +786,24 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _own(self, name: str) -> bool:
+        """Whether ``name`` is the client's own (``close``, ``call``...),
+        which an operation of that name does not hide."""
+        return hasattr(Client, name) or name in vars(self)
+
     def __getattr__(self, name: str) -> Callable[..., Any]:
-        if name.startswith("_") or name not in self.interface.operations:
+        op = name
+        if name.endswith("_") and self._own(name[:-1]):
+            # An operation named like the client's own method or attribute
+            # is reached with an underscore, as the C stubs name it.
+            op = name[:-1]
+        if name.startswith("_") or op not in self.interface.operations:
             raise AttributeError(f"{self.interface.name} has no operation {name!r}")
-        return lambda *args, **kwargs: self.call(name, *args, **kwargs)
+        return lambda *args, **kwargs: self.call(op, *args, **kwargs)
 
     def __dir__(self) -> list[str]:
-        return sorted(set(super().__dir__()) | set(self.interface.operations))
+        ops = {op + "_" if self._own(op) else op for op in self.interface.operations}
+        return sorted(set(super().__dir__()) | ops)
 
 
 def load(description: str | bytes | dict[str, Any]) -> Interface:

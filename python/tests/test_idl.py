@@ -344,6 +344,57 @@ def test_a_python_server_answers_a_reply_too_large_to_send_with_a_fault():
     assert not thread.is_alive()
 
 
+FILES = idl.load(
+    {
+        "interface": "test.files",
+        "version": 1,
+        "compatible": 1,
+        "operations": [
+            {"name": "open", "ordinal": 1, "kind": "call", "args": [{"name": "path", "ordinal": 1, "type": "string"}], "result": "u32", "error": None},
+            {"name": "close", "ordinal": 2, "kind": "call", "args": [{"name": "fd", "ordinal": 1, "type": "u32"}], "result": "bool", "error": None},
+            {"name": "call", "ordinal": 3, "kind": "call", "args": [], "result": "string", "error": None},
+        ],
+    }
+)
+
+
+def test_operations_named_like_the_clients_own_methods_are_called_with_an_underscore():
+    """A client's ``close()`` closes the client and ``call(name, ...)``
+    calls by name, so an interface's own ``close`` and ``call`` operations
+    are its methods ``close_()`` and ``call_()`` (as C names them), and
+    ``dir()`` lists them so."""
+
+    class Files:
+        def __init__(self) -> None:
+            self.closed: list[int] = []
+
+        def open(self, path: str) -> int:
+            return len(path)
+
+        def close(self, fd: int) -> bool:
+            self.closed.append(fd)
+            return True
+
+        def call(self) -> str:
+            return "called"
+
+    impl = Files()
+    rx, tx = ferry.port()
+    thread = threading.Thread(target=FILES.serve_port, args=(impl, rx, LIMIT))
+    thread.start()
+    with FILES.client(tx, timeout=LIMIT) as client:
+        assert {"open", "close_", "call_"} <= set(dir(client))
+        assert client.open("abc") == 3
+        assert client.close_(3) is True
+        assert client.call_() == "called"
+        assert client.call("close", 4) is True
+        with pytest.raises(AttributeError):
+            client.open_
+    assert impl.closed == [3, 4]
+    thread.join(LIMIT * 2)
+    assert not thread.is_alive()
+
+
 def fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 

@@ -398,6 +398,46 @@ fn an_interface_name_of_any_characters_is_a_c_string_of_its_bytes() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Records and enumerations are named in C from their names, beside the
+/// helpers the stubs bring and the names they give operations: a record
+/// named `Hello` compiles (the version check's helpers are named apart),
+/// and two things the description keeps apart that C would name alike
+/// (a record `ListEntry` beside the list of `Entry`, an operation
+/// `dispatch` beside the dispatcher, an enumeration `Bool` beside `bool`,
+/// an enumeration `Op` whose variant
+/// `Put` is named like operation `put`'s ordinal, two different records
+/// named `Entry`) are refused with an error naming both, instead of
+/// stubs that do not compile or that decode one as the other.
+#[test]
+fn a_record_named_hello_compiles_and_names_c_would_confuse_are_refused() {
+    let kv = std::fs::read_to_string(repo().join("tests/idl/example.kv.json")).unwrap();
+    let parse = |text: &str| -> serde_json::Value { serde_json::from_str(text).unwrap() };
+    compile_stubs(&parse(&kv.replace("\"Entry\"", "\"Hello\"")), "hello");
+
+    let ops = |d: &mut serde_json::Value| -> Vec<serde_json::Value> { d["description"]["operations"].as_array().unwrap().clone() };
+    let with_op = |op: serde_json::Value| {
+        let mut d = parse(&kv);
+        let mut list = ops(&mut d);
+        list.push(op);
+        d["description"]["operations"] = serde_json::Value::Array(list);
+        d
+    };
+    let record = |name: &str, field: &str| serde_json::json!({"record": name, "fields": [{"name": field, "ordinal": 1, "type": "u32"}]});
+    let refused = [
+        (with_op(serde_json::json!({"name": "first", "ordinal": 9, "kind": "call", "args": [], "result": record("ListEntry", "n"), "error": null})), "ListEntry"),
+        (parse(&kv.replace("\"name\": \"remove\"", "\"name\": \"dispatch\"")), "dispatch"),
+        (parse(&kv.replace("\"KvError\"", "\"Bool\"")), "enum Bool"),
+        (with_op(serde_json::json!({"name": "pick", "ordinal": 9, "kind": "call", "args": [], "result": {"enum": "Op", "variants": [{"name": "Put", "ordinal": 1, "payload": null}]}, "error": null})), "Op::Put"),
+        (with_op(serde_json::json!({"name": "other", "ordinal": 9, "kind": "call", "args": [], "result": record("Entry", "other"), "error": null})), "Entry"),
+    ];
+    for (desc, what) in refused {
+        match ferry_idl::c::generate(&desc, Some("kv")) {
+            Err(e) => assert!(e.to_string().contains(what), "{what}: {e}"),
+            Ok(_) => panic!("{what}: stubs were made"),
+        }
+    }
+}
+
 #[test]
 fn the_name_service_and_names_that_are_reserved_words_compile_to_c() {
     // The name service's operations include `register` and its listing a

@@ -177,7 +177,12 @@ struct Gen {
     funcs: String,
     /// Prototypes of the static functions.
     protos: String,
-    done: BTreeMap<String, ()>,
+    /// Every stem the stubs make names from (`PREFIX_STEM`, `enc_STEM`,
+    /// `PREFIX_free_STEM`...; `#` and the upper-case rest for a constant),
+    /// and what it names: its description and definition. Two things the
+    /// description keeps apart that C would name alike are refused, rather
+    /// than one silently taking the other's code.
+    names: BTreeMap<String, (String, Value)>,
 }
 
 impl Gen {
@@ -185,25 +190,25 @@ impl Gen {
     fn ty(&mut self, t: &Value) -> Result<Ty, CError> {
         if let Some(s) = t.as_str() {
             if let Some((_, c, n)) = SCALARS.iter().find(|(name, ..)| *name == s) {
-                self.scalar(s, c);
+                self.scalar(s, c)?;
                 return Ok(Ty { c: (*c).into(), m: s.into(), min: *n, optional: false });
             }
             return match s {
                 "bool" => {
-                    self.once("bool", |g| {
+                    self.once("bool", t, |g| {
                         g.proto("static void enc_bool(fidl_enc *e, const bool *v)");
                         g.funcs.push_str("static void enc_bool(fidl_enc *e, const bool *v) { uint8_t b = *v ? 1 : 0; fidl_put(e, &b, 1); }\n");
                         g.proto("static int dec_bool(fidl_dec *d, bool *v)");
                         g.funcs.push_str("static int dec_bool(fidl_dec *d, bool *v) {\n    const uint8_t *b;\n    if (fidl_take(d, 1, &b)) return -1;\n    if (*b > 1) return fidl_fail(d, \"a bool is neither 0 nor 1\");\n    *v = *b == 1;\n    return 0;\n}\n");
                         g.funcs.push_str("static void free_bool(bool *v) { (void)v; }\n");
                         g.proto("static void free_bool(bool *v)");
-                    });
+                    })?;
                     Ok(Ty { c: "bool".into(), m: "bool".into(), min: 1, optional: false })
                 }
                 "string" | "bytes" => {
                     let utf8 = s == "string";
                     let m = if utf8 { "str" } else { "bytes" };
-                    self.once(m, |g| {
+                    self.once(m, t, |g| {
                         g.proto(&format!("static void enc_{m}(fidl_enc *e, const ferry_idl_bytes *v)"));
                         let _ = writeln!(g.funcs, "static void enc_{m}(fidl_enc *e, const ferry_idl_bytes *v) {{ fidl_put_u32(e, (uint32_t)v->len); fidl_put(e, v->data, v->len); }}");
                         g.proto(&format!("static int dec_{m}(fidl_dec *d, ferry_idl_bytes *v)"));
@@ -214,7 +219,7 @@ impl Gen {
                         );
                         g.proto(&format!("static void free_{m}(ferry_idl_bytes *v)"));
                         let _ = writeln!(g.funcs, "static void free_{m}(ferry_idl_bytes *v) {{ free(v->data); v->data = NULL; v->len = 0; }}");
-                    });
+                    })?;
                     Ok(Ty { c: "ferry_idl_bytes".into(), m: m.into(), min: 4, optional: false })
                 }
                 "unit" => Err(bad("unit appears only as a result")),
@@ -226,7 +231,7 @@ impl Gen {
             let i = self.ty(inner)?;
             let m = format!("opt_{}", i.m);
             let c = format!("{}_{m}", self.p);
-            self.once(&m.clone(), |g| {
+            self.once(&m.clone(), t, |g| {
                 let _ = writeln!(g.decls, "/** An optional `{}`: `value` means something only if `present`. */\ntypedef struct {c} {{\n    bool present;\n    {} value;\n}} {c};\n", i.c, i.c);
                 g.proto(&format!("static void enc_{m}(fidl_enc *e, const {c} *v)"));
                 let _ = writeln!(g.funcs, "static void enc_{m}(fidl_enc *e, const {c} *v) {{\n    uint8_t tag = v->present ? 1 : 0;\n    fidl_put(e, &tag, 1);\n    if (v->present) enc_{}(e, &v->value);\n}}", i.m);
@@ -234,14 +239,14 @@ impl Gen {
                 let _ = writeln!(g.funcs, "static int dec_{m}(fidl_dec *d, {c} *v) {{\n    const uint8_t *t;\n    if (fidl_take(d, 1, &t)) return -1;\n    if (*t > 1) return fidl_fail(d, \"an optional value's tag is neither 0 nor 1\");\n    v->present = *t == 1;\n    return v->present ? dec_{}(d, &v->value) : 0;\n}}", i.m);
                 g.proto(&format!("static void free_{m}({c} *v)"));
                 let _ = writeln!(g.funcs, "static void free_{m}({c} *v) {{\n    if (v->present) free_{}(&v->value);\n    v->present = false;\n}}", i.m);
-            });
+            })?;
             return Ok(Ty { c, m, min: 1, optional: true });
         }
         if let Some(inner) = o.get("list") {
             let i = self.ty(inner)?;
             let m = format!("list_{}", i.m);
             let c = format!("{}_{m}", self.p);
-            self.once(&m.clone(), |g| {
+            self.once(&m.clone(), t, |g| {
                 let _ = writeln!(g.decls, "/** A list of `{}`. */\ntypedef struct {c} {{\n    {} *items;\n    size_t len;\n}} {c};\n", i.c, i.c);
                 g.proto(&format!("static void enc_{m}(fidl_enc *e, const {c} *v)"));
                 let _ = writeln!(g.funcs, "static void enc_{m}(fidl_enc *e, const {c} *v) {{\n    fidl_put_u32(e, (uint32_t)v->len);\n    for (size_t i = 0; i < v->len; i++) enc_{}(e, &v->items[i]);\n}}", i.m);
@@ -249,7 +254,7 @@ impl Gen {
                 let _ = writeln!(g.funcs, "static int dec_{m}(fidl_dec *d, {c} *v) {{\n    uint32_t n;\n    v->items = NULL;\n    v->len = 0;\n    if (fidl_count(d, {}, &n)) return -1;\n    if (n == 0) return 0;\n    v->items = ({} *)calloc(n, sizeof *v->items);\n    if (v->items == NULL) return fidl_fail(d, \"out of memory\");\n    for (; v->len < n; v->len++)\n        if (dec_{}(d, &v->items[v->len])) {{\n            /* Not counted in len: what it decoded before failing is freed here. */\n            free_{}(&v->items[v->len]);\n            return -1;\n        }}\n    return 0;\n}}", i.min, i.c, i.m, i.m);
                 g.proto(&format!("static void free_{m}({c} *v)"));
                 let _ = writeln!(g.funcs, "static void free_{m}({c} *v) {{\n    for (size_t i = 0; i < v->len; i++) free_{}(&v->items[i]);\n    free(v->items);\n    v->items = NULL;\n    v->len = 0;\n}}", i.m);
-            });
+            })?;
             return Ok(Ty { c, m, min: 4, optional: false });
         }
         if let Some(n) = o.get("array") {
@@ -259,7 +264,7 @@ impl Gen {
             let len = o.get("len").and_then(Value::as_u64).ok_or_else(|| bad("an array without len"))? as usize;
             let m = format!("arr{len}");
             let c = format!("{}_{m}", self.p);
-            self.once(&m.clone(), |g| {
+            self.once(&m.clone(), t, |g| {
                 let _ = writeln!(g.decls, "/** {len} bytes. */\ntypedef struct {c} {{\n    uint8_t bytes[{len}];\n}} {c};\n");
                 g.proto(&format!("static void enc_{m}(fidl_enc *e, const {c} *v)"));
                 let _ = writeln!(g.funcs, "static void enc_{m}(fidl_enc *e, const {c} *v) {{ fidl_put(e, v->bytes, {len}); }}");
@@ -267,15 +272,16 @@ impl Gen {
                 let _ = writeln!(g.funcs, "static int dec_{m}(fidl_dec *d, {c} *v) {{\n    const uint8_t *b;\n    if (fidl_take(d, {len}, &b)) return -1;\n    memcpy(v->bytes, b, {len});\n    return 0;\n}}");
                 g.proto(&format!("static void free_{m}({c} *v)"));
                 let _ = writeln!(g.funcs, "static void free_{m}({c} *v) {{ (void)v; }}");
-            });
+            })?;
             return Ok(Ty { c, m, min: len, optional: false });
         }
         if let Some(name) = o.get("record").and_then(Value::as_str) {
             let m = snake(name);
             let c = format!("{}_{m}", self.p);
             let fields = o.get("fields").and_then(Value::as_array).ok_or_else(|| bad(format!("record {name} without fields")))?.clone();
-            if !self.done.contains_key(&m) {
-                self.done.insert(m.clone(), ());
+            let what = format!("record {name}");
+            if self.claim_type(&m, &what, t)? {
+                self.claim(&format!("{m}_fields"), &what, t)?;
                 let body = self.fields_code(&fields, &format!("record {name}"), "v->")?;
                 let mut decl = format!("/** Record `{name}`. */\ntypedef struct {c} {{\n");
                 for (f, t) in &body.types {
@@ -304,13 +310,13 @@ impl Gen {
             let m = snake(name);
             let c = format!("{}_{m}", self.p);
             let variants = o.get("variants").and_then(Value::as_array).ok_or_else(|| bad(format!("enum {name} without variants")))?.clone();
-            if !self.done.contains_key(&m) {
-                self.done.insert(m.clone(), ());
+            if self.claim_type(&m, &format!("enum {name}"), t)? {
                 let (mut union, mut enc, mut dec, mut free) = (String::new(), String::new(), String::new(), String::new());
                 for v in &variants {
                     let vname = v.get("name").and_then(Value::as_str).ok_or_else(|| bad("a variant without a name"))?;
                     let ord = v.get("ordinal").and_then(Value::as_u64).ok_or_else(|| bad("a variant without an ordinal"))?;
                     let konst = format!("{}_{}_{}", self.p, m, snake(vname)).to_ascii_uppercase();
+                    self.claim(&format!("#{}_{}", m, snake(vname)).to_ascii_uppercase(), &format!("variant {name}::{vname}"), v)?;
                     let _ = writeln!(self.consts, "/** `{name}::{vname}`. */\n#define {konst} {ord}u");
                     let field = member(&snake(vname));
                     match v.get("payload") {
@@ -347,14 +353,14 @@ impl Gen {
             if o.contains_key(key) {
                 let m = key.to_owned();
                 let free_fn = format!("ferry_{}_free", key);
-                self.once(&m.clone(), |g| {
+                self.once(&m.clone(), t, |g| {
                     g.proto(&format!("static void enc_{m}(fidl_enc *e, {handle} const *v)"));
                     let _ = writeln!(g.funcs, "static void enc_{m}(fidl_enc *e, {handle} const *v) {{\n    /* The right is consumed by the message whatever happens. */\n    fidl_put_u32(e, e->items++);\n    if (e->st == FERRY_OK) e->st = {add}(e->msg, *v);\n    else {free_fn}(*v);\n}}");
                     g.proto(&format!("static int dec_{m}(fidl_dec *d, {handle}*v)"));
                     let _ = writeln!(g.funcs, "static int dec_{m}(fidl_dec *d, {handle}*v) {{\n    uint32_t i;\n    ferry_item_kind k;\n    if (fidl_item(d, &i)) return -1;\n    if (ferry_message_item_kind(d->msg, i, &k) != FERRY_OK || k != {kind}) return fidl_fail(d, \"an item is not a {}\");\n    if ({take}(d->msg, i, v) != FERRY_OK) return fidl_fail(d, \"an item could not be taken\");\n    return 0;\n}}", key.replace('_', " "));
                     g.proto(&format!("static void free_{m}({handle}*v)"));
                     let _ = writeln!(g.funcs, "static void free_{m}({handle}*v) {{ {free_fn}(*v); *v = NULL; }}");
-                });
+                })?;
                 return Ok(Ty { c: handle.trim_end().into(), m, min: 4, optional: false });
             }
         }
@@ -367,35 +373,62 @@ impl Gen {
                 other => return Err(bad(format!("unknown region mode {other:?}"))),
             };
             let flags = if mode == "by_value" { "FERRY_MAP_READ_ONLY" } else { "FERRY_MAP_READ_ONLY | FERRY_MAP_ALLOW_SENDER_WRITES" };
-            self.once(m, |g| {
+            self.once(m, t, |g| {
                 g.proto(&format!("static void enc_{m}(fidl_enc *e, const ferry_idl_region *v)"));
                 let _ = writeln!(g.funcs, "static void enc_{m}(fidl_enc *e, const ferry_idl_region *v) {{\n    /* Sent by copy: the region stays the caller's. */\n    fidl_put_u32(e, e->items++);\n    if (e->st == FERRY_OK) e->st = v->out == NULL ? FERRY_ERR_NULL : ferry_message_add_region_copy(e->msg, v->out);\n}}");
                 g.proto(&format!("static int dec_{m}(fidl_dec *d, ferry_idl_region *v)"));
                 let _ = writeln!(g.funcs, "static int dec_{m}(fidl_dec *d, ferry_idl_region *v) {{\n    uint32_t i;\n    size_t len;\n    ferry_region_mode mode;\n    ferry_item_kind k;\n    v->out = NULL;\n    v->in = NULL;\n    if (fidl_item(d, &i)) return -1;\n    if (ferry_message_item_kind(d->msg, i, &k) != FERRY_OK || k != FERRY_ITEM_REGION) return fidl_fail(d, \"an item is not a region\");\n    if (ferry_message_region_info(d->msg, i, &len, &mode) != FERRY_OK || !({check})) return fidl_fail(d, \"a region travels in another mode than declared\");\n    if (ferry_message_map_region(d->msg, i, {flags}, &v->in) != FERRY_OK) return fidl_fail(d, \"a region could not be mapped\");\n    return 0;\n}}");
                 g.proto(&format!("static void free_{m}(ferry_idl_region *v)"));
                 let _ = writeln!(g.funcs, "static void free_{m}(ferry_idl_region *v) {{ ferry_mapped_region_free(v->in); v->in = NULL; }}");
-            });
+            })?;
             return Ok(Ty { c: "ferry_idl_region".into(), m: m.into(), min: 4, optional: false });
         }
         Err(bad(format!("unknown type {t}")))
     }
 
-    fn scalar(&mut self, s: &str, c: &str) {
-        self.once(s, |g| {
+    fn scalar(&mut self, s: &str, c: &str) -> Result<(), CError> {
+        self.once(s, &Value::String(s.to_owned()), |g| {
             g.proto(&format!("static void enc_{s}(fidl_enc *e, const {c} *v)"));
             let _ = writeln!(g.funcs, "static void enc_{s}(fidl_enc *e, const {c} *v) {{ uint8_t b[sizeof *v]; fidl_le(b, v, sizeof *v); fidl_put(e, b, sizeof b); }}");
             g.proto(&format!("static int dec_{s}(fidl_dec *d, {c} *v)"));
             let _ = writeln!(g.funcs, "static int dec_{s}(fidl_dec *d, {c} *v) {{\n    const uint8_t *b;\n    if (fidl_take(d, sizeof *v, &b)) return -1;\n    fidl_le(v, b, sizeof *v);\n    return 0;\n}}");
             g.proto(&format!("static void free_{s}({c} *v)"));
             let _ = writeln!(g.funcs, "static void free_{s}({c} *v) {{ (void)v; }}");
-        });
+        })
     }
 
-    fn once(&mut self, key: &str, f: impl FnOnce(&mut Gen)) {
-        if !self.done.contains_key(key) {
-            self.done.insert(key.to_owned(), ());
+    /// Claims `stem` for `what` (defined as `def`): true the first time,
+    /// false when the same thing claims it again.
+    ///
+    /// # Errors
+    /// When something else has the stem.
+    fn claim(&mut self, stem: &str, what: &str, def: &Value) -> Result<bool, CError> {
+        match self.names.get(stem) {
+            None => {
+                self.names.insert(stem.to_owned(), (what.to_owned(), def.clone()));
+                Ok(true)
+            }
+            Some((w, d)) if w == what && d == def => Ok(false),
+            Some((w, _)) if w == what => Err(bad(format!("{what} is described twice, differently; rename one"))),
+            Some((w, _)) => Err(bad(format!("{what} and {w} would have the same name in C (from `{stem}`); rename one"))),
+        }
+    }
+
+    /// Claims a type's stem `m` (its C type and helpers, and its public
+    /// free function); true the first time.
+    fn claim_type(&mut self, m: &str, what: &str, def: &Value) -> Result<bool, CError> {
+        let first = self.claim(m, what, def)?;
+        self.claim(&format!("free_{m}"), what, def)?;
+        Ok(first)
+    }
+
+    /// Runs `f`, which writes the helpers of type `t` named from `key`, the
+    /// first time `key` is asked for.
+    fn once(&mut self, key: &str, t: &Value, f: impl FnOnce(&mut Gen)) -> Result<(), CError> {
+        if self.claim_type(key, &format!("the type {t}"), t)? {
             f(self);
         }
+        Ok(())
     }
 
     fn proto(&mut self, sig: &str) {
@@ -795,7 +828,11 @@ pub fn generate(description: &Value, prefix: Option<&str>) -> Result<CStubs, CEr
         return Err(bad(format!("prefix {p:?} is not a C identifier")));
     }
     let ops = d.get("operations").and_then(Value::as_array).ok_or_else(|| bad("no operations"))?;
-    let mut g = Gen { p: p.clone(), decls: String::new(), consts: String::new(), funcs: String::new(), protos: String::new(), done: BTreeMap::new() };
+    let mut g = Gen { p: p.clone(), decls: String::new(), consts: String::new(), funcs: String::new(), protos: String::new(), names: BTreeMap::new() };
+    // The stubs' own names.
+    for own in ["client", "client_free", "connect_port", "connect_rpc", "dispatch", "server_ops", "serve_port", "serve_rpc", "#NAME", "#VERSION", "#COMPATIBLE"] {
+        g.claim(own, &format!("the stubs' own {p}_{}", own.trim_start_matches('#')), &Value::Null)?;
+    }
     let upper = p.to_ascii_uppercase();
 
     let mut api = String::new(); // public prototypes
@@ -816,6 +853,10 @@ pub fn generate(description: &Value, prefix: Option<&str>) -> Result<CStubs, CEr
             return Err(bad(format!("{name}: ordinal {ord} is not below 2^31 (operation ids with bit 31 set are answers)")));
         }
         seen_ords.push(ord);
+        let what = format!("operation {name}");
+        g.claim(name, &what, op)?;
+        g.claim_type(&format!("{name}_args"), &what, op)?;
+        g.claim(&format!("#OP_{}", name.to_ascii_uppercase()), &what, op)?;
         // The server's table names the operation as a struct member.
         let op_member = member(name);
         let oneway = op.get("kind").and_then(Value::as_str) == Some("oneway");
@@ -979,7 +1020,7 @@ pub fn generate(description: &Value, prefix: Option<&str>) -> Result<CStubs, CEr
         c,
         r#"/* ---- the version check (operation 0) ---- */
 
-static void enc_hello(fidl_enc *e) {{
+static void fidl_enc_hello(fidl_enc *e) {{
     static const char name[] = {upper}_NAME;
     uint32_t v = {upper}_VERSION, cv = {upper}_COMPATIBLE;
     uint16_t ord;
@@ -991,7 +1032,7 @@ static void enc_hello(fidl_enc *e) {{
 }}
 
 /* Reads a Hello record: the name (compared with ours), version, compatible. */
-static int dec_hello(fidl_dec *d, int *same_name, uint32_t *version, uint32_t *compatible) {{
+static int fidl_dec_hello(fidl_dec *d, int *same_name, uint32_t *version, uint32_t *compatible) {{
     static const char name[] = {upper}_NAME;
     uint32_t len;
     int seen[4] = {{0, 0, 0, 0}};
@@ -1033,7 +1074,7 @@ static int fidl_connect({p}_client *c, {p}_client **out) {{
     if (st != FERRY_OK) {{ {p}_client_free(c); return st; }}
     fidl_enc e;
     fidl_enc_init(&e, m);
-    enc_hello(&e);
+    fidl_enc_hello(&e);
     st = fidl_enc_finish(&e);
     if (st == FERRY_OK) st = fidl_call(c, m, &reply);
     ferry_message_free(m);
@@ -1045,7 +1086,7 @@ static int fidl_connect({p}_client *c, {p}_client **out) {{
         if (code == 0) {{
             int same = 0;
             uint32_t v = 0, cv = 0;
-            if (dec_hello(&d, &same, &v, &cv) || fidl_finish(&d)) code = FERRY_IDL_BAD_REPLY;
+            if (fidl_dec_hello(&d, &same, &v, &cv) || fidl_finish(&d)) code = FERRY_IDL_BAD_REPLY;
             else if (!same || v < {upper}_COMPATIBLE) code = FERRY_IDL_INCOMPATIBLE;
             else c->peer_version = v;
         }} else if (code == FERRY_IDL_FAULT && c->fault_code == FERRY_IDL_FAULT_INCOMPATIBLE) {{
@@ -1089,7 +1130,7 @@ void {p}_client_free({p}_client *c) {{
 static ferry_message *fidl_answer_hello(ferry_message *request, fidl_dec *d) {{
     int same = 0;
     uint32_t v = 0, cv = 0;
-    if (dec_hello(d, &same, &v, &cv) || fidl_finish(d)) {{
+    if (fidl_dec_hello(d, &same, &v, &cv) || fidl_finish(d)) {{
         char why[240];
         snprintf(why, sizeof why, "version check: %s", d->err);
         return fidl_fault(request, 2, why);
@@ -1100,7 +1141,7 @@ static ferry_message *fidl_answer_hello(ferry_message *request, fidl_dec *d) {{
     if (fidl_new_reply(request, FERRY_IDL_REPLY_OK, &r) != FERRY_OK) return NULL;
     fidl_enc e;
     fidl_enc_init(&e, r);
-    enc_hello(&e);
+    fidl_enc_hello(&e);
     if (fidl_enc_finish(&e) != FERRY_OK) {{ ferry_message_free(r); return NULL; }}
     return r;
 }}

@@ -240,6 +240,7 @@ class Interface:
         self.operations: dict[str, dict[str, Any]] = {}
         self.by_ordinal: dict[int, dict[str, Any]] = {}
         self.types: dict[str, Any] = {}
+        self._records: dict[str, Any] = {}
         self._collect(_HELLO)
         for op in d["operations"]:
             if op["ordinal"] == OP_HELLO or op["ordinal"] & ANSWER or op["ordinal"] in self.by_ordinal or op["name"] in self.operations:
@@ -259,8 +260,12 @@ class Interface:
         if "record" in t:
             if t["record"] not in self.types:
                 self.types[t["record"]] = collections.namedtuple(t["record"], [f["name"] for f in t["fields"]])
+                self._records[t["record"]] = t
                 for f in t["fields"]:
                     self._collect(f["type"])
+            elif self._records[t["record"]] != t:
+                # Its values would be made into the other record's class.
+                raise ValueError(f"{self.name}: two different records are named {t['record']}; rename one")
         for key in ("list", "optional"):
             if key in t:
                 self._collect(t[key])

@@ -395,6 +395,24 @@ def test_operations_named_like_the_clients_own_methods_are_called_with_an_unders
     assert not thread.is_alive()
 
 
+def test_two_different_records_of_one_name_are_refused_at_load():
+    """Records are made into classes by name (``iface.types``): a
+    description with two different records of one name (two Rust types
+    named ``Entry`` in different modules, say) is refused when loaded,
+    instead of one record's values failing to decode later as the other
+    (a ``TypeError`` out of the dispatcher, which stopped its server)."""
+    desc = json.loads(json.dumps(CONTRACT))
+    other = {"record": "Entry", "fields": [{"name": "other", "ordinal": 1, "type": "u32"}]}
+    desc["description"]["operations"].append({"name": "other", "ordinal": 9, "kind": "call", "args": [], "result": other, "error": None})
+    with pytest.raises(ValueError, match="Entry"):
+        idl.load(desc)
+    # The same record used twice is one record.
+    same = json.loads(json.dumps(CONTRACT))
+    entry = same["description"]["operations"][3]["result"]["list"]
+    same["description"]["operations"].append({"name": "first", "ordinal": 9, "kind": "call", "args": [], "result": entry, "error": None})
+    assert idl.load(same).types["Entry"]._fields == ("key", "len")
+
+
 def fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 

@@ -701,3 +701,47 @@ fn a_port_set_costs_the_same_however_many_send_once_rights_are_out() {
     let made = made.len();
     assert!(made <= 40 * 8, "40 rounds through a port set beside 500 outstanding send-once rights made {made} registering, receiving and waiting calls");
 }
+
+/// 40 messages of 64 bytes through a port for each way of receiving them
+/// (waiting without a bound, without waiting, with a timeout), and 40
+/// receives that find the port empty.
+fn messages_each_way_of_receiving() {
+    let (mut rx, tx) = ferry::port().unwrap();
+    let body = vec![7u8; 64];
+    let _ = rustix::process::getppid();
+    for timeout in [Timeout::Infinite, Timeout::Zero, Timeout::After(Duration::from_secs(10))] {
+        for i in 0..40 {
+            tx.send(Message::new(i).with_body(body.clone()), Timeout::Infinite).unwrap();
+            let m = rx.recv(timeout).unwrap();
+            assert_eq!((m.op(), m.body().len()), (i, 64));
+        }
+    }
+    for _ in 0..40 {
+        assert!(matches!(rx.recv(Timeout::Zero), Err(RecvError::Timeout)));
+    }
+    let _ = rustix::process::getppid();
+    println!("done");
+}
+
+#[test]
+fn a_message_costs_one_send_and_one_receive_call() {
+    if common::counted_child() {
+        messages_each_way_of_receiving();
+        return;
+    }
+    let _serial = common::serial();
+    // Every system call a message could take beside its one `sendto(2)`
+    // and one `recvmsg(2)`.
+    let calls = "sendto,sendmsg,recvmsg,recvfrom,poll,ppoll,epoll_wait,epoll_pwait,epoll_ctl,fcntl,ioctl,setsockopt,getsockopt,futex,clock_gettime";
+    let Some(made) = common::counted_calls("a_message_costs_one_send_and_one_receive_call", calls) else { return };
+    let count = |name: &str| made.iter().filter(|l| l.contains(&format!("{name}("))).count();
+    let (sends, receives) = (count("sendto") + count("sendmsg"), count("recvmsg") + count("recvfrom"));
+    assert_eq!((sends, receives), (120, 160), "120 messages sent and received, 40 empty receives:\n{}", made.join("\n"));
+    // The timed receives set the socket's receive timer once.
+    assert!(made.len() <= sends + receives + 1, "calls beside the sends and receives:\n{}", made.join("\n"));
+    // The kernel copies the sender's address out to a receive that asks
+    // for it: a port's sending end is bound to one (it passes
+    // credentials), and nothing reads it.
+    let named = made.iter().filter(|l| l.contains("recvmsg(") && l.contains("msg_name={")).count();
+    assert_eq!(named, 0, "{named} of {receives} receives asked for the sender's address");
+}

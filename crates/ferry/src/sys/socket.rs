@@ -1,19 +1,22 @@
 //! Unix sequenced-packet sockets: the kernel object behind every port.
 //!
-//! Everything here is safe `rustix` except [`queued_bytes`], which needs an
-//! `ioctl` rustix does not wrap. File descriptors become [`OwnedFd`] the moment
+//! Everything here is safe `rustix` except [`queued_bytes`] and
+//! [`peer_groups`], which need calls rustix does not wrap, and the receive,
+//! which calls `recvmsg(2)` without asking for the sender's address (rustix
+//! always asks, and the kernel then copies it out for every datagram). File
+//! descriptors become [`OwnedFd`] the moment
 //! the kernel hands them over (in `recvmsg`'s control buffer), so nothing above
 //! this module ever sees a raw descriptor number.
 
 use std::cell::Cell;
-use std::io::{IoSlice, IoSliceMut};
+use std::io::IoSlice;
 use std::mem::MaybeUninit;
-use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::path::Path;
 
 use rustix::io::Errno;
 use rustix::net::{
-    self, AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, ReturnFlags,
+    self, AddressFamily,
     SendAncillaryBuffer, SendAncillaryMessage, SendFlags, SocketAddrUnix, SocketFlags, SocketType,
 };
 
@@ -148,29 +151,79 @@ pub fn recv(sock: BorrowedFd<'_>, buf: &mut [u8], wait: bool) -> rustix::io::Res
     }
 }
 
+/// Room for the control messages of one datagram: the most descriptors
+/// the kernel passes, and the sender's credentials.
+const CONTROL_LEN: usize = rustix::cmsg_space!(ScmRights(MAX_FDS), ScmCredentials(1));
+
+/// A control buffer aligned for `cmsghdr`. It is never initialised: the
+/// kernel writes the control messages, and only what it says it wrote is
+/// read.
+#[repr(C)]
+struct Control {
+    _align: [libc::cmsghdr; 0],
+    bytes: [MaybeUninit<u8>; CONTROL_LEN],
+}
+
+/// One `recvmsg(2)` without the sender's address: the kernel would copy
+/// the peer's name out on every datagram (a socket passing credentials is
+/// bound to one), and nothing here reads it.
 fn recv_once(sock: BorrowedFd<'_>, buf: &mut [u8], wait: bool) -> rustix::io::Result<Datagram> {
-    let mut space = [MaybeUninit::<u8>::uninit();
-        rustix::cmsg_space!(ScmRights(MAX_FDS), ScmCredentials(1))];
-    let mut control = RecvAncillaryBuffer::new(&mut space);
-    let mut flags = RecvFlags::CMSG_CLOEXEC;
+    let mut control = Control { _align: [], bytes: [MaybeUninit::uninit(); CONTROL_LEN] };
+    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    // SAFETY: `msghdr` is plain data for which all zeroes is a valid value
+    // (no name, no buffers, no flags).
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.bytes.as_mut_ptr().cast();
+    msg.msg_controllen = CONTROL_LEN as _;
+    let mut flags = libc::MSG_CMSG_CLOEXEC;
     if !wait {
-        flags |= RecvFlags::DONTWAIT;
+        flags |= libc::MSG_DONTWAIT;
     }
-    let mut iov = [IoSliceMut::new(buf)];
-    let got = net::recvmsg(sock, &mut iov, &mut control, flags)?;
+    // SAFETY: `msg` points to one iovec over `buf` and to `control`, both
+    // live and writable for their whole stated lengths during the call; the
+    // descriptor is borrowed and valid for it.
+    let got = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, flags) };
+    if got < 0 {
+        return Err(Errno::from_raw_os_error(std::io::Error::last_os_error().raw_os_error().unwrap_or(0)));
+    }
     let mut fds = Vec::new();
     let mut cred = None;
-    for msg in control.drain() {
-        match msg {
-            RecvAncillaryMessage::ScmRights(iter) => fds.extend(iter),
-            RecvAncillaryMessage::ScmCredentials(c) => cred = Some(Cred::from(c)),
-            _ => {}
+    // SAFETY: the kernel wrote `msg.msg_controllen` bytes of well-formed
+    // control messages at the start of `control` (the CMSG macros stay
+    // within that length, and `control` is aligned for `cmsghdr`). Each
+    // descriptor in an `SCM_RIGHTS` message was just installed in this
+    // process for us alone, so it becomes an `OwnedFd` at once, exactly
+    // once; data are read unaligned as the kernel lays them out.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            let data = libc::CMSG_DATA(c);
+            let len = ((*c).cmsg_len as usize).saturating_sub(data.offset_from(c.cast::<u8>()) as usize);
+            match ((*c).cmsg_level, (*c).cmsg_type) {
+                (libc::SOL_SOCKET, libc::SCM_RIGHTS) => {
+                    let n = len / std::mem::size_of::<libc::c_int>();
+                    fds.reserve_exact(n);
+                    for i in 0..n {
+                        let fd = data.cast::<libc::c_int>().add(i).read_unaligned();
+                        fds.push(OwnedFd::from_raw_fd(fd));
+                    }
+                }
+                (libc::SOL_SOCKET, libc::SCM_CREDENTIALS) if len >= std::mem::size_of::<libc::ucred>() => {
+                    let u = data.cast::<libc::ucred>().read_unaligned();
+                    cred = Some(Cred { pid: u.pid, uid: u.uid, gid: u.gid });
+                }
+                _ => {}
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
         }
     }
+    let got = got as usize;
     Ok(Datagram {
-        len: got.bytes.min(iov[0].len()),
-        truncated: got.flags.contains(ReturnFlags::TRUNC),
-        fds_truncated: got.flags.contains(ReturnFlags::CTRUNC),
+        len: got.min(buf.len()),
+        truncated: msg.msg_flags & libc::MSG_TRUNC != 0,
+        fds_truncated: msg.msg_flags & libc::MSG_CTRUNC != 0,
         fds,
         cred,
     })

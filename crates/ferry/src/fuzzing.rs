@@ -282,7 +282,7 @@ pub fn wire(data: &[u8]) {
         let lowered = msg.lower().expect("an accepted message cannot be sent again");
         let n = lowered.fds().len();
         assert_eq!(n, nfds, "descriptors were lost or made up");
-        let again = wire::parse(lowered.bytes(), n).expect("a received message lowers to bytes that do not parse");
+        let again = wire::parse(&lowered.bytes(), n).expect("a received message lowers to bytes that do not parse");
         assert_eq!((again.op, again.flags, &again.items), (p.op, p.flags, &p.items), "a received message lowers differently");
     }
     fds.check_released("wire");

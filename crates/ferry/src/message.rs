@@ -8,6 +8,7 @@
 //! into rights and regions, a step that cannot fail. A rejected message's
 //! descriptors are closed when the error is returned.
 
+use std::io::IoSlice;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use crate::error::{SendError, SendFailed, WireError};
@@ -211,12 +212,20 @@ impl Message {
     /// descriptors travel beside them. A message that breaks a limit comes
     /// back untouched beside the error.
     pub(crate) fn lower(self) -> Result<Lowered, (SendError, Message)> {
+        self.lower_prefixed(&[])
+    }
+
+    /// [`lower`](Self::lower) with `prefix` on the wire before the body,
+    /// as inline bytes of the message (the framing of an RPC request or
+    /// reply): the body is not copied to make room for it.
+    pub(crate) fn lower_prefixed(self, prefix: &[u8]) -> Result<Lowered, (SendError, Message)> {
         let nitems = self.items.len() + usize::from(self.reply.is_some());
         if nitems > MAX_ITEMS {
             return Err((SendError::TooLarge(format!("{nitems} items, the limit is {MAX_ITEMS}")), self));
         }
-        if self.body.len() > MAX_INLINE {
-            let why = format!("{} inline bytes, the limit is {MAX_INLINE}; send large data out of line", self.body.len());
+        let inline = prefix.len() + self.body.len();
+        if inline > MAX_INLINE {
+            let why = format!("{inline} inline bytes, the limit is {MAX_INLINE}; send large data out of line");
             return Err((SendError::TooLarge(why), self));
         }
         let reply_fds = usize::from(self.reply.is_some());
@@ -237,9 +246,14 @@ impl Message {
             );
         }
         let descs: Vec<ItemDesc> = items.iter().map(describe).collect();
-        let mut bytes = Vec::with_capacity(wire::HEADER_LEN + descs.len() * wire::ITEM_LEN + body.len());
-        wire::encode(&mut bytes, op, flags, &descs, &body);
-        Ok(Lowered { bytes, items, op, flags, body })
+        let gather = body.len() > GATHER_FROM;
+        let mut head = Vec::with_capacity(wire::HEADER_LEN + descs.len() * wire::ITEM_LEN + prefix.len() + if gather { 0 } else { body.len() });
+        wire::encode_head(&mut head, op, flags, &descs, inline);
+        head.extend_from_slice(prefix);
+        if !gather {
+            head.extend_from_slice(&body);
+        }
+        Ok(Lowered { head, gather, inline, items, op, flags, body })
     }
 
     /// Builds a received message from a datagram read into `buf`, after
@@ -340,10 +354,25 @@ fn raise(d: &ItemDesc, mut fds: Vec<OwnedFd>, ident: (u64, u64)) -> Item {
     }
 }
 
+/// Bodies longer than this are sent from where they are, beside the
+/// message's header (`sendmsg(2)` of two buffers), instead of copied after
+/// the header into one buffer for `send(2)`: for a long body the copy, and
+/// the allocation it needs, cost more than the longer system call (a port
+/// message of 65000 bytes allocated and copied 65 KiB for every send, and
+/// with the receiver's copy the C library returned memory to the kernel
+/// and faulted it back in on every message).
+const GATHER_FROM: usize = 2048;
+
 /// A message ready to go: its bytes, and the items that own the descriptors
 /// listed beside them.
 pub(crate) struct Lowered {
-    bytes: Vec<u8>,
+    /// The header and item descriptors, then the inline bytes: the
+    /// prefix, and the body too unless `gather`.
+    head: Vec<u8>,
+    /// The body travels from `body`, after `head`.
+    gather: bool,
+    /// Inline bytes on the wire: the prefix and the body.
+    inline: usize,
     items: Vec<Item>,
     op: u32,
     flags: u8,
@@ -351,8 +380,24 @@ pub(crate) struct Lowered {
 }
 
 impl Lowered {
-    pub(crate) fn bytes(&self) -> &[u8] {
-        &self.bytes
+    /// The message's bytes on the wire, in order: one buffer, or the head
+    /// and the body.
+    pub(crate) fn parts(&self) -> ([IoSlice<'_>; 2], usize) {
+        if self.gather {
+            ([IoSlice::new(&self.head), IoSlice::new(&self.body)], 2)
+        } else {
+            ([IoSlice::new(&self.head), IoSlice::new(&[])], 1)
+        }
+    }
+
+    /// The message's bytes on the wire, joined.
+    #[cfg(feature = "fuzzing")]
+    pub(crate) fn bytes(&self) -> Vec<u8> {
+        let mut v = self.head.clone();
+        if self.gather {
+            v.extend_from_slice(&self.body);
+        }
+        v
     }
 
     /// The descriptors to pass, in item order.
@@ -373,7 +418,7 @@ impl Lowered {
     /// The kernel has taken its references: release ours.
     pub(crate) fn sent(self) {
         counters::add(counters::MESSAGES_SENT, 1);
-        counters::add(counters::BYTES_INLINE_SENT, self.body.len() as u64);
+        counters::add(counters::BYTES_INLINE_SENT, self.inline as u64);
         for it in self.items {
             if let Item::Region(r) = it {
                 r.sent();

@@ -781,7 +781,13 @@ pub(crate) fn recv_on(
 /// back whole beside the error: `sendmsg(2)` on a `SOCK_SEQPACKET` socket
 /// queues the datagram and all its descriptors, or nothing.
 pub(crate) fn send_on(sock: BorrowedFd<'_>, msg: Message, timeout: Timeout) -> Result<(), (SendError, Message)> {
-    let lowered = msg.lower()?;
+    send_prefixed(sock, &[], msg, timeout)
+}
+
+/// [`send_on`] with `prefix` as the first inline bytes of the message on
+/// the wire, before its body ([`Message::lower_prefixed`]).
+pub(crate) fn send_prefixed(sock: BorrowedFd<'_>, prefix: &[u8], msg: Message, timeout: Timeout) -> Result<(), (SendError, Message)> {
+    let lowered = msg.lower_prefixed(prefix)?;
     match send_lowered(sock, &lowered, timeout) {
         Ok(()) => {
             lowered.sent();
@@ -798,7 +804,8 @@ fn send_lowered(sock: BorrowedFd<'_>, lowered: &crate::message::Lowered, timeout
     let fds = lowered.fds();
     loop {
         let wait = matches!(timeout, Timeout::Infinite);
-        match socket::send(sock, &[io::IoSlice::new(lowered.bytes())], &fds, wait) {
+        let (parts, n) = lowered.parts();
+        match socket::send(sock, &parts[..n], &fds, wait) {
             Ok(_) => return Ok(()),
             Err(Errno::INTR) => continue,
             Err(Errno::PIPE) | Err(Errno::CONNRESET) | Err(Errno::NOTCONN) => {

@@ -242,13 +242,22 @@ pub fn needed_version(items: &[ItemDesc]) -> u8 {
 /// the limits; the descriptor total is the sum of the items' counts.
 pub fn encode(out: &mut Vec<u8>, op: u32, flags: u8, items: &[ItemDesc], inline: &[u8]) {
     out.clear();
+    encode_head(out, op, flags, items, inline.len());
+    out.extend_from_slice(inline);
+}
+
+/// Appends to `out` the header and item descriptors of a message whose
+/// inline bytes, `inline_len` of them, follow them on the wire (as
+/// [`encode`] writes them, for a sender that passes the inline bytes
+/// from where they are).
+pub fn encode_head(out: &mut Vec<u8>, op: u32, flags: u8, items: &[ItemDesc], inline_len: usize) {
     let nfds: usize = items.iter().map(|d| d.fds as usize).sum();
     out.extend_from_slice(&MAGIC.to_le_bytes());
     out.push(needed_version(items));
     out.push(flags);
     out.extend_from_slice(&(items.len() as u16).to_le_bytes());
     out.extend_from_slice(&op.to_le_bytes());
-    out.extend_from_slice(&(inline.len() as u32).to_le_bytes());
+    out.extend_from_slice(&(inline_len as u32).to_le_bytes());
     out.extend_from_slice(&(nfds as u16).to_le_bytes());
     out.extend_from_slice(&[0u8; 6]);
     for d in items {
@@ -260,7 +269,6 @@ pub fn encode(out: &mut Vec<u8>, op: u32, flags: u8, items: &[ItemDesc], inline:
         out.extend_from_slice(&d.addr.to_le_bytes());
         out.extend_from_slice(&d.aux.to_le_bytes());
     }
-    out.extend_from_slice(inline);
 }
 
 #[cfg(test)]

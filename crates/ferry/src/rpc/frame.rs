@@ -34,7 +34,7 @@ use super::{RpcError, RPC_SOCKET_REPLY, RPC_SOCKET_REPLY_LONG, RPC_SOCKET_REPLY_
 use crate::error::io_err;
 use crate::message::{Item, Message, MAX_INLINE};
 use crate::region::RegionItem;
-use crate::port::send_on;
+use crate::port::send_prefixed;
 use crate::sys::socket;
 use crate::timeout::Timeout;
 
@@ -157,17 +157,18 @@ pub(crate) fn send_framed(sock: BorrowedFd<'_>, frame_op: u32, seq: u32, mut msg
         return Err(RpcError::TooLarge(format!("a body of {len} bytes is over the {MAX_INLINE} a call carries")));
     }
     // A body the framing would push over a message's inline bytes goes in
-    // a region of its own.
+    // a region of its own. Otherwise the body goes on the wire from where
+    // it is, after the framing (no copy to put the framing in front).
     let long = len > MAX_INLINE - PREFIX;
-    let mut body = Vec::with_capacity(PREFIX + if long { 0 } else { len });
-    body.extend_from_slice(&seq.to_le_bytes());
-    body.extend_from_slice(&msg.op().to_le_bytes());
+    let mut prefix = [0u8; PREFIX];
+    prefix[..4].copy_from_slice(&seq.to_le_bytes());
+    prefix[4..].copy_from_slice(&msg.op().to_le_bytes());
     let tail = if long {
         Some(RegionItem::copied_from(msg.body()).map_err(|e| RpcError::Io(std::io::Error::other(e.to_string())))?)
     } else {
-        body.extend_from_slice(msg.body());
         None
     };
+    let body = if long { Vec::new() } else { std::mem::take(msg.body_mut()) };
     let mut out = Message::new(if long { long_op(frame_op) } else { frame_op }).with_body(body);
     if let Some(r) = msg.take_reply() {
         out = out.with_reply(r);
@@ -179,7 +180,7 @@ pub(crate) fn send_framed(sock: BorrowedFd<'_>, frame_op: u32, seq: u32, mut msg
         out = out.with_item(Item::Region(r));
     }
     super::policy::count_socket();
-    send_on(sock, out, Timeout::Zero).map_err(|(e, _)| match e {
+    send_prefixed(sock, &prefix, out, Timeout::Zero).map_err(|(e, _)| match e {
         crate::SendError::PeerDead => RpcError::PeerDead,
         crate::SendError::TooLarge(w) => RpcError::TooLarge(w),
         crate::SendError::QueueFull | crate::SendError::Timeout => {
@@ -240,7 +241,10 @@ pub(crate) fn recv_one(sock: BorrowedFd<'_>, buf: &mut [u8], identity: (u64, u64
     let b = m.body();
     let seq = u32::from_le_bytes(b[..4].try_into().expect("4 bytes"));
     let op = u32::from_le_bytes(b[4..8].try_into().expect("4 bytes"));
-    let inline = if long { Vec::new() } else { b[PREFIX..].to_vec() };
+    // The caller's body is what follows the framing: moved down in place,
+    // not copied into a new allocation.
+    let mut inline = std::mem::take(m.body_mut());
+    inline.drain(..PREFIX);
     let mut items = m.take_items();
     let body = if long {
         // The body's region: by value, and of a length only a body too

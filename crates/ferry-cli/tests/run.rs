@@ -2228,3 +2228,70 @@ fn ferry_run_opens_under_a_limit_too_low_for_the_library_succeed_like_native() {
     assert!(native.starts_with("x\ny\nz\nx\ny\nz\n--- stderr\n--- exit status: 0\n"), "{native}");
     assert_eq!(served, native);
 }
+
+/// Vector reads and writes whose buffers after the first include a null
+/// one: each printed with its result and the offset after, then the file.
+const NULL_IOVECS_C: &str = r#"
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/uio.h>
+static void show(const char *what, long r, int fd) {
+    printf("%s %ld %s offset %ld\n", what, r, r < 0 ? strerror(errno) : "", (long)lseek(fd, 0, SEEK_CUR));
+}
+int main(void) {
+    char a[8], b[8];
+    int fd = open("f", O_CREAT | O_RDWR | O_TRUNC, 0644);
+    struct iovec w[3] = {{"01234", 5}, {NULL, 5}, {"56789", 5}};
+    show("writev null second", writev(fd, w, 3), fd);
+    show("writev null first", writev(fd, w + 1, 2), fd);
+    show("pwritev null second", pwritev(fd, w, 3, 2), fd);
+    show("pwritev2 null second", pwritev2(fd, w, 3, 20, 0), fd);
+    show("pwritev2 dsync null second", pwritev2(fd, w, 3, 30, RWF_DSYNC), fd);
+    struct iovec empty[3] = {{"", 0}, {NULL, 5}, {"x", 1}};
+    show("writev empty then null", writev(fd, empty, 3), fd);
+    write(fd, "abcdefghij", 10);
+    struct iovec r[3] = {{a, 5}, {NULL, 5}, {b, 5}};
+    lseek(fd, 0, SEEK_SET);
+    show("readv null second", readv(fd, r, 3), fd);
+    show("readv null first", readv(fd, r + 1, 2), fd);
+    lseek(fd, 32, SEEK_SET);
+    show("readv null second near the end", readv(fd, r, 3), fd);
+    show("readv null second at the end", readv(fd, r, 3), fd);
+    show("readv null first at the end", readv(fd, r + 1, 2), fd);
+    show("preadv null second", preadv(fd, r, 3, 3), fd);
+    show("preadv null first past the end", preadv(fd, r + 1, 2, 100), fd);
+    show("preadv2 null second", preadv2(fd, r, 3, 1, 0), fd);
+    show("preadv2 hipri null second", preadv2(fd, r, 3, 1, RWF_HIPRI), fd);
+    struct iovec big[2] = {{a, 5}, {NULL, 20 << 20}};
+    lseek(fd, 0, SEEK_SET);
+    show("readv null large", readv(fd, big, 2), fd);
+    return 0;
+}
+"#;
+
+/// A vector read or write whose buffers include a null one moves what
+/// the buffers before it take and answers that, as the kernel does (it
+/// stops at the first buffer it cannot reach); `EFAULT` only when nothing
+/// before it could move, and a read with nothing left to read is 0. The
+/// library refused the whole call with `EFAULT` whenever any buffer was
+/// null, so `writev` of three buffers with a null second one wrote
+/// nothing where natively it wrote 5 bytes.
+#[test]
+fn ferry_run_vector_calls_with_a_null_buffer_move_what_comes_before_it_like_native() {
+    if !have_cc("ferry_run_vector_calls_with_a_null_buffer_move_what_comes_before_it_like_native") {
+        return;
+    }
+    let src = scratch("nulliov-src");
+    std::fs::write(src.join("n.c"), NULL_IOVECS_C).unwrap();
+    let built = Command::new("cc").args(["-O0", "-o", "n", "n.c"]).current_dir(&src).status().unwrap();
+    assert!(built.success(), "cc failed");
+    let exe = src.join("n");
+    let (native, served) = native_and_served("nulliov", exe.to_str().unwrap(), "od -c f");
+    let _ = std::fs::remove_dir_all(&src);
+    assert!(native.contains("writev null second 5  offset 5") && native.contains("readv null first -1 Bad address"), "{native}");
+    assert_eq!(served, native);
+}

@@ -1239,6 +1239,20 @@ unsafe fn iovecs<'a>(iov: *const libc::iovec, cnt: c_int) -> Result<(&'a [libc::
     Ok((v, total.ok_or(libc::EINVAL)?))
 }
 
+/// The buffers of a vector the kernel reaches: those before the first
+/// null one with bytes to move, with their total, and whether such a
+/// buffer cut the vector there. The kernel copies buffer after buffer
+/// and stops at the first it cannot reach, answering what it moved
+/// before it (`EFAULT` only if that is nothing and there was something
+/// to move): a `readv` or `writev` whose second buffer was null moved
+/// 5 bytes natively and failed whole with `EFAULT` here.
+fn reachable(v: &[libc::iovec], total: usize) -> (&[libc::iovec], usize, bool) {
+    match v.iter().position(|io| io.iov_base.is_null() && io.iov_len > 0) {
+        Some(k) => (&v[..k], v[..k].iter().map(|io| io.iov_len).sum(), true),
+        None => (v, total, false),
+    }
+}
+
 /// What the kernel checks of a vector call before its vector: a negative
 /// offset (`EINVAL`), then the descriptor's mode (`EBADF`), so that an
 /// empty vector fails as it does natively.
@@ -1268,8 +1282,11 @@ unsafe fn readv_impl(fd: c_int, iov: *const libc::iovec, cnt: c_int, off: Option
         Ok(x) => x,
         Err(e) => return Some(ret_size(Err(e))),
     };
-    if v.iter().any(|io| io.iov_base.is_null() && io.iov_len > 0) {
-        return Some(ret_size(Err(libc::EFAULT)));
+    let (v, total, cut) = reachable(v, total);
+    if cut && total == 0 {
+        // Nothing reachable to read into: 0 with nothing left to read
+        // from there, as the kernel answers, else `EFAULT`.
+        return Some(ret_size(f.read_into_nothing(off)));
     }
     if v.len() > 1 && total <= GATHER_MAX {
         let mut buf = vec![0u8; total];
@@ -1293,9 +1310,9 @@ unsafe fn readv_impl(fd: c_int, iov: *const libc::iovec, cnt: c_int, off: Option
         }
         return Some(ret_size(r));
     }
-    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
+    // SAFETY: the caller's buffers that the kernel would reach (module safety).
     Some(unsafe {
-        vector(iov, cnt, off, |p, n, o| {
+        vector(v.as_ptr(), v.len() as c_int, off, |p, n, o| {
             // SAFETY: one of the caller's buffers.
             let s = user_buf_mut(p.cast(), n)?;
             match o {
@@ -1321,6 +1338,10 @@ unsafe fn writev_impl(fd: c_int, iov: *const libc::iovec, cnt: c_int, off: Optio
         Ok(x) => x,
         Err(e) => return Some(ret_size(Err(e))),
     };
+    let (v, total, cut) = reachable(v, total);
+    if cut && total == 0 {
+        return Some(ret_size(f.write_from_nothing(off)));
+    }
     if v.len() > 1 && total <= GATHER_MAX {
         let mut buf = Vec::with_capacity(total);
         for io in v {
@@ -1335,9 +1356,9 @@ unsafe fn writev_impl(fd: c_int, iov: *const libc::iovec, cnt: c_int, off: Optio
             None => f.write(&buf),
         }));
     }
-    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
+    // SAFETY: the caller's buffers that the kernel would reach (module safety).
     Some(unsafe {
-        vector(iov, cnt, off, |p, n, o| {
+        vector(v.as_ptr(), v.len() as c_int, off, |p, n, o| {
             // SAFETY: one of the caller's buffers.
             let s = user_buf(p.cast_const().cast(), n)?;
             match o {
@@ -1415,7 +1436,12 @@ unsafe fn rw2_impl(fd: c_int, iov: *const libc::iovec, cnt: c_int, off: off_t, f
     }
     // SAFETY: the caller's array (module safety).
     let v = match unsafe { iovecs(iov, cnt) } {
-        Ok((v, _)) => v,
+        Ok((v, total)) => match reachable(v, total) {
+            // Nothing reachable: as without flags (the kernel would check
+            // the flags first).
+            (_, 0, true) => return Some(ret_size(if write { f.write_from_nothing(pos) } else { f.read_into_nothing(pos) })),
+            (v, _, _) => v,
+        },
         Err(e) => return Some(ret_size(Err(e))),
     };
     Some(ret_size(if write {

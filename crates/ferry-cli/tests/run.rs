@@ -2295,3 +2295,32 @@ fn ferry_run_vector_calls_with_a_null_buffer_move_what_comes_before_it_like_nati
     assert!(native.contains("writev null second 5  offset 5") && native.contains("readv null first -1 Bad address"), "{native}");
     assert_eq!(served, native);
 }
+
+/// A program holding more files than the server allows one user (its
+/// share of the server's descriptors) opens the next ones as natively:
+/// the kernel opens them, not served. With `ferry run` and the program
+/// under a limit of 1024 descriptors, Python opening one file 600 times
+/// got `ENFILE` at the 158th open, where natively all 600 open.
+#[test]
+fn ferry_run_opens_past_the_server_s_share_for_the_user_succeed_like_native() {
+    if !have_python() {
+        return;
+    }
+    let dir = scratch("pastshare");
+    let d = dir.to_str().unwrap();
+    std::fs::write(dir.join("f"), b"data\n").unwrap();
+    let py = "import sys\nfs = []\ntry:\n    while len(fs) < 600: fs.append(open(sys.argv[1], 'rb'))\n    print('opened', len(fs), fs[-1].read())\nexcept OSError as e: print('opened', len(fs), e.strerror)\n";
+    let file = dir.join("f");
+    let file = file.to_str().unwrap();
+    let native = Command::new("sh").args(["-c", "ulimit -n 1024 && exec \"$@\"", "sh", "python3", "-c", py, file]).output().unwrap();
+    let served = Command::new("sh")
+        .args(["-c", "ulimit -n 1024 && exec \"$@\"", "sh", env!("CARGO_BIN_EXE_ferry"), "run", "--files", d, "--library"])
+        .arg(library())
+        .args(["--", "python3", "-c", py, file])
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let (native, served) = (String::from_utf8_lossy(&native.stdout), String::from_utf8_lossy(&served.stdout));
+    assert_eq!(native, "opened 600 b'data\\n'\n");
+    assert_eq!(served, native);
+}

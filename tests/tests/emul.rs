@@ -303,6 +303,85 @@ os.unlink(os.path.join(d, "in.txt"))
 print(len(words), tail, st.st_size, sorted(os.listdir(d)))
 "#;
 
+/// Opens names of every kind with `O_DIRECTORY` and the flags programs
+/// add to it (`find`'s `O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC`, and the
+/// ones the kernel refuses), printing each answer with `F_GETFL`, then
+/// walks the tree by directory descriptors (`os.fwalk`); last, how many
+/// opens succeeded.
+const PY_DIRECTORY_OPENS: &str = r#"
+import errno, fcntl, os, sys
+d = sys.argv[1]
+D, N = os.O_DIRECTORY, os.O_NONBLOCK
+flags = [D, D | N | os.O_NOCTTY | os.O_CLOEXEC | os.O_NOFOLLOW, D | os.O_RDWR, D | os.O_WRONLY,
+         D | os.O_CREAT, D | os.O_CREAT | os.O_EXCL | os.O_RDWR, D | os.O_TRUNC, D | os.O_NOATIME,
+         D | os.O_APPEND, D | os.O_SYNC, D | os.O_DIRECT, D | os.O_NOFOLLOW, os.O_RDONLY | N]
+opened = 0
+for name in ["sub", "x", "lnk", "flnk", "dlnk", "missing", "sub/", "x/", ".", "sub/..", "fifo"]:
+    for f in flags:
+        try:
+            fd = os.open(os.path.join(d, name), f, 0o644)
+        except OSError as e:
+            print(name, oct(f), errno.errorcode[e.errno])
+        else:
+            opened += 1
+            print(name, oct(f), "getfl", oct(fcntl.fcntl(fd, fcntl.F_GETFL)), "getfd", fcntl.fcntl(fd, fcntl.F_GETFD))
+            os.close(fd)
+        for left in ["missing", "nowhere"]:
+            for rm in [os.unlink, os.rmdir]:
+                try:
+                    rm(os.path.join(d, left))
+                except OSError:
+                    pass
+for root, dirs, files, fd in sorted(os.fwalk(d)):
+    print(os.path.relpath(root, d), sorted(dirs), sorted(files))
+print("opened", opened)
+"#;
+
+/// Opens of directories with `O_DIRECTORY` go through the server and
+/// answer as natively. The library tested `O_TMPFILE`, which holds
+/// `O_DIRECTORY`'s bit, as a mask, so every such open (`find`'s, Python's
+/// `os.fwalk`) was the kernel's, none served; served, the server dropped
+/// `O_NONBLOCK`, `O_APPEND` and `O_SYNC` from a directory's `F_GETFL`,
+/// took `O_DIRECT` on one, answered `ELOOP` where the kernel answers
+/// `ENOTDIR` (`O_NOFOLLOW` on a link), and `O_CREAT` with `O_DIRECTORY`
+/// (the kernel's `EINVAL`) made a dangling link's target.
+#[test]
+fn emul_directory_opens_are_served_and_answer_like_native() {
+    if !have("python3", "emul_directory_opens_are_served_and_answer_like_native") {
+        return;
+    }
+    watchdog("emul_directory_opens_are_served_and_answer_like_native", Duration::from_secs(120), || {
+        let ours = scratch("diropen-ours");
+        let theirs = scratch("diropen-theirs");
+        for d in [&ours, &theirs] {
+            std::fs::create_dir_all(d.join("sub/deeper")).unwrap();
+            std::fs::write(d.join("x"), b"x").unwrap();
+            std::os::unix::fs::symlink("sub", d.join("lnk")).unwrap();
+            std::os::unix::fs::symlink("x", d.join("flnk")).unwrap();
+            std::os::unix::fs::symlink("nowhere", d.join("dlnk")).unwrap();
+            let fifo = std::ffi::CString::new(d.join("fifo").into_os_string().into_encoded_bytes()).unwrap();
+            // SAFETY: mkfifo reads the NUL-terminated name, which lives across the call.
+            assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+        }
+        let script = common::temp_path(format!("ferry-emul-{}-diropen.py", std::process::id()));
+        std::fs::write(&script, PY_DIRECTORY_OPENS).unwrap();
+        let srv = Served::new(&ours);
+        let a = srv.run("python3", &[s(&script), s(&ours)]);
+        let b = native("python3", &[s(&script), s(&theirs)]);
+        let _ = std::fs::remove_file(&script);
+        let (a, b) = (String::from_utf8_lossy(&a.stdout), String::from_utf8_lossy(&b.stdout));
+        assert_eq!(a, b);
+        let opened: u64 = b.lines().last().and_then(|l| l.strip_prefix("opened ")).and_then(|n| n.parse().ok()).expect("count of opens");
+        let (stats, open) = srv.finish();
+        // Every directory of the walk is opened too.
+        assert!(opened >= 20 && stats.opens >= opened, "{opened} directory opens, {} through the server: {stats:?}", stats.opens);
+        assert_eq!(open, 0);
+        for d in [&ours, &theirs] {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    });
+}
+
 #[test]
 fn emul_python_reads_and_writes_files_like_native() {
     if !have("python3", "emul_python_reads_and_writes_files_like_native") {

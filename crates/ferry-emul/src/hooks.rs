@@ -163,7 +163,13 @@ fn emul_open(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> O
     // the kernel's. (Recorded there, the child's file stood for whatever
     // the parent had at that number later, and a pipe the parent made
     // was read as the child's file.)
-    if flags & (libc::O_PATH | libc::O_TMPFILE) != 0 || state::foreign() {
+    // `O_TMPFILE` holds `O_DIRECTORY`'s bit: only both make a nameless
+    // file (tested as one mask, every open of a directory with
+    // `O_DIRECTORY`, as `find` and `os.fwalk` open them, was the kernel's).
+    // `O_CREAT` with `O_DIRECTORY` is the kernel's to answer too (`EINVAL`
+    // since Linux 6.4, other answers before).
+    let directory = flags & libc::O_DIRECTORY != 0;
+    if flags & libc::O_PATH != 0 || flags & libc::O_TMPFILE == libc::O_TMPFILE || (directory && flags & libc::O_CREAT != 0) || state::foreign() {
         return None;
     }
     // SAFETY: the caller's path (module safety).

@@ -1503,16 +1503,28 @@ fn open_beneath(root: &OwnedFd, name: &str, flags: i32, mode: u32, uid: u32) -> 
                     }
                     // The open file's flags are the program's, as `F_GETFL`
                     // shows them: O_DIRECTORY only if it asked (the O_PATH
-                    // descriptor holds the directory itself).
-                    let asked = o & (OFlags::DIRECTORY | OFlags::NOATIME | OFlags::ASYNC | OFlags::NOFOLLOW);
+                    // descriptor holds the directory itself), and the
+                    // status flags it asked for (`find` asks O_NONBLOCK;
+                    // the reopen refuses O_DIRECT as the kernel does).
+                    let asked = o
+                        & (OFlags::DIRECTORY
+                            | OFlags::NOATIME
+                            | OFlags::ASYNC
+                            | OFlags::NOFOLLOW
+                            | OFlags::NONBLOCK
+                            | OFlags::APPEND
+                            | OFlags::SYNC
+                            | OFlags::DSYNC
+                            | OFlags::DIRECT);
                     match reopen_as_asked(root, path.as_fd(), &name, &st, OFlags::RDONLY | asked)? {
                         Some(fd) => return Ok((fd, true)),
                         None => continue,
                     }
                 }
                 if ft.is_symlink() {
-                    // O_NOFOLLOW on a link: as the kernel answers.
-                    return Err(Errno::LOOP);
+                    // O_NOFOLLOW on a link: as the kernel answers (not a
+                    // directory, if one was asked for).
+                    return Err(if o.contains(OFlags::DIRECTORY) { Errno::NOTDIR } else { Errno::LOOP });
                 }
                 if !ft.is_file() {
                     return Err(if o.contains(OFlags::DIRECTORY) { Errno::NOTDIR } else { Errno::XDEV });

@@ -2324,3 +2324,38 @@ fn ferry_run_opens_past_the_server_s_share_for_the_user_succeed_like_native() {
     assert_eq!(native, "opened 600 b'data\\n'\n");
     assert_eq!(served, native);
 }
+
+/// Reading a sparse file on a `tmpfs` leaves its holes, as natively: a
+/// read fault of a mapping there fills a hole with a page of memory (its
+/// `read` copies zeros and does not), and the library's windows are
+/// mappings. `md5sum` of a 64 MiB file with one block of data took its
+/// blocks from 8 to 131,080 under `ferry run` (and that much memory for
+/// as long as the file lived); natively they stay 8.
+#[test]
+fn ferry_run_reads_of_a_sparse_file_on_tmpfs_leave_its_holes_like_native() {
+    let shm = Path::new("/dev/shm");
+    /// `statfs`'s type of a tmpfs (linux/magic.h).
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    let is_tmpfs = rustix::fs::statfs(shm).is_ok_and(|st| st.f_type == TMPFS_MAGIC);
+    if !is_tmpfs {
+        eprintln!("skipped ferry_run_reads_of_a_sparse_file_on_tmpfs_leave_its_holes_like_native: /dev/shm is not a tmpfs");
+        return;
+    }
+    let dir = shm.join(format!("ferry-run-sparse-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let d = dir.to_str().unwrap();
+    let script = "truncate -s 64M sparse && echo end >> sparse && md5sum sparse && cat sparse > /dev/null && stat -c '%s %b' sparse && rm sparse";
+    let native = Command::new("sh").args(["-c", script]).current_dir(&dir).output().unwrap();
+    let served = Command::new(env!("CARGO_BIN_EXE_ferry"))
+        .args(["run", "--files", d, "--library"])
+        .arg(library())
+        .args(["--", "sh", "-c", script])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let (native, served) = (String::from_utf8_lossy(&native.stdout), String::from_utf8_lossy(&served.stdout));
+    assert!(native.ends_with("sparse\n67108868 8\n"), "{native}");
+    assert_eq!(served, native);
+}

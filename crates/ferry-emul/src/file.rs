@@ -32,6 +32,9 @@ struct Window {
     len: usize,
     /// A read went to the file already (see `File::copy_out`).
     read_before: bool,
+    /// Whether the file is on a `tmpfs`, once asked (see
+    /// `File::window_at`).
+    on_tmpfs: Option<bool>,
 }
 
 /// The lock of an open file's window, which records its holder's pid so
@@ -64,7 +67,7 @@ struct WindowGuard<'a> {
 
 impl WindowLock {
     fn new() -> WindowLock {
-        WindowLock { holder: AtomicI32::new(0), thread: AtomicUsize::new(0), window: UnsafeCell::new(Window { addr: 0, start: 0, len: 0, read_before: false }) }
+        WindowLock { holder: AtomicI32::new(0), thread: AtomicUsize::new(0), window: UnsafeCell::new(Window { addr: 0, start: 0, len: 0, read_before: false, on_tmpfs: None }) }
     }
 
     fn lock(&self) -> WindowGuard<'_> {
@@ -309,6 +312,16 @@ impl File {
                 // the read is the kernel's (`copy_out`).
                 return Err(libc::ENOMEM);
             }
+            // A `tmpfs` fills a hole with a page of memory at a read fault
+            // of a mapping, where its `read` copies zeros and leaves the
+            // hole: `md5sum` of a sparse file of 64 MiB there took its
+            // blocks from 8 to 131,080 (and as much memory, for as long as
+            // the file lives). Its files get no window: their reads are
+            // the kernel's (`copy_out`). Asked once per open file.
+            let on_tmpfs = *w.on_tmpfs.get_or_insert_with(|| rustix::fs::fstatfs(&self.fd).is_ok_and(|st| st.f_type == libc::TMPFS_MAGIC));
+            if on_tmpfs {
+                return Err(libc::ENOMEM);
+            }
             let start = p & !(self.wsize as u64 - 1);
             let prot = if self.map_writable { libc::PROT_READ | libc::PROT_WRITE } else { libc::PROT_READ };
             use std::os::fd::AsRawFd;
@@ -327,7 +340,7 @@ impl File {
             if addr == libc::MAP_FAILED {
                 return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO));
             }
-            *w = Window { addr: addr as usize, start, len: self.wsize, read_before: true };
+            *w = Window { addr: addr as usize, start, len: self.wsize, read_before: true, on_tmpfs: w.on_tmpfs };
         }
         let off = (p - w.start) as usize;
         Ok(((w.addr + off) as *mut u8, w.len - off))
@@ -373,9 +386,9 @@ impl File {
             // the next call, as a short read is followed by the error.
             let (src, avail) = match self.window_at(&mut w, pos + done as u64) {
                 Ok(x) => x,
-                // No window (under a limit on the address space, or no
-                // room for one): the rest is the kernel's to read, as
-                // natively, where the read failed with ENOMEM.
+                // No window (under a limit on the address space, on a
+                // `tmpfs`, or no room for one): the rest is the kernel's
+                // to read, as natively, where the read failed with ENOMEM.
                 Err(libc::ENOMEM) => return self.pread_below(&mut buf[..want], pos, done),
                 Err(_) if done > 0 => break,
                 Err(e) => return Err(e),

@@ -2359,3 +2359,32 @@ fn ferry_run_reads_of_a_sparse_file_on_tmpfs_leave_its_holes_like_native() {
     assert!(native.ends_with("sparse\n67108868 8\n"), "{native}");
     assert_eq!(served, native);
 }
+
+/// `/proc/self/fdinfo/N` of a served descriptor shows the program's
+/// offset, as natively: the kernel shows its own offset of the open file
+/// there, which the library left where the open put it (the token page
+/// holds the offset), so `pos:` said 0 after a read of 17 bytes and
+/// after a seek to 100.
+#[test]
+fn ferry_run_fdinfo_shows_the_program_s_offset_like_native() {
+    if !have_python() {
+        return;
+    }
+    let py = "import os\n\
+def pos(fd, who='self'):\n    return [l for l in open('/proc/%s/fdinfo/%d' % (who, fd)).read().split('\\n') if l.startswith('pos:')]\n\
+open('f', 'w').write('x' * 10000)\n\
+fd = os.open('f', os.O_RDONLY)\n\
+os.read(fd, 17)\n\
+print('after a read', pos(fd), pos(fd, os.getpid()), pos(fd, 'thread-self'))\n\
+os.lseek(fd, 100, 0)\n\
+print('after a seek', pos(fd))\n\
+d = os.dup(fd)\n\
+os.read(d, 1000)\n\
+print('through a dup', pos(fd), pos(d))\n\
+f = open('f', 'rb')\n\
+f.read(5)\n\
+print('a stream', pos(f.fileno()))\n";
+    let (native, served) = native_and_served("fdinfo", &format!("python3 -c \"{}\"", py.replace('"', "\\\"")), "true");
+    assert!(native.starts_with("after a read ['pos:\\t17'] ['pos:\\t17'] ['pos:\\t17']\n"), "{native}");
+    assert_eq!(served, native);
+}

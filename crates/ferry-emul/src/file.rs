@@ -776,6 +776,17 @@ impl File {
         e.client.fsync(self.id)
     }
 
+    /// Sets the kernel's offset of the open file to the open file's, for
+    /// what shows it (`/proc/self/fdinfo/N`), without making it the one
+    /// from now on: while the token page holds the offset nobody uses the
+    /// kernel's.
+    pub fn show_offset_to_kernel(&self) {
+        let Ok(_t) = self.token() else { return };
+        if !self.page.kernel_offset() {
+            let _ = rustix::fs::seek(&self.fd, SeekFrom::Start(self.page.offset()));
+        }
+    }
+
     /// Before `exec` with this open file inherited: sets the kernel's
     /// offset to the open file's and makes the kernel's the one from now
     /// on, for every process sharing the open file, since the new program

@@ -84,12 +84,6 @@ fn current_umask() -> u32 {
 /// `/proc/self/fd/N`, `/proc/thread-self/fd/N`, `/proc/PID/fd/N` of this
 /// process, `/dev/fd/N`, and `/dev/stdin`, `/dev/stdout`, `/dev/stderr`.
 fn fd_link(name: &[u8]) -> Option<c_int> {
-    let number = |digits: &[u8]| -> Option<c_int> {
-        if digits.is_empty() || digits.len() > 9 || !digits.iter().all(u8::is_ascii_digit) {
-            return None;
-        }
-        std::str::from_utf8(digits).ok()?.parse().ok()
-    };
     match name {
         b"/dev/stdin" => return Some(0),
         b"/dev/stdout" => return Some(1),
@@ -97,17 +91,32 @@ fn fd_link(name: &[u8]) -> Option<c_int> {
         _ => {}
     }
     if let Some(n) = name.strip_prefix(b"/dev/fd/") {
-        return number(n);
+        return fd_number(n);
     }
+    own_proc_entry(name, b"/fd/")
+}
+
+/// A descriptor number spelled in decimal digits.
+fn fd_number(digits: &[u8]) -> Option<c_int> {
+    if digits.is_empty() || digits.len() > 9 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(digits).ok()?.parse().ok()
+}
+
+/// The descriptor `name` stands for in one of this process's `/proc`
+/// directories of descriptors (`dir` being `/fd/` or `/fdinfo/`): under
+/// `/proc/self`, `/proc/thread-self` or `/proc/PID` of this process.
+fn own_proc_entry(name: &[u8], dir: &[u8]) -> Option<c_int> {
     let rest = name.strip_prefix(b"/proc/")?;
     let slash = rest.iter().position(|&c| c == b'/')?;
     let (who, rest) = rest.split_at(slash);
     // Compared as a number: a string made of the pid would allocate.
-    let own = who == b"self" || who == b"thread-self" || number(who) == Some(state::pid());
+    let own = who == b"self" || who == b"thread-self" || fd_number(who) == Some(state::pid());
     if !own {
         return None;
     }
-    number(rest.strip_prefix(b"/fd/")?)
+    fd_number(rest.strip_prefix(dir)?)
 }
 
 /// A file's identity: device and inode.
@@ -174,6 +183,16 @@ fn emul_open(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> O
     }
     // SAFETY: the caller's path (module safety).
     let name = unsafe { cstr(path) }?;
+    // The kernel shows its own offset of the descriptor's open file
+    // there, which the library does not move (the token page holds the
+    // offset): it is set first, so the file shows the program's (`pos:`
+    // said 0 after a read of 17 bytes). The open itself is the kernel's.
+    if let Some(n) = own_proc_entry(name, b"/fdinfo/") {
+        if let Some(f) = state::get(n) {
+            f.show_offset_to_kernel();
+        }
+        return None;
+    }
     let (rel, reopens) = match fd_link(name) {
         Some(n) => {
             signals = Some(ferry::emulation::hold_signals());

@@ -833,6 +833,65 @@ fn file_memory_is_bounded_per_user_and_released_with_its_client() {
     });
 }
 
+/// The distinct file versions' memories process `pid` holds descriptors of.
+fn versions_held_by(pid: u32) -> usize {
+    use std::os::unix::fs::MetadataExt;
+    let mut inodes = std::collections::BTreeSet::new();
+    for e in std::fs::read_dir(format!("/proc/{pid}/fd")).into_iter().flatten().flatten() {
+        if std::fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy().starts_with("/memfd:ferry-file")) {
+            if let Ok(m) = std::fs::metadata(e.path()) {
+                inodes.insert(m.ino());
+            }
+        }
+    }
+    inodes.len()
+}
+
+/// The memory of a file version stays charged to the user it was copied
+/// for as long as it exists anywhere, not only while a snapshot at the
+/// server keeps it: an open's reply carries the version's memfd, and a
+/// client that kept it and let the snapshot go had the server copy the
+/// file anew at its next open, each copy the server's memory, never
+/// charged to anyone. Uid nobody kept 12 copies of a 20-page file with a
+/// budget of 64 pages.
+#[test]
+fn memory_a_user_keeps_after_its_snapshots_go_stays_within_its_budget() {
+    let test = "memory_a_user_keeps_after_its_snapshots_go_stays_within_its_budget";
+    if !common::can_play_other_user(test) {
+        return;
+    }
+    let _serial = common::serial();
+    common::watchdog(test, LIMIT, || {
+        let budget = 64 * PAGE as u64;
+        let s = Served::start_with("pinned", Budgets::default(), Some(budget), |root| {
+            std::fs::write(root.join("a"), vec![1u8; 20 * PAGE]).unwrap();
+            chmod(&root.join("a"), 0o644);
+        });
+        let memfds = version_memfds_settled(0);
+        let mut attacker = s.attacker("files-pin", &["a", "12"]);
+        let mut out = lines(&mut attacker);
+        let said = line(&mut out);
+        let kept = versions_held_by(attacker.id());
+        println!("{said}; distinct versions kept by the client: {kept}");
+        assert!(said.ends_with("other 0"), "{said}");
+        assert!(
+            kept as u64 * 20 * PAGE as u64 <= budget,
+            "uid nobody keeps {kept} copies of a 20-page file past its snapshots, with a budget of 64 pages"
+        );
+        // The rest were served lazily, and root has a budget of its own.
+        root_is_served(&s);
+        assert!(s.client().open("a").unwrap().is_direct(), "root's open of a was not copied");
+        kill(attacker);
+        assert_eq!(version_memfds_settled(memfds), memfds, "a version's memory outlived its last snapshot");
+        // Once the client has let the memory go, the budget is free again.
+        let mut again = s.attacker("files-pin", &["a", "12"]);
+        let said = line(&mut lines(&mut again));
+        let kept_again = versions_held_by(again.id());
+        kill(again);
+        assert!((1..=3).contains(&kept_again), "the budget was not given back once the kept memory went ({said}; {kept_again} kept)");
+    });
+}
+
 /// A snapshot root takes of a file is an exact copy whatever another user
 /// did first. A version a user over its memory budget opened is served
 /// lazily from the file, and was then handed to every later opener of

@@ -14,8 +14,10 @@
 //! privately, copy-on-write, with every page mapped at once (they all
 //! exist). So reading a snapshot is reading memory the kernel already
 //! holds: no fault reaches the server, nor, once mapped, the kernel. Later
-//! opens of an unchanged file (same inode, size and change times) share the
-//! version; a file changed in any way since gets a new one. Because the
+//! opens of an unchanged file (same inode, size and change times) by the
+//! same user share the version; a file changed in any way since gets a new
+//! one, and so does another user (each version's memory is charged to
+//! the one user it was made for, until it is gone everywhere). Because the
 //! version is a copy, a snapshot is exact: a write-back, another program
 //! writing the file in place, or truncating it, never shows in a snapshot
 //! taken before. (A file being written *during* the open is copied again,
@@ -56,7 +58,8 @@
 //! it) does. A file version, and its memfd, goes with its last snapshot at
 //! the server (a client keeps the memory it mapped until it unmaps it).
 //! Snapshots and mappings are counted per user ([`Budgets`]), and so is the
-//! memory of the versions a user's snapshots keep
+//! memory of the versions copied for a user, for as long as any process
+//! keeps a descriptor or a mapping of one
 //! ([`FileServer::set_memory_budget`], [`DEFAULT_MEMORY_PER_USER`] by
 //! default).
 //!
@@ -99,7 +102,7 @@ pub const OP_FILE_WRITTEN: u32 = 0x7066_0004;
 /// object protocol's `WRITE` and `CLEAN_REQUEST` are refused to everyone.
 const NO_OWNER: u32 = u32::MAX;
 
-/// How much memory the versions a user's snapshots keep may hold at once,
+/// How much memory the versions copied for one user may take at once,
 /// by default: 1 GiB (see [`FileServer::set_memory_budget`]).
 pub const DEFAULT_MEMORY_PER_USER: u64 = 1 << 30;
 
@@ -135,38 +138,73 @@ struct Version {
     lazy: bool,
 }
 
-/// Memory charged to a user: the version a live snapshot of theirs keeps.
+/// Memory charged to a user: a version copied for it (its memfd's pages).
 struct Charge {
-    snapshot: ObjectId,
+    uid: u32,
     version: ObjectId,
     bytes: u64,
 }
 
 /// The memory of file versions charged to each user.
+///
+/// A version copied for a user is charged to it until its memory is gone
+/// everywhere: the server's snapshots of it, and every descriptor and
+/// mapping of the memfd the opens' replies carried, in any process (which
+/// `gone` tells). Charged only while the server kept it, a version
+/// outlived its charge in whoever kept the reply's descriptor after
+/// letting the snapshot go, and the next open copied the file anew: each
+/// copy the server's memory, charged to no one.
 struct Memory {
     per_user: u64,
-    charges: HashMap<u32, Vec<Charge>>,
+    /// By the watch on the version's memfd.
+    charges: HashMap<i32, Charge>,
+    /// `None` where inotify cannot be had: nothing is copied then.
+    gone: Option<files::GoneWatch>,
+    /// Versions charged at once, all users together, at most: each is an
+    /// inotify watch of the server's user (of `max_user_watches`, which
+    /// its other programs share) and, when it goes, an event in the queue
+    /// (of `max_queued_events`, past which events are lost).
+    most: usize,
 }
 
 impl Memory {
-    /// Bytes of the distinct versions `uid`'s live snapshots keep, after
-    /// forgetting snapshots the server has released.
-    fn held(&mut self, srv: &ObjectServer, uid: u32) -> (u64, Vec<ObjectId>) {
-        let Some(list) = self.charges.get_mut(&uid) else { return (0, Vec::new()) };
-        list.retain(|c| srv.contains(c.snapshot));
-        let mut versions: Vec<ObjectId> = Vec::new();
-        let mut bytes = 0;
-        for c in list.iter() {
-            if !versions.contains(&c.version) {
-                versions.push(c.version);
-                bytes += c.bytes;
-            }
-        }
-        if list.is_empty() {
-            self.charges.remove(&uid);
-        }
-        (bytes, versions)
+    fn new(per_user: u64) -> Memory {
+        let most = files::inotify_limit("max_queued_events")
+            .unwrap_or(16384)
+            .min(files::inotify_limit("max_user_watches").unwrap_or(8192) / 2);
+        Memory { per_user, charges: HashMap::new(), gone: files::GoneWatch::new().ok(), most }
     }
+
+    /// Bytes and number of the versions charged to `uid`, and the number
+    /// charged to every user, after forgetting the versions whose memory
+    /// has gone everywhere. Were events lost, the versions the server
+    /// still keeps stay charged and the rest are forgotten.
+    fn held(&mut self, srv: &ObjectServer, uid: u32) -> (u64, usize, usize) {
+        if let Some(gone) = &self.gone {
+            let charges = &mut self.charges;
+            gone.gone(|watch| match watch {
+                Some(w) => {
+                    charges.remove(&w);
+                }
+                None => charges.retain(|_, c| srv.contains(c.version)),
+            });
+        }
+        let mine = self.charges.values().filter(|c| c.uid == uid);
+        let (bytes, n) = mine.fold((0u64, 0), |(b, n), c| (b.saturating_add(c.bytes), n + 1));
+        (bytes, n, self.charges.len())
+    }
+
+    /// Watches the memory of a version about to be made, so that it can be
+    /// charged until it is gone everywhere; `None` if it cannot be.
+    fn watch(&self, memfd: &OwnedFd) -> Option<i32> {
+        self.gone.as_ref()?.watch(memfd.as_fd()).ok()
+    }
+}
+
+/// The memory a version of `size` bytes takes: whole pages.
+fn in_pages(size: u64) -> u64 {
+    let page = mem::page_size() as u64;
+    size.div_ceil(page).saturating_mul(page)
 }
 
 /// Serves files under a root directory as by-value memory objects.
@@ -179,10 +217,12 @@ pub struct FileServer {
     memory: Memory,
 }
 
-/// The versions by name, pruned of stale entries as the map grows.
+/// The versions by user and name, pruned of stale entries as the map
+/// grows. Each user has versions of its own: a version's memory is
+/// charged to the one user it was copied for, and reaches no other.
 #[derive(Default)]
 struct Versions {
-    by_name: HashMap<String, Version>,
+    by_name: HashMap<(u32, String), Version>,
     prune_at: usize,
 }
 
@@ -219,13 +259,14 @@ impl FileServer {
         let dir = files::open_dir(root).map_err(|e| PagerError::Io(e.into()))?;
         let (objects, right) = ObjectServer::new()?;
         let config = ObjectConfig { mode: crate::pager::SupplyMode::Copy, track_dirty: false, ..config };
-        let memory = Memory { per_user: DEFAULT_MEMORY_PER_USER, charges: HashMap::new() };
+        let memory = Memory::new(DEFAULT_MEMORY_PER_USER);
         Ok((FileServer { objects, root: dir, root_path: root.to_owned(), versions: Versions::default(), config, memory }, right))
     }
 
-    /// Sets how many bytes of file versions one user's snapshots may keep
-    /// at the server at once (each distinct version counted once per user,
-    /// whoever else also holds it); default [`DEFAULT_MEMORY_PER_USER`]. A
+    /// Sets how many bytes of file versions copied for one user may exist
+    /// at once (each in whole pages, counted until its last descriptor and
+    /// mapping in any process are gone, not only while the server keeps
+    /// it); default [`DEFAULT_MEMORY_PER_USER`]. A
     /// file that would take its opener past it is not copied: its version
     /// is served lazily from the file through the pager (nothing held but
     /// its descriptor), and is exact only until the file is written in place.
@@ -474,7 +515,8 @@ fn open(
     if size == 0 {
         return Ok(Message::new(OP_FILE_OPENED).with_body(proto::body(&[0, 0, 0])));
     }
-    let current = versions.by_name.get(name).and_then(|v| {
+    let key = (who.uid, name.to_owned());
+    let current = versions.by_name.get(&key).and_then(|v| {
         let same = v.identity == identity && v.size == size && v.changed == st.changed && srv.contains(v.object);
         same.then(|| v.cache.upgrade().map(|c| (v.object, c, v.lazy))).flatten()
     });
@@ -490,29 +532,44 @@ fn open(
     // user's lazy version (made by filling that user's budget first) made
     // root's snapshot of a file read the live file, showing writes made
     // after the snapshot was taken.
-    let (held, charged) = memory.held(srv, who.uid);
+    //
+    // The memory of every version copied for the user counts until it is
+    // gone everywhere, the copies whose descriptors the user kept after
+    // letting their snapshots go included ([`Memory`]), and so does their
+    // number (each is watched): at most as many as its snapshots.
+    let (held, count, total) = memory.held(srv, who.uid);
     let extra = match &current {
-        Some((v, _, false)) if charged.contains(v) => 0,
-        _ => size,
+        Some((_, _, false)) => 0,
+        _ => in_pages(size),
     };
-    let over = held.saturating_add(extra) > memory.per_user;
-    let current = current.filter(|(v, _, lazy)| if *lazy { over } else { !over || charged.contains(v) });
+    let over = extra > 0 && (held.saturating_add(extra) > memory.per_user || count >= srv.budgets().holds_per_user || total >= memory.most);
+    let current = current.filter(|(_, _, lazy)| !*lazy || over);
     let (version, cache, lazy) = match current {
         Some(v) => v,
         None => {
-            let (backing, changed) = if over { (file, st.changed) } else { copy_version(&file, &st, name)? };
+            // A copy whose end cannot be watched is not made.
+            let copied = if over { None } else { Some(copy_version(&file, &st, name)?) };
+            let copied = copied.and_then(|(memfd, changed)| memory.watch(&memfd).map(|w| (memfd, changed, w)));
+            let lazy = copied.is_none();
+            let (backing, changed, watch) = match copied {
+                Some((memfd, changed, w)) => (memfd, changed, Some(w)),
+                None => (file, st.changed, None),
+            };
             let cache = Arc::new(backing);
             let id = srv.add_object(size, Box::new(FilePager { cache: cache.clone() }), config).map_err(refusal)?;
+            if let Some(w) = watch {
+                memory.charges.insert(w, Charge { uid: who.uid, version: id, bytes: in_pages(size) });
+            }
             // A file changes only through a write-back, which checks the
             // file's mode: no user, the server's own included, may change
             // its object by message.
             srv.set_owner(id, NO_OWNER).map_err(refusal)?;
-            let v = Version { object: id, identity, size, changed, cache: Arc::downgrade(&cache), lazy: over };
-            if let Some(old) = versions.by_name.insert(name.to_owned(), v) {
+            let v = Version { object: id, identity, size, changed, cache: Arc::downgrade(&cache), lazy };
+            if let Some(old) = versions.by_name.insert(key, v) {
                 srv.retire(old.object);
             }
             versions.prune(srv);
-            (id, cache, over)
+            (id, cache, lazy)
         }
     };
     // A lazy version's descriptor is the file itself: it never leaves.
@@ -539,7 +596,6 @@ fn open(
             return Err(refusal(e));
         }
     };
-    memory.charges.entry(who.uid).or_default().push(Charge { snapshot, version, bytes: if lazy { 0 } else { size } });
     let reply = Message::new(OP_FILE_OPENED).with_body(proto::body(&[snapshot, size, version]));
     Ok(match sent {
         Some(sent) => reply.with_item(Item::Pager(PagerFd::cache(sent, size))),
@@ -637,9 +693,12 @@ fn write_back(srv: &mut ObjectServer, root: &OwnedFd, versions: &mut Versions, m
         files::remove_beneath(at, &tmp);
         return Err(e);
     }
-    if let Some(v) = versions.by_name.remove(name) {
-        srv.retire(v.object);
-    }
+    versions.by_name.retain(|(_, n), v| {
+        if n == name {
+            srv.retire(v.object);
+        }
+        n != name
+    });
     Ok(Message::new(OP_FILE_WRITTEN).with_body(proto::body(&[data.len() as u64])))
 }
 

@@ -18,7 +18,7 @@ pub const NAME: &str = "files";
 ///
 /// Every user is held to the file server's default budgets (snapshots held
 /// and mappings attached at once, `ferry::pager::Budgets`, and the memory
-/// of the file versions its snapshots keep,
+/// of the file versions copied for it, for as long as they exist,
 /// `ferry::fileserver::DEFAULT_MEMORY_PER_USER`), which cost the daemon
 /// descriptors and memory; the soft descriptor limit is raised to the hard one
 /// so that the budgets, not the limit, are what a user runs into.

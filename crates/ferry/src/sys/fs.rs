@@ -102,6 +102,55 @@ pub fn reopen(path: BorrowedFd<'_>, write: bool) -> rustix::io::Result<OwnedFd> 
     )
 }
 
+/// Tells when files are gone everywhere: an inotify instance (read
+/// without waiting) whose watches the kernel drops, with `IN_IGNORED`,
+/// once the last descriptor and the last mapping of their inode, in any
+/// process, are gone. For inodes without a name (memfds), which nothing
+/// can move or unlink: the watches ask for `IN_MOVE_SELF` only, which
+/// never comes, so that each inode's end is one event.
+#[derive(Debug)]
+pub struct GoneWatch {
+    fd: OwnedFd,
+}
+
+impl GoneWatch {
+    /// A new inotify instance.
+    pub fn new() -> rustix::io::Result<GoneWatch> {
+        use rustix::fs::inotify::{init, CreateFlags};
+        Ok(GoneWatch { fd: init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK)? })
+    }
+
+    /// Watches the inode of `file`; returns the watch's number, which
+    /// [`GoneWatch::gone`] gives once nothing holds the inode any more.
+    pub fn watch(&self, file: BorrowedFd<'_>) -> rustix::io::Result<i32> {
+        use rustix::fs::inotify::{add_watch, WatchFlags};
+        add_watch(&self.fd, format!("/proc/self/fd/{}", file.as_raw_fd()), WatchFlags::MOVE_SELF)
+    }
+
+    /// Calls `f` with the number of each watch whose inode went since the
+    /// last call, and with `None` if the kernel's queue of events
+    /// overflowed (some went unreported).
+    pub fn gone(&self, mut f: impl FnMut(Option<i32>)) {
+        use rustix::fs::inotify::{ReadFlags, Reader};
+        let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 4096];
+        let mut events = Reader::new(&self.fd, &mut buf);
+        // Bounded: the queue holds at most `max_queued_events`.
+        loop {
+            match events.next() {
+                Ok(e) if e.events().contains(ReadFlags::QUEUE_OVERFLOW) => f(None),
+                Ok(e) if e.events().contains(ReadFlags::IGNORED) => f(Some(e.wd())),
+                Ok(_) | Err(Errno::INTR) => {}
+                Err(_) => return,
+            }
+        }
+    }
+}
+
+/// A limit of inotify's (`/proc/sys/fs/inotify/NAME`), if it can be read.
+pub fn inotify_limit(name: &str) -> Option<usize> {
+    std::fs::read_to_string(format!("/proc/sys/fs/inotify/{name}")).ok()?.trim().parse().ok()
+}
+
 /// Opens directory `name` beneath `dir` as an `O_PATH` descriptor without
 /// following any symbolic link or leaving `dir` (for walking a path one
 /// directory at a time).

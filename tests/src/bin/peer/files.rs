@@ -53,6 +53,11 @@
 //!   stops, writes the first page once, behind the third copy, and leaves
 //!   the file alone. Keeps the snapshot; prints `planted` (or `missed`
 //!   when the server read fewer than two copies) and waits to be killed.
+//! - `files-pin NAME N`: opens NAME N times by hand, each time keeping
+//!   the reply (and so the version's memory it carries) and letting the
+//!   snapshot go with its hold right; prints `kept K lazy L other O`
+//!   (replies with memory, replies without, refusals), then waits to be
+//!   killed.
 
 use std::io::Write;
 use std::time::Duration;
@@ -89,6 +94,7 @@ pub fn run(role: &str, args: &[String]) -> Outcome {
         "files-serve-here" => Some(serve_here(args)),
         "files-race" => Some(race(args)),
         "files-plant" => Some(plant(args)),
+        "files-pin" => Some(pin(args)),
         _ => None,
     }
 }
@@ -370,6 +376,36 @@ fn open_many(
         }
     }
     Ok((granted, over, other))
+}
+
+fn pin(args: &[String]) -> Res {
+    let [name, n] = args else { return Err("usage: files-pin NAME N".into()) };
+    let right = server()?;
+    let (mut replies, _keep) = ferry::port()?;
+    let (mut kept, mut lazy, mut other) = (Vec::new(), 0, 0);
+    for _ in 0..n.parse::<usize>()? {
+        let (hold, hold_right) = ferry::port()?;
+        let once = replies.make_send_once()?;
+        right.send(Message::new(OP_FILE_OPEN).with_body(name.as_bytes()).with_item(Item::Send(hold_right)).with_reply(once), WAIT)?;
+        let r = replies.recv(WAIT)?;
+        if r.op() != OP_FILE_OPENED {
+            other += 1;
+        } else if r.items().iter().any(|i| matches!(i, Item::Pager(_))) {
+            kept.push(r);
+        } else {
+            lazy += 1;
+        }
+        // The snapshot goes with its hold; the memory stays in `kept`.
+        drop(hold);
+        // Time for the server to see the hold go (else the next open
+        // shares this version, which makes nothing new).
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    println!("kept {} lazy {lazy} other {other}", kept.len());
+    std::io::stdout().flush()?;
+    loop {
+        std::thread::sleep(Duration::from_secs(3600));
+    }
 }
 
 fn hoard(args: &[String]) -> Res {

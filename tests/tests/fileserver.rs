@@ -833,6 +833,50 @@ fn file_memory_is_bounded_per_user_and_released_with_its_client() {
     });
 }
 
+/// A write-back acts on the one directory where it found the file: the
+/// new contents, given the file's owner and mode, are made and renamed in
+/// that directory. The server resolved the whole name again to make them
+/// and again to rename them, so uid nobody, swapping a link of its own on
+/// the way between root's directory and one of its own, had root's
+/// world-writable file checked and the new inode, owned by root, made in
+/// its own directory: a file of root's with nobody's contents, which
+/// nobody may not make (a chown to another user is root's alone).
+#[test]
+fn a_write_back_never_gives_another_users_file_to_the_writer() {
+    let test = "a_write_back_never_gives_another_users_file_to_the_writer";
+    if !common::can_play_other_user(test) {
+        return;
+    }
+    let _serial = common::serial();
+    common::watchdog(test, LIMIT, || {
+        let s = Served::start("giveaway", Budgets::default(), |root| {
+            std::fs::create_dir(root.join("pub")).unwrap();
+            chmod(&root.join("pub"), 0o755);
+            std::fs::write(root.join("pub/w"), b"root's shared file").unwrap();
+            chmod(&root.join("pub/w"), 0o666);
+            std::fs::create_dir(root.join("nb")).unwrap();
+            std::os::unix::fs::chown(root.join("nb"), Some(NOBODY), Some(NOBODY)).unwrap();
+            chmod(&root.join("nb"), 0o755);
+        });
+        let nb = s.root.join("nb");
+        let out = common::finish(s.attacker("files-giveaway", &[nb.to_str().unwrap(), "3000"]));
+        println!("{}", out.trim());
+        assert!(out.contains(" given 0 "), "a write-back made a file of another user's in nobody's directory: {out}");
+        // The link led the server to both directories: nobody may not
+        // write `pub` (no write-back there), and `mine` has no `w`.
+        let count = |what: &str| -> usize {
+            let words: Vec<&str> = out.split_whitespace().collect();
+            words.iter().position(|w| *w == what).and_then(|i| words.get(i + 1)).and_then(|n| n.parse().ok()).unwrap_or(0)
+        };
+        assert!(count("denied") > 0 && count("missing") > 0, "the race never reached both directories: {out}");
+        use std::os::unix::fs::MetadataExt;
+        let w = std::fs::metadata(s.root.join("pub/w")).unwrap();
+        assert_eq!((w.uid(), w.mode() & 0o7777), (0, 0o666));
+        assert_eq!(std::fs::read(s.root.join("pub/w")).unwrap(), b"root's shared file");
+        root_is_served(&s);
+    });
+}
+
 /// The distinct file versions' memories process `pid` holds descriptors of.
 fn versions_held_by(pid: u32) -> usize {
     use std::os::unix::fs::MetadataExt;

@@ -68,7 +68,7 @@
 //! a name, and call [`FileServer::serve`] in a loop (or on a thread).
 
 use std::collections::HashMap;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
 
@@ -422,33 +422,52 @@ fn check_by_mode<'a>(root: &OwnedFd, name: &'a str, who: Asker, dir_want: u32) -
 /// may be written): only a regular file, never a FIFO, device or socket,
 /// and only if the file system's rules let `who` reach and open it.
 fn open_as(root: &OwnedFd, name: &str, who: Asker, write: bool) -> Result<(OwnedFd, FileInfo), Refusal> {
-    let open = |check_mode: bool| -> Result<(OwnedFd, FileInfo), Refusal> {
-        let path = if check_mode {
+    match as_user(who, || open_in(root.as_fd(), name, name, who, write, false))? {
+        Some(r) => r,
+        None => {
             // The file, from the directory whose way was just checked.
             let checked = check_by_mode(root, name, who, 1)?;
-            files::resolve_beneath(checked.dir(root), checked.last)
-        } else {
-            files::resolve_beneath(root.as_fd(), name)
-        };
-        let path = path.map_err(|e| resolve_refusal(name, e))?;
-        let st = files::info(path.as_fd()).map_err(|e| refuse(proto::E_UNSUPPORTED, e.to_string()))?;
-        if !st.is_file {
-            return Err(refuse(proto::E_UNSUPPORTED, format!("{name} is not a regular file")));
+            open_in(checked.dir(root), name, checked.last, who, write, true)
         }
-        if let Some(fs) = files::pseudo_fs(path.as_fd()) {
-            return Err(refuse(proto::E_UNSUPPORTED, format!("{name} is on {fs}, the kernel's own file system: its files are not contents to copy")));
-        }
-        if check_mode && !permits(&st, who.uid, who.gid, if write { 2 } else { 4 }) {
-            let what = if write { "writable" } else { "readable" };
-            return Err(refuse(proto::E_DENIED, format!("{name} is not {what} by uid {}", who.uid)));
-        }
-        let file = files::reopen(path.as_fd(), write).map_err(|e| resolve_refusal(name, e))?;
-        Ok((file, st))
-    };
-    match as_user(who, || open(false))? {
-        Some(r) => r,
-        None => open(true),
     }
+}
+
+/// Opens `path` beneath `dir` (the file `name`, for what is said) for
+/// reading, or writing: only a regular file, never a FIFO, device or
+/// socket. With `check_mode`, the file's mode bits must let `who` do so;
+/// without, this thread acts as `who` and the kernel checks.
+fn open_in(dir: BorrowedFd<'_>, name: &str, path: &str, who: Asker, write: bool, check_mode: bool) -> Result<(OwnedFd, FileInfo), Refusal> {
+    let path = files::resolve_beneath(dir, path).map_err(|e| resolve_refusal(name, e))?;
+    let st = files::info(path.as_fd()).map_err(|e| refuse(proto::E_UNSUPPORTED, e.to_string()))?;
+    if !st.is_file {
+        return Err(refuse(proto::E_UNSUPPORTED, format!("{name} is not a regular file")));
+    }
+    if let Some(fs) = files::pseudo_fs(path.as_fd()) {
+        return Err(refuse(proto::E_UNSUPPORTED, format!("{name} is on {fs}, the kernel's own file system: its files are not contents to copy")));
+    }
+    if check_mode && !permits(&st, who.uid, who.gid, if write { 2 } else { 4 }) {
+        let what = if write { "writable" } else { "readable" };
+        return Err(refuse(proto::E_DENIED, format!("{name} is not {what} by uid {}", who.uid)));
+    }
+    let file = files::reopen(path.as_fd(), write).map_err(|e| resolve_refusal(name, e))?;
+    Ok((file, st))
+}
+
+/// The directory `name`'s last component is in, resolved beneath `root`
+/// with this thread's identity (symbolic links that stay beneath it
+/// followed, as for the whole name), and that component.
+fn parent_of<'a>(root: &OwnedFd, name: &'a str) -> Result<(OwnedFd, &'a str), Refusal> {
+    let (parent, last) = match name.rsplit_once('/') {
+        // Absolute: out of the served tree, as the kernel's resolution says.
+        Some(("", _)) => return Err(resolve_refusal(name, rustix::io::Errno::XDEV)),
+        Some((parent, last)) => (parent, last),
+        None => (".", name),
+    };
+    if matches!(last, "" | "." | "..") {
+        return Err(refuse(proto::E_UNSUPPORTED, format!("{name} is not a regular file")));
+    }
+    let dir = files::resolve_dir_beneath(root.as_fd(), parent).map_err(|e| resolve_refusal(name, e))?;
+    Ok((dir, last))
 }
 
 fn asker(m: &Message) -> Result<Asker, Refusal> {
@@ -613,34 +632,42 @@ fn write_back(srv: &mut ObjectServer, root: &OwnedFd, versions: &mut Versions, m
     }
     let name = name_of(&rest[..n])?;
     let data = &rest[n..];
-    // Write permission on the file, as the asker. The open file is kept
-    // for its extended attributes, which the new contents get.
-    let (old, st) = open_as(root, name, who, true)?;
-    // New contents go to a fresh inode renamed over the name: snapshots
-    // of the old version keep reading the old inode. Creating and renaming
-    // need write permission on the directory, checked as the asker too.
-    // The new contents' name is one nobody can guess ahead, so that no one
-    // who may write the directory can take it first.
+    // The one directory the whole write-back acts in, found once: the file
+    // is checked, and its new contents made and renamed, there, by the
+    // name's last component. Resolving the whole name again for each let
+    // another user swap a directory on the way between them (a link of its
+    // own), and the new inode, given the file's owner and mode, was made
+    // where that user chose: uid nobody had files of root's, with its
+    // contents, made in its own directory.
     //
-    // A server that cannot act as the asker creates and renames in the
-    // directory it checked, by its last component; one that acts as the
-    // asker lets the kernel check the whole name.
-    let checked = match as_user(who, || ())? {
-        Some(()) => None,
-        None => Some(check_by_mode(root, name, who, 3)?),
+    // As the asker, the kernel checks the way there and the directory's
+    // write permission (for the new inode and the rename, with the sticky
+    // bit's rules); a server that cannot act as the asker checks the mode
+    // bits of every directory on the way and write and search on the last.
+    let (dir, last, checked) = match as_user(who, || parent_of(root, name))? {
+        Some(found) => {
+            let (dir, last) = found?;
+            (Some(dir), last, false)
+        }
+        None => {
+            let c = check_by_mode(root, name, who, 3)?;
+            (c.dir, c.last, true)
+        }
     };
-    let (at, name_there) = match &checked {
-        Some(c) => (c.dir(root), c.last),
-        None => (root.as_fd(), name),
-    };
+    let at = dir.as_ref().unwrap_or(root).as_fd();
+    // Write permission on the file. The open file is kept for its extended
+    // attributes, which the new contents get.
+    let open = |check_mode| open_in(at, name, last, who, true, check_mode);
+    let (old, st) = if checked { open(true)? } else { as_user(who, || open(false))?.unwrap_or_else(|| open(true))? };
+    // New contents go to a fresh inode renamed over the name: snapshots
+    // of the old version keep reading the old inode. The new contents'
+    // name is one nobody can guess ahead, so that no one who may write the
+    // directory can take it first.
     let mut made = None;
     for _ in 0..4 {
-        let tmp = temporary_name(name_there);
+        let tmp = temporary_name(last);
         let create = || files::create_beneath(at, &tmp, st.mode);
-        let r = match checked {
-            Some(_) => create(),
-            None => as_user(who, create)?.unwrap_or_else(create),
-        };
+        let r = if checked { create() } else { as_user(who, create)?.unwrap_or_else(create) };
         match r {
             Err(rustix::io::Errno::EXIST) => continue,
             r => {
@@ -683,10 +710,11 @@ fn write_back(srv: &mut ObjectServer, root: &OwnedFd, versions: &mut Versions, m
     });
     drop(new);
     let renamed = written.and_then(|()| {
-        let rename = || files::rename_beneath(at, &tmp, name_there).map_err(|e| resolve_refusal(name, e));
-        match checked {
-            Some(_) => rename(),
-            None => as_user(who, rename)?.unwrap_or_else(rename),
+        let rename = || files::rename_beneath(at, &tmp, last).map_err(|e| resolve_refusal(name, e));
+        if checked {
+            rename()
+        } else {
+            as_user(who, rename)?.unwrap_or_else(rename)
         }
     });
     if let Err(e) = renamed {

@@ -151,6 +151,22 @@ pub fn inotify_limit(name: &str) -> Option<usize> {
     std::fs::read_to_string(format!("/proc/sys/fs/inotify/{name}")).ok()?.trim().parse().ok()
 }
 
+/// Resolves directory `name` beneath `root` to an `O_PATH` descriptor,
+/// following symbolic links that stay beneath `root` (as
+/// [`resolve_beneath`] does on the way to a name's last component) and
+/// refusing to leave it (`EXDEV`/`ELOOP`); `ENOTDIR` for anything but a
+/// directory. The directories on the way are searched with this thread's
+/// filesystem credentials.
+pub fn resolve_dir_beneath(root: BorrowedFd<'_>, name: &str) -> rustix::io::Result<OwnedFd> {
+    rustix::fs::openat2(
+        root,
+        name,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+        ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS,
+    )
+}
+
 /// Opens directory `name` beneath `dir` as an `O_PATH` descriptor without
 /// following any symbolic link or leaving `dir` (for walking a path one
 /// directory at a time).

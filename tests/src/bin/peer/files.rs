@@ -53,6 +53,15 @@
 //!   stops, writes the first page once, behind the third copy, and leaves
 //!   the file alone. Keeps the snapshot; prints `planted` (or `missed`
 //!   when the server read fewer than two copies) and waits to be killed.
+//! - `files-giveaway DIR N`: in DIR, a directory of its own at `DIR`'s
+//!   name in the served root, makes `mine/` and a link `link` that it
+//!   swaps, as fast as it can, between `../pub` (where root's file `w`,
+//!   mode 0666, is) and `mine`; writes `link/w` back N times, and after
+//!   each looks for a file in `mine` that is not its own. Prints
+//!   `written W given G denied D missing M` (G: such files found, it
+//!   stops at the first; D: write-backs refused as denied, as in `pub`,
+//!   which it may not write; M: the others, as for `mine/w`, which does
+//!   not exist).
 //! - `files-pin NAME N`: opens NAME N times by hand, each time keeping
 //!   the reply (and so the version's memory it carries) and letting the
 //!   snapshot go with its hold right; prints `kept K lazy L other O`
@@ -95,6 +104,7 @@ pub fn run(role: &str, args: &[String]) -> Outcome {
         "files-race" => Some(race(args)),
         "files-plant" => Some(plant(args)),
         "files-pin" => Some(pin(args)),
+        "files-giveaway" => Some(giveaway(args)),
         _ => None,
     }
 }
@@ -376,6 +386,50 @@ fn open_many(
         }
     }
     Ok((granted, over, other))
+}
+
+fn giveaway(args: &[String]) -> Res {
+    use std::os::unix::fs::MetadataExt;
+    let [dir, n] = args else { return Err("usage: files-giveaway DIR N".into()) };
+    let local = std::path::Path::new(dir);
+    let (mine, link, sw) = (local.join("mine"), local.join("link"), local.join("sw"));
+    std::fs::create_dir(&mine)?;
+    std::os::unix::fs::symlink("../pub", &link)?;
+    std::os::unix::fs::symlink("mine", &sw)?;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flipper = {
+        let stop = stop.clone();
+        let (sw, link) = (sw.clone(), link.clone());
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = rustix::fs::renameat_with(rustix::fs::CWD, &sw, rustix::fs::CWD, &link, rustix::fs::RenameFlags::EXCHANGE);
+            }
+        })
+    };
+    let fs = client()?;
+    let name = format!("{}/link/w", local.file_name().and_then(|n| n.to_str()).ok_or("DIR")?);
+    let me = rustix::process::getuid().as_raw();
+    let (mut written, mut given, mut denied, mut missing) = (0, 0, 0, 0);
+    for _ in 0..n.parse::<usize>()? {
+        match fs.write(&name, b"planted") {
+            Ok(()) => written += 1,
+            Err(PagerError::Denied(_)) => denied += 1,
+            Err(_) => missing += 1,
+        }
+        for e in std::fs::read_dir(&mine)?.flatten() {
+            if e.metadata().is_ok_and(|m| m.uid() != me) {
+                eprintln!("files-giveaway: {} is uid {}'s", e.path().display(), e.metadata()?.uid());
+                given += 1;
+            }
+        }
+        if given > 0 {
+            break;
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = flipper.join();
+    println!("written {written} given {given} denied {denied} missing {missing}");
+    Ok(())
 }
 
 fn pin(args: &[String]) -> Res {

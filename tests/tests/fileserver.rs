@@ -877,6 +877,66 @@ fn a_write_back_never_gives_another_users_file_to_the_writer() {
     });
 }
 
+/// One client's faults get a turn, not the server: a client whose threads
+/// fault on pages of its mapping and drop them again, over and over, gave
+/// the server another fault of its to serve before it had served the last
+/// ones, and the server served them until there were none, so no request
+/// or fault of anyone else's was served while it went on. Uid nobody's 40
+/// threads doing so had the server serve thousands of their faults while
+/// each of root's opens waited (when it was answered at all), and root's
+/// reads through the pager wait for it until the watchdog stopped the test.
+/// The faults counted are the server's, in this process.
+#[test]
+fn a_client_refaulting_without_end_holds_up_nobody_else() {
+    let test = "a_client_refaulting_without_end_holds_up_nobody_else";
+    if !common::can_play_other_user(test) {
+        return;
+    }
+    let _serial = common::serial();
+    common::watchdog(test, LIMIT, || {
+        let s = Served::start("refault", Budgets::default(), |_| {});
+        let mut attacker = s.attacker("files-refault", &["README", "40"]);
+        let mut out = lines(&mut attacker);
+        assert_eq!(line(&mut out), "ready");
+        let faults = || ferry::counters::snapshot().pager_faults;
+        // Root's opens while it goes on, each answered (within the
+        // client's 10 s) or not, and the other user's faults the server
+        // served while each waited.
+        let fs = s.client();
+        let (mut snaps, mut waited) = (Vec::new(), Vec::new());
+        for _ in 0..3 {
+            let before = faults();
+            let r = fs.open("README");
+            waited.push(faults() - before);
+            match r {
+                Ok(snap) => snaps.push(snap),
+                Err(e) => println!("root's open: {e}"),
+            }
+        }
+        // And root's reads through the pager, which wait for the server as
+        // long as it takes (a bounded wait here, then the client goes).
+        let answered = snaps.len();
+        let (done, read) = std::sync::mpsc::channel();
+        let reader = std::thread::spawn(move || {
+            for snap in &snaps {
+                match snap.object().unwrap().map() {
+                    Ok(mapped) => {
+                        let _ = done.send(mapped.as_slice().unwrap().iter().map(|&b| b as u64).sum::<u64>());
+                    }
+                    Err(e) => return println!("root's mapping: {e}"),
+                }
+            }
+        });
+        let sums: Vec<u64> = (0..answered).map_while(|_| read.recv_timeout(Duration::from_secs(30)).ok()).collect();
+        kill(attacker);
+        reader.join().unwrap();
+        println!("faults served while each of root's opens waited: {waited:?}; {answered} of 3 answered, {} read through the pager", sums.len());
+        assert_eq!(answered, 3, "root's opens were not answered while another user's client refaulted");
+        assert!(waited.iter().all(|&n| n <= 1000), "root's opens waited for thousands of another user's faults: {waited:?}");
+        assert_eq!(sums, vec![readme_sum(); 3], "root's faults were not served while another user's client refaulted");
+    });
+}
+
 /// The distinct file versions' memories process `pid` holds descriptors of.
 fn versions_held_by(pid: u32) -> usize {
     use std::os::unix::fs::MetadataExt;

@@ -347,6 +347,13 @@ const KIND_PORT: u64 = 3;
 /// client that keeps its port full does not keep the others waiting.
 const PORT_TURN: usize = 64;
 
+/// Faults of one mapping served per turn of the loop, so that a client
+/// that faults again as fast as it is served does not keep the others
+/// waiting: its threads, each reading a page and dropping it again, had
+/// another fault waiting each time the last ones were served, and the
+/// server served that mapping alone for as long as they went on.
+const FAULT_TURN: usize = 64;
+
 /// The epoll key of a client's descriptor or a hold: `(slot + 1) * 4 + kind`
 /// (never 0, the port's key).
 fn key(slot: usize, kind: u64) -> u64 {
@@ -1066,14 +1073,20 @@ impl ObjectServer {
         self.objects.len()
     }
 
+    /// Serves the faults waiting at client `slot`'s mapping, a turn's
+    /// worth ([`FAULT_TURN`]).
     fn drain_faults(&mut self, slot: usize) {
-        loop {
+        // What is left waits for the next turn (the descriptor stays
+        // readable), after the other clients' and requests' turns.
+        let mut served = 0;
+        while served < FAULT_TURN {
             let Some(c) = self.clients.get(slot).and_then(Option::as_ref) else { return };
-            let events = match c.uffd.read_events(32) {
+            let events = match c.uffd.read_events(32.min(FAULT_TURN - served)) {
                 Ok(ev) if ev.is_empty() => return,
                 Ok(ev) => ev,
                 Err(_) => return self.detach(slot),
             };
+            served += events.len();
             for ev in events {
                 let r = match ev {
                     Event::PageFault { addr, wp: true, .. } => self.dirtied(slot, addr),

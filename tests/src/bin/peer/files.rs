@@ -62,6 +62,12 @@
 //!   stops at the first; D: write-backs refused as denied, as in `pub`,
 //!   which it may not write; M: the others, as for `mine/w`, which does
 //!   not exist).
+//! - `files-refault NAME THREADS`: opens NAME, maps its snapshot through
+//!   the pager, and has THREADS threads each read a page of its own of
+//!   it and drop the page again (`MADV_DONTNEED`), over and over, so
+//!   that the server always has another fault of this client to serve;
+//!   prints `ready` once every thread has faulted, and goes on until
+//!   killed.
 //! - `files-pin NAME N`: opens NAME N times by hand, each time keeping
 //!   the reply (and so the version's memory it carries) and letting the
 //!   snapshot go with its hold right; prints `kept K lazy L other O`
@@ -104,6 +110,7 @@ pub fn run(role: &str, args: &[String]) -> Outcome {
         "files-race" => Some(race(args)),
         "files-plant" => Some(plant(args)),
         "files-pin" => Some(pin(args)),
+        "files-refault" => Some(refault(args)),
         "files-giveaway" => Some(giveaway(args)),
         _ => None,
     }
@@ -430,6 +437,49 @@ fn giveaway(args: &[String]) -> Res {
     let _ = flipper.join();
     println!("written {written} given {given} denied {denied} missing {missing}");
     Ok(())
+}
+
+#[allow(unsafe_code)]
+fn refault(args: &[String]) -> Res {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let [name, threads] = args else { return Err("usage: files-refault NAME THREADS".into()) };
+    let threads: usize = threads.parse()?;
+    let snap = client()?.open(name)?;
+    let mapped = snap.object().ok_or("no object")?.map()?;
+    let (base, pages) = (mapped.addr(), mapped.len() / 4096);
+    if pages < threads {
+        return Err(format!("{name} has {pages} pages, fewer than {threads} threads").into());
+    }
+    let started = std::sync::Arc::new(AtomicUsize::new(0));
+    for t in 0..threads {
+        let started = started.clone();
+        std::thread::spawn(move || {
+            let page = base + t * 4096;
+            let mut first = true;
+            loop {
+                // SAFETY: `page` is a page of `mapped`, which lives until
+                // the process ends (the main thread keeps it and never
+                // returns); reading it only faults it in.
+                let _ = unsafe { std::ptr::read_volatile(page as *const u8) };
+                if first {
+                    started.fetch_add(1, Ordering::Relaxed);
+                    first = false;
+                }
+                // SAFETY: as above; dropping the page of a private mapping
+                // only makes the next read fault again.
+                let _ = unsafe { rustix::mm::madvise(page as *mut std::ffi::c_void, 4096, rustix::mm::Advice::LinuxDontNeed) };
+            }
+        });
+    }
+    while started.load(Ordering::Relaxed) < threads {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    println!("ready");
+    std::io::stdout().flush()?;
+    loop {
+        std::thread::sleep(Duration::from_secs(3600));
+        std::hint::black_box(&mapped);
+    }
 }
 
 fn pin(args: &[String]) -> Res {

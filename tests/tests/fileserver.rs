@@ -937,6 +937,48 @@ fn a_client_refaulting_without_end_holds_up_nobody_else() {
     });
 }
 
+/// A port's requests get a turn, not the server: requests came off the
+/// server's main port until none was left, so a client whose threads kept
+/// that port's queue full had the server serve nothing else, not even
+/// another client's faults, for as long as it went on. (`ferryd` hands out
+/// a port of its own per lookup, served 64 requests a turn; a host that
+/// hands its main port out, as this one does, had none.) The requests
+/// counted are those the server, in this process, received while root's
+/// reads of a snapshot through the pager waited.
+#[test]
+fn a_client_flooding_the_main_port_holds_up_nobody_elses_faults() {
+    let test = "a_client_flooding_the_main_port_holds_up_nobody_elses_faults";
+    if !common::can_play_other_user(test) {
+        return;
+    }
+    let _serial = common::serial();
+    common::watchdog(test, LIMIT, || {
+        let s = Served::start("flood", Budgets::default(), |_| {});
+        // Root's snapshot, mapped through the pager before the flood.
+        let snap = s.client().open("README").unwrap();
+        let mapped = snap.object().unwrap().map().unwrap();
+        let mut attacker = s.attacker("files-flood", &["4"]);
+        let mut out = lines(&mut attacker);
+        assert_eq!(line(&mut out), "ready");
+        let received = || ferry::counters::snapshot().messages_received;
+        // Root's reads wait for the server as long as it takes: a bounded
+        // wait here, then the client goes.
+        let (done, read) = std::sync::mpsc::channel();
+        let reader = std::thread::spawn(move || {
+            let before = received();
+            let sum = mapped.as_slice().unwrap().iter().map(|&b| b as u64).sum::<u64>();
+            let _ = done.send((sum, received() - before));
+        });
+        let got = read.recv_timeout(Duration::from_secs(30)).ok();
+        kill(attacker);
+        reader.join().unwrap();
+        println!("root's read of 41 pages through the pager, and the requests served meanwhile: {got:?}");
+        let Some((sum, requests)) = got else { panic!("root's faults were not served while another user flooded the port") };
+        assert_eq!(sum, readme_sum());
+        assert!(requests <= 2000, "root's faults waited for {requests} of another user's requests");
+    });
+}
+
 /// The distinct file versions' memories process `pid` holds descriptors of.
 fn versions_held_by(pid: u32) -> usize {
     use std::os::unix::fs::MetadataExt;

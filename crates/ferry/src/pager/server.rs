@@ -764,8 +764,14 @@ impl ObjectServer {
         Ok(events.len())
     }
 
+    /// Serves what came on the main port, a turn's worth ([`PORT_TURN`]),
+    /// as a client's own port is: what is left waits for the next turn
+    /// (the port stays readable), after the other clients' faults and
+    /// ports. Served until none was left, requests a client kept coming
+    /// (a host may hand its main port to every client) held up every
+    /// other client's faults for as long as it went on.
     fn drain_port(&mut self, ext: Extension<'_>) {
-        loop {
+        for _ in 0..PORT_TURN {
             match self.port.recv(Timeout::Zero) {
                 Ok(m) if m.op() == proto::ADD_PORT => self.add_port(m),
                 Ok(m) => self.handle(m, ext, None),

@@ -68,6 +68,11 @@
 //!   that the server always has another fault of this client to serve;
 //!   prints `ready` once every thread has faulted, and goes on until
 //!   killed.
+//! - `files-flood THREADS`: looks `files` up and has THREADS threads
+//!   send requests on that right (of an operation the server does not
+//!   know, no reply wanted)
+//!   as fast as its queue takes them; prints `ready` once every thread
+//!   has sent, and goes on until killed.
 //! - `files-pin NAME N`: opens NAME N times by hand, each time keeping
 //!   the reply (and so the version's memory it carries) and letting the
 //!   snapshot go with its hold right; prints `kept K lazy L other O`
@@ -111,6 +116,7 @@ pub fn run(role: &str, args: &[String]) -> Outcome {
         "files-plant" => Some(plant(args)),
         "files-pin" => Some(pin(args)),
         "files-refault" => Some(refault(args)),
+        "files-flood" => Some(flood_requests(args)),
         "files-giveaway" => Some(giveaway(args)),
         _ => None,
     }
@@ -437,6 +443,38 @@ fn giveaway(args: &[String]) -> Res {
     let _ = flipper.join();
     println!("written {written} given {given} denied {denied} missing {missing}");
     Ok(())
+}
+
+fn flood_requests(args: &[String]) -> Res {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let [threads] = args else { return Err("usage: files-flood THREADS".into()) };
+    let threads: usize = threads.parse()?;
+    let right = server()?;
+    let started = std::sync::Arc::new(AtomicUsize::new(0));
+    for _ in 0..threads {
+        let (right, started) = (right.try_clone()?, started.clone());
+        std::thread::spawn(move || {
+            let mut first = true;
+            loop {
+                let m = Message::new(1).with_body(1u64.to_le_bytes().to_vec());
+                if right.send(m, Timeout::Infinite).is_err() {
+                    return;
+                }
+                if first {
+                    started.fetch_add(1, Ordering::Relaxed);
+                    first = false;
+                }
+            }
+        });
+    }
+    while started.load(Ordering::Relaxed) < threads {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    println!("ready");
+    std::io::stdout().flush()?;
+    loop {
+        std::thread::sleep(Duration::from_secs(3600));
+    }
 }
 
 #[allow(unsafe_code)]

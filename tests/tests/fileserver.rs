@@ -877,6 +877,59 @@ fn a_write_back_never_gives_another_users_file_to_the_writer() {
     });
 }
 
+/// A write-back by a user other than the file's owner, of a file with
+/// other names, gives the new contents to the writer, not the owner: the
+/// new inode replaces this name only, so it was a file of the owner's made
+/// where the writer chose. Uid nobody hard-linked root's world-writable
+/// file into a directory of its own (which the kernel lets it do, as it
+/// may read and write the file) and wrote the link back: root's file kept
+/// its contents, and nobody's directory held a new file of root's with
+/// nobody's contents, which only a chown by root can make.
+#[test]
+fn a_write_back_through_another_name_never_gives_the_writer_a_file_of_the_owners() {
+    let test = "a_write_back_through_another_name_never_gives_the_writer_a_file_of_the_owners";
+    if !common::can_play_other_user(test) {
+        return;
+    }
+    let _serial = common::serial();
+    common::watchdog(test, LIMIT, || {
+        use std::os::unix::fs::MetadataExt;
+        use std::os::unix::process::CommandExt as _;
+        let s = Served::start("hardlink", Budgets::default(), |root| {
+            std::fs::create_dir(root.join("pub")).unwrap();
+            chmod(&root.join("pub"), 0o755);
+            std::fs::write(root.join("pub/w"), b"root's shared file").unwrap();
+            chmod(&root.join("pub/w"), 0o666);
+            std::fs::create_dir(root.join("nb")).unwrap();
+            std::os::unix::fs::chown(root.join("nb"), Some(NOBODY), Some(NOBODY)).unwrap();
+            chmod(&root.join("nb"), 0o755);
+        });
+        let linked = std::process::Command::new("ln")
+            .arg(s.root.join("pub/w"))
+            .arg(s.root.join("nb/h"))
+            .uid(NOBODY)
+            .gid(NOBODY)
+            .current_dir("/")
+            .status()
+            .unwrap();
+        if !linked.success() {
+            println!("skipped {test}: uid nobody may not link root's file here (fs.protected_hardlinks?)");
+            return;
+        }
+        let out = common::finish(s.attacker("files-write", &["nb/h", "planted"]));
+        assert_eq!(out.trim(), "ok");
+        let h = std::fs::metadata(s.root.join("nb/h")).unwrap();
+        println!("nb/h after the write-back: uid {} mode {:o}", h.uid(), h.mode() & 0o7777);
+        assert_eq!(std::fs::read(s.root.join("nb/h")).unwrap(), b"planted");
+        assert_eq!(std::fs::read(s.root.join("pub/w")).unwrap(), b"root's shared file");
+        assert_eq!(h.uid(), NOBODY, "a write-back made a file of root's in nobody's directory");
+        assert_eq!(h.mode() & 0o7777, 0o666);
+        // The owner's own write-back keeps the file the owner's.
+        s.client().write("pub/w", b"root's again").unwrap();
+        assert_eq!(std::fs::metadata(s.root.join("pub/w")).unwrap().uid(), 0);
+    });
+}
+
 /// One client's faults get a turn, not the server: a client whose threads
 /// fault on pages of its mapping and drop them again, over and over, gave
 /// the server another fault of its to serve before it had served the last

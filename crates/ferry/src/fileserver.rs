@@ -690,8 +690,16 @@ fn write_back(srv: &mut ObjectServer, root: &OwnedFd, versions: &mut Versions, m
     drop(old);
     // The file keeps its owner where the server may give it (as itself),
     // then its mode: the new inode was made under the server's umask, and a
-    // file of mode 0666 became 0644.
-    files::keep_owner(new.as_fd(), st.uid, st.gid);
+    // file of mode 0666 became 0644. Not a file with other names written
+    // back by another user than its owner (or root): the new inode takes
+    // this name only, and would be a file of the owner's made where the
+    // writer chose (a hard link of its own to the owner's file, which the
+    // kernel lets it make once it may read and write the file): it is the
+    // writer's, as if it had replaced the name with a file of its own,
+    // which its write permission on the directory lets it do.
+    if st.links <= 1 || who.uid == st.uid || who.uid == 0 {
+        files::keep_owner(new.as_fd(), st.uid, st.gid);
+    }
     // An asker holding CAP_FSETID (root, as a rule) keeps set-user-ID and
     // set-group-ID, as on its native write; one without it, root or not,
     // loses them as there. The kernel reads the capabilities an asker

@@ -25,6 +25,8 @@ pub struct FileInfo {
     pub size: u64,
     /// (device, inode): which version of a name this is.
     pub identity: (u64, u64),
+    /// Names (hard links) the inode has.
+    pub links: u64,
     /// When the inode last changed (status change and modification times,
     /// seconds and nanoseconds): a write in place, a truncation or a
     /// `chmod` moves the status change time, so equal stamps of the same
@@ -445,6 +447,8 @@ pub fn info(fd: BorrowedFd<'_>) -> rustix::io::Result<FileInfo> {
         gid: st.st_gid,
         size: st.st_size as u64,
         identity: (st.st_dev as u64, st.st_ino as u64),
+        #[allow(clippy::unnecessary_cast)] // the field types differ between architectures
+        links: st.st_nlink as u64,
         #[allow(clippy::unnecessary_cast)] // the field types differ between architectures
         changed: [st.st_ctime as i64, st.st_ctime_nsec as i64, st.st_mtime as i64, st.st_mtime_nsec as i64],
     })

@@ -78,7 +78,7 @@ static void *serve(void *arg) {
             uint8_t body[128], *p = put_u32(body, 2);
             p = put_entry(p, "whole", 8);
             p = put_entry(p, "cut-short", 3);
-            EXPECT(ferry_message_new(0, &rep) == FERRY_OK);
+            EXPECT(ferry_message_new(FERRY_IDL_REPLY_OK, &rep) == FERRY_OK);
             EXPECT(ferry_message_set_body(rep, body, (size_t)(p - body)) == FERRY_OK);
         }
         EXPECT(rep != NULL);

@@ -41,7 +41,7 @@ static void *serve(void *arg) {
             rep = kv_dispatch(&ops, NULL, req, &ran);
         } else {
             /* OK to `get`, the typed error to `put`: no value follows. */
-            EXPECT(ferry_message_new(op == KV_OP_PUT ? 1 : 0, &rep) == FERRY_OK);
+            EXPECT(ferry_message_new(op == KV_OP_PUT ? FERRY_IDL_REPLY_ERR : FERRY_IDL_REPLY_OK, &rep) == FERRY_OK);
         }
         EXPECT(rep != NULL);
         EXPECT(ferry_message_reply(req, rep, 10000) == FERRY_OK);

@@ -658,7 +658,7 @@ fn one_users_file_server_right_is_its_own() {
         assert_eq!(other.until_ready()[0], "looked-up 3 stopped: none");
 
         // One user's ports are budgeted, and go with it.
-        let base = fds_of(d.child.id());
+        let base = settled_fds(d.child.id());
         let mut hog = Peer::new(spawn_peer_as(NOBODY, &d.path, "files-lookups", &["1000"]));
         let said = hog.until_ready();
         let most = ferry::pager::Budgets::default().ports_per_user;
@@ -1723,6 +1723,23 @@ fn an_answer_on_a_connection_is_dropped_unanswered() {
 /// How many descriptors process `pid` has open.
 fn fds_of(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count()
+}
+
+/// How many descriptors process `pid` has once the count has held for 40
+/// naps in a row (at most 2000 naps): a server still closing what an
+/// earlier client left goes down to it.
+fn settled_fds(pid: u32) -> usize {
+    let (mut last, mut same) = (fds_of(pid), 0);
+    for _ in 0..2000 {
+        nap();
+        let now = fds_of(pid);
+        same = if now == last { same + 1 } else { 0 };
+        last = now;
+        if same >= 40 {
+            break;
+        }
+    }
+    last
 }
 
 /// Waits (at most 2000 naps) until process `pid` has at most `base`

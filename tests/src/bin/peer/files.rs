@@ -659,9 +659,16 @@ fn lookups(args: &[String]) -> Res {
     let n: usize = n.parse()?;
     let mut bs = Bootstrap::connect()?;
     let (mut kept, mut why) = (Vec::new(), String::from("none"));
+    // The server refuses a lookup while its queue is full (a loaded
+    // machine): that says look again, not stop.
+    let mut busy = 0;
     while kept.len() < n {
         match bs.lookup("files") {
             Ok(r) => kept.push(r),
+            Err(ferry::bootstrap::NameError::Refused(w)) if w.contains("busy") && busy < 2000 => {
+                busy += 1;
+                std::thread::sleep(Duration::from_millis(5));
+            }
             Err(e) => {
                 why = format!("{e:?}");
                 break;

@@ -231,6 +231,20 @@ fn a_c_client_frees_a_list_that_fails_to_decode_part_way() {
     });
 }
 
+/// The generated C port server skips a send-once right to its port freed
+/// unused, as the Rust `serve_port` does, instead of stopping with
+/// `FERRY_ERR_SEND_ONCE_DROPPED` and leaving its clients unanswered.
+#[test]
+fn the_c_port_server_goes_on_past_a_send_once_right_dropped_unused() {
+    watchdog("the_c_port_server_goes_on_past_a_send_once_right_dropped_unused", LIMIT, || {
+        let (exe, dir) = build("kv_once_dropped");
+        let out = Command::new(&exe).env("FERRY_NO_EMBED", "1").env("FERRY_NO_AUTOSTART", "1").output().expect("run kv_once_dropped");
+        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success() && stdout.contains("kv-once-dropped-ok"), "kv_once_dropped failed with {}:\n{stdout}\n{stderr}", out.status);
+        std::fs::remove_dir_all(dir).ok();
+    });
+}
+
 /// A C client given replies with no value (OK to `get`, the typed error to
 /// `put`, each with an empty body), into result and error structs the
 /// caller did not initialise, as the documentation's example leaves them:

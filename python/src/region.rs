@@ -35,6 +35,10 @@ use crate::{gone, lock};
 /// sender chose the region's length, the receiver chooses what it holds.
 const DEFAULT_COPY_LIMIT: usize = 1 << 30;
 
+/// The most bytes `RegionItem.map(immediate=True)` accepts unless told
+/// otherwise: an immediate mapping allocates every page of the region.
+const DEFAULT_IMMEDIATE_LIMIT: usize = 1 << 30;
+
 fn mode_name(m: Mode) -> &'static str {
     match m {
         Mode::Copy => "copy",
@@ -275,10 +279,17 @@ impl RegionItem {
     /// by value (copy, move) are mapped: a lent or shared region's sender
     /// may still change it, so it raises `SenderMayWrite`; copy it out
     /// instead. On failure the item stays usable (map differently, or copy
-    /// out).
-    #[pyo3(signature = (*, immediate=false, at_sender_address=false, writable=false))]
-    fn map(&self, py: Python<'_>, immediate: bool, at_sender_address: bool, writable: bool) -> PyResult<MappedRegion> {
+    /// out). A region longer than `limit` bytes raises `RegionError` before
+    /// anything is mapped; the sender chose the length, and an immediate
+    /// mapping allocates every page of it, so `immediate` with no `limit`
+    /// refuses more than 1 GiB (a lazy one costs only address space and has
+    /// no limit unless given one).
+    #[pyo3(signature = (*, immediate=false, at_sender_address=false, writable=false, limit=None))]
+    fn map(&self, py: Python<'_>, immediate: bool, at_sender_address: bool, writable: bool, limit: Option<usize>) -> PyResult<MappedRegion> {
         let mut opts = if immediate { MapOptions::immediate() } else { MapOptions::lazy() };
+        if let Some(l) = limit.or(immediate.then_some(DEFAULT_IMMEDIATE_LIMIT)) {
+            opts = opts.limit(l);
+        }
         if at_sender_address {
             opts = opts.at_sender_address();
         }

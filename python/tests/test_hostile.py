@@ -45,3 +45,34 @@ def test_hostile_regions_are_refused_and_nothing_leaks(names):
     del m, item, back, report, honest, arr
     names.unregister(name)
     assert open_fds() <= before, "a descriptor of a refused message leaked"
+
+
+def test_immediate_mapping_refuses_a_sparse_region_past_its_limit():
+    # A sparse region costs its sender nothing; mapping it immediately
+    # would allocate every page here, so past a limit it is refused before
+    # anything is allocated, and the item stays usable.
+    rx, tx = ferry.port()
+    over = (1 << 30) + 4096
+    m = ferry.Message(1)
+    m.add(ferry.Region(over))
+    tx.send(m)
+    item = rx.recv(LIMIT).items[0]
+    with pytest.raises(ferry.RegionError, match="exceeds"):
+        item.map(immediate=True)
+    with pytest.raises(ferry.RegionError, match="exceeds"):
+        item.map(immediate=True, limit=1 << 20)
+    with pytest.raises(ferry.RegionError, match="exceeds"):
+        item.map(limit=1 << 20)
+    assert not item.closed and item.nbytes == over
+    lazy = item.map()
+    assert lazy.nbytes == over
+    lazy.close()
+    m = ferry.Message(2)
+    m.add(ferry.Region(1 << 20))
+    tx.send(m)
+    item = rx.recv(LIMIT).items[0]
+    with pytest.raises(ferry.RegionError, match="exceeds"):
+        item.map(immediate=True, limit=(1 << 20) - 1)
+    mapped = item.map(immediate=True, limit=1 << 20)
+    assert mapped.nbytes == 1 << 20
+    mapped.close()

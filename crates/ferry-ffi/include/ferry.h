@@ -45,6 +45,13 @@
 #define FERRY_MAP_ALLOW_SENDER_WRITES 8
 
 /**
+ * The longest region `FERRY_MAP_IMMEDIATE` maps unless the caller sets
+ * its own limit (`ferry_message_map_region_limited`): an immediate
+ * mapping allocates every page, and the length is the sender's claim.
+ */
+#define FERRY_MAP_IMMEDIATE_LIMIT (1 << 30)
+
+/**
  * Wait policy: spin briefly while the peer runs, then sleep (the default).
  */
 #define FERRY_POLICY_ADAPTIVE 0
@@ -106,7 +113,8 @@ typedef enum ferry_status {
    */
   FERRY_ERR_TIMEOUT = 5,
   /**
-   * The message breaks a limit of the wire format.
+   * The message breaks a limit of the wire format, or a region is longer
+   * than the receiver accepts (`ferry_message_map_region`).
    */
   FERRY_ERR_TOO_LARGE = 6,
   /**
@@ -803,7 +811,11 @@ enum ferry_status ferry_message_region_info(const struct ferry_message *msg,
  * message) with `flags` (`FERRY_MAP_*`, or 0: lazily, anywhere, privately
  * writable). A lent or shared region is refused with
  * `FERRY_ERR_SENDER_MAY_WRITE` unless `FERRY_MAP_ALLOW_SENDER_WRITES` is
- * given. On failure the region stays in the message.
+ * given; with `FERRY_MAP_IMMEDIATE`, which allocates every page, a region
+ * longer than `FERRY_MAP_IMMEDIATE_LIMIT` is refused with
+ * `FERRY_ERR_TOO_LARGE` (its length is the sender's claim; see
+ * [`ferry_message_map_region_limited`] for another limit). On failure the
+ * region stays in the message.
  *
  * # Safety
  * `msg` is a live message handle used by no other call; `out_map` points
@@ -813,6 +825,21 @@ enum ferry_status ferry_message_map_region(struct ferry_message *msg,
                                            size_t index,
                                            uint32_t flags,
                                            struct ferry_mapped_region **out_map);
+
+/**
+ * As [`ferry_message_map_region`], refusing a region longer than `limit`
+ * bytes with `FERRY_ERR_TOO_LARGE` whether mapped immediately or lazily
+ * (`SIZE_MAX`: no limit). On failure the region stays in the message.
+ *
+ * # Safety
+ * `msg` is a live message handle used by no other call; `out_map` points
+ * at writable storage for a pointer.
+ */
+enum ferry_status ferry_message_map_region_limited(struct ferry_message *msg,
+                                                   size_t index,
+                                                   uint32_t flags,
+                                                   size_t limit,
+                                                   struct ferry_mapped_region **out_map);
 
 /**
  * Makes the reply to an RPC request `request` (received with

@@ -639,16 +639,44 @@ pub unsafe extern "C" fn ferry_message_region_info(msg: *const ferry_message, in
 /// message) with `flags` (`FERRY_MAP_*`, or 0: lazily, anywhere, privately
 /// writable). A lent or shared region is refused with
 /// `FERRY_ERR_SENDER_MAY_WRITE` unless `FERRY_MAP_ALLOW_SENDER_WRITES` is
-/// given. On failure the region stays in the message.
+/// given; with `FERRY_MAP_IMMEDIATE`, which allocates every page, a region
+/// longer than `FERRY_MAP_IMMEDIATE_LIMIT` is refused with
+/// `FERRY_ERR_TOO_LARGE` (its length is the sender's claim; see
+/// [`ferry_message_map_region_limited`] for another limit). On failure the
+/// region stays in the message.
 ///
 /// # Safety
 /// `msg` is a live message handle used by no other call; `out_map` points
 /// at writable storage for a pointer.
 #[no_mangle]
 pub unsafe extern "C" fn ferry_message_map_region(msg: *mut ferry_message, index: usize, flags: u32, out_map: *mut *mut ferry_mapped_region) -> ferry_status {
+    map_region(msg, index, flags, None, out_map)
+}
+
+/// As [`ferry_message_map_region`], refusing a region longer than `limit`
+/// bytes with `FERRY_ERR_TOO_LARGE` whether mapped immediately or lazily
+/// (`SIZE_MAX`: no limit). On failure the region stays in the message.
+///
+/// # Safety
+/// `msg` is a live message handle used by no other call; `out_map` points
+/// at writable storage for a pointer.
+#[no_mangle]
+pub unsafe extern "C" fn ferry_message_map_region_limited(
+    msg: *mut ferry_message,
+    index: usize,
+    flags: u32,
+    limit: usize,
+    out_map: *mut *mut ferry_mapped_region,
+) -> ferry_status {
+    map_region(msg, index, flags, Some(limit), out_map)
+}
+
+/// Maps region item `index` with `flags` and `limit` (`None`: the default
+/// of [`map_options`]), under [`ferry_message_map_region`]'s contract.
+fn map_region(msg: *mut ferry_message, index: usize, flags: u32, limit: Option<usize>, out_map: *mut *mut ferry_mapped_region) -> ferry_status {
     guard(|| {
         let o = out(out_map, "out_map")?;
-        let (opts, allow_sender_writes) = map_options(flags)?;
+        let (opts, allow_sender_writes) = map_options(flags, limit)?;
         // SAFETY: header contract: a live handle used by no other call.
         let m = unsafe { obj_mut(msg, "msg") }?;
         let item = m.take_item(index, "region", |i| match i {

@@ -82,15 +82,25 @@ pub const FERRY_MAP_AT_SENDER_ADDRESS: u32 = 4;
 /// while it is mapped here. Its bytes are then only read by copying.
 pub const FERRY_MAP_ALLOW_SENDER_WRITES: u32 = 8;
 
-/// Map options from C flags, and whether the caller accepts a region its
-/// sender may still write (`FERRY_MAP_ALLOW_SENDER_WRITES`); unknown bits
-/// are refused.
-pub(crate) fn map_options(flags: u32) -> Res<(MapOptions, bool)> {
+/// The longest region `FERRY_MAP_IMMEDIATE` maps unless the caller sets
+/// its own limit (`ferry_message_map_region_limited`): an immediate
+/// mapping allocates every page, and the length is the sender's claim.
+pub const FERRY_MAP_IMMEDIATE_LIMIT: usize = 1 << 30;
+
+/// Map options from C flags and a limit on the region's length (`None`:
+/// [`FERRY_MAP_IMMEDIATE_LIMIT`] for an immediate mapping, none for a lazy
+/// one), and whether the caller accepts a region its sender may still
+/// write (`FERRY_MAP_ALLOW_SENDER_WRITES`); unknown bits are refused.
+pub(crate) fn map_options(flags: u32, limit: Option<usize>) -> Res<(MapOptions, bool)> {
     let known = FERRY_MAP_IMMEDIATE | FERRY_MAP_READ_ONLY | FERRY_MAP_AT_SENDER_ADDRESS | FERRY_MAP_ALLOW_SENDER_WRITES;
     if flags & !known != 0 {
         return Err(Failure::invalid(format!("unknown map flags {:#x}", flags & !known)));
     }
-    let mut o = if flags & FERRY_MAP_IMMEDIATE != 0 { MapOptions::immediate() } else { MapOptions::lazy() };
+    let immediate = flags & FERRY_MAP_IMMEDIATE != 0;
+    let mut o = if immediate { MapOptions::immediate() } else { MapOptions::lazy() };
+    if let Some(l) = limit.or(immediate.then_some(FERRY_MAP_IMMEDIATE_LIMIT)) {
+        o = o.limit(l);
+    }
     if flags & FERRY_MAP_READ_ONLY != 0 {
         o = o.read_only();
     }

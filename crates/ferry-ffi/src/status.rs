@@ -34,7 +34,8 @@ pub enum ferry_status {
     FERRY_ERR_QUEUE_FULL = 4,
     /// Nothing happened before the timeout.
     FERRY_ERR_TIMEOUT = 5,
-    /// The message breaks a limit of the wire format.
+    /// The message breaks a limit of the wire format, or a region is longer
+    /// than the receiver accepts (`ferry_message_map_region`).
     FERRY_ERR_TOO_LARGE = 6,
     /// A send that can never work (a used send-once right, a receive right
     /// sent to its own port).
@@ -284,6 +285,7 @@ impl From<RegionError> for Failure {
             RegionError::SenderMayWrite(_) => FERRY_ERR_SENDER_MAY_WRITE,
             RegionError::AddressTaken { .. } | RegionError::NoSenderAddress => FERRY_ERR_ADDRESS_TAKEN,
             RegionError::TooLong { .. } => FERRY_ERR_INVALID_ARGUMENT,
+            RegionError::TooLarge { .. } => FERRY_ERR_TOO_LARGE,
             _ => FERRY_ERR_REGION,
         };
         Failure::new(status, e.to_string())

@@ -127,6 +127,17 @@ fn c_port_set_reports_messages_no_senders_and_dead_names_per_member() {
     assert!(out.contains("portset: ok"), "{out}");
 }
 
+/// A region mapped immediately has every page allocated, and its length is
+/// the sender's claim: past `FERRY_MAP_IMMEDIATE_LIMIT` (or the caller's
+/// own limit) it is refused with `FERRY_ERR_TOO_LARGE` and stays in the
+/// message.
+#[test]
+fn c_immediate_mapping_refuses_a_region_past_its_limit() {
+    let limit = build("ferry_map_limit", &["tests/c/map_limit.c"]);
+    let out = succeeded("ferry_map_limit", &wait_bounded(spawn(&limit, &[], Path::new("/nonexistent")), LIMIT));
+    assert!(out.contains("map_limit: ok"), "{out}");
+}
+
 #[test]
 fn c_reply_pairs_carry_one_answer_or_report_the_right_dropped() {
     let reply = build("ferry_reply", &["tests/c/reply.c"]);

@@ -112,6 +112,23 @@ impl PortSet {
         Ok(s.number(id))
     }
 
+    /// Stops dead-name watch `member` and drops the set's copy of the right
+    /// (which otherwise keeps the watched port from seeing no senders while
+    /// the set lives); a stopped watch reports nothing. Raises `KeyError` if
+    /// `member` is no watch (a port, or a watch already stopped or reported
+    /// as a dead name).
+    fn unwatch(&self, py: Python<'_>, member: u64) -> PyResult<()> {
+        let mut g = lock_py(py, &self.inner);
+        let s = g.as_mut().ok_or_else(|| gone("PortSet"))?;
+        let id = s.id(member)?;
+        if !s.set.unwatch(id) {
+            return Err(pyo3::exceptions::PyKeyError::new_err(format!("member {member} is not a dead-name watch")));
+        }
+        s.ids.remove(&member);
+        s.numbers.remove(&id);
+        Ok(())
+    }
+
     /// Waits up to `timeout` seconds for the next event (`None`: forever;
     /// `0`: only what is ready now). Raises `RecvTimeout` if none came.
     #[pyo3(signature = (timeout=None))]

@@ -384,6 +384,31 @@ def test_port_set_delivers_messages_and_notifications():
         assert back.recv(LIMIT).op == 4
 
 
+def test_port_set_watch_stops_and_lets_the_port_see_no_senders():
+    with ferry.PortSet() as ps:
+        rx, tx = ferry.port()
+        w = ps.watch_dead_name(tx)
+        tx.close()
+        # The watch's own copy of the right is a sender while it lasts.
+        with pytest.raises(ferry.RecvTimeout):
+            rx.recv(0.02)
+        ps.unwatch(w)
+        with pytest.raises(KeyError):
+            ps.unwatch(w)
+        with pytest.raises(ferry.NoSenders):
+            rx.recv(LIMIT)
+        rx.close()
+        with pytest.raises(ferry.RecvTimeout):
+            ps.wait(0.02)
+        p, to_p = ferry.port()
+        ip = ps.insert(p)
+        with pytest.raises(KeyError):
+            ps.unwatch(ip)
+        to_p.send(ferry.Message(5))
+        e = ps.wait(LIMIT)
+        assert (e.kind, e.member, e.message.op) == ("message", ip, 5)
+
+
 def test_names_register_lookup_list(names):
     name = unique("names")
     rx, tx = ferry.port()

@@ -416,6 +416,32 @@ fn port_set_delivers_messages_and_notifications() {
     });
 }
 
+/// A dead-name watch holds a copy of the watched send right, so the port it
+/// watches cannot see no senders while the watch lasts; stopping the watch
+/// drops the copy, and the stopped watch reports nothing when the port dies.
+#[test]
+fn port_set_watch_stops_and_lets_the_port_see_no_senders() {
+    let _serial = common::serial();
+    watchdog("port_set_unwatch", LIMIT, || {
+        let mut set = PortSet::new().unwrap();
+        let (mut rx, tx) = ferry::port().unwrap();
+        let w = set.watch_dead_name(&tx).unwrap();
+        drop(tx);
+        assert!(matches!(rx.recv(Timeout::millis(20)), Err(RecvError::Timeout)), "the watch's copy is a sender");
+        assert!(set.unwatch(w));
+        assert!(!set.unwatch(w), "a watch stops once");
+        assert!(matches!(rx.recv(Timeout::millis(10_000)), Err(RecvError::NoSenders)));
+        drop(rx);
+        assert!(matches!(set.wait(Timeout::millis(20)), Err(RecvError::Timeout)));
+        // A port is no watch: unwatch leaves it in the set.
+        let (p, to_p) = ferry::port().unwrap();
+        let ip = set.insert(p);
+        assert!(!set.unwatch(ip));
+        to_p.send(Message::new(5), Timeout::Infinite).unwrap();
+        assert!(matches!(set.wait(Timeout::millis(10_000)).unwrap(), Event::Message(id, m) if id == ip && m.op() == 5));
+    });
+}
+
 /// Whether `fd` polls readable now.
 fn readable_now(fd: std::os::fd::BorrowedFd<'_>) -> bool {
     let mut fds = [rustix::event::PollFd::new(&fd, rustix::event::PollFlags::IN)];

@@ -359,6 +359,15 @@ fn port_sets_are_awaited() {
         let _to_a = t.join().unwrap();
         seen.sort();
         assert_eq!(seen, ["a:1", "a:3", "b-gone", "b:2", "dead"]);
+        // A watch stopped before its port goes lets that port see no
+        // senders, and reports nothing when the port dies.
+        let (mut rx2, tx2) = ferry::port().unwrap();
+        let w2 = set.watch_dead_name(&tx2).unwrap();
+        drop(tx2);
+        assert!(set.unwatch(w2));
+        assert!(matches!(rx2.recv(Timeout::millis(10_000)), Err(RecvError::NoSenders)));
+        drop(rx2);
+        assert!(tokio::time::timeout(Duration::from_millis(20), set.wait()).await.is_err(), "a stopped watch reported");
     });
 }
 

@@ -1243,6 +1243,18 @@ enum ferry_status ferry_port_set_watch_dead_name(struct ferry_port_set *set,
                                                  uint32_t *member);
 
 /**
+ * Stops dead-name watch `member` and frees the set's copy of the right
+ * (which otherwise keeps the watched port from seeing no senders while
+ * the set lives); a stopped watch reports nothing.
+ * `FERRY_ERR_INVALID_ARGUMENT` if `member` is no watch (a port, or a watch
+ * already stopped or reported as a dead name).
+ *
+ * # Safety
+ * `set` is a live port-set handle used by no other call.
+ */
+enum ferry_status ferry_port_set_unwatch(struct ferry_port_set *set, uint32_t member);
+
+/**
  * Waits for the next event on any member, as `timeout_ms` allows:
  * `*kind` says what happened to `*member`; for `FERRY_EVENT_MESSAGE`,
  * `*out_msg` holds the message (the caller frees it), otherwise NULL.

@@ -156,6 +156,28 @@ pub unsafe extern "C" fn ferry_port_set_watch_dead_name(set: *mut ferry_port_set
     })
 }
 
+/// Stops dead-name watch `member` and frees the set's copy of the right
+/// (which otherwise keeps the watched port from seeing no senders while
+/// the set lives); a stopped watch reports nothing.
+/// `FERRY_ERR_INVALID_ARGUMENT` if `member` is no watch (a port, or a watch
+/// already stopped or reported as a dead name).
+///
+/// # Safety
+/// `set` is a live port-set handle used by no other call.
+#[no_mangle]
+pub unsafe extern "C" fn ferry_port_set_unwatch(set: *mut ferry_port_set, member: u32) -> ferry_status {
+    guard(|| {
+        // SAFETY: header contract: a live handle used by no other call.
+        let s = unsafe { obj_mut(set, "set") }?;
+        let id = *s.ids.get(&member).ok_or_else(|| Failure::invalid(format!("no member {member}")))?;
+        if !s.set.unwatch(id) {
+            return Err(Failure::invalid(format!("member {member} is not a dead-name watch")));
+        }
+        s.forget(member);
+        Ok(())
+    })
+}
+
 /// Waits for the next event on any member, as `timeout_ms` allows:
 /// `*kind` says what happened to `*member`; for `FERRY_EVENT_MESSAGE`,
 /// `*out_msg` holds the message (the caller frees it), otherwise NULL.

@@ -32,7 +32,8 @@ pub enum Event {
     /// A malformed message arrived on a member port and was discarded.
     BadMessage(MemberId, crate::WireError),
     /// The receiver of a watched send right is gone (a dead name). Reported
-    /// once; the watch is then removed.
+    /// once; the watch is then removed. A watch stopped with
+    /// [`PortSet::unwatch`] reports nothing.
     DeadName(MemberId),
 }
 
@@ -116,6 +117,20 @@ impl PortSet {
         self.epoll.add(copy.as_fd(), Interest::HangUp, WATCH_BIT | id as u64).map_err(io_err)?;
         self.watches.insert(id, copy);
         Ok(MemberId(id))
+    }
+
+    /// Stops dead-name watch `id` and drops the set's copy of the right
+    /// (which otherwise keeps the watched port from seeing no senders for
+    /// as long as the set lives). False if `id` is no watch here (a port,
+    /// or a watch already stopped or reported as a dead name).
+    pub fn unwatch(&mut self, id: MemberId) -> bool {
+        match self.watches.remove(&id.0) {
+            Some(w) => {
+                let _ = self.epoll.remove(w.as_fd());
+                true
+            }
+            None => false,
+        }
     }
 
     /// Brings epoll's registrations up to date with each port's sources.

@@ -401,6 +401,11 @@ impl AsyncPortSet {
         self.fd.get_mut().0.watch_dead_name(right)
     }
 
+    /// Stops a dead-name watch ([`PortSet::unwatch`]).
+    pub fn unwatch(&mut self, id: MemberId) -> bool {
+        self.fd.get_mut().0.unwatch(id)
+    }
+
     /// The set.
     pub fn get_ref(&self) -> &PortSet {
         &self.fd.get_ref().0

@@ -1,6 +1,6 @@
 /* Port sets from C: messages from several ports, no-senders and dead-name
  * events, each reported for the member it concerns; removal hands the
- * receive right back.
+ * receive right back, and a dead-name watch can be stopped.
  *
  * Run: ferry_portset */
 #include <stdint.h>
@@ -74,6 +74,24 @@ int main(void) {
     CHECK(ferry_message_op(m, &op));
     EXPECT(op == 7);
     ferry_message_free(m);
+
+    /* A watch holds a copy of the right: its port sees no senders only
+     * once the watch is stopped, and a stopped watch reports nothing. */
+    ferry_receive_right *rx4;
+    ferry_send_right *tx4;
+    CHECK(ferry_port_new(&rx4, &tx4));
+    uint32_t w4;
+    CHECK(ferry_port_set_watch_dead_name(set, tx4, &w4));
+    ferry_send_right_free(tx4);
+    m = NULL;
+    EXPECT(ferry_receive_right_recv(rx4, 20, &m) == FERRY_ERR_TIMEOUT && m == NULL);
+    EXPECT(ferry_port_set_unwatch(set, m2) == FERRY_ERR_INVALID_ARGUMENT); /* removed */
+    EXPECT(ferry_port_set_unwatch(set, w3) == FERRY_ERR_INVALID_ARGUMENT); /* reported */
+    CHECK(ferry_port_set_unwatch(set, w4));
+    EXPECT(ferry_port_set_unwatch(set, w4) == FERRY_ERR_INVALID_ARGUMENT);
+    EXPECT(ferry_receive_right_recv(rx4, 10000, &m) == FERRY_ERR_NO_SENDERS && m == NULL);
+    ferry_receive_right_free(rx4);
+    EXPECT(ferry_port_set_wait(set, 20, &kind, &member, &m) == FERRY_ERR_TIMEOUT && m == NULL);
 
     ferry_receive_right_free(back);
     ferry_send_right_free(tx2);

@@ -544,7 +544,11 @@ class Interface:
         """Checks the server's answer to the version check; its version."""
         if reply.op == REPLY_FAULT:
             dec = _Dec(reply.body, reply.items)
-            fcode, text = dec.u32(), self.decode("string", dec)
+            try:
+                fcode, text = dec.u32(), self.decode("string", dec)
+                dec.finish()
+            except DecodeError as e:
+                raise BadReply(f"version check: {e}") from None
             raise _FAULTS.get(fcode, Fault)(fcode, text)
         if reply.op != REPLY_OK:
             raise UnexpectedReply(f"{_unexpected(reply.op)} to the version check")

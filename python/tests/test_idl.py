@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import threading
 from typing import Any
 
@@ -173,6 +174,18 @@ def test_bad_replies_are_typed_errors():
             KV.decode_reply("put", ferry.Message(idl.REPLY_OK, bytes.fromhex(body)))
     with pytest.raises(idl.UnexpectedReply):
         KV.decode_reply("put", ferry.Message(9))
+    # A fault reply that does not decode (cut short in its code, in its
+    # text, not UTF-8, bytes left over) is a bad reply, to a call and to
+    # the version check alike.
+    fault = struct.pack("<II", 1, 1) + b"x"
+    for body in [b"\x01", fault[:-1], struct.pack("<II", 1, 1) + b"\xff", fault + b"\x00"]:
+        reply = ferry.Message(idl.REPLY_FAULT, body)
+        with pytest.raises(idl.BadReply):
+            KV.decode_reply("put", reply)
+        with pytest.raises(idl.BadReply):
+            KV.hello_check(reply)
+    with pytest.raises(idl.Fault):
+        KV.hello_check(ferry.Message(idl.REPLY_FAULT, fault))
     # A server from before answers were marked: told plainly.
     with pytest.raises(idl.UnexpectedReply, match="before answers were marked"):
         KV.decode_reply("put", ferry.Message(0, bytes.fromhex("0100")))

@@ -856,7 +856,9 @@ enum ferry_status ferry_message_new_reply(const struct ferry_message *request,
 
 /**
  * Sets the operation id, keeping the body, items and reply right (a
- * received message's sender is forgotten: it becomes a message to send).
+ * received message keeps its sender, `ferry_message_sender`, as when its
+ * body is changed; what is sent carries the kernel's credentials of the
+ * sending process whatever this says).
  *
  * # Safety
  * `msg` is a live message handle used by no other call meanwhile.
@@ -869,7 +871,8 @@ enum ferry_status ferry_message_set_op(struct ferry_message *msg, uint32_t op);
  * point into the message's own body), every
  * item and the reply right closed. An RPC request keeps the connection it
  * came on, so the handle can carry the reply
- * (`ferry_rpc_server_reply_and_wait_in_place`).
+ * (`ferry_rpc_server_reply_and_wait_in_place`), and a received message
+ * its sender (`ferry_message_sender`) until it is refilled.
  *
  * # Safety
  * `msg` is a live message handle used by no other call meanwhile; `data`

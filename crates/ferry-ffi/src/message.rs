@@ -725,7 +725,9 @@ pub unsafe extern "C" fn ferry_message_new_reply(request: *const ferry_message, 
 }
 
 /// Sets the operation id, keeping the body, items and reply right (a
-/// received message's sender is forgotten: it becomes a message to send).
+/// received message keeps its sender, `ferry_message_sender`, as when its
+/// body is changed; what is sent carries the kernel's credentials of the
+/// sending process whatever this says).
 ///
 /// # Safety
 /// `msg` is a live message handle used by no other call meanwhile.
@@ -734,8 +736,7 @@ pub unsafe extern "C" fn ferry_message_set_op(msg: *mut ferry_message, op: u32) 
     guard(|| {
         // SAFETY: header contract: a live handle used by no other call.
         let m = unsafe { obj_mut(msg, "msg") }?;
-        let body = mem::take(m.msg.body_mut());
-        m.msg = Message::new(op).with_body(body);
+        m.msg.set_op(op);
         Ok(())
     })
 }
@@ -745,7 +746,8 @@ pub unsafe extern "C" fn ferry_message_set_op(msg: *mut ferry_message, op: u32) 
 /// point into the message's own body), every
 /// item and the reply right closed. An RPC request keeps the connection it
 /// came on, so the handle can carry the reply
-/// (`ferry_rpc_server_reply_and_wait_in_place`).
+/// (`ferry_rpc_server_reply_and_wait_in_place`), and a received message
+/// its sender (`ferry_message_sender`) until it is refilled.
 ///
 /// # Safety
 /// `msg` is a live message handle used by no other call meanwhile; `data`
@@ -762,7 +764,8 @@ pub unsafe extern "C" fn ferry_message_reset(msg: *mut ferry_message, op: u32, d
             body.clear();
             body.extend_from_slice(src);
         }
-        m.msg = Message::new(op).with_body(body);
+        *m.msg.body_mut() = body;
+        m.msg.set_op(op);
         m.items.clear();
         m.reply = None;
         Ok(())

@@ -151,6 +151,13 @@ impl Message {
         self.op
     }
 
+    /// Sets the operation id, keeping everything else (a received message
+    /// keeps its [`sender`](Self::sender), as it does when its body is
+    /// changed).
+    pub fn set_op(&mut self, op: u32) {
+        self.op = op;
+    }
+
     /// The inline bytes.
     pub fn body(&self) -> &[u8] {
         &self.body

@@ -7,6 +7,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <stdint.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "fds.h"
@@ -124,7 +125,19 @@ static void failing_round(void) {
     ferry_message_free(reply);
     ferry_credentials who;
     CHECK(ferry_message_sender(m, &who));
-    ferry_message_free(m); /* closes the send right still in it */
+    /* A received message keeps its sender when its operation id changes
+     * and when it is emptied for reuse, as when its body changes. */
+    CHECK(ferry_message_set_op(m, 8));
+    who.pid = 0;
+    CHECK(ferry_message_sender(m, &who));
+    EXPECT(who.pid == getpid());
+    CHECK(ferry_message_set_body(m, (const uint8_t *)"b", 1));
+    CHECK(ferry_message_sender(m, &who));
+    CHECK(ferry_message_reset(m, 9, NULL, 0));
+    who.pid = 0;
+    CHECK(ferry_message_sender(m, &who));
+    EXPECT(who.pid == getpid());
+    ferry_message_free(m);
     m = msg(1);
     IS(ferry_message_sender(m, &who), FERRY_ERR_INVALID_ARGUMENT);
     ferry_message_free(m);

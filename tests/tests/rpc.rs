@@ -355,6 +355,42 @@ fn server_killed_mid_call() {
     })
 }
 
+/// A child forked after a connection was made shares its slot and sequence
+/// numbers: a call through the copy is refused with `RpcError::Forked`,
+/// sending nothing, over the slot and over the socket alike; the child's
+/// own connection works and the parent's calls go on with their replies.
+#[test]
+fn a_connection_copied_by_fork_refuses_calls_in_the_child() {
+    let _guard = shared();
+    common::watchdog("fork_copy", LIMIT, || {
+        let server = start_server("fork-copy", "block", 1);
+        let mut conn = Connection::connect(&server.to, opts(Policy::Block)).unwrap();
+        let mut sock = SocketConnection::connect(&server.to, opts(Policy::Block)).unwrap();
+        let echo = |t: &mut dyn Transport, tag: &[u8]| t.call(Message::new(OP_ECHO).with_body(tag.to_vec()), Timeout::After(LIMIT));
+        assert_eq!(echo(&mut conn, b"before").unwrap().body(), b"before");
+        // SAFETY: the child only calls, connects and exits with `_exit`.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            let refused = matches!(echo(&mut conn, b"child"), Err(RpcError::Forked)) && matches!(echo(&mut sock, b"child"), Err(RpcError::Forked));
+            let own = Connection::connect(&server.to, opts(Policy::Block)).and_then(|mut own| echo(&mut own, b"own"));
+            let ok = refused && own.is_ok_and(|r| r.body() == b"own");
+            // SAFETY: ends the child without running the test harness's exit.
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child just forked.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "the child's calls through its copies were not refused (status {status})");
+        for i in 0..100u32 {
+            let tag = i.to_le_bytes();
+            assert_eq!(echo(&mut conn, &tag).unwrap().body(), tag);
+            assert_eq!(echo(&mut sock, &tag).unwrap().body(), tag);
+        }
+        server.exit(&mut conn);
+    })
+}
+
 /// A client is SIGKILLed in the middle of its call: the server drops that
 /// connection and keeps serving the others.
 #[test]

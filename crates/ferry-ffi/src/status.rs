@@ -256,6 +256,7 @@ impl From<RpcError> for Failure {
             RpcError::TooLarge(_) | RpcError::ReplyTooLarge => FERRY_ERR_TOO_LARGE,
             RpcError::Refused(_) => FERRY_ERR_REFUSED,
             RpcError::NoClients => FERRY_ERR_NO_CLIENTS,
+            RpcError::Forked => FERRY_ERR_INVALID_ARGUMENT,
             _ => FERRY_ERR_IO,
         };
         Failure::new(status, e.to_string())

@@ -171,6 +171,17 @@ fn c_handles_freed_in_a_forked_child_leave_the_parents_alone() {
     assert!(stdout.contains("fork: ok, 200 calls served"), "{stdout}");
 }
 
+/// A child forked after a connection was made cannot call through its copy
+/// (which shares the parent's slot and sequence numbers): refused, nothing
+/// sent; its own connection works, and the parent's calls go on with their
+/// own replies.
+#[test]
+fn c_connection_copied_by_fork_is_refused_in_the_child() {
+    let fork = build("ferry_fork_conn", &["tests/c/fork_conn.c"]);
+    let out = succeeded("ferry_fork_conn", &wait_bounded(spawn(&fork, &[], Path::new("/nonexistent")), LIMIT));
+    assert!(out.contains("fork conn: ok"), "{out}");
+}
+
 /// An RPC server learns who calls: every request, through the slot or over
 /// the socket, names its client's pid, uid and gid.
 #[test]

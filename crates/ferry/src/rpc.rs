@@ -141,6 +141,12 @@ pub enum RpcError {
     /// The server has no port left to accept on and no connections: nothing
     /// can ever arrive.
     NoClients,
+    /// The connection was opened by the process this one was forked from:
+    /// its copies share one slot and one sequence of calls, so calls
+    /// through them would take each other's replies. Nothing was sent;
+    /// open a new connection in this process (dropping this copy leaves
+    /// the other process's alone).
+    Forked,
     /// The kernel refused for another reason.
     Io(io::Error),
 }
@@ -157,6 +163,10 @@ impl fmt::Display for RpcError {
             }
             RpcError::Refused(why) => write!(f, "connection refused: {why}"),
             RpcError::NoClients => write!(f, "no connections and no port to accept new ones"),
+            RpcError::Forked => write!(
+                f,
+                "this connection was opened by the process this one was forked from: its copies share one slot, and calls through them would take each other's replies; open a new connection in this process"
+            ),
             RpcError::Io(e) => write!(f, "rpc failed: {e}"),
         }
     }

@@ -53,6 +53,9 @@ struct Inner {
     seq: u32,
     buf: Vec<u8>,
     probe: Option<CallProbe>,
+    /// The fork count when the connection was made: a forked child's copy
+    /// shares the slot and the sequence numbers, and must not call.
+    made_at: u64,
     _open: crate::counters::ConnectionGauge,
 }
 
@@ -443,6 +446,7 @@ impl Connecting {
             seq: 0,
             buf: vec![0; crate::wire::MAX_MESSAGE + 1],
             probe: None,
+            made_at: crate::sys::process::count_forks(),
             _open: crate::counters::ConnectionGauge::open(),
         })
     }
@@ -478,9 +482,13 @@ impl Inner {
         self.close_if_broken(out)
     }
 
-    /// The sequence number of a new call (never 0), counted; `PeerDead`
-    /// once the connection is closed.
+    /// The sequence number of a new call (never 0), counted; `Forked` in a
+    /// child forked since the connection was made; `PeerDead` once the
+    /// connection is closed.
     fn next_seq(&mut self) -> Result<u32, RpcError> {
+        if self.made_at != crate::sys::process::forks() {
+            return Err(RpcError::Forked);
+        }
         if self.sock.is_none() {
             return Err(RpcError::PeerDead);
         }

@@ -194,3 +194,40 @@ pub fn remove_at_exit(path: std::path::PathBuf) {
     });
     MADE.lock().unwrap_or_else(|e| e.into_inner()).push(path);
 }
+
+/// Forks this process's line has been through: `fork()` adds one in each
+/// child, once [`count_forks`] has run.
+static FORKS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+extern "C" {
+    /// `pthread_atfork(3)`.
+    fn pthread_atfork(prepare: Option<extern "C" fn()>, parent: Option<extern "C" fn()>, child: Option<extern "C" fn()>) -> libc::c_int;
+}
+
+/// Runs in the child of every `fork()`, before `fork` returns there: one
+/// atomic add (async-signal-safe, as a child of a threaded process needs).
+extern "C" fn forked() {
+    FORKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Starts counting forks (once per process; a child inherits the handler)
+/// and returns the count so far: what [`forks`] must still return for a
+/// handle made now to be this process's own. A child made by a raw
+/// `clone` system call rather than `fork()` is not counted.
+pub fn count_forks() -> u64 {
+    static REGISTERED: std::sync::Once = std::sync::Once::new();
+    REGISTERED.call_once(|| {
+        // SAFETY: registers a child handler that does one atomic add and
+        // nothing else; no prepare or parent handler. It stays registered
+        // for the life of the process, as the static it touches does.
+        let _ = unsafe { pthread_atfork(None, None, Some(forked)) };
+    });
+    FORKS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// The fork count (one atomic load): differs from what [`count_forks`]
+/// returned when a handle was made if this process is a child forked since.
+#[inline]
+pub fn forks() -> u64 {
+    FORKS.load(std::sync::atomic::Ordering::Relaxed)
+}

@@ -2338,6 +2338,12 @@ impl Conn {
     /// a receive right sent by mistake is not lost. Without a reply right
     /// (or if the refusal cannot be queued) its items are destroyed, and
     /// their holders told as for any dropped right.
+    ///
+    /// The refusal goes as its sender's message (its uid and gid, this
+    /// process's pid), when this node may say so: its reply right may be
+    /// a proxy of another peer's port, and sent as the node, its items
+    /// crossed there charged to the node's own user, root's for a root
+    /// daemon, past the refused user's budgets.
     fn refuse(&self, m: &mut Message, code: Refusal, why: &str) {
         match m.take_reply() {
             Some(reply) => {
@@ -2347,7 +2353,12 @@ impl Conn {
                 static SAID: AtomicU64 = AtomicU64::new(0);
                 say_once_a_minute(&SAID, &format!("ferry-net: a message to {}'s port was refused back to its sender: {why}", self.peer));
                 let back = m.take_items().into_iter().fold(code.message(why), Message::with_item);
-                let _ = reply.send(back, Timeout::Zero);
+                let me = rustix::process::geteuid();
+                let sender = m.sender().filter(|c| me.is_root() && c.uid != me.as_raw());
+                let _ = match sender {
+                    Some(c) => ferry::sending_as(ferry::Credentials { pid: std::process::id() as i32, ..c }, || reply.send(back, Timeout::Zero)),
+                    None => reply.send(back, Timeout::Zero),
+                };
             }
             None => self.drop_message(why),
         }

@@ -1286,6 +1286,11 @@ struct PassingHosts {
 
 /// Starts the hosts of [`PassingHosts`], in a fresh directory named by `tag`.
 fn passing_hosts(tag: &str) -> PassingHosts {
+    passing_hosts_with(tag, |_| {})
+}
+
+/// [`passing_hosts`], with host a's configuration changed by `tune`.
+fn passing_hosts_with(tag: &str, tune: impl FnOnce(&mut NodeConfig)) -> PassingHosts {
     let dir = fresh_dir(tag);
     let boot = dir.join("bootstrap");
     ferry::NameServer::bind_with_mode(&boot, 0o666).unwrap().spawn().unwrap();
@@ -1293,6 +1298,7 @@ fn passing_hosts(tag: &str) -> PassingHosts {
     let peers = vec![Peer { name: "b".into(), cert: ib.cert.clone() }, Peer { name: "c".into(), cert: ic.cert.clone() }];
     let mut config = NodeConfig::new(ia.clone(), peers, "127.0.0.1:0".parse().unwrap());
     config.max_proxies_per_peer = 16;
+    tune(&mut config);
     let a = Node::start(config).unwrap();
     let (b, c) = (node(ib, "a", &ia), node(ic, "a", &ia));
     a.connect("b", b.local_addr().unwrap()).unwrap();
@@ -1724,4 +1730,72 @@ fn a_reply_right_from_a_peer_passed_on_by_a_user_is_not_charged_to_root() {
     let _ = std::fs::remove_dir_all(&dir);
     drop(rights);
     assert!(!root_dead, "root's right arrived dead: the reply through the other user's reply right took root's share of the peer's proxies");
+}
+
+/// Set in the environment of this test binary run as another user's
+/// program: `IMPORT,VIA`, the names of two system imports.
+const REFUSAL_PASSER: &str = "FERRY_NETD_TEST_REFUSAL_PASSER";
+
+/// The other user's part of
+/// [`a_refusal_sent_on_through_another_import_is_charged_to_the_refused_user`]:
+/// sends two rights through the first import (op 41), which fill its
+/// budget of three there, then one more with its right to the second
+/// import as the reply right (op 42), which is refused back through that
+/// right; says so, and holds what it has until its standard input ends.
+fn pass_refusal_on(names: &str) {
+    use std::io::Read;
+    let (import, via) = names.split_once(',').unwrap();
+    let mut bs = ferry::Bootstrap::connect().unwrap();
+    let (to_import, to_via) = (bs.lookup(import).unwrap(), bs.lookup(via).unwrap());
+    let mut ports = Vec::new();
+    let mut fill = Message::new(41);
+    for _ in 0..2 {
+        let (rx, tx) = ferry::port().unwrap();
+        ports.push(rx);
+        fill = fill.with_item(ferry::Item::Send(tx));
+    }
+    to_import.send(fill, WAIT).unwrap();
+    let (rx, tx) = ferry::port().unwrap();
+    ports.push(rx);
+    let refused = Message::new(42).with_item(ferry::Item::Send(tx)).with_reply(ferry::Reply::Send(to_via.try_clone().unwrap()));
+    to_import.send(refused, WAIT).unwrap();
+    println!("sent the message to be refused as uid {}", rustix::process::getuid().as_raw());
+    std::io::stdin().read_to_end(&mut Vec::new()).unwrap();
+    drop((to_import, to_via, ports));
+}
+
+/// A message refused back to its sender comes back on its reply right with
+/// its items; a reply right that is a proxy of another peer's port sends
+/// them on to that peer. The refusal is the refused user's message: its
+/// items there are charged to that user (nobody), within its budgets. The
+/// node sent it as itself, so they were charged to root, and a user past
+/// its budget at one peer had its rights kept at another within root's.
+#[test]
+fn a_refusal_sent_on_through_another_import_is_charged_to_the_refused_user() {
+    if let Ok(names) = std::env::var(REFUSAL_PASSER) {
+        return pass_refusal_on(&names);
+    }
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped a_refusal_sent_on_through_another_import_is_charged_to_the_refused_user: starting a process as another user needs root");
+        return;
+    }
+    let PassingHosts { dir, boot, svc: _svc, mut sink, to_sink: _to_sink, kept } = passing_hosts_with("refusal-passed-on", |c| c.max_exports_per_user = 3);
+    let a = &kept.2[0];
+
+    let test = "a_refusal_sent_on_through_another_import_is_charged_to_the_refused_user";
+    let mut other = nobody_command(&dir, &boot, test, REFUSAL_PASSER, "svc@b,sink@c").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    let said = said_line(&mut other, "sent the message to be refused");
+    assert!(said.contains(&format!("as uid {NOBODY}")), "{said}");
+    let mut m = sink.recv(WAIT).unwrap();
+    let refusal = ferry_net::Refusal::of(&m);
+    let items = m.take_items().len();
+    let at_c: Vec<_> = a.usage().into_iter().filter(|u| u.peer == "c").map(|u| (u.uid, u.rights)).collect();
+    println!("host c got {refusal:?} with {items} items; host a charges (uid, rights) there: {at_c:?}");
+    drop(other.stdin.take());
+    let _ = other.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(matches!(refusal, Some((ferry_net::Refusal::OverBudget, _))), "not the refusal: {m:?}");
+    assert_eq!(items, 1, "the refused right did not come with the refusal");
+    assert!(!at_c.iter().any(|&(uid, _)| uid == 0), "the other user's refused right was charged to root at host c: {at_c:?}");
+    assert_eq!(at_c, vec![(NOBODY, 1)], "the refused right is not charged to the user it came from");
 }

@@ -238,8 +238,17 @@ impl Server {
                 Event::Message(_, mut m) => {
                     let asker = m.sender().map(|c| c.uid);
                     if let (QUERY, Some(reply)) = (m.op(), m.take_reply()) {
-                        let body = Status::of(node, imports, asker).encode();
-                        let _ = reply.send(Message::new(REPLY).with_body(body), Timeout::Zero);
+                        let answer = Message::new(REPLY).with_body(Status::of(node, imports, asker).encode());
+                        // The answer is the asker's message (its uid and
+                        // gid, this process's pid), when this daemon may
+                        // say so: the reply right may be the asker's proxy
+                        // of a peer's port, and sent as the daemon, the
+                        // answer's stream there was charged to root.
+                        let me = rustix::process::geteuid();
+                        let _ = match m.sender().filter(|c| me.is_root() && c.uid != me.as_raw()) {
+                            Some(c) => ferry::sending_as(ferry::Credentials { pid: std::process::id() as i32, ..c }, || reply.send(answer, Timeout::Zero)),
+                            None => reply.send(answer, Timeout::Zero),
+                        };
                         n += 1;
                     }
                 }

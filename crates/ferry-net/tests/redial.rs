@@ -1799,3 +1799,108 @@ fn a_refusal_sent_on_through_another_import_is_charged_to_the_refused_user() {
     assert!(!at_c.iter().any(|&(uid, _)| uid == 0), "the other user's refused right was charged to root at host c: {at_c:?}");
     assert_eq!(at_c, vec![(NOBODY, 1)], "the refused right is not charged to the user it came from");
 }
+
+/// Set in the environment of this test binary run as another user's
+/// program: the name of a system import that hands out ports.
+const STATUS_REPLIER: &str = "FERRY_NETD_TEST_STATUS_REPLIER";
+
+/// The other user's part of
+/// [`status_answers_sent_on_through_a_users_proxies_are_charged_to_that_user`]:
+/// sends a right to a port of its own through the import (op 51), takes
+/// the rights to the peer's ports that come back on it, and asks the
+/// status server for its status with each of them as the reply right;
+/// says so, and holds what it has until its standard input ends.
+fn reply_status_through_imports(import: &str) {
+    use std::io::Read;
+    let mut bs = ferry::Bootstrap::connect().unwrap();
+    let (to_import, status) = (bs.lookup(import).unwrap(), bs.lookup(ferry_net::status::NAME).unwrap());
+    let (mut mine, tx) = ferry::port().unwrap();
+    to_import.send(Message::new(51).with_item(ferry::Item::Send(tx)), WAIT).unwrap();
+    let mut m = mine.recv(WAIT).unwrap();
+    let rights: Vec<_> = m.take_items().into_iter().map(|i| if let ferry::Item::Send(s) = i { s } else { panic!("not a send right") }).collect();
+    for r in &rights {
+        let query = Message::new(ferry_net::status::QUERY).with_reply(ferry::Reply::Send(r.try_clone().unwrap()));
+        status.send(query, WAIT).unwrap();
+    }
+    println!("asked for the status through {} ports as uid {}", rights.len(), rustix::process::getuid().as_raw());
+    std::io::stdin().read_to_end(&mut Vec::new()).unwrap();
+    drop((to_import, status, mine, rights));
+}
+
+/// The status server answers on whatever reply right a query names, and
+/// that may be a user's proxy of a peer's port: the answer is the asker's
+/// message there, its stream charged to the asker (nobody). Sent as the
+/// daemon, each answer through another of the peer's ports opened a
+/// stream charged to root, and with root's share of the peer's streams
+/// taken so, root's own first message to another port of that peer was
+/// refused.
+#[test]
+fn status_answers_sent_on_through_a_users_proxies_are_charged_to_that_user() {
+    if let Ok(import) = std::env::var(STATUS_REPLIER) {
+        return reply_status_through_imports(&import);
+    }
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped status_answers_sent_on_through_a_users_proxies_are_charged_to_that_user: starting a process as another user needs root");
+        return;
+    }
+    const PORTS: usize = 16;
+    let dir = fresh_dir("status-answers-passed-on");
+    let boot = dir.join("bootstrap");
+    ferry::NameServer::bind_with_mode(&boot, 0o666).unwrap().spawn().unwrap();
+    let (ia, ic) = (Identity::generate("a").unwrap(), Identity::generate("c").unwrap());
+    let streams = |mut config: NodeConfig| {
+        config.max_streams_per_peer = 16;
+        config
+    };
+    let a = Arc::new(Node::start(streams(NodeConfig::new(ia.clone(), vec![Peer { name: "c".into(), cert: ic.cert.clone() }], "127.0.0.1:0".parse().unwrap()))).unwrap());
+    let c = Node::start(streams(NodeConfig::new(ic, vec![Peer { name: "a".into(), cert: ia.cert.clone() }], "127.0.0.1:0".parse().unwrap()))).unwrap();
+    a.connect("c", c.local_addr().unwrap()).unwrap();
+    let (mut gen, gen_tx) = ferry::port().unwrap();
+    c.export("gen", gen_tx);
+    let (mut theirs, theirs_tx) = ferry::port().unwrap();
+    c.export("theirs", theirs_tx);
+    let to_gen = a.lookup("gen@c").unwrap();
+    let mut names = ferry::Bootstrap::connect_to(&boot).unwrap();
+    names.register_system_service("gen@c", &to_gen).unwrap();
+    let (status_rx, status_tx) = ferry::port().unwrap();
+    names.register_system(ferry_net::status::NAME, &status_tx).unwrap();
+    let served = a.clone();
+    std::thread::spawn(move || ferry_net::status::Server::new(status_rx).unwrap().serve(&served, &[], Timeout::After(Duration::from_secs(20))));
+
+    let test = "status_answers_sent_on_through_a_users_proxies_are_charged_to_that_user";
+    let mut other = nobody_command(&dir, &boot, test, STATUS_REPLIER, "gen@c").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    // Host c hands the other user rights to ports of its own.
+    let mut m = gen.recv(WAIT).unwrap();
+    assert_eq!(m.op(), 51);
+    let Some(ferry::Item::Send(to_other)) = m.take_items().pop() else { panic!("no right in {m:?}") };
+    let mut ports = Vec::new();
+    let mut handed = Message::new(52);
+    for _ in 0..PORTS {
+        let (rx, tx) = ferry::port().unwrap();
+        ports.push(rx);
+        handed = handed.with_item(ferry::Item::Send(tx));
+    }
+    to_other.send(handed, WAIT).unwrap();
+    let said = said_line(&mut other, "asked for the status through");
+    assert!(said.contains(&format!("{PORTS} ports as uid {NOBODY}")), "{said}");
+    // The answers that crossed (the rest were past a share of streams).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut answered = 0;
+    for p in &mut ports {
+        let left = deadline.saturating_duration_since(Instant::now());
+        answered += usize::from(p.recv(Timeout::After(left)).is_ok_and(|m| m.op() == ferry_net::status::REPLY));
+    }
+
+    // Root's first message to another port of host c.
+    let to_theirs = a.lookup("theirs@c").unwrap();
+    let (mut back, _keep) = ferry::port().unwrap();
+    to_theirs.send(Message::new(53).with_reply(back.make_send_once().unwrap()), WAIT).unwrap();
+    let arrived = theirs.recv(WAIT).is_ok_and(|m| m.op() == 53);
+    let refused = back.recv(Timeout::Zero).ok().and_then(|m| ferry_net::Refusal::of(&m));
+    println!("{answered} of {PORTS} status answers crossed; root's message {}: {refused:?}", if arrived { "arrived" } else { "did not arrive" });
+    drop(other.stdin.take());
+    let _ = other.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(answered > 0, "no status answer crossed through the other user's proxies");
+    assert!(arrived, "root's message to the peer did not arrive, refused {refused:?}: the other user's status answers took root's share of the peer's streams");
+}

@@ -223,6 +223,9 @@ fn run(port: ReceiveRight, f: &Arc<Fetcher>, uses: SharedBudget) {
         Err(e) => return eprintln!("ferry-net: cannot serve a region from {}: {e}", f.peer),
     };
     server.share_budget(uses);
+    // Its answers may go on through the asker's proxy of a peer's port:
+    // they are the asker's there, not the node's.
+    server.answer_as_asker();
     let config = ObjectConfig { cluster: CLUSTER_PAGES, mode: SupplyMode::Copy, on_death: DeathPolicy::Sigbus, track_dirty: false };
     let id = match server.add_object(f.len, Box::new(RemotePager { f: f.clone() }), config) {
         Ok(id) => id,

@@ -1843,8 +1843,50 @@ fn status_answers_sent_on_through_a_users_proxies_are_charged_to_that_user() {
         eprintln!("skipped status_answers_sent_on_through_a_users_proxies_are_charged_to_that_user: starting a process as another user needs root");
         return;
     }
-    const PORTS: usize = 16;
-    let dir = fresh_dir("status-answers-passed-on");
+    let StreamHosts { dir, boot, a, c: _c, mut gen, mut theirs, mut names, kept: _kept } = stream_hosts("status-answers-passed-on");
+    let (status_rx, status_tx) = ferry::port().unwrap();
+    names.register_system(ferry_net::status::NAME, &status_tx).unwrap();
+    let served = a.clone();
+    std::thread::spawn(move || ferry_net::status::Server::new(status_rx).unwrap().serve(&served, &[], Timeout::After(Duration::from_secs(20))));
+
+    let test = "status_answers_sent_on_through_a_users_proxies_are_charged_to_that_user";
+    let mut other = nobody_command(&dir, &boot, test, STATUS_REPLIER, "gen@c").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    let mut ports = hand_ports(&mut gen, None);
+    let said = said_line(&mut other, "asked for the status through");
+    assert!(said.contains(&format!("{STREAM_PORTS} ports as uid {NOBODY}")), "{said}");
+    let answered = answers_crossed(&mut ports, |m| m.op() == ferry_net::status::REPLY);
+    let (arrived, refused) = roots_message_arrives(&a, &mut theirs);
+    println!("{answered} of {STREAM_PORTS} status answers crossed; root's message {}: {refused:?}", if arrived { "arrived" } else { "did not arrive" });
+    drop(other.stdin.take());
+    let _ = other.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(answered > 0, "no status answer crossed through the other user's proxies");
+    assert!(arrived, "root's message to the peer did not arrive, refused {refused:?}: the other user's status answers took root's share of the peer's streams");
+}
+
+/// How many of a peer's ports the other user is handed in
+/// [`stream_hosts`]: more than a user's share of the peer's 16 streams.
+const STREAM_PORTS: usize = 16;
+
+/// Host a (root's node) linked to host c, each letting the other open at
+/// most 16 streams, with a system name server offering every user c's
+/// export `gen` as `gen@c`; c also exports `theirs`. The tests of answers
+/// sent on through a user's proxies of c's ports.
+struct StreamHosts {
+    dir: PathBuf,
+    boot: PathBuf,
+    a: Arc<Node>,
+    c: Node,
+    gen: ferry::ReceiveRight,
+    theirs: ferry::ReceiveRight,
+    names: ferry::Bootstrap,
+    /// Kept for the test's length: root's right to `gen@c`.
+    kept: ferry::SendRight,
+}
+
+/// Starts the hosts of [`StreamHosts`], in a fresh directory named by `tag`.
+fn stream_hosts(tag: &str) -> StreamHosts {
+    let dir = fresh_dir(tag);
     let boot = dir.join("bootstrap");
     ferry::NameServer::bind_with_mode(&boot, 0o666).unwrap().spawn().unwrap();
     let (ia, ic) = (Identity::generate("a").unwrap(), Identity::generate("c").unwrap());
@@ -1855,52 +1897,115 @@ fn status_answers_sent_on_through_a_users_proxies_are_charged_to_that_user() {
     let a = Arc::new(Node::start(streams(NodeConfig::new(ia.clone(), vec![Peer { name: "c".into(), cert: ic.cert.clone() }], "127.0.0.1:0".parse().unwrap()))).unwrap());
     let c = Node::start(streams(NodeConfig::new(ic, vec![Peer { name: "a".into(), cert: ia.cert.clone() }], "127.0.0.1:0".parse().unwrap()))).unwrap();
     a.connect("c", c.local_addr().unwrap()).unwrap();
-    let (mut gen, gen_tx) = ferry::port().unwrap();
+    let (gen, gen_tx) = ferry::port().unwrap();
     c.export("gen", gen_tx);
-    let (mut theirs, theirs_tx) = ferry::port().unwrap();
+    let (theirs, theirs_tx) = ferry::port().unwrap();
     c.export("theirs", theirs_tx);
     let to_gen = a.lookup("gen@c").unwrap();
     let mut names = ferry::Bootstrap::connect_to(&boot).unwrap();
     names.register_system_service("gen@c", &to_gen).unwrap();
-    let (status_rx, status_tx) = ferry::port().unwrap();
-    names.register_system(ferry_net::status::NAME, &status_tx).unwrap();
-    let served = a.clone();
-    std::thread::spawn(move || ferry_net::status::Server::new(status_rx).unwrap().serve(&served, &[], Timeout::After(Duration::from_secs(20))));
+    StreamHosts { dir, boot, a, c, gen, theirs, names, kept: to_gen }
+}
 
-    let test = "status_answers_sent_on_through_a_users_proxies_are_charged_to_that_user";
-    let mut other = nobody_command(&dir, &boot, test, STATUS_REPLIER, "gen@c").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
-    // Host c hands the other user rights to ports of its own.
+/// Host c's part: takes the right in the other user's op 51 at `gen` and
+/// sends on it [`STREAM_PORTS`] rights to ports of its own, after
+/// `first` if given; returns those ports.
+fn hand_ports(gen: &mut ferry::ReceiveRight, first: Option<ferry::Item>) -> Vec<ferry::ReceiveRight> {
     let mut m = gen.recv(WAIT).unwrap();
     assert_eq!(m.op(), 51);
     let Some(ferry::Item::Send(to_other)) = m.take_items().pop() else { panic!("no right in {m:?}") };
     let mut ports = Vec::new();
-    let mut handed = Message::new(52);
-    for _ in 0..PORTS {
+    let mut handed = first.into_iter().fold(Message::new(52), Message::with_item);
+    for _ in 0..STREAM_PORTS {
         let (rx, tx) = ferry::port().unwrap();
         ports.push(rx);
         handed = handed.with_item(ferry::Item::Send(tx));
     }
     to_other.send(handed, WAIT).unwrap();
-    let said = said_line(&mut other, "asked for the status through");
-    assert!(said.contains(&format!("{PORTS} ports as uid {NOBODY}")), "{said}");
-    // The answers that crossed (the rest were past a share of streams).
+    ports
+}
+
+/// How many of `ports` get a message `answer` picks out within five
+/// seconds in all: the answers that crossed (the rest were past a share
+/// of streams).
+fn answers_crossed(ports: &mut [ferry::ReceiveRight], answer: impl Fn(&Message) -> bool) -> usize {
     let deadline = Instant::now() + Duration::from_secs(5);
     let mut answered = 0;
-    for p in &mut ports {
+    for p in ports {
         let left = deadline.saturating_duration_since(Instant::now());
-        answered += usize::from(p.recv(Timeout::After(left)).is_ok_and(|m| m.op() == ferry_net::status::REPLY));
+        answered += usize::from(p.recv(Timeout::After(left)).is_ok_and(|m| answer(&m)));
     }
+    answered
+}
 
-    // Root's first message to another port of host c.
+/// Whether root's first message to `theirs@c` arrives at `theirs`, and
+/// the refusal if it was refused.
+fn roots_message_arrives(a: &Node, theirs: &mut ferry::ReceiveRight) -> (bool, Option<(ferry_net::Refusal, String)>) {
     let to_theirs = a.lookup("theirs@c").unwrap();
     let (mut back, _keep) = ferry::port().unwrap();
     to_theirs.send(Message::new(53).with_reply(back.make_send_once().unwrap()), WAIT).unwrap();
     let arrived = theirs.recv(WAIT).is_ok_and(|m| m.op() == 53);
     let refused = back.recv(Timeout::Zero).ok().and_then(|m| ferry_net::Refusal::of(&m));
-    println!("{answered} of {PORTS} status answers crossed; root's message {}: {refused:?}", if arrived { "arrived" } else { "did not arrive" });
+    (arrived, refused)
+}
+
+/// Set in the environment of this test binary run as another user's
+/// program: the name of a system import that hands out ports.
+const REGION_ASKER: &str = "FERRY_NETD_TEST_REGION_ASKER";
+
+/// The other user's part of
+/// [`a_remote_regions_answers_sent_on_through_a_users_proxies_are_charged_to_that_user`]:
+/// sends a right to a port of its own through the import (op 51), takes
+/// the region by reference and the rights to the peer's ports that come
+/// back on it, and sends the region's server a request of an operation it
+/// does not know with each of those rights as the reply right; says so,
+/// and holds what it has until its standard input ends.
+fn ask_region_through_imports(import: &str) {
+    use std::io::Read;
+    let mut bs = ferry::Bootstrap::connect().unwrap();
+    let to_import = bs.lookup(import).unwrap();
+    let (mut mine, tx) = ferry::port().unwrap();
+    to_import.send(Message::new(51).with_item(ferry::Item::Send(tx)), WAIT).unwrap();
+    let mut m = mine.recv(WAIT).unwrap();
+    let mut rights: Vec<_> = m.take_items().into_iter().map(|i| if let ferry::Item::Send(s) = i { s } else { panic!("not a send right") }).collect();
+    let region = rights.remove(0);
+    for r in &rights {
+        region.send(Message::new(0x0bad).with_reply(ferry::Reply::Send(r.try_clone().unwrap())), WAIT).unwrap();
+    }
+    println!("asked the region through {} ports as uid {}", rights.len(), rustix::process::getuid().as_raw());
+    std::io::stdin().read_to_end(&mut Vec::new()).unwrap();
+    drop((to_import, region, mine, rights));
+}
+
+/// A region sent by reference is served on the receiving host by an
+/// object server of the node's, which answers on whatever reply right a
+/// request names, and that may be the asker's proxy of a peer's port: the
+/// answer is the asker's (nobody's) message there. Sent as the node, each
+/// answer through another of the peer's ports opened a stream charged to
+/// root, and with root's share of the peer's streams taken so, root's own
+/// first message to another port of that peer was refused.
+#[test]
+fn a_remote_regions_answers_sent_on_through_a_users_proxies_are_charged_to_that_user() {
+    if let Ok(import) = std::env::var(REGION_ASKER) {
+        return ask_region_through_imports(&import);
+    }
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped a_remote_regions_answers_sent_on_through_a_users_proxies_are_charged_to_that_user: starting a process as another user needs root");
+        return;
+    }
+    let StreamHosts { dir, boot, a, c: _c, mut gen, mut theirs, names: _names, kept: _kept } = stream_hosts("region-answers-passed-on");
+    let test = "a_remote_regions_answers_sent_on_through_a_users_proxies_are_charged_to_that_user";
+    let mut other = nobody_command(&dir, &boot, test, REGION_ASKER, "gen@c").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    let region = ferry::Region::new(ferry_net::frame::MAX_EAGER_REGION + 4096).unwrap().by_move().unwrap();
+    let mut ports = hand_ports(&mut gen, Some(ferry::Item::Region(region)));
+    let said = said_line(&mut other, "asked the region through");
+    assert!(said.contains(&format!("{STREAM_PORTS} ports as uid {NOBODY}")), "{said}");
+    let answered = answers_crossed(&mut ports, |_| true);
+    let (arrived, refused) = roots_message_arrives(&a, &mut theirs);
+    println!("{answered} of {STREAM_PORTS} answers of the region's server crossed; root's message {}: {refused:?}", if arrived { "arrived" } else { "did not arrive" });
     drop(other.stdin.take());
     let _ = other.wait();
     let _ = std::fs::remove_dir_all(&dir);
-    assert!(answered > 0, "no status answer crossed through the other user's proxies");
-    assert!(arrived, "root's message to the peer did not arrive, refused {refused:?}: the other user's status answers took root's share of the peer's streams");
+    assert!(answered > 0, "no answer crossed through the other user's proxies");
+    assert!(arrived, "root's message to the peer did not arrive, refused {refused:?}: the other user's requests to the region's server took root's share of the peer's streams");
 }

@@ -329,6 +329,9 @@ pub struct ObjectServer {
     stats: ServerStats,
     /// The copy-mode staging buffer, kept between faults.
     scratch: Vec<u8>,
+    /// Whether answers go as their requests' senders
+    /// ([`ObjectServer::answer_as_asker`]).
+    as_asker: bool,
 }
 
 impl std::fmt::Debug for ObjectServer {
@@ -417,6 +420,7 @@ impl ObjectServer {
             shared: None,
             stats: ServerStats::default(),
             scratch: Vec::new(),
+            as_asker: false,
         })
     }
 
@@ -534,6 +538,17 @@ impl ObjectServer {
     /// server's own [`Budgets`].
     pub fn share_budget(&mut self, budget: SharedBudget) {
         self.shared = Some(budget);
+    }
+
+    /// Sends each answer from now on as its request's message: with the
+    /// asker's uid and gid (and this process's pid) when this process may
+    /// say so (run by root), rather than its own. For a server in a relay
+    /// such as a network server run by root, where the reply right a
+    /// request names may be the asker's proxy of another host's port:
+    /// sent as the relay, the answer went on there as root's, charged to
+    /// root's shares of that host.
+    pub fn answer_as_asker(&mut self) {
+        self.as_asker = true;
     }
 
     /// Sets the per-user budgets (they apply to requests from now on).
@@ -801,7 +816,8 @@ impl ObjectServer {
             return;
         }
         let reply = m.take_reply();
-        let uid = m.sender().map(|c| c.uid);
+        let asker = m.sender();
+        let uid = asker.map(|c| c.uid);
         // A request on a port made for one user acts as that user, whoever
         // sent it: a client could hand its port to a process of another
         // user (as the reply right of a request to a root server, say),
@@ -809,7 +825,7 @@ impl ObjectServer {
         // port another user's requests act as that user.
         if let Some((o, u)) = owner.zip(uid).filter(|(o, u)| *o != 0 && u != o) {
             let why = format!("this port was made for uid {o}: a request sent on it by uid {u} is refused");
-            self.answer(reply, Err((proto::E_DENIED, why)));
+            self.answer(reply, asker, Err((proto::E_DENIED, why)));
             return;
         }
         let answer = match m.op() {
@@ -825,11 +841,13 @@ impl ObjectServer {
             }
             op => ext(self, &mut m).unwrap_or_else(|| Err((proto::E_BAD_REQUEST, format!("unknown operation {op:#x}")))),
         };
-        self.answer(reply, answer);
+        self.answer(reply, asker, answer);
     }
 
-    /// Sends `answer` through `reply`, if the request carried one.
-    fn answer(&mut self, reply: Option<Reply>, answer: Answer) {
+    /// Sends `answer` through `reply`, if the request carried one, as
+    /// `asker` if the server answers as the asker
+    /// ([`ObjectServer::answer_as_asker`]) and may.
+    fn answer(&mut self, reply: Option<Reply>, asker: Option<crate::message::Credentials>, answer: Answer) {
         let msg = match answer {
             Ok(msg) => msg,
             Err((code, why)) => {
@@ -839,8 +857,15 @@ impl ObjectServer {
                 Message::new(proto::ERROR).with_body(b)
             }
         };
-        if let Some(r) = reply {
-            let _ = r.send(msg, Timeout::Zero);
+        let Some(r) = reply else { return };
+        let me = rustix::process::geteuid();
+        match asker.filter(|c| self.as_asker && me.is_root() && c.uid != me.as_raw()) {
+            Some(c) => {
+                let _ = crate::sending_as(crate::message::Credentials { pid: std::process::id() as i32, ..c }, || r.send(msg, Timeout::Zero));
+            }
+            None => {
+                let _ = r.send(msg, Timeout::Zero);
+            }
         }
     }
 

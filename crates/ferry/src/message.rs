@@ -217,7 +217,9 @@ impl Message {
 
     /// Checks the limits and produces the wire bytes and the items whose
     /// descriptors travel beside them. A message that breaks a limit comes
-    /// back untouched beside the error.
+    /// back untouched beside the error. (Senders use
+    /// [`lower_prefixed`](Self::lower_prefixed); the fuzz targets this.)
+    #[cfg(feature = "fuzzing")]
     pub(crate) fn lower(self) -> Result<Lowered, (SendError, Message)> {
         self.lower_prefixed(&[])
     }

@@ -219,7 +219,10 @@ impl ReceiveRight {
     /// assert_eq!((m.op(), m.body()), (7, &b"hello"[..]));
     /// ```
     pub fn recv(&mut self, timeout: Timeout) -> Result<Message, RecvError> {
-        let deadline = timeout.deadline();
+        // The deadline of the wait over several sockets below; the one
+        // socket's fast path keeps `timeout` itself, and a receive that
+        // never waits has no deadline: neither reads the clock.
+        let deadline = if self.once.is_empty() || matches!(timeout, Timeout::Zero) { None } else { timeout.deadline() };
         loop {
             if self.once.is_empty() {
                 if self.senders_gone {
@@ -239,7 +242,7 @@ impl ReceiveRight {
             if let Some(r) = got {
                 return r;
             }
-            if past(deadline) {
+            if matches!(timeout, Timeout::Zero) || past(deadline) {
                 return Err(RecvError::Timeout);
             }
             let woken = match self.ready.get() {
@@ -754,7 +757,11 @@ pub(crate) fn recv_on(
     timeout: Timeout,
     via_send_once: bool,
 ) -> Result<Option<Message>, RecvError> {
-    let deadline = timeout.deadline();
+    // A receive that never waits has no deadline, and reads no clock.
+    let deadline = match timeout {
+        Timeout::Zero => None,
+        waits => waits.deadline(),
+    };
     loop {
         let wait = matches!(timeout, Timeout::Infinite);
         if !wait && !matches!(timeout, Timeout::Zero) {
@@ -766,7 +773,7 @@ pub(crate) fn recv_on(
         let dg = match socket::recv(sock, buf, wait) {
             Ok(dg) => dg,
             Err(Errno::AGAIN) | Err(Errno::INTR) => {
-                if past(deadline) {
+                if matches!(timeout, Timeout::Zero) || past(deadline) {
                     return Err(RecvError::Timeout);
                 }
                 continue;
@@ -800,7 +807,11 @@ pub(crate) fn send_prefixed(sock: BorrowedFd<'_>, prefix: &[u8], msg: Message, t
 /// Sends a lowered message, waiting as `timeout` allows. Nothing is queued
 /// unless it returns `Ok`.
 fn send_lowered(sock: BorrowedFd<'_>, lowered: &crate::message::Lowered, timeout: Timeout) -> Result<(), SendError> {
-    let deadline = timeout.deadline();
+    // A send that never waits has no deadline, and reads no clock.
+    let deadline = match timeout {
+        Timeout::Zero => None,
+        waits => waits.deadline(),
+    };
     let fds = lowered.fds();
     loop {
         let wait = matches!(timeout, Timeout::Infinite);

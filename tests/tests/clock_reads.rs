@@ -79,6 +79,19 @@ fn receives_and_sends_that_never_wait_read_no_clock() {
     assert_eq!(got.expect("the send-once message").op(), 6);
     assert_eq!(n, 0, "a receive of a send-once right's message read the clock {n} times");
 
+    // With more send-once rights out than it tries one by one, a receive
+    // asks the right's `epoll` instance which have anything: now.
+    let many: Vec<_> = (0..9).map(|_| rx.make_send_once().expect("send-once right")).collect();
+    let (got, n) = reads(|| rx.try_recv());
+    assert!(matches!(got, Err(RecvError::Timeout)), "{got:?}");
+    assert_eq!(n, 0, "a receive from an empty port with nine send-once rights out read the clock {n} times");
+
+    // Whether a right's port is gone, asked without waiting.
+    let (dead, n) = reads(|| (tx.is_dead(), many[0].is_dead()));
+    assert_eq!(dead, (false, false));
+    assert_eq!(n, 0, "asking whether a port is gone read the clock {n} times");
+    drop(many);
+
     let (mut answer, right) = ferry::reply_pair().expect("reply pair");
     let (got, n) = reads(|| answer.try_recv());
     assert!(matches!(got, Err(RecvError::Timeout)), "{got:?}");

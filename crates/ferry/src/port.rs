@@ -297,7 +297,7 @@ impl ReceiveRight {
     /// only a scan and `poll` are sure not to spin on it.
     fn try_recv_reported(&mut self) -> Option<Option<Result<Message, RecvError>>> {
         self.readiness_fd().ok()?;
-        let events = self.ready.get()?.wait(SCAN_ONCE_MAX, Some(Instant::now())).ok()?;
+        let events = self.ready.get()?.wait_now(SCAN_ONCE_MAX).ok()?;
         let mut main = false;
         let mut stale = false;
         for (key, _) in events {
@@ -535,7 +535,11 @@ impl SendRight {
     /// event; [`crate::PortSet::watch_dead_name`] delivers it among other
     /// events.
     pub fn wait_dead(&self, timeout: Timeout) -> bool {
-        matches!(wait::poll_one(self.sock.as_fd(), Interest::HangUp, timeout.deadline()), Ok(r) if r.hangup)
+        let ready = match timeout {
+            Timeout::Zero => wait::poll_one_now(self.sock.as_fd(), Interest::HangUp),
+            waits => wait::poll_one(self.sock.as_fd(), Interest::HangUp, waits.deadline()),
+        };
+        matches!(ready, Ok(r) if r.hangup)
     }
 
     /// Sets the bound on this port's queue in bytes as the kernel counts them
@@ -602,7 +606,7 @@ impl SendOnceRight {
 
     /// Whether the receiving port is gone.
     pub fn is_dead(&self) -> bool {
-        matches!(wait::poll_one(self.sock.as_fd(), Interest::HangUp, Timeout::Zero.deadline()), Ok(r) if r.hangup)
+        matches!(wait::poll_one_now(self.sock.as_fd(), Interest::HangUp), Ok(r) if r.hangup)
     }
 
     pub(crate) fn from_fd(sock: OwnedFd) -> SendOnceRight {

@@ -77,9 +77,14 @@ pub fn poll_many(
     fds: &[(BorrowedFd<'_>, Interest)],
     deadline: Option<Instant>,
 ) -> rustix::io::Result<Vec<Ready>> {
+    poll_many_for(fds, || timespec_until(deadline))
+}
+
+/// [`poll_many`] with the wait's length asked of `ts` before each try.
+fn poll_many_for(fds: &[(BorrowedFd<'_>, Interest)], ts: impl Fn() -> Option<Timespec>) -> rustix::io::Result<Vec<Ready>> {
     let mut pfds: Vec<PollFd<'_>> = fds.iter().map(|(fd, i)| PollFd::from_borrowed_fd(*fd, flags_of(*i))).collect();
     loop {
-        let ts = timespec_until(deadline);
+        let ts = ts();
         match poll(&mut pfds, ts.as_ref()) {
             Ok(_) => return Ok(pfds.iter().map(|p| ready_of(p.revents())).collect()),
             Err(Errno::INTR) => continue,
@@ -92,6 +97,15 @@ pub fn poll_many(
 pub fn poll_one(fd: BorrowedFd<'_>, interest: Interest, deadline: Option<Instant>) -> rustix::io::Result<Ready> {
     Ok(poll_many(&[(fd, interest)], deadline)?[0])
 }
+
+/// What one descriptor is ready for now, without waiting (and without
+/// reading the clock for a deadline of now).
+pub fn poll_one_now(fd: BorrowedFd<'_>, interest: Interest) -> rustix::io::Result<Ready> {
+    Ok(poll_many_for(&[(fd, interest)], || Some(NOW))?[0])
+}
+
+/// A wait of no time.
+const NOW: Timespec = Timespec { tv_sec: 0, tv_nsec: 0 };
 
 /// An `epoll` instance whose entries carry a caller-chosen 64-bit key.
 #[derive(Debug)]
@@ -127,9 +141,21 @@ impl Epoll {
     /// Waits for events until `deadline` (`None`: forever) and returns
     /// `(key, ready)` pairs; empty on timeout.
     pub fn wait(&self, max: usize, deadline: Option<Instant>) -> rustix::io::Result<Vec<(u64, Ready)>> {
+        self.wait_for(max, || timespec_until(deadline))
+    }
+
+    /// The events ready now, as [`wait`](Self::wait) with a deadline of
+    /// now, without reading the clock for it.
+    pub fn wait_now(&self, max: usize) -> rustix::io::Result<Vec<(u64, Ready)>> {
+        self.wait_for(max, || Some(NOW))
+    }
+
+    /// [`wait`](Self::wait) with the wait's length asked of `ts` before
+    /// each try.
+    fn wait_for(&self, max: usize, ts: impl Fn() -> Option<Timespec>) -> rustix::io::Result<Vec<(u64, Ready)>> {
         let mut events: Vec<epoll::Event> = Vec::with_capacity(max.max(1));
         loop {
-            let ts = timespec_until(deadline);
+            let ts = ts();
             match epoll::wait(&self.fd, spare(&mut events), ts.as_ref()) {
                 Ok(_) => break,
                 Err(Errno::INTR) => continue,

@@ -936,6 +936,28 @@ fn ferry_run_another_user_s_supplementary_groups_count_like_native() {
     assert_eq!(served, native);
 }
 
+/// A program run as another user than the server's lists no directory it
+/// may not read, and searches none it may not search, as natively
+/// (`EACCES`): opens with `O_DIRECTORY` (`ls`'s, `find`'s) are served,
+/// by a server that may open every directory, and the descriptor it
+/// hands over lists the directory without a further check.
+#[test]
+fn ferry_run_another_user_lists_no_directory_it_may_not_read_like_native() {
+    let root = Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout == b"0\n");
+    let setpriv = Command::new("sh").args(["-c", "command -v setpriv"]).output().is_ok_and(|o| o.status.success());
+    if !root || !setpriv {
+        eprintln!("skipped ferry_run_another_user_lists_no_directory_it_may_not_read_like_native: needs root and setpriv");
+        return;
+    }
+    let script = "mkdir priv && echo s > priv/secret && chmod 700 priv && mkdir x && echo k > x/known && chmod 644 x/known && chmod 711 x && \
+                  mkdir w && chmod 733 w && chmod 755 . && \
+                  setpriv --reuid=65534 --regid=65534 --clear-groups sh -c 'ls priv; echo ls-priv $?; find priv; echo find-priv $?; \
+                  ls x; echo ls-x $?; cat x/known; ls -d x; (cd x && ls); echo cd-x $?; ls w; echo ls-w $?; find . -name secret; echo find-all $?' 2>&1";
+    let (native, served) = native_and_served("unreadable-dirs", script, "ls -ln | cut -d' ' -f1,3,4,9");
+    assert!(native.contains("ls-priv 2") && native.contains("ls-x 2") && native.contains("k\n") && !native.contains("secret\n"), "{native}");
+    assert_eq!(served, native);
+}
+
 /// A program run as another user than the server's, which may not search
 /// a directory above the served one, reaches no file under it, as
 /// natively (`EACCES`): the server resolved names from the directory it

@@ -771,3 +771,28 @@ fn a_message_costs_one_send_and_one_receive_call() {
     let named = made.iter().filter(|l| l.contains("recvmsg(") && l.contains("msg_name={")).count();
     assert_eq!(named, 0, "{named} of {receives} receives asked for the sender's address");
 }
+
+/// A receive leaves the caller's `errno` as it was, whether it finds a
+/// message, finds none or times out: a program served by the emulation
+/// library reaches a port's receive from its own `read`, and the C
+/// library's `getc` at the end of a file was then seen failing with
+/// `EAGAIN` (the empty receive's), where natively `errno` stays 0.
+#[test]
+fn a_receive_leaves_the_callers_errno_as_it_was() {
+    let errno = || std::io::Error::last_os_error().raw_os_error().unwrap_or(-1);
+    // SAFETY: `__errno_location` gives this thread's `errno`, valid while
+    // the thread lives; writing it is what `errno = v` does in C.
+    let set = |v: i32| unsafe { *libc::__errno_location() = v };
+    let (mut rx, tx) = ferry::port().unwrap();
+    let mut seen = Vec::new();
+    for timeout in [Timeout::Zero, Timeout::After(Duration::from_millis(20))] {
+        set(0);
+        assert!(matches!(rx.recv(timeout), Err(RecvError::Timeout)));
+        seen.push(errno());
+        tx.send(Message::new(1), Timeout::Infinite).unwrap();
+        set(0);
+        rx.recv(timeout).unwrap();
+        seen.push(errno());
+    }
+    assert_eq!(seen, [0, 0, 0, 0], "errno after each receive");
+}

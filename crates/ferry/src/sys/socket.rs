@@ -181,12 +181,25 @@ fn recv_once(sock: BorrowedFd<'_>, buf: &mut [u8], wait: bool) -> rustix::io::Re
     if !wait {
         flags |= libc::MSG_DONTWAIT;
     }
-    // SAFETY: `msg` points to one iovec over `buf` and to `control`, both
-    // live and writable for their whole stated lengths during the call; the
-    // descriptor is borrowed and valid for it.
-    let got = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, flags) };
+    // The C library's `recvmsg` reports failure through `errno`, which
+    // belongs to the program: a program served by the emulation library
+    // calls in here from its own `read`, and a receive that found nothing
+    // must leave its `errno` as it was (rustix, used everywhere else here,
+    // never touches it).
+    // SAFETY: `__errno_location` gives this thread's `errno`, valid for as
+    // long as the thread lives; `msg` points to one iovec over `buf` and to
+    // `control`, both live and writable for their whole stated lengths
+    // during the call; the descriptor is borrowed and valid for it.
+    let (got, failed) = unsafe {
+        let errno = libc::__errno_location();
+        let kept = *errno;
+        let got = libc::recvmsg(sock.as_raw_fd(), &mut msg, flags);
+        let failed = *errno;
+        *errno = kept;
+        (got, failed)
+    };
     if got < 0 {
-        return Err(Errno::from_raw_os_error(std::io::Error::last_os_error().raw_os_error().unwrap_or(0)));
+        return Err(Errno::from_raw_os_error(failed));
     }
     let mut fds = Vec::new();
     let mut cred = None;

@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "kv.h"
+#include "expect.h"
 
 #define CHECK(call)                                                                  \
     do {                                                                             \
@@ -19,13 +20,6 @@
         if (check_st_ != FERRY_OK) {                                                 \
             fprintf(stderr, "%s:%d: %s: %d (%s)\n", __FILE__, __LINE__, #call,       \
                     check_st_, ferry_last_error_message());                          \
-            exit(1);                                                                 \
-        }                                                                            \
-    } while (0)
-#define EXPECT(cond)                                                                 \
-    do {                                                                             \
-        if (!(cond)) {                                                               \
-            fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #cond);      \
             exit(1);                                                                 \
         }                                                                            \
     } while (0)

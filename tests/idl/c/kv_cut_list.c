@@ -14,14 +14,7 @@
 #include <string.h>
 
 #include "kv.h"
-
-#define EXPECT(cond)                                                                 \
-    do {                                                                             \
-        if (!(cond)) {                                                               \
-            fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #cond);      \
-            exit(1);                                                                 \
-        }                                                                            \
-    } while (0)
+#include "expect.h"
 
 static ferry_receive_right *server_rx;
 

@@ -2353,12 +2353,7 @@ impl Conn {
                 static SAID: AtomicU64 = AtomicU64::new(0);
                 say_once_a_minute(&SAID, &format!("ferry-net: a message to {}'s port was refused back to its sender: {why}", self.peer));
                 let back = m.take_items().into_iter().fold(code.message(why), Message::with_item);
-                let me = rustix::process::geteuid();
-                let sender = m.sender().filter(|c| me.is_root() && c.uid != me.as_raw());
-                let _ = match sender {
-                    Some(c) => ferry::sending_as(ferry::Credentials { pid: std::process::id() as i32, ..c }, || reply.send(back, Timeout::Zero)),
-                    None => reply.send(back, Timeout::Zero),
-                };
+                let _ = ferry::answering_as(m.sender(), || reply.send(back, Timeout::Zero));
             }
             None => self.drop_message(why),
         }

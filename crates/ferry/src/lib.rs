@@ -67,7 +67,7 @@ pub use bootstrap::{Bootstrap, Limit, NameEntry, NameError};
 pub use error::{RecvError, SendError, SendFailed, WireError};
 pub use message::{Credentials, Item, Message, Reply};
 pub use nameserver::{Limits, Mint, NameServer};
-pub use port::{port, port_with, reply_pair, sending_as, PortOptions, ReceiveRight, ReplyReceiver, SendOnceRight, SendRight};
+pub use port::{answering_as, port, port_with, reply_pair, sending_as, PortOptions, ReceiveRight, ReplyReceiver, SendOnceRight, SendRight};
 pub use portset::{Event, MemberId, PortSet};
 pub use region::{LendPool, MapOptions, MappedRegion, Region, RegionError, RegionItem, RegionPool, SharedMapping};
 pub use timeout::Timeout;

@@ -634,6 +634,20 @@ pub fn sending_as<R>(sender: crate::message::Credentials, f: impl FnOnce() -> R)
     socket::sending_as(sender, f)
 }
 
+/// Runs `f` (an answer's send) as the message of `asker`, the sender of
+/// the request it answers (its uid and gid, this process's pid), when
+/// this process may say so and it is another user's: a server run by
+/// root whose answer may go on through the asker's proxy of another
+/// host's port, where sent as root it was charged to root's shares of
+/// that host. Otherwise, or without an asker, `f` runs as this process.
+pub fn answering_as<R>(asker: Option<crate::message::Credentials>, f: impl FnOnce() -> R) -> R {
+    let me = rustix::process::geteuid();
+    match asker.filter(|c| me.is_root() && c.uid != me.as_raw()) {
+        Some(c) => sending_as(crate::message::Credentials { pid: std::process::id() as i32, ..c }, f),
+        None => f(),
+    }
+}
+
 /// Makes a send-once right together with the [`ReplyReceiver`] its one
 /// message arrives on, without a port: one socket pair, where
 /// [`ReceiveRight::make_send_once`] needs a port first. For a caller that

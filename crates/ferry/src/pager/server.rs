@@ -858,15 +858,7 @@ impl ObjectServer {
             }
         };
         let Some(r) = reply else { return };
-        let me = rustix::process::geteuid();
-        match asker.filter(|c| self.as_asker && me.is_root() && c.uid != me.as_raw()) {
-            Some(c) => {
-                let _ = crate::sending_as(crate::message::Credentials { pid: std::process::id() as i32, ..c }, || r.send(msg, Timeout::Zero));
-            }
-            None => {
-                let _ = r.send(msg, Timeout::Zero);
-            }
-        }
+        let _ = crate::answering_as(asker.filter(|_| self.as_asker), || r.send(msg, Timeout::Zero));
     }
 
     /// The object a request names, if the sender may use it.

@@ -452,6 +452,73 @@ fn a_record_named_hello_compiles_and_names_c_would_confuse_are_refused() {
     }
 }
 
+/// A description written by hand (or damaged) whose fields, arguments,
+/// variants or versions C cannot hold apart is refused with an error
+/// saying which, instead of stubs that do not compile: two arguments of
+/// one name, a record's field ordinal used twice or past a u16, two fields
+/// C names alike (`void` is `void_` there), two variants of one ordinal
+/// or one past a u32, and a version past a u32 or older than the
+/// compatible one; a record, enumeration or variant whose name is not a
+/// C identifier (it went into comments and string literals as it was);
+/// and a prefix that would name the stubs' header like
+/// one they include (`string.h`, `ferry.h`).
+#[test]
+fn descriptions_whose_fields_c_cannot_tell_apart_are_refused() {
+    let kv = std::fs::read_to_string(repo().join("tests/idl/example.kv.json")).unwrap();
+    let base: serde_json::Value = serde_json::from_str(&kv).unwrap();
+    let edit = |f: &dyn Fn(&mut serde_json::Value)| {
+        let mut d = base.clone();
+        f(&mut d["description"]);
+        d
+    };
+    let put_args = |d: &mut serde_json::Value| d["operations"][0]["args"].as_array_mut().unwrap().clone();
+    let refused = [
+        (
+            edit(&|d| {
+                let mut args = put_args(d);
+                let mut again = args[1].clone();
+                again["ordinal"] = 3.into();
+                args.push(again);
+                d["operations"][0]["args"] = args.into();
+            }),
+            "two fields are named value",
+        ),
+        (edit(&|d| d["operations"][0]["args"][1]["ordinal"] = 1.into()), "ordinal 1 is over 65535 or used twice"),
+        (edit(&|d| d["operations"][0]["args"][1]["ordinal"] = 65536.into()), "ordinal 65536"),
+        (
+            edit(&|d| {
+                let mut args = put_args(d);
+                args[0]["name"] = "void".into();
+                args[1]["name"] = "void_".into();
+                d["operations"][0]["args"] = args.into();
+            }),
+            "two fields are named void_",
+        ),
+        (edit(&|d| d["operations"][0]["error"]["variants"][1]["ordinal"] = 1.into()), "variant EmptyKey's ordinal 1"),
+        (edit(&|d| d["operations"][0]["error"]["variants"][1]["ordinal"] = 4294967296u64.into()), "ordinal 4294967296"),
+        (edit(&|d| d["version"] = 4294967296u64.into()), "version 4294967296"),
+        (edit(&|d| d["operations"][3]["result"]["list"]["record"] = "*/".into()), "record name \"*/\""),
+        (edit(&|d| d["operations"][0]["error"]["enum"] = "\"".into()), "enumeration name"),
+        (edit(&|d| d["operations"][0]["error"]["variants"][0]["name"] = "Too Large".into()), "variant name"),
+        (edit(&|d| d["compatible"] = 2.into()), "compatible version 2"),
+    ];
+    for (desc, what) in refused {
+        match ferry_idl::c::generate(&desc, Some("kv")) {
+            Err(e) => assert!(e.to_string().contains(what), "{what}: {e}"),
+            Ok(_) => panic!("{what}: stubs were made"),
+        }
+    }
+    // A prefix naming a header the stubs include (or ferry's own).
+    for prefix in ["ferry", "string", "time"] {
+        match ferry_idl::c::generate(&base, Some(prefix)) {
+            Err(e) => assert!(e.to_string().contains(&format!("{prefix}.h")), "{prefix}: {e}"),
+            Ok(_) => panic!("prefix {prefix}: stubs were made"),
+        }
+    }
+    // The description as it is still makes stubs that compile.
+    compile_stubs(&base, "kv_whole");
+}
+
 #[test]
 fn the_name_service_and_names_that_are_reserved_words_compile_to_c() {
     // The name service's operations include `register` and its listing a

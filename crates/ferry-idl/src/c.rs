@@ -117,6 +117,16 @@ const RESERVED: &[&str] = &[
     "assert", "offsetof", "stdin", "stdout", "stderr", "unix", "linux", "i386", "NULL", "EOF",
 ];
 
+/// Headers the stubs' own `PREFIX.h` must not be named like: ferry's C API
+/// and the C library's standard headers (the stubs include some of them,
+/// and a build that puts the stubs' directory on its include path finds
+/// the stubs' header in their place).
+const HEADERS: &[&str] = &[
+    "ferry", "assert", "complex", "ctype", "errno", "fenv", "float", "inttypes", "iso646", "limits", "locale", "math",
+    "setjmp", "signal", "stdalign", "stdarg", "stdatomic", "stdbool", "stddef", "stdint", "stdio", "stdlib",
+    "stdnoreturn", "string", "tgmath", "threads", "time", "uchar", "wchar", "wctype",
+];
+
 /// A name from the description as a C struct member or parameter: itself,
 /// or with a trailing `_` where it is a reserved word (`register_`).
 fn member(name: &str) -> String {
@@ -276,6 +286,9 @@ impl Gen {
             return Ok(Ty { c, m, min: len, optional: false });
         }
         if let Some(name) = o.get("record").and_then(Value::as_str) {
+            if !ident_ok(name) {
+                return Err(bad(format!("record name {name:?} is not a C identifier")));
+            }
             let m = snake(name);
             let c = format!("{}_{m}", self.p);
             let fields = o.get("fields").and_then(Value::as_array).ok_or_else(|| bad(format!("record {name} without fields")))?.clone();
@@ -307,14 +320,26 @@ impl Gen {
             return Ok(Ty { c, m, min: 4, optional: false });
         }
         if let Some(name) = o.get("enum").and_then(Value::as_str) {
+            if !ident_ok(name) {
+                return Err(bad(format!("enumeration name {name:?} is not a C identifier")));
+            }
             let m = snake(name);
             let c = format!("{}_{m}", self.p);
             let variants = o.get("variants").and_then(Value::as_array).ok_or_else(|| bad(format!("enum {name} without variants")))?.clone();
             if self.claim_type(&m, &format!("enum {name}"), t)? {
                 let (mut union, mut enc, mut dec, mut free) = (String::new(), String::new(), String::new(), String::new());
+                let mut ords = Vec::new();
                 for v in &variants {
                     let vname = v.get("name").and_then(Value::as_str).ok_or_else(|| bad("a variant without a name"))?;
+                    if !ident_ok(vname) {
+                        return Err(bad(format!("enum {name}: variant name {vname:?} is not a C identifier")));
+                    }
                     let ord = v.get("ordinal").and_then(Value::as_u64).ok_or_else(|| bad("a variant without an ordinal"))?;
+                    // The tag is a u32, and each ordinal is one case.
+                    if ord > u64::from(u32::MAX) || ords.contains(&ord) {
+                        return Err(bad(format!("enum {name}: variant {vname}'s ordinal {ord} is over {} or used twice", u32::MAX)));
+                    }
+                    ords.push(ord);
                     let konst = format!("{}_{}_{}", self.p, m, snake(vname)).to_ascii_uppercase();
                     self.claim(&format!("#{}_{}", m, snake(vname)).to_ascii_uppercase(), &format!("variant {name}::{vname}"), v)?;
                     let _ = writeln!(self.consts, "/** `{name}::{vname}`. */\n#define {konst} {ord}u");
@@ -441,14 +466,24 @@ impl Gen {
         let mut out = Fields::default();
         let mut dec_cases = String::new();
         let mut seen = Vec::new();
+        let mut seen_ords = Vec::new();
         for f in fields {
             let name = f.get("name").and_then(Value::as_str).ok_or_else(|| bad(format!("{what}: a field without a name")))?;
             if !ident_ok(name) {
                 return Err(bad(format!("{what}: field name {name:?} is not a C identifier")));
             }
             let ord = f.get("ordinal").and_then(Value::as_u64).ok_or_else(|| bad(format!("{what}: field {name} without an ordinal")))?;
+            // A field's ordinal is a u16 on the wire, and each field is a
+            // member (and an argument a parameter) of its own.
+            if ord > u64::from(u16::MAX) || seen_ords.contains(&ord) {
+                return Err(bad(format!("{what}: field {name}'s ordinal {ord} is over {} or used twice", u16::MAX)));
+            }
+            seen_ords.push(ord);
             let t = self.ty(f.get("type").ok_or_else(|| bad(format!("{what}: field {name} without a type")))?)?;
             let name = member(name);
+            if seen.iter().any(|(s, _): &(String, bool)| *s == name || param(s) == param(&name)) {
+                return Err(bad(format!("{what}: two fields are named {name} in C")));
+            }
             let _ = writeln!(out.enc, "    {{\n        uint16_t ord = {ord};\n        fidl_le_put(e, &ord, 2);\n        size_t f = fidl_begin(e);\n        enc_{}(e, &{access}{name});\n        fidl_end(e, f);\n    }}", t.m);
             let _ = writeln!(
                 dec_cases,
@@ -823,9 +858,15 @@ pub fn generate(description: &Value, prefix: Option<&str>) -> Result<CStubs, CEr
     let iname = c_literal(name);
     let version = d.get("version").and_then(Value::as_u64).ok_or_else(|| bad("no version"))?;
     let compatible = d.get("compatible").and_then(Value::as_u64).ok_or_else(|| bad("no compatible version"))?;
+    if version > u64::from(u32::MAX) || compatible > version {
+        return Err(bad(format!("version {version} and compatible version {compatible}: versions are u32s, and the compatible one is not above the version")));
+    }
     let p = prefix.map(str::to_owned).unwrap_or_else(|| snake(name));
     if !ident_ok(&p) {
         return Err(bad(format!("prefix {p:?} is not a C identifier")));
+    }
+    if HEADERS.contains(&p.as_str()) {
+        return Err(bad(format!("prefix {p:?} would name the stubs' header {p}.h, which hides the header of that name the stubs and their users include; give another prefix")));
     }
     let ops = d.get("operations").and_then(Value::as_array).ok_or_else(|| bad("no operations"))?;
     let mut g = Gen { p: p.clone(), decls: String::new(), consts: String::new(), funcs: String::new(), protos: String::new(), names: BTreeMap::new() };

@@ -106,11 +106,13 @@ fn a_long_call_over_the_socket_copies_its_body_once_each_way() {
         let mut c = Connection::connect(&to, ConnectOptions { policy: Policy::Block, ..Default::default() }).unwrap();
         drop(to);
         let mut body = vec![7u8; LONG];
-        // Past the slot's 64512 bytes: over the connection's socket.
-        c.call(Message::new(0).with_body(body.clone()), Timeout::Infinite).unwrap();
+        // A call carrying a right goes over the connection's socket (one
+        // without items takes the slot, whatever its length).
+        let (_other, right) = ferry::port().unwrap();
+        c.call(Message::new(0).with_body(body.clone()).with_item(right.try_clone().unwrap()), Timeout::Infinite).unwrap();
         let ((), bytes) = allocated_by(|| {
             for i in 0..ROUNDS as u32 {
-                let mut r = c.call(Message::new(i).with_body(std::mem::take(&mut body)), Timeout::Infinite).unwrap();
+                let mut r = c.call(Message::new(i).with_body(std::mem::take(&mut body)).with_item(right.try_clone().unwrap()), Timeout::Infinite).unwrap();
                 assert_eq!((r.op(), r.body().len()), (i, LONG));
                 body = std::mem::take(r.body_mut());
             }

@@ -105,15 +105,15 @@ fn u64s(b: &[u8]) -> Vec<u64> {
 
 /// The message-semantics suite every transport must pass.
 fn conformance<T: Transport>(conn: &mut T) {
-    // Bodies of every size class: empty, small, a page, large, exactly the
-    // slot, just over it (socket path).
-    for len in [0, 1, 100, 4096, 60_000, SLOT_INLINE, SLOT_INLINE + 1] {
+    // Bodies of every size class: empty, small, a page, large, the slot's
+    // whole length (the most a call carries).
+    for len in [0, 1, 100, 4096, 60_000, SLOT_INLINE - 1, SLOT_INLINE] {
         let body: Vec<u8> = (0..len).map(|i| (i * 7 + len) as u8).collect();
         let r = conn.call(Message::new(OP_ECHO).with_body(body.clone()), Timeout::Infinite).expect("echo");
         assert_eq!(r.op(), OP_ECHO);
         assert_eq!(r.body(), &body[..], "echo of {len} bytes");
     }
-    // A reply larger than the slot to a small request.
+    // A reply much larger than its request.
     let r = conn.call(Message::new(OP_BIG).with_body(65_000u32.to_le_bytes()), Timeout::Infinite).unwrap();
     assert_eq!(r.body().len(), 65_000);
     assert!(r.body().iter().all(|&b| b == 0x5A));
@@ -142,13 +142,21 @@ fn conformance<T: Transport>(conn: &mut T) {
     }
     let r = conn.call(Message::new(OP_ECHO).with_body(*b"after-zero"), Timeout::millis(10_000)).unwrap();
     assert_eq!(r.body(), b"after-zero");
-    // Bodies as long as a port message carries, whole, each way: those
-    // the framing would push over a message's inline bytes travel in a
-    // region of their own.
-    for len in [ferry::message::MAX_INLINE - 8, ferry::message::MAX_INLINE - 7, ferry::message::MAX_INLINE] {
+    // Bodies as long as a port message carries, whole, each way, in the
+    // slot and (carrying a right, which only the socket takes) over the
+    // socket: there, those the framing would push over a message's inline
+    // bytes travel in a region of their own.
+    let (_scratch, right) = ferry::port().unwrap();
+    for len in [60_000, ferry::message::MAX_INLINE - 8, ferry::message::MAX_INLINE - 7, ferry::message::MAX_INLINE] {
         let body: Vec<u8> = (0..len).map(|i| (i * 7 + len) as u8).collect();
-        let r = conn.call(Message::new(OP_ECHO).with_body(body.clone()), Timeout::Infinite).unwrap_or_else(|e| panic!("a call of {len} bytes: {e}"));
-        assert!(r.body() == &body[..], "a call of {len} bytes came back changed");
+        for with_right in [false, true] {
+            let mut req = Message::new(OP_ECHO).with_body(body.clone());
+            if with_right {
+                req = req.with_item(right.try_clone().unwrap());
+            }
+            let r = conn.call(req, Timeout::Infinite).unwrap_or_else(|e| panic!("a call of {len} bytes (right: {with_right}): {e}"));
+            assert!(r.body() == &body[..], "a call of {len} bytes (right: {with_right}) came back changed");
+        }
     }
     // Too large for any path: a typed error, the connection still usable.
     match conn.call(Message::new(OP_ECHO).with_body(vec![0; ferry::message::MAX_INLINE + 1]), Timeout::Infinite) {
@@ -167,11 +175,11 @@ fn conformance<T: Transport>(conn: &mut T) {
 
 /// `call_parts` and `reply_parts`: a body sent in two pieces arrives as
 /// one, and comes back in two pieces cut where the server said, split
-/// where the caller asked, at every size class (in the slot, at its end,
-/// just over it) and every cut; timeouts and errors as for `call`.
+/// where the caller asked, at every size class (in the slot, at its end)
+/// and every cut; timeouts and errors as for `call`.
 fn parts_conformance<T: Transport>(conn: &mut T) {
     let mut reply = SplitReply::default();
-    for len in [0usize, 1, 5, 100, SLOT_INLINE - 4, SLOT_INLINE - 3, 60_000] {
+    for len in [0usize, 1, 5, 100, SLOT_INLINE - 5, SLOT_INLINE - 4, 60_000] {
         let payload: Vec<u8> = (0..len).map(|i| (i * 13 + len) as u8).collect();
         for cut in [0, 1, 4, len / 2, len].into_iter().filter(|&c| c <= len) {
             for (server_cut, split) in [(0, 0), (cut, 4), (len, usize::MAX), (len / 3, len / 2)] {
@@ -281,11 +289,13 @@ fn a_call_in_steps_gets_its_one_reply() {
         for policy in [Policy::Adaptive, Policy::Block, Policy::Poll] {
             let mut connecting = Connection::begin_connect(policy).unwrap();
             let mut conn = connecting.wait(&server.to, Timeout::Infinite).unwrap();
-            let big = vec![7u8; SLOT_INLINE + 1];
+            // A call carrying a right takes the socket.
+            let (_scratch, right) = ferry::port().unwrap();
+            let big = vec![7u8; 60_000];
             let requests = || {
                 [
                     (slow(100, b"slot"), b"slot".to_vec()),
-                    (slow(100, &big), big.clone()),
+                    (slow(100, &big).with_item(right.try_clone().unwrap()), big.clone()),
                     (Message::new(OP_BIG).with_body(65_000u32.to_le_bytes()), vec![0x5A; 65_000]),
                 ]
             };
@@ -500,13 +510,14 @@ fn garbage_reply_is_a_protocol_error() {
     })
 }
 
-/// Bodies of 4, 16 and 63 KiB each way travel through the slot: no socket
-/// operation on either side, and the slot holds the last request and reply.
-/// The slot carried 3840 bytes; every larger call went over the connection
-/// socket and reached a sleeping server only through its watcher thread,
-/// three times slower than the slot path (and than a plain socket).
+/// Bodies of 4, 16 and 64 KiB (the most a call carries) each way travel
+/// through the slot: no socket operation on either side, and the slot holds
+/// the last request and reply. The slot carried 3840 bytes, and later 63
+/// KiB; every larger call went over the connection socket and reached a
+/// sleeping server only through its watcher thread, three to eight times
+/// slower than the slot path (and than a plain socket).
 #[test]
-fn bodies_up_to_63_kib_travel_through_the_slot() {
+fn bodies_up_to_64_kib_travel_through_the_slot() {
     let _guard = alone();
     common::watchdog("large_slot_bodies", LIMIT, || {
         let server = start_server("large-slot-bodies", "block", 1);
@@ -847,8 +858,8 @@ fn in_process_server_interleaves_connections() {
 }
 
 /// `call_reusing` leaves a fast-path request's buffer with the caller (the
-/// same allocation, ready for the next request) and takes a request that
-/// carries rights or does not fit the slot whole; every reply is the one
+/// same allocation, ready for the next request), up to the slot's whole
+/// length, and takes a request that carries rights whole; every reply is the one
 /// asked for, on both transports.
 #[test]
 fn call_reusing_keeps_the_buffer_only_where_the_request_was_only_read() {
@@ -872,11 +883,11 @@ fn call_reusing_keeps_the_buffer_only_where_the_request_was_only_read() {
         assert_eq!(r.body(), b"right-returned");
         assert_eq!(rx.recv(Timeout::Infinite).unwrap().body(), b"through-right");
         assert!(req.items().is_empty() && req.body().is_empty(), "a request with rights is taken");
-        // So does a body larger than the slot.
-        let mut req = Message::new(OP_ECHO).with_body(vec![3u8; SLOT_INLINE + 1]);
+        // A body of the most a call carries takes the slot: kept.
+        let mut req = Message::new(OP_ECHO).with_body(vec![3u8; SLOT_INLINE]);
         let r = c.call_reusing(&mut req, Timeout::Infinite).unwrap();
-        assert_eq!(r.body(), &vec![3u8; SLOT_INLINE + 1][..]);
-        assert!(req.body().is_empty(), "a request over the slot is taken");
+        assert_eq!(r.body(), &vec![3u8; SLOT_INLINE][..]);
+        assert_eq!(req.body().len(), SLOT_INLINE, "a request of the slot's whole length is kept");
         // A socket-only connection takes every request whole.
         let mut s = SocketConnection::connect(&server.to, opts(Policy::Block)).unwrap();
         let mut req = Message::new(OP_ECHO).with_body(*b"whole");

@@ -420,11 +420,15 @@ fn async_calls_reach_a_blocking_server_in_another_process() {
                 let r = conn.call(Message::new(OP_ECHO).with_body(body)).await.unwrap();
                 assert_eq!((r.op(), r.body()), (OP_ECHO, &body[..]));
             }
-            // Larger than the slot: the socket path, both ways.
-            let big = vec![0xA5u8; SLOT_INLINE + 100];
+            // The most a call carries: through the slot, and with a right
+            // (which only the socket takes) over the socket, both ways.
+            let big = vec![0xA5u8; SLOT_INLINE];
             let r = conn.call(Message::new(OP_ECHO).with_body(big.clone())).await.unwrap();
             assert_eq!(r.body(), &big[..]);
-            // A small request with a reply larger than the slot.
+            let (_scratch, right) = ferry::port().unwrap();
+            let r = conn.call(Message::new(OP_ECHO).with_body(big.clone()).with_item(right)).await.unwrap();
+            assert_eq!(r.body(), &big[..]);
+            // A small request with a much larger reply.
             let r = conn.call(Message::new(OP_BIG).with_body(65_000u32.to_le_bytes())).await.unwrap();
             assert!(r.body().len() == 65_000 && r.body().iter().all(|&b| b == 0x5A));
             // Rights move with a call.
@@ -443,11 +447,13 @@ fn a_dropped_call_leaves_the_connection_in_step() {
     run("a_dropped_call_leaves_the_connection_in_step", || async {
         let server = start_server("tokio-dropped-call", "block");
         let mut conn = AsyncConnection::connect(&server.to, ConnectOptions::default()).await.unwrap();
-        // Through the slot, then over the socket: each call is abandoned
-        // while the server works on it, then the next call must get its own
-        // reply, never the late one.
-        for tag in [&b"slot"[..], &vec![b's'; SLOT_INLINE + 1][..]] {
-            let abandoned = tokio::time::timeout(Duration::from_millis(20), conn.call(slow(200, tag))).await;
+        // Through the slot, then over the socket (a call carrying a
+        // right): each call is abandoned while the server works on it, then
+        // the next call must get its own reply, never the late one.
+        let (_scratch, right) = ferry::port().unwrap();
+        for (tag, with_right) in [(&b"slot"[..], false), (&vec![b's'; 60_000][..], true)] {
+            let req = if with_right { slow(200, tag).with_item(right.try_clone().unwrap()) } else { slow(200, tag) };
+            let abandoned = tokio::time::timeout(Duration::from_millis(20), conn.call(req)).await;
             assert!(abandoned.is_err(), "the slow call cannot have finished");
             let r = conn.call(Message::new(OP_ECHO).with_body(*b"next")).await.unwrap();
             assert_eq!((r.op(), r.body()), (OP_ECHO, &b"next"[..]));

@@ -9,11 +9,12 @@
 //! connections, one operation).
 //!
 //! Each connection has a **socket** (a `SOCK_SEQPACKET` pair: its hang-up is
-//! how either side learns the other died) and a **slot**: a 128 KiB memfd both
+//! how either side learns the other died) and a **slot**: a 136 KiB memfd both
 //! sides map `MAP_SHARED`, holding one request and one reply area with
 //! sequence numbers. Short messages (body up to [`SLOT_INLINE`] bytes, no
-//! items) travel through the slot; a message with rights or a larger body
-//! travels over the connection socket instead, with the same semantics. A
+//! items, which is every body a call carries) travel through the slot; a
+//! message with rights travels over the connection socket instead, with the
+//! same semantics. A
 //! [`SocketConnection`] sends everything over the socket (the plain path,
 //! for comparison and for the conformance suite).
 //!

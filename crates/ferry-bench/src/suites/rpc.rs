@@ -1,6 +1,6 @@
 //! `rpc` / `roundtrip`: a request and a reply of `bytes` each (8, 64, 1024,
-//! 4096, 16384 and 64512, the largest body the RPC slot carries), between
-//! two processes.
+//! 4096, 16384, 64512 (the largest body version 3 of the RPC slot carried)
+//! and 65536 (the largest a call carries)), between two processes.
 //!
 //! Baselines: the blocking floor (`futex-floor`), the polling floor
 //! (`spin-floor`), `pipe`, `uds-seqpacket` and `eventfd` (payload in shared
@@ -23,13 +23,13 @@ use crate::record::Touch;
 use crate::suites::{pingpong, rpc_c, rpc_ferry, rpc_iceoryx2, rpc_stub};
 
 /// Payload sizes of the `roundtrip` case.
-pub const SIZES: [u64; 6] = [8, 64, 1024, 4096, 16384, 64512];
+pub const SIZES: [u64; 7] = [8, 64, 1024, 4096, 16384, 64512, 65536];
 
 /// The suite.
 pub fn suite() -> Suite {
     Suite {
         name: "rpc",
-        about: "request/reply round trip of 8 bytes to 63 KiB vs the futex and spin floors",
+        about: "request/reply round trip of 8 bytes to 64 KiB vs the futex and spin floors",
         reference: "uds-seqpacket",
         cases,
         impls,

@@ -2,12 +2,12 @@
 //! reads and writes of requests and replies.
 //!
 //! Layout (all little-endian 32-bit words unless said; see `docs/rpc.md`).
-//! Each direction has a 64 KiB half of its own (control words, then up to
-//! 63 KiB of body), and its control words share their cache line with the
+//! Each direction has a 68 KiB half of its own (control words, then up to
+//! 64 KiB of body, the most a call carries), and its control words share their cache line with the
 //! first 40 bytes of its body, so a short call moves one line each way (the
 //! floor a spinning pair of processes reaches), not two. The memfd's pages
 //! are allocated when first touched, so a connection whose calls are short
-//! holds two pages, not 32:
+//! holds two pages, not 34:
 //!
 //! | offset | field | written by |
 //! |---|---|---|
@@ -18,10 +18,10 @@
 //! | 80 | `req_sock`: sequence number of the last request sent over the socket | client |
 //! | 84 | `client_cpu`: the client's CPU tag (adaptive policy) | client |
 //! | 88 | request body, [`SLOT_INLINE`] bytes | client |
-//! | 65600 | `rep_seq` (futex word the client sleeps on), `rep_op`, `rep_len`, `rep_via` | server |
-//! | 65616 | `client_sleeping` (1: the client sleeps on `rep_seq`, wake it; 2: it waits on its socket, ring its doorbell) | client |
-//! | 65620 | `server_cpu`: the server thread's CPU tag (adaptive policy) | server |
-//! | 65624 | reply body, [`SLOT_INLINE`] bytes | server |
+//! | 69696 | `rep_seq` (futex word the client sleeps on), `rep_op`, `rep_len`, `rep_via` | server |
+//! | 69712 | `client_sleeping` (1: the client sleeps on `rep_seq`, wake it; 2: it waits on its socket, ring its doorbell) | client |
+//! | 69716 | `server_cpu`: the server thread's CPU tag (adaptive policy) | server |
+//! | 69720 | reply body, [`SLOT_INLINE`] bytes | server |
 //!
 //! A side writes the body and its length first and publishes the sequence
 //! number last (release); the other side loads the sequence number (acquire),
@@ -35,20 +35,23 @@ use rustix::fs::SealFlags;
 use crate::sys::futex::SharedWords;
 use crate::sys::mem;
 
-/// Size of a connection's slot memfd in bytes (128 KiB): a 64 KiB half for
+/// Size of a connection's slot memfd in bytes (136 KiB): a 68 KiB half for
 /// the request, then one for the reply.
 pub const SLOT_SIZE: usize = 2 * REPLY_PAGE;
-/// Largest body that travels through the slot (63 KiB); larger bodies, and
-/// messages with items, go over the connection socket.
-pub const SLOT_INLINE: usize = 63 * 1024;
+/// Largest body that travels through the slot: 64 KiB, the most a call
+/// carries ([`crate::message::MAX_INLINE`]), so every call without items
+/// takes it; messages with items go over the connection socket.
+pub const SLOT_INLINE: usize = crate::message::MAX_INLINE;
 
 const MAGIC: u32 = u32::from_le_bytes(*b"FRPS");
-/// 3: halves of 64 KiB, bodies of up to 63 KiB (2 carried 3840 bytes in an
-/// 8 KiB slot; 1 had control words and body apart).
-pub(crate) const VERSION: u32 = 3;
+/// 4: halves of 68 KiB, bodies of up to 64 KiB (3 carried 63 KiB in halves
+/// of 64 KiB, and a call of 64513 to 65536 bytes went over the socket; 2
+/// carried 3840 bytes in an 8 KiB slot; 1 had control words and body
+/// apart).
+pub(crate) const VERSION: u32 = 4;
 
 /// Where the reply side's half starts.
-pub(crate) const REPLY_PAGE: usize = 64 * 1024;
+pub(crate) const REPLY_PAGE: usize = 68 * 1024;
 
 const OFF_MAGIC: usize = 0;
 const OFF_VERSION: usize = 4;

@@ -746,6 +746,64 @@ fn a_peer_that_lets_no_stream_be_opened_is_dropped_within_the_timeout() {
     });
 }
 
+/// A lookup that times out is remembered, so that its late answer gives
+/// back the right it carries instead of breaking the protocol. A peer that
+/// never answers, asked again and again (an import retried every couple of
+/// seconds), had the node remember every one for the link's life: the
+/// node remembers the last 1024 by id and knows older ones by their ids
+/// being older, so a late answer to the very first is still taken.
+#[test]
+fn lookups_a_peer_never_answers_are_remembered_within_a_bound() {
+    use ferry_net::frame::{Cap, Frame};
+    use std::sync::{Arc, Mutex};
+    use tokio::io::AsyncReadExt;
+
+    watchdog("lookups_a_peer_never_answers_are_remembered_within_a_bound", LIMIT, || {
+        let (a, ia, im) = common::host_facing_m(Duration::from_millis(300));
+        let a = Arc::new(a);
+        let addr = a.local_addr().unwrap();
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        let conn = rt.block_on(common::dial(&im, &ia, addr, |_| {}));
+        let (mut send, mut recv) = rt.block_on(control_stream(&conn));
+        // `m` reads every frame the node sends and answers no lookup.
+        let (asked, released) = (Arc::new(Mutex::new(0u64)), Arc::new(Mutex::new(Vec::new())));
+        let (a2, r2) = (asked.clone(), released.clone());
+        rt.spawn(async move {
+            while let Ok(n) = recv.read_u32_le().await {
+                let mut buf = vec![0; n as usize];
+                if recv.read_exact(&mut buf).await.is_err() {
+                    return;
+                }
+                match Frame::decode(&buf) {
+                    Ok(Frame::Lookup { .. }) => *a2.lock().unwrap() += 1,
+                    Ok(Frame::Release { id, .. }) => r2.lock().unwrap().push(id),
+                    _ => {}
+                }
+            }
+        });
+        wait_until("the link to m", || a.links().iter().any(|l| l.peer == "m"));
+        const THREADS: usize = 32;
+        const EACH: usize = 40;
+        let lookups: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let a = a.clone();
+                std::thread::spawn(move || (0..EACH).filter(|i| matches!(a.lookup(&format!("n{t}-{i}@m")), Err(NetError::Timeout))).count())
+            })
+            .collect();
+        let timed_out: usize = lookups.into_iter().map(|t| t.join().unwrap()).sum();
+        assert_eq!(timed_out, THREADS * EACH, "every lookup timed out");
+        assert_eq!(*asked.lock().unwrap(), (THREADS * EACH) as u64, "m was asked every lookup");
+        let link = a.links().into_iter().find(|l| l.peer == "m").expect("the link to m is up");
+        assert!(link.late_lookups <= 1024, "{} timed-out lookups remembered by id, past 1024", link.late_lookups);
+        // The first lookup's answer comes now, with a right: it goes back
+        // released, and the link stays up.
+        rt.block_on(send.write_all(&Frame::Found { req: 1, cap: Some(Cap::Hosted(7)) }.encode_with_len())).unwrap();
+        wait_until("the late answer's right to be released", || released.lock().unwrap().contains(&7));
+        assert!(a.links().iter().any(|l| l.peer == "m" && l.up), "the late answer closed the link");
+        drop(conn);
+    });
+}
+
 /// This process's resident memory, in MiB.
 fn rss_mib() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();

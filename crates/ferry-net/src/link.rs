@@ -24,13 +24,17 @@
 //!   how many such uses its sender made in all; the export is freed only
 //!   when every reference is released *and* that many uses have arrived.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt;
 
 use crate::frame::{Cap, DecodeError, Frame, Part};
 
 /// How many death notices for unknown ids a link remembers.
 const RECENT_DEAD: usize = 1024;
+
+/// How many timed-out lookups a link remembers by id; older ones are known
+/// by their ids being older ([`Link::cancel_lookup`]).
+pub const LATE_LOOKUPS: usize = 1024;
 
 /// The identity of a local port: device and inode of its send socket, the
 /// same for every send right to the port.
@@ -252,7 +256,12 @@ pub struct Link {
     imports: HashMap<u64, Import>,
     proxies: HashMap<Key, u64>,
     lookups: HashSet<u64>,
-    cancelled: HashSet<u64>,
+    /// Timed-out lookups whose answers may still come, the latest
+    /// [`LATE_LOOKUPS`] of them.
+    cancelled: BTreeSet<u64>,
+    /// Every lookup below this id is answered, pending or timed out: one
+    /// not pending was forgotten from `cancelled`, and its answer is late.
+    cancelled_below: u64,
     /// Recent `Dead` notices: a right to that export may still be on its
     /// way on another stream, and must arrive dead. Export ids are never
     /// reused, so an entry never misfires.
@@ -320,6 +329,12 @@ impl Link {
         self.regions_in.len()
     }
 
+    /// Number of timed-out lookups whose late answers this side watches
+    /// for by id.
+    pub fn late_lookups(&self) -> usize {
+        self.cancelled.len()
+    }
+
     /// Checks a [`Frame::Fetch`] from the peer (its bytes, read off a fetch
     /// stream): the region must be one this side sent by reference and not
     /// yet released, and the range must lie inside it. Returns the region,
@@ -369,10 +384,19 @@ impl Link {
     }
 
     /// Forgets a lookup that timed out: a late answer is then no error, and
-    /// the right it carries is released at once.
+    /// the right it carries is released at once. The latest
+    /// [`LATE_LOOKUPS`] are remembered by id; past them the oldest is known
+    /// by its id only (lower than any remembered and not pending), so a
+    /// peer that never answers costs the link nothing that grows, and an
+    /// answer to an old lookup answered before is taken as late too.
     pub fn cancel_lookup(&mut self, req: u64) {
         if self.lookups.remove(&req) {
             self.cancelled.insert(req);
+            if self.cancelled.len() > LATE_LOOKUPS {
+                if let Some(old) = self.cancelled.pop_first() {
+                    self.cancelled_below = self.cancelled_below.max(old + 1);
+                }
+            }
         }
     }
 
@@ -671,7 +695,8 @@ impl Link {
         match frame {
             Frame::Lookup { req, name } => out.events.push(Event::Lookup { req, name }),
             Frame::Found { req, cap } => {
-                if self.cancelled.remove(&req) {
+                let forgotten = req < self.cancelled_below && !self.lookups.contains(&req);
+                if self.cancelled.remove(&req) || forgotten {
                     match cap {
                         None | Some(Cap::DeadName) => {}
                         Some(Cap::Hosted(id)) => {

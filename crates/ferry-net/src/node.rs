@@ -324,6 +324,9 @@ pub struct LinkInfo {
     /// charged to the local users their ports belong to
     /// ([`NodeConfig::max_frame_bytes_per_peer`]).
     pub window_growth: u64,
+    /// Lookups of the peer's names that timed out whose answers this node
+    /// still watches for by id, to give back a right a late answer carries.
+    pub late_lookups: usize,
 }
 
 /// What one local user has outstanding at one peer ([`Node::usage`]): what
@@ -754,6 +757,7 @@ impl Node {
                     regions_in: st.link.regions_in(),
                     streams_waiting: st.out_flows.values().filter(|f| f.waiting()).count(),
                     window_growth: c.frames.held() as u64,
+                    late_lookups: st.link.late_lookups(),
                 }
             })
             .collect();

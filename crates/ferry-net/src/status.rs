@@ -123,6 +123,7 @@ impl Status {
                     wire_received: n(8)?,
                     streams_waiting: n(9)? as usize,
                     window_growth: n(10)?,
+                    ..LinkInfo::default()
                 }),
                 "import" if f.len() == 2 => st.imports.push(f[1].to_string()),
                 "export" if f.len() == 2 => st.exports.push(f[1].to_string()),

@@ -66,20 +66,33 @@ fn pattern_region(len: usize) -> ferry::RegionItem {
     r.by_move().unwrap()
 }
 
-/// Mappings of this process's ferry region memfds of exactly `len` bytes
-/// (rounded to pages): the origin's kept copy of a region sent by reference.
-fn region_mappings(len: usize) -> usize {
+/// This process's ferry region memfds of exactly `len` bytes (rounded to
+/// pages), mapped or held by a descriptor: the origin's kept copy of a
+/// region sent by reference.
+fn region_memfds(len: usize) -> usize {
+    use std::os::unix::fs::MetadataExt;
     let len = len.div_ceil(PAGE) * PAGE;
-    std::fs::read_to_string("/proc/self/maps")
+    let mut files: std::collections::HashSet<u64> = std::fs::read_to_string("/proc/self/maps")
         .unwrap()
         .lines()
         .filter(|l| l.contains("memfd:ferry-region"))
-        .filter(|l| {
-            let range = l.split_whitespace().next().unwrap();
-            let (s, e) = range.split_once('-').unwrap();
-            usize::from_str_radix(e, 16).unwrap() - usize::from_str_radix(s, 16).unwrap() == len
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let (s, e) = f[0].split_once('-').unwrap();
+            let size = usize::from_str_radix(e, 16).unwrap() - usize::from_str_radix(s, 16).unwrap();
+            (size == len).then(|| f[4].parse().unwrap())
         })
-        .count()
+        .collect();
+    for e in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
+        let is_region = std::fs::read_link(e.path()).is_ok_and(|t| t.to_string_lossy().starts_with("/memfd:ferry-region"));
+        match std::fs::metadata(e.path()) {
+            Ok(md) if is_region && (md.len() as usize).div_ceil(PAGE) * PAGE == len => {
+                files.insert(md.ino());
+            }
+            _ => {}
+        }
+    }
+    files.len()
 }
 
 /// Sends a region of `len` bytes from host `b` to a port on host `a`;
@@ -101,7 +114,7 @@ fn a_large_region_crosses_by_reference_and_only_touched_pages_move() {
         b.connect("a", a.local_addr().unwrap()).unwrap();
         let len = (64 << 20) + 3 * PAGE + 100; // 64 MiB and a ragged tail
         let (right, _srv) = send_region(&a, &b, len);
-        assert_eq!(region_mappings(len), 1, "the origin keeps the sealed bytes while the far side may fetch");
+        assert_eq!(region_memfds(len), 1, "the origin keeps the sealed bytes while the far side may fetch");
         assert_eq!((b.stats().regions_sent, a.stats().regions_received), (1, 1));
         assert_eq!((b.links()[0].regions_out, a.links()[0].regions_in), (1, 1));
 
@@ -125,7 +138,7 @@ fn a_large_region_crosses_by_reference_and_only_touched_pages_move() {
         drop(region);
         wait_until("the origin to free the region", || b.links()[0].regions_out == 0 && a.links()[0].regions_in == 0);
         // A fetch still finishing its stream holds the mapping a moment longer.
-        wait_until("the origin's sealed memfd to go", || region_mappings(len) == 0);
+        wait_until("the origin's sealed memfd to go", || region_memfds(len) == 0);
     });
 }
 
@@ -148,7 +161,75 @@ fn the_whole_region_at_once_is_an_ordinary_by_value_region() {
         drop(view); // the received copy is a memfd of the same size
         drop(region);
         wait_until("the origin to free the region", || b.links()[0].regions_out == 0);
-        wait_until("the origin's sealed memfd to go", || region_mappings(len) == 0);
+        wait_until("the origin's sealed memfd to go", || region_memfds(len) == 0);
+    });
+}
+
+/// The memfd this process keeps for a region of `len` bytes sent by
+/// reference, found through its mapping or its descriptor (the paths
+/// under `/proc/self` that lead to it, one per file).
+fn kept_region_files(len: usize) -> Vec<std::path::PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let mut seen = std::collections::HashSet::new();
+    let mut files = Vec::new();
+    for dir in ["/proc/self/map_files", "/proc/self/fd"] {
+        for e in std::fs::read_dir(dir).unwrap().flatten() {
+            let path = e.path();
+            let is_region = std::fs::read_link(&path).is_ok_and(|t| t.to_string_lossy().starts_with("/memfd:ferry-region"));
+            match std::fs::metadata(&path) {
+                Ok(md) if is_region && md.len() == len as u64 && seen.insert((md.dev(), md.ino())) => files.push(path),
+                _ => {}
+            }
+        }
+    }
+    files
+}
+
+/// Bytes of memory the file at `path` has allocated.
+fn allocated(path: &std::path::Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).unwrap().blocks() * 512
+}
+
+/// A region sent by reference is read for the peer's fetches without
+/// filling in its holes: a sparse region (a reservation, a file with
+/// holes) costs its sender nothing, and read through a mapping each page
+/// fetched was a page of memory allocated in the origin's memfd and kept
+/// there until the peer let the region go, so a peer fetching a region of
+/// a terabyte made the origin allocate a terabyte.
+#[test]
+fn fetching_a_sparse_region_allocates_nothing_for_its_holes_at_the_origin() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped fetching_a_sparse_region_allocates_nothing_for_its_holes_at_the_origin: finding the origin's memfd through /proc/self/map_files needs root");
+        return;
+    }
+    watchdog("fetching_a_sparse_region_allocates_nothing_for_its_holes_at_the_origin", LIMIT, || {
+        let (ia, ib) = identities();
+        let (a, b) = nodes(&ia, &ib);
+        b.connect("a", a.local_addr().unwrap()).unwrap();
+        let len = 64 << 20;
+        // One page written, the rest holes.
+        let mut r = Region::new(len).unwrap();
+        r.as_mut_slice()[5 * PAGE] = 9;
+        let (mut srv, data) = export_data(&a, &b);
+        data.send(Message::new(7).with_item(r.by_move().unwrap()), WAIT).unwrap();
+        let mut m = srv.recv(WAIT).unwrap();
+        let Some(Item::Send(right)) = m.take_items().pop() else { panic!("the region arrived as a right to its server") };
+        let kept = kept_region_files(len);
+        assert_eq!(kept.len(), 1, "the origin keeps one memfd for the region: {kept:?}");
+        let before = allocated(&kept[0]);
+        let region = RemoteRegion::open(right).unwrap();
+        let whole = region.fetch_all().unwrap();
+        let view = whole.map(MapOptions::lazy().read_only()).unwrap();
+        let bytes = view.as_slice();
+        assert_eq!(bytes.len(), len);
+        assert!(bytes[5 * PAGE] == 9 && bytes.iter().filter(|&&b| b != 0).count() == 1, "the bytes are the sender's");
+        assert_eq!(b.stats().bytes_served, len as u64);
+        let after = allocated(&kept[0]);
+        assert!(after <= before, "the origin's memfd grew from {before} to {after} bytes for a fetch of its holes");
+        drop(view);
+        drop(region);
+        wait_until("the origin to free the region", || b.links()[0].regions_out == 0);
     });
 }
 
@@ -304,7 +385,7 @@ fn a_cut_link_mid_fetch_ends_with_a_clear_error_and_frees_the_origin() {
         assert_eq!(view.as_slice().unwrap()[PAGE * 3], byte_at(PAGE * 3));
         // The origin lets go of the bytes when it sees the link die.
         wait_until("the origin to drop the link", || b.links().is_empty());
-        wait_until("the origin's memfd to be freed with the link", || region_mappings(len) == 0);
+        wait_until("the origin's memfd to be freed with the link", || region_memfds(len) == 0);
     });
 }
 

@@ -32,7 +32,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ferry::tokio::{AsyncReceiveRight, AsyncReplyReceiver, AsyncSendRight};
-use ferry::{Item, MapOptions, MappedRegion, Message, RecvError, RegionItem, Reply, SendOnceRight, SendRight, Timeout};
+use ferry::{Item, Message, RecvError, RegionItem, Reply, SendOnceRight, SendRight, Timeout};
 use tokio::sync::{oneshot, watch};
 
 use crate::budget::{share_left, Budgets, Limits, Owners, LOOKUPS};
@@ -429,9 +429,9 @@ struct State {
     /// [`Frame::Credit`]s and [`Frame::Grant`]s name them.
     out_flows: HashMap<u64, Arc<flow::Out>>,
     lookups: HashMap<u64, oneshot::Sender<Answer>>,
-    /// Regions sent by reference, kept (mapped read-only; the sealed memfd
-    /// lives as long as the mapping) until the peer releases them.
-    regions: HashMap<u64, Arc<MappedRegion>>,
+    /// Regions sent by reference, kept (their sealed memfds, read for the
+    /// peer's fetches with `pread`) until the peer releases them.
+    regions: HashMap<u64, Arc<RegionItem>>,
     /// The peer's regions served here: the flag that stops their servers,
     /// and the user that made the port they were sent to.
     remote_regions: HashMap<u64, (Arc<AtomicBool>, u32)>,
@@ -1376,12 +1376,25 @@ impl Conn {
             let mut st = self.state.lock().unwrap();
             st.link.check_fetch(&bytes).map(|(r, off, n)| (st.regions.get(&r).cloned(), off as usize, n as usize))
         };
-        let (map, off, n) = match checked {
-            Ok((Some(map), off, n)) => (map, off, n),
+        let (region, off, n) = match checked {
+            Ok((Some(region), off, n)) => (region, off, n),
             Ok((None, ..)) => return,
             Err(e) => return self.protocol_error(&e.to_string()),
         };
-        for chunk in map.as_slice()[off..off + n].chunks(1 << 20) {
+        // Read with `pread`, which leaves a sparse region's holes holes:
+        // read through a mapping, every page of a hole fetched was a page
+        // of memory allocated in the region's memfd and kept there until
+        // the peer let the region go, so a peer fetching a sparse region
+        // of a terabyte made this node allocate a terabyte.
+        let mut chunk = vec![0u8; n.min(1 << 20)];
+        let mut at = off;
+        while at < off + n {
+            let chunk = &mut chunk[..(off + n - at).min(1 << 20)];
+            if region.read_at(at, chunk).is_err() {
+                let _ = send.reset(0u32.into());
+                return;
+            }
+            at += chunk.len();
             // Counted before the write, so that no byte reaches the fetcher
             // (and its own count) before it is counted here: both sides'
             // counters agree whenever the fetch has ended. A chunk that
@@ -2003,7 +2016,7 @@ enum Taken {
     /// A send right, and its port's key (none for a dead name).
     Send(SendRight, Option<Key>),
     Once(SendOnceRight),
-    Region(MappedRegion),
+    Region(RegionItem),
     None,
 }
 
@@ -2238,15 +2251,12 @@ impl Conn {
                     outs.push(Outgoing::Once);
                     taken.push(Taken::Once(s));
                 }
+                // By value (`cannot_cross` refused any other), so its
+                // sealed memfd is kept as it is and read for the peer's
+                // fetches (`serve_fetch`).
                 Item::Region(r) if r.len() > MAX_EAGER_REGION => {
-                    let len = r.len() as u64;
-                    match r.map(MapOptions::lazy().read_only()) {
-                        Ok(m) => {
-                            outs.push(Outgoing::Remote(len));
-                            taken.push(Taken::Region(m));
-                        }
-                        Err(e) => return self.refuse(&mut m, Refusal::Failed, &format!("region cannot cross: {e}")),
-                    }
+                    outs.push(Outgoing::Remote(r.len() as u64));
+                    taken.push(Taken::Region(r));
                 }
                 Item::Region(r) => match r.copy_out(MAX_EAGER_REGION) {
                     Ok(b) => {

@@ -225,6 +225,23 @@ impl RegionItem {
     }
 
     /// Descriptors that travel with this item, in wire order.
+    /// Reads the bytes at `offset` into `out` (`pread`; nothing is mapped)
+    /// and keeps the region. Holes of a sparse region read as zeros and
+    /// stay holes, where reading them through a mapping allocates a page of
+    /// memory for each in the region's file. For a lent or shared region
+    /// the bytes are whatever its sender has written by then.
+    ///
+    /// # Errors
+    /// [`RegionError::TooLong`] when the range leaves the region (nothing
+    /// is read); [`RegionError::Io`] when reading fails.
+    pub fn read_at(&self, offset: usize, out: &mut [u8]) -> Result<(), RegionError> {
+        let end = offset.checked_add(out.len()).filter(|&e| e <= self.len);
+        if end.is_none() {
+            return Err(RegionError::TooLong { asked: offset.saturating_add(out.len()), max: self.len });
+        }
+        mem::pread_exact(self.fd.as_fd(), out, offset as u64).map_err(|e| RegionError::Io(io_err(e)))
+    }
+
     pub(crate) fn fds(&self) -> impl Iterator<Item = BorrowedFd<'_>> {
         std::iter::once(self.fd.as_fd()).chain(self.ret.as_ref().map(|r| r.sock.as_fd()))
     }

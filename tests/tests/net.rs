@@ -539,6 +539,83 @@ fn flow_frames_off_the_control_stream_or_out_of_turn_close_the_link() {
     });
 }
 
+/// A frame for a send-once right (a reply) is granted without waiting for
+/// anyone's share, since it is delivered as soon as it is read; but it is
+/// granted so only on the one stream a peer keeps for those messages. A
+/// peer that named a reply right it holds in `Want`s on many streams was
+/// granted a whole frame on each, charged to no one, and with frames
+/// sent short of their end could make the node hold 40 MiB for each of
+/// its thousands of streams: 32 `Want`s of 40 MiB were all granted, 1280
+/// MiB past a budget of 256 MiB.
+#[test]
+fn a_peer_naming_a_reply_right_on_many_streams_is_granted_within_the_budget() {
+    use ferry_net::frame::{Cap, Frame};
+    use tokio::io::AsyncReadExt;
+
+    watchdog("a_peer_naming_a_reply_right_on_many_streams_is_granted_within_the_budget", LIMIT, || {
+        let (a, ia, im) = common::host_facing_m(Duration::from_secs(5));
+        let a = std::sync::Arc::new(a);
+        let addr = a.local_addr().unwrap();
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        let conn = rt.block_on(common::dial(&im, &ia, addr, |_| {}));
+        let (mut send, mut recv) = rt.block_on(control_stream(&conn));
+        async fn next(recv: &mut quinn::RecvStream) -> Frame {
+            let n = recv.read_u32_le().await.unwrap() as usize;
+            let mut buf = vec![0; n];
+            recv.read_exact(&mut buf).await.unwrap();
+            Frame::decode(&buf).unwrap()
+        }
+        // `m` exports `svc` as its export 1.
+        let looking = {
+            let a = a.clone();
+            std::thread::spawn(move || a.lookup("svc@m"))
+        };
+        rt.block_on(async {
+            for _ in 0..100 {
+                if let Frame::Lookup { req, .. } = next(&mut recv).await {
+                    send.write_all(&Frame::Found { req, cap: Some(Cap::Hosted(1)) }.encode_with_len()).await.unwrap();
+                    return;
+                }
+            }
+            panic!("no lookup came");
+        });
+        let svc = looking.join().unwrap().unwrap();
+        // A call from this host hands `m` a reply right.
+        let (mut caller, _keep) = ferry::port().unwrap();
+        let once = caller.make_send_once().unwrap();
+        svc.send(Message::new(4).with_reply(once), WAIT).unwrap();
+        let reply = rt.block_on(async {
+            let mut s = conn.accept_uni().await.unwrap();
+            match next(&mut s).await {
+                Frame::Message { target: 1, reply: Some(Cap::HostedOnce(id)), .. } => id,
+                other => panic!("not the call: {other:?}"),
+            }
+        });
+        // `m` asks for a 40 MiB frame for that reply right on 32 streams it
+        // may open.
+        const FRAME: u64 = 40 << 20;
+        let granted = rt.block_on(async {
+            for i in 0..32u64 {
+                let want = Frame::Want { stream: 2 + 4 * (100 + i), target: reply, bytes: FRAME };
+                send.write_all(&want.encode_with_len()).await.unwrap();
+            }
+            let mut granted = 0;
+            for _ in 0..1000 {
+                match tokio::time::timeout(Duration::from_secs(3), next(&mut recv)).await {
+                    Ok(Frame::Grant { bytes, .. }) => granted += bytes,
+                    Ok(_) => {}
+                    Err(_) => break,
+                }
+            }
+            granted
+        });
+        let budget = 256u64 << 20;
+        assert!(granted <= budget + FRAME, "{} MiB granted for frames to a reply right, past the link's budget of {} MiB and one frame", granted >> 20, budget >> 20);
+        assert!(granted >= FRAME, "the frame on the first stream was granted");
+        drop(conn);
+    });
+}
+
 /// The control stream of a link dialled by hand: the one the node opens,
 /// after its protocol's magic.
 async fn control_stream(conn: &quinn::Connection) -> (quinn::SendStream, quinn::RecvStream) {

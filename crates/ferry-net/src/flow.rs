@@ -228,11 +228,15 @@ pub(crate) struct In {
     pub(crate) owner: Option<u32>,
     /// A frame was asked for and not yet credited.
     pub(crate) asked: bool,
+    /// The stream carries the peer's messages for send-once rights (its
+    /// replies), whose frames are granted charged to no one: one stream of
+    /// a link at a time.
+    pub(crate) replies: bool,
 }
 
 impl Default for In {
     fn default() -> In {
-        In { given: WINDOW as u64, read: 0, delivered: 0, window: WINDOW, growth: Vec::new(), owner: None, asked: false }
+        In { given: WINDOW as u64, read: 0, delivered: 0, window: WINDOW, growth: Vec::new(), owner: None, asked: false, replies: false }
     }
 }
 

@@ -1289,10 +1289,31 @@ impl Conn {
                 // (the right's socket holds its one message), so its bytes
                 // are held only in flight, where QUIC's window for a stream
                 // bounds them, and the replies behind it on the stream they
-                // share do not wait for one user's share either.
+                // share do not wait for one user's share either. That is
+                // one stream of the link at a time, the first to ask for a
+                // reply's frame while no other that did is open: on any
+                // other the frame is charged as one for no known user. (A
+                // peer naming a reply right in asks on thousands of streams
+                // was granted a frame of up to 40 MiB on each, charged to
+                // no one.)
                 let c = self.clone();
                 tokio::spawn(async move {
                     let charged = c.state.lock().unwrap().charged_to(target);
+                    let charged = match charged {
+                        Some(uid) => Some(uid),
+                        None => {
+                            let mut ins = c.ins.lock().unwrap();
+                            let other = ins.iter().any(|(&id, f)| id != stream && f.replies);
+                            match ins.get_mut(&stream) {
+                                Some(f) if !other => {
+                                    f.replies = true;
+                                    None
+                                }
+                                Some(_) => Some(UNKNOWN_OWNER),
+                                None => return,
+                            }
+                        }
+                    };
                     let p = match charged {
                         None => None,
                         Some(uid) => match c.frames.acquire(uid, bytes as usize).await {

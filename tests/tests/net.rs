@@ -1213,18 +1213,21 @@ fn a_port_that_keeps_reading_has_its_streams_window_grow_well_past_a_megabyte() 
         // slow reader would take the room the growth is charged to.
         let read = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
         let seen = read.clone();
+        // The port is handed back: dropped with the thread, it died, and
+        // its stream's growth went with it before it was looked at.
         let reader = std::thread::spawn(move || {
             for i in 0..N {
                 let m = srv.recv(WAIT).unwrap_or_else(|e| panic!("message {i}: {e}"));
                 assert_eq!((m.op(), m.body().len()), (i, 60 << 10), "messages arrive whole and in order");
                 seen.store(i + 1, std::sync::atomic::Ordering::Release);
             }
+            srv
         });
         for i in 0..N {
             common::wait_until("the reader to keep up", || i < read.load(std::sync::atomic::Ordering::Acquire) + 8);
             bulk.send(Message::new(i).with_body(vec![i as u8; 60 << 10]), WAIT).unwrap();
         }
-        reader.join().unwrap();
+        let _srv = reader.join().unwrap();
         let grown = a.links().iter().find(|l| l.peer == "b").map_or(0, |l| l.window_growth);
         assert!(grown >= 8 << 20, "after 36 MiB the stream's window grew by {grown} bytes, not past 8 MiB: {:?}", a.links());
         drop(bulk);

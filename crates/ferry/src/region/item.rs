@@ -224,7 +224,6 @@ impl RegionItem {
         Ok(v)
     }
 
-    /// Descriptors that travel with this item, in wire order.
     /// Reads the bytes at `offset` into `out` (`pread`; nothing is mapped)
     /// and keeps the region. Holes of a sparse region read as zeros and
     /// stay holes, where reading them through a mapping allocates a page of
@@ -242,6 +241,7 @@ impl RegionItem {
         mem::pread_exact(self.fd.as_fd(), out, offset as u64).map_err(|e| RegionError::Io(io_err(e)))
     }
 
+    /// Descriptors that travel with this item, in wire order.
     pub(crate) fn fds(&self) -> impl Iterator<Item = BorrowedFd<'_>> {
         std::iter::once(self.fd.as_fd()).chain(self.ret.as_ref().map(|r| r.sock.as_fd()))
     }

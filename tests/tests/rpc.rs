@@ -401,6 +401,47 @@ fn a_connection_copied_by_fork_refuses_calls_in_the_child() {
     })
 }
 
+/// A child made by a raw `clone` system call, which runs no `fork()`
+/// handlers, holds copies of its parent's connections as a forked child
+/// does: a call through one is refused with `RpcError::Forked` there too,
+/// over the slot and over the socket, and its own connection works.
+#[test]
+fn a_connection_copied_by_a_raw_clone_refuses_calls_in_the_child() {
+    let _guard = shared();
+    common::watchdog("clone_copy", LIMIT, || {
+        let server = start_server("clone-copy", "block", 1);
+        let mut conn = Connection::connect(&server.to, opts(Policy::Block)).unwrap();
+        let mut sock = SocketConnection::connect(&server.to, opts(Policy::Block)).unwrap();
+        let echo = |t: &mut dyn Transport, tag: &[u8]| t.call(Message::new(OP_ECHO).with_body(tag.to_vec()), Timeout::After(LIMIT));
+        assert_eq!(echo(&mut conn, b"before").unwrap().body(), b"before");
+        // SAFETY: a clone without CLONE_VM is a fork that skips the C
+        // library's handlers; the child only calls, connects and exits with
+        // `_exit`.
+        let pid = unsafe { libc::syscall(libc::SYS_clone, libc::SIGCHLD as libc::c_long, 0 as libc::c_long, 0 as libc::c_long, 0 as libc::c_long, 0 as libc::c_long) } as i32;
+        assert!(pid >= 0, "clone failed");
+        if pid == 0 {
+            let slot = echo(&mut conn, b"child");
+            let socket = echo(&mut sock, b"child");
+            let refused = matches!(slot, Err(RpcError::Forked)) as i32 + matches!(socket, Err(RpcError::Forked)) as i32;
+            let own = Connection::connect(&server.to, opts(Policy::Block)).and_then(|mut own| echo(&mut own, b"own"));
+            let own_ok = own.is_ok_and(|r| r.body() == b"own");
+            // SAFETY: ends the child without running the test harness's exit.
+            unsafe { libc::_exit(if own_ok { refused } else { 10 + refused }) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child just made.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFEXITED(status), "the child did not exit (status {status})");
+        assert_eq!(libc::WEXITSTATUS(status), 2, "calls refused through the child's 2 copies, plus 10 if its own connection failed");
+        for i in 0..100u32 {
+            let tag = i.to_le_bytes();
+            assert_eq!(echo(&mut conn, &tag).unwrap().body(), tag);
+            assert_eq!(echo(&mut sock, &tag).unwrap().body(), tag);
+        }
+        server.exit(&mut conn);
+    })
+}
+
 /// A client is SIGKILLed in the middle of its call: the server drops that
 /// connection and keeps serving the others.
 #[test]

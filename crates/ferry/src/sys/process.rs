@@ -196,8 +196,22 @@ pub fn remove_at_exit(path: std::path::PathBuf) {
 }
 
 /// Forks this process's line has been through: `fork()` adds one in each
-/// child, once [`count_forks`] has run.
+/// child, once [`count_forks`] has run. Only where the kernel has no
+/// `MADV_WIPEONFORK` ([`WIPED`]).
 static FORKS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The first word of a page the kernel empties in every child that does
+/// not share this process's memory (`MADV_WIPEONFORK`): a child of
+/// `fork()`, and one of a raw `clone` without `CLONE_VM` too, which runs
+/// no `fork()` handlers. The word is this process's mark, 0 until
+/// [`count_forks`] sets one. Null until the page is made, and for good if
+/// the kernel cannot make it (then [`FORKS`] counts instead).
+static WIPED: std::sync::atomic::AtomicPtr<std::sync::atomic::AtomicU64> = std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
+
+/// The last mark this process's line handed out: a child inherits it, so
+/// the marks it hands out are larger than every one its parent's handles
+/// hold.
+static LAST_MARK: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 extern "C" {
     /// `pthread_atfork(3)`.
@@ -210,24 +224,70 @@ extern "C" fn forked() {
     FORKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
 }
 
-/// Starts counting forks (once per process; a child inherits the handler)
-/// and returns the count so far: what [`forks`] must still return for a
-/// handle made now to be this process's own. A child made by a raw
-/// `clone` system call rather than `fork()` is not counted.
-pub fn count_forks() -> u64 {
-    static REGISTERED: std::sync::Once = std::sync::Once::new();
-    REGISTERED.call_once(|| {
-        // SAFETY: registers a child handler that does one atomic add and
-        // nothing else; no prepare or parent handler. It stays registered
-        // for the life of the process, as the static it touches does.
-        let _ = unsafe { pthread_atfork(None, None, Some(forked)) };
-    });
-    FORKS.load(std::sync::atomic::Ordering::Relaxed)
+/// Makes the [`WIPED`] page, or registers the `fork()` handler that
+/// counts [`FORKS`] where the kernel cannot.
+fn start_marking() {
+    // SAFETY: a new private anonymous page, mapped where the kernel
+    // chooses, so that no existing mapping is touched.
+    let page = unsafe {
+        rustix::mm::mmap_anonymous(std::ptr::null_mut(), 4096, rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE, rustix::mm::MapFlags::PRIVATE)
+    };
+    if let Ok(p) = page {
+        // SAFETY: `p` is the page just mapped, which nothing else knows of;
+        // on failure it is unmapped again and never used.
+        let wiped = unsafe { rustix::mm::madvise(p, 4096, rustix::mm::Advice::LinuxWipeOnFork) };
+        if wiped.is_ok() {
+            // The page stays mapped for the life of the process; a zeroed
+            // page is a valid, aligned `AtomicU64` of value 0.
+            WIPED.store(p.cast(), std::sync::atomic::Ordering::Release);
+            return;
+        }
+        // SAFETY: unmaps the page mapped above, never published.
+        let _ = unsafe { rustix::mm::munmap(p, 4096) };
+    }
+    // SAFETY: registers a child handler that does one atomic add and
+    // nothing else; no prepare or parent handler. It stays registered for
+    // the life of the process, as the static it touches does.
+    let _ = unsafe { pthread_atfork(None, None, Some(forked)) };
 }
 
-/// The fork count (one atomic load): differs from what [`count_forks`]
-/// returned when a handle was made if this process is a child forked since.
+/// The [`WIPED`] word, if the page was made.
+#[inline]
+fn wiped() -> Option<&'static std::sync::atomic::AtomicU64> {
+    let p = WIPED.load(std::sync::atomic::Ordering::Acquire);
+    // SAFETY: a non-null `WIPED` is the first word of a page that stays
+    // mapped, readable and writable for the life of the process, and is
+    // only ever accessed atomically.
+    (!p.is_null()).then(|| unsafe { &*p })
+}
+
+/// This process's mark, set now if it has none: what [`forks`] must still
+/// return for a handle made now to be this process's own. A child that
+/// does not share this process's memory, made by `fork()` or by a raw
+/// `clone` system call, has another.
+pub fn count_forks() -> u64 {
+    static STARTED: std::sync::Once = std::sync::Once::new();
+    STARTED.call_once(start_marking);
+    let Some(word) = wiped() else { return FORKS.load(std::sync::atomic::Ordering::Relaxed) };
+    loop {
+        let mark = word.load(std::sync::atomic::Ordering::Relaxed);
+        if mark != 0 {
+            return mark;
+        }
+        let new = LAST_MARK.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        if word.compare_exchange(0, new, std::sync::atomic::Ordering::Relaxed, std::sync::atomic::Ordering::Relaxed).is_ok() {
+            return new;
+        }
+    }
+}
+
+/// This process's mark (one or two atomic loads, no system call): differs
+/// from what [`count_forks`] returned when a handle was made if this
+/// process is a child made since, by `fork()` or by a raw `clone`.
 #[inline]
 pub fn forks() -> u64 {
-    FORKS.load(std::sync::atomic::Ordering::Relaxed)
+    match wiped() {
+        Some(word) => word.load(std::sync::atomic::Ordering::Relaxed),
+        None => FORKS.load(std::sync::atomic::Ordering::Relaxed),
+    }
 }

@@ -442,6 +442,71 @@ fn a_connection_copied_by_a_raw_clone_refuses_calls_in_the_child() {
     })
 }
 
+/// A child forked after a server was made holds a copy of it that shares
+/// its port, its connections' slots and sockets, but has no watcher thread:
+/// its `reply_and_wait` and `reply` are refused with `RpcError::Forked`, at
+/// once and taking nothing, its `drop_connection` leaves the parent's
+/// connection alone, and the parent's server goes on serving.
+#[test]
+fn a_server_copied_by_fork_refuses_to_serve_in_the_child() {
+    let _guard = shared();
+    common::watchdog("fork_server", LIMIT, || {
+        let (port, to) = ferry::port().unwrap();
+        let mut srv = RpcServer::new(port).unwrap();
+        srv.set_policy(Policy::Block);
+        let client = std::thread::spawn(move || {
+            let mut c = Connection::connect(&to, opts(Policy::Block)).unwrap();
+            let mut answered = 0;
+            for i in 0..50u32 {
+                let r = c.call(Message::new(OP_ECHO).with_body(i.to_le_bytes()), Timeout::After(LIMIT));
+                answered += usize::from(r.is_ok_and(|r| r.body() == i.to_le_bytes()));
+            }
+            // A right takes the connection's socket, which the server hears
+            // of through its epoll instance (shared with the child's copy).
+            let (_rx, tx) = ferry::port().unwrap();
+            let r = c.call(Message::new(OP_ECHO).with_body(*b"socket").with_item(tx), Timeout::After(Duration::from_secs(10)));
+            answered + usize::from(r.is_ok_and(|r| r.body() == b"socket"))
+        });
+        let (conn, req) = srv.reply_and_wait(None, Timeout::After(LIMIT)).unwrap();
+        // SAFETY: the child only serves through its copy and exits with `_exit`.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            let reply = matches!(srv.reply(conn, Message::new(OP_ECHO)), Err(RpcError::Forked));
+            srv.drop_connection(conn);
+            let started = Instant::now();
+            let wait = srv.reply_and_wait(None, Timeout::After(Duration::from_secs(2)));
+            let code = match wait {
+                Err(RpcError::Forked) if started.elapsed() < Duration::from_secs(1) => 0,
+                Err(RpcError::Forked) => 1,
+                Err(RpcError::Timeout) => 2,
+                Ok(_) => 3,
+                Err(_) => 4,
+            };
+            // SAFETY: ends the child without running the test harness's exit.
+            unsafe { libc::_exit(code + if reply { 0 } else { 10 }) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child just forked.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFEXITED(status), "the child did not exit (status {status})");
+        assert_eq!(
+            libc::WEXITSTATUS(status),
+            0,
+            "the child's copy: 1 refused late, 2 timed out, 3 took a request, 4 another error; plus 10 if its reply was not refused"
+        );
+        let mut reply = Some((conn, Message::new(req.op()).with_body(req.body().to_vec())));
+        loop {
+            match srv.reply_and_wait(reply.take(), Timeout::After(LIMIT)) {
+                Ok((c, r)) => reply = Some((c, Message::new(r.op()).with_body(r.body().to_vec()))),
+                Err(RpcError::NoClients) => break,
+                Err(e) => panic!("server: {e}"),
+            }
+        }
+        assert_eq!(client.join().unwrap(), 51, "calls answered, of 50 through the slot and 1 over the socket");
+    })
+}
+
 /// A client is SIGKILLed in the middle of its call: the server drops that
 /// connection and keeps serving the others.
 #[test]

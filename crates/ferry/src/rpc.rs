@@ -142,10 +142,11 @@ pub enum RpcError {
     /// The server has no port left to accept on and no connections: nothing
     /// can ever arrive.
     NoClients,
-    /// The connection was opened by the process this one was forked from:
-    /// its copies share one slot and one sequence of calls, so calls
-    /// through them would take each other's replies. Nothing was sent;
-    /// open a new connection in this process (dropping this copy leaves
+    /// The connection or server was made by the process this one was
+    /// forked from: a connection's copies share one slot and one sequence
+    /// of calls, so calls through them would take each other's replies; a
+    /// server's share its port and connections. Nothing was sent or
+    /// taken; make a new one in this process (dropping this copy leaves
     /// the other process's alone).
     Forked,
     /// The kernel refused for another reason.
@@ -166,7 +167,7 @@ impl fmt::Display for RpcError {
             RpcError::NoClients => write!(f, "no connections and no port to accept new ones"),
             RpcError::Forked => write!(
                 f,
-                "this connection was opened by the process this one was forked from: its copies share one slot, and calls through them would take each other's replies; open a new connection in this process"
+                "this connection or server was made by the process this one was forked from: its copies share one slot and one port, and calls or replies through them would take each other's; make a new one in this process"
             ),
             RpcError::Io(e) => write!(f, "rpc failed: {e}"),
         }

@@ -77,6 +77,10 @@ pub struct RpcServer {
     /// for the next request copied out of a slot: a server that answers
     /// each request with a new body allocates nothing else per call.
     spare: Vec<u8>,
+    /// The mark of the process that made the server (its first server,
+    /// for a worker): a child's copy shares the port, the connections and
+    /// the `epoll` instance but has no watcher thread, and must not serve.
+    made_at: u64,
 }
 
 impl RpcServer {
@@ -104,6 +108,7 @@ impl RpcServer {
             replied_cpu: 0,
             away: false,
             spare: Vec::new(),
+            made_at: crate::sys::process::count_forks(),
         })
     }
 
@@ -135,6 +140,7 @@ impl RpcServer {
             replied_cpu: 0,
             away: false,
             spare: Vec::new(),
+            made_at: self.made_at,
         })
     }
 
@@ -183,8 +189,11 @@ impl RpcServer {
     /// call again (with no reply) to go on serving.
     /// [`RpcError::Timeout`] when nothing arrived in time;
     /// [`RpcError::NoClients`] when every send right to the port is gone and
-    /// no connection is left; [`RpcError::Io`] when the kernel fails.
+    /// no connection is left; [`RpcError::Io`] when the kernel fails;
+    /// [`RpcError::Forked`] in a child forked since the server was made
+    /// (nothing is sent or taken: make a server in the child).
     pub fn reply_and_wait(&mut self, reply: Option<(ConnId, Message)>, timeout: Timeout) -> Result<(ConnId, Message), RpcError> {
+        self.check_made_here()?;
         if let Some((id, msg)) = reply {
             match self.reply(id, msg) {
                 Ok(()) | Err(RpcError::PeerDead) | Err(RpcError::Protocol { .. }) => {}
@@ -204,7 +213,8 @@ impl RpcServer {
     /// [`RpcError::ReplyTooLarge`] instead of waiting for a reply that cannot
     /// come, and the connection stays open (the rights the reply carried are
     /// dropped); [`RpcError::Io`] if no request of that connection is
-    /// waiting for a reply (nothing changes).
+    /// waiting for a reply (nothing changes); [`RpcError::Forked`] in a
+    /// child forked since the server was made (nothing is sent).
     pub fn reply(&mut self, id: ConnId, msg: Message) -> Result<(), RpcError> {
         self.reply_with(id, |c, seq, via_slot, spare| send_reply(c, seq, via_slot, msg, spare))
     }
@@ -227,6 +237,7 @@ impl RpcServer {
     /// Sends the reply to connection `id`'s request with `send`, keeping
     /// the books of [`reply`](Self::reply).
     fn reply_with(&mut self, id: ConnId, send: impl FnOnce(&mut Conn, u32, bool, &mut Vec<u8>) -> Result<bool, RpcError>) -> Result<(), RpcError> {
+        self.check_made_here()?;
         let Some(i) = self.conns.iter().position(|c| c.id == id.0 && !c.dead) else {
             return Err(RpcError::PeerDead);
         };
@@ -258,12 +269,27 @@ impl RpcServer {
     }
 
     /// Closes connection `id` (its client's calls fail with
-    /// [`RpcError::PeerDead`]).
+    /// [`RpcError::PeerDead`]). Does nothing in a child forked since the
+    /// server was made: the connection is the parent's.
     pub fn drop_connection(&mut self, id: ConnId) {
+        if self.check_made_here().is_err() {
+            return;
+        }
         if let Some(c) = self.conns.iter_mut().find(|c| c.id == id.0) {
             c.dead = true;
         }
         self.reap();
+    }
+
+    /// `Forked` in a child forked since the server was made (two atomic
+    /// loads, no system call): its copy shares the port, the connections and the `epoll`
+    /// instance with the parent's server, whose requests and replies it
+    /// would take, and has no watcher thread to wake it.
+    fn check_made_here(&self) -> Result<(), RpcError> {
+        if self.made_at != crate::sys::process::forks() {
+            return Err(RpcError::Forked);
+        }
+        Ok(())
     }
 
     fn wait(&mut self, timeout: Timeout) -> Result<(ConnId, Message), RpcError> {

@@ -20,8 +20,6 @@ See ``docs/python.md`` for the tour.
 
 from __future__ import annotations
 
-import os as _os
-
 from ._ferry import (
     MAX_INLINE,
     MAX_ITEMS,
@@ -46,7 +44,6 @@ from ._ferry import (
     port,
     reply_pair,
 )
-from . import _ferry
 from .aio import call_async, connect_async, recv_async, reply_and_wait_async, wait_async
 from .errors import *  # noqa: F401,F403
 from .errors import NameError  # noqa: A004 - ferry.NameError, as in Rust
@@ -85,7 +82,3 @@ __all__ = [
     # `from ferry import *` must not shadow the built-in NameError.
     *(name for name in _errors_all if name != "NameError"),
 ]
-
-# A forked child counts the fork: RPC connections and servers made before
-# it refuse to work there (their slots are the parent's, see Connection.call).
-_os.register_at_fork(after_in_child=_ferry._forked)

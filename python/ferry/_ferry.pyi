@@ -11,7 +11,6 @@ __all__ = [
     "port",
     "reply_pair",
     "counters",
-    "_forked",
     "ReceiveRight",
     "SendRight",
     "SendOnceRight",
@@ -43,7 +42,6 @@ _Item = SendRight | SendOnceRight | ReceiveRight | RegionItem | None
 def port(queue_limit: int | None = None) -> tuple[ReceiveRight, SendRight]: ...
 def reply_pair() -> tuple[ReplyReceiver, SendOnceRight]: ...
 def counters() -> dict[str, int]: ...
-def _forked() -> None: ...
 
 class _Handle:
     @property

@@ -22,7 +22,6 @@ mod portset;
 mod region;
 mod rpc;
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
@@ -75,28 +74,22 @@ pub(crate) fn gone(what: &str) -> PyErr {
     PyValueError::new_err(format!("this {what} was closed or moved into a message or port set"))
 }
 
-/// How many forks this process is removed from the one that loaded the
-/// module: the hook `ferry/__init__.py` registers with
-/// `os.register_at_fork` counts one in each child. An RPC connection or
-/// server records the count it was made at, since its slot and sequence
+/// The mark a handle made now records: ferry's own
+/// ([`ferry::rpc::process_mark`]), which changes in a child made by any
+/// `fork()`, one Python's `os.register_at_fork` hooks do not see (the C
+/// library's, called by an extension) included, and by a raw `clone`. An
+/// RPC connection or server records it, since its slot and sequence
 /// numbers are the making process's: see [`made_here`].
-static FORKS: AtomicU64 = AtomicU64::new(0);
-
-/// Counts a fork, in the child (`os.register_at_fork(after_in_child=...)`).
-#[pyfunction]
-fn _forked() {
-    FORKS.fetch_add(1, Ordering::Relaxed);
-}
-
-/// The fork count a handle made now records.
 pub(crate) fn fork_count() -> u64 {
-    FORKS.load(Ordering::Relaxed)
+    ferry::rpc::process_mark()
 }
 
 /// `Ok` if a handle that recorded `made_at` was made in this process;
 /// else `RpcError`: a forked child's copy of a connection shares its slot
 /// and sequence numbers with the parent (and with every other child), so
-/// calls through copies would take each other's replies.
+/// calls through copies would take each other's replies. Checked before
+/// the handle's lock is taken: in a child, that lock may have been held
+/// at the fork by a thread of the parent, which the child does not have.
 pub(crate) fn made_here(made_at: u64, what: &str) -> PyResult<()> {
     if made_at == fork_count() {
         return Ok(());
@@ -124,7 +117,6 @@ fn _ferry(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(port::port, m)?)?;
     m.add_function(wrap_pyfunction!(port::reply_pair, m)?)?;
     m.add_function(wrap_pyfunction!(counters, m)?)?;
-    m.add_function(wrap_pyfunction!(_forked, m)?)?;
     m.add_class::<port::ReceiveRight>()?;
     m.add_class::<port::SendRight>()?;
     m.add_class::<port::SendOnceRight>()?;

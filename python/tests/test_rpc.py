@@ -182,3 +182,69 @@ def test_a_connection_opened_before_a_fork_refuses_calls_in_the_child():
     thread.join(LIMIT)
     assert not thread.is_alive()
     server.close()
+
+
+def test_handles_copied_by_a_fork_python_does_not_see_refuse_at_once_in_the_child():
+    """A fork made outside Python (the C library's ``fork`` called through
+    ``ctypes``, as a C extension would) runs no ``os.register_at_fork``
+    hooks. The child's copies of a connection and of a server are still
+    the parent's: a call is refused with ``RpcError`` before its request
+    is taken, and the server's ``reply_and_wait``, whose lock the parent's
+    serving thread held at the fork, is refused at once instead of waiting
+    for that lock for ever."""
+    import ctypes
+    import os
+    import threading
+
+    rx, tx = ferry.port()
+    server = ferry.RpcServer(rx, "block")
+
+    def serve() -> None:
+        reply = None
+        while True:
+            try:
+                conn, req = server.reply_and_wait(reply, LIMIT)
+            except ferry.FerryError:
+                return
+            reply = (conn, ferry.Message(req.op + 1, req.body))
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    conn = ferry.Connection(tx, "block", LIMIT)
+    assert conn.call(ferry.Message(1, b"parent"), LIMIT).body == b"parent"
+    # PyDLL keeps the GIL across the call, so the child has it.
+    pid = ctypes.PyDLL(None).fork()
+    if pid == 0:
+        code = 0
+        try:
+            # A child still waiting here is killed: the parent sees a signal.
+            import signal
+
+            signal.alarm(10)
+            request = ferry.Message(2, b"child")
+            try:
+                conn.call(request, LIMIT)
+                code |= 1
+            except ferry.RpcError:
+                if request.sent:
+                    code |= 2
+            try:
+                server.reply_and_wait(None, 1)
+                code |= 4
+            except ferry.RpcTimeout:
+                code |= 8
+            except ferry.RpcError:
+                pass
+        finally:
+            os._exit(code)
+    status = os.waitpid(pid, 0)[1]
+    assert os.WIFEXITED(status), f"the child hung and was killed by signal {os.WTERMSIG(status)} (its server waited for its parent's lock)"
+    assert os.WEXITSTATUS(status) == 0, "1 = call went through, 2 = refused after taking its request, 4 = served, 8 = server timed out"
+    for k in range(20):
+        body = b"parent call %d" % k
+        assert conn.call(ferry.Message(k, body), LIMIT).body == body
+    conn.close()
+    tx.close()
+    thread.join(LIMIT)
+    assert not thread.is_alive()
+    server.close()

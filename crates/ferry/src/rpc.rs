@@ -89,6 +89,16 @@ pub use probe::CallProbe;
 pub use server::{ConnId, RpcLimits, RpcServer};
 pub use slot::{SLOT_INLINE, SLOT_SIZE};
 
+/// This process's mark, as a connection or server made now records it:
+/// a child made since by `fork()` or by a raw `clone` (without
+/// `CLONE_VM`) has another, and refuses the handle with
+/// [`RpcError::Forked`]. For bindings that keep handles of their own and
+/// want to refuse one before taking anything; one or two atomic loads
+/// once the first handle was made.
+pub fn process_mark() -> u64 {
+    crate::sys::process::count_forks()
+}
+
 /// Operation id of the message that opens a connection, sent to the
 /// server's port. Operation ids `0xFE77_0000..=0xFE77_FFFF` are reserved for
 /// the RPC layer; a server's port should not use them for anything else.

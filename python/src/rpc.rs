@@ -3,7 +3,7 @@
 //! wake-ups; calls carrying rights or regions fall back to the socket.
 
 use std::os::fd::{AsFd, AsRawFd, RawFd};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, Weak};
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -30,9 +30,35 @@ fn policy(name: &str) -> PyResult<Policy> {
 #[pyclass(module = "ferry._ferry", frozen, weakref)]
 #[derive(Debug)]
 pub struct Connection {
-    inner: Mutex<Option<ferry::rpc::Connection>>,
+    inner: Mutex<Option<Open>>,
     /// The fork count when it was opened ([`crate::made_here`]).
     made_at: u64,
+}
+
+/// An open connection, and the call last sent with `send_request` (for
+/// `ferry.call_async`) while its reply may still be waited for.
+#[derive(Debug)]
+struct Open {
+    conn: ferry::rpc::Connection,
+    awaited: Weak<Mutex<CallState>>,
+}
+
+impl Open {
+    fn new(conn: ferry::rpc::Connection) -> Open {
+        Open { conn, awaited: Weak::new() }
+    }
+}
+
+/// What became of a call sent with `send_request`.
+#[derive(Debug)]
+enum CallState {
+    /// Sent; its reply not yet taken.
+    Waiting(ferry::rpc::PendingCall),
+    /// Its outcome, taken for it by a blocking `call` on the connection
+    /// (whose request would have abandoned it), for `try_reply` to return.
+    Over(Result<ferry::Message, RpcError>),
+    /// Returned by `try_reply`.
+    Done,
 }
 
 #[pymethods]
@@ -50,7 +76,7 @@ impl Connection {
             right.with_detached(|s| connecting.wait(s, slice)).map_err(|_| None)?.map_err(Some)
         })?;
         match r {
-            Ok(c) => Ok(Connection { inner: Mutex::new(Some(c)), made_at: crate::fork_count() }),
+            Ok(c) => Ok(Connection { inner: Mutex::new(Some(Open::new(c))), made_at: crate::fork_count() }),
             Err(Some(e)) => Err(rpc_error(e)),
             Err(None) => Err(gone("SendRight")),
         }
@@ -61,15 +87,43 @@ impl Connection {
     /// `RpcError`, sending nothing, in a child forked after the connection
     /// was opened (open one there). The request is sent once; the wait for
     /// its reply is made in slices, so that a signal (Ctrl-C) interrupts
-    /// it, and the call is then abandoned as after a timeout.
+    /// it, and the call is then abandoned as after a timeout. A call
+    /// awaited with `ferry.call_async` whose reply has not come takes its
+    /// turn first: this call waits for that reply (within `timeout`,
+    /// raising `RpcTimeout` with nothing sent if it does not come) and
+    /// keeps it for the awaiting task, since sending now would abandon it.
     #[pyo3(signature = (request, timeout=None))]
     fn call(&self, py: Python<'_>, request: &Bound<'_, Message>, timeout: Option<f64>) -> PyResult<Message> {
         let t = crate::timeout(timeout)?;
+        let started = std::time::Instant::now();
         crate::made_here(self.made_at, "Connection")?;
         // Held from the request to its reply: a call of another thread in
         // between would abandon this one.
         let mut g = lock_py(py, &self.inner);
-        let conn = g.as_mut().ok_or_else(|| gone("Connection"))?;
+        let open = g.as_mut().ok_or_else(|| gone("Connection"))?;
+        let t = match open.awaited.upgrade() {
+            Some(awaited) => {
+                // `try_reply` takes this lock only under the connection's,
+                // which this call holds: it is free.
+                let mut state = lock_py(py, &awaited);
+                if let CallState::Waiting(pending) = &mut *state {
+                    let conn = &mut open.conn;
+                    let r = interruptible(py, t, |e| matches!(e, RpcError::Timeout), |slice| conn.wait_reply(pending, slice))?;
+                    if matches!(r, Err(RpcError::Timeout)) {
+                        return Err(rpc_error(RpcError::Timeout));
+                    }
+                    *state = CallState::Over(r);
+                }
+                // What is left of the timeout for this call's own reply.
+                match t {
+                    ferry::Timeout::After(d) => ferry::Timeout::After(d.saturating_sub(started.elapsed())),
+                    t => t,
+                }
+            }
+            None => t,
+        };
+        open.awaited = Weak::new();
+        let conn = &mut open.conn;
         // Taken once the connection is known open: a closed one leaves the
         // request whole.
         let m = crate::message::take_arg(request)?;
@@ -84,11 +138,14 @@ impl Connection {
     fn send_request(&self, py: Python<'_>, request: &Bound<'_, Message>) -> PyResult<PendingCall> {
         crate::made_here(self.made_at, "Connection")?;
         let mut g = lock_py(py, &self.inner);
-        let conn = g.as_mut().ok_or_else(|| gone("Connection"))?;
+        let open = g.as_mut().ok_or_else(|| gone("Connection"))?;
+        let conn = &mut open.conn;
         // Taken once the connection is known open, as in `call`.
         let m = crate::message::take_arg(request)?;
         let c = py.detach(|| conn.send_request(m)).map_err(rpc_error)?;
-        Ok(PendingCall { inner: Mutex::new(Some(c)) })
+        let state = Arc::new(Mutex::new(CallState::Waiting(c)));
+        open.awaited = Arc::downgrade(&state);
+        Ok(PendingCall { inner: state })
     }
 
     /// The reply to `pending` if it is here; raises `RpcTimeout` if not
@@ -97,20 +154,20 @@ impl Connection {
     fn try_reply(&self, py: Python<'_>, pending: &PendingCall) -> PyResult<Message> {
         crate::made_here(self.made_at, "Connection")?;
         let mut g = lock_py(py, &self.inner);
-        let conn = g.as_mut().ok_or_else(|| gone("Connection"))?;
+        let open = g.as_mut().ok_or_else(|| gone("Connection"))?;
         let mut p = lock_py(py, &pending.inner);
-        let call = p.as_mut().ok_or_else(|| PyValueError::new_err("this call is over: its reply was taken or it failed"))?;
-        match conn.wait_reply(call, ferry::Timeout::Zero) {
-            Ok(m) => {
-                *p = None;
-                Ok(Message::received(m))
-            }
-            Err(ferry::rpc::RpcError::Timeout) => Err(rpc_error(ferry::rpc::RpcError::Timeout)),
-            Err(e) => {
-                *p = None;
-                Err(rpc_error(e))
-            }
-        }
+        let out = match std::mem::replace(&mut *p, CallState::Done) {
+            CallState::Waiting(mut call) => match open.conn.wait_reply(&mut call, ferry::Timeout::Zero) {
+                Err(RpcError::Timeout) => {
+                    *p = CallState::Waiting(call);
+                    return Err(rpc_error(RpcError::Timeout));
+                }
+                out => out,
+            },
+            CallState::Over(out) => out,
+            CallState::Done => return Err(PyValueError::new_err("this call is over: its reply was taken or it failed")),
+        };
+        out.map(Message::received).map_err(rpc_error)
     }
 
     /// The connection's socket: it polls readable once `try_reply` has
@@ -118,14 +175,14 @@ impl Connection {
     /// `selectors` and `asyncio`.
     fn fileno(&self, py: Python<'_>) -> PyResult<RawFd> {
         let g = lock_py(py, &self.inner);
-        let c = g.as_ref().ok_or_else(|| gone("Connection"))?;
+        let c = &g.as_ref().ok_or_else(|| gone("Connection"))?.conn;
         c.socket_fd().map(|fd| fd.as_raw_fd()).ok_or_else(|| rpc_error(ferry::rpc::RpcError::PeerDead))
     }
 
     /// Whether the connection still works.
     #[getter]
     fn is_open(&self, py: Python<'_>) -> bool {
-        lock_py(py, &self.inner).as_ref().is_some_and(|c| c.is_open())
+        lock_py(py, &self.inner).as_ref().is_some_and(|o| o.conn.is_open())
     }
 
     /// Closes the connection. Idempotent.
@@ -146,12 +203,13 @@ impl Connection {
 }
 
 /// A call whose request `Connection.send_request` sent; its reply is taken
-/// with `Connection.try_reply`. Dropping it abandons the call (a late reply
-/// is discarded).
+/// with `Connection.try_reply` (a blocking `Connection.call` made
+/// meanwhile takes it first and keeps it here). Dropping it abandons the
+/// call (a late reply is discarded).
 #[pyclass(module = "ferry._ferry", frozen)]
 #[derive(Debug)]
 pub struct PendingCall {
-    inner: Mutex<Option<ferry::rpc::PendingCall>>,
+    inner: Arc<Mutex<CallState>>,
 }
 
 #[pymethods]
@@ -159,7 +217,7 @@ impl PendingCall {
     /// Whether the call is over (its reply taken, or it failed).
     #[getter]
     fn done(&self, py: Python<'_>) -> bool {
-        lock_py(py, &self.inner).is_none()
+        matches!(*lock_py(py, &self.inner), CallState::Done)
     }
 }
 
@@ -198,7 +256,7 @@ impl Connecting {
         match c.wait(&self.server, ferry::Timeout::Zero) {
             Ok(conn) => {
                 *g = None;
-                Ok(Connection { inner: Mutex::new(Some(conn)), made_at: crate::fork_count() })
+                Ok(Connection { inner: Mutex::new(Some(Open::new(conn))), made_at: crate::fork_count() })
             }
             Err(e) => Err(rpc_error(e)),
         }

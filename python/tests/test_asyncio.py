@@ -361,3 +361,36 @@ def test_a_client_and_a_server_share_one_event_loop():
 
     assert asyncio.run(main()) == [b"cba", b"cbacba", b"cbacbacba"]
     server.close()
+
+
+def test_a_blocking_call_takes_its_turn_after_a_call_awaited_on_its_connection(names):
+    # A task awaits a slow call (ferry-peer's op 2: 300 ms) while a blocking
+    # call on the same connection is made, from another thread and then from
+    # the loop's own thread. Sending the blocking call's request while the
+    # awaited one waited abandoned that call, which failed with RpcError;
+    # the blocking call takes the awaited call's reply for it first.
+    name = unique("rpc")
+    peer = spawn_rust("rpc-server", name, "block", "1")
+    assert peer.stdout.readline().strip() == "ready"
+    to_server = _lookup(names, name)
+    conn = ferry.Connection(to_server, "block", LIMIT)
+
+    def slow(tag: bytes) -> ferry.Message:
+        return ferry.Message(2, (300).to_bytes(4, "little") + tag)
+
+    async def main() -> list[bytes]:
+        awaited = asyncio.create_task(ferry.call_async(conn, slow(b"awaited 1")))
+        # With no timeout the task sends its request in its first step.
+        await asyncio.sleep(0)
+        from_thread = await asyncio.to_thread(conn.call, ferry.Message(1, b"thread"), LIMIT)
+        first = await awaited
+        awaited = asyncio.create_task(ferry.call_async(conn, slow(b"awaited 2")))
+        await asyncio.sleep(0)
+        in_loop = conn.call(ferry.Message(1, b"loop"), LIMIT)
+        second = await awaited
+        return [first.body, from_thread.body, second.body, in_loop.body]
+
+    assert asyncio.run(main()) == [b"awaited 1", b"thread", b"awaited 2", b"loop"]
+    assert conn.call(ferry.Message(7), LIMIT).op == 7
+    conn.close()
+    finish(peer)

@@ -629,7 +629,10 @@ class Interface:
         outcome). A malformed message (``BadMessage``, which the receive
         dropped whole) or a send-once right to the port destroyed unused
         is skipped, as the Rust and C servers do: a peer cannot stop the
-        server with one."""
+        server with one. An exception the implementation raises (other
+        than ``ErrorReply``) goes up from here, after the reply right of
+        the call that raised it is closed (its client's call ends with
+        ``SendOnceDropped``)."""
         from .errors import BadMessage, MessageTooLarge, NoSenders, SendOnceDropped
 
         while True:
@@ -648,7 +651,15 @@ class Interface:
             reply_right = m.take_reply()
             if reply_right is None and (op is None or op["kind"] != "oneway"):
                 continue  # a call nobody could learn the outcome of
-            answer, _ = self.dispatch(impl, m)
+            try:
+                answer, _ = self.dispatch(impl, m)
+            except BaseException:
+                # The implementation raised: no answer comes, and the
+                # exception (whose traceback keeps this frame) may be kept
+                # for long; its client learns now.
+                if reply_right is not None:
+                    reply_right.close()
+                raise
             if answer is not None and reply_right is not None:
                 try:
                     reply_right.send(answer, 0)
@@ -666,7 +677,10 @@ class Interface:
                 reply_right.close()
 
     def serve_rpc(self, impl: Any, server: _ferry.RpcServer, timeout: float | None = None) -> None:
-        """Serves calls on an RPC server until it has no clients left."""
+        """Serves calls on an RPC server until it has no clients left. An
+        exception the implementation raises (other than ``ErrorReply``)
+        goes up from here, after the connection of the call that raised it
+        is dropped (its client's call ends with ``RpcPeerDead``)."""
         from .errors import NoClients
 
         reply: tuple[_ferry.ConnId, _ferry.Message] | None = None
@@ -680,7 +694,14 @@ class Interface:
                 # connection's maker, as whom it acts: an answer is refused.
                 reply = (conn, _fault(2, "the operation id is an answer's, not a request's"))
                 continue
-            answer, _ = self.dispatch(impl, m)
+            try:
+                answer, _ = self.dispatch(impl, m)
+            except BaseException:
+                # The implementation raised: no answer comes, and the
+                # connection could take no other request; its client learns
+                # now (RpcPeerDead) rather than at its timeout.
+                server.drop_connection(conn)
+                raise
             reply = (conn, answer if answer is not None else _ferry.Message(REPLY_OK))
 
 

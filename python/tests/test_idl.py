@@ -484,3 +484,44 @@ def test_python_server_drops_an_answer_unanswered():
     server.join(LIMIT)
     assert not server.is_alive()
     replies.close()
+
+
+@pytest.mark.parametrize("transport", ["port", "rpc"])
+def test_an_implementation_that_raises_ends_its_callers_call_at_once(transport):
+    """An implementation's own exception (not an ``ErrorReply``) goes up
+    through ``serve_port`` or ``serve_rpc`` to whoever runs them, who may
+    keep it (and with it its traceback and every frame's locals). The call
+    that raised it ends at once all the same: over a port its reply right
+    is closed (``SendOnceDropped``), over RPC its connection is dropped
+    (``RpcPeerDead``); it waited out the client's timeout instead (and with
+    no timeout, for ever), the connection's next request never taken."""
+
+    class Broken(PyStore):
+        def list(self) -> list[Any]:
+            raise KeyError("broken")
+
+    rx, tx = ferry.port()
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            if transport == "port":
+                KV.serve_port(Broken(), rx)
+            else:
+                KV.serve_rpc(Broken(), ferry.RpcServer(rx))
+        except KeyError as e:
+            raised.append(e)
+
+    server = threading.Thread(target=run)
+    server.start()
+    to = tx.clone() if transport == "port" else ferry.Connection(tx, "block", LIMIT)
+    with KV.client(to, timeout=10) as client:
+        assert client.remove("k") is False
+        ended = ferry.SendOnceDropped if transport == "port" else ferry.RpcPeerDead
+        with pytest.raises(ended):
+            client.list()
+    server.join(LIMIT)
+    assert not server.is_alive()
+    assert [type(e) for e in raised] == [KeyError]
+    tx.close()
+    del raised

@@ -245,6 +245,21 @@ fn the_c_port_server_goes_on_past_a_send_once_right_dropped_unused() {
     });
 }
 
+/// The generated dispatcher given a server function's return value the
+/// operation does not define (-1, 2: neither a result nor a typed error)
+/// answers with fault 4 instead of a success whose result the function
+/// never set.
+#[test]
+fn a_c_server_function_returning_neither_0_nor_1_is_answered_with_a_fault() {
+    watchdog("a_c_server_function_returning_neither_0_nor_1_is_answered_with_a_fault", LIMIT, || {
+        let (exe, dir) = build("kv_bad_rc");
+        let out = Command::new(&exe).arg("5").env("FERRY_NO_EMBED", "1").env("FERRY_NO_AUTOSTART", "1").output().expect("run kv_bad_rc");
+        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success() && stdout.contains("kv-bad-rc-ok"), "kv_bad_rc failed with {}:\n{stdout}\n{stderr}", out.status);
+        std::fs::remove_dir_all(dir).ok();
+    });
+}
+
 /// A C client given replies with no value (OK to `get`, the typed error to
 /// `put`, each with an empty body), into result and error structs the
 /// caller did not initialise, as the documentation's example leaves them:

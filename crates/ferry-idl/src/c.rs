@@ -992,7 +992,7 @@ pub fn generate(description: &Value, prefix: Option<&str>) -> Result<CStubs, CEr
         if let Some(t) = &et {
             let _ = write!(sig, ", {} *error", t.c);
         }
-        let _ = writeln!(ops_struct, "    /** `{name}`: return 0 with *result set{}. The arguments are freed after it returns (take a right out by setting it to NULL); results are freed after they are sent, regions' `out` excepted. */\n    int (*{op_member})({sig});", if et.is_some() { ", or 1 with *error set" } else { "" });
+        let _ = writeln!(ops_struct, "    /** `{name}`: return 0 with *result set{}{}. The arguments are freed after it returns (take a right out by setting it to NULL); results are freed after they are sent, regions' `out` excepted. */\n    int (*{op_member})({sig});", if et.is_some() { ", or 1 with *error set" } else { "" }, if oneway { "" } else { " (any other value is answered with fault 4)" });
         let mut call_args = "ctx".to_owned();
         for (f, _) in &fields.types {
             let _ = write!(call_args, ", &a.{f}");
@@ -1017,10 +1017,23 @@ pub fn generate(description: &Value, prefix: Option<&str>) -> Result<CStubs, CEr
                 et.as_ref().map_or(String::new(), |t| format!("        free_{}(&error);\n", t.m)),
             )
         };
+        // A return value the operation does not define (a function that
+        // failed returns -1, say) has neither a result nor a typed error to
+        // send: fault 4, never a success with a result it did not set.
+        let rc_check = if oneway {
+            String::new()
+        } else {
+            format!(
+                "        if ({}) {{\n            char why[96];\n            snprintf(why, sizeof why, \"the implementation returned %d, which the operation does not define\", rc);\n{}{}            free_{name}_args(&a);\n            *ran = 1;\n            return fidl_fault(request, 4, why);\n        }}\n",
+                if et.is_some() { "rc != 0 && rc != 1" } else { "rc != 0" },
+                rt.as_ref().map_or(String::new(), |t| format!("            free_{}(&result);\n", t.m)),
+                et.as_ref().map_or(String::new(), |t| format!("            free_{}(&error);\n", t.m)),
+            )
+        };
         let _ = writeln!(
             dispatch_cases,
             "    case {ord}u: {{\n        if (ops->{op_member} == NULL) return fidl_fault(request, 1, \"{ord}\");\n        {args_c} a;\n        memset(&a, 0, sizeof a);\n        if (dec_{name}_args(d, &a) || fidl_finish(d)) {{\n            ferry_message *f = fidl_fault(request, 2, d->err);\n            free_{name}_args(&a);\n            return f;\n        }}\n{locals}        int rc = ops->{op_member}({call_args});\n{}        (void)rc;\n{reply_enc}    }}",
-            if et.is_some() { "" } else { "        rc = 0;\n" }
+            rc_check
         );
     }
 

@@ -32,6 +32,11 @@ if TYPE_CHECKING:  # pragma: no cover
 #: next try raises ``ValueError``, as a blocking call's next slice does.
 _SLICE = 0.2
 
+#: How long ``call_async`` waits before it tries again to send on a
+#: connection that a blocking call of another thread holds (there is no
+#: descriptor that tells when that call ends).
+_BUSY = 0.01
+
 
 async def _ready(fd: int, writable: bool = False) -> None:
     """Waits until ``fd`` polls readable (or ``writable``), or for at most
@@ -194,13 +199,17 @@ async def call_async(conn: "Connection", request: "Message", timeout: float | No
 
     async def call() -> "Message":
         async with lock:
-            pending = conn.send_request(request)
+            # A blocking call of another thread holds the connection from
+            # its request to its reply: wait for it without blocking the
+            # loop.
+            while (pending := conn.try_send_request(request)) is None:
+                await asyncio.sleep(_BUSY)
             while True:
                 try:
                     return conn.try_reply(pending)
                 except RpcTimeout:
                     pass
-                await _ready(conn.fileno())
+                await _ready(pending.fileno())
 
     if timeout is None:
         return await call()

@@ -138,24 +138,32 @@ impl Connection {
     fn send_request(&self, py: Python<'_>, request: &Bound<'_, Message>) -> PyResult<PendingCall> {
         crate::made_here(self.made_at, "Connection")?;
         let mut g = lock_py(py, &self.inner);
-        let open = g.as_mut().ok_or_else(|| gone("Connection"))?;
-        let conn = &mut open.conn;
-        // Taken once the connection is known open, as in `call`.
-        let m = crate::message::take_arg(request)?;
-        let c = py.detach(|| conn.send_request(m)).map_err(rpc_error)?;
-        let state = Arc::new(Mutex::new(CallState::Waiting(c)));
-        open.awaited = Arc::downgrade(&state);
-        Ok(PendingCall { inner: state })
+        Self::send_on(py, &mut g, request)
+    }
+
+    /// As `send_request`, but returns `None`, sending nothing and leaving
+    /// `request` whole, while a call of another thread holds the
+    /// connection (a blocking `call` does from its request to its reply),
+    /// instead of waiting for it: an event loop awaits its turn. For
+    /// `ferry.call_async`.
+    fn try_send_request(&self, py: Python<'_>, request: &Bound<'_, Message>) -> PyResult<Option<PendingCall>> {
+        crate::made_here(self.made_at, "Connection")?;
+        let Some(mut g) = try_lock(&self.inner) else { return Ok(None) };
+        Self::send_on(py, &mut g, request).map(Some)
     }
 
     /// The reply to `pending` if it is here; raises `RpcTimeout` if not
     /// yet, after asking the server to make `fileno()` poll readable when
-    /// it replies. Any other outcome ends the call. For `ferry.call_async`.
-    fn try_reply(&self, py: Python<'_>, pending: &PendingCall) -> PyResult<Message> {
+    /// it replies, and also, without waiting, while a call of another
+    /// thread holds the connection (a blocking `call` made meanwhile takes
+    /// this reply for `pending` first). Any other outcome ends the call.
+    /// For `ferry.call_async`.
+    fn try_reply(&self, pending: &PendingCall) -> PyResult<Message> {
         crate::made_here(self.made_at, "Connection")?;
-        let mut g = lock_py(py, &self.inner);
+        let busy = || rpc_error(RpcError::Timeout);
+        let mut g = try_lock(&self.inner).ok_or_else(busy)?;
         let open = g.as_mut().ok_or_else(|| gone("Connection"))?;
-        let mut p = lock_py(py, &pending.inner);
+        let mut p = try_lock(&pending.inner).ok_or_else(busy)?;
         let out = match std::mem::replace(&mut *p, CallState::Done) {
             CallState::Waiting(mut call) => match open.conn.wait_reply(&mut call, ferry::Timeout::Zero) {
                 Err(RpcError::Timeout) => {
@@ -210,6 +218,34 @@ impl Connection {
 #[derive(Debug)]
 pub struct PendingCall {
     inner: Arc<Mutex<CallState>>,
+    /// The connection's socket when the request was sent.
+    fd: RawFd,
+}
+
+/// `m` locked if no other thread holds it now (a poisoned lock is used as
+/// it is, as by [`crate::lock`]).
+fn try_lock<T>(m: &Mutex<T>) -> Option<std::sync::MutexGuard<'_, T>> {
+    match m.try_lock() {
+        Ok(g) => Some(g),
+        Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+        Err(std::sync::TryLockError::WouldBlock) => None,
+    }
+}
+
+impl Connection {
+    /// Sends `request` on the connection held in `g`; the call it starts
+    /// is the one a blocking `call` takes the reply of first.
+    fn send_on(py: Python<'_>, g: &mut Option<Open>, request: &Bound<'_, Message>) -> PyResult<PendingCall> {
+        let open = g.as_mut().ok_or_else(|| gone("Connection"))?;
+        let conn = &mut open.conn;
+        // Taken once the connection is known open, as in `call`.
+        let m = crate::message::take_arg(request)?;
+        let c = py.detach(|| conn.send_request(m)).map_err(rpc_error)?;
+        let fd = conn.socket_fd().map_or(-1, |fd| fd.as_raw_fd());
+        let state = Arc::new(Mutex::new(CallState::Waiting(c)));
+        open.awaited = Arc::downgrade(&state);
+        Ok(PendingCall { inner: state, fd })
+    }
 }
 
 #[pymethods]
@@ -218,6 +254,16 @@ impl PendingCall {
     #[getter]
     fn done(&self, py: Python<'_>) -> bool {
         matches!(*lock_py(py, &self.inner), CallState::Done)
+    }
+
+    /// The connection's socket as it was when the request was sent (-1 if
+    /// it was closed then): what `ferry.call_async` waits on between tries
+    /// of `Connection.try_reply`, without taking the connection, which a
+    /// call of another thread may hold. A number the connection's closing
+    /// freed is waited on for one slice at most: the next `try_reply`
+    /// raises.
+    fn fileno(&self) -> RawFd {
+        self.fd
     }
 }
 

@@ -394,3 +394,53 @@ def test_a_blocking_call_takes_its_turn_after_a_call_awaited_on_its_connection(n
     assert conn.call(ferry.Message(7), LIMIT).op == 7
     conn.close()
     finish(peer)
+
+
+def test_an_awaited_call_waits_for_a_blocking_call_of_another_thread_without_blocking_the_loop(names):
+    # Another thread's blocking call (ferry-peer's op 2: 800 ms) holds the
+    # connection; a task's call on it waits for its turn while the loop
+    # runs other tasks. Taking the connection for the request blocked the
+    # loop's thread until the other call ended: no other task ran meanwhile.
+    import threading
+
+    name = unique("rpc")
+    peer = spawn_rust("rpc-server", name, "block", "1")
+    assert peer.stdout.readline().strip() == "ready"
+    to_server = _lookup(names, name)
+    conn = ferry.Connection(to_server, "block", LIMIT)
+    calling, called = threading.Event(), threading.Event()
+    from_thread: list[bytes] = []
+
+    def blocking() -> None:
+        calling.set()
+        from_thread.append(conn.call(ferry.Message(2, (800).to_bytes(4, "little") + b"thread"), LIMIT).body)
+        called.set()
+
+    async def main() -> tuple[bytes, int]:
+        thread = threading.Thread(target=blocking)
+        thread.start()
+        assert calling.wait(LIMIT)
+        await asyncio.sleep(0.2)  # the thread's call has taken the connection
+        assert not called.is_set(), "the thread's call ended too soon to test anything"
+        ticks_meanwhile = 0
+
+        async def tick() -> None:
+            nonlocal ticks_meanwhile
+            while True:
+                await asyncio.sleep(0.01)
+                ticks_meanwhile += not called.is_set()
+
+        ticker = asyncio.create_task(tick())
+        reply = await ferry.call_async(conn, ferry.Message(1, b"task"), timeout=LIMIT)
+        ticker.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await ticker
+        await asyncio.to_thread(thread.join, LIMIT)
+        return reply.body, ticks_meanwhile
+
+    body, ticks = asyncio.run(main())
+    assert (body, from_thread) == (b"task", [b"thread"])
+    assert ticks > 0, "the loop ran no other task while the thread's call held the connection"
+    assert conn.call(ferry.Message(7), LIMIT).op == 7
+    conn.close()
+    finish(peer)

@@ -507,6 +507,38 @@ fn a_server_copied_by_fork_refuses_to_serve_in_the_child() {
     })
 }
 
+/// A connection id names a connection of one server: given to another
+/// server of the same process, which numbered its own connections alike,
+/// a reply is refused (`PeerDead`: no such connection) and reaches none of
+/// that server's clients, which get their own replies.
+#[test]
+fn a_reply_to_another_servers_connection_id_reaches_no_client() {
+    let _guard = shared();
+    common::watchdog("foreign_conn_id", LIMIT, || {
+        let (port_a, to_a) = ferry::port().unwrap();
+        let (port_b, to_b) = ferry::port().unwrap();
+        let mut a = RpcServer::new(port_a).unwrap();
+        let mut b = RpcServer::new(port_b).unwrap();
+        let client = |to: SendRight, tag: &'static [u8]| {
+            std::thread::spawn(move || {
+                let mut c = Connection::connect(&to, opts(Policy::Block)).unwrap();
+                c.call(Message::new(OP_ECHO).with_body(tag), Timeout::After(LIMIT)).map(|r| r.body().to_vec())
+            })
+        };
+        let (client_a, client_b) = (client(to_a, b"to a"), client(to_b, b"to b"));
+        let (id_a, req_a) = a.reply_and_wait(None, Timeout::After(LIMIT)).unwrap();
+        let (id_b, req_b) = b.reply_and_wait(None, Timeout::After(LIMIT)).unwrap();
+        assert_eq!((req_a.body(), req_b.body()), (&b"to a"[..], &b"to b"[..]));
+        let foreign = b.reply(id_a, Message::new(OP_ECHO).with_body(*b"a's answer"));
+        b.reply(id_b, Message::new(OP_ECHO).with_body(*b"b's answer")).ok();
+        a.reply(id_a, Message::new(OP_ECHO).with_body(*b"a's answer")).unwrap();
+        let got_b = client_b.join().unwrap().unwrap();
+        let got_a = client_a.join().unwrap().unwrap();
+        assert!(matches!(foreign, Err(RpcError::PeerDead)), "a reply to another server's connection id: {foreign:?}");
+        assert_eq!((got_a, got_b), (b"a's answer".to_vec(), b"b's answer".to_vec()));
+    })
+}
+
 /// A client is SIGKILLed in the middle of its call: the server drops that
 /// connection and keeps serving the others.
 #[test]

@@ -37,11 +37,18 @@ use crate::sys::wait::{Epoll, Interest};
 use crate::timeout::Timeout;
 
 /// Identifies one connection of an [`RpcServer`]; pass it back with the
-/// reply.
+/// reply. Ids are unique in the process: another server has no connection
+/// of this id (a reply there fails with [`RpcError::PeerDead`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ConnId(u64);
 
 const PORT_KEY: u64 = 0;
+
+/// The next connection id, for every server of the process: an id names
+/// one connection of one server, so a [`ConnId`] given to another server
+/// (which numbers its own connections from the same counter) matches none
+/// of its connections.
+static NEXT_ID: AtomicU64 = AtomicU64::new(PORT_KEY + 1);
 /// Most connections accepted per look at the port.
 const BATCH: usize = 16;
 
@@ -55,7 +62,6 @@ pub struct RpcServer {
     /// Whether the kernel has `futex_waitv` (cleared at the first `NOSYS`).
     waitv: bool,
     conns: Vec<Conn>,
-    next_id: Arc<AtomicU64>,
     /// Connections held per user, shared by the server and its workers.
     held: Arc<Held>,
     policy: Policy,
@@ -96,7 +102,6 @@ impl RpcServer {
             waitv: true,
             epoll,
             conns: Vec::new(),
-            next_id: Arc::new(AtomicU64::new(PORT_KEY + 1)),
             held: Arc::new(Held::default()),
             policy: Policy::default(),
             next_scan: 0,
@@ -128,7 +133,6 @@ impl RpcServer {
             waitv: true,
             epoll,
             conns: Vec::new(),
-            next_id: self.next_id.clone(),
             held: self.held.clone(),
             policy: self.policy,
             next_scan: 0,
@@ -617,7 +621,7 @@ impl RpcServer {
             Ok(s) => s.map(Arc::new),
             Err(_) => return,
         };
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         if frame::send_ack(sock.as_fd()).is_err() || self.epoll.add(sock.as_fd(), Interest::Readable, id).is_err() {
             return;
         }

@@ -2410,3 +2410,68 @@ print('a stream', pos(f.fileno()))\n";
     assert!(native.starts_with("after a read ['pos:\\t17'] ['pos:\\t17'] ['pos:\\t17']\n"), "{native}");
     assert_eq!(served, native);
 }
+
+/// Streams opened with a coded character set (`",ccs=..."` in the mode):
+/// wide-character text written and read back in UTF-8 and UTF-16, with
+/// the program left in the "C" locale, and a set the C library does not
+/// know.
+const STDIO_CCS_C: &str = r#"
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <wchar.h>
+int main(void) {
+    FILE *f = fopen("u8", "w,ccs=UTF-8");
+    printf("utf-8 open %d fwide %d\n", f != NULL, f ? fwide(f, 0) : 0);
+    if (f) {
+        printf("fputws %d\n", fputws(L"caf\u00e9 \u20ac\n", f));
+        printf("fwprintf %d\n", fwprintf(f, L"%ls %d\n", L"\u00fc", 7));
+        fclose(f);
+    }
+    f = fopen("u8", "r,ccs=UTF-8");
+    if (f) {
+        wchar_t line[64];
+        while (fgetws(line, 64, f))
+            printf("line of %zu characters, first %x\n", wcslen(line), (unsigned)line[0]);
+        fclose(f);
+    }
+    f = fopen("u16", "w+,ccs=UTF-16LE");
+    if (f) {
+        fputws(L"h\u00e9", f);
+        rewind(f);
+        wint_t a = fgetwc(f), b = fgetwc(f);
+        printf("utf-16 read back %x %x\n", (unsigned)a, (unsigned)b);
+        fclose(f);
+    }
+    errno = 0;
+    f = fopen("unknown", "w,ccs=NO-SUCH-SET");
+    printf("unknown set %s\n", f ? "opened" : strerror(errno));
+    if (f)
+        fclose(f);
+    return 0;
+}
+"#;
+
+/// A stream opened with `",ccs=CHARSET"` in its mode is a wide stream that
+/// converts to and from that set, whatever the program's locale, as
+/// natively. The library made every stream of a served file a byte
+/// stream of the C library's, which knows no `ccs=`: the text went out in
+/// the locale's encoding instead, so in the "C" locale `fputws` of
+/// "café €" stopped at the "é" and the file kept 3 bytes of 15, UTF-16
+/// came out as one byte a character, and an unknown set was accepted
+/// where natively the open fails with `EINVAL`.
+#[test]
+fn ferry_run_streams_with_a_coded_character_set_convert_like_native() {
+    if !have_cc("ferry_run_streams_with_a_coded_character_set_convert_like_native") {
+        return;
+    }
+    let src = scratch("stdioccs-src");
+    std::fs::write(src.join("c.c"), STDIO_CCS_C).unwrap();
+    let built = Command::new("cc").args(["-O2", "-o", "c", "c.c"]).current_dir(&src).status().unwrap();
+    assert!(built.success(), "cc failed");
+    let exe = src.join("c");
+    let (native, served) = native_and_served("stdioccs", exe.to_str().unwrap(), "ls; od -An -tx1 u8 u16");
+    let _ = std::fs::remove_dir_all(&src);
+    assert!(native.contains("utf-8 open 1 fwide 1\nfputws 1\n") && native.contains("unknown set Invalid argument"), "{native}");
+    assert_eq!(served, native);
+}

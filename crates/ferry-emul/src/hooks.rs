@@ -692,6 +692,14 @@ impl StdioMode {
         Some(m)
     }
 
+    /// Whether `mode` names a coded character set (`",ccs="` after its
+    /// first letter, where the C library looks for it): the stream is then
+    /// a wide one that converts to and from that set, which only the C
+    /// library's own streams can be (a cookie stream is byte-only).
+    fn names_a_charset(mode: &[u8]) -> bool {
+        mode.get(1..).is_some_and(|rest| rest.windows(5).any(|w| w == b",ccs="))
+    }
+
     /// The mode's first letter, with nothing after it yet.
     fn first(mode: &[u8]) -> Option<StdioMode> {
         let first = *mode.first().filter(|c| matches!(c, b'r' | b'w' | b'a'))?;
@@ -745,7 +753,15 @@ fn emul_fopen(path: *const c_char, mode: *const c_char) -> Option<*mut FILE> {
     // it opens anything: the library opened the file first, and a missing
     // one answered ENOENT.
     // SAFETY: the caller's mode string.
-    let m = StdioMode::of_fopen(unsafe { cstr(mode) }?)?;
+    let mode = unsafe { cstr(mode) }?;
+    // A stream converting to a coded character set is the C library's: it
+    // opens the file itself, through the kernel, as natively (as a cookie
+    // stream the text went out in the locale's encoding, and an unknown
+    // set was not refused).
+    if StdioMode::names_a_charset(mode) {
+        return None;
+    }
+    let m = StdioMode::of_fopen(mode)?;
     let fd = emul_open(libc::AT_FDCWD, path, m.flags(), 0o666)?;
     if fd < 0 {
         return Some(std::ptr::null_mut());

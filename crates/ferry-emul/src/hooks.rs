@@ -1803,10 +1803,17 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
 /// them) go through `close` and `close_range` above, so the descriptor
 /// table never keeps an entry for a number the program closed (a file
 /// Node.js read and closed left one, and the next descriptor to get that
-/// number, an inotify or a socket, was taken for the file). Every other
-/// call passes through unchanged. `syscall` is variadic; its arguments
-/// are integers, which the x86-64 and AArch64 Linux conventions pass as
-/// they pass fixed ones, so seven are read whatever the call.
+/// number, an inotify or a socket, was taken for the file). Duplications
+/// go through `dup`, `dup2` and `dup3`, and the calls on a descriptor
+/// that the library does itself (reads, writes, seeks, vectors,
+/// truncation, `fcntl`, `flock`, `ioctl`, syncs and in-kernel copies)
+/// go through its own functions when the descriptor is emulated: the
+/// kernel's offset of a served file is not the program's (a raw read
+/// after a seek to 5 read from 0, and a raw truncation left the library
+/// reading the old size). Every other call passes through unchanged.
+/// `syscall` is variadic; its arguments are integers, which the x86-64
+/// and AArch64 Linux conventions pass as they pass fixed ones, so seven
+/// are read whatever the call.
 #[no_mangle]
 pub unsafe extern "C" fn syscall(
     number: libc::c_long,
@@ -1817,13 +1824,47 @@ pub unsafe extern "C" fn syscall(
     a5: libc::c_long,
     a6: libc::c_long,
 ) -> libc::c_long {
-    match number {
-        // SAFETY: the caller's arguments, as `close` takes them.
-        libc::SYS_close => libc::c_long::from(unsafe { close(a1 as c_int) }),
-        // SAFETY: the caller's arguments, as `close_range` takes them.
-        libc::SYS_close_range => libc::c_long::from(unsafe { close_range(a1 as c_uint, a2 as c_uint, a3 as c_int) }),
-        // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
-        _ => unsafe { real::syscall()(number, a1, a2, a3, a4, a5, a6) },
+    let emulated = |fd: libc::c_long| state::get(fd as c_int).is_some();
+    let long = libc::c_long::from;
+    // SAFETY: in every arm, the caller's arguments, as the kernel takes
+    // them for the call `number` names, passed to the function of the C
+    // library that makes that call (this library's, for its own
+    // descriptors); on 64-bit Linux `preadv`'s offset is its fourth
+    // argument whole and `preadv2`'s flags are its sixth.
+    unsafe {
+        match number {
+            libc::SYS_close => long(close(a1 as c_int)),
+            libc::SYS_close_range => long(close_range(a1 as c_uint, a2 as c_uint, a3 as c_int)),
+            libc::SYS_dup => long(dup(a1 as c_int)),
+            #[cfg(target_arch = "x86_64")]
+            libc::SYS_dup2 => long(dup2(a1 as c_int, a2 as c_int)),
+            libc::SYS_dup3 => long(dup3(a1 as c_int, a2 as c_int, a3 as c_int)),
+            libc::SYS_read if emulated(a1) => read(a1 as c_int, a2 as *mut c_void, a3 as size_t) as libc::c_long,
+            libc::SYS_write if emulated(a1) => write(a1 as c_int, a2 as *const c_void, a3 as size_t) as libc::c_long,
+            libc::SYS_pread64 if emulated(a1) => pread64(a1 as c_int, a2 as *mut c_void, a3 as size_t, a4) as libc::c_long,
+            libc::SYS_pwrite64 if emulated(a1) => pwrite64(a1 as c_int, a2 as *const c_void, a3 as size_t, a4) as libc::c_long,
+            libc::SYS_readv if emulated(a1) => readv(a1 as c_int, a2 as *const libc::iovec, a3 as c_int) as libc::c_long,
+            libc::SYS_writev if emulated(a1) => writev(a1 as c_int, a2 as *const libc::iovec, a3 as c_int) as libc::c_long,
+            libc::SYS_preadv if emulated(a1) => preadv64(a1 as c_int, a2 as *const libc::iovec, a3 as c_int, a4) as libc::c_long,
+            libc::SYS_pwritev if emulated(a1) => pwritev64(a1 as c_int, a2 as *const libc::iovec, a3 as c_int, a4) as libc::c_long,
+            libc::SYS_preadv2 if emulated(a1) => preadv64v2(a1 as c_int, a2 as *const libc::iovec, a3 as c_int, a4, a6 as c_int) as libc::c_long,
+            libc::SYS_pwritev2 if emulated(a1) => pwritev64v2(a1 as c_int, a2 as *const libc::iovec, a3 as c_int, a4, a6 as c_int) as libc::c_long,
+            libc::SYS_lseek if emulated(a1) => lseek64(a1 as c_int, a2, a3 as c_int),
+            libc::SYS_ftruncate if emulated(a1) => long(ftruncate64(a1 as c_int, a2)),
+            libc::SYS_fsync if emulated(a1) => long(fsync(a1 as c_int)),
+            libc::SYS_fdatasync if emulated(a1) => long(fdatasync(a1 as c_int)),
+            libc::SYS_fcntl if emulated(a1) => long(fcntl(a1 as c_int, a2 as c_int, a3 as c_ulong)),
+            libc::SYS_flock if emulated(a1) => long(flock(a1 as c_int, a2 as c_int)),
+            libc::SYS_ioctl if emulated(a1) => long(ioctl(a1 as c_int, a2 as c_ulong, a3 as *mut c_void)),
+            libc::SYS_copy_file_range if emulated(a1) || emulated(a3) => {
+                copy_file_range(a1 as c_int, a2 as *mut i64, a3 as c_int, a4 as *mut i64, a5 as size_t, a6 as c_uint) as libc::c_long
+            }
+            libc::SYS_sendfile if emulated(a1) || emulated(a2) => sendfile64(a1 as c_int, a2 as c_int, a3 as *mut off_t, a4 as size_t) as libc::c_long,
+            libc::SYS_splice if emulated(a1) || emulated(a3) => {
+                splice(a1 as c_int, a2 as *mut i64, a3 as c_int, a4 as *mut i64, a5 as size_t, a6 as c_uint) as libc::c_long
+            }
+            _ => real::syscall()(number, a1, a2, a3, a4, a5, a6),
+        }
     }
 }
 

@@ -2565,3 +2565,69 @@ fn ferry_run_calls_made_through_syscall_use_the_program_s_offset_like_native() {
     assert!(native.starts_with("read 4 5678\nthen at 9\nthen read 4 9abc\n"), "{native}");
     assert_eq!(served, native);
 }
+
+/// A program that reads part of a file and starts shells that go on
+/// reading and writing it from the inherited descriptor 3, through
+/// `execveat` (by name, relative to a directory, and of a descriptor)
+/// and through `syscall(SYS_execve)`.
+const EXECVEAT_C: &str = r#"
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+extern char **environ;
+static char *av[] = { "sh", "-c", "head -c 3 <&3; echo; echo W >&3", NULL };
+static void run(int how) {
+    fflush(stdout);
+    pid_t p = fork();
+    if (p == 0) {
+        if (how == 0)
+            execveat(AT_FDCWD, "/bin/sh", av, environ, 0);
+        else if (how == 1)
+            execveat(open("/bin", O_RDONLY | O_DIRECTORY), "sh", av, environ, 0);
+        else if (how == 2)
+            execveat(open("/bin/sh", O_PATH), "", av, environ, AT_EMPTY_PATH);
+        else
+            syscall(SYS_execve, "/bin/sh", av, environ);
+        _exit(99);
+    }
+    int status;
+    waitpid(p, &status, 0);
+    printf("status %d, then at %ld\n", WEXITSTATUS(status), (long)lseek(3, 0, SEEK_CUR));
+}
+int main(void) {
+    int fd = open("f", O_RDWR | O_CREAT | O_TRUNC, 0644);
+    write(fd, "0123456789abcdefghijklmnopqrstuvwxyz\n", 37);
+    lseek(fd, 4, SEEK_SET);
+    if (fd != 3)
+        dup2(fd, 3);
+    for (int how = 0; how < 4; how++)
+        run(how);
+    return 0;
+}
+"#;
+
+/// A program started with `execveat` (or with `execve` through the C
+/// library's `syscall`) goes on from its parent's offsets of the files it
+/// inherits, as natively. The library hands offsets to the kernel before
+/// `execve` and its kin, but `execveat` was not among them: the new
+/// program read and wrote at the kernel's stale offset, so a shell
+/// started after a seek to 4 read "012" where natively "456", wrote over
+/// the start of the file, and its parent's offset stayed at 4.
+#[test]
+fn ferry_run_programs_started_by_execveat_go_on_from_the_offsets_like_native() {
+    if !have_cc("ferry_run_programs_started_by_execveat_go_on_from_the_offsets_like_native") {
+        return;
+    }
+    let src = scratch("execveat-src");
+    std::fs::write(src.join("e.c"), EXECVEAT_C).unwrap();
+    let built = Command::new("cc").args(["-O2", "-o", "e", "e.c"]).current_dir(&src).status().unwrap();
+    assert!(built.success(), "cc failed");
+    let exe = src.join("e");
+    let (native, served) = native_and_served("execveat", exe.to_str().unwrap(), "cat f");
+    let _ = std::fs::remove_dir_all(&src);
+    assert!(native.starts_with("456\nstatus 0, then at 9\n"), "{native}");
+    assert_eq!(served, native);
+}

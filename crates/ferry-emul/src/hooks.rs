@@ -1803,8 +1803,10 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
 /// them) go through `close` and `close_range` above, so the descriptor
 /// table never keeps an entry for a number the program closed (a file
 /// Node.js read and closed left one, and the next descriptor to get that
-/// number, an inotify or a socket, was taken for the file). Duplications
-/// go through `dup`, `dup2` and `dup3`, and the calls on a descriptor
+/// number, an inotify or a socket, was taken for the file). An `execve`
+/// or `execveat` hands the offsets to the kernel first, as `execve`
+/// does; duplications go through `dup`, `dup2` and `dup3`, and the calls
+/// on a descriptor
 /// that the library does itself (reads, writes, seeks, vectors,
 /// truncation, `fcntl`, `flock`, `ioctl`, syncs and in-kernel copies)
 /// go through its own functions when the descriptor is emulated: the
@@ -1835,6 +1837,10 @@ pub unsafe extern "C" fn syscall(
         match number {
             libc::SYS_close => long(close(a1 as c_int)),
             libc::SYS_close_range => long(close_range(a1 as c_uint, a2 as c_uint, a3 as c_int)),
+            libc::SYS_execve | libc::SYS_execveat => {
+                before_exec(false);
+                real::syscall()(number, a1, a2, a3, a4, a5, a6)
+            }
             libc::SYS_dup => long(dup(a1 as c_int)),
             #[cfg(target_arch = "x86_64")]
             libc::SYS_dup2 => long(dup2(a1 as c_int, a2 as c_int)),
@@ -2811,6 +2817,13 @@ pub unsafe extern "C" fn fexecve(fd: c_int, a: *const *const c_char, e: *const *
     before_exec(false);
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     unsafe { real::fexecve()(fd, a, e) }
+}
+/// `execveat(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn execveat(dir: c_int, p: *const c_char, a: *const *const c_char, e: *const *const c_char, flags: c_int) -> c_int {
+    before_exec(false);
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
+    unsafe { real::execveat()(dir, p, a, e, flags) }
 }
 /// `posix_spawn(3)`.
 #[no_mangle]

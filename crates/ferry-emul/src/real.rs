@@ -161,6 +161,7 @@ real_fns! {
     execvp: fn(*const c_char, *const *const c_char) -> c_int;
     execvpe: fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
     fexecve: fn(c_int, *const *const c_char, *const *const c_char) -> c_int;
+    execveat: fn(c_int, *const c_char, *const *const c_char, *const *const c_char, c_int) -> c_int;
     fork: fn() -> libc::pid_t;
     execl: fn() -> c_int;
     execle: fn() -> c_int;

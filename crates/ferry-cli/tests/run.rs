@@ -2631,3 +2631,77 @@ fn ferry_run_programs_started_by_execveat_go_on_from_the_offsets_like_native() {
     assert!(native.starts_with("456\nstatus 0, then at 9\n"), "{native}");
     assert_eq!(served, native);
 }
+
+/// Opens files under a lowered descriptor limit until refused, reading
+/// part of one first and going on with it after, writes to each, shares
+/// one with a child, and makes a pipe after closing two.
+const OPENS_UP_TO_THE_LIMIT_PY: &str = r#"
+import errno, os, resource
+open('given', 'w').write('0123456789' * 10)
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+given = os.open('given', os.O_RDONLY)
+print('read first', os.read(given, 7))
+fds = []
+try:
+    for i in range(500):
+        fds.append(os.open('f%d' % i, os.O_RDWR | os.O_CREAT, 0o644))
+except OSError as e:
+    print('opened', len(fds), errno.errorcode[e.errno])
+print('read on', os.read(given, 5), os.lseek(given, 0, os.SEEK_CUR))
+for i, fd in enumerate(fds):
+    os.write(fd, b'%d;' % i)
+pid = os.fork()
+if pid == 0:
+    os.write(fds[0], b'child;')
+    os._exit(0)
+os.waitpid(pid, 0)
+os.write(fds[0], b'parent;')
+print('offsets', [os.lseek(fd, 0, os.SEEK_CUR) for fd in fds[:3]], sum(os.lseek(fd, 0, os.SEEK_CUR) for fd in fds))
+os.close(fds.pop())
+os.close(fds.pop())
+r, w = os.pipe()
+print('pipe made')
+print('read back', all(os.pread(fd, 100, 0).startswith(b'%d;' % i) for i, fd in enumerate(fds)))
+"#;
+
+/// A program holding a POSIX record lock opens files until refused: the
+/// lock is still its own after (another process is refused it).
+const OPENS_UP_TO_THE_LIMIT_LOCKED_PY: &str = r#"
+import errno, fcntl, os, resource, subprocess, sys
+lk = os.open('locked', os.O_RDWR | os.O_CREAT, 0o644)
+fcntl.lockf(lk, fcntl.LOCK_EX)
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+fds = []
+try:
+    for i in range(500):
+        fds.append(os.open('f%d' % i, os.O_RDONLY | os.O_CREAT, 0o644))
+except OSError as e:
+    print('opened more than 10:', len(fds) > 10, errno.errorcode[e.errno])
+for fd in fds[:10]:
+    os.close(fd)
+other = 'import fcntl, os\ntry:\n    fcntl.lockf(os.open(\'locked\', os.O_RDWR), fcntl.LOCK_EX | fcntl.LOCK_NB); print(\'taken\')\nexcept OSError: print(\'refused\')\n'
+print('another process:', subprocess.run([sys.executable, '-c', other], capture_output=True, text=True).stdout.strip())
+"#;
+
+/// A program can hold as many files under the served directory as its
+/// descriptor limit allows natively. Each served open file takes two
+/// descriptors of the library's besides the program's (its own copy and
+/// the hold), so under `ulimit -n 64` Python's opens failed with `EMFILE`
+/// after 22 files where natively 60 opened (342 where natively 1019 under
+/// the usual limit of 1024), and a child's first write to one of them
+/// failed with `EMFILE` too. A program that holds POSIX record locks
+/// keeps them (served files are not let go then).
+#[test]
+fn ferry_run_a_program_opens_as_many_files_as_its_limit_allows_like_native() {
+    if !have_python() {
+        return;
+    }
+    let script = format!("python3 -c \"{}\"", OPENS_UP_TO_THE_LIMIT_PY.replace('"', "\\\""));
+    let (native, served) = native_and_served("openlimit", &script, "ls | wc -l; cat f0; echo; cat f1");
+    assert!(native.contains("opened 60 EMFILE") && native.contains("pipe made\nread back True\n"), "{native}");
+    assert_eq!(served, native);
+    let script = format!("python3 -c \"{}\"", OPENS_UP_TO_THE_LIMIT_LOCKED_PY.replace('"', "\\\""));
+    let (native, served) = native_and_served("openlimitlocked", &script, "true");
+    assert!(native.contains("opened more than 10: True EMFILE") && native.contains("another process: refused"), "{native}");
+    assert_eq!(served, native);
+}

@@ -355,6 +355,78 @@ fn above_the_program() -> bool {
 /// page, and the library's own copies of the file and the hold.
 const OPEN_NEEDS: usize = 6;
 
+/// Whether the program has set a POSIX record lock (`fcntl` `F_SETLK`,
+/// `F_SETLKW`, `lockf`) on any descriptor: the process's record locks on
+/// a file go when it closes any descriptor of that file, so from then on
+/// no open file is let go to the kernel by [`let_a_served_file_go`]
+/// (closing the library's copy of it could drop such a lock).
+static RECORD_LOCKS_SET: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Notes that the program set (or cleared) a POSIX record lock.
+fn record_locks_set() {
+    RECORD_LOCKS_SET.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Frees the library's two descriptors of one served open file (its own
+/// copy and the hold) for a program out of descriptors: the open file's
+/// offset is handed to the kernel, as before `exec` (every process
+/// sharing the open file reads, writes and seeks at the kernel's offset
+/// from then on), and the program's descriptors of it become plain
+/// kernel descriptors, no longer served. Natively a program's files take
+/// one descriptor each; with two more for each served file, a program
+/// under a limit of 64 opened 22 files where natively 60. False when
+/// there is none to let go, or when the program has set record locks
+/// (see [`RECORD_LOCKS_SET`]), and in a child of a raw `clone` (its
+/// parent's table).
+///
+/// Called with the library entered on this thread (its own calls pass
+/// through).
+fn let_a_served_file_go() -> bool {
+    if RECORD_LOCKS_SET.load(std::sync::atomic::Ordering::Relaxed) || state::foreign() {
+        return false;
+    }
+    // The table changes, and the file is closed and told to the server,
+    // whole (see `state::enter`).
+    let _held = ferry::emulation::hold_signals();
+    let all = state::all();
+    let Some((_, file)) = all.first() else { return false };
+    file.hand_offset_to_kernel();
+    for (fd, f) in &all {
+        if Arc::ptr_eq(f, file) {
+            drop(state::take(*fd));
+        }
+    }
+    // The last reference, unless another thread is in a call on the file
+    // (it goes when that call ends): its window unmapped, its descriptors
+    // closed, the server told.
+    drop(all);
+    true
+}
+
+/// Runs `make`, a call of the C library's own that makes a descriptor,
+/// again after letting a served file go while it fails with `EMFILE`
+/// (the kernel refuses before it creates or truncates anything, so the
+/// call may be made again); `failed` tells a failure from its answer.
+fn freeing_descriptors<T>(failed: impl Fn(&T) -> bool, mut make: impl FnMut() -> T) -> T {
+    loop {
+        let made = make();
+        if !failed(&made) || std::io::Error::last_os_error().raw_os_error() != Some(libc::EMFILE) {
+            return made;
+        }
+        let Some(_b) = enter() else { return made };
+        if !let_a_served_file_go() {
+            drop(_b);
+            set_errno(libc::EMFILE);
+            return made;
+        }
+    }
+}
+
+/// [`freeing_descriptors`] for a call that answers a descriptor or -1.
+fn freeing_fds(make: impl FnMut() -> c_int) -> c_int {
+    freeing_descriptors(|fd: &c_int| *fd < 0, make)
+}
+
 /// Takes the lowest free descriptor for the program's open (a placeholder,
 /// replaced by the open file), and, for an open that creates or truncates,
 /// checks that the library's own descriptors for it are there too, so that
@@ -374,7 +446,15 @@ fn reserve_slot(e: &state::Emul, flags: c_int) -> Result<Option<c_int>, Errno> {
             Ok(fd)
         }
     };
-    let slot = dup()?;
+    let slot = loop {
+        match dup() {
+            Ok(fd) => break fd,
+            // The program's own number is not there while the library holds
+            // two of each served file's: one of those goes.
+            Err(libc::EMFILE) if let_a_served_file_go() => {}
+            Err(err) => return Err(err),
+        }
+    };
     if flags & (libc::O_CREAT | libc::O_TRUNC) != 0 {
         let mut spare = Vec::with_capacity(OPEN_NEEDS);
         let mut short = None;
@@ -447,63 +527,63 @@ pub unsafe extern "C" fn __longjmp_chk(env: *mut c_void, val: c_int) -> ! {
 #[no_mangle]
 pub unsafe extern "C" fn open(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
-    emul_open(libc::AT_FDCWD, path, flags, mode).unwrap_or_else(|| passed(unsafe { real::open()(path, flags, mode) }))
+    emul_open(libc::AT_FDCWD, path, flags, mode).unwrap_or_else(|| passed(freeing_fds(|| unsafe { real::open()(path, flags, mode) })))
 }
 /// `open64(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn open64(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
-    emul_open(libc::AT_FDCWD, path, flags, mode).unwrap_or_else(|| passed(unsafe { real::open64()(path, flags, mode) }))
+    emul_open(libc::AT_FDCWD, path, flags, mode).unwrap_or_else(|| passed(freeing_fds(|| unsafe { real::open64()(path, flags, mode) })))
 }
 /// The fortified `open`.
 #[no_mangle]
 pub unsafe extern "C" fn __open_2(path: *const c_char, flags: c_int) -> c_int {
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
-    emul_open(libc::AT_FDCWD, path, flags, 0).unwrap_or_else(|| passed(unsafe { real::__open_2()(path, flags) }))
+    emul_open(libc::AT_FDCWD, path, flags, 0).unwrap_or_else(|| passed(freeing_fds(|| unsafe { real::__open_2()(path, flags) })))
 }
 /// The fortified `open64`.
 #[no_mangle]
 pub unsafe extern "C" fn __open64_2(path: *const c_char, flags: c_int) -> c_int {
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
-    emul_open(libc::AT_FDCWD, path, flags, 0).unwrap_or_else(|| passed(unsafe { real::__open64_2()(path, flags) }))
+    emul_open(libc::AT_FDCWD, path, flags, 0).unwrap_or_else(|| passed(freeing_fds(|| unsafe { real::__open64_2()(path, flags) })))
 }
 /// `openat(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn openat(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
-    emul_open(dirfd, path, flags, mode).unwrap_or_else(|| passed(unsafe { real::openat()(dirfd, path, flags, mode) }))
+    emul_open(dirfd, path, flags, mode).unwrap_or_else(|| passed(freeing_fds(|| unsafe { real::openat()(dirfd, path, flags, mode) })))
 }
 /// `openat64(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn openat64(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
-    emul_open(dirfd, path, flags, mode).unwrap_or_else(|| passed(unsafe { real::openat64()(dirfd, path, flags, mode) }))
+    emul_open(dirfd, path, flags, mode).unwrap_or_else(|| passed(freeing_fds(|| unsafe { real::openat64()(dirfd, path, flags, mode) })))
 }
 /// The fortified `openat`.
 #[no_mangle]
 pub unsafe extern "C" fn __openat_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
-    emul_open(dirfd, path, flags, 0).unwrap_or_else(|| passed(unsafe { real::__openat_2()(dirfd, path, flags) }))
+    emul_open(dirfd, path, flags, 0).unwrap_or_else(|| passed(freeing_fds(|| unsafe { real::__openat_2()(dirfd, path, flags) })))
 }
 /// The fortified `openat64`.
 #[no_mangle]
 pub unsafe extern "C" fn __openat64_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
-    emul_open(dirfd, path, flags, 0).unwrap_or_else(|| passed(unsafe { real::__openat64_2()(dirfd, path, flags) }))
+    emul_open(dirfd, path, flags, 0).unwrap_or_else(|| passed(freeing_fds(|| unsafe { real::__openat64_2()(dirfd, path, flags) })))
 }
 /// `creat(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn creat(path: *const c_char, mode: mode_t) -> c_int {
     let flags = libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC;
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
-    emul_open(libc::AT_FDCWD, path, flags, mode).unwrap_or_else(|| passed(unsafe { real::creat()(path, mode) }))
+    emul_open(libc::AT_FDCWD, path, flags, mode).unwrap_or_else(|| passed(freeing_fds(|| unsafe { real::creat()(path, mode) })))
 }
 /// `creat64(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn creat64(path: *const c_char, mode: mode_t) -> c_int {
     let flags = libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC;
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
-    emul_open(libc::AT_FDCWD, path, flags, mode).unwrap_or_else(|| passed(unsafe { real::creat64()(path, mode) }))
+    emul_open(libc::AT_FDCWD, path, flags, mode).unwrap_or_else(|| passed(freeing_fds(|| unsafe { real::creat64()(path, mode) })))
 }
 
 // ---- stdio: FILE objects over emulated descriptors -------------------------
@@ -953,13 +1033,13 @@ pub unsafe extern "C" fn fseeko64(f: *mut FILE, off: off_t, whence: c_int) -> c_
 #[no_mangle]
 pub unsafe extern "C" fn fopen(path: *const c_char, mode: *const c_char) -> *mut FILE {
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
-    emul_fopen(path, mode).unwrap_or_else(|| unsafe { real::fopen()(path, mode) })
+    emul_fopen(path, mode).unwrap_or_else(|| freeing_descriptors(|f: &*mut FILE| f.is_null(), || unsafe { real::fopen()(path, mode) }))
 }
 /// `fopen64(3)`.
 #[no_mangle]
 pub unsafe extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *mut FILE {
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
-    emul_fopen(path, mode).unwrap_or_else(|| unsafe { real::fopen64()(path, mode) })
+    emul_fopen(path, mode).unwrap_or_else(|| freeing_descriptors(|f: &*mut FILE| f.is_null(), || unsafe { real::fopen64()(path, mode) }))
 }
 /// `fdopen(3)`.
 #[no_mangle]
@@ -1859,7 +1939,7 @@ pub unsafe extern "C" fn syscall(
             libc::SYS_ftruncate if emulated(a1) => long(ftruncate64(a1 as c_int, a2)),
             libc::SYS_fsync if emulated(a1) => long(fsync(a1 as c_int)),
             libc::SYS_fdatasync if emulated(a1) => long(fdatasync(a1 as c_int)),
-            libc::SYS_fcntl if emulated(a1) => long(fcntl(a1 as c_int, a2 as c_int, a3 as c_ulong)),
+            libc::SYS_fcntl if emulated(a1) || matches!(a2 as c_int, libc::F_SETLK | libc::F_SETLKW) => long(fcntl(a1 as c_int, a2 as c_int, a3 as c_ulong)),
             libc::SYS_flock if emulated(a1) => long(flock(a1 as c_int, a2 as c_int)),
             libc::SYS_ioctl if emulated(a1) => long(ioctl(a1 as c_int, a2 as c_ulong, a3 as *mut c_void)),
             libc::SYS_copy_file_range if emulated(a1) || emulated(a3) => {
@@ -1905,7 +1985,7 @@ fn duplicated(old: c_int, new: c_int) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
-    duplicated(fd, unsafe { real::dup()(fd) })
+    duplicated(fd, freeing_fds(|| unsafe { real::dup()(fd) }))
 }
 /// Whether `dup2`/`dup3` onto `new` would replace one of the library's
 /// own descriptors (the server's right, an open file's descriptor or
@@ -1962,8 +2042,16 @@ pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
 /// file's offset; duplicates, open-file-description locks and changes of
 /// the file's flags followed.
 fn fcntl_impl(fd: c_int, cmd: c_int, arg: c_ulong, real: unsafe extern "C" fn(c_int, c_int, c_ulong) -> c_int) -> c_int {
-    // SAFETY: passes the caller's arguments through unchanged.
-    let r = lock_from_the_offset(fd, cmd, arg, real).unwrap_or_else(|| unsafe { real(fd, cmd, arg) });
+    let r = if cmd == libc::F_DUPFD || cmd == libc::F_DUPFD_CLOEXEC {
+        // SAFETY: passes the caller's arguments through unchanged.
+        freeing_fds(|| unsafe { real(fd, cmd, arg) })
+    } else {
+        // SAFETY: passes the caller's arguments through unchanged.
+        lock_from_the_offset(fd, cmd, arg, real).unwrap_or_else(|| unsafe { real(fd, cmd, arg) })
+    };
+    if matches!(cmd, libc::F_SETLK | libc::F_SETLKW) && r >= 0 {
+        record_locks_set();
+    }
     if (cmd == libc::F_DUPFD || cmd == libc::F_DUPFD_CLOEXEC) && r >= 0 {
         return duplicated(fd, r);
     }
@@ -2076,13 +2164,21 @@ fn lockf_impl(fd: c_int, cmd: c_int, len: off_t) -> Option<c_int> {
 #[no_mangle]
 pub unsafe extern "C" fn lockf(fd: c_int, cmd: c_int, len: off_t) -> c_int {
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
-    lockf_impl(fd, cmd, len).unwrap_or_else(|| unsafe { real::lockf()(fd, cmd, len) })
+    let r = lockf_impl(fd, cmd, len).unwrap_or_else(|| unsafe { real::lockf()(fd, cmd, len) });
+    if cmd != F_TEST && r == 0 {
+        record_locks_set();
+    }
+    r
 }
 /// `lockf64(3)`.
 #[no_mangle]
 pub unsafe extern "C" fn lockf64(fd: c_int, cmd: c_int, len: off_t) -> c_int {
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
-    lockf_impl(fd, cmd, len).unwrap_or_else(|| unsafe { real::lockf64()(fd, cmd, len) })
+    let r = lockf_impl(fd, cmd, len).unwrap_or_else(|| unsafe { real::lockf64()(fd, cmd, len) });
+    if cmd != F_TEST && r == 0 {
+        record_locks_set();
+    }
+    r
 }
 
 /// `flock(2)`: the kernel's, on the program's descriptor; a lock taken on

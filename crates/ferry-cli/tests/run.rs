@@ -2705,3 +2705,48 @@ fn ferry_run_a_program_opens_as_many_files_as_its_limit_allows_like_native() {
     assert!(native.contains("opened more than 10: True EMFILE") && native.contains("another process: refused"), "{native}");
     assert_eq!(served, native);
 }
+
+/// Opens files under a lowered descriptor limit until few numbers are
+/// left, then lists a directory, makes pipes and sockets, and accepts a
+/// connection.
+const DESCRIPTORS_BESIDES_FILES_PY: &str = r#"
+import errno, os, resource, socket
+resource.setrlimit(resource.RLIMIT_NOFILE, (48, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+fds = [os.open('f%d' % i, os.O_RDWR | os.O_CREAT, 0o644) for i in range(36)]
+for i, fd in enumerate(fds):
+    os.write(fd, b'%d;' % i)
+def tr(what, f):
+    try:
+        print(what, f())
+    except OSError as e:
+        print(what, errno.errorcode[e.errno])
+tr('listdir', lambda: len(os.listdir('.')))
+tr('pipe', lambda: len(os.pipe()))
+tr('pipe2', lambda: len(os.pipe2(os.O_CLOEXEC)))
+tr('socketpair', lambda: len(socket.socketpair()))
+listener = socket.socket(socket.AF_UNIX)
+listener.bind('sock')
+listener.listen()
+client = socket.socket(socket.AF_UNIX)
+client.connect('sock')
+tr('accept', lambda: listener.accept()[0].fileno() > 0)
+print('offsets', sum(os.lseek(fd, 0, os.SEEK_CUR) for fd in fds))
+"#;
+
+/// A program near its descriptor limit with files open under the served
+/// directory lists directories and makes pipes and sockets as natively:
+/// those calls are the C library's, and with the library's two
+/// descriptors of each served file taking the numbers they failed with
+/// `EMFILE` (Python under a limit of 48 holding 36 files: `listdir`,
+/// every `pipe` and `socketpair`, and its `import` of a module, which
+/// lists a directory, failed where natively they succeed).
+#[test]
+fn ferry_run_a_program_near_its_limit_makes_pipes_sockets_and_listings_like_native() {
+    if !have_python() {
+        return;
+    }
+    let script = format!("python3 -c \"{}\"", DESCRIPTORS_BESIDES_FILES_PY.replace('"', "\\\""));
+    let (native, served) = native_and_served("nearlimit", &script, "ls | wc -l");
+    assert!(native.contains("listdir 36\npipe 2\npipe2 2\nsocketpair 2\n") && native.contains("accept True"), "{native}");
+    assert_eq!(served, native);
+}

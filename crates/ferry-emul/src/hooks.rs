@@ -1987,6 +1987,51 @@ pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     duplicated(fd, freeing_fds(|| unsafe { real::dup()(fd) }))
 }
+/// `opendir(3)`: the C library's (the kernel opens the directory), made
+/// again after letting a served file go if the program is out of
+/// descriptors (see [`let_a_served_file_go`]).
+#[no_mangle]
+pub unsafe extern "C" fn opendir(name: *const c_char) -> *mut libc::DIR {
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
+    freeing_descriptors(|d: &*mut libc::DIR| d.is_null(), || unsafe { real::opendir()(name) })
+}
+/// `pipe(2)`, as [`opendir`].
+#[no_mangle]
+pub unsafe extern "C" fn pipe(fds: *mut c_int) -> c_int {
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
+    freeing_fds(|| unsafe { real::pipe()(fds) })
+}
+/// `pipe2(2)`, as [`opendir`].
+#[no_mangle]
+pub unsafe extern "C" fn pipe2(fds: *mut c_int, flags: c_int) -> c_int {
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
+    freeing_fds(|| unsafe { real::pipe2()(fds, flags) })
+}
+/// `socket(2)`, as [`opendir`].
+#[no_mangle]
+pub unsafe extern "C" fn socket(domain: c_int, kind: c_int, protocol: c_int) -> c_int {
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
+    freeing_fds(|| unsafe { real::socket()(domain, kind, protocol) })
+}
+/// `socketpair(2)`, as [`opendir`].
+#[no_mangle]
+pub unsafe extern "C" fn socketpair(domain: c_int, kind: c_int, protocol: c_int, fds: *mut c_int) -> c_int {
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
+    freeing_fds(|| unsafe { real::socketpair()(domain, kind, protocol, fds) })
+}
+/// `accept(2)`, as [`opendir`] (the connection waits meanwhile).
+#[no_mangle]
+pub unsafe extern "C" fn accept(sock: c_int, addr: *mut libc::sockaddr, len: *mut libc::socklen_t) -> c_int {
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
+    freeing_fds(|| unsafe { real::accept()(sock, addr, len) })
+}
+/// `accept4(2)`, as [`accept`].
+#[no_mangle]
+pub unsafe extern "C" fn accept4(sock: c_int, addr: *mut libc::sockaddr, len: *mut libc::socklen_t, flags: c_int) -> c_int {
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
+    freeing_fds(|| unsafe { real::accept4()(sock, addr, len, flags) })
+}
+
 /// Whether `dup2`/`dup3` onto `new` would replace one of the library's
 /// own descriptors (the server's right, an open file's descriptor or
 /// hold, a reply port), which it keeps at

@@ -162,6 +162,13 @@ real_fns! {
     execvpe: fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
     fexecve: fn(c_int, *const *const c_char, *const *const c_char) -> c_int;
     execveat: fn(c_int, *const c_char, *const *const c_char, *const *const c_char, c_int) -> c_int;
+    opendir: fn(*const c_char) -> *mut libc::DIR;
+    pipe: fn(*mut c_int) -> c_int;
+    pipe2: fn(*mut c_int, c_int) -> c_int;
+    socket: fn(c_int, c_int, c_int) -> c_int;
+    socketpair: fn(c_int, c_int, c_int, *mut c_int) -> c_int;
+    accept: fn(c_int, *mut libc::sockaddr, *mut libc::socklen_t) -> c_int;
+    accept4: fn(c_int, *mut libc::sockaddr, *mut libc::socklen_t, c_int) -> c_int;
     fork: fn() -> libc::pid_t;
     execl: fn() -> c_int;
     execle: fn() -> c_int;

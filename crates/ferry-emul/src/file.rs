@@ -161,6 +161,13 @@ pub struct File {
     /// (`flock`, `F_OFD_SETLK`), which lasts while any descriptor of it
     /// does, the server's among them.
     locked: AtomicBool,
+    /// Whether this open file was written or cut since its last read by
+    /// the kernel: the next read is then the kernel's (`pread`), which
+    /// updates the access time as the file system's rules say (with
+    /// `relatime`, once the file was modified after its last access). A
+    /// copy from a window updates nothing, so a file written and read
+    /// back kept the access time of its mapping.
+    modified: AtomicBool,
     window: WindowLock,
     wsize: usize,
 }
@@ -223,6 +230,7 @@ impl File {
             append: AtomicBool::new(flags & libc::O_APPEND != 0),
             direct: AtomicBool::new(flags & libc::O_DIRECT != 0),
             locked: AtomicBool::new(false),
+            modified: AtomicBool::new(false),
             window: WindowLock::new(),
             wsize,
         }
@@ -367,6 +375,12 @@ impl File {
         let want = (buf.len() as u64).min(size - pos) as usize;
         let mut w = self.window.lock();
         let direct = self.direct.load(Ordering::Relaxed);
+        // One load on the way of every read; the swap only after a write.
+        let modified = self.modified.load(Ordering::Relaxed) && self.modified.swap(false, Ordering::Relaxed);
+        if modified && !direct {
+            w.read_before = true;
+            return self.pread_below(&mut buf[..want], pos, 0);
+        }
         if direct || (!w.read_before && size <= SMALL_FILE) {
             // The first read of a small file (most are read once, whole):
             // one `pread`, where a window costs a mapping, a fault and an
@@ -467,6 +481,9 @@ impl File {
                 }
                 Err(e) => return Err(errno(e)),
             }
+        }
+        if done > 0 {
+            self.modified.store(true, Ordering::Relaxed);
         }
         let end = pos + done as u64;
         // A write of nothing does not grow the file, wherever it is (the
@@ -592,6 +609,7 @@ impl File {
         let _t = self.token()?;
         if self.appending() {
             let n = rustix::io::write(&self.fd, buf).map_err(errno)?;
+            self.modified.store(true, Ordering::Relaxed);
             let end = rustix::fs::seek(&self.fd, SeekFrom::Current(0)).map_err(errno)?;
             self.page.set_offset(end);
             if end > self.page.size() {
@@ -615,6 +633,7 @@ impl File {
             // Linux appends a pwrite on an O_APPEND file: so does this.
             let _t = self.token()?;
             let n = rustix::io::pwrite(&self.fd, buf, pos as u64).map_err(errno)?;
+            self.modified.store(true, Ordering::Relaxed);
             let size = rustix::fs::fstat(&self.fd).map_err(errno)?.st_size as u64;
             self.page.set_size(size);
             return Ok(n);
@@ -671,6 +690,7 @@ impl File {
             None => self.offset_now()?,
         };
         let n = rustix::io::pwritev2(&self.fd, bufs, at, rwf).map_err(errno)?;
+        self.modified.store(true, Ordering::Relaxed);
         if n == 0 {
             // Nothing written: no offset or size moved (and the kernel's
             // offset may be stale, the token page holding the offset).
@@ -767,7 +787,9 @@ impl File {
         // Not under the token: the server calls back the token of every
         // open file of this file (this one too) and sets their sizes.
         let e = state::emul().ok_or(libc::EIO)?;
-        e.client.truncate(self.id, len as u64)
+        e.client.truncate(self.id, len as u64)?;
+        self.modified.store(true, Ordering::Relaxed);
+        Ok(())
     }
 
     /// `fsync(2)`, by the server.

@@ -13,6 +13,7 @@
 
 use std::ffi::CStr;
 use std::os::fd::{AsFd, AsRawFd, IntoRawFd};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Arc;
 
 use ferry::emulation::{Opened, StatInfo};
@@ -355,16 +356,56 @@ fn above_the_program() -> bool {
 /// page, and the library's own copies of the file and the hold.
 const OPEN_NEEDS: usize = 6;
 
-/// Whether the program has set a POSIX record lock (`fcntl` `F_SETLK`,
-/// `F_SETLKW`, `lockf`) on any descriptor: the process's record locks on
-/// a file go when it closes any descriptor of that file, so from then on
-/// no open file is let go to the kernel by [`let_a_served_file_go`]
-/// (closing the library's copy of it could drop such a lock).
-static RECORD_LOCKS_SET: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// The descriptors through which the program set POSIX record locks
+/// (`fcntl` `F_SETLK`, `F_SETLKW`, `lockf`), -1 in a free slot: the
+/// process's record locks on a file go when it closes any descriptor of
+/// that file, so [`let_a_served_file_go`] lets no open file of theirs go
+/// (closing the library's copy of it would drop the locks). A fixed
+/// table, which a signal handler's `fcntl` may fill without allocating.
+static LOCKED_THROUGH: [AtomicI32; 64] = [const { AtomicI32::new(-1) }; 64];
 
-/// Notes that the program set (or cleared) a POSIX record lock.
-fn record_locks_set() {
-    RECORD_LOCKS_SET.store(true, std::sync::atomic::Ordering::Relaxed);
+/// Set when [`LOCKED_THROUGH`] had no slot left: no open file is let go
+/// from then on.
+static LOCKED_THROUGH_FULL: AtomicBool = AtomicBool::new(false);
+
+/// Notes that the program set (or cleared) a POSIX record lock through
+/// descriptor `fd`.
+fn record_locks_set(fd: c_int) {
+    for slot in &LOCKED_THROUGH {
+        match slot.load(Ordering::Relaxed) {
+            v if v == fd => return,
+            -1 if slot.compare_exchange(-1, fd, Ordering::Relaxed, Ordering::Relaxed).is_ok() => return,
+            _ => {}
+        }
+    }
+    LOCKED_THROUGH_FULL.store(true, Ordering::Relaxed);
+}
+
+/// The files (device and inode) the program may hold POSIX record locks
+/// on: those of the descriptors in [`LOCKED_THROUGH`]. A slot whose
+/// descriptor is closed is freed (the close dropped the locks set through
+/// it); one whose number was taken again stands for its new file, which
+/// only keeps that file served. `None` when the table was ever full.
+fn files_maybe_locked() -> Option<Vec<(u64, u64)>> {
+    if LOCKED_THROUGH_FULL.load(Ordering::Relaxed) {
+        return None;
+    }
+    let mut files = Vec::new();
+    for slot in &LOCKED_THROUGH {
+        let fd = slot.load(Ordering::Relaxed);
+        if fd < 0 {
+            continue;
+        }
+        // SAFETY: a descriptor number only, borrowed for one fstat.
+        match rustix::fs::fstat(unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) }) {
+            Ok(st) => files.push((st.st_dev, st.st_ino)),
+            Err(rustix::io::Errno::BADF) => {
+                let _ = slot.compare_exchange(fd, -1, Ordering::Relaxed, Ordering::Relaxed);
+            }
+            Err(_) => return None,
+        }
+    }
+    Some(files)
 }
 
 /// Frees the library's two descriptors of one served open file (its own
@@ -375,21 +416,23 @@ fn record_locks_set() {
 /// kernel descriptors, no longer served. Natively a program's files take
 /// one descriptor each; with two more for each served file, a program
 /// under a limit of 64 opened 22 files where natively 60. False when
-/// there is none to let go, or when the program has set record locks
-/// (see [`RECORD_LOCKS_SET`]), and in a child of a raw `clone` (its
+/// there is none to let go but files the program may hold record locks
+/// on (see [`LOCKED_THROUGH`]), and in a child of a raw `clone` (its
 /// parent's table).
 ///
 /// Called with the library entered on this thread (its own calls pass
 /// through).
 fn let_a_served_file_go() -> bool {
-    if RECORD_LOCKS_SET.load(std::sync::atomic::Ordering::Relaxed) || state::foreign() {
+    if state::foreign() {
         return false;
     }
     // The table changes, and the file is closed and told to the server,
     // whole (see `state::enter`).
     let _held = ferry::emulation::hold_signals();
+    let Some(locked) = files_maybe_locked() else { return false };
     let all = state::all();
-    let Some((_, file)) = all.first() else { return false };
+    let unlocked = |f: &Arc<File>| rustix::fs::fstat(f.fd()).is_ok_and(|st| !locked.contains(&(st.st_dev, st.st_ino)));
+    let Some((_, file)) = all.iter().find(|(_, f)| unlocked(f)) else { return false };
     file.hand_offset_to_kernel();
     for (fd, f) in &all {
         if Arc::ptr_eq(f, file) {
@@ -2095,7 +2138,7 @@ fn fcntl_impl(fd: c_int, cmd: c_int, arg: c_ulong, real: unsafe extern "C" fn(c_
         lock_from_the_offset(fd, cmd, arg, real).unwrap_or_else(|| unsafe { real(fd, cmd, arg) })
     };
     if matches!(cmd, libc::F_SETLK | libc::F_SETLKW) && r >= 0 {
-        record_locks_set();
+        record_locks_set(fd);
     }
     if (cmd == libc::F_DUPFD || cmd == libc::F_DUPFD_CLOEXEC) && r >= 0 {
         return duplicated(fd, r);
@@ -2211,7 +2254,7 @@ pub unsafe extern "C" fn lockf(fd: c_int, cmd: c_int, len: off_t) -> c_int {
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     let r = lockf_impl(fd, cmd, len).unwrap_or_else(|| unsafe { real::lockf()(fd, cmd, len) });
     if cmd != F_TEST && r == 0 {
-        record_locks_set();
+        record_locks_set(fd);
     }
     r
 }
@@ -2221,7 +2264,7 @@ pub unsafe extern "C" fn lockf64(fd: c_int, cmd: c_int, len: off_t) -> c_int {
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     let r = lockf_impl(fd, cmd, len).unwrap_or_else(|| unsafe { real::lockf64()(fd, cmd, len) });
     if cmd != F_TEST && r == 0 {
-        record_locks_set();
+        record_locks_set(fd);
     }
     r
 }

@@ -151,7 +151,12 @@ pub unsafe extern "C" fn system(command: *const c_char) -> c_int {
         crate::hooks::before_exec(false);
     }
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
-    unsafe { real::system()(command) }
+    let r = unsafe { real::system()(command) };
+    if !command.is_null() && r != -1 {
+        // The C library waited for the shell itself.
+        crate::hooks::child_reaped();
+    }
+    r
 }
 
 /// `popen(3)`: the inherited descriptors' offsets go to the kernel first.

@@ -177,6 +177,12 @@ real_fns! {
     vdprintf: fn(c_int, *const c_char, *mut c_void) -> c_int;
     system: fn(*const c_char) -> c_int;
     popen: fn(*const c_char, *const c_char) -> *mut FILE;
+    waitpid: fn(libc::pid_t, *mut c_int, c_int) -> libc::pid_t;
+    wait: fn(*mut c_int) -> libc::pid_t;
+    wait3: fn(*mut c_int, c_int, *mut libc::rusage) -> libc::pid_t;
+    wait4: fn(libc::pid_t, *mut c_int, c_int, *mut libc::rusage) -> libc::pid_t;
+    waitid: fn(libc::idtype_t, libc::id_t, *mut libc::siginfo_t, c_int) -> c_int;
+    pclose: fn(*mut FILE) -> c_int;
     posix_spawn: fn(*mut libc::pid_t, *const c_char, *const c_void, *const c_void, *const *mut c_char, *const *mut c_char) -> c_int;
     posix_spawnp: fn(*mut libc::pid_t, *const c_char, *const c_void, *const c_void, *const *mut c_char, *const *mut c_char) -> c_int;
 }
@@ -194,3 +200,18 @@ extern "C" fn find_jumps() {
 #[used]
 #[link_section = ".init_array"]
 static FIND_JUMPS: extern "C" fn() = find_jumps;
+
+/// Finds the `wait` calls when the library is loaded: programs reap their
+/// children in `SIGCHLD` handlers, where looking a function up is not
+/// safe (see [`find_jumps`]).
+extern "C" fn find_waits() {
+    waitpid();
+    wait();
+    wait3();
+    wait4();
+    waitid();
+}
+
+#[used]
+#[link_section = ".init_array"]
+static FIND_WAITS: extern "C" fn() = find_waits;

@@ -670,6 +670,51 @@ fn one_users_file_server_right_is_its_own() {
     });
 }
 
+/// One user's ports of `ferryd`'s file server get a turn together, not
+/// one each: uid nobody looks `files` up 256 times (its budget of ports)
+/// and keeps every port's queue full of requests the server refuses, and
+/// root's open, on a port of its own, waits for few of them. Each port had
+/// a turn of 64 requests, so root's waited behind 64 requests of each of
+/// nobody's ports. The requests counted are those the daemon received
+/// while root's open waited for its answer.
+#[test]
+fn a_user_flooding_many_file_server_ports_holds_up_roots_open_by_few_requests() {
+    let test = "a_user_flooding_many_file_server_ports_holds_up_roots_open_by_few_requests";
+    if !can_play_other_user(test) {
+        return;
+    }
+    watchdog(test, LIMIT, || {
+        use std::os::unix::fs::PermissionsExt;
+        let served = test_dir("floodports-root");
+        std::fs::write(served.join("README"), b"shared with everyone").unwrap();
+        std::fs::set_permissions(served.join("README"), std::fs::Permissions::from_mode(0o644)).unwrap();
+        let d = Daemon::start("floodports", &["--system", "--files", served.to_str().unwrap()], None);
+        let files = ferry::fileserver::FileClient::new(names(&d.path).lookup("files").unwrap()).with_timeout(Timeout::After(Duration::from_secs(60)));
+        assert_eq!(files.open("README").unwrap().as_slice(), b"shared with everyone");
+        let daemon = ferry::counters::find(d.child.id() as i32).expect("the daemon's counters");
+        let received = || ferry::counters::read(&daemon).unwrap().messages_received;
+        let mut flood = Peer::new(spawn_peer_as(NOBODY, &d.path, "files-flood-ports", &["256"]));
+        let said = flood.until_ready();
+        let mut waits = Vec::new();
+        for _ in 0..3 {
+            let before = received();
+            let got = files.open("README");
+            waits.push(received() - before);
+            assert_eq!(got.unwrap().as_slice(), b"shared with everyone", "{}", d.log());
+        }
+        drop(flood);
+        println!("the other user {said:?}; requests the daemon received while each of root's opens waited: {waits:?}");
+        let ports = ferry::pager::Budgets::default().ports_per_user as u64;
+        assert!(said.first().is_some_and(|l| l.starts_with(&format!("filled {ports} ports"))), "{said:?}");
+        // A turn of 64 requests of each of its ports is 16 384; the count
+        // also takes in what the daemon served while this test's own
+        // thread waited for a processor, before its request and after its
+        // answer (a few hundred on a loaded machine).
+        let most = waits.iter().copied().max().unwrap_or(0);
+        assert!(most <= ports * 64 / 4, "root's open waited for {most} requests of another user's");
+    });
+}
+
 /// Shared memory in use on the machine (`Shmem` of `/proc/meminfo`), in
 /// bytes: memfds count there whoever holds them, in flight included.
 fn shmem() -> u64 {

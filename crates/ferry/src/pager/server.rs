@@ -332,6 +332,9 @@ pub struct ObjectServer {
     /// Whether answers go as their requests' senders
     /// ([`ObjectServer::answer_as_asker`]).
     as_asker: bool,
+    /// How many ports of each user are ready in this turn of the loop
+    /// (kept between turns, so as to allocate once).
+    ready_ports: Vec<(u32, usize)>,
 }
 
 impl std::fmt::Debug for ObjectServer {
@@ -346,8 +349,9 @@ const KIND_LIFELINE: u64 = 1;
 const KIND_HOLD: u64 = 2;
 const KIND_PORT: u64 = 3;
 
-/// Messages read off one client's port per turn of the loop, so that a
-/// client that keeps its port full does not keep the others waiting.
+/// Messages read off one user's ports per turn of the loop (shared by
+/// those ready together), so that a client that keeps its ports full does
+/// not keep the others waiting.
 const PORT_TURN: usize = 64;
 
 /// Faults of one mapping served per turn of the loop, so that a client
@@ -421,6 +425,7 @@ impl ObjectServer {
             stats: ServerStats::default(),
             scratch: Vec::new(),
             as_asker: false,
+            ready_ports: Vec::new(),
         })
     }
 
@@ -594,10 +599,10 @@ impl ObjectServer {
     }
 
 
-    /// Serves what a client sent on its own port, a turn's worth; closes
-    /// the port once the client's rights to it are all gone.
-    fn drain_client_port(&mut self, slot: usize, ext: Extension<'_>) {
-        for _ in 0..PORT_TURN {
+    /// Serves what a client sent on its own port, `turn` messages at
+    /// most; closes the port once the client's rights to it are all gone.
+    fn drain_client_port(&mut self, slot: usize, ext: Extension<'_>, turn: usize) {
+        for _ in 0..turn {
             let Some(cp) = self.ports.get_mut(slot).and_then(Option::as_mut) else { return };
             match cp.port.recv(Timeout::Zero) {
                 Ok(m) => {
@@ -762,6 +767,24 @@ impl ObjectServer {
     pub fn serve_with(&mut self, timeout: Timeout, ext: Extension<'_>) -> Result<usize, PagerError> {
         let deadline = timeout.deadline();
         let events = self.epoll.wait(64, deadline).map_err(|e| PagerError::Io(errno(e)))?;
+        // A user's ports ready in this turn share one turn's worth
+        // ([`PORT_TURN`]) between them: given one each, a user holding
+        // many ports kept full (one per lookup, up to its budget) had the
+        // server serve that many turns of its before another user's port
+        // came round, 64 requests of each of 256 ports.
+        self.ready_ports.clear();
+        for &(k, _) in &events {
+            let Some(uid) = (k % 4 == KIND_PORT)
+                .then(|| self.ports.get((k / 4 - 1) as usize).and_then(Option::as_ref).map(|cp| cp.uid))
+                .flatten()
+            else {
+                continue;
+            };
+            match self.ready_ports.iter_mut().find(|(u, _)| *u == uid) {
+                Some((_, n)) => *n += 1,
+                None => self.ready_ports.push((uid, 1)),
+            }
+        }
         for &(k, ready) in &events {
             if k == KEY_PORT {
                 self.drain_port(ext);
@@ -772,7 +795,11 @@ impl ObjectServer {
                 KIND_UFFD => self.drain_faults(slot),
                 KIND_LIFELINE if ready.hangup || ready.readable => self.detach(slot),
                 KIND_HOLD if ready.hangup || ready.readable => self.release_hold(slot),
-                KIND_PORT => self.drain_client_port(slot, ext),
+                KIND_PORT => {
+                    let uid = self.ports.get(slot).and_then(Option::as_ref).map(|cp| cp.uid);
+                    let sharing = self.ready_ports.iter().find(|(u, _)| Some(*u) == uid).map_or(1, |&(_, n)| n);
+                    self.drain_client_port(slot, ext, (PORT_TURN / sharing).max(1));
+                }
                 _ => {}
             }
         }

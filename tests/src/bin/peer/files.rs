@@ -62,6 +62,11 @@
 //!   stops at the first; D: write-backs refused as denied, as in `pub`,
 //!   which it may not write; M: the others, as for `mine/w`, which does
 //!   not exist).
+//! - `files-flood-ports N`: looks `files` up N times (a port of its own
+//!   each, until refused), fills every port's queue with requests the
+//!   server refuses unanswered (an open of an object that does not
+//!   exist, no reply wanted); prints `filled P ports with M requests` and
+//!   `ready`, and goes on filling them again until killed.
 //! - `files-refault NAME THREADS`: opens NAME, maps its snapshot through
 //!   the pager, and has THREADS threads each read a page of its own of
 //!   it and drop the page again (`MADV_DONTNEED`), over and over, so
@@ -117,6 +122,7 @@ pub fn run(role: &str, args: &[String]) -> Outcome {
         "files-pin" => Some(pin(args)),
         "files-refault" => Some(refault(args)),
         "files-flood" => Some(flood_requests(args)),
+        "files-flood-ports" => Some(flood_ports(args)),
         "files-giveaway" => Some(giveaway(args)),
         _ => None,
     }
@@ -474,6 +480,49 @@ fn flood_requests(args: &[String]) -> Res {
     std::io::stdout().flush()?;
     loop {
         std::thread::sleep(Duration::from_secs(3600));
+    }
+}
+
+fn flood_ports(args: &[String]) -> Res {
+    let [n] = args else { return Err("usage: files-flood-ports N".into()) };
+    let n: usize = n.parse()?;
+    let mut bs = Bootstrap::connect()?;
+    let mut ports = Vec::new();
+    let mut busy = 0;
+    while ports.len() < n {
+        match bs.lookup("files") {
+            Ok(r) => ports.push(r),
+            Err(ferry::bootstrap::NameError::Refused(w)) if w.contains("busy") && busy < 2000 => {
+                busy += 1;
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(_) => break,
+        }
+    }
+    // The object protocol's open, of an object that does not exist.
+    const OPEN: u32 = 0x7061_0001;
+    // Sends on every port until its queue is full; how many went.
+    let fill = |ports: &[ferry::SendRight]| {
+        let mut sent = 0usize;
+        for p in ports {
+            for _ in 0..100_000 {
+                let m = Message::new(OPEN).with_body(u64::MAX.to_le_bytes().to_vec());
+                if p.send(m, Timeout::Zero).is_err() {
+                    break;
+                }
+                sent += 1;
+            }
+        }
+        sent
+    };
+    let sent = fill(&ports);
+    println!("filled {} ports with {sent} requests", ports.len());
+    println!("ready");
+    std::io::stdout().flush()?;
+    loop {
+        if fill(&ports) == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 }
 

@@ -1843,7 +1843,7 @@ fn status_answers_sent_on_through_a_users_proxies_are_charged_to_that_user() {
         eprintln!("skipped status_answers_sent_on_through_a_users_proxies_are_charged_to_that_user: starting a process as another user needs root");
         return;
     }
-    let StreamHosts { dir, boot, a, c: _c, mut gen, mut theirs, mut names, kept: _kept } = stream_hosts("status-answers-passed-on");
+    let StreamHosts { dir, boot, a, c: _c, mut gen, mut theirs, mut names, kept: _kept, .. } = stream_hosts("status-answers-passed-on");
     let (status_rx, status_tx) = ferry::port().unwrap();
     names.register_system(ferry_net::status::NAME, &status_tx).unwrap();
     let served = a.clone();
@@ -1882,13 +1882,24 @@ struct StreamHosts {
     names: ferry::Bootstrap,
     /// Kept for the test's length: root's right to `gen@c`.
     kept: ferry::SendRight,
+    /// The name server's process, when it is not this one.
+    daemon: Option<Killed>,
 }
 
 /// Starts the hosts of [`StreamHosts`], in a fresh directory named by `tag`.
 fn stream_hosts(tag: &str) -> StreamHosts {
+    stream_hosts_named(tag, |boot| {
+        ferry::NameServer::bind_with_mode(boot, 0o666).unwrap().spawn().unwrap();
+        None
+    })
+}
+
+/// As [`stream_hosts`], with the system name server `serve` starts at
+/// the path it is given (and returns, if it is another process).
+fn stream_hosts_named(tag: &str, serve: impl FnOnce(&Path) -> Option<Killed>) -> StreamHosts {
     let dir = fresh_dir(tag);
     let boot = dir.join("bootstrap");
-    ferry::NameServer::bind_with_mode(&boot, 0o666).unwrap().spawn().unwrap();
+    let daemon = serve(&boot);
     let (ia, ic) = (Identity::generate("a").unwrap(), Identity::generate("c").unwrap());
     let streams = |mut config: NodeConfig| {
         config.max_streams_per_peer = 16;
@@ -1904,7 +1915,7 @@ fn stream_hosts(tag: &str) -> StreamHosts {
     let to_gen = a.lookup("gen@c").unwrap();
     let mut names = ferry::Bootstrap::connect_to(&boot).unwrap();
     names.register_system_service("gen@c", &to_gen).unwrap();
-    StreamHosts { dir, boot, a, c, gen, theirs, names, kept: to_gen }
+    StreamHosts { dir, boot, a, c, gen, theirs, names, kept: to_gen, daemon }
 }
 
 /// Host c's part: takes the right in the other user's op 51 at `gen` and
@@ -1993,7 +2004,7 @@ fn a_remote_regions_answers_sent_on_through_a_users_proxies_are_charged_to_that_
         eprintln!("skipped a_remote_regions_answers_sent_on_through_a_users_proxies_are_charged_to_that_user: starting a process as another user needs root");
         return;
     }
-    let StreamHosts { dir, boot, a, c: _c, mut gen, mut theirs, names: _names, kept: _kept } = stream_hosts("region-answers-passed-on");
+    let StreamHosts { dir, boot, a, c: _c, mut gen, mut theirs, names: _names, kept: _kept, .. } = stream_hosts("region-answers-passed-on");
     let test = "a_remote_regions_answers_sent_on_through_a_users_proxies_are_charged_to_that_user";
     let mut other = nobody_command(&dir, &boot, test, REGION_ASKER, "gen@c").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
     let region = ferry::Region::new(ferry_net::frame::MAX_EAGER_REGION + 4096).unwrap().by_move().unwrap();
@@ -2008,4 +2019,103 @@ fn a_remote_regions_answers_sent_on_through_a_users_proxies_are_charged_to_that_
     let _ = std::fs::remove_dir_all(&dir);
     assert!(answered > 0, "no answer crossed through the other user's proxies");
     assert!(arrived, "root's message to the peer did not arrive, refused {refused:?}: the other user's requests to the region's server took root's share of the peer's streams");
+}
+
+/// The `ferryd` binary cargo built beside this test's directory (for the
+/// whole workspace), checked to be newer than its sources.
+fn ferryd_bin() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let bin = exe.parent().and_then(|deps| deps.parent()).expect("target dir").join("ferryd");
+    let built = std::fs::metadata(&bin).and_then(|m| m.modified());
+    let Ok(built) = built else { panic!("ferryd is not built at {}: run `cargo build -p ferryd`", bin.display()) };
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let newest_source = ["ferryd/src", "ferry/src", "ferry/src/pager", "ferry/src/sys"]
+        .iter()
+        .filter_map(|d| std::fs::read_dir(root.join(d)).ok())
+        .flatten()
+        .filter_map(|e| e.ok()?.metadata().ok()?.modified().ok())
+        .max();
+    assert!(newest_source.is_none_or(|s| s <= built), "ferryd at {} is older than its sources: run `cargo build -p ferryd`", bin.display());
+    bin
+}
+
+/// Set in the environment of this test binary run as another user's
+/// program: the name of a system import that hands out ports.
+const FILES_ASKER: &str = "FERRY_NETD_TEST_FILES_ASKER";
+
+/// The other user's part of
+/// [`the_file_servers_answers_sent_on_through_a_users_proxies_are_charged_to_that_user`]:
+/// sends a right to a port of its own through the import (op 51), takes
+/// the rights to the peer's ports that come back on it, and sends
+/// `ferryd`'s file server a request of an operation it does not know with
+/// each of them as the reply right; says so, and holds what it has until
+/// its standard input ends.
+fn ask_files_through_imports(import: &str) {
+    use std::io::Read;
+    let mut bs = ferry::Bootstrap::connect().unwrap();
+    let (to_import, files) = (bs.lookup(import).unwrap(), bs.lookup("files").unwrap());
+    let (mut mine, tx) = ferry::port().unwrap();
+    to_import.send(Message::new(51).with_item(ferry::Item::Send(tx)), WAIT).unwrap();
+    let mut m = mine.recv(WAIT).unwrap();
+    let rights: Vec<_> = m.take_items().into_iter().map(|i| if let ferry::Item::Send(s) = i { s } else { panic!("not a send right") }).collect();
+    for r in &rights {
+        files.send(Message::new(0x0bad).with_reply(ferry::Reply::Send(r.try_clone().unwrap())), WAIT).unwrap();
+    }
+    println!("asked the file server through {} ports as uid {}", rights.len(), rustix::process::getuid().as_raw());
+    std::io::stdin().read_to_end(&mut Vec::new()).unwrap();
+    drop((to_import, files, mine, rights));
+}
+
+/// `ferryd`'s file server, run by root, answers on whatever reply right a
+/// request names, and that may be the asker's proxy of a peer's port: the
+/// answer is the asker's (nobody's) message there. Sent as root, each
+/// answer through another of the peer's ports opened a stream charged to
+/// root, and with root's share of the peer's streams taken so, root's own
+/// first message to another port of that peer was refused.
+#[test]
+fn the_file_servers_answers_sent_on_through_a_users_proxies_are_charged_to_that_user() {
+    if let Ok(import) = std::env::var(FILES_ASKER) {
+        return ask_files_through_imports(&import);
+    }
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped the_file_servers_answers_sent_on_through_a_users_proxies_are_charged_to_that_user: starting a process as another user needs root");
+        return;
+    }
+    let served = fresh_dir("files-answers-passed-on-root");
+    let ferryd = |boot: &Path| {
+        let mut child = Killed(
+            Command::new(ferryd_bin())
+                .arg("--socket")
+                .arg(boot)
+                .args(["--system", "--files"])
+                .arg(&served)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while ferry::Bootstrap::connect_to(boot).is_err() {
+            assert!(child.0.try_wait().unwrap().is_none(), "ferryd exited");
+            assert!(Instant::now() < deadline, "ferryd never answered at {}", boot.display());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Some(child)
+    };
+    let StreamHosts { dir, boot, a, c: _c, mut gen, mut theirs, names: _names, kept: _kept, daemon: _daemon } =
+        stream_hosts_named("files-answers-passed-on", ferryd);
+    let test = "the_file_servers_answers_sent_on_through_a_users_proxies_are_charged_to_that_user";
+    let mut other = nobody_command(&dir, &boot, test, FILES_ASKER, "gen@c").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    let mut ports = hand_ports(&mut gen, None);
+    let said = said_line(&mut other, "asked the file server through");
+    assert!(said.contains(&format!("{STREAM_PORTS} ports as uid {NOBODY}")), "{said}");
+    let answered = answers_crossed(&mut ports, |_| true);
+    let (arrived, refused) = roots_message_arrives(&a, &mut theirs);
+    println!("{answered} of {STREAM_PORTS} answers of the file server crossed; root's message {}: {refused:?}", if arrived { "arrived" } else { "did not arrive" });
+    drop(other.stdin.take());
+    let _ = other.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&served);
+    assert!(answered > 0, "no answer crossed through the other user's proxies");
+    assert!(arrived, "root's message to the peer did not arrive, refused {refused:?}: the other user's requests to the file server took root's share of the peer's streams");
 }

@@ -251,13 +251,18 @@ impl FileServer {
     /// Serves the files beneath `root`, reading ahead `config.cluster` pages
     /// per fault. Returns the server and a first send right to it. Each user
     /// may hold [`Budgets::default`] snapshots and mappings at once (see
-    /// [`FileServer::set_budgets`]).
+    /// [`FileServer::set_budgets`]). Run by root, it answers each request
+    /// as the asker's message ([`ObjectServer::answer_as_asker`]).
     ///
     /// # Errors
     /// [`PagerError::Io`] if `root` cannot be opened as a directory.
     pub fn new(root: &Path, config: ObjectConfig) -> Result<(FileServer, SendRight), PagerError> {
         let dir = files::open_dir(root).map_err(|e| PagerError::Io(e.into()))?;
-        let (objects, right) = ObjectServer::new()?;
+        let (mut objects, right) = ObjectServer::new()?;
+        // A request names its own reply right, which may be the asker's
+        // proxy of another host's port or a port of a service that trusts
+        // root: the answer is the asker's message, not the server's.
+        objects.answer_as_asker();
         let config = ObjectConfig { mode: crate::pager::SupplyMode::Copy, track_dirty: false, ..config };
         let memory = Memory::new(DEFAULT_MEMORY_PER_USER);
         Ok((FileServer { objects, root: dir, root_path: root.to_owned(), versions: Versions::default(), config, memory }, right))

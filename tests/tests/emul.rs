@@ -3538,3 +3538,83 @@ fn emul_an_answer_sent_to_the_server_is_dropped_unanswered() {
         let _ = std::fs::remove_dir_all(&dir);
     });
 }
+
+/// The emulation server run by root answers a request on its port as the
+/// asker's message (its uid and gid), not as root: the reply right a
+/// request names may be the asker's proxy of another host's port, where
+/// an answer sent as root opened a stream charged to root. Uid nobody,
+/// handed 16 of a peer's ports (through the node's proxies), asked the
+/// server to stat `.` with each as the reply right: the answers took
+/// root's share of the peer's streams, and root's own first message to
+/// another port of that peer was refused.
+#[test]
+fn emul_answers_sent_on_through_a_users_proxies_are_charged_to_that_user() {
+    let test = "emul_answers_sent_on_through_a_users_proxies_are_charged_to_that_user";
+    if !common::can_play_other_user(test) {
+        return;
+    }
+    watchdog(test, Duration::from_secs(120), || {
+        use std::io::{BufRead, Write};
+        const PORTS: usize = 16;
+        let wait = Timeout::After(Duration::from_secs(10));
+        let (ia, ic) = (ferry_net::Identity::generate("a").unwrap(), ferry_net::Identity::generate("c").unwrap());
+        let node = |me: &ferry_net::Identity, peer: &ferry_net::Identity, name: &str| {
+            let peers = vec![ferry_net::Peer { name: name.into(), cert: peer.cert.clone() }];
+            let mut config = ferry_net::NodeConfig::new(me.clone(), peers, "127.0.0.1:0".parse().unwrap());
+            config.max_streams_per_peer = 16;
+            ferry_net::Node::start(config).unwrap()
+        };
+        let (a, c) = (node(&ia, &ic, "c"), node(&ic, &ia, "a"));
+        a.connect("c", c.local_addr().unwrap()).unwrap();
+        let mut ports = Vec::new();
+        let mut proxies = Vec::new();
+        for i in 0..PORTS {
+            let (rx, tx) = ferry::port().unwrap();
+            c.export(&format!("p{i}"), tx);
+            ports.push(rx);
+            proxies.push(a.lookup(&format!("p{i}@c")).unwrap());
+        }
+        let (mut theirs, theirs_tx) = ferry::port().unwrap();
+        c.export("theirs", theirs_tx);
+
+        let dir = shared_scratch("answer-through");
+        let srv = Served::new(&dir);
+        let (mut hand, hand_tx) = ferry::port().unwrap();
+        let mut other = common::peer_command_as(common::NOBODY, Path::new("/nonexistent"), "emul-answer-through", &[])
+            .pass_right(&hand_tx)
+            .unwrap()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut m = hand.recv(wait).unwrap();
+        assert_eq!(m.op(), 21);
+        let Some(Item::Send(to_other)) = m.take_items().pop() else { panic!("no right from the other user") };
+        let handed = proxies.iter().fold(ferry::Message::new(22).with_item(Item::Send(srv.right().try_clone().unwrap())), |m, p| {
+            m.with_item(Item::Send(p.try_clone().unwrap()))
+        });
+        to_other.send(handed, wait).unwrap();
+        let mut said = String::new();
+        std::io::BufReader::new(other.stdout.take().unwrap()).read_line(&mut said).unwrap();
+        assert_eq!(said.trim(), format!("asked {PORTS}"));
+        // The answers that crossed (the rest were past a share of streams).
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let mut answered = 0;
+        for p in &mut ports {
+            answered += usize::from(p.recv(Timeout::After(deadline.saturating_duration_since(std::time::Instant::now()))).is_ok());
+        }
+        // Root's first message to another port of the peer.
+        let (mut back, _keep) = ferry::port().unwrap();
+        let to_theirs = a.lookup("theirs@c").unwrap();
+        to_theirs.send(ferry::Message::new(53).with_reply(back.make_send_once().unwrap()), wait).unwrap();
+        let arrived = theirs.recv(wait).is_ok_and(|m| m.op() == 53);
+        let refused = back.recv(Timeout::Zero).ok().and_then(|m| ferry_net::Refusal::of(&m));
+        println!("{answered} of {PORTS} answers crossed; root's message {}: {refused:?}", if arrived { "arrived" } else { "did not arrive" });
+        writeln!(other.stdin.take().unwrap()).unwrap();
+        let _ = other.wait();
+        drop((to_other, to_theirs, proxies, srv));
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(answered > 0, "no answer crossed through the other user's proxies");
+        assert!(arrived, "root's message to the peer did not arrive, refused {refused:?}: the other user's requests to the emulation server took root's share of the peer's streams");
+    });
+}

@@ -757,7 +757,7 @@ impl EmulServer {
                 None => return,
             },
         };
-        let reply = Answerer(Some(reply));
+        let reply = Answerer(Some(reply), m.sender());
         let Some(c) = m.sender() else { return };
         // Looked up only when the server acts as another user, or may act
         // as its own in other groups (it holds capabilities).
@@ -1214,16 +1214,17 @@ enum ReplyTo {
     Channel(Arc<OwnedFd>),
 }
 
-/// An answer still owed. A reply right dropped unanswered tells its
-/// client so by itself (`SendOnceDropped`); a channel does not, so one
-/// dropped unanswered (a waiting thread that could not start, or whose
-/// work panicked) answers `EIO` rather than leave its thread waiting.
-struct Answerer(Option<ReplyTo>);
+/// An answer still owed, and who asked. A reply right dropped unanswered
+/// tells its client so by itself (`SendOnceDropped`); a channel does not,
+/// so one dropped unanswered (a waiting thread that could not start, or
+/// whose work panicked) answers `EIO` rather than leave its thread
+/// waiting.
+struct Answerer(Option<ReplyTo>, Option<crate::message::Credentials>);
 
 impl Drop for Answerer {
     fn drop(&mut self) {
         if let Some(to @ ReplyTo::Channel(_)) = self.0.take() {
-            send_reply(Answerer(Some(to)), Err(Errno::IO));
+            send_reply(Answerer(Some(to), self.1), Err(Errno::IO));
         }
     }
 }
@@ -1248,8 +1249,12 @@ fn send_reply(mut reply: Answerer, answer: Res<Answer>) {
     // client that chose a full port as its reply port would hold up
     // everyone behind it. A channel's thread waits for this one answer,
     // so its queue has room unless the client filled it itself.
+    // A reply right is the asker's choice, and may be its proxy of
+    // another host's port or a port of a service that trusts root: the
+    // answer goes as the asker's message there, not the server's. A
+    // channel leads only to the asker's own thread.
     match to {
-        ReplyTo::Right(r) => drop(r.send(msg, Timeout::Zero)),
+        ReplyTo::Right(r) => drop(crate::answering_as(reply.1, || r.send(msg, Timeout::Zero))),
         ReplyTo::Channel(sock) => drop(crate::port::send_on(sock.as_fd(), msg, Timeout::Zero)),
     }
 }

@@ -20,6 +20,7 @@ pub fn run(role: &str, args: &[String]) -> Outcome {
         "emul-foreign" => Some(foreign(args)),
         "emul-open-many" => Some(open_many(args)),
         "emul-full-reply" => Some(full_reply(args)),
+        "emul-answer-through" => Some(answer_through()),
         "emul-channel-intrude" => Some(channel_intrude(args)),
         "emul-channels" => Some(channels()),
         "emul-channel-self" => Some(channel_self(args)),
@@ -282,6 +283,38 @@ fn full_reply(args: &[String]) -> Res {
     let mut line = String::new();
     std::io::stdin().read_line(&mut line)?;
     drop(rx);
+    Ok(())
+}
+
+/// `emul-answer-through`: sends a right to a port of its own through the
+/// inherited right (op 21) and takes what comes back on it: the
+/// server's right and rights to other ports. Asks the server to stat
+/// `.` once with each of those other rights as the reply right; prints
+/// `asked N`, and holds everything until its standard input ends.
+fn answer_through() -> Res {
+    let hand = ferry::spawn::inherited()?;
+    let (mut mine, tx) = ferry::port()?;
+    hand.send(Message::new(21).with_item(ferry::Item::Send(tx)), Timeout::After(Duration::from_secs(10)))?;
+    let mut m = mine.recv(Timeout::After(Duration::from_secs(10)))?;
+    let mut rights = Vec::new();
+    for item in m.take_items() {
+        let ferry::Item::Send(r) = item else { return Err("not a send right".into()) };
+        rights.push(r);
+    }
+    if rights.is_empty() {
+        return Err("no server right".into());
+    }
+    let server = rights.remove(0);
+    for r in &rights {
+        let mut body = 0u32.to_le_bytes().to_vec();
+        body.extend_from_slice(b".");
+        let ask = Message::new(ferry::emulation::OP_EMUL_STAT).with_body(body).with_reply(ferry::Reply::Send(r.try_clone()?));
+        server.send(ask, Timeout::After(Duration::from_secs(10)))?;
+    }
+    println!("asked {}", rights.len());
+    std::io::stdout().flush()?;
+    std::io::stdin().read_to_end(&mut Vec::new())?;
+    drop((hand, mine, server, rights));
     Ok(())
 }
 

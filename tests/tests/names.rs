@@ -774,6 +774,43 @@ fn a_name_never_leads_back_into_the_daemon() {
     });
 }
 
+/// A write-back's new contents are made by the asker and were its own
+/// until the server gave them the file's owner: uid nobody, watching the
+/// directory (inotify), hard-linked each new inode into a directory of
+/// its own as it appeared, and kept there a file of root's with its own
+/// contents, of root's file of mode 0662 (which nobody may write but not
+/// read, so the kernel refuses nobody a link of its own to it); with that
+/// link, root's file had another name, and the next write-back left it
+/// nobody's. A new inode found with another name once given the owner is
+/// given back to the asker and not written back.
+#[test]
+fn a_write_back_never_gives_the_writer_a_link_to_a_file_of_the_owners() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let test = "a_write_back_never_gives_the_writer_a_link_to_a_file_of_the_owners";
+    if !can_play_other_user(test) {
+        return;
+    }
+    watchdog(test, LIMIT, || {
+        let served = test_dir("linknew-root");
+        let (public, mine) = (served.join("pub"), served.join("mine"));
+        std::fs::create_dir(&public).unwrap();
+        std::fs::set_permissions(&public, std::fs::Permissions::from_mode(0o777)).unwrap();
+        std::fs::create_dir(&mine).unwrap();
+        std::os::unix::fs::chown(&mine, Some(NOBODY), Some(NOBODY)).unwrap();
+        std::fs::write(public.join("w"), b"root's").unwrap();
+        std::fs::set_permissions(public.join("w"), std::fs::Permissions::from_mode(0o662)).unwrap();
+        let d = Daemon::start("linknew", &["--system", "--files", served.to_str().unwrap()], None);
+        let peer = spawn_peer_as(NOBODY, &d.path, "files-link-new", &["pub/w", public.to_str().unwrap(), mine.to_str().unwrap(), "30"]);
+        let said = finish(peer);
+        let owner = std::fs::metadata(public.join("w")).unwrap().uid();
+        println!("{}; root's pub/w is now uid {owner}'s", said.trim());
+        let given: usize = said.split_whitespace().skip_while(|w| *w != "given").nth(1).and_then(|v| v.parse().ok()).expect("given G");
+        assert_eq!(given, 0, "uid {NOBODY} kept files of root's in its own directory: {said}");
+        assert_eq!(owner, 0, "root's file became uid {owner}'s: {said}");
+        drop(d);
+    });
+}
+
 /// A write-back through `ferryd --files` leaves the file's mode, owner
 /// and group as a write in place by the same user leaves them: for each
 /// file a twin is written natively by the same user, and the two must

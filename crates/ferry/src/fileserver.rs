@@ -718,6 +718,20 @@ fn write_back(srv: &mut ObjectServer, root: &OwnedFd, versions: &mut Versions, m
     });
     let written = written.and_then(|()| {
         let now = files::info(new.as_fd()).map_err(|e| refuse(proto::E_UNSUPPORTED, format!("{name}: {e}")))?;
+        // The new inode was the asker's until it was given the owner: a
+        // hard link the asker made to it meanwhile (it sees the name as
+        // it is made, with inotify) would now be a file of the owner's,
+        // with the asker's contents, where the asker chose, and give the
+        // file a second name. Counted after the owner was given, so no
+        // link the asker made as the inode's owner is missed; a link made
+        // since needs the kernel's leave to link the owner's file. Such an
+        // inode goes back to the asker, and the file is not written back.
+        // (An inode that stays the asker's may have other names: they are
+        // its own file's.)
+        if now.links != 1 && now.uid != who.uid {
+            files::keep_owner(new.as_fd(), who.uid, who.gid);
+            return Err(refuse(proto::E_DENIED, format!("{name}: its new contents were given another name while they were made; not written back")));
+        }
         let mode = written_mode(&st, &now, who, fsetid);
         files::set_mode(new.as_fd(), mode).map_err(|e| refuse(proto::E_UNSUPPORTED, format!("giving {name} its mode: {e}")))
     });

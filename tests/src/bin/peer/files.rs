@@ -67,6 +67,12 @@
 //!   server refuses unanswered (an open of an object that does not
 //!   exist, no reply wanted); prints `filled P ports with M requests` and
 //!   `ready`, and goes on filling them again until killed.
+//! - `files-link-new NAME DIR MINE N`: watches DIR (where NAME, a name
+//!   in the served tree, is) for new names (inotify) and hard-links each
+//!   name the server makes there for new contents into MINE, a directory
+//!   of its own, as soon as it appears, while it writes NAME back N
+//!   times. Prints `written W refused R linked L given G` (G: the files in
+//!   MINE that are not its own).
 //! - `files-refault NAME THREADS`: opens NAME, maps its snapshot through
 //!   the pager, and has THREADS threads each read a page of its own of
 //!   it and drop the page again (`MADV_DONTNEED`), over and over, so
@@ -123,6 +129,7 @@ pub fn run(role: &str, args: &[String]) -> Outcome {
         "files-refault" => Some(refault(args)),
         "files-flood" => Some(flood_requests(args)),
         "files-flood-ports" => Some(flood_ports(args)),
+        "files-link-new" => Some(link_new(args)),
         "files-giveaway" => Some(giveaway(args)),
         _ => None,
     }
@@ -448,6 +455,56 @@ fn giveaway(args: &[String]) -> Res {
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let _ = flipper.join();
     println!("written {written} given {given} denied {denied} missing {missing}");
+    Ok(())
+}
+
+fn link_new(args: &[String]) -> Res {
+    use rustix::fs::inotify;
+    use std::os::unix::fs::MetadataExt;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let [name, dir, mine, n] = args else { return Err("usage: files-link-new NAME DIR MINE N".into()) };
+    let (dir, mine) = (std::path::PathBuf::from(dir), std::path::PathBuf::from(mine));
+    let watch = inotify::init(inotify::CreateFlags::CLOEXEC | inotify::CreateFlags::NONBLOCK)?;
+    inotify::add_watch(&watch, &dir, inotify::WatchFlags::CREATE)?;
+    let (stop, linked) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicUsize::new(0)));
+    let linker = {
+        let (stop, linked, mine) = (stop.clone(), linked.clone(), mine.clone());
+        std::thread::spawn(move || {
+            let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 4096];
+            while !stop.load(Ordering::Relaxed) {
+                let mut events = inotify::Reader::new(&watch, &mut buf);
+                let Ok(e) = events.next() else {
+                    std::thread::sleep(Duration::from_micros(20));
+                    continue;
+                };
+                let Some(made) = e.file_name().and_then(|f| f.to_str().ok()).filter(|f| f.contains(".ferry-new-")).map(str::to_owned) else { continue };
+                let k = linked.load(Ordering::Relaxed);
+                if std::fs::hard_link(dir.join(&made), mine.join(format!("linked-{k}"))).is_ok() {
+                    linked.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        })
+    };
+    let fs = client()?;
+    let (mut written, mut refused) = (0, 0);
+    for i in 0..n.parse::<usize>()? {
+        match fs.write(name, format!("written by uid nobody, {i}").as_bytes()) {
+            Ok(()) => written += 1,
+            Err(_) => refused += 1,
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let _ = linker.join();
+    let me = rustix::process::getuid().as_raw();
+    let mut given = 0;
+    for e in std::fs::read_dir(&mine)?.flatten() {
+        if e.metadata().is_ok_and(|m| m.uid() != me) {
+            eprintln!("files-link-new: {} is uid {}'s", e.path().display(), e.metadata()?.uid());
+            given += 1;
+        }
+    }
+    println!("written {written} refused {refused} linked {} given {given}", linked.load(Ordering::Relaxed));
     Ok(())
 }
 

@@ -811,6 +811,36 @@ fn a_write_back_never_gives_the_writer_a_link_to_a_file_of_the_owners() {
     });
 }
 
+/// A write-back's new inode was the asker's until the server gave it the
+/// file's owner, and so were its extended attributes: uid nobody, seeing
+/// each new inode appear (inotify), gave it an access ACL granting
+/// itself read and write, which the server kept, and then read root's
+/// file of mode 0662, which it may write but not read. The new inode
+/// keeps the file's attributes and no others.
+#[test]
+fn a_write_back_never_keeps_attributes_the_writer_gave_the_new_contents() {
+    use std::os::unix::fs::PermissionsExt;
+    let test = "a_write_back_never_keeps_attributes_the_writer_gave_the_new_contents";
+    if !can_play_other_user(test) {
+        return;
+    }
+    watchdog(test, LIMIT, || {
+        let served = test_dir("aclnew-root");
+        let public = served.join("pub");
+        std::fs::create_dir(&public).unwrap();
+        std::fs::set_permissions(&public, std::fs::Permissions::from_mode(0o777)).unwrap();
+        std::fs::write(public.join("w"), b"root's").unwrap();
+        std::fs::set_permissions(public.join("w"), std::fs::Permissions::from_mode(0o662)).unwrap();
+        let d = Daemon::start("aclnew", &["--system", "--files", served.to_str().unwrap()], None);
+        let peer = spawn_peer_as(NOBODY, &d.path, "files-acl-new", &["pub/w", public.to_str().unwrap(), "30"]);
+        let said = finish(peer);
+        println!("{}", said.trim());
+        assert!(said.contains(" acl "), "{said}");
+        assert!(said.trim().ends_with("read denied"), "uid {NOBODY} reads root's file of mode 0662 after writing it back: {said}");
+        drop(d);
+    });
+}
+
 /// A write-back through `ferryd --files` leaves the file's mode, owner
 /// and group as a write in place by the same user leaves them: for each
 /// file a twin is written natively by the same user, and the two must

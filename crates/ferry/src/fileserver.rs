@@ -683,16 +683,6 @@ fn write_back(srv: &mut ObjectServer, root: &OwnedFd, versions: &mut Versions, m
     }
     let Some((new, tmp)) = made else { return Err(resolve_refusal(name, rustix::io::Errno::EXIST)) };
     let written = files::write_all_synced(new.as_fd(), data).map_err(|e| refuse(proto::E_UNSUPPORTED, format!("writing {name}: {e}")));
-    // The file's ACL and its other extended attributes, while the new inode
-    // is still its maker's to change: without its ACL the file's group
-    // bits, which show the ACL's mask, would give its owning group what
-    // the ACL withheld. A file whose attributes cannot be kept is not
-    // written back.
-    let written = written.and_then(|()| {
-        files::copy_xattrs(old.as_fd(), new.as_fd())
-            .map_err(|(attr, e)| refuse(proto::E_UNSUPPORTED, format!("{name}: its new contents cannot keep its {attr}: {e}")))
-    });
-    drop(old);
     // The file keeps its owner where the server may give it (as itself),
     // then its mode: the new inode was made under the server's umask, and a
     // file of mode 0666 became 0644. Not a file with other names written
@@ -705,6 +695,21 @@ fn write_back(srv: &mut ObjectServer, root: &OwnedFd, versions: &mut Versions, m
     if st.links <= 1 || who.uid == st.uid || who.uid == 0 {
         files::keep_owner(new.as_fd(), st.uid, st.gid);
     }
+    // The file's ACL and its other extended attributes, and no others:
+    // without its ACL the file's group bits, which show the ACL's mask,
+    // would give its owning group what the ACL withheld. Given once the
+    // owner is, for the new inode was its maker's until then, and so
+    // were its attributes: the asker (who sees the inode's name as it is
+    // made, with inotify) gave it an ACL granting itself read, and read
+    // the owner's file it may only write. A file whose attributes cannot
+    // be kept is not written back.
+    let written = written.and_then(|()| {
+        files::clear_xattrs(new.as_fd())
+            .map_err(|(attr, e)| refuse(proto::E_UNSUPPORTED, format!("{name}: its new contents cannot lose the {attr} they were given: {e}")))?;
+        files::copy_xattrs(old.as_fd(), new.as_fd())
+            .map_err(|(attr, e)| refuse(proto::E_UNSUPPORTED, format!("{name}: its new contents cannot keep its {attr}: {e}")))
+    });
+    drop(old);
     // An asker holding CAP_FSETID (root, as a rule) keeps set-user-ID and
     // set-group-ID, as on its native write; one without it, root or not,
     // loses them as there. The kernel reads the capabilities an asker

@@ -552,6 +552,30 @@ pub fn copy_xattrs(from: BorrowedFd<'_>, to: BorrowedFd<'_>) -> Result<(), (Stri
     Ok(())
 }
 
+/// Removes the extended attributes of `fd` that [`copy_xattrs`] gives,
+/// every one but the security namespace's: whatever a file's maker gave
+/// it before it was given to another user. The first attribute that
+/// cannot be listed or removed is the error, named; a file system without
+/// extended attributes has none.
+pub fn clear_xattrs(fd: BorrowedFd<'_>) -> Result<(), (String, Errno)> {
+    let list = match read_growing(|buf| match buf {
+        None => rustix::fs::flistxattr_query(fd),
+        Some(b) => rustix::fs::flistxattr(fd, b),
+    }) {
+        Ok(l) => l,
+        Err(Errno::NOTSUP) => return Ok(()),
+        Err(e) => return Err(("the list of its extended attributes".into(), e)),
+    };
+    for name in list.split(|&b| b == 0).filter(|n| !n.is_empty() && !n.starts_with(b"security.")) {
+        match rustix::fs::fremovexattr(fd, name) {
+            // Removed since it was listed.
+            Ok(()) | Err(Errno::NODATA) => {}
+            Err(e) => return Err((String::from_utf8_lossy(name).into_owned(), e)),
+        }
+    }
+    Ok(())
+}
+
 /// Reads a value whose length the kernel tells first (`read(None)`) into
 /// a buffer of that length (`read(Some(buf))`), again with the new length
 /// if it grew between the two calls.

@@ -73,6 +73,11 @@
 //!   of its own, as soon as it appears, while it writes NAME back N
 //!   times. Prints `written W refused R linked L given G` (G: the files in
 //!   MINE that are not its own).
+//! - `files-acl-new NAME DIR N`: as `files-link-new`, but gives each
+//!   name the server makes in DIR an access ACL granting its own uid
+//!   read and write as soon as it appears; then tries to read the file
+//!   in DIR named as NAME ends itself. Prints `written W refused R
+//!   acl A read ok` (or `read denied`).
 //! - `files-refault NAME THREADS`: opens NAME, maps its snapshot through
 //!   the pager, and has THREADS threads each read a page of its own of
 //!   it and drop the page again (`MADV_DONTNEED`), over and over, so
@@ -130,6 +135,7 @@ pub fn run(role: &str, args: &[String]) -> Outcome {
         "files-flood" => Some(flood_requests(args)),
         "files-flood-ports" => Some(flood_ports(args)),
         "files-link-new" => Some(link_new(args)),
+        "files-acl-new" => Some(acl_new(args)),
         "files-giveaway" => Some(giveaway(args)),
         _ => None,
     }
@@ -505,6 +511,57 @@ fn link_new(args: &[String]) -> Res {
         }
     }
     println!("written {written} refused {refused} linked {} given {given}", linked.load(Ordering::Relaxed));
+    Ok(())
+}
+
+fn acl_new(args: &[String]) -> Res {
+    use rustix::fs::inotify;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let [name, dir, n] = args else { return Err("usage: files-acl-new NAME DIR N".into()) };
+    let dir = std::path::PathBuf::from(dir);
+    let me = rustix::process::getuid().as_raw();
+    // An access ACL (version 2): the owner, this uid and the group read
+    // and write, the mask too, others nothing.
+    let mut acl = 2u32.to_le_bytes().to_vec();
+    for (tag, perm, id) in [(0x01u16, 6u16, u32::MAX), (0x02, 6, me), (0x04, 6, u32::MAX), (0x10, 6, u32::MAX), (0x20, 0, u32::MAX)] {
+        acl.extend_from_slice(&tag.to_le_bytes());
+        acl.extend_from_slice(&perm.to_le_bytes());
+        acl.extend_from_slice(&id.to_le_bytes());
+    }
+    let watch = inotify::init(inotify::CreateFlags::CLOEXEC | inotify::CreateFlags::NONBLOCK)?;
+    inotify::add_watch(&watch, &dir, inotify::WatchFlags::CREATE)?;
+    let (stop, given) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicUsize::new(0)));
+    let marker = {
+        let (stop, given, dir) = (stop.clone(), given.clone(), dir.clone());
+        std::thread::spawn(move || {
+            let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 4096];
+            while !stop.load(Ordering::Relaxed) {
+                let mut events = inotify::Reader::new(&watch, &mut buf);
+                let Ok(e) = events.next() else {
+                    std::thread::sleep(Duration::from_micros(20));
+                    continue;
+                };
+                let Some(made) = e.file_name().and_then(|f| f.to_str().ok()).filter(|f| f.contains(".ferry-new-")).map(str::to_owned) else { continue };
+                if rustix::fs::setxattr(dir.join(&made), "system.posix_acl_access", &acl, rustix::fs::XattrFlags::empty()).is_ok() {
+                    given.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        })
+    };
+    let fs = client()?;
+    let (mut written, mut refused) = (0, 0);
+    for i in 0..n.parse::<usize>()? {
+        match fs.write(name, format!("written by uid nobody, {i}").as_bytes()) {
+            Ok(()) => written += 1,
+            Err(_) => refused += 1,
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let _ = marker.join();
+    let file = dir.join(name.rsplit('/').next().unwrap_or(name));
+    let read = if std::fs::read(&file).is_ok() { "ok" } else { "denied" };
+    println!("written {written} refused {refused} acl {} read {read}", given.load(Ordering::Relaxed));
     Ok(())
 }
 

@@ -841,6 +841,43 @@ fn a_write_back_never_keeps_attributes_the_writer_gave_the_new_contents() {
     });
 }
 
+/// A write-back's new inode, given to the file's owner, was the asker's
+/// from the moment it was made, and the asker may open a file of its own
+/// by the name it sees made (inotify): uid nobody kept such descriptors
+/// open for reading and read through them what root wrote into its file
+/// of mode 0662 (which nobody may write but not read) after the
+/// write-back. An inode that is to be another user's is made by the
+/// server, never the asker's.
+#[test]
+fn a_write_back_never_lets_the_writer_read_the_owners_file_it_may_only_write() {
+    use std::io::Write;
+    use std::os::unix::fs::PermissionsExt;
+    let test = "a_write_back_never_lets_the_writer_read_the_owners_file_it_may_only_write";
+    if !can_play_other_user(test) {
+        return;
+    }
+    watchdog(test, LIMIT, || {
+        let served = test_dir("opennew-root");
+        let public = served.join("pub");
+        std::fs::create_dir(&public).unwrap();
+        std::fs::set_permissions(&public, std::fs::Permissions::from_mode(0o777)).unwrap();
+        std::fs::write(public.join("w"), b"root's").unwrap();
+        std::fs::set_permissions(public.join("w"), std::fs::Permissions::from_mode(0o662)).unwrap();
+        let d = Daemon::start("opennew", &["--system", "--files", served.to_str().unwrap()], None);
+        let mut cmd = peer_command_as(NOBODY, &d.path, "files-open-new", &["pub/w", public.to_str().unwrap(), "30"]);
+        let mut peer = Peer::new(cmd.stdin(Stdio::piped()).spawn().unwrap());
+        let said = peer.until_ready();
+        // Root writes its file in place, as its own programs do.
+        std::fs::OpenOptions::new().append(true).open(public.join("w")).unwrap().write_all(b" secret").unwrap();
+        writeln!(peer.child.stdin.take().unwrap()).unwrap();
+        let mut read = String::new();
+        std::io::BufRead::read_line(&mut peer.out, &mut read).unwrap();
+        println!("{said:?} {}", read.trim());
+        assert_eq!(read.trim(), "read 0", "uid {NOBODY} read what root wrote into its file of mode 0662: {said:?}");
+        drop(d);
+    });
+}
+
 /// A write-back through `ferryd --files` leaves the file's mode, owner
 /// and group as a write in place by the same user leaves them: for each
 /// file a twin is written natively by the same user, and the two must

@@ -668,11 +668,26 @@ fn write_back(srv: &mut ObjectServer, root: &OwnedFd, versions: &mut Versions, m
     // of the old version keep reading the old inode. The new contents'
     // name is one nobody can guess ahead, so that no one who may write the
     // directory can take it first.
+    //
+    // New contents that are to be another user's (the file's owner's,
+    // below) are made by the server, never the asker: an inode of the
+    // asker's, even for a moment, is one it may open, link and give
+    // attributes by the name it sees made (inotify), and keep so once it
+    // is the owner's. Uid nobody kept such descriptors and read through
+    // them what root later wrote into its file of mode 0662, which nobody
+    // may write but not read. The asker's leave to make a file there is
+    // asked of the kernel first, as the asker.
+    let for_another = who.uid != st.uid && (st.links <= 1 || who.uid == 0);
+    if for_another && !checked {
+        if let Some(Err(e)) = as_user(who, || files::may_add_to(at))? {
+            return Err(resolve_refusal(name, e));
+        }
+    }
     let mut made = None;
     for _ in 0..4 {
         let tmp = temporary_name(last);
-        let create = || files::create_beneath(at, &tmp, st.mode);
-        let r = if checked { create() } else { as_user(who, create)?.unwrap_or_else(create) };
+        let create = || files::create_beneath(at, &tmp, if for_another { 0o600 } else { st.mode });
+        let r = if checked || for_another { create() } else { as_user(who, create)?.unwrap_or_else(create) };
         match r {
             Err(rustix::io::Errno::EXIST) => continue,
             r => {
@@ -698,11 +713,12 @@ fn write_back(srv: &mut ObjectServer, root: &OwnedFd, versions: &mut Versions, m
     // The file's ACL and its other extended attributes, and no others:
     // without its ACL the file's group bits, which show the ACL's mask,
     // would give its owning group what the ACL withheld. Given once the
-    // owner is, for the new inode was its maker's until then, and so
-    // were its attributes: the asker (who sees the inode's name as it is
-    // made, with inotify) gave it an ACL granting itself read, and read
-    // the owner's file it may only write. A file whose attributes cannot
-    // be kept is not written back.
+    // owner is, and after whatever the inode had is removed: an inode
+    // its asker made was its own until then, and so were its attributes
+    // (the asker, who sees the inode's name as it is made, with inotify,
+    // gave it an ACL granting itself read, and read the owner's file it
+    // may only write). A file whose attributes cannot be kept is not
+    // written back.
     let written = written.and_then(|()| {
         files::clear_xattrs(new.as_fd())
             .map_err(|(attr, e)| refuse(proto::E_UNSUPPORTED, format!("{name}: its new contents cannot lose the {attr} they were given: {e}")))?;
@@ -723,18 +739,16 @@ fn write_back(srv: &mut ObjectServer, root: &OwnedFd, versions: &mut Versions, m
     });
     let written = written.and_then(|()| {
         let now = files::info(new.as_fd()).map_err(|e| refuse(proto::E_UNSUPPORTED, format!("{name}: {e}")))?;
-        // The new inode was the asker's until it was given the owner: a
-        // hard link the asker made to it meanwhile (it sees the name as
-        // it is made, with inotify) would now be a file of the owner's,
-        // with the asker's contents, where the asker chose, and give the
-        // file a second name. Counted after the owner was given, so no
-        // link the asker made as the inode's owner is missed; a link made
-        // since needs the kernel's leave to link the owner's file. Such an
-        // inode goes back to the asker, and the file is not written back.
-        // (An inode that stays the asker's may have other names: they are
-        // its own file's.)
+        // A new inode that is not the asker's has no other name: one the
+        // asker made was its own until given the owner, and a hard link it
+        // made meanwhile (it sees the name as it is made, with inotify)
+        // was a file of the owner's, with the asker's contents, where the
+        // asker chose, and gave the file a second name. Counted once the
+        // owner is given, so no link made by the inode's maker is missed;
+        // a link made since needs the kernel's leave to link the owner's
+        // file. Such contents are not written back. (An inode that stays
+        // the asker's may have other names: they are its own file's.)
         if now.links != 1 && now.uid != who.uid {
-            files::keep_owner(new.as_fd(), who.uid, who.gid);
             return Err(refuse(proto::E_DENIED, format!("{name}: its new contents were given another name while they were made; not written back")));
         }
         let mode = written_mode(&st, &now, who, fsetid);

@@ -503,6 +503,13 @@ pub fn create_beneath(root: BorrowedFd<'_>, name: &str, mode: u32) -> rustix::io
     )
 }
 
+/// Whether this thread's file-system identity may add a file to the
+/// directory `dir` (write and search permission, `faccessat` with
+/// `AT_EACCESS`): asked before the server makes a file there for a user.
+pub fn may_add_to(dir: BorrowedFd<'_>) -> rustix::io::Result<()> {
+    rustix::fs::accessat(dir, ".", rustix::fs::Access::WRITE_OK | rustix::fs::Access::EXEC_OK, AtFlags::EACCESS)
+}
+
 /// Writes all of `data` to `fd` and syncs it to disk.
 pub fn write_all_synced(fd: BorrowedFd<'_>, data: &[u8]) -> rustix::io::Result<()> {
     let mut done = 0;

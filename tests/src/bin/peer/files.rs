@@ -78,6 +78,11 @@
 //!   read and write as soon as it appears; then tries to read the file
 //!   in DIR named as NAME ends itself. Prints `written W refused R
 //!   acl A read ok` (or `read denied`).
+//! - `files-open-new NAME DIR N`: as `files-link-new`, but opens each
+//!   name the server makes in DIR for reading as soon as it appears and
+//!   keeps what it opened; prints `written W refused R opened O` and
+//!   `ready`, and once a line comes on its standard input prints `read
+//!   K`: how many of those it can read `secret` through.
 //! - `files-refault NAME THREADS`: opens NAME, maps its snapshot through
 //!   the pager, and has THREADS threads each read a page of its own of
 //!   it and drop the page again (`MADV_DONTNEED`), over and over, so
@@ -136,6 +141,7 @@ pub fn run(role: &str, args: &[String]) -> Outcome {
         "files-flood-ports" => Some(flood_ports(args)),
         "files-link-new" => Some(link_new(args)),
         "files-acl-new" => Some(acl_new(args)),
+        "files-open-new" => Some(open_new(args)),
         "files-giveaway" => Some(giveaway(args)),
         _ => None,
     }
@@ -562,6 +568,60 @@ fn acl_new(args: &[String]) -> Res {
     let file = dir.join(name.rsplit('/').next().unwrap_or(name));
     let read = if std::fs::read(&file).is_ok() { "ok" } else { "denied" };
     println!("written {written} refused {refused} acl {} read {read}", given.load(Ordering::Relaxed));
+    Ok(())
+}
+
+fn open_new(args: &[String]) -> Res {
+    use rustix::fs::inotify;
+    use std::io::BufRead;
+    use std::os::unix::fs::FileExt;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    let [name, dir, n] = args else { return Err("usage: files-open-new NAME DIR N".into()) };
+    let dir = std::path::PathBuf::from(dir);
+    let watch = inotify::init(inotify::CreateFlags::CLOEXEC | inotify::CreateFlags::NONBLOCK)?;
+    inotify::add_watch(&watch, &dir, inotify::WatchFlags::CREATE)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let opened = Arc::new(Mutex::new(Vec::new()));
+    let opener = {
+        let (stop, opened, dir) = (stop.clone(), opened.clone(), dir.clone());
+        std::thread::spawn(move || {
+            let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 4096];
+            while !stop.load(Ordering::Relaxed) {
+                let mut events = inotify::Reader::new(&watch, &mut buf);
+                let Ok(e) = events.next() else {
+                    std::thread::sleep(Duration::from_micros(20));
+                    continue;
+                };
+                let Some(made) = e.file_name().and_then(|f| f.to_str().ok()).filter(|f| f.contains(".ferry-new-")).map(str::to_owned) else { continue };
+                if let Ok(f) = std::fs::File::open(dir.join(&made)) {
+                    opened.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(f);
+                }
+            }
+        })
+    };
+    let fs = client()?;
+    let (mut written, mut refused) = (0, 0);
+    for i in 0..n.parse::<usize>()? {
+        match fs.write(name, format!("written by uid nobody, {i}").as_bytes()) {
+            Ok(()) => written += 1,
+            Err(_) => refused += 1,
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let _ = opener.join();
+    let opened = std::mem::take(&mut *opened.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+    println!("written {written} refused {refused} opened {}", opened.len());
+    println!("ready");
+    std::io::stdout().flush()?;
+    std::io::stdin().lock().read_line(&mut String::new())?;
+    let mut read = 0;
+    for f in &opened {
+        let mut b = vec![0u8; 4096];
+        let got = f.read_at(&mut b, 0).unwrap_or(0);
+        read += usize::from(b[..got].windows(6).any(|w| w == b"secret"));
+    }
+    println!("read {read}");
     Ok(())
 }
 

@@ -878,6 +878,46 @@ fn a_write_back_never_lets_the_writer_read_the_owners_file_it_may_only_write() {
     });
 }
 
+/// A `ferryd --system --files` run by root without capabilities (its
+/// bounding set emptied, as a service manager may start it) cannot act
+/// as its clients and checks mode bits itself, and may not name another
+/// user in its messages: it answers another user as itself. Answering
+/// as the asker there, the kernel refused every answer to another user
+/// (`EPERM`), and uid nobody's open of a world-readable file found the
+/// server gone.
+#[test]
+fn a_root_daemon_without_capabilities_still_answers_other_users() {
+    let test = "a_root_daemon_without_capabilities_still_answers_other_users";
+    if !can_play_other_user(test) {
+        return;
+    }
+    watchdog(test, LIMIT, || {
+        use std::os::unix::fs::PermissionsExt;
+        let served = test_dir("nocaps-root");
+        std::fs::write(served.join("README"), b"shared with everyone").unwrap();
+        std::fs::set_permissions(served.join("README"), std::fs::Permissions::from_mode(0o644)).unwrap();
+        let d = Daemon::start_with("nocaps", &["--system", "--files", served.to_str().unwrap()], None, |cmd| {
+            // SAFETY: the closure runs in the forked child before exec and
+            // makes only prctl system calls, which are async-signal-safe;
+            // it allocates nothing and takes no lock.
+            unsafe {
+                cmd.pre_exec(|| {
+                    for cap in 0..64 {
+                        libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0);
+                    }
+                    Ok(())
+                });
+            }
+        });
+        let caps = std::fs::read_to_string(format!("/proc/{}/status", d.child.id())).unwrap();
+        assert!(caps.lines().any(|l| l == "CapEff:\t0000000000000000"), "the daemon kept capabilities: {caps}");
+        let out = finish(spawn_peer_as(NOBODY, &d.path, "files-open", &["README"]));
+        println!("{}", out.trim());
+        assert_eq!(out.trim(), format!("README ok 20 {}", b"shared with everyone".iter().map(|&b| u64::from(b)).sum::<u64>()), "{}", d.log());
+        drop(d);
+    });
+}
+
 /// A write-back through `ferryd --files` leaves the file's mode, owner
 /// and group as a write in place by the same user leaves them: for each
 /// file a twin is written natively by the same user, and the two must

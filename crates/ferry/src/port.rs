@@ -640,9 +640,14 @@ pub fn sending_as<R>(sender: crate::message::Credentials, f: impl FnOnce() -> R)
 /// root whose answer may go on through the asker's proxy of another
 /// host's port, where sent as root it was charged to root's shares of
 /// that host. Otherwise, or without an asker, `f` runs as this process.
+/// The kernel lets a process name another user only with `CAP_SETUID`
+/// and `CAP_SETGID` in effect: a process run by root without them answers
+/// as itself (named so, each answer was refused, `EPERM`).
 pub fn answering_as<R>(asker: Option<crate::message::Credentials>, f: impl FnOnce() -> R) -> R {
+    use rustix::thread::CapabilitySet;
     let me = rustix::process::geteuid();
-    match asker.filter(|c| me.is_root() && c.uid != me.as_raw()) {
+    let may = || rustix::thread::capabilities(None).is_ok_and(|c| c.effective.contains(CapabilitySet::SETUID | CapabilitySet::SETGID));
+    match asker.filter(|c| me.is_root() && c.uid != me.as_raw() && may()) {
         Some(c) => sending_as(crate::message::Credentials { pid: std::process::id() as i32, ..c }, f),
         None => f(),
     }

@@ -30,6 +30,10 @@ ferry_idl::interface! {
     }
 }
 
+/// Bytes the stub's encoding adds to an `echo` request's payload: the
+/// field's ordinal (2) and length (4), and the bytes' length (4).
+const ENCODING: usize = 10;
+
 /// Calls made before timing starts (connection warm, caches hot).
 const WARM_UP: u32 = 100;
 
@@ -48,6 +52,15 @@ fn failed(what: &str, e: impl std::fmt::Display) -> Skip {
 
 fn stub_call(run: &mut Run<'_>, policy: Policy) -> Result<(), Skip> {
     let n = run.bytes();
+    // The request carries the payload behind its field's ordinal and
+    // length and the bytes' own length (10 bytes): a payload of the most
+    // a call carries leaves no room for them.
+    if n + ENCODING > ferry::message::MAX_INLINE {
+        return Err(Skip::new(format!(
+            "a typed call adds {ENCODING} bytes of encoding to its payload, and {n} bytes and those are over the {} a call carries",
+            ferry::message::MAX_INLINE
+        )));
+    }
     let (port, to_server) = ferry::port()?;
     // The peer closes its copy of the send right: once the client hangs up
     // the server then has no clients and no senders left, and

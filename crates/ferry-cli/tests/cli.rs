@@ -124,3 +124,24 @@ fn bench_runs_the_installed_program_with_the_arguments() {
         let _ = std::fs::remove_dir_all(d);
     }
 }
+
+/// With no name server at the socket given, `ferry names` says how to
+/// start one there: a daemon started as it used to say (`ferryd --detach`)
+/// listens at the default path, not at the one asked about, and the
+/// command failed again the same way.
+#[test]
+fn names_without_a_server_says_how_to_start_one_at_that_socket() {
+    let _turn = serial();
+    let dir = temp_dir("names-none");
+    let sock = dir.join("bootstrap");
+    let out = Command::new(FERRY).args(["names", "--socket", sock.to_str().unwrap()]).env("FERRY_NO_AUTOSTART", "1").output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(err.contains(&format!("ferryd --detach --socket {}", sock.display())), "{err}");
+    // At the path a plain `ferryd --detach` listens on, that is what it says.
+    let out = Command::new(FERRY).arg("names").env("FERRY_BOOTSTRAP", &sock).env("FERRY_NO_AUTOSTART", "1").output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(err.contains("`ferryd --detach`"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -663,7 +663,7 @@ impl Bootstrap {
     pub fn connect_to(path: &Path) -> Result<Bootstrap, NameError> {
         let conn = socket::connect_to(path).map_err(|e| {
             if nobody_listening(e) {
-                NameError::NotRunning { path: path.to_owned(), why: format!("nothing listens there ({e}); start one with `ferryd --detach`") }
+                NameError::NotRunning { path: path.to_owned(), why: format!("nothing listens there ({e}); start one with {}", start_command(path)) }
             } else {
                 NameError::Unavailable(io::Error::new(io_err(e).kind(), format!("cannot connect to {}: {e}", path.display())))
             }
@@ -895,6 +895,18 @@ fn hello(link: &mut Link) -> Result<u32, NameError> {
         )),
         e => NameError::Protocol(format!("the name server at {}: {e}", link.path.display())),
     })
+}
+
+/// The command that starts a daemon listening at `path`: a plain `ferryd
+/// --detach` listens at this process's [`default_path`] only.
+fn start_command(path: &Path) -> String {
+    if path == default_path() {
+        "`ferryd --detach`".to_owned()
+    } else if path == Path::new("/run/ferry/bootstrap") {
+        "`ferryd --system --detach` (as root)".to_owned()
+    } else {
+        format!("`ferryd --detach --socket {}`", path.display())
+    }
 }
 
 /// Whether a connect error means "nobody is listening there".

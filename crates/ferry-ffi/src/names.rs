@@ -15,8 +15,9 @@ pub struct ferry_bootstrap {
 }
 
 /// Connects to the name server (`$FERRY_BOOTSTRAP`, else the default path),
-/// starting one on a thread of this process if none runs (unless
-/// `FERRY_NO_EMBED=1`).
+/// starting `ferryd` detached at the default path if none runs there
+/// (unless `FERRY_NO_AUTOSTART=1`); a path from `FERRY_BOOTSTRAP` is never
+/// started on demand.
 ///
 /// # Safety
 /// `out_bootstrap` points at writable storage for a pointer.

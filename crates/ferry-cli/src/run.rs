@@ -79,7 +79,13 @@ pub fn main(args: &Args) -> ExitCode {
         Err(e) => return fail(format!("{}: {e}", args.files.display())),
     };
     let Some(lib) = library(args.library.as_deref()) else {
-        return fail("libferry_emul.so not found beside ferry or in ../lib (one another user owns or may change is never loaded; set FERRY_EMUL_LIB or pass --library)".into());
+        let beside = std::env::current_exe().ok().and_then(|e| e.parent().map(|d| d.join("libferry_emul.so").display().to_string()));
+        let beside = beside.unwrap_or_else(|| "beside ferry".to_owned());
+        return fail(format!(
+            "libferry_emul.so not found beside ferry or in ../lib (one another user owns or may change is never loaded); \
+             build it with `cargo build --release -p ferry-emul` and copy target/release/libferry_emul.so to {beside}, \
+             or set FERRY_EMUL_LIB or pass --library"
+        ));
     };
     let lib = lib.canonicalize().unwrap_or(lib);
     let exe = match std::env::current_exe() {

@@ -145,3 +145,19 @@ fn names_without_a_server_says_how_to_start_one_at_that_socket() {
     assert!(err.contains("`ferryd --detach`"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `ferry` installed alone (`cargo install` installs no library) says how
+/// to build the emulation library `ferry run` preloads and where to put
+/// it, and runs nothing.
+#[test]
+fn run_without_the_emulation_library_says_how_to_build_and_install_it() {
+    let _turn = serial();
+    let dir = temp_dir("run-nolib");
+    let ferry = lone_ferry(&dir);
+    let out = Command::new(&ferry).args(["run", "--files"]).arg(&dir).args(["--", "/bin/true"]).env_remove("FERRY_EMUL_LIB").output().unwrap();
+    let err = text(&out.stderr);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(err.contains("cargo build --release -p ferry-emul"), "{err}");
+    assert!(err.contains(&format!("{}/libferry_emul.so", dir.display())), "{err}");
+}

@@ -161,3 +161,32 @@ fn run_without_the_emulation_library_says_how_to_build_and_install_it() {
     assert!(err.contains("cargo build --release -p ferry-emul"), "{err}");
     assert!(err.contains(&format!("{}/libferry_emul.so", dir.display())), "{err}");
 }
+
+/// Another user's name server (a per-user `ferryd`'s socket is mode 0600)
+/// refuses a connection with "Permission denied"; `ferry names` says that
+/// the socket is another user's and which name server to use instead. Run
+/// as uid nobody against a socket of root's.
+#[test]
+fn names_at_another_users_socket_says_whose_it_is_and_what_to_use() {
+    use std::os::unix::process::CommandExt;
+    if Command::new("id").arg("-u").output().map(|o| o.stdout != b"0\n").unwrap_or(true) {
+        eprintln!("skipped names_at_another_users_socket_says_whose_it_is_and_what_to_use: needs root to run as another user");
+        return;
+    }
+    let _turn = serial();
+    let dir = temp_dir("names-theirs");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let ferry = lone_ferry(&dir);
+    std::fs::set_permissions(&ferry, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let sock = dir.join("bootstrap");
+    let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let out = Command::new(&ferry).args(["names", "--socket"]).arg(&sock).uid(65534).gid(65534).current_dir("/").output().unwrap();
+    drop(listener);
+    let _ = std::fs::remove_dir_all(&dir);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("Permission denied"), "{err}");
+    assert!(err.contains("belongs to uid 0"), "{err}");
+    assert!(err.contains("ferryd --system"), "{err}");
+}

@@ -664,6 +664,8 @@ impl Bootstrap {
         let conn = socket::connect_to(path).map_err(|e| {
             if nobody_listening(e) {
                 NameError::NotRunning { path: path.to_owned(), why: format!("nothing listens there ({e}); start one with {}", start_command(path)) }
+            } else if e == Errno::ACCESS {
+                NameError::Unavailable(io::Error::new(io_err(e).kind(), format!("cannot connect to {}: {e}; {}", path.display(), denied_advice(path))))
             } else {
                 NameError::Unavailable(io::Error::new(io_err(e).kind(), format!("cannot connect to {}: {e}", path.display())))
             }
@@ -907,6 +909,18 @@ fn start_command(path: &Path) -> String {
     } else {
         format!("`ferryd --detach --socket {}`", path.display())
     }
+}
+
+/// What to do when connecting to `path` was refused: whose socket it is,
+/// and which name server serves the caller instead.
+fn denied_advice(path: &Path) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let theirs = match std::fs::metadata(path) {
+        Ok(m) if m.uid() != rustix::process::geteuid().as_raw() => format!("the socket belongs to uid {}, whose name server serves that user alone", m.uid()),
+        Ok(_) => "check the permissions of the socket".to_owned(),
+        Err(_) => "a directory above the socket is closed to this user".to_owned(),
+    };
+    format!("{theirs}; use this user's own (at the default path, with FERRY_BOOTSTRAP unset) or a `ferryd --system` at /run/ferry/bootstrap, which serves every user")
 }
 
 /// Whether a connect error means "nobody is listening there".

@@ -1,5 +1,6 @@
 //! `ferry-idl-c DESCRIPTION.json OUT_DIR [PREFIX]`: writes the C stubs of
-//! an interface (`PREFIX.h`, `PREFIX.c`, over ferry's C API) from the
+//! an interface (`PREFIX.h`, `PREFIX.c`, over ferry's C API; `OUT_DIR` is
+//! made if missing) from the
 //! description its Rust definition emits (`describe()`); see
 //! `ferry_idl::c` and `docs/interfaces.md`.
 
@@ -33,6 +34,10 @@ fn main() -> ExitCode {
         }
     };
     let dir = std::path::Path::new(&args[1]);
+    if let Err(e) = std::fs::create_dir_all(dir) {
+        eprintln!("ferry-idl-c: cannot make {}: {e}", dir.display());
+        return ExitCode::from(1);
+    }
     for (name, text) in [(&stubs.header_name, &stubs.header), (&stubs.source_name, &stubs.source)] {
         if let Err(e) = std::fs::write(dir.join(name), text) {
             eprintln!("ferry-idl-c: cannot write {}: {e}", dir.join(name).display());

@@ -31,7 +31,12 @@ pub fn start(root: &Path) -> Result<(SendRight, PortMinter), String> {
             eprintln!("ferryd: file server: cannot raise the descriptor limit: {e}");
         }
     }
-    let (mut server, right) = ferry::fileserver::FileServer::new(root, ObjectConfig::default()).map_err(|e| e.to_string())?;
+    // The directory that cannot be opened is named by the caller: its
+    // error alone says why, not "memory-object system call failed".
+    let (mut server, right) = ferry::fileserver::FileServer::new(root, ObjectConfig::default()).map_err(|e| match e {
+        ferry::pager::PagerError::Io(e) => e.to_string(),
+        e => e.to_string(),
+    })?;
     let minter = server.port_minter(right.try_clone().map_err(|e| e.to_string())?);
     std::thread::Builder::new()
         .name("ferry-files".into())

@@ -271,6 +271,41 @@ fn a_detached_daemon_never_logs_into_another_users_file() {
 }
 
 /// An empty directory of this test run's own, named after `tag`.
+/// `ferryd --files` of a directory that is not there says so and exits at
+/// once: it said "memory-object system call failed", as if the kernel had
+/// refused the file server, not the path.
+#[test]
+fn files_of_a_missing_directory_are_refused_naming_the_directory() {
+    let dir = fresh_dir("ferryd-files-missing");
+    let missing = dir.join("no-such-dir");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ferryd"))
+        .args(["--socket", dir.join("bootstrap").to_str().unwrap(), "--files", missing.to_str().unwrap()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start ferryd");
+    let mut status = None;
+    for _ in 0..1000 {
+        status = child.try_wait().unwrap();
+        if status.is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    if status.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let mut err = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let status = status.expect("ferryd --files of a missing directory did not exit within ten seconds");
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(err.contains(&format!("cannot serve files from {}: No such file or directory", missing.display())), "{err}");
+    assert!(!err.contains("memory-object"), "{err}");
+}
+
 fn fresh_dir(tag: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);

@@ -2,8 +2,9 @@
 //! `--version` work, bad flags and bad values are refused with a clear
 //! message and exit code 2 before anything starts, and `--gen-identity`
 //! writes a usable identity; a listening address in use is named in the
-//! error, an import of no host or of an untrusted one is refused, and so
-//! is `--system-names` from a user other than root. No daemon is left
+//! error, an import of no host or of an untrusted one is refused, so is a
+//! `--trust` file that is no certificate, and so is `--system-names` from
+//! a user other than root. No daemon is left
 //! running.
 
 use std::os::unix::fs::PermissionsExt;
@@ -160,6 +161,23 @@ fn an_import_of_no_host_or_an_untrusted_one_is_refused() {
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("expected NAME@HOST"), "{err}");
+}
+
+/// A `--trust` file that is not a certificate (a host's `key.pem` given
+/// for its `cert.pem`) is refused naming the flag and the file: it said
+/// only "expected a CERTIFICATE block, found PRIVATE KEY".
+#[test]
+fn a_trust_file_that_is_no_certificate_is_named() {
+    let dir = std::env::temp_dir().join(format!("ferry-netd-trustkey-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let peer = dir.join("peer");
+    assert!(netd(&["--gen-identity", peer.to_str().unwrap()]).status.success());
+    let key = peer.join("key.pem");
+    let out = netd_with_names("trust-key", &["--listen", "127.0.0.1:0", "--trust", &format!("b={}", key.display())]);
+    let _ = std::fs::remove_dir_all(&dir);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains(&format!("--trust b={}", key.display())) && err.contains("CERTIFICATE"), "{err}");
 }
 
 /// `--system-names` run by a user other than root is refused at start,

@@ -168,7 +168,8 @@ fn run(a: Args) -> Result<(), String> {
     let id = Identity::from_pem(&identity("cert.pem")?, &identity("key.pem")?)?;
     let mut peers = Vec::new();
     for (host, pem) in &a.trust {
-        peers.push(Peer { name: host.clone(), cert: ferry_net::tls::parse_cert_pem(&read(pem)?)? });
+        let cert = ferry_net::tls::parse_cert_pem(&read(pem)?).map_err(|e| format!("--trust {host}={}: {e} (give the peer's cert.pem)", pem.display()))?;
+        peers.push(Peer { name: host.clone(), cert });
     }
     raise_nofile_limit();
     let mut names = Bootstrap::connect().map_err(|e| format!("local name server: {e}"))?;

@@ -206,7 +206,12 @@ fn check_bind_dir(dir: &Path) -> io::Result<()> {
     if st.st_mode & 0o022 != 0 {
         return Err(io::Error::new(
             io::ErrorKind::PermissionDenied,
-            format!("refusing to bind in {}: its mode {:o} lets other users write to it", dir.display(), st.st_mode & 0o7777),
+            format!(
+                "refusing to bind in {}: its mode {:o} lets other users write to it; put the socket in a directory of its own, such as {}, made mode 0700 if missing",
+                dir.display(),
+                st.st_mode & 0o7777,
+                dir.join(format!("ferry-{me}")).join("bootstrap").display()
+            ),
         ));
     }
     Ok(())

@@ -306,6 +306,26 @@ fn files_of_a_missing_directory_are_refused_naming_the_directory() {
     assert!(!err.contains("memory-object"), "{err}");
 }
 
+/// `ferryd --socket` in a directory others may write to (`/tmp` itself,
+/// say) is refused, and the refusal says where to put the socket instead:
+/// it said only that the directory's mode lets other users write to it.
+#[test]
+fn a_socket_in_a_shared_directory_is_refused_saying_where_to_put_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = fresh_dir("ferryd-shared-dir");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ferryd"))
+        .args(["--socket", dir.join("bootstrap").to_str().unwrap(), "--idle-exit", "5"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run ferryd");
+    let _ = std::fs::remove_dir_all(&dir);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("lets other users write to it"), "{err}");
+    assert!(err.contains(&format!("{}/", dir.display())) && err.contains("made mode 0700"), "{err}");
+}
+
 fn fresh_dir(tag: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);

@@ -234,8 +234,10 @@ impl NameServer {
     ///
     /// # Errors
     /// `AddrInUse` if a live server already listens at `path`;
-    /// `PermissionDenied` if the directory is a symbolic link, is owned by
-    /// another user (other than root), or lets other users write to it.
+    /// `AlreadyExists` if something other than a socket is there (it is
+    /// left alone); `PermissionDenied` if the directory is a symbolic link,
+    /// is owned by another user (other than root), or lets other users
+    /// write to it.
     pub fn bind(path: &Path) -> io::Result<NameServer> {
         NameServer::bind_with_mode(path, 0o600)
     }
@@ -258,7 +260,21 @@ impl NameServer {
         match socket::connect_to(path) {
             Ok(_) => return Err(io::Error::new(io::ErrorKind::AddrInUse, format!("a name server already listens at {}", path.display()))),
             Err(e) if bootstrap::nobody_listening(e) => {
-                let _ = std::fs::remove_file(path);
+                // Only a socket left by a server that is gone is replaced:
+                // a path given by mistake (a user's file) is never removed.
+                use std::os::unix::fs::FileTypeExt;
+                match std::fs::symlink_metadata(path) {
+                    Ok(m) if m.file_type().is_socket() => {
+                        let _ = std::fs::remove_file(path);
+                    }
+                    Ok(_) => {
+                        return Err(io::Error::new(
+                            io::ErrorKind::AlreadyExists,
+                            format!("{} is not a socket; refusing to replace it (give the path of a socket, or of nothing yet)", path.display()),
+                        ))
+                    }
+                    Err(_) => {}
+                }
             }
             Err(e) => return Err(io_err(e)),
         }

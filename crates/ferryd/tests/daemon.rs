@@ -326,6 +326,44 @@ fn a_socket_in_a_shared_directory_is_refused_saying_where_to_put_it() {
     assert!(err.contains(&format!("{}/", dir.display())) && err.contains("made mode 0700"), "{err}");
 }
 
+/// `ferryd --socket FILE` where `FILE` is a regular file (a mistyped
+/// path) is refused and leaves the file alone: only a socket nobody
+/// listens at is replaced. The daemon deleted the file, listened in its
+/// place, and removed its socket on exit, so the file's bytes were gone.
+#[test]
+fn a_socket_path_that_is_a_regular_file_is_refused_and_kept() {
+    let dir = fresh_dir("ferryd-socket-file");
+    let file = dir.join("notes.txt");
+    std::fs::write(&file, b"keep me\n").unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ferryd"))
+        .args(["--socket", file.to_str().unwrap(), "--idle-exit", "1"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start ferryd");
+    let mut status = None;
+    for _ in 0..1000 {
+        status = child.try_wait().unwrap();
+        if status.is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    if status.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let mut err = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+    let kept = std::fs::read(&file).ok();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(kept.as_deref(), Some(&b"keep me\n"[..]), "ferryd replaced the file: {err}");
+    let status = status.expect("ferryd did not exit within ten seconds");
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(err.contains("is not a socket"), "{err}");
+}
+
 fn fresh_dir(tag: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);

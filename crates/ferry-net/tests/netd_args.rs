@@ -116,6 +116,27 @@ fn gen_identity_writes_a_private_key_and_a_certificate() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `--gen-identity` into a directory that already holds an identity
+/// refuses and keeps it: its peers pin that certificate, and the command
+/// run a second time (a setup script run again) replaced the key, so the
+/// host could link to none of them.
+#[test]
+fn gen_identity_never_replaces_an_identity() {
+    let dir = std::env::temp_dir().join(format!("ferry-netd-again-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let id = dir.join("id");
+    assert!(netd(&["--gen-identity", id.to_str().unwrap()]).status.success());
+    let read = |f: &str| std::fs::read(id.join(f)).unwrap();
+    let (cert, key) = (read("cert.pem"), read("key.pem"));
+    let out = netd(&["--gen-identity", id.to_str().unwrap()]);
+    let (cert2, key2) = (read("cert.pem"), read("key.pem"));
+    let _ = std::fs::remove_dir_all(&dir);
+    let err = text(&out.stderr);
+    assert!(cert == cert2 && key == key2, "a second --gen-identity replaced the identity: {err}");
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("already holds an identity"), "{err}");
+}
+
 /// An identity and a name server of a test's own in a fresh directory `tag`:
 /// runs `ferry-netd --identity ID ARGS` against them to completion.
 fn netd_with_names(tag: &str, args: &[&str]) -> Output {

@@ -64,7 +64,7 @@ struct Args {
     #[arg(long = "idle-timeout-ms", value_name = "N", default_value_t = 10_000)]
     idle_timeout_ms: u64,
     /// Write a new identity (cert.pem, and key.pem with mode 0600) into DIR
-    /// and exit.
+    /// and exit; an identity already in DIR is kept, and this refused.
     #[arg(long, value_name = "DIR", conflicts_with_all = ["identity", "trust", "peers", "exports", "imports"])]
     gen_identity: Option<PathBuf>,
     /// The host name written into the certificate made by --gen-identity
@@ -98,6 +98,16 @@ fn gen_identity(dir: &Path, host_name: &str) -> Result<(), String> {
     use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let at = own_dir(dir)?;
+    // Peers pin this host's certificate: an identity already here is
+    // kept, never replaced by a second run of the same command.
+    for name in ["key.pem", "cert.pem"] {
+        if rustix::fs::statat(&at, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW).is_ok() {
+            return Err(format!(
+                "{} already holds an identity ({name}), which its peers may trust; remove its cert.pem and key.pem first to make a new one",
+                dir.display()
+            ));
+        }
+    }
     write_in(&at, dir, "key.pem", &key, 0o600)?;
     write_in(&at, dir, "cert.pem", &cert, 0o644)?;
     println!("ferry-netd: wrote {0}/cert.pem (give it to peers) and {0}/key.pem", dir.display());
@@ -124,13 +134,14 @@ fn own_dir(dir: &Path) -> Result<std::os::fd::OwnedFd, String> {
     Ok(fd)
 }
 
-/// Writes `text` as file `name` in the directory `at` (`dir`), never
-/// through a symbolic link, with exactly the permissions `mode`.
+/// Writes `text` as the new file `name` in the directory `at` (`dir`),
+/// never over a file or through a symbolic link, with exactly the
+/// permissions `mode`.
 fn write_in(at: &std::os::fd::OwnedFd, dir: &Path, name: &str, text: &str, mode: u32) -> Result<(), String> {
     use rustix::fs::{Mode, OFlags};
     use std::io::Write;
     let path = dir.join(name);
-    let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let fd = rustix::fs::openat(at, name, flags, Mode::from_raw_mode(mode)).map_err(|e| format!("{}: {e}", path.display()))?;
     rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode)).map_err(|e| format!("{}: {e}", path.display()))?;
     std::fs::File::from(fd).write_all(text.as_bytes()).map_err(|e| format!("{}: {e}", path.display()))

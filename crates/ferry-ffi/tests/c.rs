@@ -62,6 +62,20 @@ fn c_client_and_server_exchange_rights_replies_and_rpc_calls() {
     assert!(s_out.contains("served 500 calls"), "{s_out}");
 }
 
+/// The example client run with a name no server has registered (its
+/// server not started, or started under another name) gives up after its
+/// wait saying so and what to start: it said only "expected to_server !=
+/// NULL", a line of its source.
+#[test]
+fn c_client_of_a_name_nobody_registered_says_to_start_the_server() {
+    let client = build("ferry_client", &["examples/c/client.c"]);
+    let path = private_bootstrap("clinone");
+    let out = wait_bounded(spawn(&client, &["c-nobody", "1"], &path), LIMIT);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("no server registered c-nobody") && err.contains("ferry_server c-nobody"), "{err}");
+}
+
 #[test]
 fn c_big_region_travels_by_value_between_processes() {
     let big = build("ferry_big_region", &["examples/c/big_region.c"]);

@@ -9,16 +9,10 @@
 #define _POSIX_C_SOURCE 200809L
 #include <stdint.h>
 #include <string.h>
-#include <time.h>
 
 #include "check.h"
 
 enum { OP_HELLO = 1, OP_WELCOME = 2, OP_ADD = 10, OP_QUIT = 11, OP_BYE = 20 };
-
-static void nap(void) {
-    struct timespec ts = {0, 5 * 1000 * 1000};
-    nanosleep(&ts, NULL);
-}
 
 int main(int argc, char **argv) {
     if (argc != 3) {
@@ -27,18 +21,16 @@ int main(int argc, char **argv) {
     }
     unsigned n = (unsigned)strtoul(argv[2], NULL, 10);
 
-    /* The server may still be starting: retry the lookup, boundedly. */
+    /* The server may still be starting: wait for its name, boundedly. */
     ferry_bootstrap *names;
     CHECK(ferry_bootstrap_connect(&names));
     ferry_send_right *to_server = NULL;
-    for (int i = 0; i < 2000; i++) {
-        ferry_status st = ferry_bootstrap_lookup(names, argv[1], &to_server);
-        if (st == FERRY_OK)
-            break;
-        EXPECT(st == FERRY_ERR_NAME_NOT_FOUND);
-        nap();
+    ferry_status found = ferry_bootstrap_lookup_wait(names, argv[1], 10000, &to_server);
+    if (found == FERRY_ERR_NAME_NOT_FOUND) {
+        fprintf(stderr, "client: no server registered %s within 10 s; start `ferry_server %s` first\n", argv[1], argv[1]);
+        return 1;
     }
-    EXPECT(to_server != NULL);
+    CHECK(found);
 
     ferry_receive_right *mine;
     ferry_send_right *to_me;

@@ -36,6 +36,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         return serve(&args[1..]);
     }
     let pol = args.first().cloned().unwrap_or_else(|| "adaptive".into());
+    if !["adaptive", "block", "poll"].contains(&pol.as_str()) {
+        eprintln!("rpc_echo: unknown policy {pol:?}\nusage: rpc_echo [adaptive|block|poll] [CALLS] [--pin]");
+        std::process::exit(2);
+    }
     let calls: u32 = args.get(1).map(|s| s.parse()).transpose()?.unwrap_or(100_000);
     let pin = args.iter().any(|a| a == "--pin");
 

@@ -49,6 +49,33 @@ fn rpc_echo_answers_every_call() {
     assert!(out.contains("2000 calls of 4 bytes") && out.contains("server rpc system calls"), "{out}");
 }
 
+/// A policy `rpc_echo` does not know is refused with its usage: it ran
+/// the calls under the adaptive policy while printing "policy bogus", so
+/// a mistyped `pol` measured something other than what it said.
+#[test]
+fn rpc_echo_refuses_an_unknown_policy() {
+    let path = examples_dir().join("rpc_echo");
+    assert!(path.exists(), "example rpc_echo was not built at {}", path.display());
+    let mut child = Command::new(&path)
+        .args(["bogus", "10"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn example");
+    let start = Instant::now();
+    while child.try_wait().expect("wait").is_none() {
+        if start.elapsed() > Duration::from_secs(120) {
+            let _ = child.kill();
+            panic!("rpc_echo bogus still running after two minutes");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().expect("output");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "stdout:\n{}\nstderr:\n{err}", String::from_utf8_lossy(&out.stdout));
+    assert!(err.contains("adaptive|block|poll"), "{err}");
+}
+
 #[test]
 fn crossover_reports_a_measurement() {
     let out = run("crossover", &[], Duration::from_secs(300));

@@ -22,3 +22,16 @@ fn the_generator_makes_a_missing_output_directory() {
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(said.contains(&header.display().to_string()) && said.contains(&source.display().to_string()), "{said}");
 }
+
+/// `--help` prints the usage on standard output and succeeds, as a
+/// command asked for help does; a wrong number of arguments prints it on
+/// standard error and fails with 2.
+#[test]
+fn help_is_printed_and_succeeds_and_bad_usage_fails() {
+    let help = Command::new(env!("CARGO_BIN_EXE_ferry-idl-c")).arg("--help").output().expect("run ferry-idl-c");
+    assert!(help.status.success(), "--help failed: {:?}", help.status);
+    assert!(String::from_utf8_lossy(&help.stdout).contains("usage: ferry-idl-c DESCRIPTION.json OUT_DIR"), "{help:?}");
+    let bad = Command::new(env!("CARGO_BIN_EXE_ferry-idl-c")).arg("only-one").output().expect("run ferry-idl-c");
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("usage:"), "{bad:?}");
+}

@@ -8,8 +8,13 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.len() < 2 || args.len() > 3 || args[0] == "--help" || args[0] == "-h" {
-        eprintln!("usage: ferry-idl-c DESCRIPTION.json OUT_DIR [PREFIX]");
+    const USAGE: &str = "usage: ferry-idl-c DESCRIPTION.json OUT_DIR [PREFIX]";
+    if args.first().is_some_and(|a| a == "--help" || a == "-h") {
+        println!("{USAGE}\nWrites OUT_DIR/PREFIX.h and OUT_DIR/PREFIX.c, C stubs of the interface a Rust definition's describe() emitted (PREFIX: the interface's name, '.' as '_'); see docs/interfaces.md.");
+        return ExitCode::SUCCESS;
+    }
+    if args.len() < 2 || args.len() > 3 {
+        eprintln!("{USAGE}");
         return ExitCode::from(2);
     }
     let text = match std::fs::read_to_string(&args[0]) {

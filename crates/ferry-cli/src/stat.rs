@@ -106,7 +106,7 @@ fn owner_of(name: &str) -> Result<i32, String> {
     }
     match entries.iter().find(|e| e.name == name) {
         Some(e) => Err(format!("{name:?} is registered only by user {}: give the pid ({}) to see that process", e.uid, e.owner_pid)),
-        None => Err(format!("no name {name:?} registered")),
+        None => Err(format!("no name {name:?} is registered (`ferry names` lists those that are; give a pid for a process that registered none)")),
     }
 }
 

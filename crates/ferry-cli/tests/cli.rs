@@ -190,3 +190,26 @@ fn names_at_another_users_socket_says_whose_it_is_and_what_to_use() {
     assert!(err.contains("belongs to uid 0"), "{err}");
     assert!(err.contains("ferryd --system"), "{err}");
 }
+
+/// `ferry stat NAME` of a name nobody registered says so and where the
+/// names that are registered are listed (`ferry names`), against a real
+/// name server.
+#[test]
+fn stat_of_a_name_nobody_registered_points_to_ferry_names() {
+    let _turn = serial();
+    let dir = temp_dir("stat-unknown");
+    let sock = dir.join("bootstrap");
+    let ferryd = Path::new(FERRY).with_file_name("ferryd");
+    let mut daemon = Command::new(&ferryd).arg("--socket").arg(&sock).stderr(std::process::Stdio::null()).spawn().expect("start ferryd");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !sock.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = Command::new(FERRY).args(["stat", "no-such-service"]).env("FERRY_BOOTSTRAP", &sock).env("FERRY_NO_AUTOSTART", "1").output().unwrap();
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("\"no-such-service\"") && err.contains("`ferry names`"), "{err}");
+}

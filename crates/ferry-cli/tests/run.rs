@@ -2875,3 +2875,69 @@ fn ferry_run_files_a_reaped_child_left_open_are_closed_like_native() {
     assert!(native.starts_with("text busy 0, other failures 0, lock still held 0\n"), "{native}");
     assert_eq!(served, native);
 }
+
+/// A stream's orientation as `fwide` tells it and as the wide and narrow
+/// functions follow it: none until its first character, byte or wide
+/// from then on, and none again after `freopen`. Wide output on a byte
+/// stream (and wide input) fails without writing anything.
+const STDIO_ORIENTATION_C: &str = r#"
+#include <fcntl.h>
+#include <stdio.h>
+#include <wchar.h>
+int main(void) {
+    FILE *f = fopen("f", "w+");
+    printf("new %d\n", fwide(f, 0));
+    fputs("abc\n", f);
+    printf("after fputs %d\n", fwide(f, 0));
+    int c = (int)fputwc(L'x', f);
+    int s = fputws(L"yz", f);
+    printf("fputwc %d fputws %d fwprintf %d\n", c, s, fwprintf(f, L"%d", 5));
+    rewind(f);
+    wchar_t buf[8];
+    c = (int)fgetwc(f);
+    printf("fgetwc %d fgetws %s\n", c, fgetws(buf, 8, f) ? "line" : "none");
+    printf("asked wide %d\n", fwide(f, 1));
+    fclose(f);
+    f = fopen("f", "r");
+    int w = fwide(f, 1);
+    printf("asked wide %d, then byte %d\n", w, fwide(f, -1));
+    c = (int)fgetwc(f);
+    printf("fgetwc %d, now %d\n", c, fwide(f, 0));
+    f = freopen("f", "r", f);
+    printf("after freopen %d\n", fwide(f, 0));
+    c = (int)fgetwc(f);
+    printf("fgetwc %d, now %d\n", c, fwide(f, 0));
+    fclose(f);
+    f = fopen("g", "a");
+    printf("append %d\n", fwide(f, 0));
+    fputws(L"wide\n", f);
+    printf("after fputws %d\n", fwide(f, 0));
+    fclose(f);
+    f = fdopen(open("g", O_RDONLY), "r");
+    printf("fdopen %d\n", fwide(f, 0));
+    return 0;
+}
+"#;
+
+/// A served stream has no orientation until it is used, as natively, and
+/// takes the one its first use gives it. The library's streams are the C
+/// library's cookie streams, which are byte streams from the start:
+/// `fwide(f, 0)` said -1 on a fresh stream where natively 0, `fwide(f, 1)`
+/// said -1 where natively 1, and wide output after `fputs` (which a byte
+/// stream refuses) went into the file, which kept 8 bytes "abc\nxyz5"
+/// where natively the 4 of "abc\n".
+#[test]
+fn ferry_run_streams_take_their_orientation_from_their_first_use_like_native() {
+    if !have_cc("ferry_run_streams_take_their_orientation_from_their_first_use_like_native") {
+        return;
+    }
+    let src = scratch("stdioorient-src");
+    std::fs::write(src.join("c.c"), STDIO_ORIENTATION_C).unwrap();
+    let built = Command::new("cc").args(["-O2", "-o", "c", "c.c"]).current_dir(&src).status().unwrap();
+    assert!(built.success(), "cc failed");
+    let exe = src.join("c");
+    let (native, served) = native_and_served("stdioorient", exe.to_str().unwrap(), "ls; od -An -c f g");
+    let _ = std::fs::remove_dir_all(&src);
+    assert!(native.contains("new 0\nafter fputs -1\nfputwc -1 fputws -1 fwprintf -1\n"), "{native}");
+    assert_eq!(served, native);
+}

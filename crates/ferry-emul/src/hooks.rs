@@ -693,6 +693,7 @@ unsafe extern "C" fn cookie_close(c: *mut c_void) -> c_int {
         let cookie = Box::from_raw(c.cast::<Cookie>());
         // The stream `fwscanf` kept for it goes with it.
         crate::wide::forget_scanner(cookie.stream);
+        crate::wide::forget_orientation(cookie.stream);
         close(cookie.fd)
     }
 }
@@ -766,6 +767,10 @@ fn cookie_file(fd: c_int, mode: StdioMode) -> *mut FILE {
         // answer `fileno`.
         unsafe { *(f as *mut u8).add(FILENO_OFFSET).cast::<c_int>() = fd };
     }
+    // No orientation until its first use, as a stream the C library opens
+    // (a cookie stream starts as a byte stream: `fwide` said -1, and wide
+    // output after narrow output went into the file).
+    crate::wide::unorient(f);
     f
 }
 
@@ -944,7 +949,7 @@ fn emul_fdopen(fd: c_int, mode: *const c_char) -> *mut FILE {
 /// a descriptor, which only `cookie_file` gives one (the C library leaves
 /// a cookie stream's at -1). After `freopen(NULL, ...)` the descriptor
 /// may be the kernel's, but the stream is still such a cookie stream.
-fn own_stream(f: *mut FILE) -> bool {
+pub(crate) fn own_stream(f: *mut FILE) -> bool {
     // SAFETY: a stream the program passed to a stdio function; `fileno`
     // only reads it.
     crate::wide::byte_only(f) && emul().is_some_and(|e| e.fileno_patch) && unsafe { real::fileno()(f) } >= 0
@@ -1202,6 +1207,8 @@ fn cookie_reopen(path: *const c_char, mode: *const c_char, f: *mut FILE) -> Opti
         // "a+" one (reads from the start) and every other at 0.
         libc::fseek(f, 0, if m.append_only() { libc::SEEK_END } else { libc::SEEK_SET });
     }
+    // And with no orientation, as `freopen` leaves a stream natively.
+    crate::wide::unorient(f);
     Some(f)
 }
 

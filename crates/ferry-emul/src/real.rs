@@ -84,6 +84,7 @@ real_fns! {
     fputws: fn(*const libc::wchar_t, *mut FILE) -> c_int;
     fputws_unlocked: fn(*const libc::wchar_t, *mut FILE) -> c_int;
     ungetwc: fn(u32, *mut FILE) -> u32;
+    fwide: fn(*mut FILE, c_int) -> c_int;
     __fgetws_chk: fn(*mut libc::wchar_t, size_t, c_int, *mut FILE) -> *mut libc::wchar_t;
     vfwprintf: fn(*mut FILE, *const libc::wchar_t, *mut c_void) -> c_int;
     __vfwprintf_chk: fn(*mut FILE, c_int, *const libc::wchar_t, *mut c_void) -> c_int;

@@ -41,6 +41,9 @@ const WEOF: u32 = u32::MAX;
 const WIDE_DATA_OFFSET: usize = 160;
 /// The poison value the C library puts there for a byte-only stream.
 const POISON: usize = usize::MAX;
+/// Where glibc's `struct _IO_FILE` keeps `_mode` (the orientation: 0
+/// none yet, -1 bytes, 1 wide) on 64-bit Linux ([`mode_layout_ok`]).
+const MODE_OFFSET: usize = 192;
 /// Longest multibyte character of any locale.
 const MB_MAX: usize = 16;
 
@@ -92,14 +95,160 @@ unsafe fn wide_data(f: *mut FILE) -> usize {
     unsafe { *(f as *const u8).add(WIDE_DATA_OFFSET).cast::<usize>() }
 }
 
+/// The stream's `_mode` field (its orientation as the C library keeps it).
+///
+/// # Safety
+/// `f` is a live `FILE` of the C library, whose `_mode` is where
+/// [`mode_layout_ok`] looks (checked, or being checked there).
+unsafe fn mode(f: *mut FILE) -> c_int {
+    // SAFETY: the caller's promise; the field lies inside the structure.
+    unsafe { *(f as *const u8).add(MODE_OFFSET).cast::<c_int>() }
+}
+
+/// Sets the stream's `_mode` field to 0 (no orientation) or -1 (bytes).
+///
+/// # Safety
+/// As for [`mode`], checked, and `f` is one of the library's streams,
+/// whose wide functions are this module's: the C library never sees 1
+/// there.
+unsafe fn set_mode(f: *mut FILE, m: c_int) {
+    // SAFETY: the caller's promise; the field lies inside the structure.
+    unsafe { *(f as *mut u8).add(MODE_OFFSET).cast::<c_int>() = m };
+}
+
+/// Whether [`check_layout`] confirmed the layout, checked once.
+fn layout_ok() -> bool {
+    static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *OK.get_or_init(check_layout)
+}
+
+/// Whether the running C library keeps a stream's orientation at
+/// [`MODE_OFFSET`], as [`mode`] reads it: -1 for a cookie stream, 0 for a
+/// fresh stream of its own. Checked once, before any stream's orientation
+/// is looked at or changed there.
+fn mode_layout_ok() -> bool {
+    static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *OK.get_or_init(|| {
+        if !layout_ok() {
+            return false;
+        }
+        // SAFETY: as in `check_layout`: two fresh streams, one int read
+        // inside each (within the structure's public size), both closed.
+        unsafe {
+            let cookie = fopencookie(std::ptr::null_mut(), c"r".as_ptr(), CookieIo { read: None, write: None, seek: None, close: None });
+            let own = real::fopen()(c"/dev/null".as_ptr(), c"r".as_ptr());
+            let ok = !cookie.is_null() && !own.is_null() && mode(cookie) == -1 && mode(own) == 0;
+            if !cookie.is_null() {
+                real::fclose()(cookie);
+            }
+            if !own.is_null() {
+                real::fclose()(own);
+            }
+            ok
+        }
+    })
+}
+
 /// Whether `f` is a byte-only stream the C library's wide functions
 /// cannot handle: a cookie stream (the library's own, or any other
 /// `fopencookie` stream), as [`check_layout`] confirmed.
 pub(crate) fn byte_only(f: *mut FILE) -> bool {
-    static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     // SAFETY: a stream the program passed to a stdio function, which the
     // C library itself would read the same field of; the layout is checked.
-    !f.is_null() && *OK.get_or_init(check_layout) && unsafe { wide_data(f) } == POISON
+    !f.is_null() && layout_ok() && unsafe { wide_data(f) } == POISON
+}
+
+/// The library's streams that are wide-oriented (`FILE` addresses): the
+/// C library keeps such a stream's `_mode` at -1 (at 1 its own functions
+/// would use the wide buffers a cookie stream does not have), so this
+/// says which of those are wide. A stream leaves it when it closes or is
+/// reopened ([`forget_orientation`]).
+static WIDE: std::sync::Mutex<Vec<usize>> = std::sync::Mutex::new(Vec::new());
+
+/// Whether the orientation of `f` is followed here: a stream of the
+/// library's own ([`crate::hooks::own_stream`]) on x86-64, where every wide
+/// function (the variadic ones by trampolines) is this module's. Other
+/// byte-only streams stay byte streams from the start, as the C library
+/// makes them.
+fn follows_orientation(f: *mut FILE) -> bool {
+    cfg!(target_arch = "x86_64") && crate::hooks::own_stream(f) && mode_layout_ok()
+}
+
+/// Gives a stream of the library's own, just made or reopened, no
+/// orientation, as the C library gives a stream it opens or reopens (a
+/// cookie stream starts as a byte stream); its first narrow call makes it
+/// a byte stream there, and its first wide call a wide one here.
+pub(crate) fn unorient(f: *mut FILE) {
+    if follows_orientation(f) {
+        // A stream closed before at the same address was wide, maybe.
+        forget_orientation(f);
+        // SAFETY: a live stream of the library's own; layout checked.
+        unsafe { set_mode(f, 0) };
+    }
+}
+
+/// Forgets the orientation of `f` (closed, or reopened: `freopen` gives
+/// a stream no orientation, as it does natively).
+pub(crate) fn forget_orientation(f: *mut FILE) {
+    WIDE.lock().unwrap_or_else(|e| e.into_inner()).retain(|&w| w != f as usize);
+}
+
+/// The orientation of `f`, one of the library's streams: 1 wide, -1
+/// bytes, 0 none yet.
+///
+/// # Safety
+/// `f` is a live stream for which [`follows_orientation`] holds.
+unsafe fn orientation(f: *mut FILE) -> c_int {
+    // SAFETY: the caller's promise.
+    match unsafe { mode(f) } {
+        0 => 0,
+        _ if WIDE.lock().unwrap_or_else(|e| e.into_inner()).contains(&(f as usize)) => 1,
+        _ => -1,
+    }
+}
+
+/// As the C library's `_IO_fwide(f, 1)` before every wide call: a stream
+/// with no orientation becomes wide, and the answer is whether the
+/// stream is wide (a byte stream refuses wide calls). Streams whose
+/// orientation is not followed here are always converted.
+///
+/// # Safety
+/// `f` is a live byte-only stream.
+unsafe fn orient_wide(f: *mut FILE) -> bool {
+    if !follows_orientation(f) {
+        return true;
+    }
+    // SAFETY: the caller's stream, one of the library's own.
+    unsafe {
+        if mode(f) == 0 {
+            WIDE.lock().unwrap_or_else(|e| e.into_inner()).push(f as usize);
+            // Its bytes go through the narrow functions, which must find
+            // it a byte stream there.
+            set_mode(f, -1);
+            return true;
+        }
+        orientation(f) == 1
+    }
+}
+
+/// `fwide(3)`: on one of the library's streams, the orientation kept
+/// here.
+#[no_mangle]
+pub unsafe extern "C" fn fwide(f: *mut FILE, m: c_int) -> c_int {
+    if byte_only(f) && follows_orientation(f) {
+        // SAFETY: the caller's live stream, one of the library's own.
+        unsafe {
+            if m > 0 {
+                return if orient_wide(f) { 1 } else { -1 };
+            }
+            if m < 0 && mode(f) == 0 {
+                set_mode(f, -1);
+            }
+            return orientation(f);
+        }
+    }
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
+    unsafe { real::fwide()(f, m) }
 }
 
 
@@ -162,6 +311,11 @@ macro_rules! wide_get {
         #[no_mangle]
         pub unsafe extern "C" fn $name(f: *mut FILE) -> u32 {
             if byte_only(f) {
+                // SAFETY: the caller's live stream.
+                if !unsafe { orient_wide(f) } {
+                    // A byte stream refuses wide calls, as natively.
+                    return WEOF;
+                }
                 // SAFETY: the caller's stream.
                 return unsafe { get(f) };
             }
@@ -177,6 +331,11 @@ macro_rules! wide_put {
         #[no_mangle]
         pub unsafe extern "C" fn $name(wc: wchar_t, f: *mut FILE) -> u32 {
             if byte_only(f) {
+                // SAFETY: the caller's live stream.
+                if !unsafe { orient_wide(f) } {
+                    // A byte stream refuses wide calls, as natively.
+                    return WEOF;
+                }
                 // SAFETY: the caller's stream.
                 return unsafe { put(wc, f) };
             }
@@ -226,6 +385,11 @@ unsafe fn get_line(buf: *mut wchar_t, n: c_int, f: *mut FILE) -> *mut wchar_t {
 #[no_mangle]
 pub unsafe extern "C" fn fgetws(buf: *mut wchar_t, n: c_int, f: *mut FILE) -> *mut wchar_t {
     if byte_only(f) {
+        // SAFETY: the caller's live stream.
+        if !unsafe { orient_wide(f) } {
+            // A byte stream refuses wide calls, as natively.
+            return std::ptr::null_mut();
+        }
         // SAFETY: the caller's buffer and stream; the lock is recursive.
         unsafe {
             flockfile(f);
@@ -242,6 +406,11 @@ pub unsafe extern "C" fn fgetws(buf: *mut wchar_t, n: c_int, f: *mut FILE) -> *m
 #[no_mangle]
 pub unsafe extern "C" fn fgetws_unlocked(buf: *mut wchar_t, n: c_int, f: *mut FILE) -> *mut wchar_t {
     if byte_only(f) {
+        // SAFETY: the caller's live stream.
+        if !unsafe { orient_wide(f) } {
+            // A byte stream refuses wide calls, as natively.
+            return std::ptr::null_mut();
+        }
         // SAFETY: the caller's buffer and stream.
         return unsafe { get_line(buf, n, f) };
     }
@@ -272,6 +441,11 @@ unsafe fn put_str(s: *const wchar_t, f: *mut FILE) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn fputws(s: *const wchar_t, f: *mut FILE) -> c_int {
     if byte_only(f) {
+        // SAFETY: the caller's live stream.
+        if !unsafe { orient_wide(f) } {
+            // A byte stream refuses wide calls, as natively.
+            return libc::EOF;
+        }
         // SAFETY: the caller's string and stream; the lock is recursive.
         unsafe {
             flockfile(f);
@@ -288,6 +462,11 @@ pub unsafe extern "C" fn fputws(s: *const wchar_t, f: *mut FILE) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn fputws_unlocked(s: *const wchar_t, f: *mut FILE) -> c_int {
     if byte_only(f) {
+        // SAFETY: the caller's live stream.
+        if !unsafe { orient_wide(f) } {
+            // A byte stream refuses wide calls, as natively.
+            return libc::EOF;
+        }
         // SAFETY: the caller's string and stream.
         return unsafe { put_str(s, f) };
     }
@@ -300,6 +479,10 @@ pub unsafe extern "C" fn fputws_unlocked(s: *const wchar_t, f: *mut FILE) -> c_i
 #[no_mangle]
 pub unsafe extern "C" fn ungetwc(wc: u32, f: *mut FILE) -> u32 {
     if byte_only(f) {
+        // As natively, the stream becomes wide if it was neither (a byte
+        // stream takes the character back all the same).
+        // SAFETY: the caller's live stream.
+        unsafe { orient_wide(f) };
         if wc == WEOF {
             return WEOF;
         }
@@ -328,6 +511,11 @@ pub unsafe extern "C" fn ungetwc(wc: u32, f: *mut FILE) -> u32 {
 #[no_mangle]
 pub unsafe extern "C" fn __fgetws_chk(buf: *mut wchar_t, size: size_t, n: c_int, f: *mut FILE) -> *mut wchar_t {
     if byte_only(f) {
+        // SAFETY: the caller's live stream.
+        if !unsafe { orient_wide(f) } {
+            // A byte stream refuses wide calls, as natively.
+            return std::ptr::null_mut();
+        }
         if n > 0 && n as usize > size {
             // What the C library's check does: the caller overflows.
             // SAFETY: ends the process.
@@ -427,6 +615,11 @@ unsafe fn print_wide(f: *mut FILE, format: *const wchar_t, ap: *mut c_void) -> c
 #[no_mangle]
 pub unsafe extern "C" fn vfwprintf(f: *mut FILE, format: *const wchar_t, ap: *mut c_void) -> c_int {
     if byte_only(f) {
+        // SAFETY: the caller's live stream.
+        if !unsafe { orient_wide(f) } {
+            // A byte stream refuses wide calls, as natively.
+            return -1;
+        }
         // SAFETY: the caller's arguments.
         return unsafe { print_wide(f, format, ap) };
     }
@@ -438,6 +631,11 @@ pub unsafe extern "C" fn vfwprintf(f: *mut FILE, format: *const wchar_t, ap: *mu
 #[no_mangle]
 pub unsafe extern "C" fn __vfwprintf_chk(f: *mut FILE, flag: c_int, format: *const wchar_t, ap: *mut c_void) -> c_int {
     if byte_only(f) {
+        // SAFETY: the caller's live stream.
+        if !unsafe { orient_wide(f) } {
+            // A byte stream refuses wide calls, as natively.
+            return -1;
+        }
         // SAFETY: the caller's arguments.
         return unsafe { print_wide(f, format, ap) };
     }
@@ -597,6 +795,11 @@ macro_rules! wide_vscan {
         #[no_mangle]
         pub unsafe extern "C" fn $name(f: *mut FILE, format: *const wchar_t, ap: *mut c_void) -> c_int {
             if byte_only(f) {
+                // SAFETY: the caller's live stream.
+                if !unsafe { orient_wide(f) } {
+                    // A byte stream refuses wide calls, as natively.
+                    return libc::EOF;
+                }
                 // SAFETY: the caller's arguments.
                 return unsafe { scan_wide(f, format, ap, $isoc99) };
             }

@@ -2941,3 +2941,45 @@ fn ferry_run_streams_take_their_orientation_from_their_first_use_like_native() {
     assert!(native.contains("new 0\nafter fputs -1\nfputwc -1 fputws -1 fwprintf -1\n"), "{native}");
     assert_eq!(served, native);
 }
+
+/// What `__freading`, `__fwriting` and `__fpending` say of a stream of
+/// each mode before its first use, after `ftell`, and just after
+/// `freopen` into another mode.
+const STDIO_FRESH_C: &str = r#"
+#include <stdio.h>
+#include <stdio_ext.h>
+int main(void) {
+    const char *modes[] = { "r", "r+", "w", "w+", "a", "a+" };
+    fclose(fopen("f", "w"));
+    for (int i = 0; i < 6; i++) {
+        FILE *f = fopen("f", modes[i]);
+        printf("%s: reading %d writing %d pending %zu", modes[i], __freading(f), __fwriting(f), __fpending(f));
+        printf(" at %ld: reading %d\n", ftell(f), __freading(f));
+        f = freopen("f", modes[5 - i], f);
+        printf("  reopened %s: reading %d writing %d\n", modes[5 - i], __freading(f), __fwriting(f));
+        fclose(f);
+    }
+    return 0;
+}
+"#;
+
+/// A served stream that has not read or written yet is not reading, as
+/// natively: giving the library's stream its buffer at the open put its
+/// read pointers at the buffer's start, so `__freading` (which gnulib's
+/// `freading` is on glibc) said 1 for a fresh or just reopened `"r+"`,
+/// `"w+"` or `"a+"` stream where natively 0 (6 of 12 lines differed).
+#[test]
+fn ferry_run_streams_not_used_yet_are_not_reading_like_native() {
+    if !have_cc("ferry_run_streams_not_used_yet_are_not_reading_like_native") {
+        return;
+    }
+    let src = scratch("stdiofresh-src");
+    std::fs::write(src.join("c.c"), STDIO_FRESH_C).unwrap();
+    let built = Command::new("cc").args(["-O2", "-o", "c", "c.c"]).current_dir(&src).status().unwrap();
+    assert!(built.success(), "cc failed");
+    let exe = src.join("c");
+    let (native, served) = native_and_served("stdiofresh", exe.to_str().unwrap(), "ls");
+    let _ = std::fs::remove_dir_all(&src);
+    assert!(native.contains("r+: reading 0 writing 0 pending 0 at 0: reading 0\n"), "{native}");
+    assert_eq!(served, native);
+}

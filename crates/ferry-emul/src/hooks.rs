@@ -721,6 +721,61 @@ pub(crate) fn check_fileno_patch() -> bool {
     }
 }
 
+/// Where glibc's `struct _IO_FILE` keeps its six read and write pointers
+/// (`_IO_read_ptr` to `_IO_write_end`, one after another) on 64-bit
+/// Linux; `_IO_buf_base` follows them.
+const IO_POINTERS_OFFSET: usize = 8;
+
+/// Whether the running C library keeps a `FILE`'s read and write
+/// pointers and then its buffer's start at [`IO_POINTERS_OFFSET`]:
+/// checked once on a stream of its own given a buffer (which puts all
+/// seven at the buffer's start) before the library ever writes there.
+fn check_io_pointers() -> bool {
+    static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *OK.get_or_init(|| {
+        if cfg!(not(all(target_pointer_width = "64", target_env = "gnu"))) {
+            return false;
+        }
+        let mut buf = [0u8; 64];
+        // SAFETY: a stream of the C library's own, given a buffer that
+        // outlives it, seven pointer-sized fields read inside the
+        // structure's public layout, closed (the buffer is the caller's,
+        // so the C library does not free it).
+        unsafe {
+            let f = real::fopen()(c"/dev/null".as_ptr(), c"r".as_ptr());
+            if f.is_null() {
+                return false;
+            }
+            let at = buf.as_mut_ptr();
+            let ok = libc::setvbuf(f, at.cast(), libc::_IOFBF, buf.len()) == 0
+                && (0..7).all(|i| *(f as *const u8).add(IO_POINTERS_OFFSET + 8 * i).cast::<usize>() == at as usize);
+            real::fclose()(f);
+            ok
+        }
+    })
+}
+
+/// Puts a stream of the library's own that holds no bytes read ahead or
+/// unwritten (just made, or just reopened) back to having neither read
+/// nor written yet, as a stream the C library opens starts: its read and
+/// write pointers empty, its buffer kept. Giving it its buffer set them
+/// to the buffer's start, so `__freading` said 1 on a fresh `"r+"`,
+/// `"w+"` or `"a+"` stream where natively 0.
+fn as_never_used(f: *mut FILE) {
+    if !check_io_pointers() {
+        return;
+    }
+    // SAFETY: checked layout; a live stream whose pointers all stand at
+    // its buffer's start (nothing read ahead, nothing unwritten), which
+    // the C library treats as a stream that has not been used yet when
+    // they are null (it reads or writes its buffer from the start then).
+    unsafe {
+        for i in 0..6 {
+            *(f as *mut u8).add(IO_POINTERS_OFFSET + 8 * i).cast::<usize>() = 0;
+        }
+    }
+}
+
 /// The buffer size the C library gives a stream over a file of block
 /// size `blksize`: the block size when it is below `BUFSIZ`, else `BUFSIZ`.
 /// (A cookie stream cannot tell its file's block size and takes `BUFSIZ`,
@@ -771,6 +826,7 @@ fn cookie_file(fd: c_int, mode: StdioMode) -> *mut FILE {
     // (a cookie stream starts as a byte stream: `fwide` said -1, and wide
     // output after narrow output went into the file).
     crate::wide::unorient(f);
+    as_never_used(f);
     f
 }
 
@@ -1207,8 +1263,10 @@ fn cookie_reopen(path: *const c_char, mode: *const c_char, f: *mut FILE) -> Opti
         // "a+" one (reads from the start) and every other at 0.
         libc::fseek(f, 0, if m.append_only() { libc::SEEK_END } else { libc::SEEK_SET });
     }
-    // And with no orientation, as `freopen` leaves a stream natively.
+    // And with no orientation, not yet used, as `freopen` leaves a stream
+    // natively (the seek just made left nothing in its buffer).
     crate::wide::unorient(f);
+    as_never_used(f);
     Some(f)
 }
 

@@ -2983,3 +2983,67 @@ fn ferry_run_streams_not_used_yet_are_not_reading_like_native() {
     assert!(native.contains("r+: reading 0 writing 0 pending 0 at 0: reading 0\n"), "{native}");
     assert_eq!(served, native);
 }
+
+/// Links made from open descriptors (`linkat` with `AT_EMPTY_PATH`): of
+/// a file the program opened, of an `O_TMPFILE` file (with and without
+/// `O_EXCL`), over an existing name, with a flag the kernel refuses, and
+/// of another user's file.
+const LINK_BY_DESCRIPTOR_C: &str = r#"
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+static void show(const char *what, int r) { printf("%s: %s\n", what, r == 0 ? "ok" : strerror(errno)); }
+int main(void) {
+    int fd = open("f", O_RDWR | O_CREAT, 0644);
+    write(fd, "data\n", 5);
+    show("an open file", linkat(fd, "", AT_FDCWD, "f2", AT_EMPTY_PATH));
+    int t = open(".", O_TMPFILE | O_RDWR, 0640);
+    write(t, "new\n", 4);
+    show("a new file", linkat(t, "", AT_FDCWD, "t", AT_EMPTY_PATH));
+    int x = open(".", O_TMPFILE | O_RDWR | O_EXCL, 0640);
+    show("an exclusive new file", linkat(x, "", AT_FDCWD, "x", AT_EMPTY_PATH));
+    show("over a name", linkat(fd, "", AT_FDCWD, "t", AT_EMPTY_PATH));
+    show("with a bad flag", linkat(fd, "", AT_FDCWD, "g", AT_EMPTY_PATH | 1));
+    int r = open("theirs", O_RDONLY);
+    show("another's file", linkat(r, "", AT_FDCWD, "r2", AT_EMPTY_PATH));
+    return 0;
+}
+"#;
+
+/// Another user links the files it opened by their descriptors as the
+/// kernel lets it natively (since Linux 6.10, a file opened with the
+/// caller's credentials). The server opened a served file, with its own,
+/// so the kernel refused: `linkat(fd, "", AT_FDCWD, name, AT_EMPTY_PATH)`
+/// of a file the program had just opened failed with `ENOENT` (and said
+/// `ENOENT` where natively `EEXIST` over an existing name and `EPERM` for
+/// another user's file; 3 of 6 calls differed, and the link was not
+/// made).
+#[test]
+fn ferry_run_another_user_links_files_by_descriptor_like_native() {
+    let root = Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout == b"0\n");
+    let setpriv = Command::new("sh").args(["-c", "command -v setpriv"]).output().is_ok_and(|o| o.status.success());
+    if !root || !setpriv || !have_cc("ferry_run_another_user_links_files_by_descriptor_like_native") {
+        eprintln!("skipped ferry_run_another_user_links_files_by_descriptor_like_native: needs root, setpriv and cc");
+        return;
+    }
+    let src = scratch("linkfd-src");
+    std::fs::write(src.join("c.c"), LINK_BY_DESCRIPTOR_C).unwrap();
+    let built = Command::new("cc").args(["-O2", "-o", "c", "c.c"]).current_dir(&src).status().unwrap();
+    assert!(built.success(), "cc failed");
+    let exe = src.join("c");
+    let script = format!(
+        "echo root > theirs && chmod 644 theirs && chmod 777 \"$D\" && \
+         setpriv --reuid=65534 --regid=65534 --clear-groups {}",
+        exe.to_str().unwrap()
+    );
+    let (native, served) = native_and_served("linkfd", &script, "find . -printf '%p %s %n %u\\n' | sort; cat f2 t");
+    let _ = std::fs::remove_dir_all(&src);
+    // Older kernels refuse the link to another user whatever opened it.
+    if native.contains("an open file: ok") {
+        assert!(native.contains("a new file: ok\n") && native.contains("./t 4 1 nobody"), "{native}");
+    }
+    assert_eq!(served, native);
+}

@@ -2793,6 +2793,48 @@ pub unsafe extern "C" fn unlink(path: *const c_char) -> c_int {
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     by_name(libc::AT_FDCWD, path, |c, r| c.unlink(r, false)).unwrap_or_else(|| unsafe { real::unlink()(path) })
 }
+/// Whether the kernel lets this process link a file it opened itself by
+/// its descriptor (`linkat` with `AT_EMPTY_PATH`): since Linux 6.10 it
+/// does for a file opened with the process's present credentials, before
+/// only with `CAP_DAC_READ_SEARCH`. Asked of the kernel with a descriptor
+/// of the root opened here, linked to the root's own name: refused, the
+/// descriptor's lookup fails with `ENOENT`; allowed, the new name's with
+/// `EEXIST`. Nothing is ever made.
+fn may_link_own_opens() -> bool {
+    let Ok(root) = rustix::fs::open("/", rustix::fs::OFlags::PATH | rustix::fs::OFlags::CLOEXEC, rustix::fs::Mode::empty()) else {
+        return false;
+    };
+    let r = rustix::fs::linkat(&root, "", rustix::fs::CWD, "/", rustix::fs::AtFlags::EMPTY_PATH);
+    r == Err(rustix::io::Errno::EXIST)
+}
+
+/// `linkat(2)`. A link to an emulated descriptor's file by the
+/// descriptor (`AT_EMPTY_PATH` and an empty name) is made from the
+/// descriptor's `/proc/self/fd` name, when the kernel would let the
+/// program link a file it opened itself ([`may_link_own_opens`]): the
+/// kernel allows such a link only for a file opened with the caller's
+/// credentials, and the server opened this one, so another user's link
+/// of a file it had just opened failed with `ENOENT` where natively it
+/// was made. The kernel still checks the link itself (an existing name,
+/// `fs.protected_hardlinks`).
+#[no_mangle]
+pub unsafe extern "C" fn linkat(olddirfd: c_int, oldpath: *const c_char, newdirfd: c_int, newpath: *const c_char, flags: c_int) -> c_int {
+    // SAFETY: the caller's name, read up to its NUL.
+    let by_descriptor = flags & libc::AT_EMPTY_PATH != 0 && unsafe { cstr(oldpath) }.is_some_and(|p| p.is_empty());
+    // Any other flag is the kernel's to refuse.
+    if by_descriptor && flags & !(libc::AT_EMPTY_PATH | libc::AT_SYMLINK_FOLLOW) == 0 {
+        if let Some((_f, _b)) = emulated(olddirfd) {
+            if may_link_own_opens() {
+                let name = format!("/proc/self/fd/{olddirfd}\0");
+                // SAFETY: our NUL-terminated name; the caller's new name.
+                return unsafe { real::linkat()(libc::AT_FDCWD, name.as_ptr().cast(), newdirfd, newpath, libc::AT_SYMLINK_FOLLOW) };
+            }
+        }
+    }
+    // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
+    unsafe { real::linkat()(olddirfd, oldpath, newdirfd, newpath, flags) }
+}
+
 /// `unlinkat(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn unlinkat(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {

@@ -146,6 +146,7 @@ real_fns! {
     fstatat64: fn(c_int, *const c_char, *mut libc::stat, c_int) -> c_int;
     unlink: fn(*const c_char) -> c_int;
     unlinkat: fn(c_int, *const c_char, c_int) -> c_int;
+    linkat: fn(c_int, *const c_char, c_int, *const c_char, c_int) -> c_int;
     rmdir: fn(*const c_char) -> c_int;
     rename: fn(*const c_char, *const c_char) -> c_int;
     renameat: fn(c_int, *const c_char, c_int, *const c_char) -> c_int;

@@ -3047,3 +3047,87 @@ fn ferry_run_another_user_links_files_by_descriptor_like_native() {
     }
     assert_eq!(served, native);
 }
+
+/// Under a limit of 56 descriptors with 36 files open, the calls besides
+/// `open` that make descriptors: epoll, eventfd, memfd, inotify, timerfd
+/// and signalfd descriptors, temporary files by `mkstemp` and its
+/// relatives (whose template must be unchanged when they are made
+/// again), and `tmpfile`.
+const MORE_DESCRIPTORS_BESIDES_FILES_C: &str = r#"
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/inotify.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/timerfd.h>
+static void show(const char *what, int fd) { printf("%s %s\n", what, fd >= 0 ? "ok" : strerror(errno)); }
+int main(void) {
+    struct rlimit l;
+    getrlimit(RLIMIT_NOFILE, &l);
+    l.rlim_cur = 56;
+    setrlimit(RLIMIT_NOFILE, &l);
+    int fds[36];
+    char name[16];
+    for (int i = 0; i < 36; i++) {
+        snprintf(name, sizeof name, "f%d", i);
+        fds[i] = open(name, O_RDWR | O_CREAT, 0644);
+        dprintf(fds[i], "%d;", i);
+    }
+    show("epoll_create1", epoll_create1(EPOLL_CLOEXEC));
+    show("epoll_create", epoll_create(1));
+    show("eventfd", eventfd(0, 0));
+    show("memfd_create", memfd_create("m", 0));
+    show("inotify_init1", inotify_init1(0));
+    show("inotify_init", inotify_init());
+    show("timerfd_create", timerfd_create(CLOCK_MONOTONIC, 0));
+    sigset_t s;
+    sigemptyset(&s);
+    show("signalfd", signalfd(-1, &s, 0));
+    char t1[] = "tmpXXXXXX", t2[] = "tmpXXXXXX", t3[] = "tmpXXXXXX.s", t4[] = "tmpXXXXXX.s";
+    show("mkstemp", mkstemp(t1));
+    show("mkostemp", mkostemp(t2, O_CLOEXEC));
+    show("mkstemps", mkstemps(t3, 2));
+    show("mkostemps", mkostemps(t4, 2, 0));
+    FILE *f = tmpfile();
+    show("tmpfile", f ? fileno(f) : -1);
+    long sum = 0;
+    for (int i = 0; i < 36; i++)
+        sum += lseek(fds[i], 0, SEEK_CUR);
+    printf("offsets %ld\n", sum);
+    return 0;
+}
+"#;
+
+/// A program near its descriptor limit with files open under the served
+/// directory makes the descriptors of the C library's other calls as
+/// natively: those calls do not open names, and with the library's two
+/// descriptors of each served file taking the numbers they failed with
+/// `EMFILE` (a C program under a limit of 56 holding 36 files: after
+/// `epoll_create1`, every one of `epoll_create`, `eventfd`,
+/// `memfd_create`, `inotify_init1`, `inotify_init`, `timerfd_create`,
+/// `signalfd`, `mkstemp`, `mkostemp`, `mkstemps`, `mkostemps` and
+/// `tmpfile` failed where natively each succeeds).
+#[test]
+fn ferry_run_a_program_near_its_limit_makes_other_descriptors_like_native() {
+    if !have_cc("ferry_run_a_program_near_its_limit_makes_other_descriptors_like_native") {
+        return;
+    }
+    let src = scratch("nearlimit2-src");
+    std::fs::write(src.join("c.c"), MORE_DESCRIPTORS_BESIDES_FILES_C).unwrap();
+    let built = Command::new("cc").args(["-O2", "-o", "c", "c.c"]).current_dir(&src).status().unwrap();
+    assert!(built.success(), "cc failed");
+    let exe = src.join("c");
+    let (native, served) = native_and_served("nearlimit2", exe.to_str().unwrap(), "ls | wc -l; ls | grep -c '^tmp'");
+    let _ = std::fs::remove_dir_all(&src);
+    assert!(native.contains("epoll_create1 ok\n") && native.contains("tmpfile ok\noffsets"), "{native}");
+    assert_eq!(served, native);
+}

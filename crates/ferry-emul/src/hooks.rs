@@ -2103,6 +2103,89 @@ pub unsafe extern "C" fn opendir(name: *const c_char) -> *mut libc::DIR {
     // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
     freeing_descriptors(|d: &*mut libc::DIR| d.is_null(), || unsafe { real::opendir()(name) })
 }
+/// Defines C library calls that make a descriptor and answer it (or -1)
+/// as [`opendir`]: made again after letting a served file go while they
+/// fail with `EMFILE`.
+macro_rules! freeing_calls {
+    ($($name:ident($($arg:ident: $ty:ty),*);)*) => {$(
+        #[doc = concat!("`", stringify!($name), "`, as [`opendir`].")]
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> c_int {
+            // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
+            freeing_fds(|| unsafe { real::$name()($($arg),*) })
+        }
+    )*};
+}
+
+freeing_calls! {
+    epoll_create(size: c_int);
+    epoll_create1(flags: c_int);
+    eventfd(initval: c_uint, flags: c_int);
+    memfd_create(name: *const c_char, flags: c_uint);
+    inotify_init();
+    inotify_init1(flags: c_int);
+    timerfd_create(clock: c_int, flags: c_int);
+    signalfd(fd: c_int, mask: *const libc::sigset_t, flags: c_int);
+}
+
+/// Runs `make`, one of the `mkstemp` family, as [`freeing_fds`], with
+/// the caller's template put back as it was before each new try: the
+/// family writes the names it tried into it, and a template without its
+/// `XXXXXX` is refused with `EINVAL`.
+///
+/// # Safety
+/// `template` is null or the caller's NUL-terminated template.
+unsafe fn freeing_fds_template(template: *mut c_char, mut make: impl FnMut() -> c_int) -> c_int {
+    // SAFETY: the caller's template, read up to its NUL.
+    let saved = unsafe { cstr(template) }.map(<[u8]>::to_vec);
+    let mut first = true;
+    freeing_fds(|| {
+        if let (Some(saved), false) = (&saved, first) {
+            // SAFETY: the same template, as long as before (the family
+            // only replaces its letters), written back in place.
+            unsafe { std::ptr::copy_nonoverlapping(saved.as_ptr(), template.cast::<u8>(), saved.len()) };
+        }
+        first = false;
+        make()
+    })
+}
+
+/// Defines the `mkstemp` family as [`freeing_fds_template`].
+macro_rules! freeing_temporaries {
+    ($($name:ident($($arg:ident: $ty:ty),*);)*) => {$(
+        #[doc = concat!("`", stringify!($name), "(3)`, as [`opendir`], its template put back before each new try.")]
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(template: *mut c_char $(, $arg: $ty)*) -> c_int {
+            // SAFETY: the caller's arguments, passed on unchanged to the C library's own function.
+            unsafe { freeing_fds_template(template, || real::$name()(template $(, $arg)*)) }
+        }
+    )*};
+}
+
+freeing_temporaries! {
+    mkstemp();
+    mkstemp64();
+    mkostemp(flags: c_int);
+    mkostemp64(flags: c_int);
+    mkstemps(suffix: c_int);
+    mkstemps64(suffix: c_int);
+    mkostemps(suffix: c_int, flags: c_int);
+    mkostemps64(suffix: c_int, flags: c_int);
+}
+
+/// `tmpfile(3)`, as [`opendir`].
+#[no_mangle]
+pub unsafe extern "C" fn tmpfile() -> *mut FILE {
+    // SAFETY: no arguments; the C library's own function.
+    freeing_descriptors(|f: &*mut FILE| f.is_null(), || unsafe { real::tmpfile()() })
+}
+/// `tmpfile64(3)`, as [`opendir`].
+#[no_mangle]
+pub unsafe extern "C" fn tmpfile64() -> *mut FILE {
+    // SAFETY: no arguments; the C library's own function.
+    freeing_descriptors(|f: &*mut FILE| f.is_null(), || unsafe { real::tmpfile64()() })
+}
+
 /// `pipe(2)`, as [`opendir`].
 #[no_mangle]
 pub unsafe extern "C" fn pipe(fds: *mut c_int) -> c_int {

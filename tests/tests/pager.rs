@@ -336,6 +336,43 @@ fn dirty_pages_are_tracked_and_returned_on_clean() {
     });
 }
 
+/// A pager that asks for its pages back (`CLEAN`) and never reads what
+/// it asked for cannot keep its client from unmapping. The client's
+/// guardian sent each page back waiting without end for room in the
+/// pager's port, and dropping the mapping waits for the guardian: another
+/// user's pager held the dropping thread of a root process for ever.
+#[test]
+fn a_pager_that_never_takes_back_the_pages_it_asked_for_cannot_hold_up_unmapping() {
+    const TEST: &str = "a_pager_that_never_takes_back_the_pages_it_asked_for_cannot_hold_up_unmapping";
+    if !common::can_play_other_user(TEST) {
+        return;
+    }
+    common::watchdog(TEST, Duration::from_secs(120), || {
+        let (mut collect, to_collect) = ferry::port().unwrap();
+        let mut pager = common::spawn_other_user(&to_collect, "pager-clean-flood", &["8"]);
+        let mut got = collect.recv(Timeout::After(Duration::from_secs(10))).unwrap();
+        assert_eq!(got.op(), 21);
+        let Some(ferry::Item::Send(right)) = got.take_items().pop() else { panic!("no right from the pager") };
+        let m = MemoryObject::new(right, 1).with_timeout(Timeout::After(Duration::from_secs(10))).map().unwrap();
+        assert_eq!(read(&m, 0..PAGE), vec![7u8; PAGE]);
+        let mut out = BufReader::new(pager.stdout.take().unwrap());
+        let line = read_line(&mut out);
+        let said: Vec<usize> = line.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+        let [sent, queued] = said[..] else { panic!("pager said {line:?}") };
+        assert!(sent > 0 && queued > 0, "the pager sent no CLEAN, or got nothing back: {line:?}");
+        let (done, dropped) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            drop(m);
+            let _ = done.send(());
+        });
+        let gone = dropped.recv_timeout(Duration::from_secs(30)).is_ok();
+        drop(pager.stdin.take());
+        let _ = pager.kill();
+        let _ = pager.wait();
+        assert!(gone, "dropping the mapping still waited after 30 s for a pager that sent {sent} CLEANs and left {queued} bytes of its pages unread at its port");
+    });
+}
+
 #[test]
 fn the_file_server_hands_out_sealed_snapshots_read_without_faults() {
     use ferry::fileserver::FileClient;

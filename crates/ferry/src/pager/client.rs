@@ -8,7 +8,7 @@
 //! was supplied; measured on Linux 6.18); with it, the descriptor outlives
 //! the pager and the guardian decides what unsupplied pages become.
 
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
@@ -323,7 +323,11 @@ fn guard(s: Arc<Shared>, server: SendRight, stop: OwnedFd, mut lifeline: crate::
         }
         if listening && ready[2].any() {
             match lifeline.recv(Timeout::Zero) {
-                Ok(m) if m.op() == proto::CLEAN => return_dirty(&s, &server, &m),
+                Ok(m) if m.op() == proto::CLEAN => {
+                    if !return_dirty(&s, &server, stop.as_fd(), &m) {
+                        return;
+                    }
+                }
                 Ok(_) | Err(crate::RecvError::Timeout) | Err(crate::RecvError::BadMessage(_)) => {}
                 // The server let go of this mapping: it died, or it found
                 // the mapping's registration broken and detached it. Either
@@ -350,11 +354,13 @@ fn guard(s: Arc<Shared>, server: SendRight, stop: OwnedFd, mut lifeline: crate::
 /// Answers a `CLEAN`: write-protects each named page again (so the next
 /// write is reported anew), then sends its bytes to the pager. The bytes are
 /// read through the kernel, since the mapping's owner may be writing them.
-fn return_dirty(s: &Shared, server: &SendRight, m: &Message) {
+/// False once the mapping is being dropped (`stop` readable): a pager that
+/// asks for pages and never reads them holds up only its own pages.
+fn return_dirty(s: &Shared, server: &SendRight, stop: BorrowedFd<'_>, m: &Message) -> bool {
     let page = mem::page_size();
     let mut f = Fields::new(m.body());
     if f.u64() != Some(s.id) {
-        return;
+        return true;
     }
     while let Some(p) = f.u64() {
         let off = (p as usize).saturating_mul(page);
@@ -365,10 +371,35 @@ fn return_dirty(s: &Shared, server: &SendRight, m: &Message) {
         let n = page.min(s.size as usize - off);
         let at = body.len();
         body.resize(at + n, 0);
-        if uffd::read_own(s.base + off, &mut body[at..]).is_ok_and(|got| got == n)
-            && server.send(Message::new(proto::DIRTY).with_body(body), Timeout::Infinite).is_err()
-        {
-            return;
+        if uffd::read_own(s.base + off, &mut body[at..]).is_ok_and(|got| got == n) {
+            match send_unless_stopped(server, stop, Message::new(proto::DIRTY).with_body(body)) {
+                Ok(()) => {}
+                Err(stopped) => return !stopped,
+            }
+        }
+    }
+    true
+}
+
+/// Sends `msg` to the pager's port, waiting for room in its queue for as
+/// long as the pager lives, but never past the mapping's drop (`stop`
+/// readable): the pager chooses when to read its port, and a wait without
+/// end there held the dropping thread of the mapping's owner for ever.
+/// `Err(true)` when the mapping is being dropped, `Err(false)` when the
+/// message cannot go (the pager is gone).
+fn send_unless_stopped(server: &SendRight, stop: BorrowedFd<'_>, mut msg: Message) -> Result<(), bool> {
+    loop {
+        match server.send(msg, Timeout::Zero) {
+            Ok(()) => return Ok(()),
+            Err(failed) if matches!(failed.error(), crate::SendError::QueueFull) => msg = failed.into_message(),
+            Err(_) => return Err(false),
+        }
+        let ready = wait::poll_many(&[(server.as_fd(), Interest::Writable), (stop, Interest::Readable)], None).map_err(|_| false)?;
+        if ready[1].any() {
+            return Err(true);
+        }
+        if ready[0].hangup && !ready[0].writable {
+            return Err(false);
         }
     }
 }

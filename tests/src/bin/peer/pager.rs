@@ -22,6 +22,15 @@
 //!   `touching TOUCH`, touches page TOUCH (which may wait on a hung pager),
 //!   prints the byte read and the object's state, then waits for the pager
 //!   to end and prints `state=...`, then touches the last page.
+//! - `pager-clean-flood PAGES`: a hand-made pager of one object (id 1,
+//!   PAGES pages, supplied by copy, dirty pages tracked) that sends a
+//!   send right to its port through the inherited right (op 21), answers
+//!   one open and one attach (filling every page at once), then sends
+//!   `CLEAN` for every page on the mapping's lifeline until it is full,
+//!   waits until the pages sent back stop piling up in its port, says
+//!   `flooded N queued B` (the `CLEAN` messages sent, the bytes waiting
+//!   at its port), and never reads its port again; it holds everything
+//!   until its standard input ends.
 
 use std::io::Write;
 use std::time::Duration;
@@ -40,6 +49,7 @@ pub fn run(role: &str, args: &[String]) -> Outcome {
         "pager-churn" => Some(churn(args)),
         "file-serve" => Some(file_serve(args)),
         "pager-unprivileged" => Some(unprivileged()),
+        "pager-clean-flood" => Some(clean_flood(args)),
         _ => None,
     }
 }
@@ -252,5 +262,68 @@ fn churn(args: &[String]) -> Res {
         }
     }
     println!("fds +{} threads +{}", count("/proc/self/fd") - fds, count("/proc/self/task") - threads);
+    Ok(())
+}
+
+/// See the module's documentation (`pager-clean-flood`). The operations
+/// are the object protocol's (`ferry::pager`), written by hand as a
+/// hostile pager would.
+fn clean_flood(args: &[String]) -> Res {
+    const OPEN: u32 = 0x7061_0001;
+    const OPENED: u32 = 0x7061_0002;
+    const ATTACH: u32 = 0x7061_0003;
+    const ATTACHED: u32 = 0x7061_0004;
+    const CLEAN: u32 = 0x7061_000b;
+    let pages: u64 = args.first().ok_or("usage: pager-clean-flood PAGES")?.parse()?;
+    let words = |w: &[u64]| w.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    let t = Timeout::After(Duration::from_secs(10));
+    let to = ferry::spawn::inherited()?;
+    let (mut port, tx) = ferry::port()?;
+    let depth = tx.try_clone()?;
+    to.send(ferry::Message::new(21).with_item(tx), t)?;
+    let mut open = port.recv(t)?;
+    if open.op() != OPEN {
+        return Err(format!("expected an open, got {:#x}", open.op()).into());
+    }
+    // Size, supply by copy, (unused), death policy SIGBUS, dirty tracking.
+    let opened = ferry::Message::new(OPENED).with_body(words(&[pages * 4096, 0, 0, 0, 1]));
+    open.take_reply().ok_or("no reply right")?.send(opened, t)?;
+    let mut attach = port.recv(t)?;
+    if attach.op() != ATTACH {
+        return Err(format!("expected an attach, got {:#x}", attach.op()).into());
+    }
+    let reply = attach.take_reply().ok_or("no reply right")?;
+    let mut uffd = None;
+    let mut lifeline = None;
+    for item in attach.take_items() {
+        match item {
+            ferry::Item::Pager(p) => uffd = Some(p),
+            ferry::Item::Send(s) => lifeline = Some(s),
+            _ => {}
+        }
+    }
+    let (uffd, lifeline) = (uffd.ok_or("no userfaultfd")?, lifeline.ok_or("no lifeline")?);
+    uffd.fill(0, &vec![7u8; pages as usize * 4096])?;
+    reply.send(ferry::Message::new(ATTACHED), t)?;
+    let mut clean = vec![1u64];
+    clean.extend(0..pages);
+    let mut sent = 0;
+    while sent < 100_000 && lifeline.send(ferry::Message::new(CLEAN).with_body(words(&clean)), Timeout::Zero).is_ok() {
+        sent += 1;
+    }
+    // What the client sends back piles up unread: wait (within bounds)
+    // until it stops growing, the client then waiting for room.
+    let mut queued = depth.queued_bytes()?;
+    for _ in 0..100 {
+        std::thread::sleep(Duration::from_millis(200));
+        let now = depth.queued_bytes()?;
+        if now == queued && now > 0 {
+            break;
+        }
+        queued = now;
+    }
+    println!("flooded {sent} queued {queued}");
+    std::io::Read::read_to_end(&mut std::io::stdin(), &mut Vec::new())?;
+    drop((port, uffd, lifeline));
     Ok(())
 }

@@ -336,6 +336,29 @@ fn dirty_pages_are_tracked_and_returned_on_clean() {
     });
 }
 
+/// A write to a page whose pager died waits for nobody. With dirty pages
+/// tracked, a supplied page stays write-protected until the pager hears of
+/// the first write; once the pager was gone (or revoked) nothing answered
+/// that write, and the writing thread waited for ever.
+#[test]
+fn a_write_after_the_pager_died_never_waits_for_it() {
+    common::watchdog("a_write_after_the_pager_died_never_waits_for_it", Duration::from_secs(120), || {
+        let bs = names("pager-dead-write");
+        let pager = PagerPeer::start(&bs, "obj", &["pages=8", "cluster=1", "dirty=1"]);
+        let mut m = object(&bs, "obj").map().unwrap();
+        check_page(&m, 1);
+        pager.kill();
+        assert_eq!(m.wait_until_ended(Duration::from_secs(10)), ObjectState::PagerDead);
+        let (done, written) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            m.as_mut_slice().unwrap()[PAGE + 3] = 0xAB;
+            let _ = done.send((m.as_slice().unwrap()[PAGE + 3], m.as_slice().unwrap()[PAGE + 4]));
+        });
+        let got = written.recv_timeout(Duration::from_secs(30));
+        assert_eq!(got, Ok((0xAB, pattern(PAGE + 4))), "a write to a supplied page after the pager died did not end within 30 s");
+    });
+}
+
 /// A pager that asks for its pages back (`CLEAN`) and never reads what
 /// it asked for cannot keep its client from unmapping. The client's
 /// guardian sent each page back waiting without end for room in the

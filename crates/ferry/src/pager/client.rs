@@ -224,6 +224,7 @@ impl MemoryObject {
             size,
             id: self.id,
             policy,
+            track_dirty,
             state: AtomicU8::new(LIVE),
             changed: (Mutex::new(()), Condvar::new()),
         });
@@ -276,6 +277,8 @@ struct Shared {
     size: u64,
     id: ObjectId,
     policy: DeathPolicy,
+    /// Registered for write-protection faults (dirty pages tracked).
+    track_dirty: bool,
     state: AtomicU8,
     changed: (Mutex<()>, Condvar),
 }
@@ -285,6 +288,12 @@ impl Shared {
     fn end(&self, why: u8) {
         if self.state.compare_exchange(LIVE, why, Ordering::AcqRel, Ordering::Acquire).is_err() {
             return;
+        }
+        // With dirty pages tracked, a supplied page stays write-protected
+        // until the pager hears of its first write. Nobody will now: the
+        // protection goes, and a writer waiting on it goes on.
+        if self.track_dirty {
+            let _ = self.uffd.writeprotect(self.base, self.len, false, true);
         }
         match self.policy {
             DeathPolicy::ZeroFill => {

@@ -75,9 +75,12 @@ pub fn main(args: &Args) -> ExitCode {
 /// shows them. A process's user chooses its name (the kernel's `comm`),
 /// and root's `ferry stat` lists every user's processes: escape sequences
 /// in a name would otherwise reach root's terminal, to clear it, move the
-/// cursor over the lines before, or hide what follows.
+/// cursor over the lines before, or hide what follows. So are the
+/// invisible characters that reorder or hide the text around them, which
+/// the name service refuses in names: a right-to-left override before
+/// `dyrref` showed another user's process as `ferryd`.
 fn printable(s: &str) -> String {
-    s.chars().map(|c| if c.is_control() { '?' } else { c }).collect()
+    s.chars().map(|c| if c.is_control() || ferry::bootstrap::hides_text(c) { '?' } else { c }).collect()
 }
 
 fn json_str(s: &str) -> String {

@@ -268,21 +268,48 @@ fn demo_net_makes_its_directory_afresh_in_a_shared_temporary_directory() {
 /// the cursor over the lines before, or hide what follows.
 #[test]
 fn stat_writes_no_control_characters_of_another_users_command_name() {
+    // Clears the screen and moves the cursor home: 14 bytes, within the
+    // kernel's 15 for a command name.
+    let Some((pid, shown)) = stat_of_another_users_process("stat_writes_no_control_characters_of_another_users_command_name", "escape", "\u{1b}[2J\u{1b}[Hx\u{7}\u{8}") else { return };
+    for (what, text) in shown {
+        let control: Vec<char> = text.chars().filter(|c| c.is_control() && *c != '\n').collect();
+        assert!(control.is_empty(), "{what} wrote control characters {control:?}:\n{text:?}");
+        assert!(text.contains(&format!("{pid} ")) || text.contains(&format!("pid {pid}")), "{what} does not show the process:\n{text}");
+    }
+}
+
+/// Nor the invisible characters that reorder or hide the text around them
+/// (the name service refuses them in names for the same reason): a
+/// right-to-left override and `dyrref` showed another user's process as
+/// `ferryd` in root's `ferry stat` on a terminal that lays out
+/// bidirectional text.
+#[test]
+fn stat_writes_no_reordering_characters_of_another_users_command_name() {
+    let Some((pid, shown)) = stat_of_another_users_process("stat_writes_no_reordering_characters_of_another_users_command_name", "bidi", "\u{202e}dyrref\u{200b}") else { return };
+    for (what, text) in shown {
+        let hiding: Vec<char> = text.chars().filter(|c| matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')).collect();
+        assert!(hiding.is_empty(), "{what} wrote characters that reorder or hide text {hiding:?}:\n{text:?}");
+        assert!(text.contains(&format!("{pid} ")) || text.contains(&format!("pid {pid}")), "{what} does not show the process:\n{text}");
+    }
+}
+
+/// Runs a ferry process as uid nobody from an executable named `name` (its
+/// command name) and returns its pid and what root's `ferry stat PID` and
+/// `ferry stat` printed; `None`, saying so, when this test cannot play
+/// another user.
+fn stat_of_another_users_process(test: &str, tag: &str, name: &str) -> Option<(String, Vec<(&'static str, String)>)> {
     use std::os::unix::fs::PermissionsExt;
     if rustix::process::geteuid().as_raw() != 0 {
-        eprintln!("stat_writes_no_control_characters_of_another_users_command_name: skipped (needs root to play another user)");
-        return;
+        eprintln!("{test}: skipped (needs root to play another user)");
+        return None;
     }
-    let dir = std::env::temp_dir().join(format!("ferry-stat-escape-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("ferry-stat-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
     let path = dir.join("bootstrap");
     ferry::NameServer::bind(&path).unwrap().spawn().unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
-    // Clears the screen and moves the cursor home: 14 bytes, within the
-    // kernel's 15 for a command name.
-    let name = "\u{1b}[2J\u{1b}[Hx\u{7}\u{8}";
     let exe = dir.join(name);
     runnable_by_others(Path::new(env!("CARGO_BIN_EXE_ferry")), &exe);
     let (mut other, _output) = demo_server_as_nobody(&exe, &path);
@@ -293,12 +320,8 @@ fn stat_writes_no_control_characters_of_another_users_command_name() {
     let _ = other.wait();
     let _ = std::fs::remove_dir_all(&dir);
     assert!(one.status.success() && all.status.success(), "{}{}", String::from_utf8_lossy(&one.stderr), String::from_utf8_lossy(&all.stderr));
-    for (what, out) in [("ferry stat PID", &one.stdout), ("ferry stat", &all.stdout)] {
-        let text = String::from_utf8_lossy(out);
-        assert!(text.contains(&format!("{pid} ")) || text.contains(&format!("pid {pid}")), "{what} does not show the process:\n{text}");
-        let control: Vec<char> = text.chars().filter(|c| c.is_control() && *c != '\n').collect();
-        assert!(control.is_empty(), "{what} wrote control characters {control:?}:\n{text:?}");
-    }
+    let text = |out: &[u8]| String::from_utf8_lossy(out).into_owned();
+    Some((pid, vec![("ferry stat PID", text(&one.stdout)), ("ferry stat", text(&all.stdout))]))
 }
 
 /// `ferry demo --role server` run from `exe` as uid nobody against the

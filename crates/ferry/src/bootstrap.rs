@@ -399,7 +399,9 @@ pub(crate) fn valid_name(name: &[u8]) -> bool {
 /// invisible operators, and the byte-order mark. In a name, one would let
 /// `ferry names` show a user's name as another's (an override turning
 /// `selif` into `files`, a zero-width space making two names look alike).
-fn hides_text(c: char) -> bool {
+/// Whatever shows another user's text to a terminal should not pass these
+/// on either (`ferry stat` shows them as `?`).
+pub fn hides_text(c: char) -> bool {
     matches!(c, '\u{61c}' | '\u{180e}' | '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2064}' | '\u{2066}'..='\u{2069}' | '\u{feff}')
 }
 

@@ -366,13 +366,27 @@ fn a_write_after_the_pager_died_never_waits_for_it() {
 /// user's pager held the dropping thread of a root process for ever.
 #[test]
 fn a_pager_that_never_takes_back_the_pages_it_asked_for_cannot_hold_up_unmapping() {
-    const TEST: &str = "a_pager_that_never_takes_back_the_pages_it_asked_for_cannot_hold_up_unmapping";
-    if !common::can_play_other_user(TEST) {
+    clean_flood_then_drop("a_pager_that_never_takes_back_the_pages_it_asked_for_cannot_hold_up_unmapping", &["8"]);
+}
+
+/// Nor can one that asks back pages it never supplied: the guardian,
+/// reading such a page to send it back, waited in its fault for the pager,
+/// which never answered, and the drop waited for the guardian for ever.
+#[test]
+fn a_pager_asking_back_pages_it_never_supplied_cannot_hold_up_unmapping() {
+    clean_flood_then_drop("a_pager_asking_back_pages_it_never_supplied_cannot_hold_up_unmapping", &["8", "first-only"]);
+}
+
+/// Maps the object of a `pager-clean-flood` pager run as uid nobody with
+/// `args`, waits until it has asked for its pages back, and checks that
+/// dropping the mapping ends.
+fn clean_flood_then_drop(test: &str, args: &[&str]) {
+    if !common::can_play_other_user(test) {
         return;
     }
-    common::watchdog(TEST, Duration::from_secs(120), || {
+    common::watchdog(test, Duration::from_secs(120), || {
         let (mut collect, to_collect) = ferry::port().unwrap();
-        let mut pager = common::spawn_other_user(&to_collect, "pager-clean-flood", &["8"]);
+        let mut pager = common::spawn_other_user(&to_collect, "pager-clean-flood", args);
         let mut got = collect.recv(Timeout::After(Duration::from_secs(10))).unwrap();
         assert_eq!(got.op(), 21);
         let Some(ferry::Item::Send(right)) = got.take_items().pop() else { panic!("no right from the pager") };

@@ -381,6 +381,11 @@ fn return_dirty(s: &Shared, server: &SendRight, stop: BorrowedFd<'_>, m: &Messag
         let at = body.len();
         body.resize(at + n, 0);
         if uffd::read_own(s.base + off, &mut body[at..]).is_ok_and(|got| got == n) {
+            // A page read while the mapping is being dropped may be zeros
+            // in place of a page never supplied: never sent back.
+            if wait::poll_one_now(stop, Interest::Readable).is_ok_and(|r| r.any()) {
+                return false;
+            }
             match send_unless_stopped(server, stop, Message::new(proto::DIRTY).with_body(body)) {
                 Ok(()) => {}
                 Err(stopped) => return !stopped,
@@ -554,6 +559,11 @@ impl MappedObject {
 impl Drop for MappedObject {
     fn drop(&mut self) {
         drop(self.stop.take());
+        // The guardian may be waiting in a fault on a page its pager asked
+        // back but never supplied: the range, about to go, is unregistered
+        // first, which wakes it (the page reads as zeros, and nothing more
+        // is sent once the stop is seen).
+        let _ = self.shared.uffd.unregister(self.shared.base, self.shared.len);
         if let Some(g) = self.guardian.take() {
             let _ = g.join();
         }

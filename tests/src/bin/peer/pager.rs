@@ -22,10 +22,12 @@
 //!   `touching TOUCH`, touches page TOUCH (which may wait on a hung pager),
 //!   prints the byte read and the object's state, then waits for the pager
 //!   to end and prints `state=...`, then touches the last page.
-//! - `pager-clean-flood PAGES`: a hand-made pager of one object (id 1,
-//!   PAGES pages, supplied by copy, dirty pages tracked) that sends a
-//!   send right to its port through the inherited right (op 21), answers
-//!   one open and one attach (filling every page at once), then sends
+//! - `pager-clean-flood PAGES [first-only]`: a hand-made pager of one
+//!   object (id 1, PAGES pages, supplied by copy, dirty pages tracked)
+//!   that sends a send right to its port through the inherited right
+//!   (op 21), answers one open and one attach (filling every page at
+//!   once, or with `first-only` the first page only and never another),
+//!   then sends
 //!   `CLEAN` for every page on the mapping's lifeline until it is full,
 //!   waits until the pages sent back stop piling up in its port, says
 //!   `flooded N queued B` (the `CLEAN` messages sent, the bytes waiting
@@ -303,7 +305,8 @@ fn clean_flood(args: &[String]) -> Res {
         }
     }
     let (uffd, lifeline) = (uffd.ok_or("no userfaultfd")?, lifeline.ok_or("no lifeline")?);
-    uffd.fill(0, &vec![7u8; pages as usize * 4096])?;
+    let filled = if args.get(1).is_some_and(|a| a == "first-only") { 1 } else { pages };
+    uffd.fill(0, &vec![7u8; filled as usize * 4096])?;
     reply.send(ferry::Message::new(ATTACHED), t)?;
     let mut clean = vec![1u64];
     clean.extend(0..pages);

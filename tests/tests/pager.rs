@@ -377,6 +377,31 @@ fn a_pager_asking_back_pages_it_never_supplied_cannot_hold_up_unmapping() {
     clean_flood_then_drop("a_pager_asking_back_pages_it_never_supplied_cannot_hold_up_unmapping", &["8", "first-only"]);
 }
 
+/// Mapping hands the pager the caller's userfaultfd, with which the kernel
+/// lets it register and fill any range of the caller's memory, not only
+/// the object's: a pager run by another user (uid nobody here, the caller
+/// root) is refused with `UntrustedPager` before anything is sent (the
+/// tests below map such a pager's object trusting it).
+#[test]
+fn a_pager_run_by_another_user_is_not_given_the_callers_userfaultfd() {
+    let test = "a_pager_run_by_another_user_is_not_given_the_callers_userfaultfd";
+    if !common::can_play_other_user(test) {
+        return;
+    }
+    common::watchdog(test, Duration::from_secs(120), || {
+        let (mut collect, to_collect) = ferry::port().unwrap();
+        let mut pager = common::spawn_other_user(&to_collect, "pager-clean-flood", &["8"]);
+        let mut got = collect.recv(Timeout::After(Duration::from_secs(10))).unwrap();
+        let Some(ferry::Item::Send(right)) = got.take_items().pop() else { panic!("no right from the pager") };
+        let object = MemoryObject::new(right, 1).with_timeout(Timeout::After(Duration::from_secs(10)));
+        let refused = object.map();
+        drop(pager.stdin.take());
+        let _ = pager.kill();
+        let _ = pager.wait();
+        assert!(matches!(refused, Err(PagerError::UntrustedPager(Some(65534)))), "{:?}", refused.map(|_| ()));
+    });
+}
+
 /// Maps the object of a `pager-clean-flood` pager run as uid nobody with
 /// `args`, waits until it has asked for its pages back, and checks that
 /// dropping the mapping ends.
@@ -390,7 +415,9 @@ fn clean_flood_then_drop(test: &str, args: &[&str]) {
         let mut got = collect.recv(Timeout::After(Duration::from_secs(10))).unwrap();
         assert_eq!(got.op(), 21);
         let Some(ferry::Item::Send(right)) = got.take_items().pop() else { panic!("no right from the pager") };
-        let m = MemoryObject::new(right, 1).with_timeout(Timeout::After(Duration::from_secs(10))).map().unwrap();
+        // Another user's pager gets this process's userfaultfd only when
+        // trusted with it (`a_pager_run_by_another_user_is_not_given_the_callers_userfaultfd`).
+        let m = MemoryObject::new(right, 1).with_timeout(Timeout::After(Duration::from_secs(10))).trusting_any_pager().map().unwrap();
         assert_eq!(read(&m, 0..PAGE), vec![7u8; PAGE]);
         let mut out = BufReader::new(pager.stdout.take().unwrap());
         let line = read_line(&mut out);

@@ -327,9 +327,20 @@ impl RemoteRegion {
     ///
     /// # Errors
     /// [`NetError::NotARegion`] if `right` is not a region's object server
-    /// (or it did not answer in 5 s), [`NetError::LinkLost`] if it is gone.
+    /// (or it did not answer in 5 s), or its server runs as another user
+    /// than this process's and root; [`NetError::LinkLost`] if it is gone.
     pub fn open(right: SendRight) -> Result<RemoteRegion, NetError> {
         let r = call(&right, Message::new(INFO), Timeout::After(Duration::from_secs(5)))?;
+        // Mapping or fetching the region hands its server this process's
+        // userfaultfd, with which it could fill any untouched memory of
+        // this process: only a node run by this user or by root serves it.
+        let server = r.sender().map(|c| c.uid);
+        if !server.is_some_and(|u| u == 0 || u == rustix::process::geteuid().as_raw()) {
+            return Err(NetError::NotARegion(format!(
+                "the right's port answered as {}, neither this process's user nor root, and a region's server gets this process's userfaultfd",
+                server.map_or("an unknown user".to_owned(), |u| format!("uid {u}"))
+            )));
+        }
         let w: Vec<u64> = r.body().chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default())).collect();
         match (r.op(), w.as_slice()) {
             (INFO_REPLY, &[MAGIC, id, len]) => {

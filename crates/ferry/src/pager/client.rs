@@ -36,6 +36,9 @@ pub struct MemoryObject {
     /// For an object the server made for us (a copy): the receive right of
     /// the hold that keeps it there while this lives.
     _hold: Option<crate::ReceiveRight>,
+    /// Whether [`MemoryObject::map`] may hand this process's userfaultfd
+    /// to a pager run by another user than this process's and root.
+    trust_any_pager: bool,
 }
 
 /// How long requests wait for the pager's reply unless told otherwise.
@@ -78,7 +81,19 @@ pub(crate) fn call(
 impl MemoryObject {
     /// Names object `id` of the server reached through `server`.
     pub fn new(server: SendRight, id: ObjectId) -> MemoryObject {
-        MemoryObject { server, id, timeout: DEFAULT_TIMEOUT, _hold: None }
+        MemoryObject { server, id, timeout: DEFAULT_TIMEOUT, _hold: None, trust_any_pager: false }
+    }
+
+    /// Lets [`map`](Self::map) map an object whose pager runs as another
+    /// user than this process's and root. Mapping hands the pager this
+    /// process's userfaultfd, and the kernel lets whoever holds it register
+    /// and fill any range of this process's memory, not only the object's:
+    /// such a pager can write into memory this process has not touched yet
+    /// (fresh heap and stack pages) and stall its writes. Call this only
+    /// for a pager trusted as much as one that could `ptrace` this process.
+    pub fn trusting_any_pager(mut self) -> MemoryObject {
+        self.trust_any_pager = true;
+        self
     }
 
     /// Sets how long requests (open, attach, copy, stats, write, clean) wait
@@ -112,7 +127,7 @@ impl MemoryObject {
         let (hold, right) = crate::port().map_err(PagerError::Io)?;
         let r = self.call(Message::new(proto::COPY).with_body(proto::body(&[self.id])).with_item(Item::Send(right)))?;
         let id = expect(&r, proto::COPIED, 1)?[0];
-        Ok(MemoryObject { server: self.server.try_clone().map_err(PagerError::Io)?, id, timeout: self.timeout, _hold: Some(hold) })
+        Ok(MemoryObject { server: self.server.try_clone().map_err(PagerError::Io)?, id, timeout: self.timeout, _hold: Some(hold), trust_any_pager: self.trust_any_pager })
     }
 
     /// Keeps `hold` (the receive right of a hold the server took for this
@@ -162,7 +177,15 @@ impl MemoryObject {
     /// Maps the object into this process. Pages arrive from the pager when
     /// first touched (and read ahead by the object's cluster).
     ///
+    /// The pager gets this process's userfaultfd, with which it could fill
+    /// any untouched memory of this process, so only a pager run by this
+    /// process's user or by root (as the kernel reports the sender of its
+    /// answer to the open) is given it, unless
+    /// [`trusting_any_pager`](Self::trusting_any_pager) said otherwise.
+    ///
     /// # Errors
+    /// [`PagerError::UntrustedPager`] for a pager run by another user
+    /// (nothing is mapped or sent);
     /// [`PagerError::PagerDead`], [`PagerError::NoSuchObject`];
     /// [`PagerError::UserfaultfdUnavailable`] if the kernel grants this
     /// process no userfaultfd at all; [`PagerError::Unsupported`] if the
@@ -170,6 +193,10 @@ impl MemoryObject {
     pub fn map(&self) -> Result<MappedObject, PagerError> {
         let mut opened = self.call(Message::new(proto::OPEN).with_body(proto::body(&[self.id])))?;
         let w = expect(&opened, proto::OPENED, 5)?;
+        let pager = opened.sender().map(|c| c.uid);
+        if !self.trust_any_pager && !pager.is_some_and(trusted_pager) {
+            return Err(PagerError::UntrustedPager(pager));
+        }
         let (size, mode, policy, track_dirty) = (w[0], w[1], w[3], w[4] == 1);
         let mode = match mode {
             0 => SupplyMode::Copy,
@@ -237,6 +264,13 @@ impl MemoryObject {
             .map_err(PagerError::Io)?;
         Ok(MappedObject { mapping, shared, stop: Some(stop), guardian: Some(guardian), size, mode, origin, _cache: cache })
     }
+}
+
+/// Whether a pager run by `uid` may hold this process's userfaultfd
+/// unasked: this process's own user (who could `ptrace` it anyway) or
+/// root.
+pub(crate) fn trusted_pager(uid: u32) -> bool {
+    uid == 0 || uid == rustix::process::geteuid().as_raw()
 }
 
 fn expect(m: &Message, op: u32, words: usize) -> Result<Vec<u64>, PagerError> {

@@ -252,6 +252,11 @@ pub enum PagerError {
     OverBudget(String),
     /// The kernel refused to create a userfaultfd for this process.
     UserfaultfdUnavailable(io::Error),
+    /// The object's pager runs as another user (the uid the kernel
+    /// reported, if any) than this process's and root, and mapping would
+    /// give it this process's userfaultfd
+    /// ([`MemoryObject::trusting_any_pager`]).
+    UntrustedPager(Option<u32>),
     /// The server's reply did not follow the protocol.
     Protocol(String),
     /// Sending to the server failed.
@@ -276,6 +281,12 @@ impl fmt::Display for PagerError {
                 f,
                 "the kernel refused a userfaultfd ({e}); user-mode-only handling was also refused: \
                  set vm.unprivileged_userfaultfd=1, grant CAP_SYS_PTRACE, or give access to /dev/userfaultfd"
+            ),
+            PagerError::UntrustedPager(uid) => write!(
+                f,
+                "the object's pager runs as {}, neither this process's user nor root, and mapping would let it fill any untouched memory of this process; \
+                 copy the object instead, or map it with MemoryObject::trusting_any_pager if that user may",
+                uid.map_or("an unknown user".to_owned(), |u| format!("uid {u}"))
             ),
             PagerError::Protocol(w) => write!(f, "the pager broke the protocol: {w}"),
             PagerError::Send(e) => write!(f, "sending to the pager failed: {e}"),

@@ -470,18 +470,19 @@ fn giveaway(args: &[String]) -> Res {
     Ok(())
 }
 
-fn link_new(args: &[String]) -> Res {
+/// Writes `name` back `n` times as this user while a thread watches `dir`
+/// and calls `act` on the path of every new inode the server makes there
+/// (a name with `.ferry-new-`) as it appears; returns the write-backs that
+/// went through and those refused.
+fn on_each_new_inode(name: &str, dir: &std::path::Path, n: &str, mut act: impl FnMut(std::path::PathBuf) + Send + 'static) -> Result<(usize, usize), Box<dyn std::error::Error>> {
     use rustix::fs::inotify;
-    use std::os::unix::fs::MetadataExt;
-    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
-    let [name, dir, mine, n] = args else { return Err("usage: files-link-new NAME DIR MINE N".into()) };
-    let (dir, mine) = (std::path::PathBuf::from(dir), std::path::PathBuf::from(mine));
     let watch = inotify::init(inotify::CreateFlags::CLOEXEC | inotify::CreateFlags::NONBLOCK)?;
-    inotify::add_watch(&watch, &dir, inotify::WatchFlags::CREATE)?;
-    let (stop, linked) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicUsize::new(0)));
-    let linker = {
-        let (stop, linked, mine) = (stop.clone(), linked.clone(), mine.clone());
+    inotify::add_watch(&watch, dir, inotify::WatchFlags::CREATE)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let watcher = {
+        let (stop, dir) = (stop.clone(), dir.to_owned());
         std::thread::spawn(move || {
             let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 4096];
             while !stop.load(Ordering::Relaxed) {
@@ -491,10 +492,7 @@ fn link_new(args: &[String]) -> Res {
                     continue;
                 };
                 let Some(made) = e.file_name().and_then(|f| f.to_str().ok()).filter(|f| f.contains(".ferry-new-")).map(str::to_owned) else { continue };
-                let k = linked.load(Ordering::Relaxed);
-                if std::fs::hard_link(dir.join(&made), mine.join(format!("linked-{k}"))).is_ok() {
-                    linked.fetch_add(1, Ordering::Relaxed);
-                }
+                act(dir.join(made));
             }
         })
     };
@@ -507,7 +505,26 @@ fn link_new(args: &[String]) -> Res {
         }
     }
     stop.store(true, Ordering::Relaxed);
-    let _ = linker.join();
+    let _ = watcher.join();
+    Ok((written, refused))
+}
+
+fn link_new(args: &[String]) -> Res {
+    use std::os::unix::fs::MetadataExt;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let [name, dir, mine, n] = args else { return Err("usage: files-link-new NAME DIR MINE N".into()) };
+    let (dir, mine) = (std::path::PathBuf::from(dir), std::path::PathBuf::from(mine));
+    let linked = Arc::new(AtomicUsize::new(0));
+    let (written, refused) = {
+        let (linked, mine) = (linked.clone(), mine.clone());
+        on_each_new_inode(name, &dir, n, move |made| {
+            let k = linked.load(Ordering::Relaxed);
+            if std::fs::hard_link(made, mine.join(format!("linked-{k}"))).is_ok() {
+                linked.fetch_add(1, Ordering::Relaxed);
+            }
+        })?
+    };
     let me = rustix::process::getuid().as_raw();
     let mut given = 0;
     for e in std::fs::read_dir(&mine)?.flatten() {
@@ -521,8 +538,7 @@ fn link_new(args: &[String]) -> Res {
 }
 
 fn acl_new(args: &[String]) -> Res {
-    use rustix::fs::inotify;
-    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
     let [name, dir, n] = args else { return Err("usage: files-acl-new NAME DIR N".into()) };
     let dir = std::path::PathBuf::from(dir);
@@ -535,36 +551,15 @@ fn acl_new(args: &[String]) -> Res {
         acl.extend_from_slice(&perm.to_le_bytes());
         acl.extend_from_slice(&id.to_le_bytes());
     }
-    let watch = inotify::init(inotify::CreateFlags::CLOEXEC | inotify::CreateFlags::NONBLOCK)?;
-    inotify::add_watch(&watch, &dir, inotify::WatchFlags::CREATE)?;
-    let (stop, given) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicUsize::new(0)));
-    let marker = {
-        let (stop, given, dir) = (stop.clone(), given.clone(), dir.clone());
-        std::thread::spawn(move || {
-            let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 4096];
-            while !stop.load(Ordering::Relaxed) {
-                let mut events = inotify::Reader::new(&watch, &mut buf);
-                let Ok(e) = events.next() else {
-                    std::thread::sleep(Duration::from_micros(20));
-                    continue;
-                };
-                let Some(made) = e.file_name().and_then(|f| f.to_str().ok()).filter(|f| f.contains(".ferry-new-")).map(str::to_owned) else { continue };
-                if rustix::fs::setxattr(dir.join(&made), "system.posix_acl_access", &acl, rustix::fs::XattrFlags::empty()).is_ok() {
-                    given.fetch_add(1, Ordering::Relaxed);
-                }
+    let given = Arc::new(AtomicUsize::new(0));
+    let (written, refused) = {
+        let given = given.clone();
+        on_each_new_inode(name, &dir, n, move |made| {
+            if rustix::fs::setxattr(made, "system.posix_acl_access", &acl, rustix::fs::XattrFlags::empty()).is_ok() {
+                given.fetch_add(1, Ordering::Relaxed);
             }
-        })
+        })?
     };
-    let fs = client()?;
-    let (mut written, mut refused) = (0, 0);
-    for i in 0..n.parse::<usize>()? {
-        match fs.write(name, format!("written by uid nobody, {i}").as_bytes()) {
-            Ok(()) => written += 1,
-            Err(_) => refused += 1,
-        }
-    }
-    stop.store(true, Ordering::Relaxed);
-    let _ = marker.join();
     let file = dir.join(name.rsplit('/').next().unwrap_or(name));
     let read = if std::fs::read(&file).is_ok() { "ok" } else { "denied" };
     println!("written {written} refused {refused} acl {} read {read}", given.load(Ordering::Relaxed));
@@ -572,44 +567,20 @@ fn acl_new(args: &[String]) -> Res {
 }
 
 fn open_new(args: &[String]) -> Res {
-    use rustix::fs::inotify;
     use std::io::BufRead;
     use std::os::unix::fs::FileExt;
-    use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::{Arc, Mutex};
     let [name, dir, n] = args else { return Err("usage: files-open-new NAME DIR N".into()) };
     let dir = std::path::PathBuf::from(dir);
-    let watch = inotify::init(inotify::CreateFlags::CLOEXEC | inotify::CreateFlags::NONBLOCK)?;
-    inotify::add_watch(&watch, &dir, inotify::WatchFlags::CREATE)?;
-    let stop = Arc::new(AtomicBool::new(false));
     let opened = Arc::new(Mutex::new(Vec::new()));
-    let opener = {
-        let (stop, opened, dir) = (stop.clone(), opened.clone(), dir.clone());
-        std::thread::spawn(move || {
-            let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 4096];
-            while !stop.load(Ordering::Relaxed) {
-                let mut events = inotify::Reader::new(&watch, &mut buf);
-                let Ok(e) = events.next() else {
-                    std::thread::sleep(Duration::from_micros(20));
-                    continue;
-                };
-                let Some(made) = e.file_name().and_then(|f| f.to_str().ok()).filter(|f| f.contains(".ferry-new-")).map(str::to_owned) else { continue };
-                if let Ok(f) = std::fs::File::open(dir.join(&made)) {
-                    opened.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(f);
-                }
+    let (written, refused) = {
+        let opened = opened.clone();
+        on_each_new_inode(name, &dir, n, move |made| {
+            if let Ok(f) = std::fs::File::open(made) {
+                opened.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(f);
             }
-        })
+        })?
     };
-    let fs = client()?;
-    let (mut written, mut refused) = (0, 0);
-    for i in 0..n.parse::<usize>()? {
-        match fs.write(name, format!("written by uid nobody, {i}").as_bytes()) {
-            Ok(()) => written += 1,
-            Err(_) => refused += 1,
-        }
-    }
-    stop.store(true, Ordering::Relaxed);
-    let _ = opener.join();
     let opened = std::mem::take(&mut *opened.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
     println!("written {written} refused {refused} opened {}", opened.len());
     println!("ready");

@@ -278,8 +278,20 @@ fn a_detached_daemon_never_logs_into_another_users_file() {
 fn files_of_a_missing_directory_are_refused_naming_the_directory() {
     let dir = fresh_dir("ferryd-files-missing");
     let missing = dir.join("no-such-dir");
+    let (status, err) = ferryd_exit(&["--socket", dir.join("bootstrap").to_str().unwrap(), "--files", missing.to_str().unwrap()]);
+    let _ = std::fs::remove_dir_all(&dir);
+    let status = status.expect("ferryd --files of a missing directory did not exit within ten seconds");
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(err.contains(&format!("cannot serve files from {}: No such file or directory", missing.display())), "{err}");
+    assert!(!err.contains("memory-object"), "{err}");
+}
+
+/// Runs `ferryd` with `args` and waits up to ten seconds for it to exit
+/// (killing it after that): its status, if it exited, and what it wrote on
+/// standard error.
+fn ferryd_exit(args: &[&str]) -> (Option<std::process::ExitStatus>, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_ferryd"))
-        .args(["--socket", dir.join("bootstrap").to_str().unwrap(), "--files", missing.to_str().unwrap()])
+        .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -299,11 +311,7 @@ fn files_of_a_missing_directory_are_refused_naming_the_directory() {
     }
     let mut err = String::new();
     std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
-    let status = status.expect("ferryd --files of a missing directory did not exit within ten seconds");
-    assert_eq!(status.code(), Some(1), "{err}");
-    assert!(err.contains(&format!("cannot serve files from {}: No such file or directory", missing.display())), "{err}");
-    assert!(!err.contains("memory-object"), "{err}");
+    (status, err)
 }
 
 /// `ferryd --socket` in a directory others may write to (`/tmp` itself,
@@ -335,27 +343,7 @@ fn a_socket_path_that_is_a_regular_file_is_refused_and_kept() {
     let dir = fresh_dir("ferryd-socket-file");
     let file = dir.join("notes.txt");
     std::fs::write(&file, b"keep me\n").unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ferryd"))
-        .args(["--socket", file.to_str().unwrap(), "--idle-exit", "1"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start ferryd");
-    let mut status = None;
-    for _ in 0..1000 {
-        status = child.try_wait().unwrap();
-        if status.is_some() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    if status.is_none() {
-        let _ = child.kill();
-        let _ = child.wait();
-    }
-    let mut err = String::new();
-    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+    let (status, err) = ferryd_exit(&["--socket", file.to_str().unwrap(), "--idle-exit", "1"]);
     let kept = std::fs::read(&file).ok();
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(kept.as_deref(), Some(&b"keep me\n"[..]), "ferryd replaced the file: {err}");

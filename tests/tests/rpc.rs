@@ -371,34 +371,8 @@ fn server_killed_mid_call() {
 /// own connection works and the parent's calls go on with their replies.
 #[test]
 fn a_connection_copied_by_fork_refuses_calls_in_the_child() {
-    let _guard = shared();
-    common::watchdog("fork_copy", LIMIT, || {
-        let server = start_server("fork-copy", "block", 1);
-        let mut conn = Connection::connect(&server.to, opts(Policy::Block)).unwrap();
-        let mut sock = SocketConnection::connect(&server.to, opts(Policy::Block)).unwrap();
-        let echo = |t: &mut dyn Transport, tag: &[u8]| t.call(Message::new(OP_ECHO).with_body(tag.to_vec()), Timeout::After(LIMIT));
-        assert_eq!(echo(&mut conn, b"before").unwrap().body(), b"before");
-        // SAFETY: the child only calls, connects and exits with `_exit`.
-        let pid = unsafe { libc::fork() };
-        assert!(pid >= 0, "fork failed");
-        if pid == 0 {
-            let refused = matches!(echo(&mut conn, b"child"), Err(RpcError::Forked)) && matches!(echo(&mut sock, b"child"), Err(RpcError::Forked));
-            let own = Connection::connect(&server.to, opts(Policy::Block)).and_then(|mut own| echo(&mut own, b"own"));
-            let ok = refused && own.is_ok_and(|r| r.body() == b"own");
-            // SAFETY: ends the child without running the test harness's exit.
-            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
-        }
-        let mut status = 0;
-        // SAFETY: waits for the child just forked.
-        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
-        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "the child's calls through its copies were not refused (status {status})");
-        for i in 0..100u32 {
-            let tag = i.to_le_bytes();
-            assert_eq!(echo(&mut conn, &tag).unwrap().body(), tag);
-            assert_eq!(echo(&mut sock, &tag).unwrap().body(), tag);
-        }
-        server.exit(&mut conn);
-    })
+    // SAFETY: the child only calls, connects and exits with `_exit`.
+    copies_refuse_calls_in_a_child("fork-copy", || unsafe { libc::fork() });
 }
 
 /// A child made by a raw `clone` system call, which runs no `fork()`
@@ -407,18 +381,28 @@ fn a_connection_copied_by_fork_refuses_calls_in_the_child() {
 /// over the slot and over the socket, and its own connection works.
 #[test]
 fn a_connection_copied_by_a_raw_clone_refuses_calls_in_the_child() {
+    // SAFETY: a clone without CLONE_VM is a fork that skips the C
+    // library's handlers; the child only calls, connects and exits with
+    // `_exit`.
+    copies_refuse_calls_in_a_child("clone-copy", || unsafe {
+        libc::syscall(libc::SYS_clone, libc::SIGCHLD as libc::c_long, 0 as libc::c_long, 0 as libc::c_long, 0 as libc::c_long, 0 as libc::c_long) as i32
+    });
+}
+
+/// Makes a child with `make_child` (a pid in the parent, 0 in the child)
+/// while the parent holds a slot connection and a socket connection: the
+/// child's calls through both copies must be refused and a connection of
+/// its own must work; the parent's calls then go on with their replies.
+fn copies_refuse_calls_in_a_child(name: &str, make_child: impl FnOnce() -> i32) {
     let _guard = shared();
-    common::watchdog("clone_copy", LIMIT, || {
-        let server = start_server("clone-copy", "block", 1);
+    common::watchdog(name, LIMIT, || {
+        let server = start_server(name, "block", 1);
         let mut conn = Connection::connect(&server.to, opts(Policy::Block)).unwrap();
         let mut sock = SocketConnection::connect(&server.to, opts(Policy::Block)).unwrap();
         let echo = |t: &mut dyn Transport, tag: &[u8]| t.call(Message::new(OP_ECHO).with_body(tag.to_vec()), Timeout::After(LIMIT));
         assert_eq!(echo(&mut conn, b"before").unwrap().body(), b"before");
-        // SAFETY: a clone without CLONE_VM is a fork that skips the C
-        // library's handlers; the child only calls, connects and exits with
-        // `_exit`.
-        let pid = unsafe { libc::syscall(libc::SYS_clone, libc::SIGCHLD as libc::c_long, 0 as libc::c_long, 0 as libc::c_long, 0 as libc::c_long, 0 as libc::c_long) } as i32;
-        assert!(pid >= 0, "clone failed");
+        let pid = make_child();
+        assert!(pid >= 0, "making the child failed");
         if pid == 0 {
             let slot = echo(&mut conn, b"child");
             let socket = echo(&mut sock, b"child");

@@ -314,8 +314,8 @@ fn ferryd_exit(args: &[&str]) -> (Option<std::process::ExitStatus>, String) {
     (status, err)
 }
 
-/// `ferryd --socket` in a directory others may write to (`/tmp` itself,
-/// say) is refused, and the refusal says where to put the socket instead:
+/// `ferryd --socket` in a directory others may write to (the shared
+/// temporary directory itself, say) is refused, and the refusal says where to put the socket instead:
 /// it said only that the directory's mode lets other users write to it.
 #[test]
 fn a_socket_in_a_shared_directory_is_refused_saying_where_to_put_it() {

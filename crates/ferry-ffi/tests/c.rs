@@ -68,7 +68,10 @@ fn c_client_and_server_exchange_rights_replies_and_rpc_calls() {
 /// NULL", a line of its source.
 #[test]
 fn c_client_of_a_name_nobody_registered_says_to_start_the_server() {
-    let client = build("ferry_client", &["examples/c/client.c"]);
+    // A program of its own: the test beside it builds and runs
+    // `ferry_client` at the same time, and running a file another test is
+    // writing fails with `ETXTBSY`.
+    let client = build("ferry_client_unanswered", &["examples/c/client.c"]);
     let path = private_bootstrap("clinone");
     let out = wait_bounded(spawn(&client, &["c-nobody", "1"], &path), LIMIT);
     let err = String::from_utf8_lossy(&out.stderr);
